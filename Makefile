@@ -1,0 +1,97 @@
+# Carousel's developer entry points. `make help` lists them.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -o errexit -o nounset -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(CURDIR)
+BIN := $(ROOT)/bin
+TOOLS_MOD := $(ROOT)/hack/tools
+CRD_DIR := charts/carousel/crds
+
+# Test control plane built by `make envtest`; envtest and the suites find it here.
+export KUBEBUILDER_ASSETS := $(BIN)/k8s
+
+# Packages whose tests need no API server.
+UNIT_PKGS = $$(go list ./... | grep -v -e /test/integration -e /test/e2e)
+GO_TEST ?= go test
+GINKGO_ARGS ?= -ginkgo.no-color
+BENCH_COUNT ?= 6
+BENCH_TIME ?= 1s
+
+CONTROLLER_GEN := $(BIN)/controller-gen
+GOLANGCI_LINT := $(BIN)/golangci-lint
+BENCHSTAT := $(BIN)/benchstat
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: ## Start the local environment (management cluster, operator, managed cluster, nodes).
+	@echo "make run: not yet. The local environment (test/framework) comes with the end-to-end issue;"
+	@echo "until then 'make test-integration' runs the API against a real kube-apiserver."
+
+##@ Build
+
+.PHONY: build
+build: ## Build the binaries into bin/.
+	go build -o $(BIN)/ ./cmd/...
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the typed client (pkg/client) and the CRD manifests.
+	./hack/update-codegen.sh
+	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=$(CRD_DIR)
+
+.PHONY: verify
+verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Check generated code is current, then gofmt, go vet and golangci-lint.
+	./hack/verify-generated.sh
+	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+	  if [[ -n "$$unformatted" ]]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+##@ Test
+
+.PHONY: envtest
+envtest: ## Build the test control plane (kube-apiserver, etcd, ...) into bin/k8s, unless already there.
+	./hack/envtest.sh $(KUBEBUILDER_ASSETS)
+
+.PHONY: test
+test: test-unit test-integration test-e2e ## Run every test suite (what CI runs).
+
+.PHONY: test-unit
+test-unit: ## Unit tests: no API server needed.
+	$(GO_TEST) -count=1 $(UNIT_PKGS)
+
+.PHONY: test-integration
+test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etcd.
+	$(GO_TEST) -count=1 -timeout 20m ./test/integration/... $(GINKGO_ARGS)
+
+.PHONY: test-e2e
+test-e2e: envtest ## End-to-end suites.
+	$(GO_TEST) -count=1 -timeout 40m ./test/e2e/... $(GINKGO_ARGS)
+
+.PHONY: bench
+bench: $(BENCHSTAT) ## Run the Go benchmarks and summarise them with benchstat (bin/bench.txt).
+	$(GO_TEST) -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) $(UNIT_PKGS) | tee $(BIN)/bench.txt
+	$(BENCHSTAT) $(BIN)/bench.txt
+
+.PHONY: chart-test
+chart-test: ## Lint and exercise the Helm chart.
+	@echo "make chart-test: not yet; the Helm chart comes with the 'Ship it' issue." >&2; exit 1
+
+##@ Tools (pinned in hack/tools/go.mod)
+
+$(BIN)/%: $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
+	@mkdir -p $(BIN)
+	cd $(TOOLS_MOD) && go build -o $@ $$(grep -o '"[^"]*/$*"' tools.go | tr -d '"')
+
+.PHONY: tools
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(BENCHSTAT) $(BIN)/ginkgo $(BIN)/helm ## Build every pinned tool.
+
+.PHONY: clean
+clean: ## Remove build output (keeps the cached control plane in bin/k8s).
+	find $(BIN) -maxdepth 1 -type f -delete 2>/dev/null || true

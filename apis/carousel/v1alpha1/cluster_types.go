@@ -1,0 +1,378 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Cluster is a Kubernetes cluster whose certificate authorities, trust bundles,
+// control-plane certificates and kubelet client bootstrap Carousel owns.
+//
+// A CA rotation is started by annotating the Cluster with
+// carousel.dev/operation=start-ca-rotation and completed, once the rotation is
+// Prepared, with carousel.dev/operation=complete-ca-rotation.
+//
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,categories=carousel
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Rotation",type=string,JSONPath=`.status.credentials.rotation.certificateAuthorities.phase`,description="Phase of the CA rotation"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether every credential of the cluster is issued and current"
+// +kubebuilder:printcolumn:name="CA Expiry",type=string,JSONPath=`.status.credentials.earliestCAExpiry`,description="When the first of the cluster's certificate authorities expires"
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterSpec   `json:"spec"`
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterList is a list of Clusters.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []Cluster `json:"items"`
+}
+
+// ClusterSpec is the desired state of a managed cluster's credentials.
+type ClusterSpec struct {
+	// KubernetesVersion is the version of the managed cluster's control plane,
+	// for example "1.36.3". It must lie within SupportedKubernetesVersions.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^v?[0-9]+\.[0-9]+\.[0-9]+([-+].*)?$`
+	KubernetesVersion string `json:"kubernetesVersion"`
+
+	// ControlPlane says where the managed cluster's API server is reachable and
+	// which names its serving certificate carries.
+	//
+	// +optional
+	ControlPlane ControlPlaneSpec `json:"controlPlane,omitempty"`
+
+	// Certificates sets the key algorithm and validity of every certificate
+	// Carousel issues for this cluster.
+	//
+	// +optional
+	// +kubebuilder:default={}
+	Certificates CertificateSettings `json:"certificates,omitempty"`
+
+	// Workers are the cluster's worker pools. During a CA rotation every pool is
+	// rolled with its strategy so that its kubelets trust both CAs and hold a
+	// client certificate from the new client CA.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Workers []WorkerPool `json:"workers,omitempty"`
+
+	// KubeletBootstrap configures the kubelet client-certificate bootstrap flow
+	// (bootstrap tokens and CSR approval) Carousel runs in the managed cluster.
+	//
+	// +optional
+	// +kubebuilder:default={}
+	KubeletBootstrap KubeletBootstrapSpec `json:"kubeletBootstrap,omitempty"`
+}
+
+// ControlPlaneSpec locates the managed cluster's API server.
+type ControlPlaneSpec struct {
+	// Endpoint is the https URL of the managed cluster's API server, for example
+	// "https://10.0.0.1:6443". Empty means Carousel cannot reach the cluster: the
+	// checks that need its API server are skipped and a condition says so.
+	//
+	// +optional
+	// +kubebuilder:validation:Pattern=`^https://`
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// ExtraSANs are additional DNS names or IP addresses put into the API
+	// server's serving certificate, besides the endpoint's host and the
+	// in-cluster names of the kubernetes Service.
+	//
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	ExtraSANs []string `json:"extraSANs,omitempty"`
+}
+
+// KeyAlgorithm names the algorithm and size of a private key.
+//
+// +kubebuilder:validation:Enum=ECDSA-P256;ECDSA-P384;RSA-2048;RSA-3072;RSA-4096
+type KeyAlgorithm string
+
+// The key algorithms Carousel issues keys with.
+const (
+	KeyAlgorithmECDSAP256 KeyAlgorithm = "ECDSA-P256"
+	KeyAlgorithmECDSAP384 KeyAlgorithm = "ECDSA-P384"
+	KeyAlgorithmRSA2048   KeyAlgorithm = "RSA-2048"
+	KeyAlgorithmRSA3072   KeyAlgorithm = "RSA-3072"
+	KeyAlgorithmRSA4096   KeyAlgorithm = "RSA-4096"
+)
+
+// CertificateSettings sets how Carousel issues keys and certificates.
+type CertificateSettings struct {
+	// KeyAlgorithm is used for every CA and leaf key Carousel generates.
+	//
+	// +optional
+	// +kubebuilder:default=ECDSA-P256
+	KeyAlgorithm KeyAlgorithm `json:"keyAlgorithm,omitempty"`
+
+	// CAValidity is the lifetime of a new certificate authority, between
+	// MinCAValidity and MaxCAValidity.
+	//
+	// +optional
+	// +kubebuilder:default="87600h"
+	CAValidity *metav1.Duration `json:"caValidity,omitempty"`
+
+	// LeafValidity is the lifetime of a leaf certificate, between
+	// MinLeafValidity and MaxLeafValidity and shorter than CAValidity. A leaf's
+	// NotAfter never passes its issuer's.
+	//
+	// +optional
+	// +kubebuilder:default="8760h"
+	LeafValidity *metav1.Duration `json:"leafValidity,omitempty"`
+}
+
+// WorkerRolloutStrategy says how a worker pool is rolled during a CA rotation.
+//
+// +kubebuilder:validation:Enum=InPlace;Replace;Manual
+type WorkerRolloutStrategy string
+
+// The worker rollout strategies.
+const (
+	// RolloutInPlace asks every node's agent to fetch the new trust bundle and
+	// renew its kubelet client certificate in place.
+	RolloutInPlace WorkerRolloutStrategy = "InPlace"
+	// RolloutReplace rolls the pool's Cluster API MachineDeployment so that
+	// new machines bootstrap with the new credentials.
+	RolloutReplace WorkerRolloutStrategy = "Replace"
+	// RolloutManual leaves the rollout to the user, who reports it with
+	// carousel.dev/operation=rollout-workers=<pool>.
+	RolloutManual WorkerRolloutStrategy = "Manual"
+)
+
+// WorkerPool is a group of nodes rolled together.
+type WorkerPool struct {
+	// Name identifies the pool; nodes carry it in the carousel.dev/pool label.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// RolloutStrategy says how the pool is rolled during a CA rotation.
+	//
+	// +optional
+	// +kubebuilder:default=InPlace
+	RolloutStrategy WorkerRolloutStrategy `json:"rolloutStrategy,omitempty"`
+
+	// MachineDeployment is the name of the Cluster API MachineDeployment, in the
+	// Cluster's namespace, that the Replace strategy rolls. Required for
+	// Replace and refused for the other strategies.
+	//
+	// +optional
+	MachineDeployment string `json:"machineDeployment,omitempty"`
+}
+
+// ApprovalMode says whether Carousel approves a kind of kubelet CSR by itself.
+//
+// +kubebuilder:validation:Enum=Auto;Manual
+type ApprovalMode string
+
+// The CSR approval modes.
+const (
+	// ApprovalAuto lets Carousel approve CSRs that pass every check.
+	ApprovalAuto ApprovalMode = "Auto"
+	// ApprovalManual leaves CSRs for an administrator to approve.
+	ApprovalManual ApprovalMode = "Manual"
+)
+
+// KubeletBootstrapSpec configures kubelet TLS bootstrapping for the cluster.
+type KubeletBootstrapSpec struct {
+	// TokenTTL is the lifetime of the bootstrap tokens Carousel issues, between
+	// MinBootstrapTokenTTL and MaxBootstrapTokenTTL.
+	//
+	// +optional
+	// +kubebuilder:default="24h"
+	TokenTTL *metav1.Duration `json:"tokenTTL,omitempty"`
+
+	// CSRApproval says which kubelet CSRs Carousel approves by itself.
+	//
+	// +optional
+	// +kubebuilder:default={}
+	CSRApproval CSRApprovalPolicy `json:"csrApproval,omitempty"`
+}
+
+// CSRApprovalPolicy says which kubelet certificate signing requests Carousel
+// approves. Every approved request still has to pass the subject, usage and key
+// checks.
+type CSRApprovalPolicy struct {
+	// Client covers kubelet client certificates
+	// (kubernetes.io/kube-apiserver-client-kubelet), from bootstrap tokens and
+	// from nodes renewing their own identity.
+	//
+	// +optional
+	// +kubebuilder:default=Auto
+	Client ApprovalMode `json:"client,omitempty"`
+
+	// Serving covers kubelet serving certificates (kubernetes.io/kubelet-serving).
+	// They are left for an administrator unless set to Auto, and then approved
+	// only when every SAN is an address of the requesting Node.
+	//
+	// +optional
+	// +kubebuilder:default=Manual
+	Serving ApprovalMode `json:"serving,omitempty"`
+}
+
+// ClusterStatus is the observed state of a managed cluster's credentials.
+type ClusterStatus struct {
+	// ObservedGeneration is the generation of the spec the status was computed from.
+	//
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions are the latest observations of the Cluster's state. Their types
+	// and reasons are the Condition* and Reason* constants of this package.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Credentials describes the cluster's certificate authorities and the state
+	// of their rotation.
+	//
+	// +optional
+	Credentials *ClusterCredentials `json:"credentials,omitempty"`
+}
+
+// ClusterCredentials describes a cluster's certificate authorities.
+type ClusterCredentials struct {
+	// Rotation is the state of credential rotations.
+	//
+	// +optional
+	Rotation *CredentialsRotation `json:"rotation,omitempty"`
+
+	// CertificateAuthorities is the inventory of the cluster's CAs, one entry
+	// per role.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=role
+	CertificateAuthorities []CertificateAuthorityInventory `json:"certificateAuthorities,omitempty"`
+
+	// EarliestCAExpiry is the earliest NotAfter among the cluster's CAs.
+	//
+	// +optional
+	EarliestCAExpiry *metav1.Time `json:"earliestCAExpiry,omitempty"`
+}
+
+// CredentialsRotation is the state of the rotations of a cluster's credentials.
+type CredentialsRotation struct {
+	// CertificateAuthorities is the state of the CA rotation.
+	//
+	// +optional
+	CertificateAuthorities *CARotation `json:"certificateAuthorities,omitempty"`
+}
+
+// CARotationPhase is a phase of a CA rotation.
+//
+// +kubebuilder:validation:Enum=Preparing;Prepared;Finalizing;Completed
+type CARotationPhase string
+
+// The phases of a CA rotation, in order. A Cluster that was never rotated has
+// no phase.
+const (
+	// RotationPreparing: new CAs exist and are trusted next to the old ones,
+	// client certificates are being re-issued and workers rolled.
+	RotationPreparing CARotationPhase = "Preparing"
+	// RotationPrepared: everything trusts both CAs and every client uses a
+	// certificate from the new CA; complete-ca-rotation may be requested.
+	RotationPrepared CARotationPhase = "Prepared"
+	// RotationFinalizing: server certificates are being re-issued from the new
+	// CAs and the old CAs dropped from every bundle.
+	RotationFinalizing CARotationPhase = "Finalizing"
+	// RotationCompleted: only the new CAs remain; the old CA keys are deleted.
+	RotationCompleted CARotationPhase = "Completed"
+)
+
+// CARotation is the state of a cluster's CA rotation.
+type CARotation struct {
+	// Phase is the current phase; empty when the cluster was never rotated.
+	//
+	// +optional
+	Phase CARotationPhase `json:"phase,omitempty"`
+
+	// LastInitiationTime is when the last rotation was started.
+	//
+	// +optional
+	LastInitiationTime *metav1.Time `json:"lastInitiationTime,omitempty"`
+
+	// LastInitiationFinishedTime is when the last rotation became Prepared.
+	//
+	// +optional
+	LastInitiationFinishedTime *metav1.Time `json:"lastInitiationFinishedTime,omitempty"`
+
+	// LastCompletionTriggeredTime is when completion of the last rotation was requested.
+	//
+	// +optional
+	LastCompletionTriggeredTime *metav1.Time `json:"lastCompletionTriggeredTime,omitempty"`
+
+	// LastCompletionTime is when the last rotation became Completed.
+	//
+	// +optional
+	LastCompletionTime *metav1.Time `json:"lastCompletionTime,omitempty"`
+
+	// PendingWorkersRollouts lists the worker pools still to be rolled in the
+	// current phase.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	PendingWorkersRollouts []PendingWorkersRollout `json:"pendingWorkersRollouts,omitempty"`
+}
+
+// PendingWorkersRollout is a worker pool whose rollout has not been observed yet.
+type PendingWorkersRollout struct {
+	// Name of the worker pool.
+	Name string `json:"name"`
+
+	// LastInitiationTime is when the rotation that requires this rollout was started.
+	//
+	// +optional
+	LastInitiationTime *metav1.Time `json:"lastInitiationTime,omitempty"`
+}
+
+// CertificateAuthorityInventory describes the CAs of one role.
+type CertificateAuthorityInventory struct {
+	// Role of the CA.
+	Role CARole `json:"role"`
+
+	// Current is the CA Carousel issues from going forward: during a rotation,
+	// the new CA.
+	//
+	// +optional
+	Current *CertificateInfo `json:"current,omitempty"`
+
+	// Previous is, while a rotation is under way, the old CA that is still trusted.
+	//
+	// +optional
+	Previous *CertificateInfo `json:"previous,omitempty"`
+}
+
+// CertificateInfo identifies a certificate without revealing any key material.
+type CertificateInfo struct {
+	// Fingerprint is the lowercase hex SHA-256 digest of the certificate's DER.
+	Fingerprint string `json:"fingerprint"`
+	// NotBefore is the start of the certificate's validity.
+	NotBefore metav1.Time `json:"notBefore"`
+	// NotAfter is the end of the certificate's validity.
+	NotAfter metav1.Time `json:"notAfter"`
+}

@@ -1,0 +1,19 @@
+package v1alpha1
+
+// Condition types on a Cluster.
+const (
+	// ConditionReady is True when every CA, bundle, certificate and kubeconfig of
+	// the Cluster is issued, current and published.
+	ConditionReady = "Ready"
+	// ConditionCARotation is True while a CA rotation is under way; its reason
+	// names the step the rotation waits for.
+	ConditionCARotation = "CARotationInProgress"
+	// ConditionCAExpiring is True when a CA of the Cluster expires within the
+	// manager's warning window.
+	ConditionCAExpiring = "CAExpiringSoon"
+	// ConditionControlPlaneReachable is True when Carousel can reach the managed
+	// cluster's API server to gather evidence; False with
+	// ReasonNoEndpoint when the spec names no endpoint and the checks that
+	// need one are skipped.
+	ConditionControlPlaneReachable = "ControlPlaneReachable"
+)

@@ -1,0 +1,81 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CARotation returns the CA rotation status, or nil when there is none.
+func (c *Cluster) CARotation() *CARotation {
+	if c.Status.Credentials == nil || c.Status.Credentials.Rotation == nil {
+		return nil
+	}
+	return c.Status.Credentials.Rotation.CertificateAuthorities
+}
+
+// CARotationPhase returns the phase of the CA rotation; empty when the
+// Cluster was never rotated.
+func (c *Cluster) CARotationPhase() CARotationPhase {
+	if r := c.CARotation(); r != nil {
+		return r.Phase
+	}
+	return ""
+}
+
+// RotationInProgress reports whether a CA rotation has started and not completed.
+func (p CARotationPhase) RotationInProgress() bool {
+	return p == RotationPreparing || p == RotationPrepared || p == RotationFinalizing
+}
+
+// IsPendingWorkerPool reports whether the pool's rollout is still awaited.
+func (c *Cluster) IsPendingWorkerPool(name string) bool {
+	if r := c.CARotation(); r != nil {
+		for _, p := range r.PendingWorkersRollouts {
+			if p.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// WorkerPool returns the named worker pool, or nil.
+func (s *ClusterSpec) WorkerPool(name string) *WorkerPool {
+	for i := range s.Workers {
+		if s.Workers[i].Name == name {
+			return &s.Workers[i]
+		}
+	}
+	return nil
+}
+
+// KeyAlgorithmOrDefault returns the key algorithm, or DefaultKeyAlgorithm when unset.
+func (cs *CertificateSettings) KeyAlgorithmOrDefault() KeyAlgorithm {
+	if cs.KeyAlgorithm == "" {
+		return DefaultKeyAlgorithm
+	}
+	return cs.KeyAlgorithm
+}
+
+// CAValidityOrDefault returns the CA validity, or DefaultCAValidity when unset.
+func (cs *CertificateSettings) CAValidityOrDefault() time.Duration {
+	return durationOr(cs.CAValidity, DefaultCAValidity)
+}
+
+// LeafValidityOrDefault returns the leaf validity, or DefaultLeafValidity when unset.
+func (cs *CertificateSettings) LeafValidityOrDefault() time.Duration {
+	return durationOr(cs.LeafValidity, DefaultLeafValidity)
+}
+
+// TokenTTLOrDefault returns the bootstrap token TTL, or DefaultBootstrapTokenTTL when unset.
+func (kb *KubeletBootstrapSpec) TokenTTLOrDefault() time.Duration {
+	return durationOr(kb.TokenTTL, DefaultBootstrapTokenTTL)
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}

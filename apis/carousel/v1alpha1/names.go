@@ -1,0 +1,76 @@
+package v1alpha1
+
+// The operation annotation and the operations it takes.
+const (
+	// OperationAnnotation asks Carousel to perform an operation on a Cluster.
+	// Carousel removes it once the operation is recorded in the status.
+	OperationAnnotation = "carousel.dev/operation"
+
+	// OperationStartCARotation starts phase 1 of a CA rotation (Preparing).
+	OperationStartCARotation = "start-ca-rotation"
+	// OperationCompleteCARotation starts phase 2 of a CA rotation (Finalizing).
+	OperationCompleteCARotation = "complete-ca-rotation"
+	// OperationReconcile asks for an immediate reconcile.
+	OperationReconcile = "reconcile"
+	// OperationRolloutWorkersPrefix, followed by a comma-separated list of pool
+	// names, reports that those pools were rolled by hand.
+	OperationRolloutWorkersPrefix = "rollout-workers="
+)
+
+// Labels Carousel puts on every object it manages in the management cluster.
+const (
+	// LabelCluster names the Cluster an object belongs to. Every managed object has it.
+	LabelCluster = "carousel.dev/cluster"
+	// LabelCA marks a CA Secret with its role.
+	LabelCA = "carousel.dev/ca"
+	// LabelCABundle marks a trust-bundle ConfigMap with its role.
+	LabelCABundle = "carousel.dev/ca-bundle"
+	// LabelCertificate marks a leaf certificate Secret with the certificate's name.
+	LabelCertificate = "carousel.dev/certificate"
+	// LabelSignedBy marks a leaf certificate Secret with the role of its issuer.
+	LabelSignedBy = "carousel.dev/signed-by"
+	// LabelPool marks a Node of the managed cluster with its worker pool.
+	LabelPool = "carousel.dev/pool"
+)
+
+// Data keys of the Secrets and ConfigMaps Carousel writes.
+const (
+	DataKeyCertificate = "tls.crt"
+	DataKeyPrivateKey  = "tls.key"
+	DataKeyCABundle    = "ca.crt"
+	DataKeyKubeconfig  = "kubeconfig"
+)
+
+// CARole is the job of a certificate authority in a cluster.
+//
+// +kubebuilder:validation:Enum=cluster;client;kubelet;etcd;front-proxy;metrics-server;vpn
+type CARole string
+
+// The CA roles. Each role has its own CA, rotated together with the others.
+const (
+	// CARoleCluster signs the API server's serving certificate and is the trust
+	// anchor workloads find in kube-root-ca.crt.
+	CARoleCluster CARole = "cluster"
+	// CARoleClient signs the client certificates the API server accepts,
+	// kubelet client certificates among them.
+	CARoleClient CARole = "client"
+	// CARoleKubelet signs the API server's client certificate for kubelets and
+	// the kubelets' serving certificates.
+	CARoleKubelet CARole = "kubelet"
+	// CARoleEtcd signs etcd's serving, peer and client certificates.
+	CARoleEtcd CARole = "etcd"
+	// CARoleFrontProxy signs the aggregation layer's front-proxy client certificate.
+	CARoleFrontProxy CARole = "front-proxy"
+	// CARoleMetricsServer signs metrics-server's serving certificate.
+	CARoleMetricsServer CARole = "metrics-server"
+	// CARoleVPN signs the control-plane-to-node VPN's server and client certificates.
+	CARoleVPN CARole = "vpn"
+)
+
+// CARoles lists every CA role in a fixed order.
+func CARoles() []CARole {
+	return []CARole{
+		CARoleCluster, CARoleClient, CARoleKubelet, CARoleEtcd,
+		CARoleFrontProxy, CARoleMetricsServer, CARoleVPN,
+	}
+}

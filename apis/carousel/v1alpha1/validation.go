@@ -1,0 +1,322 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// SupportedKubernetesVersions is the range of managed-cluster versions Carousel
+// knows the certificate layout of.
+const SupportedKubernetesVersions = ">= 1.32.0-0, < 1.38.0-0"
+
+// Bounds and defaults of the durations in a ClusterSpec. The defaults are the
+// values the CRD schema fills in.
+const (
+	DefaultCAValidity = 10 * 365 * 24 * time.Hour
+	MinCAValidity     = 24 * time.Hour
+	MaxCAValidity     = 30 * 365 * 24 * time.Hour
+
+	DefaultLeafValidity = 365 * 24 * time.Hour
+	MinLeafValidity     = time.Hour
+	MaxLeafValidity     = 2 * 365 * 24 * time.Hour
+
+	DefaultBootstrapTokenTTL = 24 * time.Hour
+	MinBootstrapTokenTTL     = 10 * time.Minute
+	MaxBootstrapTokenTTL     = 7 * 24 * time.Hour
+
+	DefaultKeyAlgorithm = KeyAlgorithmECDSAP256
+)
+
+var versionConstraint = func() *semver.Constraints {
+	c, err := semver.NewConstraint(SupportedKubernetesVersions)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()
+
+// ValidateCluster validates a Cluster on create: its spec and, when present,
+// its operation annotation.
+func ValidateCluster(c *Cluster) field.ErrorList {
+	allErrs := ValidateClusterSpec(&c.Spec, field.NewPath("spec"))
+	return append(allErrs, ValidateOperation(c, nil)...)
+}
+
+// ValidateClusterUpdate validates an update of a Cluster: the new spec, the
+// spec changes a running rotation forbids, and a newly set operation.
+func ValidateClusterUpdate(newC, oldC *Cluster) field.ErrorList {
+	allErrs := ValidateClusterSpec(&newC.Spec, field.NewPath("spec"))
+	allErrs = append(allErrs, validateSpecChangeDuringRotation(newC, oldC)...)
+	return append(allErrs, ValidateOperation(newC, oldC)...)
+}
+
+// ValidateClusterSpec validates a spec on its own.
+func ValidateClusterSpec(spec *ClusterSpec, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	allErrs = append(allErrs, validateKubernetesVersion(spec.KubernetesVersion, p.Child("kubernetesVersion"))...)
+	allErrs = append(allErrs, validateControlPlane(&spec.ControlPlane, p.Child("controlPlane"))...)
+	allErrs = append(allErrs, validateCertificates(&spec.Certificates, p.Child("certificates"))...)
+	allErrs = append(allErrs, validateWorkers(spec.Workers, p.Child("workers"))...)
+	allErrs = append(allErrs, validateKubeletBootstrap(&spec.KubeletBootstrap, p.Child("kubeletBootstrap"))...)
+	return allErrs
+}
+
+func validateKubernetesVersion(v string, p *field.Path) field.ErrorList {
+	if v == "" {
+		return field.ErrorList{field.Required(p, "the managed cluster's Kubernetes version, for example 1.36.3")}
+	}
+	version, err := semver.NewVersion(v)
+	if err != nil {
+		return field.ErrorList{field.Invalid(p, v, "not a semantic version: "+err.Error())}
+	}
+	if !versionConstraint.Check(version) {
+		return field.ErrorList{field.Invalid(p, v, "unsupported Kubernetes version; supported: "+SupportedKubernetesVersions)}
+	}
+	return nil
+}
+
+func validateControlPlane(cp *ControlPlaneSpec, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if cp.Endpoint != "" {
+		if msg := endpointProblem(cp.Endpoint); msg != "" {
+			allErrs = append(allErrs, field.Invalid(p.Child("endpoint"), cp.Endpoint, msg))
+		}
+	}
+	seen := make(map[string]bool, len(cp.ExtraSANs))
+	for i, san := range cp.ExtraSANs {
+		sp := p.Child("extraSANs").Index(i)
+		switch {
+		case seen[san]:
+			allErrs = append(allErrs, field.Duplicate(sp, san))
+		case net.ParseIP(san) != nil:
+		case strings.HasPrefix(san, "*."):
+			for _, msg := range validation.IsWildcardDNS1123Subdomain(san) {
+				allErrs = append(allErrs, field.Invalid(sp, san, msg))
+			}
+		default:
+			for _, msg := range validation.IsDNS1123Subdomain(san) {
+				allErrs = append(allErrs, field.Invalid(sp, san, "neither an IP address nor a DNS name: "+msg))
+			}
+		}
+		seen[san] = true
+	}
+	return allErrs
+}
+
+// endpointProblem says what is wrong with an API server endpoint, or "".
+func endpointProblem(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	switch {
+	case err != nil:
+		return "not a URL: " + err.Error()
+	case u.Scheme != "https":
+		return "must be an https URL, for example https://10.0.0.1:6443"
+	case u.Hostname() == "":
+		return "must name a host"
+	case u.User != nil:
+		return "must not carry user information"
+	case u.RawQuery != "" || u.Fragment != "":
+		return "must not have a query or fragment"
+	case u.Path != "" && u.Path != "/":
+		return "must not have a path"
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "port must be between 1 and 65535"
+		}
+	}
+	return ""
+}
+
+// KeyAlgorithms lists every key algorithm a spec may name.
+func KeyAlgorithms() []KeyAlgorithm {
+	return []KeyAlgorithm{KeyAlgorithmECDSAP256, KeyAlgorithmECDSAP384, KeyAlgorithmRSA2048, KeyAlgorithmRSA3072, KeyAlgorithmRSA4096}
+}
+
+func validateCertificates(cs *CertificateSettings, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if cs.KeyAlgorithm != "" && !oneOf(cs.KeyAlgorithm, KeyAlgorithms()) {
+		allErrs = append(allErrs, field.NotSupported(p.Child("keyAlgorithm"), cs.KeyAlgorithm, KeyAlgorithms()))
+	}
+	caErrs := validateDurationBounds(cs.CAValidity, MinCAValidity, MaxCAValidity, p.Child("caValidity"))
+	leafErrs := validateDurationBounds(cs.LeafValidity, MinLeafValidity, MaxLeafValidity, p.Child("leafValidity"))
+	allErrs = append(append(allErrs, caErrs...), leafErrs...)
+	if len(caErrs) == 0 && len(leafErrs) == 0 && cs.CAValidityOrDefault() <= cs.LeafValidityOrDefault() {
+		allErrs = append(allErrs, field.Invalid(p.Child("leafValidity"), cs.LeafValidityOrDefault().String(),
+			fmt.Sprintf("must be shorter than the CA validity (%s)", cs.CAValidityOrDefault())))
+	}
+	return allErrs
+}
+
+func validateWorkers(pools []WorkerPool, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	strategies := []WorkerRolloutStrategy{RolloutInPlace, RolloutReplace, RolloutManual}
+	seen := make(map[string]bool, len(pools))
+	for i, pool := range pools {
+		pp := p.Index(i)
+		for _, msg := range validation.IsDNS1123Label(pool.Name) {
+			allErrs = append(allErrs, field.Invalid(pp.Child("name"), pool.Name, msg))
+		}
+		if seen[pool.Name] {
+			allErrs = append(allErrs, field.Duplicate(pp.Child("name"), pool.Name))
+		}
+		seen[pool.Name] = true
+		if pool.RolloutStrategy != "" && !oneOf(pool.RolloutStrategy, strategies) {
+			allErrs = append(allErrs, field.NotSupported(pp.Child("rolloutStrategy"), pool.RolloutStrategy, strategies))
+		}
+		md := pp.Child("machineDeployment")
+		switch {
+		case pool.RolloutStrategy == RolloutReplace && pool.MachineDeployment == "":
+			allErrs = append(allErrs, field.Required(md, "the Replace strategy rolls a Cluster API MachineDeployment; name it"))
+		case pool.RolloutStrategy != RolloutReplace && pool.MachineDeployment != "":
+			allErrs = append(allErrs, field.Forbidden(md, "only the Replace strategy rolls a MachineDeployment"))
+		case pool.MachineDeployment != "":
+			for _, msg := range validation.IsDNS1123Subdomain(pool.MachineDeployment) {
+				allErrs = append(allErrs, field.Invalid(md, pool.MachineDeployment, msg))
+			}
+		}
+	}
+	return allErrs
+}
+
+func validateKubeletBootstrap(kb *KubeletBootstrapSpec, p *field.Path) field.ErrorList {
+	allErrs := validateDurationBounds(kb.TokenTTL, MinBootstrapTokenTTL, MaxBootstrapTokenTTL, p.Child("tokenTTL"))
+	modes := []ApprovalMode{ApprovalAuto, ApprovalManual}
+	ap := p.Child("csrApproval")
+	if m := kb.CSRApproval.Client; m != "" && !oneOf(m, modes) {
+		allErrs = append(allErrs, field.NotSupported(ap.Child("client"), m, modes))
+	}
+	if m := kb.CSRApproval.Serving; m != "" && !oneOf(m, modes) {
+		allErrs = append(allErrs, field.NotSupported(ap.Child("serving"), m, modes))
+	}
+	return allErrs
+}
+
+func validateDurationBounds(d *metav1.Duration, minimum, maximum time.Duration, p *field.Path) field.ErrorList {
+	if d != nil && (d.Duration < minimum || d.Duration > maximum) {
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), fmt.Sprintf("must be between %s and %s", minimum, maximum))}
+	}
+	return nil
+}
+
+// validateSpecChangeDuringRotation refuses the spec changes that would break
+// a rotation under way: new key or validity settings (the new CAs are already
+// minted) and removing a pool whose rollout is still awaited.
+func validateSpecChangeDuringRotation(newC, oldC *Cluster) field.ErrorList {
+	phase := oldC.CARotationPhase()
+	if !phase.RotationInProgress() {
+		return nil
+	}
+	var allErrs field.ErrorList
+	p := field.NewPath("spec")
+	if !certificateSettingsEqual(newC.Spec.Certificates, oldC.Spec.Certificates) {
+		allErrs = append(allErrs, field.Forbidden(p.Child("certificates"), fmt.Sprintf(
+			"cannot change while the CA rotation is in phase %s: %s", phase, NextStep(phase))))
+	}
+	for _, pool := range oldC.Spec.Workers {
+		if newC.Spec.WorkerPool(pool.Name) == nil && oldC.IsPendingWorkerPool(pool.Name) {
+			allErrs = append(allErrs, field.Forbidden(p.Child("workers"), fmt.Sprintf(
+				"cannot remove worker pool %q while its rollout is pending in phase %s: roll it first", pool.Name, phase)))
+		}
+	}
+	return allErrs
+}
+
+func certificateSettingsEqual(a, b CertificateSettings) bool {
+	return a.KeyAlgorithmOrDefault() == b.KeyAlgorithmOrDefault() &&
+		a.CAValidityOrDefault() == b.CAValidityOrDefault() &&
+		a.LeafValidityOrDefault() == b.LeafValidityOrDefault()
+}
+
+// ValidateOperation validates the operation annotation of newC against the
+// state of oldC (nil on create): the transition rules of a CA rotation. An
+// annotation that did not change is not validated again, so that Carousel's
+// own writes, and edits while an accepted operation waits to be picked up,
+// are never refused.
+func ValidateOperation(newC, oldC *Cluster) field.ErrorList {
+	value, ok := newC.Annotations[OperationAnnotation]
+	if !ok {
+		return nil
+	}
+	current := newC
+	if oldC != nil {
+		if oldValue, had := oldC.Annotations[OperationAnnotation]; had && oldValue == value {
+			return nil
+		}
+		current = oldC
+	}
+	p := field.NewPath("metadata", "annotations").Key(OperationAnnotation)
+	if current.DeletionTimestamp != nil {
+		return field.ErrorList{field.Forbidden(p, "the cluster is being deleted: no operation is accepted")}
+	}
+	op, err := ParseOperation(value)
+	if err != nil {
+		return field.ErrorList{field.Invalid(p, value, err.Error())}
+	}
+	phase := current.CARotationPhase()
+	switch op.Verb {
+	case OperationStartCARotation:
+		if phase.RotationInProgress() {
+			return field.ErrorList{field.Forbidden(p, fmt.Sprintf(
+				"cannot start a CA rotation: the rotation is in phase %s: %s", phase, NextStep(phase)))}
+		}
+	case OperationCompleteCARotation:
+		if phase != RotationPrepared {
+			return field.ErrorList{field.Forbidden(p, fmt.Sprintf(
+				"cannot complete the CA rotation in phase %s, only in phase %s: %s", phaseName(phase), RotationPrepared, NextStep(phase)))}
+		}
+	case OperationRolloutWorkers:
+		var allErrs field.ErrorList
+		for _, pool := range op.Pools {
+			switch {
+			case newC.Spec.WorkerPool(pool) == nil:
+				allErrs = append(allErrs, field.Invalid(p, value, fmt.Sprintf(
+					"worker pool %q does not exist (phase %s): name pools from spec.workers", pool, phaseName(phase))))
+			case !current.IsPendingWorkerPool(pool):
+				allErrs = append(allErrs, field.Invalid(p, value, fmt.Sprintf(
+					"worker pool %q has no pending rollout in phase %s: name only pools listed in status.credentials.rotation.certificateAuthorities.pendingWorkersRollouts", pool, phaseName(phase))))
+			}
+		}
+		return allErrs
+	}
+	return nil
+}
+
+// NextStep tells a user what to do in a phase of the CA rotation.
+func NextStep(phase CARotationPhase) string {
+	switch phase {
+	case RotationPreparing:
+		return "wait until the phase is Prepared"
+	case RotationPrepared:
+		return "complete it with " + OperationAnnotation + "=" + OperationCompleteCARotation
+	case RotationFinalizing:
+		return "wait until the phase is Completed"
+	default:
+		return "start one with " + OperationAnnotation + "=" + OperationStartCARotation
+	}
+}
+
+func phaseName(phase CARotationPhase) string {
+	if phase == "" {
+		return "none (never rotated)"
+	}
+	return string(phase)
+}
+
+func oneOf[T comparable](v T, allowed []T) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,281 @@
+package pki
+
+import (
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"time"
+)
+
+// Backdate is how far before "now" a certificate's validity starts, so that
+// a peer whose clock runs a little behind already accepts it.
+const Backdate = 5 * time.Minute
+
+// serialLimit bounds serial numbers to 128 random bits.
+var serialLimit = new(big.Int).Lsh(big.NewInt(1), 128)
+
+// KeyPair is a certificate with its private key.
+type KeyPair struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+}
+
+// CertPEM returns the certificate as a PEM block.
+func (kp *KeyPair) CertPEM() []byte { return EncodeCertificates(kp.Cert) }
+
+// KeyPEM returns the private key as a PKCS #8 PEM block.
+func (kp *KeyPair) KeyPEM() ([]byte, error) { return EncodePrivateKey(kp.Key) }
+
+// ParseKeyPair parses a PEM certificate and private key and checks that they
+// belong together.
+func ParseKeyPair(certPEM, keyPEM []byte) (*KeyPair, error) {
+	certs, err := ParseCertificates(certPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ParsePrivateKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	if !publicKeysEqual(key.Public(), certs[0].PublicKey) {
+		return nil, errors.New("private key does not match the certificate's public key")
+	}
+	return &KeyPair{Cert: certs[0], Key: key}, nil
+}
+
+// CATemplate describes a self-signed certificate authority.
+type CATemplate struct {
+	CommonName   string
+	Organization []string
+	Validity     time.Duration
+}
+
+// NewCA self-signs a CA certificate for key, valid from now-Backdate for
+// Validity. The certificate may sign certificates (not other CAs) and CRLs.
+func NewCA(tmpl CATemplate, key crypto.Signer, now time.Time) (*KeyPair, error) {
+	if tmpl.CommonName == "" {
+		return nil, errors.New("a CA needs a common name")
+	}
+	if tmpl.Validity <= 0 {
+		return nil, fmt.Errorf("CA validity must be positive, got %s", tmpl.Validity)
+	}
+	ski, err := subjectKeyID(key.Public())
+	if err != nil {
+		return nil, err
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, err
+	}
+	template := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: tmpl.CommonName, Organization: tmpl.Organization},
+		NotBefore:             now.Add(-Backdate).UTC(),
+		NotAfter:              now.Add(tmpl.Validity).UTC(),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLen:            0,
+		MaxPathLenZero:        true,
+		SubjectKeyId:          ski,
+	}
+	cert, err := createCertificate(template, template, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyPair{Cert: cert, Key: key}, nil
+}
+
+// LeafTemplate describes a certificate signed by a CA.
+type LeafTemplate struct {
+	CommonName   string
+	Organization []string
+	DNSNames     []string
+	IPAddresses  []net.IP
+	// Usages are the extended key usages: x509.ExtKeyUsageClientAuth,
+	// x509.ExtKeyUsageServerAuth or both.
+	Usages   []x509.ExtKeyUsage
+	Validity time.Duration
+}
+
+// Issue signs a leaf certificate for pub. Its validity starts at now-Backdate
+// and ends after Validity, but never after the CA's own NotAfter.
+func (kp *KeyPair) Issue(tmpl LeafTemplate, pub crypto.PublicKey, now time.Time) (*x509.Certificate, error) {
+	if !kp.Cert.IsCA {
+		return nil, fmt.Errorf("%q is not a CA", kp.Cert.Subject.CommonName)
+	}
+	if tmpl.CommonName == "" {
+		return nil, errors.New("a certificate needs a common name")
+	}
+	if tmpl.Validity <= 0 {
+		return nil, fmt.Errorf("certificate validity must be positive, got %s", tmpl.Validity)
+	}
+	if len(tmpl.Usages) == 0 {
+		return nil, errors.New("a certificate needs at least one extended key usage")
+	}
+	for _, u := range tmpl.Usages {
+		if u != x509.ExtKeyUsageClientAuth && u != x509.ExtKeyUsageServerAuth {
+			return nil, fmt.Errorf("unsupported extended key usage %d", u)
+		}
+	}
+	if _, err := AlgorithmOf(pub); err != nil {
+		return nil, err
+	}
+	notBefore := now.Add(-Backdate).UTC()
+	notAfter := now.Add(tmpl.Validity).UTC()
+	if notAfter.After(kp.Cert.NotAfter) {
+		notAfter = kp.Cert.NotAfter
+	}
+	if !notAfter.After(now) {
+		return nil, fmt.Errorf("CA %q expired at %s", kp.Cert.Subject.CommonName, kp.Cert.NotAfter.Format(time.RFC3339))
+	}
+	keyUsage := x509.KeyUsageDigitalSignature
+	if _, isRSA := pub.(*rsa.PublicKey); isRSA && hasUsage(tmpl.Usages, x509.ExtKeyUsageServerAuth) {
+		// TLS 1.2 RSA key exchange encrypts the premaster secret to the server's key.
+		keyUsage |= x509.KeyUsageKeyEncipherment
+	}
+	ski, err := subjectKeyID(pub)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, err
+	}
+	template := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: tmpl.CommonName, Organization: tmpl.Organization},
+		DNSNames:              tmpl.DNSNames,
+		IPAddresses:           tmpl.IPAddresses,
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              keyUsage,
+		ExtKeyUsage:           tmpl.Usages,
+		BasicConstraintsValid: true,
+		SubjectKeyId:          ski,
+	}
+	return createCertificate(template, kp.Cert, pub, kp.Key)
+}
+
+// IssueKeyPair generates a key of the given algorithm and issues a leaf
+// certificate for it.
+func (kp *KeyPair) IssueKeyPair(tmpl LeafTemplate, alg KeyAlgorithm, now time.Time) (*KeyPair, error) {
+	key, err := GenerateKey(alg)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := kp.Issue(tmpl, key.Public(), now)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyPair{Cert: cert, Key: key}, nil
+}
+
+func createCertificate(template, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) (*x509.Certificate, error) {
+	der, err := x509.CreateCertificate(rand.Reader, template, parent, pub, signer)
+	if err != nil {
+		return nil, fmt.Errorf("signing certificate %q: %w", template.Subject.CommonName, err)
+	}
+	return x509.ParseCertificate(der)
+}
+
+func randomSerial() (*big.Int, error) {
+	for {
+		n, err := rand.Int(rand.Reader, serialLimit)
+		if err != nil {
+			return nil, fmt.Errorf("generating serial number: %w", err)
+		}
+		if n.Sign() > 0 {
+			return n, nil
+		}
+	}
+}
+
+// subjectKeyID derives a key identifier from the public key's bits (RFC 7093
+// section 2, method 1: the leftmost 160 bits of their SHA-256 digest).
+func subjectKeyID(pub crypto.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("encoding public key: %w", err)
+	}
+	var spki struct {
+		Algorithm pkix.AlgorithmIdentifier
+		PublicKey asn1.BitString
+	}
+	if _, err := asn1.Unmarshal(der, &spki); err != nil {
+		return nil, fmt.Errorf("decoding public key: %w", err)
+	}
+	sum := sha256.Sum256(spki.PublicKey.Bytes)
+	return sum[:20], nil
+}
+
+func hasUsage(usages []x509.ExtKeyUsage, u x509.ExtKeyUsage) bool {
+	for _, have := range usages {
+		if have == u {
+			return true
+		}
+	}
+	return false
+}
+
+// Fingerprint returns the lowercase hex SHA-256 digest of a certificate's DER.
+func Fingerprint(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// EncodeCertificates encodes certificates as consecutive PEM blocks.
+func EncodeCertificates(certs ...*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: pemTypeCertificate, Bytes: c.Raw})...)
+	}
+	return out
+}
+
+// ParseCertificates parses every PEM block in data. Text between blocks is
+// ignored; a block of another type, a block that does not parse, or no
+// certificate at all is an error.
+func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != pemTypeCertificate {
+			return nil, fmt.Errorf("unexpected PEM block %q where a certificate was expected", block.Type)
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parsing certificate %d: %w", len(certs)+1, err)
+		}
+		certs = append(certs, cert)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("no certificate PEM block found")
+	}
+	return certs, nil
+}
+
+// Verify checks that cert chains to one of roots and may be used for usage at
+// the time now.
+func Verify(cert *x509.Certificate, roots Bundle, usage x509.ExtKeyUsage, now time.Time) error {
+	_, err := cert.Verify(x509.VerifyOptions{
+		Roots:       roots.CertPool(),
+		CurrentTime: now,
+		KeyUsages:   []x509.ExtKeyUsage{usage},
+	})
+	return err
+}

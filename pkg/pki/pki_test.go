@@ -1,0 +1,346 @@
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	now      = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	keyCache sync.Map // KeyAlgorithm -> crypto.Signer; RSA-4096 takes seconds to generate
+)
+
+func testKey(t testing.TB, alg KeyAlgorithm) crypto.Signer {
+	t.Helper()
+	if k, ok := keyCache.Load(alg); ok {
+		return k.(crypto.Signer)
+	}
+	k, err := GenerateKey(alg)
+	if err != nil {
+		t.Fatalf("GenerateKey(%s): %v", alg, err)
+	}
+	keyCache.Store(alg, k)
+	return k
+}
+
+func testCA(t testing.TB, alg KeyAlgorithm, validity time.Duration) *KeyPair {
+	t.Helper()
+	ca, err := NewCA(CATemplate{CommonName: "test-ca", Organization: []string{"carousel"}, Validity: validity}, testKey(t, alg), now)
+	if err != nil {
+		t.Fatalf("NewCA: %v", err)
+	}
+	return ca
+}
+
+func TestGenerateKeyEveryAlgorithm(t *testing.T) {
+	for _, alg := range KeyAlgorithms() {
+		t.Run(string(alg), func(t *testing.T) {
+			key := testKey(t, alg)
+			got, err := AlgorithmOf(key.Public())
+			if err != nil || got != alg {
+				t.Fatalf("AlgorithmOf = %q, %v; want %q", got, err, alg)
+			}
+			encoded, err := EncodePrivateKey(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.HasPrefix(encoded, []byte("-----BEGIN PRIVATE KEY-----")) {
+				t.Fatalf("not a PKCS #8 PEM block: %.40q", encoded)
+			}
+			parsed, err := ParsePrivateKey(encoded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !publicKeysEqual(parsed.Public(), key.Public()) {
+				t.Fatal("parsed key differs from the generated one")
+			}
+		})
+	}
+}
+
+func TestGenerateKeyRefusesUnknownAlgorithm(t *testing.T) {
+	if _, err := GenerateKey("DSA-1024"); err == nil {
+		t.Fatal("want an error for an unknown algorithm")
+	}
+}
+
+func TestAlgorithmOfRefusesOtherKeys(t *testing.T) {
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	if _, err := AlgorithmOf(pub); err == nil {
+		t.Fatal("want an error for an Ed25519 key")
+	}
+}
+
+func TestParsePrivateKeyErrors(t *testing.T) {
+	cert := testCA(t, ECDSAP256, time.Hour).CertPEM()
+	for name, data := range map[string][]byte{
+		"empty":            nil,
+		"certificate only": cert,
+		"corrupt PKCS8":    []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParsePrivateKey(data); err == nil {
+				t.Fatal("want an error")
+			}
+		})
+	}
+}
+
+func TestNewCA(t *testing.T) {
+	for _, alg := range KeyAlgorithms() {
+		t.Run(string(alg), func(t *testing.T) {
+			ca := testCA(t, alg, 24*time.Hour)
+			c := ca.Cert
+			if !c.IsCA || !c.BasicConstraintsValid || c.MaxPathLen != 0 || !c.MaxPathLenZero {
+				t.Errorf("not a path-length-0 CA: IsCA=%v MaxPathLen=%d", c.IsCA, c.MaxPathLen)
+			}
+			if c.KeyUsage&x509.KeyUsageCertSign == 0 || c.KeyUsage&x509.KeyUsageCRLSign == 0 {
+				t.Errorf("key usage %b lacks certSign or cRLSign", c.KeyUsage)
+			}
+			if len(c.SubjectKeyId) != 20 {
+				t.Errorf("subject key id has %d bytes, want 20", len(c.SubjectKeyId))
+			}
+			if !c.NotBefore.Equal(now.Add(-Backdate)) || !c.NotAfter.Equal(now.Add(24*time.Hour)) {
+				t.Errorf("validity %s..%s", c.NotBefore, c.NotAfter)
+			}
+			if err := c.CheckSignatureFrom(c); err != nil {
+				t.Errorf("not self-signed: %v", err)
+			}
+			if c.SerialNumber.Sign() <= 0 || c.SerialNumber.BitLen() > 128 {
+				t.Errorf("serial %s is not a positive 128-bit number", c.SerialNumber)
+			}
+		})
+	}
+}
+
+func TestNewCARefusesBadTemplates(t *testing.T) {
+	key := testKey(t, ECDSAP256)
+	for name, tmpl := range map[string]CATemplate{
+		"no common name": {Validity: time.Hour},
+		"zero validity":  {CommonName: "ca"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := NewCA(tmpl, key, now); err == nil {
+				t.Fatal("want an error")
+			}
+		})
+	}
+}
+
+func TestSerialsDiffer(t *testing.T) {
+	a, b := testCA(t, ECDSAP256, time.Hour), testCA(t, ECDSAP256, time.Hour)
+	if a.Cert.SerialNumber.Cmp(b.Cert.SerialNumber) == 0 {
+		t.Fatal("two CAs got the same serial number")
+	}
+}
+
+func TestIssue(t *testing.T) {
+	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	both := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
+	tests := []struct {
+		name             string
+		caAlg, leafAlg   KeyAlgorithm
+		usages           []x509.ExtKeyUsage
+		validity         time.Duration
+		wantNotAfter     time.Time
+		wantEncipherment bool
+	}{
+		{"ecdsa client", ECDSAP256, ECDSAP256, client, time.Hour, now.Add(time.Hour), false},
+		{"ecdsa server", ECDSAP384, ECDSAP256, server, time.Hour, now.Add(time.Hour), false},
+		{"rsa server gets key encipherment", ECDSAP256, RSA2048, server, time.Hour, now.Add(time.Hour), true},
+		{"rsa client has none", RSA2048, RSA2048, client, time.Hour, now.Add(time.Hour), false},
+		{"client and server", RSA3072, ECDSAP256, both, time.Hour, now.Add(time.Hour), false},
+		{"capped at the CA's NotAfter", ECDSAP256, ECDSAP256, client, 48 * time.Hour, now.Add(24 * time.Hour), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ca := testCA(t, tt.caAlg, 24*time.Hour)
+			leaf, err := ca.Issue(LeafTemplate{
+				CommonName:   "system:node:worker-1",
+				Organization: []string{"system:nodes"},
+				DNSNames:     []string{"worker-1.example"},
+				IPAddresses:  []net.IP{net.ParseIP("10.0.0.7")},
+				Usages:       tt.usages,
+				Validity:     tt.validity,
+			}, testKey(t, tt.leafAlg).Public(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if leaf.IsCA {
+				t.Error("leaf is a CA")
+			}
+			if !leaf.NotBefore.Equal(now.Add(-Backdate)) || !leaf.NotAfter.Equal(tt.wantNotAfter) {
+				t.Errorf("validity %s..%s, want %s..%s", leaf.NotBefore, leaf.NotAfter, now.Add(-Backdate), tt.wantNotAfter)
+			}
+			if got := leaf.KeyUsage&x509.KeyUsageKeyEncipherment != 0; got != tt.wantEncipherment {
+				t.Errorf("keyEncipherment = %v, want %v", got, tt.wantEncipherment)
+			}
+			if leaf.Subject.CommonName != "system:node:worker-1" || leaf.Subject.Organization[0] != "system:nodes" {
+				t.Errorf("subject %s", leaf.Subject)
+			}
+			if leaf.DNSNames[0] != "worker-1.example" || !leaf.IPAddresses[0].Equal(net.ParseIP("10.0.0.7")) {
+				t.Errorf("SANs %v %v", leaf.DNSNames, leaf.IPAddresses)
+			}
+			if !bytes.Equal(leaf.AuthorityKeyId, ca.Cert.SubjectKeyId) {
+				t.Error("authority key id does not name the CA")
+			}
+			for _, u := range tt.usages {
+				if err := Verify(leaf, NewBundle(ca.Cert), u, now); err != nil {
+					t.Errorf("does not verify for usage %d: %v", u, err)
+				}
+			}
+			otherKey, err := GenerateKey(ECDSAP256) // same subject, different key
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := NewCA(CATemplate{CommonName: "test-ca", Organization: []string{"carousel"}, Validity: 24 * time.Hour}, otherKey, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Verify(leaf, NewBundle(other.Cert), tt.usages[0], now); err == nil {
+				t.Error("verifies against a CA that did not sign it")
+			}
+			if err := Verify(leaf, NewBundle(ca.Cert), tt.usages[0], now.Add(25*time.Hour)); err == nil {
+				t.Error("verifies after it expired")
+			}
+		})
+	}
+}
+
+func TestVerifyChecksUsage(t *testing.T) {
+	ca := testCA(t, ECDSAP256, time.Hour)
+	leaf, err := ca.IssueKeyPair(LeafTemplate{CommonName: "c", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Minute}, ECDSAP256, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(leaf.Cert, NewBundle(ca.Cert), x509.ExtKeyUsageServerAuth, now); err == nil {
+		t.Fatal("a client certificate verifies as a server certificate")
+	}
+}
+
+func TestIssueRefuses(t *testing.T) {
+	ca := testCA(t, ECDSAP256, time.Hour)
+	leaf, err := ca.IssueKeyPair(LeafTemplate{CommonName: "leaf", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Minute}, ECDSAP256, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	good := LeafTemplate{CommonName: "x", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}
+	pub := testKey(t, ECDSAP256).Public()
+	tests := []struct {
+		name   string
+		issuer *KeyPair
+		tmpl   func(LeafTemplate) LeafTemplate
+		pub    crypto.PublicKey
+		at     time.Time
+		want   string
+	}{
+		{"issuer is not a CA", leaf, nil, pub, now, "not a CA"},
+		{"no common name", ca, func(l LeafTemplate) LeafTemplate { l.CommonName = ""; return l }, pub, now, "common name"},
+		{"no validity", ca, func(l LeafTemplate) LeafTemplate { l.Validity = 0; return l }, pub, now, "validity"},
+		{"no usages", ca, func(l LeafTemplate) LeafTemplate { l.Usages = nil; return l }, pub, now, "usage"},
+		{"code signing", ca, func(l LeafTemplate) LeafTemplate { l.Usages = []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}; return l }, pub, now, "usage"},
+		{"unsupported key", ca, nil, edPub, now, "unsupported"},
+		{"expired CA", ca, nil, pub, now.Add(2 * time.Hour), "expired"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tmpl := good
+			if tt.tmpl != nil {
+				tmpl = tt.tmpl(good)
+			}
+			_, err := tt.issuer.Issue(tmpl, tt.pub, tt.at)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseKeyPair(t *testing.T) {
+	ca := testCA(t, ECDSAP256, time.Hour)
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseKeyPair(ca.CertPEM(), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Cert.Equal(ca.Cert) {
+		t.Fatal("round trip changed the certificate")
+	}
+	otherKey, _ := EncodePrivateKey(testKey(t, ECDSAP384))
+	if _, err := ParseKeyPair(ca.CertPEM(), otherKey); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("mismatched key: err = %v", err)
+	}
+}
+
+func TestBundle(t *testing.T) {
+	older, err := NewCA(CATemplate{CommonName: "old", Validity: time.Hour}, testKey(t, ECDSAP256), now.Add(-30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := testCA(t, ECDSAP256, 2*time.Hour)
+	sameTimeA, sameTimeB := testCA(t, ECDSAP256, 2*time.Hour), testCA(t, ECDSAP256, 2*time.Hour)
+
+	b := NewBundle(newer.Cert, older.Cert, newer.Cert)
+	if len(b) != 2 || !b[0].Equal(older.Cert) || !b[1].Equal(newer.Cert) {
+		t.Fatalf("want [old new] without duplicates, got %d certificates", len(b))
+	}
+	if !bytes.Equal(NewBundle(sameTimeA.Cert, sameTimeB.Cert).PEM(), NewBundle(sameTimeB.Cert, sameTimeA.Cert).PEM()) {
+		t.Fatal("the encoding depends on the input order")
+	}
+	parsed, err := ParseBundle(append([]byte("# comment between blocks\n"), b.PEM()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(parsed.PEM(), b.PEM()) {
+		t.Fatal("parse and encode do not round-trip")
+	}
+	if u := b.Unexpired(now.Add(45 * time.Minute)); len(u) != 1 || !u[0].Equal(newer.Cert) {
+		t.Fatalf("Unexpired kept %d certificates", len(u))
+	}
+	if len(b) != 2 {
+		t.Fatal("Unexpired changed its receiver")
+	}
+	if !b.Contains(older.Cert) || b.Contains(sameTimeA.Cert) {
+		t.Fatal("Contains is wrong")
+	}
+}
+
+func TestParseBundleErrors(t *testing.T) {
+	key, _ := EncodePrivateKey(testKey(t, ECDSAP256))
+	for name, data := range map[string][]byte{
+		"empty":         nil,
+		"text":          []byte("not a pem"),
+		"private key":   key,
+		"corrupt block": []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseBundle(data); err == nil {
+				t.Fatal("want an error")
+			}
+		})
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	ca := testCA(t, ECDSAP256, time.Hour)
+	fp := Fingerprint(ca.Cert)
+	if len(fp) != 64 || strings.ToLower(fp) != fp {
+		t.Fatalf("fingerprint %q is not 64 lowercase hex digits", fp)
+	}
+	if fp == Fingerprint(testCA(t, ECDSAP256, time.Hour).Cert) {
+		t.Fatal("two CAs share a fingerprint")
+	}
+}
