@@ -248,7 +248,10 @@ func TestIssueRefuses(t *testing.T) {
 		{"no common name", ca, func(l LeafTemplate) LeafTemplate { l.CommonName = ""; return l }, pub, now, "common name"},
 		{"no validity", ca, func(l LeafTemplate) LeafTemplate { l.Validity = 0; return l }, pub, now, "validity"},
 		{"no usages", ca, func(l LeafTemplate) LeafTemplate { l.Usages = nil; return l }, pub, now, "usage"},
-		{"code signing", ca, func(l LeafTemplate) LeafTemplate { l.Usages = []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}; return l }, pub, now, "usage"},
+		{"code signing", ca, func(l LeafTemplate) LeafTemplate {
+			l.Usages = []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}
+			return l
+		}, pub, now, "usage"},
 		{"unsupported key", ca, nil, edPub, now, "unsupported"},
 		{"expired CA", ca, nil, pub, now.Add(2 * time.Hour), "expired"},
 	}
