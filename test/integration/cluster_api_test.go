@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	carouselapply "github.com/carousel-dev/carousel/pkg/client/applyconfiguration/carousel/v1alpha1"
@@ -27,10 +28,15 @@ func minimalCluster(ns, name string) *v1alpha1.Cluster {
 	}
 }
 
-// kubectl runs the test control plane's kubectl and returns its standard output.
+// kubectl runs the test control plane's kubectl as a cluster admin and
+// returns its standard output.
 func kubectl(args ...string) string {
 	GinkgoHelper()
-	stdout, stderr, err := testEnv.ControlPlane.KubeCtl().Run(args...)
+	admin, err := testEnv.AddUser(envtest.User{Name: "kubectl-admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	cmd, err := admin.Kubectl()
+	Expect(err).NotTo(HaveOccurred())
+	stdout, stderr, err := cmd.Run(args...)
 	if err != nil {
 		errText, _ := io.ReadAll(stderr)
 		Fail("kubectl " + strings.Join(args, " ") + ": " + err.Error() + ": " + string(errText))
