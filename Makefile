@@ -8,6 +8,8 @@ ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
 TOOLS_MOD := $(ROOT)/hack/tools
 CRD_DIR := charts/carousel/crds
+# RBAC and webhook manifests generated from the code's markers, for the chart to template.
+GENERATED_MANIFESTS := charts/carousel/files
 
 # Test control plane built by `make envtest`; envtest and the suites find it here.
 export KUBEBUILDER_ASSETS := $(BIN)/k8s
@@ -41,9 +43,11 @@ build: ## Build the binaries into bin/.
 	go build -o $(BIN)/ ./cmd/...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the typed client (pkg/client) and the CRD manifests.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the typed client (pkg/client), the CRD, RBAC and webhook manifests.
 	./hack/update-codegen.sh
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=$(CRD_DIR)
+	$(CONTROLLER_GEN) rbac:roleName=carousel-controller-manager webhook paths=./pkg/... \
+	  output:rbac:artifacts:config=$(GENERATED_MANIFESTS)/rbac output:webhook:artifacts:config=$(GENERATED_MANIFESTS)/webhook
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Check generated code is current, then gofmt, go vet and golangci-lint.

@@ -5,13 +5,13 @@ set -o errexit -o nounset -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "${root}"
-generated=(pkg/client charts/carousel/crds)
+generated=(pkg/client charts/carousel/crds charts/carousel/files)
 mapfile -t deepcopy < <(git ls-files --cached --others --exclude-standard 'apis/**/zz_generated.*.go')
 
 tmp=$(mktemp -d)
 trap 'rm -rf "${tmp}"' EXIT
 git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents --preserve=timestamps -t "${tmp}"
-rm -rf "${tmp:?}/pkg/client" "${tmp}/charts/carousel/crds"
+for dir in "${generated[@]}"; do rm -rf "${tmp:?}/${dir}"; done
 for f in "${deepcopy[@]}"; do rm -f "${tmp}/${f}"; done
 
 if ! make -C "${tmp}" --no-print-directory generate BIN="${root}/bin" >"${tmp}/generate.log" 2>&1; then

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // KeyAlgorithm names a key type and size.
@@ -35,8 +36,23 @@ const (
 	pemTypePrivateKey  = "PRIVATE KEY"
 )
 
+// keysGenerated counts the keys GenerateKey returned; see KeysGenerated.
+var keysGenerated atomic.Uint64
+
+// KeysGenerated returns how many keys this process has generated, so that a
+// caller can prove (and export as a metric) that a no-op generated none.
+func KeysGenerated() uint64 { return keysGenerated.Load() }
+
 // GenerateKey returns a new private key of the given algorithm.
 func GenerateKey(alg KeyAlgorithm) (crypto.Signer, error) {
+	key, err := generateKey(alg)
+	if err == nil {
+		keysGenerated.Add(1)
+	}
+	return key, err
+}
+
+func generateKey(alg KeyAlgorithm) (crypto.Signer, error) {
 	switch alg {
 	case ECDSAP256:
 		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

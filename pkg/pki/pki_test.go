@@ -347,3 +347,14 @@ func TestFingerprint(t *testing.T) {
 		t.Fatal("two CAs share a fingerprint")
 	}
 }
+
+func TestKeysGeneratedCounts(t *testing.T) {
+	before := KeysGenerated()
+	if _, err := GenerateKey(ECDSAP256); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = GenerateKey("unknown")
+	if got := KeysGenerated() - before; got != 1 {
+		t.Fatalf("KeysGenerated grew by %d, want 1", got)
+	}
+}

@@ -17,3 +17,26 @@ const (
 	// need one are skipped.
 	ConditionControlPlaneReachable = "ControlPlaneReachable"
 )
+
+// Reasons of the Ready, CAExpiringSoon and ControlPlaneReachable conditions.
+// The CARotationInProgress condition's reasons name the step a rotation waits
+// for; they are documented in docs/reference/cluster-api.md.
+const (
+	ReasonCredentialsIssued   = "CredentialsIssued"
+	ReasonReconcileFailed     = "ReconcileFailed"
+	ReasonCAValid             = "CAValid"
+	ReasonCAExpiring          = "CAExpiring"
+	ReasonNoEndpoint          = "NoEndpoint"
+	ReasonEndpointReachable   = "EndpointReachable"
+	ReasonEndpointUnreachable = "EndpointUnreachable"
+)
+
+// Event reasons Carousel records on a Cluster.
+const (
+	EventRotationPhaseChanged = "CARotationPhaseChanged"
+	EventCAGenerated          = "CAGenerated"
+	EventCARemoved            = "CARemoved"
+	EventCertificateIssued    = "CertificateIssued"
+	EventOperationRefused     = "OperationRefused"
+	EventCAExpiringSoon       = "CAExpiringSoon"
+)

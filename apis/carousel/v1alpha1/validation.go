@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -44,18 +45,28 @@ var versionConstraint = func() *semver.Constraints {
 	return c
 }()
 
-// ValidateCluster validates a Cluster on create: its spec and, when present,
-// its operation annotation.
+// ValidateCluster validates a Cluster on create: its name, its spec and,
+// when present, its operation annotation.
 func ValidateCluster(c *Cluster) field.ErrorList {
-	allErrs := ValidateClusterSpec(&c.Spec, field.NewPath("spec"))
+	var allErrs field.ErrorList
+	// The name is a label value and the prefix of every object Carousel writes.
+	for _, msg := range validation.IsDNS1123Label(c.Name) {
+		allErrs = append(allErrs, field.Invalid(field.NewPath("metadata", "name"), c.Name, msg))
+	}
+	allErrs = append(allErrs, ValidateClusterSpec(&c.Spec, field.NewPath("spec"))...)
 	return append(allErrs, ValidateOperation(c, nil)...)
 }
 
-// ValidateClusterUpdate validates an update of a Cluster: the new spec, the
-// spec changes a running rotation forbids, and a newly set operation.
+// ValidateClusterUpdate validates an update of a Cluster: a changed spec, the
+// spec changes a running rotation forbids, and a newly set operation. An
+// update that leaves the spec alone (Carousel removing the annotation, a
+// label change) is not refused for a spec that has become invalid since.
 func ValidateClusterUpdate(newC, oldC *Cluster) field.ErrorList {
-	allErrs := ValidateClusterSpec(&newC.Spec, field.NewPath("spec"))
-	allErrs = append(allErrs, validateSpecChangeDuringRotation(newC, oldC)...)
+	var allErrs field.ErrorList
+	if !equality.Semantic.DeepEqual(newC.Spec, oldC.Spec) {
+		allErrs = append(allErrs, ValidateClusterSpec(&newC.Spec, field.NewPath("spec"))...)
+		allErrs = append(allErrs, validateSpecChangeDuringRotation(newC, oldC)...)
+	}
 	return append(allErrs, ValidateOperation(newC, oldC)...)
 }
 

@@ -214,6 +214,24 @@ func TestValidateSpecChangeDuringRotation(t *testing.T) {
 	}
 }
 
+func TestValidateClusterName(t *testing.T) {
+	c := validCluster()
+	c.Name = "prod.eu-1"
+	assertValidation(t, errorsText(c, nil), "metadata.name: Invalid value")
+	c.Name = strings.Repeat("a", 64)
+	assertValidation(t, errorsText(c, nil), "metadata.name")
+}
+
+func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
+	old := inPhase(RotationPreparing)
+	old.Spec.KubernetesVersion = "1.20.0" // valid once, outside the supported range now
+	updated := old.DeepCopy()
+	updated.Labels = map[string]string{"team": "a"}
+	assertValidation(t, errorsText(updated, old), "")
+	updated.Spec.KubernetesVersion = "1.20.1"
+	assertValidation(t, errorsText(updated, old), "unsupported Kubernetes version")
+}
+
 func TestParseOperationRoundTrip(t *testing.T) {
 	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b"} {
 		op, err := ParseOperation(v)
