@@ -1,65 +1,68 @@
-// Command carousel-controller-manager runs Carousel's controllers against a
-// management cluster. This first version wires the manager itself: the API
-// scheme, leader election, metrics and health probes; the controllers are
-// registered here as they are added.
+// Command carousel-controller-manager runs Carousel's controllers and its
+// admission webhook against a management cluster.
 package main
 
 import (
 	"flag"
 	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	carouselv1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/operator"
 )
 
 func main() {
+	opts := operator.DefaultOptions()
 	var (
-		metricsAddr, probeAddr, leaderElectionNamespace string
-		leaderElect                                     bool
+		metricsAddr, probeAddr, leaderElectionNamespace, webhookCertDir string
+		leaderElect                                                     bool
+		webhookPort                                                     int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the Pod's namespace.")
-	opts := zap.Options{}
-	opts.BindFlags(flag.CommandLine)
+	flag.BoolVar(&opts.Webhook, "webhook", opts.Webhook, "Serve the Cluster admission webhook.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook listens on.")
+	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "", "Directory with the webhook's tls.crt and tls.key; defaults to <tmp>/k8s-webhook-server/serving-certs.")
+	flag.DurationVar(&opts.CAExpiryWarning, "ca-expiry-warning", opts.CAExpiryWarning, "How long before a CA expires the CAExpiringSoon condition turns True.")
+	flag.DurationVar(&opts.EvidenceRetry, "evidence-retry", opts.EvidenceRetry, "How soon a rotation waiting for the managed API server checks it again.")
+	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each request to a managed API server.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		log.Error(err, "registering the Kubernetes API types")
-		os.Exit(1)
-	}
-	if err := carouselv1alpha1.AddToScheme(scheme); err != nil {
-		log.Error(err, "registering the Carousel API types")
-		os.Exit(1)
-	}
-
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
-		LeaderElectionID:        "carousel-controller-manager.carousel.dev",
-		LeaderElectionNamespace: leaderElectionNamespace,
-	})
+	mgrOpts := operator.ManagerOptions()
+	mgrOpts.Metrics = metricsserver.Options{BindAddress: metricsAddr}
+	mgrOpts.HealthProbeBindAddress = probeAddr
+	mgrOpts.LeaderElection = leaderElect
+	mgrOpts.LeaderElectionID = "carousel-controller-manager.carousel.dev"
+	mgrOpts.LeaderElectionNamespace = leaderElectionNamespace
+	mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir})
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), mgrOpts)
 	if err != nil {
 		log.Error(err, "creating the manager")
+		os.Exit(1)
+	}
+	if err := operator.Setup(mgr, opts); err != nil {
+		log.Error(err, "setting up the controllers")
 		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "adding the health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	readyz := healthz.Ping
+	if opts.Webhook {
+		readyz = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		log.Error(err, "adding the readiness check")
 		os.Exit(1)
 	}

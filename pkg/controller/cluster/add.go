@@ -1,0 +1,71 @@
+package cluster
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// The permissions the controller manager needs in the management cluster
+// (leases for leader election).
+// +kubebuilder:rbac:groups=carousel.dev,resources=clusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=carousel.dev,resources=clusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// ControllerName names the controller in logs, metrics and events.
+const ControllerName = "cluster"
+
+// CacheOptions restricts the manager's cache of Secrets, ConfigMaps,
+// Deployments and StatefulSets to the objects labelled carousel.dev/cluster,
+// so that the operator neither holds nor watches the rest of the management
+// cluster's Secrets.
+func CacheOptions() cache.Options {
+	managed, err := labels.NewRequirement(v1alpha1.LabelCluster, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	selector := labels.NewSelector().Add(*managed)
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}:      {Label: selector},
+		&corev1.ConfigMap{}:   {Label: selector},
+		&appsv1.Deployment{}:  {Label: selector},
+		&appsv1.StatefulSet{}: {Label: selector},
+	}}
+}
+
+// SetupWithManager registers the controller: it reconciles a Cluster when its
+// spec, labels or annotations change, when an object it owns changes, and
+// when a workload labelled with its name changes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		name := obj.GetLabels()[v1alpha1.LabelCluster]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&appsv1.Deployment{}, byClusterLabel).
+		Watches(&appsv1.StatefulSet{}, byClusterLabel).
+		Complete(r)
+}

@@ -1,0 +1,143 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/rotation"
+)
+
+// bundles are the PEM trust bundles by role.
+type bundles map[v1alpha1.CARole][]byte
+
+// ensureBundles writes every role's trust bundle: the current CA and, while
+// kept, the previous one.
+func (r *Reconciler) ensureBundles(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs) (bundles, error) {
+	out := make(bundles, len(all))
+	for _, role := range v1alpha1.CARoles() {
+		pemBytes := all[role].Bundle().PEM()
+		name := credentials.BundleConfigMapName(c.Name, role)
+		if err := r.writeConfigMap(ctx, c, objs, name, credentials.BundleLabels(c.Name, role),
+			map[string]string{v1alpha1.DataKeyCABundle: string(pemBytes)}); err != nil {
+			return nil, err
+		}
+		out[role] = pemBytes
+	}
+	return out, nil
+}
+
+// certificateFacts summarise the leaf certificates after ensureCertificates.
+type certificateFacts struct {
+	clientsOnNewCA, allOnNewCA bool
+	// nextRenewal is when the first certificate is due for renewal.
+	nextRenewal time.Time
+}
+
+// ensureCertificates issues or re-issues every leaf certificate that is
+// missing, signed by another CA than the phase wants, out of shape, or due
+// for renewal, and keeps its Secret's trust bundle and kubeconfig current.
+func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs,
+	trust bundles, trustEstablished bool) (certificateFacts, error) {
+	now := r.Clock.Now()
+	phase := c.CARotationPhase()
+	alg := pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault())
+	facts := certificateFacts{clientsOnNewCA: true, allOnNewCA: true}
+	var issued []string
+	for _, cert := range credentials.Certificates(c) {
+		cas := all[cert.SignedBy]
+		name := credentials.CertificateSecretName(c.Name, cert.Name)
+		existing := objs.secrets[name]
+		var kp *pki.KeyPair
+		if existing != nil {
+			kp, _ = pki.ParseKeyPair(existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey])
+		}
+		issuer := cas.Current
+		if rotation.Issuer(cert.RenewIn, phase, trustEstablished, kp != nil && signedBy(kp.Cert, cas.Current.Cert)) == rotation.Previous && cas.Previous != nil {
+			issuer = cas.Previous
+		}
+		data := map[string][]byte{}
+		if kp != nil && signedBy(kp.Cert, issuer.Cert) && matches(kp.Cert, cert, alg) && now.Before(renewalTime(kp.Cert)) {
+			data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey]
+		} else {
+			var err error
+			if kp, err = issuer.IssueKeyPair(template(cert, c), alg, now); err != nil {
+				return facts, err
+			}
+			keyPEM, err := kp.KeyPEM()
+			if err != nil {
+				return facts, err
+			}
+			data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = kp.CertPEM(), keyPEM
+			issued = append(issued, cert.Name)
+		}
+		data[v1alpha1.DataKeyCABundle] = trust[cert.PeerTrust]
+		if cert.Kubeconfig {
+			kubeconfig, err := credentials.Kubeconfig(c.Name, credentials.APIServerURL(c), trust[v1alpha1.CARoleCluster],
+				data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey], cert.CommonName)
+			if err != nil {
+				return facts, err
+			}
+			data[v1alpha1.DataKeyKubeconfig] = kubeconfig
+		}
+		if err := r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.CertificateLabels(c.Name, cert), data: data}); err != nil {
+			return facts, err
+		}
+		onNew := signedBy(kp.Cert, cas.Current.Cert)
+		facts.allOnNewCA = facts.allOnNewCA && onNew
+		if cert.RenewIn == credentials.RenewInPreparing {
+			facts.clientsOnNewCA = facts.clientsOnNewCA && onNew
+		}
+		if at := renewalTime(kp.Cert); facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal) {
+			facts.nextRenewal = at
+		}
+	}
+	if len(issued) > 0 {
+		r.event(c, corev1.EventTypeNormal, v1alpha1.EventCertificateIssued, "Issued %s", strings.Join(issued, ", "))
+	}
+	return facts, nil
+}
+
+func template(cert credentials.Certificate, c *v1alpha1.Cluster) pki.LeafTemplate {
+	return pki.LeafTemplate{
+		CommonName: cert.CommonName, Organization: cert.Organization,
+		DNSNames: cert.DNSNames, IPAddresses: cert.IPAddresses,
+		Usages: cert.Usages, Validity: c.Spec.Certificates.LeafValidityOrDefault(),
+	}
+}
+
+// renewalTime is when two thirds of a certificate's lifetime have passed.
+func renewalTime(cert *x509.Certificate) time.Time {
+	return cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) * 2 / 3)
+}
+
+// signedBy reports whether ca signed cert.
+func signedBy(cert, ca *x509.Certificate) bool {
+	return bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId) && cert.CheckSignatureFrom(ca) == nil
+}
+
+// matches reports whether an issued certificate still has the subject, names,
+// usages and key algorithm the catalogue asks for.
+func matches(got *x509.Certificate, want credentials.Certificate, alg pki.KeyAlgorithm) bool {
+	gotAlg, err := pki.AlgorithmOf(got.PublicKey)
+	if err != nil || gotAlg != alg || got.Subject.CommonName != want.CommonName {
+		return false
+	}
+	if !slices.Equal(got.Subject.Organization, want.Organization) || !slices.Equal(got.ExtKeyUsage, want.Usages) || !slices.Equal(got.DNSNames, want.DNSNames) || len(got.IPAddresses) != len(want.IPAddresses) {
+		return false
+	}
+	for i := range got.IPAddresses {
+		if !got.IPAddresses[i].Equal(want.IPAddresses[i]) {
+			return false
+		}
+	}
+	return true
+}

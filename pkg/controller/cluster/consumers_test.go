@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestReferences(t *testing.T) {
+	spec := &corev1.PodSpec{
+		Volumes: []corev1.Volume{
+			{Name: "a", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s1"}}},
+			{Name: "b", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c1"}}}},
+			{Name: "c", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "s2"}}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "c2"}}},
+			}}}},
+		},
+		InitContainers: []corev1.Container{{EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s3"}}}}}},
+		Containers: []corev1.Container{{
+			EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c3"}}}},
+			Env: []corev1.EnvVar{
+				{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s1"}}}},
+				{Name: "Y", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c4"}}}},
+				{Name: "Z", Value: "plain"},
+			},
+		}},
+	}
+	secrets, configMaps := references(spec)
+	if want := []string{"s1", "s2", "s3"}; !slices.Equal(secrets, want) {
+		t.Errorf("secrets = %v, want %v", secrets, want)
+	}
+	if want := []string{"c1", "c2", "c3", "c4"}; !slices.Equal(configMaps, want) {
+		t.Errorf("configMaps = %v, want %v", configMaps, want)
+	}
+}
+
+func TestRolledOut(t *testing.T) {
+	deployment := func(gen, observed int64, replicas, updated, available int32) appsv1.Deployment {
+		return appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: gen}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: observed, Replicas: replicas, UpdatedReplicas: updated, AvailableReplicas: available}}
+	}
+	set := func(gen, observed int64, replicas, updated, ready int32, current, update string) appsv1.StatefulSet {
+		return appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: gen}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: observed, UpdatedReplicas: updated, ReadyReplicas: ready, CurrentRevision: current, UpdateRevision: update}}
+	}
+	tests := []struct {
+		name string
+		objs objects
+		want bool
+	}{
+		{"deployment done", objects{deployments: []appsv1.Deployment{deployment(2, 2, 3, 3, 3)}}, true},
+		{"deployment not observed", objects{deployments: []appsv1.Deployment{deployment(3, 2, 3, 3, 3)}}, false},
+		{"deployment half updated", objects{deployments: []appsv1.Deployment{deployment(2, 2, 3, 1, 3)}}, false},
+		{"deployment unavailable", objects{deployments: []appsv1.Deployment{deployment(2, 2, 3, 3, 2)}}, false},
+		{"statefulset done", objects{statefulSets: []appsv1.StatefulSet{set(4, 4, 3, 3, 3, "r2", "r2")}}, true},
+		{"statefulset rolling", objects{statefulSets: []appsv1.StatefulSet{set(4, 4, 3, 1, 3, "r1", "r2")}}, false},
+		{"statefulset not ready", objects{statefulSets: []appsv1.StatefulSet{set(4, 4, 3, 3, 2, "r2", "r2")}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := consumersOf(&tt.objs)
+			if len(cs) != 1 || cs[0].rolledOut != tt.want {
+				t.Fatalf("rolledOut = %v, want %v", cs[0].rolledOut, tt.want)
+			}
+		})
+	}
+}
+
+func TestTrustEstablished(t *testing.T) {
+	rolled := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationTrustChecksum: "t1"}}}, rolledOut: true}
+	rolling := rolled
+	rolling.rolledOut = false
+	older := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationTrustChecksum: "t0"}}}, rolledOut: true}
+	if !trustEstablished(nil, "t1") || !trustEstablished([]consumer{rolled}, "t1") {
+		t.Fatal("no consumers, or all rolled out with the current bundles: trust is established")
+	}
+	if trustEstablished([]consumer{rolled, rolling}, "t1") || trustEstablished([]consumer{older}, "t1") {
+		t.Fatal("a consumer still rolling, or on older bundles: trust is not established")
+	}
+}

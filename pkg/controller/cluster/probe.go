@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/rotation"
+)
+
+// oldClientProbe is the certificate, signed by the old client CA just before
+// it is dropped, with which Finalizing proves that the API server no longer
+// accepts the old client CA. Its user has no permissions.
+const oldClientProbe = "old-client-probe"
+
+func oldClientProbeSecret(c *v1alpha1.Cluster) string {
+	return credentials.CertificateSecretName(c.Name, oldClientProbe)
+}
+
+// ensureOldClientProbe signs the probe certificate with the old client CA,
+// when there is an endpoint to probe.
+func (r *Reconciler) ensureOldClientProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs) error {
+	old := all[v1alpha1.CARoleClient].Previous
+	if c.Spec.ControlPlane.Endpoint == "" || old == nil || objs.secrets[oldClientProbeSecret(c)] != nil {
+		return nil
+	}
+	kp, err := old.IssueKeyPair(pki.LeafTemplate{
+		CommonName: "carousel:old-client-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Validity: c.Spec.Certificates.LeafValidityOrDefault(),
+	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), r.Clock.Now())
+	if err != nil {
+		return err
+	}
+	keyPEM, err := kp.KeyPEM()
+	if err != nil {
+		return err
+	}
+	return r.writeSecret(ctx, c, objs, desiredSecret{
+		name: oldClientProbeSecret(c),
+		labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelCertificate: oldClientProbe,
+			v1alpha1.LabelSignedBy: string(v1alpha1.CARoleClient)},
+		data: map[string][]byte{v1alpha1.DataKeyCertificate: kp.CertPEM(), v1alpha1.DataKeyPrivateKey: keyPEM},
+	})
+}
+
+func (r *Reconciler) deleteOldClientProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects) error {
+	s := objs.secrets[oldClientProbeSecret(c)]
+	if s == nil {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting %s: %w", s.Name, err)
+	}
+	delete(objs.secrets, s.Name)
+	return nil
+}
+
+// gatherEvidence observes the managed API server once every other fact of
+// the phase holds, and records what it saw in the ControlPlaneReachable
+// condition. Without an endpoint the checks are skipped, and the condition
+// says so.
+func (r *Reconciler) gatherEvidence(ctx context.Context, c *v1alpha1.Cluster, objs *objects, trust bundles, f rotation.Facts) rotation.Evidence {
+	cond := metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, ObservedGeneration: c.Generation, LastTransitionTime: r.now()}
+	defer func() { meta.SetStatusCondition(&c.Status.Conditions, cond) }()
+	endpoint := c.Spec.ControlPlane.Endpoint
+	if endpoint == "" || r.Evidence == nil {
+		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNoEndpoint
+		cond.Message = "spec.controlPlane.endpoint is empty: the API-server checks of a CA rotation are skipped"
+		return rotation.EvidenceSkipped
+	}
+	operator := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
+	var err error
+	switch {
+	case f.Phase == v1alpha1.RotationPreparing && f.NewCAsPersisted && f.ClientsOnNewCA && f.ConsumersRolledOut && f.PendingWorkerPools == 0:
+		err = r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
+	case f.Phase == v1alpha1.RotationFinalizing && f.AllOnNewCA && f.OldCAsRemoved && f.ConsumersRolledOut && f.PendingWorkerPools == 0:
+		err = r.Evidence.ServesChainTo(ctx, endpoint, trust[v1alpha1.CARoleCluster])
+		if probe := objs.secrets[oldClientProbeSecret(c)]; err == nil && probe != nil {
+			err = r.Evidence.ClientRejected(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey])
+		}
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, v1alpha1.ReasonEndpointReachable, "no check due in this step"
+		if existing := meta.FindStatusCondition(c.Status.Conditions, cond.Type); existing != nil {
+			cond = *existing
+		}
+		return rotation.EvidencePending
+	}
+	if err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()
+		return rotation.EvidencePending
+	}
+	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server behaves as the phase requires"
+	return rotation.EvidencePassed
+}

@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// WorkerRollout carries out one rollout strategy for a worker pool.
+type WorkerRollout interface {
+	// Rollout starts or continues rolling the pool for the Cluster's current
+	// phase. It returns true once every node of the pool was observed with the
+	// phase's credentials; otherwise a message saying what it waits for.
+	Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (done bool, waiting string, err error)
+}
+
+// ManualRollout is the Manual strategy: the user rolls the pool and reports it
+// with carousel.dev/operation=rollout-workers=<pool>, which removes the pool
+// from pendingWorkersRollouts.
+type ManualRollout struct{}
+
+// Rollout never finishes by itself.
+func (ManualRollout) Rollout(_ context.Context, _ *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
+	return false, fmt.Sprintf("roll pool %s and report it with %s=%s%s", pool.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationRolloutWorkersPrefix, pool.Name), nil
+}
+
+func pendingPools(c *v1alpha1.Cluster) []v1alpha1.PendingWorkersRollout {
+	if rot := c.CARotation(); rot != nil {
+		return rot.PendingWorkersRollouts
+	}
+	return nil
+}
+
+// rollWorkers asks each pending pool's strategy to roll it and drops the
+// pools that finished from pendingWorkersRollouts. It returns what the pools
+// still pending wait for.
+func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]string, error) {
+	pending := pendingPools(c)
+	if len(pending) == 0 {
+		return nil, nil
+	}
+	var waiting, done []string
+	for _, p := range pending {
+		pool := c.Spec.WorkerPool(p.Name)
+		if pool == nil {
+			// The webhook keeps pending pools in the spec; a pool removed
+			// without it has no nodes left to roll.
+			done = append(done, p.Name)
+			continue
+		}
+		strategy := r.WorkerRollouts[pool.RolloutStrategy]
+		if strategy == nil {
+			waiting = append(waiting, fmt.Sprintf("pool %s: the %s strategy is not available in this version; roll it and report it with %s=%s%s",
+				pool.Name, pool.RolloutStrategy, v1alpha1.OperationAnnotation, v1alpha1.OperationRolloutWorkersPrefix, pool.Name))
+			continue
+		}
+		ok, msg, err := strategy.Rollout(ctx, c, *pool)
+		if err != nil {
+			return nil, fmt.Errorf("rolling worker pool %s: %w", pool.Name, err)
+		}
+		if ok {
+			done = append(done, p.Name)
+		} else {
+			waiting = append(waiting, msg)
+		}
+	}
+	if len(done) > 0 {
+		rot := c.CARotation().DeepCopy()
+		rot.PendingWorkersRollouts = slices.DeleteFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
+			return slices.Contains(done, p.Name)
+		})
+		setCARotation(c, rot)
+	}
+	return waiting, nil
+}

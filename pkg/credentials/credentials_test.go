@@ -1,0 +1,127 @@
+package credentials
+
+import (
+	"bytes"
+	"crypto/x509"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+func cluster() *v1alpha1.Cluster {
+	return &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "team-a"},
+		Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{
+			Endpoint: "https://api.prod.example:6443", ExtraSANs: []string{"192.0.2.7", "api.prod.example", "alt.example"},
+		}},
+	}
+}
+
+func TestCatalogue(t *testing.T) {
+	certs := Certificates(cluster())
+	names := map[string]bool{}
+	for _, c := range certs {
+		if names[c.Name] {
+			t.Fatalf("certificate %q listed twice", c.Name)
+		}
+		names[c.Name] = true
+		if !slices.Contains(v1alpha1.CARoles(), c.SignedBy) || !slices.Contains(v1alpha1.CARoles(), c.PeerTrust) {
+			t.Errorf("%s: unknown role", c.Name)
+		}
+		serves := slices.Contains(c.Usages, x509.ExtKeyUsageServerAuth)
+		if serves && c.RenewIn != RenewInFinalizing {
+			t.Errorf("%s serves TLS, so it may move to the new CA only in Finalizing", c.Name)
+		}
+		if c.Kubeconfig && serves {
+			t.Errorf("%s: a kubeconfig credential must be a client certificate", c.Name)
+		}
+	}
+	kubeletClient := certs[slices.IndexFunc(certs, func(c Certificate) bool { return c.Name == CertKubeAPIServerKubelet })]
+	if kubeletClient.RenewIn != RenewInFinalizing {
+		t.Error("the API server's kubelet client certificate must stay on the old kubelet CA until nodes trust both")
+	}
+	for _, role := range v1alpha1.CARoles() {
+		if !slices.ContainsFunc(certs, func(c Certificate) bool { return c.SignedBy == role }) {
+			t.Errorf("no certificate is signed by the %s CA", role)
+		}
+	}
+}
+
+func TestAPIServerSANs(t *testing.T) {
+	api := Certificates(cluster())[0]
+	if api.Name != CertKubeAPIServer {
+		t.Fatalf("first certificate is %s", api.Name)
+	}
+	for _, want := range []string{"api.prod.example", "alt.example", "kubernetes.default.svc", "kube-apiserver.team-a.svc"} {
+		if !slices.Contains(api.DNSNames, want) {
+			t.Errorf("DNS SANs %v lack %s", api.DNSNames, want)
+		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(api.DNSNames)))) != len(api.DNSNames) {
+		t.Error("a DNS SAN is listed twice (the endpoint host is an extra SAN too)")
+	}
+	for _, want := range []string{"192.0.2.7", DefaultServiceIP, "127.0.0.1"} {
+		if !slices.ContainsFunc(api.IPAddresses, func(ip net.IP) bool { return ip.Equal(net.ParseIP(want)) }) {
+			t.Errorf("IP SANs %v lack %s", api.IPAddresses, want)
+		}
+	}
+}
+
+func TestCASecretRoundTrip(t *testing.T) {
+	now := time.Now()
+	newCA := func() *pki.KeyPair {
+		key, _ := pki.GenerateKey(pki.ECDSAP256)
+		ca, err := pki.NewCA(pki.CATemplate{CommonName: "ca", Validity: time.Hour}, key, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	in := &CAs{Current: newCA(), Previous: newCA(), Rotation: "2026-11-21T10:00:00Z"}
+	data, err := EncodeCASecretData(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeCASecret(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-client", Annotations: map[string]string{AnnotationRotation: in.Rotation}}, Data: data,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Current.Cert.Equal(in.Current.Cert) || !out.Previous.Cert.Equal(in.Previous.Cert) || out.Rotation != in.Rotation {
+		t.Fatal("round trip changed the CAs")
+	}
+	if len(out.Bundle()) != 2 {
+		t.Fatalf("bundle has %d CAs, want 2", len(out.Bundle()))
+	}
+	delete(data, DataKeyPreviousPrivateKey)
+	if _, err := DecodeCASecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Data: data}); err == nil {
+		t.Fatal("a previous certificate without its key must not decode")
+	}
+}
+
+func TestKubeconfigIsDeterministic(t *testing.T) {
+	a, err := Kubeconfig("prod", "https://api:6443", []byte("ca"), []byte("cert"), []byte("key"), "carousel:admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Kubeconfig("prod", "https://api:6443", []byte("ca"), []byte("cert"), []byte("key"), "carousel:admin")
+	if !bytes.Equal(a, b) {
+		t.Fatal("the same credential rendered twice differs")
+	}
+	cfg, err := clientcmd.Load(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Clusters["prod"].Server != "https://api:6443" || string(cfg.AuthInfos["carousel:admin"].ClientKeyData) != "key" {
+		t.Fatalf("unexpected kubeconfig %+v", cfg)
+	}
+}

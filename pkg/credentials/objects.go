@@ -1,0 +1,147 @@
+package credentials
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// Data keys of a CA Secret besides tls.crt and tls.key (the current CA).
+const (
+	// DataKeyPreviousCertificate holds, during a rotation, the old CA's certificate.
+	DataKeyPreviousCertificate = "previous-tls.crt"
+	// DataKeyPreviousPrivateKey holds, during a rotation, the old CA's key.
+	DataKeyPreviousPrivateKey = "previous-tls.key"
+	// DataKeyServiceAccountKey and DataKeyServiceAccountPublicKey hold the
+	// service-account token signing key pair.
+	DataKeyServiceAccountKey       = "sa.key"
+	DataKeyServiceAccountPublicKey = "sa.pub"
+)
+
+// AnnotationRotation on a CA Secret records the lastInitiationTime of the
+// rotation that created its current CA; absent for a cluster's first CA. It is
+// how a restarted reconciler knows that a role's new CA exists already.
+const AnnotationRotation = "carousel.dev/rotation"
+
+// CASecretName is the name of the Secret that holds a role's CAs.
+func CASecretName(cluster string, role v1alpha1.CARole) string {
+	return cluster + "-ca-" + string(role)
+}
+
+// BundleConfigMapName is the name of the ConfigMap with a role's trust bundle.
+func BundleConfigMapName(cluster string, role v1alpha1.CARole) string {
+	return cluster + "-ca-" + string(role) + "-bundle"
+}
+
+// CertificateSecretName is the name of the Secret of a leaf certificate.
+func CertificateSecretName(cluster, certificate string) string {
+	return cluster + "-" + certificate
+}
+
+// ServiceAccountKeySecretName is the name of the Secret with the
+// service-account signing key.
+func ServiceAccountKeySecretName(cluster string) string {
+	return cluster + "-service-account-key"
+}
+
+// CALabels are the labels of a CA Secret.
+func CALabels(cluster string, role v1alpha1.CARole) map[string]string {
+	return map[string]string{v1alpha1.LabelCluster: cluster, v1alpha1.LabelCA: string(role)}
+}
+
+// BundleLabels are the labels of a trust-bundle ConfigMap.
+func BundleLabels(cluster string, role v1alpha1.CARole) map[string]string {
+	return map[string]string{v1alpha1.LabelCluster: cluster, v1alpha1.LabelCABundle: string(role)}
+}
+
+// CertificateLabels are the labels of a leaf certificate Secret.
+func CertificateLabels(cluster string, cert Certificate) map[string]string {
+	return map[string]string{
+		v1alpha1.LabelCluster: cluster, v1alpha1.LabelCertificate: cert.Name, v1alpha1.LabelSignedBy: string(cert.SignedBy),
+	}
+}
+
+// ClusterLabels are the labels every managed object carries.
+func ClusterLabels(cluster string) map[string]string {
+	return map[string]string{v1alpha1.LabelCluster: cluster}
+}
+
+// CAs are the certificate authorities of one role: the current one and,
+// during a rotation, the previous one.
+type CAs struct {
+	Current  *pki.KeyPair
+	Previous *pki.KeyPair
+	// Rotation is the AnnotationRotation value of the Secret.
+	Rotation string
+}
+
+// Bundle is the role's trust bundle: the current CA and the previous one if kept.
+func (c *CAs) Bundle() pki.Bundle {
+	if c.Previous == nil {
+		return pki.NewBundle(c.Current.Cert)
+	}
+	return pki.NewBundle(c.Current.Cert, c.Previous.Cert)
+}
+
+// DecodeCASecret reads a role's CAs from its Secret.
+func DecodeCASecret(s *corev1.Secret) (*CAs, error) {
+	current, err := pki.ParseKeyPair(s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey])
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: current CA: %w", s.Name, err)
+	}
+	cas := &CAs{Current: current, Rotation: s.Annotations[AnnotationRotation]}
+	prevCert, prevKey := s.Data[DataKeyPreviousCertificate], s.Data[DataKeyPreviousPrivateKey]
+	switch {
+	case len(prevCert) == 0 && len(prevKey) == 0:
+	case len(prevCert) == 0 || len(prevKey) == 0:
+		return nil, fmt.Errorf("secret %s: previous CA has only one of %s and %s", s.Name, DataKeyPreviousCertificate, DataKeyPreviousPrivateKey)
+	default:
+		if cas.Previous, err = pki.ParseKeyPair(prevCert, prevKey); err != nil {
+			return nil, fmt.Errorf("secret %s: previous CA: %w", s.Name, err)
+		}
+	}
+	return cas, nil
+}
+
+// EncodeCASecretData renders a role's CAs as Secret data.
+func EncodeCASecretData(cas *CAs) (map[string][]byte, error) {
+	data := map[string][]byte{}
+	if err := putKeyPair(data, v1alpha1.DataKeyCertificate, v1alpha1.DataKeyPrivateKey, cas.Current); err != nil {
+		return nil, err
+	}
+	if cas.Previous != nil {
+		if err := putKeyPair(data, DataKeyPreviousCertificate, DataKeyPreviousPrivateKey, cas.Previous); err != nil {
+			return nil, err
+		}
+	}
+	return data, nil
+}
+
+func putKeyPair(data map[string][]byte, certKey, keyKey string, kp *pki.KeyPair) error {
+	if kp == nil || kp.Cert == nil || kp.Key == nil {
+		return errors.New("incomplete key pair")
+	}
+	keyPEM, err := kp.KeyPEM()
+	if err != nil {
+		return err
+	}
+	data[certKey], data[keyKey] = kp.CertPEM(), keyPEM
+	return nil
+}
+
+// CertificateInfo summarises a certificate for the status, without key material.
+func CertificateInfo(kp *pki.KeyPair) *v1alpha1.CertificateInfo {
+	if kp == nil {
+		return nil
+	}
+	return &v1alpha1.CertificateInfo{
+		Fingerprint: pki.Fingerprint(kp.Cert),
+		NotBefore:   metav1.NewTime(kp.Cert.NotBefore),
+		NotAfter:    metav1.NewTime(kp.Cert.NotAfter),
+	}
+}

@@ -1,0 +1,77 @@
+// Package operator assembles the Carousel controller manager: the scheme, the
+// cache restrictions, the Cluster controller and the admission webhook. The
+// binary and the test suites set it up the same way.
+package operator
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
+	"github.com/carousel-dev/carousel/pkg/evidence"
+	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
+)
+
+// Options are the settings of the controllers.
+type Options struct {
+	// CAExpiryWarning is how long before a CA's expiry the CAExpiringSoon condition turns True.
+	CAExpiryWarning time.Duration
+	// EvidenceRetry is how soon a rotation waiting for the managed API server looks again.
+	EvidenceRetry time.Duration
+	// EvidenceTimeout bounds each request to a managed API server.
+	EvidenceTimeout time.Duration
+	// Webhook serves the Cluster admission webhook.
+	Webhook bool
+	// Clock is the controllers' clock; nil means the real one.
+	Clock clock.PassiveClock
+}
+
+// DefaultOptions are the defaults of the binary's flags.
+func DefaultOptions() Options {
+	return Options{CAExpiryWarning: 30 * 24 * time.Hour, EvidenceRetry: 5 * time.Second, EvidenceTimeout: 10 * time.Second, Webhook: true}
+}
+
+// NewScheme returns a scheme with the Kubernetes and Carousel types.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// ManagerOptions returns the manager options Carousel needs (scheme and cache).
+func ManagerOptions() ctrl.Options {
+	return ctrl.Options{Scheme: NewScheme(), Cache: clustercontroller.CacheOptions()}
+}
+
+// Setup registers the controllers, and the webhook when enabled, with mgr.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	r := &clustercontroller.Reconciler{
+		Client:          mgr.GetClient(),
+		Clock:           clk,
+		Recorder:        mgr.GetEventRecorder("carousel-controller-manager"),
+		Evidence:        evidence.Checker{Timeout: opts.EvidenceTimeout},
+		WorkerRollouts:  map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: clustercontroller.ManualRollout{}},
+		CAExpiryWarning: opts.CAExpiryWarning,
+		EvidenceRetry:   opts.EvidenceRetry,
+		Metrics:         clustercontroller.NewMetrics(metrics.Registry),
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if opts.Webhook {
+		return clusterwebhook.SetupWithManager(mgr)
+	}
+	return nil
+}

@@ -1,0 +1,217 @@
+// Package rotation holds the decisions of a CA rotation as pure functions:
+// how an operation changes the rotation status, which CA signs a certificate
+// in each phase, when the old CAs may be dropped, and when a phase is done.
+// The reconciler gathers the facts and carries the decisions out.
+package rotation
+
+import (
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+)
+
+// ApplyOperation returns the rotation status after an operation, or an error
+// when the operation is not allowed now (the webhook refuses those; this is
+// the last line of defence when it was bypassed). It does not modify rot.
+func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1alpha1.WorkerPool, now metav1.Time) (*v1alpha1.CARotation, error) {
+	next := &v1alpha1.CARotation{}
+	if rot != nil {
+		next = rot.DeepCopy()
+	}
+	switch op.Verb {
+	case v1alpha1.OperationStartCARotation:
+		if next.Phase.RotationInProgress() {
+			return nil, fmt.Errorf("cannot start a CA rotation in phase %s", next.Phase)
+		}
+		next.Phase = v1alpha1.RotationPreparing
+		next.LastInitiationTime = &now
+		next.LastInitiationFinishedTime = nil
+		next.PendingWorkersRollouts = pendingPools(pools, now)
+	case v1alpha1.OperationCompleteCARotation:
+		if next.Phase != v1alpha1.RotationPrepared {
+			return nil, fmt.Errorf("cannot complete a CA rotation in phase %q", next.Phase)
+		}
+		next.Phase = v1alpha1.RotationFinalizing
+		next.LastCompletionTriggeredTime = &now
+		next.PendingWorkersRollouts = pendingPools(pools, *next.LastInitiationTime)
+	case v1alpha1.OperationRolloutWorkers:
+		for _, pool := range op.Pools {
+			if !slices.ContainsFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool { return p.Name == pool }) {
+				return nil, fmt.Errorf("worker pool %q has no pending rollout", pool)
+			}
+		}
+		next.PendingWorkersRollouts = slices.DeleteFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
+			return slices.Contains(op.Pools, p.Name)
+		})
+	case v1alpha1.OperationReconcile:
+	default:
+		return nil, fmt.Errorf("unknown operation %q", op.Verb)
+	}
+	return next, nil
+}
+
+// AlreadyApplied reports whether the rotation status already reflects the
+// operation: the status was written and then the reconcile stopped before
+// the annotation was removed.
+func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
+	if rot == nil {
+		return false
+	}
+	switch op.Verb {
+	case v1alpha1.OperationStartCARotation:
+		return rot.Phase == v1alpha1.RotationPreparing
+	case v1alpha1.OperationCompleteCARotation:
+		return rot.Phase == v1alpha1.RotationFinalizing
+	case v1alpha1.OperationRolloutWorkers:
+		return !slices.ContainsFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
+			return slices.Contains(op.Pools, p.Name)
+		})
+	}
+	return false
+}
+
+func pendingPools(pools []v1alpha1.WorkerPool, initiated metav1.Time) []v1alpha1.PendingWorkersRollout {
+	var pending []v1alpha1.PendingWorkersRollout
+	for _, p := range pools {
+		pending = append(pending, v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &initiated})
+	}
+	return pending
+}
+
+// Generation picks one of a role's two CAs.
+type Generation string
+
+const (
+	// Current is the newest CA of a role (the new one during a rotation).
+	Current Generation = "current"
+	// Previous is the old CA, kept during a rotation.
+	Previous Generation = "previous"
+)
+
+// Issuer decides which CA of its role signs a certificate.
+//
+// Outside a rotation and in Finalizing that is the current CA. In Preparing
+// and Prepared a certificate renewed in Preparing (a client) moves to the new
+// CA once every consumer trusts both CAs, and stays there; everything else
+// (servers, and the API server's client certificate for kubelets, which nodes
+// trust only after their rollout) stays on the old CA until Finalizing.
+func Issuer(renewIn credentials.RenewalPhase, phase v1alpha1.CARotationPhase, trustEstablished, signedByCurrent bool) Generation {
+	switch phase {
+	case v1alpha1.RotationPreparing, v1alpha1.RotationPrepared:
+		if renewIn == credentials.RenewInPreparing && (trustEstablished || signedByCurrent) {
+			return Current
+		}
+		return Previous
+	default:
+		return Current
+	}
+}
+
+// Evidence is what was observed of the managed cluster's API server.
+type Evidence string
+
+const (
+	// EvidencePassed means the API server behaves as the phase requires.
+	EvidencePassed Evidence = "Passed"
+	// EvidenceSkipped means the Cluster names no endpoint, so nothing can be checked.
+	EvidenceSkipped Evidence = "Skipped"
+	// EvidencePending means nothing conclusive was observed (yet).
+	EvidencePending Evidence = "Pending"
+)
+
+// Facts are what a reconcile observed about a rotation.
+type Facts struct {
+	Phase v1alpha1.CARotationPhase
+	// NewCAsPersisted: every role's CA Secret holds the CA of this rotation.
+	NewCAsPersisted bool
+	// OldCAsRemoved: no role keeps a previous CA.
+	OldCAsRemoved bool
+	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
+	ClientsOnNewCA bool
+	// AllOnNewCA: every certificate is signed by the current CA.
+	AllOnNewCA bool
+	// ConsumersRolledOut: every consumer runs with the credentials written now.
+	ConsumersRolledOut bool
+	// PendingWorkerPools counts pools whose rollout is still awaited.
+	PendingWorkerPools int
+	Evidence           Evidence
+}
+
+// Wait names what a phase is waiting for: a condition reason and a message.
+type Wait struct {
+	Reason  string
+	Message string
+}
+
+// Condition reasons of the CARotationInProgress condition.
+const (
+	ReasonWaitingForNewCAs     = "WaitingForNewCAs"
+	ReasonWaitingForClients    = "WaitingForClientCertificates"
+	ReasonWaitingForServers    = "WaitingForServerCertificates"
+	ReasonWaitingForOldCADrop  = "WaitingForOldCARemoval"
+	ReasonWaitingForConsumers  = "WaitingForConsumerRollout"
+	ReasonWaitingForWorkers    = "WaitingForWorkerRollout"
+	ReasonWaitingForEvidence   = "WaitingForEvidence"
+	ReasonWaitingForCompletion = "WaitingForCompleteOperation"
+	ReasonNoRotation           = "NoRotationInProgress"
+)
+
+// CanDropOldCAs reports whether Finalizing may delete the old CAs: every
+// certificate, servers included, is on the new CA and every consumer serves
+// and presents it.
+func CanDropOldCAs(f Facts) bool {
+	return f.Phase == v1alpha1.RotationFinalizing && f.AllOnNewCA && f.ConsumersRolledOut
+}
+
+// Next returns the phase the rotation moves to (the same phase when it has to
+// wait) and what it waits for.
+func Next(f Facts) (v1alpha1.CARotationPhase, *Wait) {
+	switch f.Phase {
+	case v1alpha1.RotationPreparing:
+		if w := firstWait(
+			check(f.NewCAsPersisted, ReasonWaitingForNewCAs, "generating and storing the new CAs"),
+			check(f.ConsumersRolledOut, ReasonWaitingForConsumers, "waiting for the control-plane workloads to roll out"),
+			check(f.ClientsOnNewCA, ReasonWaitingForClients, "client certificates move to the new CAs once every consumer trusts both"),
+			check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)),
+			check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to accept a client certificate from the new client CA"),
+		); w != nil {
+			return f.Phase, w
+		}
+		return v1alpha1.RotationPrepared, nil
+	case v1alpha1.RotationPrepared:
+		return f.Phase, &Wait{ReasonWaitingForCompletion, "every client uses the new CAs; update your own credentials, then annotate " +
+			v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation}
+	case v1alpha1.RotationFinalizing:
+		if w := firstWait(
+			check(f.AllOnNewCA, ReasonWaitingForServers, "re-issuing server certificates from the new CAs"),
+			check(f.OldCAsRemoved, ReasonWaitingForOldCADrop, "waiting for servers to present the new certificates before the old CAs are dropped"),
+			check(f.ConsumersRolledOut, ReasonWaitingForConsumers, "waiting for the control-plane workloads to roll out"),
+			check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)),
+			check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to reject the old client CA and serve a certificate from the new cluster CA"),
+		); w != nil {
+			return f.Phase, w
+		}
+		return v1alpha1.RotationCompleted, nil
+	}
+	return f.Phase, nil
+}
+
+func check(ok bool, reason, message string) *Wait {
+	if ok {
+		return nil
+	}
+	return &Wait{Reason: reason, Message: message}
+}
+
+func firstWait(waits ...*Wait) *Wait {
+	for _, w := range waits {
+		if w != nil {
+			return w
+		}
+	}
+	return nil
+}

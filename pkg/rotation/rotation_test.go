@@ -1,0 +1,196 @@
+package rotation
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+)
+
+var (
+	t0    = metav1.NewTime(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	t1    = metav1.NewTime(t0.Add(time.Hour))
+	pools = []v1alpha1.WorkerPool{{Name: "a"}, {Name: "b"}}
+)
+
+func pending(names ...string) []v1alpha1.PendingWorkersRollout {
+	var out []v1alpha1.PendingWorkersRollout
+	for _, n := range names {
+		out = append(out, v1alpha1.PendingWorkersRollout{Name: n, LastInitiationTime: &t0})
+	}
+	return out
+}
+
+func TestApplyOperation(t *testing.T) {
+	tests := []struct {
+		name    string
+		rot     *v1alpha1.CARotation
+		op      v1alpha1.Operation
+		want    *v1alpha1.CARotation
+		wantErr bool
+	}{
+		{"start, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
+		{"start after Completed keeps the last completion and clears the last finish",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, LastInitiationTime: &t1, LastInitiationFinishedTime: &t1, LastCompletionTime: &t1},
+			v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, LastCompletionTime: &t1, PendingWorkersRollouts: pending("a", "b")}, false},
+		{"start while Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation}, nil, true},
+		{"complete from Prepared, pools pending again",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &t0, LastInitiationFinishedTime: &t1},
+			v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing, LastInitiationTime: &t0, LastInitiationFinishedTime: &t1, LastCompletionTriggeredTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
+		{"complete while Preparing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation}, nil, true},
+		{"complete, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation}, nil, true},
+		{"rollout of a pending pool",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a", "b")},
+			v1alpha1.Operation{Verb: v1alpha1.OperationRolloutWorkers, Pools: []string{"b"}},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")}, false},
+		{"rollout of a pool not pending",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")},
+			v1alpha1.Operation{Verb: v1alpha1.OperationRolloutWorkers, Pools: []string{"a", "b"}}, nil, true},
+		{"reconcile changes nothing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.OperationReconcile},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, false},
+		{"unknown verb", nil, v1alpha1.Operation{Verb: "rotate"}, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var before *v1alpha1.CARotation
+			if tt.rot != nil {
+				before = tt.rot.DeepCopy()
+			}
+			got, err := ApplyOperation(tt.rot, tt.op, pools, t0)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if tt.rot != nil && !equalRotation(tt.rot, before) {
+				t.Fatal("ApplyOperation modified its input")
+			}
+			if !tt.wantErr && !equalRotation(got, tt.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func equalRotation(a, b *v1alpha1.CARotation) bool { return equality.Semantic.DeepEqual(a, b) }
+
+func TestAlreadyApplied(t *testing.T) {
+	tests := []struct {
+		name string
+		rot  *v1alpha1.CARotation
+		op   string
+		want bool
+	}{
+		{"start, status not yet written", nil, v1alpha1.OperationStartCARotation, false},
+		{"start after Completed", &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted}, v1alpha1.OperationStartCARotation, false},
+		{"start, Preparing written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.OperationStartCARotation, true},
+		{"complete, Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.OperationCompleteCARotation, false},
+		{"complete, Finalizing written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing}, v1alpha1.OperationCompleteCARotation, true},
+		{"rollout, pool still pending", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")}, "rollout-workers=a", false},
+		{"rollout, pool already removed", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("b")}, "rollout-workers=a", true},
+		{"reconcile is never recorded", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.OperationReconcile, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op, err := v1alpha1.ParseOperation(tt.op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := AlreadyApplied(tt.rot, op); got != tt.want {
+				t.Fatalf("AlreadyApplied = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIssuer(t *testing.T) {
+	tests := []struct {
+		name                              string
+		renewIn                           credentials.RenewalPhase
+		phase                             v1alpha1.CARotationPhase
+		trustEstablished, signedByCurrent bool
+		want                              Generation
+	}{
+		{"never rotated", credentials.RenewInPreparing, "", false, false, Current},
+		{"completed", credentials.RenewInFinalizing, v1alpha1.RotationCompleted, false, false, Current},
+		{"client waits for trust in Preparing", credentials.RenewInPreparing, v1alpha1.RotationPreparing, false, false, Previous},
+		{"client moves once trust is established", credentials.RenewInPreparing, v1alpha1.RotationPreparing, true, false, Current},
+		{"client on the new CA stays there", credentials.RenewInPreparing, v1alpha1.RotationPreparing, false, true, Current},
+		{"server stays on the old CA in Preparing", credentials.RenewInFinalizing, v1alpha1.RotationPreparing, true, false, Previous},
+		{"server stays on the old CA in Prepared", credentials.RenewInFinalizing, v1alpha1.RotationPrepared, true, false, Previous},
+		{"client stays on the new CA in Prepared", credentials.RenewInPreparing, v1alpha1.RotationPrepared, true, true, Current},
+		{"server moves in Finalizing", credentials.RenewInFinalizing, v1alpha1.RotationFinalizing, false, false, Current},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Issuer(tt.renewIn, tt.phase, tt.trustEstablished, tt.signedByCurrent); got != tt.want {
+				t.Fatalf("Issuer = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNext(t *testing.T) {
+	preparedFacts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed}
+	completedFacts := Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
+		ConsumersRolledOut: true, Evidence: EvidencePassed}
+	with := func(f Facts, mutate func(*Facts)) Facts { mutate(&f); return f }
+	tests := []struct {
+		name       string
+		facts      Facts
+		wantPhase  v1alpha1.CARotationPhase
+		wantReason string
+	}{
+		{"never rotated stays", Facts{}, "", ""},
+		{"completed stays", Facts{Phase: v1alpha1.RotationCompleted}, v1alpha1.RotationCompleted, ""},
+		{"Preparing done", preparedFacts, v1alpha1.RotationPrepared, ""},
+		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) { f.Evidence = EvidenceSkipped }), v1alpha1.RotationPrepared, ""},
+		{"crash before every new CA was stored", with(preparedFacts, func(f *Facts) { f.NewCAsPersisted = false; f.ClientsOnNewCA = false }),
+			v1alpha1.RotationPreparing, ReasonWaitingForNewCAs},
+		{"clients still on the old CA", with(preparedFacts, func(f *Facts) { f.ClientsOnNewCA = false }), v1alpha1.RotationPreparing, ReasonWaitingForClients},
+		{"consumers rolling", with(preparedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationPreparing, ReasonWaitingForConsumers},
+		{"workers pending", with(preparedFacts, func(f *Facts) { f.PendingWorkerPools = 2 }), v1alpha1.RotationPreparing, ReasonWaitingForWorkers},
+		{"no evidence yet", with(preparedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationPreparing, ReasonWaitingForEvidence},
+		{"Prepared waits for the user", Facts{Phase: v1alpha1.RotationPrepared}, v1alpha1.RotationPrepared, ReasonWaitingForCompletion},
+		{"Finalizing done", completedFacts, v1alpha1.RotationCompleted, ""},
+		{"servers still on the old CA", with(completedFacts, func(f *Facts) { f.AllOnNewCA = false; f.OldCAsRemoved = false }),
+			v1alpha1.RotationFinalizing, ReasonWaitingForServers},
+		{"old CAs not dropped yet", with(completedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationFinalizing, ReasonWaitingForOldCADrop},
+		{"consumers rolling after the drop", with(completedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationFinalizing, ReasonWaitingForConsumers},
+		{"workers pending in Finalizing", with(completedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }), v1alpha1.RotationFinalizing, ReasonWaitingForWorkers},
+		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, ReasonWaitingForEvidence},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			phase, wait := Next(tt.facts)
+			reason := ""
+			if wait != nil {
+				reason = wait.Reason
+			}
+			if phase != tt.wantPhase || reason != tt.wantReason {
+				t.Fatalf("Next = %q, %q; want %q, %q", phase, reason, tt.wantPhase, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestCanDropOldCAs(t *testing.T) {
+	ready := Facts{Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true, ConsumersRolledOut: true}
+	if !CanDropOldCAs(ready) {
+		t.Fatal("want the old CAs dropped once servers present the new certificates")
+	}
+	for name, f := range map[string]Facts{
+		"in Prepared":           {Phase: v1alpha1.RotationPrepared, AllOnNewCA: true, ConsumersRolledOut: true},
+		"servers not re-issued": {Phase: v1alpha1.RotationFinalizing, ConsumersRolledOut: true},
+		"consumers rolling":     {Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true},
+	} {
+		if CanDropOldCAs(f) {
+			t.Fatalf("%s: must keep the old CAs", name)
+		}
+	}
+}

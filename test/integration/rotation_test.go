@@ -1,0 +1,500 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+func createCluster(ctx context.Context, ns, name string, pools ...v1alpha1.WorkerPool) *v1alpha1.Cluster {
+	GinkgoHelper()
+	c := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", Workers: pools},
+	}
+	Expect(k8s.Create(ctx, c)).To(Succeed())
+	return c
+}
+
+// expectPrepared checks what DESIGN.md requires of Prepared: every bundle
+// holds exactly the old and the new CA; clients verify only against the new
+// CA, servers (and the API server's kubelet client) only against the old one.
+func expectPrepared(ctx context.Context, c *v1alpha1.Cluster, before map[v1alpha1.CARole]*credentials.CAs) {
+	GinkgoHelper()
+	cas := loadCAs(ctx, c)
+	for _, role := range v1alpha1.CARoles() {
+		Expect(cas[role].Previous).NotTo(BeNil(), "role %s keeps its old CA", role)
+		Expect(cas[role].Previous.Cert.Equal(before[role].Current.Cert)).To(BeTrue(), "role %s: the old CA is the one from before", role)
+		Expect(cas[role].Current.Cert.Equal(before[role].Current.Cert)).To(BeFalse(), "role %s has a new CA", role)
+		Expect(fingerprints(loadBundle(ctx, c, role))).To(ConsistOf(pki.Fingerprint(cas[role].Previous.Cert), pki.Fingerprint(cas[role].Current.Cert)),
+			"bundle %s holds exactly two CAs", role)
+	}
+	for _, cert := range credentials.Certificates(c) {
+		leaf, _ := loadCertificate(ctx, c, cert)
+		okOld, okNew := verifiesAgainst(leaf, anyUsage(cert), cas[cert.SignedBy].Previous.Cert, cas[cert.SignedBy].Current.Cert)
+		if cert.RenewIn == credentials.RenewInPreparing {
+			Expect([]bool{okOld, okNew}).To(Equal([]bool{false, true}), "client certificate %s verifies only against the new CA", cert.Name)
+		} else {
+			Expect([]bool{okOld, okNew}).To(Equal([]bool{true, false}), "certificate %s verifies only against the old CA", cert.Name)
+		}
+	}
+}
+
+// expectCompleted checks what DESIGN.md requires of Completed: only the new
+// CAs remain anywhere, and the old CA keys are gone.
+func expectCompleted(ctx context.Context, c *v1alpha1.Cluster, newCAs map[v1alpha1.CARole]*credentials.CAs) {
+	GinkgoHelper()
+	cas := loadCAs(ctx, c)
+	for _, role := range v1alpha1.CARoles() {
+		Expect(cas[role].Previous).To(BeNil(), "role %s dropped its old CA", role)
+		Expect(cas[role].Current.Cert.Equal(newCAs[role].Current.Cert)).To(BeTrue(), "role %s kept the CA minted in Preparing", role)
+		Expect(fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(cas[role].Current.Cert)}))
+		s := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, s)).To(Succeed())
+		Expect(s.Data).To(HaveLen(2), "the CA Secret of %s holds only tls.crt and tls.key", role)
+	}
+	for _, cert := range credentials.Certificates(c) {
+		leaf, s := loadCertificate(ctx, c, cert)
+		okOld, okNew := verifiesAgainst(leaf, anyUsage(cert), newCAs[cert.SignedBy].Previous.Cert, cas[cert.SignedBy].Current.Cert)
+		Expect([]bool{okOld, okNew}).To(Equal([]bool{false, true}), "certificate %s verifies only against the new CA", cert.Name)
+		trust, err := pki.ParseBundle(s.Data[v1alpha1.DataKeyCABundle])
+		Expect(err).NotTo(HaveOccurred())
+		Expect(trust).To(HaveLen(1), "the trust bundle next to %s holds only the new CA", cert.Name)
+	}
+}
+
+var _ = Describe("Credentials and the CA rotation", func() {
+	var (
+		ns     string
+		writes atomic.Int64
+		mgr    ctrl.Manager
+	)
+	BeforeEach(func(ctx SpecContext) {
+		ns = newNamespace(ctx)
+		writes.Store(0)
+		mgr = startControllers(ns, &writes)
+	})
+
+	It("caches only the objects labelled with a Cluster", func(ctx SpecContext) {
+		for name, labels := range map[string]map[string]string{"managed": {v1alpha1.LabelCluster: "x"}, "unrelated": nil} {
+			Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}})).To(Succeed())
+		}
+		Eventually(func(g Gomega) []string {
+			var list corev1.SecretList
+			g.Expect(mgr.GetCache().List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var names []string
+			for _, s := range list.Items {
+				names = append(names, s.Name)
+			}
+			return names
+		}).Should(Equal([]string{"managed"}))
+	})
+
+	It("issues every CA, bundle, certificate and kubeconfig of a new Cluster", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "fresh")
+		c = waitForReady(ctx, client.ObjectKeyFromObject(c))
+
+		cas := loadCAs(ctx, c)
+		for _, role := range v1alpha1.CARoles() {
+			Expect(cas[role].Previous).To(BeNil())
+			Expect(cas[role].Current.Cert.IsCA).To(BeTrue())
+			Expect(fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(cas[role].Current.Cert)}))
+		}
+		for _, cert := range credentials.Certificates(c) {
+			leaf, s := loadCertificate(ctx, c, cert)
+			Expect(pki.Verify(leaf, pki.NewBundle(cas[cert.SignedBy].Current.Cert), anyUsage(cert), time.Now())).To(Succeed(), cert.Name)
+			Expect(leaf.Subject.CommonName).To(Equal(cert.CommonName))
+			Expect(metav1.GetControllerOf(s).UID).To(Equal(c.UID), "owned by the Cluster, so deleted with it")
+			if cert.Kubeconfig {
+				kc, err := clientcmd.Load(s.Data[v1alpha1.DataKeyKubeconfig])
+				Expect(err).NotTo(HaveOccurred())
+				Expect(kc.Clusters[c.Name].CertificateAuthorityData).To(Equal(loadBundle(ctx, c, v1alpha1.CARoleCluster).PEM()))
+			}
+		}
+		sa := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.ServiceAccountKeySecretName(c.Name)}, sa)).To(Succeed())
+		_, err := pki.ParsePrivateKey(sa.Data[credentials.DataKeyServiceAccountKey])
+		Expect(err).NotTo(HaveOccurred())
+
+		By("describing the CAs in the status without any key material")
+		Expect(c.Status.Credentials.CertificateAuthorities).To(HaveLen(len(v1alpha1.CARoles())))
+		Expect(c.Status.Credentials.EarliestCAExpiry).NotTo(BeNil())
+		status, err := json.Marshal(c.Status)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(status)).NotTo(ContainSubstring("PRIVATE KEY"))
+		Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable)).To(
+			HaveField("Reason", v1alpha1.ReasonNoEndpoint), "without an endpoint the API-server checks are skipped, and a condition says so")
+		Expect(meta.IsStatusConditionFalse(c.Status.Conditions, v1alpha1.ConditionCAExpiring)).To(BeTrue())
+	})
+
+	It("makes no API write and generates no key when nothing changed", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "steady")
+		waitForReady(ctx, client.ObjectKeyFromObject(c))
+		Eventually(func(g Gomega) {
+			settled := writes.Load()
+			g.Consistently(writes.Load).WithTimeout(time.Second).Should(Equal(settled), "the controller settled")
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		var direct atomic.Int64
+		r := &clustercontroller.Reconciler{
+			Client: countingClient{Client: k8s, writes: &direct, budget: -1}, Clock: clock.RealClock{},
+			CAExpiryWarning: 30 * 24 * time.Hour, EvidenceRetry: time.Second,
+		}
+		keys := pki.KeysGenerated()
+		for range 3 {
+			_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Expect(direct.Load()).To(BeZero(), "API writes in three no-op reconciles")
+		Expect(pki.KeysGenerated()-keys).To(BeZero(), "keys generated in three no-op reconciles")
+		AddReportEntry("API writes per no-op reconcile", direct.Load()/3)
+	})
+
+	It("rotates every CA in two phases with the right CA signing each certificate", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "rotated")
+		key := client.ObjectKeyFromObject(c)
+		c = waitForReady(ctx, key)
+		before := loadCAs(ctx, c)
+		writesAtStart := writes.Load()
+
+		started := time.Now()
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
+		c = waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+		toPrepared := time.Since(started)
+		rot := c.CARotation()
+		Expect(rot.LastInitiationTime).NotTo(BeNil())
+		Expect(rot.LastInitiationFinishedTime).NotTo(BeNil())
+		Expect(rot.LastInitiationFinishedTime.Before(rot.LastInitiationTime)).To(BeFalse())
+		Expect(rot.PendingWorkersRollouts).To(BeEmpty())
+		Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", "WaitingForCompleteOperation"))
+		expectPrepared(ctx, c, before)
+		prepared := loadCAs(ctx, c)
+		writesPreparing := writes.Load() - writesAtStart
+
+		started = time.Now()
+		Expect(annotate(ctx, c, v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		c = waitForPhase(ctx, key, v1alpha1.RotationCompleted)
+		toCompleted := time.Since(started)
+		Expect(c.CARotation().LastCompletionTriggeredTime).NotTo(BeNil())
+		Expect(c.CARotation().LastCompletionTime).NotTo(BeNil())
+		expectCompleted(ctx, c, prepared)
+		for _, inv := range c.Status.Credentials.CertificateAuthorities {
+			Expect(inv.Previous).To(BeNil())
+			Expect(inv.Current.Fingerprint).To(Equal(pki.Fingerprint(prepared[inv.Role].Current.Cert)))
+		}
+
+		Eventually(func(g Gomega) []string {
+			var list eventsv1.EventList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var reasons []string
+			for _, e := range list.Items {
+				reasons = append(reasons, e.Reason)
+			}
+			return reasons
+		}).Should(ContainElements(v1alpha1.EventRotationPhaseChanged, v1alpha1.EventCAGenerated, v1alpha1.EventCARemoved))
+
+		By("exporting the phase and the CA expiry as Prometheus metrics")
+		families, err := metrics.Registry.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(metricValue(families, "carousel_ca_rotation_phase", map[string]string{"namespace": ns, "cluster": c.Name, "phase": "Completed"})).To(Equal(1.0))
+		Expect(metricValue(families, "carousel_ca_rotation_phase", map[string]string{"namespace": ns, "cluster": c.Name, "phase": "Prepared"})).To(Equal(0.0))
+		Expect(metricValue(families, "carousel_ca_expiry_timestamp_seconds", map[string]string{"namespace": ns, "cluster": c.Name, "role": "client", "generation": "current"})).
+			To(Equal(float64(prepared[v1alpha1.CARoleClient].Current.Cert.NotAfter.Unix())))
+
+		AddReportEntry("start-ca-rotation → Prepared (no workers, no consumers)", toPrepared.String())
+		AddReportEntry("complete-ca-rotation → Completed (no workers, no consumers)", toCompleted.String())
+		AddReportEntry("API writes in Preparing", writesPreparing)
+		AddReportEntry("API writes in Finalizing", writes.Load()-writesAtStart-writesPreparing)
+		GinkgoWriter.Printf("rotation: prepared in %s, completed in %s, writes %d + %d\n", toPrepared, toCompleted, writesPreparing, writes.Load()-writesAtStart-writesPreparing)
+	})
+
+	It("waits for manually rolled worker pools in both phases", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "workers",
+			v1alpha1.WorkerPool{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual},
+			v1alpha1.WorkerPool{Name: "in-place", RolloutStrategy: v1alpha1.RolloutInPlace})
+		key := client.ObjectKeyFromObject(c)
+		c = waitForReady(ctx, key)
+
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
+		expectPendingPools := func(names ...string) *v1alpha1.Cluster {
+			GinkgoHelper()
+			Eventually(func(g Gomega) {
+				c = getCluster(ctx, key)
+				g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))
+				var pending []string
+				for _, p := range c.CARotation().PendingWorkersRollouts {
+					pending = append(pending, p.Name)
+				}
+				g.Expect(pending).To(ConsistOf(names))
+				g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", "WaitingForWorkerRollout"))
+			}).Should(Succeed())
+			return c
+		}
+		c = expectPendingPools("manual", "in-place")
+		Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+		Consistently(func() v1alpha1.CARotationPhase { return getCluster(ctx, key).CARotationPhase() }).
+			WithTimeout(time.Second).Should(Equal(v1alpha1.RotationPreparing), "Prepared only once every pool rolled")
+
+		Expect(annotate(ctx, c, "rollout-workers=manual")).To(Succeed())
+		c = expectPendingPools("in-place")
+		Expect(annotate(ctx, c, "rollout-workers=in-place")).To(Succeed())
+		c = waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+
+		Expect(annotate(ctx, c, v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		c = expectPendingPools("manual", "in-place")
+		Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationFinalizing))
+		Expect(annotate(ctx, c, "rollout-workers=manual,in-place")).To(Succeed())
+		waitForPhase(ctx, key, v1alpha1.RotationCompleted)
+	})
+
+	It("rolls the workloads that consume the credentials, and advances only once they rolled out", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "consumed")
+		key := client.ObjectKeyFromObject(c)
+		c = waitForReady(ctx, key)
+		apiserver := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-apiserver", Labels: map[string]string{v1alpha1.LabelCluster: c.Name}},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "kube-apiserver"}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "kube-apiserver"}},
+					Spec: corev1.PodSpec{
+						Containers: []corev1.Container{{Name: "kube-apiserver", Image: "kube-apiserver"}},
+						Volumes: []corev1.Volume{
+							{Name: "serving", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: credentials.CertificateSecretName(c.Name, credentials.CertKubeAPIServer)}}},
+							{Name: "client-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+								LocalObjectReference: corev1.LocalObjectReference{Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleClient)}}}},
+						},
+					},
+				},
+			},
+		}
+		Expect(k8s.Create(ctx, apiserver)).To(Succeed())
+		checksum := func() string {
+			d := &appsv1.Deployment{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(apiserver), d)).To(Succeed())
+			return d.Spec.Template.Annotations[clustercontroller.AnnotationCredentialsChecksum]
+		}
+		Eventually(checksum).ShouldNot(BeEmpty(), "the consumer is stamped with the checksum of what it mounts")
+		markRolledOut(ctx, c)
+		initial := checksum()
+
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
+		Eventually(checksum).ShouldNot(Equal(initial), "the new client-CA bundle rolls the API server")
+		Eventually(func(g Gomega) {
+			g.Expect(meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionCARotation)).To(
+				HaveField("Reason", "WaitingForConsumerRollout"))
+		}).Should(Succeed())
+		Consistently(func() v1alpha1.CARotationPhase { return getCluster(ctx, key).CARotationPhase() }).
+			WithTimeout(time.Second).Should(Equal(v1alpha1.RotationPreparing), "not Prepared while the API server rolls")
+		Eventually(func() v1alpha1.CARotationPhase {
+			markRolledOut(ctx, c)
+			return getCluster(ctx, key).CARotationPhase()
+		}).WithTimeout(time.Minute).Should(Equal(v1alpha1.RotationPrepared))
+	})
+})
+
+var _ = Describe("Operations refused by the admission webhook", func() {
+	var ns string
+	BeforeEach(func(ctx SpecContext) { ns = newNamespace(ctx) })
+
+	// The webhook decides from the phase in the status; these specs set the
+	// status directly, as the controller would have.
+	withPhase := func(ctx context.Context, name string, phase v1alpha1.CARotationPhase, pending ...string) *v1alpha1.Cluster {
+		GinkgoHelper()
+		c := createCluster(ctx, ns, name, v1alpha1.WorkerPool{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutManual},
+			v1alpha1.WorkerPool{Name: "pool-b", RolloutStrategy: v1alpha1.RolloutManual})
+		if phase != "" {
+			rot := &v1alpha1.CARotation{Phase: phase, LastInitiationTime: ptr.To(metav1.Now())}
+			for _, p := range pending {
+				rot.PendingWorkersRollouts = append(rot.PendingWorkersRollouts, v1alpha1.PendingWorkersRollout{Name: p})
+			}
+			c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: rot}}
+			Expect(k8s.Status().Update(ctx, c)).To(Succeed())
+		}
+		return c
+	}
+
+	DescribeTable("with a message that names the phase and what to do",
+		func(ctx SpecContext, phase v1alpha1.CARotationPhase, pending []string, op, want string) {
+			c := withPhase(ctx, "refused", phase, pending...)
+			err := annotate(ctx, c, op)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(`admission webhook "clusters.carousel.dev" denied the request`))
+			Expect(err.Error()).To(ContainSubstring(want))
+		},
+		Entry("complete before Prepared", v1alpha1.RotationPreparing, nil, v1alpha1.OperationCompleteCARotation,
+			"cannot complete the CA rotation in phase Preparing, only in phase Prepared: wait until the phase is Prepared"),
+		Entry("complete, never rotated", v1alpha1.CARotationPhase(""), nil, v1alpha1.OperationCompleteCARotation,
+			"cannot complete the CA rotation in phase none (never rotated), only in phase Prepared: start one with carousel.dev/operation=start-ca-rotation"),
+		Entry("start twice", v1alpha1.RotationPreparing, nil, v1alpha1.OperationStartCARotation,
+			"cannot start a CA rotation: the rotation is in phase Preparing: wait until the phase is Prepared"),
+		Entry("start while Prepared", v1alpha1.RotationPrepared, nil, v1alpha1.OperationStartCARotation,
+			"the rotation is in phase Prepared: complete it with carousel.dev/operation=complete-ca-rotation"),
+		Entry("an unknown operation", v1alpha1.CARotationPhase(""), nil, "rotate-everything",
+			`unknown operation "rotate-everything": use one of start-ca-rotation, complete-ca-rotation, reconcile or rollout-workers=<pool>[,<pool>]`),
+		Entry("an unknown pool", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-z",
+			`worker pool "pool-z" does not exist (phase Preparing): name pools from spec.workers`),
+		Entry("a pool that is not pending", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-b",
+			`worker pool "pool-b" has no pending rollout in phase Preparing`),
+		Entry("a pool named twice", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-a,pool-a",
+			`names worker pool "pool-a" twice`),
+	)
+
+	It("refuses an operation on a Cluster being deleted", func(ctx SpecContext) {
+		c := withPhase(ctx, "deleting", v1alpha1.RotationPrepared)
+		c.Finalizers = []string{"test.carousel.dev/hold"}
+		Expect(k8s.Update(ctx, c)).To(Succeed())
+		Expect(k8s.Delete(ctx, c)).To(Succeed())
+		c = getCluster(ctx, client.ObjectKeyFromObject(c))
+		err := annotate(ctx, c, v1alpha1.OperationCompleteCARotation)
+		Expect(err).To(MatchError(ContainSubstring("the cluster is being deleted: no operation is accepted")))
+		c.Finalizers = nil
+		Expect(k8s.Update(ctx, c)).To(Succeed())
+	})
+
+	It("refuses spec changes that would break a rotation under way", func(ctx SpecContext) {
+		c := withPhase(ctx, "frozen", v1alpha1.RotationPreparing, "pool-a")
+		c.Spec.Certificates.KeyAlgorithm = v1alpha1.KeyAlgorithmRSA3072
+		Expect(k8s.Update(ctx, c)).To(MatchError(ContainSubstring("spec.certificates: Forbidden: cannot change while the CA rotation is in phase Preparing")))
+		c = getCluster(ctx, client.ObjectKeyFromObject(c))
+		c.Spec.Workers = c.Spec.Workers[1:]
+		Expect(k8s.Update(ctx, c)).To(MatchError(ContainSubstring(`cannot remove worker pool "pool-a" while its rollout is pending`)))
+	})
+
+	It("refuses an invalid spec that the schema lets through", func(ctx SpecContext) {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "old"}, Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.20.0"}}
+		Expect(k8s.Create(ctx, c)).To(MatchError(ContainSubstring("spec.kubernetesVersion: Invalid value: \"1.20.0\": unsupported Kubernetes version")))
+	})
+})
+
+var _ = Describe("Crash safety", func() {
+	// No controller manager runs here: each "process" is a fresh reconciler
+	// that dies (its writes start failing) after a budget of writes, and the
+	// next one takes over from what the API server holds.
+	It("never mints a second new CA nor loses an old one, whichever write the operator dies after", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		c := createCluster(ctx, ns, "crashy")
+		key := client.ObjectKeyFromObject(c)
+
+		seen := map[v1alpha1.CARole]map[string]bool{}
+		record := func() {
+			for role, cas := range loadCAsIfPresent(ctx, getCluster(ctx, key)) {
+				if seen[role] == nil {
+					seen[role] = map[string]bool{}
+				}
+				seen[role][pki.Fingerprint(cas.Current.Cert)] = true
+				if cas.Previous != nil {
+					seen[role][pki.Fingerprint(cas.Previous.Cert)] = true
+				}
+			}
+		}
+		crashes := 0
+		// reconcileWithCrashes drives reconciles, each by a new reconciler
+		// allowed `budget` writes, until the Cluster satisfies done.
+		reconcileWithCrashes := func(budget int64, done func(*v1alpha1.Cluster) bool) {
+			GinkgoHelper()
+			for i := 0; i < 2000 && !done(getCluster(ctx, key)); i++ {
+				var n atomic.Int64
+				r := &clustercontroller.Reconciler{
+					Client: countingClient{Client: k8s, writes: &n, budget: budget}, Clock: clock.RealClock{},
+					Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, EvidenceRetry: time.Millisecond,
+					WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: clustercontroller.ManualRollout{}},
+				}
+				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+				if errors.Is(err, errCrash) {
+					crashes++
+				} else {
+					Expect(err).NotTo(HaveOccurred())
+				}
+				record()
+			}
+			Expect(done(getCluster(ctx, key))).To(BeTrue(), "the rotation makes progress one write at a time")
+		}
+		ready := func(c *v1alpha1.Cluster) bool {
+			return meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady) && c.Status.ObservedGeneration == c.Generation
+		}
+		reconcileWithCrashes(1, ready)
+		before := loadCAs(ctx, getCluster(ctx, key))
+
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
+		expectPrepared(ctx, getCluster(ctx, key), before)
+		prepared := loadCAs(ctx, getCluster(ctx, key))
+
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
+		expectCompleted(ctx, getCluster(ctx, key), prepared)
+
+		for _, role := range v1alpha1.CARoles() {
+			Expect(seen[role]).To(HaveLen(2), "role %s: exactly the old and one new CA ever existed", role)
+		}
+		Expect(crashes).To(BeNumerically(">", 20), "the operator died after every single write")
+		AddReportEntry("simulated crashes in one rotation", crashes)
+		GinkgoWriter.Printf("crash test: %d crashes\n", crashes)
+	})
+})
+
+// metricValue returns the value of the gauge or counter series with exactly
+// the given labels, or -1 when there is none.
+func metricValue(families []*dto.MetricFamily, name string, labels map[string]string) float64 {
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue series
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
+}
+
+// loadCAsIfPresent is loadCAs for a Cluster whose CAs may not exist yet.
+func loadCAsIfPresent(ctx context.Context, c *v1alpha1.Cluster) map[v1alpha1.CARole]*credentials.CAs {
+	out := map[v1alpha1.CARole]*credentials.CAs{}
+	for _, role := range v1alpha1.CARoles() {
+		s := &corev1.Secret{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, s); err != nil {
+			continue
+		}
+		cas, err := credentials.DecodeCASecret(s)
+		Expect(err).NotTo(HaveOccurred())
+		out[role] = cas
+	}
+	return out
+}
