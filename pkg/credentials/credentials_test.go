@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/x509"
 	"net"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +125,33 @@ func TestKubeconfigIsDeterministic(t *testing.T) {
 	}
 	if cfg.Clusters["prod"].Server != "https://api:6443" || string(cfg.AuthInfos["carousel:admin"].ClientKeyData) != "key" {
 		t.Fatalf("unexpected kubeconfig %+v", cfg)
+	}
+}
+
+// TestReferenceDocumentsEveryCertificate keeps docs/reference/certificates.md
+// true to the catalogue: every certificate has a row with its subject,
+// signing CA and renewal phase.
+func TestReferenceDocumentsEveryCertificate(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/reference/certificates.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 2 {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = line
+		}
+	}
+	for _, cert := range Certificates(cluster()) {
+		row, ok := rows[cert.Name]
+		if !ok {
+			t.Errorf("certificate %s has no row in docs/reference/certificates.md", cert.Name)
+			continue
+		}
+		for _, want := range []string{"CN=" + cert.CommonName, "`" + string(cert.SignedBy) + "`", "`<cluster>-" + cert.Name + "`", string(cert.RenewIn) + " |"} {
+			if !strings.Contains(row, want) {
+				t.Errorf("the row of %s lacks %q", cert.Name, want)
+			}
+		}
 	}
 }
