@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -498,3 +500,54 @@ func loadCAsIfPresent(ctx context.Context, c *v1alpha1.Cluster) map[v1alpha1.CAR
 	}
 	return out
 }
+
+var _ = Describe("Renewal and expiry, on a fake clock", func() {
+	It("renews leaf certificates after two thirds of their life and warns before a CA expires", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		c := createCluster(ctx, ns, "aging")
+		key := client.ObjectKeyFromObject(c)
+		fakeClock := clocktesting.NewFakeClock(time.Now())
+		var writes atomic.Int64
+		r := &clustercontroller.Reconciler{
+			Client: countingClient{Client: k8s, writes: &writes, budget: -1}, Clock: fakeClock, Recorder: events.NewFakeRecorder(100),
+			CAExpiryWarning: 30 * 24 * time.Hour, EvidenceRetry: time.Second,
+		}
+		reconcile := func() ctrl.Result {
+			GinkgoHelper()
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+			Expect(err).NotTo(HaveOccurred())
+			return res
+		}
+		reconcile()
+		c = getCluster(ctx, key)
+		apiserver := credentials.Certificates(c)[0]
+		first, _ := loadCertificate(ctx, c, apiserver)
+		cas := loadCAs(ctx, c)
+		res := reconcile()
+		leafLife := v1alpha1.DefaultLeafValidity
+		Expect(res.RequeueAfter).To(BeNumerically("~", leafLife*2/3, time.Hour), "the next reconcile is due when the first certificate needs renewal")
+
+		By("keeping the certificates until two thirds of their life have passed")
+		fakeClock.Step(leafLife/2 - time.Hour)
+		writes.Store(0)
+		reconcile()
+		Expect(writes.Load()).To(BeZero())
+
+		By("renewing them from the same CA afterwards")
+		fakeClock.Step(leafLife/6 + 2*time.Hour)
+		reconcile()
+		renewed, _ := loadCertificate(ctx, getCluster(ctx, key), apiserver)
+		Expect(renewed.SerialNumber).NotTo(Equal(first.SerialNumber))
+		Expect(renewed.NotBefore).To(BeTemporally("~", fakeClock.Now().Add(-pki.Backdate), time.Second))
+		Expect(pki.Verify(renewed, pki.NewBundle(cas[apiserver.SignedBy].Current.Cert), x509.ExtKeyUsageServerAuth, fakeClock.Now())).To(Succeed())
+		Expect(loadCAs(ctx, getCluster(ctx, key))[v1alpha1.CARoleCluster].Current.Cert.Equal(cas[v1alpha1.CARoleCluster].Current.Cert)).To(BeTrue())
+
+		By("warning a month before the first CA expires")
+		Expect(meta.IsStatusConditionFalse(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionCAExpiring)).To(BeTrue())
+		fakeClock.SetTime(cas[v1alpha1.CARoleCluster].Current.Cert.NotAfter.Add(-29 * 24 * time.Hour))
+		reconcile()
+		expiring := meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionCAExpiring)
+		Expect(expiring.Status).To(Equal(metav1.ConditionTrue))
+		Expect(expiring.Message).To(ContainSubstring("start a CA rotation with carousel.dev/operation=start-ca-rotation"))
+	})
+})
