@@ -30,8 +30,10 @@ func main() {
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook listens on.")
 	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "", "Directory with the webhook's tls.crt and tls.key; defaults to <tmp>/k8s-webhook-server/serving-certs.")
 	flag.DurationVar(&opts.CAExpiryWarning, "ca-expiry-warning", opts.CAExpiryWarning, "How long before a CA expires the CAExpiringSoon condition turns True.")
-	flag.DurationVar(&opts.EvidenceRetry, "evidence-retry", opts.EvidenceRetry, "How soon a rotation waiting for the managed API server checks it again.")
+	flag.DurationVar(&opts.ManagedPollInterval, "managed-poll-interval", opts.ManagedPollInterval, "How soon a rotation waiting on a managed cluster (API-server evidence, node renewals) looks again.")
 	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each request to a managed API server.")
+	flag.BoolVar(&opts.CSRControllers, "csr-controllers", opts.CSRControllers, "Approve and sign kubelet CSRs in the managed clusters; false leaves them to an administrator.")
+	flag.DurationVar(&opts.CSRMaxDuration, "csr-max-duration", opts.CSRMaxDuration, "Longest validity of a kubelet certificate Carousel signs; a CSR's expirationSeconds may ask for less.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
+	"github.com/carousel-dev/carousel/pkg/controller/managed"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 )
@@ -23,19 +24,27 @@ import (
 type Options struct {
 	// CAExpiryWarning is how long before a CA's expiry the CAExpiringSoon condition turns True.
 	CAExpiryWarning time.Duration
-	// EvidenceRetry is how soon a rotation waiting for the managed API server looks again.
-	EvidenceRetry time.Duration
+	// ManagedPollInterval is how soon a rotation waiting on the managed
+	// cluster (API-server evidence, node renewals) looks again.
+	ManagedPollInterval time.Duration
 	// EvidenceTimeout bounds each request to a managed API server.
 	EvidenceTimeout time.Duration
 	// Webhook serves the Cluster admission webhook.
 	Webhook bool
+	// CSRControllers runs the kubelet CSR approver and signer in each managed cluster.
+	CSRControllers bool
+	// CSRMaxDuration caps the validity of the kubelet certificates Carousel signs.
+	CSRMaxDuration time.Duration
 	// Clock is the controllers' clock; nil means the real one.
 	Clock clock.PassiveClock
 }
 
 // DefaultOptions are the defaults of the binary's flags.
 func DefaultOptions() Options {
-	return Options{CAExpiryWarning: 30 * 24 * time.Hour, EvidenceRetry: 5 * time.Second, EvidenceTimeout: 10 * time.Second, Webhook: true}
+	return Options{
+		CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: 5 * time.Second, EvidenceTimeout: 10 * time.Second, Webhook: true,
+		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour,
+	}
 }
 
 // NewScheme returns a scheme with the Kubernetes and Carousel types.
@@ -57,15 +66,25 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	managedClusters := &managed.Reconciler{
+		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Clock: clk,
+		CSRControllers: opts.CSRControllers, CSRMaxDuration: opts.CSRMaxDuration, Metrics: managed.NewMetrics(metrics.Registry),
+	}
+	if err := managedClusters.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	r := &clustercontroller.Reconciler{
-		Client:          mgr.GetClient(),
-		Clock:           clk,
-		Recorder:        mgr.GetEventRecorder("carousel-controller-manager"),
-		Evidence:        evidence.Checker{Timeout: opts.EvidenceTimeout},
-		WorkerRollouts:  map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: clustercontroller.ManualRollout{}},
-		CAExpiryWarning: opts.CAExpiryWarning,
-		EvidenceRetry:   opts.EvidenceRetry,
-		Metrics:         clustercontroller.NewMetrics(metrics.Registry),
+		Client:   mgr.GetClient(),
+		Clock:    clk,
+		Recorder: mgr.GetEventRecorder("carousel-controller-manager"),
+		Evidence: evidence.Checker{Timeout: opts.EvidenceTimeout},
+		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{
+			v1alpha1.RolloutManual:  clustercontroller.ManualRollout{},
+			v1alpha1.RolloutInPlace: &managed.InPlaceRollout{Managed: managedClusters, Management: mgr.GetClient()},
+		},
+		CAExpiryWarning:     opts.CAExpiryWarning,
+		ManagedPollInterval: opts.ManagedPollInterval,
+		Metrics:             clustercontroller.NewMetrics(metrics.Registry),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

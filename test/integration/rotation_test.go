@@ -163,7 +163,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		var direct atomic.Int64
 		r := &clustercontroller.Reconciler{
 			Client: countingClient{Client: k8s, writes: &direct, budget: -1}, Clock: clock.RealClock{},
-			CAExpiryWarning: 30 * 24 * time.Hour, EvidenceRetry: time.Second,
+			CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: time.Second,
 		}
 		keys := pki.KeysGenerated()
 		for range 3 {
@@ -423,7 +423,7 @@ var _ = Describe("Crash safety", func() {
 				var n atomic.Int64
 				r := &clustercontroller.Reconciler{
 					Client: countingClient{Client: k8s, writes: &n, budget: budget}, Clock: clock.RealClock{},
-					Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, EvidenceRetry: time.Millisecond,
+					Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, ManagedPollInterval: time.Millisecond,
 					WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: clustercontroller.ManualRollout{}},
 				}
 				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
@@ -510,7 +510,7 @@ var _ = Describe("Renewal and expiry, on a fake clock", func() {
 		var writes atomic.Int64
 		r := &clustercontroller.Reconciler{
 			Client: countingClient{Client: k8s, writes: &writes, budget: -1}, Clock: fakeClock, Recorder: events.NewFakeRecorder(100),
-			CAExpiryWarning: 30 * 24 * time.Hour, EvidenceRetry: time.Second,
+			CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: time.Second,
 		}
 		reconcile := func() ctrl.Result {
 			GinkgoHelper()

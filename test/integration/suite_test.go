@@ -185,7 +185,7 @@ func startControllers(namespace string, writes *atomic.Int64) ctrl.Manager {
 	Expect(err).NotTo(HaveOccurred())
 	opts := operator.DefaultOptions()
 	opts.Webhook = false
-	opts.EvidenceRetry = 200 * time.Millisecond
+	opts.ManagedPollInterval = 200 * time.Millisecond
 	Expect(operator.Setup(mgr, opts)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

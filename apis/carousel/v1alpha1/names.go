@@ -74,3 +74,21 @@ func CARoles() []CARole {
 		CARoleFrontProxy, CARoleMetricsServer, CARoleVPN,
 	}
 }
+
+// Annotations on a managed cluster's Node through which Carousel and the node
+// agent carry out an in-place worker rollout.
+const (
+	// AnnotationRenewCredentials is set by Carousel: the node agent fetches the
+	// current trust bundle and renews its client certificate, once per value.
+	AnnotationRenewCredentials = "carousel.dev/renew-credentials"
+	// AnnotationCredentialsRenewed is set by the node agent to the
+	// AnnotationRenewCredentials value it carried out.
+	AnnotationCredentialsRenewed = "carousel.dev/credentials-renewed"
+	// AnnotationClientCertificateIssuer is set by the node agent: the hex
+	// authority key identifier of its client certificate, so that Carousel
+	// observes which client CA signed it.
+	AnnotationClientCertificateIssuer = "carousel.dev/client-certificate-issuer"
+	// AnnotationTrustBundle is set by the node agent: the hex SHA-256 of the
+	// trust bundle it now uses for the API server.
+	AnnotationTrustBundle = "carousel.dev/trust-bundle"
+)

@@ -43,9 +43,11 @@ type Reconciler struct {
 	// CAExpiryWarning is how long before a CA expires the CAExpiringSoon
 	// condition turns True.
 	CAExpiryWarning time.Duration
-	// EvidenceRetry is how soon a phase that waits for evidence looks again.
-	EvidenceRetry time.Duration
-	Metrics       *Metrics
+	// ManagedPollInterval is how soon a phase that waits on the managed
+	// cluster (its API server's evidence, its nodes) looks again: changes
+	// there raise no event in the management cluster.
+	ManagedPollInterval time.Duration
+	Metrics             *Metrics
 }
 
 // Reconcile brings one Cluster's credentials to the state its phase requires.
@@ -161,8 +163,8 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 	r.Metrics.observe(c, cas, objs)
 
 	result := ctrl.Result{RequeueAfter: certFacts.nextRenewal.Sub(r.Clock.Now())}
-	if wait != nil && wait.Reason == rotation.ReasonWaitingForEvidence {
-		result.RequeueAfter = r.EvidenceRetry
+	if wait != nil && (wait.Reason == rotation.ReasonWaitingForEvidence || wait.Reason == rotation.ReasonWaitingForWorkers) {
+		result.RequeueAfter = r.ManagedPollInterval
 	}
 	return result, nil
 }

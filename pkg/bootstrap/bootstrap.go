@@ -1,0 +1,174 @@
+// Package bootstrap builds the objects of kubelet TLS bootstrapping that
+// Carousel keeps in a managed cluster: bootstrap tokens, the RBAC bindings of
+// the flow, and the published cluster-info. The functions are pure; the
+// managed-cluster controller writes what they return.
+package bootstrap
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// LabelToken marks, in the managed cluster, the bootstrap-token Secrets
+// Carousel issued; its value is the Cluster's name.
+const LabelToken = "carousel.dev/bootstrap-token"
+
+// Group is the extra group of a Cluster's bootstrap tokens; the approver
+// approves first-bootstrap CSRs only from users in it.
+func Group(cluster string) string { return "system:bootstrappers:carousel:" + cluster }
+
+// Token is a bootstrap token: "<id>.<secret>".
+type Token struct {
+	ID, Secret string
+	Expires    time.Time
+}
+
+// String is the token as a kubeconfig or kubelet expects it.
+func (t Token) String() string { return bootstraputil.TokenFromIDAndSecret(t.ID, t.Secret) }
+
+// NewToken generates a token that expires ttl after now.
+func NewToken(ttl time.Duration, now time.Time) (Token, error) {
+	raw, err := bootstraputil.GenerateBootstrapToken()
+	if err != nil {
+		return Token{}, err
+	}
+	id, secret := raw[:bootstrapapi.BootstrapTokenIDBytes], raw[bootstrapapi.BootstrapTokenIDBytes+1:]
+	return Token{ID: id, Secret: secret, Expires: now.Add(ttl).UTC().Truncate(time.Second)}, nil
+}
+
+// TokenSecret is the kube-system Secret that makes the API server accept the token.
+func TokenSecret(cluster string, t Token) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(t.ID),
+			Labels: map[string]string{LabelToken: cluster},
+		},
+		Type: bootstrapapi.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			bootstrapapi.BootstrapTokenIDKey:               t.ID,
+			bootstrapapi.BootstrapTokenSecretKey:           t.Secret,
+			bootstrapapi.BootstrapTokenExpirationKey:       t.Expires.Format(time.RFC3339),
+			bootstrapapi.BootstrapTokenDescriptionKey:      "kubelet bootstrap token issued by Carousel for cluster " + cluster,
+			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
+			bootstrapapi.BootstrapTokenExtraGroupsKey:      Group(cluster),
+		},
+	}
+}
+
+// ParseTokenSecret reads a bootstrap-token Secret.
+func ParseTokenSecret(s *corev1.Secret) (Token, error) {
+	t := Token{ID: string(s.Data[bootstrapapi.BootstrapTokenIDKey]), Secret: string(s.Data[bootstrapapi.BootstrapTokenSecretKey])}
+	if !bootstraputil.IsValidBootstrapToken(t.String()) {
+		return Token{}, fmt.Errorf("secret %s does not hold a valid bootstrap token", s.Name)
+	}
+	expires, err := time.Parse(time.RFC3339, string(s.Data[bootstrapapi.BootstrapTokenExpirationKey]))
+	if err != nil {
+		return Token{}, fmt.Errorf("secret %s: expiration: %w", s.Name, err)
+	}
+	t.Expires = expires
+	return t, nil
+}
+
+// TokenPlan says which tokens to delete (expired) and whether to create a new
+// one: when none has more than a third of ttl left.
+func TokenPlan(tokens []Token, ttl time.Duration, now time.Time) (expired []Token, create bool) {
+	create = true
+	for _, t := range tokens {
+		if !now.Before(t.Expires) {
+			expired = append(expired, t)
+			continue
+		}
+		if t.Expires.Sub(now) > ttl/3 {
+			create = false
+		}
+	}
+	return expired, create
+}
+
+// Newest returns the token that expires last, or false.
+func Newest(tokens []Token, now time.Time) (Token, bool) {
+	live := slices.DeleteFunc(slices.Clone(tokens), func(t Token) bool { return !now.Before(t.Expires) })
+	if len(live) == 0 {
+		return Token{}, false
+	}
+	return slices.MaxFunc(live, func(a, b Token) int { return a.Expires.Compare(b.Expires) }), true
+}
+
+// Names of the RBAC objects Carousel keeps in a managed cluster.
+const (
+	BindingNodeBootstrapper = "carousel:kubelet-bootstrap"
+	BindingNodeClient       = "carousel:node-autoapprove-bootstrap"
+	BindingSelfNodeClient   = "carousel:node-autoapprove-certificate-rotation"
+	ClusterInfoRole         = "carousel:bootstrap-signer-clusterinfo"
+)
+
+// RBAC returns the bindings of the TLS-bootstrapping flow: Carousel's
+// bootstrappers may create CSRs and ask for node client certificates, nodes
+// may renew their own, and anyone may read kube-public/cluster-info.
+func RBAC(cluster string) []client.Object {
+	bootstrappers := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: Group(cluster)}}
+	binding := func(name, role string, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+		return &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   subjects,
+		}
+	}
+	return []client.Object{
+		binding(BindingNodeBootstrapper, "system:node-bootstrapper", bootstrappers),
+		binding(BindingNodeClient, "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrappers),
+		binding(BindingSelfNodeClient, "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+			[]rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}}),
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: ClusterInfoRole},
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"},
+				ResourceNames: []string{bootstrapapi.ConfigMapClusterInfo},
+			}},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: ClusterInfoRole},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ClusterInfoRole},
+			Subjects: []rbacv1.Subject{
+				{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "system:anonymous"},
+				{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"},
+			},
+		},
+	}
+}
+
+// ClusterInfo is kube-public/cluster-info: a kubeconfig with the API server's
+// address and the cluster's current trust bundle, and no credentials.
+func ClusterInfo(server string, caBundle []byte) (*corev1.ConfigMap, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[""] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caBundle}
+	kubeconfig, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo},
+		Data:       map[string]string{bootstrapapi.KubeConfigKey: string(kubeconfig)},
+	}, nil
+}
+
+// Kubeconfig is the bootstrap kubeconfig a node starts with: the API server,
+// the trust bundle, and the token.
+func Kubeconfig(server string, caBundle []byte, t Token) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["default"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caBundle}
+	cfg.AuthInfos["kubelet-bootstrap"] = &clientcmdapi.AuthInfo{Token: t.String()}
+	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "default", AuthInfo: "kubelet-bootstrap"}
+	cfg.CurrentContext = "default"
+	return clientcmd.Write(*cfg)
+}

@@ -1,0 +1,69 @@
+package managed
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/csr"
+	"github.com/carousel-dev/carousel/pkg/promutil"
+)
+
+// Metrics are the Prometheus metrics of the kubelet CSR controllers. A nil
+// *Metrics records nothing.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	signings  *prometheus.CounterVec
+	failures  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	return &Metrics{
+		decisions: promutil.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carousel_csr_decisions_total",
+			Help: "Kubelet CSRs Carousel approved or denied, by verdict and reason.",
+		}, []string{"namespace", "cluster", "signer", "verdict", "reason"})),
+		signings: promutil.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carousel_csr_signed_total",
+			Help: "Kubelet CSRs Carousel signed.",
+		}, []string{"namespace", "cluster", "signer"})),
+		failures: promutil.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carousel_csr_signing_failures_total",
+			Help: "Approved kubelet CSRs Carousel marked Failed because it could not sign them.",
+		}, []string{"namespace", "cluster", "signer"})),
+		latency: promutil.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "carousel_csr_approval_to_signing_seconds",
+			Help:    "Time from a kubelet CSR's approval to its certificate.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"signer"})),
+	}
+}
+
+func (m *Metrics) decided(c *v1alpha1.Cluster, signer string, d csr.Decision) {
+	if m == nil || d.Verdict == csr.Ignore {
+		return
+	}
+	m.decisions.WithLabelValues(c.Namespace, c.Name, signer, string(d.Verdict), d.Reason).Inc()
+}
+
+func (m *Metrics) failed(c *v1alpha1.Cluster, signer string) {
+	if m != nil {
+		m.failures.WithLabelValues(c.Namespace, c.Name, signer).Inc()
+	}
+}
+
+// signed counts a signed CSR and, when Carousel saw its approval, the time
+// from approval to certificate.
+func (m *Metrics) signed(c *v1alpha1.Cluster, obj *certificatesv1.CertificateSigningRequest, approvedAt time.Time, now time.Time) {
+	if m == nil {
+		return
+	}
+	m.signings.WithLabelValues(c.Namespace, c.Name, obj.Spec.SignerName).Inc()
+	if !approvedAt.IsZero() {
+		m.latency.WithLabelValues(obj.Spec.SignerName).Observe(now.Sub(approvedAt).Seconds())
+	}
+}

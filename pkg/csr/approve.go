@@ -1,0 +1,207 @@
+// Package csr approves and signs kubelet certificate signing requests in a
+// managed cluster: the decisions are pure functions of the request and of
+// what the cluster knows; the controller carries them out.
+package csr
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// Group and user names of the TLS-bootstrapping flow.
+const (
+	NodesGroup          = "system:nodes"
+	NodeUserPrefix      = "system:node:"
+	BootstrapUserPrefix = "system:bootstrap:"
+)
+
+// Verdict is what the approver does with a request.
+type Verdict string
+
+const (
+	// Approve the request.
+	Approve Verdict = "Approve"
+	// Deny a request that is clearly wrong for its signer.
+	Deny Verdict = "Deny"
+	// Ignore a request that is not Carousel's to decide (another requester,
+	// another signer, or manual approval): it stays pending for an administrator.
+	Ignore Verdict = "Ignore"
+)
+
+// Decision is a verdict with a machine-readable reason and a message.
+type Decision struct {
+	Verdict Verdict
+	Reason  string
+	Message string
+}
+
+// Policy is what the approver knows about the cluster.
+type Policy struct {
+	// BootstrapGroup is the extra group of Carousel's bootstrap tokens.
+	BootstrapGroup string
+	// IsCarouselToken reports whether a bootstrap token ID is one Carousel issued.
+	IsCarouselToken func(tokenID string) bool
+	// AutoApproveClient and AutoApproveServing follow the Cluster's CSR approval policy.
+	AutoApproveClient, AutoApproveServing bool
+	// NodeAddresses returns the addresses of a Node, or false when it does not exist.
+	NodeAddresses func(node string) ([]string, bool)
+}
+
+// Reasons of denials and of the approval condition.
+const (
+	ReasonApproved         = "CarouselApproved"
+	ReasonBadRequest       = "CarouselInvalidRequest"
+	ReasonBadSubject       = "CarouselInvalidSubject"
+	ReasonBadUsages        = "CarouselInvalidUsages"
+	ReasonUnexpectedSANs   = "CarouselUnexpectedSANs"
+	ReasonUnsupportedKey   = "CarouselUnsupportedKey"
+	ReasonIdentityMismatch = "CarouselIdentityMismatch"
+)
+
+// Decide decides about one CSR. It never approves what it cannot attribute
+// to Carousel's own bootstrap tokens or to a node renewing its own identity,
+// and with manual approval it leaves every request of that kind, good or
+// bad, to the administrator.
+func Decide(req *certificatesv1.CertificateSigningRequest, p Policy) Decision {
+	switch req.Spec.SignerName {
+	case certificatesv1.KubeAPIServerClientKubeletSignerName:
+		return decideClient(req, p)
+	case certificatesv1.KubeletServingSignerName:
+		return decideServing(req, p)
+	}
+	return Decision{Verdict: Ignore, Reason: "OtherSigner", Message: "not a kubelet signer"}
+}
+
+func decideClient(req *certificatesv1.CertificateSigningRequest, p Policy) Decision {
+	if !p.AutoApproveClient {
+		return Decision{Verdict: Ignore, Reason: "ManualApproval", Message: "client CSRs are approved by an administrator for this cluster"}
+	}
+	parsed, d := parse(req)
+	if parsed == nil {
+		return d
+	}
+	cn := parsed.Subject.CommonName
+	switch {
+	case !slices.Equal(parsed.Subject.Organization, []string{NodesGroup}):
+		return deny(ReasonBadSubject, "the organization must be exactly %q, got %q", NodesGroup, parsed.Subject.Organization)
+	case !strings.HasPrefix(cn, NodeUserPrefix) || len(cn) == len(NodeUserPrefix):
+		return deny(ReasonBadSubject, "the common name must be %s<node name>, got %q", NodeUserPrefix, cn)
+	case hasSANs(parsed):
+		return deny(ReasonUnexpectedSANs, "a kubelet client certificate carries no subject alternative names")
+	}
+	if msg := checkUsages(req.Spec.Usages, parsed, certificatesv1.UsageClientAuth); msg != "" {
+		return deny(ReasonBadUsages, "%s", msg)
+	}
+	if _, err := pki.AlgorithmOf(parsed.PublicKey); err != nil {
+		return deny(ReasonUnsupportedKey, "%v", err)
+	}
+	switch {
+	case strings.HasPrefix(req.Spec.Username, BootstrapUserPrefix):
+		tokenID := strings.TrimPrefix(req.Spec.Username, BootstrapUserPrefix)
+		if !slices.Contains(req.Spec.Groups, p.BootstrapGroup) || p.IsCarouselToken == nil || !p.IsCarouselToken(tokenID) {
+			return Decision{Verdict: Ignore, Reason: "ForeignBootstrapToken", Message: "not requested with one of Carousel's bootstrap tokens"}
+		}
+		return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "first bootstrap with a Carousel bootstrap token"}
+	case req.Spec.Username == cn && slices.Contains(req.Spec.Groups, NodesGroup):
+		return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "node renewing its own client certificate"}
+	case strings.HasPrefix(req.Spec.Username, NodeUserPrefix):
+		return deny(ReasonIdentityMismatch, "node %q may not request a certificate for %q", req.Spec.Username, cn)
+	}
+	return Decision{Verdict: Ignore, Reason: "OtherRequester", Message: "requested by neither a Carousel bootstrap token nor the node itself"}
+}
+
+func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Decision {
+	if !p.AutoApproveServing {
+		return Decision{Verdict: Ignore, Reason: "ManualApproval", Message: "serving CSRs are approved by an administrator unless the Cluster opts in"}
+	}
+	parsed, d := parse(req)
+	if parsed == nil {
+		return d
+	}
+	cn := parsed.Subject.CommonName
+	switch {
+	case !slices.Equal(parsed.Subject.Organization, []string{NodesGroup}) || !strings.HasPrefix(cn, NodeUserPrefix):
+		return deny(ReasonBadSubject, "the subject must be O=%s, CN=%s<node name>", NodesGroup, NodeUserPrefix)
+	case req.Spec.Username != cn || !slices.Contains(req.Spec.Groups, NodesGroup):
+		return deny(ReasonIdentityMismatch, "only node %q itself may request its serving certificate", cn)
+	case len(parsed.EmailAddresses) > 0 || len(parsed.URIs) > 0:
+		return deny(ReasonUnexpectedSANs, "a kubelet serving certificate has only DNS and IP SANs")
+	case len(parsed.DNSNames) == 0 && len(parsed.IPAddresses) == 0:
+		return deny(ReasonUnexpectedSANs, "a kubelet serving certificate needs at least one DNS or IP SAN")
+	}
+	if msg := checkUsages(req.Spec.Usages, parsed, certificatesv1.UsageServerAuth); msg != "" {
+		return deny(ReasonBadUsages, "%s", msg)
+	}
+	if _, err := pki.AlgorithmOf(parsed.PublicKey); err != nil {
+		return deny(ReasonUnsupportedKey, "%v", err)
+	}
+	node := strings.TrimPrefix(cn, NodeUserPrefix)
+	addresses, ok := p.NodeAddresses(node)
+	if !ok {
+		return Decision{Verdict: Ignore, Reason: "UnknownNode", Message: fmt.Sprintf("node %q is not registered yet", node)}
+	}
+	for _, san := range append(append([]string{}, parsed.DNSNames...), ipStrings(parsed.IPAddresses)...) {
+		if !slices.Contains(addresses, san) {
+			return deny(ReasonUnexpectedSANs, "%q is not an address of node %q", san, node)
+		}
+	}
+	return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "every SAN is an address of the node"}
+}
+
+// parse decodes the PEM request and checks its signature.
+func parse(req *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, Decision) {
+	block, _ := pem.Decode(req.Spec.Request)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, deny(ReasonBadRequest, "spec.request is not a PEM CERTIFICATE REQUEST")
+	}
+	parsed, err := x509.ParseCertificateRequest(block.Bytes)
+	if err == nil {
+		err = parsed.CheckSignature()
+	}
+	if err != nil {
+		return nil, deny(ReasonBadRequest, "invalid certificate request: %v", err)
+	}
+	return parsed, Decision{}
+}
+
+// checkUsages requires the one extended usage, allows digital signature and,
+// for RSA keys, key encipherment, and refuses everything else.
+func checkUsages(usages []certificatesv1.KeyUsage, parsed *x509.CertificateRequest, required certificatesv1.KeyUsage) string {
+	allowed := []certificatesv1.KeyUsage{required, certificatesv1.UsageDigitalSignature}
+	if parsed.PublicKeyAlgorithm == x509.RSA {
+		allowed = append(allowed, certificatesv1.UsageKeyEncipherment)
+	}
+	if !slices.Contains(usages, required) {
+		return fmt.Sprintf("the usages must include %q", required)
+	}
+	for _, u := range usages {
+		if !slices.Contains(allowed, u) {
+			return fmt.Sprintf("usage %q is not allowed; allowed: %v", u, allowed)
+		}
+	}
+	return ""
+}
+
+func hasSANs(r *x509.CertificateRequest) bool {
+	return len(r.DNSNames)+len(r.IPAddresses)+len(r.EmailAddresses)+len(r.URIs) > 0
+}
+
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out
+}
+
+func deny(reason, format string, args ...any) Decision {
+	return Decision{Verdict: Deny, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}

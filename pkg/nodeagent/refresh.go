@@ -1,0 +1,56 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+)
+
+// RefreshCSRName is the name of the CSR `refresh-certs run --seed` creates,
+// so that `refresh-certs plan` can name it before anything happens.
+func RefreshCSRName(node, seed string) string { return "node-csr-refresh-" + node + "-" + seed }
+
+// Plan prints, without side effects, the CSRs a refresh with this seed will
+// create and how to approve them.
+func Plan(w io.Writer, node, seed string, ttl, timeout time.Duration) {
+	name := RefreshCSRName(node, seed)
+	_, _ = fmt.Fprintf(w, "refresh-certs run --seed %s will create, for node %s:\n", seed, node)
+	_, _ = fmt.Fprintf(w, "  CSR %s  signer %s  client certificate valid %s\n", name, certificatesv1.KubeAPIServerClientKubeletSignerName, ttl)
+	_, _ = fmt.Fprintf(w, "If the cluster does not approve it automatically, approve it with:\n  kubectl certificate approve %s\n", name)
+	_, _ = fmt.Fprintf(w, "Run:\n  carousel-node-agent refresh-certs run --seed %s --ttl %s --timeout %s\n", seed, ttl, timeout)
+}
+
+// Refresh requests a new client certificate now, with the current
+// credentials, as the CSR RefreshCSRName(node, seed), and waits at most
+// timeout for it. A denied, failed or unanswered CSR is an error that says so.
+func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Duration) error {
+	kp, err := m.store.Current()
+	if err != nil {
+		return err
+	}
+	if kp == nil {
+		return errors.New("no client certificate yet: run the agent first so that it bootstraps")
+	}
+	server, ca, err := m.serverAndCA()
+	if err != nil {
+		return err
+	}
+	if err := m.use(kp, server, ca); err != nil {
+		return err
+	}
+	name := RefreshCSRName(m.cfg.NodeName, seed)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err = m.renewWith(ctx, m.Client(), server, ca, name, ttl)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("timed out after %s waiting for CSR %s to be approved and signed; approve it with: kubectl certificate approve %s", timeout, name, name)
+	case errors.Is(err, ErrDenied), errors.Is(err, ErrFailed):
+		return fmt.Errorf("refresh failed: %w", err)
+	}
+	return err
+}

@@ -1,0 +1,147 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// ErrDenied and ErrFailed say how a CSR ended without a certificate.
+var (
+	ErrDenied = errors.New("denied")
+	ErrFailed = errors.New("failed")
+)
+
+// CSRName names the CSR of a node's key: a digest of the public key and the
+// node name, so a restarted agent finds and waits on the CSR it created.
+func CSRName(node string, pub crypto.PublicKey) (string, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(append(append(der, 0), node...))
+	return "node-csr-" + hex.EncodeToString(sum[:16]), nil
+}
+
+// ClientCSR is the request for a node's client certificate.
+func ClientCSR(name, node string, key crypto.Signer, duration time.Duration) (*certificatesv1.CertificateSigningRequest, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+	}, key)
+	if err != nil {
+		return nil, err
+	}
+	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
+	csr := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     usages,
+		},
+	}
+	if duration > 0 {
+		csr.Spec.ExpirationSeconds = ptr.To(int32(duration.Seconds()))
+	}
+	return csr, nil
+}
+
+// RequestCertificate creates the CSR (or finds the one a previous run
+// created for the same key) and waits until it is issued, denied or failed,
+// or ctx ends.
+func RequestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) ([]byte, error) {
+	api := cs.CertificatesV1().CertificateSigningRequests()
+	created, err := api.Create(ctx, csr, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = api.Get(ctx, csr.Name, metav1.GetOptions{})
+		if err == nil {
+			err = sameKey(created, key)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CSR %s: %w", csr.Name, err)
+	}
+	return WaitForCertificate(ctx, cs, created)
+}
+
+// sameKey checks that an existing CSR asks for our key.
+func sameKey(csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) error {
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return errors.New("the existing CSR holds no request")
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return err
+	}
+	if eq, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !eq.Equal(req.PublicKey) {
+		return errors.New("an existing CSR of that name is for another key")
+	}
+	return nil
+}
+
+// WaitForCertificate watches a CSR until it has a certificate (returned as
+// PEM), or is denied or failed.
+func WaitForCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest) ([]byte, error) {
+	api := cs.CertificatesV1().CertificateSigningRequests()
+	name := csr.Name
+	for {
+		if cert, done, err := outcome(csr); done {
+			return cert, err
+		}
+		w, err := api.Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", csr.Name).String(), ResourceVersion: csr.ResourceVersion,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("watching CSR %s: %w", csr.Name, err)
+		}
+		for ev := range w.ResultChan() {
+			if obj, ok := ev.Object.(*certificatesv1.CertificateSigningRequest); ok && ev.Type != watch.Deleted {
+				csr = obj
+				if cert, done, err := outcome(csr); done {
+					w.Stop()
+					return cert, err
+				}
+			}
+		}
+		w.Stop()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("waiting for CSR %s to be approved and signed: %w", name, err)
+		}
+		// The watch ended (timeout, a restarted API server): read again and resume.
+		if csr, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return nil, fmt.Errorf("CSR %s: %w", name, err)
+		}
+	}
+}
+
+func outcome(csr *certificatesv1.CertificateSigningRequest) ([]byte, bool, error) {
+	for _, c := range csr.Status.Conditions {
+		switch c.Type {
+		case certificatesv1.CertificateDenied:
+			return nil, true, fmt.Errorf("CSR %s %w: %s: %s", csr.Name, ErrDenied, c.Reason, c.Message)
+		case certificatesv1.CertificateFailed:
+			return nil, true, fmt.Errorf("CSR %s %w: %s: %s", csr.Name, ErrFailed, c.Reason, c.Message)
+		}
+	}
+	if len(csr.Status.Certificate) > 0 {
+		return csr.Status.Certificate, true, nil
+	}
+	return nil, false, nil
+}

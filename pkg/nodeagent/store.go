@@ -1,0 +1,170 @@
+// Package nodeagent is the node side of kubelet TLS bootstrapping (KEP-266):
+// a crash-safe certificate store, a certificate manager that bootstraps with
+// a bootstrap token and rotates before expiry, and the Node agent that acts
+// for the kubelet (registration, heartbeat) and carries out in-place
+// credential renewals during a CA rotation.
+package nodeagent
+
+import (
+	"crypto"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// File names in the certificate directory, as the kubelet names them.
+const (
+	currentFile    = "kubelet-client-current.pem"
+	pendingKeyFile = "kubelet-client-pending.key"
+	pairPrefix     = "kubelet-client-"
+	timeLayout     = "2006-01-02-15-04-05"
+)
+
+// Store keeps the node's client key pairs in a directory. Every step is
+// atomic (write a temporary file, sync, rename), so a process killed between
+// any two steps leaves either the old state or the new one:
+//
+//  1. a key is generated once and kept as the pending key until a certificate
+//     for it is issued, so a restart asks for the same key (and CSR) again;
+//  2. the issued pair is written as kubelet-client-<timestamp>.pem;
+//  3. kubelet-client-current.pem, a symlink, is swapped to point at it;
+//  4. the pending key is removed.
+type Store struct {
+	Dir string
+}
+
+// CurrentPath is the path consumers (the kubeconfig) use for the pair.
+func (s *Store) CurrentPath() string { return filepath.Join(s.Dir, currentFile) }
+
+// Current returns the current key pair, or nil when there is none.
+func (s *Store) Current() (*pki.KeyPair, error) {
+	data, err := os.ReadFile(s.CurrentPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	kp, err := parsePair(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.CurrentPath(), err)
+	}
+	return kp, nil
+}
+
+// parsePair parses a file holding the certificate block(s) and then the key
+// block, as the kubelet writes them.
+func parsePair(data []byte) (*pki.KeyPair, error) {
+	var certs, key []byte
+	for rest := data; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			certs = append(certs, pem.EncodeToMemory(block)...)
+		} else {
+			key = append(key, pem.EncodeToMemory(block)...)
+		}
+	}
+	return pki.ParseKeyPair(certs, key)
+}
+
+// PendingKey returns the key waiting for a certificate, generating and
+// persisting one of alg when there is none.
+func (s *Store) PendingKey(alg pki.KeyAlgorithm) (crypto.Signer, error) {
+	path := filepath.Join(s.Dir, pendingKeyFile)
+	if data, err := os.ReadFile(path); err == nil {
+		if key, err := pki.ParsePrivateKey(data); err == nil {
+			return key, nil
+		}
+		// A corrupt pending key carries no state worth keeping: no
+		// certificate was ever issued for it.
+	}
+	key, err := pki.GenerateKey(alg)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := pki.EncodePrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(path, keyPEM); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// Update stores an issued certificate for the pending key and makes it current.
+func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.KeyPair, error) {
+	keyPEM, err := pki.EncodePrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	pairPEM := append(append([]byte{}, certPEM...), keyPEM...)
+	kp, err := parsePair(pairPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the issued certificate does not match the pending key: %w", err)
+	}
+	name := pairPrefix + now.UTC().Format(timeLayout) + ".pem"
+	if err := writeAtomic(filepath.Join(s.Dir, name), pairPEM); err != nil {
+		return nil, err
+	}
+	tmpLink := filepath.Join(s.Dir, "."+currentFile+".tmp")
+	_ = os.Remove(tmpLink)
+	if err := os.Symlink(name, tmpLink); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmpLink, s.CurrentPath()); err != nil {
+		return nil, err
+	}
+	if err := syncDir(s.Dir); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(filepath.Join(s.Dir, pendingKeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return kp, nil
+}
+
+// writeAtomic writes data to path through a synced temporary file and a rename.
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	return d.Sync()
+}

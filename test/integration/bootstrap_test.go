@@ -1,0 +1,258 @@
+package integration
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/controller/managed"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/nodeagent"
+	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/test/framework"
+)
+
+var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's certificates", Ordered, func() {
+	var (
+		c        *v1alpha1.Cluster
+		key      client.ObjectKey
+		admin    kubernetes.Interface
+		agentDir string
+		agent    *nodeagent.Manager
+		agentCtx context.Context // the agent's background work runs until the container ends
+		writes   atomic.Int64
+	)
+	const nodeName = "worker-1"
+
+	BeforeAll(func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		startControllers(ns, &writes)
+		port, err := framework.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port}
+		c = &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "managed"},
+			Spec: v1alpha1.ClusterSpec{
+				KubernetesVersion: "1.36.3",
+				ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()},
+				Workers:           []v1alpha1.WorkerPool{{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace}},
+			},
+		}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		key = client.ObjectKeyFromObject(c)
+		c = waitForReady(ctx, key)
+
+		platform := &framework.Platform{Client: k8s, Cluster: c, ControlPlane: cp, Logf: stderrf}
+		Expect(platform.CreateWorkloads(ctx)).To(Succeed())
+		Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
+		Expect(cp.Start(ctx)).To(Succeed())
+		DeferCleanup(cp.Stop)
+		platformCtx, stopPlatform := context.WithCancel(context.Background())
+		DeferCleanup(stopPlatform)
+		go platform.Run(platformCtx, 100*time.Millisecond)
+		Eventually(platform.Settled).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "Carousel rolls the control plane once it sees it")
+		var stopAgent context.CancelFunc
+		agentCtx, stopAgent = context.WithCancel(context.Background())
+		DeferCleanup(stopAgent)
+
+		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
+		Expect(err).NotTo(HaveOccurred())
+		admin = kubernetes.NewForConfigOrDie(cfg)
+		agentDir = GinkgoT().TempDir()
+	})
+
+	It("publishes the bootstrap RBAC, cluster-info and a bootstrap token", func(ctx SpecContext) {
+		Eventually(func(g Gomega) {
+			s := &corev1.Secret{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: managed.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
+			g.Expect(os.WriteFile(filepath.Join(agentDir, "bootstrap-kubeconfig"), s.Data[v1alpha1.DataKeyKubeconfig], 0o600)).To(Succeed())
+		}).WithTimeout(time.Minute).Should(Succeed())
+
+		tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tokens.Items).To(HaveLen(1))
+		Expect(tokens.Items[0].Type).To(Equal(bootstrapapi.SecretTypeBootstrapToken))
+		Expect(string(tokens.Items[0].Data[bootstrapapi.BootstrapTokenExtraGroupsKey])).To(Equal(bootstrap.Group(c.Name)))
+
+		info, err := admin.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		kc, err := clientcmd.Load([]byte(info.Data[bootstrapapi.KubeConfigKey]))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kc.Clusters[""].CertificateAuthorityData).To(Equal(loadBundle(ctx, c, v1alpha1.CARoleCluster).PEM()))
+
+		for _, name := range []string{bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient} {
+			_, err := admin.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred(), name)
+		}
+		_, err = admin.RbacV1().RoleBindings(metav1.NamespacePublic).Get(ctx, bootstrap.ClusterInfoRole, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("lets an agent bootstrap with the token, then work and renew as system:node:<name>", func(ctx SpecContext) {
+		agent = nodeagent.NewManager(nodeagent.Config{
+			NodeName: nodeName, CertDir: filepath.Join(agentDir, "pki"),
+			KubeconfigPath: filepath.Join(agentDir, "kubeconfig"), BootstrapKubeconfigPath: filepath.Join(agentDir, "bootstrap-kubeconfig"),
+			Clock: clock.RealClock{}, StartupTimeout: time.Minute,
+		})
+		Expect(agent.Start(ctx)).To(Succeed())
+		first := agent.Current().Cert
+		Expect(first.Subject.CommonName).To(Equal("system:node:" + nodeName))
+		clientCA := loadCAs(ctx, c)[v1alpha1.CARoleClient].Current.Cert
+		Expect(pki.Verify(first, pki.NewBundle(clientCA), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
+
+		By("keeping the pair in kubelet-client-current.pem, a symlink to a timestamped file")
+		target, err := os.Readlink(filepath.Join(agentDir, "pki", "kubelet-client-current.pem"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(target).To(MatchRegexp(`^kubelet-client-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}\.pem$`))
+
+		By("acting as the node: register, heartbeat")
+		node := &nodeagent.Node{Manager: agent, Pool: "pool-a", Address: "127.0.0.1", HeartbeatInterval: 10 * time.Second, Logf: stderrf}
+		Expect(node.Register(ctx)).To(Succeed())
+		Eventually(node.Heartbeat).WithContext(ctx).Should(Succeed(), "the platform may be restarting the API server")
+		registered, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(registered.Labels).To(HaveKeyWithValue(v1alpha1.LabelPool, "pool-a"))
+		_, err = admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		go func() { _ = node.WatchRenewals(agentCtx) }()
+
+		By("renewing its own identity")
+		Eventually(agent.Renew).WithContext(ctx).WithArguments([]byte(nil)).Should(Succeed())
+		Expect(agent.Current().Cert.SerialNumber).NotTo(Equal(first.SerialNumber))
+		csrs, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		var reasons []string
+		for _, r := range csrs.Items {
+			for _, cond := range r.Status.Conditions {
+				reasons = append(reasons, cond.Message)
+			}
+		}
+		Expect(reasons).To(ContainElements("first bootstrap with a Carousel bootstrap token", "node renewing its own client certificate"))
+
+		By("restarting on the stored pair without a new CSR")
+		restarted := nodeagent.NewManager(nodeagent.Config{NodeName: nodeName, CertDir: filepath.Join(agentDir, "pki"),
+			KubeconfigPath: filepath.Join(agentDir, "kubeconfig"), BootstrapKubeconfigPath: filepath.Join(agentDir, "bootstrap-kubeconfig"), Clock: clock.RealClock{}})
+		Expect(restarted.Start(ctx)).To(Succeed())
+		Expect(restarted.Current().Cert.Equal(agent.Current().Cert)).To(BeTrue())
+		after, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after.Items).To(HaveLen(len(csrs.Items)))
+	})
+
+	It("denies a clearly bad request with a reason", func(ctx SpecContext) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(agentDir, "bootstrap-kubeconfig"))
+		Expect(err).NotTo(HaveOccurred())
+		bootstrapper := kubernetes.NewForConfigOrDie(cfg)
+		k, err := pki.GenerateKey(pki.ECDSAP256)
+		Expect(err).NotTo(HaveOccurred())
+		csr, err := nodeagent.ClientCSR("sneaky", "worker-2", k, 0)
+		Expect(err).NotTo(HaveOccurred())
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+			Subject: pkix.Name{CommonName: "system:node:worker-2", Organization: []string{"system:masters"}}}, k)
+		Expect(err).NotTo(HaveOccurred())
+		csr.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+		_, err = nodeagent.RequestCertificate(ctx, bootstrapper, csr, k)
+		Expect(err).To(MatchError(nodeagent.ErrDenied))
+		Expect(err).To(MatchError(ContainSubstring(`CarouselInvalidSubject: the organization must be exactly "system:nodes"`)))
+	})
+
+	It("with manual approval: a refresh times out with advice, and an approved request it cannot sign fails", func(ctx SpecContext) {
+		setApproval := func(ctx context.Context, mode v1alpha1.ApprovalMode) {
+			latest := getCluster(ctx, key)
+			latest.Spec.KubeletBootstrap.CSRApproval.Client = mode
+			Expect(k8s.Update(ctx, latest)).To(Succeed())
+		}
+		setApproval(ctx, v1alpha1.ApprovalManual)
+		DeferCleanup(func(ctx SpecContext) { setApproval(ctx, v1alpha1.ApprovalAuto) })
+
+		err := agent.Refresh(ctx, "seed1", time.Hour, 2*time.Second)
+		Expect(err).To(MatchError(ContainSubstring("timed out after 2s waiting for CSR node-csr-refresh-worker-1-seed1 to be approved and signed; " +
+			"approve it with: kubectl certificate approve node-csr-refresh-worker-1-seed1")))
+
+		_, edKey, err := ed25519.GenerateKey(rand.Reader)
+		Expect(err).NotTo(HaveOccurred())
+		csr, err := nodeagent.ClientCSR("unsignable", nodeName, edKey, 0)
+		Expect(err).NotTo(HaveOccurred())
+		created, err := admin.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		created.Status.Conditions = append(created.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "AdminApproved"})
+		_, err = admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, created.Name, created, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = nodeagent.WaitForCertificate(ctx, admin, created)
+		Expect(err).To(MatchError(nodeagent.ErrFailed))
+		Expect(err).To(MatchError(ContainSubstring("CarouselSigningFailed")))
+	})
+
+	It("renews every node in place during a rotation, ending on the new client CA", func(ctx SpecContext) {
+		before := loadCAs(ctx, c)
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		waitForPhaseSlowly(ctx, key, v1alpha1.RotationPrepared)
+		prepared := loadCAs(ctx, c)
+		nodeCert := agent.Current().Cert
+		okOld, okNew := verifiesAgainst(nodeCert, x509.ExtKeyUsageClientAuth, before[v1alpha1.CARoleClient].Current.Cert, prepared[v1alpha1.CARoleClient].Current.Cert)
+		Expect([]bool{okOld, okNew}).To(Equal([]bool{false, true}), "the node's client certificate comes from the new client CA")
+		n, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(n.Annotations[v1alpha1.AnnotationClientCertificateIssuer]).To(Equal(hex.EncodeToString(prepared[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId)))
+		reachable := getCluster(ctx, key)
+		Expect(reachable.Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionControlPlaneReachable),
+			HaveField("Status", metav1.ConditionTrue))), "Prepared was observed: the API server accepted the new client CA")
+
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		waitForPhaseSlowly(ctx, key, v1alpha1.RotationCompleted)
+		kc, err := clientcmd.LoadFromFile(filepath.Join(agentDir, "kubeconfig"))
+		Expect(err).NotTo(HaveOccurred())
+		trust, err := pki.ParseBundle(kc.Clusters["default"].CertificateAuthorityData)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(fingerprints(trust)).To(Equal([]string{pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)}), "the node dropped the old cluster CA")
+		_, err = agent.Client().CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "the node still talks to its API server")
+	})
+})
+
+// stderrf logs with a timestamp to the test's standard error, which go test
+// shows when the package fails.
+func stderrf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
+}
+
+// waitForPhaseSlowly waits for a phase that takes API-server restarts to
+// reach, and shows the rotation condition when it does not come.
+func waitForPhaseSlowly(ctx context.Context, key client.ObjectKey, phase v1alpha1.CARotationPhase) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		c := getCluster(ctx, key)
+		g.Expect(c.CARotationPhase()).To(Equal(phase), "%s", conditionsText(c))
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+func conditionsText(c *v1alpha1.Cluster) string {
+	var out string
+	for _, cond := range c.Status.Conditions {
+		out += fmt.Sprintf("\n  %s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)
+	}
+	return out
+}
