@@ -92,8 +92,18 @@ func (m *Manager) Start(ctx context.Context) error {
 			return m.use(kp, server, ca)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartupTimeout)
+	// The deadline runs on the manager's clock, so tests can step it.
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	deadline := m.cfg.Clock.NewTimer(m.cfg.StartupTimeout)
+	defer deadline.Stop()
+	go func() {
+		select {
+		case <-deadline.C():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var lastErr error
 	for backoff := time.Second; ; backoff = min(2*backoff, maxBackoff) {
 		if lastErr = m.bootstrap(ctx); lastErr == nil {

@@ -37,7 +37,13 @@ const (
 //  4. the pending key is removed.
 type Store struct {
 	Dir string
+
+	// stopAfter, in tests, ends Update after the named step as a killed
+	// process would: the steps are "pair", "link", "swap".
+	stopAfter string
 }
+
+var errStopped = errors.New("stopped after a step (test)")
 
 // CurrentPath is the path consumers (the kubeconfig) use for the pair.
 func (s *Store) CurrentPath() string { return filepath.Join(s.Dir, currentFile) }
@@ -77,15 +83,18 @@ func parsePair(data []byte) (*pki.KeyPair, error) {
 }
 
 // PendingKey returns the key waiting for a certificate, generating and
-// persisting one of alg when there is none.
+// persisting one of alg when there is none. A pending key that the current
+// certificate already belongs to (the process stopped before step 4) is
+// not pending any more: a new one is generated.
 func (s *Store) PendingKey(alg pki.KeyAlgorithm) (crypto.Signer, error) {
 	path := filepath.Join(s.Dir, pendingKeyFile)
 	if data, err := os.ReadFile(path); err == nil {
-		if key, err := pki.ParsePrivateKey(data); err == nil {
-			return key, nil
-		}
+		key, err := pki.ParsePrivateKey(data)
 		// A corrupt pending key carries no state worth keeping: no
 		// certificate was ever issued for it.
+		if err == nil && !s.isCurrentKey(key) {
+			return key, nil
+		}
 	}
 	key, err := pki.GenerateKey(alg)
 	if err != nil {
@@ -99,6 +108,15 @@ func (s *Store) PendingKey(alg pki.KeyAlgorithm) (crypto.Signer, error) {
 		return nil, err
 	}
 	return key, nil
+}
+
+func (s *Store) isCurrentKey(key crypto.Signer) bool {
+	current, err := s.Current()
+	if err != nil || current == nil {
+		return false
+	}
+	eq, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	return ok && eq.Equal(current.Cert.PublicKey)
 }
 
 // Update stores an issued certificate for the pending key and makes it current.
@@ -116,16 +134,25 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 	if err := writeAtomic(filepath.Join(s.Dir, name), pairPEM); err != nil {
 		return nil, err
 	}
+	if s.stopAfter == "pair" {
+		return nil, errStopped
+	}
 	tmpLink := filepath.Join(s.Dir, "."+currentFile+".tmp")
 	_ = os.Remove(tmpLink)
 	if err := os.Symlink(name, tmpLink); err != nil {
 		return nil, err
+	}
+	if s.stopAfter == "link" {
+		return nil, errStopped
 	}
 	if err := os.Rename(tmpLink, s.CurrentPath()); err != nil {
 		return nil, err
 	}
 	if err := syncDir(s.Dir); err != nil {
 		return nil, err
+	}
+	if s.stopAfter == "swap" {
+		return nil, errStopped
 	}
 	if err := os.Remove(filepath.Join(s.Dir, pendingKeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err

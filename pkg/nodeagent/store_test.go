@@ -1,0 +1,118 @@
+package nodeagent
+
+import (
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+var testCA = func() *pki.KeyPair {
+	key, _ := pki.GenerateKey(pki.ECDSAP256)
+	ca, err := pki.NewCA(pki.CATemplate{CommonName: "client-ca", Validity: 24 * time.Hour}, key, time.Now())
+	if err != nil {
+		panic(err)
+	}
+	return ca
+}()
+
+// issue plays the signer for a pending key.
+func issue(t *testing.T, key crypto.Signer) []byte {
+	t.Helper()
+	cert, err := testCA.Issue(pki.LeafTemplate{CommonName: "system:node:w1", Organization: []string{"system:nodes"},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, key.Public(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki.EncodeCertificates(cert)
+}
+
+func samePublicKey(a, b crypto.PublicKey) bool {
+	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && eq.Equal(b)
+}
+
+// TestStoreSurvivesAKillBetweenAnyTwoSteps stops a renewal after each step
+// of Update, as a killed process would, then lets a fresh process (a new
+// Store on the same directory) do what the agent does on start: use the
+// current pair if any, ask again for the pending key's certificate.
+func TestStoreSurvivesAKillBetweenAnyTwoSteps(t *testing.T) {
+	for _, step := range []string{"key", "pair", "link", "swap"} {
+		t.Run("killed after "+step, func(t *testing.T) {
+			dir := t.TempDir()
+			first := &Store{Dir: dir}
+			oldKey, err := first.PendingKey(pki.ECDSAP256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old, err := first.Update(issue(t, oldKey), oldKey, time.Now().Add(-time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			killed := &Store{Dir: dir, stopAfter: step}
+			key, err := killed.PendingKey(pki.ECDSAP256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step != "key" {
+				if _, err := killed.Update(issue(t, key), key, time.Now()); !errors.Is(err, errStopped) {
+					t.Fatalf("Update = %v, want it stopped", err)
+				}
+			}
+
+			restarted := &Store{Dir: dir}
+			current, err := restarted.Current()
+			if err != nil || current == nil {
+				t.Fatalf("no readable current pair after a kill after %s: %v", step, err)
+			}
+			if current.Cert.Equal(old.Cert) {
+				again, err := restarted.PendingKey(pki.ECDSAP256)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !samePublicKey(again.Public(), key.Public()) {
+					t.Fatal("the restarted process asks for another key: its CSR would not be the one it was waiting on")
+				}
+				if _, err := restarted.Update(issue(t, again), again, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			current, _ = restarted.Current()
+			if !samePublicKey(current.Key.Public(), key.Public()) || !samePublicKey(current.Cert.PublicKey, key.Public()) {
+				t.Fatal("the current pair is not the renewed key with its certificate")
+			}
+			next, err := restarted.PendingKey(pki.ECDSAP256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if samePublicKey(next.Public(), key.Public()) {
+				t.Fatal("the next renewal would reuse the key that already has a certificate")
+			}
+			if _, err := os.Stat(filepath.Join(dir, "."+currentFile+".tmp")); err == nil && step != "link" {
+				t.Fatal("a temporary symlink was left behind")
+			}
+		})
+	}
+}
+
+func TestCurrentWithoutPair(t *testing.T) {
+	kp, err := (&Store{Dir: t.TempDir()}).Current()
+	if err != nil || kp != nil {
+		t.Fatalf("Current() = %v, %v; want nothing", kp, err)
+	}
+}
+
+func TestUpdateRefusesACertificateForAnotherKey(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	key, _ := s.PendingKey(pki.ECDSAP256)
+	other, _ := pki.GenerateKey(pki.ECDSAP256)
+	if _, err := s.Update(issue(t, other), key, time.Now()); err == nil {
+		t.Fatal("stored a certificate that is not for the pending key")
+	}
+}
