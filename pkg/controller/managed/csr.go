@@ -65,7 +65,7 @@ func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	c := &v1alpha1.Cluster{}
 	if err := r.management.Get(ctx, r.cluster, c); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return cleanup, client.IgnoreNotFound(err)
 	}
 	switch {
 	case !decided:
