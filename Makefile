@@ -75,8 +75,8 @@ test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etc
 	$(GO_TEST) -count=1 -timeout 20m ./test/integration/... $(GINKGO_ARGS)
 
 .PHONY: test-e2e
-test-e2e: envtest ## End-to-end suites.
-	$(GO_TEST) -count=1 -timeout 40m ./test/e2e/... $(GINKGO_ARGS)
+test-e2e: envtest build ## End-to-end suites: the binaries against a managed cluster running on Carousel's certificates.
+	$(GO_TEST) -count=1 -v -timeout 40m ./test/e2e/... $(GINKGO_ARGS)
 
 .PHONY: bench
 bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt), then 500 kubelet bootstraps: Carousel vs kube-controller-manager.

@@ -18,9 +18,9 @@ import (
 func main() {
 	opts := operator.DefaultOptions()
 	var (
-		metricsAddr, probeAddr, leaderElectionNamespace, webhookCertDir string
-		leaderElect                                                     bool
-		webhookPort                                                     int
+		metricsAddr, probeAddr, leaderElectionNamespace, webhookCertDir, webhookHost string
+		leaderElect                                                                  bool
+		webhookPort                                                                  int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
@@ -28,6 +28,7 @@ func main() {
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the Pod's namespace.")
 	flag.BoolVar(&opts.Webhook, "webhook", opts.Webhook, "Serve the Cluster admission webhook.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook listens on.")
+	flag.StringVar(&webhookHost, "webhook-host", "", "Address the admission webhook binds to; empty means every interface.")
 	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "", "Directory with the webhook's tls.crt and tls.key; defaults to <tmp>/k8s-webhook-server/serving-certs.")
 	flag.DurationVar(&opts.CAExpiryWarning, "ca-expiry-warning", opts.CAExpiryWarning, "How long before a CA expires the CAExpiringSoon condition turns True.")
 	flag.DurationVar(&opts.ManagedPollInterval, "managed-poll-interval", opts.ManagedPollInterval, "How soon a rotation waiting on a managed cluster (API-server evidence, node renewals) looks again.")
@@ -46,7 +47,7 @@ func main() {
 	mgrOpts.LeaderElection = leaderElect
 	mgrOpts.LeaderElectionID = "carousel-controller-manager.carousel.dev"
 	mgrOpts.LeaderElectionNamespace = leaderElectionNamespace
-	mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir})
+	mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir})
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), mgrOpts)
 	if err != nil {
 		log.Error(err, "creating the manager")

@@ -101,10 +101,13 @@ func run(ctx context.Context, o *options) error {
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "node %s: client certificate valid until %s\n", o.node, m.Current().Cert.NotAfter.Format(time.RFC3339))
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s node %s: %s\n", time.Now().UTC().Format(time.RFC3339Nano), o.node, fmt.Sprintf(format, args...))
+	}
+	logf("client certificate valid until %s", m.Current().Cert.NotAfter.Format(time.RFC3339))
 	if o.registerNode {
 		node := &nodeagent.Node{Manager: m, Pool: o.pool, Address: o.address, HeartbeatInterval: o.heartbeat,
-			Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "node "+o.node+": "+format+"\n", args...) }}
+			Logf: logf}
 		if err := node.Register(ctx); err != nil {
 			return err
 		}
@@ -112,7 +115,7 @@ func run(ctx context.Context, o *options) error {
 		go func() {
 			for {
 				if err := node.Heartbeat(ctx); err != nil && ctx.Err() == nil {
-					fmt.Fprintf(os.Stderr, "node %s: heartbeat: %v\n", o.node, err)
+					logf("heartbeat failed: %v", err)
 				}
 				select {
 				case <-ctx.Done():

@@ -48,9 +48,12 @@ type ManagedControlPlane struct {
 	APIServerPort int
 	// ExtraAPIServerFlags are appended to the API server's command line.
 	ExtraAPIServerFlags []string
+	// ControllerManager also runs kube-controller-manager, for the
+	// root-CA publisher that fills kube-root-ca.crt in every namespace.
+	ControllerManager bool
 
 	etcdPort, etcdPeerPort int
-	etcd, apiserver        *process
+	etcd, apiserver, kcm   *process
 }
 
 // process is a started command and a channel closed when it exits.
@@ -101,6 +104,8 @@ func credentialFiles(cluster string) []credentialFile {
 		cert("apiserver-kubelet-client.key", credentials.CertKubeAPIServerKubelet, v1alpha1.DataKeyPrivateKey),
 		cert("front-proxy-client.crt", credentials.CertFrontProxyClient, v1alpha1.DataKeyCertificate),
 		cert("front-proxy-client.key", credentials.CertFrontProxyClient, v1alpha1.DataKeyPrivateKey),
+		{file: "kcm-root-ca.crt", bundle: v1alpha1.CARoleCluster},
+		cert("kcm.kubeconfig", credentials.CertAdmin, v1alpha1.DataKeyKubeconfig),
 		{file: "sa.key", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountKey},
 		{file: "sa.pub", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountPublicKey},
 	}
@@ -159,7 +164,27 @@ func (m *ManagedControlPlane) Start(ctx context.Context) error {
 	if err := m.StartEtcd(); err != nil {
 		return err
 	}
-	return m.StartAPIServer(ctx)
+	if err := m.StartAPIServer(ctx); err != nil {
+		return err
+	}
+	if m.ControllerManager {
+		return m.StartControllerManager()
+	}
+	return nil
+}
+
+// StartControllerManager starts kube-controller-manager with the root-CA
+// publisher, which keeps kube-root-ca.crt in every namespace equal to the
+// cluster trust bundle. (It authenticates with the admin credential, which
+// Carousel rotates like the others.)
+func (m *ManagedControlPlane) StartControllerManager() error {
+	f := func(name string) string { return filepath.Join(m.Dir, name) }
+	var err error
+	m.kcm, err = m.run("kube-controller-manager",
+		"--kubeconfig="+f("kcm.kubeconfig"), "--root-ca-file="+f("kcm-root-ca.crt"),
+		"--controllers=root-ca-certificate-publisher-controller",
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false")
+	return err
 }
 
 // StartEtcd starts the etcd member with TLS for clients and peers.
@@ -210,8 +235,10 @@ func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 // StopAPIServer stops the API server and waits for it to exit.
 func (m *ManagedControlPlane) StopAPIServer() { stop(m.apiserver); m.apiserver = nil }
 
-// Stop stops both processes.
+// Stop stops every process.
 func (m *ManagedControlPlane) Stop() {
+	stop(m.kcm)
+	m.kcm = nil
 	m.StopAPIServer()
 	stop(m.etcd)
 	m.etcd = nil
@@ -225,11 +252,18 @@ func (m *ManagedControlPlane) RestartAPIServer(ctx context.Context) error {
 }
 
 func (m *ManagedControlPlane) run(name string, args ...string) (*process, error) {
-	logFile, err := os.OpenFile(filepath.Join(m.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	return startProcess(filepath.Join(m.BinDir, name), filepath.Join(m.Dir, name+".log"), args...)
+}
+
+// startProcess starts a binary with its output appended to logPath; the
+// process is killed if the test process dies.
+func startProcess(binary, logPath string, args ...string) (*process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(m.BinDir, name), args...) //nolint:gosec // our own binaries and flags
+	name := filepath.Base(binary)
+	cmd := exec.Command(binary, args...) //nolint:gosec // our own binaries and flags
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

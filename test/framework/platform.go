@@ -3,6 +3,8 @@ package framework
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,41 +20,75 @@ import (
 
 // Workload names of the managed control plane in the Cluster's namespace.
 const (
-	EtcdWorkload      = "etcd"
-	APIServerWorkload = "kube-apiserver"
+	EtcdWorkload              = "etcd"
+	APIServerWorkload         = "kube-apiserver"
+	ControllerManagerWorkload = "kube-controller-manager"
 )
 
+// Window is a stretch of time in which the API server was planned to be down.
+type Window struct{ Start, End time.Time }
+
+// Contains reports whether t falls in the window, widened by grace on both sides.
+func (w Window) Contains(t time.Time, grace time.Duration) bool {
+	return !t.Before(w.Start.Add(-grace)) && !t.After(w.End.Add(grace))
+}
+
 // Platform plays the hosting platform for a managed control plane: the
-// workloads Carousel rolls are a StatefulSet (etcd) and a Deployment
-// (kube-apiserver) in the management cluster that mount the Cluster's
-// credentials; when Carousel rolls one, the platform writes the credentials
-// as files, restarts the real process, and reports the rollout complete in
-// the workload's status.
+// workloads Carousel rolls are a StatefulSet (etcd) and Deployments
+// (kube-apiserver and, when the control plane runs one, kube-controller-manager)
+// in the management cluster that mount the Cluster's credentials. When
+// Carousel rolls one, the platform writes the credentials as files, restarts
+// the real process, and reports the rollout complete in the workload's status.
 type Platform struct {
 	Client       client.Client
 	Cluster      *v1alpha1.Cluster
 	ControlPlane *ManagedControlPlane
-	// Restarts counts the API-server restarts, the planned interruptions.
-	Restarts int
 	// Logf, when set, reports each rollout carried out.
 	Logf func(format string, args ...any)
+
+	mu       sync.Mutex
+	restarts []Window
 }
 
-// CreateWorkloads creates the two workloads, reported as rolled out.
+// APIServerRestarts returns the windows in which the API server restarted.
+func (p *Platform) APIServerRestarts() []Window {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Window(nil), p.restarts...)
+}
+
+type workload struct {
+	name        string
+	statefulSet bool
+	// mounts selects the credential files the workload's pod mounts.
+	mounts  func(credentialFile) bool
+	restart func(context.Context) error
+}
+
+func (p *Platform) workloads() []workload {
+	cp := p.ControlPlane
+	ws := []workload{
+		{name: EtcdWorkload, statefulSet: true, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "etcd") },
+			restart: func(context.Context) error { stop(cp.etcd); return cp.StartEtcd() }},
+		{name: APIServerWorkload, mounts: func(f credentialFile) bool {
+			return (!strings.HasPrefix(f.file, "etcd") || f.file == "etcd-ca.crt") && !strings.HasPrefix(f.file, "kcm")
+		}, restart: cp.RestartAPIServer},
+	}
+	if cp.ControllerManager {
+		ws = append(ws, workload{name: ControllerManagerWorkload, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "kcm") },
+			restart: func(context.Context) error { stop(cp.kcm); return cp.StartControllerManager() }})
+	}
+	return ws
+}
+
+// CreateWorkloads creates the workloads, reported as rolled out.
 func (p *Platform) CreateWorkloads(ctx context.Context) error {
-	for _, w := range []struct {
-		name   string
-		set    bool
-		filter func(credentialFile) bool
-	}{
-		{name: EtcdWorkload, set: true, filter: func(f credentialFile) bool { return f.file[:4] == "etcd" }},
-		{name: APIServerWorkload, filter: func(f credentialFile) bool { return f.file[:4] != "etcd" || f.file == "etcd-ca.crt" }},
-	} {
-		spec := p.podTemplate(w.name, w.filter)
+	for _, w := range p.workloads() {
+		spec := p.podTemplate(w.name, w.mounts)
 		labels := map[string]string{v1alpha1.LabelCluster: p.Cluster.Name}
 		selector := &metav1.LabelSelector{MatchLabels: map[string]string{"app": w.name}}
 		var obj client.Object
-		if w.set {
+		if w.statefulSet {
 			obj = &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: p.Cluster.Namespace, Name: w.name, Labels: labels},
 				Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: selector, Template: spec}}
 		} else {
@@ -63,27 +99,18 @@ func (p *Platform) CreateWorkloads(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err := p.reportRolledOut(ctx, true)
+	_, err := p.rollout(ctx, false)
 	return err
 }
 
-// ignoreConflict drops a conflict: Carousel changed the workload meanwhile,
-// and the next Sync rolls it again.
-func ignoreConflict(err error) error {
-	if apierrors.IsConflict(err) {
-		return nil
-	}
-	return err
-}
-
-func (p *Platform) podTemplate(name string, keep func(credentialFile) bool) corev1.PodTemplateSpec {
+func (p *Platform) podTemplate(name string, mounts func(credentialFile) bool) corev1.PodTemplateSpec {
 	t := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: name}}},
 	}
 	seen := map[string]bool{}
 	for _, f := range credentialFiles(p.Cluster.Name) {
-		if !keep(f) {
+		if !mounts(f) {
 			continue
 		}
 		var v corev1.Volume
@@ -102,32 +129,31 @@ func (p *Platform) podTemplate(name string, keep func(credentialFile) bool) core
 	return t
 }
 
-// Settled reports whether both workloads run the template Carousel last
+// Settled reports whether every workload runs the template Carousel last
 // stamped with the credentials' checksum.
 func (p *Platform) Settled(ctx context.Context) (bool, error) {
-	set := &appsv1.StatefulSet{}
-	if err := p.Client.Get(ctx, client.ObjectKey{Namespace: p.Cluster.Namespace, Name: EtcdWorkload}, set); err != nil {
-		return false, err
+	for _, w := range p.workloads() {
+		_, template, rolledOut, err := p.get(ctx, w)
+		if err != nil {
+			return false, err
+		}
+		if template.Annotations["carousel.dev/credentials-checksum"] == "" || !rolledOut {
+			return false, nil
+		}
 	}
-	deploy := &appsv1.Deployment{}
-	if err := p.Client.Get(ctx, client.ObjectKey{Namespace: p.Cluster.Namespace, Name: APIServerWorkload}, deploy); err != nil {
-		return false, err
-	}
-	stamped := func(t corev1.PodTemplateSpec) bool { return t.Annotations["carousel.dev/credentials-checksum"] != "" }
-	return stamped(set.Spec.Template) && stamped(deploy.Spec.Template) &&
-		set.Status.ObservedGeneration == set.Generation && deploy.Status.ObservedGeneration == deploy.Generation, nil
+	return true, nil
 }
 
 // Sync carries out the rollouts Carousel asked for since the last call. It
 // returns whether it restarted anything.
-func (p *Platform) Sync(ctx context.Context) (bool, error) {
-	return p.reportRolledOut(ctx, false)
-}
+func (p *Platform) Sync(ctx context.Context) (bool, error) { return p.rollout(ctx, true) }
 
 // Run calls Sync every interval until ctx ends; errors are retried.
 func (p *Platform) Run(ctx context.Context, interval time.Duration) {
 	for {
-		_, _ = p.Sync(ctx)
+		if _, err := p.Sync(ctx); err != nil && p.Logf != nil && ctx.Err() == nil {
+			p.Logf("platform: %v", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -136,55 +162,72 @@ func (p *Platform) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-func (p *Platform) reportRolledOut(ctx context.Context, initial bool) (bool, error) {
-	set := &appsv1.StatefulSet{}
-	if err := p.Client.Get(ctx, client.ObjectKey{Namespace: p.Cluster.Namespace, Name: EtcdWorkload}, set); err != nil {
-		return false, err
+// get reads a workload: the object, its pod template, and whether its
+// current generation was rolled out.
+func (p *Platform) get(ctx context.Context, w workload) (client.Object, *corev1.PodTemplateSpec, bool, error) {
+	key := client.ObjectKey{Namespace: p.Cluster.Namespace, Name: w.name}
+	if w.statefulSet {
+		s := &appsv1.StatefulSet{}
+		err := p.Client.Get(ctx, key, s)
+		return s, &s.Spec.Template, s.Status.ObservedGeneration == s.Generation, err
 	}
-	deploy := &appsv1.Deployment{}
-	if err := p.Client.Get(ctx, client.ObjectKey{Namespace: p.Cluster.Namespace, Name: APIServerWorkload}, deploy); err != nil {
-		return false, err
+	d := &appsv1.Deployment{}
+	err := p.Client.Get(ctx, key, d)
+	return d, &d.Spec.Template, d.Status.ObservedGeneration == d.Generation, err
+}
+
+// rollout restarts (when restart is set) the workloads whose generation is
+// ahead of the rolled-out one, and reports them rolled out.
+func (p *Platform) rollout(ctx context.Context, restart bool) (bool, error) {
+	var due []workload
+	objs := map[string]client.Object{}
+	for _, w := range p.workloads() {
+		obj, _, rolledOut, err := p.get(ctx, w)
+		if err != nil {
+			return false, err
+		}
+		if !rolledOut {
+			due = append(due, w)
+			objs[w.name] = obj
+		}
 	}
-	etcdDue := set.Status.ObservedGeneration != set.Generation
-	apiDue := deploy.Status.ObservedGeneration != deploy.Generation
-	if (etcdDue || apiDue) && p.Logf != nil {
-		p.Logf("platform: etcd %d/%d %s, kube-apiserver %d/%d %s", set.Status.ObservedGeneration, set.Generation,
-			set.Spec.Template.Annotations, deploy.Status.ObservedGeneration, deploy.Generation, deploy.Spec.Template.Annotations)
-	}
-	if !etcdDue && !apiDue {
+	if len(due) == 0 {
 		return false, nil
 	}
-	if !initial {
-		if p.Logf != nil {
-			p.Logf("platform: rolling etcd=%v (generation %d) kube-apiserver=%v (generation %d)", etcdDue, set.Generation, apiDue, deploy.Generation)
-		}
+	if restart {
 		if err := p.ControlPlane.WriteCredentials(ctx, p.Client, p.Cluster); err != nil {
 			return false, err
 		}
-		if etcdDue {
-			stop(p.ControlPlane.etcd)
-			if err := p.ControlPlane.StartEtcd(); err != nil {
-				return false, err
+		for _, w := range due {
+			if p.Logf != nil {
+				p.Logf("platform: rolling %s (generation %d)", w.name, objs[w.name].GetGeneration())
 			}
-		}
-		if etcdDue || apiDue {
-			p.Restarts++
-			if err := p.ControlPlane.RestartAPIServer(ctx); err != nil {
-				return false, fmt.Errorf("restarting kube-apiserver: %w", err)
+			start := time.Now()
+			if err := w.restart(ctx); err != nil {
+				return false, fmt.Errorf("restarting %s: %w", w.name, err)
+			}
+			if w.name == APIServerWorkload || w.name == EtcdWorkload {
+				p.mu.Lock()
+				p.restarts = append(p.restarts, Window{Start: start, End: time.Now()})
+				p.mu.Unlock()
 			}
 		}
 	}
-	if etcdDue {
-		set.Status = appsv1.StatefulSetStatus{ObservedGeneration: set.Generation, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1,
-			CurrentReplicas: 1, AvailableReplicas: 1, CurrentRevision: fmt.Sprint(set.Generation), UpdateRevision: fmt.Sprint(set.Generation)}
-		if err := p.Client.Status().Update(ctx, set); err != nil {
-			return false, client.IgnoreNotFound(ignoreConflict(err))
+	for _, w := range due {
+		var err error
+		switch obj := objs[w.name].(type) {
+		case *appsv1.StatefulSet:
+			obj.Status = appsv1.StatefulSetStatus{ObservedGeneration: obj.Generation, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1,
+				CurrentReplicas: 1, AvailableReplicas: 1, CurrentRevision: fmt.Sprint(obj.Generation), UpdateRevision: fmt.Sprint(obj.Generation)}
+			err = p.Client.Status().Update(ctx, obj)
+		case *appsv1.Deployment:
+			obj.Status = appsv1.DeploymentStatus{ObservedGeneration: obj.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+			err = p.Client.Status().Update(ctx, obj)
 		}
-	}
-	if apiDue {
-		deploy.Status = appsv1.DeploymentStatus{ObservedGeneration: deploy.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
-		if err := p.Client.Status().Update(ctx, deploy); err != nil {
-			return false, client.IgnoreNotFound(ignoreConflict(err))
+		// A conflict means Carousel changed the workload meanwhile: the next
+		// Sync rolls it again.
+		if err != nil && !apierrors.IsConflict(err) {
+			return false, err
 		}
 	}
 	return true, nil

@@ -1,0 +1,286 @@
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/controller/managed"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/operator"
+)
+
+// Options configure a local environment.
+type Options struct {
+	// RepoRoot is the repository's root (CRDs, webhook manifests).
+	RepoRoot string
+	// KubeBinDir holds etcd, kube-apiserver, kube-controller-manager (bin/k8s).
+	KubeBinDir string
+	// CarouselBinDir holds carousel-controller-manager and carousel-node-agent (bin).
+	CarouselBinDir string
+	// WorkDir receives kubeconfigs, credentials, data and every process's log.
+	WorkDir string
+	// Namespace and Name of the Cluster; Pool is its one InPlace worker pool.
+	Namespace, Name, Pool string
+	// Nodes is how many node agents bootstrap against the managed cluster.
+	Nodes int
+	// Logf reports progress.
+	Logf func(format string, args ...any)
+}
+
+// Environment is the local environment of `make run` and the e2e suites: a
+// management API server with Carousel's CRD and webhook, the Carousel
+// controller manager running as its binary, a managed cluster whose etcd,
+// kube-apiserver and kube-controller-manager run on the certificates Carousel
+// issued, and node agents that bootstrapped against it.
+type Environment struct {
+	Options
+	Management *envtest.Environment
+	Client     client.Client // the management cluster
+	// ManagementKubeconfig is an admin kubeconfig of the management cluster.
+	ManagementKubeconfig string
+	Cluster              *v1alpha1.Cluster
+	ControlPlane         *ManagedControlPlane
+	Platform             *Platform
+	Agents               []*Agent
+
+	operator      *process
+	operatorArgs  []string
+	stopPlatform  context.CancelFunc
+	webhookServer string
+}
+
+// Agent is a node agent process.
+type Agent struct {
+	Name, Dir string
+	process   *process
+}
+
+// LogPath is where the agent writes its log.
+func (a *Agent) LogPath() string { return filepath.Join(a.Dir, "carousel-node-agent.log") }
+
+func (e *Environment) logf(format string, args ...any) {
+	if e.Logf != nil {
+		e.Logf(format, args...)
+	}
+}
+
+// Start brings the whole environment up. On error, call Stop.
+func Start(ctx context.Context, opts Options) (*Environment, error) {
+	e := &Environment{Options: opts}
+	if err := os.MkdirAll(opts.WorkDir, 0o700); err != nil {
+		return e, err
+	}
+	e.logf("starting the management API server (etcd + kube-apiserver)")
+	e.Management = &envtest.Environment{
+		BinaryAssetsDirectory: opts.KubeBinDir,
+		CRDDirectoryPaths:     []string{filepath.Join(opts.RepoRoot, "charts", "carousel", "crds")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			Paths: []string{filepath.Join(opts.RepoRoot, "charts", "carousel", "files", "webhook")}, LocalServingHost: "127.0.0.1",
+		},
+	}
+	cfg, err := e.Management.Start()
+	if err != nil {
+		return e, err
+	}
+	if e.Client, err = client.New(cfg, client.Options{Scheme: operator.NewScheme()}); err != nil {
+		return e, err
+	}
+	admin, err := e.Management.AddUser(envtest.User{Name: "carousel-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return e, err
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return e, err
+	}
+	e.ManagementKubeconfig = filepath.Join(opts.WorkDir, "management.kubeconfig")
+	if err := os.WriteFile(e.ManagementKubeconfig, kubeconfig, 0o600); err != nil {
+		return e, err
+	}
+
+	if err := e.StartOperator(ctx); err != nil {
+		return e, err
+	}
+	if err := e.startManagedCluster(ctx); err != nil {
+		return e, err
+	}
+	for i := range opts.Nodes {
+		if err := e.startAgent(ctx, fmt.Sprintf("%s-node-%d", opts.Name, i+1)); err != nil {
+			return e, err
+		}
+	}
+	return e, e.waitForNodes(ctx)
+}
+
+// StartOperator starts the carousel-controller-manager binary and waits until
+// its webhook answers.
+func (e *Environment) StartOperator(ctx context.Context) error {
+	if e.operatorArgs == nil {
+		metrics, err := FreePort()
+		if err != nil {
+			return err
+		}
+		probes, err := FreePort()
+		if err != nil {
+			return err
+		}
+		w := e.Management.WebhookInstallOptions
+		e.webhookServer = net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
+		e.operatorArgs = []string{
+			"--kubeconfig=" + e.ManagementKubeconfig,
+			"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metrics), "--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probes),
+			"--webhook-host=" + w.LocalServingHost, "--webhook-port=" + strconv.Itoa(w.LocalServingPort), "--webhook-cert-dir=" + w.LocalServingCertDir,
+			"--managed-poll-interval=1s",
+		}
+	}
+	var err error
+	if e.operator, err = startProcess(filepath.Join(e.CarouselBinDir, "carousel-controller-manager"),
+		filepath.Join(e.WorkDir, "carousel-controller-manager.log"), e.operatorArgs...); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if e.operator.exited() {
+			return false, errors.New("carousel-controller-manager exited: see " + filepath.Join(e.WorkDir, "carousel-controller-manager.log"))
+		}
+		conn, err := tls.Dial("tcp", e.webhookServer, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only checks that it listens
+		if err != nil {
+			return false, nil
+		}
+		return true, conn.Close()
+	})
+}
+
+// KillOperator kills the controller manager with SIGKILL, as a crash would.
+func (e *Environment) KillOperator() {
+	_ = e.operator.cmd.Process.Signal(syscall.SIGKILL)
+	<-e.operator.done
+}
+
+func (e *Environment) startManagedCluster(ctx context.Context) error {
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), APIServerPort: port, ControllerManager: true}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.Namespace}}
+	if err := e.Client.Create(ctx, ns); err != nil {
+		return err
+	}
+	e.Cluster = &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name},
+		Spec: v1alpha1.ClusterSpec{
+			KubernetesVersion: "1.36.3",
+			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: e.ControlPlane.Endpoint()},
+			Workers:           []v1alpha1.WorkerPool{{Name: e.Pool, RolloutStrategy: v1alpha1.RolloutInPlace}},
+		},
+	}
+	e.logf("creating Cluster %s/%s", e.Namespace, e.Name)
+	if err := e.Client.Create(ctx, e.Cluster); err != nil {
+		return err
+	}
+	e.logf("waiting for Carousel to issue the credentials, then starting the managed etcd, kube-apiserver and kube-controller-manager on them")
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return e.ControlPlane.WriteCredentials(ctx, e.Client, e.Cluster) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("credentials were not issued: %w", err)
+	}
+	if err := e.ControlPlane.Start(ctx); err != nil {
+		return err
+	}
+	e.Platform = &Platform{Client: e.Client, Cluster: e.Cluster, ControlPlane: e.ControlPlane, Logf: e.Logf}
+	if err := e.Platform.CreateWorkloads(ctx); err != nil {
+		return err
+	}
+	platformCtx, cancel := context.WithCancel(context.Background())
+	e.stopPlatform = cancel
+	go e.Platform.Run(platformCtx, 200*time.Millisecond)
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, e.Platform.Settled)
+}
+
+func (e *Environment) startAgent(ctx context.Context, name string) error {
+	dir := filepath.Join(e.WorkDir, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	s := &corev1.Secret{}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: managed.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("no bootstrap kubeconfig: %w", err)
+	}
+	bootstrap := filepath.Join(dir, "bootstrap-kubeconfig")
+	if err := os.WriteFile(bootstrap, s.Data[v1alpha1.DataKeyKubeconfig], 0o600); err != nil {
+		return err
+	}
+	metrics, err := FreePort()
+	if err != nil {
+		return err
+	}
+	a := &Agent{Name: name, Dir: dir}
+	e.logf("starting node agent %s", name)
+	a.process, err = startProcess(filepath.Join(e.CarouselBinDir, "carousel-node-agent"), a.LogPath(),
+		"--node-name="+name, "--cert-dir="+filepath.Join(dir, "pki"), "--kubeconfig="+filepath.Join(dir, "kubeconfig"),
+		"--bootstrap-kubeconfig="+bootstrap, "--register-node", "--pool="+e.Pool, "--heartbeat-interval=2s",
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics))
+	if err != nil {
+		return err
+	}
+	e.Agents = append(e.Agents, a)
+	return nil
+}
+
+// ManagedAdmin returns a clientset of the managed cluster with Carousel's
+// current admin credential.
+func (e *Environment) ManagedAdmin(ctx context.Context) (kubernetes.Interface, error) {
+	cfg, err := RESTConfig(ctx, e.Client, e.Cluster, credentials.CertAdmin)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (e *Environment) waitForNodes(ctx context.Context) error {
+	e.logf("waiting for %d nodes to register", e.Nodes)
+	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cs, err := e.ManagedAdmin(ctx)
+		if err != nil {
+			return false, nil
+		}
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err == nil && len(nodes.Items) == e.Nodes, nil
+	})
+}
+
+// Stop stops every process and the management API server.
+func (e *Environment) Stop() {
+	if e.stopPlatform != nil {
+		e.stopPlatform()
+	}
+	for _, a := range e.Agents {
+		stop(a.process)
+	}
+	stop(e.operator)
+	if e.ControlPlane != nil {
+		e.ControlPlane.Stop()
+	}
+	if e.Management != nil {
+		_ = e.Management.Stop()
+	}
+}
