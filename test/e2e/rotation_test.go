@@ -357,7 +357,7 @@ func expectRootCA(ctx context.Context, cs kubernetes.Interface, want pki.Bundle)
 		got, err := pki.ParseBundle([]byte(cm.Data["ca.crt"]))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(fingerprints(got)).To(Equal(fingerprints(want)))
-	}).WithTimeout(2 * time.Minute).Should(Succeed(), "kube-root-ca.crt carries the cluster bundle")
+	}).WithTimeout(2*time.Minute).Should(Succeed(), "kube-root-ca.crt carries the cluster bundle")
 }
 
 func fingerprints(b pki.Bundle) []string {

@@ -40,7 +40,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	env, err = framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
 		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 3,
-		Logf: func(format string, args ...any) { GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...) },
+		Logf: func(format string, args ...any) {
+			GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)
+		},
 	})
 	DeferCleanup(env.Stop)
 	Expect(err).NotTo(HaveOccurred(), "starting the local environment; logs are in %s", work)
