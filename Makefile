@@ -32,9 +32,8 @@ help: ## Show the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: ## Start the local environment (management cluster, operator, managed cluster, nodes).
-	@echo "make run: not yet. The local environment (test/framework) comes with the end-to-end issue;"
-	@echo "until then 'make test-integration' runs the API against a real kube-apiserver."
+run: envtest build ## Start the local environment (management cluster, operator, managed cluster, 3 nodes) until Ctrl-C.
+	go run ./hack/local-env --nodes 3
 
 ##@ Build
 

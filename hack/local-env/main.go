@@ -1,0 +1,114 @@
+// Command local-env is `make run`: it starts the local environment of the
+// e2e suites (a management API server, the Carousel controller manager, a
+// managed cluster running on Carousel's certificates, and node agents) on
+// loopback, prints how to drive a CA rotation, shows phase changes as they
+// happen, and stops everything on Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/test/framework"
+)
+
+func main() {
+	root, _ := os.Getwd()
+	workDir := flag.String("work-dir", filepath.Join(root, "bin", "local-env"), "Directory for kubeconfigs, credentials, data and logs; emptied at start.")
+	nodes := flag.Int("nodes", 3, "Number of node agents.")
+	flag.Parse()
+	if err := run(root, *workDir, *nodes); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(root, workDir string, nodes int) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := os.RemoveAll(workDir); err != nil {
+		return err
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: start it with `make run`")
+	}
+	say := func(format string, args ...any) { fmt.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...) }
+	env, err := framework.Start(ctx, framework.Options{
+		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: filepath.Join(root, "bin"), WorkDir: workDir,
+		Namespace: "carousel", Name: "demo", Pool: "workers", Nodes: nodes, Logf: say,
+	})
+	defer func() {
+		say("stopping every process")
+		env.Stop()
+	}()
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, workDir)
+	}
+	managed := filepath.Join(workDir, "managed-admin.kubeconfig")
+	if err := writeManagedKubeconfig(ctx, env, managed); err != nil {
+		return err
+	}
+	kubectl := filepath.Join(assets, "kubectl")
+	cluster := fmt.Sprintf("clusters.carousel.dev/%s -n %s", env.Name, env.Namespace)
+	fmt.Printf(`
+Carousel is running. Everything listens on 127.0.0.1; logs are in %[1]s.
+
+  management cluster:  export KUBECONFIG=%[2]s
+  managed cluster:     %[3]s  (admin; rewritten when Carousel rotates it)
+
+  watch:     %[4]s get clusters.carousel.dev -n %[5]s -w
+  start:     %[4]s annotate %[6]s carousel.dev/operation=start-ca-rotation
+  complete:  %[4]s annotate %[6]s carousel.dev/operation=complete-ca-rotation   (once the phase is Prepared)
+  nodes:     %[4]s --kubeconfig %[3]s get nodes
+
+Press Ctrl-C to stop and clean up.
+
+`, workDir, env.ManagementKubeconfig, managed, kubectl, env.Namespace, cluster)
+
+	var phase v1alpha1.CARotationPhase
+	var reason string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+		c := &v1alpha1.Cluster{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(env.Cluster), c); err != nil {
+			continue
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+		if c.CARotationPhase() != phase || (cond != nil && cond.Reason != reason) {
+			phase = c.CARotationPhase()
+			if cond != nil {
+				reason = cond.Reason
+				say("phase %q: %s", phase, cond.Message)
+			}
+			if err := writeManagedKubeconfig(ctx, env, managed); err != nil {
+				say("rewriting %s: %v", managed, err)
+			}
+		}
+	}
+}
+
+func writeManagedKubeconfig(ctx context.Context, env *framework.Environment, path string) error {
+	s := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: env.Namespace, Name: credentials.CertificateSecretName(env.Name, credentials.CertAdmin)}
+	if err := env.Client.Get(ctx, key, s); err != nil {
+		return err
+	}
+	return os.WriteFile(path, s.Data[v1alpha1.DataKeyKubeconfig], 0o600)
+}
