@@ -256,8 +256,11 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(annotate(ctx, "rollout-workers=nope")).To(MatchError(ContainSubstring(`worker pool "nope" does not exist`)))
 	})
 
-	var preparedIn, completedIn time.Duration
-	var prepared map[v1alpha1.CARole]*credentials.CAs
+	var (
+		preparedIn, completedIn           time.Duration
+		restartsPreparing, restartsFinish time.Duration
+		prepared                          map[v1alpha1.CARole]*credentials.CAs
+	)
 
 	It("prepares: both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
 		start := time.Now()
@@ -277,6 +280,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(env.StartOperator(ctx)).To(Succeed())
 		waitForPhase(ctx, v1alpha1.RotationPrepared)
 		preparedIn = time.Since(start)
+		restartsPreparing = restartTime(start, time.Now())
 
 		prepared = cas(ctx)
 		for _, role := range v1alpha1.CARoles() {
@@ -310,6 +314,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(env.StartOperator(ctx)).To(Succeed())
 		waitForPhase(ctx, v1alpha1.RotationCompleted)
 		completedIn = time.Since(start)
+		restartsFinish = restartTime(start, time.Now())
 
 		after := cas(ctx)
 		for _, role := range v1alpha1.CARoles() {
@@ -343,11 +348,24 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
 		AddReportEntry("probe requests", probe.requests)
+		AddReportEntry("time in control-plane restarts", fmt.Sprintf("Preparing %.0fs of %.0fs, Finalizing %.0fs of %.0fs",
+			restartsPreparing.Seconds(), preparedIn.Seconds(), restartsFinish.Seconds(), completedIn.Seconds()))
 		AddReportEntry("API-server and etcd restarts (planned)", len(env.Platform.APIServerRestarts()))
 		AddReportEntry("failed probe requests and heartbeats during planned restarts", len(probe.failures)+len(heartbeats)-failed)
 		Expect(failed).To(BeZero(), "last probe error: %v", probe.lastErr)
 	})
 })
+
+// restartTime sums the platform's restarts between from and to.
+func restartTime(from, to time.Time) time.Duration {
+	var total time.Duration
+	for _, w := range env.Platform.APIServerRestarts() {
+		if !w.Start.Before(from) && !w.End.After(to) {
+			total += w.End.Sub(w.Start)
+		}
+	}
+	return total
+}
 
 func expectRootCA(ctx context.Context, cs kubernetes.Interface, want pki.Bundle) {
 	GinkgoHelper()
