@@ -64,6 +64,11 @@ const (
 	ReasonUnexpectedSANs   = "CarouselUnexpectedSANs"
 	ReasonUnsupportedKey   = "CarouselUnsupportedKey"
 	ReasonIdentityMismatch = "CarouselIdentityMismatch"
+
+	// ReasonForeignToken and ReasonUnknownNode leave a request pending for
+	// now: the token or the Node may just not be in the cache yet.
+	ReasonForeignToken = "ForeignBootstrapToken"
+	ReasonUnknownNode  = "UnknownNode"
 )
 
 // Decide decides about one CSR. It never approves what it cannot attribute
@@ -84,30 +89,16 @@ func decideClient(req *certificatesv1.CertificateSigningRequest, p Policy) Decis
 	if !p.AutoApproveClient {
 		return Decision{Verdict: Ignore, Reason: "ManualApproval", Message: "client CSRs are approved by an administrator for this cluster"}
 	}
-	parsed, d := parse(req)
-	if parsed == nil {
-		return d
+	parsed, bad := validate(req)
+	if bad != nil {
+		return *bad
 	}
 	cn := parsed.Subject.CommonName
-	switch {
-	case !slices.Equal(parsed.Subject.Organization, []string{NodesGroup}):
-		return deny(ReasonBadSubject, "the organization must be exactly %q, got %q", NodesGroup, parsed.Subject.Organization)
-	case !strings.HasPrefix(cn, NodeUserPrefix) || len(cn) == len(NodeUserPrefix):
-		return deny(ReasonBadSubject, "the common name must be %s<node name>, got %q", NodeUserPrefix, cn)
-	case hasSANs(parsed):
-		return deny(ReasonUnexpectedSANs, "a kubelet client certificate carries no subject alternative names")
-	}
-	if msg := checkUsages(req.Spec.Usages, parsed, certificatesv1.UsageClientAuth); msg != "" {
-		return deny(ReasonBadUsages, "%s", msg)
-	}
-	if _, err := pki.AlgorithmOf(parsed.PublicKey); err != nil {
-		return deny(ReasonUnsupportedKey, "%v", err)
-	}
 	switch {
 	case strings.HasPrefix(req.Spec.Username, BootstrapUserPrefix):
 		tokenID := strings.TrimPrefix(req.Spec.Username, BootstrapUserPrefix)
 		if !slices.Contains(req.Spec.Groups, p.BootstrapGroup) || p.IsCarouselToken == nil || !p.IsCarouselToken(tokenID) {
-			return Decision{Verdict: Ignore, Reason: "ForeignBootstrapToken", Message: "not requested with one of Carousel's bootstrap tokens"}
+			return Decision{Verdict: Ignore, Reason: ReasonForeignToken, Message: "not requested with one of Carousel's bootstrap tokens"}
 		}
 		return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "first bootstrap with a Carousel bootstrap token"}
 	case req.Spec.Username == cn && slices.Contains(req.Spec.Groups, NodesGroup):
@@ -122,31 +113,18 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 	if !p.AutoApproveServing {
 		return Decision{Verdict: Ignore, Reason: "ManualApproval", Message: "serving CSRs are approved by an administrator unless the Cluster opts in"}
 	}
-	parsed, d := parse(req)
-	if parsed == nil {
-		return d
+	parsed, bad := validate(req)
+	if bad != nil {
+		return *bad
 	}
 	cn := parsed.Subject.CommonName
-	switch {
-	case !slices.Equal(parsed.Subject.Organization, []string{NodesGroup}) || !strings.HasPrefix(cn, NodeUserPrefix):
-		return deny(ReasonBadSubject, "the subject must be O=%s, CN=%s<node name>", NodesGroup, NodeUserPrefix)
-	case req.Spec.Username != cn || !slices.Contains(req.Spec.Groups, NodesGroup):
+	if req.Spec.Username != cn || !slices.Contains(req.Spec.Groups, NodesGroup) {
 		return deny(ReasonIdentityMismatch, "only node %q itself may request its serving certificate", cn)
-	case len(parsed.EmailAddresses) > 0 || len(parsed.URIs) > 0:
-		return deny(ReasonUnexpectedSANs, "a kubelet serving certificate has only DNS and IP SANs")
-	case len(parsed.DNSNames) == 0 && len(parsed.IPAddresses) == 0:
-		return deny(ReasonUnexpectedSANs, "a kubelet serving certificate needs at least one DNS or IP SAN")
-	}
-	if msg := checkUsages(req.Spec.Usages, parsed, certificatesv1.UsageServerAuth); msg != "" {
-		return deny(ReasonBadUsages, "%s", msg)
-	}
-	if _, err := pki.AlgorithmOf(parsed.PublicKey); err != nil {
-		return deny(ReasonUnsupportedKey, "%v", err)
 	}
 	node := strings.TrimPrefix(cn, NodeUserPrefix)
 	addresses, ok := p.NodeAddresses(node)
 	if !ok {
-		return Decision{Verdict: Ignore, Reason: "UnknownNode", Message: fmt.Sprintf("node %q is not registered yet", node)}
+		return Decision{Verdict: Ignore, Reason: ReasonUnknownNode, Message: fmt.Sprintf("node %q is not registered yet", node)}
 	}
 	for _, san := range append(append([]string{}, parsed.DNSNames...), ipStrings(parsed.IPAddresses)...) {
 		if !slices.Contains(addresses, san) {
@@ -154,6 +132,67 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 		}
 	}
 	return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "every SAN is an address of the node"}
+}
+
+// Validate says why a kubelet CSR must not be signed, whoever approved it:
+// a subject, usage, SAN or key its signer does not issue. The signer checks
+// it again, so that a manual approval cannot turn a kubelet signer into a
+// source of cluster-admin or client-and-server certificates.
+func Validate(req *certificatesv1.CertificateSigningRequest) error {
+	if _, bad := validate(req); bad != nil {
+		return fmt.Errorf("%s: %s", bad.Reason, bad.Message)
+	}
+	return nil
+}
+
+// validate parses the request and checks what its signer may issue; it
+// returns the denial when a check fails.
+func validate(req *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, *Decision) {
+	parsed, d := parse(req)
+	if parsed == nil {
+		return nil, &d
+	}
+	cn := parsed.Subject.CommonName
+	var bad Decision
+	switch req.Spec.SignerName {
+	case certificatesv1.KubeAPIServerClientKubeletSignerName:
+		switch {
+		case !slices.Equal(parsed.Subject.Organization, []string{NodesGroup}):
+			bad = deny(ReasonBadSubject, "the organization must be exactly %q, got %q", NodesGroup, parsed.Subject.Organization)
+		case !strings.HasPrefix(cn, NodeUserPrefix) || len(cn) == len(NodeUserPrefix):
+			bad = deny(ReasonBadSubject, "the common name must be %s<node name>, got %q", NodeUserPrefix, cn)
+		case hasSANs(parsed):
+			bad = deny(ReasonUnexpectedSANs, "a kubelet client certificate carries no subject alternative names")
+		default:
+			if msg := checkUsages(req.Spec.Usages, parsed, certificatesv1.UsageClientAuth); msg != "" {
+				bad = deny(ReasonBadUsages, "%s", msg)
+			}
+		}
+	case certificatesv1.KubeletServingSignerName:
+		switch {
+		case !slices.Equal(parsed.Subject.Organization, []string{NodesGroup}) || !strings.HasPrefix(cn, NodeUserPrefix) || len(cn) == len(NodeUserPrefix):
+			bad = deny(ReasonBadSubject, "the subject must be O=%s, CN=%s<node name>", NodesGroup, NodeUserPrefix)
+		case len(parsed.EmailAddresses) > 0 || len(parsed.URIs) > 0:
+			bad = deny(ReasonUnexpectedSANs, "a kubelet serving certificate has only DNS and IP SANs")
+		case len(parsed.DNSNames) == 0 && len(parsed.IPAddresses) == 0:
+			bad = deny(ReasonUnexpectedSANs, "a kubelet serving certificate needs at least one DNS or IP SAN")
+		default:
+			if msg := checkUsages(req.Spec.Usages, parsed, certificatesv1.UsageServerAuth); msg != "" {
+				bad = deny(ReasonBadUsages, "%s", msg)
+			}
+		}
+	default:
+		bad = deny(ReasonBadRequest, "signer %q is not a kubelet signer", req.Spec.SignerName)
+	}
+	if bad.Verdict == "" {
+		if _, err := pki.AlgorithmOf(parsed.PublicKey); err != nil {
+			bad = deny(ReasonUnsupportedKey, "%v", err)
+		}
+	}
+	if bad.Verdict != "" {
+		return nil, &bad
+	}
+	return parsed, nil
 }
 
 // parse decodes the PEM request and checks its signature.

@@ -212,6 +212,12 @@ func TestSign(t *testing.T) {
 			}
 		})
 	}
+	masters := request(t, key(t, pki.ECDSAP256), certificatesv1.KubeAPIServerClientKubeletSignerName, "alice", nil, clientUsages,
+		x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:worker-1", Organization: []string{"system:masters"}}})
+	masters.Status.Conditions = req.Status.Conditions
+	if _, err := Sign(masters, ca, time.Hour, now); err == nil {
+		t.Fatal("signed a kubelet client certificate for system:masters because someone approved it")
+	}
 	req.Status.Conditions = append(req.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateDenied})
 	if Approved(req) {
 		t.Fatal("a denied request counts as approved")

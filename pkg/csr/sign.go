@@ -47,9 +47,9 @@ func Sign(req *certificatesv1.CertificateSigningRequest, ca *pki.KeyPair, maxDur
 	if !Approved(req) {
 		return nil, errNotApproved
 	}
-	parsed, d := parse(req)
-	if parsed == nil {
-		return nil, fmt.Errorf("%s", d.Message)
+	parsed, bad := validate(req)
+	if bad != nil {
+		return nil, fmt.Errorf("%s: %s", bad.Reason, bad.Message)
 	}
 	var usages []x509.ExtKeyUsage
 	for _, u := range req.Spec.Usages {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,6 +53,10 @@ type Manager struct {
 	mu      sync.Mutex
 	current *pki.KeyPair
 	client  kubernetes.Interface // built from the kubeconfig for current
+
+	// renewing serialises renewals (rotation, in-place renewal, refresh):
+	// they share the pending key and the kubeconfig.
+	renewing sync.Mutex
 }
 
 // NewManager returns a manager; call Start, then Run.
@@ -118,8 +123,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 }
 
-// bootstrap requests the first certificate with the bootstrap token.
+// bootstrap requests a certificate with the bootstrap token.
 func (m *Manager) bootstrap(ctx context.Context) error {
+	m.renewing.Lock()
+	defer m.renewing.Unlock()
 	cfg, err := clientcmd.BuildConfigFromFlags("", m.cfg.BootstrapKubeconfigPath)
 	if err != nil {
 		return fmt.Errorf("bootstrap kubeconfig: %w", err)
@@ -134,6 +141,8 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 // Renew requests a new certificate now with the current credentials. A
 // non-nil caBundle replaces the trust bundle in the kubeconfig.
 func (m *Manager) Renew(ctx context.Context, caBundle []byte) error {
+	m.renewing.Lock()
+	defer m.renewing.Unlock()
 	server, ca, err := m.serverAndCA()
 	if err != nil {
 		return err
@@ -224,6 +233,11 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		for {
 			err := m.Renew(ctx, nil)
+			if err != nil && (apierrors.IsUnauthorized(err) || !m.cfg.Clock.Now().Before(m.Current().Cert.NotAfter)) {
+				// The API server no longer takes this certificate (it expired,
+				// or the node missed a CA rotation): start over with the token.
+				err = m.bootstrap(ctx)
+			}
 			if err == nil {
 				backoff = time.Second
 				break

@@ -110,6 +110,7 @@ func (n *Node) Heartbeat(ctx context.Context) error {
 // reports the request, the certificate's issuer and the bundle on the Node.
 func (n *Node) WatchRenewals(ctx context.Context) error {
 	name := n.Manager.cfg.NodeName
+	backoff := time.Second
 	for ctx.Err() == nil {
 		nodes := n.Manager.Client().CoreV1().Nodes()
 		w, err := nodes.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
@@ -132,8 +133,14 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			}
 			if err := n.renew(ctx, request); err != nil {
 				n.Manager.cfg.Metrics.renewError()
-				n.logf("renewal %s: %v", request, err)
+				n.logf("renewal %s: %v (retrying in %s)", request, err, backoff)
+				select {
+				case <-ctx.Done():
+				case <-n.Manager.cfg.Clock.After(backoff):
+				}
+				backoff = min(2*backoff, time.Minute)
 			} else {
+				backoff = time.Second
 				n.logf("renewal %s: done, client certificate valid until %s", request, n.Manager.Current().Cert.NotAfter.Format(time.RFC3339))
 			}
 			// The renewal rebuilt the client: watch again with it.

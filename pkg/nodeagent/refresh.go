@@ -42,6 +42,8 @@ func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Du
 	if err := m.use(kp, server, ca); err != nil {
 		return err
 	}
+	m.renewing.Lock()
+	defer m.renewing.Unlock()
 	name := RefreshCSRName(m.cfg.NodeName, seed)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

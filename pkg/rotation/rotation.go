@@ -18,6 +18,9 @@ import (
 // when the operation is not allowed now (the webhook refuses those; this is
 // the last line of defence when it was bypassed). It does not modify rot.
 func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1alpha1.WorkerPool, now metav1.Time) (*v1alpha1.CARotation, error) {
+	if op.Verb == v1alpha1.OperationReconcile {
+		return rot, nil
+	}
 	next := &v1alpha1.CARotation{}
 	if rot != nil {
 		next = rot.DeepCopy()
@@ -47,7 +50,6 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.PendingWorkersRollouts = slices.DeleteFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
 			return slices.Contains(op.Pools, p.Name)
 		})
-	case v1alpha1.OperationReconcile:
 	default:
 		return nil, fmt.Errorf("unknown operation %q", op.Verb)
 	}
@@ -175,7 +177,7 @@ func Next(f Facts) (v1alpha1.CARotationPhase, *Wait) {
 		if w := firstWait(
 			check(f.NewCAsPersisted, ReasonWaitingForNewCAs, "generating and storing the new CAs"),
 			check(f.ConsumersRolledOut, ReasonWaitingForConsumers, "waiting for the control-plane workloads to roll out"),
-			check(f.ClientsOnNewCA, ReasonWaitingForClients, "client certificates move to the new CAs once every consumer trusts both"),
+			check(f.ClientsOnNewCA, ReasonWaitingForClients, "client certificates move to the new CAs once every consumer, and the API server, trusts both"),
 			check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)),
 			check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to accept a client certificate from the new client CA"),
 		); w != nil {

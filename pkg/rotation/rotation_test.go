@@ -55,6 +55,7 @@ func TestApplyOperation(t *testing.T) {
 			v1alpha1.Operation{Verb: v1alpha1.OperationRolloutWorkers, Pools: []string{"a", "b"}}, nil, true},
 		{"reconcile changes nothing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.OperationReconcile},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, false},
+		{"reconcile on a cluster never rotated records nothing", nil, v1alpha1.Operation{Verb: v1alpha1.OperationReconcile}, nil, false},
 		{"unknown verb", nil, v1alpha1.Operation{Verb: "rotate"}, nil, true},
 	}
 	for _, tt := range tests {

@@ -7,12 +7,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
@@ -66,7 +68,7 @@ var _ = Describe("Evidence from a real kube-apiserver", func() {
 		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
 		Eventually(func(g Gomega) {
 			c = getCluster(ctx, key)
-			g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", "WaitingForEvidence"))
+			g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", "WaitingForClientCertificates"))
 			reachable := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
 			g.Expect(reachable).NotTo(BeNil())
 			g.Expect(reachable.Status).To(Equal(metav1.ConditionFalse))
@@ -74,5 +76,11 @@ var _ = Describe("Evidence from a real kube-apiserver", func() {
 		}).Should(Succeed())
 		Consistently(func() v1alpha1.CARotationPhase { return getCluster(ctx, key).CARotationPhase() }).
 			WithTimeout(2 * time.Second).Should(Equal(v1alpha1.RotationPreparing))
+		operator := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, operator)).To(Succeed())
+		certs, err := pki.ParseCertificates(operator.Data[v1alpha1.DataKeyCertificate])
+		Expect(err).NotTo(HaveOccurred())
+		newClientCA := loadCAs(ctx, c)[v1alpha1.CARoleClient].Current.Cert
+		Expect(certs[0].CheckSignatureFrom(newClientCA)).To(HaveOccurred(), "clients stay on the old CA while the API server does not trust the new one")
 	})
 })

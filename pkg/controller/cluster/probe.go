@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,41 @@ func (r *Reconciler) deleteOldClientProbe(ctx context.Context, c *v1alpha1.Clust
 	}
 	delete(objs.secrets, s.Name)
 	return nil
+}
+
+// apiServerTrustsNewClientCA is, in Preparing and with an endpoint, the
+// observed half of "every consumer trusts both CAs": the API server accepts
+// a short-lived client certificate from the new client CA. Carousel's own
+// client certificate moves only after that, and once it has moved, the
+// question is settled. Elsewhere it is true: the consumers' rollout says it.
+func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1.Cluster, objs *objects,
+	all map[v1alpha1.CARole]*credentials.CAs, trust bundles) bool {
+	endpoint := c.Spec.ControlPlane.Endpoint
+	clientCAs := all[v1alpha1.CARoleClient]
+	if c.CARotationPhase() != v1alpha1.RotationPreparing || endpoint == "" || r.Evidence == nil || clientCAs.Previous == nil {
+		return true
+	}
+	if s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]; s != nil {
+		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && signedBy(certs[0], clientCAs.Current.Cert) {
+			return true
+		}
+	}
+	probe, err := clientCAs.Current.IssueKeyPair(pki.LeafTemplate{
+		CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: 10 * time.Minute,
+	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), r.Clock.Now())
+	if err == nil {
+		var keyPEM []byte
+		if keyPEM, err = probe.KeyPEM(); err == nil {
+			err = r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.CertPEM(), keyPEM)
+		}
+	}
+	if err != nil {
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable,
+			Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonEndpointUnreachable, ObservedGeneration: c.Generation, LastTransitionTime: r.now(),
+			Message: "the API server does not accept the new client CA yet: " + err.Error()})
+		return false
+	}
+	return true
 }
 
 // gatherEvidence observes the managed API server once every other fact of

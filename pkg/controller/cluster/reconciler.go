@@ -114,7 +114,8 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 		return ctrl.Result{}, err
 	}
 	consumers, trustSum := consumersOf(objs), trustChecksum(trust)
-	certFacts, err := r.ensureCertificates(ctx, c, objs, cas, trust, trustEstablished(consumers, trustSum))
+	trusted := trustEstablished(consumers, trustSum) && r.apiServerTrustsNewClientCA(ctx, c, objs, cas, trust)
+	certFacts, err := r.ensureCertificates(ctx, c, objs, cas, trust, trusted)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

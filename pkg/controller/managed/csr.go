@@ -26,6 +26,9 @@ import (
 const (
 	decidedCSRLifetime = time.Hour
 	pendingCSRLifetime = 24 * time.Hour
+	// transientRetry is how soon a request left pending for a reason that
+	// may pass is looked at again.
+	transientRetry = 5 * time.Second
 )
 
 // csrReconciler approves, denies, signs and cleans up the kubelet CSRs of one
@@ -69,7 +72,11 @@ func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	switch {
 	case !decided:
-		return cleanup, r.decide(ctx, c, obj)
+		retry, err := r.decide(ctx, c, obj)
+		if retry {
+			return ctrl.Result{RequeueAfter: transientRetry}, err
+		}
+		return cleanup, err
 	case csr.Approved(obj) && len(obj.Status.Certificate) == 0:
 		return cleanup, r.sign(ctx, c, obj)
 	}
@@ -87,7 +94,10 @@ func cleanupAfter(decided bool) time.Duration {
 	return pendingCSRLifetime
 }
 
-func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *certificatesv1.CertificateSigningRequest) error {
+// decide approves or denies a pending CSR. It returns true when the request
+// was left pending for a reason that may pass (a token or Node not yet in the
+// cache), so that it is looked at again soon.
+func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *certificatesv1.CertificateSigningRequest) (bool, error) {
 	approval := c.Spec.KubeletBootstrap.CSRApproval
 	d := csr.Decide(obj, csr.Policy{
 		BootstrapGroup:     bootstrap.Group(c.Name),
@@ -104,7 +114,7 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	case csr.Deny:
 		condition = certificatesv1.CertificateDenied
 	default:
-		return nil
+		return d.Reason == csr.ReasonForeignToken || d.Reason == csr.ReasonUnknownNode, nil
 	}
 	obj.Status.Conditions = append(obj.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: condition, Status: corev1.ConditionTrue, Reason: d.Reason, Message: d.Message,
@@ -112,14 +122,14 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	})
 	if err := r.remote.SubResource("approval").Update(ctx, obj); err != nil {
 		if apierrors.IsConflict(err) {
-			return nil // the CSR changed; its update event brings it back
+			return false, nil // the CSR changed; its update event brings it back
 		}
-		return fmt.Errorf("recording %s on %s: %w", condition, obj.Name, err)
+		return false, fmt.Errorf("recording %s on %s: %w", condition, obj.Name, err)
 	}
 	if condition == certificatesv1.CertificateApproved {
 		r.approvedAt.Store(obj.UID, r.clock.Now())
 	}
-	return nil
+	return false, nil
 }
 
 func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string) bool {

@@ -65,20 +65,27 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		a := n.Annotations
-		if a[v1alpha1.AnnotationCredentialsRenewed] == request && a[v1alpha1.AnnotationClientCertificateIssuer] == wantIssuer &&
-			a[v1alpha1.AnnotationTrustBundle] == wantBundle {
+		reported := a[v1alpha1.AnnotationCredentialsRenewed] == request
+		if reported && a[v1alpha1.AnnotationClientCertificateIssuer] == wantIssuer && a[v1alpha1.AnnotationTrustBundle] == wantBundle {
 			renewed++
 			continue
 		}
-		if a[v1alpha1.AnnotationRenewCredentials] != request {
-			patch := client.MergeFrom(n.DeepCopy())
+		patch := client.MergeFrom(n.DeepCopy())
+		switch {
+		case reported:
+			// Renewed, but with another issuer or bundle (it read a
+			// cluster-info not yet updated): ask again.
+			delete(n.Annotations, v1alpha1.AnnotationCredentialsRenewed)
+		case a[v1alpha1.AnnotationRenewCredentials] != request:
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}
 			n.Annotations[v1alpha1.AnnotationRenewCredentials] = request
-			if err := remote.Patch(ctx, n, patch); err != nil {
-				return false, "", fmt.Errorf("asking node %s to renew: %w", n.Name, err)
-			}
+		default:
+			continue // asked, not answered yet
+		}
+		if err := remote.Patch(ctx, n, patch); err != nil {
+			return false, "", fmt.Errorf("asking node %s to renew: %w", n.Name, err)
 		}
 	}
 	if renewed == len(nodes.Items) {

@@ -141,7 +141,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: next.Sub(r.Clock.Now())}, nil
+	// Come back for the next token, and at least every minute to reconnect
+	// a dropped runner: the managed cluster raises no events here.
+	return ctrl.Result{RequeueAfter: min(next.Sub(r.Clock.Now()), time.Minute)}, nil
 }
 
 // ensureTokens deletes expired bootstrap tokens, issues a new one when none
@@ -284,7 +286,14 @@ func (r *Reconciler) start(key client.ObjectKey, cfg *rest.Config, digest string
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := &runner{key: digest, cluster: cl, direct: direct, cancel: cancel}
-	go func() { _ = cl.Start(ctx) }()
+	// A runner that fails (its cache never synced: the API server was not
+	// up yet) is dropped, and the next reconcile connects again.
+	runUntilFailure := func(start func(context.Context) error) {
+		if err := start(ctx); err != nil && ctx.Err() == nil {
+			r.drop(key, rt)
+		}
+	}
+	go runUntilFailure(cl.Start)
 	if r.CSRControllers {
 		c, err := controller.NewUnmanaged("kubelet-csr-"+key.Namespace+"-"+key.Name, controller.Options{
 			Reconciler: &csrReconciler{cluster: key, remote: cl.GetClient(), management: r.Client, clock: r.Clock,
@@ -301,7 +310,7 @@ func (r *Reconciler) start(key client.ObjectKey, cfg *rest.Config, digest string
 			cancel()
 			return nil, err
 		}
-		go func() { _ = c.Start(ctx) }()
+		go runUntilFailure(c.Start)
 	}
 	return rt, nil
 }
@@ -325,6 +334,16 @@ func (r *Reconciler) stop(key client.ObjectKey) {
 	if rt != nil {
 		rt.cancel()
 	}
+}
+
+// drop stops rt and forgets it, unless it was replaced already.
+func (r *Reconciler) drop(key client.ObjectKey, rt *runner) {
+	r.mu.Lock()
+	if r.runners[key] == rt {
+		delete(r.runners, key)
+	}
+	r.mu.Unlock()
+	rt.cancel()
 }
 
 func (r *Reconciler) stopAll() {
