@@ -8,16 +8,31 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/carousel-dev/carousel/pkg/operator"
 
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
-var env *framework.Environment
+// target is the management cluster and Cluster the suite rotates.
+type target struct {
+	Client          client.Client
+	Namespace, Name string
+}
+
+var (
+	tgt *target
+	// env is the local environment; nil against an existing management cluster.
+	env *framework.Environment
+)
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -25,6 +40,10 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
+	if kubeconfig := os.Getenv("CAROUSEL_E2E_KUBECONFIG"); kubeconfig != "" {
+		useExistingCluster(kubeconfig, os.Getenv("CAROUSEL_E2E_CLUSTER"))
+		return
+	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	Expect(err).NotTo(HaveOccurred())
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
@@ -46,4 +65,18 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	})
 	DeferCleanup(env.Stop)
 	Expect(err).NotTo(HaveOccurred(), "starting the local environment; logs are in %s", work)
+	tgt = &target{Client: env.Client, Namespace: env.Namespace, Name: env.Name}
 }, NodeTimeout(5*time.Minute))
+
+// useExistingCluster points the suite at a Cluster ("namespace/name") in an
+// existing management cluster, where Carousel and the platform already run.
+func useExistingCluster(kubeconfig, cluster string) {
+	GinkgoHelper()
+	ns, name, ok := strings.Cut(cluster, "/")
+	Expect(ok).To(BeTrue(), "CAROUSEL_E2E_CLUSTER must be <namespace>/<name>, got %q", cluster)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	Expect(err).NotTo(HaveOccurred())
+	tgt = &target{Client: c, Namespace: ns, Name: name}
+}
