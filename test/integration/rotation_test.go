@@ -460,6 +460,28 @@ var _ = Describe("Crash safety", func() {
 	})
 })
 
+var _ = Describe("A lost CA", func() {
+	It("is not replaced in the middle of a rotation", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		c := createCluster(ctx, ns, "lost")
+		key := client.ObjectKeyFromObject(c)
+		var writes atomic.Int64
+		r := &clustercontroller.Reconciler{Client: countingClient{Client: k8s, writes: &writes, budget: -1}, Clock: clock.RealClock{},
+			Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, ManagedPollInterval: time.Second}
+		reconcile := func() error {
+			_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+			return err
+		}
+		Expect(reconcile()).To(Succeed())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		Expect(reconcile()).To(Succeed()) // records Preparing
+		Expect(k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleEtcd)}})).To(Succeed())
+		Expect(reconcile()).To(MatchError(ContainSubstring("holding the etcd CA is missing during a CA rotation (phase Preparing): restore it")))
+		Expect(meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionReady)).To(HaveField("Status", metav1.ConditionFalse))
+		Expect(loadCAsIfPresent(ctx, getCluster(ctx, key))).NotTo(HaveKey(v1alpha1.CARoleEtcd), "no replacement CA was minted")
+	})
+})
+
 // metricValue returns the value of the gauge or counter series with exactly
 // the given labels, or -1 when there is none.
 func metricValue(families []*dto.MetricFamily, name string, labels map[string]string) float64 {

@@ -42,6 +42,11 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 			created bool
 		)
 		if existing == nil {
+			if phase.RotationInProgress() {
+				// Minting a replacement now would leave everything signed by
+				// the lost CA untrusted; only a restored Secret can continue.
+				return nil, fmt.Errorf("secret %s holding the %s CA is missing during a CA rotation (phase %s): restore it; Carousel does not replace a CA mid-rotation", name, role, phase)
+			}
 			kp, err := r.newCA(c, role)
 			if err != nil {
 				return nil, err
