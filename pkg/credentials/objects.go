@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 
@@ -86,6 +87,17 @@ func (c *CAs) Bundle() pki.Bundle {
 		return pki.NewBundle(c.Current.Cert)
 	}
 	return pki.NewBundle(c.Current.Cert, c.Previous.Cert)
+}
+
+// IssuerOf returns the CA of the role that signed cert: the previous one when
+// it did, the current one otherwise. Signing a new client credential with the
+// issuer of Carousel's own client certificate keeps it on the CA the API
+// server is known to trust at this point of a rotation.
+func (c *CAs) IssuerOf(cert *x509.Certificate) *pki.KeyPair {
+	if c.Previous != nil && cert.CheckSignatureFrom(c.Previous.Cert) == nil {
+		return c.Previous
+	}
+	return c.Current
 }
 
 // DecodeCASecret reads a role's CAs from its Secret.

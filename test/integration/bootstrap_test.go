@@ -206,6 +206,21 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(err).To(MatchError(ContainSubstring("CarouselSigningFailed")))
 	})
 
+	It("hands out a short-lived admin kubeconfig with kubectl carousel", func(ctx SpecContext) {
+		out, err := kubectlCarousel(ctx, "kubeconfig", c.Name, "-n", c.Namespace, "--ttl", "30m", "--name", "test")
+		Expect(err).NotTo(HaveOccurred())
+		cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(out))
+		Expect(err).NotTo(HaveOccurred())
+		certs, err := pki.ParseCertificates(cfg.CertData)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(certs[0].Subject.CommonName).To(Equal("carousel:admin:test"))
+		Expect(certs[0].NotAfter.Sub(certs[0].NotBefore)).To(Equal(30*time.Minute + pki.Backdate))
+		Eventually(func() error {
+			_, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+			return err
+		}).Should(Succeed(), "the managed API server accepts it")
+	})
+
 	It("renews every node in place during a rotation, ending on the new client CA", func(ctx SpecContext) {
 		before := loadCAs(ctx, c)
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())

@@ -207,8 +207,5 @@ func (r *csrReconciler) signingCA(ctx context.Context, c *v1alpha1.Cluster, sign
 	if err != nil {
 		return nil, err
 	}
-	if cas.Previous != nil && certs[0].CheckSignatureFrom(cas.Previous.Cert) == nil {
-		return cas.Previous, nil
-	}
-	return cas.Current, nil
+	return cas.IssuerOf(certs[0]), nil
 }

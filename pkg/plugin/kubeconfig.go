@@ -1,0 +1,96 @@
+package plugin
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// Bounds of `kubeconfig --ttl`.
+const (
+	minKubeconfigTTL = 10 * time.Minute
+	maxKubeconfigTTL = 24 * time.Hour
+)
+
+// kubeconfigCommand prints a short-lived admin kubeconfig of a managed
+// cluster: a fresh key and a certificate (O=system:masters) signed locally by
+// the client CA the API server trusts now, with the current trust bundle.
+func (e *env) kubeconfigCommand() *cobra.Command {
+	var (
+		ttl  time.Duration
+		name string
+	)
+	cmd := &cobra.Command{
+		Use:   "kubeconfig CLUSTER",
+		Short: "Print a short-lived admin kubeconfig of CLUSTER's API server",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ttl < minKubeconfigTTL || ttl > maxKubeconfigTTL {
+				return fmt.Errorf("--ttl must be between %s and %s", minKubeconfigTTL, maxKubeconfigTTL)
+			}
+			c, ns, err := e.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cl, err := e.cluster(ctx, c, ns, args[0])
+			if err != nil {
+				return err
+			}
+			if cl.Spec.ControlPlane.Endpoint == "" {
+				return errors.New("the Cluster has no spec.controlPlane.endpoint to point a kubeconfig at")
+			}
+			get := func(name string, obj client.Object) error {
+				return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+			}
+			caSecret, operator, bundle := &corev1.Secret{}, &corev1.Secret{}, &corev1.ConfigMap{}
+			if err := get(credentials.CASecretName(cl.Name, v1alpha1.CARoleClient), caSecret); err != nil {
+				return err
+			}
+			if err := get(credentials.CertificateSecretName(cl.Name, credentials.CertOperator), operator); err != nil {
+				return err
+			}
+			if err := get(credentials.BundleConfigMapName(cl.Name, v1alpha1.CARoleCluster), bundle); err != nil {
+				return err
+			}
+			cas, err := credentials.DecodeCASecret(caSecret)
+			if err != nil {
+				return err
+			}
+			operatorCerts, err := pki.ParseCertificates(operator.Data[v1alpha1.DataKeyCertificate])
+			if err != nil {
+				return err
+			}
+			user := "carousel:admin:" + name
+			kp, err := cas.IssuerOf(operatorCerts[0]).IssueKeyPair(pki.LeafTemplate{
+				CommonName: user, Organization: []string{"system:masters"},
+				Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: ttl,
+			}, pki.KeyAlgorithm(cl.Spec.Certificates.KeyAlgorithmOrDefault()), e.clock.Now())
+			if err != nil {
+				return err
+			}
+			keyPEM, err := kp.KeyPEM()
+			if err != nil {
+				return err
+			}
+			kubeconfig, err := credentials.Kubeconfig(cl.Name, cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle]), kp.CertPEM(), keyPEM, user)
+			if err != nil {
+				return err
+			}
+			_, err = e.streams.Out.Write(kubeconfig)
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, fmt.Sprintf("Validity of the credential, between %s and %s", minKubeconfigTTL, maxKubeconfigTTL))
+	cmd.Flags().StringVar(&name, "name", "kubectl-carousel", "Put into the user name, carousel:admin:<name>, for the audit log")
+	return cmd
+}

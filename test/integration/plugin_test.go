@@ -1,0 +1,103 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/plugin"
+)
+
+// kubectlCarousel runs the plugin in-process against the test API server, as
+// a cluster admin, and returns its standard output.
+func kubectlCarousel(ctx context.Context, args ...string) (string, error) {
+	GinkgoHelper()
+	admin, err := testEnv.AddUser(envtest.User{Name: "plugin-admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig, err := admin.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+	var out, errOut bytes.Buffer
+	cmd := plugin.NewCommand(genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, clock.RealClock{})
+	cmd.SetArgs(append(args, "--kubeconfig", path))
+	err = cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+var _ = Describe("kubectl carousel", func() {
+	It("starts, follows and completes a rotation, and shows status and expiration", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		c := createCluster(ctx, ns, "plugged", v1alpha1.WorkerPool{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual})
+		key := client.ObjectKeyFromObject(c)
+		waitForReady(ctx, key)
+
+		out, err := kubectlCarousel(ctx, "rotation", "complete", "plugged", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring("cannot complete the CA rotation in phase none (never rotated)")))
+		Expect(out).To(BeEmpty())
+
+		out, err = kubectlCarousel(ctx, "rotation", "start", "plugged", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("cluster " + ns + "/plugged: start-ca-rotation requested"))
+		Eventually(func(g Gomega) {
+			out, err := kubectlCarousel(ctx, "rotation", "status", "plugged", "-n", ns)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(MatchRegexp(`Phase:\s+Preparing`))
+			g.Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+manual`))
+			g.Expect(out).To(MatchRegexp(`Waiting for:\s+Preparing: 1 worker pool\(s\) still to roll`))
+			for _, role := range v1alpha1.CARoles() {
+				g.Expect(out).To(MatchRegexp(`(?m)^`+string(role)+`\s+[0-9a-f]{16}\s+\S+\s+[0-9a-f]{16}`), "role %s has a current and a previous CA", role)
+			}
+		}).Should(Succeed())
+
+		out, err = kubectlCarousel(ctx, "certs", "check-expiration", "plugged", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("RESIDUAL TIME"))
+		for _, cert := range credentials.Certificates(c) {
+			Expect(out).To(MatchRegexp(`(?m)^` + cert.Name + `\s+\w{3} \d{2}, \d{4} \d{2}:\d{2} UTC\s+(364d|365d)\s+` + string(cert.SignedBy)))
+		}
+		Expect(out).To(MatchRegexp(`(?m)^client\s+.*\s+previous$`))
+
+		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=manual")).To(Succeed())
+		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+		done := make(chan string)
+		go func() {
+			defer GinkgoRecover()
+			out, err := kubectlCarousel(ctx, "rotation", "complete", "plugged", "-n", ns, "--wait", "--timeout", "1m")
+			Expect(err).NotTo(HaveOccurred())
+			done <- out
+		}()
+		Eventually(func() bool { return getCluster(ctx, key).IsPendingWorkerPool("manual") }).Should(BeTrue())
+		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=manual")).To(Succeed())
+		var followed string
+		Eventually(done).WithTimeout(time.Minute).Should(Receive(&followed))
+		Expect(followed).To(ContainSubstring("complete-ca-rotation requested"))
+		Expect(followed).To(HaveSuffix("phase Completed\n"))
+	})
+
+	It("refuses a kubeconfig without an endpoint and a TTL out of bounds", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		c := createCluster(ctx, ns, "unreachable")
+		waitForReady(ctx, client.ObjectKeyFromObject(c))
+		_, err := kubectlCarousel(ctx, "kubeconfig", "unreachable", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring("no spec.controlPlane.endpoint")))
+		_, err = kubectlCarousel(ctx, "kubeconfig", "unreachable", "-n", ns, "--ttl", "48h")
+		Expect(err).To(MatchError(ContainSubstring("--ttl must be between 10m0s and 24h0m0s")))
+	})
+})
