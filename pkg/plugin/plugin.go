@@ -47,7 +47,7 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 		e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
 		e.statusCommand())
 	certs := &cobra.Command{Use: "certs", Short: "Inspect a Cluster's certificates"}
-	certs.AddCommand(e.checkExpirationCommand())
+	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand())
 	root.AddCommand(rotation, certs, e.kubeconfigCommand())
 	return root
 }

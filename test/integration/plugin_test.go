@@ -5,11 +5,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,5 +102,47 @@ var _ = Describe("kubectl carousel", func() {
 		Expect(err).To(MatchError(ContainSubstring("no spec.controlPlane.endpoint")))
 		_, err = kubectlCarousel(ctx, "kubeconfig", "unreachable", "-n", ns, "--ttl", "48h")
 		Expect(err).To(MatchError(ContainSubstring("--ttl must be between 10m0s and 24h0m0s")))
+	})
+
+	It("uploads an encrypted copy of the CA keys that only the printed key opens, until its token expires", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		c := createCluster(ctx, ns, "copied")
+		waitForReady(ctx, client.ObjectKeyFromObject(c))
+
+		out, err := kubectlCarousel(ctx, "certs", "upload", "copied", "-n", ns, "--ttl", "1h")
+		Expect(err).NotTo(HaveOccurred())
+		id := regexp.MustCompile(`as upload ([a-z0-9]{6}),`).FindStringSubmatch(out)
+		key := regexp.MustCompile(`(?m)^([0-9a-f]{64})$`).FindStringSubmatch(out)
+		Expect(id).To(HaveLen(2), out)
+		Expect(key).To(HaveLen(2), out)
+
+		copySecret := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "carousel-certs-" + id[1]}, copySecret)).To(Succeed())
+		Expect(copySecret.OwnerReferences).To(ConsistOf(HaveField("Name", "bootstrap-token-"+id[1])), "deleted with its token")
+		Expect(string(copySecret.Data["certificates"])).NotTo(ContainSubstring("PRIVATE KEY"))
+
+		dir := GinkgoT().TempDir()
+		_, err = kubectlCarousel(ctx, "certs", "download", "copied", "-n", ns, "--upload-id", id[1], "--certificate-key", key[1], "--dir", dir)
+		Expect(err).NotTo(HaveOccurred())
+		clientCA := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CASecretName("copied", v1alpha1.CARoleClient)}, clientCA)).To(Succeed())
+		Expect(os.ReadFile(filepath.Join(dir, "client-ca-tls.key"))).To(Equal(clientCA.Data[v1alpha1.DataKeyPrivateKey]))
+		Expect(filepath.Join(dir, "sa.key")).To(BeARegularFile())
+
+		wrong := strings.Repeat("0", 64)
+		_, err = kubectlCarousel(ctx, "certs", "download", "copied", "-n", ns, "--upload-id", id[1], "--certificate-key", wrong, "--dir", dir)
+		Expect(err).To(MatchError(ContainSubstring("the certificate key does not open this upload")))
+
+		token := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + id[1]}, token)).To(Succeed())
+		token.Data["expiration"] = []byte(time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
+		Expect(k8s.Update(ctx, token)).To(Succeed())
+		_, err = kubectlCarousel(ctx, "certs", "download", "copied", "-n", ns, "--upload-id", id[1], "--certificate-key", key[1], "--dir", dir)
+		Expect(err).To(MatchError(ContainSubstring("upload " + id[1] + " expired at")))
+		Expect(k8s.Delete(ctx, token)).To(Succeed())
+		_, err = kubectlCarousel(ctx, "certs", "download", "copied", "-n", ns, "--upload-id", id[1], "--certificate-key", key[1], "--dir", dir)
+		Expect(err).To(MatchError(ContainSubstring("does not exist or has expired")))
 	})
 })
