@@ -45,7 +45,7 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 	rotation := &cobra.Command{Use: "rotation", Short: "Start, complete and follow a CA rotation"}
 	rotation.AddCommand(e.operationCommand("start", v1alpha1.OperationStartCARotation, v1alpha1.RotationPrepared),
 		e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
-		e.statusCommand())
+		e.statusCommand(), e.planCommand())
 	certs := &cobra.Command{Use: "certs", Short: "Inspect a Cluster's certificates"}
 	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand())
 	root.AddCommand(rotation, certs, e.kubeconfigCommand())

@@ -206,6 +206,12 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(err).To(MatchError(ContainSubstring("CarouselSigningFailed")))
 	})
 
+	It("lists the nodes each pool will roll in kubectl carousel rotation plan", func(ctx SpecContext) {
+		out, err := kubectlCarousel(ctx, "rotation", "plan", c.Name, "-n", c.Namespace)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("pool-a (InPlace): 1 node(s): " + nodeName))
+	})
+
 	It("hands out a short-lived admin kubeconfig with kubectl carousel", func(ctx SpecContext) {
 		out, err := kubectlCarousel(ctx, "kubeconfig", c.Name, "-n", c.Namespace, "--ttl", "30m", "--name", "test")
 		Expect(err).NotTo(HaveOccurred())

@@ -49,7 +49,15 @@ var _ = Describe("kubectl carousel", func() {
 		key := client.ObjectKeyFromObject(c)
 		waitForReady(ctx, key)
 
-		out, err := kubectlCarousel(ctx, "rotation", "complete", "plugged", "-n", ns)
+		out, err := kubectlCarousel(ctx, "rotation", "plan", "plugged", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("now in phase none (never rotated)"))
+		Expect(out).To(MatchRegexp(`re-issue from the new CAs: kube-apiserver-etcd-client, front-proxy-client, .*carousel-operator\n`))
+		Expect(out).To(MatchRegexp(`keep on the old CAs: kube-apiserver, kube-apiserver-kubelet-client, etcd-server`))
+		Expect(out).To(ContainSubstring("manual (Manual): nodes unknown: the Cluster has no endpoint"))
+		Expect(getCluster(ctx, key).CARotationPhase()).To(BeEmpty(), "plan changes nothing")
+
+		out, err = kubectlCarousel(ctx, "rotation", "complete", "plugged", "-n", ns)
 		Expect(err).To(MatchError(ContainSubstring("cannot complete the CA rotation in phase none (never rotated)")))
 		Expect(out).To(BeEmpty())
 
