@@ -113,11 +113,7 @@ func (e *env) uploadCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, ns, err := e.client()
-			if err != nil {
-				return err
-			}
-			cl, err := e.cluster(ctx, c, ns, args[0])
+			c, cl, err := e.clusterArg(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -133,7 +129,7 @@ func (e *env) uploadCommand() *cobra.Command {
 			if _, err := rand.Read(key); err != nil {
 				return err
 			}
-			sealed, err := sealCertificates(files, key, ns+"/"+cl.Name)
+			sealed, err := sealCertificates(files, key, cl.Namespace+"/"+cl.Name)
 			if err != nil {
 				return err
 			}
@@ -143,14 +139,14 @@ func (e *env) uploadCommand() *cobra.Command {
 			}
 			id := raw[:bootstrapapi.BootstrapTokenIDBytes]
 			expires := e.clock.Now().Add(ttl).UTC().Truncate(time.Second)
-			label := map[string]string{LabelCertsUpload: ns + "." + cl.Name}
+			label := map[string]string{LabelCertsUpload: cl.Namespace + "." + cl.Name}
 			token := &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(id), Labels: label},
 				Type:       bootstrapapi.SecretTypeBootstrapToken,
 				StringData: map[string]string{
 					bootstrapapi.BootstrapTokenIDKey: id, bootstrapapi.BootstrapTokenSecretKey: raw[bootstrapapi.BootstrapTokenIDBytes+1:],
 					bootstrapapi.BootstrapTokenExpirationKey:  expires.Format(time.RFC3339),
-					bootstrapapi.BootstrapTokenDescriptionKey: fmt.Sprintf("owns Carousel's encrypted certificate copy of %s/%s; authenticates nobody", ns, cl.Name),
+					bootstrapapi.BootstrapTokenDescriptionKey: fmt.Sprintf("owns Carousel's encrypted certificate copy of %s/%s; authenticates nobody", cl.Namespace, cl.Name),
 				},
 			}
 			if err := c.Create(ctx, token); err != nil {
@@ -164,9 +160,9 @@ func (e *env) uploadCommand() *cobra.Command {
 			if err := c.Create(ctx, copySecret); err != nil {
 				return fmt.Errorf("storing the encrypted copy: %w", err)
 			}
-			fmt.Fprintf(e.streams.Out, "Uploaded %d files of %s/%s as upload %s, deleted with its token at %s.\n", len(files), ns, cl.Name, id, expires.Format(time.RFC3339))
+			fmt.Fprintf(e.streams.Out, "Uploaded %d files of %s/%s as upload %s, deleted with its token at %s.\n", len(files), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
 			fmt.Fprintf(e.streams.Out, "Certificate key (shown once, stored nowhere):\n%s\n", hex.EncodeToString(key))
-			fmt.Fprintf(e.streams.Out, "Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n", cl.Name, ns, id)
+			fmt.Fprintf(e.streams.Out, "Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n", cl.Name, cl.Namespace, id)
 			return nil
 		},
 	}

@@ -37,12 +37,8 @@ func (e *env) kubeconfigCommand() *cobra.Command {
 			if ttl < minKubeconfigTTL || ttl > maxKubeconfigTTL {
 				return fmt.Errorf("--ttl must be between %s and %s", minKubeconfigTTL, maxKubeconfigTTL)
 			}
-			c, ns, err := e.client()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			cl, err := e.cluster(ctx, c, ns, args[0])
+			c, cl, err := e.clusterArg(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -50,7 +46,7 @@ func (e *env) kubeconfigCommand() *cobra.Command {
 				return errors.New("the Cluster has no spec.controlPlane.endpoint to point a kubeconfig at")
 			}
 			get := func(name string, obj client.Object) error {
-				return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+				return c.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: name}, obj)
 			}
 			caSecret, operator, bundle := &corev1.Secret{}, &corev1.Secret{}, &corev1.ConfigMap{}
 			if err := get(credentials.CASecretName(cl.Name, v1alpha1.CARoleClient), caSecret); err != nil {

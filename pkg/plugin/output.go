@@ -86,11 +86,7 @@ func (e *env) checkExpirationCommand() *cobra.Command {
 		Short: "Show when each certificate and certificate authority of CLUSTER expires",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := e.client()
-			if err != nil {
-				return err
-			}
-			cl, err := e.cluster(cmd.Context(), c, ns, args[0])
+			c, cl, err := e.clusterArg(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

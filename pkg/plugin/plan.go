@@ -28,11 +28,7 @@ func (e *env) planCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, ns, err := e.client()
-			if err != nil {
-				return err
-			}
-			cl, err := e.cluster(ctx, c, ns, args[0])
+			c, cl, err := e.clusterArg(ctx, args[0])
 			if err != nil {
 				return err
 			}

@@ -65,6 +65,17 @@ func (e *env) client() (client.Client, string, error) {
 	return c, ns, err
 }
 
+// clusterArg connects to the management cluster and reads the Cluster the
+// command names, in the namespace of the kubectl flags.
+func (e *env) clusterArg(ctx context.Context, name string) (client.Client, *v1alpha1.Cluster, error) {
+	c, ns, err := e.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := e.cluster(ctx, c, ns, name)
+	return c, cl, err
+}
+
 func (e *env) cluster(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.Cluster, error) {
 	cl := &v1alpha1.Cluster{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {
@@ -86,12 +97,8 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 		Short: fmt.Sprintf("Annotate CLUSTER with %s=%s", v1alpha1.OperationAnnotation, operation),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := e.client()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			cl, err := e.cluster(ctx, c, ns, args[0])
+			c, cl, err := e.clusterArg(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -103,11 +110,11 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 			if err := c.Patch(ctx, cl, patch); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.streams.Out, "cluster %s/%s: %s requested\n", ns, args[0], operation)
+			fmt.Fprintf(e.streams.Out, "cluster %s/%s: %s requested\n", cl.Namespace, args[0], operation)
 			if !wait {
 				return nil
 			}
-			return e.follow(ctx, c, ns, args[0], target, timeout)
+			return e.follow(ctx, c, cl.Namespace, args[0], target, timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(target))
@@ -162,11 +169,7 @@ func (e *env) statusCommand() *cobra.Command {
 		Short: "Show the rotation phase, its timestamps, pending worker pools and the CA inventory",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := e.client()
-			if err != nil {
-				return err
-			}
-			cl, err := e.cluster(cmd.Context(), c, ns, args[0])
+			_, cl, err := e.clusterArg(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
