@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -88,13 +91,21 @@ func (m *Manager) Client() kubernetes.Interface {
 }
 
 // Start loads a valid stored pair or bootstraps one with the bootstrap
-// kubeconfig, retrying with backoff, and gives up after StartupTimeout.
+// kubeconfig, retrying with backoff, and gives up after StartupTimeout. A
+// stored pair that the API server rejects, or whose API server it no longer
+// trusts (the node was off through a CA rotation), is replaced through the
+// bootstrap kubeconfig too.
 func (m *Manager) Start(ctx context.Context) error {
 	kp, err := m.store.Current()
 	if err == nil && kp != nil && m.cfg.Clock.Now().Before(kp.Cert.NotAfter) {
 		server, ca, err := m.serverAndCA()
 		if err == nil {
-			return m.use(kp, server, ca)
+			if err := m.use(kp, server, ca); err != nil {
+				return err
+			}
+			if !m.rejected(ctx) {
+				return nil
+			}
 		}
 	}
 	// The deadline runs on the manager's clock, so tests can step it.
@@ -121,6 +132,15 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-m.cfg.Clock.After(backoff):
 		}
 	}
+}
+
+// rejected reports whether the API server refuses the current credentials
+// (401) or presents a certificate they do not trust. An API server that
+// cannot be reached says nothing about the credentials.
+func (m *Manager) rejected(ctx context.Context) bool {
+	_, err := m.Client().AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	var unknownAuthority x509.UnknownAuthorityError
+	return apierrors.IsUnauthorized(err) || errors.As(err, &unknownAuthority)
 }
 
 // bootstrap requests a certificate with the bootstrap token.

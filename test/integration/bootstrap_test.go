@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -228,6 +229,9 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 	})
 
 	It("renews every node in place during a rotation, ending on the new client CA", func(ctx SpecContext) {
+		By("keeping a copy of a node's credentials, as a node that is off through the rotation keeps them")
+		offline := GinkgoT().TempDir()
+		Expect(exec.Command("cp", "-a", filepath.Join(agentDir, "pki"), filepath.Join(agentDir, "kubeconfig"), offline).Run()).To(Succeed())
 		before := loadCAs(ctx, c)
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
 		waitForPhaseSlowly(ctx, key, v1alpha1.RotationPrepared)
@@ -251,6 +255,16 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(fingerprints(trust)).To(Equal([]string{pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)}), "the node dropped the old cluster CA")
 		_, err = agent.Client().CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "the node still talks to its API server")
+
+		By("bringing back the node that was off: its old credentials are refused, so it bootstraps again")
+		s := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: managed.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(offline, "bootstrap-kubeconfig"), s.Data[v1alpha1.DataKeyKubeconfig], 0o600)).To(Succeed())
+		returning := nodeagent.NewManager(nodeagent.Config{NodeName: nodeName, CertDir: filepath.Join(offline, "pki"),
+			KubeconfigPath: filepath.Join(offline, "kubeconfig"), BootstrapKubeconfigPath: filepath.Join(offline, "bootstrap-kubeconfig"),
+			Clock: clock.RealClock{}, StartupTimeout: time.Minute})
+		Expect(returning.Start(ctx)).To(Succeed())
+		Expect(pki.Verify(returning.Current().Cert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
 	})
 })
 
