@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
+	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
 )
@@ -88,7 +90,7 @@ func clientFor(kubeconfig []byte) kubernetes.Interface {
 }
 
 // nodeCertificates reads every agent's current client certificate from its
-// files; none against an existing management cluster.
+// store; none against an existing management cluster.
 func nodeCertificates() []*x509.Certificate {
 	GinkgoHelper()
 	var out []*x509.Certificate
@@ -96,11 +98,10 @@ func nodeCertificates() []*x509.Certificate {
 		return nil
 	}
 	for _, a := range env.Agents {
-		data, err := os.ReadFile(a.Dir + "/pki/kubelet-client-current.pem")
+		kp, err := (&nodeagent.Store{Dir: filepath.Join(a.Dir, "pki")}).Current()
 		Expect(err).NotTo(HaveOccurred())
-		certs, err := pki.ParseCertificates([]byte(strings.Split(string(data), "-----BEGIN PRIVATE KEY-----")[0]))
-		Expect(err).NotTo(HaveOccurred())
-		out = append(out, certs[0])
+		Expect(kp).NotTo(BeNil(), "agent %s has a current pair", a.Name)
+		out = append(out, kp.Cert)
 	}
 	return out
 }

@@ -40,6 +40,8 @@ type certificateFacts struct {
 	clientsOnNewCA, allOnNewCA bool
 	// nextRenewal is when the first certificate is due for renewal.
 	nextRenewal time.Time
+	// notAfter is the expiry of each certificate, by name.
+	notAfter map[string]time.Time
 }
 
 // ensureCertificates issues or re-issues every leaf certificate that is
@@ -50,7 +52,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 	now := r.Clock.Now()
 	phase := c.CARotationPhase()
 	alg := pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault())
-	facts := certificateFacts{clientsOnNewCA: true, allOnNewCA: true}
+	facts := certificateFacts{clientsOnNewCA: true, allOnNewCA: true, notAfter: map[string]time.Time{}}
 	var issued []string
 	for _, cert := range credentials.Certificates(c) {
 		cas := all[cert.SignedBy]
@@ -96,6 +98,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		if cert.RenewIn == credentials.RenewInPreparing {
 			facts.clientsOnNewCA = facts.clientsOnNewCA && onNew
 		}
+		facts.notAfter[cert.Name] = kp.Cert.NotAfter
 		if at := renewalTime(kp.Cert); facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal) {
 			facts.nextRenewal = at
 		}

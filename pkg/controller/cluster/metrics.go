@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -55,7 +57,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(c *v1alpha1.Cluster, all map[v1alpha1.CARole]*credentials.CAs, objs *objects) {
+// observe records the CA and certificate expiries ensureCAs and
+// ensureCertificates found, and the phase.
+func (m *Metrics) observe(c *v1alpha1.Cluster, all map[v1alpha1.CARole]*credentials.CAs, certNotAfter map[string]time.Time) {
 	if m == nil {
 		return
 	}
@@ -67,12 +71,8 @@ func (m *Metrics) observe(c *v1alpha1.Cluster, all map[v1alpha1.CARole]*credenti
 			m.caExpiry.DeleteLabelValues(c.Namespace, c.Name, string(role), "previous")
 		}
 	}
-	for _, cert := range credentials.Certificates(c) {
-		if s := objs.secrets[credentials.CertificateSecretName(c.Name, cert.Name)]; s != nil {
-			if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil {
-				m.certExpiry.WithLabelValues(c.Namespace, c.Name, cert.Name).Set(float64(certs[0].NotAfter.Unix()))
-			}
-		}
+	for name, notAfter := range certNotAfter {
+		m.certExpiry.WithLabelValues(c.Namespace, c.Name, name).Set(float64(notAfter.Unix()))
 	}
 	current := c.CARotationPhase()
 	for _, p := range phases {

@@ -161,7 +161,7 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 	}
 	r.updateInventory(c, cas)
 	r.setRotationCondition(c, next, wait, waitingPools)
-	r.Metrics.observe(c, cas, objs)
+	r.Metrics.observe(c, cas, certFacts.notAfter)
 
 	result := ctrl.Result{RequeueAfter: certFacts.nextRenewal.Sub(r.Clock.Now())}
 	if wait != nil && (wait.Reason == rotation.ReasonWaitingForEvidence || wait.Reason == rotation.ReasonWaitingForWorkers) {
