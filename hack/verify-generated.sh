@@ -5,7 +5,7 @@ set -o errexit -o nounset -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "${root}"
-generated=(pkg/client charts/carousel/crds charts/carousel/files)
+generated=(pkg/client charts/carousel/files)
 mapfile -t deepcopy < <(git ls-files --cached --others --exclude-standard 'apis/**/zz_generated.*.go')
 
 tmp=$(mktemp -d)

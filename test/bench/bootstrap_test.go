@@ -49,7 +49,7 @@ func BenchmarkKubeletBootstrap(b *testing.B) {
 		b.Skip("needs the test control plane: run it through `make bench`")
 	}
 	ctx := context.Background()
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "crds")}, ErrorIfCRDPathMissing: true}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "crds")}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	check(b, err)
 	defer func() { _ = env.Stop() }()

@@ -18,14 +18,15 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
-// The permissions the controller manager needs in the management cluster
-// (leases for leader election).
+// The permissions the controller manager needs across the management cluster.
+// Leader election (leases in its own namespace) and the webhook configuration
+// it injects its CA into are granted by the chart, narrowed to one namespace
+// and one object.
 // +kubebuilder:rbac:groups=carousel.dev,resources=clusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=carousel.dev,resources=clusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // ControllerName names the controller in logs, metrics and events.
 const ControllerName = "cluster"
