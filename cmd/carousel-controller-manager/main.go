@@ -3,8 +3,10 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -13,14 +15,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/carousel-dev/carousel/pkg/operator"
+	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
 )
 
 func main() {
 	opts := operator.DefaultOptions()
 	var (
-		metricsAddr, probeAddr, leaderElectionNamespace, webhookCertDir, webhookHost string
-		leaderElect                                                                  bool
-		webhookPort                                                                  int
+		metricsAddr, probeAddr, leaderElectionNamespace, webhookHost string
+		leaderElect                                                  bool
+		webhookPort                                                  int
+		webhookCert                                                  operator.WebhookCertificate
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
@@ -29,7 +33,13 @@ func main() {
 	flag.BoolVar(&opts.Webhook, "webhook", opts.Webhook, "Serve the Cluster admission webhook.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook listens on.")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the admission webhook binds to; empty means every interface.")
-	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "", "Directory with the webhook's tls.crt and tls.key; defaults to <tmp>/k8s-webhook-server/serving-certs.")
+	flag.StringVar(&webhookCert.CertDir, "webhook-cert-dir", "", "Directory with the webhook's tls.crt and tls.key, kept current by something else (cert-manager); defaults to <tmp>/k8s-webhook-server/serving-certs.")
+	flag.StringVar(&webhookCert.Secret, "webhook-cert-secret", "", "NAMESPACE/NAME of the Secret in which Carousel keeps a CA and serving certificate it issues and renews for its own webhook; excludes --webhook-cert-dir.")
+	flag.StringVar(&webhookCert.Configuration, "webhook-configuration", "", "ValidatingWebhookConfiguration whose webhooks get the self-issued CA bundle (with --webhook-cert-secret).")
+	flag.Func("webhook-dns-names", "Comma-separated DNS names of the self-issued serving certificate: the webhook Service's names (with --webhook-cert-secret).", func(v string) error {
+		webhookCert.DNSNames = strings.Split(v, ",")
+		return nil
+	})
 	flag.DurationVar(&opts.CAExpiryWarning, "ca-expiry-warning", opts.CAExpiryWarning, "How long before a CA expires the CAExpiringSoon condition turns True.")
 	flag.DurationVar(&opts.ManagedPollInterval, "managed-poll-interval", opts.ManagedPollInterval, "How soon a rotation waiting on a managed cluster (API-server evidence, node renewals) looks again.")
 	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each request to a managed API server.")
@@ -40,6 +50,10 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	if err := webhookCert.Validate(); err != nil {
+		log.Error(err, "invalid webhook certificate flags")
+		os.Exit(2)
+	}
 
 	mgrOpts := operator.ManagerOptions()
 	mgrOpts.Metrics = metricsserver.Options{BindAddress: metricsAddr}
@@ -47,7 +61,13 @@ func main() {
 	mgrOpts.LeaderElection = leaderElect
 	mgrOpts.LeaderElectionID = "carousel-controller-manager.carousel.dev"
 	mgrOpts.LeaderElectionNamespace = leaderElectionNamespace
-	mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir})
+	webhookOpts := webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCert.CertDir}
+	var rotator *servingcert.Rotator
+	if opts.Webhook && webhookCert.SelfIssued() {
+		rotator = webhookCert.Rotator()
+		webhookOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate }}
+	}
+	mgrOpts.WebhookServer = webhook.NewServer(webhookOpts)
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), mgrOpts)
 	if err != nil {
 		log.Error(err, "creating the manager")
@@ -56,6 +76,12 @@ func main() {
 	if err := operator.Setup(mgr, opts); err != nil {
 		log.Error(err, "setting up the controllers")
 		os.Exit(1)
+	}
+	if rotator != nil {
+		if err := rotator.SetupWithManager(mgr); err != nil {
+			log.Error(err, "setting up the webhook certificate rotator")
+			os.Exit(1)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "adding the health check")

@@ -1,0 +1,73 @@
+package operator
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
+)
+
+// WebhookCertificate says where the webhook's serving certificate comes from:
+// issued and rotated by Carousel itself (Secret set), or read from files in
+// CertDir that something else keeps current, such as cert-manager.
+type WebhookCertificate struct {
+	// Secret is NAMESPACE/NAME of the Secret that keeps the self-issued CA and
+	// serving certificate.
+	Secret string
+	// Configuration is the ValidatingWebhookConfiguration that gets the CA bundle.
+	Configuration string
+	// DNSNames are the serving certificate's names.
+	DNSNames []string
+	// CertDir holds tls.crt and tls.key when the certificate is not self-issued.
+	CertDir string
+}
+
+// SelfIssued reports whether Carousel issues the certificate.
+func (w WebhookCertificate) SelfIssued() bool { return w.Secret != "" }
+
+// Validate refuses incomplete or contradictory settings, naming the flags.
+func (w WebhookCertificate) Validate() error {
+	if !w.SelfIssued() {
+		if w.Configuration != "" || len(w.DNSNames) > 0 {
+			return errors.New("--webhook-configuration and --webhook-dns-names need --webhook-cert-secret")
+		}
+		return nil
+	}
+	var errs []error
+	if w.CertDir != "" {
+		errs = append(errs, errors.New("--webhook-cert-dir and --webhook-cert-secret are mutually exclusive"))
+	}
+	if _, err := w.secretKey(); err != nil {
+		errs = append(errs, err)
+	}
+	if w.Configuration == "" {
+		errs = append(errs, errors.New("--webhook-cert-secret needs --webhook-configuration"))
+	}
+	if len(w.DNSNames) == 0 {
+		errs = append(errs, errors.New("--webhook-cert-secret needs --webhook-dns-names"))
+	}
+	for _, n := range w.DNSNames {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--webhook-dns-names: %q: %s", n, strings.Join(msgs, "; ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (w WebhookCertificate) secretKey() (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(w.Secret, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--webhook-cert-secret must be NAMESPACE/NAME, got %q", w.Secret)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// Rotator returns the rotator of a self-issued certificate; call Validate first.
+func (w WebhookCertificate) Rotator() *servingcert.Rotator {
+	key, _ := w.secretKey()
+	return &servingcert.Rotator{Secret: key, WebhookConfiguration: w.Configuration, Settings: servingcert.DefaultSettings(w.DNSNames)}
+}

@@ -1,0 +1,40 @@
+package operator
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWebhookCertificateValidate(t *testing.T) {
+	self := WebhookCertificate{Secret: "carousel-system/carousel-webhook-cert", Configuration: "carousel", DNSNames: []string{"carousel-webhook.carousel-system.svc"}}
+	tests := []struct {
+		name    string
+		w       WebhookCertificate
+		wantErr string
+	}{
+		{name: "files from the default directory", w: WebhookCertificate{}},
+		{name: "files from a directory", w: WebhookCertificate{CertDir: "/etc/carousel/webhook-certs"}},
+		{name: "self-issued", w: self},
+		{name: "self-issued and a directory", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel", DNSNames: self.DNSNames, CertDir: "/tmp"}, wantErr: "mutually exclusive"},
+		{name: "secret without namespace", w: WebhookCertificate{Secret: "carousel-webhook-cert", Configuration: "carousel", DNSNames: self.DNSNames}, wantErr: "NAMESPACE/NAME"},
+		{name: "secret with two slashes", w: WebhookCertificate{Secret: "a/b/c", Configuration: "carousel", DNSNames: self.DNSNames}, wantErr: "NAMESPACE/NAME"},
+		{name: "no configuration", w: WebhookCertificate{Secret: self.Secret, DNSNames: self.DNSNames}, wantErr: "needs --webhook-configuration"},
+		{name: "no DNS names", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel"}, wantErr: "needs --webhook-dns-names"},
+		{name: "bad DNS name", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel", DNSNames: []string{"Not_A_Name"}}, wantErr: `"Not_A_Name"`},
+		{name: "configuration without secret", w: WebhookCertificate{Configuration: "carousel"}, wantErr: "need --webhook-cert-secret"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.w.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+	if r := self.Rotator(); r.Secret.Namespace != "carousel-system" || r.Secret.Name != "carousel-webhook-cert" || r.WebhookConfiguration != "carousel" {
+		t.Fatalf("rotator %+v", r)
+	}
+}
