@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,6 +42,19 @@ type Options struct {
 	Nodes int
 	// Logf reports progress.
 	Logf func(format string, args ...any)
+	// Install, when set, installs Carousel into the management cluster, as
+	// `helm install` does, and says how to run the controller manager. When
+	// nil, the CRD and webhook configuration come straight from
+	// charts/carousel/files and the manager runs as a cluster admin.
+	Install func(ctx context.Context, e *Environment) (OperatorRun, error)
+}
+
+// OperatorRun is how the controller manager process runs.
+type OperatorRun struct {
+	// Args are its flags, --kubeconfig included.
+	Args []string
+	// WebhookAddress is the host:port its webhook listens on.
+	WebhookAddress string
 }
 
 // Environment is the local environment of `make run` and the e2e suites: a
@@ -59,10 +73,9 @@ type Environment struct {
 	Platform             *Platform
 	Agents               []*Agent
 
-	operator      *process
-	operatorArgs  []string
-	stopPlatform  context.CancelFunc
-	webhookServer string
+	operator     *process
+	operatorRun  OperatorRun
+	stopPlatform context.CancelFunc
 }
 
 // Agent is a node agent process.
@@ -87,13 +100,13 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		return e, err
 	}
 	e.logf("starting the management API server (etcd + kube-apiserver)")
-	e.Management = &envtest.Environment{
-		BinaryAssetsDirectory: opts.KubeBinDir,
-		CRDDirectoryPaths:     []string{filepath.Join(opts.RepoRoot, "charts", "carousel", "crds")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
+	e.Management = &envtest.Environment{BinaryAssetsDirectory: opts.KubeBinDir}
+	if opts.Install == nil {
+		e.Management.CRDDirectoryPaths = []string{filepath.Join(opts.RepoRoot, "charts", "carousel", "files", "crds")}
+		e.Management.ErrorIfCRDPathMissing = true
+		e.Management.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			Paths: []string{filepath.Join(opts.RepoRoot, "charts", "carousel", "files", "webhook")}, LocalServingHost: "127.0.0.1",
-		},
+		}
 	}
 	cfg, err := e.Management.Start()
 	if err != nil {
@@ -114,6 +127,12 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	if err := os.WriteFile(e.ManagementKubeconfig, kubeconfig, 0o600); err != nil {
 		return e, err
 	}
+	if opts.Install != nil {
+		e.logf("installing Carousel into the management cluster")
+		if e.operatorRun, err = opts.Install(ctx, e); err != nil {
+			return e, fmt.Errorf("installing Carousel: %w", err)
+		}
+	}
 
 	if err := e.StartOperator(ctx); err != nil {
 		return e, err
@@ -130,9 +149,9 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 }
 
 // StartOperator starts the carousel-controller-manager binary and waits until
-// its webhook answers.
+// the API server calls its webhook.
 func (e *Environment) StartOperator(ctx context.Context) error {
-	if e.operatorArgs == nil {
+	if e.operatorRun.Args == nil {
 		metrics, err := FreePort()
 		if err != nil {
 			return err
@@ -142,8 +161,8 @@ func (e *Environment) StartOperator(ctx context.Context) error {
 			return err
 		}
 		w := e.Management.WebhookInstallOptions
-		e.webhookServer = net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
-		e.operatorArgs = []string{
+		e.operatorRun.WebhookAddress = net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
+		e.operatorRun.Args = []string{
 			"--kubeconfig=" + e.ManagementKubeconfig,
 			"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metrics), "--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probes),
 			"--webhook-host=" + w.LocalServingHost, "--webhook-port=" + strconv.Itoa(w.LocalServingPort), "--webhook-cert-dir=" + w.LocalServingCertDir,
@@ -152,19 +171,32 @@ func (e *Environment) StartOperator(ctx context.Context) error {
 	}
 	var err error
 	if e.operator, err = startProcess(filepath.Join(e.CarouselBinDir, "carousel-controller-manager"),
-		filepath.Join(e.WorkDir, "carousel-controller-manager.log"), e.operatorArgs...); err != nil {
+		filepath.Join(e.WorkDir, "carousel-controller-manager.log"), e.operatorRun.Args...); err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		if e.operator.exited() {
 			return false, errors.New("carousel-controller-manager exited: see " + filepath.Join(e.WorkDir, "carousel-controller-manager.log"))
 		}
-		conn, err := tls.Dial("tcp", e.webhookServer, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only checks that it listens
+		conn, err := tls.Dial("tcp", e.operatorRun.WebhookAddress, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only checks that it serves
 		if err != nil {
 			return false, nil
 		}
-		return true, conn.Close()
+		_ = conn.Close()
+		return e.apiServerCallsWebhook(ctx), nil
 	})
+}
+
+// apiServerCallsWebhook reports whether the API server reaches the webhook and
+// trusts its certificate: the webhook, and only the webhook, refuses a
+// dry-run Cluster with an unknown operation.
+func (e *Environment) apiServerCallsWebhook(ctx context.Context) bool {
+	probe := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "webhook-probe", Annotations: map[string]string{v1alpha1.OperationAnnotation: "webhook-probe"}},
+		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
+	}
+	err := e.Client.Create(ctx, probe, client.DryRunAll)
+	return err != nil && strings.Contains(err.Error(), "denied the request")
 }
 
 // KillOperator kills the controller manager with SIGKILL, as a crash would.

@@ -1,0 +1,142 @@
+{{/*
+Name of the chart, or nameOverride.
+*/}}
+{{- define "carousel.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name of the release's objects: fullnameOverride, else the release name when it already contains the
+chart name, else "<release>-<chart>". Truncated to 63 characters (the limit of a DNS label).
+*/}}
+{{- define "carousel.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"<chart>-<version>" for the helm.sh/chart label.
+*/}}
+{{- define "carousel.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels that select the manager's Pods.
+*/}}
+{{- define "carousel.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "carousel.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller-manager
+{{- end }}
+
+{{/*
+Labels of every object. Call with (dict "ctx" $ "component" "<component>").
+*/}}
+{{- define "carousel.labels" -}}
+{{- $ctx := .ctx -}}
+helm.sh/chart: {{ include "carousel.chart" $ctx }}
+app.kubernetes.io/name: {{ include "carousel.name" $ctx }}
+app.kubernetes.io/instance: {{ $ctx.Release.Name }}
+app.kubernetes.io/version: {{ $ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $ctx.Release.Service }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/part-of: carousel
+{{- end }}
+
+{{/*
+Name of the ServiceAccount the manager runs as.
+*/}}
+{{- define "carousel.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "carousel.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image reference of the manager; the tag defaults to the chart's appVersion.
+*/}}
+{{- define "carousel.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) }}
+{{- end }}
+
+{{/*
+Names of the webhook's Service, serving-certificate Secret and directory.
+*/}}
+{{- define "carousel.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "carousel.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "carousel.webhookCertSecretName" -}}
+{{- printf "%s-webhook-cert" (include "carousel.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "carousel.webhookCertDir" -}}
+/etc/carousel/webhook-certs
+{{- end }}
+
+{{/*
+Whether Carousel issues its own webhook certificate (webhook on, cert-manager off): "true" or "".
+*/}}
+{{- define "carousel.webhookSelfIssued" -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{ end }}
+{{- end }}
+
+{{/*
+DNS names of the webhook Service, as a list in YAML.
+*/}}
+{{- define "carousel.webhookDNSNames" -}}
+{{- $svc := include "carousel.webhookServiceName" . }}
+{{- $ns := .Release.Namespace -}}
+- {{ $svc }}
+- {{ $svc }}.{{ $ns }}
+- {{ $svc }}.{{ $ns }}.svc
+- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{- end }}
+
+{{/*
+A Go duration ("720h", "1h30m", "90s", "1.5h") in whole seconds, for PromQL. values.schema.json
+guarantees the format.
+*/}}
+{{- define "carousel.durationSeconds" -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 }}
+{{- $unit := regexFind "(ns|us|µs|ms|s|m|h)$" . }}
+{{- $number := trimSuffix $unit . | float64 }}
+{{- $total = addf $total (mulf $number (get $units $unit)) }}
+{{- end }}
+{{- printf "%.0f" $total }}
+{{- end }}
+
+{{/*
+Checks across values that values.schema.json cannot express.
+*/}}
+{{- define "carousel.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
+{{- fail "replicaCount above 1 needs leaderElection.enabled=true: replicas without a leader would reconcile the same Clusters at once" }}
+{{- end }}
+{{- $ports := dict }}
+{{- $_ := set $ports (toString .Values.health.port) "health.port" }}
+{{- if .Values.metrics.enabled }}
+{{- if hasKey $ports (toString .Values.metrics.port) }}
+{{- fail (printf "metrics.port %v is already used by %s" .Values.metrics.port (get $ports (toString .Values.metrics.port))) }}
+{{- end }}
+{{- $_ := set $ports (toString .Values.metrics.port) "metrics.port" }}
+{{- end }}
+{{- if .Values.webhook.enabled }}
+{{- if hasKey $ports (toString .Values.webhook.port) }}
+{{- fail (printf "webhook.port %v is already used by %s" .Values.webhook.port (get $ports (toString .Values.webhook.port))) }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,243 @@
+package chart
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/pki"
+	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
+	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
+	"github.com/carousel-dev/carousel/test/framework"
+)
+
+const (
+	release   = "carousel"
+	namespace = "carousel-system"
+	// serviceAccount is the chart's ServiceAccount, which the manager impersonates.
+	serviceAccount = "system:serviceaccount:" + namespace + ":" + release
+	webhookSecret  = release + "-webhook-cert"
+)
+
+var _ = Describe("The chart installed with helm on a real API server", Ordered, func() {
+	var env *framework.Environment
+
+	BeforeAll(func(ctx SpecContext) {
+		work := GinkgoT().TempDir()
+		var err error
+		env, err = framework.Start(ctx, framework.Options{
+			RepoRoot: root, KubeBinDir: kubeAssets, CarouselBinDir: carouselBin, WorkDir: work,
+			Namespace: "chart", Name: "helm", Pool: "workers", Nodes: 1,
+			Logf: func(format string, args ...any) {
+				GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)
+			},
+			Install: helmInstall,
+		})
+		DeferCleanup(env.Stop)
+		Expect(err).NotTo(HaveOccurred(), "starting the environment; logs are in %s", work)
+	}, NodeTimeout(5*time.Minute))
+
+	It("takes a Cluster through a whole CA rotation with only the chart's permissions", func(ctx SpecContext) {
+		for _, op := range []string{"start", "complete"} {
+			out, err := plugin(ctx, env, "rotation", op, env.Name, "--wait", "--timeout=4m")
+			Expect(err).NotTo(HaveOccurred(), out)
+		}
+		c := &v1alpha1.Cluster{}
+		Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: env.Name}, c)).To(Succeed())
+		Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationCompleted))
+	}, NodeTimeout(10*time.Minute))
+
+	It("passes the checks of the install how-to", func(ctx SpecContext) {
+		// docs/how-to/install-with-helm.md, step 3.
+		for _, args := range [][]string{
+			{"get", "validatingwebhookconfiguration", release, "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}"},
+			{"get", "lease", "carousel-controller-manager.carousel.dev", "-n", namespace, "-o", "jsonpath={.spec.holderIdentity}"},
+		} {
+			out, err := exec.CommandContext(ctx, filepath.Join(kubeAssets, "kubectl"), append(args, "--kubeconfig="+env.ManagementKubeconfig)...).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), string(out))
+			Expect(strings.TrimSpace(string(out))).NotTo(BeEmpty(), "kubectl %s", strings.Join(args, " "))
+		}
+	})
+
+	It("issued its own webhook certificate and injected the CA bundle", func(ctx SpecContext) {
+		secret := &corev1.Secret{}
+		Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: webhookSecret}, secret)).To(Succeed())
+		bundle, err := pki.ParseBundle(secret.Data[servingcert.KeyBundle])
+		Expect(err).NotTo(HaveOccurred())
+
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(env.Client.Get(ctx, client.ObjectKey{Name: release}, vwc)).To(Succeed())
+		Expect(vwc.Webhooks).NotTo(BeEmpty())
+		for _, w := range vwc.Webhooks {
+			Expect(w.ClientConfig.CABundle).To(Equal(bundle.PEM()), "webhook %s", w.Name)
+		}
+		// The served certificate carries the Service's name, as in a cluster.
+		served, err := pki.ParseCertificates(secret.Data[corev1.TLSCertKey])
+		Expect(err).NotTo(HaveOccurred())
+		_, err = served[0].Verify(x509.VerifyOptions{
+			DNSName: release + "-webhook." + namespace + ".svc", Roots: bundle.CertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		})
+		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("was never refused a request", func() {
+		log, err := os.ReadFile(filepath.Join(env.WorkDir, "carousel-controller-manager.log"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(log)).NotTo(ContainSubstring("forbidden"))
+		Expect(string(log)).To(ContainSubstring("injected the CA bundle"))
+	})
+})
+
+// helmInstall installs the chart as a user would, then returns how to run the
+// controller manager: with the arguments the chart gives its container, as the
+// chart's ServiceAccount. The API server runs outside any cluster network, so
+// the webhook is reached on loopback instead of through its Service.
+func helmInstall(ctx context.Context, e *framework.Environment) (framework.OperatorRun, error) {
+	kubeconfig := "--kubeconfig=" + e.ManagementKubeconfig
+	// The environment's platform and node agents renew within a second.
+	out, err := helm("install", release, chartDir, "--namespace", namespace, "--create-namespace", kubeconfig,
+		"--set", "controller.managedPollInterval=1s")
+	GinkgoWriter.Print(out)
+	if err != nil {
+		return framework.OperatorRun{}, err
+	}
+	manifest, err := helm("get", "manifest", release, "--namespace", namespace, kubeconfig)
+	if err != nil {
+		return framework.OperatorRun{}, err
+	}
+	args, err := managerArgs(manifest)
+	if err != nil {
+		return framework.OperatorRun{}, err
+	}
+
+	ports := map[string]int{}
+	for _, name := range []string{"webhook", "metrics", "health"} {
+		if ports[name], err = framework.FreePort(); err != nil {
+			return framework.OperatorRun{}, err
+		}
+	}
+	if err := pointWebhookAt(ctx, e.Client, "https://localhost:"+strconv.Itoa(ports["webhook"])+clusterwebhook.Path); err != nil {
+		return framework.OperatorRun{}, err
+	}
+	impersonating, err := impersonate(e.ManagementKubeconfig, filepath.Join(e.WorkDir, "service-account.kubeconfig"))
+	if err != nil {
+		return framework.OperatorRun{}, err
+	}
+	args, err = override(args, map[string]string{
+		"--metrics-bind-address":      "127.0.0.1:" + strconv.Itoa(ports["metrics"]),
+		"--health-probe-bind-address": "127.0.0.1:" + strconv.Itoa(ports["health"]),
+		"--webhook-port":              strconv.Itoa(ports["webhook"]),
+	})
+	if err != nil {
+		return framework.OperatorRun{}, err
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "--webhook-dns-names=") {
+			args[i] = a + ",localhost"
+		}
+	}
+	args = append(args, "--webhook-host=127.0.0.1", "--kubeconfig="+impersonating)
+	GinkgoWriter.Printf("controller manager arguments: %s\n", strings.Join(args, " "))
+	return framework.OperatorRun{Args: args, WebhookAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports["webhook"]))}, nil
+}
+
+// managerArgs returns the arguments of the manager container of the rendered
+// Deployment.
+func managerArgs(manifest string) ([]string, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return nil, errors.New("the chart renders no Deployment")
+		} else if err != nil {
+			return nil, err
+		}
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		d := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
+			return nil, err
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if c.Name == "manager" {
+				return c.Args, nil
+			}
+		}
+		return nil, errors.New("the Deployment has no manager container")
+	}
+}
+
+// override replaces the values of flags the chart sets; a flag it does not set
+// is an error, since the chart should set each of them.
+func override(args []string, values map[string]string) ([]string, error) {
+	out := append([]string(nil), args...)
+	for flag, value := range values {
+		found := false
+		for i, a := range out {
+			if strings.HasPrefix(a, flag+"=") {
+				out[i], found = flag+"="+value, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("the chart does not set %s", flag)
+		}
+	}
+	return out, nil
+}
+
+// pointWebhookAt replaces the webhook's Service reference with a URL.
+func pointWebhookAt(ctx context.Context, c client.Client, url string) error {
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := c.Get(ctx, client.ObjectKey{Name: release}, vwc); err != nil {
+		return err
+	}
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig.Service = nil
+		vwc.Webhooks[i].ClientConfig.URL = ptr.To(url)
+	}
+	return c.Update(ctx, vwc)
+}
+
+// impersonate writes a copy of an admin kubeconfig that acts as the chart's
+// ServiceAccount.
+func impersonate(adminKubeconfig, path string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(adminKubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, auth := range cfg.AuthInfos {
+		auth.Impersonate = serviceAccount
+	}
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// plugin runs kubectl-carousel against the management cluster.
+func plugin(ctx context.Context, e *framework.Environment, args ...string) (string, error) {
+	args = append(args, "--kubeconfig="+e.ManagementKubeconfig, "--namespace="+e.Namespace)
+	out, err := exec.CommandContext(ctx, filepath.Join(carouselBin, "kubectl-carousel"), args...).CombinedOutput()
+	GinkgoWriter.Print(string(out))
+	return string(out), err
+}

@@ -1,0 +1,60 @@
+// Package chart tests the Helm chart: lint, the values schema, and an install
+// on a real API server where the controller manager runs as the chart's
+// ServiceAccount (through impersonation) through a whole CA rotation, so that
+// a permission the chart forgot fails the suite. `make chart-test` runs it.
+package chart
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var (
+	root, chartDir, helmBin, kubeAssets, carouselBin string
+)
+
+func TestChart(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Helm Chart Suite")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	root, err = filepath.Abs(filepath.Join("..", ".."))
+	Expect(err).NotTo(HaveOccurred())
+	chartDir = filepath.Join(root, "charts", "carousel")
+	carouselBin = filepath.Join(root, "bin")
+	helmBin = os.Getenv("HELM")
+	kubeAssets = os.Getenv("KUBEBUILDER_ASSETS")
+	Expect(helmBin).NotTo(BeEmpty(), "run the suite through `make chart-test`, which builds helm, the test control plane and the binaries")
+	Expect(kubeAssets).NotTo(BeEmpty(), "run the suite through `make chart-test`")
+	Expect(filepath.Join(carouselBin, "carousel-controller-manager")).To(BeARegularFile(), "run `make build` first")
+})
+
+// helm runs the helm binary and returns its standard output, or an error
+// carrying its standard error.
+func helm(args ...string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(helmBin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), &helmError{args: args, err: err, stderr: stderr.String()}
+	}
+	return stdout.String(), nil
+}
+
+type helmError struct {
+	args   []string
+	err    error
+	stderr string
+}
+
+func (e *helmError) Error() string {
+	return "helm " + e.args[0] + ": " + e.err.Error() + ": " + e.stderr
+}

@@ -1,0 +1,47 @@
+package chart
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("The chart's values", func() {
+	DescribeTable("lint clean", func(set ...string) {
+		args := []string{"lint", "--strict", chartDir}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		out, err := helm(args...)
+		Expect(err).NotTo(HaveOccurred(), out)
+	},
+		Entry("with the defaults"),
+		Entry("with cert-manager issuing the webhook certificate", "webhook.certManager.enabled=true"),
+		Entry("without the webhook", "webhook.enabled=false"),
+		Entry("with the ServiceMonitor and the PrometheusRule", "metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true"),
+		Entry("without metrics", "metrics.enabled=false"),
+		Entry("without the CRD", "crds.enabled=false"),
+		Entry("with one replica and no leader election", "replicaCount=1", "leaderElection.enabled=false"),
+	)
+
+	It("renders without a cluster, for the Kubernetes version the tests run", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")
+		Expect(err).NotTo(HaveOccurred())
+		for _, kind := range []string{"CustomResourceDefinition", "Deployment", "ValidatingWebhookConfiguration", "PodDisruptionBudget", "ClusterRole", "Role"} {
+			Expect(out).To(ContainSubstring("\nkind: "+kind+"\n"), "no %s", kind)
+		}
+	})
+
+	DescribeTable("refused by the schema", func(set, field string) {
+		_, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", set)
+		Expect(err).To(HaveOccurred(), "helm accepted --set %s", set)
+		Expect(err.Error()).To(And(ContainSubstring("values don't meet the specifications of the schema"), ContainSubstring(field)))
+	},
+		Entry("a negative replica count", "replicaCount=-1", "replicaCount"),
+		Entry("an unknown pull policy", "image.pullPolicy=Sometimes", "pullPolicy"),
+		Entry("a duration that is not one", "controller.caExpiryWarning=soon", "caExpiryWarning"),
+		Entry("an unknown failure policy", "webhook.failurePolicy=Maybe", "failurePolicy"),
+		Entry("a port out of range", "webhook.port=70000", "port"),
+		Entry("a misspelt key", "replicasCount=2", "replicasCount"),
+		Entry("a log level that is not one", "controller.logLevel=loud", "logLevel"),
+	)
+})
