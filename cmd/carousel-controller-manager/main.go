@@ -50,7 +50,7 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
-	if err := webhookCert.Validate(); err != nil {
+	if err := webhookCert.Validate(opts.Webhook); err != nil {
 		log.Error(err, "invalid webhook certificate flags")
 		os.Exit(2)
 	}

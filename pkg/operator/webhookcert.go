@@ -30,7 +30,10 @@ type WebhookCertificate struct {
 func (w WebhookCertificate) SelfIssued() bool { return w.Secret != "" }
 
 // Validate refuses incomplete or contradictory settings, naming the flags.
-func (w WebhookCertificate) Validate() error {
+func (w WebhookCertificate) Validate(webhook bool) error {
+	if !webhook && w.SelfIssued() {
+		return errors.New("--webhook-cert-secret needs --webhook=true")
+	}
 	if !w.SelfIssued() {
 		if w.Configuration != "" || len(w.DNSNames) > 0 {
 			return errors.New("--webhook-configuration and --webhook-dns-names need --webhook-cert-secret")

@@ -10,6 +10,7 @@ func TestWebhookCertificateValidate(t *testing.T) {
 	tests := []struct {
 		name    string
 		w       WebhookCertificate
+		noHook  bool
 		wantErr string
 	}{
 		{name: "files from the default directory", w: WebhookCertificate{}},
@@ -22,10 +23,12 @@ func TestWebhookCertificateValidate(t *testing.T) {
 		{name: "no DNS names", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel"}, wantErr: "needs --webhook-dns-names"},
 		{name: "bad DNS name", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel", DNSNames: []string{"Not_A_Name"}}, wantErr: `"Not_A_Name"`},
 		{name: "configuration without secret", w: WebhookCertificate{Configuration: "carousel"}, wantErr: "need --webhook-cert-secret"},
+		{name: "self-issued without the webhook", w: self, noHook: true, wantErr: "needs --webhook=true"},
+		{name: "no webhook, no certificate", w: WebhookCertificate{}, noHook: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.w.Validate()
+			err := tc.w.Validate(!tc.noHook)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)

@@ -21,8 +21,9 @@ type Settings struct {
 	// CAValidity and CertValidity are the lifetimes of a new CA and of a new
 	// serving certificate. Each is renewed when a third of its lifetime is left.
 	CAValidity, CertValidity time.Duration
-	// TrustPropagation is how long a CA must have been in the injected bundle
-	// before the served certificate may chain to it.
+	// TrustPropagation is how long a CA must have been in the webhook
+	// configuration before the served certificate may chain to it: the time
+	// the API server takes to see a changed configuration.
 	TrustPropagation time.Duration
 }
 
@@ -40,8 +41,9 @@ type State struct {
 	Bundle pki.Bundle
 	// Serving is the certificate the webhook serves.
 	Serving *pki.KeyPair
-	// BundleChangedAt is when a CA last joined the bundle.
-	BundleChangedAt time.Time
+	// InjectedAt is when the webhook configuration was first seen holding
+	// Bundle; zero while a new CA has not reached it.
+	InjectedAt time.Time
 }
 
 // Decision says what a sync must change, and when to look again.
@@ -65,16 +67,19 @@ func (d Decision) Changes() bool { return d.NewCA || d.NewServing || d.Prune }
 // Decide is the whole renewal policy: a pure function of the stored state and
 // the time.
 func Decide(now time.Time, s State, cfg Settings) Decision {
-	if s.CA == nil || !now.Before(s.CA.Cert.NotAfter) {
-		// Nothing trusted can sign: start over. The old bundle stays trusted
-		// as long as its CAs are valid, so replicas still serving the old
-		// certificate keep working.
-		return Decision{NewCA: true, NewServing: true, Prune: hasExpired(s.Bundle, now), Reason: "no valid CA"}
+	// A new CA never signs the served certificate at once, unless nothing
+	// trusted is being served anyway: the old certificate stays until the
+	// API server has seen the new CA.
+	keepServing := servingStillValid(now, s)
+	if s.CA == nil || s.CA.Cert.NotAfter.Before(now) {
+		// Nothing can sign: start over. The CAs of the bundle stay trusted
+		// while they are valid, so replicas serving the old certificate keep
+		// working.
+		return Decision{NewCA: true, NewServing: !keepServing, Prune: hasExpired(s.Bundle, now), Reason: "no valid CA"}
 	}
 	d := Decision{RecheckAt: renewalTime(s.CA.Cert), Prune: hasExpired(s.Bundle, now)}
 	if !now.Before(d.RecheckAt) {
-		// A serving certificate still valid stays until the new CA has propagated.
-		return Decision{NewCA: true, NewServing: !servingStillValid(now, s), Prune: d.Prune, Reason: "CA due for renewal"}
+		return Decision{NewCA: true, NewServing: !keepServing, Prune: d.Prune, Reason: "CA due for renewal"}
 	}
 	if next, ok := earliestExpiry(s.Bundle); ok {
 		d.RecheckAt = earliest(d.RecheckAt, next)
@@ -84,8 +89,11 @@ func Decide(now time.Time, s State, cfg Settings) Decision {
 		d.RecheckAt = earliest(d.RecheckAt, renewalTime(s.Serving.Cert))
 		return withPruneReason(d)
 	}
-	trustedAt := s.BundleChangedAt.Add(cfg.TrustPropagation)
-	if servingStillValid(now, s) && now.Before(trustedAt) {
+	if keepServing && (s.InjectedAt.IsZero() || now.Before(s.InjectedAt.Add(cfg.TrustPropagation))) {
+		trustedAt := s.InjectedAt.Add(cfg.TrustPropagation)
+		if s.InjectedAt.IsZero() {
+			trustedAt = now.Add(cfg.TrustPropagation)
+		}
 		d.RecheckAt = earliest(d.RecheckAt, trustedAt)
 		return withPruneReason(d)
 	}

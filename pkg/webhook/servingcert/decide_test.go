@@ -44,12 +44,14 @@ func TestDecide(t *testing.T) {
 	caDue := renewalTime(ca.Cert)
 	serving := newServing(t, ca, t0, names...)
 	servingDue := renewalTime(serving.Cert)
-	current := State{CA: ca, Bundle: pki.NewBundle(ca.Cert), Serving: serving, BundleChangedAt: t0}
+	current := State{CA: ca, Bundle: pki.NewBundle(ca.Cert), Serving: serving, InjectedAt: t0}
 
 	renewedAt := caDue.Add(time.Second)
 	newer := newCA(t, renewedAt)
 	oldServing := newServing(t, ca, caDue.Add(-time.Hour), names...)
-	justRenewed := State{CA: newer, Bundle: pki.NewBundle(ca.Cert, newer.Cert), Serving: oldServing, BundleChangedAt: renewedAt}
+	justRenewed := State{CA: newer, Bundle: pki.NewBundle(ca.Cert, newer.Cert), Serving: oldServing, InjectedAt: renewedAt}
+	notYetInjected := justRenewed
+	notYetInjected.InjectedAt = time.Time{}
 
 	tests := []struct {
 		name      string
@@ -62,7 +64,7 @@ func TestDecide(t *testing.T) {
 		{name: "empty Secret", now: t0, state: State{}, want: Decision{NewCA: true, NewServing: true, Reason: "no valid CA"}},
 		{name: "current: nothing to do until the serving certificate is due", now: t0.Add(time.Hour), state: current, want: Decision{}, wantCheck: servingDue},
 		{name: "serving certificate due", now: servingDue, state: current, want: Decision{NewServing: true, Reason: "serving certificate due for renewal"}},
-		{name: "serving certificate missing", now: t0, state: State{CA: ca, Bundle: current.Bundle, BundleChangedAt: t0}, want: Decision{NewServing: true, Reason: "no serving certificate"}},
+		{name: "serving certificate missing", now: t0, state: State{CA: ca, Bundle: current.Bundle, InjectedAt: t0}, want: Decision{NewServing: true, Reason: "no serving certificate"}},
 		{
 			name: "DNS names changed", now: t0.Add(time.Hour), state: current,
 			settings: Settings{DNSNames: []string{"other.svc"}, CAValidity: settings.CAValidity, CertValidity: settings.CertValidity, TrustPropagation: time.Minute},
@@ -70,12 +72,12 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "CA due: a new CA joins the bundle, the served certificate stays", now: caDue,
-			state: State{CA: ca, Bundle: current.Bundle, Serving: oldServing, BundleChangedAt: t0},
+			state: State{CA: ca, Bundle: current.Bundle, Serving: oldServing, InjectedAt: t0},
 			want:  Decision{NewCA: true, Reason: "CA due for renewal"},
 		},
 		{
 			name: "CA due and the served certificate expired: both at once", now: caDue.Add(time.Hour),
-			state: State{CA: ca, Bundle: current.Bundle, Serving: newServing(t, ca, t0, names...), BundleChangedAt: t0},
+			state: State{CA: ca, Bundle: current.Bundle, Serving: newServing(t, ca, t0, names...), InjectedAt: t0},
 			want:  Decision{NewCA: true, NewServing: true, Reason: "CA due for renewal"},
 		},
 		{
@@ -83,13 +85,22 @@ func TestDecide(t *testing.T) {
 			want: Decision{}, wantCheck: renewedAt.Add(time.Minute),
 		},
 		{
+			name: "new CA not in the webhook configuration yet: wait", now: renewedAt.Add(time.Hour), state: notYetInjected,
+			want: Decision{}, wantCheck: renewedAt.Add(time.Hour + time.Minute),
+		},
+		{
+			name: "CA lost while a trusted certificate is served: a new CA only", now: t0.Add(time.Hour),
+			state: State{Bundle: current.Bundle, Serving: serving, InjectedAt: t0},
+			want:  Decision{NewCA: true, Reason: "no valid CA"},
+		},
+		{
 			name: "new CA propagated: the served certificate moves to it", now: renewedAt.Add(time.Minute), state: justRenewed,
 			want: Decision{NewServing: true, Reason: "serving certificate not signed by the current CA"},
 		},
-		{name: "CA expired", now: ca.Cert.NotAfter, state: current, want: Decision{NewCA: true, NewServing: true, Reason: "no valid CA"}},
+		{name: "CA expired", now: ca.Cert.NotAfter.Add(time.Second), state: current, want: Decision{NewCA: true, NewServing: true, Prune: true, Reason: "no valid CA"}},
 		{
 			name: "expired CA left in the bundle", now: ca.Cert.NotAfter.Add(time.Hour),
-			state: State{CA: newer, Bundle: justRenewed.Bundle, Serving: newServing(t, newer, ca.Cert.NotAfter, names...), BundleChangedAt: renewedAt},
+			state: State{CA: newer, Bundle: justRenewed.Bundle, Serving: newServing(t, newer, ca.Cert.NotAfter, names...), InjectedAt: renewedAt},
 			want:  Decision{Prune: true, Reason: "expired CA in the bundle"},
 		},
 	}

@@ -3,6 +3,7 @@ package servingcert
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -45,13 +46,16 @@ type Rotator struct {
 	serving atomic.Pointer[tls.Certificate]
 }
 
-// The keys of the Secret, besides tls.crt and tls.key.
+// The keys of the Secret, besides tls.crt and tls.key, and its marks.
 const (
 	KeyCACert = "ca.crt"
 	KeyCAKey  = "ca.key"
 	KeyBundle = "ca-bundle.crt"
-	// AnnotationBundleChangedAt records when a CA last joined the bundle.
-	AnnotationBundleChangedAt = "carousel.dev/ca-bundle-changed-at"
+	// AnnotationInjectedAt records when the webhook configuration got the bundle.
+	AnnotationInjectedAt = "carousel.dev/ca-bundle-injected-at"
+	// LabelManagedBy and ManagedBy mark the Secret as Carousel's.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "carousel-controller-manager"
 )
 
 // SetupWithManager gives the rotator the manager's clients and runs it in
@@ -83,6 +87,9 @@ func (r *Rotator) Start(ctx context.Context) error {
 	backoff := time.Second
 	for {
 		wait, err := r.Sync(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
 		if err != nil {
 			logger.Error(err, "syncing the webhook serving certificate", "retryIn", backoff)
 			wait, backoff = backoff, min(2*backoff, resync)
@@ -101,39 +108,87 @@ func (r *Rotator) Start(ctx context.Context) error {
 // certificate up to date, and returns how soon to sync again.
 func (r *Rotator) Sync(ctx context.Context) (time.Duration, error) {
 	now := r.clock().Now()
-	secret := &corev1.Secret{}
-	if err := r.Reader.Get(ctx, r.Secret, secret); apierrors.IsNotFound(err) {
-		secret = nil
-	} else if err != nil {
+	secret, err := r.readSecret(ctx)
+	if err != nil {
 		return 0, err
 	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: r.WebhookConfiguration}, vwc); err != nil {
+		return 0, fmt.Errorf("reading the webhook configuration: %w", err)
+	}
 	state := parseState(secret)
+	r.recover(&state, vwc, now)
 	d := Decide(now, state, r.Settings)
 	if d.Changes() {
-		next, err := apply(d, state, r.Settings, now)
-		if err != nil {
+		if state, err = apply(d, state, r.Settings, now); err != nil {
 			return 0, err
 		}
-		if err := r.store(ctx, secret, next); err != nil {
+		if secret, err = r.store(ctx, secret, state); err != nil {
 			return 0, err
 		}
 		log.FromContext(ctx).Info("renewed the webhook certificates", "reason", d.Reason,
-			"ca", pki.Fingerprint(next.CA.Cert), "servingNotAfter", next.Serving.Cert.NotAfter, "trustedCAs", len(next.Bundle))
-		state = next
-		d = Decide(now, state, r.Settings)
+			"ca", pki.Fingerprint(state.CA.Cert), "servingNotAfter", state.Serving.Cert.NotAfter, "trustedCAs", len(state.Bundle))
 	}
-	if err := r.inject(ctx, state.Bundle.PEM()); err != nil {
+	if err := r.inject(ctx, vwc, state.Bundle.PEM()); err != nil {
 		return 0, err
+	}
+	if state.InjectedAt.IsZero() {
+		// The propagation delay of a new CA counts from here.
+		state.InjectedAt = now
+		if _, err := r.store(ctx, secret, state); err != nil {
+			return 0, err
+		}
 	}
 	if err := r.serve(state.Serving); err != nil {
 		return 0, err
 	}
-	return max(d.RecheckAt.Sub(now), time.Second), nil
+	return max(Decide(now, state, r.Settings).RecheckAt.Sub(now), time.Second), nil
+}
+
+// readSecret returns the Secret, nil when there is none, and refuses one that
+// Carousel did not create.
+func (r *Rotator) readSecret(ctx context.Context) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	if err := r.Reader.Get(ctx, r.Secret, secret); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if secret.Labels[LabelManagedBy] != ManagedBy || secret.Type != corev1.SecretTypeTLS {
+		return nil, fmt.Errorf("secret %s was not created by Carousel (type %s, label %s=%s expected): delete it, or name another with --webhook-cert-secret",
+			r.Secret, corev1.SecretTypeTLS, LabelManagedBy, ManagedBy)
+	}
+	return secret, nil
+}
+
+// recover fills in what the Secret lost from what is live, so that losing
+// the Secret never breaks trust: the CAs the webhook configuration trusts stay
+// trusted, and the certificate this replica serves stays served until a new
+// one is trusted.
+func (r *Rotator) recover(s *State, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, now time.Time) {
+	if len(s.Bundle) == 0 {
+		for _, w := range vwc.Webhooks {
+			if b, err := pki.ParseBundle(w.ClientConfig.CABundle); err == nil {
+				s.Bundle = pki.NewBundle(append(s.Bundle, b.Unexpired(now)...)...)
+			}
+		}
+	}
+	if s.Serving == nil {
+		if c := r.serving.Load(); c != nil {
+			if key, ok := c.PrivateKey.(crypto.Signer); ok {
+				s.Serving = &pki.KeyPair{Cert: c.Leaf, Key: key}
+			}
+		}
+	}
+	if s.CA != nil && !s.Bundle.Contains(s.CA.Cert) {
+		s.Bundle = pki.NewBundle(append(s.Bundle, s.CA.Cert)...)
+		s.InjectedAt = time.Time{}
+	}
 }
 
 // apply carries out a decision, generating the keys it needs.
 func apply(d Decision, s State, cfg Settings, now time.Time) (State, error) {
-	next := State{CA: s.CA, Bundle: s.Bundle, Serving: s.Serving, BundleChangedAt: s.BundleChangedAt}
+	next := s
 	if d.Prune {
 		next.Bundle = s.Bundle.Unexpired(now)
 	}
@@ -146,7 +201,7 @@ func apply(d Decision, s State, cfg Settings, now time.Time) (State, error) {
 			return State{}, err
 		}
 		next.Bundle = pki.NewBundle(append(next.Bundle.Unexpired(now), next.CA.Cert)...)
-		next.BundleChangedAt = now
+		next.InjectedAt = time.Time{}
 	}
 	if d.NewServing {
 		if len(cfg.DNSNames) == 0 {
@@ -164,37 +219,41 @@ func apply(d Decision, s State, cfg Settings, now time.Time) (State, error) {
 	return next, nil
 }
 
-// store creates or updates the Secret. An update carries the resourceVersion
-// it read, so a replica that lost the race gets a conflict and keeps nothing.
-func (r *Rotator) store(ctx context.Context, secret *corev1.Secret, s State) error {
+// store creates or updates the Secret and returns it as stored. An update
+// carries the resourceVersion it read, so a replica that lost a race gets a
+// conflict and keeps nothing.
+func (r *Rotator) store(ctx context.Context, secret *corev1.Secret, s State) (*corev1.Secret, error) {
 	data, err := encodeState(s)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if secret == nil {
 		secret = &corev1.Secret{Type: corev1.SecretTypeTLS}
 		secret.Namespace, secret.Name = r.Secret.Namespace, r.Secret.Name
-		secret.Annotations = map[string]string{AnnotationBundleChangedAt: s.BundleChangedAt.UTC().Format(time.RFC3339)}
+		secret.Labels = map[string]string{LabelManagedBy: ManagedBy}
+		setInjectedAt(secret, s.InjectedAt)
 		secret.Data = data
-		return r.Client.Create(ctx, secret)
+		return secret, r.Client.Create(ctx, secret)
 	}
-	if secret.Type != corev1.SecretTypeTLS {
-		return fmt.Errorf("secret %s has type %q, not %q", r.Secret, secret.Type, corev1.SecretTypeTLS)
+	secret = secret.DeepCopy()
+	setInjectedAt(secret, s.InjectedAt)
+	secret.Data = data
+	return secret, r.Client.Update(ctx, secret)
+}
+
+func setInjectedAt(secret *corev1.Secret, t time.Time) {
+	if t.IsZero() {
+		delete(secret.Annotations, AnnotationInjectedAt)
+		return
 	}
 	if secret.Annotations == nil {
 		secret.Annotations = map[string]string{}
 	}
-	secret.Annotations[AnnotationBundleChangedAt] = s.BundleChangedAt.UTC().Format(time.RFC3339)
-	secret.Data = data
-	return r.Client.Update(ctx, secret)
+	secret.Annotations[AnnotationInjectedAt] = t.UTC().Format(time.RFC3339)
 }
 
-// inject sets the bundle on every webhook of the configuration that lacks it.
-func (r *Rotator) inject(ctx context.Context, bundle []byte) error {
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := r.Reader.Get(ctx, client.ObjectKey{Name: r.WebhookConfiguration}, vwc); err != nil {
-		return fmt.Errorf("reading the webhook configuration: %w", err)
-	}
+// inject sets the bundle as the caBundle of every webhook of the configuration.
+func (r *Rotator) inject(ctx context.Context, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, bundle []byte) error {
 	changed := false
 	for i := range vwc.Webhooks {
 		if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, bundle) {
@@ -249,14 +308,11 @@ func parseState(secret *corev1.Secret) State {
 	if b, err := pki.ParseBundle(secret.Data[KeyBundle]); err == nil {
 		s.Bundle = b
 	}
-	if s.CA != nil && !s.Bundle.Contains(s.CA.Cert) {
-		s.Bundle = pki.NewBundle(append(s.Bundle, s.CA.Cert)...)
-	}
 	if kp, err := pki.ParseKeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]); err == nil {
 		s.Serving = kp
 	}
-	if t, err := time.Parse(time.RFC3339, secret.Annotations[AnnotationBundleChangedAt]); err == nil {
-		s.BundleChangedAt = t
+	if t, err := time.Parse(time.RFC3339, secret.Annotations[AnnotationInjectedAt]); err == nil {
+		s.InjectedAt = t
 	}
 	return s
 }

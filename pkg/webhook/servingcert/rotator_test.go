@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,119 +24,132 @@ const vwcName = "carousel"
 
 var secretKey = types.NamespacedName{Namespace: "carousel-system", Name: "carousel-webhook-cert"}
 
-// writeCounter counts the writes that reach the fake API server.
-type writeCounter struct{ n int }
+// apiServer is a fake API server that also plays the real one's view of the
+// webhook configuration: it records every caBundle with the time it was
+// written, so that a test can ask what an API server that lags by the
+// propagation delay trusts.
+type apiServer struct {
+	client.WithWatch
+	clk     *clocktesting.FakeClock
+	writes  int
+	bundles []injection
+}
 
-func (w *writeCounter) funcs() interceptor.Funcs {
-	return interceptor.Funcs{
+type injection struct {
+	at     time.Time
+	bundle pki.Bundle
+}
+
+func newAPIServer(t *testing.T, clk *clocktesting.FakeClock, objs ...client.Object) *apiServer {
+	t.Helper()
+	s := &apiServer{clk: clk}
+	count := func(obj client.Object) {
+		s.writes++
+		if vwc, ok := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
+			b, err := pki.ParseBundle(vwc.Webhooks[0].ClientConfig.CABundle)
+			if err != nil {
+				t.Errorf("injected caBundle: %v", err)
+			}
+			s.bundles = append(s.bundles, injection{at: clk.Now(), bundle: b})
+		}
+	}
+	s.WithWatch = fake.NewClientBuilder().WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			w.n++
+			count(obj)
 			return c.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			w.n++
+			count(obj)
 			return c.Update(ctx, obj, opts...)
 		},
-	}
+	}).Build()
+	return s
 }
 
-func newFakeClient(funcs interceptor.Funcs) client.WithWatch {
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+func webhookConfiguration() *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: vwcName},
 		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "clusters.carousel.dev"}, {Name: "other.carousel.dev"}},
 	}
-	return fake.NewClientBuilder().WithObjects(vwc).WithInterceptorFuncs(funcs).Build()
 }
 
 func newRotator(c client.Client, clk *clocktesting.FakeClock) *Rotator {
 	return &Rotator{Client: c, Reader: c, Secret: secretKey, WebhookConfiguration: vwcName, Settings: settings, Clock: clk}
 }
 
-// handshake checks what a client trusting the injected bundle sees: the
-// served certificate must verify for every webhook of the configuration.
-func handshake(t *testing.T, ctx context.Context, c client.Client, r *Rotator, now time.Time) {
+// trusts checks that an API server which saw the webhook configuration as it
+// was at, and any time since, trusts the certificate the rotator serves now.
+func (s *apiServer) trusts(t *testing.T, r *Rotator, since time.Time) {
 	t.Helper()
 	served, err := r.GetCertificate(&tls.ClientHelloInfo{})
 	if err != nil {
 		t.Fatalf("nothing served: %v", err)
 	}
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := c.Get(ctx, client.ObjectKey{Name: vwcName}, vwc); err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range vwc.Webhooks {
-		bundle, err := pki.ParseBundle(w.ClientConfig.CABundle)
-		if err != nil {
-			t.Fatalf("webhook %s: caBundle: %v", w.Name, err)
+	now := s.clk.Now()
+	for i, in := range s.bundles {
+		if next := i + 1; next < len(s.bundles) && !s.bundles[next].at.After(since) {
+			continue // replaced before the window
 		}
 		if _, err := served.Leaf.Verify(x509.VerifyOptions{
-			DNSName: names[0], Roots: bundle.CertPool(), CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			DNSName: names[0], Roots: in.bundle.CertPool(), CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		}); err != nil {
-			t.Fatalf("at %s webhook %s does not trust the served certificate: %v", now, w.Name, err)
+			t.Fatalf("at %s, an API server holding the caBundle injected at %s does not trust the served certificate: %v", now, in.at, err)
 		}
 	}
 }
 
-func storedCA(t *testing.T, ctx context.Context, c client.Client) *x509.Certificate {
+func stored(t *testing.T, c client.Client) State {
 	t.Helper()
-	s := &corev1.Secret{}
-	if err := c.Get(ctx, secretKey, s); err != nil {
+	secret := &corev1.Secret{}
+	if err := c.Get(context.Background(), secretKey, secret); err != nil {
 		t.Fatal(err)
 	}
-	return parseState(s).CA.Cert
+	return parseState(secret)
+}
+
+func sync(t *testing.T, r *Rotator) time.Duration {
+	t.Helper()
+	wait, err := r.Sync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wait
 }
 
 func TestRotatorIssuesOnceThenWritesNothing(t *testing.T) {
-	ctx := context.Background()
-	writes := &writeCounter{}
-	c := newFakeClient(writes.funcs())
 	clk := clocktesting.NewFakeClock(t0)
-	r := newRotator(c, clk)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	r := newRotator(api, clk)
 
 	if _, err := r.GetCertificate(nil); err == nil {
 		t.Fatal("a certificate is served before the first sync")
 	}
-	if _, err := r.Sync(ctx); err != nil {
-		t.Fatal(err)
+	sync(t, r)
+	if api.writes != 3 {
+		t.Fatalf("first sync: %d writes, want 3 (create the Secret, inject the bundle, record when)", api.writes)
 	}
-	if writes.n != 2 {
-		t.Fatalf("first sync: %d writes, want 2 (create the Secret, inject the bundle)", writes.n)
-	}
-	handshake(t, ctx, c, r, t0)
+	api.trusts(t, r, t0)
 
-	writes.n = 0
+	api.writes = 0
 	keys := pki.KeysGenerated()
 	clk.Step(time.Hour)
-	wait, err := r.Sync(ctx)
-	if err != nil {
-		t.Fatal(err)
+	wait := sync(t, r)
+	if api.writes != 0 || pki.KeysGenerated() != keys {
+		t.Fatalf("no-op sync: %d writes and %d keys", api.writes, pki.KeysGenerated()-keys)
 	}
-	if writes.n != 0 || pki.KeysGenerated() != keys {
-		t.Fatalf("no-op sync: %d writes and %d keys", writes.n, pki.KeysGenerated()-keys)
-	}
-	if want := renewalTime(storedServing(t, ctx, c)).Sub(clk.Now()); wait != want {
+	if want := renewalTime(stored(t, api).Serving.Cert).Sub(clk.Now()); wait != want {
 		t.Fatalf("next sync in %s, want %s (when the serving certificate is due)", wait, want)
 	}
 }
 
-func storedServing(t *testing.T, ctx context.Context, c client.Client) *x509.Certificate {
-	t.Helper()
-	s := &corev1.Secret{}
-	if err := c.Get(ctx, secretKey, s); err != nil {
-		t.Fatal(err)
-	}
-	return parseState(s).Serving.Cert
-}
-
 // Following the rotator's own schedule for almost two CA lifetimes (a CA is
-// renewed every two thirds of one, and the old one expires meanwhile), a
-// client that trusts the injected bundle trusts the served certificate at
+// renewed every two thirds of one, and the old one expires meanwhile), an API
+// server that lags by the propagation delay trusts the served certificate at
 // every step, and each renewal adds exactly one CA.
 func TestRotatorRenewsWithoutBreakingTrust(t *testing.T) {
-	ctx := context.Background()
-	c := newFakeClient(interceptor.Funcs{})
 	clk := clocktesting.NewFakeClock(t0)
-	r := newRotator(c, clk)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	r := newRotator(api, clk)
 
 	cas := map[string]bool{}
 	end := t0.Add(2*settings.CAValidity - time.Hour)
@@ -143,15 +157,12 @@ func TestRotatorRenewsWithoutBreakingTrust(t *testing.T) {
 		if steps > 1000 {
 			t.Fatal("the rotator's schedule does not advance")
 		}
-		wait, err := r.Sync(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		handshake(t, ctx, c, r, clk.Now())
-		cas[pki.Fingerprint(storedCA(t, ctx, c))] = true
-		// Just before the next sync is due, the served certificate must still be trusted.
+		wait := sync(t, r)
+		api.trusts(t, r, clk.Now().Add(-settings.TrustPropagation))
+		cas[pki.Fingerprint(stored(t, api).CA.Cert)] = true
+		// Just before the next sync is due, the served certificate is still trusted.
 		clk.Step(wait - time.Second)
-		handshake(t, ctx, c, r, clk.Now())
+		api.trusts(t, r, clk.Now().Add(-settings.TrustPropagation))
 		clk.Step(time.Second)
 	}
 	if len(cas) != 3 {
@@ -159,14 +170,74 @@ func TestRotatorRenewsWithoutBreakingTrust(t *testing.T) {
 	}
 }
 
+// A lost Secret costs nothing: the replica keeps serving its certificate, the
+// injected CAs stay trusted, and the new CA signs only once it propagated.
+func TestRotatorSurvivesALostSecret(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	r := newRotator(api, clk)
+	sync(t, r)
+	first := stored(t, api)
+
+	clk.Step(time.Hour)
+	if err := api.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secretKey.Namespace, Name: secretKey.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		wait := sync(t, r)
+		api.trusts(t, r, clk.Now().Add(-settings.TrustPropagation))
+		clk.Step(wait)
+	}
+	now := stored(t, api)
+	if now.CA.Cert.Equal(first.CA.Cert) || !now.Bundle.Contains(first.CA.Cert) {
+		t.Fatal("the new bundle should hold the lost CA and a new one")
+	}
+	if err := pki.Verify(now.Serving.Cert, pki.NewBundle(now.CA.Cert), x509.ExtKeyUsageServerAuth, clk.Now()); err != nil {
+		t.Fatalf("the served certificate did not move to the new CA: %v", err)
+	}
+}
+
+func TestRotatorRefuses(t *testing.T) {
+	foreign := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: secretKey.Namespace, Name: secretKey.Name},
+		Type:       corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: []byte("x"), corev1.TLSPrivateKeyKey: []byte("y")},
+	}
+	opaque := foreign.DeepCopy()
+	opaque.Type, opaque.Labels = corev1.SecretTypeOpaque, map[string]string{LabelManagedBy: ManagedBy}
+	tests := []struct {
+		name    string
+		objs    []client.Object
+		wantErr string
+	}{
+		{name: "a Secret someone else made", objs: []client.Object{webhookConfiguration(), foreign}, wantErr: "was not created by Carousel"},
+		{name: "a Secret of another type", objs: []client.Object{webhookConfiguration(), opaque}, wantErr: "was not created by Carousel"},
+		{name: "no webhook configuration", wantErr: "reading the webhook configuration"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(t0)
+			api := newAPIServer(t, clk, tc.objs...)
+			r := newRotator(api, clk)
+			if _, err := r.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Sync() error %v, want one containing %q", err, tc.wantErr)
+			}
+			if api.writes != 0 {
+				t.Fatalf("%d writes", api.writes)
+			}
+			if _, err := r.GetCertificate(nil); err == nil {
+				t.Fatal("a certificate is served")
+			}
+		})
+	}
+}
+
 // Two replicas that decide to renew at the same time store one CA: the loser's
 // update conflicts, and its next sync serves the winner's certificate.
 func TestRotatorReplicasRace(t *testing.T) {
-	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(t0)
 	var a *Rotator
-	raced := false
-	c := newFakeClient(interceptor.Funcs{
+	raced := true
+	c := fake.NewClientBuilder().WithObjects(webhookConfiguration()).WithInterceptorFuncs(interceptor.Funcs{
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if _, isSecret := obj.(*corev1.Secret); isSecret && !raced {
 				raced = true
@@ -176,29 +247,23 @@ func TestRotatorReplicasRace(t *testing.T) {
 			}
 			return c.Update(ctx, obj, opts...)
 		},
-	})
+	}).Build()
 	a = newRotator(c, clk)
 	b := newRotator(c, clk)
-	raced = true
-	if _, err := a.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first := storedCA(t, ctx, c)
+	sync(t, a)
+	first := stored(t, c).CA.Cert
 
 	clk.SetTime(renewalTime(first))
 	raced = false
-	if _, err := b.Sync(ctx); err == nil {
+	if _, err := b.Sync(context.Background()); err == nil {
 		t.Fatal("the replica that lost the race stored its CA")
 	}
-	winner := storedCA(t, ctx, c)
+	winner := stored(t, c).CA.Cert
 	if winner.Equal(first) {
 		t.Fatal("no replica renewed the CA")
 	}
-	if _, err := b.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !storedCA(t, ctx, c).Equal(winner) {
+	sync(t, b)
+	if !stored(t, c).CA.Cert.Equal(winner) {
 		t.Fatal("a second new CA was stored")
 	}
-	handshake(t, ctx, c, b, clk.Now())
 }
