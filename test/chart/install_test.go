@@ -60,13 +60,22 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 	}, NodeTimeout(5*time.Minute))
 
 	It("takes a Cluster through a whole CA rotation with only the chart's permissions", func(ctx SpecContext) {
-		for _, op := range []string{"start", "complete"} {
-			out, err := plugin(ctx, env, "rotation", op, env.Name, "--wait", "--timeout=4m")
-			Expect(err).NotTo(HaveOccurred(), out)
-		}
-		c := &v1alpha1.Cluster{}
-		Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: env.Name}, c)).To(Succeed())
-		Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationCompleted))
+		// As NOTES.txt says: annotate to start, follow with the plugin, complete with the plugin.
+		Expect(kubectl(ctx, env, "annotate", "clusters.carousel.dev", env.Name, "-n", env.Namespace, "carousel.dev/operation=start-ca-rotation")).To(ContainSubstring("annotated"))
+		Eventually(func(ctx context.Context) (string, error) {
+			return plugin(ctx, env, "rotation", "status", env.Name)
+		}).WithContext(ctx).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(MatchRegexp(`Phase:\s+Prepared\n`))
+		out, err := plugin(ctx, env, "rotation", "complete", env.Name, "--wait", "--timeout=4m")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(phase(ctx, env)).To(Equal(v1alpha1.RotationCompleted))
+
+		// docs/how-to/recover-a-stuck-rotation.md: ask for a reconcile.
+		Expect(kubectl(ctx, env, "annotate", "clusters.carousel.dev", env.Name, "-n", env.Namespace, "carousel.dev/operation=reconcile")).To(ContainSubstring("annotated"))
+		Eventually(func(ctx context.Context) (map[string]string, error) {
+			c := &v1alpha1.Cluster{}
+			err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: env.Name}, c)
+			return c.Annotations, err
+		}).WithContext(ctx).ShouldNot(HaveKey(v1alpha1.OperationAnnotation))
 	}, NodeTimeout(10*time.Minute))
 
 	It("passes the checks of the install how-to", func(ctx SpecContext) {
@@ -75,9 +84,7 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 			{"get", "validatingwebhookconfiguration", release, "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}"},
 			{"get", "lease", "carousel-controller-manager.carousel.dev", "-n", namespace, "-o", "jsonpath={.spec.holderIdentity}"},
 		} {
-			out, err := exec.CommandContext(ctx, filepath.Join(kubeAssets, "kubectl"), append(args, "--kubeconfig="+env.ManagementKubeconfig)...).CombinedOutput()
-			Expect(err).NotTo(HaveOccurred(), string(out))
-			Expect(strings.TrimSpace(string(out))).NotTo(BeEmpty(), "kubectl %s", strings.Join(args, " "))
+			Expect(strings.TrimSpace(kubectl(ctx, env, args...))).NotTo(BeEmpty(), "kubectl %s", strings.Join(args, " "))
 		}
 	})
 
@@ -108,7 +115,45 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		Expect(string(log)).NotTo(ContainSubstring("forbidden"))
 		Expect(string(log)).To(ContainSubstring("injected the CA bundle"))
 	})
+
+	// Last: the webhook goes back to its Service, which this API server cannot reach.
+	It("keeps the injected CA bundle through helm upgrade", func(ctx SpecContext) {
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(env.Client.Get(ctx, client.ObjectKey{Name: release}, vwc)).To(Succeed())
+		injected := vwc.Webhooks[0].ClientConfig.CABundle
+		Expect(injected).NotTo(BeEmpty())
+		// Undo the loopback URL of helmInstall, so that only helm changes the configuration.
+		for i := range vwc.Webhooks {
+			vwc.Webhooks[i].ClientConfig.URL = nil
+			vwc.Webhooks[i].ClientConfig.Service = &admissionregistrationv1.ServiceReference{
+				Namespace: namespace, Name: release + "-webhook", Path: ptr.To(clusterwebhook.Path), Port: ptr.To[int32](443),
+			}
+		}
+		Expect(env.Client.Update(ctx, vwc)).To(Succeed())
+
+		out, err := helm("upgrade", release, chartDir, "--namespace", namespace, "--kubeconfig="+env.ManagementKubeconfig,
+			"--reuse-values", "--set", "webhook.timeoutSeconds=5")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(env.Client.Get(ctx, client.ObjectKey{Name: release}, vwc)).To(Succeed())
+		Expect(*vwc.Webhooks[0].TimeoutSeconds).To(BeEquivalentTo(5), "the upgrade did not apply")
+		Expect(vwc.Webhooks[0].ClientConfig.CABundle).To(Equal(injected))
+	})
 })
+
+func phase(ctx context.Context, e *framework.Environment) v1alpha1.CARotationPhase {
+	c := &v1alpha1.Cluster{}
+	Expect(e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: e.Name}, c)).To(Succeed())
+	return c.CARotationPhase()
+}
+
+// kubectl runs the test control plane's kubectl against the management
+// cluster and returns its output.
+func kubectl(ctx context.Context, e *framework.Environment, args ...string) string {
+	GinkgoHelper()
+	out, err := exec.CommandContext(ctx, filepath.Join(kubeAssets, "kubectl"), append(args, "--kubeconfig="+e.ManagementKubeconfig)...).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+	return string(out)
+}
 
 // helmInstall installs the chart as a user would, then returns how to run the
 // controller manager: with the arguments the chart gives its container, as the

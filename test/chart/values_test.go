@@ -43,5 +43,21 @@ var _ = Describe("The chart's values", func() {
 		Entry("a port out of range", "webhook.port=70000", "port"),
 		Entry("a misspelt key", "replicasCount=2", "replicasCount"),
 		Entry("a log level that is not one", "controller.logLevel=loud", "logLevel"),
+		Entry("no replica", "replicaCount=0", "replicaCount"),
+		Entry("a name that is no DNS label", "fullnameOverride=1abc", "fullnameOverride"),
+	)
+
+	DescribeTable("refused by the templates", func(release string, set []string, message string) {
+		args := []string{"template", release, chartDir, "--namespace", "carousel-system"}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		_, err := helm(args...)
+		Expect(err).To(MatchError(ContainSubstring(message)))
+	},
+		Entry("an existing ServiceAccount without its name", "carousel", []string{"serviceAccount.create=false"}, "serviceAccount.name must name an existing ServiceAccount"),
+		Entry("replicas without leader election", "carousel", []string{"leaderElection.enabled=false"}, "needs leaderElection.enabled=true"),
+		Entry("two endpoints on one port", "carousel", []string{"metrics.port=8081"}, "metrics.port 8081 is already used by health.port"),
+		Entry("a release name the webhook Service cannot carry", "team.carousel", nil, "is not a DNS-1035 label"),
 	)
 })

@@ -59,7 +59,7 @@ Name of the ServiceAccount the manager runs as.
 {{- if .Values.serviceAccount.create }}
 {{- default (include "carousel.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- required "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create=false (the manager's ClusterRole would otherwise go to the namespace's default ServiceAccount)" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
@@ -123,6 +123,10 @@ guarantees the format.
 Checks across values that values.schema.json cannot express.
 */}}
 {{- define "carousel.validate" -}}
+{{- $svc := include "carousel.webhookServiceName" . }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $svc) }}
+{{- fail (printf "the webhook Service name %q is not a DNS-1035 label: choose a release name or fullnameOverride that starts with a letter and has only lowercase letters, digits and '-'" $svc) }}
+{{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicaCount above 1 needs leaderElection.enabled=true: replicas without a leader would reconcile the same Clusters at once" }}
 {{- end }}
