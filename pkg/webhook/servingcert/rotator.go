@@ -80,6 +80,7 @@ func (r *Rotator) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 // Start syncs until ctx ends, retrying failures with a growing delay.
 func (r *Rotator) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("webhook-serving-cert")
+	ctx = log.IntoContext(ctx, logger)
 	resync := r.Resync
 	if resync <= 0 {
 		resync = time.Minute
