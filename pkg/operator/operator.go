@@ -27,6 +27,12 @@ type Options struct {
 	// ManagedPollInterval is how soon a rotation waiting on the managed
 	// cluster (API-server evidence, node renewals) looks again.
 	ManagedPollInterval time.Duration
+	// MaxManagedPollInterval caps the backoff of those polls while the
+	// managed API server keeps failing.
+	MaxManagedPollInterval time.Duration
+	// ManagedCleanupTimeout is how long a deleted Cluster waits for Carousel
+	// to clean its managed cluster before it is released anyway.
+	ManagedCleanupTimeout time.Duration
 	// EvidenceTimeout bounds each request to a managed API server.
 	EvidenceTimeout time.Duration
 	// Webhook serves the Cluster admission webhook.
@@ -43,6 +49,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: 5 * time.Second, EvidenceTimeout: 10 * time.Second, Webhook: true,
+		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: managed.DefaultCleanupTimeout,
 		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour,
 	}
 }
@@ -66,25 +73,29 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	recorder := mgr.GetEventRecorder("carousel-controller-manager")
 	managedClusters := &managed.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Clock: clk,
 		CSRControllers: opts.CSRControllers, CSRMaxDuration: opts.CSRMaxDuration, Metrics: managed.NewMetrics(metrics.Registry),
+		Recorder: recorder, CleanupTimeout: opts.ManagedCleanupTimeout,
 	}
 	if err := managedClusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	r := &clustercontroller.Reconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clk,
-		Recorder: mgr.GetEventRecorder("carousel-controller-manager"),
-		Evidence: evidence.Checker{Timeout: opts.EvidenceTimeout},
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Clock:     clk,
+		Recorder:  recorder,
+		Evidence:  evidence.Checker{Timeout: opts.EvidenceTimeout},
 		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{
 			v1alpha1.RolloutManual:  clustercontroller.ManualRollout{},
 			v1alpha1.RolloutInPlace: &managed.InPlaceRollout{Managed: managedClusters, Management: mgr.GetClient()},
 		},
-		CAExpiryWarning:     opts.CAExpiryWarning,
-		ManagedPollInterval: opts.ManagedPollInterval,
-		Metrics:             clustercontroller.NewMetrics(metrics.Registry),
+		CAExpiryWarning:        opts.CAExpiryWarning,
+		ManagedPollInterval:    opts.ManagedPollInterval,
+		MaxManagedPollInterval: opts.MaxManagedPollInterval,
+		Metrics:                clustercontroller.NewMetrics(metrics.Registry),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

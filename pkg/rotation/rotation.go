@@ -7,6 +7,7 @@ package rotation
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -50,6 +51,12 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.PendingWorkersRollouts = slices.DeleteFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
 			return slices.Contains(op.Pools, p.Name)
 		})
+	case v1alpha1.OperationReissueCA:
+		// It changes the CA inventory, not the rotation; see ForgetCAs.
+		if next.Phase.RotationInProgress() {
+			return nil, fmt.Errorf("cannot reissue a CA in phase %s: restore the lost CA Secret", next.Phase)
+		}
+		return rot, nil
 	default:
 		return nil, fmt.Errorf("unknown operation %q", op.Verb)
 	}
@@ -147,6 +154,10 @@ type Facts struct {
 type Wait struct {
 	Reason  string
 	Message string
+	// PollManaged says that what the phase waits for happens in the managed
+	// cluster (its API server, its nodes), which raises no event in the
+	// management cluster: the reconciler must look again on its own.
+	PollManaged bool
 }
 
 // Condition reasons of the CARotationInProgress condition.
@@ -177,23 +188,24 @@ func Next(f Facts) (v1alpha1.CARotationPhase, *Wait) {
 		if w := firstWait(
 			check(f.NewCAsPersisted, ReasonWaitingForNewCAs, "generating and storing the new CAs"),
 			check(f.ConsumersRolledOut, ReasonWaitingForConsumers, "waiting for the control-plane workloads to roll out"),
-			check(f.ClientsOnNewCA, ReasonWaitingForClients, "client certificates move to the new CAs once every consumer, and the API server, trusts both"),
-			check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)),
-			check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to accept a client certificate from the new client CA"),
+			// Clients move once the managed API server accepts the new client CA.
+			inManagedCluster(check(f.ClientsOnNewCA, ReasonWaitingForClients, "client certificates move to the new CAs once every consumer, and the API server, trusts both")),
+			inManagedCluster(check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools))),
+			inManagedCluster(check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to accept a client certificate from the new client CA")),
 		); w != nil {
 			return f.Phase, w
 		}
 		return v1alpha1.RotationPrepared, nil
 	case v1alpha1.RotationPrepared:
-		return f.Phase, &Wait{ReasonWaitingForCompletion, "every client uses the new CAs; update your own credentials, then annotate " +
+		return f.Phase, &Wait{Reason: ReasonWaitingForCompletion, Message: "every client uses the new CAs; update your own credentials, then annotate " +
 			v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation}
 	case v1alpha1.RotationFinalizing:
 		if w := firstWait(
 			check(f.AllOnNewCA, ReasonWaitingForServers, "re-issuing server certificates from the new CAs"),
 			check(f.OldCAsRemoved, ReasonWaitingForOldCADrop, "waiting for servers to present the new certificates before the old CAs are dropped"),
 			check(f.ConsumersRolledOut, ReasonWaitingForConsumers, "waiting for the control-plane workloads to roll out"),
-			check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)),
-			check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to reject the old client CA and serve a certificate from the new cluster CA"),
+			inManagedCluster(check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools))),
+			inManagedCluster(check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to reject the old client CA and serve a certificate from the new cluster CA")),
 		); w != nil {
 			return f.Phase, w
 		}
@@ -209,6 +221,14 @@ func check(ok bool, reason, message string) *Wait {
 	return &Wait{Reason: reason, Message: message}
 }
 
+// inManagedCluster marks a wait as one that must be polled.
+func inManagedCluster(w *Wait) *Wait {
+	if w != nil {
+		w.PollManaged = true
+	}
+	return w
+}
+
 func firstWait(waits ...*Wait) *Wait {
 	for _, w := range waits {
 		if w != nil {
@@ -216,4 +236,17 @@ func firstWait(waits ...*Wait) *Wait {
 		}
 	}
 	return nil
+}
+
+// PollDelay is how long a reconcile waiting on the managed cluster waits
+// before it looks again: base at first and, while a check keeps failing
+// (since failingSince; zero when nothing failed), a quarter of the time it
+// has been failing, at most maximum. An API server that comes back is
+// noticed within a quarter of its outage, and a long outage costs a probe
+// every few minutes instead of every few seconds.
+func PollDelay(failingSince, now time.Time, base, maximum time.Duration) time.Duration {
+	if failingSince.IsZero() || !now.After(failingSince) {
+		return base
+	}
+	return min(max(now.Sub(failingSince)/4, base), max(maximum, base))
 }

@@ -146,35 +146,36 @@ func TestNext(t *testing.T) {
 		facts      Facts
 		wantPhase  v1alpha1.CARotationPhase
 		wantReason string
+		wantPoll   bool // the wait is in the managed cluster and must be polled
 	}{
-		{"never rotated stays", Facts{}, "", ""},
-		{"completed stays", Facts{Phase: v1alpha1.RotationCompleted}, v1alpha1.RotationCompleted, ""},
-		{"Preparing done", preparedFacts, v1alpha1.RotationPrepared, ""},
-		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) { f.Evidence = EvidenceSkipped }), v1alpha1.RotationPrepared, ""},
+		{"never rotated stays", Facts{}, "", "", false},
+		{"completed stays", Facts{Phase: v1alpha1.RotationCompleted}, v1alpha1.RotationCompleted, "", false},
+		{"Preparing done", preparedFacts, v1alpha1.RotationPrepared, "", false},
+		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) { f.Evidence = EvidenceSkipped }), v1alpha1.RotationPrepared, "", false},
 		{"crash before every new CA was stored", with(preparedFacts, func(f *Facts) { f.NewCAsPersisted = false; f.ClientsOnNewCA = false }),
-			v1alpha1.RotationPreparing, ReasonWaitingForNewCAs},
-		{"clients still on the old CA", with(preparedFacts, func(f *Facts) { f.ClientsOnNewCA = false }), v1alpha1.RotationPreparing, ReasonWaitingForClients},
-		{"consumers rolling", with(preparedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationPreparing, ReasonWaitingForConsumers},
-		{"workers pending", with(preparedFacts, func(f *Facts) { f.PendingWorkerPools = 2 }), v1alpha1.RotationPreparing, ReasonWaitingForWorkers},
-		{"no evidence yet", with(preparedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationPreparing, ReasonWaitingForEvidence},
-		{"Prepared waits for the user", Facts{Phase: v1alpha1.RotationPrepared}, v1alpha1.RotationPrepared, ReasonWaitingForCompletion},
-		{"Finalizing done", completedFacts, v1alpha1.RotationCompleted, ""},
+			v1alpha1.RotationPreparing, ReasonWaitingForNewCAs, false},
+		{"clients still on the old CA", with(preparedFacts, func(f *Facts) { f.ClientsOnNewCA = false }), v1alpha1.RotationPreparing, ReasonWaitingForClients, true},
+		{"consumers rolling", with(preparedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationPreparing, ReasonWaitingForConsumers, false},
+		{"workers pending", with(preparedFacts, func(f *Facts) { f.PendingWorkerPools = 2 }), v1alpha1.RotationPreparing, ReasonWaitingForWorkers, true},
+		{"no evidence yet", with(preparedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationPreparing, ReasonWaitingForEvidence, true},
+		{"Prepared waits for the user", Facts{Phase: v1alpha1.RotationPrepared}, v1alpha1.RotationPrepared, ReasonWaitingForCompletion, false},
+		{"Finalizing done", completedFacts, v1alpha1.RotationCompleted, "", false},
 		{"servers still on the old CA", with(completedFacts, func(f *Facts) { f.AllOnNewCA = false; f.OldCAsRemoved = false }),
-			v1alpha1.RotationFinalizing, ReasonWaitingForServers},
-		{"old CAs not dropped yet", with(completedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationFinalizing, ReasonWaitingForOldCADrop},
-		{"consumers rolling after the drop", with(completedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationFinalizing, ReasonWaitingForConsumers},
-		{"workers pending in Finalizing", with(completedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }), v1alpha1.RotationFinalizing, ReasonWaitingForWorkers},
-		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, ReasonWaitingForEvidence},
+			v1alpha1.RotationFinalizing, ReasonWaitingForServers, false},
+		{"old CAs not dropped yet", with(completedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationFinalizing, ReasonWaitingForOldCADrop, false},
+		{"consumers rolling after the drop", with(completedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationFinalizing, ReasonWaitingForConsumers, false},
+		{"workers pending in Finalizing", with(completedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }), v1alpha1.RotationFinalizing, ReasonWaitingForWorkers, true},
+		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, ReasonWaitingForEvidence, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			phase, wait := Next(tt.facts)
-			reason := ""
+			reason, poll := "", false
 			if wait != nil {
-				reason = wait.Reason
+				reason, poll = wait.Reason, wait.PollManaged
 			}
-			if phase != tt.wantPhase || reason != tt.wantReason {
-				t.Fatalf("Next = %q, %q; want %q, %q", phase, reason, tt.wantPhase, tt.wantReason)
+			if phase != tt.wantPhase || reason != tt.wantReason || poll != tt.wantPoll {
+				t.Fatalf("Next = %q, %q, poll %v; want %q, %q, poll %v", phase, reason, poll, tt.wantPhase, tt.wantReason, tt.wantPoll)
 			}
 		})
 	}
@@ -192,6 +193,48 @@ func TestCanDropOldCAs(t *testing.T) {
 	} {
 		if CanDropOldCAs(f) {
 			t.Fatalf("%s: must keep the old CAs", name)
+		}
+	}
+}
+
+func TestPollDelay(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	base, maximum := 5*time.Second, 5*time.Minute
+	tests := []struct {
+		name    string
+		failing time.Time
+		want    time.Duration
+	}{
+		{"nothing failing", time.Time{}, base},
+		{"failing since now", now, base},
+		{"failing since a few seconds", now.Add(-8 * time.Second), base},
+		{"failing for a minute", now.Add(-time.Minute), 15 * time.Second},
+		{"failing for ten minutes", now.Add(-10 * time.Minute), 150 * time.Second},
+		{"failing for hours", now.Add(-5 * time.Hour), maximum},
+		{"clock went back", now.Add(time.Hour), base},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := PollDelay(tt.failing, now, base, maximum); got != tt.want {
+				t.Fatalf("PollDelay = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestApplyReissueCA(t *testing.T) {
+	op := v1alpha1.Operation{Verb: v1alpha1.OperationReissueCA, Roles: []v1alpha1.CARole{v1alpha1.CARoleEtcd}}
+	now := metav1.Now()
+	for _, phase := range []v1alpha1.CARotationPhase{"", v1alpha1.RotationCompleted} {
+		rot := &v1alpha1.CARotation{Phase: phase}
+		next, err := ApplyOperation(rot, op, nil, now)
+		if err != nil || next != rot {
+			t.Fatalf("phase %q: ApplyOperation = %v, %v; want the rotation unchanged", phase, next, err)
+		}
+	}
+	for _, phase := range []v1alpha1.CARotationPhase{v1alpha1.RotationPreparing, v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing} {
+		if _, err := ApplyOperation(&v1alpha1.CARotation{Phase: phase}, op, nil, now); err == nil {
+			t.Fatalf("phase %s: reissue-ca accepted during a rotation", phase)
 		}
 	}
 }

@@ -186,6 +186,7 @@ func startControllers(namespace string, writes *atomic.Int64) ctrl.Manager {
 	opts := operator.DefaultOptions()
 	opts.Webhook = false
 	opts.ManagedPollInterval = 200 * time.Millisecond
+	opts.ManagedCleanupTimeout = 3 * time.Second
 	Expect(operator.Setup(mgr, opts)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

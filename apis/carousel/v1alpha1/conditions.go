@@ -29,6 +29,13 @@ const (
 	ReasonNoEndpoint          = "NoEndpoint"
 	ReasonEndpointReachable   = "EndpointReachable"
 	ReasonEndpointUnreachable = "EndpointUnreachable"
+	// ReasonCALost (Ready) means a CA Secret the status inventory lists is gone
+	// outside a rotation. Carousel does not replace it by itself: restore it,
+	// or accept a new CA with the reissue-ca operation.
+	ReasonCALost = "CALost"
+	// ReasonCASecretUnlabelled (Ready) means a CA Secret exists but lacks
+	// Carousel's labels, so the operator's cache cannot see it.
+	ReasonCASecretUnlabelled = "CASecretUnlabelled"
 )
 
 // Event reasons Carousel records on a Cluster.
@@ -39,4 +46,14 @@ const (
 	EventCertificateIssued    = "CertificateIssued"
 	EventOperationRefused     = "OperationRefused"
 	EventCAExpiringSoon       = "CAExpiringSoon"
+	// EventCALost and EventCASecretUnlabelled (Warning) accompany the Ready
+	// reasons of the same names.
+	EventCALost             = "CALost"
+	EventCASecretUnlabelled = "CASecretUnlabelled"
+	// EventCAReissueAccepted records a reissue-ca operation.
+	EventCAReissueAccepted = "CAReissueAccepted"
+	// EventManagedCleanupAbandoned (Warning) says that a deleted Cluster was
+	// released before Carousel could remove its objects from the managed
+	// cluster, and what is left there.
+	EventManagedCleanupAbandoned = "ManagedClusterCleanupAbandoned"
 )

@@ -15,6 +15,11 @@ const (
 	// OperationRolloutWorkersPrefix, followed by a comma-separated list of pool
 	// names, reports that those pools were rolled by hand.
 	OperationRolloutWorkersPrefix = "rollout-workers="
+	// OperationReissueCAPrefix, followed by a comma-separated list of CA roles,
+	// accepts new CAs for roles whose CA Secret was lost outside a rotation.
+	// Everything the lost CA signed stops being trusted; restoring the Secret
+	// (kubectl carousel certs restore) is the way that keeps it.
+	OperationReissueCAPrefix = "reissue-ca="
 )
 
 // Labels Carousel puts on every object it manages in the management cluster.

@@ -221,7 +221,10 @@ func validateDurationBounds(d *metav1.Duration, minimum, maximum time.Duration, 
 
 // validateSpecChangeDuringRotation refuses the spec changes that would break
 // a rotation under way: new key or validity settings (the new CAs are already
-// minted) and removing a pool whose rollout is still awaited.
+// minted), removing a pool whose rollout is still awaited, and removing the
+// endpoint, which would turn off the checks against the API server that
+// Prepared and Completed wait for. A changed endpoint is allowed: the checks
+// run against whatever the spec names.
 func validateSpecChangeDuringRotation(newC, oldC *Cluster) field.ErrorList {
 	phase := oldC.CARotationPhase()
 	if !phase.RotationInProgress() {
@@ -232,6 +235,10 @@ func validateSpecChangeDuringRotation(newC, oldC *Cluster) field.ErrorList {
 	if !certificateSettingsEqual(newC.Spec.Certificates, oldC.Spec.Certificates) {
 		allErrs = append(allErrs, field.Forbidden(p.Child("certificates"), fmt.Sprintf(
 			"cannot change while the CA rotation is in phase %s: %s", phase, NextStep(phase))))
+	}
+	if oldC.Spec.ControlPlane.Endpoint != "" && newC.Spec.ControlPlane.Endpoint == "" {
+		allErrs = append(allErrs, field.Forbidden(p.Child("controlPlane", "endpoint"), fmt.Sprintf(
+			"cannot be removed while the CA rotation is in phase %s: the rotation checks the API server at this endpoint; change it to the new address instead, or %s", phase, NextStep(phase))))
 	}
 	for _, pool := range oldC.Spec.Workers {
 		if newC.Spec.WorkerPool(pool.Name) == nil && oldC.IsPendingWorkerPool(pool.Name) {
@@ -298,6 +305,11 @@ func ValidateOperation(newC, oldC *Cluster) field.ErrorList {
 			}
 		}
 		return allErrs
+	case OperationReissueCA:
+		if phase.RotationInProgress() {
+			return field.ErrorList{field.Forbidden(p, fmt.Sprintf(
+				"cannot reissue a CA during a CA rotation (phase %s): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`", phase))}
+		}
 	}
 	return nil
 }

@@ -169,6 +169,13 @@ func TestValidateOperation(t *testing.T) {
 		{"rollout with no rotation", inPhase(""), "rollout-workers=pool-a", "in phase none (never rotated)"},
 		{"rollout naming a pool twice", inPhase(RotationPreparing, "pool-b"), "rollout-workers=pool-b,pool-b", `names worker pool "pool-b" twice`},
 		{"rollout of nothing", inPhase(RotationPreparing, "pool-b"), "rollout-workers=", "names an empty worker pool"},
+		{"reissue a CA, never rotated", inPhase(""), "reissue-ca=etcd", ""},
+		{"reissue two CAs after Completed", inPhase(RotationCompleted), "reissue-ca=etcd,client", ""},
+		{"reissue during a rotation", inPhase(RotationPrepared), "reissue-ca=etcd",
+			"cannot reissue a CA during a CA rotation (phase Prepared): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`"},
+		{"reissue an unknown role", inPhase(""), "reissue-ca=etcd,dns", `names "dns", which is not a CA role`},
+		{"reissue nothing", inPhase(""), "reissue-ca=", "names an empty CA role"},
+		{"reissue a role twice", inPhase(""), "reissue-ca=vpn,vpn", `names CA role "vpn" twice`},
 		{"any operation while deleting", deleting, OperationCompleteCARotation, "the cluster is being deleted"},
 		{"unchanged annotation is not checked again", withOperation(inPhase(RotationPreparing), OperationStartCARotation), OperationStartCARotation, ""},
 		{"changed annotation is checked", withOperation(inPhase(""), OperationStartCARotation), OperationCompleteCARotation, "in phase none"},
@@ -204,6 +211,9 @@ func TestValidateSpecChangeDuringRotation(t *testing.T) {
 			s.Workers = append(s.Workers, WorkerPool{Name: "pool-d", RolloutStrategy: RolloutInPlace})
 		}, ""},
 		{"endpoint change", inPhase(RotationPreparing), func(s *ClusterSpec) { s.ControlPlane.Endpoint = "https://10.0.0.2:6443" }, ""},
+		{"endpoint removed during Finalizing", inPhase(RotationFinalizing), func(s *ClusterSpec) { s.ControlPlane.Endpoint = "" },
+			"spec.controlPlane.endpoint: Forbidden: cannot be removed while the CA rotation is in phase Finalizing: the rotation checks the API server at this endpoint"},
+		{"endpoint removed when Completed", inPhase(RotationCompleted), func(s *ClusterSpec) { s.ControlPlane.Endpoint = "" }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,7 +243,7 @@ func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
 }
 
 func TestParseOperationRoundTrip(t *testing.T) {
-	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b"} {
+	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b", "reissue-ca=etcd", "reissue-ca=client,vpn"} {
 		op, err := ParseOperation(v)
 		if err != nil {
 			t.Fatalf("ParseOperation(%q): %v", v, err)

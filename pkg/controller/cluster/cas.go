@@ -29,7 +29,8 @@ func rotationID(c *v1alpha1.Cluster) string {
 // (and so persisted) in the same step that generates it, before anything is
 // signed with it; a restarted reconcile finds it by its rotation annotation
 // and never generates a second one. A Secret that cannot be read is an error,
-// never a reason to replace a CA.
+// never a reason to replace a CA, and a CA the status lists is never
+// generated again unless a reissue-ca operation allowed it (confirmCAMissing).
 func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *objects) (map[v1alpha1.CARole]*credentials.CAs, error) {
 	phase, id := c.CARotationPhase(), rotationID(c)
 	all := make(map[v1alpha1.CARole]*credentials.CAs, len(v1alpha1.CARoles()))
@@ -42,10 +43,10 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 			created bool
 		)
 		if existing == nil {
-			if phase.RotationInProgress() {
-				// Minting a replacement now would leave everything signed by
-				// the lost CA untrusted; only a restored Secret can continue.
-				return nil, fmt.Errorf("secret %s holding the %s CA is missing during a CA rotation (phase %s): restore it; Carousel does not replace a CA mid-rotation", name, role, phase)
+			// Checked before a key is generated: a lost, unlabelled or
+			// not-yet-cached CA is never replaced.
+			if err := r.confirmCAMissing(ctx, c, role); err != nil {
+				return nil, err
 			}
 			kp, err := r.newCA(c, role)
 			if err != nil {

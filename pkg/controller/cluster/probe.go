@@ -73,6 +73,7 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 	endpoint := c.Spec.ControlPlane.Endpoint
 	clientCAs := all[v1alpha1.CARoleClient]
 	if c.CARotationPhase() != v1alpha1.RotationPreparing || endpoint == "" || r.Evidence == nil || clientCAs.Previous == nil {
+		r.trustProbes.Delete(client.ObjectKeyFromObject(c))
 		return true
 	}
 	if s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]; s != nil {
@@ -80,14 +81,9 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 			return true
 		}
 	}
-	probe, err := clientCAs.Current.IssueKeyPair(pki.LeafTemplate{
-		CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: 10 * time.Minute,
-	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), r.Clock.Now())
+	probe, err := r.trustProbe(c, clientCAs.Current)
 	if err == nil {
-		var keyPEM []byte
-		if keyPEM, err = probe.KeyPEM(); err == nil {
-			err = r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.CertPEM(), keyPEM)
-		}
+		err = r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.certPEM, probe.keyPEM)
 	}
 	if err != nil {
 		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable,
@@ -96,6 +92,42 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 		return false
 	}
 	return true
+}
+
+// trustProbeValidity is the lifetime of a trust probe certificate; it is
+// issued anew with half of it left. Its user has no permissions.
+const trustProbeValidity = time.Hour
+
+// trustProbe is a client certificate from the new client CA, kept in memory
+// for the Preparing phase of one Cluster.
+type trustProbe struct {
+	ca              string // fingerprint of the CA that signed it
+	notAfter        time.Time
+	certPEM, keyPEM []byte
+}
+
+// trustProbe returns the Cluster's probe certificate from ca, issuing one
+// only when there is none from that CA with half its life left.
+func (r *Reconciler) trustProbe(c *v1alpha1.Cluster, ca *pki.KeyPair) (*trustProbe, error) {
+	fingerprint, now := pki.Fingerprint(ca.Cert), r.Clock.Now()
+	if v, ok := r.trustProbes.Load(client.ObjectKeyFromObject(c)); ok {
+		if p := v.(*trustProbe); p.ca == fingerprint && p.notAfter.Sub(now) > trustProbeValidity/2 {
+			return p, nil
+		}
+	}
+	kp, err := ca.IssueKeyPair(pki.LeafTemplate{
+		CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: trustProbeValidity,
+	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), now)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := kp.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	p := &trustProbe{ca: fingerprint, notAfter: kp.Cert.NotAfter, certPEM: kp.CertPEM(), keyPEM: keyPEM}
+	r.trustProbes.Store(client.ObjectKeyFromObject(c), p)
+	return p, nil
 }
 
 // gatherEvidence observes the managed API server once every other fact of

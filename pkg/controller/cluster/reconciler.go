@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,8 +35,11 @@ type EvidenceChecker interface {
 
 // Reconciler reconciles Clusters.
 type Reconciler struct {
-	Client   client.Client
-	Clock    clock.PassiveClock
+	Client client.Client
+	// APIReader reads the API server directly, past the cache; nil means
+	// Client. It is used only on rare paths (a CA Secret the cache lacks).
+	APIReader client.Reader
+	Clock     clock.PassiveClock
 	Recorder events.EventRecorder
 	Evidence EvidenceChecker
 	// WorkerRollouts carries out each rollout strategy; a pool whose strategy
@@ -45,10 +50,22 @@ type Reconciler struct {
 	CAExpiryWarning time.Duration
 	// ManagedPollInterval is how soon a phase that waits on the managed
 	// cluster (its API server's evidence, its nodes) looks again: changes
-	// there raise no event in the management cluster.
+	// there raise no event in the management cluster. While a check keeps
+	// failing the interval grows, up to MaxManagedPollInterval.
 	ManagedPollInterval time.Duration
-	Metrics             *Metrics
+	// MaxManagedPollInterval caps that backoff; zero means
+	// DefaultMaxManagedPollInterval.
+	MaxManagedPollInterval time.Duration
+	Metrics                *Metrics
+
+	// trustProbes keeps, per Cluster, the certificate that checks in
+	// Preparing whether the API server accepts the new client CA, so that
+	// a reconcile that changes nothing generates no key.
+	trustProbes sync.Map // client.ObjectKey → *trustProbe
 }
+
+// DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
+const DefaultMaxManagedPollInterval = 5 * time.Minute
 
 // Reconcile brings one Cluster's credentials to the state its phase requires.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
@@ -56,6 +73,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Metrics.forget(req.Namespace, req.Name)
+			r.trustProbes.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -64,13 +82,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		// Every object Carousel wrote is owned by the Cluster and garbage-collected with it.
 		return ctrl.Result{}, nil
 	}
-	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok {
+	deferredStart := c.Annotations[v1alpha1.OperationAnnotation] == v1alpha1.OperationStartCARotation && !credentialsIssued(c)
+	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
 		return ctrl.Result{}, r.handleOperation(ctx, c)
 	}
+	// A rotation starts from issued credentials: a start on a Cluster that
+	// has none yet waits (annotation kept) until this pass has issued them.
 
 	before := c.DeepCopy()
 	defer func() {
+		if deferredStart && retErr == nil && result.RequeueAfter > time.Second {
+			result.RequeueAfter = time.Second
+		}
 		r.setReadyCondition(c, retErr)
+		r.reportBlocked(c, before, retErr)
 		c.Status.ObservedGeneration = c.Generation
 		if equality.Semantic.DeepEqual(before.Status, c.Status) {
 			return
@@ -164,10 +189,25 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 	r.Metrics.observe(c, cas, certFacts.notAfter)
 
 	result := ctrl.Result{RequeueAfter: certFacts.nextRenewal.Sub(r.Clock.Now())}
-	if wait != nil && (wait.Reason == rotation.ReasonWaitingForEvidence || wait.Reason == rotation.ReasonWaitingForWorkers) {
-		result.RequeueAfter = r.ManagedPollInterval
+	if wait != nil && wait.PollManaged {
+		result.RequeueAfter = r.managedPollDelay(c)
 	}
 	return result, nil
+}
+
+// managedPollDelay is when a phase waiting on the managed cluster looks
+// again: ManagedPollInterval, backing off while the API server check fails.
+func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster) time.Duration {
+	var failingSince time.Time
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable); cond != nil &&
+		cond.Status == metav1.ConditionFalse && cond.Reason == v1alpha1.ReasonEndpointUnreachable {
+		failingSince = cond.LastTransitionTime.Time
+	}
+	maximum := r.MaxManagedPollInterval
+	if maximum == 0 {
+		maximum = DefaultMaxManagedPollInterval
+	}
+	return rotation.PollDelay(failingSince, r.Clock.Now(), r.ManagedPollInterval, maximum)
 }
 
 func allCAs(cas map[v1alpha1.CARole]*credentials.CAs, pred func(*credentials.CAs) bool) bool {
@@ -190,15 +230,27 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	if err == nil && !rotation.AlreadyApplied(c.CARotation(), op) {
 		var next *v1alpha1.CARotation
 		next, err = rotation.ApplyOperation(c.CARotation(), op, c.Spec.Workers, r.now())
-		if err == nil && !equality.Semantic.DeepEqual(next, c.CARotation()) {
+		if err == nil {
 			before := c.DeepCopy()
 			oldPhase := c.CARotationPhase()
-			setCARotation(c, next)
-			if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-				return fmt.Errorf("recording operation %s: %w", value, err)
+			if !equality.Semantic.DeepEqual(next, c.CARotation()) {
+				setCARotation(c, next)
 			}
-			if next.Phase != oldPhase {
-				r.phaseChanged(c, oldPhase, next.Phase)
+			if op.Verb == v1alpha1.OperationReissueCA {
+				// The next reconcile may then generate these roles' CAs.
+				forgetCAs(c, op.Roles)
+			}
+			if !equality.Semantic.DeepEqual(before.Status, c.Status) {
+				if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+					return fmt.Errorf("recording operation %s: %w", value, err)
+				}
+				if op.Verb == v1alpha1.OperationReissueCA {
+					r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAReissueAccepted,
+						"Operation %q accepted: a lost CA Secret of these roles is replaced by a new CA", value)
+				}
+				if phase := c.CARotationPhase(); phase != oldPhase {
+					r.phaseChanged(c, oldPhase, phase)
+				}
 			}
 		}
 	}
@@ -272,7 +324,11 @@ func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, format string
 func (r *Reconciler) setReadyCondition(c *v1alpha1.Cluster, err error) {
 	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCredentialsIssued,
 		Message: "every CA, trust bundle, certificate and kubeconfig is issued", ObservedGeneration: c.Generation, LastTransitionTime: r.now()}
-	if err != nil && !errors.Is(err, errStaleCache) {
+	var b *blockedError
+	switch {
+	case errors.As(err, &b):
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, b.reason, b.message
+	case err != nil && !errors.Is(err, errStaleCache):
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonReconcileFailed, err.Error()
 	}
 	meta.SetStatusCondition(&c.Status.Conditions, cond)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,7 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -58,6 +59,11 @@ type Reconciler struct {
 	// CSRMaxDuration caps the validity of the kubelet certificates Carousel signs.
 	CSRMaxDuration time.Duration
 	Metrics        *Metrics
+	// Recorder records events on Clusters; nil records none.
+	Recorder events.EventRecorder
+	// CleanupTimeout bounds how long a deleted Cluster waits for its managed
+	// cluster to be cleaned up; zero means DefaultCleanupTimeout.
+	CleanupTimeout time.Duration
 
 	mu      sync.Mutex
 	runners map[client.ObjectKey]*runner
@@ -66,7 +72,8 @@ type Reconciler struct {
 // runner is a connection to one managed cluster: a cache and, when enabled,
 // the CSR controller, running until cancel is called.
 type runner struct {
-	key     string // digest of the kubeconfig it was started with
+	key     string       // digest of the configuration it was started with
+	config  *rest.Config // what it connects with
 	cluster cluster.Cluster
 	direct  client.Client
 	cancel  context.CancelFunc
@@ -106,24 +113,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
-	if !c.DeletionTimestamp.IsZero() || c.Spec.ControlPlane.Endpoint == "" {
+	if !c.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, c)
+	}
+	if c.Spec.ControlPlane.Endpoint == "" {
 		r.stop(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	operator := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, operator); err != nil {
-		// Issued by the Cluster controller; its creation event brings us back.
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	// Before anything can be written there, so that a deleted Cluster cleans up.
+	if err := r.ensureFinalizer(ctx, c); err != nil {
+		return ctrl.Result{}, err
 	}
-	rt, err := r.connect(ctx, req.NamespacedName, operator.Data[v1alpha1.DataKeyKubeconfig])
+	rt, err := r.connectCluster(ctx, c)
+	if errors.Is(err, errNotIssued) {
+		// Issued by the Cluster controller; its creation event brings us back.
+		return ctrl.Result{}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	bundle := &corev1.ConfigMap{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleCluster)}, bundle); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	caBundle := []byte(bundle.Data[v1alpha1.DataKeyCABundle])
+	caBundle := rt.config.CAData
 
 	for _, obj := range bootstrap.RBAC(c.Name) {
 		if err := ensure(ctx, rt.direct, obj); err != nil {
@@ -193,6 +202,12 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 	return newest.Expires.Add(-ttl / 3), nil
 }
 
+func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(c, nil, eventType, reason, "Cleanup", format, args...)
+	}
+}
+
 // ensure creates obj, or updates the existing object when its content differs.
 func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 	existing := obj.DeepCopyObject().(client.Object)
@@ -235,21 +250,47 @@ func sameContent(have, want client.Object) bool {
 	return false
 }
 
+// errNotIssued means the Cluster controller has not issued the trust bundle
+// or Carousel's client certificate yet.
+var errNotIssued = errors.New("the managed cluster's credentials are not issued yet")
+
+// connectCluster connects to the Cluster's managed cluster with Carousel's own
+// client certificate. Everything it reads lives in the Cluster's namespace,
+// which a tenant may write, so the connection is built from data only (see
+// credentials.RESTConfig), never from the operator Secret's kubeconfig.
+func (r *Reconciler) connectCluster(ctx context.Context, c *v1alpha1.Cluster) (*runner, error) {
+	bundle := &corev1.ConfigMap{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleCluster)}, bundle); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errNotIssued
+		}
+		return nil, err
+	}
+	operator := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, operator); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errNotIssued
+		}
+		return nil, err
+	}
+	cfg, err := credentials.RESTConfig(c.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle]),
+		operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
+	if err != nil {
+		return nil, fmt.Errorf("the managed cluster's client configuration: %w", err)
+	}
+	return r.connect(ctx, client.ObjectKeyFromObject(c), cfg)
+}
+
 // connect returns the runner for a managed cluster, (re)starting it when the
-// kubeconfig changed (Carousel's own client certificate is renewed during a
-// rotation).
-func (r *Reconciler) connect(ctx context.Context, key client.ObjectKey, kubeconfig []byte) (*runner, error) {
-	sum := sha256.Sum256(kubeconfig)
-	digest := hex.EncodeToString(sum[:])
+// configuration changed (Carousel's own client certificate is renewed during a
+// rotation, the cluster CA bundle changes, the endpoint moves).
+func (r *Reconciler) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Config) (*runner, error) {
+	digest := configDigest(cfg)
 	r.mu.Lock()
 	existing := r.runners[key]
 	r.mu.Unlock()
 	if existing != nil && existing.key == digest {
 		return existing, nil
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, err
 	}
 	rt, err := r.start(key, cfg, digest)
 	if err != nil {
@@ -264,6 +305,16 @@ func (r *Reconciler) connect(ctx context.Context, key client.ObjectKey, kubeconf
 	}
 	log.FromContext(ctx).Info("connected to the managed cluster", "endpoint", cfg.Host)
 	return rt, nil
+}
+
+// configDigest identifies what a connection was made with.
+func configDigest(cfg *rest.Config) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(cfg.Host), cfg.CAData, cfg.CertData, cfg.KeyData} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // start connects to a managed cluster: a cache of its CSRs, Nodes and
@@ -285,7 +336,7 @@ func (r *Reconciler) start(key client.ObjectKey, cfg *rest.Config, digest string
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &runner{key: digest, cluster: cl, direct: direct, cancel: cancel}
+	rt := &runner{key: digest, config: cfg, cluster: cl, direct: direct, cancel: cancel}
 	// A runner that fails (its cache never synced: the API server was not
 	// up yet) is dropped, and the next reconcile connects again.
 	runUntilFailure := func(start func(context.Context) error) {

@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+)
+
+// blockedError stops a reconcile on something only a person can resolve. Its
+// reason goes into the Ready condition and, once, into a Warning event; its
+// message says what to do.
+type blockedError struct {
+	reason  string
+	message string
+}
+
+func (e *blockedError) Error() string { return e.message }
+
+func blocked(reason, format string, args ...any) error {
+	return &blockedError{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// confirmCAMissing is asked before a role's CA is generated because the cache
+// holds no Secret for it. It reads the API server itself: a Secret the cache
+// has not seen yet is errStaleCache; a Secret that lost Carousel's labels is
+// invisible to the cache and must be relabelled, not replaced; and a CA that
+// the status inventory lists was lost, and is replaced only through the
+// reissue-ca operation, because everything it signed would stop being
+// trusted. Only a CA that was never issued may be generated.
+func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole) error {
+	name := credentials.CASecretName(c.Name, role)
+	s := &corev1.Secret{}
+	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
+	switch {
+	case err == nil && hasMeta(s.Labels, credentials.CALabels(c.Name, role)):
+		return fmt.Errorf("secret %s: %w", name, errStaleCache)
+	case err == nil:
+		return blocked(v1alpha1.ReasonCASecretUnlabelled,
+			"secret %s holds the %s CA but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s",
+			name, role, c.Namespace, name, labelArgs(credentials.CALabels(c.Name, role)))
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading secret %s: %w", name, err)
+	}
+	if !inventoryLists(c, role) {
+		return nil
+	}
+	if phase := c.CARotationPhase(); phase.RotationInProgress() {
+		return blocked(v1alpha1.ReasonCALost,
+			"secret %s holding the %s CA is missing during a CA rotation (phase %s): restore it (kubectl carousel certs restore); Carousel does not replace a CA mid-rotation",
+			name, role, phase)
+	}
+	return blocked(v1alpha1.ReasonCALost,
+		"secret %s holding the %s CA is missing; everything it signed depends on it. Restore it (kubectl carousel certs restore), or accept a new %s CA, which every kubelet and kubeconfig signed by or trusting the old one must then be given: kubectl annotate cluster.carousel.dev -n %s %s %s=%s%s",
+		name, role, role, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationReissueCAPrefix, role)
+}
+
+func (r *Reconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// inventoryLists reports whether the status records a CA of the role.
+func inventoryLists(c *v1alpha1.Cluster, role v1alpha1.CARole) bool {
+	if c.Status.Credentials == nil {
+		return false
+	}
+	for _, inv := range c.Status.Credentials.CertificateAuthorities {
+		if inv.Role == role && inv.Current != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetCAs drops roles from the status inventory: a reissue-ca operation.
+func forgetCAs(c *v1alpha1.Cluster, roles []v1alpha1.CARole) {
+	if c.Status.Credentials == nil {
+		return
+	}
+	kept := c.Status.Credentials.CertificateAuthorities[:0:0]
+	for _, inv := range c.Status.Credentials.CertificateAuthorities {
+		if !slices.Contains(roles, inv.Role) {
+			kept = append(kept, inv)
+		}
+	}
+	c.Status.Credentials.CertificateAuthorities = kept
+}
+
+// credentialsIssued reports whether every role's CA was issued and recorded.
+func credentialsIssued(c *v1alpha1.Cluster) bool {
+	for _, role := range v1alpha1.CARoles() {
+		if !inventoryLists(c, role) {
+			return false
+		}
+	}
+	return true
+}
+
+// labelArgs renders labels as kubectl label arguments, in a stable order.
+func labelArgs(labels map[string]string) string {
+	out := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		out = append(out, k+"="+labels[k])
+	}
+	return strings.Join(out, " ")
+}
+
+// reportBlocked records a Warning event when the Ready condition newly turns
+// to a blocked reason.
+func (r *Reconciler) reportBlocked(c *v1alpha1.Cluster, before *v1alpha1.Cluster, err error) {
+	var b *blockedError
+	if !errors.As(err, &b) {
+		return
+	}
+	if prev := meta.FindStatusCondition(before.Status.Conditions, v1alpha1.ConditionReady); prev != nil && prev.Reason == b.reason && prev.Message == b.message {
+		return
+	}
+	r.event(c, corev1.EventTypeWarning, b.reason, "%s", b.message)
+}

