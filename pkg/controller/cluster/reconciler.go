@@ -40,8 +40,8 @@ type Reconciler struct {
 	// Client. It is used only on rare paths (a CA Secret the cache lacks).
 	APIReader client.Reader
 	Clock     clock.PassiveClock
-	Recorder events.EventRecorder
-	Evidence EvidenceChecker
+	Recorder  events.EventRecorder
+	Evidence  EvidenceChecker
 	// WorkerRollouts carries out each rollout strategy; a pool whose strategy
 	// has none waits for a rollout-workers operation.
 	WorkerRollouts map[v1alpha1.WorkerRolloutStrategy]WorkerRollout
