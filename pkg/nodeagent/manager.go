@@ -28,8 +28,10 @@ import (
 const (
 	rotationStart  = 0.7
 	rotationWindow = 0.2
-	maxBackoff     = 5 * time.Minute
 )
+
+// DefaultMinRenewalInterval is the default Config.MinRenewalInterval.
+const DefaultMinRenewalInterval = 5 * time.Minute
 
 // Config configures a certificate manager.
 type Config struct {
@@ -44,8 +46,15 @@ type Config struct {
 	CertificateTTL time.Duration
 	// StartupTimeout bounds Start: KEP-266 gives up after five minutes.
 	StartupTimeout time.Duration
-	Clock          clock.WithTicker
-	Metrics        *Metrics
+	// MinRenewalInterval is the least time Run lets pass after a successful
+	// renewal before it rotates again (0 means DefaultMinRenewalInterval), so
+	// that a node whose clock runs ahead of the signer's, or a signer that
+	// issues short-lived certificates, does not renew in a loop. It never
+	// postpones a rotation past half of what the certificate had left when
+	// it arrived; see NextRotation.
+	MinRenewalInterval time.Duration
+	Clock              clock.WithTicker
+	Metrics            *Metrics
 }
 
 // Manager obtains and rotates a node's client certificate.
@@ -53,9 +62,15 @@ type Manager struct {
 	cfg   Config
 	store *Store
 
+	// newClient builds a clientset; tests replace it with a fake.
+	newClient func(*rest.Config) (kubernetes.Interface, error)
+
 	mu      sync.Mutex
 	current *pki.KeyPair
 	client  kubernetes.Interface // built from the kubeconfig for current
+	// renewed is when this process last obtained a certificate, on the
+	// manager's clock; zero until it does.
+	renewed time.Time
 
 	// renewing serialises renewals (rotation, in-place renewal, refresh):
 	// they share the pending key and the kubeconfig.
@@ -73,7 +88,14 @@ func NewManager(cfg Config) *Manager {
 	if cfg.StartupTimeout == 0 {
 		cfg.StartupTimeout = 5 * time.Minute
 	}
-	return &Manager{cfg: cfg, store: &Store{Dir: cfg.CertDir}}
+	if cfg.MinRenewalInterval == 0 {
+		cfg.MinRenewalInterval = DefaultMinRenewalInterval
+	}
+	return &Manager{cfg: cfg, store: &Store{Dir: cfg.CertDir}, newClient: newClientset}
+}
+
+func newClientset(cfg *rest.Config) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(cfg)
 }
 
 // Current returns the key pair in use.
@@ -91,7 +113,7 @@ func (m *Manager) Client() kubernetes.Interface {
 }
 
 // Start loads a valid stored pair or bootstraps one with the bootstrap
-// kubeconfig, retrying with backoff, and gives up after StartupTimeout. A
+// kubeconfig, retrying with jittered backoff, and gives up after StartupTimeout. A
 // stored pair that the API server rejects, or whose API server it no longer
 // trusts (the node was off through a CA rotation), is replaced through the
 // bootstrap kubeconfig too.
@@ -120,16 +142,17 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	var lastErr error
-	for backoff := time.Second; ; backoff = min(2*backoff, maxBackoff) {
-		if lastErr = m.bootstrap(ctx); lastErr == nil {
+	retry := newBackoff(certificateBackoff)
+	for {
+		err := m.bootstrap(ctx)
+		if err == nil {
 			return nil
 		}
 		m.cfg.Metrics.renewError()
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no client certificate within %s: %w", m.cfg.StartupTimeout, lastErr)
-		case <-m.cfg.Clock.After(backoff):
+			return fmt.Errorf("no client certificate within %s: %w", m.cfg.StartupTimeout, err)
+		case <-m.cfg.Clock.After(retry.next()):
 		}
 	}
 }
@@ -151,7 +174,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bootstrap kubeconfig: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := m.newClient(cfg)
 	if err != nil {
 		return err
 	}
@@ -174,7 +197,9 @@ func (m *Manager) Renew(ctx context.Context, caBundle []byte) error {
 }
 
 // renewWith requests a certificate for the pending key through cs. The CSR
-// is named name, or from the key when name is empty.
+// is named name, or from the key when name is empty. A denied or failed CSR
+// discards the pending key: the next attempt asks, with a new CSR, for a
+// fresh key.
 func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server string, ca []byte, name string, ttl time.Duration) error {
 	if cs == nil {
 		return errors.New("no client certificate yet: run the agent first so that it bootstraps")
@@ -193,14 +218,29 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 		return err
 	}
 	certPEM, err := RequestCertificate(ctx, cs, csr, key)
+	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
+		// The answer is final, and a CSR named after this key would find it
+		// again: start over with another key.
+		if derr := m.store.DiscardPendingKey(); derr != nil {
+			return errors.Join(err, derr)
+		}
+		return err
+	}
 	if err != nil {
 		return err
 	}
-	kp, err := m.store.Update(certPEM, key, m.cfg.Clock.Now())
+	now := m.cfg.Clock.Now()
+	kp, err := m.store.Update(certPEM, key, now)
 	if err != nil {
 		return err
 	}
-	return m.use(kp, server, ca)
+	if err := m.use(kp, server, ca); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.renewed = now
+	m.mu.Unlock()
+	return nil
 }
 
 // use writes the kubeconfig for kp and switches the manager to it.
@@ -208,7 +248,7 @@ func (m *Manager) use(kp *pki.KeyPair, server string, ca []byte) error {
 	if err := writeKubeconfig(m.cfg.KubeconfigPath, server, ca, m.store.CurrentPath()); err != nil {
 		return err
 	}
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: server, TLSClientConfig: rest.TLSClientConfig{
+	cs, err := m.newClient(&rest.Config{Host: server, TLSClientConfig: rest.TLSClientConfig{
 		CAData: ca, CertFile: m.store.CurrentPath(), KeyFile: m.store.CurrentPath(),
 	}})
 	if err != nil {
@@ -240,37 +280,49 @@ func (m *Manager) serverAndCA() (string, []byte, error) {
 	return "", nil, errors.New("neither a kubeconfig nor a bootstrap kubeconfig to find the API server in")
 }
 
-// Run rotates the certificate at a jittered 70-90% of its lifetime, with
-// exponential backoff after failures, until ctx ends.
+// Run rotates the certificate at a jittered 70-90% of its lifetime, but no
+// sooner than MinRenewalInterval after the last successful renewal (see
+// NextRotation), with jittered exponential backoff after failures, until ctx
+// ends.
 func (m *Manager) Run(ctx context.Context) {
-	backoff := time.Second
-	for {
-		deadline := RotationDeadline(m.Current().Cert.NotBefore, m.Current().Cert.NotAfter, rand.Float64())
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.cfg.Clock.After(deadline.Sub(m.cfg.Clock.Now())):
-		}
-		for {
-			err := m.Renew(ctx, nil)
-			if err != nil && (apierrors.IsUnauthorized(err) || !m.cfg.Clock.Now().Before(m.Current().Cert.NotAfter)) {
-				// The API server no longer takes this certificate (it expired,
-				// or the node missed a CA rotation): start over with the token.
-				err = m.bootstrap(ctx)
-			}
-			if err == nil {
-				backoff = time.Second
-				break
-			}
-			m.cfg.Metrics.renewError()
+	retry := newBackoff(certificateBackoff)
+	jitter := rand.Float64()
+	for ctx.Err() == nil {
+		// Evaluated again after every wait: an in-place renewal or a refresh
+		// may have replaced the certificate in the meantime.
+		if wait := m.nextRotation(jitter).Sub(m.cfg.Clock.Now()); wait > 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-m.cfg.Clock.After(backoff):
+			case <-m.cfg.Clock.After(wait):
 			}
-			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		err := m.Renew(ctx, nil)
+		if err != nil && (apierrors.IsUnauthorized(err) || !m.cfg.Clock.Now().Before(m.Current().Cert.NotAfter)) {
+			// The API server no longer takes this certificate (it expired,
+			// or the node missed a CA rotation): start over with the token.
+			err = m.bootstrap(ctx)
+		}
+		if err == nil {
+			retry.reset()
+			jitter = rand.Float64()
+			continue
+		}
+		m.cfg.Metrics.renewError()
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.cfg.Clock.After(retry.next()):
 		}
 	}
+}
+
+// nextRotation is NextRotation for the current certificate.
+func (m *Manager) nextRotation(jitter float64) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return NextRotation(m.current.Cert.NotBefore, m.current.Cert.NotAfter, m.renewed, m.cfg.MinRenewalInterval, jitter)
 }
 
 // RotationDeadline is when a certificate valid from notBefore to notAfter is
@@ -278,6 +330,28 @@ func (m *Manager) Run(ctx context.Context) {
 func RotationDeadline(notBefore, notAfter time.Time, jitter float64) time.Time {
 	life := notAfter.Sub(notBefore)
 	return notBefore.Add(time.Duration(float64(life) * (rotationStart + rotationWindow*jitter)))
+}
+
+// NextRotation is when to renew a certificate valid from notBefore to
+// notAfter that was obtained at renewed (zero when unknown), for a jitter in
+// [0, 1): its RotationDeadline, but not sooner than minInterval after
+// renewed. The deadline is on the signer's clock and renewed on the node's:
+// a node whose clock runs ahead, or a signer that issues short-lived
+// certificates, finds each new certificate already due, and the floor keeps
+// it from renewing in a loop.
+//
+// The floor is capped at half of what the certificate had left when it
+// arrived, its lifetime less pki.Backdate (how far kube-controller-manager and
+// Carousel backdate NotBefore), so that it never lets a certificate expire
+// before it is renewed.
+func NextRotation(notBefore, notAfter, renewed time.Time, minInterval time.Duration, jitter float64) time.Time {
+	deadline := RotationDeadline(notBefore, notAfter, jitter)
+	left := max(notAfter.Sub(notBefore)-pki.Backdate, 0)
+	floor := renewed.Add(min(minInterval, left/2))
+	if deadline.Before(floor) {
+		return floor
+	}
+	return deadline
 }
 
 func writeKubeconfig(path, server string, ca []byte, pairPath string) error {

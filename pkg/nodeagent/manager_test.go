@@ -2,12 +2,14 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -44,16 +46,7 @@ func TestCSRNameFollowsTheKey(t *testing.T) {
 // error once five (fake) minutes have passed, not before.
 func TestStartGivesUpAfterTheStartupTimeout(t *testing.T) {
 	dir := t.TempDir()
-	bootstrap := filepath.Join(dir, "bootstrap-kubeconfig")
-	if err := os.WriteFile(bootstrap, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: abcdef.0123456789abcdef}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	bootstrap := writeBootstrapKubeconfig(t, dir)
 	clk := clocktesting.NewFakeClock(time.Now())
 	m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"),
 		BootstrapKubeconfigPath: bootstrap, Clock: clk, StartupTimeout: 5 * time.Minute})
@@ -79,4 +72,200 @@ current-context: c
 		}
 	}
 	t.Fatal("Start did not give up within ten fake minutes")
+}
+
+// writeBootstrapKubeconfig writes a bootstrap kubeconfig for an API server
+// that is not there, and returns its path.
+func writeBootstrapKubeconfig(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "bootstrap-kubeconfig")
+	if err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: abcdef.0123456789abcdef}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestNextRotation(t *testing.T) {
+	notBefore := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name     string
+		life     time.Duration // NotAfter - NotBefore
+		renewed  time.Duration // after notBefore; -1 for unknown
+		interval time.Duration
+		want     time.Duration // after notBefore
+	}{
+		{"deadline after the floor", 100 * time.Hour, 5 * time.Minute, 5 * time.Minute, 80 * time.Hour},
+		{"renewed when unknown", 100 * time.Hour, -1, 5 * time.Minute, 80 * time.Hour},
+		{"node clock ahead: deadline long past", 100 * time.Hour, 200 * time.Hour, 5 * time.Minute, 200*time.Hour + 5*time.Minute},
+		{"short certificate: half of what it had left", 6 * time.Minute, 5 * time.Minute, 5 * time.Minute, 5*time.Minute + 30*time.Second},
+		{"10-minute certificate, node clock ahead", 15 * time.Minute, time.Hour, 5 * time.Minute, time.Hour + 5*time.Minute},
+		{"certificate with nothing left: no floor", 4 * time.Minute, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute},
+		{"larger interval still capped", 100 * time.Minute, 90 * time.Minute, time.Hour, 90*time.Minute + 47*time.Minute + 30*time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var renewed time.Time
+			if tt.renewed >= 0 {
+				renewed = notBefore.Add(tt.renewed)
+			}
+			got := NextRotation(notBefore, notBefore.Add(tt.life), renewed, tt.interval, 0.5).Sub(notBefore)
+			if got != tt.want {
+				t.Errorf("next rotation %s after NotBefore, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunSpacesRenewals runs the rotation loop where every certificate is
+// due as soon as it arrives, stepping a fake clock 10 s at a time for 20
+// minutes: the renewals come one every minimum interval (or halfway through
+// what a short certificate has left), not one every step, and the current
+// certificate never expires.
+func TestRunSpacesRenewals(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		ahead    time.Duration // of the node's clock over the signer's
+		validity time.Duration // of the certificates the signer issues
+		interval time.Duration // wanted between two renewals
+	}{
+		{"node clock 3h ahead of 1h certificates", 3 * time.Hour, time.Hour, DefaultMinRenewalInterval},
+		{"signer issues 1-minute certificates", 0, time.Minute, 30 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now().Add(tt.ahead))
+			signerNow := func() time.Time { return clk.Now().Add(-tt.ahead) }
+			signer := newFakeSigner(func(_ int, csr *certificatesv1.CertificateSigningRequest) {
+				approve(t, csr, tt.validity, signerNow())
+			})
+			dir := t.TempDir()
+			m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"), Clock: clk})
+			m.newClient = signer.client
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := m.renewWith(ctx, signer, "https://127.0.0.1:6443", nil, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); m.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+
+			const window, step = 20 * time.Minute, 10 * time.Second
+			for elapsed := time.Duration(0); elapsed < window; elapsed += step {
+				awaitWaiters(t, clk, 1)
+				if notAfter := m.Current().Cert.NotAfter; !signerNow().Before(notAfter) {
+					t.Fatalf("after %s the certificate has expired", elapsed)
+				}
+				clk.Step(step)
+			}
+			awaitWaiters(t, clk, 1)
+			if renewals, want := len(signer.Created())-1, int(window/tt.interval); renewals != want {
+				t.Errorf("%d renewals in %s, want %d (one every %s)", renewals, window, want, tt.interval)
+			}
+		})
+	}
+}
+
+// TestStartAsksForAFreshKeyAfterARefusedCSR bootstraps against a signer that
+// denies (or fails) the first CSR: the retry asks for another key, under
+// another CSR name, and gets a certificate for it.
+func TestStartAsksForAFreshKeyAfterARefusedCSR(t *testing.T) {
+	for _, refusal := range []certificatesv1.RequestConditionType{certificatesv1.CertificateDenied, certificatesv1.CertificateFailed} {
+		t.Run(string(refusal), func(t *testing.T) {
+			dir := t.TempDir()
+			clk := clocktesting.NewFakeClock(time.Now())
+			signer := newFakeSigner(func(n int, csr *certificatesv1.CertificateSigningRequest) {
+				if n == 0 {
+					refuse(csr, refusal)
+					return
+				}
+				approve(t, csr, time.Hour, clk.Now())
+			})
+			m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"),
+				BootstrapKubeconfigPath: writeBootstrapKubeconfig(t, dir), Clock: clk})
+			m.newClient = signer.client
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- m.Start(ctx) }()
+
+			// Start waits on its deadline and, after the refusal, on its
+			// backoff: step past the longest first delay.
+			awaitWaiters(t, clk, 2)
+			clk.Step(retryDelay(certificateBackoff, 0, 1))
+			returned, err := awaitStart(clk, done)
+			if !returned {
+				t.Fatalf("the retry failed too; CSRs created: %s", csrNames(signer.Created()))
+			}
+			if err != nil {
+				t.Fatalf("Start = %v", err)
+			}
+			created := signer.Created()
+			if len(created) != 2 || created[0].Name == created[1].Name {
+				t.Fatalf("CSRs created: %s; want the refused one and a new one", csrNames(created))
+			}
+			refused, err := parseCSR(created[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kp := m.Current(); samePublicKey(kp.Cert.PublicKey, refused.PublicKey) || samePublicKey(kp.Key.Public(), refused.PublicKey) {
+				t.Fatal("the certificate is for the key of the refused CSR")
+			}
+		})
+	}
+}
+
+func csrNames(csrs []*certificatesv1.CertificateSigningRequest) []string {
+	var names []string
+	for _, csr := range csrs {
+		names = append(names, csr.Name)
+	}
+	return names
+}
+
+// awaitStart waits (in real time, at most 10s) for Start to send its result
+// on done; it reports false if Start goes back to waiting on clk (on its
+// deadline and its backoff) instead.
+func awaitStart(clk *clocktesting.FakeClock, done <-chan error) (bool, error) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		select {
+		case err := <-done:
+			return true, err
+		case <-time.After(time.Millisecond):
+		}
+		if clk.Waiters() >= 2 {
+			return false, nil
+		}
+	}
+	return false, nil
+}
+
+// TestRefreshAgainAfterADenial refreshes twice with the same seed against a
+// signer that denies the refresh: the second run, which asks for a fresh key
+// under the same CSR name, reports the denial too, not a key mismatch.
+func TestRefreshAgainAfterADenial(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktesting.NewFakeClock(time.Now())
+	signer := newFakeSigner(func(n int, csr *certificatesv1.CertificateSigningRequest) {
+		if n == 0 {
+			approve(t, csr, time.Hour, clk.Now())
+			return
+		}
+		refuse(csr, certificatesv1.CertificateDenied)
+	})
+	m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"), Clock: clk})
+	m.newClient = signer.client
+	if err := m.renewWith(context.Background(), signer, "https://127.0.0.1:6443", nil, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	for run := range 2 {
+		err := m.Refresh(context.Background(), "s1", time.Hour, time.Minute)
+		if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "new seed") {
+			t.Fatalf("refresh %d = %v, want the denial and a hint to take a new seed", run, err)
+		}
+	}
 }

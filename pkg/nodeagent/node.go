@@ -43,18 +43,19 @@ func (n *Node) logf(format string, args ...any) {
 }
 
 // Register creates the Node (or keeps the existing one) and reports it Ready
-// with its address, retrying with backoff, as the kubelet does, while the API
-// server cannot be reached, until ctx ends.
+// with its address, retrying with jittered backoff, as the kubelet does, while
+// the API server cannot be reached, until ctx ends.
 func (n *Node) Register(ctx context.Context) error {
-	var err error
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-		if err = n.register(ctx); err == nil {
+	retry := newBackoff(registerBackoff)
+	for {
+		err := n.register(ctx)
+		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-n.Manager.cfg.Clock.After(backoff):
+		case <-n.Manager.cfg.Clock.After(retry.next()):
 		}
 	}
 }
@@ -108,20 +109,23 @@ func (n *Node) Heartbeat(ctx context.Context) error {
 // ctx ends: it fetches the current trust bundle from kube-public/cluster-info
 // over its already-trusted connection, renews the client certificate, and
 // reports the request, the certificate's issuer and the bundle on the Node.
+// Failed renewals and failed watches are retried with jittered backoff.
 func (n *Node) WatchRenewals(ctx context.Context) error {
 	name := n.Manager.cfg.NodeName
-	backoff := time.Second
+	retry, rewatch := newBackoff(renewalBackoff), newBackoff(renewalBackoff)
 	for ctx.Err() == nil {
 		nodes := n.Manager.Client().CoreV1().Nodes()
 		w, err := nodes.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 		if err != nil {
-			n.logf("watching node %s: %v", name, err)
+			delay := rewatch.next()
+			n.logf("watching node %s: %v (retrying in %s)", name, err, delay.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
-			case <-n.Manager.cfg.Clock.After(time.Second):
+			case <-n.Manager.cfg.Clock.After(delay):
 			}
 			continue
 		}
+		rewatch.reset()
 		for ev := range w.ResultChan() {
 			node, ok := ev.Object.(*corev1.Node)
 			if !ok {
@@ -133,14 +137,14 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			}
 			if err := n.renew(ctx, request); err != nil {
 				n.Manager.cfg.Metrics.renewError()
-				n.logf("renewal %s: %v (retrying in %s)", request, err, backoff)
+				delay := retry.next()
+				n.logf("renewal %s: %v (retrying in %s)", request, err, delay.Round(time.Millisecond))
 				select {
 				case <-ctx.Done():
-				case <-n.Manager.cfg.Clock.After(backoff):
+				case <-n.Manager.cfg.Clock.After(delay):
 				}
-				backoff = min(2*backoff, time.Minute)
 			} else {
-				backoff = time.Second
+				retry.reset()
 				n.logf("renewal %s: done, client certificate valid until %s", request, n.Manager.Current().Cert.NotAfter.Format(time.RFC3339))
 			}
 			// The renewal rebuilt the client: watch again with it.

@@ -64,14 +64,21 @@ func ClientCSR(name, node string, key crypto.Signer, duration time.Duration) (*c
 
 // RequestCertificate creates the CSR (or finds the one a previous run
 // created for the same key) and waits until it is issued, denied or failed,
-// or ctx ends.
+// or ctx ends. An existing CSR of that name for another key is an error, the
+// CSR's refusal when it was denied or failed.
 func RequestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) ([]byte, error) {
 	api := cs.CertificatesV1().CertificateSigningRequests()
 	created, err := api.Create(ctx, csr, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		created, err = api.Get(ctx, csr.Name, metav1.GetOptions{})
 		if err == nil {
-			err = sameKey(created, key)
+			if err = sameKey(created, key); err != nil {
+				// A refused CSR keeps its name, and its key was discarded:
+				// report the refusal rather than the other key.
+				if _, done, refused := outcome(created); done && refused != nil {
+					return nil, refused
+				}
+			}
 		}
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -24,6 +25,8 @@ const (
 	pendingKeyFile = "kubelet-client-pending.key"
 	pairPrefix     = "kubelet-client-"
 	timeLayout     = "2006-01-02-15-04-05"
+	// maxPairsPerSecond bounds the suffixes tried for pairs stored in one second.
+	maxPairsPerSecond = 1000
 )
 
 // Store keeps the node's client key pairs in a directory. Every step is
@@ -32,7 +35,9 @@ const (
 //
 //  1. a key is generated once and kept as the pending key until a certificate
 //     for it is issued, so a restart asks for the same key (and CSR) again;
-//  2. the issued pair is written as kubelet-client-<timestamp>.pem;
+//     a denied or failed CSR discards it (DiscardPendingKey);
+//  2. the issued pair is written as kubelet-client-<timestamp>.pem, a new
+//     file that never replaces an existing one (see pairName);
 //  3. kubelet-client-current.pem, a symlink, is swapped to point at it;
 //  4. the pending key is removed.
 type Store struct {
@@ -110,6 +115,16 @@ func (s *Store) PendingKey(alg pki.KeyAlgorithm) (crypto.Signer, error) {
 	return key, nil
 }
 
+// DiscardPendingKey removes the pending key, so that the next PendingKey is
+// a fresh one. It is for a key whose CSR was denied or failed: asking again
+// for it would only find that CSR again.
+func (s *Store) DiscardPendingKey() error {
+	if err := os.Remove(filepath.Join(s.Dir, pendingKeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return syncDir(s.Dir)
+}
+
 func (s *Store) isCurrentKey(key crypto.Signer) bool {
 	current, err := s.Current()
 	if err != nil || current == nil {
@@ -130,8 +145,8 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 	if err != nil {
 		return nil, fmt.Errorf("the issued certificate does not match the pending key: %w", err)
 	}
-	name := pairPrefix + now.UTC().Format(timeLayout) + ".pem"
-	if err := writeAtomic(filepath.Join(s.Dir, name), pairPEM); err != nil {
+	name, err := writeNew(s.Dir, func(n int) string { return pairName(now, n) }, pairPEM)
+	if err != nil {
 		return nil, err
 	}
 	if s.stopAfter == "pair" {
@@ -160,31 +175,76 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 	return kp, nil
 }
 
+// pairName is the file name of a pair stored at now:
+// kubelet-client-<timestamp>.pem, as the kubelet names it, with the time in
+// UTC to the second. Pairs stored later in the same second get a suffix n:
+// kubelet-client-<timestamp>-<n>.pem.
+func pairName(now time.Time, n int) string {
+	name := pairPrefix + now.UTC().Format(timeLayout)
+	if n > 0 {
+		name += "-" + strconv.Itoa(n)
+	}
+	return name + ".pem"
+}
+
+// writeNew writes data under the first of name(0), name(1), ... that does not
+// exist in dir, and returns that name. The file appears complete or not at
+// all (a synced temporary file is hard-linked to its name) and never replaces
+// an existing one, even one another process creates meanwhile.
+func writeNew(dir string, name func(n int) string, data []byte) (string, error) {
+	tmp, err := writeTemp(dir, "."+name(0), data)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = os.Remove(tmp) }()
+	for n := range maxPairsPerSecond {
+		err := os.Link(tmp, filepath.Join(dir, name(n)))
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return name(n), syncDir(dir)
+	}
+	return "", fmt.Errorf("%s: %d files of that name exist", name(0), maxPairsPerSecond)
+}
+
 // writeAtomic writes data to path through a synced temporary file and a rename.
 func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	tmp, err := writeTemp(filepath.Dir(path), "."+filepath.Base(path), data)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.Remove(f.Name()) }()
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	defer func() { _ = os.Remove(tmp) }()
+	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// writeTemp writes data to a new synced file in dir, named prefix and a
+// random suffix, creating dir when needed, and returns its path.
+func writeTemp(dir, prefix string, data []byte) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, prefix+".*")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 func syncDir(dir string) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -114,5 +115,54 @@ func TestUpdateRefusesACertificateForAnotherKey(t *testing.T) {
 	other, _ := pki.GenerateKey(pki.ECDSAP256)
 	if _, err := s.Update(issue(t, other), key, time.Now()); err == nil {
 		t.Fatal("stored a certificate that is not for the pending key")
+	}
+}
+
+// TestUpdateKeepsPairsStoredInTheSameSecond stores three pairs within one
+// second of the clock: each gets its own file (the first named as the kubelet
+// names it), none overwrites another, and the symlink points at the newest.
+func TestUpdateKeepsPairsStoredInTheSameSecond(t *testing.T) {
+	dir := t.TempDir()
+	s := &Store{Dir: dir}
+	second := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var keys []crypto.Signer
+	for _, at := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
+		key, err := s.PendingKey(pki.ECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Update(issue(t, key), key, second.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+
+	for i, name := range []string{"kubelet-client-2026-03-01-12-00-00.pem", "kubelet-client-2026-03-01-12-00-00-1.pem", "kubelet-client-2026-03-01-12-00-00-2.pem"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("pair %d: %v", i, err)
+		}
+		kp, err := parsePair(data)
+		if err != nil || !samePublicKey(kp.Cert.PublicKey, keys[i].Public()) {
+			t.Fatalf("%s does not hold pair %d (%v): it was overwritten", name, i, err)
+		}
+	}
+	if !regexp.MustCompile(`^kubelet-client-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}\.pem$`).MatchString(pairName(second, 0)) {
+		t.Errorf("the first pair of a second is named %s, not as the kubelet names it", pairName(second, 0))
+	}
+	target, err := os.Readlink(s.CurrentPath())
+	if err != nil || target != "kubelet-client-2026-03-01-12-00-00-2.pem" {
+		t.Fatalf("%s -> %q (%v), want the newest pair", currentFile, target, err)
+	}
+	current, err := s.Current()
+	if err != nil || !samePublicKey(current.Key.Public(), keys[2].Public()) {
+		t.Fatalf("Current() is not the newest pair (%v)", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 4 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("files left: %v; want three pairs and the symlink", names)
 	}
 }

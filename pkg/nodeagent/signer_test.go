@@ -1,0 +1,143 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	certificatesv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// fakeSigner is an API server that only serves CSRs, and answers each at
+// once: it keeps them by name (a second Create of a name is AlreadyExists)
+// and lets answer decide every new one. Other API calls panic.
+type fakeSigner struct {
+	kubernetes.Interface
+
+	// answer sets the status of the n-th created CSR (from 0); approve
+	// issues it.
+	answer func(n int, csr *certificatesv1.CertificateSigningRequest)
+
+	mu      sync.Mutex
+	csrs    map[string]*certificatesv1.CertificateSigningRequest
+	created []*certificatesv1.CertificateSigningRequest
+}
+
+func newFakeSigner(answer func(n int, csr *certificatesv1.CertificateSigningRequest)) *fakeSigner {
+	return &fakeSigner{answer: answer, csrs: map[string]*certificatesv1.CertificateSigningRequest{}}
+}
+
+// client is a Manager.newClient that always returns the fake.
+func (f *fakeSigner) client(*rest.Config) (kubernetes.Interface, error) { return f, nil }
+
+// Created returns the CSRs created so far.
+func (f *fakeSigner) Created() []*certificatesv1.CertificateSigningRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*certificatesv1.CertificateSigningRequest(nil), f.created...)
+}
+
+func (f *fakeSigner) CertificatesV1() certificatesv1client.CertificatesV1Interface {
+	return fakeCertificatesV1{f: f}
+}
+
+type fakeCertificatesV1 struct {
+	certificatesv1client.CertificatesV1Interface
+	f *fakeSigner
+}
+
+func (c fakeCertificatesV1) CertificateSigningRequests() certificatesv1client.CertificateSigningRequestInterface {
+	return fakeCSRs{f: c.f}
+}
+
+type fakeCSRs struct {
+	certificatesv1client.CertificateSigningRequestInterface
+	f *fakeSigner
+}
+
+var csrResource = schema.GroupResource{Group: certificatesv1.GroupName, Resource: "certificatesigningrequests"}
+
+func (c fakeCSRs) Create(_ context.Context, csr *certificatesv1.CertificateSigningRequest, _ metav1.CreateOptions) (*certificatesv1.CertificateSigningRequest, error) {
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.csrs[csr.Name]; ok {
+		return nil, apierrors.NewAlreadyExists(csrResource, csr.Name)
+	}
+	csr = csr.DeepCopy()
+	f.answer(len(f.created), csr)
+	f.csrs[csr.Name] = csr
+	f.created = append(f.created, csr)
+	return csr.DeepCopy(), nil
+}
+
+func (c fakeCSRs) Get(_ context.Context, name string, _ metav1.GetOptions) (*certificatesv1.CertificateSigningRequest, error) {
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	csr, ok := f.csrs[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(csrResource, name)
+	}
+	return csr.DeepCopy(), nil
+}
+
+// approve issues csr with testCA, valid from now-pki.Backdate for validity.
+// It may run on the goroutine under test, so it reports with t.Error.
+func approve(t *testing.T, csr *certificatesv1.CertificateSigningRequest, validity time.Duration, now time.Time) {
+	t.Helper()
+	req, err := parseCSR(csr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	cert, err := testCA.Issue(pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: validity}, req.PublicKey, now)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: "True", Reason: "Test"})
+	csr.Status.Certificate = pki.EncodeCertificates(cert)
+}
+
+// refuse ends csr with a condition of type typ (Denied or Failed).
+func refuse(csr *certificatesv1.CertificateSigningRequest, typ certificatesv1.RequestConditionType) {
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: typ, Status: "True", Reason: "Test", Message: "refused by the test"})
+}
+
+func parseCSR(csr *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, error) {
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return nil, fmt.Errorf("CSR %s holds no request", csr.Name)
+	}
+	return x509.ParseCertificateRequest(block.Bytes)
+}
+
+// awaitWaiters waits (in real time, for the goroutines under test) until at
+// least n timers are waiting on clk.
+func awaitWaiters(t *testing.T, clk *clocktesting.FakeClock, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for clk.Waiters() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing waits on the clock after 10s (%d waiters, want %d)", clk.Waiters(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
