@@ -55,7 +55,7 @@ func run(root, workDir string, nodes int) error {
 		env.Stop()
 	}()
 	if err != nil {
-		return fmt.Errorf("%w (logs in %s)", err, workDir)
+		return fmt.Errorf("starting the environment (logs in %s): %w", workDir, err)
 	}
 	managed := filepath.Join(workDir, "managed-admin.kubeconfig")
 	if err := writeManagedKubeconfig(ctx, env, managed); err != nil {

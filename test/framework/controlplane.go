@@ -7,18 +7,16 @@ package framework
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,16 +24,6 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 )
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // ManagedControlPlane is a managed cluster's etcd and kube-apiserver, run as
 // processes on the files written from the Cluster's Secrets and ConfigMaps.
@@ -53,22 +41,8 @@ type ManagedControlPlane struct {
 	ControllerManager bool
 
 	etcdPort, etcdPeerPort int
+	ports                  portSet
 	etcd, apiserver, kcm   *process
-}
-
-// process is a started command and a channel closed when it exits.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // Endpoint is the API server's URL, for spec.controlPlane.endpoint.
@@ -150,18 +124,25 @@ func writeFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// Start starts etcd and then the API server, and waits until the API server is ready.
-func (m *ManagedControlPlane) Start(ctx context.Context) error {
-	var err error
-	if m.etcdPort == 0 {
-		if m.etcdPort, err = FreePort(); err != nil {
-			return err
-		}
-		if m.etcdPeerPort, err = FreePort(); err != nil {
+// ReservePorts picks the API server's port (when APIServerPort is 0) and
+// etcd's, and holds them until Stop: no other program can take them before
+// the processes start or while they restart. Start calls it.
+func (m *ManagedControlPlane) ReservePorts() error {
+	for _, port := range []*int{&m.APIServerPort, &m.etcdPort, &m.etcdPeerPort} {
+		var err error
+		if *port, err = m.ports.hold(*port); err != nil {
 			return err
 		}
 	}
-	if err := m.StartEtcd(); err != nil {
+	return nil
+}
+
+// Start starts etcd and then the API server, and waits until the API server is ready.
+func (m *ManagedControlPlane) Start(ctx context.Context) error {
+	if err := m.ReservePorts(); err != nil {
+		return err
+	}
+	if err := m.StartEtcd(ctx); err != nil {
 		return err
 	}
 	if err := m.StartAPIServer(ctx); err != nil {
@@ -179,22 +160,25 @@ func (m *ManagedControlPlane) Start(ctx context.Context) error {
 // Carousel rotates like the others.)
 func (m *ManagedControlPlane) StartControllerManager() error {
 	f := func(name string) string { return filepath.Join(m.Dir, name) }
+	const name = "kube-controller-manager"
 	var err error
-	m.kcm, err = m.run("kube-controller-manager",
+	m.kcm, err = startProcess(name, filepath.Join(m.BinDir, name), f(name+".log"),
 		"--kubeconfig="+f("kcm.kubeconfig"), "--root-ca-file="+f("kcm-root-ca.crt"),
 		"--controllers=root-ca-certificate-publisher-controller",
 		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false")
 	return err
 }
 
-// StartEtcd starts the etcd member with TLS for clients and peers.
-func (m *ManagedControlPlane) StartEtcd() error {
+// StartEtcd starts the etcd member with TLS for clients and peers, on the
+// ports ReservePorts holds, and waits until it listens.
+func (m *ManagedControlPlane) StartEtcd(ctx context.Context) error {
 	f := func(name string) string { return filepath.Join(m.Dir, name) }
-	client := "https://127.0.0.1:" + strconv.Itoa(m.etcdPort)
+	address := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.etcdPort))
+	client := "https://" + address
 	peer := "https://127.0.0.1:" + strconv.Itoa(m.etcdPeerPort)
 	var err error
-	m.etcd, err = m.run("etcd",
-		"--name=m0", "--data-dir="+f("etcd-data"),
+	m.etcd, err = m.start(ctx, "etcd", listens(address), nil,
+		"--name=m0", "--data-dir="+f("etcd-data"), "--socket-reuse-port",
 		"--listen-client-urls="+client, "--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=m0="+peer,
 		"--cert-file="+f("etcd-server.crt"), "--key-file="+f("etcd-server.key"),
@@ -212,6 +196,7 @@ func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 	f := func(name string) string { return filepath.Join(m.Dir, name) }
 	args := []string{
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(m.APIServerPort),
+		"--permit-port-sharing", // binds the port ReservePorts holds
 		"--etcd-servers=https://127.0.0.1:" + strconv.Itoa(m.etcdPort),
 		"--etcd-cafile=" + f("etcd-ca.crt"), "--etcd-certfile=" + f("apiserver-etcd-client.crt"), "--etcd-keyfile=" + f("apiserver-etcd-client.key"),
 		"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
@@ -226,22 +211,21 @@ func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 		"--cert-dir=" + f("apiserver-certs"),
 	}
 	var err error
-	if m.apiserver, err = m.run("kube-apiserver", append(args, m.ExtraAPIServerFlags...)...); err != nil {
-		return err
-	}
-	return m.waitReady(ctx)
+	m.apiserver, err = m.start(ctx, "kube-apiserver", m.answersReadyz, []*process{m.etcd}, append(args, m.ExtraAPIServerFlags...)...)
+	return err
 }
 
 // StopAPIServer stops the API server and waits for it to exit.
 func (m *ManagedControlPlane) StopAPIServer() { stop(m.apiserver); m.apiserver = nil }
 
-// Stop stops every process.
+// Stop stops every process and lets go of the ports.
 func (m *ManagedControlPlane) Stop() {
 	stop(m.kcm)
 	m.kcm = nil
 	m.StopAPIServer()
 	stop(m.etcd)
 	m.etcd = nil
+	m.ports.release()
 }
 
 // RestartAPIServer stops the API server and starts it again, on the files as
@@ -251,72 +235,45 @@ func (m *ManagedControlPlane) RestartAPIServer(ctx context.Context) error {
 	return m.StartAPIServer(ctx)
 }
 
-func (m *ManagedControlPlane) run(name string, args ...string) (*process, error) {
-	return startProcess(filepath.Join(m.BinDir, name), filepath.Join(m.Dir, name+".log"), args...)
+// start starts one of the control plane's binaries on the ports
+// ReservePorts holds and waits, for a minute at most, until it is ready or
+// it or one of needs exits.
+func (m *ManagedControlPlane) start(ctx context.Context, name string, ready wait.ConditionWithContextFunc, needs []*process, args ...string) (*process, error) {
+	return startChild(ctx, child{
+		name: name, binary: filepath.Join(m.BinDir, name), logPath: filepath.Join(m.Dir, name+".log"),
+		args: fixedArgs(args...), ready: ready, timeout: time.Minute, watch: needs,
+	})
 }
 
-// startProcess starts a binary with its output appended to logPath; the
-// process is killed if the test process dies.
-func startProcess(binary, logPath string, args ...string) (*process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	name := filepath.Base(binary)
-	cmd := exec.Command(binary, args...) //nolint:gosec // our own binaries and flags
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
-	return p, nil
-}
-
-// stop asks a process to terminate, kills it after ten seconds, and waits.
-func stop(p *process) {
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// waitReady polls /readyz, trusting the cluster CA bundle, until the API server
-// answers or a minute passes.
-func (m *ManagedControlPlane) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // readiness only; the tests verify the chain
-	}}
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if m.apiserver.exited() {
-			return fmt.Errorf("kube-apiserver exited: see %s", filepath.Join(m.Dir, "kube-apiserver.log"))
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.Endpoint()+"/readyz", nil)
+// listens returns a condition that holds once something accepts TCP
+// connections on address, which only the child can do on a held port.
+func listens(address string) wait.ConditionWithContextFunc {
+	return func(ctx context.Context) (bool, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", address)
 		if err != nil {
-			return err
+			return false, nil
 		}
-		if resp, err := client.Do(req); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		_ = conn.Close()
+		return true, nil
 	}
-	return errors.New("kube-apiserver did not become ready within a minute: see " + filepath.Join(m.Dir, "kube-apiserver.log"))
+}
+
+// answersReadyz reports whether the API server answers /readyz with 200.
+func (m *ManagedControlPlane) answersReadyz(ctx context.Context) (bool, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // readiness only; the tests verify the chain
+		DisableKeepAlives: true,
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.Endpoint()+"/readyz", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, nil
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
 }
 
 // RESTConfig returns a config for the managed API server from one of the

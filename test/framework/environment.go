@@ -3,20 +3,22 @@ package framework
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -51,9 +53,14 @@ type Options struct {
 
 // OperatorRun is how the controller manager process runs.
 type OperatorRun struct {
-	// Args are its flags, --kubeconfig included.
+	// Args are its flags, --kubeconfig included. The environment replaces
+	// --webhook-port with a fresh port on each start, and binds
+	// --metrics-bind-address and --health-probe-bind-address to ports of the
+	// process's choosing.
 	Args []string
-	// WebhookAddress is the host:port its webhook listens on.
+	// WebhookAddress is the host:port its webhook listens on. On each start,
+	// the environment moves it, and every webhook whose URL calls it on
+	// loopback, to the fresh port.
 	WebhookAddress string
 }
 
@@ -76,6 +83,10 @@ type Environment struct {
 	operator     *process
 	operatorRun  OperatorRun
 	stopPlatform context.CancelFunc
+	// ports holds the management etcd's and API server's ports; logs are
+	// their log files.
+	ports portSet
+	logs  []*os.File
 }
 
 // Agent is a node agent process.
@@ -101,6 +112,9 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	e.logf("starting the management API server (etcd + kube-apiserver)")
 	e.Management = &envtest.Environment{BinaryAssetsDirectory: opts.KubeBinDir}
+	if err := e.configureManagement(); err != nil {
+		return e, err
+	}
 	if opts.Install == nil {
 		e.Management.CRDDirectoryPaths = []string{filepath.Join(opts.RepoRoot, "charts", "carousel", "files", "crds")}
 		e.Management.ErrorIfCRDPathMissing = true
@@ -110,7 +124,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	cfg, err := e.Management.Start()
 	if err != nil {
-		return e, err
+		return e, fmt.Errorf("starting the management API server: %w%s", err, e.managementLogTails())
 	}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: operator.NewScheme()}); err != nil {
 		return e, err
@@ -148,43 +162,144 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	return e, e.waitForNodes(ctx)
 }
 
+// configureManagement has the management etcd and API server bind ports the
+// environment holds (see portSet) and log into WorkDir.
+func (e *Environment) configureManagement() error {
+	var ports [3]int
+	for i := range ports {
+		var err error
+		if ports[i], err = e.ports.hold(0); err != nil {
+			return err
+		}
+	}
+	etcdLog, err := e.createLog("management-etcd.log")
+	if err != nil {
+		return err
+	}
+	apiServerLog, err := e.createLog("management-kube-apiserver.log")
+	if err != nil {
+		return err
+	}
+	etcd := &envtest.Etcd{URL: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[0])}, Out: etcdLog, Err: etcdLog}
+	etcd.Configure().Set("listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(ports[1])).Enable("socket-reuse-port")
+	e.Management.ControlPlane.Etcd = etcd
+	apiServer := e.Management.ControlPlane.GetAPIServer()
+	apiServer.Address, apiServer.Port = "127.0.0.1", strconv.Itoa(ports[2]) // of SecureServing
+	apiServer.Configure().Enable("permit-port-sharing")
+	apiServer.Out, apiServer.Err = apiServerLog, apiServerLog
+	return nil
+}
+
+// createLog creates a log file in WorkDir, closed by Stop.
+func (e *Environment) createLog(name string) (*os.File, error) {
+	f, err := os.Create(filepath.Join(e.WorkDir, name))
+	if err == nil {
+		e.logs = append(e.logs, f)
+	}
+	return f, err
+}
+
+// managementLogTails returns the last lines of the management etcd's and API
+// server's logs, for an error.
+func (e *Environment) managementLogTails() string {
+	var b strings.Builder
+	for _, f := range e.logs {
+		if out := readLog(f.Name(), 0); len(out) > 0 {
+			fmt.Fprintf(&b, "; last lines of %s:\n    %s", f.Name(), strings.Join(lastLines(out), "\n    "))
+		}
+	}
+	return b.String()
+}
+
 // StartOperator starts the carousel-controller-manager binary and waits until
-// the API server calls its webhook.
+// the API server calls its webhook. Its webhook listens on a fresh port, and
+// it starts again on another one if that port is taken before it binds it.
 func (e *Environment) StartOperator(ctx context.Context) error {
 	if e.operatorRun.Args == nil {
-		metrics, err := FreePort()
-		if err != nil {
-			return err
-		}
-		probes, err := FreePort()
-		if err != nil {
-			return err
-		}
 		w := e.Management.WebhookInstallOptions
 		e.operatorRun.WebhookAddress = net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
 		e.operatorRun.Args = []string{
 			"--kubeconfig=" + e.ManagementKubeconfig,
-			"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metrics), "--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probes),
-			"--webhook-host=" + w.LocalServingHost, "--webhook-port=" + strconv.Itoa(w.LocalServingPort), "--webhook-cert-dir=" + w.LocalServingCertDir,
+			"--webhook-host=" + w.LocalServingHost, "--webhook-cert-dir=" + w.LocalServingCertDir,
 			"--managed-poll-interval=1s",
 		}
 	}
+	const name = "carousel-controller-manager"
 	var err error
-	if e.operator, err = startProcess(filepath.Join(e.CarouselBinDir, "carousel-controller-manager"),
-		filepath.Join(e.WorkDir, "carousel-controller-manager.log"), e.operatorRun.Args...); err != nil {
+	e.operator, err = startChild(ctx, child{
+		name: name, binary: filepath.Join(e.CarouselBinDir, name), logPath: filepath.Join(e.WorkDir, name+".log"),
+		ports: 1, args: e.operatorArgs, ready: e.operatorServes, timeout: time.Minute,
+	})
+	return err
+}
+
+// operatorArgs moves the webhook to ports[0] and returns the operator's flags
+// for it.
+func (e *Environment) operatorArgs(ctx context.Context, ports []int) ([]string, error) {
+	host, old, err := net.SplitHostPort(e.operatorRun.WebhookAddress)
+	if err != nil {
+		return nil, err
+	}
+	port := strconv.Itoa(ports[0])
+	if err := e.moveWebhooks(ctx, old, port); err != nil {
+		return nil, err
+	}
+	e.operatorRun.WebhookAddress = net.JoinHostPort(host, port)
+	return withFlags(e.operatorRun.Args,
+		"--webhook-port="+port, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"), nil
+}
+
+// moveWebhooks makes every validating webhook that calls port from on
+// loopback call port to instead. (Carousel has no mutating webhook.)
+func (e *Environment) moveWebhooks(ctx context.Context, from, to string) error {
+	list := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+	if err := e.Client.List(ctx, list); err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if e.operator.exited() {
-			return false, errors.New("carousel-controller-manager exited: see " + filepath.Join(e.WorkDir, "carousel-controller-manager.log"))
+	for i := range list.Items {
+		moved := false
+		for j := range list.Items[i].Webhooks {
+			cc := &list.Items[i].Webhooks[j].ClientConfig
+			if cc.URL == nil {
+				continue
+			}
+			u, err := url.Parse(*cc.URL)
+			if err != nil || u.Port() != from || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost") {
+				continue
+			}
+			u.Host = net.JoinHostPort(u.Hostname(), to)
+			cc.URL, moved = ptr.To(u.String()), true
 		}
-		conn, err := tls.Dial("tcp", e.operatorRun.WebhookAddress, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only checks that it serves
-		if err != nil {
-			return false, nil
+		if moved {
+			if err := e.Client.Update(ctx, &list.Items[i]); err != nil {
+				return err
+			}
 		}
-		_ = conn.Close()
-		return e.apiServerCallsWebhook(ctx), nil
+	}
+	return nil
+}
+
+// withFlags returns args with flags ("--name=value") in place of the
+// arguments that set the same flags.
+func withFlags(args []string, flags ...string) []string {
+	out := slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		return slices.ContainsFunc(flags, func(f string) bool {
+			name, _, _ := strings.Cut(f, "=")
+			return a == name || strings.HasPrefix(a, name+"=")
+		})
 	})
+	return append(out, flags...)
+}
+
+// operatorServes reports whether the webhook serves TLS and the API server
+// calls it.
+func (e *Environment) operatorServes(ctx context.Context) (bool, error) {
+	conn, err := (&tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}).DialContext(ctx, "tcp", e.operatorRun.WebhookAddress) //nolint:gosec // only checks that it serves
+	if err != nil {
+		return false, nil
+	}
+	_ = conn.Close()
+	return e.apiServerCallsWebhook(ctx), nil
 }
 
 // apiServerCallsWebhook reports whether the API server reaches the webhook and
@@ -206,11 +321,10 @@ func (e *Environment) KillOperator() {
 }
 
 func (e *Environment) startManagedCluster(ctx context.Context) error {
-	port, err := FreePort()
-	if err != nil {
+	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), ControllerManager: true}
+	if err := e.ControlPlane.ReservePorts(); err != nil {
 		return err
 	}
-	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), APIServerPort: port, ControllerManager: true}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.Namespace}}
 	if err := e.Client.Create(ctx, ns); err != nil {
 		return err
@@ -228,10 +342,10 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 		return err
 	}
 	e.logf("waiting for Carousel to issue the credentials, then starting the managed etcd, kube-apiserver and kube-controller-manager on them")
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := await(ctx, "Carousel to issue the credentials", 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
 		return e.ControlPlane.WriteCredentials(ctx, e.Client, e.Cluster) == nil, nil
-	}); err != nil {
-		return fmt.Errorf("credentials were not issued: %w", err)
+	}, e.operator); err != nil {
+		return err
 	}
 	if err := e.ControlPlane.Start(ctx); err != nil {
 		return err
@@ -243,7 +357,12 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 	platformCtx, cancel := context.WithCancel(context.Background())
 	e.stopPlatform = cancel
 	go e.Platform.Run(platformCtx, 200*time.Millisecond)
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, e.Platform.Settled)
+	return await(ctx, "the control plane to roll out", 200*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		if exit := e.Platform.lastExit(); exit != nil {
+			return false, exit
+		}
+		return e.Platform.Settled(ctx)
+	}, e.operator)
 }
 
 func (e *Environment) startAgent(ctx context.Context, name string) error {
@@ -252,25 +371,23 @@ func (e *Environment) startAgent(ctx context.Context, name string) error {
 		return err
 	}
 	s := &corev1.Secret{}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := await(ctx, "the bootstrap kubeconfig", 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
 		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: managed.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
-	}); err != nil {
-		return fmt.Errorf("no bootstrap kubeconfig: %w", err)
+	}, e.operator); err != nil {
+		return err
 	}
 	bootstrap := filepath.Join(dir, "bootstrap-kubeconfig")
 	if err := os.WriteFile(bootstrap, s.Data[v1alpha1.DataKeyKubeconfig], 0o600); err != nil {
 		return err
 	}
-	metrics, err := FreePort()
-	if err != nil {
-		return err
-	}
 	a := &Agent{Name: name, Dir: dir}
 	e.logf("starting node agent %s", name)
-	a.process, err = startProcess(filepath.Join(e.CarouselBinDir, "carousel-node-agent"), a.LogPath(),
+	var err error
+	// Nothing scrapes the agents' metrics: they bind a port of their choosing.
+	a.process, err = startProcess("carousel-node-agent "+name, filepath.Join(e.CarouselBinDir, "carousel-node-agent"), a.LogPath(),
 		"--node-name="+name, "--cert-dir="+filepath.Join(dir, "pki"), "--kubeconfig="+filepath.Join(dir, "kubeconfig"),
 		"--bootstrap-kubeconfig="+bootstrap, "--register-node", "--pool="+e.Pool, "--heartbeat-interval=2s",
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics))
+		"--metrics-bind-address=127.0.0.1:0")
 	if err != nil {
 		return err
 	}
@@ -288,16 +405,22 @@ func (e *Environment) ManagedAdmin(ctx context.Context) (kubernetes.Interface, e
 	return kubernetes.NewForConfig(cfg)
 }
 
+// waitForNodes waits until every node agent registered its Node, and fails
+// at once if an agent or the operator exits.
 func (e *Environment) waitForNodes(ctx context.Context) error {
 	e.logf("waiting for %d nodes to register", e.Nodes)
-	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	procs := []*process{e.operator}
+	for _, a := range e.Agents {
+		procs = append(procs, a.process)
+	}
+	return await(ctx, fmt.Sprintf("%d nodes to register", e.Nodes), 500*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		cs, err := e.ManagedAdmin(ctx)
 		if err != nil {
 			return false, nil
 		}
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		return err == nil && len(nodes.Items) == e.Nodes, nil
-	})
+	}, procs...)
 }
 
 // Stop stops every process and the management API server.
@@ -314,5 +437,9 @@ func (e *Environment) Stop() {
 	}
 	if e.Management != nil {
 		_ = e.Management.Stop()
+	}
+	e.ports.release()
+	for _, f := range e.logs {
+		_ = f.Close()
 	}
 }

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ type Platform struct {
 
 	mu       sync.Mutex
 	restarts []Window
+	exit     *ExitError // of a process the last Sync restarted
 }
 
 // APIServerRestarts returns the windows in which the API server restarted.
@@ -69,7 +71,7 @@ func (p *Platform) workloads() []workload {
 	cp := p.ControlPlane
 	ws := []workload{
 		{name: EtcdWorkload, statefulSet: true, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "etcd") },
-			restart: func(context.Context) error { stop(cp.etcd); return cp.StartEtcd() }},
+			restart: func(ctx context.Context) error { stop(cp.etcd); return cp.StartEtcd(ctx) }},
 		{name: APIServerWorkload, mounts: func(f credentialFile) bool {
 			return (!strings.HasPrefix(f.file, "etcd") || f.file == "etcd-ca.crt") && !strings.HasPrefix(f.file, "kcm")
 		}, restart: cp.RestartAPIServer},
@@ -151,7 +153,9 @@ func (p *Platform) Sync(ctx context.Context) (bool, error) { return p.rollout(ct
 // Run calls Sync every interval until ctx ends; errors are retried.
 func (p *Platform) Run(ctx context.Context, interval time.Duration) {
 	for {
-		if _, err := p.Sync(ctx); err != nil && p.Logf != nil && ctx.Err() == nil {
+		_, err := p.Sync(ctx)
+		p.setExit(err)
+		if err != nil && p.Logf != nil && ctx.Err() == nil {
 			p.Logf("platform: %v", err)
 		}
 		select {
@@ -160,6 +164,23 @@ func (p *Platform) Run(ctx context.Context, interval time.Duration) {
 		case <-time.After(interval):
 		}
 	}
+}
+
+// setExit records whether err, from Sync, says a restarted process exited.
+func (p *Platform) setExit(err error) {
+	var exit *ExitError
+	errors.As(err, &exit)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.exit = exit
+}
+
+// lastExit returns how a process the platform restarted in the last Sync
+// exited, or nil if none did.
+func (p *Platform) lastExit() *ExitError {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit
 }
 
 // get reads a workload: the object, its pod template, and whether its
