@@ -41,6 +41,10 @@ type Decision struct {
 	Verdict Verdict
 	Reason  string
 	Message string
+	// Pin, when set, is the first record of a Node's addresses
+	// (Policy.FirstSeenAddresses): it must be stored before the verdict is
+	// carried out, and the verdict dropped when it cannot be.
+	Pin *AddressPin
 }
 
 // Policy is what the approver knows about the cluster.
@@ -51,8 +55,51 @@ type Policy struct {
 	IsCarouselToken func(tokenID string) bool
 	// AutoApproveClient and AutoApproveServing follow the Cluster's CSR approval policy.
 	AutoApproveClient, AutoApproveServing bool
-	// NodeAddresses returns the addresses of a Node, or false when it does not exist.
-	NodeAddresses func(node string) ([]string, bool)
+	// Node returns a Node as the cluster has it now, or false when it does
+	// not exist.
+	Node func(name string) (NodeInfo, bool)
+	// FirstSeenAddresses approves only serving SANs among the addresses a
+	// Node had when Carousel first evaluated one of its serving CSRs (see
+	// ServingAddresses); false approves the addresses the Node reports now.
+	FirstSeenAddresses bool
+	// Pinned returns the addresses recorded for a Node, nil when none are;
+	// it is only asked with FirstSeenAddresses.
+	Pinned func(node string) (*AddressPin, error)
+}
+
+// NodeInfo is what the approver needs of a Node.
+type NodeInfo struct {
+	UID string
+	// Addresses are the Node's status.addresses, which the node writes itself.
+	Addresses []string
+}
+
+// AddressPin is what Carousel recorded of a Node the first time it evaluated
+// one of its serving CSRs. It is bound to the Node's UID: a Node deleted and
+// registered again under the same name is a new Node and gets a new pin.
+type AddressPin struct {
+	Node      string
+	UID       string
+	Addresses []string
+}
+
+// ServingAddresses returns the addresses a serving certificate of Node name
+// may carry, and the pin to record before acting on them (nil when nothing
+// is to be recorded). With firstSeen false they are the Node's current
+// addresses, as upstream approvers have it. With firstSeen they are the
+// pinned ones, so that a kubelet that adds an address to its own Node later
+// cannot get a certificate for it; a Node without a pin, or whose pin belongs
+// to an earlier Node of the same name, is pinned now with its current
+// addresses.
+func ServingAddresses(name string, node NodeInfo, firstSeen bool, pinned *AddressPin) (allowed []string, record *AddressPin) {
+	if !firstSeen {
+		return node.Addresses, nil
+	}
+	if pinned != nil && pinned.Node == name && pinned.UID == node.UID {
+		return pinned.Addresses, nil
+	}
+	pin := &AddressPin{Node: name, UID: node.UID, Addresses: slices.Clone(node.Addresses)}
+	return pin.Addresses, pin
 }
 
 // Reasons of denials and of the approval condition.
@@ -65,11 +112,25 @@ const (
 	ReasonUnsupportedKey   = "CarouselUnsupportedKey"
 	ReasonIdentityMismatch = "CarouselIdentityMismatch"
 
-	// ReasonForeignToken and ReasonUnknownNode leave a request pending for
-	// now: the token or the Node may just not be in the cache yet.
-	ReasonForeignToken = "ForeignBootstrapToken"
-	ReasonUnknownNode  = "UnknownNode"
+	// ReasonForeignToken, ReasonUnknownNode, ReasonNodeWithoutAddresses and
+	// ReasonPinUnavailable leave a request pending for now: the token, the
+	// Node or its addresses may just not be in the cache yet, the pinned
+	// addresses may be readable again in a moment.
+	ReasonForeignToken         = "ForeignBootstrapToken"
+	ReasonUnknownNode          = "UnknownNode"
+	ReasonNodeWithoutAddresses = "NodeWithoutAddresses"
+	ReasonPinUnavailable       = "PinnedAddressesUnavailable"
 )
+
+// Transient reports whether a decision leaves a request pending for a
+// reason that may pass soon, so that it is worth looking at again.
+func (d Decision) Transient() bool {
+	switch d.Reason {
+	case ReasonForeignToken, ReasonUnknownNode, ReasonNodeWithoutAddresses, ReasonPinUnavailable:
+		return d.Verdict == Ignore
+	}
+	return false
+}
 
 // Decide decides about one CSR. It never approves what it cannot attribute
 // to Carousel's own bootstrap tokens or to a node renewing its own identity,
@@ -122,16 +183,39 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 		return deny(ReasonIdentityMismatch, "only node %q itself may request its serving certificate", cn)
 	}
 	node := strings.TrimPrefix(cn, NodeUserPrefix)
-	addresses, ok := p.NodeAddresses(node)
+	info, ok := p.Node(node)
 	if !ok {
 		return Decision{Verdict: Ignore, Reason: ReasonUnknownNode, Message: fmt.Sprintf("node %q is not registered yet", node)}
 	}
-	for _, san := range append(append([]string{}, parsed.DNSNames...), ipStrings(parsed.IPAddresses)...) {
-		if !slices.Contains(addresses, san) {
-			return deny(ReasonUnexpectedSANs, "%q is not an address of node %q", san, node)
+	if len(info.Addresses) == 0 {
+		// Nothing to approve against (and nothing worth pinning) yet: the
+		// kubelet or the cloud provider reports the addresses in a moment.
+		return Decision{Verdict: Ignore, Reason: ReasonNodeWithoutAddresses, Message: fmt.Sprintf("node %q reports no addresses yet", node)}
+	}
+	var pinned *AddressPin
+	if p.FirstSeenAddresses && p.Pinned != nil {
+		var err error
+		if pinned, err = p.Pinned(node); err != nil {
+			return Decision{Verdict: Ignore, Reason: ReasonPinUnavailable, Message: fmt.Sprintf("the addresses pinned for node %q cannot be read", node)}
 		}
 	}
-	return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "every SAN is an address of the node"}
+	allowed, record := ServingAddresses(node, info, p.FirstSeenAddresses, pinned)
+	what := "an address of node %q"
+	if p.FirstSeenAddresses {
+		what = "an address node %q had when Carousel first saw it"
+	}
+	for _, san := range append(append([]string{}, parsed.DNSNames...), ipStrings(parsed.IPAddresses)...) {
+		if !slices.Contains(allowed, san) {
+			d := deny(ReasonUnexpectedSANs, "%q is not "+what, san, node)
+			d.Pin = record
+			return d
+		}
+	}
+	message := "every SAN is an address of the node"
+	if p.FirstSeenAddresses {
+		message = "every SAN is an address the node had when Carousel first saw it"
+	}
+	return Decision{Verdict: Approve, Reason: ReasonApproved, Message: message, Pin: record}
 }
 
 // Validate says why a kubelet CSR must not be signed, whoever approved it:

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -50,8 +51,8 @@ var (
 		BootstrapGroup:    group,
 		IsCarouselToken:   func(id string) bool { return id == "abcdef" },
 		AutoApproveClient: true, AutoApproveServing: true,
-		NodeAddresses: func(node string) ([]string, bool) {
-			return []string{"10.0.0.7", "worker-1.example"}, node == "worker-1"
+		Node: func(node string) (NodeInfo, bool) {
+			return NodeInfo{UID: "uid-1", Addresses: []string{"10.0.0.7", "worker-1.example"}}, node == "worker-1"
 		},
 	}
 )
@@ -215,8 +216,12 @@ func TestSign(t *testing.T) {
 	masters := request(t, key(t, pki.ECDSAP256), certificatesv1.KubeAPIServerClientKubeletSignerName, "alice", nil, clientUsages,
 		x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:worker-1", Organization: []string{"system:masters"}}})
 	masters.Status.Conditions = req.Status.Conditions
-	if _, err := Sign(masters, ca, time.Hour, now); err == nil {
-		t.Fatal("signed a kubelet client certificate for system:masters because someone approved it")
+	var refused *RefusedError
+	if _, err := Sign(masters, ca, time.Hour, now); !errors.As(err, &refused) || refused.Reason != ReasonBadSubject {
+		t.Fatalf("signing a kubelet client certificate for system:masters because someone approved it: %v, want a refusal", err)
+	}
+	if _, err := Sign(req, ca, time.Hour, now.Add(49*time.Hour)); err == nil || errors.As(err, &refused) {
+		t.Fatalf("signing with an expired CA: %v, want an error that is not the request's", err)
 	}
 	req.Status.Conditions = append(req.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateDenied})
 	if Approved(req) {

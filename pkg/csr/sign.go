@@ -3,7 +3,6 @@ package csr
 import (
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -13,6 +12,17 @@ import (
 
 // errNotApproved is returned by Sign for a request without the Approved condition.
 var errNotApproved = errors.New("the request is not approved")
+
+// RefusedError is Sign's answer to a request its signer never issues,
+// whoever approved it: trying again cannot help, the request is to be marked
+// Failed. Its message describes the request only. Every other error of Sign
+// is a problem of the CA (for example an expired one), not of the request.
+type RefusedError struct {
+	Reason  string
+	Message string
+}
+
+func (e *RefusedError) Error() string { return e.Reason + ": " + e.Message }
 
 // MinDuration is the shortest certificate the API server lets a CSR ask for.
 const MinDuration = 10 * time.Minute
@@ -42,14 +52,15 @@ func Duration(req *certificatesv1.CertificateSigningRequest, maxDuration time.Du
 }
 
 // Sign issues the certificate of an approved request with ca. The
-// certificate starts pki.Backdate before now and never outlives ca.
+// certificate starts pki.Backdate before now and never outlives ca. A request
+// that fails Validate is refused with a *RefusedError.
 func Sign(req *certificatesv1.CertificateSigningRequest, ca *pki.KeyPair, maxDuration time.Duration, now time.Time) ([]byte, error) {
 	if !Approved(req) {
 		return nil, errNotApproved
 	}
 	parsed, bad := validate(req)
 	if bad != nil {
-		return nil, fmt.Errorf("%s: %s", bad.Reason, bad.Message)
+		return nil, &RefusedError{Reason: bad.Reason, Message: bad.Message}
 	}
 	var usages []x509.ExtKeyUsage
 	for _, u := range req.Spec.Usages {

@@ -9,9 +9,11 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -160,6 +162,94 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		after, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(after.Items).To(HaveLen(len(csrs.Items)))
+	})
+
+	It("approves a serving certificate for an address the node added later under servingAddresses NodeStatus, not under FirstSeen", func(ctx SpecContext) {
+		setServing := func(ctx context.Context, mode v1alpha1.ApprovalMode, addresses v1alpha1.ServingAddressPolicy) {
+			latest := getCluster(ctx, key)
+			latest.Spec.KubeletBootstrap.CSRApproval.Serving = mode
+			latest.Spec.KubeletBootstrap.CSRApproval.ServingAddresses = addresses
+			Expect(k8s.Update(ctx, latest)).To(Succeed())
+			// The CSR controller reads the Cluster from the manager's cache; the
+			// Cluster controller reports what that cache has seen.
+			Eventually(func() int64 { return getCluster(ctx, key).Status.ObservedGeneration }).WithContext(ctx).
+				Should(BeNumerically(">=", latest.Generation))
+		}
+		requestServing := func(ctx context.Context, name string, ip string) (*x509.Certificate, error) {
+			k, err := pki.GenerateKey(pki.ECDSAP256)
+			Expect(err).NotTo(HaveOccurred())
+			der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+				Subject:  pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
+				DNSNames: []string{nodeName}, IPAddresses: []net.IP{net.ParseIP(ip)},
+			}, k)
+			Expect(err).NotTo(HaveOccurred())
+			csr := &certificatesv1.CertificateSigningRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: certificatesv1.CertificateSigningRequestSpec{
+					Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+					SignerName: certificatesv1.KubeletServingSignerName,
+					Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+				},
+			}
+			waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			out, err := nodeagent.RequestCertificate(waitCtx, agent.Client(), csr, k)
+			if err != nil {
+				return nil, err
+			}
+			certs, err := pki.ParseCertificates(out)
+			Expect(err).NotTo(HaveOccurred())
+			return certs[0], nil
+		}
+		kubeletCA := func(ctx context.Context) *x509.Certificate {
+			return loadCAs(ctx, c)[v1alpha1.CARoleKubelet].Current.Cert
+		}
+
+		setServing(ctx, v1alpha1.ApprovalAuto, v1alpha1.ServingAddressesFirstSeen)
+		DeferCleanup(func(ctx SpecContext) { setServing(ctx, v1alpha1.ApprovalManual, v1alpha1.ServingAddressesNodeStatus) })
+
+		By("approving the addresses the node registered with, and pinning them where the node cannot write")
+		cert, err := requestServing(ctx, "serving-first-seen", "127.0.0.1")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(pki.Verify(cert, pki.NewBundle(kubeletCA(ctx)), x509.ExtKeyUsageServerAuth, time.Now())).To(Succeed())
+		registered, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		pin, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, managed.PinConfigMapName(nodeName), metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(pin.Data).To(HaveKeyWithValue("uid", string(registered.UID)))
+		Expect(pin.Data).To(HaveKeyWithValue("addresses", `["127.0.0.1","worker-1"]`))
+		Expect(pin.Labels).To(HaveKeyWithValue(managed.LabelServingAddresses, c.Name))
+		pin.Data["addresses"] = `["127.0.0.1","127.0.0.2","worker-1"]`
+		_, err = agent.Client().CoreV1().ConfigMaps(metav1.NamespaceSystem).Update(ctx, pin, metav1.UpdateOptions{})
+		Expect(err).To(HaveOccurred(), "the node cannot rewrite its pin")
+
+		By("the node adding an address to its own Node")
+		self, err := agent.Client().CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		original := slices.Clone(self.Status.Addresses)
+		self.Status.Addresses = append(self.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "127.0.0.2"})
+		_, err = agent.Client().CoreV1().Nodes().UpdateStatus(ctx, self, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			self, err := agent.Client().CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			self.Status.Addresses = original
+			_, err = agent.Client().CoreV1().Nodes().UpdateStatus(ctx, self, metav1.UpdateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		})
+
+		By("FirstSeen: denied")
+		_, err = requestServing(ctx, "serving-added-first-seen", "127.0.0.2")
+		Expect(err).To(MatchError(nodeagent.ErrDenied))
+		Expect(err).To(MatchError(ContainSubstring(`CarouselUnexpectedSANs: "127.0.0.2" is not an address node "worker-1" had when Carousel first saw it`)))
+
+		By("NodeStatus: approved and signed")
+		setServing(ctx, v1alpha1.ApprovalAuto, v1alpha1.ServingAddressesNodeStatus)
+		cert, err = requestServing(ctx, "serving-added-node-status", "127.0.0.2")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cert.IPAddresses).To(HaveLen(1))
+		Expect(cert.IPAddresses[0].String()).To(Equal("127.0.0.2"))
+		Expect(pki.Verify(cert, pki.NewBundle(kubeletCA(ctx)), x509.ExtKeyUsageServerAuth, time.Now())).To(Succeed())
 	})
 
 	It("denies a clearly bad request with a reason", func(ctx SpecContext) {

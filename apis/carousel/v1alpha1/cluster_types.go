@@ -224,12 +224,42 @@ type CSRApprovalPolicy struct {
 
 	// Serving covers kubelet serving certificates (kubernetes.io/kubelet-serving).
 	// They are left for an administrator unless set to Auto, and then approved
-	// only when every SAN is an address of the requesting Node.
+	// only when every SAN is an address of the requesting Node, as
+	// ServingAddresses defines it.
 	//
 	// +optional
 	// +kubebuilder:default=Manual
 	Serving ApprovalMode `json:"serving,omitempty"`
+
+	// ServingAddresses says which addresses of a Node its automatically
+	// approved serving certificates may carry. NodeStatus, the default, takes
+	// the Node's status.addresses as they are now, as upstream approvers do;
+	// the node writes them itself. FirstSeen takes the addresses the Node had
+	// when Carousel first evaluated one of its serving CSRs, recorded in the
+	// managed cluster's kube-system namespace where nodes cannot write, so a
+	// compromised kubelet cannot add an address later. Neither stops a
+	// bootstrap token from registering a Node under any name it likes. Only
+	// used with Serving set to Auto.
+	//
+	// +optional
+	// +kubebuilder:default=NodeStatus
+	ServingAddresses ServingAddressPolicy `json:"servingAddresses,omitempty"`
 }
+
+// ServingAddressPolicy says which Node addresses an automatically approved
+// kubelet serving certificate may carry.
+//
+// +kubebuilder:validation:Enum=NodeStatus;FirstSeen
+type ServingAddressPolicy string
+
+// The serving address policies.
+const (
+	// ServingAddressesNodeStatus approves the addresses the Node reports now.
+	ServingAddressesNodeStatus ServingAddressPolicy = "NodeStatus"
+	// ServingAddressesFirstSeen approves only the addresses the Node had when
+	// Carousel first saw it.
+	ServingAddressesFirstSeen ServingAddressPolicy = "FirstSeen"
+)
 
 // ClusterStatus is the observed state of a managed cluster's credentials.
 type ClusterStatus struct {

@@ -368,6 +368,11 @@ func (in *Operation) DeepCopyInto(out *Operation) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.Roles != nil {
+		in, out := &in.Roles, &out.Roles
+		*out = make([]CARole, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 

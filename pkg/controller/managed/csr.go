@@ -2,6 +2,7 @@ package managed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
@@ -21,15 +23,9 @@ import (
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
-// How long CSRs are kept, like kube-controller-manager's csrcleaner: decided
-// or issued ones for an hour, pending ones for a day.
-const (
-	decidedCSRLifetime = time.Hour
-	pendingCSRLifetime = 24 * time.Hour
-	// transientRetry is how soon a request left pending for a reason that
-	// may pass is looked at again.
-	transientRetry = 5 * time.Second
-)
+// transientRetry is how soon a request left pending for a reason that may
+// pass is looked at again.
+const transientRetry = 5 * time.Second
 
 // csrReconciler approves, denies, signs and cleans up the kubelet CSRs of one
 // managed cluster.
@@ -49,7 +45,7 @@ func ours(signer string) bool {
 	return signer == certificatesv1.KubeAPIServerClientKubeletSignerName || signer == certificatesv1.KubeletServingSignerName
 }
 
-// Reconcile handles one CSR.
+// Reconcile handles one CSR: what it does is csr.Next's to say.
 func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := &certificatesv1.CertificateSigningRequest{}
 	if err := r.remote.Get(ctx, req.NamespacedName, obj); err != nil {
@@ -59,53 +55,72 @@ func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, nil
 	}
 	now := r.clock.Now()
-	age := now.Sub(obj.CreationTimestamp.Time)
-	decided := decidedOrIssued(obj)
-	if lifetime := cleanupAfter(decided); age >= lifetime {
-		return ctrl.Result{}, client.IgnoreNotFound(r.remote.Delete(ctx, obj))
+	step := csr.Next(obj, now)
+	switch step.Action {
+	case csr.ActionDelete:
+		// Only the request Next looked at: one that changed since (approved
+		// at the last moment) comes back with its update event.
+		err := r.remote.Delete(ctx, obj, client.Preconditions{UID: &obj.UID, ResourceVersion: &obj.ResourceVersion})
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	case csr.ActionWait:
+		return ctrl.Result{RequeueAfter: step.DeleteAt.Sub(now)}, nil
 	}
-	cleanup := ctrl.Result{RequeueAfter: cleanupAfter(decided) - age}
 
+	var cleanup ctrl.Result
+	if !step.DeleteAt.IsZero() {
+		cleanup.RequeueAfter = step.DeleteAt.Sub(now)
+	}
 	c := &v1alpha1.Cluster{}
 	if err := r.management.Get(ctx, r.cluster, c); err != nil {
 		return cleanup, client.IgnoreNotFound(err)
 	}
-	switch {
-	case !decided:
-		retry, err := r.decide(ctx, c, obj)
-		if retry {
-			return ctrl.Result{RequeueAfter: transientRetry}, err
-		}
-		return cleanup, err
-	case csr.Approved(obj) && len(obj.Status.Certificate) == 0:
-		return cleanup, r.sign(ctx, c, obj)
+	if step.Action == csr.ActionSign {
+		return ctrl.Result{}, r.sign(ctx, c, obj)
 	}
-	return cleanup, nil
-}
-
-func decidedOrIssued(obj *certificatesv1.CertificateSigningRequest) bool {
-	return len(obj.Status.Conditions) > 0 || len(obj.Status.Certificate) > 0
-}
-
-func cleanupAfter(decided bool) time.Duration {
-	if decided {
-		return decidedCSRLifetime
+	retry, err := r.decide(ctx, c, obj)
+	if retry && err == nil {
+		return ctrl.Result{RequeueAfter: transientRetry}, nil
 	}
-	return pendingCSRLifetime
+	return cleanup, err
 }
 
 // decide approves or denies a pending CSR. It returns true when the request
 // was left pending for a reason that may pass (a token or Node not yet in the
-// cache), so that it is looked at again soon.
+// cache, a pin written concurrently), so that it is looked at again soon.
 func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *certificatesv1.CertificateSigningRequest) (bool, error) {
 	approval := c.Spec.KubeletBootstrap.CSRApproval
+	pins := pinStore{client: r.remote, cluster: c.Name}
+	var pinErr error
+	var pinObject *corev1.ConfigMap
 	d := csr.Decide(obj, csr.Policy{
 		BootstrapGroup:     bootstrap.Group(c.Name),
 		IsCarouselToken:    func(id string) bool { return r.isCarouselToken(ctx, c.Name, id) },
 		AutoApproveClient:  approval.Client != v1alpha1.ApprovalManual,
 		AutoApproveServing: approval.Serving == v1alpha1.ApprovalAuto,
-		NodeAddresses:      func(node string) ([]string, bool) { return r.nodeAddresses(ctx, node) },
+		Node:               func(node string) (csr.NodeInfo, bool) { return r.node(ctx, node) },
+		FirstSeenAddresses: approval.ServingAddresses == v1alpha1.ServingAddressesFirstSeen,
+		Pinned: func(node string) (*csr.AddressPin, error) {
+			var pin *csr.AddressPin
+			pin, pinObject, pinErr = pins.get(ctx, node)
+			return pin, pinErr
+		},
 	})
+	if d.Reason == csr.ReasonPinUnavailable {
+		return false, fmt.Errorf("reading the addresses pinned for the node of %s: %w", obj.Name, pinErr)
+	}
+	if d.Pin != nil {
+		// Recorded before the verdict is: an approval never rests on
+		// addresses that another evaluation could pin differently.
+		if err := pins.put(ctx, d.Pin, pinObject); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+				return true, nil // pinned concurrently: decide again on that pin
+			}
+			return false, fmt.Errorf("pinning the addresses of node %s: %w", d.Pin.Node, err)
+		}
+	}
 	r.metrics.decided(c, obj.Spec.SignerName, d)
 	var condition certificatesv1.RequestConditionType
 	switch d.Verdict {
@@ -114,7 +129,7 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	case csr.Deny:
 		condition = certificatesv1.CertificateDenied
 	default:
-		return d.Reason == csr.ReasonForeignToken || d.Reason == csr.ReasonUnknownNode, nil
+		return d.Transient(), nil
 	}
 	obj.Status.Conditions = append(obj.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: condition, Status: corev1.ConditionTrue, Reason: d.Reason, Message: d.Message,
@@ -138,32 +153,50 @@ func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string)
 	return err == nil && s.Labels[bootstrap.LabelToken] == cluster
 }
 
-func (r *csrReconciler) nodeAddresses(ctx context.Context, name string) ([]string, bool) {
+func (r *csrReconciler) node(ctx context.Context, name string) (csr.NodeInfo, bool) {
 	node := &corev1.Node{}
 	if err := r.remote.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		return nil, false
+		return csr.NodeInfo{}, false
 	}
-	var out []string
+	info := csr.NodeInfo{UID: string(node.UID)}
 	for _, a := range node.Status.Addresses {
-		out = append(out, a.Address)
+		info.Addresses = append(info.Addresses, a.Address)
 	}
-	return out, true
+	return info, true
 }
 
-// sign issues the certificate of an approved CSR, or marks it Failed.
+// signingFailedMessage is the message of the Failed condition, written into
+// the managed cluster: it names the request's problem and nothing of the
+// management cluster.
+const signingFailedMessage = "Carousel does not sign this request for its signer: "
+
+// sign issues the certificate of an approved CSR. Only a request the signer
+// refuses (csr.RefusedError) is marked Failed, for good. Any other problem
+// (the CA cannot be read from the management cluster, a cache not synced, an
+// expired CA) is the operator's, not the request's: it is returned, logged
+// here with its detail, and retried with backoff, and the kubelet keeps
+// waiting; the request is never deleted while approved and unsigned.
 func (r *csrReconciler) sign(ctx context.Context, c *v1alpha1.Cluster, obj *certificatesv1.CertificateSigningRequest) error {
-	ca, err := r.signingCA(ctx, c, obj.Spec.SignerName)
 	var cert []byte
+	ca, err := r.signingCA(ctx, c, obj.Spec.SignerName)
 	if err == nil {
 		cert, err = csr.Sign(obj, ca, r.maxDuration, r.clock.Now())
 	}
-	if err != nil {
+	var refused *csr.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		log.FromContext(ctx).Info("marking an approved kubelet CSR Failed: its signer does not issue what it asks for",
+			"csr", obj.Name, "signer", obj.Spec.SignerName, "reason", refused.Reason, "detail", refused.Message)
 		r.metrics.failed(c, obj.Spec.SignerName)
 		obj.Status.Conditions = append(obj.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: certificatesv1.CertificateFailed, Status: corev1.ConditionTrue, Reason: "CarouselSigningFailed", Message: err.Error(),
+			Type: certificatesv1.CertificateFailed, Status: corev1.ConditionTrue, Reason: "CarouselSigningFailed",
+			Message:        signingFailedMessage + refused.Error(),
 			LastUpdateTime: metav1.NewTime(r.clock.Now()), LastTransitionTime: metav1.NewTime(r.clock.Now()),
 		})
-	} else {
+	case err != nil:
+		r.metrics.signingError(c, obj.Spec.SignerName)
+		return fmt.Errorf("signing %s (retrying): %w", obj.Name, err)
+	default:
 		obj.Status.Certificate = cert
 	}
 	if err := r.remote.Status().Update(ctx, obj); err != nil {

@@ -2,27 +2,64 @@ package managed
 
 import (
 	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
-// TestCleanup checks the CSR lifetimes: decided or issued CSRs go after an
-// hour, pending ones after a day, and others' signers are left alone.
+var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+func conditionAt(typ certificatesv1.RequestConditionType, at time.Time) certificatesv1.CertificateSigningRequestCondition {
+	return certificatesv1.CertificateSigningRequestCondition{Type: typ, Status: corev1.ConditionTrue, Reason: "Test",
+		LastUpdateTime: metav1.NewTime(at), LastTransitionTime: metav1.NewTime(at)}
+}
+
+// TestCleanup checks the CSR lifetimes: decided or issued CSRs go an hour
+// after their decision, pending ones a day after their creation, and
+// others' signers are left alone.
 func TestCleanup(t *testing.T) {
-	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	approved := []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved}}
+	now := testNow
+	approved := func(ago time.Duration) []certificatesv1.CertificateSigningRequestCondition {
+		return []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, now.Add(-ago))}
+	}
 	tests := []struct {
 		name        string
 		signer      string
@@ -32,20 +69,17 @@ func TestCleanup(t *testing.T) {
 		wantDeleted bool
 		wantRequeue time.Duration
 	}{
-		{"issued, 61 minutes old", certificatesv1.KubeAPIServerClientKubeletSignerName, 61 * time.Minute, approved, []byte("cert"), true, 0},
-		{"issued, 10 minutes old", certificatesv1.KubeAPIServerClientKubeletSignerName, 10 * time.Minute, approved, []byte("cert"), false, 50 * time.Minute},
-		{"denied, 2 hours old", certificatesv1.KubeletServingSignerName, 2 * time.Hour,
-			[]certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied}}, nil, true, 0},
+		{"issued, approved 61 minutes ago", certificatesv1.KubeAPIServerClientKubeletSignerName, 61 * time.Minute, approved(61 * time.Minute), []byte("cert"), true, 0},
+		{"issued, approved 10 minutes ago", certificatesv1.KubeAPIServerClientKubeletSignerName, 10 * time.Minute, approved(10 * time.Minute), []byte("cert"), false, 50 * time.Minute},
+		{"issued, created 2 hours ago but approved 10 minutes ago", certificatesv1.KubeletServingSignerName, 2 * time.Hour, approved(10 * time.Minute), []byte("cert"), false, 50 * time.Minute},
+		{"denied 2 hours ago", certificatesv1.KubeletServingSignerName, 3 * time.Hour,
+			[]certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateDenied, now.Add(-2*time.Hour))}, nil, true, 0},
+		{"created 3 hours ago, denied 20 minutes ago", certificatesv1.KubeletServingSignerName, 3 * time.Hour,
+			[]certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateDenied, now.Add(-20*time.Minute))}, nil, false, 40 * time.Minute},
 		{"pending, 25 hours old", certificatesv1.KubeAPIServerClientKubeletSignerName, 25 * time.Hour, nil, nil, true, 0},
-		{"another signer, 3 days old", "example.com/signer", 72 * time.Hour, approved, []byte("cert"), false, 0},
+		{"another signer, 3 days old", "example.com/signer", 72 * time.Hour, approved(72 * time.Hour), []byte("cert"), false, 0},
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			csr := &certificatesv1.CertificateSigningRequest{
@@ -68,5 +102,238 @@ func TestCleanup(t *testing.T) {
 				t.Fatalf("requeue after %s, want %s", res.RequeueAfter, tt.wantRequeue)
 			}
 		})
+	}
+}
+
+// fixture is a managed cluster (remote) and a management cluster with a
+// Cluster, its client and kubelet CAs and the leaf certificates that say
+// which CA signs, as the CSR controller finds them.
+type fixture struct {
+	scheme     *runtime.Scheme
+	clock      *clocktesting.FakeClock
+	cluster    *v1alpha1.Cluster
+	clientCA   *pki.KeyPair
+	kubeletCA  *pki.KeyPair
+	management []client.Object
+	remote     []client.Object
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{scheme: testScheme(t), clock: clocktesting.NewFakeClock(testNow)}
+	f.cluster = &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "prod"}}
+	f.cluster.Spec.KubeletBootstrap.CSRApproval = v1alpha1.CSRApprovalPolicy{Client: v1alpha1.ApprovalAuto, Serving: v1alpha1.ApprovalAuto}
+	f.management = append(f.management, f.cluster)
+	for _, ca := range []struct {
+		role v1alpha1.CARole
+		leaf string
+		kp   **pki.KeyPair
+	}{
+		{v1alpha1.CARoleClient, credentials.CertOperator, &f.clientCA},
+		{v1alpha1.CARoleKubelet, credentials.CertKubeAPIServerKubelet, &f.kubeletCA},
+	} {
+		kp, err := pki.NewCA(pki.CATemplate{CommonName: string(ca.role) + "-ca", Validity: 48 * time.Hour}, testKey(t), testNow.Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		*ca.kp = kp
+		data, err := credentials.EncodeCASecretData(&credentials.CAs{Current: kp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := kp.IssueKeyPair(pki.LeafTemplate{CommonName: ca.leaf, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour},
+			pki.ECDSAP256, testNow.Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.management = append(f.management,
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: credentials.CASecretName(f.cluster.Name, ca.role)}, Data: data},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: credentials.CertificateSecretName(f.cluster.Name, ca.leaf)},
+				Data: map[string][]byte{v1alpha1.DataKeyCertificate: leaf.CertPEM()}})
+	}
+	return f
+}
+
+func testKey(t *testing.T) crypto.Signer {
+	t.Helper()
+	k, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// kubeletCSR is a well-formed CSR of a kubelet signer for node worker-1,
+// requested by the node itself and created at created, with DNS and IP SANs.
+func kubeletCSR(t *testing.T, name, signer string, key crypto.Signer, created time.Time, sans ...string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:worker-1", Organization: []string{"system:nodes"}}}
+	for _, san := range sans {
+		if ip := net.ParseIP(san); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, san)
+		}
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
+	if signer == certificatesv1.KubeletServingSignerName {
+		usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
+	}
+	return &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: k8stypes.UID("uid-" + name), CreationTimestamp: metav1.NewTime(created)},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
+			Username: "system:node:worker-1", Groups: []string{"system:nodes", "system:authenticated"}, Usages: usages,
+		},
+	}
+}
+
+// build returns the reconciler and the managed cluster's client; funcs, when
+// set, intercept the management cluster's client.
+func (f *fixture) build(funcs *interceptor.Funcs) (*csrReconciler, client.Client) {
+	remote := fake.NewClientBuilder().WithScheme(f.scheme).WithObjects(f.remote...).
+		WithStatusSubresource(&certificatesv1.CertificateSigningRequest{}).Build()
+	mb := fake.NewClientBuilder().WithScheme(f.scheme).WithObjects(f.management...)
+	if funcs != nil {
+		mb = mb.WithInterceptorFuncs(*funcs)
+	}
+	return &csrReconciler{cluster: client.ObjectKeyFromObject(f.cluster), remote: remote, management: mb.Build(),
+		clock: f.clock, maxDuration: 24 * time.Hour}, remote
+}
+
+func reconcileCSR(t *testing.T, r *csrReconciler, name string) (ctrl.Result, error) {
+	t.Helper()
+	return r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: name}})
+}
+
+func getCSR(t *testing.T, c client.Client, name string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	obj := &certificatesv1.CertificateSigningRequest{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, obj); err != nil {
+		t.Fatalf("CSR %s: %v", name, err)
+	}
+	return obj
+}
+
+func hasCondition(obj *certificatesv1.CertificateSigningRequest, typ certificatesv1.RequestConditionType) (certificatesv1.CertificateSigningRequestCondition, bool) {
+	for _, c := range obj.Status.Conditions {
+		if c.Type == typ {
+			return c, true
+		}
+	}
+	return certificatesv1.CertificateSigningRequestCondition{}, false
+}
+
+// TestLateApprovalIsSigned: a CSR approved long after its creation (by an
+// administrator the next morning, or while Carousel was down) is signed, not
+// deleted, and then kept for an hour after its signing.
+func TestLateApprovalIsSigned(t *testing.T) {
+	tests := []struct {
+		name       string
+		signer     string
+		created    time.Duration // ago
+		approved   time.Duration // ago
+		wantExpiry time.Duration // from now, after signing
+	}{
+		{"serving CSR approved by an administrator 20 hours after its creation", certificatesv1.KubeletServingSignerName, 20 * time.Hour, time.Minute, 59 * time.Minute},
+		{"client CSR approved 3 hours ago, during an outage of Carousel", certificatesv1.KubeAPIServerClientKubeletSignerName, 4 * time.Hour, 3 * time.Hour, time.Hour - pki.Backdate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			obj := kubeletCSR(t, "late", tt.signer, testKey(t), testNow.Add(-tt.created), "worker-1")
+			if tt.signer == certificatesv1.KubeAPIServerClientKubeletSignerName {
+				obj = kubeletCSR(t, "late", tt.signer, testKey(t), testNow.Add(-tt.created))
+			}
+			obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow.Add(-tt.approved))}
+			f.remote = append(f.remote, obj)
+			r, remote := f.build(nil)
+			if _, err := reconcileCSR(t, r, "late"); err != nil {
+				t.Fatal(err)
+			}
+			signed := getCSR(t, remote, "late")
+			if len(signed.Status.Certificate) == 0 {
+				t.Fatalf("not signed: %+v", signed.Status)
+			}
+			// The signing's update event brings it back: it is kept.
+			res, err := reconcileCSR(t, r, "late")
+			if err != nil {
+				t.Fatal(err)
+			}
+			getCSR(t, remote, "late")
+			if res.RequeueAfter != tt.wantExpiry {
+				t.Fatalf("deleted in %s, want %s", res.RequeueAfter, tt.wantExpiry)
+			}
+		})
+	}
+}
+
+// TestTransientSigningErrorIsRetried: when the CA cannot be read from the
+// management cluster, the CSR is not marked Failed; the error is returned,
+// so that controller-runtime retries with backoff, and the request is signed
+// once the CA can be read.
+func TestTransientSigningErrorIsRetried(t *testing.T) {
+	timeout := apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
+	notSynced := apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "prod-ca-client")
+	unavailable := apierrors.NewServiceUnavailable("etcd leader changed")
+	for _, failure := range []error{timeout, notSynced, unavailable} {
+		t.Run(failure.Error(), func(t *testing.T) {
+			f := newFixture(t)
+			obj := kubeletCSR(t, "c", certificatesv1.KubeAPIServerClientKubeletSignerName, testKey(t), testNow.Add(-time.Minute))
+			obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow)}
+			f.remote = append(f.remote, obj)
+			failing := true
+			r, remote := f.build(&interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if _, isSecret := obj.(*corev1.Secret); isSecret && failing {
+					return failure
+				}
+				return c.Get(ctx, key, obj, opts...)
+			}})
+			_, err := reconcileCSR(t, r, "c")
+			if !errors.Is(err, failure) {
+				t.Fatalf("Reconcile = %v, want the error returned for a retry", err)
+			}
+			if c, failed := hasCondition(getCSR(t, remote, "c"), certificatesv1.CertificateFailed); failed {
+				t.Fatalf("marked Failed for good on a transient error: %s", c.Message)
+			}
+			failing = false
+			if _, err := reconcileCSR(t, r, "c"); err != nil {
+				t.Fatal(err)
+			}
+			if len(getCSR(t, remote, "c").Status.Certificate) == 0 {
+				t.Fatal("not signed once the CA could be read")
+			}
+		})
+	}
+}
+
+// TestRefusedRequestFails: a request the signer refuses is marked Failed for
+// good, with a message that names the request's problem and nothing of the
+// management cluster.
+func TestRefusedRequestFails(t *testing.T) {
+	f := newFixture(t)
+	_, edKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := kubeletCSR(t, "ed", certificatesv1.KubeAPIServerClientKubeletSignerName, edKey, testNow.Add(-time.Minute))
+	obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow)}
+	f.remote = append(f.remote, obj)
+	r, remote := f.build(nil)
+	if _, err := reconcileCSR(t, r, "ed"); err != nil {
+		t.Fatal(err)
+	}
+	c, failed := hasCondition(getCSR(t, remote, "ed"), certificatesv1.CertificateFailed)
+	if !failed || c.Reason != "CarouselSigningFailed" || !strings.Contains(c.Message, "CarouselUnsupportedKey") {
+		t.Fatalf("Failed condition %+v", c)
+	}
+	for _, secret := range []string{f.cluster.Namespace, credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient), "secret"} {
+		if strings.Contains(c.Message, secret) {
+			t.Fatalf("the message written into the managed cluster names %q: %s", secret, c.Message)
+		}
 	}
 }

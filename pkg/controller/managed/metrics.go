@@ -17,6 +17,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	signings  *prometheus.CounterVec
 	failures  *prometheus.CounterVec
+	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 }
 
@@ -33,7 +34,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"namespace", "cluster", "signer"})),
 		failures: promutil.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carousel_csr_signing_failures_total",
-			Help: "Approved kubelet CSRs Carousel marked Failed because it could not sign them.",
+			Help: "Approved kubelet CSRs Carousel marked Failed because their signer does not issue what they ask for.",
+		}, []string{"namespace", "cluster", "signer"})),
+		errors: promutil.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carousel_csr_signing_errors_total",
+			Help: "Attempts to sign an approved kubelet CSR that failed for a reason other than the request (the CA could not be read or used) and are retried.",
 		}, []string{"namespace", "cluster", "signer"})),
 		latency: promutil.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carousel_csr_approval_to_signing_seconds",
@@ -53,6 +58,12 @@ func (m *Metrics) decided(c *v1alpha1.Cluster, signer string, d csr.Decision) {
 func (m *Metrics) failed(c *v1alpha1.Cluster, signer string) {
 	if m != nil {
 		m.failures.WithLabelValues(c.Namespace, c.Name, signer).Inc()
+	}
+}
+
+func (m *Metrics) signingError(c *v1alpha1.Cluster, signer string) {
+	if m != nil {
+		m.errors.WithLabelValues(c.Namespace, c.Name, signer).Inc()
 	}
 }
 

@@ -35,8 +35,19 @@ type CSRApprovalPolicyApplyConfiguration struct {
 	Client *carouselv1alpha1.ApprovalMode `json:"client,omitempty"`
 	// Serving covers kubelet serving certificates (kubernetes.io/kubelet-serving).
 	// They are left for an administrator unless set to Auto, and then approved
-	// only when every SAN is an address of the requesting Node.
+	// only when every SAN is an address of the requesting Node, as
+	// ServingAddresses defines it.
 	Serving *carouselv1alpha1.ApprovalMode `json:"serving,omitempty"`
+	// ServingAddresses says which addresses of a Node its automatically
+	// approved serving certificates may carry. NodeStatus, the default, takes
+	// the Node's status.addresses as they are now, as upstream approvers do;
+	// the node writes them itself. FirstSeen takes the addresses the Node had
+	// when Carousel first evaluated one of its serving CSRs, recorded in the
+	// managed cluster's kube-system namespace where nodes cannot write, so a
+	// compromised kubelet cannot add an address later. Neither stops a
+	// bootstrap token from registering a Node under any name it likes. Only
+	// used with Serving set to Auto.
+	ServingAddresses *carouselv1alpha1.ServingAddressPolicy `json:"servingAddresses,omitempty"`
 }
 
 // CSRApprovalPolicyApplyConfiguration constructs a declarative configuration of the CSRApprovalPolicy type for use with
@@ -58,5 +69,13 @@ func (b *CSRApprovalPolicyApplyConfiguration) WithClient(value carouselv1alpha1.
 // If called multiple times, the Serving field is set to the value of the last call.
 func (b *CSRApprovalPolicyApplyConfiguration) WithServing(value carouselv1alpha1.ApprovalMode) *CSRApprovalPolicyApplyConfiguration {
 	b.Serving = &value
+	return b
+}
+
+// WithServingAddresses sets the ServingAddresses field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ServingAddresses field is set to the value of the last call.
+func (b *CSRApprovalPolicyApplyConfiguration) WithServingAddresses(value carouselv1alpha1.ServingAddressPolicy) *CSRApprovalPolicyApplyConfiguration {
+	b.ServingAddresses = &value
 	return b
 }
