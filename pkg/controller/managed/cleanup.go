@@ -78,7 +78,7 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 }
 
 // cleanup deletes, through the managed cluster's connection, Carousel's
-// bootstrap tokens, RBAC and cluster-info.
+// bootstrap tokens, pinned node addresses, RBAC and cluster-info.
 func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 	rt, err := r.connectCluster(ctx, c)
 	if err != nil {
@@ -87,6 +87,10 @@ func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 	if err := rt.direct.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(metav1.NamespaceSystem),
 		client.MatchingLabels{bootstrap.LabelToken: c.Name}); err != nil {
 		return fmt.Errorf("deleting bootstrap tokens: %w", err)
+	}
+	if err := rt.direct.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(metav1.NamespaceSystem),
+		client.MatchingLabels{LabelServingAddresses: c.Name}); err != nil {
+		return fmt.Errorf("deleting pinned node addresses: %w", err)
 	}
 	objs := append(bootstrap.RBAC(c.Name), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}})
