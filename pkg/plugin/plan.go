@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -64,14 +63,21 @@ func consumerNames(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) (
 }
 
 // poolNodes lists the nodes of each pool through the admin credential, or
-// says why it cannot.
+// says why it cannot. The admin Secret and the bundle live in a namespace a
+// tenant may write, so the client is built from their data only
+// (credentials.RESTConfig): the Secret's kubeconfig, which could name an exec
+// plugin or files on this machine, is never loaded.
 func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) map[string]string {
 	out := map[string]string{}
-	s := &corev1.Secret{}
+	s, bundle := &corev1.Secret{}, &corev1.ConfigMap{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.CertificateSecretName(cl.Name, credentials.CertAdmin)}, s)
+	if err == nil {
+		err = c.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.BundleConfigMapName(cl.Name, v1alpha1.CARoleCluster)}, bundle)
+	}
 	var cs kubernetes.Interface
 	if err == nil && cl.Spec.ControlPlane.Endpoint != "" {
-		restCfg, cfgErr := clientcmd.RESTConfigFromKubeConfig(s.Data[v1alpha1.DataKeyKubeconfig])
+		restCfg, cfgErr := credentials.RESTConfig(cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle]),
+			s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey])
 		if cfgErr == nil {
 			cs, err = kubernetes.NewForConfig(restCfg)
 		} else {

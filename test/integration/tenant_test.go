@@ -16,10 +16,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/controller/managed"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/test/framework"
@@ -199,3 +203,38 @@ func withLabel(s *corev1.Secret, key, value string) *corev1.Secret {
 	s.Labels[key] = value
 	return s
 }
+
+var _ = Describe("kubectl carousel rotation plan", func() {
+	It("never runs an exec plugin or contacts a server a tenant planted in the admin kubeconfig", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		port, err := framework.FreePort() // nothing listens there
+		Expect(err).NotTo(HaveOccurred())
+		c := &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "planted"},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3",
+				ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: (&framework.ManagedControlPlane{APIServerPort: port}).Endpoint()},
+				Workers:      []v1alpha1.WorkerPool{{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual}}},
+		}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		// One reconcile issues the credentials; no controller runs afterwards
+		// to write the planted kubeconfig back.
+		r := &clustercontroller.Reconciler{Client: k8s, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour}
+		_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		Expect(err).NotTo(HaveOccurred())
+
+		evil := listenAsAttacker()
+		dir := GinkgoT().TempDir()
+		marker, tokenFile := filepath.Join(dir, "exec-ran"), filepath.Join(dir, "token")
+		Expect(os.WriteFile(tokenFile, []byte("a-token-of-the-user"), 0o600)).To(Succeed())
+		admin := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, credentials.CertAdmin)}, admin)).To(Succeed())
+		admin.Data[v1alpha1.DataKeyKubeconfig] = tenantKubeconfig("https://"+evil.listener.Addr().String(), tokenFile, marker)
+		Expect(k8s.Update(ctx, admin)).To(Succeed())
+
+		out, err := kubectlCarousel(ctx, "rotation", "plan", c.Name, "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("manual (Manual): nodes unknown:"), "the nodes are asked of the Cluster's own endpoint, which is down")
+		Expect(marker).NotTo(BeAnExistingFile(), "the tenant's exec plugin ran on the user's machine")
+		Expect(evil.accepted.Load()).To(BeZero(), "the tenant's server was contacted")
+	})
+})
