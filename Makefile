@@ -21,6 +21,21 @@ GINKGO_ARGS ?= -ginkgo.no-color
 BENCH_COUNT ?= 6
 BENCH_TIME ?= 1s
 
+# Every Go fuzz target, as <package directory>:<FuzzName>. `make test-unit` fuzzes each for
+# FUZZ_UNIT_TIME, `make fuzz` for FUZZ_TIME; both fail when this list and the Fuzz functions differ.
+FUZZ_TARGETS := \
+	apis/carousel/v1alpha1:FuzzParseOperation \
+	pkg/csr:FuzzDecide \
+	pkg/csr:FuzzSign \
+	pkg/pki:FuzzParseBundle \
+	pkg/rotation:FuzzApplyOperation \
+	pkg/rotation:FuzzIssuer \
+	pkg/rotation:FuzzLifecycle \
+	pkg/rotation:FuzzNext \
+	pkg/webhook/servingcert:FuzzDecide
+FUZZ_UNIT_TIME ?= 3s
+FUZZ_TIME ?= 1m
+
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
@@ -67,8 +82,32 @@ envtest: ## Build the test control plane (kube-apiserver, etcd, ...) into bin/k8
 test: test-unit test-integration test-e2e chart-test ## Run every test suite (what CI runs).
 
 .PHONY: test-unit
-test-unit: ## Unit tests: no API server needed.
+test-unit: ## Unit tests: no API server needed; then every fuzz target for FUZZ_UNIT_TIME (3s).
 	$(GO_TEST) -count=1 $(UNIT_PKGS)
+	$(call fuzz,$(FUZZ_UNIT_TIME))
+
+.PHONY: fuzz
+fuzz: ## Every fuzz target for FUZZ_TIME (1m) each; an input that fails is kept in <package>/testdata/fuzz.
+	$(call fuzz,$(FUZZ_TIME))
+
+# $(call fuzz,<time>) first checks that FUZZ_TARGETS names exactly the Fuzz functions outside test/
+# (`go test -fuzz` passes when its pattern matches nothing), then fuzzes each target for <time>,
+# going on after a failure and failing at the end.
+define fuzz
+	@declared=$$({ grep -rEo --include='*_test.go' --exclude-dir={.git,bin,test} '^func Fuzz[A-Za-z0-9_]*' . || true; } \
+	  | sed -E 's|^\./(.*)/[^/]*:func (.*)|\1:\2|' | sort -u); \
+	listed=$$(printf '%s\n' $(FUZZ_TARGETS) | sort -u); \
+	if [[ "$$declared" != "$$listed" ]]; then \
+	  echo "FUZZ_TARGETS in the Makefile does not match the Fuzz functions (<: only declared, >: only listed):"; \
+	  diff <(echo "$$declared") <(echo "$$listed") | grep '^[<>]'; exit 1; \
+	fi; \
+	failed=(); \
+	for target in $(FUZZ_TARGETS); do \
+	  echo "fuzz: $${target} for $(1)"; \
+	  $(GO_TEST) -run '^$$' -fuzz "^$${target#*:}\$$" -fuzztime $(1) "./$${target%%:*}" || failed+=("$${target}"); \
+	done; \
+	if (( $${#failed[@]} > 0 )); then echo "fuzz targets that failed: $${failed[*]}"; exit 1; fi
+endef
 
 .PHONY: test-integration
 test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etcd.
