@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -34,7 +35,9 @@ import (
 const (
 	certsSecretPrefix = "carousel-certs-"
 	certsDataKey      = "certificates"
-	// LabelCertsUpload marks the upload Secrets with the Cluster's namespace and name.
+	// LabelCertsUpload marks the upload Secrets (the owning bootstrap token and
+	// the encrypted copy) with the Cluster's UID: a namespace and name together
+	// can be longer than a label value may be.
 	LabelCertsUpload = "carousel.dev/certs-upload"
 	keyBytes         = 32
 )
@@ -139,7 +142,10 @@ func (e *env) uploadCommand() *cobra.Command {
 			}
 			id := raw[:bootstrapapi.BootstrapTokenIDBytes]
 			expires := e.clock.Now().Add(ttl).UTC().Truncate(time.Second)
-			label := map[string]string{LabelCertsUpload: cl.Namespace + "." + cl.Name}
+			if err := e.deleteExpiredUploads(ctx, c); err != nil {
+				return err
+			}
+			label := map[string]string{LabelCertsUpload: string(cl.UID)}
 			token := &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(id), Labels: label},
 				Type:       bootstrapapi.SecretTypeBootstrapToken,
@@ -168,6 +174,35 @@ func (e *env) uploadCommand() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 2*time.Hour, "How long the encrypted copy is kept")
 	return cmd
+}
+
+// deleteExpiredUploads deletes every upload whose bootstrap token has
+// expired, the token and the encrypted copy both. Nothing else may do it:
+// kube-controller-manager's tokencleaner is off by default outside kubeadm,
+// and a copy's owner reference needs the garbage collector.
+func (e *env) deleteExpiredUploads(ctx context.Context, c client.Client) error {
+	var tokens corev1.SecretList
+	if err := c.List(ctx, &tokens, client.InNamespace(metav1.NamespaceSystem), client.HasLabels{LabelCertsUpload}); err != nil {
+		return fmt.Errorf("listing uploads: %w", err)
+	}
+	for i := range tokens.Items {
+		token := &tokens.Items[i]
+		if token.Type != bootstrapapi.SecretTypeBootstrapToken {
+			continue
+		}
+		expires, err := time.Parse(time.RFC3339, string(token.Data[bootstrapapi.BootstrapTokenExpirationKey]))
+		if err == nil && e.clock.Now().Before(expires) {
+			continue
+		}
+		id := string(token.Data[bootstrapapi.BootstrapTokenIDKey])
+		copySecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: certsSecretPrefix + id}}
+		for _, obj := range []client.Object{copySecret, token} {
+			if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting expired upload %s: %w", id, err)
+			}
+		}
+	}
+	return nil
 }
 
 func (e *env) downloadCommand() *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/events"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +28,7 @@ import (
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/controller/managed"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/plugin"
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
@@ -236,5 +239,39 @@ var _ = Describe("kubectl carousel rotation plan", func() {
 		Expect(out).To(ContainSubstring("manual (Manual): nodes unknown:"), "the nodes are asked of the Cluster's own endpoint, which is down")
 		Expect(marker).NotTo(BeAnExistingFile(), "the tenant's exec plugin ran on the user's machine")
 		Expect(evil.accepted.Load()).To(BeZero(), "the tenant's server was contacted")
+	})
+})
+
+var _ = Describe("kubectl carousel certs upload", func() {
+	It("works for the longest Cluster name and deletes expired uploads itself", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		c := createCluster(ctx, ns, strings.Repeat("c", 63))
+		r := &clustercontroller.Reconciler{Client: k8s, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour}
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		Expect(err).NotTo(HaveOccurred())
+
+		// An upload whose token expired, as an earlier upload leaves it when
+		// no tokencleaner runs.
+		expiredToken := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-exp123",
+				Labels: map[string]string{plugin.LabelCertsUpload: "some-cluster-uid"}},
+			Type: bootstrapapi.SecretTypeBootstrapToken,
+			StringData: map[string]string{bootstrapapi.BootstrapTokenIDKey: "exp123", bootstrapapi.BootstrapTokenSecretKey: "0123456789abcdef",
+				bootstrapapi.BootstrapTokenExpirationKey: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)},
+		}
+		Expect(k8s.Create(ctx, expiredToken)).To(Succeed())
+		expiredCopy := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "carousel-certs-exp123",
+			Labels: map[string]string{plugin.LabelCertsUpload: "some-cluster-uid"}}, Data: map[string][]byte{"certificates": []byte("sealed")}}
+		Expect(k8s.Create(ctx, expiredCopy)).To(Succeed())
+
+		out, err := kubectlCarousel(ctx, "certs", "upload", c.Name, "-n", ns, "--ttl", "1h")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("Uploaded"))
+		for _, s := range []*corev1.Secret{expiredToken, expiredCopy} {
+			Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(s), &corev1.Secret{}))).To(BeTrue(), "expired upload Secret %s is still there", s.Name)
+		}
+		var uploads corev1.SecretList
+		Expect(k8s.List(ctx, &uploads, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{plugin.LabelCertsUpload: string(c.UID)})).To(Succeed())
+		Expect(uploads.Items).To(HaveLen(2), "the new upload's token and copy, labelled with the Cluster's UID")
 	})
 })
