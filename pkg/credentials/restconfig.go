@@ -4,10 +4,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 
 	"k8s.io/client-go/rest"
 
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -20,9 +20,11 @@ import (
 // Cluster's namespace, and must not decide where the operator (or a user of
 // the kubectl plugin) sends credentials or what runs on its machine.
 func RESTConfig(endpoint string, caBundle, certPEM, keyPEM []byte) (*rest.Config, error) {
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
-		return nil, fmt.Errorf("endpoint %q is not an https URL of a host", endpoint)
+	if endpoint == "" {
+		return nil, errors.New("no endpoint")
+	}
+	if problem := v1alpha1.EndpointProblem(endpoint); problem != "" {
+		return nil, fmt.Errorf("endpoint %q: %s", endpoint, problem)
 	}
 	if len(caBundle) == 0 {
 		return nil, errors.New("no CA bundle to trust the API server with")

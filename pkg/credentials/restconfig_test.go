@@ -59,9 +59,10 @@ func TestRESTConfigRefusesBadInput(t *testing.T) {
 		ca, cert, key []byte
 		want          string
 	}{
-		{"http endpoint", "http://192.0.2.1:6443", caPEM, certPEM, keyPEM, "not an https URL"},
-		{"no host", "https://", caPEM, certPEM, keyPEM, "not an https URL"},
-		{"user information", "https://me:secret@192.0.2.1", caPEM, certPEM, keyPEM, "not an https URL"},
+		{"no endpoint", "", caPEM, certPEM, keyPEM, "no endpoint"},
+		{"http endpoint", "http://192.0.2.1:6443", caPEM, certPEM, keyPEM, "must be an https URL"},
+		{"no host", "https://", caPEM, certPEM, keyPEM, "must name a host"},
+		{"user information", "https://me:secret@192.0.2.1", caPEM, certPEM, keyPEM, "must not carry user information"},
 		{"no CA bundle", "https://192.0.2.1", nil, certPEM, keyPEM, "no CA bundle"},
 		{"CA bundle of a key", "https://192.0.2.1", keyPEM, certPEM, keyPEM, "CA bundle"},
 		{"key of another certificate", "https://192.0.2.1", caPEM, otherCert, keyPEM, "client certificate"},

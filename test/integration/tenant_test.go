@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -199,6 +200,15 @@ var _ = Describe("Deleting a Cluster whose managed cluster cannot be reached", f
 	})
 })
 
+// issueCredentialsOnce runs one reconcile of c, which issues every CA,
+// certificate and kubeconfig, and no controller after it.
+func issueCredentialsOnce(ctx context.Context, c *v1alpha1.Cluster) {
+	GinkgoHelper()
+	r := &clustercontroller.Reconciler{Client: k8s, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour}
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	Expect(err).NotTo(HaveOccurred())
+}
+
 func withLabel(s *corev1.Secret, key, value string) *corev1.Secret {
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
@@ -219,11 +229,8 @@ var _ = Describe("kubectl carousel rotation plan", func() {
 				Workers:      []v1alpha1.WorkerPool{{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual}}},
 		}
 		Expect(k8s.Create(ctx, c)).To(Succeed())
-		// One reconcile issues the credentials; no controller runs afterwards
-		// to write the planted kubeconfig back.
-		r := &clustercontroller.Reconciler{Client: k8s, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour}
-		_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
-		Expect(err).NotTo(HaveOccurred())
+		// No controller runs afterwards to write the planted kubeconfig back.
+		issueCredentialsOnce(ctx, c)
 
 		evil := listenAsAttacker()
 		dir := GinkgoT().TempDir()
@@ -246,9 +253,7 @@ var _ = Describe("kubectl carousel certs upload", func() {
 	It("works for the longest Cluster name and deletes expired uploads itself", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		c := createCluster(ctx, ns, strings.Repeat("c", 63))
-		r := &clustercontroller.Reconciler{Client: k8s, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour}
-		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
-		Expect(err).NotTo(HaveOccurred())
+		issueCredentialsOnce(ctx, c)
 
 		// An upload whose token expired, as an earlier upload leaves it when
 		// no tokencleaner runs.

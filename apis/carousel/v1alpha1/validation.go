@@ -98,7 +98,7 @@ func validateKubernetesVersion(v string, p *field.Path) field.ErrorList {
 func validateControlPlane(cp *ControlPlaneSpec, p *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	if cp.Endpoint != "" {
-		if msg := endpointProblem(cp.Endpoint); msg != "" {
+		if msg := EndpointProblem(cp.Endpoint); msg != "" {
 			allErrs = append(allErrs, field.Invalid(p.Child("endpoint"), cp.Endpoint, msg))
 		}
 	}
@@ -123,8 +123,8 @@ func validateControlPlane(cp *ControlPlaneSpec, p *field.Path) field.ErrorList {
 	return allErrs
 }
 
-// endpointProblem says what is wrong with an API server endpoint, or "".
-func endpointProblem(endpoint string) string {
+// EndpointProblem says what is wrong with an API server endpoint, or "".
+func EndpointProblem(endpoint string) string {
 	u, err := url.Parse(endpoint)
 	switch {
 	case err != nil:
