@@ -35,13 +35,18 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.LastInitiationTime = &now
 		next.LastInitiationFinishedTime = nil
 		next.PendingWorkersRollouts = pendingPools(pools, now)
+		next.CheckedEndpoint = "" // recorded by TrackEndpoint for this rotation
 	case v1alpha1.OperationCompleteCARotation:
 		if next.Phase != v1alpha1.RotationPrepared {
 			return nil, fmt.Errorf("cannot complete a CA rotation in phase %q", next.Phase)
 		}
+		initiated := now // a hand-written Prepared status may lack its start time
+		if next.LastInitiationTime != nil {
+			initiated = *next.LastInitiationTime
+		}
 		next.Phase = v1alpha1.RotationFinalizing
 		next.LastCompletionTriggeredTime = &now
-		next.PendingWorkersRollouts = pendingPools(pools, *next.LastInitiationTime)
+		next.PendingWorkersRollouts = pendingPools(pools, initiated)
 	case v1alpha1.OperationRolloutWorkers:
 		for _, pool := range op.Pools {
 			if !slices.ContainsFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool { return p.Name == pool }) {
@@ -89,6 +94,24 @@ func pendingPools(pools []v1alpha1.WorkerPool, initiated metav1.Time) []v1alpha1
 		pending = append(pending, v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &initiated})
 	}
 	return pending
+}
+
+// TrackEndpoint records, while a rotation is under way, the endpoint its
+// API-server checks run against, following a changed endpoint. It returns
+// the rotation status to keep (rot itself when nothing changes) and whether
+// the endpoint was removed from the spec after the rotation had recorded
+// one: the checks cannot run then, and the rotation must wait for an
+// endpoint instead of going on unchecked.
+func TrackEndpoint(rot *v1alpha1.CARotation, endpoint string) (next *v1alpha1.CARotation, removed bool) {
+	switch {
+	case rot == nil || !rot.Phase.RotationInProgress() || endpoint == rot.CheckedEndpoint:
+		return rot, false
+	case endpoint == "":
+		return rot, true
+	}
+	next = rot.DeepCopy()
+	next.CheckedEndpoint = endpoint
+	return next, false
 }
 
 // Generation picks one of a role's two CAs.

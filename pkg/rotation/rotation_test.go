@@ -238,3 +238,68 @@ func TestApplyReissueCA(t *testing.T) {
 		}
 	}
 }
+
+func TestTrackEndpoint(t *testing.T) {
+	const a, b = "https://192.0.2.1:6443", "https://192.0.2.2:6443"
+	in := func(phase v1alpha1.CARotationPhase, checked string) *v1alpha1.CARotation {
+		return &v1alpha1.CARotation{Phase: phase, CheckedEndpoint: checked}
+	}
+	tests := []struct {
+		name        string
+		rot         *v1alpha1.CARotation
+		endpoint    string
+		wantChecked string
+		wantRemoved bool
+	}{
+		{"never rotated", nil, a, "", false},
+		{"outside a rotation nothing is recorded", in(v1alpha1.RotationCompleted, ""), a, "", false},
+		{"recorded when the rotation first sees it", in(v1alpha1.RotationPreparing, ""), a, a, false},
+		{"unchanged", in(v1alpha1.RotationPrepared, a), a, a, false},
+		{"a changed endpoint is followed", in(v1alpha1.RotationPrepared, a), b, b, false},
+		{"removed after it was recorded", in(v1alpha1.RotationFinalizing, a), "", a, true},
+		{"a rotation without an endpoint", in(v1alpha1.RotationPreparing, ""), "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var before *v1alpha1.CARotation
+			if tt.rot != nil {
+				before = tt.rot.DeepCopy()
+			}
+			next, removed := TrackEndpoint(tt.rot, tt.endpoint)
+			if tt.rot != nil && !equalRotation(tt.rot, before) {
+				t.Fatal("TrackEndpoint modified its input")
+			}
+			checked := ""
+			if next != nil {
+				checked = next.CheckedEndpoint
+			}
+			if checked != tt.wantChecked || removed != tt.wantRemoved {
+				t.Fatalf("TrackEndpoint = %q, removed %v; want %q, removed %v", checked, removed, tt.wantChecked, tt.wantRemoved)
+			}
+			if tt.rot != nil && checked == before.CheckedEndpoint && next != tt.rot {
+				t.Fatal("TrackEndpoint copied a status it did not change")
+			}
+		})
+	}
+}
+
+func TestStartForgetsTheLastRotationsEndpoint(t *testing.T) {
+	done := &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, CheckedEndpoint: "https://192.0.2.1:6443"}
+	next, err := ApplyOperation(done, v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation}, nil, t0)
+	if err != nil || next.CheckedEndpoint != "" {
+		t.Fatalf("start = %+v, %v; want no checked endpoint until this rotation records one", next, err)
+	}
+}
+
+func TestCompleteToleratesAStatusWithoutStartTime(t *testing.T) {
+	prepared := &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared} // written by hand
+	next, err := ApplyOperation(prepared, v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation}, pools, t0)
+	if err != nil || next.Phase != v1alpha1.RotationFinalizing {
+		t.Fatalf("complete = %+v, %v", next, err)
+	}
+	for _, p := range next.PendingWorkersRollouts {
+		if !p.LastInitiationTime.Equal(&t0) {
+			t.Fatalf("pool %s pending since %v, want the completion trigger %v", p.Name, p.LastInitiationTime, t0)
+		}
+	}
+}

@@ -8,7 +8,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -135,6 +137,86 @@ var _ = Describe("Failure modes", func() {
 		Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
 	})
 
+	It("keeps the trust probe through restarts and drops it when Preparing ends", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "probe-kept")
+		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
+		key := client.ObjectKeyFromObject(c)
+		apiServer := &flakyAPIServer{}
+		apiServer.down.Store(true)
+		_, err := reconcileOnce(ctx, reconcilerWith(apiServer), key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		for range 3 { // the operation, the new CAs, the first probe
+			_, err = reconcileOnce(ctx, reconcilerWith(apiServer), key)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		probe := client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, "trust-probe")}
+		Expect(k8s.Get(ctx, probe, &corev1.Secret{})).To(Succeed(), "the probe is kept for the phase")
+
+		before := pki.KeysGenerated()
+		clk.Step(45 * time.Minute) // past the half-life of the probe kept in memory before
+		for range 3 {
+			_, err = reconcileOnce(ctx, reconcilerWith(apiServer), key) // a new reconciler each time: a restarted operator
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Expect(pki.KeysGenerated() - before).To(BeZero())
+
+		apiServer.down.Store(false)
+		r := reconcilerWith(apiServer)
+		Eventually(func(g Gomega) {
+			_, err := reconcileOnce(ctx, r, key)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
+		}).Should(Succeed())
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8s.Get(ctx, probe, &corev1.Secret{})).To(WithTransform(apierrors.IsNotFound, BeTrue()), "the probe is gone once Preparing ended")
+	})
+
+	It("holds a rotation whose endpoint was removed past the webhook instead of skipping its checks", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "unchecked")
+		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
+		key := client.ObjectKeyFromObject(c)
+		apiServer := &flakyAPIServer{}
+		apiServer.down.Store(true) // Preparing holds until the endpoint is gone
+		r := reconcilerWith(apiServer)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		for range 3 { // the operation, the new CAs and the endpoint the checks run against, the first probe
+			_, err = reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Expect(getCluster(ctx, key).CARotation().CheckedEndpoint).To(Equal("https://127.0.0.1:6443"))
+
+		c = getCluster(ctx, key)
+		Expect(k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))).To(MatchError(ContainSubstring("cannot be removed while the CA rotation is in phase Preparing")),
+			"the webhook refuses it")
+		bypassWebhook(ctx, ns)
+		Eventually(func() error {
+			c := getCluster(ctx, key)
+			return k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))
+		}).Should(Succeed())
+		apiServer.down.Store(false) // nothing left that could fail a check: only the missing endpoint holds it
+
+		for range 5 {
+			_, err = reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		c = getCluster(ctx, key)
+		Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing), "no phase is reached unchecked")
+		Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable)).To(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonEndpointRemoved),
+			HaveField("Message", ContainSubstring("it was https://127.0.0.1:6443"))))
+
+		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, err := reconcileOnce(ctx, r, key)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
+		}).Should(Succeed())
+	})
+
 	It("stops, without generating keys, when a CA Secret loses its labels", func(ctx SpecContext) {
 		c := createCluster(ctx, ns, "unlabelled")
 		key := client.ObjectKeyFromObject(c)
@@ -195,6 +277,27 @@ var _ = Describe("Failure modes", func() {
 		Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
 	})
 })
+
+// bypassWebhook exempts the namespace from the Cluster webhook until the
+// spec ends, as a cluster whose webhook is off or set to failurePolicy
+// Ignore would.
+func bypassWebhook(ctx context.Context, ns string) {
+	GinkgoHelper()
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: "validating-webhook-configuration"}, vwc)).To(Succeed())
+	original := vwc.DeepCopy()
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{ns}}}}
+	}
+	Expect(k8s.Update(ctx, vwc)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		latest := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(original), latest)).To(Succeed())
+		latest.Webhooks = original.Webhooks
+		Expect(k8s.Update(ctx, latest)).To(Succeed())
+	})
+}
 
 func withEndpoint(c *v1alpha1.Cluster, endpoint string) *v1alpha1.Cluster {
 	out := c.DeepCopy()

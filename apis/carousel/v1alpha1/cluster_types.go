@@ -367,6 +367,15 @@ type CARotation struct {
 	// +listType=map
 	// +listMapKey=name
 	PendingWorkersRollouts []PendingWorkersRollout `json:"pendingWorkersRollouts,omitempty"`
+
+	// CheckedEndpoint is the control-plane endpoint the API-server checks of
+	// the rotation under way run against: spec.controlPlane.endpoint, recorded
+	// while the rotation runs and following a changed endpoint. Once set, an
+	// endpoint removed from the spec holds the rotation instead of skipping its
+	// checks. Empty when the rotation runs without an endpoint.
+	//
+	// +optional
+	CheckedEndpoint string `json:"checkedEndpoint,omitempty"`
 }
 
 // PendingWorkersRollout is a worker pool whose rollout has not been observed yet.

@@ -29,6 +29,10 @@ const (
 	ReasonNoEndpoint          = "NoEndpoint"
 	ReasonEndpointReachable   = "EndpointReachable"
 	ReasonEndpointUnreachable = "EndpointUnreachable"
+	// ReasonEndpointRemoved (ControlPlaneReachable) means the endpoint was
+	// removed from the spec during a CA rotation that had recorded one; the
+	// rotation holds until an endpoint is set again.
+	ReasonEndpointRemoved = "EndpointRemoved"
 	// ReasonCALost (Ready) means a CA Secret the status inventory lists is gone
 	// outside a rotation. Carousel does not replace it by itself: restore it,
 	// or accept a new CA with the reissue-ca operation.

@@ -3,9 +3,10 @@ package cluster
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
-	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,8 +52,9 @@ func (r *Reconciler) ensureOldClientProbe(ctx context.Context, c *v1alpha1.Clust
 	})
 }
 
-func (r *Reconciler) deleteOldClientProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects) error {
-	s := objs.secrets[oldClientProbeSecret(c)]
+// deleteSecret deletes one of the Cluster's Secrets, if it exists.
+func (r *Reconciler) deleteSecret(ctx context.Context, objs *objects, name string) error {
+	s := objs.secrets[name]
 	if s == nil {
 		return nil
 	}
@@ -63,61 +65,75 @@ func (r *Reconciler) deleteOldClientProbe(ctx context.Context, c *v1alpha1.Clust
 	return nil
 }
 
+// trustProbeCert is the certificate, signed by the new client CA, with
+// which Preparing checks that the managed API server accepts that CA before
+// any client moves to it. Its user has no permissions. It is kept in a Secret
+// for the whole phase, so that neither a pass that changes nothing nor a
+// restarted operator generates a key, and deleted when the phase ends.
+const trustProbeCert = "trust-probe"
+
+func trustProbeSecret(c *v1alpha1.Cluster) string {
+	return credentials.CertificateSecretName(c.Name, trustProbeCert)
+}
+
 // apiServerTrustsNewClientCA is, in Preparing and with an endpoint, the
 // observed half of "every consumer trusts both CAs": the API server accepts
-// a short-lived client certificate from the new client CA. Carousel's own
-// client certificate moves only after that, and once it has moved, the
-// question is settled. Elsewhere it is true: the consumers' rollout says it.
+// a client certificate from the new client CA. Carousel's own client
+// certificate moves only after that, and once it has moved, the question is
+// settled. Elsewhere it is true: the consumers' rollout says it. The error
+// is the failed check, for the poll's backoff; the condition says it too.
 func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1.Cluster, objs *objects,
-	all map[v1alpha1.CARole]*credentials.CAs, trust bundles) bool {
+	all map[v1alpha1.CARole]*credentials.CAs, trust bundles, endpointRemoved bool) (bool, error) {
 	endpoint := c.Spec.ControlPlane.Endpoint
 	clientCAs := all[v1alpha1.CARoleClient]
-	if c.CARotationPhase() != v1alpha1.RotationPreparing || endpoint == "" || r.Evidence == nil || clientCAs.Previous == nil {
-		r.trustProbes.Delete(client.ObjectKeyFromObject(c))
-		return true
+	if c.CARotationPhase() != v1alpha1.RotationPreparing || r.Evidence == nil || clientCAs.Previous == nil {
+		return true, nil
+	}
+	if endpointRemoved {
+		setEndpointRemoved(c, r.now())
+		return false, nil
+	}
+	if endpoint == "" {
+		return true, nil
 	}
 	if s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]; s != nil {
 		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && signedBy(certs[0], clientCAs.Current.Cert) {
-			return true
+			return true, nil
 		}
 	}
-	probe, err := r.trustProbe(c, clientCAs.Current)
-	if err == nil {
-		err = r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.certPEM, probe.keyPEM)
-	}
+	probe, err := r.ensureTrustProbe(ctx, c, objs, clientCAs.Current)
 	if err != nil {
+		return false, err
+	}
+	if err := r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey]); err != nil {
 		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable,
 			Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonEndpointUnreachable, ObservedGeneration: c.Generation, LastTransitionTime: r.now(),
 			Message: "the API server does not accept the new client CA yet: " + err.Error()})
-		return false
+		return false, errManagedCheckFailed
 	}
-	return true
+	return true, nil
 }
 
-// trustProbeValidity is the lifetime of a trust probe certificate; it is
-// issued anew with half of it left. Its user has no permissions.
-const trustProbeValidity = time.Hour
+// errManagedCheckFailed marks a check of the managed cluster that failed (its
+// condition says how); the reconcile goes on and polls with backoff.
+var errManagedCheckFailed = errors.New("a check of the managed cluster failed")
 
-// trustProbe is a client certificate from the new client CA, kept in memory
-// for the Preparing phase of one Cluster.
-type trustProbe struct {
-	ca              string // fingerprint of the CA that signed it
-	notAfter        time.Time
-	certPEM, keyPEM []byte
-}
-
-// trustProbe returns the Cluster's probe certificate from ca, issuing one
-// only when there is none from that CA with half its life left.
-func (r *Reconciler) trustProbe(c *v1alpha1.Cluster, ca *pki.KeyPair) (*trustProbe, error) {
-	fingerprint, now := pki.Fingerprint(ca.Cert), r.Clock.Now()
-	if v, ok := r.trustProbes.Load(client.ObjectKeyFromObject(c)); ok {
-		if p := v.(*trustProbe); p.ca == fingerprint && p.notAfter.Sub(now) > trustProbeValidity/2 {
-			return p, nil
+// ensureTrustProbe returns the Secret holding the trust probe, issuing one
+// only when there is none from ca (the Secret lives in the Cluster's
+// namespace: a pair that does not chain to ca, or whose key does not match,
+// is replaced).
+func (r *Reconciler) ensureTrustProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, ca *pki.KeyPair) (*corev1.Secret, error) {
+	name := trustProbeSecret(c)
+	if s := objs.secrets[name]; s != nil {
+		if kp, err := pki.ParseKeyPair(s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey]); err == nil &&
+			signedBy(kp.Cert, ca.Cert) && r.Clock.Now().Before(kp.Cert.NotAfter) {
+			return s, nil
 		}
 	}
 	kp, err := ca.IssueKeyPair(pki.LeafTemplate{
-		CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: trustProbeValidity,
-	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), now)
+		CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Validity: c.Spec.Certificates.LeafValidityOrDefault(),
+	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), r.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -125,23 +141,42 @@ func (r *Reconciler) trustProbe(c *v1alpha1.Cluster, ca *pki.KeyPair) (*trustPro
 	if err != nil {
 		return nil, err
 	}
-	p := &trustProbe{ca: fingerprint, notAfter: kp.Cert.NotAfter, certPEM: kp.CertPEM(), keyPEM: keyPEM}
-	r.trustProbes.Store(client.ObjectKeyFromObject(c), p)
-	return p, nil
+	if err := r.writeSecret(ctx, c, objs, desiredSecret{
+		name: name,
+		labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelCertificate: trustProbeCert,
+			v1alpha1.LabelSignedBy: string(v1alpha1.CARoleClient)},
+		data: map[string][]byte{v1alpha1.DataKeyCertificate: kp.CertPEM(), v1alpha1.DataKeyPrivateKey: keyPEM},
+	}); err != nil {
+		return nil, err
+	}
+	return objs.secrets[name], nil
+}
+
+// setEndpointRemoved says that the rotation holds because its endpoint was
+// removed from the spec (past the webhook, which refuses that).
+func setEndpointRemoved(c *v1alpha1.Cluster, now metav1.Time) {
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonEndpointRemoved, ObservedGeneration: c.Generation, LastTransitionTime: now,
+		Message: fmt.Sprintf("spec.controlPlane.endpoint was removed during the CA rotation (phase %s), so its API-server checks cannot run: the rotation holds until the endpoint is set again (it was %s)",
+			c.CARotationPhase(), c.CARotation().CheckedEndpoint)})
 }
 
 // gatherEvidence observes the managed API server once every other fact of
 // the phase holds, and records what it saw in the ControlPlaneReachable
 // condition. Without an endpoint the checks are skipped, and the condition
 // says so.
-func (r *Reconciler) gatherEvidence(ctx context.Context, c *v1alpha1.Cluster, objs *objects, trust bundles, f rotation.Facts) rotation.Evidence {
+func (r *Reconciler) gatherEvidence(ctx context.Context, c *v1alpha1.Cluster, objs *objects, trust bundles, f rotation.Facts, endpointRemoved bool) (rotation.Evidence, error) {
+	if endpointRemoved {
+		setEndpointRemoved(c, r.now())
+		return rotation.EvidencePending, nil
+	}
 	cond := metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, ObservedGeneration: c.Generation, LastTransitionTime: r.now()}
 	defer func() { meta.SetStatusCondition(&c.Status.Conditions, cond) }()
 	endpoint := c.Spec.ControlPlane.Endpoint
 	if endpoint == "" || r.Evidence == nil {
 		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNoEndpoint
 		cond.Message = "spec.controlPlane.endpoint is empty: the API-server checks of a CA rotation are skipped"
-		return rotation.EvidenceSkipped
+		return rotation.EvidenceSkipped, nil
 	}
 	operator := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
 	var err error
@@ -157,19 +192,19 @@ func (r *Reconciler) gatherEvidence(ctx context.Context, c *v1alpha1.Cluster, ob
 		if err == nil && probe == nil {
 			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable
 			cond.Message = "the API server serves a certificate from the new cluster CA; the old client CA's rejection was not checked: no probe certificate (the endpoint was set after the old CAs were dropped)"
-			return rotation.EvidencePassed
+			return rotation.EvidencePassed, nil
 		}
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, v1alpha1.ReasonEndpointReachable, "no check due in this step"
 		if existing := meta.FindStatusCondition(c.Status.Conditions, cond.Type); existing != nil {
 			cond = *existing
 		}
-		return rotation.EvidencePending
+		return rotation.EvidencePending, nil
 	}
 	if err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()
-		return rotation.EvidencePending
+		return rotation.EvidencePending, errManagedCheckFailed
 	}
 	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server behaves as the phase requires"
-	return rotation.EvidencePassed
+	return rotation.EvidencePassed, nil
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,11 +56,6 @@ type Reconciler struct {
 	// DefaultMaxManagedPollInterval.
 	MaxManagedPollInterval time.Duration
 	Metrics                *Metrics
-
-	// trustProbes keeps, per Cluster, the certificate that checks in
-	// Preparing whether the API server accepts the new client CA, so that
-	// a reconcile that changes nothing generates no key.
-	trustProbes sync.Map // client.ObjectKey → *trustProbe
 }
 
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
@@ -73,7 +67,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Metrics.forget(req.Namespace, req.Name)
-			r.trustProbes.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -138,8 +131,29 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	rot, endpointRemoved := rotation.TrackEndpoint(c.CARotation(), c.Spec.ControlPlane.Endpoint)
+	if rot != c.CARotation() {
+		setCARotation(c, rot)
+	}
+	if c.CARotationPhase() != v1alpha1.RotationPreparing {
+		if err := r.deleteSecret(ctx, objs, trustProbeSecret(c)); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	// A check of the managed cluster that fails is reported in its condition
+	// and polled with backoff; it does not fail the reconcile.
+	var managedFailure error
 	consumers, trustSum := consumersOf(objs), trustChecksum(trust)
-	trusted := trustEstablished(consumers, trustSum) && r.apiServerTrustsNewClientCA(ctx, c, objs, cas, trust)
+	trusted := trustEstablished(consumers, trustSum)
+	if trusted {
+		trusted, err = r.apiServerTrustsNewClientCA(ctx, c, objs, cas, trust, endpointRemoved)
+		if errors.Is(err, errManagedCheckFailed) {
+			managedFailure, err = err, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	certFacts, err := r.ensureCertificates(ctx, c, objs, cas, trust, trusted)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -171,7 +185,9 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 		// the single-CA bundles and rolls the consumers again.
 		return ctrl.Result{}, r.dropOldCAs(ctx, c, objs, cas)
 	}
-	facts.Evidence = r.gatherEvidence(ctx, c, objs, trust, facts)
+	var evidenceFailure error
+	facts.Evidence, evidenceFailure = r.gatherEvidence(ctx, c, objs, trust, facts, endpointRemoved)
+	managedFailure = errors.Join(managedFailure, evidenceFailure)
 
 	next, wait := rotation.Next(facts)
 	if next != facts.Phase {
@@ -180,7 +196,7 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 		_, wait = rotation.Next(facts) // what the new phase waits for
 	}
 	if next == v1alpha1.RotationCompleted {
-		if err := r.deleteOldClientProbe(ctx, c, objs); err != nil {
+		if err := r.deleteSecret(ctx, objs, oldClientProbeSecret(c)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -190,17 +206,18 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Clust
 
 	result := ctrl.Result{RequeueAfter: certFacts.nextRenewal.Sub(r.Clock.Now())}
 	if wait != nil && wait.PollManaged {
-		result.RequeueAfter = r.managedPollDelay(c)
+		result.RequeueAfter = r.managedPollDelay(c, managedFailure != nil)
 	}
 	return result, nil
 }
 
 // managedPollDelay is when a phase waiting on the managed cluster looks
-// again: ManagedPollInterval, backing off while the API server check fails.
-func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster) time.Duration {
+// again: ManagedPollInterval, backing off while a check of the managed
+// cluster keeps failing, counted from when ControlPlaneReachable turned False.
+func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster, checkFailed bool) time.Duration {
 	var failingSince time.Time
-	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable); cond != nil &&
-		cond.Status == metav1.ConditionFalse && cond.Reason == v1alpha1.ReasonEndpointUnreachable {
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable); checkFailed && cond != nil &&
+		cond.Status == metav1.ConditionFalse {
 		failingSince = cond.LastTransitionTime.Time
 	}
 	maximum := r.MaxManagedPollInterval

@@ -41,6 +41,12 @@ type CARotationApplyConfiguration struct {
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
+	// CheckedEndpoint is the control-plane endpoint the API-server checks of
+	// the rotation under way run against: spec.controlPlane.endpoint, recorded
+	// while the rotation runs and following a changed endpoint. Once set, an
+	// endpoint removed from the spec holds the rotation instead of skipping its
+	// checks. Empty when the rotation runs without an endpoint.
+	CheckedEndpoint *string `json:"checkedEndpoint,omitempty"`
 }
 
 // CARotationApplyConfiguration constructs a declarative configuration of the CARotation type for use with
@@ -99,5 +105,13 @@ func (b *CARotationApplyConfiguration) WithPendingWorkersRollouts(values ...*Pen
 		}
 		b.PendingWorkersRollouts = append(b.PendingWorkersRollouts, *values[i])
 	}
+	return b
+}
+
+// WithCheckedEndpoint sets the CheckedEndpoint field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CheckedEndpoint field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithCheckedEndpoint(value string) *CARotationApplyConfiguration {
+	b.CheckedEndpoint = &value
 	return b
 }
