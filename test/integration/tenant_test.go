@@ -62,7 +62,11 @@ func listenAsAttacker() *attacker {
 // tenantKubeconfig is what a tenant with write access to the Cluster's
 // namespace puts into the operator's Secret: a server of theirs, the operator
 // Pod's own service-account token by file, an exec plugin that would run on
-// the operator's machine, client certificates by path and no TLS checks.
+// the operator's machine and no TLS checks. File-path fields are left out on
+// purpose: client-go refuses a root-CA file beside the insecure flag and fails
+// on a missing file, so they would make the old code fail to connect and the
+// spec pass for the wrong reason. The operator never parses this kubeconfig
+// (credentials.RESTConfig takes data only; TestRESTConfigCarriesOnlyTheGivenData).
 func tenantKubeconfig(server, tokenFile, marker string) []byte {
 	GinkgoHelper()
 	cfg := clientcmdapi.NewConfig()
