@@ -50,6 +50,12 @@ func ServiceAccountKeySecretName(cluster string) string {
 	return cluster + "-service-account-key"
 }
 
+// BootstrapKubeconfigSecretName is the name of the Secret with the
+// kubeconfig new nodes bootstrap with (key kubeconfig).
+func BootstrapKubeconfigSecretName(cluster string) string {
+	return cluster + "-bootstrap-kubeconfig"
+}
+
 // CALabels are the labels of a CA Secret.
 func CALabels(cluster string, role v1alpha1.CARole) map[string]string {
 	return map[string]string{v1alpha1.LabelCluster: cluster, v1alpha1.LabelCA: string(role)}

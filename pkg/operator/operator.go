@@ -6,9 +6,6 @@ package operator
 import (
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -17,6 +14,7 @@ import (
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/controller/managed"
 	"github.com/carousel-dev/carousel/pkg/evidence"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 )
 
@@ -54,17 +52,9 @@ func DefaultOptions() Options {
 	}
 }
 
-// NewScheme returns a scheme with the Kubernetes and Carousel types.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
-
 // ManagerOptions returns the manager options Carousel needs (scheme and cache).
 func ManagerOptions() ctrl.Options {
-	return ctrl.Options{Scheme: NewScheme(), Cache: clustercontroller.CacheOptions()}
+	return ctrl.Options{Scheme: scheme.New(), Cache: clustercontroller.CacheOptions()}
 }
 
 // Setup registers the controllers, and the webhook when enabled, with mgr.

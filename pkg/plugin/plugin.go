@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/operator"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // env is what every command needs: the management cluster and the streams.
@@ -61,7 +61,7 @@ func (e *env) client() (client.Client, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	return c, ns, err
 }
 

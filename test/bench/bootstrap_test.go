@@ -26,11 +26,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/controller/managed"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/operator"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
@@ -53,7 +53,7 @@ func BenchmarkKubeletBootstrap(b *testing.B) {
 	cfg, err := env.Start()
 	check(b, err)
 	defer func() { _ = env.Stop() }()
-	k8s, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	k8s, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	check(b, err)
 	stopCarousel := startCarousel(b, cfg)
 	defer func() { stopCarousel() }()
@@ -74,7 +74,7 @@ func BenchmarkKubeletBootstrap(b *testing.B) {
 	defer cp.Stop()
 	bootstrapSecret := &corev1.Secret{}
 	check(b, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: managed.BootstrapKubeconfigSecretName(c.Name)}, bootstrapSecret)
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, bootstrapSecret)
 		return err == nil, nil
 	}))
 	bootstrapCfg, err := clientcmd.RESTConfigFromKubeConfig(bootstrapSecret.Data[v1alpha1.DataKeyKubeconfig])

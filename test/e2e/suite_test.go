@@ -17,8 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/carousel-dev/carousel/pkg/operator"
-
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
@@ -76,7 +75,7 @@ func useExistingCluster(kubeconfig, cluster string) {
 	Expect(ok).To(BeTrue(), "CAROUSEL_E2E_CLUSTER must be <namespace>/<name>, got %q", cluster)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
-	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	Expect(err).NotTo(HaveOccurred())
 	tgt = &target{Client: c, Namespace: ns, Name: name}
 }

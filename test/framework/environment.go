@@ -23,9 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/controller/managed"
 	"github.com/carousel-dev/carousel/pkg/credentials"
-	"github.com/carousel-dev/carousel/pkg/operator"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // Options configure a local environment.
@@ -126,7 +125,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	if err != nil {
 		return e, fmt.Errorf("starting the management API server: %w%s", err, e.managementLogTails())
 	}
-	if e.Client, err = client.New(cfg, client.Options{Scheme: operator.NewScheme()}); err != nil {
+	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 		return e, err
 	}
 	admin, err := e.Management.AddUser(envtest.User{Name: "carousel-admin", Groups: []string{"system:masters"}}, nil)
@@ -372,7 +371,7 @@ func (e *Environment) startAgent(ctx context.Context, name string) error {
 	}
 	s := &corev1.Secret{}
 	if err := await(ctx, "the bootstrap kubeconfig", 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
-		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: managed.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
+		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: credentials.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
 	}, e.operator); err != nil {
 		return err
 	}

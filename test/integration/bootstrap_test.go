@@ -89,7 +89,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 	It("publishes the bootstrap RBAC, cluster-info and a bootstrap token", func(ctx SpecContext) {
 		Eventually(func(g Gomega) {
 			s := &corev1.Secret{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: managed.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
 			g.Expect(os.WriteFile(filepath.Join(agentDir, "bootstrap-kubeconfig"), s.Data[v1alpha1.DataKeyKubeconfig], 0o600)).To(Succeed())
 		}).WithTimeout(time.Minute).Should(Succeed())
 
@@ -348,7 +348,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 
 		By("bringing back the node that was off: its old credentials are refused, so it bootstraps again")
 		s := &corev1.Secret{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: managed.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
 		Expect(os.WriteFile(filepath.Join(offline, "bootstrap-kubeconfig"), s.Data[v1alpha1.DataKeyKubeconfig], 0o600)).To(Succeed())
 		returning := nodeagent.NewManager(nodeagent.Config{NodeName: nodeName, CertDir: filepath.Join(offline, "pki"),
 			KubeconfigPath: filepath.Join(offline, "kubeconfig"), BootstrapKubeconfigPath: filepath.Join(offline, "bootstrap-kubeconfig"),

@@ -44,10 +44,6 @@ import (
 	"github.com/carousel-dev/carousel/pkg/credentials"
 )
 
-// BootstrapKubeconfigSecretName is the management-cluster Secret with the
-// kubeconfig new nodes bootstrap with (key kubeconfig).
-func BootstrapKubeconfigSecretName(cluster string) string { return cluster + "-bootstrap-kubeconfig" }
-
 // Reconciler reconciles the managed side of Clusters.
 type Reconciler struct {
 	Client client.Client // the management cluster
@@ -191,7 +187,7 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 	if err != nil {
 		return time.Time{}, err
 	}
-	published := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: BootstrapKubeconfigSecretName(c.Name),
+	published := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name),
 		Labels: map[string]string{v1alpha1.LabelCluster: c.Name}}, Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: kubeconfig}}
 	if err := ctrl.SetControllerReference(c, published, r.Scheme); err != nil {
 		return time.Time{}, err
