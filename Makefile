@@ -14,8 +14,9 @@ GENERATED_MANIFESTS := charts/carousel/files
 # Test control plane built by `make envtest`; envtest and the suites find it here.
 export KUBEBUILDER_ASSETS := $(BIN)/k8s
 
-# Packages whose tests need no API server.
-UNIT_PKGS = $$(go list ./... | grep -v /test/)
+# Packages whose tests need no API server: everything outside test/, and the test framework's own
+# tests (its process handling, with sh and stand-in binaries only).
+UNIT_PKGS = $$(go list ./... | grep -v /test/) ./test/framework/
 GO_TEST ?= go test
 GINKGO_ARGS ?= -ginkgo.no-color
 BENCH_COUNT ?= 6
@@ -26,7 +27,9 @@ BENCH_TIME ?= 1s
 FUZZ_TARGETS := \
 	apis/carousel/v1alpha1:FuzzParseOperation \
 	pkg/csr:FuzzDecide \
+	pkg/csr:FuzzNext \
 	pkg/csr:FuzzSign \
+	pkg/nodeagent:FuzzNextRotation \
 	pkg/pki:FuzzParseBundle \
 	pkg/rotation:FuzzApplyOperation \
 	pkg/rotation:FuzzIssuer \

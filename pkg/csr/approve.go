@@ -41,6 +41,10 @@ type Decision struct {
 	Verdict Verdict
 	Reason  string
 	Message string
+	// Retry is when a request left pending (Ignore) is to be looked at
+	// again; it is set where the decision is made, never derived from Reason,
+	// and is RetryOnUpdate for every Approve and Deny.
+	Retry Retry
 	// Pin, when set, is the first record of a Node's addresses
 	// (Policy.FirstSeenAddresses): it must be stored before the verdict is
 	// carried out, and the verdict dropped when it cannot be.
@@ -115,21 +119,44 @@ const (
 	// ReasonForeignToken, ReasonUnknownNode, ReasonNodeWithoutAddresses and
 	// ReasonPinUnavailable leave a request pending for now: the token, the
 	// Node or its addresses may just not be in the cache yet, the pinned
-	// addresses may be readable again in a moment.
+	// addresses may be readable again in a moment. The decisions that carry
+	// them say so in their Retry; nothing compares these strings to decide.
 	ReasonForeignToken         = "ForeignBootstrapToken"
 	ReasonUnknownNode          = "UnknownNode"
 	ReasonNodeWithoutAddresses = "NodeWithoutAddresses"
 	ReasonPinUnavailable       = "PinnedAddressesUnavailable"
 )
 
-// Transient reports whether a decision leaves a request pending for a
-// reason that may pass soon, so that it is worth looking at again.
-func (d Decision) Transient() bool {
-	switch d.Reason {
-	case ReasonForeignToken, ReasonUnknownNode, ReasonNodeWithoutAddresses, ReasonPinUnavailable:
-		return d.Verdict == Ignore
+// Retry is when the controller looks again at a request a Decision leaves
+// pending.
+type Retry int
+
+const (
+	// RetryOnUpdate waits for the request to change (an administrator
+	// decides it, or it is cleaned up): nothing Carousel waits for will
+	// change the decision. It is the zero value, that of every Approve and
+	// Deny.
+	RetryOnUpdate Retry = iota
+	// RetrySoon looks again after a short delay: what is missing (a token or
+	// a Node not in the cache yet, a Node without addresses yet) may appear
+	// in a moment.
+	RetrySoon
+	// RetryWithBackoff returns the error of a read the decision needed (the
+	// pinned addresses), so that the request is retried with the
+	// controller's backoff.
+	RetryWithBackoff
+)
+
+func (r Retry) String() string {
+	switch r {
+	case RetryOnUpdate:
+		return "RetryOnUpdate"
+	case RetrySoon:
+		return "RetrySoon"
+	case RetryWithBackoff:
+		return "RetryWithBackoff"
 	}
-	return false
+	return fmt.Sprintf("Retry(%d)", int(r))
 }
 
 // Decide decides about one CSR. It never approves what it cannot attribute
@@ -159,7 +186,7 @@ func decideClient(req *certificatesv1.CertificateSigningRequest, p Policy) Decis
 	case strings.HasPrefix(req.Spec.Username, BootstrapUserPrefix):
 		tokenID := strings.TrimPrefix(req.Spec.Username, BootstrapUserPrefix)
 		if !slices.Contains(req.Spec.Groups, p.BootstrapGroup) || p.IsCarouselToken == nil || !p.IsCarouselToken(tokenID) {
-			return Decision{Verdict: Ignore, Reason: ReasonForeignToken, Message: "not requested with one of Carousel's bootstrap tokens"}
+			return Decision{Verdict: Ignore, Reason: ReasonForeignToken, Message: "not requested with one of Carousel's bootstrap tokens", Retry: RetrySoon}
 		}
 		return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "first bootstrap with a Carousel bootstrap token"}
 	case req.Spec.Username == cn && slices.Contains(req.Spec.Groups, NodesGroup):
@@ -185,18 +212,18 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 	node := strings.TrimPrefix(cn, NodeUserPrefix)
 	info, ok := p.Node(node)
 	if !ok {
-		return Decision{Verdict: Ignore, Reason: ReasonUnknownNode, Message: fmt.Sprintf("node %q is not registered yet", node)}
+		return Decision{Verdict: Ignore, Reason: ReasonUnknownNode, Message: fmt.Sprintf("node %q is not registered yet", node), Retry: RetrySoon}
 	}
 	if len(info.Addresses) == 0 {
 		// Nothing to approve against (and nothing worth pinning) yet: the
 		// kubelet or the cloud provider reports the addresses in a moment.
-		return Decision{Verdict: Ignore, Reason: ReasonNodeWithoutAddresses, Message: fmt.Sprintf("node %q reports no addresses yet", node)}
+		return Decision{Verdict: Ignore, Reason: ReasonNodeWithoutAddresses, Message: fmt.Sprintf("node %q reports no addresses yet", node), Retry: RetrySoon}
 	}
 	var pinned *AddressPin
 	if p.FirstSeenAddresses && p.Pinned != nil {
 		var err error
 		if pinned, err = p.Pinned(node); err != nil {
-			return Decision{Verdict: Ignore, Reason: ReasonPinUnavailable, Message: fmt.Sprintf("the addresses pinned for node %q cannot be read", node)}
+			return Decision{Verdict: Ignore, Reason: ReasonPinUnavailable, Message: fmt.Sprintf("the addresses pinned for node %q cannot be read", node), Retry: RetryWithBackoff}
 		}
 	}
 	allowed, record := ServingAddresses(node, info, p.FirstSeenAddresses, pinned)

@@ -175,8 +175,9 @@ func requestSANs(t *testing.T, obj *certificatesv1.CertificateSigningRequest) (*
 // or the node renewing its own identity, a serving certificate only for the
 // node itself and only for addresses the policy allows; with manual
 // approval, or for another signer, it decides nothing; a pin comes only from
-// a FirstSeen evaluation and records the Node as it is; and it is
-// deterministic.
+// a FirstSeen evaluation and records the Node as it is; only a request left
+// pending is retried, and exactly for the reasons that always were
+// (legacyTransient); and it is deterministic.
 func FuzzDecide(f *testing.F) {
 	keys := newFuzzSigners(f)
 	bootstrapGroups := "system:bootstrappers," + group + ",system:authenticated"
@@ -269,7 +270,7 @@ func FuzzDecide(f *testing.F) {
 			},
 		}
 		d := Decide(obj, p)
-		if again := Decide(obj, p); again.Verdict != d.Verdict || again.Reason != d.Reason || again.Message != d.Message || (again.Pin == nil) != (d.Pin == nil) {
+		if again := Decide(obj, p); again.Verdict != d.Verdict || again.Reason != d.Reason || again.Message != d.Message || again.Retry != d.Retry || (again.Pin == nil) != (d.Pin == nil) {
 			t.Fatalf("not deterministic: %+v, then %+v", d, again)
 		}
 		if d.Reason == "" || d.Message == "" {
@@ -277,6 +278,9 @@ func FuzzDecide(f *testing.F) {
 		}
 		if d.Verdict == Deny && !strings.HasPrefix(d.Reason, "Carousel") {
 			t.Fatalf("a denial with a reason not Carousel's: %+v", d)
+		}
+		if (d.Retry != RetryOnUpdate) != legacyTransient(d) || d.Retry != RetryOnUpdate && d.Verdict != Ignore {
+			t.Fatalf("Retry %s for %+v; the reason-text rule said transient: %v", d.Retry, d, legacyTransient(d))
 		}
 		serving := obj.Spec.SignerName == certificatesv1.KubeletServingSignerName
 		manual := obj.Spec.SignerName == certificatesv1.KubeAPIServerClientKubeletSignerName && !p.AutoApproveClient ||

@@ -112,8 +112,8 @@ func TestDecideServingAddressPolicies(t *testing.T) {
 			if asked != (tt.firstSeen && len(tt.node.Addresses) > 0) {
 				t.Fatalf("asked for the pin: %v", asked)
 			}
-			if got.Transient() != (got.Verdict == Ignore) {
-				t.Fatalf("Transient() = %v for %+v", got.Transient(), got)
+			if (got.Retry != RetryOnUpdate) != (got.Verdict == Ignore) {
+				t.Fatalf("Retry = %s for %+v", got.Retry, got)
 			}
 		})
 	}

@@ -73,23 +73,34 @@ func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !step.DeleteAt.IsZero() {
 		cleanup.RequeueAfter = step.DeleteAt.Sub(now)
 	}
+	// A result returned with an error is ignored (controller-runtime retries
+	// with backoff and warns about the result): the cleanup requeue goes
+	// only with a nil error.
 	c := &v1alpha1.Cluster{}
 	if err := r.management.Get(ctx, r.cluster, c); err != nil {
-		return cleanup, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return cleanup, nil
+		}
+		return ctrl.Result{}, err
 	}
 	if step.Action == csr.ActionSign {
 		return ctrl.Result{}, r.sign(ctx, c, obj)
 	}
 	retry, err := r.decide(ctx, c, obj)
-	if retry && err == nil {
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case retry:
 		return ctrl.Result{RequeueAfter: transientRetry}, nil
 	}
-	return cleanup, err
+	return cleanup, nil
 }
 
 // decide approves or denies a pending CSR. It returns true when the request
-// was left pending for a reason that may pass (a token or Node not yet in the
-// cache, a pin written concurrently), so that it is looked at again soon.
+// was left pending for a reason that may pass (the decision's Retry is
+// csr.RetrySoon: a token or Node not yet in the cache; or a pin written
+// concurrently), so that it is looked at again soon, and an error when the
+// decision needed a read that failed (csr.RetryWithBackoff).
 func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *certificatesv1.CertificateSigningRequest) (bool, error) {
 	approval := c.Spec.KubeletBootstrap.CSRApproval
 	pins := pinStore{client: r.remote, cluster: c.Name}
@@ -108,7 +119,7 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 			return pin, pinErr
 		},
 	})
-	if d.Reason == csr.ReasonPinUnavailable {
+	if d.Retry == csr.RetryWithBackoff {
 		return false, fmt.Errorf("reading the addresses pinned for the node of %s: %w", obj.Name, pinErr)
 	}
 	if d.Pin != nil {
@@ -129,7 +140,7 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	case csr.Deny:
 		condition = certificatesv1.CertificateDenied
 	default:
-		return d.Transient(), nil
+		return d.Retry == csr.RetrySoon, nil
 	}
 	obj.Status.Conditions = append(obj.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: condition, Status: corev1.ConditionTrue, Reason: d.Reason, Message: d.Message,

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -29,7 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	csrlib "github.com/carousel-dev/carousel/pkg/csr"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -335,5 +338,226 @@ func TestRefusedRequestFails(t *testing.T) {
 		if strings.Contains(c.Message, secret) {
 			t.Fatalf("the message written into the managed cluster names %q: %s", secret, c.Message)
 		}
+	}
+}
+
+// managementNames are the names of the management cluster's objects that a
+// condition written into the managed cluster must never carry: the
+// Cluster's namespace and the Secrets the signer reads.
+func (f *fixture) managementNames() []string {
+	names := []string{f.cluster.Namespace}
+	for _, o := range f.management {
+		if _, secret := o.(*corev1.Secret); secret {
+			names = append(names, o.GetName())
+		}
+	}
+	return names
+}
+
+// TestBrokenManagementObjectIsRetried: when signing fails because an object
+// of the management cluster is broken (the CA Secret or the Secret of the
+// certificate that says which CA signs is missing or cannot be parsed), the
+// CSR is not marked Failed and no condition written into the managed
+// cluster names the management cluster's namespace or Secrets: the error is
+// returned for a retry with backoff, and the request is signed once the
+// object is repaired.
+func TestBrokenManagementObjectIsRetried(t *testing.T) {
+	for _, signer := range []string{certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName} {
+		role, leaf := v1alpha1.CARoleClient, credentials.CertOperator
+		if signer == certificatesv1.KubeletServingSignerName {
+			role, leaf = v1alpha1.CARoleKubelet, credentials.CertKubeAPIServerKubelet
+		}
+		for _, tt := range []struct {
+			name    string
+			secret  func(cluster string) string
+			missing bool
+			data    map[string][]byte // the corrupt data, unless missing
+		}{
+			{"CA Secret missing", func(c string) string { return credentials.CASecretName(c, role) }, true, nil},
+			{"CA Secret unparsable", func(c string) string { return credentials.CASecretName(c, role) }, false,
+				map[string][]byte{v1alpha1.DataKeyCertificate: []byte("not a certificate"), v1alpha1.DataKeyPrivateKey: []byte("not a key")}},
+			{"CA Secret with half a previous CA", func(c string) string { return credentials.CASecretName(c, role) }, false, nil},
+			{"signing-CA certificate Secret missing", func(c string) string { return credentials.CertificateSecretName(c, leaf) }, true, nil},
+			{"signing-CA certificate Secret unparsable", func(c string) string { return credentials.CertificateSecretName(c, leaf) }, false,
+				map[string][]byte{v1alpha1.DataKeyCertificate: []byte("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n")}},
+		} {
+			t.Run(signer+"/"+tt.name, func(t *testing.T) {
+				f := newFixture(t)
+				name := tt.secret(f.cluster.Name)
+				var original *corev1.Secret
+				kept := f.management[:0:0]
+				for _, o := range f.management {
+					if s, ok := o.(*corev1.Secret); ok && s.Name == name {
+						original = s.DeepCopy()
+						if tt.missing {
+							continue
+						}
+						broken := s.DeepCopy()
+						if tt.data != nil {
+							broken.Data = tt.data
+						} else {
+							broken.Data[credentials.DataKeyPreviousCertificate] = s.Data[v1alpha1.DataKeyCertificate]
+						}
+						o = broken
+					}
+					kept = append(kept, o)
+				}
+				if original == nil {
+					t.Fatalf("no Secret %s in the fixture", name)
+				}
+				names := f.managementNames()
+				f.management = kept
+				var sans []string
+				if signer == certificatesv1.KubeletServingSignerName {
+					sans = []string{"worker-1"}
+				}
+				obj := kubeletCSR(t, "c", signer, testKey(t), testNow.Add(-time.Minute), sans...)
+				obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow)}
+				f.remote = append(f.remote, obj)
+				r, remote := f.build(nil)
+
+				_, err := reconcileCSR(t, r, "c")
+				got := getCSR(t, remote, "c")
+				for _, c := range got.Status.Conditions {
+					for _, n := range names {
+						if strings.Contains(c.Reason, n) || strings.Contains(c.Message, n) {
+							t.Fatalf("a %s condition written into the managed cluster names %q of the management cluster: %s: %s", c.Type, n, c.Reason, c.Message)
+						}
+					}
+				}
+				if c, failed := hasCondition(got, certificatesv1.CertificateFailed); failed {
+					t.Fatalf("marked Failed for good for a broken object of the management cluster: %s", c.Message)
+				}
+				if len(got.Status.Conditions) != 1 || len(got.Status.Certificate) > 0 {
+					t.Fatalf("status changed: %+v", got.Status)
+				}
+				if err == nil {
+					t.Fatal("Reconcile returned no error: the request would not be retried")
+				}
+
+				// Repaired, the request is signed.
+				mgmt := r.management.(client.Client)
+				ctx := context.Background()
+				if tt.missing {
+					original.ResourceVersion = ""
+					if err := mgmt.Create(ctx, original); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					s := &corev1.Secret{}
+					if err := mgmt.Get(ctx, client.ObjectKeyFromObject(original), s); err != nil {
+						t.Fatal(err)
+					}
+					s.Data = original.Data
+					if err := mgmt.Update(ctx, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := reconcileCSR(t, r, "c"); err != nil {
+					t.Fatal(err)
+				}
+				if len(getCSR(t, remote, "c").Status.Certificate) == 0 {
+					t.Fatal("not signed once the management cluster's object was repaired")
+				}
+			})
+		}
+	}
+}
+
+// TestIgnoredRequestRetry is the table of when the controller looks again
+// at a request it leaves pending, for each reason: a bootstrap token, a Node
+// or its addresses not seen yet are looked at again after transientRetry;
+// unreadable pinned addresses return the read error for a retry with
+// backoff; a request left to an administrator or to someone else comes back
+// with its update event, or for its cleanup a day after its creation. It is
+// the behaviour the reasons had when the retry was chosen from their text.
+func TestIgnoredRequestRetry(t *testing.T) {
+	clientSigner, servingSigner := certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName
+	pinFailure := errors.New("etcdserver: request timed out")
+	cleanup := csrlib.PendingLifetime - time.Minute // the request was created a minute ago
+	tests := []struct {
+		name        string
+		reason      string
+		signer      string
+		user        string
+		groups      []string
+		nodes       []client.Object
+		approval    v1alpha1.CSRApprovalPolicy
+		pinErr      error
+		wantRequeue time.Duration
+		wantErr     error
+	}{
+		{"a bootstrap token that is not Carousel's (yet)", csrlib.ReasonForeignToken, clientSigner, "system:bootstrap:zzzzzz", []string{"system:bootstrappers", bootstrap.Group("prod")},
+			nil, v1alpha1.CSRApprovalPolicy{Client: v1alpha1.ApprovalAuto}, nil, transientRetry, nil},
+		{"a Node not registered (yet)", csrlib.ReasonUnknownNode, servingSigner, "system:node:worker-1", []string{"system:nodes"},
+			nil, v1alpha1.CSRApprovalPolicy{Serving: v1alpha1.ApprovalAuto}, nil, transientRetry, nil},
+		{"a Node without addresses (yet)", csrlib.ReasonNodeWithoutAddresses, servingSigner, "system:node:worker-1", []string{"system:nodes"},
+			[]client.Object{workerNode("uid-1")}, v1alpha1.CSRApprovalPolicy{Serving: v1alpha1.ApprovalAuto}, nil, transientRetry, nil},
+		{"pinned addresses unreadable", csrlib.ReasonPinUnavailable, servingSigner, "system:node:worker-1", []string{"system:nodes"},
+			[]client.Object{workerNode("uid-1", "worker-1")},
+			v1alpha1.CSRApprovalPolicy{Serving: v1alpha1.ApprovalAuto, ServingAddresses: v1alpha1.ServingAddressesFirstSeen}, pinFailure, 0, pinFailure},
+		{"client approval is manual", "ManualApproval", clientSigner, "system:bootstrap:abcdef", []string{"system:bootstrappers", bootstrap.Group("prod")},
+			nil, v1alpha1.CSRApprovalPolicy{Client: v1alpha1.ApprovalManual}, nil, cleanup, nil},
+		{"serving approval is manual", "ManualApproval", servingSigner, "system:node:worker-1", []string{"system:nodes"},
+			[]client.Object{workerNode("uid-1", "worker-1")}, v1alpha1.CSRApprovalPolicy{Serving: v1alpha1.ApprovalManual}, nil, cleanup, nil},
+		{"requested by someone else", "OtherRequester", clientSigner, "alice", []string{"system:authenticated"},
+			nil, v1alpha1.CSRApprovalPolicy{Client: v1alpha1.ApprovalAuto}, nil, cleanup, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.cluster.Spec.KubeletBootstrap.CSRApproval = tt.approval
+			var sans []string
+			if tt.signer == servingSigner {
+				sans = []string{"worker-1"}
+			}
+			obj := kubeletCSR(t, "c", tt.signer, testKey(t), testNow.Add(-time.Minute), sans...)
+			obj.Spec.Username, obj.Spec.Groups = tt.user, tt.groups
+			f.remote = append(append(f.remote, tt.nodes...), obj)
+			r, _ := f.build(nil)
+			if tt.pinErr != nil {
+				r.remote = interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
+					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+						if _, pin := obj.(*unstructured.Unstructured); pin {
+							return tt.pinErr
+						}
+						return c.Get(ctx, key, obj, opts...)
+					},
+				})
+			}
+			// The reason is the one the table names.
+			got := getCSR(t, r.remote, "c")
+			pins := pinStore{client: r.remote, cluster: f.cluster.Name}
+			d := csrlib.Decide(got, csrlib.Policy{
+				BootstrapGroup:     bootstrap.Group(f.cluster.Name),
+				IsCarouselToken:    func(id string) bool { return r.isCarouselToken(context.Background(), f.cluster.Name, id) },
+				AutoApproveClient:  tt.approval.Client != v1alpha1.ApprovalManual,
+				AutoApproveServing: tt.approval.Serving == v1alpha1.ApprovalAuto,
+				Node:               func(node string) (csrlib.NodeInfo, bool) { return r.node(context.Background(), node) },
+				FirstSeenAddresses: tt.approval.ServingAddresses == v1alpha1.ServingAddressesFirstSeen,
+				Pinned: func(node string) (*csrlib.AddressPin, error) {
+					pin, _, err := pins.get(context.Background(), node)
+					return pin, err
+				},
+			})
+			if d.Verdict != csrlib.Ignore || d.Reason != tt.reason {
+				t.Fatalf("Decide = %+v, want Ignore/%s", d, tt.reason)
+			}
+
+			res, err := reconcileCSR(t, r, "c")
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Reconcile = %v, want the read error for a retry with backoff", err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tt.wantRequeue {
+				t.Fatalf("looked at again after %s, want %s", res.RequeueAfter, tt.wantRequeue)
+			}
+			if got := getCSR(t, r.remote, "c"); len(got.Status.Conditions) != 0 {
+				t.Fatalf("decided a request it leaves pending: %+v", got.Status.Conditions)
+			}
+		})
 	}
 }
