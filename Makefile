@@ -95,7 +95,9 @@ fuzz: ## Every fuzz target for FUZZ_TIME (1m) each; an input that fails is kept 
 
 # $(call fuzz,<time>) first checks that FUZZ_TARGETS names exactly the Fuzz functions outside test/
 # (`go test -fuzz` passes when its pattern matches nothing), then fuzzes each target for <time>,
-# going on after a failure and failing at the end.
+# going on after a failure and failing at the end. A run that ends in a bare "context deadline
+# exceeded" without writing a failing input is Go's fuzz-coordinator race at the -fuzztime
+# deadline (golang/go#75804, fixed in Go 1.27), not a finding: that target is run once more.
 define fuzz
 	@declared=$$({ grep -rEo --include='*_test.go' --exclude-dir={.git,bin,test} '^func Fuzz[A-Za-z0-9_]*' . || true; } \
 	  | sed -E 's|^\./(.*)/[^/]*:func (.*)|\1:\2|' | sort -u); \
@@ -107,7 +109,14 @@ define fuzz
 	failed=(); \
 	for target in $(FUZZ_TARGETS); do \
 	  echo "fuzz: $${target} for $(1)"; \
-	  $(GO_TEST) -run '^$$' -fuzz "^$${target#*:}\$$" -fuzztime $(1) "./$${target%%:*}" || failed+=("$${target}"); \
+	  for try in 1 2; do \
+	    out=$$($(GO_TEST) -run '^$$' -fuzz "^$${target#*:}\$$" -fuzztime $(1) "./$${target%%:*}" 2>&1) && { echo "$${out}" | tail -1; break; }; \
+	    echo "$${out}" | tail -20; \
+	    if [[ $${try} == 2 || "$${out}" == *"Failing input written to"* || "$${out}" != *"context deadline exceeded"* ]]; then \
+	      failed+=("$${target}"); break; \
+	    fi; \
+	    echo "fuzz: $${target}: the coordinator's deadline race (golang/go#75804), no input failed; once more"; \
+	  done; \
 	done; \
 	if (( $${#failed[@]} > 0 )); then echo "fuzz targets that failed: $${failed[*]}"; exit 1; fi
 endef
