@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // when formats an optional timestamp, or "-".
@@ -36,7 +37,7 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Cluster:\t%s/%s\n", cl.Namespace, cl.Name)
-	fmt.Fprintf(tw, "Phase:\t%s\n", phaseName(rot.Phase))
+	fmt.Fprintf(tw, "Phase:\t%s\n", rotation.PhaseName(rot.Phase))
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == "True" {
 		fmt.Fprintf(tw, "Waiting for:\t%s\n", cond.Message)
 	}

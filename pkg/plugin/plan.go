@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // planCommand is `rotation plan`: what each phase will issue, re-sign and
@@ -122,31 +123,35 @@ func writePlan(w io.Writer, cl *v1alpha1.Cluster, consumers []string, nodes map[
 	if len(consumers) == 0 {
 		consumers = []string{"none labelled " + v1alpha1.LabelCluster + "=" + cl.Name}
 	}
-	pools := func() {
-		if len(cl.Spec.Workers) == 0 {
-			fmt.Fprintln(w, "    none")
+	lists := map[rotation.List][]string{
+		rotation.ListCARoles: roles, rotation.ListConsumers: consumers,
+		rotation.ListClientCertificates: clients, rotation.ListServerCertificates: servers,
+	}
+	fmt.Fprintf(w, "Cluster %s/%s, now in phase %s.\n", cl.Namespace, cl.Name, rotation.PhaseName(cl.CARotationPhase()))
+	for i, phase := range rotation.Plan() {
+		fmt.Fprintf(w, "\nPhase %d: %s -> %s -> %s\n", i+1, phase.Operation, phase.Through, phase.Done)
+		for _, line := range phase.Lines {
+			switch line.List {
+			case rotation.ListNone:
+				fmt.Fprintf(w, "  %s\n", line.Format)
+			case rotation.ListWorkerPools:
+				fmt.Fprintf(w, "  %s\n", line.Format)
+				writePools(w, cl.Spec.Workers, nodes)
+			default:
+				fmt.Fprintf(w, "  "+line.Format+"\n", strings.Join(lists[line.List], ", "))
+			}
 		}
-		for _, p := range cl.Spec.Workers {
-			fmt.Fprintf(w, "    %s (%s): %s\n", p.Name, p.RolloutStrategy, nodes[p.Name])
+		if phase.Then != "" {
+			fmt.Fprintf(w, "  then: %s\n", phase.Then)
 		}
 	}
-	fmt.Fprintf(w, "Cluster %s/%s, now in phase %s.\n\n", cl.Namespace, cl.Name, phaseName(cl.CARotationPhase()))
-	fmt.Fprintln(w, "Phase 1: start-ca-rotation -> Preparing -> Prepared")
-	fmt.Fprintf(w, "  generate a new CA for: %s (the old ones stay trusted)\n", strings.Join(roles, ", "))
-	fmt.Fprintln(w, "  every trust bundle: old + new CA")
-	fmt.Fprintf(w, "  roll (to trust both): %s\n", strings.Join(consumers, ", "))
-	fmt.Fprintf(w, "  re-issue from the new CAs: %s\n", strings.Join(clients, ", "))
-	fmt.Fprintf(w, "  keep on the old CAs: %s\n", strings.Join(servers, ", "))
-	fmt.Fprintf(w, "  roll again (new client certificates): %s\n", strings.Join(consumers, ", "))
-	fmt.Fprintln(w, "  roll worker pools (kubelets trust both CAs, client certificates from the new client CA):")
-	pools()
-	fmt.Fprintln(w, "  then: hand the new bundle and kubeconfigs to your own clients")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Phase 2: complete-ca-rotation -> Finalizing -> Completed")
-	fmt.Fprintf(w, "  re-issue from the new CAs: %s\n", strings.Join(servers, ", "))
-	fmt.Fprintf(w, "  roll: %s\n", strings.Join(consumers, ", "))
-	fmt.Fprintf(w, "  delete the old CAs (keys included); every trust bundle: new CA only\n")
-	fmt.Fprintf(w, "  roll again: %s\n", strings.Join(consumers, ", "))
-	fmt.Fprintln(w, "  roll worker pools again (kubelets drop the old CA):")
-	pools()
+}
+
+func writePools(w io.Writer, pools []v1alpha1.WorkerPool, nodes map[string]string) {
+	if len(pools) == 0 {
+		fmt.Fprintln(w, "    none")
+	}
+	for _, p := range pools {
+		fmt.Fprintf(w, "    %s (%s): %s\n", p.Name, p.RolloutStrategy, nodes[p.Name])
+	}
 }

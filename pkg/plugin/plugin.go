@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -132,7 +133,7 @@ func (e *env) follow(ctx context.Context, c client.Client, ns, name string, targ
 		if err != nil {
 			return err
 		}
-		line := "phase " + phaseName(cl.CARotationPhase())
+		line := "phase " + rotation.PhaseName(cl.CARotationPhase())
 		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == "True" {
 			line += ": " + cond.Message
 		}
@@ -153,13 +154,6 @@ func (e *env) follow(ctx context.Context, c client.Client, ns, name string, targ
 		case <-e.clock.After(time.Second):
 		}
 	}
-}
-
-func phaseName(p v1alpha1.CARotationPhase) string {
-	if p == "" {
-		return "none (never rotated)"
-	}
-	return string(p)
 }
 
 // statusCommand is `rotation status`.

@@ -21,7 +21,7 @@ var (
 	}
 	// Bit i of a pool mask selects fuzzPools[i].
 	fuzzPools    = []string{"a", "b", "pool-c", "gpu"}
-	fuzzEvidence = []Evidence{EvidencePassed, EvidenceSkipped, EvidencePending}
+	fuzzEvidence = []Evidence{EvidencePassed, EvidenceSkipped, EvidencePending, ""}
 	fuzzRenewIn  = []credentials.RenewalPhase{credentials.RenewInPreparing, credentials.RenewInFinalizing}
 )
 
@@ -72,13 +72,6 @@ func fuzzStatus(bits, phase, pendingMask uint8) *v1alpha1.CARotation {
 		rot.PendingWorkersRollouts = append(rot.PendingWorkersRollouts, v1alpha1.PendingWorkersRollout{Name: name, LastInitiationTime: rot.LastInitiationTime})
 	}
 	return rot
-}
-
-func phaseOf(rot *v1alpha1.CARotation) v1alpha1.CARotationPhase {
-	if rot == nil {
-		return ""
-	}
-	return rot.Phase
 }
 
 func pendingNames(rot *v1alpha1.CARotation) []string {
@@ -139,7 +132,7 @@ func FuzzApplyOperation(f *testing.F) {
 		op, parseErr := v1alpha1.ParseOperation(value)
 		if parseErr != nil {
 			// ApplyOperation also gets verbs that never parsed.
-			op = v1alpha1.Operation{Verb: value}
+			op = v1alpha1.Operation{Verb: v1alpha1.OperationVerb(value)}
 		}
 		var before *v1alpha1.CARotation
 		if rot != nil {
@@ -153,7 +146,7 @@ func FuzzApplyOperation(f *testing.F) {
 		checkApplied(t, rot, op, spec, now, next, err)
 
 		// Idempotence, the way the reconciler relies on it.
-		if err == nil && slices.Contains([]string{v1alpha1.OperationStartCARotation, v1alpha1.OperationCompleteCARotation, v1alpha1.OperationRolloutWorkers}, op.Verb) &&
+		if err == nil && slices.Contains([]v1alpha1.OperationVerb{v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation, v1alpha1.VerbRolloutWorkers}, op.Verb) &&
 			!AlreadyApplied(next, op) {
 			t.Fatalf("%q applied to %+v gives %+v, which AlreadyApplied does not recognise", value, before, next)
 		}
@@ -161,7 +154,7 @@ func FuzzApplyOperation(f *testing.F) {
 			if rot == nil {
 				t.Fatalf("AlreadyApplied(nil, %q) = true", value)
 			}
-			if !slices.Contains([]string{v1alpha1.OperationStartCARotation, v1alpha1.OperationCompleteCARotation, v1alpha1.OperationRolloutWorkers}, op.Verb) {
+			if !slices.Contains([]v1alpha1.OperationVerb{v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation, v1alpha1.VerbRolloutWorkers}, op.Verb) {
 				t.Fatalf("AlreadyApplied reports %q, which is never recorded in the status, as applied", value)
 			}
 			if err == nil && !equalRotation(next, rot) {
@@ -176,7 +169,7 @@ func FuzzApplyOperation(f *testing.F) {
 		}
 		updated := old.DeepCopy()
 		updated.Annotations = map[string]string{v1alpha1.OperationAnnotation: value}
-		errs := v1alpha1.ValidateOperation(updated, old)
+		errs := ValidateOperation(updated, old)
 		if parseErr != nil && len(errs) == 0 {
 			t.Fatalf("the webhook accepts %q, which does not parse: %v", value, parseErr)
 		}
@@ -211,7 +204,7 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 		specNames = append(specNames, p.Name)
 	}
 	switch op.Verb {
-	case v1alpha1.OperationStartCARotation:
+	case v1alpha1.VerbStartCARotation:
 		if from.RotationInProgress() || to != v1alpha1.RotationPreparing {
 			t.Fatalf("start moved %q to %q", from, to)
 		}
@@ -219,7 +212,7 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 			t.Fatalf("start recorded initiation %v, finished %v", next.LastInitiationTime, next.LastInitiationFinishedTime)
 		}
 		checkPending(t, op, next, specNames, &now)
-	case v1alpha1.OperationCompleteCARotation:
+	case v1alpha1.VerbCompleteCARotation:
 		if from != v1alpha1.RotationPrepared || to != v1alpha1.RotationFinalizing {
 			t.Fatalf("complete moved %q to %q", from, to)
 		}
@@ -231,7 +224,7 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 			initiated = &now
 		}
 		checkPending(t, op, next, specNames, initiated)
-	case v1alpha1.OperationRolloutWorkers:
+	case v1alpha1.VerbRolloutWorkers:
 		if to != from {
 			t.Fatalf("rollout-workers moved %q to %q", from, to)
 		}
@@ -255,11 +248,11 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 		if !equalRotation(rest, restBefore) {
 			t.Fatalf("rollout-workers changed more than the pending pools: %+v, was %+v", next, rot)
 		}
-	case v1alpha1.OperationReconcile, v1alpha1.OperationReissueCA:
+	case v1alpha1.VerbReconcile, v1alpha1.VerbReissueCA:
 		if next != rot {
 			t.Fatalf("%s changed the status: %+v, was %+v", op, next, rot)
 		}
-		if op.Verb == v1alpha1.OperationReissueCA && from.RotationInProgress() {
+		if op.Verb == v1alpha1.VerbReissueCA && from.RotationInProgress() {
 			t.Fatalf("reissue-ca accepted in phase %s", from)
 		}
 	default:
@@ -296,7 +289,7 @@ const (
 )
 
 // waitsPolled are the reasons of waits on the managed cluster.
-var waitsPolled = []string{ReasonWaitingForClients, ReasonWaitingForWorkers, ReasonWaitingForEvidence}
+var waitsPolled = []v1alpha1.RotationReason{v1alpha1.ReasonWaitingForClients, v1alpha1.ReasonWaitingForWorkers, v1alpha1.ReasonWaitingForEvidence}
 
 // FuzzNext checks the phase decision on any facts: Next is deterministic and
 // never skips a phase (Preparing moves only to Prepared, Finalizing only to
@@ -338,45 +331,50 @@ func FuzzNext(f *testing.F) {
 			PendingWorkerPools: pendingPools,
 			Evidence:           fuzzEvidence[int(evidence)%len(fuzzEvidence)],
 		}
-		to, wait := Next(facts)
-		if again, againWait := Next(facts); again != to || fmt.Sprint(againWait) != fmt.Sprint(wait) {
-			t.Fatalf("Next(%+v) is not deterministic", facts)
+		to, wait := next(facts)
+		if again, againWait := next(facts); again != to || fmt.Sprint(againWait) != fmt.Sprint(wait) {
+			t.Fatalf("next(%+v) is not deterministic", facts)
 		}
-		settled := facts.PendingWorkerPools == 0 && facts.Evidence != EvidencePending
+		settled := facts.PendingWorkerPools == 0 && (facts.Evidence == EvidencePassed || facts.Evidence == EvidenceSkipped)
 		switch {
 		case to == facts.Phase:
 		case facts.Phase == v1alpha1.RotationPreparing && to == v1alpha1.RotationPrepared:
 			if !settled || !facts.NewCAsPersisted || !facts.ConsumersRolledOut || !facts.ClientsOnNewCA {
-				t.Fatalf("Next(%+v) moved to Prepared", facts)
+				t.Fatalf("next(%+v) moved to Prepared", facts)
 			}
 		case facts.Phase == v1alpha1.RotationFinalizing && to == v1alpha1.RotationCompleted:
 			if !settled || !facts.OldCAsRemoved || !CanDropOldCAs(facts) {
-				t.Fatalf("Next(%+v) moved to Completed", facts)
+				t.Fatalf("next(%+v) moved to Completed", facts)
 			}
 		default:
-			t.Fatalf("Next(%+v) moved %q to %q", facts, facts.Phase, to)
+			t.Fatalf("next(%+v) moved %q to %q", facts, facts.Phase, to)
 		}
 		waits := to == facts.Phase && facts.Phase.RotationInProgress()
 		if waits != (wait != nil) {
-			t.Fatalf("Next(%+v) = %q with wait %+v", facts, to, wait)
+			t.Fatalf("next(%+v) = %q with wait %+v", facts, to, wait)
 		}
 		if wait != nil {
 			if wait.Reason == "" || wait.Message == "" {
-				t.Fatalf("Next(%+v) waits without saying why: %+v", facts, wait)
+				t.Fatalf("next(%+v) waits without saying why: %+v", facts, wait)
 			}
 			if wait.PollManaged != slices.Contains(waitsPolled, wait.Reason) {
-				t.Fatalf("Next(%+v): wait %s polled %v", facts, wait.Reason, wait.PollManaged)
+				t.Fatalf("next(%+v): wait %s polled %v", facts, wait.Reason, wait.PollManaged)
 			}
-			if wait.Reason == ReasonWaitingForWorkers && (facts.PendingWorkerPools == 0 || !strings.Contains(wait.Message, fmt.Sprint(facts.PendingWorkerPools))) {
-				t.Fatalf("Next(%+v) waits for workers: %q", facts, wait.Message)
+			if wait.Reason == v1alpha1.ReasonWaitingForWorkers && (facts.PendingWorkerPools == 0 || !strings.Contains(wait.Message, fmt.Sprint(facts.PendingWorkerPools))) {
+				t.Fatalf("next(%+v) waits for workers: %q", facts, wait.Message)
 			}
 		}
 
+		// The evidence check is run exactly when the evidence is all the
+		// phase waits for.
+		if due := EvidenceDue(facts); (due != CheckNone) != (wait != nil && wait.Reason == v1alpha1.ReasonWaitingForEvidence) {
+			t.Fatalf("EvidenceDue(%+v) = %v with wait %+v", facts, due, wait)
+		}
 		if CanDropOldCAs(facts) && (facts.Phase != v1alpha1.RotationFinalizing || !facts.AllOnNewCA || !facts.ConsumersRolledOut) {
 			t.Fatalf("CanDropOldCAs(%+v) = true", facts)
 		}
-		if CanDropOldCAs(facts) && wait != nil && wait.Reason == ReasonWaitingForServers {
-			t.Fatalf("Next(%+v) waits for servers whose old CAs may be dropped", facts)
+		if CanDropOldCAs(facts) && wait != nil && wait.Reason == v1alpha1.ReasonWaitingForServers {
+			t.Fatalf("next(%+v) waits for servers whose old CAs may be dropped", facts)
 		}
 	})
 }
@@ -477,7 +475,7 @@ func FuzzLifecycle(f *testing.F) {
 					PendingWorkerPools: len(rot.PendingWorkersRollouts),
 					Evidence:           EvidencePassed,
 				}
-				if to, _ := Next(observed); to != rot.Phase {
+				if to, _ := next(observed); to != rot.Phase {
 					rot = rot.DeepCopy()
 					rot.Phase = to
 				}

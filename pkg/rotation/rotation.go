@@ -1,45 +1,79 @@
-// Package rotation holds the decisions of a CA rotation as pure functions:
-// how an operation changes the rotation status, which CA signs a certificate
-// in each phase, when the old CAs may be dropped, and when a phase is done.
-// The reconciler gathers the facts and carries the decisions out.
+// Package rotation owns the state machine of a CA rotation. Every rule of it
+// lives here as a pure function: which operation is allowed in which phase
+// (for the admission webhook and the reconciler alike), how an operation or
+// an observation changes the rotation status, what a phase waits for, which
+// CA signs a certificate, and what the reconciler must do next. The
+// reconciler gathers the facts and carries the decisions out; the kubectl
+// plugin renders its plan from the same steps.
+//
+// The transitions:
+//
+//	from                  on                                    to          decided by
+//	none, Completed       start-ca-rotation                     Preparing   Allowed, ApplyOperation
+//	Preparing             every step of preparing is observed   Prepared    Decide
+//	Prepared              complete-ca-rotation                  Finalizing  Allowed, ApplyOperation
+//	Finalizing            every step of finalizing is observed  Completed   Decide
+//	any                   rollout-workers=<pool>,…              (same)      ApplyOperation: pools leave pendingWorkersRollouts
+//	none, Completed       reissue-ca=<role>,…                   (same)      Allowed; the reconciler forgets the lost CAs
+//	any                   reconcile                             (same)      nothing is recorded
+//
+// The steps of Preparing and Finalizing, in the order they are waited for,
+// are the preparing and finalizing tables in steps.go.
 package rotation
 
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/credentials"
 )
 
+// Allowed returns nil when an operation with verb may be applied in phase,
+// and otherwise an error that names the phase and says what to do. It is
+// the one guard of the transitions: the webhook refuses what it refuses, and
+// ApplyOperation refuses it again when the webhook was bypassed.
+func Allowed(verb v1alpha1.OperationVerb, phase v1alpha1.CARotationPhase) error {
+	switch verb {
+	case v1alpha1.VerbStartCARotation:
+		if phase.RotationInProgress() {
+			return fmt.Errorf("cannot start a CA rotation: the rotation is in phase %s: %s", phase, NextStep(phase))
+		}
+	case v1alpha1.VerbCompleteCARotation:
+		if phase != v1alpha1.RotationPrepared {
+			return fmt.Errorf("cannot complete the CA rotation in phase %s, only in phase %s: %s", PhaseName(phase), v1alpha1.RotationPrepared, NextStep(phase))
+		}
+	case v1alpha1.VerbReissueCA:
+		if phase.RotationInProgress() {
+			return fmt.Errorf("cannot reissue a CA during a CA rotation (phase %s): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`", phase)
+		}
+	case v1alpha1.VerbReconcile, v1alpha1.VerbRolloutWorkers:
+		// Allowed in every phase; rollout-workers names only pending pools.
+	default:
+		return fmt.Errorf("unknown operation %q", verb)
+	}
+	return nil
+}
+
 // ApplyOperation returns the rotation status after an operation, or an error
-// when the operation is not allowed now (the webhook refuses those; this is
-// the last line of defence when it was bypassed). It does not modify rot.
+// when the operation is not allowed now. It does not modify rot.
 func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1alpha1.WorkerPool, now metav1.Time) (*v1alpha1.CARotation, error) {
-	if op.Verb == v1alpha1.OperationReconcile {
-		return rot, nil
+	if err := Allowed(op.Verb, phaseOf(rot)); err != nil {
+		return nil, err
 	}
 	next := &v1alpha1.CARotation{}
 	if rot != nil {
 		next = rot.DeepCopy()
 	}
 	switch op.Verb {
-	case v1alpha1.OperationStartCARotation:
-		if next.Phase.RotationInProgress() {
-			return nil, fmt.Errorf("cannot start a CA rotation in phase %s", next.Phase)
-		}
+	case v1alpha1.VerbStartCARotation:
 		next.Phase = v1alpha1.RotationPreparing
 		next.LastInitiationTime = &now
 		next.LastInitiationFinishedTime = nil
 		next.PendingWorkersRollouts = pendingPools(pools, now)
 		next.CheckedEndpoint = "" // recorded by TrackEndpoint for this rotation
-	case v1alpha1.OperationCompleteCARotation:
-		if next.Phase != v1alpha1.RotationPrepared {
-			return nil, fmt.Errorf("cannot complete a CA rotation in phase %q", next.Phase)
-		}
+	case v1alpha1.VerbCompleteCARotation:
 		initiated := now // a hand-written Prepared status may lack its start time
 		if next.LastInitiationTime != nil {
 			initiated = *next.LastInitiationTime
@@ -47,23 +81,17 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.Phase = v1alpha1.RotationFinalizing
 		next.LastCompletionTriggeredTime = &now
 		next.PendingWorkersRollouts = pendingPools(pools, initiated)
-	case v1alpha1.OperationRolloutWorkers:
+	case v1alpha1.VerbRolloutWorkers:
 		for _, pool := range op.Pools {
 			if !slices.ContainsFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool { return p.Name == pool }) {
 				return nil, fmt.Errorf("worker pool %q has no pending rollout", pool)
 			}
 		}
-		next.PendingWorkersRollouts = slices.DeleteFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
-			return slices.Contains(op.Pools, p.Name)
-		})
-	case v1alpha1.OperationReissueCA:
-		// It changes the CA inventory, not the rotation; see ForgetCAs.
-		if next.Phase.RotationInProgress() {
-			return nil, fmt.Errorf("cannot reissue a CA in phase %s: restore the lost CA Secret", next.Phase)
-		}
-		return rot, nil
+		return WorkersRolledOut(next, op.Pools), nil
 	default:
-		return nil, fmt.Errorf("unknown operation %q", op.Verb)
+		// reconcile records nothing; reissue-ca changes the CA inventory,
+		// not the rotation (see the reconciler).
+		return rot, nil
 	}
 	return next, nil
 }
@@ -76,11 +104,11 @@ func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
 		return false
 	}
 	switch op.Verb {
-	case v1alpha1.OperationStartCARotation:
+	case v1alpha1.VerbStartCARotation:
 		return rot.Phase == v1alpha1.RotationPreparing
-	case v1alpha1.OperationCompleteCARotation:
+	case v1alpha1.VerbCompleteCARotation:
 		return rot.Phase == v1alpha1.RotationFinalizing
-	case v1alpha1.OperationRolloutWorkers:
+	case v1alpha1.VerbRolloutWorkers:
 		return !slices.ContainsFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
 			return slices.Contains(op.Pools, p.Name)
 		})
@@ -88,12 +116,34 @@ func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
 	return false
 }
 
-func pendingPools(pools []v1alpha1.WorkerPool, initiated metav1.Time) []v1alpha1.PendingWorkersRollout {
-	var pending []v1alpha1.PendingWorkersRollout
-	for _, p := range pools {
-		pending = append(pending, v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &initiated})
+// EnterPhase returns the rotation status in a phase reached by observation
+// (Decide), with the phase's timestamp. It does not modify rot.
+func EnterPhase(rot *v1alpha1.CARotation, phase v1alpha1.CARotationPhase, now metav1.Time) *v1alpha1.CARotation {
+	next := &v1alpha1.CARotation{}
+	if rot != nil {
+		next = rot.DeepCopy()
 	}
-	return pending
+	next.Phase = phase
+	switch phase {
+	case v1alpha1.RotationPrepared:
+		next.LastInitiationFinishedTime = &now
+	case v1alpha1.RotationCompleted:
+		next.LastCompletionTime = &now
+	}
+	return next
+}
+
+// WorkersRolledOut returns the rotation status without the named pools in
+// pendingWorkersRollouts (rot itself when none is pending). It does not
+// modify rot.
+func WorkersRolledOut(rot *v1alpha1.CARotation, pools []string) *v1alpha1.CARotation {
+	rolled := func(p v1alpha1.PendingWorkersRollout) bool { return slices.Contains(pools, p.Name) }
+	if rot == nil || !slices.ContainsFunc(rot.PendingWorkersRollouts, rolled) {
+		return rot
+	}
+	next := rot.DeepCopy()
+	next.PendingWorkersRollouts = slices.DeleteFunc(next.PendingWorkersRollouts, rolled)
+	return next
 }
 
 // TrackEndpoint records, while a rotation is under way, the endpoint its
@@ -114,162 +164,39 @@ func TrackEndpoint(rot *v1alpha1.CARotation, endpoint string) (next *v1alpha1.CA
 	return next, false
 }
 
-// Generation picks one of a role's two CAs.
-type Generation string
+func pendingPools(pools []v1alpha1.WorkerPool, initiated metav1.Time) []v1alpha1.PendingWorkersRollout {
+	var pending []v1alpha1.PendingWorkersRollout
+	for _, p := range pools {
+		pending = append(pending, v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &initiated})
+	}
+	return pending
+}
 
-const (
-	// Current is the newest CA of a role (the new one during a rotation).
-	Current Generation = "current"
-	// Previous is the old CA, kept during a rotation.
-	Previous Generation = "previous"
-)
+func phaseOf(rot *v1alpha1.CARotation) v1alpha1.CARotationPhase {
+	if rot == nil {
+		return ""
+	}
+	return rot.Phase
+}
 
-// Issuer decides which CA of its role signs a certificate.
-//
-// Outside a rotation and in Finalizing that is the current CA. In Preparing
-// and Prepared a certificate renewed in Preparing (a client) moves to the new
-// CA once every consumer trusts both CAs, and stays there; everything else
-// (servers, and the API server's client certificate for kubelets, which nodes
-// trust only after their rollout) stays on the old CA until Finalizing.
-func Issuer(renewIn credentials.RenewalPhase, phase v1alpha1.CARotationPhase, trustEstablished, signedByCurrent bool) Generation {
+// NextStep tells a user what to do in a phase of the CA rotation.
+func NextStep(phase v1alpha1.CARotationPhase) string {
 	switch phase {
-	case v1alpha1.RotationPreparing, v1alpha1.RotationPrepared:
-		if renewIn == credentials.RenewInPreparing && (trustEstablished || signedByCurrent) {
-			return Current
-		}
-		return Previous
-	default:
-		return Current
-	}
-}
-
-// Evidence is what was observed of the managed cluster's API server.
-type Evidence string
-
-const (
-	// EvidencePassed means the API server behaves as the phase requires.
-	EvidencePassed Evidence = "Passed"
-	// EvidenceSkipped means the Cluster names no endpoint, so nothing can be checked.
-	EvidenceSkipped Evidence = "Skipped"
-	// EvidencePending means nothing conclusive was observed (yet).
-	EvidencePending Evidence = "Pending"
-)
-
-// Facts are what a reconcile observed about a rotation.
-type Facts struct {
-	Phase v1alpha1.CARotationPhase
-	// NewCAsPersisted: every role's CA Secret holds the CA of this rotation.
-	NewCAsPersisted bool
-	// OldCAsRemoved: no role keeps a previous CA.
-	OldCAsRemoved bool
-	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
-	ClientsOnNewCA bool
-	// AllOnNewCA: every certificate is signed by the current CA.
-	AllOnNewCA bool
-	// ConsumersRolledOut: every consumer runs with the credentials written now.
-	ConsumersRolledOut bool
-	// PendingWorkerPools counts pools whose rollout is still awaited.
-	PendingWorkerPools int
-	Evidence           Evidence
-}
-
-// Wait names what a phase is waiting for: a condition reason and a message.
-type Wait struct {
-	Reason  string
-	Message string
-	// PollManaged says that what the phase waits for happens in the managed
-	// cluster (its API server, its nodes), which raises no event in the
-	// management cluster: the reconciler must look again on its own.
-	PollManaged bool
-}
-
-// Condition reasons of the CARotationInProgress condition.
-const (
-	ReasonWaitingForNewCAs     = "WaitingForNewCAs"
-	ReasonWaitingForClients    = "WaitingForClientCertificates"
-	ReasonWaitingForServers    = "WaitingForServerCertificates"
-	ReasonWaitingForOldCADrop  = "WaitingForOldCARemoval"
-	ReasonWaitingForConsumers  = "WaitingForConsumerRollout"
-	ReasonWaitingForWorkers    = "WaitingForWorkerRollout"
-	ReasonWaitingForEvidence   = "WaitingForEvidence"
-	ReasonWaitingForCompletion = "WaitingForCompleteOperation"
-	ReasonNoRotation           = "NoRotationInProgress"
-)
-
-// CanDropOldCAs reports whether Finalizing may delete the old CAs: every
-// certificate, servers included, is on the new CA and every consumer serves
-// and presents it.
-func CanDropOldCAs(f Facts) bool {
-	return f.Phase == v1alpha1.RotationFinalizing && f.AllOnNewCA && f.ConsumersRolledOut
-}
-
-// Next returns the phase the rotation moves to (the same phase when it has to
-// wait) and what it waits for.
-func Next(f Facts) (v1alpha1.CARotationPhase, *Wait) {
-	switch f.Phase {
 	case v1alpha1.RotationPreparing:
-		if w := firstWait(
-			check(f.NewCAsPersisted, ReasonWaitingForNewCAs, "generating and storing the new CAs"),
-			check(f.ConsumersRolledOut, ReasonWaitingForConsumers, "waiting for the control-plane workloads to roll out"),
-			// Clients move once the managed API server accepts the new client CA.
-			inManagedCluster(check(f.ClientsOnNewCA, ReasonWaitingForClients, "client certificates move to the new CAs once every consumer, and the API server, trusts both")),
-			inManagedCluster(check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools))),
-			inManagedCluster(check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to accept a client certificate from the new client CA")),
-		); w != nil {
-			return f.Phase, w
-		}
-		return v1alpha1.RotationPrepared, nil
+		return "wait until the phase is Prepared"
 	case v1alpha1.RotationPrepared:
-		return f.Phase, &Wait{Reason: ReasonWaitingForCompletion, Message: "every client uses the new CAs; update your own credentials, then annotate " +
-			v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation}
+		return "complete it with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation
 	case v1alpha1.RotationFinalizing:
-		if w := firstWait(
-			check(f.AllOnNewCA, ReasonWaitingForServers, "re-issuing server certificates from the new CAs"),
-			check(f.OldCAsRemoved, ReasonWaitingForOldCADrop, "waiting for servers to present the new certificates before the old CAs are dropped"),
-			check(f.ConsumersRolledOut, ReasonWaitingForConsumers, "waiting for the control-plane workloads to roll out"),
-			inManagedCluster(check(f.PendingWorkerPools == 0, ReasonWaitingForWorkers, fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools))),
-			inManagedCluster(check(f.Evidence != EvidencePending, ReasonWaitingForEvidence, "waiting for the API server to reject the old client CA and serve a certificate from the new cluster CA")),
-		); w != nil {
-			return f.Phase, w
-		}
-		return v1alpha1.RotationCompleted, nil
+		return "wait until the phase is Completed"
+	default:
+		return "start one with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationStartCARotation
 	}
-	return f.Phase, nil
 }
 
-func check(ok bool, reason, message string) *Wait {
-	if ok {
-		return nil
+// PhaseName is a phase as shown to a person: the empty phase is named.
+func PhaseName(phase v1alpha1.CARotationPhase) string {
+	if phase == "" {
+		return "none (never rotated)"
 	}
-	return &Wait{Reason: reason, Message: message}
-}
-
-// inManagedCluster marks a wait as one that must be polled.
-func inManagedCluster(w *Wait) *Wait {
-	if w != nil {
-		w.PollManaged = true
-	}
-	return w
-}
-
-func firstWait(waits ...*Wait) *Wait {
-	for _, w := range waits {
-		if w != nil {
-			return w
-		}
-	}
-	return nil
-}
-
-// PollDelay is how long a reconcile waiting on the managed cluster waits
-// before it looks again: base at first and, while a check keeps failing
-// (since failingSince; zero when nothing failed), a quarter of the time it
-// has been failing, at most maximum. An API server that comes back is
-// noticed within a quarter of its outage, and a long outage costs a probe
-// every few minutes instead of every few seconds.
-func PollDelay(failingSince, now time.Time, base, maximum time.Duration) time.Duration {
-	if failingSince.IsZero() || !now.After(failingSince) {
-		return base
-	}
-	return min(max(now.Sub(failingSince)/4, base), max(maximum, base))
+	return string(phase)
 }

@@ -33,29 +33,29 @@ func TestApplyOperation(t *testing.T) {
 		want    *v1alpha1.CARotation
 		wantErr bool
 	}{
-		{"start, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation},
+		{"start, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
 		{"start after Completed keeps the last completion and clears the last finish",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, LastInitiationTime: &t1, LastInitiationFinishedTime: &t1, LastCompletionTime: &t1},
-			v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation},
+			v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, LastCompletionTime: &t1, PendingWorkersRollouts: pending("a", "b")}, false},
-		{"start while Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation}, nil, true},
+		{"start while Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation}, nil, true},
 		{"complete from Prepared, pools pending again",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &t0, LastInitiationFinishedTime: &t1},
-			v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation},
+			v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing, LastInitiationTime: &t0, LastInitiationFinishedTime: &t1, LastCompletionTriggeredTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
-		{"complete while Preparing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation}, nil, true},
-		{"complete, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation}, nil, true},
+		{"complete while Preparing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, nil, true},
+		{"complete, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, nil, true},
 		{"rollout of a pending pool",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a", "b")},
-			v1alpha1.Operation{Verb: v1alpha1.OperationRolloutWorkers, Pools: []string{"b"}},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRolloutWorkers, Pools: []string{"b"}},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")}, false},
 		{"rollout of a pool not pending",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")},
-			v1alpha1.Operation{Verb: v1alpha1.OperationRolloutWorkers, Pools: []string{"a", "b"}}, nil, true},
-		{"reconcile changes nothing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.OperationReconcile},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRolloutWorkers, Pools: []string{"a", "b"}}, nil, true},
+		{"reconcile changes nothing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.VerbReconcile},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, false},
-		{"reconcile on a cluster never rotated records nothing", nil, v1alpha1.Operation{Verb: v1alpha1.OperationReconcile}, nil, false},
+		{"reconcile on a cluster never rotated records nothing", nil, v1alpha1.Operation{Verb: v1alpha1.VerbReconcile}, nil, false},
 		{"unknown verb", nil, v1alpha1.Operation{Verb: "rotate"}, nil, true},
 	}
 	for _, tt := range tests {
@@ -136,6 +136,55 @@ func TestIssuer(t *testing.T) {
 	}
 }
 
+// next is Decide's phase, and what the phase of f still waits for: nil
+// when Decide moves on (TestDecideWaitsForTheNewPhase checks the new wait).
+func next(f Facts) (v1alpha1.CARotationPhase, *Wait) {
+	d := Decide(f)
+	if d.Phase != f.Phase {
+		return d.Phase, nil
+	}
+	return d.Phase, d.Wait
+}
+
+func TestDecideWaitsForTheNewPhase(t *testing.T) {
+	prepared := Decide(Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed})
+	if prepared.Phase != v1alpha1.RotationPrepared || prepared.Wait == nil || prepared.Wait.Reason != v1alpha1.ReasonWaitingForCompletion {
+		t.Fatalf("Decide at the end of Preparing = %+v; want Prepared waiting for the complete operation", prepared)
+	}
+	completed := Decide(Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
+		ConsumersRolledOut: true, Evidence: EvidencePassed})
+	if completed.Phase != v1alpha1.RotationCompleted || completed.Wait != nil || completed.DropOldCAs {
+		t.Fatalf("Decide at the end of Finalizing = %+v; want Completed with nothing to wait for", completed)
+	}
+}
+
+func TestEvidenceDue(t *testing.T) {
+	preparing := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePending}
+	finalizing := Facts{Phase: v1alpha1.RotationFinalizing, OldCAsRemoved: true, AllOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePending}
+	with := func(f Facts, mutate func(*Facts)) Facts { mutate(&f); return f }
+	tests := []struct {
+		name  string
+		facts Facts
+		want  EvidenceCheck
+	}{
+		{"Preparing with every other step done", preparing, CheckNewClientAccepted},
+		{"evidence not gathered yet is due", with(preparing, func(f *Facts) { f.Evidence = "" }), CheckNewClientAccepted},
+		{"Preparing with a pool pending", with(preparing, func(f *Facts) { f.PendingWorkerPools = 1 }), CheckNone},
+		{"Preparing with clients on the old CA", with(preparing, func(f *Facts) { f.ClientsOnNewCA = false }), CheckNone},
+		{"Finalizing with every other step done", finalizing, CheckOldCADropped},
+		{"Finalizing before the old CAs are dropped", with(finalizing, func(f *Facts) { f.OldCAsRemoved = false }), CheckNone},
+		{"Prepared", Facts{Phase: v1alpha1.RotationPrepared}, CheckNone},
+		{"never rotated", Facts{}, CheckNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := EvidenceDue(tt.facts); got != tt.want {
+				t.Fatalf("EvidenceDue = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestNext(t *testing.T) {
 	preparedFacts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed}
 	completedFacts := Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
@@ -145,7 +194,7 @@ func TestNext(t *testing.T) {
 		name       string
 		facts      Facts
 		wantPhase  v1alpha1.CARotationPhase
-		wantReason string
+		wantReason v1alpha1.RotationReason
 		wantPoll   bool // the wait is in the managed cluster and must be polled
 	}{
 		{"never rotated stays", Facts{}, "", "", false},
@@ -153,24 +202,24 @@ func TestNext(t *testing.T) {
 		{"Preparing done", preparedFacts, v1alpha1.RotationPrepared, "", false},
 		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) { f.Evidence = EvidenceSkipped }), v1alpha1.RotationPrepared, "", false},
 		{"crash before every new CA was stored", with(preparedFacts, func(f *Facts) { f.NewCAsPersisted = false; f.ClientsOnNewCA = false }),
-			v1alpha1.RotationPreparing, ReasonWaitingForNewCAs, false},
-		{"clients still on the old CA", with(preparedFacts, func(f *Facts) { f.ClientsOnNewCA = false }), v1alpha1.RotationPreparing, ReasonWaitingForClients, true},
-		{"consumers rolling", with(preparedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationPreparing, ReasonWaitingForConsumers, false},
-		{"workers pending", with(preparedFacts, func(f *Facts) { f.PendingWorkerPools = 2 }), v1alpha1.RotationPreparing, ReasonWaitingForWorkers, true},
-		{"no evidence yet", with(preparedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationPreparing, ReasonWaitingForEvidence, true},
-		{"Prepared waits for the user", Facts{Phase: v1alpha1.RotationPrepared}, v1alpha1.RotationPrepared, ReasonWaitingForCompletion, false},
+			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForNewCAs, false},
+		{"clients still on the old CA", with(preparedFacts, func(f *Facts) { f.ClientsOnNewCA = false }), v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForClients, true},
+		{"consumers rolling", with(preparedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForConsumers, false},
+		{"workers pending", with(preparedFacts, func(f *Facts) { f.PendingWorkerPools = 2 }), v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForWorkers, true},
+		{"no evidence yet", with(preparedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForEvidence, true},
+		{"Prepared waits for the user", Facts{Phase: v1alpha1.RotationPrepared}, v1alpha1.RotationPrepared, v1alpha1.ReasonWaitingForCompletion, false},
 		{"Finalizing done", completedFacts, v1alpha1.RotationCompleted, "", false},
 		{"servers still on the old CA", with(completedFacts, func(f *Facts) { f.AllOnNewCA = false; f.OldCAsRemoved = false }),
-			v1alpha1.RotationFinalizing, ReasonWaitingForServers, false},
-		{"old CAs not dropped yet", with(completedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationFinalizing, ReasonWaitingForOldCADrop, false},
-		{"consumers rolling after the drop", with(completedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationFinalizing, ReasonWaitingForConsumers, false},
-		{"workers pending in Finalizing", with(completedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }), v1alpha1.RotationFinalizing, ReasonWaitingForWorkers, true},
-		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, ReasonWaitingForEvidence, true},
+			v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForServers, false},
+		{"old CAs not dropped yet", with(completedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForOldCADrop, false},
+		{"consumers rolling after the drop", with(completedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForConsumers, false},
+		{"workers pending in Finalizing", with(completedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForWorkers, true},
+		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForEvidence, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			phase, wait := Next(tt.facts)
-			reason, poll := "", false
+			phase, wait := next(tt.facts)
+			reason, poll := v1alpha1.RotationReason(""), false
 			if wait != nil {
 				reason, poll = wait.Reason, wait.PollManaged
 			}
@@ -223,7 +272,7 @@ func TestPollDelay(t *testing.T) {
 }
 
 func TestApplyReissueCA(t *testing.T) {
-	op := v1alpha1.Operation{Verb: v1alpha1.OperationReissueCA, Roles: []v1alpha1.CARole{v1alpha1.CARoleEtcd}}
+	op := v1alpha1.Operation{Verb: v1alpha1.VerbReissueCA, Roles: []v1alpha1.CARole{v1alpha1.CARoleEtcd}}
 	now := metav1.Now()
 	for _, phase := range []v1alpha1.CARotationPhase{"", v1alpha1.RotationCompleted} {
 		rot := &v1alpha1.CARotation{Phase: phase}
@@ -285,7 +334,7 @@ func TestTrackEndpoint(t *testing.T) {
 
 func TestStartForgetsTheLastRotationsEndpoint(t *testing.T) {
 	done := &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, CheckedEndpoint: "https://192.0.2.1:6443"}
-	next, err := ApplyOperation(done, v1alpha1.Operation{Verb: v1alpha1.OperationStartCARotation}, nil, t0)
+	next, err := ApplyOperation(done, v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation}, nil, t0)
 	if err != nil || next.CheckedEndpoint != "" {
 		t.Fatalf("start = %+v, %v; want no checked endpoint until this rotation records one", next, err)
 	}
@@ -293,7 +342,7 @@ func TestStartForgetsTheLastRotationsEndpoint(t *testing.T) {
 
 func TestCompleteToleratesAStatusWithoutStartTime(t *testing.T) {
 	prepared := &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared} // written by hand
-	next, err := ApplyOperation(prepared, v1alpha1.Operation{Verb: v1alpha1.OperationCompleteCARotation}, pools, t0)
+	next, err := ApplyOperation(prepared, v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, pools, t0)
 	if err != nil || next.Phase != v1alpha1.RotationFinalizing {
 		t.Fatalf("complete = %+v, %v", next, err)
 	}

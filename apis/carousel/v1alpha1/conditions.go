@@ -61,3 +61,35 @@ const (
 	// cluster, and what is left there.
 	EventManagedCleanupAbandoned = "ManagedClusterCleanupAbandoned"
 )
+
+// RotationReason is the reason of the CARotationInProgress condition: the
+// step a CA rotation waits for. Package rotation decides which applies.
+type RotationReason string
+
+// Reasons of the CARotationInProgress condition.
+const (
+	// ReasonNoRotation: no rotation is under way (the condition is False).
+	ReasonNoRotation RotationReason = "NoRotationInProgress"
+	// ReasonWaitingForNewCAs: Preparing generates and stores every role's new CA.
+	ReasonWaitingForNewCAs RotationReason = "WaitingForNewCAs"
+	// ReasonWaitingForConsumers: the control-plane workloads roll out with the
+	// bundles and certificates written now.
+	ReasonWaitingForConsumers RotationReason = "WaitingForConsumerRollout"
+	// ReasonWaitingForClients: client certificates move to the new CAs once
+	// every consumer, and the API server, trusts both.
+	ReasonWaitingForClients RotationReason = "WaitingForClientCertificates"
+	// ReasonWaitingForWorkers: worker pools listed in pendingWorkersRollouts
+	// still have to roll.
+	ReasonWaitingForWorkers RotationReason = "WaitingForWorkerRollout"
+	// ReasonWaitingForEvidence: the managed API server has not yet been seen
+	// behaving as the phase requires.
+	ReasonWaitingForEvidence RotationReason = "WaitingForEvidence"
+	// ReasonWaitingForCompletion: Prepared; the user completes the rotation.
+	ReasonWaitingForCompletion RotationReason = "WaitingForCompleteOperation"
+	// ReasonWaitingForServers: Finalizing re-issues server certificates from
+	// the new CAs.
+	ReasonWaitingForServers RotationReason = "WaitingForServerCertificates"
+	// ReasonWaitingForOldCADrop: servers must present their new certificates
+	// before the old CAs are deleted.
+	ReasonWaitingForOldCADrop RotationReason = "WaitingForOldCARemoval"
+)

@@ -58,11 +58,11 @@ func FuzzParseOperation(f *testing.F) {
 			t.Fatalf("ParseOperation(%q) = %+v, but parsing its String() gives %+v, %v", value, op, again, err)
 		}
 		switch op.Verb {
-		case OperationStartCARotation, OperationCompleteCARotation, OperationReconcile:
+		case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile:
 			if op.Pools != nil || op.Roles != nil {
 				t.Fatalf("ParseOperation(%q): verb %s takes no list, got pools %q, roles %q", value, op.Verb, op.Pools, op.Roles)
 			}
-		case OperationRolloutWorkers:
+		case VerbRolloutWorkers:
 			if op.Roles != nil {
 				t.Fatalf("ParseOperation(%q): rollout-workers with roles %q", value, op.Roles)
 			}
@@ -77,7 +77,7 @@ func FuzzParseOperation(f *testing.F) {
 					t.Fatalf("ParseOperation(%q): pool %q named twice", value, pool)
 				}
 			}
-		case OperationReissueCA:
+		case VerbReissueCA:
 			if op.Pools != nil {
 				t.Fatalf("ParseOperation(%q): reissue-ca with pools %q", value, op.Pools)
 			}

@@ -7,19 +7,19 @@ const (
 	OperationAnnotation = "carousel.dev/operation"
 
 	// OperationStartCARotation starts phase 1 of a CA rotation (Preparing).
-	OperationStartCARotation = "start-ca-rotation"
+	OperationStartCARotation = string(VerbStartCARotation)
 	// OperationCompleteCARotation starts phase 2 of a CA rotation (Finalizing).
-	OperationCompleteCARotation = "complete-ca-rotation"
+	OperationCompleteCARotation = string(VerbCompleteCARotation)
 	// OperationReconcile asks for an immediate reconcile.
-	OperationReconcile = "reconcile"
+	OperationReconcile = string(VerbReconcile)
 	// OperationRolloutWorkersPrefix, followed by a comma-separated list of pool
 	// names, reports that those pools were rolled by hand.
-	OperationRolloutWorkersPrefix = "rollout-workers="
+	OperationRolloutWorkersPrefix = string(VerbRolloutWorkers) + "="
 	// OperationReissueCAPrefix, followed by a comma-separated list of CA roles,
 	// accepts new CAs for roles whose CA Secret was lost outside a rotation.
 	// Everything the lost CA signed stops being trusted; restoring the Secret
 	// (kubectl carousel certs restore) is the way that keeps it.
-	OperationReissueCAPrefix = "reissue-ca="
+	OperationReissueCAPrefix = string(VerbReissueCA) + "="
 )
 
 // Labels Carousel puts on every object it manages in the management cluster.

@@ -5,39 +5,48 @@ import (
 	"strings"
 )
 
+// OperationVerb is what an operation asks for. The annotation value is the
+// verb, followed, for the verbs that take a list, by "=" and the list.
+type OperationVerb string
+
+// The verbs. Which phase each is allowed in, and what it does, is decided in
+// package rotation.
+const (
+	// VerbStartCARotation starts phase 1 of a CA rotation (Preparing).
+	VerbStartCARotation OperationVerb = "start-ca-rotation"
+	// VerbCompleteCARotation starts phase 2 of a CA rotation (Finalizing).
+	VerbCompleteCARotation OperationVerb = "complete-ca-rotation"
+	// VerbReconcile asks for an immediate reconcile.
+	VerbReconcile OperationVerb = "reconcile"
+	// VerbRolloutWorkers is rollout-workers=<pool>[,<pool>]: pools rolled by hand.
+	VerbRolloutWorkers OperationVerb = "rollout-workers"
+	// VerbReissueCA is reissue-ca=<role>[,<role>]: new CAs for lost CA Secrets.
+	VerbReissueCA OperationVerb = "reissue-ca"
+)
+
 // Operation is a parsed value of the carousel.dev/operation annotation.
 type Operation struct {
-	// Verb is OperationStartCARotation, OperationCompleteCARotation,
-	// OperationReconcile, OperationRolloutWorkers or OperationReissueCA.
-	Verb string
+	Verb OperationVerb
 	// Pools are the worker pools named by a rollout-workers operation.
 	Pools []string
 	// Roles are the CA roles named by a reissue-ca operation.
 	Roles []CARole
 }
 
-// Verbs of the operations that take a list.
-const (
-	// OperationRolloutWorkers is the verb of rollout-workers=<pool>[,<pool>].
-	OperationRolloutWorkers = "rollout-workers"
-	// OperationReissueCA is the verb of reissue-ca=<role>[,<role>].
-	OperationReissueCA = "reissue-ca"
-)
-
 // ParseOperation parses an operation annotation value. It refuses unknown
 // verbs and malformed or repeated pool lists; whether the operation is allowed
-// for a given Cluster is decided by ValidateOperation.
+// for a given Cluster is decided by rotation.ValidateOperation.
 func ParseOperation(value string) (Operation, error) {
-	switch value {
-	case OperationStartCARotation, OperationCompleteCARotation, OperationReconcile:
-		return Operation{Verb: value}, nil
+	switch verb := OperationVerb(value); verb {
+	case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile:
+		return Operation{Verb: verb}, nil
 	}
 	if list, ok := strings.CutPrefix(value, OperationRolloutWorkersPrefix); ok {
 		pools, err := parseList(value, list, "worker pool", OperationRolloutWorkersPrefix+"<pool>[,<pool>]")
 		if err != nil {
 			return Operation{}, err
 		}
-		return Operation{Verb: OperationRolloutWorkers, Pools: pools}, nil
+		return Operation{Verb: VerbRolloutWorkers, Pools: pools}, nil
 	}
 	if list, ok := strings.CutPrefix(value, OperationReissueCAPrefix); ok {
 		names, err := parseList(value, list, "CA role", OperationReissueCAPrefix+"<role>[,<role>]")
@@ -51,7 +60,7 @@ func ParseOperation(value string) (Operation, error) {
 			}
 			roles = append(roles, CARole(n))
 		}
-		return Operation{Verb: OperationReissueCA, Roles: roles}, nil
+		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
 	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s<pool>[,<pool>] or %s<role>[,<role>]",
 		value, OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, OperationRolloutWorkersPrefix, OperationReissueCAPrefix)
@@ -77,14 +86,14 @@ func parseList(value, list, what, usage string) ([]string, error) {
 // String renders the operation as an annotation value.
 func (o Operation) String() string {
 	switch o.Verb {
-	case OperationRolloutWorkers:
+	case VerbRolloutWorkers:
 		return OperationRolloutWorkersPrefix + strings.Join(o.Pools, ",")
-	case OperationReissueCA:
+	case VerbReissueCA:
 		roles := make([]string, len(o.Roles))
 		for i, r := range o.Roles {
 			roles[i] = string(r)
 		}
 		return OperationReissueCAPrefix + strings.Join(roles, ",")
 	}
-	return o.Verb
+	return string(o.Verb)
 }

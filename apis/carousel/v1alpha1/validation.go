@@ -45,29 +45,27 @@ var versionConstraint = func() *semver.Constraints {
 	return c
 }()
 
-// ValidateCluster validates a Cluster on create: its name, its spec and,
-// when present, its operation annotation.
+// ValidateCluster validates a Cluster on create: its name and its spec. The
+// operation annotation is the rotation's to validate (rotation.ValidateOperation).
 func ValidateCluster(c *Cluster) field.ErrorList {
 	var allErrs field.ErrorList
 	// The name is a label value and the prefix of every object Carousel writes.
 	for _, msg := range validation.IsDNS1123Label(c.Name) {
 		allErrs = append(allErrs, field.Invalid(field.NewPath("metadata", "name"), c.Name, msg))
 	}
-	allErrs = append(allErrs, ValidateClusterSpec(&c.Spec, field.NewPath("spec"))...)
-	return append(allErrs, ValidateOperation(c, nil)...)
+	return append(allErrs, ValidateClusterSpec(&c.Spec, field.NewPath("spec"))...)
 }
 
-// ValidateClusterUpdate validates an update of a Cluster: a changed spec, the
-// spec changes a running rotation forbids, and a newly set operation. An
-// update that leaves the spec alone (Carousel removing the annotation, a
-// label change) is not refused for a spec that has become invalid since.
+// ValidateClusterUpdate validates a changed spec. An update that leaves the
+// spec alone (Carousel removing the annotation, a label change) is not
+// refused for a spec that has become invalid since. What a rotation under
+// way forbids, and the operation annotation, are the rotation's to validate
+// (rotation.ValidateUpdate).
 func ValidateClusterUpdate(newC, oldC *Cluster) field.ErrorList {
-	var allErrs field.ErrorList
-	if !equality.Semantic.DeepEqual(newC.Spec, oldC.Spec) {
-		allErrs = append(allErrs, ValidateClusterSpec(&newC.Spec, field.NewPath("spec"))...)
-		allErrs = append(allErrs, validateSpecChangeDuringRotation(newC, oldC)...)
+	if equality.Semantic.DeepEqual(newC.Spec, oldC.Spec) {
+		return nil
 	}
-	return append(allErrs, ValidateOperation(newC, oldC)...)
+	return ValidateClusterSpec(&newC.Spec, field.NewPath("spec"))
 }
 
 // ValidateClusterSpec validates a spec on its own.
@@ -217,122 +215,6 @@ func validateDurationBounds(d *metav1.Duration, minimum, maximum time.Duration, 
 		return field.ErrorList{field.Invalid(p, d.Duration.String(), fmt.Sprintf("must be between %s and %s", minimum, maximum))}
 	}
 	return nil
-}
-
-// validateSpecChangeDuringRotation refuses the spec changes that would break
-// a rotation under way: new key or validity settings (the new CAs are already
-// minted), removing a pool whose rollout is still awaited, and removing the
-// endpoint, which would turn off the checks against the API server that
-// Prepared and Completed wait for. A changed endpoint is allowed: the checks
-// run against whatever the spec names.
-func validateSpecChangeDuringRotation(newC, oldC *Cluster) field.ErrorList {
-	phase := oldC.CARotationPhase()
-	if !phase.RotationInProgress() {
-		return nil
-	}
-	var allErrs field.ErrorList
-	p := field.NewPath("spec")
-	if !certificateSettingsEqual(newC.Spec.Certificates, oldC.Spec.Certificates) {
-		allErrs = append(allErrs, field.Forbidden(p.Child("certificates"), fmt.Sprintf(
-			"cannot change while the CA rotation is in phase %s: %s", phase, NextStep(phase))))
-	}
-	if oldC.Spec.ControlPlane.Endpoint != "" && newC.Spec.ControlPlane.Endpoint == "" {
-		allErrs = append(allErrs, field.Forbidden(p.Child("controlPlane", "endpoint"), fmt.Sprintf(
-			"cannot be removed while the CA rotation is in phase %s: the rotation checks the API server at this endpoint; change it to the new address instead, or %s", phase, NextStep(phase))))
-	}
-	for _, pool := range oldC.Spec.Workers {
-		if newC.Spec.WorkerPool(pool.Name) == nil && oldC.IsPendingWorkerPool(pool.Name) {
-			allErrs = append(allErrs, field.Forbidden(p.Child("workers"), fmt.Sprintf(
-				"cannot remove worker pool %q while its rollout is pending in phase %s: roll it first", pool.Name, phase)))
-		}
-	}
-	return allErrs
-}
-
-func certificateSettingsEqual(a, b CertificateSettings) bool {
-	return a.KeyAlgorithmOrDefault() == b.KeyAlgorithmOrDefault() &&
-		a.CAValidityOrDefault() == b.CAValidityOrDefault() &&
-		a.LeafValidityOrDefault() == b.LeafValidityOrDefault()
-}
-
-// ValidateOperation validates the operation annotation of newC against the
-// state of oldC (nil on create): the transition rules of a CA rotation. An
-// annotation that did not change is not validated again, so that Carousel's
-// own writes, and edits while an accepted operation waits to be picked up,
-// are never refused.
-func ValidateOperation(newC, oldC *Cluster) field.ErrorList {
-	value, ok := newC.Annotations[OperationAnnotation]
-	if !ok {
-		return nil
-	}
-	current := newC
-	if oldC != nil {
-		if oldValue, had := oldC.Annotations[OperationAnnotation]; had && oldValue == value {
-			return nil
-		}
-		current = oldC
-	}
-	p := field.NewPath("metadata", "annotations").Key(OperationAnnotation)
-	if current.DeletionTimestamp != nil {
-		return field.ErrorList{field.Forbidden(p, "the cluster is being deleted: no operation is accepted")}
-	}
-	op, err := ParseOperation(value)
-	if err != nil {
-		return field.ErrorList{field.Invalid(p, value, err.Error())}
-	}
-	phase := current.CARotationPhase()
-	switch op.Verb {
-	case OperationStartCARotation:
-		if phase.RotationInProgress() {
-			return field.ErrorList{field.Forbidden(p, fmt.Sprintf(
-				"cannot start a CA rotation: the rotation is in phase %s: %s", phase, NextStep(phase)))}
-		}
-	case OperationCompleteCARotation:
-		if phase != RotationPrepared {
-			return field.ErrorList{field.Forbidden(p, fmt.Sprintf(
-				"cannot complete the CA rotation in phase %s, only in phase %s: %s", phaseName(phase), RotationPrepared, NextStep(phase)))}
-		}
-	case OperationRolloutWorkers:
-		var allErrs field.ErrorList
-		for _, pool := range op.Pools {
-			switch {
-			case newC.Spec.WorkerPool(pool) == nil:
-				allErrs = append(allErrs, field.Invalid(p, value, fmt.Sprintf(
-					"worker pool %q does not exist (phase %s): name pools from spec.workers", pool, phaseName(phase))))
-			case !current.IsPendingWorkerPool(pool):
-				allErrs = append(allErrs, field.Invalid(p, value, fmt.Sprintf(
-					"worker pool %q has no pending rollout in phase %s: name only pools listed in status.credentials.rotation.certificateAuthorities.pendingWorkersRollouts", pool, phaseName(phase))))
-			}
-		}
-		return allErrs
-	case OperationReissueCA:
-		if phase.RotationInProgress() {
-			return field.ErrorList{field.Forbidden(p, fmt.Sprintf(
-				"cannot reissue a CA during a CA rotation (phase %s): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`", phase))}
-		}
-	}
-	return nil
-}
-
-// NextStep tells a user what to do in a phase of the CA rotation.
-func NextStep(phase CARotationPhase) string {
-	switch phase {
-	case RotationPreparing:
-		return "wait until the phase is Prepared"
-	case RotationPrepared:
-		return "complete it with " + OperationAnnotation + "=" + OperationCompleteCARotation
-	case RotationFinalizing:
-		return "wait until the phase is Completed"
-	default:
-		return "start one with " + OperationAnnotation + "=" + OperationStartCARotation
-	}
-}
-
-func phaseName(phase CARotationPhase) string {
-	if phase == "" {
-		return "none (never rotated)"
-	}
-	return string(phase)
 }
 
 func oneOf[T comparable](v T, allowed []T) bool {

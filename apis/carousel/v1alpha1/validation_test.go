@@ -107,123 +107,6 @@ func TestValidateClusterSpec(t *testing.T) {
 	}
 }
 
-// inPhase returns a valid cluster whose CA rotation is in phase, with the
-// given pools pending.
-func inPhase(phase CARotationPhase, pending ...string) *Cluster {
-	c := validCluster()
-	if phase == "" && len(pending) == 0 {
-		return c
-	}
-	r := &CARotation{Phase: phase}
-	for _, p := range pending {
-		r.PendingWorkersRollouts = append(r.PendingWorkersRollouts, PendingWorkersRollout{Name: p})
-	}
-	c.Status.Credentials = &ClusterCredentials{Rotation: &CredentialsRotation{CertificateAuthorities: r}}
-	return c
-}
-
-func withOperation(c *Cluster, op string) *Cluster {
-	c = c.DeepCopy()
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations[OperationAnnotation] = op
-	return c
-}
-
-func TestValidateOperation(t *testing.T) {
-	now := metav1.Now()
-	deleting := inPhase(RotationPrepared)
-	deleting.DeletionTimestamp = &now
-	tests := []struct {
-		name string
-		old  *Cluster // nil: create
-		op   string
-		want string // substring of the error; empty means allowed
-	}{
-		{"start on create", nil, OperationStartCARotation, ""},
-		{"start, never rotated", inPhase(""), OperationStartCARotation, ""},
-		{"start after Completed", inPhase(RotationCompleted), OperationStartCARotation, ""},
-		{"start while Preparing", inPhase(RotationPreparing), OperationStartCARotation,
-			"cannot start a CA rotation: the rotation is in phase Preparing: wait until the phase is Prepared"},
-		{"start while Prepared", inPhase(RotationPrepared), OperationStartCARotation,
-			"cannot start a CA rotation: the rotation is in phase Prepared: complete it with carousel.dev/operation=complete-ca-rotation"},
-		{"start while Finalizing", inPhase(RotationFinalizing), OperationStartCARotation,
-			"in phase Finalizing: wait until the phase is Completed"},
-		{"complete from Prepared", inPhase(RotationPrepared), OperationCompleteCARotation, ""},
-		{"complete, never rotated", inPhase(""), OperationCompleteCARotation,
-			"cannot complete the CA rotation in phase none (never rotated), only in phase Prepared: start one with carousel.dev/operation=start-ca-rotation"},
-		{"complete on create", nil, OperationCompleteCARotation, "in phase none (never rotated)"},
-		{"complete while Preparing", inPhase(RotationPreparing), OperationCompleteCARotation,
-			"cannot complete the CA rotation in phase Preparing, only in phase Prepared: wait until the phase is Prepared"},
-		{"complete while Finalizing", inPhase(RotationFinalizing), OperationCompleteCARotation, "in phase Finalizing"},
-		{"complete after Completed", inPhase(RotationCompleted), OperationCompleteCARotation,
-			"in phase Completed, only in phase Prepared: start one with"},
-		{"reconcile any time", inPhase(RotationFinalizing), OperationReconcile, ""},
-		{"unknown operation", inPhase(""), "rotate-everything", `unknown operation "rotate-everything"`},
-		{"rollout of a pending pool", inPhase(RotationPreparing, "pool-b"), "rollout-workers=pool-b", ""},
-		{"rollout of two pending pools", inPhase(RotationPreparing, "pool-a", "pool-b"), "rollout-workers=pool-a,pool-b", ""},
-		{"rollout of an unknown pool", inPhase(RotationPreparing, "pool-b"), "rollout-workers=pool-z", `worker pool "pool-z" does not exist (phase Preparing): name pools from spec.workers`},
-		{"rollout of a pool not pending", inPhase(RotationPreparing, "pool-b"), "rollout-workers=pool-a",
-			`worker pool "pool-a" has no pending rollout in phase Preparing`},
-		{"rollout with no rotation", inPhase(""), "rollout-workers=pool-a", "in phase none (never rotated)"},
-		{"rollout naming a pool twice", inPhase(RotationPreparing, "pool-b"), "rollout-workers=pool-b,pool-b", `names worker pool "pool-b" twice`},
-		{"rollout of nothing", inPhase(RotationPreparing, "pool-b"), "rollout-workers=", "names an empty worker pool"},
-		{"reissue a CA, never rotated", inPhase(""), "reissue-ca=etcd", ""},
-		{"reissue two CAs after Completed", inPhase(RotationCompleted), "reissue-ca=etcd,client", ""},
-		{"reissue during a rotation", inPhase(RotationPrepared), "reissue-ca=etcd",
-			"cannot reissue a CA during a CA rotation (phase Prepared): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`"},
-		{"reissue an unknown role", inPhase(""), "reissue-ca=etcd,dns", `names "dns", which is not a CA role`},
-		{"reissue nothing", inPhase(""), "reissue-ca=", "names an empty CA role"},
-		{"reissue a role twice", inPhase(""), "reissue-ca=vpn,vpn", `names CA role "vpn" twice`},
-		{"any operation while deleting", deleting, OperationCompleteCARotation, "the cluster is being deleted"},
-		{"unchanged annotation is not checked again", withOperation(inPhase(RotationPreparing), OperationStartCARotation), OperationStartCARotation, ""},
-		{"changed annotation is checked", withOperation(inPhase(""), OperationStartCARotation), OperationCompleteCARotation, "in phase none"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			base := tt.old
-			if base == nil {
-				base = validCluster()
-			}
-			assertValidation(t, errorsText(withOperation(base, tt.op), tt.old), tt.want)
-		})
-	}
-}
-
-func TestValidateSpecChangeDuringRotation(t *testing.T) {
-	tests := []struct {
-		name   string
-		old    *Cluster
-		mutate func(*ClusterSpec)
-		want   string
-	}{
-		{"key algorithm during Preparing", inPhase(RotationPreparing), func(s *ClusterSpec) { s.Certificates.KeyAlgorithm = KeyAlgorithmRSA3072 },
-			"spec.certificates: Forbidden: cannot change while the CA rotation is in phase Preparing: wait until the phase is Prepared"},
-		{"CA validity during Prepared", inPhase(RotationPrepared), func(s *ClusterSpec) { s.Certificates.CAValidity = dur(1000 * time.Hour) },
-			"in phase Prepared: complete it with"},
-		{"explicit default is no change", inPhase(RotationPrepared), func(s *ClusterSpec) { s.Certificates.KeyAlgorithm = "" }, ""},
-		{"key algorithm when Completed", inPhase(RotationCompleted), func(s *ClusterSpec) { s.Certificates.KeyAlgorithm = KeyAlgorithmRSA3072 }, ""},
-		{"remove a pending pool", inPhase(RotationPreparing, "pool-b"), func(s *ClusterSpec) { s.Workers = s.Workers[:1] },
-			`cannot remove worker pool "pool-b" while its rollout is pending in phase Preparing`},
-		{"remove a rolled pool", inPhase(RotationPreparing, "pool-a"), func(s *ClusterSpec) { s.Workers = s.Workers[:1] }, ""},
-		{"add a pool", inPhase(RotationFinalizing, "pool-a"), func(s *ClusterSpec) {
-			s.Workers = append(s.Workers, WorkerPool{Name: "pool-d", RolloutStrategy: RolloutInPlace})
-		}, ""},
-		{"endpoint change", inPhase(RotationPreparing), func(s *ClusterSpec) { s.ControlPlane.Endpoint = "https://10.0.0.2:6443" }, ""},
-		{"endpoint removed during Finalizing", inPhase(RotationFinalizing), func(s *ClusterSpec) { s.ControlPlane.Endpoint = "" },
-			"spec.controlPlane.endpoint: Forbidden: cannot be removed while the CA rotation is in phase Finalizing: the rotation checks the API server at this endpoint"},
-		{"endpoint removed when Completed", inPhase(RotationCompleted), func(s *ClusterSpec) { s.ControlPlane.Endpoint = "" }, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			newC := tt.old.DeepCopy()
-			tt.mutate(&newC.Spec)
-			assertValidation(t, errorsText(newC, tt.old), tt.want)
-		})
-	}
-}
-
 func TestValidateClusterName(t *testing.T) {
 	c := validCluster()
 	c.Name = "prod.eu-1"
@@ -233,7 +116,7 @@ func TestValidateClusterName(t *testing.T) {
 }
 
 func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
-	old := inPhase(RotationPreparing)
+	old := validCluster()
 	old.Spec.KubernetesVersion = "1.20.0" // valid once, outside the supported range now
 	updated := old.DeepCopy()
 	updated.Labels = map[string]string{"team": "a"}

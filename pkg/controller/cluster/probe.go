@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,38 +79,35 @@ func trustProbeSecret(c *v1alpha1.Cluster) string {
 // observed half of "every consumer trusts both CAs": the API server accepts
 // a client certificate from the new client CA. Carousel's own client
 // certificate moves only after that, and once it has moved, the question is
-// settled. Elsewhere it is true: the consumers' rollout says it. The error
-// is the failed check, for the poll's backoff; the condition says it too.
+// settled. Elsewhere it is true: the consumers' rollout says it. It returns
+// what it saw of the API server (nil: it did not look) and, for a check that
+// failed, errManagedCheckFailed.
 func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1.Cluster, objs *objects,
-	all map[v1alpha1.CARole]*credentials.CAs, trust bundles, endpointRemoved bool) (bool, error) {
+	all map[v1alpha1.CARole]*credentials.CAs, trust bundles, endpointRemoved bool) (bool, *metav1.Condition, error) {
 	endpoint := c.Spec.ControlPlane.Endpoint
 	clientCAs := all[v1alpha1.CARoleClient]
-	if c.CARotationPhase() != v1alpha1.RotationPreparing || r.Evidence == nil || clientCAs.Previous == nil {
-		return true, nil
-	}
-	if endpointRemoved {
-		setEndpointRemoved(c, r.now())
-		return false, nil
-	}
-	if endpoint == "" {
-		return true, nil
+	switch {
+	case c.CARotationPhase() != v1alpha1.RotationPreparing || r.Evidence == nil || clientCAs.Previous == nil:
+		return true, nil, nil
+	case endpointRemoved:
+		return false, endpointRemovedCondition(c), nil
+	case endpoint == "":
+		return true, nil, nil
 	}
 	if s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]; s != nil {
 		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && signedBy(certs[0], clientCAs.Current.Cert) {
-			return true, nil
+			return true, nil, nil
 		}
 	}
 	probe, err := r.ensureTrustProbe(ctx, c, objs, clientCAs.Current)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if err := r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey]); err != nil {
-		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable,
-			Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonEndpointUnreachable, ObservedGeneration: c.Generation, LastTransitionTime: r.now(),
-			Message: "the API server does not accept the new client CA yet: " + err.Error()})
-		return false, errManagedCheckFailed
+		return false, reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, "the API server does not accept the new client CA yet: "+err.Error()),
+			errManagedCheckFailed
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 // errManagedCheckFailed marks a check of the managed cluster that failed (its
@@ -152,59 +148,54 @@ func (r *Reconciler) ensureTrustProbe(ctx context.Context, c *v1alpha1.Cluster, 
 	return objs.secrets[name], nil
 }
 
-// setEndpointRemoved says that the rotation holds because its endpoint was
-// removed from the spec (past the webhook, which refuses that).
-func setEndpointRemoved(c *v1alpha1.Cluster, now metav1.Time) {
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable,
-		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonEndpointRemoved, ObservedGeneration: c.Generation, LastTransitionTime: now,
-		Message: fmt.Sprintf("spec.controlPlane.endpoint was removed during the CA rotation (phase %s), so its API-server checks cannot run: the rotation holds until the endpoint is set again (it was %s)",
-			c.CARotationPhase(), c.CARotation().CheckedEndpoint)})
+// reachability is an observation for the ControlPlaneReachable condition;
+// updateStatus stamps it.
+func reachability(status metav1.ConditionStatus, reason, message string) *metav1.Condition {
+	return &metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: status, Reason: reason, Message: message}
 }
 
-// gatherEvidence observes the managed API server once every other fact of
-// the phase holds, and records what it saw in the ControlPlaneReachable
-// condition. Without an endpoint the checks are skipped, and the condition
-// says so.
-func (r *Reconciler) gatherEvidence(ctx context.Context, c *v1alpha1.Cluster, objs *objects, trust bundles, f rotation.Facts, endpointRemoved bool) (rotation.Evidence, error) {
-	if endpointRemoved {
-		setEndpointRemoved(c, r.now())
-		return rotation.EvidencePending, nil
-	}
-	cond := metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, ObservedGeneration: c.Generation, LastTransitionTime: r.now()}
-	defer func() { meta.SetStatusCondition(&c.Status.Conditions, cond) }()
+// endpointRemovedCondition says that the rotation holds because its endpoint
+// was removed from the spec (past the webhook, which refuses that).
+func endpointRemovedCondition(c *v1alpha1.Cluster) *metav1.Condition {
+	return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointRemoved, fmt.Sprintf(
+		"spec.controlPlane.endpoint was removed during the CA rotation (phase %s), so its API-server checks cannot run: the rotation holds until the endpoint is set again (it was %s)",
+		c.CARotationPhase(), c.CARotation().CheckedEndpoint))
+}
+
+// gatherEvidence runs the check of the managed API server that
+// rotation.EvidenceDue asked for (once every other step of the phase is
+// done) and returns what it saw: nil when no check was due. Without an
+// endpoint the checks are skipped, and the observation says so.
+func (r *Reconciler) gatherEvidence(ctx context.Context, c *v1alpha1.Cluster, objs *objects, trust bundles, check rotation.EvidenceCheck,
+	endpointRemoved bool) (rotation.Evidence, *metav1.Condition, error) {
 	endpoint := c.Spec.ControlPlane.Endpoint
-	if endpoint == "" || r.Evidence == nil {
-		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNoEndpoint
-		cond.Message = "spec.controlPlane.endpoint is empty: the API-server checks of a CA rotation are skipped"
-		return rotation.EvidenceSkipped, nil
-	}
-	operator := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
-	var err error
 	switch {
-	case f.Phase == v1alpha1.RotationPreparing && f.NewCAsPersisted && f.ClientsOnNewCA && f.ConsumersRolledOut && f.PendingWorkerPools == 0:
+	case endpointRemoved:
+		return rotation.EvidencePending, endpointRemovedCondition(c), nil
+	case endpoint == "" || r.Evidence == nil:
+		return rotation.EvidenceSkipped, reachability(metav1.ConditionFalse, v1alpha1.ReasonNoEndpoint,
+			"spec.controlPlane.endpoint is empty: the API-server checks of a CA rotation are skipped"), nil
+	}
+	var err error
+	switch check {
+	case rotation.CheckNewClientAccepted:
+		operator := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
 		err = r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
-	case f.Phase == v1alpha1.RotationFinalizing && f.AllOnNewCA && f.OldCAsRemoved && f.ConsumersRolledOut && f.PendingWorkerPools == 0:
+	case rotation.CheckOldCADropped:
 		err = r.Evidence.ServesChainTo(ctx, endpoint, trust[v1alpha1.CARoleCluster])
 		probe := objs.secrets[oldClientProbeSecret(c)]
 		if err == nil && probe != nil {
 			err = r.Evidence.ClientRejected(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey])
 		}
 		if err == nil && probe == nil {
-			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable
-			cond.Message = "the API server serves a certificate from the new cluster CA; the old client CA's rejection was not checked: no probe certificate (the endpoint was set after the old CAs were dropped)"
-			return rotation.EvidencePassed, nil
+			return rotation.EvidencePassed, reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable,
+				"the API server serves a certificate from the new cluster CA; the old client CA's rejection was not checked: no probe certificate (the endpoint was set after the old CAs were dropped)"), nil
 		}
 	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, v1alpha1.ReasonEndpointReachable, "no check due in this step"
-		if existing := meta.FindStatusCondition(c.Status.Conditions, cond.Type); existing != nil {
-			cond = *existing
-		}
-		return rotation.EvidencePending, nil
+		return rotation.EvidencePending, nil, nil
 	}
 	if err != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()
-		return rotation.EvidencePending, errManagedCheckFailed
+		return rotation.EvidencePending, reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()), errManagedCheckFailed
 	}
-	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server behaves as the phase requires"
-	return rotation.EvidencePassed, nil
+	return rotation.EvidencePassed, reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server behaves as the phase requires"), nil
 }

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -21,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -83,13 +81,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	// has none yet waits (annotation kept) until this pass has issued them.
 
 	before := c.DeepCopy()
+	s := &scope{cluster: c}
 	defer func() {
 		if deferredStart && retErr == nil && result.RequeueAfter > time.Second {
 			result.RequeueAfter = time.Second
 		}
-		r.setReadyCondition(c, retErr)
-		r.reportBlocked(c, before, retErr)
-		c.Status.ObservedGeneration = c.Generation
+		r.updateStatus(s, before, retErr)
 		if equality.Semantic.DeepEqual(before.Status, c.Status) {
 			return
 		}
@@ -104,136 +101,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			r.phaseChanged(c, before.CARotationPhase(), c.CARotationPhase())
 		}
 	}()
-	result, err := r.reconcileCredentials(ctx, c)
+	result, err := r.reconcileCredentials(ctx, s)
 	if errors.Is(err, errStaleCache) {
 		log.FromContext(ctx).V(1).Info("cache behind the API server; retrying", "error", err.Error())
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return result, err
-}
-
-// reconcileCredentials runs the steps of the current phase in order. Each
-// step is idempotent and writes only what differs; a reconcile that finds
-// everything in place writes nothing and generates no key.
-func (r *Reconciler) reconcileCredentials(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Result, error) {
-	objs, err := r.loadObjects(ctx, c)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	cas, err := r.ensureCAs(ctx, c, objs)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.ensureServiceAccountKey(ctx, c, objs); err != nil {
-		return ctrl.Result{}, err
-	}
-	trust, err := r.ensureBundles(ctx, c, objs, cas)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	rot, endpointRemoved := rotation.TrackEndpoint(c.CARotation(), c.Spec.ControlPlane.Endpoint)
-	if rot != c.CARotation() {
-		setCARotation(c, rot)
-	}
-	if c.CARotationPhase() != v1alpha1.RotationPreparing {
-		if err := r.deleteSecret(ctx, objs, trustProbeSecret(c)); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	// A check of the managed cluster that fails is reported in its condition
-	// and polled with backoff; it does not fail the reconcile.
-	var managedFailure error
-	consumers, trustSum := consumersOf(objs), trustChecksum(trust)
-	trusted := trustEstablished(consumers, trustSum)
-	if trusted {
-		trusted, err = r.apiServerTrustsNewClientCA(ctx, c, objs, cas, trust, endpointRemoved)
-		if errors.Is(err, errManagedCheckFailed) {
-			managedFailure, err = err, nil
-		}
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	certFacts, err := r.ensureCertificates(ctx, c, objs, cas, trust, trusted)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	rolledOut, err := r.rollConsumers(ctx, objs, consumers, trustSum)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	waitingPools, err := r.rollWorkers(ctx, c)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-
-	facts := rotation.Facts{
-		Phase:              c.CARotationPhase(),
-		NewCAsPersisted:    allCAs(cas, func(x *credentials.CAs) bool { return x.Rotation == rotationID(c) }),
-		OldCAsRemoved:      allCAs(cas, func(x *credentials.CAs) bool { return x.Previous == nil }),
-		ClientsOnNewCA:     certFacts.clientsOnNewCA,
-		AllOnNewCA:         certFacts.allOnNewCA,
-		ConsumersRolledOut: rolledOut,
-		PendingWorkerPools: len(pendingPools(c)),
-		Evidence:           rotation.EvidencePending,
-	}
-	if rotation.CanDropOldCAs(facts) && !facts.OldCAsRemoved {
-		if err := r.ensureOldClientProbe(ctx, c, objs, cas); err != nil {
-			return ctrl.Result{}, err
-		}
-		// The CA Secrets' update events start the next pass, which writes
-		// the single-CA bundles and rolls the consumers again.
-		return ctrl.Result{}, r.dropOldCAs(ctx, c, objs, cas)
-	}
-	var evidenceFailure error
-	facts.Evidence, evidenceFailure = r.gatherEvidence(ctx, c, objs, trust, facts, endpointRemoved)
-	managedFailure = errors.Join(managedFailure, evidenceFailure)
-
-	next, wait := rotation.Next(facts)
-	if next != facts.Phase {
-		r.enterPhase(c, next)
-		facts.Phase = next
-		_, wait = rotation.Next(facts) // what the new phase waits for
-	}
-	if next == v1alpha1.RotationCompleted {
-		if err := r.deleteSecret(ctx, objs, oldClientProbeSecret(c)); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	r.updateInventory(c, cas)
-	r.setRotationCondition(c, next, wait, waitingPools)
-	r.Metrics.observe(c, cas, certFacts.notAfter)
-
-	result := ctrl.Result{RequeueAfter: certFacts.nextRenewal.Sub(r.Clock.Now())}
-	if wait != nil && wait.PollManaged {
-		result.RequeueAfter = r.managedPollDelay(c, managedFailure != nil)
-	}
-	return result, nil
-}
-
-// managedPollDelay is when a phase waiting on the managed cluster looks
-// again: ManagedPollInterval, backing off while a check of the managed
-// cluster keeps failing, counted from when ControlPlaneReachable turned False.
-func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster, checkFailed bool) time.Duration {
-	var failingSince time.Time
-	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable); checkFailed && cond != nil &&
-		cond.Status == metav1.ConditionFalse {
-		failingSince = cond.LastTransitionTime.Time
-	}
-	maximum := r.MaxManagedPollInterval
-	if maximum == 0 {
-		maximum = DefaultMaxManagedPollInterval
-	}
-	return rotation.PollDelay(failingSince, r.Clock.Now(), r.ManagedPollInterval, maximum)
-}
-
-func allCAs(cas map[v1alpha1.CARole]*credentials.CAs, pred func(*credentials.CAs) bool) bool {
-	for _, x := range cas {
-		if !pred(x) {
-			return false
-		}
-	}
-	return true
 }
 
 // handleOperation records an operation in the status first and removes the
@@ -253,7 +126,7 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 			if !equality.Semantic.DeepEqual(next, c.CARotation()) {
 				setCARotation(c, next)
 			}
-			if op.Verb == v1alpha1.OperationReissueCA {
+			if op.Verb == v1alpha1.VerbReissueCA {
 				// The next reconcile may then generate these roles' CAs.
 				forgetCAs(c, op.Roles)
 			}
@@ -261,7 +134,7 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 				if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 					return fmt.Errorf("recording operation %s: %w", value, err)
 				}
-				if op.Verb == v1alpha1.OperationReissueCA {
+				if op.Verb == v1alpha1.VerbReissueCA {
 					r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAReissueAccepted,
 						"Operation %q accepted: a lost CA Secret of these roles is replaced by a new CA", value)
 				}
@@ -272,7 +145,7 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 		}
 	}
 	if err != nil {
-		r.event(c, "Warning", v1alpha1.EventOperationRefused, "Operation %q refused in phase %q: %v", value, c.CARotationPhase(), err)
+		r.event(c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Operation %q refused in phase %q: %v", value, c.CARotationPhase(), err)
 	}
 	before := c.DeepCopy()
 	delete(c.Annotations, v1alpha1.OperationAnnotation)
@@ -292,25 +165,10 @@ func setCARotation(c *v1alpha1.Cluster, rot *v1alpha1.CARotation) {
 	c.Status.Credentials.Rotation.CertificateAuthorities = rot
 }
 
-// enterPhase records a phase reached by observation, with its timestamp. The
-// event is recorded once the status is persisted.
-func (r *Reconciler) enterPhase(c *v1alpha1.Cluster, phase v1alpha1.CARotationPhase) {
-	rot := c.CARotation().DeepCopy()
-	now := r.now()
-	rot.Phase = phase
-	switch phase {
-	case v1alpha1.RotationPrepared:
-		rot.LastInitiationFinishedTime = &now
-	case v1alpha1.RotationCompleted:
-		rot.LastCompletionTime = &now
-	}
-	setCARotation(c, rot)
-}
-
 // phaseChanged records a persisted phase change: an event and, at the end of
 // a phase Carousel works through, its duration.
 func (r *Reconciler) phaseChanged(c *v1alpha1.Cluster, from, to v1alpha1.CARotationPhase) {
-	r.event(c, "Normal", v1alpha1.EventRotationPhaseChanged, "CA rotation phase %s → %s", phaseOrNone(from), to)
+	r.event(c, corev1.EventTypeNormal, v1alpha1.EventRotationPhaseChanged, "CA rotation phase %s → %s", rotation.PhaseName(from), to)
 	rot := c.CARotation()
 	switch to {
 	case v1alpha1.RotationPrepared:
@@ -318,13 +176,6 @@ func (r *Reconciler) phaseChanged(c *v1alpha1.Cluster, from, to v1alpha1.CARotat
 	case v1alpha1.RotationCompleted:
 		r.Metrics.phaseDuration(v1alpha1.RotationFinalizing, rot.LastCompletionTriggeredTime, rot.LastCompletionTime)
 	}
-}
-
-func phaseOrNone(p v1alpha1.CARotationPhase) string {
-	if p == "" {
-		return "none"
-	}
-	return string(p)
 }
 
 // now is the clock's time at the precision the API stores.
@@ -340,7 +191,7 @@ func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, format string
 
 func (r *Reconciler) setReadyCondition(c *v1alpha1.Cluster, err error) {
 	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCredentialsIssued,
-		Message: "every CA, trust bundle, certificate and kubeconfig is issued", ObservedGeneration: c.Generation, LastTransitionTime: r.now()}
+		Message: "every CA, trust bundle, certificate and kubeconfig is issued"}
 	var b *blockedError
 	switch {
 	case errors.As(err, &b):
@@ -348,5 +199,5 @@ func (r *Reconciler) setReadyCondition(c *v1alpha1.Cluster, err error) {
 	case err != nil && !errors.Is(err, errStaleCache):
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonReconcileFailed, err.Error()
 	}
-	meta.SetStatusCondition(&c.Status.Conditions, cond)
+	r.setCondition(c, cond)
 }

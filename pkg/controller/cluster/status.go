@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -11,6 +12,33 @@ import (
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
+
+// updateStatus turns what a pass observed into the Cluster's conditions and
+// CA inventory; it is the only place that writes a condition. err is how
+// the pass ended. What a pass did not get to observe keeps its condition.
+func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error) {
+	c := s.cluster
+	r.setReadyCondition(c, err)
+	r.reportBlocked(c, before, err)
+	switch {
+	case s.reachability != nil:
+		r.setCondition(c, *s.reachability)
+	case s.facts.Evidence != "" && meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable) == nil:
+		r.setCondition(c, *reachability(metav1.ConditionUnknown, v1alpha1.ReasonEndpointReachable, "no check due in this step"))
+	}
+	if s.decision != nil {
+		r.updateInventory(c, s.cas)
+		r.setRotationCondition(c, s.decision.Phase, s.decision.Wait, s.waitingPools)
+	}
+	c.Status.ObservedGeneration = c.Generation
+}
+
+// setCondition stamps a condition with the Cluster's generation and the
+// time, and sets it.
+func (r *Reconciler) setCondition(c *v1alpha1.Cluster, cond metav1.Condition) {
+	cond.ObservedGeneration, cond.LastTransitionTime = c.Generation, r.now()
+	meta.SetStatusCondition(&c.Status.Conditions, cond)
+}
 
 // updateInventory records every role's CAs (never key material), the
 // earliest CA expiry, and the CAExpiringSoon condition.
@@ -36,27 +64,27 @@ func (r *Reconciler) updateInventory(c *v1alpha1.Cluster, all map[v1alpha1.CARol
 	c.Status.Credentials.EarliestCAExpiry = earliest
 
 	cond := metav1.Condition{Type: v1alpha1.ConditionCAExpiring, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonCAValid,
-		Message: fmt.Sprintf("no CA expires within %s", r.CAExpiryWarning), ObservedGeneration: c.Generation, LastTransitionTime: r.now()}
+		Message: fmt.Sprintf("no CA expires within %s", r.CAExpiryWarning)}
 	if earliest != nil && earliest.Sub(r.Clock.Now()) < r.CAExpiryWarning {
 		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonCAExpiring
 		cond.Message = fmt.Sprintf("the %s CA expires at %s: start a CA rotation with %s=%s",
 			earliestRole, earliest.UTC().Format("2006-01-02T15:04:05Z"), v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)
 		if !meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionCAExpiring) {
-			r.event(c, "Warning", v1alpha1.EventCAExpiringSoon, "%s", cond.Message)
+			r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAExpiringSoon, "%s", cond.Message)
 		}
 	}
-	meta.SetStatusCondition(&c.Status.Conditions, cond)
+	r.setCondition(c, cond)
 }
 
 // setRotationCondition says whether a rotation is under way and what it waits for.
 func (r *Reconciler) setRotationCondition(c *v1alpha1.Cluster, phase v1alpha1.CARotationPhase, wait *rotation.Wait, waitingPools []string) {
-	cond := metav1.Condition{Type: v1alpha1.ConditionCARotation, Status: metav1.ConditionFalse, Reason: rotation.ReasonNoRotation,
-		Message: "no CA rotation is under way", ObservedGeneration: c.Generation, LastTransitionTime: r.now()}
+	cond := metav1.Condition{Type: v1alpha1.ConditionCARotation, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRotation),
+		Message: "no CA rotation is under way"}
 	if phase.RotationInProgress() && wait != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, wait.Reason, fmt.Sprintf("%s: %s", phase, wait.Message)
-		if wait.Reason == rotation.ReasonWaitingForWorkers && len(waitingPools) > 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, string(wait.Reason), fmt.Sprintf("%s: %s", phase, wait.Message)
+		if wait.Reason == v1alpha1.ReasonWaitingForWorkers && len(waitingPools) > 0 {
 			cond.Message += "; " + strings.Join(waitingPools, "; ")
 		}
 	}
-	meta.SetStatusCondition(&c.Status.Conditions, cond)
+	r.setCondition(c, cond)
 }

@@ -3,9 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // WorkerRollout carries out one rollout strategy for a worker pool.
@@ -66,11 +66,7 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 			waiting = append(waiting, msg)
 		}
 	}
-	if len(done) > 0 {
-		rot := c.CARotation().DeepCopy()
-		rot.PendingWorkersRollouts = slices.DeleteFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
-			return slices.Contains(done, p.Name)
-		})
+	if rot := rotation.WorkersRolledOut(c.CARotation(), done); rot != c.CARotation() {
 		setCARotation(c, rot)
 	}
 	return waiting, nil

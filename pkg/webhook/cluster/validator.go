@@ -1,5 +1,7 @@
 // Package cluster is the validating admission webhook for Clusters. It only
-// calls the validation functions of the API package.
+// calls the validation functions of the API package (the spec) and of
+// package rotation (the operation annotation and what a rotation under way
+// forbids).
 package cluster
 
 import (
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // Path is where the webhook is served.
@@ -29,12 +32,12 @@ func SetupWithManager(mgr ctrl.Manager) error {
 
 // ValidateCreate validates a new Cluster.
 func (Validator) ValidateCreate(_ context.Context, c *v1alpha1.Cluster) (admission.Warnings, error) {
-	return nil, invalid(c, v1alpha1.ValidateCluster(c))
+	return nil, invalid(c, append(v1alpha1.ValidateCluster(c), rotation.ValidateOperation(c, nil)...))
 }
 
 // ValidateUpdate validates a change to a Cluster.
 func (Validator) ValidateUpdate(_ context.Context, oldC, newC *v1alpha1.Cluster) (admission.Warnings, error) {
-	return nil, invalid(newC, v1alpha1.ValidateClusterUpdate(newC, oldC))
+	return nil, invalid(newC, append(v1alpha1.ValidateClusterUpdate(newC, oldC), rotation.ValidateUpdate(newC, oldC)...))
 }
 
 // ValidateDelete allows every deletion.

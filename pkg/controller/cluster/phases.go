@@ -1,0 +1,240 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/rotation"
+)
+
+// scope is one pass over one Cluster: what it read, what its phases
+// observed, and what rotation.Decide made of it. The phases write objects;
+// only updateStatus turns the scope into conditions.
+type scope struct {
+	cluster *v1alpha1.Cluster
+
+	objs      *objects
+	cas       map[v1alpha1.CARole]*credentials.CAs
+	trust     bundles
+	consumers []consumer
+	trustSum  string
+	// endpointRemoved: the rotation recorded an endpoint the spec no longer names.
+	endpointRemoved bool
+	// trusted: every consumer, and the API server, trusts both client CAs.
+	trusted      bool
+	certs        certificateFacts
+	rolledOut    bool
+	waitingPools []string
+	facts        rotation.Facts
+
+	// reachability is what this pass saw of the managed API server, for the
+	// ControlPlaneReachable condition; nil when it saw nothing.
+	reachability *metav1.Condition
+	// managedCheckFailed: a check of the managed cluster ran and failed; the
+	// poll backs off.
+	managedCheckFailed bool
+	// decision is nil until the decide phase ran to its end.
+	decision *rotation.Decision
+}
+
+// phase is one named step of a pass. Each is idempotent and writes only what
+// differs, so a pass that finds everything in place writes nothing and
+// generates no key.
+type phase struct {
+	name string
+	run  func(context.Context, *scope) error
+}
+
+// phases are the steps of a pass, in order.
+func (r *Reconciler) phases() []phase {
+	return []phase{
+		{"load objects", r.loadPhase},
+		{"CAs", r.caPhase},
+		{"trust bundles", r.bundlePhase},
+		{"endpoint", r.endpointPhase},
+		{"API-server trust", r.trustPhase},
+		{"certificates", r.certificatePhase},
+		{"consumers", r.consumerPhase},
+		{"worker pools", r.workerPhase},
+		{"evidence", r.evidencePhase},
+		{"decision", r.decisionPhase},
+	}
+}
+
+// reconcileCredentials runs the phases in order, stopping at the first error.
+func (r *Reconciler) reconcileCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
+	for _, p := range r.phases() {
+		if err := p.run(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return r.requeue(s), nil
+}
+
+func (r *Reconciler) loadPhase(ctx context.Context, s *scope) (err error) {
+	s.objs, err = r.loadObjects(ctx, s.cluster)
+	return err
+}
+
+// caPhase keeps every role's CAs, and the service-account key.
+func (r *Reconciler) caPhase(ctx context.Context, s *scope) (err error) {
+	if s.cas, err = r.ensureCAs(ctx, s.cluster, s.objs); err != nil {
+		return err
+	}
+	return r.ensureServiceAccountKey(ctx, s.cluster, s.objs)
+}
+
+func (r *Reconciler) bundlePhase(ctx context.Context, s *scope) (err error) {
+	if s.trust, err = r.ensureBundles(ctx, s.cluster, s.objs, s.cas); err != nil {
+		return err
+	}
+	s.consumers, s.trustSum = consumersOf(s.objs), trustChecksum(s.trust)
+	return nil
+}
+
+// endpointPhase records the endpoint a rotation's checks run against.
+func (r *Reconciler) endpointPhase(_ context.Context, s *scope) error {
+	var rot *v1alpha1.CARotation
+	rot, s.endpointRemoved = rotation.TrackEndpoint(s.cluster.CARotation(), s.cluster.Spec.ControlPlane.Endpoint)
+	if rot != s.cluster.CARotation() {
+		setCARotation(s.cluster, rot)
+	}
+	return nil
+}
+
+// trustPhase decides whether clients may move to the new CAs: every consumer
+// rolled out trusting both, and the API server accepts the new client CA.
+func (r *Reconciler) trustPhase(ctx context.Context, s *scope) (err error) {
+	s.trusted = trustEstablished(s.consumers, s.trustSum)
+	if !s.trusted {
+		return nil
+	}
+	var seen *metav1.Condition
+	s.trusted, seen, err = r.apiServerTrustsNewClientCA(ctx, s.cluster, s.objs, s.cas, s.trust, s.endpointRemoved)
+	return s.observe(seen, err)
+}
+
+func (r *Reconciler) certificatePhase(ctx context.Context, s *scope) (err error) {
+	s.certs, err = r.ensureCertificates(ctx, s.cluster, s.objs, s.cas, s.trust, s.trusted)
+	return err
+}
+
+func (r *Reconciler) consumerPhase(ctx context.Context, s *scope) (err error) {
+	s.rolledOut, err = r.rollConsumers(ctx, s.objs, s.consumers, s.trustSum)
+	return err
+}
+
+func (r *Reconciler) workerPhase(ctx context.Context, s *scope) (err error) {
+	s.waitingPools, err = r.rollWorkers(ctx, s.cluster)
+	return err
+}
+
+// evidencePhase gathers the facts of the rotation and runs the check of the
+// managed API server that rotation.EvidenceDue asks for.
+func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
+	c := s.cluster
+	s.facts = rotation.Facts{
+		Phase:              c.CARotationPhase(),
+		NewCAsPersisted:    allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation == rotationID(c) }),
+		OldCAsRemoved:      allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil }),
+		ClientsOnNewCA:     s.certs.clientsOnNewCA,
+		AllOnNewCA:         s.certs.allOnNewCA,
+		ConsumersRolledOut: s.rolledOut,
+		PendingWorkerPools: len(pendingPools(c)),
+		Evidence:           rotation.EvidencePending,
+	}
+	var seen *metav1.Condition
+	var err error
+	s.facts.Evidence, seen, err = r.gatherEvidence(ctx, c, s.objs, s.trust, rotation.EvidenceDue(s.facts), s.endpointRemoved)
+	return s.observe(seen, err)
+}
+
+// decisionPhase carries out rotation.Decide.
+func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
+	c, d := s.cluster, rotation.Decide(s.facts)
+	if d.DropOldCAs {
+		if err := r.ensureOldClientProbe(ctx, c, s.objs, s.cas); err != nil {
+			return err
+		}
+		// The CA Secrets' update events start the next pass, which writes
+		// the single-CA bundles and rolls the consumers again.
+		return r.dropOldCAs(ctx, c, s.objs, s.cas)
+	}
+	if d.Phase != s.facts.Phase {
+		// The event is recorded once the status is persisted.
+		setCARotation(c, rotation.EnterPhase(c.CARotation(), d.Phase, r.now()))
+	}
+	if d.Phase == v1alpha1.RotationCompleted {
+		if err := r.deleteSecret(ctx, s.objs, oldClientProbeSecret(c)); err != nil {
+			return err
+		}
+	}
+	if d.Phase != v1alpha1.RotationPreparing {
+		if err := r.deleteSecret(ctx, s.objs, trustProbeSecret(c)); err != nil {
+			return err
+		}
+	}
+	r.Metrics.observe(c, s.cas, s.certs.notAfter)
+	s.decision = &d
+	return nil
+}
+
+// observe keeps what a check of the managed API server saw. A check that
+// failed does not fail the pass: the condition says it, and the poll backs
+// off.
+func (s *scope) observe(seen *metav1.Condition, err error) error {
+	if seen != nil {
+		s.reachability = seen
+	}
+	if errors.Is(err, errManagedCheckFailed) {
+		s.managedCheckFailed = true
+		return nil
+	}
+	return err
+}
+
+// requeue is when the Cluster is looked at again: at the first certificate
+// renewal, or soon while the phase waits on the managed cluster, which
+// raises no event here.
+func (r *Reconciler) requeue(s *scope) ctrl.Result {
+	if s.decision == nil {
+		return ctrl.Result{} // the old CAs were dropped: their Secrets' events come back
+	}
+	result := ctrl.Result{RequeueAfter: s.certs.nextRenewal.Sub(r.Clock.Now())}
+	if w := s.decision.Wait; w != nil && w.PollManaged {
+		result.RequeueAfter = r.managedPollDelay(s.cluster, s.managedCheckFailed)
+	}
+	return result
+}
+
+// managedPollDelay is when a phase waiting on the managed cluster looks
+// again: ManagedPollInterval, backing off while a check of the managed
+// cluster keeps failing, counted from when ControlPlaneReachable turned False.
+func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster, checkFailed bool) time.Duration {
+	var failingSince time.Time
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable); checkFailed && cond != nil &&
+		cond.Status == metav1.ConditionFalse {
+		failingSince = cond.LastTransitionTime.Time
+	}
+	maximum := r.MaxManagedPollInterval
+	if maximum == 0 {
+		maximum = DefaultMaxManagedPollInterval
+	}
+	return rotation.PollDelay(failingSince, r.Clock.Now(), r.ManagedPollInterval, maximum)
+}
+
+func allCAs(cas map[v1alpha1.CARole]*credentials.CAs, pred func(*credentials.CAs) bool) bool {
+	for _, x := range cas {
+		if !pred(x) {
+			return false
+		}
+	}
+	return true
+}

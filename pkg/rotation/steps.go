@@ -1,0 +1,253 @@
+package rotation
+
+import (
+	"fmt"
+	"time"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+)
+
+// Facts are what a reconcile observed about a rotation.
+type Facts struct {
+	Phase v1alpha1.CARotationPhase
+	// NewCAsPersisted: every role's CA Secret holds the CA of this rotation.
+	NewCAsPersisted bool
+	// OldCAsRemoved: no role keeps a previous CA.
+	OldCAsRemoved bool
+	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
+	ClientsOnNewCA bool
+	// AllOnNewCA: every certificate is signed by the current CA.
+	AllOnNewCA bool
+	// ConsumersRolledOut: every consumer runs with the credentials written now.
+	ConsumersRolledOut bool
+	// PendingWorkerPools counts pools whose rollout is still awaited.
+	PendingWorkerPools int
+	// Evidence is what the check EvidenceDue asked for observed.
+	Evidence Evidence
+}
+
+// Evidence is what was observed of the managed cluster's API server.
+type Evidence string
+
+const (
+	// EvidencePassed means the API server behaves as the phase requires.
+	EvidencePassed Evidence = "Passed"
+	// EvidenceSkipped means the Cluster names no endpoint, so nothing can be checked.
+	EvidenceSkipped Evidence = "Skipped"
+	// EvidencePending means nothing conclusive was observed (yet).
+	EvidencePending Evidence = "Pending"
+)
+
+// EvidenceCheck names a check of the managed API server.
+type EvidenceCheck int
+
+const (
+	// CheckNone: no check is due.
+	CheckNone EvidenceCheck = iota
+	// CheckNewClientAccepted (end of Preparing): the API server accepts
+	// Carousel's client certificate from the new client CA.
+	CheckNewClientAccepted
+	// CheckOldCADropped (end of Finalizing): the API server serves a
+	// certificate that chains to the new cluster CA and rejects a client
+	// certificate from the old client CA.
+	CheckOldCADropped
+)
+
+// Wait is what a phase waits for.
+type Wait struct {
+	Reason  v1alpha1.RotationReason
+	Message string
+	// PollManaged says that what the phase waits for happens in the managed
+	// cluster (its API server, its nodes), which raises no event in the
+	// management cluster: the reconciler must look again on its own.
+	PollManaged bool
+}
+
+// Decision is what the reconciler does after a pass that observed Facts.
+type Decision struct {
+	// Phase is the phase the rotation is in after this pass; when it differs
+	// from Facts.Phase the reconciler records it with EnterPhase.
+	Phase v1alpha1.CARotationPhase
+	// Wait is what Phase waits for; nil outside a rotation.
+	Wait *Wait
+	// DropOldCAs: sign the old-client probe with the old client CA, then
+	// delete every old CA. The rest of the pass waits for the CA Secrets'
+	// update events.
+	DropOldCAs bool
+}
+
+// step is one thing a phase waits for, in order: while it is not done the
+// phase waits with its reason and message. plan is what `kubectl carousel
+// rotation plan` prints for it.
+type step struct {
+	reason  v1alpha1.RotationReason
+	done    func(Facts) bool
+	waiting func(Facts) string
+	// managed: what the step waits for happens in the managed cluster.
+	managed bool
+	// evidence is the check whose result the step waits for, if any.
+	evidence EvidenceCheck
+	plan     []PlanLine
+}
+
+var preparing = []step{
+	{reason: v1alpha1.ReasonWaitingForNewCAs, done: func(f Facts) bool { return f.NewCAsPersisted },
+		waiting: say("generating and storing the new CAs"),
+		plan:    []PlanLine{{"generate a new CA for: %s (the old ones stay trusted)", ListCARoles}, {"every trust bundle: old + new CA", ListNone}}},
+	{reason: v1alpha1.ReasonWaitingForConsumers, done: func(f Facts) bool { return f.ConsumersRolledOut },
+		waiting: say("waiting for the control-plane workloads to roll out"),
+		plan:    []PlanLine{{"roll (to trust both): %s", ListConsumers}}},
+	{reason: v1alpha1.ReasonWaitingForClients, done: func(f Facts) bool { return f.ClientsOnNewCA }, managed: true,
+		waiting: say("client certificates move to the new CAs once every consumer, and the API server, trusts both"),
+		plan: []PlanLine{{"re-issue from the new CAs: %s", ListClientCertificates}, {"keep on the old CAs: %s", ListServerCertificates},
+			{"roll again (new client certificates): %s", ListConsumers}}},
+	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
+		waiting: poolsToRoll,
+		plan:    []PlanLine{{"roll worker pools (kubelets trust both CAs, client certificates from the new client CA):", ListWorkerPools}}},
+	{reason: v1alpha1.ReasonWaitingForEvidence, done: evidenceIn, managed: true,
+		evidence: CheckNewClientAccepted,
+		waiting:  say("waiting for the API server to accept a client certificate from the new client CA"),
+		plan:     []PlanLine{{"check that the API server accepts a client certificate from the new client CA", ListNone}}},
+}
+
+var finalizing = []step{
+	{reason: v1alpha1.ReasonWaitingForServers, done: func(f Facts) bool { return f.AllOnNewCA },
+		waiting: say("re-issuing server certificates from the new CAs"),
+		plan:    []PlanLine{{"re-issue from the new CAs: %s", ListServerCertificates}, {"roll: %s", ListConsumers}}},
+	{reason: v1alpha1.ReasonWaitingForOldCADrop, done: func(f Facts) bool { return f.OldCAsRemoved },
+		waiting: say("waiting for servers to present the new certificates before the old CAs are dropped"),
+		plan:    []PlanLine{{"delete the old CAs (keys included); every trust bundle: new CA only", ListNone}}},
+	{reason: v1alpha1.ReasonWaitingForConsumers, done: func(f Facts) bool { return f.ConsumersRolledOut },
+		waiting: say("waiting for the control-plane workloads to roll out"),
+		plan:    []PlanLine{{"roll again: %s", ListConsumers}}},
+	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
+		waiting: poolsToRoll,
+		plan:    []PlanLine{{"roll worker pools again (kubelets drop the old CA):", ListWorkerPools}}},
+	{reason: v1alpha1.ReasonWaitingForEvidence, done: evidenceIn, managed: true,
+		evidence: CheckOldCADropped,
+		waiting:  say("waiting for the API server to reject the old client CA and serve a certificate from the new cluster CA"),
+		plan:     []PlanLine{{"check that the API server rejects the old client CA and serves a certificate from the new cluster CA", ListNone}}},
+}
+
+// prepared is what Prepared waits for: the user.
+var prepared = Wait{Reason: v1alpha1.ReasonWaitingForCompletion, Message: "every client uses the new CAs; update your own credentials, then annotate " +
+	v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation}
+
+// evidenceIn: the API server was seen behaving as the phase requires, or
+// cannot be checked (no endpoint). Anything else, unset included, waits.
+func evidenceIn(f Facts) bool { return f.Evidence == EvidencePassed || f.Evidence == EvidenceSkipped }
+
+func say(message string) func(Facts) string { return func(Facts) string { return message } }
+
+func poolsToRoll(f Facts) string {
+	return fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)
+}
+
+// stepsOf returns the steps of a phase Carousel works through, and the
+// phase it ends in; nil for the others.
+func stepsOf(phase v1alpha1.CARotationPhase) ([]step, v1alpha1.CARotationPhase) {
+	switch phase {
+	case v1alpha1.RotationPreparing:
+		return preparing, v1alpha1.RotationPrepared
+	case v1alpha1.RotationFinalizing:
+		return finalizing, v1alpha1.RotationCompleted
+	}
+	return nil, phase
+}
+
+// firstPending returns the first step of the phase that is not done.
+func firstPending(f Facts) *step {
+	steps, _ := stepsOf(f.Phase)
+	for i := range steps {
+		if !steps[i].done(f) {
+			return &steps[i]
+		}
+	}
+	return nil
+}
+
+// waitOf says what the phase of f waits for, nil when nothing.
+func waitOf(f Facts) *Wait {
+	if f.Phase == v1alpha1.RotationPrepared {
+		w := prepared
+		return &w
+	}
+	s := firstPending(f)
+	if s == nil {
+		return nil
+	}
+	return &Wait{Reason: s.reason, Message: s.waiting(f), PollManaged: s.managed}
+}
+
+// EvidenceDue returns the check of the managed API server whose result is
+// all the phase still waits for: the reconciler runs it, and only it, before
+// Decide.
+func EvidenceDue(f Facts) EvidenceCheck {
+	if s := firstPending(f); s != nil {
+		return s.evidence
+	}
+	return CheckNone
+}
+
+// Decide maps what a pass observed to the phase after it, what that phase
+// waits for, and what the reconciler must carry out.
+func Decide(f Facts) Decision {
+	if CanDropOldCAs(f) && !f.OldCAsRemoved {
+		return Decision{Phase: f.Phase, Wait: waitOf(f), DropOldCAs: true}
+	}
+	next := f
+	if _, end := stepsOf(f.Phase); firstPending(f) == nil {
+		next.Phase = end
+	}
+	return Decision{Phase: next.Phase, Wait: waitOf(next)}
+}
+
+// CanDropOldCAs reports whether Finalizing may delete the old CAs: every
+// certificate, servers included, is on the new CA and every consumer serves
+// and presents it.
+func CanDropOldCAs(f Facts) bool {
+	return f.Phase == v1alpha1.RotationFinalizing && f.AllOnNewCA && f.ConsumersRolledOut
+}
+
+// Issuer decides which CA of its role signs a certificate.
+//
+// Outside a rotation and in Finalizing that is the current CA. In Preparing
+// and Prepared a certificate renewed in Preparing (a client) moves to the new
+// CA once every consumer trusts both CAs, and stays there; everything else
+// (servers, and the API server's client certificate for kubelets, which nodes
+// trust only after their rollout) stays on the old CA until Finalizing.
+func Issuer(renewIn credentials.RenewalPhase, phase v1alpha1.CARotationPhase, trustEstablished, signedByCurrent bool) Generation {
+	switch phase {
+	case v1alpha1.RotationPreparing, v1alpha1.RotationPrepared:
+		if renewIn == credentials.RenewInPreparing && (trustEstablished || signedByCurrent) {
+			return Current
+		}
+		return Previous
+	default:
+		return Current
+	}
+}
+
+// Generation picks one of a role's two CAs.
+type Generation string
+
+const (
+	// Current is the newest CA of a role (the new one during a rotation).
+	Current Generation = "current"
+	// Previous is the old CA, kept during a rotation.
+	Previous Generation = "previous"
+)
+
+// PollDelay is how long a reconcile waiting on the managed cluster waits
+// before it looks again: base at first and, while a check keeps failing
+// (since failingSince; zero when nothing failed), a quarter of the time it
+// has been failing, at most maximum. An API server that comes back is
+// noticed within a quarter of its outage, and a long outage costs a probe
+// every few minutes instead of every few seconds.
+func PollDelay(failingSince, now time.Time, base, maximum time.Duration) time.Duration {
+	if failingSince.IsZero() || !now.After(failingSince) {
+		return base
+	}
+	return min(max(now.Sub(failingSince)/4, base), max(maximum, base))
+}

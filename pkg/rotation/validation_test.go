@@ -1,0 +1,173 @@
+package rotation
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// validCluster is a Cluster the API package's validation accepts.
+func validCluster() *v1alpha1.Cluster {
+	return &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "team-a"},
+		Spec: v1alpha1.ClusterSpec{
+			KubernetesVersion: "1.36.3",
+			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: "https://10.0.0.1:6443"},
+			Certificates:      v1alpha1.CertificateSettings{KeyAlgorithm: v1alpha1.KeyAlgorithmECDSAP256, CAValidity: dur(87600 * time.Hour), LeafValidity: dur(8760 * time.Hour)},
+			Workers: []v1alpha1.WorkerPool{
+				{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace},
+				{Name: "pool-b", RolloutStrategy: v1alpha1.RolloutManual},
+				{Name: "pool-c", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "prod-pool-c"},
+			},
+		},
+	}
+}
+
+func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+// errorsText validates c as the webhook does, created (old == nil) or
+// updated from old, and flattens the errors into one string; empty when c
+// is valid.
+func errorsText(c *v1alpha1.Cluster, old *v1alpha1.Cluster) string {
+	errs := append(v1alpha1.ValidateCluster(c), ValidateOperation(c, nil)...)
+	if old != nil {
+		errs = append(v1alpha1.ValidateClusterUpdate(c, old), ValidateUpdate(c, old)...)
+	}
+	if agg := errs.ToAggregate(); agg != nil {
+		return agg.Error()
+	}
+	return ""
+}
+
+// assertValidation checks that got (from errorsText) is empty when want is,
+// and otherwise contains want.
+func assertValidation(t *testing.T, got, want string) {
+	t.Helper()
+	switch {
+	case want == "" && got != "":
+		t.Fatalf("want valid, got %s", got)
+	case want != "" && !strings.Contains(got, want):
+		t.Fatalf("want an error containing\n  %q\ngot\n  %q", want, got)
+	}
+}
+
+// inPhase returns a valid cluster whose CA rotation is in phase, with the
+// given pools pending.
+func inPhase(phase v1alpha1.CARotationPhase, pending ...string) *v1alpha1.Cluster {
+	c := validCluster()
+	if phase == "" && len(pending) == 0 {
+		return c
+	}
+	r := &v1alpha1.CARotation{Phase: phase}
+	for _, p := range pending {
+		r.PendingWorkersRollouts = append(r.PendingWorkersRollouts, v1alpha1.PendingWorkersRollout{Name: p})
+	}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: r}}
+	return c
+}
+
+func withOperation(c *v1alpha1.Cluster, op string) *v1alpha1.Cluster {
+	c = c.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[v1alpha1.OperationAnnotation] = op
+	return c
+}
+
+func TestValidateOperation(t *testing.T) {
+	now := metav1.Now()
+	deleting := inPhase(v1alpha1.RotationPrepared)
+	deleting.DeletionTimestamp = &now
+	tests := []struct {
+		name string
+		old  *v1alpha1.Cluster // nil: create
+		op   string
+		want string // substring of the error; empty means allowed
+	}{
+		{"start on create", nil, v1alpha1.OperationStartCARotation, ""},
+		{"start, never rotated", inPhase(""), v1alpha1.OperationStartCARotation, ""},
+		{"start after Completed", inPhase(v1alpha1.RotationCompleted), v1alpha1.OperationStartCARotation, ""},
+		{"start while Preparing", inPhase(v1alpha1.RotationPreparing), v1alpha1.OperationStartCARotation,
+			"cannot start a CA rotation: the rotation is in phase Preparing: wait until the phase is Prepared"},
+		{"start while Prepared", inPhase(v1alpha1.RotationPrepared), v1alpha1.OperationStartCARotation,
+			"cannot start a CA rotation: the rotation is in phase Prepared: complete it with carousel.dev/operation=complete-ca-rotation"},
+		{"start while Finalizing", inPhase(v1alpha1.RotationFinalizing), v1alpha1.OperationStartCARotation,
+			"in phase Finalizing: wait until the phase is Completed"},
+		{"complete from Prepared", inPhase(v1alpha1.RotationPrepared), v1alpha1.OperationCompleteCARotation, ""},
+		{"complete, never rotated", inPhase(""), v1alpha1.OperationCompleteCARotation,
+			"cannot complete the CA rotation in phase none (never rotated), only in phase Prepared: start one with carousel.dev/operation=start-ca-rotation"},
+		{"complete on create", nil, v1alpha1.OperationCompleteCARotation, "in phase none (never rotated)"},
+		{"complete while Preparing", inPhase(v1alpha1.RotationPreparing), v1alpha1.OperationCompleteCARotation,
+			"cannot complete the CA rotation in phase Preparing, only in phase Prepared: wait until the phase is Prepared"},
+		{"complete while Finalizing", inPhase(v1alpha1.RotationFinalizing), v1alpha1.OperationCompleteCARotation, "in phase Finalizing"},
+		{"complete after Completed", inPhase(v1alpha1.RotationCompleted), v1alpha1.OperationCompleteCARotation,
+			"in phase Completed, only in phase Prepared: start one with"},
+		{"reconcile any time", inPhase(v1alpha1.RotationFinalizing), v1alpha1.OperationReconcile, ""},
+		{"unknown operation", inPhase(""), "rotate-everything", `unknown operation "rotate-everything"`},
+		{"rollout of a pending pool", inPhase(v1alpha1.RotationPreparing, "pool-b"), "rollout-workers=pool-b", ""},
+		{"rollout of two pending pools", inPhase(v1alpha1.RotationPreparing, "pool-a", "pool-b"), "rollout-workers=pool-a,pool-b", ""},
+		{"rollout of an unknown pool", inPhase(v1alpha1.RotationPreparing, "pool-b"), "rollout-workers=pool-z", `worker pool "pool-z" does not exist (phase Preparing): name pools from spec.workers`},
+		{"rollout of a pool not pending", inPhase(v1alpha1.RotationPreparing, "pool-b"), "rollout-workers=pool-a",
+			`worker pool "pool-a" has no pending rollout in phase Preparing`},
+		{"rollout with no rotation", inPhase(""), "rollout-workers=pool-a", "in phase none (never rotated)"},
+		{"rollout naming a pool twice", inPhase(v1alpha1.RotationPreparing, "pool-b"), "rollout-workers=pool-b,pool-b", `names worker pool "pool-b" twice`},
+		{"rollout of nothing", inPhase(v1alpha1.RotationPreparing, "pool-b"), "rollout-workers=", "names an empty worker pool"},
+		{"reissue a CA, never rotated", inPhase(""), "reissue-ca=etcd", ""},
+		{"reissue two CAs after Completed", inPhase(v1alpha1.RotationCompleted), "reissue-ca=etcd,client", ""},
+		{"reissue during a rotation", inPhase(v1alpha1.RotationPrepared), "reissue-ca=etcd",
+			"cannot reissue a CA during a CA rotation (phase Prepared): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`"},
+		{"reissue an unknown role", inPhase(""), "reissue-ca=etcd,dns", `names "dns", which is not a CA role`},
+		{"reissue nothing", inPhase(""), "reissue-ca=", "names an empty CA role"},
+		{"reissue a role twice", inPhase(""), "reissue-ca=vpn,vpn", `names CA role "vpn" twice`},
+		{"any operation while deleting", deleting, v1alpha1.OperationCompleteCARotation, "the cluster is being deleted"},
+		{"unchanged annotation is not checked again", withOperation(inPhase(v1alpha1.RotationPreparing), v1alpha1.OperationStartCARotation), v1alpha1.OperationStartCARotation, ""},
+		{"changed annotation is checked", withOperation(inPhase(""), v1alpha1.OperationStartCARotation), v1alpha1.OperationCompleteCARotation, "in phase none"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := tt.old
+			if base == nil {
+				base = validCluster()
+			}
+			assertValidation(t, errorsText(withOperation(base, tt.op), tt.old), tt.want)
+		})
+	}
+}
+
+func TestValidateSpecChangeDuringRotation(t *testing.T) {
+	tests := []struct {
+		name   string
+		old    *v1alpha1.Cluster
+		mutate func(*v1alpha1.ClusterSpec)
+		want   string
+	}{
+		{"key algorithm during Preparing", inPhase(v1alpha1.RotationPreparing), func(s *v1alpha1.ClusterSpec) { s.Certificates.KeyAlgorithm = v1alpha1.KeyAlgorithmRSA3072 },
+			"spec.certificates: Forbidden: cannot change while the CA rotation is in phase Preparing: wait until the phase is Prepared"},
+		{"CA validity during Prepared", inPhase(v1alpha1.RotationPrepared), func(s *v1alpha1.ClusterSpec) { s.Certificates.CAValidity = dur(1000 * time.Hour) },
+			"in phase Prepared: complete it with"},
+		{"explicit default is no change", inPhase(v1alpha1.RotationPrepared), func(s *v1alpha1.ClusterSpec) { s.Certificates.KeyAlgorithm = "" }, ""},
+		{"key algorithm when Completed", inPhase(v1alpha1.RotationCompleted), func(s *v1alpha1.ClusterSpec) { s.Certificates.KeyAlgorithm = v1alpha1.KeyAlgorithmRSA3072 }, ""},
+		{"remove a pending pool", inPhase(v1alpha1.RotationPreparing, "pool-b"), func(s *v1alpha1.ClusterSpec) { s.Workers = s.Workers[:1] },
+			`cannot remove worker pool "pool-b" while its rollout is pending in phase Preparing`},
+		{"remove a rolled pool", inPhase(v1alpha1.RotationPreparing, "pool-a"), func(s *v1alpha1.ClusterSpec) { s.Workers = s.Workers[:1] }, ""},
+		{"add a pool", inPhase(v1alpha1.RotationFinalizing, "pool-a"), func(s *v1alpha1.ClusterSpec) {
+			s.Workers = append(s.Workers, v1alpha1.WorkerPool{Name: "pool-d", RolloutStrategy: v1alpha1.RolloutInPlace})
+		}, ""},
+		{"endpoint change", inPhase(v1alpha1.RotationPreparing), func(s *v1alpha1.ClusterSpec) { s.ControlPlane.Endpoint = "https://10.0.0.2:6443" }, ""},
+		{"endpoint removed during Finalizing", inPhase(v1alpha1.RotationFinalizing), func(s *v1alpha1.ClusterSpec) { s.ControlPlane.Endpoint = "" },
+			"spec.controlPlane.endpoint: Forbidden: cannot be removed while the CA rotation is in phase Finalizing: the rotation checks the API server at this endpoint"},
+		{"endpoint removed when Completed", inPhase(v1alpha1.RotationCompleted), func(s *v1alpha1.ClusterSpec) { s.ControlPlane.Endpoint = "" }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			newC := tt.old.DeepCopy()
+			tt.mutate(&newC.Spec)
+			assertValidation(t, errorsText(newC, tt.old), tt.want)
+		})
+	}
+}
