@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,13 +43,66 @@ const (
 	keyBytes         = 32
 )
 
-// sealCertificates encrypts files under key, bound to the Cluster (as
+// uploadFormat marks a sealed payload that records whole Secrets. An upload
+// of an earlier kubectl carousel is a bare JSON object of file names and
+// contents: it can be downloaded, not restored.
+const uploadFormat = 2
+
+// uploadedSecret is a CA Secret or the service-account key Secret as the
+// upload found it: everything needed to create it again as it was.
+type uploadedSecret struct {
+	// Role is the CA role; empty for the service-account key Secret.
+	Role        v1alpha1.CARole   `json:"role,omitempty"`
+	Name        string            `json:"name"`
+	Type        corev1.SecretType `json:"type,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Data        map[string][]byte `json:"data"`
+}
+
+// sealedPayload is the plaintext of an upload.
+type sealedPayload struct {
+	Format  int              `json:"format"`
+	Secrets []uploadedSecret `json:"secrets"`
+}
+
+// certsUpload is an opened upload.
+type certsUpload struct {
+	// secrets is nil for a legacy upload, which holds only legacyFiles.
+	secrets     []uploadedSecret
+	legacyFiles map[string][]byte
+}
+
+// files are what `certs download` writes: <role>-ca-<key> for a CA Secret's
+// data, the bare key (sa.key, sa.pub) for the service-account key.
+func (u *certsUpload) files() map[string][]byte {
+	if u.secrets == nil {
+		return u.legacyFiles
+	}
+	files := map[string][]byte{}
+	for _, s := range u.secrets {
+		for key, data := range s.Data {
+			if s.Role == "" {
+				files[key] = data
+			} else {
+				files[fmt.Sprintf("%s-ca-%s", s.Role, key)] = data
+			}
+		}
+	}
+	return files
+}
+
+// sealCertificates encrypts the Secrets under key, bound to the Cluster (as
 // additional data, so a copy cannot be passed off as another Cluster's).
-func sealCertificates(files map[string][]byte, key []byte, cluster string) ([]byte, error) {
-	plain, err := json.Marshal(files)
+func sealCertificates(secrets []uploadedSecret, key []byte, cluster string) ([]byte, error) {
+	plain, err := json.Marshal(sealedPayload{Format: uploadFormat, Secrets: secrets})
 	if err != nil {
 		return nil, err
 	}
+	return seal(plain, key, cluster)
+}
+
+func seal(plain, key []byte, cluster string) ([]byte, error) {
 	aead, err := gcm(key)
 	if err != nil {
 		return nil, err
@@ -60,8 +114,9 @@ func sealCertificates(files map[string][]byte, key []byte, cluster string) ([]by
 	return aead.Seal(nonce, nonce, plain, []byte(cluster)), nil
 }
 
-// openCertificates decrypts what sealCertificates produced.
-func openCertificates(sealed, key []byte, cluster string) (map[string][]byte, error) {
+// openCertificates decrypts what sealCertificates, or an earlier version of
+// it, produced.
+func openCertificates(sealed, key []byte, cluster string) (*certsUpload, error) {
 	aead, err := gcm(key)
 	if err != nil {
 		return nil, err
@@ -73,8 +128,34 @@ func openCertificates(sealed, key []byte, cluster string) (map[string][]byte, er
 	if err != nil {
 		return nil, errors.New("the certificate key does not open this upload (wrong key, or another cluster's copy)")
 	}
-	files := map[string][]byte{}
-	return files, json.Unmarshal(plain, &files)
+	return decodePayload(plain)
+}
+
+// decodePayload tells the two formats apart by the format field: in a legacy
+// upload every value is a file's contents, a JSON string.
+func decodePayload(plain []byte) (*certsUpload, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(plain, &fields); err != nil {
+		return nil, fmt.Errorf("the uploaded copy is not readable: %w", err)
+	}
+	if f, ok := fields["format"]; !ok || len(f) == 0 || f[0] == '"' {
+		files := map[string][]byte{}
+		if err := json.Unmarshal(plain, &files); err != nil {
+			return nil, fmt.Errorf("the uploaded copy is not readable: %w", err)
+		}
+		return &certsUpload{legacyFiles: files}, nil
+	}
+	var payload sealedPayload
+	if err := json.Unmarshal(plain, &payload); err != nil {
+		return nil, fmt.Errorf("the uploaded copy is not readable: %w", err)
+	}
+	if payload.Format != uploadFormat {
+		return nil, fmt.Errorf("the uploaded copy has format %d, which this kubectl carousel does not know; use the version that made it", payload.Format)
+	}
+	if payload.Secrets == nil {
+		payload.Secrets = []uploadedSecret{}
+	}
+	return &certsUpload{secrets: payload.Secrets}, nil
 }
 
 func gcm(key []byte) (cipher.AEAD, error) {
@@ -88,24 +169,67 @@ func gcm(key []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(block)
 }
 
-// uploadFiles collects the Cluster's CA key pairs and service-account key.
-func uploadFiles(secrets map[string]*corev1.Secret, cl *v1alpha1.Cluster) (map[string][]byte, error) {
-	files := map[string][]byte{}
+// uploadSecrets collects the Cluster's CA Secrets and service-account key
+// Secret, with their names, types, labels and annotations.
+func uploadSecrets(secrets map[string]*corev1.Secret, cl *v1alpha1.Cluster) ([]uploadedSecret, error) {
+	var out []uploadedSecret
 	for _, role := range v1alpha1.CARoles() {
 		s := secrets[credentials.CASecretName(cl.Name, role)]
 		if s == nil {
 			return nil, fmt.Errorf("the %s CA Secret is missing", role)
 		}
-		for key, data := range s.Data {
-			files[fmt.Sprintf("%s-ca-%s", role, key)] = data
-		}
+		out = append(out, asUploaded(s, role))
 	}
 	if sa := secrets[credentials.ServiceAccountKeySecretName(cl.Name)]; sa != nil {
-		for key, data := range sa.Data {
-			files[key] = data
-		}
+		out = append(out, asUploaded(sa, ""))
 	}
-	return files, nil
+	return out, nil
+}
+
+func asUploaded(s *corev1.Secret, role v1alpha1.CARole) uploadedSecret {
+	return uploadedSecret{Role: role, Name: s.Name, Type: s.Type, Labels: s.Labels, Annotations: s.Annotations, Data: s.Data}
+}
+
+// parseCertificateKey reads the key `certs upload` printed.
+func parseCertificateKey(keyHex string) ([]byte, error) {
+	key, err := hex.DecodeString(keyHex)
+	if err != nil || len(key) != keyBytes {
+		return nil, fmt.Errorf("--certificate-key must be the %d hex characters upload printed", 2*keyBytes)
+	}
+	return key, nil
+}
+
+// openUpload reads upload id, refuses it once it is gone or expired, and
+// decrypts it as the copy of the Cluster ns/cluster: a wrong key or another
+// Cluster's copy does not open.
+func (e *env) openUpload(ctx context.Context, c client.Client, ns, cluster, id string, key []byte) (*certsUpload, error) {
+	token := &corev1.Secret{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(id)}, token)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("upload %s does not exist or has expired (%s)", id, uploadAgain(cluster))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !uploadLive(token, e.clock.Now()) {
+		return nil, fmt.Errorf("upload %s expired at %s (%s)", id, token.Data[bootstrapapi.BootstrapTokenExpirationKey], uploadAgain(cluster))
+	}
+	copySecret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: certsSecretPrefix + id}, copySecret); err != nil {
+		return nil, fmt.Errorf("upload %s: %w", id, err)
+	}
+	return openCertificates(copySecret.Data[certsDataKey], key, ns+"/"+cluster)
+}
+
+func uploadAgain(cluster string) string {
+	return "an upload is kept only for its --ttl; a new one, made while every CA Secret exists: kubectl carousel certs upload " + cluster
+}
+
+// uploadLive reports whether an upload's bootstrap token has not expired; a
+// token without a readable expiration counts as expired.
+func uploadLive(token *corev1.Secret, now time.Time) bool {
+	expires, err := time.Parse(time.RFC3339, string(token.Data[bootstrapapi.BootstrapTokenExpirationKey]))
+	return err == nil && now.Before(expires)
 }
 
 func (e *env) uploadCommand() *cobra.Command {
@@ -124,7 +248,7 @@ func (e *env) uploadCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			files, err := uploadFiles(secrets, cl)
+			uploaded, err := uploadSecrets(secrets, cl)
 			if err != nil {
 				return err
 			}
@@ -132,7 +256,7 @@ func (e *env) uploadCommand() *cobra.Command {
 			if _, err := rand.Read(key); err != nil {
 				return err
 			}
-			sealed, err := sealCertificates(files, key, cl.Namespace+"/"+cl.Name)
+			sealed, err := sealCertificates(uploaded, key, cl.Namespace+"/"+cl.Name)
 			if err != nil {
 				return err
 			}
@@ -166,9 +290,11 @@ func (e *env) uploadCommand() *cobra.Command {
 			if err := c.Create(ctx, copySecret); err != nil {
 				return fmt.Errorf("storing the encrypted copy: %w", err)
 			}
-			fmt.Fprintf(e.streams.Out, "Uploaded %d files of %s/%s as upload %s, deleted with its token at %s.\n", len(files), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
+			fmt.Fprintf(e.streams.Out, "Uploaded %d Secrets (%d files) of %s/%s as upload %s, deleted with its token at %s.\n",
+				len(uploaded), len((&certsUpload{secrets: uploaded}).files()), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
 			fmt.Fprintf(e.streams.Out, "Certificate key (shown once, stored nowhere):\n%s\n", hex.EncodeToString(key))
 			fmt.Fprintf(e.streams.Out, "Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n", cl.Name, cl.Namespace, id)
+			fmt.Fprintf(e.streams.Out, "Recreate a lost CA Secret with:\n  kubectl carousel certs restore %s -n %s --upload-id %s --certificate-key <key>\n", cl.Name, cl.Namespace, id)
 			return nil
 		},
 	}
@@ -177,32 +303,68 @@ func (e *env) uploadCommand() *cobra.Command {
 }
 
 // deleteExpiredUploads deletes every upload whose bootstrap token has
-// expired, the token and the encrypted copy both. Nothing else may do it:
-// kube-controller-manager's tokencleaner is off by default outside kubeadm,
-// and a copy's owner reference needs the garbage collector.
+// expired, the token and the encrypted copy both, and every encrypted copy
+// whose token is gone. Nothing else may do it: kube-controller-manager's
+// tokencleaner is off by default outside kubeadm, and a copy's owner
+// reference needs the garbage collector. An upload whose token has not
+// expired is never deleted.
 func (e *env) deleteExpiredUploads(ctx context.Context, c client.Client) error {
-	var tokens corev1.SecretList
-	if err := c.List(ctx, &tokens, client.InNamespace(metav1.NamespaceSystem), client.HasLabels{LabelCertsUpload}); err != nil {
+	var list corev1.SecretList
+	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceSystem), client.HasLabels{LabelCertsUpload}); err != nil {
 		return fmt.Errorf("listing uploads: %w", err)
 	}
-	for i := range tokens.Items {
-		token := &tokens.Items[i]
-		if token.Type != bootstrapapi.SecretTypeBootstrapToken {
-			continue
-		}
-		expires, err := time.Parse(time.RFC3339, string(token.Data[bootstrapapi.BootstrapTokenExpirationKey]))
-		if err == nil && e.clock.Now().Before(expires) {
-			continue
-		}
-		id := string(token.Data[bootstrapapi.BootstrapTokenIDKey])
-		copySecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: certsSecretPrefix + id}}
-		for _, obj := range []client.Object{copySecret, token} {
-			if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting expired upload %s: %w", id, err)
-			}
+	for _, name := range expiredUploads(list.Items, e.clock.Now()) {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: name}}
+		if err := c.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting expired upload Secret %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// sweepUploads is deleteExpiredUploads for the commands that read an upload:
+// housekeeping that fails (for example without the right to list Secrets in
+// kube-system) is reported and does not fail them.
+func (e *env) sweepUploads(ctx context.Context, c client.Client) {
+	if err := e.deleteExpiredUploads(ctx, c); err != nil {
+		fmt.Fprintf(e.streams.ErrOut, "warning: expired uploads were not deleted: %v\n", err)
+	}
+}
+
+// expiredUploads names, among the Secrets labelled as uploads, those to
+// delete: each bootstrap token that has expired with its copy, and each copy
+// whose owning token is missing, expired or another Secret of the same name.
+// Copies made by a concurrent upload are safe: its token is created first,
+// so a list that holds the copy holds the live token too.
+func expiredUploads(items []corev1.Secret, now time.Time) []string {
+	tokens := map[string]*corev1.Secret{}
+	for i := range items {
+		if items[i].Type == bootstrapapi.SecretTypeBootstrapToken {
+			tokens[items[i].Name] = &items[i]
+		}
+	}
+	var out []string
+	for i := range items {
+		s := &items[i]
+		switch {
+		case s.Type == bootstrapapi.SecretTypeBootstrapToken:
+			if !uploadLive(s, now) {
+				out = append(out, s.Name, certsSecretPrefix+string(s.Data[bootstrapapi.BootstrapTokenIDKey]))
+			}
+		case strings.HasPrefix(s.Name, certsSecretPrefix):
+			owner, uid := bootstraputil.BootstrapTokenSecretName(strings.TrimPrefix(s.Name, certsSecretPrefix)), types.UID("")
+			for _, ref := range s.OwnerReferences {
+				if ref.APIVersion == "v1" && ref.Kind == "Secret" {
+					owner, uid = ref.Name, ref.UID
+				}
+			}
+			if token := tokens[owner]; token == nil || !uploadLive(token, now) || (uid != "" && uid != token.UID) {
+				out = append(out, s.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (e *env) downloadCommand() *cobra.Command {
@@ -213,33 +375,19 @@ func (e *env) downloadCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			key, err := hex.DecodeString(keyHex)
-			if err != nil || len(key) != keyBytes {
-				return fmt.Errorf("--certificate-key must be the %d hex characters upload printed", 2*keyBytes)
+			key, err := parseCertificateKey(keyHex)
+			if err != nil {
+				return err
 			}
 			c, ns, err := e.client()
 			if err != nil {
 				return err
 			}
-			token := &corev1.Secret{}
-			err = c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(id)}, token)
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("upload %s does not exist or has expired: run `kubectl carousel certs upload %s` again", id, args[0])
-			}
+			upload, err := e.openUpload(ctx, c, ns, args[0], id, key)
 			if err != nil {
 				return err
 			}
-			if expires, err := time.Parse(time.RFC3339, string(token.Data[bootstrapapi.BootstrapTokenExpirationKey])); err != nil || !e.clock.Now().Before(expires) {
-				return fmt.Errorf("upload %s expired at %s: run `kubectl carousel certs upload %s` again", id, token.Data[bootstrapapi.BootstrapTokenExpirationKey], args[0])
-			}
-			copySecret := &corev1.Secret{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: certsSecretPrefix + id}, copySecret); err != nil {
-				return fmt.Errorf("upload %s: %w", id, err)
-			}
-			files, err := openCertificates(copySecret.Data[certsDataKey], key, ns+"/"+args[0])
-			if err != nil {
-				return err
-			}
+			files := upload.files()
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
 			}
@@ -257,6 +405,7 @@ func (e *env) downloadCommand() *cobra.Command {
 				}
 			}
 			fmt.Fprintf(e.streams.Out, "Wrote %d files to %s: %s\n", len(names), dir, strings.Join(names, ", "))
+			e.sweepUploads(ctx, c)
 			return nil
 		},
 	}

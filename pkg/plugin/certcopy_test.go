@@ -3,24 +3,47 @@ package plugin
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 )
 
 func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
 	key := make([]byte, keyBytes)
 	_, _ = rand.Read(key)
-	files := map[string][]byte{"cluster-ca-tls.key": []byte("secret"), "sa.key": []byte("also secret")}
-	sealed, err := sealCertificates(files, key, "team-a/prod")
+	secrets := []uploadedSecret{
+		{Role: v1alpha1.CARoleCluster, Name: "prod-ca-cluster", Type: corev1.SecretTypeOpaque,
+			Labels:      map[string]string{v1alpha1.LabelCluster: "prod", v1alpha1.LabelCA: "cluster"},
+			Annotations: map[string]string{credentials.AnnotationRotation: "2026-01-02T03:04:05Z"},
+			Data:        map[string][]byte{"tls.key": []byte("secret")}},
+		{Name: "prod-service-account-key", Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"sa.key": []byte("also secret")}},
+	}
+	sealed, err := sealCertificates(secrets, key, "team-a/prod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(sealed, []byte("secret")) {
+	if bytes.Contains(sealed, []byte("secret")) || bytes.Contains(sealed, []byte("prod-ca-cluster")) {
 		t.Fatal("the sealed copy contains the plaintext")
 	}
 	got, err := openCertificates(sealed, key, "team-a/prod")
-	if err != nil || string(got["sa.key"]) != "also secret" || len(got) != 2 {
-		t.Fatalf("open = %v, %v", got, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.secrets, secrets) {
+		t.Errorf("opened Secrets = %+v, want %+v", got.secrets, secrets)
+	}
+	if files := got.files(); len(files) != 2 || string(files["cluster-ca-tls.key"]) != "secret" || string(files["sa.key"]) != "also secret" {
+		t.Errorf("files = %q", files)
 	}
 	other := make([]byte, keyBytes)
 	_, _ = rand.Read(other)
@@ -40,5 +63,96 @@ func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
 	}
 	if _, err := openCertificates(sealed, key[:16], "team-a/prod"); err == nil || !strings.Contains(err.Error(), "must be 32 bytes") {
 		t.Errorf("short key: err = %v", err)
+	}
+}
+
+func TestLegacyUploadsOpenAsFilesWithoutSecrets(t *testing.T) {
+	key := make([]byte, keyBytes)
+	_, _ = rand.Read(key)
+	// What kubectl carousel sealed before uploads recorded whole Secrets. A
+	// file may even be called "format".
+	legacy := map[string][]byte{"cluster-ca-tls.key": []byte("k"), "sa.key": []byte("s"), "format": []byte("2")}
+	plain, _ := json.Marshal(legacy)
+	sealed, err := seal(plain, key, "team-a/prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := openCertificates(sealed, key, "team-a/prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.secrets != nil {
+		t.Errorf("a legacy upload has Secrets: %+v", got.secrets)
+	}
+	if !reflect.DeepEqual(got.files(), legacy) {
+		t.Errorf("files = %q, want %q", got.files(), legacy)
+	}
+
+	if _, err := decodePayload([]byte(`{"format":3,"secrets":[]}`)); err == nil || !strings.Contains(err.Error(), "format 3") {
+		t.Errorf("unknown format: err = %v", err)
+	}
+	if got, err := decodePayload([]byte(`{"format":2}`)); err != nil || got.secrets == nil {
+		t.Errorf("an upload without Secrets is still not a legacy one: %+v, %v", got, err)
+	}
+}
+
+func uploadToken(id string, expires string) corev1.Secret {
+	return corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, UID: types.UID("uid-" + id)},
+		Type:       bootstrapapi.SecretTypeBootstrapToken,
+		Data:       map[string][]byte{bootstrapapi.BootstrapTokenIDKey: []byte(id), bootstrapapi.BootstrapTokenExpirationKey: []byte(expires)},
+	}
+}
+
+func uploadCopy(id string, owner *corev1.Secret) corev1.Secret {
+	s := corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: certsSecretPrefix + id}, Data: map[string][]byte{certsDataKey: []byte("sealed")}}
+	if owner != nil {
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: owner.Name, UID: owner.UID}}
+	}
+	return s
+}
+
+func TestExpiredUploadsDeletesOnlyWhatNoLiveTokenOwns(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	live, expired, unreadable := uploadToken("live01", now.Add(time.Second).Format(time.RFC3339)),
+		uploadToken("exp001", now.Format(time.RFC3339)), uploadToken("bad001", "tomorrow")
+	recreated := uploadToken("rec001", now.Add(time.Hour).Format(time.RFC3339))
+	staleOwner := recreated.DeepCopy()
+	staleOwner.UID = "an-earlier-token"
+	items := []corev1.Secret{
+		live, uploadCopy("live01", &live),
+		expired, uploadCopy("exp001", &expired),
+		unreadable, // its copy is already gone
+		uploadCopy("orphan", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-orphan", UID: "gone"}}),
+		uploadCopy("norefs", nil),  // no owner reference: its token by name, absent
+		uploadCopy("live01x", nil), // no owner reference and no token of that name
+		recreated, uploadCopy("rec001", staleOwner),
+		{ObjectMeta: metav1.ObjectMeta{Name: "something-else"}}, // labelled, but not an upload Secret
+	}
+	want := []string{
+		"bootstrap-token-bad001", "bootstrap-token-exp001",
+		"carousel-certs-bad001", "carousel-certs-exp001", "carousel-certs-live01x", "carousel-certs-norefs",
+		"carousel-certs-orphan", "carousel-certs-rec001",
+	}
+	if got := expiredUploads(items, now); !reflect.DeepEqual(got, want) {
+		t.Errorf("expiredUploads = %q, want %q", got, want)
+	}
+	// A copy without an owner reference belongs to the token of its ID.
+	if got := expiredUploads([]corev1.Secret{live, uploadCopy("live01", nil)}, now); len(got) != 0 {
+		t.Errorf("a live upload was deleted: %q", got)
+	}
+}
+
+func TestParseRoles(t *testing.T) {
+	roles, withSA, err := parseRoles(nil)
+	if err != nil || !reflect.DeepEqual(roles, v1alpha1.CARoles()) || !withSA {
+		t.Errorf("no --role: %v, %v, %v", roles, withSA, err)
+	}
+	roles, withSA, err = parseRoles([]string{"etcd", " cluster", "etcd"})
+	if err != nil || !reflect.DeepEqual(roles, []v1alpha1.CARole{v1alpha1.CARoleCluster, v1alpha1.CARoleEtcd}) || withSA {
+		t.Errorf("--role etcd,cluster,etcd: %v, %v, %v", roles, withSA, err)
+	}
+	if _, _, err := parseRoles([]string{"etcd", "sa"}); err == nil || !strings.Contains(err.Error(), `unknown role "sa" in --role: the CA roles are cluster, client, kubelet`) {
+		t.Errorf("unknown role: err = %v", err)
 	}
 }

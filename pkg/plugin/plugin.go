@@ -48,7 +48,7 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 		e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
 		e.statusCommand(), e.planCommand())
 	certs := &cobra.Command{Use: "certs", Short: "Inspect a Cluster's certificates"}
-	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand())
+	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand(), e.restoreCommand())
 	root.AddCommand(rotation, certs, e.kubeconfigCommand())
 	return root
 }

@@ -1,0 +1,323 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// restoreAction is what `certs restore` does with one uploaded Secret.
+type restoreAction int
+
+const (
+	// restoreCreate: the Secret is missing and is created as uploaded.
+	restoreCreate restoreAction = iota
+	// keepSame: the Secret exists with the uploaded data.
+	keepSame
+	// keepDiffers: the Secret exists with other data; it is left alone.
+	keepDiffers
+	// keepRaced: the Secret was created by someone else while restoring.
+	keepRaced
+)
+
+// restoreStep is the decision for one uploaded Secret.
+type restoreStep struct {
+	secret uploadedSecret
+	action restoreAction
+}
+
+// parseRoles reads --role: no roles means every CA role and the
+// service-account key; named roles mean those CA Secrets only.
+func parseRoles(names []string) (roles []v1alpha1.CARole, withServiceAccountKey bool, err error) {
+	if len(names) == 0 {
+		return v1alpha1.CARoles(), true, nil
+	}
+	known := v1alpha1.CARoles()
+	want := map[v1alpha1.CARole]bool{}
+	for _, name := range names {
+		role := v1alpha1.CARole(strings.TrimSpace(name))
+		if !slices.Contains(known, role) {
+			all := make([]string, len(known))
+			for i, r := range known {
+				all[i] = string(r)
+			}
+			return nil, false, fmt.Errorf("unknown role %q in --role: the CA roles are %s", name, strings.Join(all, ", "))
+		}
+		want[role] = true
+	}
+	for _, role := range known {
+		if want[role] {
+			roles = append(roles, role)
+		}
+	}
+	return roles, false, nil
+}
+
+// planRestore decides, for each CA role asked for (and the service-account
+// key), whether its uploaded Secret is created or the existing one kept.
+// existing holds the Secrets the API server has now, by name, whatever their
+// labels: an existing Secret is never written. It refuses an upload that
+// lacks a role asked for, names a Secret of another Cluster, or holds a CA
+// that is older than the one the Cluster's status records, before anything
+// is written.
+func planRestore(cl *v1alpha1.Cluster, uploaded []uploadedSecret, roles []v1alpha1.CARole, withServiceAccountKey bool, existing map[string]*corev1.Secret) ([]restoreStep, error) {
+	var steps []restoreStep
+	decide := func(s uploadedSecret, want string) (restoreStep, bool, error) {
+		if s.Name != want {
+			return restoreStep{}, false, fmt.Errorf("the upload names Secret %q where %q was expected", s.Name, want)
+		}
+		have := existing[s.Name]
+		switch {
+		case have == nil:
+			return restoreStep{secret: s, action: restoreCreate}, true, nil
+		case maps.EqualFunc(have.Data, s.Data, bytes.Equal):
+			return restoreStep{secret: s, action: keepSame}, false, nil
+		default:
+			return restoreStep{secret: s, action: keepDiffers}, false, nil
+		}
+	}
+	for _, role := range roles {
+		i := slices.IndexFunc(uploaded, func(s uploadedSecret) bool { return s.Role == role })
+		if i < 0 {
+			return nil, fmt.Errorf("the upload holds no %s CA", role)
+		}
+		step, create, err := decide(uploaded[i], credentials.CASecretName(cl.Name, role))
+		if err != nil {
+			return nil, err
+		}
+		if create {
+			if err := checkUploadedCA(cl, role, uploaded[i]); err != nil {
+				return nil, err
+			}
+		}
+		steps = append(steps, step)
+	}
+	if withServiceAccountKey {
+		// An upload made while the Cluster had no service-account key has none.
+		if i := slices.IndexFunc(uploaded, func(s uploadedSecret) bool { return s.Role == "" }); i >= 0 {
+			step, _, err := decide(uploaded[i], credentials.ServiceAccountKeySecretName(cl.Name))
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, step)
+		}
+	}
+	return steps, nil
+}
+
+// checkUploadedCA refuses an uploaded CA Secret that is not the latest state
+// of the role: restoring an older one would bring back a CA the Cluster no
+// longer uses (one replaced by a rotation or a reissue, or an old CA already
+// dropped) and, mid-rotation, make the operator generate another new CA. The
+// status inventory is written after the Secret, so it may be one step behind
+// it: the upload may hold the rotation's new CA that the status does not list
+// yet, or no longer hold the old CA that the status still lists.
+func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecret) error {
+	cas, err := credentials.DecodeCASecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Annotations: s.Annotations}, Data: s.Data})
+	if err != nil {
+		return fmt.Errorf("the upload's %s CA: %w", role, err)
+	}
+	inv := inventoryOf(cl, role)
+	if inv == nil || inv.Current == nil {
+		return nil // nothing recorded to compare with
+	}
+	upCur, upPrev := pki.Fingerprint(cas.Current.Cert), ""
+	if cas.Previous != nil {
+		upPrev = pki.Fingerprint(cas.Previous.Cert)
+	}
+	invCur, invPrev := inv.Current.Fingerprint, ""
+	if inv.Previous != nil {
+		invPrev = inv.Previous.Fingerprint
+	}
+	id := rotationID(cl)
+	switch {
+	case upCur == invCur && upPrev == invPrev:
+		return nil
+	case upCur == invCur && upPrev == "": // the old CA was dropped after the status was written
+		return nil
+	case invPrev == "" && upPrev == invCur && id != "" && cas.Rotation == id: // this rotation's new CA, not yet in the status
+		return nil
+	}
+	return fmt.Errorf("refusing to restore the %s CA: the upload holds CA %s%s, but the Cluster's status records CA %s%s. "+
+		"The copy was made before a later rotation or reissue, and restoring it would bring back a CA the Cluster no longer uses; "+
+		"restore from a newer upload, leave this role out with --role, or accept a new CA (reissue-ca, outside a rotation)",
+		role, short(upCur), previousNote(upPrev), short(invCur), previousNote(invPrev))
+}
+
+func previousNote(fingerprint string) string {
+	if fingerprint == "" {
+		return ""
+	}
+	return " (previous " + short(fingerprint) + ")"
+}
+
+// inventoryOf returns the status inventory entry of a role.
+func inventoryOf(cl *v1alpha1.Cluster, role v1alpha1.CARole) *v1alpha1.CertificateAuthorityInventory {
+	if cl.Status.Credentials == nil {
+		return nil
+	}
+	for i := range cl.Status.Credentials.CertificateAuthorities {
+		if inv := &cl.Status.Credentials.CertificateAuthorities[i]; inv.Role == role {
+			return inv
+		}
+	}
+	return nil
+}
+
+// rotationID is the rotation annotation value that the operator writes on
+// the CA Secrets it generates in the rotation under way (empty when none is).
+func rotationID(cl *v1alpha1.Cluster) string {
+	rot := cl.CARotation()
+	if rot == nil || !rot.Phase.RotationInProgress() || rot.LastInitiationTime == nil {
+		return ""
+	}
+	return rot.LastInitiationTime.UTC().Format(time.RFC3339)
+}
+
+// restoredSecret is the Secret to create for an uploaded one: as uploaded,
+// controlled by the Cluster as the operator's own Secrets are.
+func restoredSecret(cl *v1alpha1.Cluster, s uploadedSecret) *corev1.Secret {
+	typ := s.Type
+	if typ == "" {
+		typ = corev1.SecretTypeOpaque
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: s.Name, Labels: maps.Clone(s.Labels), Annotations: maps.Clone(s.Annotations)},
+		Type:       typ,
+		Data:       maps.Clone(s.Data),
+	}
+}
+
+func describeUploaded(s uploadedSecret) string {
+	if s.Role == "" {
+		return "service-account key"
+	}
+	cas, err := credentials.DecodeCASecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name}, Data: s.Data})
+	if err != nil {
+		return string(s.Role) + " CA"
+	}
+	out := fmt.Sprintf("%s CA %s", s.Role, short(pki.Fingerprint(cas.Current.Cert)))
+	if cas.Previous != nil {
+		out += fmt.Sprintf(", previous %s", short(pki.Fingerprint(cas.Previous.Cert)))
+	}
+	return out
+}
+
+func (e *env) restoreCommand() *cobra.Command {
+	var (
+		id, keyHex string
+		roleNames  []string
+	)
+	cmd := &cobra.Command{
+		Use:   "restore CLUSTER",
+		Short: "Recreate CLUSTER's missing CA Secrets (and service-account key) from an upload, exactly as uploaded; existing Secrets are kept",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			roles, withServiceAccountKey, err := parseRoles(roleNames)
+			if err != nil {
+				return err
+			}
+			key, err := parseCertificateKey(keyHex)
+			if err != nil {
+				return err
+			}
+			c, cl, err := e.clusterArg(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			upload, err := e.openUpload(ctx, c, cl.Namespace, cl.Name, id, key)
+			if err != nil {
+				return err
+			}
+			if upload.secrets == nil {
+				return fmt.Errorf("upload %s was made by an earlier kubectl carousel: it holds the key files but not the Secrets' names, labels and annotations, so it cannot be restored. "+
+					"`kubectl carousel certs download` still writes its files; recreate the Secret from them by hand (docs/how-to/recover-a-stuck-rotation.md)", id)
+			}
+			existing, err := existingSecrets(ctx, c, cl.Namespace, upload.secrets)
+			if err != nil {
+				return err
+			}
+			steps, err := planRestore(cl, upload.secrets, roles, withServiceAccountKey, existing)
+			if err != nil {
+				return err
+			}
+			restored := 0
+			for _, step := range steps {
+				if step.action == restoreCreate {
+					s := restoredSecret(cl, step.secret)
+					if err := controllerutil.SetControllerReference(cl, s, c.Scheme()); err != nil {
+						return err
+					}
+					err := c.Create(ctx, s)
+					switch {
+					case apierrors.IsAlreadyExists(err):
+						// Created meanwhile, by the operator or someone else: never overwritten.
+						step.action = keepRaced
+					case err != nil:
+						return fmt.Errorf("restoring secret %s/%s: %w (restored so far: %d)", cl.Namespace, s.Name, err, restored)
+					default:
+						restored++
+					}
+				}
+				e.reportStep(cl.Namespace, step)
+			}
+			fmt.Fprintf(e.streams.Out, "Restored %d of %d Secrets of %s/%s from upload %s.\n", restored, len(steps), cl.Namespace, cl.Name, id)
+			e.sweepUploads(ctx, c)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "upload-id", "", "The upload ID that `certs upload` printed")
+	cmd.Flags().StringVar(&keyHex, "certificate-key", "", "The certificate key that `certs upload` printed")
+	cmd.Flags().StringSliceVar(&roleNames, "role", nil, "Restore only these CA roles (comma-separated); without it, every CA role and the service-account key")
+	_ = cmd.MarkFlagRequired("upload-id")
+	_ = cmd.MarkFlagRequired("certificate-key")
+	return cmd
+}
+
+func (e *env) reportStep(ns string, step restoreStep) {
+	name, what := ns+"/"+step.secret.Name, describeUploaded(step.secret)
+	switch step.action {
+	case restoreCreate:
+		fmt.Fprintf(e.streams.Out, "restored secret %s (%s)\n", name, what)
+	case keepSame:
+		fmt.Fprintf(e.streams.Out, "kept secret %s: it exists, with the uploaded data\n", name)
+	case keepDiffers:
+		fmt.Fprintf(e.streams.Out, "kept secret %s: it exists and its data differs from the upload (%s); not changed\n", name, what)
+	case keepRaced:
+		fmt.Fprintf(e.streams.Out, "kept secret %s: it was created by someone else while restoring; not changed\n", name)
+	}
+}
+
+// existingSecrets reads, from the API server and by name, the Secrets an
+// upload would restore; a missing one is absent from the map.
+func existingSecrets(ctx context.Context, c client.Client, ns string, uploaded []uploadedSecret) (map[string]*corev1.Secret, error) {
+	out := map[string]*corev1.Secret{}
+	for _, u := range uploaded {
+		s := &corev1.Secret{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: u.Name}, s)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("reading secret %s/%s: %w", ns, u.Name, err)
+		default:
+			out[u.Name] = s
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,184 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+func testCA(t *testing.T, name string) *pki.KeyPair {
+	t.Helper()
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// uploadedCA is the uploaded CA Secret of a role of Cluster "prod".
+func uploadedCA(t *testing.T, role v1alpha1.CARole, current, previous *pki.KeyPair, rotation string) uploadedSecret {
+	t.Helper()
+	data, err := credentials.EncodeCASecretData(&credentials.CAs{Current: current, Previous: previous})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := uploadedSecret{Role: role, Name: credentials.CASecretName("prod", role), Type: corev1.SecretTypeOpaque,
+		Labels: credentials.CALabels("prod", role), Data: data}
+	if rotation != "" {
+		s.Annotations = map[string]string{credentials.AnnotationRotation: rotation}
+	}
+	return s
+}
+
+func info(kp *pki.KeyPair) *v1alpha1.CertificateInfo {
+	if kp == nil {
+		return nil
+	}
+	return credentials.CertificateInfo(kp)
+}
+
+// clusterRecording is Cluster "prod" whose status records, for one role,
+// current and previous, in phase (empty: never rotated) started at started.
+func clusterRecording(role v1alpha1.CARole, current, previous *pki.KeyPair, phase v1alpha1.CARotationPhase, started time.Time) *v1alpha1.Cluster {
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	cl.Status.Credentials = &v1alpha1.ClusterCredentials{CertificateAuthorities: []v1alpha1.CertificateAuthorityInventory{
+		{Role: role, Current: info(current), Previous: info(previous)},
+	}}
+	if phase != "" {
+		at := metav1.NewTime(started)
+		cl.Status.Credentials.Rotation = &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{Phase: phase, LastInitiationTime: &at}}
+	}
+	return cl
+}
+
+func TestCheckUploadedCARefusesACopyOlderThanTheStatus(t *testing.T) {
+	etcd := v1alpha1.CARoleEtcd
+	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	id := started.Format(time.RFC3339)
+	oldCA, newCA := testCA(t, "old"), testCA(t, "new")
+	for _, tc := range []struct {
+		name     string
+		cluster  *v1alpha1.Cluster
+		upload   uploadedSecret
+		refusing string // empty: restorable
+	}{
+		{name: "the CA the status records", cluster: clusterRecording(etcd, oldCA, nil, "", started),
+			upload: uploadedCA(t, etcd, oldCA, nil, "")},
+		{name: "both CAs of a rotation, as recorded", cluster: clusterRecording(etcd, newCA, oldCA, v1alpha1.RotationPrepared, started),
+			upload: uploadedCA(t, etcd, newCA, oldCA, id)},
+		{name: "this rotation's new CA, not yet in the status", cluster: clusterRecording(etcd, oldCA, nil, v1alpha1.RotationPreparing, started),
+			upload: uploadedCA(t, etcd, newCA, oldCA, id)},
+		{name: "the old CA dropped, not yet in the status", cluster: clusterRecording(etcd, newCA, oldCA, v1alpha1.RotationFinalizing, started),
+			upload: uploadedCA(t, etcd, newCA, nil, id)},
+		{name: "nothing recorded for the role", cluster: clusterRecording(v1alpha1.CARoleClient, oldCA, nil, "", started),
+			upload: uploadedCA(t, etcd, newCA, nil, "")},
+		{name: "a copy from before the rotation", cluster: clusterRecording(etcd, newCA, oldCA, v1alpha1.RotationPrepared, started),
+			upload: uploadedCA(t, etcd, oldCA, nil, ""), refusing: "the upload holds CA " + short(pki.Fingerprint(oldCA.Cert)) + ", but the Cluster's status records CA " + short(pki.Fingerprint(newCA.Cert)) + " (previous "},
+		{name: "a copy from the middle of a completed rotation", cluster: clusterRecording(etcd, newCA, nil, v1alpha1.RotationCompleted, started),
+			upload: uploadedCA(t, etcd, newCA, oldCA, id), refusing: "would bring back a CA the Cluster no longer uses"},
+		{name: "another rotation's new CA", cluster: clusterRecording(etcd, oldCA, nil, v1alpha1.RotationPreparing, started),
+			upload: uploadedCA(t, etcd, newCA, oldCA, "2025-01-01T00:00:00Z"), refusing: "refusing to restore the etcd CA"},
+		{name: "a CA replaced by reissue-ca", cluster: clusterRecording(etcd, newCA, nil, "", started),
+			upload: uploadedCA(t, etcd, oldCA, nil, ""), refusing: "reissue-ca"},
+	} {
+		err := checkUploadedCA(tc.cluster, etcd, tc.upload)
+		switch {
+		case tc.refusing == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.refusing != "" && (err == nil || !strings.Contains(err.Error(), tc.refusing)):
+			t.Errorf("%s: err = %v, want it to contain %q", tc.name, err, tc.refusing)
+		}
+	}
+}
+
+func TestPlanRestoreCreatesOnlyWhatIsMissing(t *testing.T) {
+	cluster, etcd := v1alpha1.CARoleCluster, v1alpha1.CARoleEtcd
+	clusterCA, etcdCA := testCA(t, "cluster"), testCA(t, "etcd")
+	cl := clusterRecording(cluster, clusterCA, nil, "", time.Time{})
+	cl.Status.Credentials.CertificateAuthorities = append(cl.Status.Credentials.CertificateAuthorities,
+		v1alpha1.CertificateAuthorityInventory{Role: etcd, Current: info(etcdCA)})
+	sa := uploadedSecret{Name: "prod-service-account-key", Type: corev1.SecretTypeOpaque, Labels: credentials.ClusterLabels("prod"),
+		Data: map[string][]byte{credentials.DataKeyServiceAccountKey: []byte("sa")}}
+	uploaded := []uploadedSecret{uploadedCA(t, cluster, clusterCA, nil, ""), uploadedCA(t, etcd, etcdCA, nil, ""), sa}
+	roles := []v1alpha1.CARole{cluster, etcd}
+
+	actions := func(steps []restoreStep) map[string]restoreAction {
+		out := map[string]restoreAction{}
+		for _, s := range steps {
+			out[s.secret.Name] = s.action
+		}
+		return out
+	}
+	// The cluster CA is there as uploaded, the etcd CA is lost, the
+	// service-account key was replaced.
+	existing := map[string]*corev1.Secret{
+		"prod-ca-cluster":          {Data: uploaded[0].Data},
+		"prod-service-account-key": {Data: map[string][]byte{credentials.DataKeyServiceAccountKey: []byte("another")}},
+	}
+	steps, err := planRestore(cl, uploaded, roles, true, existing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]restoreAction{"prod-ca-cluster": keepSame, "prod-ca-etcd": restoreCreate, "prod-service-account-key": keepDiffers}
+	if got := actions(steps); len(got) != len(want) || got["prod-ca-cluster"] != keepSame || got["prod-ca-etcd"] != restoreCreate || got["prod-service-account-key"] != keepDiffers {
+		t.Errorf("actions = %v, want %v", got, want)
+	}
+
+	// --role etcd: the service-account key is left out.
+	steps, err = planRestore(cl, uploaded, []v1alpha1.CARole{etcd}, false, nil)
+	if err != nil || len(steps) != 1 || steps[0].secret.Name != "prod-ca-etcd" || steps[0].action != restoreCreate {
+		t.Errorf("--role etcd: %+v, %v", steps, err)
+	}
+
+	// An existing Secret is kept even when the upload's copy of it is stale.
+	stale := uploadedCA(t, cluster, testCA(t, "stale"), nil, "")
+	if steps, err := planRestore(cl, []uploadedSecret{stale}, []v1alpha1.CARole{cluster}, false, existing); err != nil || steps[0].action != keepDiffers {
+		t.Errorf("stale but existing: %+v, %v", steps, err)
+	}
+	if _, err := planRestore(cl, []uploadedSecret{stale}, []v1alpha1.CARole{cluster}, false, nil); err == nil || !strings.Contains(err.Error(), "refusing to restore the cluster CA") {
+		t.Errorf("stale and missing: err = %v", err)
+	}
+
+	if _, err := planRestore(cl, uploaded[:1], roles, false, nil); err == nil || !strings.Contains(err.Error(), "the upload holds no etcd CA") {
+		t.Errorf("a role missing from the upload: err = %v", err)
+	}
+	renamed := uploadedCA(t, etcd, etcdCA, nil, "")
+	renamed.Name = "other-ca-etcd"
+	if _, err := planRestore(cl, []uploadedSecret{renamed}, []v1alpha1.CARole{etcd}, false, nil); err == nil || !strings.Contains(err.Error(), `names Secret "other-ca-etcd" where "prod-ca-etcd" was expected`) {
+		t.Errorf("another Cluster's Secret: err = %v", err)
+	}
+	// An upload made while there was no service-account key restores none.
+	if steps, err := planRestore(cl, uploaded[:2], roles, true, nil); err != nil || len(steps) != 2 {
+		t.Errorf("no service-account key uploaded: %+v, %v", steps, err)
+	}
+}
+
+func TestRestoredSecretIsTheUploadedOne(t *testing.T) {
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	up := uploadedCA(t, v1alpha1.CARoleEtcd, testCA(t, "etcd"), nil, "2026-03-01T12:00:00Z")
+	s := restoredSecret(cl, up)
+	if s.Namespace != "team-a" || s.Name != "prod-ca-etcd" || s.Type != corev1.SecretTypeOpaque ||
+		s.Labels[v1alpha1.LabelCA] != "etcd" || s.Annotations[credentials.AnnotationRotation] != "2026-03-01T12:00:00Z" ||
+		string(s.Data[v1alpha1.DataKeyCertificate]) != string(up.Data[v1alpha1.DataKeyCertificate]) {
+		t.Errorf("restored Secret = %+v", s)
+	}
+	s.Labels["changed"] = "yes"
+	if _, ok := up.Labels["changed"]; ok {
+		t.Error("the restored Secret shares its labels with the upload")
+	}
+	up.Type = ""
+	if got := restoredSecret(cl, up).Type; got != corev1.SecretTypeOpaque {
+		t.Errorf("a Secret uploaded without a type is restored as %q", got)
+	}
+}
