@@ -30,6 +30,7 @@ FUZZ_TARGETS := \
 	pkg/csr:FuzzNext \
 	pkg/csr:FuzzSign \
 	pkg/nodeagent:FuzzNextRotation \
+	pkg/noderenewal:FuzzParseRequest \
 	pkg/pki:FuzzParseBundle \
 	pkg/rotation:FuzzApplyOperation \
 	pkg/rotation:FuzzIssuer \

@@ -2,8 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
 // Node acts for the kubelet with the manager's credentials: it registers the
@@ -131,8 +130,8 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			if !ok {
 				continue
 			}
-			request := node.Annotations[v1alpha1.AnnotationRenewCredentials]
-			if request == "" || request == node.Annotations[v1alpha1.AnnotationCredentialsRenewed] {
+			request, pending := noderenewal.Pending(node.Annotations)
+			if !pending {
 				continue
 			}
 			if err := n.renew(ctx, request); err != nil {
@@ -155,7 +154,7 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (n *Node) renew(ctx context.Context, request string) error {
+func (n *Node) renew(ctx context.Context, request noderenewal.Request) error {
 	cs := n.Manager.Client()
 	info, err := cs.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
 	if err != nil {
@@ -175,12 +174,8 @@ func (n *Node) renew(ctx context.Context, request string) error {
 	if err := n.Manager.Renew(ctx, bundle); err != nil {
 		return err
 	}
-	sum := sha256.Sum256(bundle)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		v1alpha1.AnnotationCredentialsRenewed:      request,
-		v1alpha1.AnnotationClientCertificateIssuer: hex.EncodeToString(n.Manager.Current().Cert.AuthorityKeyId),
-		v1alpha1.AnnotationTrustBundle:             hex.EncodeToString(sum[:]),
-	}}})
+	report := noderenewal.ReportOf(request, n.Manager.Current().Cert, bundle)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": report.Annotations()}})
 	if err != nil {
 		return err
 	}

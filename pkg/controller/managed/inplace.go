@@ -2,16 +2,14 @@ package managed
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -52,10 +50,8 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if err != nil {
 		return false, "", err
 	}
-	request := rot.LastInitiationTime.UTC().Format(time.RFC3339) + "/" + string(rot.Phase)
-	wantIssuer := hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId)
-	bundleSum := sha256.Sum256(bundle)
-	wantBundle := hex.EncodeToString(bundleSum[:])
+	request := noderenewal.RequestFor(rot)
+	want := noderenewal.Expected(request, clientCAs.Current.Cert, bundle)
 
 	var nodes corev1.NodeList
 	if err := remote.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
@@ -64,26 +60,16 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	renewed := 0
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		a := n.Annotations
-		reported := a[v1alpha1.AnnotationCredentialsRenewed] == request
-		if reported && a[v1alpha1.AnnotationClientCertificateIssuer] == wantIssuer && a[v1alpha1.AnnotationTrustBundle] == wantBundle {
+		action := noderenewal.Assess(n.Annotations, want)
+		switch action {
+		case noderenewal.Done:
 			renewed++
 			continue
-		}
-		patch := client.MergeFrom(n.DeepCopy())
-		switch {
-		case reported:
-			// Renewed, but with another issuer or bundle (it read a
-			// cluster-info not yet updated): ask again.
-			delete(n.Annotations, v1alpha1.AnnotationCredentialsRenewed)
-		case a[v1alpha1.AnnotationRenewCredentials] != request:
-			if n.Annotations == nil {
-				n.Annotations = map[string]string{}
-			}
-			n.Annotations[v1alpha1.AnnotationRenewCredentials] = request
-		default:
+		case noderenewal.Wait:
 			continue // asked, not answered yet
 		}
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Annotations = noderenewal.Annotate(n.Annotations, action, request)
 		if err := remote.Patch(ctx, n, patch); err != nil {
 			return false, "", fmt.Errorf("asking node %s to renew: %w", n.Name, err)
 		}

@@ -1,0 +1,161 @@
+// Package noderenewal is the protocol of an in-place worker rollout, carried
+// in annotations on a managed cluster's Node. Carousel asks a node to renew
+// its credentials for one phase of a rotation (a Request); the node agent
+// fetches the current trust bundle, renews its client certificate and
+// answers with what it now has (a Report); Carousel compares that with what
+// it expects (Assess). Both ends use this package, so the wire format is
+// defined once.
+package noderenewal
+
+import (
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// Request asks a node to renew its credentials for one phase of a rotation.
+// A node carries out each request once.
+type Request struct {
+	// Initiated is when the rotation started (its lastInitiationTime).
+	Initiated time.Time
+	Phase     v1alpha1.CARotationPhase
+}
+
+// RequestFor is the request of the rotation's current phase.
+func RequestFor(rot *v1alpha1.CARotation) Request {
+	r := Request{Phase: rot.Phase}
+	if rot.LastInitiationTime != nil {
+		r.Initiated = rot.LastInitiationTime.Time
+	}
+	return r
+}
+
+// String is the request as an annotation value: <initiated, RFC 3339 UTC>/<phase>.
+func (r Request) String() string {
+	return r.Initiated.UTC().Format(time.RFC3339) + "/" + string(r.Phase)
+}
+
+// ParseRequest parses an annotation value written by Request.String.
+func ParseRequest(value string) (Request, error) {
+	at, phase, ok := strings.Cut(value, "/")
+	if !ok {
+		return Request{}, fmt.Errorf("renewal request %q: want <time>/<phase>", value)
+	}
+	initiated, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return Request{}, fmt.Errorf("renewal request %q: %w", value, err)
+	}
+	r := Request{Initiated: initiated.UTC(), Phase: v1alpha1.CARotationPhase(phase)}
+	if r.Phase != v1alpha1.RotationPreparing && r.Phase != v1alpha1.RotationFinalizing {
+		return Request{}, fmt.Errorf("renewal request %q: %q is not a phase that rolls workers", value, phase)
+	}
+	if r.String() != value {
+		return Request{}, fmt.Errorf("renewal request %q is not in canonical form %q", value, r.String())
+	}
+	return r, nil
+}
+
+// Report is what a node answers once it carried out a request.
+type Report struct {
+	Request Request
+	// Issuer is the hex key identifier of the CA that signed the node's
+	// client certificate.
+	Issuer string
+	// Bundle is the hex SHA-256 of the trust bundle the node now uses.
+	Bundle string
+}
+
+// ReportOf is the report of a node that renewed for req: its client
+// certificate and the trust bundle it uses.
+func ReportOf(req Request, clientCert *x509.Certificate, bundle []byte) Report {
+	return Report{Request: req, Issuer: hex.EncodeToString(clientCert.AuthorityKeyId), Bundle: digest(bundle)}
+}
+
+// Expected is the report Carousel waits for: a client certificate signed by
+// ca, and bundle.
+func Expected(req Request, ca *x509.Certificate, bundle []byte) Report {
+	return Report{Request: req, Issuer: hex.EncodeToString(ca.SubjectKeyId), Bundle: digest(bundle)}
+}
+
+func digest(bundle []byte) string {
+	sum := sha256.Sum256(bundle)
+	return hex.EncodeToString(sum[:])
+}
+
+// Annotations are the Node annotations that carry the report.
+func (r Report) Annotations() map[string]string {
+	return map[string]string{
+		v1alpha1.AnnotationCredentialsRenewed:      r.Request.String(),
+		v1alpha1.AnnotationClientCertificateIssuer: r.Issuer,
+		v1alpha1.AnnotationTrustBundle:             r.Bundle,
+	}
+}
+
+// Pending returns the request a node has been asked to carry out and has not
+// answered yet. A request that does not parse is not carried out: Carousel
+// writes it again.
+func Pending(annotations map[string]string) (Request, bool) {
+	value := annotations[v1alpha1.AnnotationRenewCredentials]
+	req, err := ParseRequest(value)
+	if err != nil || annotations[v1alpha1.AnnotationCredentialsRenewed] == value {
+		return Request{}, false
+	}
+	return req, true
+}
+
+// Action is what Carousel does about one node.
+type Action int
+
+const (
+	// Wait: the node was asked and has not answered yet.
+	Wait Action = iota
+	// Done: the node answered the request with the expected credentials.
+	Done
+	// Ask: set the request on the node.
+	Ask
+	// AskAgain: the node answered with other credentials than expected (it
+	// read a cluster-info not yet updated): remove its answer so that it
+	// carries the request out again.
+	AskAgain
+)
+
+func (a Action) String() string {
+	return [...]string{"Wait", "Done", "Ask", "AskAgain"}[a]
+}
+
+// Annotate returns a Node's annotations after Carousel's side of action for
+// req: Ask sets the request, AskAgain removes the node's answer so that it
+// carries the request out again; Done and Wait change nothing.
+func Annotate(annotations map[string]string, action Action, req Request) map[string]string {
+	switch action {
+	case Ask:
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[v1alpha1.AnnotationRenewCredentials] = req.String()
+	case AskAgain:
+		delete(annotations, v1alpha1.AnnotationCredentialsRenewed)
+	}
+	return annotations
+}
+
+// Assess decides what to do about a node whose annotations are these, when
+// Carousel expects want.
+func Assess(annotations map[string]string, want Report) Action {
+	request := want.Request.String()
+	switch {
+	case annotations[v1alpha1.AnnotationCredentialsRenewed] == request:
+		if annotations[v1alpha1.AnnotationClientCertificateIssuer] == want.Issuer && annotations[v1alpha1.AnnotationTrustBundle] == want.Bundle {
+			return Done
+		}
+		return AskAgain
+	case annotations[v1alpha1.AnnotationRenewCredentials] != request:
+		return Ask
+	}
+	return Wait
+}
