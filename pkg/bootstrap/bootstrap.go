@@ -17,11 +17,9 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// LabelToken marks, in the managed cluster, the bootstrap-token Secrets
-// Carousel issued; its value is the Cluster's name.
-const LabelToken = "carousel.dev/bootstrap-token"
+	"github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
 
 // Group is the extra group of a Cluster's bootstrap tokens; the approver
 // approves first-bootstrap CSRs only from users in it.
@@ -51,7 +49,7 @@ func TokenSecret(cluster string, t Token) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(t.ID),
-			Labels: map[string]string{LabelToken: cluster},
+			Labels: map[string]string{v1alpha1.LabelBootstrapToken: cluster},
 		},
 		Type: bootstrapapi.SecretTypeBootstrapToken,
 		StringData: map[string]string{

@@ -93,7 +93,7 @@ func TestCASecretRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := DecodeCASecret(&corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-client", Annotations: map[string]string{AnnotationRotation: in.Rotation}}, Data: data,
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-client", Annotations: map[string]string{v1alpha1.AnnotationRotation: in.Rotation}}, Data: data,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"bytes"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -23,11 +24,6 @@ const (
 	DataKeyServiceAccountKey       = "sa.key"
 	DataKeyServiceAccountPublicKey = "sa.pub"
 )
-
-// AnnotationRotation on a CA Secret records the lastInitiationTime of the
-// rotation that created its current CA; absent for a cluster's first CA. It is
-// how a restarted reconciler knows that a role's new CA exists already.
-const AnnotationRotation = "carousel.dev/rotation"
 
 // CASecretName is the name of the Secret that holds a role's CAs.
 func CASecretName(cluster string, role v1alpha1.CARole) string {
@@ -83,7 +79,7 @@ func ClusterLabels(cluster string) map[string]string {
 type CAs struct {
 	Current  *pki.KeyPair
 	Previous *pki.KeyPair
-	// Rotation is the AnnotationRotation value of the Secret.
+	// Rotation is the v1alpha1.AnnotationRotation value of the Secret.
 	Rotation string
 }
 
@@ -95,15 +91,15 @@ func (c *CAs) Bundle() pki.Bundle {
 	return pki.NewBundle(c.Current.Cert, c.Previous.Cert)
 }
 
-// IssuerOf returns the CA of the role that signed cert: the previous one when
-// it did, the current one otherwise. Signing a new client credential with the
-// issuer of Carousel's own client certificate keeps it on the CA the API
-// server is known to trust at this point of a rotation.
-func (c *CAs) IssuerOf(cert *x509.Certificate) *pki.KeyPair {
-	if c.Previous != nil && cert.CheckSignatureFrom(c.Previous.Cert) == nil {
-		return c.Previous
+// Issuer returns the one of the role's CAs that signed cert, nil when
+// neither did.
+func (c *CAs) Issuer(cert *x509.Certificate) *pki.KeyPair {
+	for _, ca := range []*pki.KeyPair{c.Current, c.Previous} {
+		if ca != nil && bytes.Equal(cert.AuthorityKeyId, ca.Cert.SubjectKeyId) && cert.CheckSignatureFrom(ca.Cert) == nil {
+			return ca
+		}
 	}
-	return c.Current
+	return nil
 }
 
 // DecodeCASecret reads a role's CAs from its Secret.
@@ -112,7 +108,7 @@ func DecodeCASecret(s *corev1.Secret) (*CAs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: current CA: %w", s.Name, err)
 	}
-	cas := &CAs{Current: current, Rotation: s.Annotations[AnnotationRotation]}
+	cas := &CAs{Current: current, Rotation: s.Annotations[v1alpha1.AnnotationRotation]}
 	prevCert, prevKey := s.Data[DataKeyPreviousCertificate], s.Data[DataKeyPreviousPrivateKey]
 	switch {
 	case len(prevCert) == 0 && len(prevKey) == 0:

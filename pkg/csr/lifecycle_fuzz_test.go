@@ -130,15 +130,7 @@ func FuzzNext(f *testing.F) {
 			t.Fatalf("not deterministic: %+v, then %+v", step, again)
 		}
 
-		at := func(c certificatesv1.CertificateSigningRequestCondition) time.Time {
-			switch {
-			case !c.LastUpdateTime.IsZero():
-				return c.LastUpdateTime.Time
-			case !c.LastTransitionTime.IsZero():
-				return c.LastTransitionTime.Time
-			}
-			return created
-		}
+		at := func(c certificatesv1.CertificateSigningRequestCondition) time.Time { return conditionTime(c, created) }
 		var approved, ended []time.Time
 		for _, c := range conds {
 			switch c.Type {

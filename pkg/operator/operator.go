@@ -11,8 +11,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
-	"github.com/carousel-dev/carousel/pkg/controller/managed"
+	"github.com/carousel-dev/carousel/pkg/controller/kubeletbootstrap"
+	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
+	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
@@ -47,7 +50,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: 5 * time.Second, EvidenceTimeout: 10 * time.Second, Webhook: true,
-		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: managed.DefaultCleanupTimeout,
+		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
 		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour,
 	}
 }
@@ -64,12 +67,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		clk = clock.RealClock{}
 	}
 	recorder := mgr.GetEventRecorder("carousel-controller-manager")
-	managedClusters := &managed.Reconciler{
-		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Clock: clk,
-		CSRControllers: opts.CSRControllers, CSRMaxDuration: opts.CSRMaxDuration, Metrics: managed.NewMetrics(metrics.Registry),
-		Recorder: recorder, CleanupTimeout: opts.ManagedCleanupTimeout,
+	connections := &clustercache.Cache{Management: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	if opts.CSRControllers {
+		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration,
+			Metrics: kubeletcsr.NewMetrics(metrics.Registry)}
+		connections.OnConnect = append(connections.OnConnect, csrs.OnConnect)
 	}
-	if err := managedClusters.SetupWithManager(mgr); err != nil {
+	if err := mgr.Add(connections); err != nil {
+		return err
+	}
+	bootstrapper := &kubeletbootstrap.Reconciler{Client: mgr.GetClient(), Clock: clk, Connections: connections,
+		Recorder: recorder, CleanupTimeout: opts.ManagedCleanupTimeout}
+	if err := bootstrapper.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	r := &clustercontroller.Reconciler{
@@ -79,8 +88,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Recorder:  recorder,
 		Evidence:  evidence.Checker{Timeout: opts.EvidenceTimeout},
 		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{
-			v1alpha1.RolloutManual:  clustercontroller.ManualRollout{},
-			v1alpha1.RolloutInPlace: &managed.InPlaceRollout{Managed: managedClusters, Management: mgr.GetClient()},
+			v1alpha1.RolloutManual:  workerrollout.ManualRollout{},
+			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient()},
 		},
 		CAExpiryWarning:        opts.CAExpiryWarning,
 		ManagedPollInterval:    opts.ManagedPollInterval,

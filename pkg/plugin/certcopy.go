@@ -36,11 +36,7 @@ import (
 const (
 	certsSecretPrefix = "carousel-certs-"
 	certsDataKey      = "certificates"
-	// LabelCertsUpload marks the upload Secrets (the owning bootstrap token and
-	// the encrypted copy) with the Cluster's UID: a namespace and name together
-	// can be longer than a label value may be.
-	LabelCertsUpload = "carousel.dev/certs-upload"
-	keyBytes         = 32
+	keyBytes          = 32
 )
 
 // uploadFormat marks a sealed payload that records whole Secrets. An upload
@@ -269,7 +265,7 @@ func (e *env) uploadCommand() *cobra.Command {
 			if err := e.deleteExpiredUploads(ctx, c); err != nil {
 				return err
 			}
-			label := map[string]string{LabelCertsUpload: string(cl.UID)}
+			label := map[string]string{v1alpha1.LabelCertsUpload: string(cl.UID)}
 			token := &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(id), Labels: label},
 				Type:       bootstrapapi.SecretTypeBootstrapToken,
@@ -310,7 +306,7 @@ func (e *env) uploadCommand() *cobra.Command {
 // expired is never deleted.
 func (e *env) deleteExpiredUploads(ctx context.Context, c client.Client) error {
 	var list corev1.SecretList
-	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceSystem), client.HasLabels{LabelCertsUpload}); err != nil {
+	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceSystem), client.HasLabels{v1alpha1.LabelCertsUpload}); err != nil {
 		return fmt.Errorf("listing uploads: %w", err)
 	}
 	for _, name := range expiredUploads(list.Items, e.clock.Now()) {

@@ -15,7 +15,6 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/credentials"
 )
 
 func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
@@ -24,7 +23,7 @@ func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
 	secrets := []uploadedSecret{
 		{Role: v1alpha1.CARoleCluster, Name: "prod-ca-cluster", Type: corev1.SecretTypeOpaque,
 			Labels:      map[string]string{v1alpha1.LabelCluster: "prod", v1alpha1.LabelCA: "cluster"},
-			Annotations: map[string]string{credentials.AnnotationRotation: "2026-01-02T03:04:05Z"},
+			Annotations: map[string]string{v1alpha1.AnnotationRotation: "2026-01-02T03:04:05Z"},
 			Data:        map[string][]byte{"tls.key": []byte("secret")}},
 		{Name: "prod-service-account-key", Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"sa.key": []byte("also secret")}},
 	}

@@ -48,26 +48,17 @@ func (e *env) kubeconfigCommand() *cobra.Command {
 			get := func(name string, obj client.Object) error {
 				return c.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: name}, obj)
 			}
-			caSecret, operator, bundle := &corev1.Secret{}, &corev1.Secret{}, &corev1.ConfigMap{}
-			if err := get(credentials.CASecretName(cl.Name, v1alpha1.CARoleClient), caSecret); err != nil {
-				return err
-			}
-			if err := get(credentials.CertificateSecretName(cl.Name, credentials.CertOperator), operator); err != nil {
-				return err
-			}
+			bundle := &corev1.ConfigMap{}
 			if err := get(credentials.BundleConfigMapName(cl.Name, v1alpha1.CARoleCluster), bundle); err != nil {
 				return err
 			}
-			cas, err := credentials.DecodeCASecret(caSecret)
-			if err != nil {
-				return err
-			}
-			operatorCerts, err := pki.ParseCertificates(operator.Data[v1alpha1.DataKeyCertificate])
+			// Signed with the client CA the API server trusts at this point of a rotation.
+			_, clientCA, err := credentials.ClientCAInUse(ctx, c, cl)
 			if err != nil {
 				return err
 			}
 			user := "carousel:admin:" + name
-			kp, err := cas.IssuerOf(operatorCerts[0]).IssueKeyPair(pki.LeafTemplate{
+			kp, err := clientCA.IssueKeyPair(pki.LeafTemplate{
 				CommonName: user, Organization: []string{"system:masters"},
 				Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: ttl,
 			}, pki.KeyAlgorithm(cl.Spec.Certificates.KeyAlgorithmOrDefault()), e.clock.Now())

@@ -36,7 +36,7 @@ func uploadedCA(t *testing.T, role v1alpha1.CARole, current, previous *pki.KeyPa
 	s := uploadedSecret{Role: role, Name: credentials.CASecretName("prod", role), Type: corev1.SecretTypeOpaque,
 		Labels: credentials.CALabels("prod", role), Data: data}
 	if rotation != "" {
-		s.Annotations = map[string]string{credentials.AnnotationRotation: rotation}
+		s.Annotations = map[string]string{v1alpha1.AnnotationRotation: rotation}
 	}
 	return s
 }
@@ -169,7 +169,7 @@ func TestRestoredSecretIsTheUploadedOne(t *testing.T) {
 	up := uploadedCA(t, v1alpha1.CARoleEtcd, testCA(t, "etcd"), nil, "2026-03-01T12:00:00Z")
 	s := restoredSecret(cl, up)
 	if s.Namespace != "team-a" || s.Name != "prod-ca-etcd" || s.Type != corev1.SecretTypeOpaque ||
-		s.Labels[v1alpha1.LabelCA] != "etcd" || s.Annotations[credentials.AnnotationRotation] != "2026-03-01T12:00:00Z" ||
+		s.Labels[v1alpha1.LabelCA] != "etcd" || s.Annotations[v1alpha1.AnnotationRotation] != "2026-03-01T12:00:00Z" ||
 		string(s.Data[v1alpha1.DataKeyCertificate]) != string(up.Data[v1alpha1.DataKeyCertificate]) {
 		t.Errorf("restored Secret = %+v", s)
 	}

@@ -122,6 +122,7 @@ func FuzzApplyOperation(f *testing.F) {
 	f.Add(uint8(0), uint8(0), uint8(0), uint8(0), v1alpha1.OperationReconcile)
 	f.Add(all, uint8(4), uint8(0), uint8(0), "reissue-ca=etcd,vpn")
 	f.Add(started, uint8(1), uint8(0), uint8(0), "reissue-ca=cluster")
+	f.Add(started, uint8(1), uint8(0), uint8(0), "reissue-service-account-key")
 	f.Add(started, uint8(1), uint8(0), uint8(0), "rotate")
 	f.Fuzz(func(t *testing.T, bits, phase, specMask, pendingMask uint8, value string) {
 		rot := fuzzStatus(bits, phase, pendingMask)
@@ -248,7 +249,7 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 		if !equalRotation(rest, restBefore) {
 			t.Fatalf("rollout-workers changed more than the pending pools: %+v, was %+v", next, rot)
 		}
-	case v1alpha1.VerbReconcile, v1alpha1.VerbReissueCA:
+	case v1alpha1.VerbReconcile, v1alpha1.VerbReissueCA, v1alpha1.VerbReissueServiceAccountKey:
 		if next != rot {
 			t.Fatalf("%s changed the status: %+v, was %+v", op, next, rot)
 		}

@@ -15,6 +15,7 @@
 //	Finalizing            every step of finalizing is observed  Completed   Decide
 //	any                   rollout-workers=<pool>,…              (same)      ApplyOperation: pools leave pendingWorkersRollouts
 //	none, Completed       reissue-ca=<role>,…                   (same)      Allowed; the reconciler forgets the lost CAs
+//	any                   reissue-service-account-key           (same)      the reconciler writes a new key, if it was lost
 //	any                   reconcile                             (same)      nothing is recorded
 //
 // The steps of Preparing and Finalizing, in the order they are waited for,
@@ -48,8 +49,9 @@ func Allowed(verb v1alpha1.OperationVerb, phase v1alpha1.CARotationPhase) error 
 		if phase.RotationInProgress() {
 			return fmt.Errorf("cannot reissue a CA during a CA rotation (phase %s): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`", phase)
 		}
-	case v1alpha1.VerbReconcile, v1alpha1.VerbRolloutWorkers:
-		// Allowed in every phase; rollout-workers names only pending pools.
+	case v1alpha1.VerbReconcile, v1alpha1.VerbRolloutWorkers, v1alpha1.VerbReissueServiceAccountKey:
+		// Allowed in every phase: rollout-workers names only pending pools;
+		// the service-account key is not part of the CA rotation.
 	default:
 		return fmt.Errorf("unknown operation %q", verb)
 	}

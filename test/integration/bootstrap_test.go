@@ -30,7 +30,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
-	"github.com/carousel-dev/carousel/pkg/controller/managed"
+	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -93,7 +93,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			g.Expect(os.WriteFile(filepath.Join(agentDir, "bootstrap-kubeconfig"), s.Data[v1alpha1.DataKeyKubeconfig], 0o600)).To(Succeed())
 		}).WithTimeout(time.Minute).Should(Succeed())
 
-		tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+		tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(tokens.Items).To(HaveLen(1))
 		Expect(tokens.Items[0].Type).To(Equal(bootstrapapi.SecretTypeBootstrapToken))
@@ -214,11 +214,11 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(pki.Verify(cert, pki.NewBundle(kubeletCA(ctx)), x509.ExtKeyUsageServerAuth, time.Now())).To(Succeed())
 		registered, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		pin, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, managed.PinConfigMapName(nodeName), metav1.GetOptions{})
+		pin, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, kubeletcsr.PinConfigMapName(nodeName), metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(pin.Data).To(HaveKeyWithValue("uid", string(registered.UID)))
 		Expect(pin.Data).To(HaveKeyWithValue("addresses", `["127.0.0.1","worker-1"]`))
-		Expect(pin.Labels).To(HaveKeyWithValue(managed.LabelServingAddresses, c.Name))
+		Expect(pin.Labels).To(HaveKeyWithValue(v1alpha1.LabelServingAddresses, c.Name))
 		pin.Data["addresses"] = `["127.0.0.1","127.0.0.2","worker-1"]`
 		_, err = agent.Client().CoreV1().ConfigMaps(metav1.NamespaceSystem).Update(ctx, pin, metav1.UpdateOptions{})
 		Expect(err).To(HaveOccurred(), "the node cannot rewrite its pin")

@@ -59,6 +59,14 @@ var _ = Describe("Failure modes", func() {
 	reconcileOnce := func(ctx context.Context, r *clustercontroller.Reconciler, key client.ObjectKey) (ctrl.Result, error) {
 		return r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 	}
+	reconcileUntilPrepared := func(ctx context.Context, r *clustercontroller.Reconciler, key client.ObjectKey) {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			_, err := reconcileOnce(ctx, r, key)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
+		}).Should(Succeed())
+	}
 	readyCondition := func(ctx context.Context, key client.ObjectKey) *metav1.Condition {
 		return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionReady)
 	}
@@ -107,11 +115,7 @@ var _ = Describe("Failure modes", func() {
 		Expect(result.RequeueAfter).To(Equal(5*time.Minute), "an API server down for long is polled less often, never forgotten")
 
 		apiServer.down.Store(false)
-		Eventually(func(g Gomega) {
-			_, err := reconcileOnce(ctx, r, key)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
-		}).Should(Succeed())
+		reconcileUntilPrepared(ctx, r, key)
 	})
 
 	It("generates no key on a pass that changes nothing while the trust probe keeps failing", func(ctx SpecContext) {
@@ -163,11 +167,7 @@ var _ = Describe("Failure modes", func() {
 
 		apiServer.down.Store(false)
 		r := reconcilerWith(apiServer)
-		Eventually(func(g Gomega) {
-			_, err := reconcileOnce(ctx, r, key)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
-		}).Should(Succeed())
+		reconcileUntilPrepared(ctx, r, key)
 		_, err = reconcileOnce(ctx, r, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8s.Get(ctx, probe, &corev1.Secret{})).To(WithTransform(apierrors.IsNotFound, BeTrue()), "the probe is gone once Preparing ended")
@@ -210,11 +210,7 @@ var _ = Describe("Failure modes", func() {
 			HaveField("Message", ContainSubstring("it was https://127.0.0.1:6443"))))
 
 		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
-		Eventually(func(g Gomega) {
-			_, err := reconcileOnce(ctx, r, key)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
-		}).Should(Succeed())
+		reconcileUntilPrepared(ctx, r, key)
 	})
 
 	It("stops, without generating keys, when a CA Secret loses its labels", func(ctx SpecContext) {
@@ -275,6 +271,51 @@ var _ = Describe("Failure modes", func() {
 		Expect(k8s.Get(ctx, etcd, reissued)).To(Succeed())
 		Expect(reissued.Data[v1alpha1.DataKeyCertificate]).NotTo(Equal(lost.Data[v1alpha1.DataKeyCertificate]))
 		Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
+	})
+
+	It("neither replaces a lost service-account key nor loops on an unlabelled one until reissue-service-account-key", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "sakey")
+		key := client.ObjectKeyFromObject(c)
+		r := reconcilerWith(nil)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		saKey := client.ObjectKey{Namespace: ns, Name: credentials.ServiceAccountKeySecretName(c.Name)}
+		original := &corev1.Secret{}
+		Expect(k8s.Get(ctx, saKey, original)).To(Succeed())
+
+		unlabelled := original.DeepCopy()
+		delete(unlabelled.Labels, v1alpha1.LabelCluster)
+		Expect(k8s.Update(ctx, unlabelled)).To(Succeed())
+		before := pki.KeysGenerated()
+		for range 3 {
+			_, err = reconcileOnce(ctx, r, key)
+			Expect(err).To(MatchError(ContainSubstring("holds the service-account key but lacks Carousel's labels")))
+		}
+		Expect(pki.KeysGenerated()-before).To(BeZero(), "no key is generated while the Secret is only unlabelled")
+		expectWarning(v1alpha1.ReasonServiceAccountKeyUnlabelled)
+
+		Expect(k8s.Delete(ctx, unlabelled)).To(Succeed())
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).To(MatchError(ContainSubstring("holding the service-account key is missing")))
+		Expect(pki.KeysGenerated() - before).To(BeZero())
+		Expect(k8s.Get(ctx, saKey, &corev1.Secret{})).NotTo(Succeed(), "no replacement key was written")
+		Expect(readyCondition(ctx, key)).To(And(HaveField("Reason", v1alpha1.ReasonServiceAccountKeyLost),
+			HaveField("Message", ContainSubstring("carousel.dev/operation=reissue-service-account-key"))))
+		expectWarning(v1alpha1.ReasonServiceAccountKeyLost)
+
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationReissueServiceAccountKey)).To(Succeed())
+		_, err = reconcileOnce(ctx, r, key) // carries the operation out
+		Expect(err).NotTo(HaveOccurred())
+		expectWarning(v1alpha1.EventServiceAccountKeyReissued)
+		reissued := &corev1.Secret{}
+		Expect(k8s.Get(ctx, saKey, reissued)).To(Succeed())
+		Expect(reissued.Data[credentials.DataKeyServiceAccountKey]).NotTo(Equal(original.Data[credentials.DataKeyServiceAccountKey]))
+		Expect(getCluster(ctx, key).Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))
+		Eventually(func(g Gomega) {
+			_, err := reconcileOnce(ctx, r, key)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
+		}).Should(Succeed())
 	})
 })
 

@@ -154,7 +154,7 @@ var _ = Describe("kubectl carousel certs restore", func() {
 
 		lost := &corev1.Secret{}
 		Expect(k8s.Get(ctx, caSecretKey(c, v1alpha1.CARoleClient), lost)).To(Succeed())
-		Expect(lost.Annotations).To(HaveKey(credentials.AnnotationRotation))
+		Expect(lost.Annotations).To(HaveKey(v1alpha1.AnnotationRotation))
 		Expect(lost.Data).To(HaveKey(credentials.DataKeyPreviousPrivateKey))
 		before := pki.KeysGenerated()
 		Expect(k8s.Delete(ctx, lost)).To(Succeed())
@@ -254,7 +254,7 @@ var _ = Describe("kubectl carousel certs restore", func() {
 
 		// A copy whose token is gone (deleted without the garbage collector).
 		orphan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "carousel-certs-orphan",
-			Labels:          map[string]string{plugin.LabelCertsUpload: string(c.UID)},
+			Labels:          map[string]string{v1alpha1.LabelCertsUpload: string(c.UID)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "bootstrap-token-orphan", UID: "deleted-token"}}},
 			Data: map[string][]byte{"certificates": []byte("sealed")}}
 		Expect(k8s.Create(ctx, orphan)).To(Succeed())

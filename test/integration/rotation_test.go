@@ -27,6 +27,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
+	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
@@ -298,7 +299,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		checksum := func() string {
 			d := &appsv1.Deployment{}
 			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(apiserver), d)).To(Succeed())
-			return d.Spec.Template.Annotations[clustercontroller.AnnotationCredentialsChecksum]
+			return d.Spec.Template.Annotations[v1alpha1.AnnotationCredentialsChecksum]
 		}
 		Eventually(checksum).ShouldNot(BeEmpty(), "the consumer is stamped with the checksum of what it mounts")
 		markRolledOut(ctx, c)
@@ -357,7 +358,7 @@ var _ = Describe("Operations refused by the admission webhook", func() {
 		Entry("start while Prepared", v1alpha1.RotationPrepared, nil, v1alpha1.OperationStartCARotation,
 			"the rotation is in phase Prepared: complete it with carousel.dev/operation=complete-ca-rotation"),
 		Entry("an unknown operation", v1alpha1.CARotationPhase(""), nil, "rotate-everything",
-			`unknown operation "rotate-everything": use one of start-ca-rotation, complete-ca-rotation, reconcile, rollout-workers=<pool>[,<pool>] or reissue-ca=<role>[,<role>]`),
+			`unknown operation "rotate-everything": use one of start-ca-rotation, complete-ca-rotation, reconcile, rollout-workers=<pool>[,<pool>], reissue-ca=<role>[,<role>] or reissue-service-account-key`),
 		Entry("an unknown pool", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-z",
 			`worker pool "pool-z" does not exist (phase Preparing): name pools from spec.workers`),
 		Entry("a pool that is not pending", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-b",
@@ -424,7 +425,7 @@ var _ = Describe("Crash safety", func() {
 				r := &clustercontroller.Reconciler{
 					Client: countingClient{Client: k8s, writes: &n, budget: budget}, Clock: clock.RealClock{},
 					Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, ManagedPollInterval: time.Millisecond,
-					WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: clustercontroller.ManualRollout{}},
+					WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: workerrollout.ManualRollout{}},
 				}
 				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 				if errors.Is(err, errCrash) {

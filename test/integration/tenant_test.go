@@ -27,9 +27,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
-	"github.com/carousel-dev/carousel/pkg/controller/managed"
 	"github.com/carousel-dev/carousel/pkg/credentials"
-	"github.com/carousel-dev/carousel/pkg/plugin"
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
@@ -112,7 +110,7 @@ var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		admin = kubernetes.NewForConfigOrDie(cfg)
 		Eventually(func(g Gomega) {
-			tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+			tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(tokens.Items).To(HaveLen(1))
 		}).WithTimeout(time.Minute).Should(Succeed(), "Carousel connects to the managed cluster and issues a bootstrap token")
@@ -141,10 +139,10 @@ var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
 		// It keeps using its own connection: a token deleted in the managed
 		// cluster is issued again there.
 		Expect(admin.CoreV1().Secrets(metav1.NamespaceSystem).DeleteCollection(ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})).To(Succeed())
+			metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})).To(Succeed())
 		Expect(k8s.Update(ctx, withLabel(operatorSecret, "tenant-edit", "2"))).To(Succeed())
 		Eventually(func(g Gomega) {
-			tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+			tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(tokens.Items).To(HaveLen(1))
 		}).WithTimeout(time.Minute).Should(Succeed())
@@ -158,13 +156,13 @@ var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
 	})
 
 	It("removes its tokens, RBAC and cluster-info from the managed cluster when the Cluster is deleted", func(ctx SpecContext) {
-		Expect(getCluster(ctx, client.ObjectKeyFromObject(c)).Finalizers).To(ContainElement(managed.FinalizerCleanup))
+		Expect(getCluster(ctx, client.ObjectKeyFromObject(c)).Finalizers).To(ContainElement(v1alpha1.FinalizerManagedCleanup))
 		Expect(k8s.Delete(ctx, c)).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(c), &v1alpha1.Cluster{}))
 		}).WithTimeout(time.Minute).Should(BeTrue(), "the Cluster is released once its managed cluster is clean")
 
-		tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.LabelToken + "=" + c.Name})
+		tokens, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(tokens.Items).To(BeEmpty())
 		for _, name := range []string{bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient} {
@@ -190,7 +188,7 @@ var _ = Describe("Deleting a Cluster whose managed cluster cannot be reached", f
 		}
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		key := client.ObjectKeyFromObject(c)
-		Eventually(func() []string { return getCluster(ctx, key).Finalizers }).WithTimeout(time.Minute).Should(ContainElement(managed.FinalizerCleanup))
+		Eventually(func() []string { return getCluster(ctx, key).Finalizers }).WithTimeout(time.Minute).Should(ContainElement(v1alpha1.FinalizerManagedCleanup))
 		Expect(k8s.Delete(ctx, c)).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, key, &v1alpha1.Cluster{})) }).
 			WithTimeout(time.Minute).Should(BeTrue())
@@ -263,14 +261,14 @@ var _ = Describe("kubectl carousel certs upload", func() {
 		// no tokencleaner runs.
 		expiredToken := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-exp123",
-				Labels: map[string]string{plugin.LabelCertsUpload: "some-cluster-uid"}},
+				Labels: map[string]string{v1alpha1.LabelCertsUpload: "some-cluster-uid"}},
 			Type: bootstrapapi.SecretTypeBootstrapToken,
 			StringData: map[string]string{bootstrapapi.BootstrapTokenIDKey: "exp123", bootstrapapi.BootstrapTokenSecretKey: "0123456789abcdef",
 				bootstrapapi.BootstrapTokenExpirationKey: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)},
 		}
 		Expect(k8s.Create(ctx, expiredToken)).To(Succeed())
 		expiredCopy := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "carousel-certs-exp123",
-			Labels: map[string]string{plugin.LabelCertsUpload: "some-cluster-uid"}}, Data: map[string][]byte{"certificates": []byte("sealed")}}
+			Labels: map[string]string{v1alpha1.LabelCertsUpload: "some-cluster-uid"}}, Data: map[string][]byte{"certificates": []byte("sealed")}}
 		Expect(k8s.Create(ctx, expiredCopy)).To(Succeed())
 
 		out, err := kubectlCarousel(ctx, "certs", "upload", c.Name, "-n", ns, "--ttl", "1h")
@@ -280,7 +278,7 @@ var _ = Describe("kubectl carousel certs upload", func() {
 			Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(s), &corev1.Secret{}))).To(BeTrue(), "expired upload Secret %s is still there", s.Name)
 		}
 		var uploads corev1.SecretList
-		Expect(k8s.List(ctx, &uploads, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{plugin.LabelCertsUpload: string(c.UID)})).To(Succeed())
+		Expect(k8s.List(ctx, &uploads, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{v1alpha1.LabelCertsUpload: string(c.UID)})).To(Succeed())
 		Expect(uploads.Items).To(HaveLen(2), "the new upload's token and copy, labelled with the Cluster's UID")
 	})
 })

@@ -40,6 +40,15 @@ const (
 	// ReasonCASecretUnlabelled (Ready) means a CA Secret exists but lacks
 	// Carousel's labels, so the operator's cache cannot see it.
 	ReasonCASecretUnlabelled = "CASecretUnlabelled"
+	// ReasonServiceAccountKeyLost (Ready) means the service-account key
+	// Secret of a Cluster whose credentials were issued is gone. Carousel
+	// does not replace it by itself (every ServiceAccount token would stop
+	// being valid): restore it, or accept a new key with the
+	// reissue-service-account-key operation.
+	ReasonServiceAccountKeyLost = "ServiceAccountKeyLost"
+	// ReasonServiceAccountKeyUnlabelled (Ready) means the service-account key
+	// Secret exists but lacks Carousel's labels.
+	ReasonServiceAccountKeyUnlabelled = "ServiceAccountKeyUnlabelled"
 )
 
 // Event reasons Carousel records on a Cluster.
@@ -56,6 +65,9 @@ const (
 	EventCASecretUnlabelled = "CASecretUnlabelled"
 	// EventCAReissueAccepted records a reissue-ca operation.
 	EventCAReissueAccepted = "CAReissueAccepted"
+	// EventServiceAccountKeyReissued (Warning) records a new service-account
+	// key accepted with reissue-service-account-key.
+	EventServiceAccountKeyReissued = "ServiceAccountKeyReissued"
 	// EventManagedCleanupAbandoned (Warning) says that a deleted Cluster was
 	// released before Carousel could remove its objects from the managed
 	// cluster, and what is left there.

@@ -26,6 +26,7 @@ func FuzzParseOperation(f *testing.F) {
 		"rollout-workers=pool-a,",
 		"rollout-workers",
 		"reissue-ca=etcd",
+		"reissue-service-account-key",
 		"reissue-ca=cluster,front-proxy,metrics-server",
 		"reissue-ca=etcd,etcd",
 		"reissue-ca=root",
@@ -58,7 +59,7 @@ func FuzzParseOperation(f *testing.F) {
 			t.Fatalf("ParseOperation(%q) = %+v, but parsing its String() gives %+v, %v", value, op, again, err)
 		}
 		switch op.Verb {
-		case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile:
+		case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
 			if op.Pools != nil || op.Roles != nil {
 				t.Fatalf("ParseOperation(%q): verb %s takes no list, got pools %q, roles %q", value, op.Verb, op.Pools, op.Roles)
 			}

@@ -20,6 +20,9 @@ const (
 	// Everything the lost CA signed stops being trusted; restoring the Secret
 	// (kubectl carousel certs restore) is the way that keeps it.
 	OperationReissueCAPrefix = string(VerbReissueCA) + "="
+	// OperationReissueServiceAccountKey accepts a new service-account key
+	// when its Secret was lost outside a restore.
+	OperationReissueServiceAccountKey = string(VerbReissueServiceAccountKey)
 )
 
 // Labels Carousel puts on every object it manages in the management cluster.
@@ -96,4 +99,35 @@ const (
 	// AnnotationTrustBundle is set by the node agent: the hex SHA-256 of the
 	// trust bundle it now uses for the API server.
 	AnnotationTrustBundle = "carousel.dev/trust-bundle"
+)
+
+// Keys Carousel writes on the objects it manages besides the Cluster, in the
+// management and in the managed clusters.
+const (
+	// AnnotationRotation on a CA Secret records the lastInitiationTime of the
+	// rotation that created its current CA; absent for a cluster's first CA.
+	// It is how a restarted reconcile knows that a role's new CA exists
+	// already, and never generates a second one.
+	AnnotationRotation = "carousel.dev/rotation"
+	// AnnotationCredentialsChecksum and AnnotationTrustChecksum on a consumer's
+	// pod template roll it when the credentials it mounts, or the trust
+	// bundles, change.
+	AnnotationCredentialsChecksum = "carousel.dev/credentials-checksum"
+	AnnotationTrustChecksum       = "carousel.dev/trust-checksum"
+	// FinalizerManagedCleanup keeps a deleted Cluster until Carousel has
+	// removed what it wrote into the managed cluster.
+	FinalizerManagedCleanup = "carousel.dev/managed-cluster-cleanup"
+	// LabelBootstrapToken marks, in the managed cluster, the bootstrap-token
+	// Secrets Carousel issued; its value is the Cluster's name.
+	LabelBootstrapToken = "carousel.dev/bootstrap-token"
+	// LabelServingAddresses marks, in the managed cluster's kube-system, the
+	// ConfigMaps that pin a Node's addresses for
+	// csrApproval.servingAddresses=FirstSeen; its value is the Cluster's name.
+	LabelServingAddresses = "carousel.dev/serving-addresses"
+	// LabelCertsUpload marks the Secrets of a `kubectl carousel certs upload`
+	// (the owning bootstrap token and the encrypted copy) with the Cluster's UID.
+	LabelCertsUpload = "carousel.dev/certs-upload"
+	// AnnotationCABundleInjectedAt on the manager's ValidatingWebhookConfiguration
+	// records when its caBundle was seen holding a new webhook CA.
+	AnnotationCABundleInjectedAt = "carousel.dev/ca-bundle-injected-at"
 )

@@ -22,6 +22,10 @@ const (
 	VerbRolloutWorkers OperationVerb = "rollout-workers"
 	// VerbReissueCA is reissue-ca=<role>[,<role>]: new CAs for lost CA Secrets.
 	VerbReissueCA OperationVerb = "reissue-ca"
+	// VerbReissueServiceAccountKey accepts a new service-account signing key
+	// when its Secret was lost: every token signed by the lost key stops
+	// being valid.
+	VerbReissueServiceAccountKey OperationVerb = "reissue-service-account-key"
 )
 
 // Operation is a parsed value of the carousel.dev/operation annotation.
@@ -38,7 +42,7 @@ type Operation struct {
 // for a given Cluster is decided by rotation.ValidateOperation.
 func ParseOperation(value string) (Operation, error) {
 	switch verb := OperationVerb(value); verb {
-	case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile:
+	case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
 		return Operation{Verb: verb}, nil
 	}
 	if list, ok := strings.CutPrefix(value, OperationRolloutWorkersPrefix); ok {
@@ -62,8 +66,9 @@ func ParseOperation(value string) (Operation, error) {
 		}
 		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
-	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s<pool>[,<pool>] or %s<role>[,<role>]",
-		value, OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, OperationRolloutWorkersPrefix, OperationReissueCAPrefix)
+	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s<pool>[,<pool>], %s<role>[,<role>] or %s",
+		value, OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, OperationRolloutWorkersPrefix, OperationReissueCAPrefix,
+		VerbReissueServiceAccountKey)
 }
 
 // parseList splits the comma-separated list of an operation, refusing empty

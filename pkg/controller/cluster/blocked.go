@@ -65,6 +65,31 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 		name, role, role, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationReissueCAPrefix, role)
 }
 
+// confirmServiceAccountKeyMissing is confirmCAMissing for the
+// service-account key: a key that existed (the Cluster's credentials were
+// issued with it) is replaced only through reissue-service-account-key,
+// because every ServiceAccount token it signed would stop being valid.
+func (r *Reconciler) confirmServiceAccountKeyMissing(ctx context.Context, c *v1alpha1.Cluster) error {
+	name := credentials.ServiceAccountKeySecretName(c.Name)
+	s := &corev1.Secret{}
+	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
+	switch {
+	case err == nil && hasMeta(s.Labels, credentials.ClusterLabels(c.Name)):
+		return fmt.Errorf("secret %s: %w", name, errStaleCache)
+	case err == nil:
+		return blocked(v1alpha1.ReasonServiceAccountKeyUnlabelled,
+			"secret %s holds the service-account key but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s",
+			name, c.Namespace, name, labelArgs(credentials.ClusterLabels(c.Name)))
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading secret %s: %w", name, err)
+	case !credentialsIssued(c):
+		return nil
+	}
+	return blocked(v1alpha1.ReasonServiceAccountKeyLost,
+		"secret %s holding the service-account key is missing; every ServiceAccount token depends on it. Restore it (kubectl carousel certs restore), or accept a new key, which invalidates every token signed by the old one: kubectl annotate cluster.carousel.dev -n %s %s %s=%s",
+		name, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.VerbReissueServiceAccountKey)
+}
+
 func (r *Reconciler) apiReader() client.Reader {
 	if r.APIReader != nil {
 		return r.APIReader

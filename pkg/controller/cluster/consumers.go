@@ -15,16 +15,6 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
-// Pod-template annotations through which Carousel rolls a consumer.
-const (
-	// AnnotationCredentialsChecksum is a digest of every Carousel-managed
-	// Secret and ConfigMap the pod template references.
-	AnnotationCredentialsChecksum = "carousel.dev/credentials-checksum"
-	// AnnotationTrustChecksum is a digest of all the Cluster's trust bundles:
-	// a rolled-out consumer with the current value trusts every CA in them.
-	AnnotationTrustChecksum = "carousel.dev/trust-checksum"
-)
-
 // consumer is a Deployment or StatefulSet that mounts the Cluster's credentials.
 type consumer struct {
 	obj       client.Object
@@ -62,7 +52,7 @@ func trustChecksum(trust bundles) string {
 // that carries the current trust bundles.
 func trustEstablished(consumers []consumer, trust string) bool {
 	for _, c := range consumers {
-		if c.template.Annotations[AnnotationTrustChecksum] != trust || !c.rolledOut {
+		if c.template.Annotations[v1alpha1.AnnotationTrustChecksum] != trust || !c.rolledOut {
 			return false
 		}
 	}
@@ -76,8 +66,8 @@ func (r *Reconciler) rollConsumers(ctx context.Context, objs *objects, consumers
 	all := true
 	for _, c := range consumers {
 		want := map[string]string{
-			AnnotationCredentialsChecksum: credentialsChecksum(&c.template.Spec, objs),
-			AnnotationTrustChecksum:       trust,
+			v1alpha1.AnnotationCredentialsChecksum: credentialsChecksum(&c.template.Spec, objs),
+			v1alpha1.AnnotationTrustChecksum:       trust,
 		}
 		if !hasMeta(c.template.Annotations, want) {
 			base := c.obj.DeepCopyObject().(client.Object)

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
 func TestReferences(t *testing.T) {
@@ -72,10 +74,10 @@ func TestRolledOut(t *testing.T) {
 }
 
 func TestTrustEstablished(t *testing.T) {
-	rolled := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationTrustChecksum: "t1"}}}, rolledOut: true}
+	rolled := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationTrustChecksum: "t1"}}}, rolledOut: true}
 	rolling := rolled
 	rolling.rolledOut = false
-	older := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationTrustChecksum: "t0"}}}, rolledOut: true}
+	older := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationTrustChecksum: "t0"}}}, rolledOut: true}
 	if !trustEstablished(nil, "t1") || !trustEstablished([]consumer{rolled}, "t1") {
 		t.Fatal("no consumers, or all rolled out with the current bundles: trust is established")
 	}

@@ -95,7 +95,8 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 		return true, nil, nil
 	}
 	if s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]; s != nil {
-		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && signedBy(certs[0], clientCAs.Current.Cert) {
+		// Carousel's own client certificate moved to the new CA: the question is settled.
+		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && clientCAs.Issuer(certs[0]) == clientCAs.Current {
 			return true, nil, nil
 		}
 	}

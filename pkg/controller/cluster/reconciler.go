@@ -126,9 +126,14 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 			if !equality.Semantic.DeepEqual(next, c.CARotation()) {
 				setCARotation(c, next)
 			}
-			if op.Verb == v1alpha1.VerbReissueCA {
+			switch op.Verb {
+			case v1alpha1.VerbReissueCA:
 				// The next reconcile may then generate these roles' CAs.
 				forgetCAs(c, op.Roles)
+			case v1alpha1.VerbReissueServiceAccountKey:
+				if err := r.reissueServiceAccountKey(ctx, c); err != nil {
+					return fmt.Errorf("operation %s: %w", value, err)
+				}
 			}
 			if !equality.Semantic.DeepEqual(before.Status, c.Status) {
 				if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {

@@ -16,16 +16,6 @@ type WorkerRollout interface {
 	Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (done bool, waiting string, err error)
 }
 
-// ManualRollout is the Manual strategy: the user rolls the pool and reports it
-// with carousel.dev/operation=rollout-workers=<pool>, which removes the pool
-// from pendingWorkersRollouts.
-type ManualRollout struct{}
-
-// Rollout never finishes by itself.
-func (ManualRollout) Rollout(_ context.Context, _ *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
-	return false, fmt.Sprintf("roll pool %s and report it with %s=%s%s", pool.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationRolloutWorkersPrefix, pool.Name), nil
-}
-
 func pendingPools(c *v1alpha1.Cluster) []v1alpha1.PendingWorkersRollout {
 	if rot := c.CARotation(); rot != nil {
 		return rot.PendingWorkersRollouts

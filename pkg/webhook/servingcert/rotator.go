@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -51,8 +52,6 @@ const (
 	KeyCACert = "ca.crt"
 	KeyCAKey  = "ca.key"
 	KeyBundle = "ca-bundle.crt"
-	// AnnotationInjectedAt records when the webhook configuration got the bundle.
-	AnnotationInjectedAt = "carousel.dev/ca-bundle-injected-at"
 	// LabelManagedBy and ManagedBy mark the Secret as Carousel's.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "carousel-controller-manager"
@@ -244,13 +243,13 @@ func (r *Rotator) store(ctx context.Context, secret *corev1.Secret, s State) (*c
 
 func setInjectedAt(secret *corev1.Secret, t time.Time) {
 	if t.IsZero() {
-		delete(secret.Annotations, AnnotationInjectedAt)
+		delete(secret.Annotations, v1alpha1.AnnotationCABundleInjectedAt)
 		return
 	}
 	if secret.Annotations == nil {
 		secret.Annotations = map[string]string{}
 	}
-	secret.Annotations[AnnotationInjectedAt] = t.UTC().Format(time.RFC3339)
+	secret.Annotations[v1alpha1.AnnotationCABundleInjectedAt] = t.UTC().Format(time.RFC3339)
 }
 
 // inject sets the bundle as the caBundle of every webhook of the configuration.
@@ -312,7 +311,7 @@ func parseState(secret *corev1.Secret) State {
 	if kp, err := pki.ParseKeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]); err == nil {
 		s.Serving = kp
 	}
-	if t, err := time.Parse(time.RFC3339, secret.Annotations[AnnotationInjectedAt]); err == nil {
+	if t, err := time.Parse(time.RFC3339, secret.Annotations[v1alpha1.AnnotationCABundleInjectedAt]); err == nil {
 		s.InjectedAt = t
 	}
 	return s

@@ -1,16 +1,21 @@
-package managed
+// Package workerrollout holds the worker rollout strategies the Cluster
+// controller asks to roll a pool: InPlace (the node agents renew through an
+// annotation on their Node; see package noderenewal) and Manual (the user
+// reports it).
+package workerrollout
 
 import (
 	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
-	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
 // InPlaceRollout is the InPlace worker rollout strategy: Carousel asks every
@@ -18,17 +23,20 @@ import (
 // trust bundle and renew its client certificate; the node agent does so over
 // its already-trusted connection and reports back on the Node.
 type InPlaceRollout struct {
-	Managed    *Reconciler   // reaches the managed clusters
-	Management client.Reader // reads the Cluster's CAs and bundles
+	Connections *clustercache.Cache // reaches the managed clusters
+	Management  client.Reader       // reads the Cluster's CAs and bundles
 }
 
 // Rollout implements the cluster controller's WorkerRollout.
 func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
-	remote, ok := p.Managed.Remote(client.ObjectKeyFromObject(c))
+	remote, ok := p.Connections.Client(client.ObjectKeyFromObject(c))
 	if !ok {
 		return false, fmt.Sprintf("pool %s: waiting to reach the cluster's API server (spec.controlPlane.endpoint)", pool.Name), nil
 	}
-	clientCAs, err := p.cas(ctx, c, v1alpha1.CARoleClient)
+	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, p.Management, c)
+	if apierrors.IsNotFound(err) {
+		return false, fmt.Sprintf("pool %s: waiting for Carousel's credentials to be issued", pool.Name), nil
+	}
 	if err != nil {
 		return false, "", err
 	}
@@ -37,9 +45,8 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	case v1alpha1.RotationPreparing:
 		// Nodes may move only once the API server trusts the new client CA,
 		// which is when Carousel's own client certificate moved to it.
-		moved, err := p.operatorOnCurrentCA(ctx, c, clientCAs)
-		if err != nil || !moved {
-			return false, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), err
+		if inUse != clientCAs.Current {
+			return false, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), nil
 		}
 	case v1alpha1.RotationFinalizing:
 		if clientCAs.Previous != nil {
@@ -78,26 +85,6 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		return true, "", nil
 	}
 	return false, fmt.Sprintf("pool %s: %d of %d nodes renewed their credentials", pool.Name, renewed, len(nodes.Items)), nil
-}
-
-func (p *InPlaceRollout) cas(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole) (*credentials.CAs, error) {
-	s := &corev1.Secret{}
-	if err := p.Management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, s); err != nil {
-		return nil, err
-	}
-	return credentials.DecodeCASecret(s)
-}
-
-func (p *InPlaceRollout) operatorOnCurrentCA(ctx context.Context, c *v1alpha1.Cluster, cas *credentials.CAs) (bool, error) {
-	s := &corev1.Secret{}
-	if err := p.Management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, s); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
-	certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate])
-	if err != nil {
-		return false, err
-	}
-	return certs[0].CheckSignatureFrom(cas.Current.Cert) == nil, nil
 }
 
 func (p *InPlaceRollout) bundle(ctx context.Context, c *v1alpha1.Cluster) ([]byte, error) {

@@ -1,4 +1,4 @@
-package managed
+package kubeletcsr
 
 import (
 	"context"
@@ -15,13 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/csr"
 )
-
-// LabelServingAddresses marks, in the managed cluster's kube-system, the
-// ConfigMaps that pin the addresses of a Node for
-// csrApproval.servingAddresses=FirstSeen; its value is the Cluster's name.
-const LabelServingAddresses = "carousel.dev/serving-addresses"
 
 // Data keys of a pin ConfigMap.
 const (
@@ -44,7 +40,7 @@ func PinConfigMapName(node string) string {
 // Node.
 type pinStore struct {
 	client  client.Client // the managed cluster
-	cluster string        // the Cluster's name, the value of LabelServingAddresses
+	cluster string        // the Cluster's name, the value of v1alpha1.LabelServingAddresses
 }
 
 // get reads the pin of a Node, nil when there is none, and the ConfigMap it
@@ -85,7 +81,7 @@ func (s pinStore) put(ctx context.Context, pin *csr.AddressPin, existing *corev1
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: metav1.NamespaceSystem, Name: PinConfigMapName(pin.Node),
-			Labels: map[string]string{LabelServingAddresses: s.cluster},
+			Labels: map[string]string{v1alpha1.LabelServingAddresses: s.cluster},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Node", Name: pin.Node, UID: types.UID(pin.UID),
 			}},

@@ -1,4 +1,4 @@
-package managed
+package kubeletbootstrap
 
 import (
 	"context"
@@ -18,12 +18,6 @@ import (
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 )
 
-// FinalizerCleanup keeps a deleted Cluster until Carousel has removed what it
-// wrote into the managed cluster: bootstrap tokens (valid for days), the
-// TLS-bootstrapping RBAC and cluster-info. It is added once the Cluster has
-// an endpoint.
-const FinalizerCleanup = "carousel.dev/managed-cluster-cleanup"
-
 // DefaultCleanupTimeout is how long a deleted Cluster waits for its managed
 // cluster to be reachable before it is released without the cleanup.
 const DefaultCleanupTimeout = 5 * time.Minute
@@ -31,15 +25,15 @@ const DefaultCleanupTimeout = 5 * time.Minute
 // cleanupRetry is how soon a failed cleanup is tried again.
 const cleanupRetry = 5 * time.Second
 
-// ensureFinalizer adds FinalizerCleanup, once.
+// ensureFinalizer adds v1alpha1.FinalizerManagedCleanup, once.
 func (r *Reconciler) ensureFinalizer(ctx context.Context, c *v1alpha1.Cluster) error {
-	if controllerutil.ContainsFinalizer(c, FinalizerCleanup) {
+	if controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerManagedCleanup) {
 		return nil
 	}
 	before := c.DeepCopy()
-	controllerutil.AddFinalizer(c, FinalizerCleanup)
+	controllerutil.AddFinalizer(c, v1alpha1.FinalizerManagedCleanup)
 	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", FinalizerCleanup, err)
+		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.FinalizerManagedCleanup, err)
 	}
 	return nil
 }
@@ -50,8 +44,8 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, c *v1alpha1.Cluster) e
 // with a Warning event that names what was left behind.
 func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(c)
-	if !controllerutil.ContainsFinalizer(c, FinalizerCleanup) {
-		r.stop(key)
+	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerManagedCleanup) {
+		r.Connections.Disconnect(key)
 		return ctrl.Result{}, nil
 	}
 	err := r.cleanup(ctx, c)
@@ -66,13 +60,13 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 		}
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventManagedCleanupAbandoned,
 			"Released after %s without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s and kube-public/%s by hand",
-			timeout, err, bootstrap.LabelToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient, bootstrapapi.ConfigMapClusterInfo)
+			timeout, err, v1alpha1.LabelBootstrapToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient, bootstrapapi.ConfigMapClusterInfo)
 	}
-	r.stop(key)
+	r.Connections.Disconnect(key)
 	before := c.DeepCopy()
-	controllerutil.RemoveFinalizer(c, FinalizerCleanup)
+	controllerutil.RemoveFinalizer(c, v1alpha1.FinalizerManagedCleanup)
 	if err := r.Client.Patch(ctx, c, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, fmt.Errorf("removing finalizer %s: %w", FinalizerCleanup, err)
+		return ctrl.Result{}, fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerManagedCleanup, err)
 	}
 	return ctrl.Result{}, nil
 }
@@ -80,23 +74,23 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 // cleanup deletes, through the managed cluster's connection, Carousel's
 // bootstrap tokens, pinned node addresses, RBAC and cluster-info.
 func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
-	rt, err := r.connectCluster(ctx, c)
+	conn, err := r.Connections.Connect(ctx, c)
 	if err != nil {
 		return err
 	}
-	if err := rt.direct.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(metav1.NamespaceSystem),
-		client.MatchingLabels{bootstrap.LabelToken: c.Name}); err != nil {
+	if err := conn.Client.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(metav1.NamespaceSystem),
+		client.MatchingLabels{v1alpha1.LabelBootstrapToken: c.Name}); err != nil {
 		return fmt.Errorf("deleting bootstrap tokens: %w", err)
 	}
-	if err := rt.direct.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(metav1.NamespaceSystem),
-		client.MatchingLabels{LabelServingAddresses: c.Name}); err != nil {
+	if err := conn.Client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(metav1.NamespaceSystem),
+		client.MatchingLabels{v1alpha1.LabelServingAddresses: c.Name}); err != nil {
 		return fmt.Errorf("deleting pinned node addresses: %w", err)
 	}
 	objs := append(bootstrap.RBAC(c.Name), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}})
 	var errs []error
 	for _, obj := range objs {
-		if err := rt.direct.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+		if err := conn.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err))
 		}
 	}

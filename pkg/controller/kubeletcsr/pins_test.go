@@ -1,4 +1,4 @@
-package managed
+package kubeletcsr
 
 import (
 	"context"
@@ -73,7 +73,7 @@ func TestServingAddressPolicies(t *testing.T) {
 	wantVerdict(serving("first", "10.0.0.7", "worker-1"), certificatesv1.CertificateApproved, "first saw it")
 	cm, pinned := readPin(t, remote)
 	if !slices.Equal(pinned, []string{"10.0.0.7", "worker-1"}) || cm.Data[pinKeyUID] != "uid-1" || cm.Data[pinKeyNode] != "worker-1" ||
-		cm.Labels[LabelServingAddresses] != f.cluster.Name ||
+		cm.Labels[v1alpha1.LabelServingAddresses] != f.cluster.Name ||
 		len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "Node" || cm.OwnerReferences[0].UID != "uid-1" {
 		t.Fatalf("pin %+v", cm)
 	}

@@ -1,4 +1,4 @@
-package managed
+package kubeletcsr
 
 import (
 	"context"
@@ -161,7 +161,7 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string) bool {
 	s := &corev1.Secret{}
 	err := r.remote.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id}, s)
-	return err == nil && s.Labels[bootstrap.LabelToken] == cluster
+	return err == nil && s.Labels[v1alpha1.LabelBootstrapToken] == cluster
 }
 
 func (r *csrReconciler) node(ctx context.Context, name string) (csr.NodeInfo, bool) {
@@ -235,21 +235,6 @@ func (r *csrReconciler) signingCA(ctx context.Context, c *v1alpha1.Cluster, sign
 	if signer == certificatesv1.KubeletServingSignerName {
 		role, follow = v1alpha1.CARoleKubelet, credentials.CertKubeAPIServerKubelet
 	}
-	caSecret := &corev1.Secret{}
-	if err := r.management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, caSecret); err != nil {
-		return nil, fmt.Errorf("reading the %s CA: %w", role, err)
-	}
-	cas, err := credentials.DecodeCASecret(caSecret)
-	if err != nil {
-		return nil, err
-	}
-	leafSecret := &corev1.Secret{}
-	if err := r.management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, follow)}, leafSecret); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", follow, err)
-	}
-	certs, err := pki.ParseCertificates(leafSecret.Data[v1alpha1.DataKeyCertificate])
-	if err != nil {
-		return nil, err
-	}
-	return cas.IssuerOf(certs[0]), nil
+	_, ca, err := credentials.IssuerInUse(ctx, r.management, c, role, follow)
+	return ca, err
 }

@@ -1,0 +1,216 @@
+// Package clustercache keeps Carousel's connections to the managed clusters
+// it can reach, one per Cluster, in the manner of Cluster API's clustercache:
+// Connect (re)connects with Carousel's own client certificate, Client hands
+// a connection's client to whoever needs one, Disconnect and Stop end them,
+// and OnConnect hooks start what runs per managed cluster (the kubelet CSR
+// controller) for exactly as long as its connection lives.
+package clustercache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+)
+
+// ErrNotIssued means the Cluster controller has not issued the trust bundle
+// or Carousel's client certificate yet; their creation brings the caller back.
+var ErrNotIssued = errors.New("the managed cluster's credentials are not issued yet")
+
+// OnConnect is called for every new connection, before Connect returns it.
+// What it starts with Connection.Run stops with the connection.
+type OnConnect func(key client.ObjectKey, conn *Connection) error
+
+// Cache holds the connections. Its zero value is not usable: set Management
+// and Scheme. Add it to the manager so that every connection ends with it.
+type Cache struct {
+	// Management reads the Cluster's trust bundle and Carousel's client
+	// certificate in the management cluster.
+	Management client.Reader
+	Scheme     *runtime.Scheme
+	OnConnect  []OnConnect
+
+	mu    sync.Mutex
+	conns map[client.ObjectKey]*Connection
+}
+
+// Connection is one managed cluster: a cache of its CSRs, Nodes and
+// kube-system Secrets, and a direct client.
+type Connection struct {
+	// Config is what the connection was made with.
+	Config  *rest.Config
+	Cluster cluster.Cluster
+	// Client reads and writes the managed cluster without the cache.
+	Client client.Client
+
+	digest string
+	ctx    context.Context
+	cancel context.CancelFunc
+	drop   func()
+}
+
+// Run runs start in the background until the connection ends. A start that
+// fails while the connection is live (a cache that never synced: the API
+// server was not up yet) ends the connection, and the next Connect makes a
+// new one.
+func (conn *Connection) Run(start func(context.Context) error) {
+	go func() {
+		if err := start(conn.ctx); err != nil && conn.ctx.Err() == nil {
+			conn.drop()
+		}
+	}()
+}
+
+// Connect returns the connection to a Cluster's managed cluster, (re)making
+// it when what it connects with changed: Carousel's client certificate is
+// renewed during a rotation, the cluster CA bundle changes, the endpoint
+// moves. Everything it reads lives in the Cluster's namespace, which a
+// tenant may write, so the connection is built from data only (see
+// credentials.RESTConfig), never from the operator Secret's kubeconfig.
+func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection, error) {
+	bundle := &corev1.ConfigMap{}
+	if err := c.Management.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.BundleConfigMapName(cl.Name, v1alpha1.CARoleCluster)}, bundle); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, ErrNotIssued
+		}
+		return nil, err
+	}
+	operator := &corev1.Secret{}
+	if err := c.Management.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.CertificateSecretName(cl.Name, credentials.CertOperator)}, operator); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, ErrNotIssued
+		}
+		return nil, err
+	}
+	cfg, err := credentials.RESTConfig(cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle]),
+		operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
+	if err != nil {
+		return nil, fmt.Errorf("the managed cluster's client configuration: %w", err)
+	}
+	return c.connect(ctx, client.ObjectKeyFromObject(cl), cfg)
+}
+
+func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Config) (*Connection, error) {
+	digest := configDigest(cfg)
+	c.mu.Lock()
+	existing := c.conns[key]
+	c.mu.Unlock()
+	if existing != nil && existing.digest == digest {
+		return existing, nil
+	}
+	conn, err := c.start(key, cfg, digest)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.conns == nil {
+		c.conns = map[client.ObjectKey]*Connection{}
+	}
+	old := c.conns[key]
+	c.conns[key] = conn
+	c.mu.Unlock()
+	if old != nil {
+		old.cancel()
+	}
+	log.FromContext(ctx).Info("connected to the managed cluster", "endpoint", cfg.Host)
+	return conn, nil
+}
+
+// configDigest identifies what a connection was made with.
+func configDigest(cfg *rest.Config) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(cfg.Host), cfg.CAData, cfg.CertData, cfg.KeyData} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*Connection, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 100, 200
+	cl, err := cluster.New(cfg, func(o *cluster.Options) {
+		o.Scheme = c.Scheme
+		o.Cache.ByObject = map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{metav1.NamespaceSystem: {}}},
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	conn := &Connection{Config: cfg, Cluster: cl, Client: direct, digest: digest, ctx: ctx, cancel: cancel}
+	conn.drop = func() { c.drop(key, conn) }
+	conn.Run(cl.Start)
+	for _, hook := range c.OnConnect {
+		if err := hook(key, conn); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// Client returns the direct client of a managed cluster Carousel is connected to.
+func (c *Cache) Client(key client.ObjectKey) (client.Client, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	conn, ok := c.conns[key]
+	if !ok {
+		return nil, false
+	}
+	return conn.Client, true
+}
+
+// Disconnect ends the connection to a managed cluster, if there is one.
+func (c *Cache) Disconnect(key client.ObjectKey) {
+	c.mu.Lock()
+	conn := c.conns[key]
+	delete(c.conns, key)
+	c.mu.Unlock()
+	if conn != nil {
+		conn.cancel()
+	}
+}
+
+// drop ends conn and forgets it, unless it was replaced already.
+func (c *Cache) drop(key client.ObjectKey, conn *Connection) {
+	c.mu.Lock()
+	if c.conns[key] == conn {
+		delete(c.conns, key)
+	}
+	c.mu.Unlock()
+	conn.cancel()
+}
+
+// Start implements manager.Runnable: it ends every connection when the
+// manager stops.
+func (c *Cache) Start(ctx context.Context) error {
+	<-ctx.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, conn := range c.conns {
+		conn.cancel()
+		delete(c.conns, key)
+	}
+	return nil
+}

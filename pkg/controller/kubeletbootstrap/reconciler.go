@@ -1,0 +1,189 @@
+// Package kubeletbootstrap keeps, in each managed cluster whose API server
+// Carousel can reach, the objects of kubelet TLS bootstrapping (bootstrap
+// tokens, RBAC, cluster-info), publishes the bootstrap kubeconfig in the
+// management cluster, and removes them when the Cluster is deleted. It also
+// keeps the Cluster's connection in the clustercache current: it is the
+// controller that looks at every reachable Cluster at least once a minute.
+package kubeletbootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+)
+
+// Reconciler reconciles the bootstrap objects of Clusters' managed clusters.
+type Reconciler struct {
+	Client client.Client // the management cluster
+	Clock  clock.PassiveClock
+	// Connections reach the managed clusters.
+	Connections *clustercache.Cache
+	// Recorder records events on Clusters; nil records none.
+	Recorder events.EventRecorder
+	// CleanupTimeout bounds how long a deleted Cluster waits for its managed
+	// cluster to be cleaned up; zero means DefaultCleanupTimeout.
+	CleanupTimeout time.Duration
+}
+
+// Reconcile brings one managed cluster's bootstrap objects up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &v1alpha1.Cluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Connections.Disconnect(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !c.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, c)
+	}
+	if c.Spec.ControlPlane.Endpoint == "" {
+		r.Connections.Disconnect(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	// Before anything can be written there, so that a deleted Cluster cleans up.
+	if err := r.ensureFinalizer(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	conn, err := r.Connections.Connect(ctx, c)
+	if errors.Is(err, clustercache.ErrNotIssued) {
+		// Issued by the Cluster controller; its creation event brings us back.
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	caBundle := conn.Config.CAData
+
+	for _, obj := range bootstrap.RBAC(c.Name) {
+		if err := ensure(ctx, conn.Client, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	info, err := bootstrap.ClusterInfo(c.Spec.ControlPlane.Endpoint, caBundle)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := ensure(ctx, conn.Client, info); err != nil {
+		return ctrl.Result{}, err
+	}
+	next, err := r.ensureTokens(ctx, c, conn.Client, caBundle)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Come back for the next token, and at least every minute to reconnect
+	// a dropped runner: the managed cluster raises no events here.
+	return ctrl.Result{RequeueAfter: min(next.Sub(r.Clock.Now()), time.Minute)}, nil
+}
+
+// ensureTokens deletes expired bootstrap tokens, issues a new one when none
+// has a third of its life left, and publishes the newest as the bootstrap
+// kubeconfig. It returns when the tokens need looking at again.
+func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client, caBundle []byte) (time.Time, error) {
+	var secrets corev1.SecretList
+	if err := remote.List(ctx, &secrets, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{v1alpha1.LabelBootstrapToken: c.Name}); err != nil {
+		return time.Time{}, fmt.Errorf("listing bootstrap tokens: %w", err)
+	}
+	var tokens []bootstrap.Token
+	for i := range secrets.Items {
+		if t, err := bootstrap.ParseTokenSecret(&secrets.Items[i]); err == nil {
+			tokens = append(tokens, t)
+		}
+	}
+	now, ttl := r.Clock.Now(), c.Spec.KubeletBootstrap.TokenTTLOrDefault()
+	expired, create := bootstrap.TokenPlan(tokens, ttl, now)
+	for _, t := range expired {
+		if err := remote.Delete(ctx, bootstrap.TokenSecret(c.Name, t)); client.IgnoreNotFound(err) != nil {
+			return time.Time{}, fmt.Errorf("deleting expired bootstrap token %s: %w", t.ID, err)
+		}
+	}
+	if create {
+		t, err := bootstrap.NewToken(ttl, now)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if err := remote.Create(ctx, bootstrap.TokenSecret(c.Name, t)); err != nil {
+			return time.Time{}, fmt.Errorf("creating a bootstrap token: %w", err)
+		}
+		tokens = append(tokens, t)
+	}
+	newest, _ := bootstrap.Newest(tokens, now)
+	kubeconfig, err := bootstrap.Kubeconfig(c.Spec.ControlPlane.Endpoint, caBundle, newest)
+	if err != nil {
+		return time.Time{}, err
+	}
+	published := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name),
+		Labels: map[string]string{v1alpha1.LabelCluster: c.Name}}, Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: kubeconfig}}
+	if err := ctrl.SetControllerReference(c, published, r.Client.Scheme()); err != nil {
+		return time.Time{}, err
+	}
+	if err := ensure(ctx, r.Client, published); err != nil {
+		return time.Time{}, err
+	}
+	return newest.Expires.Add(-ttl / 3), nil
+}
+
+func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(c, nil, eventType, reason, "Cleanup", format, args...)
+	}
+}
+
+// ensure creates obj, or updates the existing object when its content differs.
+func ensure(ctx context.Context, c client.Client, obj client.Object) error {
+	existing := obj.DeepCopyObject().(client.Object)
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
+		}
+		return nil
+	case err != nil:
+		return err
+	case sameContent(existing, obj):
+		return nil
+	}
+	obj.SetResourceVersion(existing.GetResourceVersion())
+	if err := c.Update(ctx, obj); err != nil {
+		return fmt.Errorf("updating %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
+
+// sameContent compares what ensure manages of each kind.
+func sameContent(have, want client.Object) bool {
+	switch w := want.(type) {
+	case *rbacv1.ClusterRoleBinding:
+		h := have.(*rbacv1.ClusterRoleBinding)
+		return equality.Semantic.DeepEqual(h.RoleRef, w.RoleRef) && equality.Semantic.DeepEqual(h.Subjects, w.Subjects)
+	case *rbacv1.RoleBinding:
+		h := have.(*rbacv1.RoleBinding)
+		return equality.Semantic.DeepEqual(h.RoleRef, w.RoleRef) && equality.Semantic.DeepEqual(h.Subjects, w.Subjects)
+	case *rbacv1.Role:
+		return equality.Semantic.DeepEqual(have.(*rbacv1.Role).Rules, w.Rules)
+	case *corev1.ConfigMap:
+		return equality.Semantic.DeepEqual(have.(*corev1.ConfigMap).Data, w.Data)
+	case *corev1.Secret:
+		h := have.(*corev1.Secret)
+		return equality.Semantic.DeepEqual(h.Data, w.Data) && h.Labels[v1alpha1.LabelCluster] == w.Labels[v1alpha1.LabelCluster]
+	}
+	return false
+}
