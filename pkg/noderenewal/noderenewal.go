@@ -112,13 +112,13 @@ func Pending(annotations map[string]string) (Request, bool) {
 type Action int
 
 const (
-	// Wait: the node was asked and has not answered yet.
+	// Wait means the node was asked and has not answered yet.
 	Wait Action = iota
-	// Done: the node answered the request with the expected credentials.
+	// Done means the node answered the request with the expected credentials.
 	Done
-	// Ask: set the request on the node.
+	// Ask means: set the request on the node.
 	Ask
-	// AskAgain: the node answered with other credentials than expected (it
+	// AskAgain means the node answered with other credentials than expected (it
 	// read a cluster-info not yet updated): remove its answer so that it
 	// carries the request out again.
 	AskAgain

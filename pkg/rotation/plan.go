@@ -7,17 +7,17 @@ import v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 type List int
 
 const (
-	// ListNone: the line lists nothing.
+	// ListNone means the line lists nothing.
 	ListNone List = iota
-	// ListCARoles: every CA role.
+	// ListCARoles lists every CA role.
 	ListCARoles
-	// ListConsumers: the workloads rolled with the Cluster's credentials.
+	// ListConsumers lists the workloads rolled with the Cluster's credentials.
 	ListConsumers
-	// ListClientCertificates: the certificates renewed in Preparing.
+	// ListClientCertificates lists the certificates renewed in Preparing.
 	ListClientCertificates
-	// ListServerCertificates: the certificates renewed in Finalizing.
+	// ListServerCertificates lists the certificates renewed in Finalizing.
 	ListServerCertificates
-	// ListWorkerPools: the worker pools and their nodes, one per line below.
+	// ListWorkerPools lists the worker pools and their nodes, one per line below.
 	ListWorkerPools
 )
 

@@ -43,12 +43,12 @@ const (
 type EvidenceCheck int
 
 const (
-	// CheckNone: no check is due.
+	// CheckNone means no check is due.
 	CheckNone EvidenceCheck = iota
-	// CheckNewClientAccepted (end of Preparing): the API server accepts
+	// CheckNewClientAccepted (end of Preparing) checks that the API server accepts
 	// Carousel's client certificate from the new client CA.
 	CheckNewClientAccepted
-	// CheckOldCADropped (end of Finalizing): the API server serves a
+	// CheckOldCADropped (end of Finalizing) checks that the API server serves a
 	// certificate that chains to the new cluster CA and rejects a client
 	// certificate from the old client CA.
 	CheckOldCADropped

@@ -66,7 +66,7 @@ func caSecretKey(c *v1alpha1.Cluster, role v1alpha1.CARole) client.ObjectKey {
 
 // expectRestored checks that the Secret at key is back as it was lost: type,
 // labels, annotations, data and the Cluster as its controller.
-func expectRestored(ctx context.Context, key client.ObjectKey, lost *corev1.Secret) *corev1.Secret {
+func expectRestored(ctx context.Context, key client.ObjectKey, lost *corev1.Secret) {
 	GinkgoHelper()
 	s := &corev1.Secret{}
 	Expect(k8s.Get(ctx, key, s)).To(Succeed())
@@ -76,7 +76,6 @@ func expectRestored(ctx context.Context, key client.ObjectKey, lost *corev1.Secr
 	Expect(s.Annotations).To(Equal(lost.Annotations))
 	Expect(s.Data).To(Equal(lost.Data))
 	Expect(s.OwnerReferences).To(Equal(lost.OwnerReferences), "controlled by the Cluster, as the operator's own Secrets are")
-	return s
 }
 
 func readyOf(ctx context.Context, key client.ObjectKey) *metav1.Condition {
