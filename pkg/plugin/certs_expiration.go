@@ -4,74 +4,16 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"io"
-	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
-	"github.com/carousel-dev/carousel/pkg/rotation"
 )
-
-// when formats an optional timestamp, or "-".
-func when(t *metav1.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
-// writeStatus prints where a Cluster's CA rotation stands.
-func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
-	rot := cl.CARotation()
-	if rot == nil {
-		rot = &v1alpha1.CARotation{}
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Cluster:\t%s/%s\n", cl.Namespace, cl.Name)
-	fmt.Fprintf(tw, "Phase:\t%s\n", rotation.PhaseName(rot.Phase))
-	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == "True" {
-		fmt.Fprintf(tw, "Waiting for:\t%s\n", cond.Message)
-	}
-	fmt.Fprintf(tw, "Last initiation:\t%s\n", when(rot.LastInitiationTime))
-	fmt.Fprintf(tw, "Last initiation finished:\t%s\n", when(rot.LastInitiationFinishedTime))
-	fmt.Fprintf(tw, "Last completion triggered:\t%s\n", when(rot.LastCompletionTriggeredTime))
-	fmt.Fprintf(tw, "Last completion:\t%s\n", when(rot.LastCompletionTime))
-	var pending []string
-	for _, p := range rot.PendingWorkersRollouts {
-		pending = append(pending, p.Name)
-	}
-	if len(pending) == 0 {
-		pending = []string{"none"}
-	}
-	fmt.Fprintf(tw, "Pending worker rollouts:\t%s\n", strings.Join(pending, ", "))
-	_ = tw.Flush()
-
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tCURRENT FINGERPRINT\tCURRENT NOT AFTER\tPREVIOUS FINGERPRINT\tPREVIOUS NOT AFTER")
-	if cl.Status.Credentials != nil {
-		for _, inv := range cl.Status.Credentials.CertificateAuthorities {
-			cur, curAfter, prev, prevAfter := "-", "-", "-", "-"
-			if inv.Current != nil {
-				cur, curAfter = short(inv.Current.Fingerprint), inv.Current.NotAfter.UTC().Format(time.RFC3339)
-			}
-			if inv.Previous != nil {
-				prev, prevAfter = short(inv.Previous.Fingerprint), inv.Previous.NotAfter.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", inv.Role, cur, curAfter, prev, prevAfter)
-		}
-	}
-	_ = tw.Flush()
-}
 
 func short(fingerprint string) string {
 	if len(fingerprint) > 16 {

@@ -2,10 +2,6 @@ package plugin
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/sealing"
 )
 
 // The encrypted copy of a Cluster's control-plane CA material (in the manner
@@ -36,7 +33,6 @@ import (
 const (
 	certsSecretPrefix = "carousel-certs-"
 	certsDataKey      = "certificates"
-	keyBytes          = 32
 )
 
 // uploadFormat marks a sealed payload that records whole Secrets. An upload
@@ -95,34 +91,18 @@ func sealCertificates(secrets []uploadedSecret, key []byte, cluster string) ([]b
 	if err != nil {
 		return nil, err
 	}
-	return seal(plain, key, cluster)
-}
-
-func seal(plain, key []byte, cluster string) ([]byte, error) {
-	aead, err := gcm(key)
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, aead.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, err
-	}
-	return aead.Seal(nonce, nonce, plain, []byte(cluster)), nil
+	return sealing.Seal(plain, key, cluster)
 }
 
 // openCertificates decrypts what sealCertificates, or an earlier version of
 // it, produced.
 func openCertificates(sealed, key []byte, cluster string) (*certsUpload, error) {
-	aead, err := gcm(key)
+	plain, err := sealing.Open(sealed, key, cluster)
+	if errors.Is(err, sealing.ErrNotOpened) {
+		return nil, errors.New("the certificate key does not open this upload (wrong key, or another cluster's copy)")
+	}
 	if err != nil {
 		return nil, err
-	}
-	if len(sealed) < aead.NonceSize() {
-		return nil, errors.New("the uploaded copy is truncated")
-	}
-	plain, err := aead.Open(nil, sealed[:aead.NonceSize()], sealed[aead.NonceSize():], []byte(cluster))
-	if err != nil {
-		return nil, errors.New("the certificate key does not open this upload (wrong key, or another cluster's copy)")
 	}
 	return decodePayload(plain)
 }
@@ -154,17 +134,6 @@ func decodePayload(plain []byte) (*certsUpload, error) {
 	return &certsUpload{secrets: payload.Secrets}, nil
 }
 
-func gcm(key []byte) (cipher.AEAD, error) {
-	if len(key) != keyBytes {
-		return nil, fmt.Errorf("the certificate key must be %d bytes (%d hex characters)", keyBytes, 2*keyBytes)
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	return cipher.NewGCM(block)
-}
-
 // uploadSecrets collects the Cluster's CA Secrets and service-account key
 // Secret, with their names, types, labels and annotations.
 func uploadSecrets(secrets map[string]*corev1.Secret, cl *v1alpha1.Cluster) ([]uploadedSecret, error) {
@@ -188,9 +157,9 @@ func asUploaded(s *corev1.Secret, role v1alpha1.CARole) uploadedSecret {
 
 // parseCertificateKey reads the key `certs upload` printed.
 func parseCertificateKey(keyHex string) ([]byte, error) {
-	key, err := hex.DecodeString(keyHex)
-	if err != nil || len(key) != keyBytes {
-		return nil, fmt.Errorf("--certificate-key must be the %d hex characters upload printed", 2*keyBytes)
+	key, err := sealing.ParseKey(keyHex)
+	if err != nil {
+		return nil, fmt.Errorf("--certificate-key must be the %d hex characters upload printed", 2*sealing.KeyBytes)
 	}
 	return key, nil
 }
@@ -248,8 +217,8 @@ func (e *env) uploadCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			key := make([]byte, keyBytes)
-			if _, err := rand.Read(key); err != nil {
+			key, err := sealing.NewKey()
+			if err != nil {
 				return err
 			}
 			sealed, err := sealCertificates(uploaded, key, cl.Namespace+"/"+cl.Name)
@@ -288,7 +257,7 @@ func (e *env) uploadCommand() *cobra.Command {
 			}
 			fmt.Fprintf(e.streams.Out, "Uploaded %d Secrets (%d files) of %s/%s as upload %s, deleted with its token at %s.\n",
 				len(uploaded), len((&certsUpload{secrets: uploaded}).files()), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
-			fmt.Fprintf(e.streams.Out, "Certificate key (shown once, stored nowhere):\n%s\n", hex.EncodeToString(key))
+			fmt.Fprintf(e.streams.Out, "Certificate key (shown once, stored nowhere):\n%s\n", sealing.EncodeKey(key))
 			fmt.Fprintf(e.streams.Out, "Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n", cl.Name, cl.Namespace, id)
 			fmt.Fprintf(e.streams.Out, "Recreate a lost CA Secret with:\n  kubectl carousel certs restore %s -n %s --upload-id %s --certificate-key <key>\n", cl.Name, cl.Namespace, id)
 			return nil

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -15,11 +14,11 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/sealing"
 )
 
 func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
-	key := make([]byte, keyBytes)
-	_, _ = rand.Read(key)
+	key, _ := sealing.NewKey()
 	secrets := []uploadedSecret{
 		{Role: v1alpha1.CARoleCluster, Name: "prod-ca-cluster", Type: corev1.SecretTypeOpaque,
 			Labels:      map[string]string{v1alpha1.LabelCluster: "prod", v1alpha1.LabelCA: "cluster"},
@@ -44,8 +43,7 @@ func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
 	if files := got.files(); len(files) != 2 || string(files["cluster-ca-tls.key"]) != "secret" || string(files["sa.key"]) != "also secret" {
 		t.Errorf("files = %q", files)
 	}
-	other := make([]byte, keyBytes)
-	_, _ = rand.Read(other)
+	other, _ := sealing.NewKey()
 	for name, open := range map[string]func() error{
 		"wrong key":     func() error { _, err := openCertificates(sealed, other, "team-a/prod"); return err },
 		"other cluster": func() error { _, err := openCertificates(sealed, key, "team-b/prod"); return err },
@@ -66,13 +64,12 @@ func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
 }
 
 func TestLegacyUploadsOpenAsFilesWithoutSecrets(t *testing.T) {
-	key := make([]byte, keyBytes)
-	_, _ = rand.Read(key)
+	key, _ := sealing.NewKey()
 	// What kubectl carousel sealed before uploads recorded whole Secrets. A
 	// file may even be called "format".
 	legacy := map[string][]byte{"cluster-ca-tls.key": []byte("k"), "sa.key": []byte("s"), "format": []byte("2")}
 	plain, _ := json.Marshal(legacy)
-	sealed, err := seal(plain, key, "team-a/prod")
+	sealed, err := sealing.Seal(plain, key, "team-a/prod")
 	if err != nil {
 		t.Fatal(err)
 	}
