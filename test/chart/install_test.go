@@ -31,6 +31,7 @@ import (
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
 	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 const (
@@ -141,9 +142,7 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 })
 
 func phase(ctx context.Context, e *framework.Environment) v1alpha1.CARotationPhase {
-	c := &v1alpha1.Cluster{}
-	Expect(e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: e.Name}, c)).To(Succeed())
-	return c.CARotationPhase()
+	return kit.GetCluster(ctx, e.Client, client.ObjectKey{Namespace: e.Namespace, Name: e.Name}).CARotationPhase()
 }
 
 // kubectl runs the test control plane's kubectl against the management

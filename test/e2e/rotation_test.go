@@ -28,49 +28,34 @@ import (
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 // grace widens a planned API-server restart: clients notice a restart a
 // moment after it started and reconnect a moment after it ended.
 const grace = 2 * time.Second
 
+// The suite's bindings of the shared kit (test/framework/kit) to its target.
+
+func key() client.ObjectKey { return client.ObjectKey{Namespace: tgt.Namespace, Name: tgt.Name} }
+
 func cluster(ctx context.Context) *v1alpha1.Cluster {
 	GinkgoHelper()
-	c := &v1alpha1.Cluster{}
-	Expect(tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: tgt.Name}, c)).To(Succeed())
-	return c
+	return kit.GetCluster(ctx, tgt.Client, key())
 }
 
 func annotate(ctx context.Context, op string) error {
-	c := cluster(ctx)
-	patch := client.MergeFrom(c.DeepCopy())
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations[v1alpha1.OperationAnnotation] = op
-	return tgt.Client.Patch(ctx, c, patch)
+	return kit.Annotate(ctx, tgt.Client, cluster(ctx), op)
 }
 
 func cas(ctx context.Context) map[v1alpha1.CARole]*credentials.CAs {
 	GinkgoHelper()
-	out := map[v1alpha1.CARole]*credentials.CAs{}
-	for _, role := range v1alpha1.CARoles() {
-		s := &corev1.Secret{}
-		Expect(tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.CASecretName(tgt.Name, role)}, s)).To(Succeed())
-		x, err := credentials.DecodeCASecret(s)
-		Expect(err).NotTo(HaveOccurred())
-		out[role] = x
-	}
-	return out
+	return kit.LoadCAs(ctx, tgt.Client, cluster(ctx))
 }
 
 func bundle(ctx context.Context, role v1alpha1.CARole) pki.Bundle {
 	GinkgoHelper()
-	cm := &corev1.ConfigMap{}
-	Expect(tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.BundleConfigMapName(tgt.Name, role)}, cm)).To(Succeed())
-	b, err := pki.ParseBundle([]byte(cm.Data[v1alpha1.DataKeyCABundle]))
-	Expect(err).NotTo(HaveOccurred())
-	return b
+	return kit.LoadBundle(ctx, tgt.Client, cluster(ctx), role)
 }
 
 // adminKubeconfig reads the admin credential Carousel publishes now.
@@ -108,14 +93,7 @@ func nodeCertificates() []*x509.Certificate {
 
 func waitForPhase(ctx context.Context, phase v1alpha1.CARotationPhase) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		c := cluster(ctx)
-		var conditions []string
-		for _, cond := range c.Status.Conditions {
-			conditions = append(conditions, fmt.Sprintf("%s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message))
-		}
-		g.Expect(c.CARotationPhase()).To(Equal(phase), strings.Join(conditions, "\n"))
-	}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	kit.WaitForPhase(ctx, tgt.Client, key(), phase, kit.Wait{Timeout: 5 * time.Minute, Polling: time.Second})
 }
 
 // protocolClient is a client of the managed cluster that follows the
@@ -339,7 +317,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		for _, role := range v1alpha1.CARoles() {
 			Expect(after[role].Previous).To(BeNil(), "the old %s CA key is gone", role)
 			Expect(after[role].Current.Cert.Equal(prepared[role].Current.Cert)).To(BeTrue())
-			Expect(fingerprints(bundle(ctx, role))).To(Equal([]string{pki.Fingerprint(after[role].Current.Cert)}))
+			Expect(kit.Fingerprints(bundle(ctx, role))).To(Equal([]string{pki.Fingerprint(after[role].Current.Cert)}))
 		}
 		for _, cert := range nodeCertificates() {
 			Expect(pki.Verify(cert, pki.NewBundle(after[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
@@ -419,16 +397,8 @@ func expectRootCA(ctx context.Context, cs kubernetes.Interface, want pki.Bundle)
 		g.Expect(err).NotTo(HaveOccurred())
 		got, err := pki.ParseBundle([]byte(cm.Data["ca.crt"]))
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(fingerprints(got)).To(Equal(fingerprints(want)))
+		g.Expect(kit.Fingerprints(got)).To(Equal(kit.Fingerprints(want)))
 	}).WithTimeout(2*time.Minute).Should(Succeed(), "kube-root-ca.crt carries the cluster bundle")
-}
-
-func fingerprints(b pki.Bundle) []string {
-	var out []string
-	for _, c := range b {
-		out = append(out, pki.Fingerprint(c))
-	}
-	return out
 }
 
 func isTLSError(err error) bool {

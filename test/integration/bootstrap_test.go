@@ -35,6 +35,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's certificates", Ordered, func() {
@@ -342,7 +343,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(err).NotTo(HaveOccurred())
 		trust, err := pki.ParseBundle(kc.Clusters["default"].CertificateAuthorityData)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(fingerprints(trust)).To(Equal([]string{pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)}), "the node dropped the old cluster CA")
+		Expect(kit.Fingerprints(trust)).To(Equal([]string{pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)}), "the node dropped the old cluster CA")
 		_, err = agent.Client().CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "the node still talks to its API server")
 
@@ -365,19 +366,8 @@ func stderrf(format string, args ...any) {
 }
 
 // waitForPhaseSlowly waits for a phase that takes API-server restarts to
-// reach, and shows the rotation condition when it does not come.
+// reach, and shows the conditions when it does not come.
 func waitForPhaseSlowly(ctx context.Context, key client.ObjectKey, phase v1alpha1.CARotationPhase) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		c := getCluster(ctx, key)
-		g.Expect(c.CARotationPhase()).To(Equal(phase), "%s", conditionsText(c))
-	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
-}
-
-func conditionsText(c *v1alpha1.Cluster) string {
-	var out string
-	for _, cond := range c.Status.Conditions {
-		out += fmt.Sprintf("\n  %s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)
-	}
-	return out
+	kit.WaitForPhase(ctx, k8s, key, phase, kit.Wait{Timeout: 3 * time.Minute, Polling: time.Second})
 }

@@ -3,91 +3,49 @@ package integration
 import (
 	"context"
 	"crypto/x509"
-	"slices"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
-// annotate sets the operation annotation through the API server, and so
-// through the admission webhook.
+// The suite's bindings of the shared kit (test/framework/kit) to its client.
+
 func annotate(ctx context.Context, c *v1alpha1.Cluster, op string) error {
-	patch := client.MergeFrom(c.DeepCopy())
-	latest := c.DeepCopy()
-	if latest.Annotations == nil {
-		latest.Annotations = map[string]string{}
-	}
-	latest.Annotations[v1alpha1.OperationAnnotation] = op
-	return k8s.Patch(ctx, latest, patch)
+	return kit.Annotate(ctx, k8s, c, op)
 }
 
-// getCluster reads the Cluster as the API server has it now.
 func getCluster(ctx context.Context, key client.ObjectKey) *v1alpha1.Cluster {
 	GinkgoHelper()
-	c := &v1alpha1.Cluster{}
-	Expect(k8s.Get(ctx, key, c)).To(Succeed())
-	return c
+	return kit.GetCluster(ctx, k8s, key)
 }
 
-// waitForPhase waits until the Cluster reaches phase with its operation
-// annotation removed, and returns it.
 func waitForPhase(ctx context.Context, key client.ObjectKey, phase v1alpha1.CARotationPhase) *v1alpha1.Cluster {
 	GinkgoHelper()
-	c := &v1alpha1.Cluster{}
-	Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(ctx, key, c)).To(Succeed())
-		g.Expect(c.CARotationPhase()).To(Equal(phase), "conditions: %v", c.Status.Conditions)
-		g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))
-	}).WithTimeout(time.Minute).Should(Succeed())
-	return c
+	return kit.WaitForPhase(ctx, k8s, key, phase, kit.Quick)
 }
 
 func waitForReady(ctx context.Context, key client.ObjectKey) *v1alpha1.Cluster {
 	GinkgoHelper()
-	c := &v1alpha1.Cluster{}
-	Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(ctx, key, c)).To(Succeed())
-		g.Expect(meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue(), "conditions: %v", c.Status.Conditions)
-		g.Expect(c.Status.ObservedGeneration).To(Equal(c.Generation))
-	}).WithTimeout(time.Minute).Should(Succeed())
-	return c
+	return kit.WaitForReady(ctx, k8s, key, kit.Quick)
 }
 
-// loadCAs reads every role's CAs from their Secrets.
 func loadCAs(ctx context.Context, c *v1alpha1.Cluster) map[v1alpha1.CARole]*credentials.CAs {
 	GinkgoHelper()
-	out := map[v1alpha1.CARole]*credentials.CAs{}
-	for _, role := range v1alpha1.CARoles() {
-		s := &corev1.Secret{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, s)).To(Succeed())
-		Expect(s.Labels).To(HaveKeyWithValue(v1alpha1.LabelCluster, c.Name))
-		Expect(s.Labels).To(HaveKeyWithValue(v1alpha1.LabelCA, string(role)))
-		cas, err := credentials.DecodeCASecret(s)
-		Expect(err).NotTo(HaveOccurred())
-		out[role] = cas
-	}
-	return out
+	return kit.LoadCAs(ctx, k8s, c)
 }
 
-// loadBundle reads a role's trust-bundle ConfigMap.
 func loadBundle(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole) pki.Bundle {
 	GinkgoHelper()
-	cm := &corev1.ConfigMap{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, role)}, cm)).To(Succeed())
-	Expect(cm.Labels).To(HaveKeyWithValue(v1alpha1.LabelCABundle, string(role)))
-	b, err := pki.ParseBundle([]byte(cm.Data[v1alpha1.DataKeyCABundle]))
-	Expect(err).NotTo(HaveOccurred())
-	return b
+	return kit.LoadBundle(ctx, k8s, c, role)
 }
 
 // loadCertificate reads a leaf certificate and checks its Secret's labels.
@@ -115,15 +73,6 @@ func verifiesAgainst(cert *x509.Certificate, usage x509.ExtKeyUsage, old, curren
 // anyUsage returns the first usage of a catalogue entry, for verification.
 func anyUsage(cert credentials.Certificate) x509.ExtKeyUsage {
 	return cert.Usages[0]
-}
-
-func fingerprints(b pki.Bundle) []string {
-	var out []string
-	for _, c := range b {
-		out = append(out, pki.Fingerprint(c))
-	}
-	slices.Sort(out)
-	return out
 }
 
 // markRolledOut plays the workload controller: it reports every labelled

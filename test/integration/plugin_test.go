@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -13,19 +12,25 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
-	"github.com/carousel-dev/carousel/pkg/plugin"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 // kubectlCarousel runs the plugin in-process against the test API server, as
 // a cluster admin, and returns its standard output.
 func kubectlCarousel(ctx context.Context, args ...string) (string, error) {
+	GinkgoHelper()
+	return kubectlCarouselAt(ctx, clock.RealClock{}, args...)
+}
+
+// kubectlCarouselAt is kubectlCarousel with the plugin's clock, which decides
+// when an upload expires.
+func kubectlCarouselAt(ctx context.Context, clk clock.Clock, args ...string) (string, error) {
 	GinkgoHelper()
 	admin, err := testEnv.AddUser(envtest.User{Name: "plugin-admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
@@ -33,11 +38,7 @@ func kubectlCarousel(ctx context.Context, args ...string) (string, error) {
 	Expect(err).NotTo(HaveOccurred())
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
-	var out, errOut bytes.Buffer
-	cmd := plugin.NewCommand(genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, clock.RealClock{})
-	cmd.SetArgs(append(args, "--kubeconfig", path))
-	err = cmd.ExecuteContext(ctx)
-	return out.String(), err
+	return kit.KubectlCarousel(ctx, path, clk, args...)
 }
 
 var _ = Describe("kubectl carousel", func() {

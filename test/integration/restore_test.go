@@ -1,10 +1,7 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sync/atomic"
 	"time"
@@ -15,34 +12,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
-	"github.com/carousel-dev/carousel/pkg/plugin"
 )
-
-// kubectlCarouselAt is kubectlCarousel with the plugin's clock, which decides
-// when an upload expires.
-func kubectlCarouselAt(ctx context.Context, clk clock.Clock, args ...string) (string, error) {
-	GinkgoHelper()
-	admin, err := testEnv.AddUser(envtest.User{Name: "plugin-admin", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	kubeconfig, err := admin.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
-	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
-	var out, errOut bytes.Buffer
-	cmd := plugin.NewCommand(genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, clk)
-	cmd.SetArgs(append(args, "--kubeconfig", path))
-	err = cmd.ExecuteContext(ctx)
-	return out.String(), err
-}
 
 var (
 	uploadID       = regexp.MustCompile(`as upload ([a-z0-9]{6}),`)

@@ -30,6 +30,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 func createCluster(ctx context.Context, ns, name string, pools ...v1alpha1.WorkerPool) *v1alpha1.Cluster {
@@ -52,7 +53,7 @@ func expectPrepared(ctx context.Context, c *v1alpha1.Cluster, before map[v1alpha
 		Expect(cas[role].Previous).NotTo(BeNil(), "role %s keeps its old CA", role)
 		Expect(cas[role].Previous.Cert.Equal(before[role].Current.Cert)).To(BeTrue(), "role %s: the old CA is the one from before", role)
 		Expect(cas[role].Current.Cert.Equal(before[role].Current.Cert)).To(BeFalse(), "role %s has a new CA", role)
-		Expect(fingerprints(loadBundle(ctx, c, role))).To(ConsistOf(pki.Fingerprint(cas[role].Previous.Cert), pki.Fingerprint(cas[role].Current.Cert)),
+		Expect(kit.Fingerprints(loadBundle(ctx, c, role))).To(ConsistOf(pki.Fingerprint(cas[role].Previous.Cert), pki.Fingerprint(cas[role].Current.Cert)),
 			"bundle %s holds exactly two CAs", role)
 	}
 	for _, cert := range credentials.Certificates(c) {
@@ -74,7 +75,7 @@ func expectCompleted(ctx context.Context, c *v1alpha1.Cluster, newCAs map[v1alph
 	for _, role := range v1alpha1.CARoles() {
 		Expect(cas[role].Previous).To(BeNil(), "role %s dropped its old CA", role)
 		Expect(cas[role].Current.Cert.Equal(newCAs[role].Current.Cert)).To(BeTrue(), "role %s kept the CA minted in Preparing", role)
-		Expect(fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(cas[role].Current.Cert)}))
+		Expect(kit.Fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(cas[role].Current.Cert)}))
 		s := &corev1.Secret{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, s)).To(Succeed())
 		Expect(s.Data).To(HaveLen(2), "the CA Secret of %s holds only tls.crt and tls.key", role)
@@ -124,7 +125,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		for _, role := range v1alpha1.CARoles() {
 			Expect(cas[role].Previous).To(BeNil())
 			Expect(cas[role].Current.Cert.IsCA).To(BeTrue())
-			Expect(fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(cas[role].Current.Cert)}))
+			Expect(kit.Fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(cas[role].Current.Cert)}))
 		}
 		for _, cert := range credentials.Certificates(c) {
 			leaf, s := loadCertificate(ctx, c, cert)
@@ -163,7 +164,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 
 		var direct atomic.Int64
 		r := &clustercontroller.Reconciler{
-			Client: countingClient{Client: k8s, writes: &direct, budget: -1}, Clock: clock.RealClock{},
+			Client: kit.CountingClient{Client: k8s, Writes: &direct, Budget: -1}, Clock: clock.RealClock{},
 			CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: time.Second,
 		}
 		keys := pki.KeysGenerated()
@@ -423,12 +424,12 @@ var _ = Describe("Crash safety", func() {
 			for i := 0; i < 2000 && !done(getCluster(ctx, key)); i++ {
 				var n atomic.Int64
 				r := &clustercontroller.Reconciler{
-					Client: countingClient{Client: k8s, writes: &n, budget: budget}, Clock: clock.RealClock{},
+					Client: kit.CountingClient{Client: k8s, Writes: &n, Budget: budget}, Clock: clock.RealClock{},
 					Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, ManagedPollInterval: time.Millisecond,
 					WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: workerrollout.ManualRollout{}},
 				}
 				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-				if errors.Is(err, errCrash) {
+				if errors.Is(err, kit.ErrCrash) {
 					crashes++
 				} else {
 					Expect(err).NotTo(HaveOccurred())
@@ -467,7 +468,7 @@ var _ = Describe("A lost CA", func() {
 		c := createCluster(ctx, ns, "lost")
 		key := client.ObjectKeyFromObject(c)
 		var writes atomic.Int64
-		r := &clustercontroller.Reconciler{Client: countingClient{Client: k8s, writes: &writes, budget: -1}, Clock: clock.RealClock{},
+		r := &clustercontroller.Reconciler{Client: kit.CountingClient{Client: k8s, Writes: &writes, Budget: -1}, Clock: clock.RealClock{},
 			Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, ManagedPollInterval: time.Second}
 		reconcile := func() error {
 			_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
@@ -532,7 +533,7 @@ var _ = Describe("Renewal and expiry, on a fake clock", func() {
 		fakeClock := clocktesting.NewFakeClock(time.Now())
 		var writes atomic.Int64
 		r := &clustercontroller.Reconciler{
-			Client: countingClient{Client: k8s, writes: &writes, budget: -1}, Clock: fakeClock, Recorder: events.NewFakeRecorder(100),
+			Client: kit.CountingClient{Client: k8s, Writes: &writes, Budget: -1}, Clock: fakeClock, Recorder: events.NewFakeRecorder(100),
 			CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: time.Second,
 		}
 		reconcile := func() ctrl.Result {

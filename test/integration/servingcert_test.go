@@ -25,6 +25,7 @@ import (
 
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 // The message of the test webhook: seeing it proves the API server reached
@@ -43,7 +44,7 @@ var _ = Describe("The webhook's self-issued serving certificate", func() {
 		clk := clocktesting.NewFakeClock(renewal.Add(pki.Backdate - (settings.CAValidity+pki.Backdate)*2/3))
 		var writes atomic.Int64
 		rotator := &servingcert.Rotator{
-			Client: countingClient{Client: k8s, writes: &writes, budget: -1}, Reader: k8s,
+			Client: kit.CountingClient{Client: k8s, Writes: &writes, Budget: -1}, Reader: k8s,
 			Secret: types.NamespacedName{Namespace: ns, Name: "webhook-cert"}, WebhookConfiguration: "carousel-servingcert-test-" + ns,
 			Settings: settings, Clock: clk,
 		}

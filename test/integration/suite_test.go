@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -31,6 +30,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/operator"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 var (
@@ -95,76 +95,6 @@ func startWebhook() {
 	}).Should(Succeed())
 }
 
-// errCrash is what a crashingClient returns once its write budget is spent.
-var errCrash = errors.New("simulated crash: write budget spent")
-
-// countingClient counts the writes a controller makes. With a budget, every
-// write after the budget fails without reaching the API server, which is how
-// the crash tests stop a reconciler between two writes.
-type countingClient struct {
-	client.Client
-	writes *atomic.Int64
-	budget int64 // negative: unlimited
-}
-
-func (c countingClient) write() error {
-	if n := c.writes.Add(1); c.budget >= 0 && n > c.budget {
-		return errCrash
-	}
-	return nil
-}
-
-func (c countingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Create(ctx, obj, opts...)
-}
-
-func (c countingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Update(ctx, obj, opts...)
-}
-
-func (c countingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Patch(ctx, obj, patch, opts...)
-}
-
-func (c countingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Delete(ctx, obj, opts...)
-}
-
-func (c countingClient) Status() client.SubResourceWriter {
-	return countingStatus{SubResourceWriter: c.Client.Status(), c: c}
-}
-
-type countingStatus struct {
-	client.SubResourceWriter
-	c countingClient
-}
-
-func (s countingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if err := s.c.write(); err != nil {
-		return err
-	}
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
-}
-
-func (s countingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.c.write(); err != nil {
-		return err
-	}
-	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
-}
-
 // startControllers runs Carousel's controllers in a manager, as the binary
 // does, until the spec ends. It watches only the spec's namespace (envtest
 // never finishes deleting the namespaces of earlier specs) and counts every
@@ -180,7 +110,7 @@ func startControllers(namespace string, writes *atomic.Int64) ctrl.Manager {
 		if err != nil {
 			return nil, err
 		}
-		return countingClient{Client: c, writes: writes, budget: -1}, nil
+		return kit.CountingClient{Client: c, Writes: writes, Budget: -1}, nil
 	}
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	Expect(err).NotTo(HaveOccurred())
