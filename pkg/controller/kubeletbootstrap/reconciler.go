@@ -89,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	// Come back for the next token, and at least every minute to reconnect
-	// a dropped runner: the managed cluster raises no events here.
+	// a dropped connection: the managed cluster raises no events here.
 	return ctrl.Result{RequeueAfter: min(next.Sub(r.Clock.Now()), time.Minute)}, nil
 }
 
