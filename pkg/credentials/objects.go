@@ -1,7 +1,6 @@
 package credentials
 
 import (
-	"bytes"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -95,7 +94,7 @@ func (c *CAs) Bundle() pki.Bundle {
 // neither did.
 func (c *CAs) Issuer(cert *x509.Certificate) *pki.KeyPair {
 	for _, ca := range []*pki.KeyPair{c.Current, c.Previous} {
-		if ca != nil && bytes.Equal(cert.AuthorityKeyId, ca.Cert.SubjectKeyId) && cert.CheckSignatureFrom(ca.Cert) == nil {
+		if ca != nil && pki.SignedBy(cert, ca.Cert) {
 			return ca
 		}
 	}

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -278,4 +279,10 @@ func Verify(cert *x509.Certificate, roots Bundle, usage x509.ExtKeyUsage, now ti
 		KeyUsages:   []x509.ExtKeyUsage{usage},
 	})
 	return err
+}
+
+// SignedBy reports whether ca signed cert: the certificate names the CA's
+// key as its authority and the CA's signature on it checks.
+func SignedBy(cert, ca *x509.Certificate) bool {
+	return bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId) && cert.CheckSignatureFrom(ca) == nil
 }

@@ -358,3 +358,35 @@ func TestKeysGeneratedCounts(t *testing.T) {
 		t.Fatalf("KeysGenerated grew by %d, want 1", got)
 	}
 }
+
+func TestSignedBy(t *testing.T) {
+	ca := testCA(t, ECDSAP256, 24*time.Hour)
+	otherKey, err := GenerateKey(ECDSAP256) // testCA's keys are cached: one key per algorithm
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewCA(CATemplate{CommonName: "other-ca", Validity: 24 * time.Hour}, otherKey, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.IssueKeyPair(LeafTemplate{CommonName: "leaf", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, ECDSAP256, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same key identifier as ca, but another key: only the signature tells them apart.
+	impostor := *other.Cert
+	impostor.SubjectKeyId = ca.Cert.SubjectKeyId
+	for _, tt := range []struct {
+		name string
+		ca   *x509.Certificate
+		want bool
+	}{
+		{"its CA", ca.Cert, true},
+		{"another CA", other.Cert, false},
+		{"another CA claiming the same key identifier", &impostor, false},
+	} {
+		if got := SignedBy(leaf.Cert, tt.ca); got != tt.want {
+			t.Errorf("%s: SignedBy = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -40,17 +40,8 @@ func blocked(reason, format string, args ...any) error {
 // trusted. Only a CA that was never issued may be generated.
 func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole) error {
 	name := credentials.CASecretName(c.Name, role)
-	s := &corev1.Secret{}
-	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
-	switch {
-	case err == nil && hasMeta(s.Labels, credentials.CALabels(c.Name, role)):
-		return fmt.Errorf("secret %s: %w", name, errStaleCache)
-	case err == nil:
-		return blocked(v1alpha1.ReasonCASecretUnlabelled,
-			"secret %s holds the %s CA but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s",
-			name, role, c.Namespace, name, labelArgs(credentials.CALabels(c.Name, role)))
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading secret %s: %w", name, err)
+	if err := r.confirmAbsent(ctx, c, name, credentials.CALabels(c.Name, role), fmt.Sprintf("the %s CA", role), v1alpha1.ReasonCASecretUnlabelled); err != nil {
+		return err
 	}
 	if !inventoryLists(c, role) {
 		return nil
@@ -71,23 +62,36 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 // because every ServiceAccount token it signed would stop being valid.
 func (r *Reconciler) confirmServiceAccountKeyMissing(ctx context.Context, c *v1alpha1.Cluster) error {
 	name := credentials.ServiceAccountKeySecretName(c.Name)
-	s := &corev1.Secret{}
-	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
-	switch {
-	case err == nil && hasMeta(s.Labels, credentials.ClusterLabels(c.Name)):
-		return fmt.Errorf("secret %s: %w", name, errStaleCache)
-	case err == nil:
-		return blocked(v1alpha1.ReasonServiceAccountKeyUnlabelled,
-			"secret %s holds the service-account key but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s",
-			name, c.Namespace, name, labelArgs(credentials.ClusterLabels(c.Name)))
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading secret %s: %w", name, err)
-	case !credentialsIssued(c):
+	if err := r.confirmAbsent(ctx, c, name, credentials.ClusterLabels(c.Name), "the service-account key", v1alpha1.ReasonServiceAccountKeyUnlabelled); err != nil {
+		return err
+	}
+	if !credentialsIssued(c) {
 		return nil
 	}
 	return blocked(v1alpha1.ReasonServiceAccountKeyLost,
 		"secret %s holding the service-account key is missing; every ServiceAccount token depends on it. Restore it (kubectl carousel certs restore), or accept a new key, which invalidates every token signed by the old one: kubectl annotate cluster.carousel.dev -n %s %s %s=%s",
 		name, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.VerbReissueServiceAccountKey)
+}
+
+// confirmAbsent reads the API server for a Secret the cache does not hold,
+// and returns nil only when it is not there. One the cache has not seen yet
+// is errStaleCache. One that lost its labels (the cache filters on them) is
+// blocked with unlabelledReason, a message naming what it holds, and the
+// kubectl label command that puts them back.
+func (r *Reconciler) confirmAbsent(ctx context.Context, c *v1alpha1.Cluster, name string, labels map[string]string, holding, unlabelledReason string) error {
+	s := &corev1.Secret{}
+	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
+	switch {
+	case err == nil && hasMeta(s.Labels, labels):
+		return fmt.Errorf("secret %s: %w", name, errStaleCache)
+	case err == nil:
+		return blocked(unlabelledReason,
+			"secret %s holds %s but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s",
+			name, holding, c.Namespace, name, labelArgs(labels))
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading secret %s: %w", name, err)
+	}
+	return nil
 }
 
 func (r *Reconciler) apiReader() client.Reader {

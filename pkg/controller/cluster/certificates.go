@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"slices"
@@ -63,11 +62,11 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 			kp, _ = pki.ParseKeyPair(existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey])
 		}
 		issuer := cas.Current
-		if rotation.Issuer(cert.RenewIn, phase, trustEstablished, kp != nil && signedBy(kp.Cert, cas.Current.Cert)) == rotation.Previous && cas.Previous != nil {
+		if rotation.Issuer(cert.RenewIn, phase, trustEstablished, kp != nil && pki.SignedBy(kp.Cert, cas.Current.Cert)) == rotation.Previous && cas.Previous != nil {
 			issuer = cas.Previous
 		}
 		data := map[string][]byte{}
-		if kp != nil && signedBy(kp.Cert, issuer.Cert) && matches(kp.Cert, cert, alg) && now.Before(renewalTime(kp.Cert)) {
+		if kp != nil && pki.SignedBy(kp.Cert, issuer.Cert) && matches(kp.Cert, cert, alg) && now.Before(renewalTime(kp.Cert)) {
 			data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey]
 		} else {
 			var err error
@@ -93,7 +92,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		if err := r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.CertificateLabels(c.Name, cert), data: data}); err != nil {
 			return facts, err
 		}
-		onNew := signedBy(kp.Cert, cas.Current.Cert)
+		onNew := pki.SignedBy(kp.Cert, cas.Current.Cert)
 		facts.allOnNewCA = facts.allOnNewCA && onNew
 		if cert.RenewIn == credentials.RenewInPreparing {
 			facts.clientsOnNewCA = facts.clientsOnNewCA && onNew
@@ -120,11 +119,6 @@ func template(cert credentials.Certificate, c *v1alpha1.Cluster) pki.LeafTemplat
 // renewalTime is when two thirds of a certificate's lifetime have passed.
 func renewalTime(cert *x509.Certificate) time.Time {
 	return cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) * 2 / 3)
-}
-
-// signedBy reports whether ca signed cert.
-func signedBy(cert, ca *x509.Certificate) bool {
-	return bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId) && cert.CheckSignatureFrom(ca) == nil
 }
 
 // matches reports whether an issued certificate still has the subject, names,

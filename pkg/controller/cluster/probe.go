@@ -123,7 +123,7 @@ func (r *Reconciler) ensureTrustProbe(ctx context.Context, c *v1alpha1.Cluster, 
 	name := trustProbeSecret(c)
 	if s := objs.secrets[name]; s != nil {
 		if kp, err := pki.ParseKeyPair(s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey]); err == nil &&
-			signedBy(kp.Cert, ca.Cert) && r.Clock.Now().Before(kp.Cert.NotAfter) {
+			pki.SignedBy(kp.Cert, ca.Cert) && r.Clock.Now().Before(kp.Cert.NotAfter) {
 			return s, nil
 		}
 	}
