@@ -108,6 +108,18 @@ const (
 	BindingNodeClient       = "carousel:node-autoapprove-bootstrap"
 	BindingSelfNodeClient   = "carousel:node-autoapprove-certificate-rotation"
 	ClusterInfoRole         = "carousel:bootstrap-signer-clusterinfo"
+	NodeTrustRole           = "carousel:node-trust-reader"
+)
+
+// The node trust ConfigMap, kube-system/carousel-node-trust, holds the trust
+// bundles a node's kubelet needs: the cluster CA bundle (its kubeconfigs'
+// certificate-authority) and the kubelet CA bundle (its clientCAFile, which
+// verifies the API server's kubelet client certificate). Nodes may read it;
+// the node agent copies it into the kubelet's files during a rotation.
+const (
+	NodeTrustConfigMap    = "carousel-node-trust"
+	NodeTrustKeyClusterCA = "ca.crt"
+	NodeTrustKeyKubeletCA = "kubelet-ca.crt"
 )
 
 // RBAC returns the bindings of the TLS-bootstrapping flow: Carousel's
