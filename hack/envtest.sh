@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the test control plane (kube-apiserver, kube-controller-manager,
-# kubectl and etcd) from upstream source through the Go module proxy into
-# $1 (default bin/k8s). The versions are the ones pinned in hack/envtest/*/go.mod;
-# a stamp file records what was built, so a second run with the same pins does
-# nothing. Called by `make envtest`.
+# kubectl, the kubelet and etcd) from upstream source through the Go module
+# proxy into $1 (default bin/k8s), with fake-cri, our CRI server for the
+# kubelet (hack/envtest/kube/cmd/fake-cri). The versions are the ones pinned in
+# hack/envtest/*/go.mod; a stamp file records what was built (and a digest of
+# fake-cri's source), so a second run with the same pins does nothing. Called
+# by `make envtest`.
 set -o errexit -o nounset -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,8 +19,9 @@ etcd_version=$(pinned go.etcd.io/etcd/server/v3 "${etcd_mod}")
 [[ -n ${kube_version} && -n ${etcd_version} ]] || { echo "envtest: cannot read the pinned versions" >&2; exit 1; }
 
 stamp="${out}/.versions"
-want="kubernetes=${kube_version} etcd=${etcd_version} go=$(go env GOVERSION)"
-binaries=(kube-apiserver kube-controller-manager kubectl etcd)
+fake_cri=$(cat "${kube_mod}"/cmd/fake-cri/*.go "${kube_mod}/go.sum" | sha256sum | cut -c1-12)
+want="kubernetes=${kube_version} etcd=${etcd_version} go=$(go env GOVERSION) fake-cri=${fake_cri}"
+binaries=(kube-apiserver kube-controller-manager kubectl kubelet fake-cri etcd)
 have_all=true
 for b in "${binaries[@]}"; do [[ -x ${out}/${b} ]] || have_all=false; done
 if ${have_all} && [[ -f ${stamp} && $(cat "${stamp}") == "${want}" ]]; then
@@ -37,9 +40,10 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X ${pkg}.gitVersion=${kube_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
   ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
 done
-echo "envtest: building kube-apiserver, kube-controller-manager, kubectl ${kube_version} (a few minutes on a cold cache)"
+echo "envtest: building kube-apiserver, kube-controller-manager, kubectl, kubelet ${kube_version} and fake-cri (a few minutes on a cold cache)"
 (cd "${kube_mod}" && go build -trimpath -ldflags "${ldflags}" -o "${out}/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
+  k8s.io/kubernetes/cmd/kubelet ./cmd/fake-cri)
 echo "envtest: building etcd ${etcd_version}"
 (cd "${etcd_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/etcd" go.etcd.io/etcd/server/v3)
 echo "${want}" > "${stamp}"
