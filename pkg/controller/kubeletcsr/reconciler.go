@@ -228,13 +228,27 @@ func (r *csrReconciler) sign(ctx context.Context, c *v1alpha1.Cluster, obj *cert
 // from the client CA that signed Carousel's own client certificate: during a
 // rotation that moves to the new CA exactly when the API server has rolled
 // out trusting it, so a kubelet never gets a certificate its API server
-// rejects. Serving certificates follow the API server's kubelet client
-// certificate, which moves to the new kubelet CA in Finalizing.
+// rejects. Serving certificates move to the new kubelet CA at the same
+// moment: the rollout that made the API server trust the new client CA gave
+// it, and every other caller of kubelets in the control plane, the kubelet
+// bundle with both kubelet CAs. Kubelets renewed in Preparing therefore
+// serve from the new kubelet CA before Finalizing drops the old one from
+// that bundle, and API server -> kubelet calls never fail on the way.
 func (r *csrReconciler) signingCA(ctx context.Context, c *v1alpha1.Cluster, signer string) (*pki.KeyPair, error) {
-	role, follow := v1alpha1.CARoleClient, credentials.CertOperator
-	if signer == certificatesv1.KubeletServingSignerName {
-		role, follow = v1alpha1.CARoleKubelet, credentials.CertKubeAPIServerKubelet
+	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, r.management, c)
+	if err != nil || signer != certificatesv1.KubeletServingSignerName {
+		return inUse, err
 	}
-	_, ca, err := credentials.IssuerInUse(ctx, r.management, c, role, follow)
-	return ca, err
+	s := &corev1.Secret{}
+	if err := r.management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleKubelet)}, s); err != nil {
+		return nil, fmt.Errorf("reading the kubelet CA: %w", err)
+	}
+	kubeletCAs, err := credentials.DecodeCASecret(s)
+	if err != nil {
+		return nil, err
+	}
+	if inUse == clientCAs.Current || kubeletCAs.Previous == nil {
+		return kubeletCAs.Current, nil
+	}
+	return kubeletCAs.Previous, nil
 }

@@ -1,6 +1,7 @@
 package kubeletcsr
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ed25519"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -363,9 +365,11 @@ func (f *fixture) managementNames() []string {
 // object is repaired.
 func TestBrokenManagementObjectIsRetried(t *testing.T) {
 	for _, signer := range []string{certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName} {
+		// Both signers follow Carousel's own client certificate; serving
+		// certificates are signed by a kubelet CA.
 		role, leaf := v1alpha1.CARoleClient, credentials.CertOperator
 		if signer == certificatesv1.KubeletServingSignerName {
-			role, leaf = v1alpha1.CARoleKubelet, credentials.CertKubeAPIServerKubelet
+			role = v1alpha1.CARoleKubelet
 		}
 		for _, tt := range []struct {
 			name    string
@@ -559,5 +563,75 @@ func TestIgnoredRequestRetry(t *testing.T) {
 				t.Fatalf("decided a request it leaves pending: %+v", got.Status.Conditions)
 			}
 		})
+	}
+}
+
+// TestSigningCAsMoveWithTheControlPlane: during a rotation both kinds of
+// kubelet certificates are signed by the old CAs (client, kubelet) until
+// Carousel's own client certificate moved to the new client CA, which is when
+// the API server rolled out trusting every new CA, and by the new CAs from
+// then on. Serving certificates thus move in Preparing, while the API server
+// still trusts the old kubelet CA too, not in Finalizing, when it stops.
+func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
+	for _, moved := range []bool{false, true} {
+		for _, signer := range []string{certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName} {
+			t.Run(fmt.Sprintf("%s/operator on the new client CA=%t", signer, moved), func(t *testing.T) {
+				f := newFixture(t)
+				newCA := func(name string) *pki.KeyPair {
+					kp, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: 48 * time.Hour}, testKey(t), testNow.Add(-time.Minute))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return kp
+				}
+				newClient, newKubelet := newCA("client-ca-2"), newCA("kubelet-ca-2")
+				rotated := map[string]*credentials.CAs{
+					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient):  {Current: newClient, Previous: f.clientCA},
+					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleKubelet): {Current: newKubelet, Previous: f.kubeletCA},
+				}
+				operator := credentials.CertificateSecretName(f.cluster.Name, credentials.CertOperator)
+				for _, o := range f.management {
+					s, ok := o.(*corev1.Secret)
+					if !ok {
+						continue
+					}
+					if cas, ok := rotated[s.Name]; ok {
+						data, err := credentials.EncodeCASecretData(cas)
+						if err != nil {
+							t.Fatal(err)
+						}
+						s.Data = data
+					}
+					if s.Name == operator && moved {
+						leaf, err := newClient.IssueKeyPair(pki.LeafTemplate{CommonName: credentials.CertOperator, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour},
+							pki.ECDSAP256, testNow.Add(-time.Minute))
+						if err != nil {
+							t.Fatal(err)
+						}
+						s.Data = map[string][]byte{v1alpha1.DataKeyCertificate: leaf.CertPEM()}
+					}
+				}
+				var sans []string
+				want := map[bool]*pki.KeyPair{false: f.clientCA, true: newClient}[moved]
+				if signer == certificatesv1.KubeletServingSignerName {
+					sans = []string{"worker-1"}
+					want = map[bool]*pki.KeyPair{false: f.kubeletCA, true: newKubelet}[moved]
+				}
+				obj := kubeletCSR(t, "c", signer, testKey(t), testNow.Add(-time.Minute), sans...)
+				obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow)}
+				f.remote = append(f.remote, obj)
+				r, remote := f.build(nil)
+				if _, err := reconcileCSR(t, r, "c"); err != nil {
+					t.Fatal(err)
+				}
+				certs, err := pki.ParseCertificates(getCSR(t, remote, "c").Status.Certificate)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(certs[0].AuthorityKeyId, want.Cert.SubjectKeyId) {
+					t.Fatalf("signed by %q, want %q", certs[0].Issuer.CommonName, want.Cert.Subject.CommonName)
+				}
+			})
+		}
 	}
 }
