@@ -83,7 +83,7 @@ envtest: ## Build the test control plane (kube-apiserver, etcd, the kubelet, fak
 	./hack/envtest.sh $(KUBEBUILDER_ASSETS)
 
 .PHONY: test
-test: test-unit test-integration test-e2e chart-test ## Run every test suite (what CI runs).
+test: test-unit test-integration test-kubeadm test-e2e chart-test ## Run every test suite (what CI runs).
 
 .PHONY: test-unit
 test-unit: ## Unit tests: no API server needed; then every fuzz target for FUZZ_UNIT_TIME (3s).
@@ -125,6 +125,11 @@ endef
 .PHONY: test-integration
 test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etcd.
 	$(GO_TEST) -count=1 -timeout 20m ./test/integration/... $(GINKGO_ARGS)
+
+# -trimpath, as hack/envtest.sh builds, so that the Kubernetes packages compiled there are reused.
+.PHONY: test-kubeadm
+test-kubeadm: envtest ## kubeadm's own token discovery (k8s.io/kubernetes v1.36.3, a module of its own) against the cluster-info Carousel signs.
+	cd test/kubeadm && $(GO_TEST) -trimpath -count=1 -timeout 20m ./...
 
 .PHONY: test-e2e
 test-e2e: envtest build ## End-to-end suites: the binaries against a managed cluster running on Carousel's certificates.

@@ -1,7 +1,9 @@
 // Package bootstrap builds the objects of kubelet TLS bootstrapping that
 // Carousel keeps in a managed cluster: bootstrap tokens, the RBAC bindings of
-// the flow, and the published cluster-info. The functions are pure; the
-// managed-cluster controller writes what they return.
+// the flow, the published cluster-info (with a JWS signature per token, as
+// kube-controller-manager's bootstrapsigner writes it) and the node trust
+// ConfigMap. The functions are pure; the managed-cluster controller writes
+// what they return.
 package bootstrap
 
 import (
@@ -15,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/cluster-bootstrap/token/jws"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,7 +47,10 @@ func NewToken(ttl time.Duration, now time.Time) (Token, error) {
 	return Token{ID: id, Secret: secret, Expires: now.Add(ttl).UTC().Truncate(time.Second)}, nil
 }
 
-// TokenSecret is the kube-system Secret that makes the API server accept the token.
+// TokenSecret is the kube-system Secret that makes the API server accept the
+// token. Its usages are authentication and signing: Carousel signs
+// kube-public/cluster-info with it (kube-controller-manager's bootstrapsigner
+// signs only tokens with usage-bootstrap-signing).
 func TokenSecret(cluster string, t Token) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -58,6 +64,7 @@ func TokenSecret(cluster string, t Token) *corev1.Secret {
 			bootstrapapi.BootstrapTokenExpirationKey:       t.Expires.Format(time.RFC3339),
 			bootstrapapi.BootstrapTokenDescriptionKey:      "kubelet bootstrap token issued by Carousel for cluster " + cluster,
 			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
+			bootstrapapi.BootstrapTokenUsageSigningKey:     "true",
 			bootstrapapi.BootstrapTokenExtraGroupsKey:      Group(cluster),
 		},
 	}
@@ -93,9 +100,14 @@ func TokenPlan(tokens []Token, ttl time.Duration, now time.Time) (expired []Toke
 	return expired, create
 }
 
+// Live returns the tokens that have not expired at now, in their order.
+func Live(tokens []Token, now time.Time) []Token {
+	return slices.DeleteFunc(slices.Clone(tokens), func(t Token) bool { return !now.Before(t.Expires) })
+}
+
 // Newest returns the token that expires last, or false.
 func Newest(tokens []Token, now time.Time) (Token, bool) {
-	live := slices.DeleteFunc(slices.Clone(tokens), func(t Token) bool { return !now.Before(t.Expires) })
+	live := Live(tokens, now)
 	if len(live) == 0 {
 		return Token{}, false
 	}
@@ -124,7 +136,8 @@ const (
 
 // RBAC returns the bindings of the TLS-bootstrapping flow: Carousel's
 // bootstrappers may create CSRs and ask for node client certificates, nodes
-// may renew their own, and anyone may read kube-public/cluster-info.
+// may renew their own and read kube-system/carousel-node-trust, and anyone
+// may read kube-public/cluster-info.
 func RBAC(cluster string) []client.Object {
 	bootstrappers := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: Group(cluster)}}
 	binding := func(name, role string, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
@@ -154,22 +167,62 @@ func RBAC(cluster string) []client.Object {
 				{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"},
 			},
 		},
+		// list and watch with resourceNames need a fieldSelector
+		// metadata.name=carousel-node-trust, which is how a node reads it.
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: NodeTrustRole},
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
+				ResourceNames: []string{NodeTrustConfigMap},
+			}},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: NodeTrustRole},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: NodeTrustRole},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}},
+		},
 	}
 }
 
 // ClusterInfo is kube-public/cluster-info: a kubeconfig with the API server's
-// address and the cluster's current trust bundle, and no credentials.
-func ClusterInfo(server string, caBundle []byte) (*corev1.ConfigMap, error) {
+// address and the cluster's current trust bundle, and no credentials; and,
+// for each of tokens, the key jws-kubeconfig-<id> with the detached JWS
+// signature of that kubeconfig made with the token, which is how a client
+// that holds a token (kubeadm's token discovery) trusts what it read
+// anonymously. Pass the live tokens: a token left out loses its signature,
+// and a new bundle changes every signature.
+func ClusterInfo(server string, caBundle []byte, tokens []Token) (*corev1.ConfigMap, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[""] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caBundle}
 	kubeconfig, err := clientcmd.Write(*cfg)
 	if err != nil {
 		return nil, err
 	}
+	data := map[string]string{bootstrapapi.KubeConfigKey: string(kubeconfig)}
+	for _, t := range tokens {
+		sig, err := jws.ComputeDetachedSignature(string(kubeconfig), t.ID, t.Secret)
+		if err != nil {
+			return nil, fmt.Errorf("signing cluster-info with bootstrap token %s: %w", t.ID, err)
+		}
+		data[bootstrapapi.JWSSignatureKeyPrefix+t.ID] = sig
+	}
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo},
-		Data:       map[string]string{bootstrapapi.KubeConfigKey: string(kubeconfig)},
+		Data:       data,
 	}, nil
+}
+
+// NodeTrust is kube-system/carousel-node-trust: the cluster CA bundle (what
+// a node's kubeconfigs trust the API server with) and the kubelet CA bundle
+// (the kubelet's clientCAFile), readable by system:nodes (see RBAC).
+func NodeTrust(clusterBundle, kubeletBundle []byte) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: NodeTrustConfigMap},
+		Data: map[string]string{
+			NodeTrustKeyClusterCA: string(clusterBundle),
+			NodeTrustKeyKubeletCA: string(kubeletBundle),
+		},
+	}
 }
 
 // Kubeconfig is the bootstrap kubeconfig a node starts with: the API server,

@@ -1,13 +1,18 @@
 package bootstrap
 
 import (
+	"maps"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/cluster-bootstrap/token/jws"
 )
 
 var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -26,6 +31,11 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 	}
 	if !regexp.MustCompile(bootstrapapi.BootstrapGroupPattern).MatchString(s.StringData[bootstrapapi.BootstrapTokenExtraGroupsKey]) {
 		t.Fatalf("extra group %q is not a valid bootstrap group", s.StringData[bootstrapapi.BootstrapTokenExtraGroupsKey])
+	}
+	for _, usage := range []string{bootstrapapi.BootstrapTokenUsageAuthentication, bootstrapapi.BootstrapTokenUsageSigningKey} {
+		if s.StringData[usage] != "true" {
+			t.Fatalf("the token lacks %s", usage)
+		}
 	}
 	stored := &corev1.Secret{ObjectMeta: s.ObjectMeta, Data: map[string][]byte{}}
 	for k, v := range s.StringData {
@@ -70,7 +80,7 @@ func TestTokenPlan(t *testing.T) {
 }
 
 func TestClusterInfoAndKubeconfig(t *testing.T) {
-	cm, err := ClusterInfo("https://api:6443", []byte("bundle"))
+	cm, err := ClusterInfo("https://api:6443", []byte("bundle"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,5 +98,107 @@ func TestClusterInfoAndKubeconfig(t *testing.T) {
 	cfg, err = clientcmd.Load(kc)
 	if err != nil || cfg.AuthInfos["kubelet-bootstrap"].Token != "abcdef.0123456789abcdef" {
 		t.Fatalf("bootstrap kubeconfig %+v, %v", cfg, err)
+	}
+}
+
+func TestClusterInfoSignatures(t *testing.T) {
+	a := Token{ID: "abcdef", Secret: "0123456789abcdef", Expires: now.Add(time.Hour)}
+	b := Token{ID: "ghijkl", Secret: "fedcba9876543210", Expires: now.Add(2 * time.Hour)}
+	tests := []struct {
+		name   string
+		bundle string
+		tokens []Token
+	}{
+		{"no tokens: no signatures", "bundle-0", nil},
+		{"one token", "bundle-0", []Token{a}},
+		{"two tokens", "bundle-0", []Token{a, b}},
+		{"two tokens, another bundle", "bundle-0+1", []Token{b, a}},
+	}
+	signatures := map[string]map[string]string{} // bundle -> key -> signature
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cm, err := ClusterInfo("https://api:6443", []byte(tt.bundle), tt.tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kubeconfig := cm.Data[bootstrapapi.KubeConfigKey]
+			wantKeys := []string{bootstrapapi.KubeConfigKey}
+			for _, tok := range tt.tokens {
+				wantKeys = append(wantKeys, bootstrapapi.JWSSignatureKeyPrefix+tok.ID)
+			}
+			if got := slices.Sorted(maps.Keys(cm.Data)); !slices.Equal(got, slices.Sorted(slices.Values(wantKeys))) {
+				t.Fatalf("keys %v; want %v", got, wantKeys)
+			}
+			for _, tok := range tt.tokens {
+				sig := cm.Data[bootstrapapi.JWSSignatureKeyPrefix+tok.ID]
+				if !jws.DetachedTokenIsValid(sig, kubeconfig, tok.ID, tok.Secret) {
+					t.Errorf("the signature of token %s does not verify", tok.ID)
+				}
+				if jws.DetachedTokenIsValid(sig, kubeconfig, tok.ID, strings.Repeat("0", 16)) {
+					t.Errorf("the signature of token %s verifies with another secret", tok.ID)
+				}
+				if jws.DetachedTokenIsValid(sig, kubeconfig+" ", tok.ID, tok.Secret) {
+					t.Errorf("the signature of token %s verifies other content", tok.ID)
+				}
+				key := bootstrapapi.JWSSignatureKeyPrefix + tok.ID
+				if signatures[tt.bundle] == nil {
+					signatures[tt.bundle] = map[string]string{}
+				}
+				if prev, ok := signatures[tt.bundle][key]; ok && prev != sig {
+					t.Errorf("token %s: the same bundle signed differently (%q, %q): a no-op reconcile would write", tok.ID, prev, sig)
+				}
+				signatures[tt.bundle][key] = sig
+			}
+		})
+	}
+	for key, sig := range signatures["bundle-0"] {
+		if other, ok := signatures["bundle-0+1"][key]; ok && other == sig {
+			t.Errorf("%s did not change with the bundle", key)
+		}
+	}
+}
+
+func TestNodeTrust(t *testing.T) {
+	cm := NodeTrust([]byte("cluster-bundle"), []byte("kubelet-bundle"))
+	if cm.Namespace != "kube-system" || cm.Name != "carousel-node-trust" {
+		t.Fatalf("node trust ConfigMap %s/%s", cm.Namespace, cm.Name)
+	}
+	want := map[string]string{"ca.crt": "cluster-bundle", "kubelet-ca.crt": "kubelet-bundle"}
+	if !maps.Equal(cm.Data, want) {
+		t.Fatalf("data %v; want %v", cm.Data, want)
+	}
+}
+
+func TestRBACLetsNodesReadOnlyTheirTrust(t *testing.T) {
+	var role *rbacv1.Role
+	var binding *rbacv1.RoleBinding
+	for _, obj := range RBAC("prod") {
+		if obj.GetName() != NodeTrustRole {
+			continue
+		}
+		switch o := obj.(type) {
+		case *rbacv1.Role:
+			role = o
+		case *rbacv1.RoleBinding:
+			binding = o
+		}
+	}
+	if role == nil || binding == nil {
+		t.Fatalf("RBAC has no Role and RoleBinding %s", NodeTrustRole)
+	}
+	if role.Namespace != "kube-system" || binding.Namespace != "kube-system" {
+		t.Fatalf("Role in %q, RoleBinding in %q; want kube-system", role.Namespace, binding.Namespace)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+		Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{NodeTrustConfigMap}}}
+	if !slices.EqualFunc(role.Rules, want, func(a, b rbacv1.PolicyRule) bool {
+		return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&
+			slices.Equal(a.Verbs, b.Verbs) && slices.Equal(a.ResourceNames, b.ResourceNames) && len(a.NonResourceURLs) == 0
+	}) {
+		t.Fatalf("rules %+v; want %+v", role.Rules, want)
+	}
+	if binding.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: NodeTrustRole}) ||
+		len(binding.Subjects) != 1 || binding.Subjects[0] != (rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}) {
+		t.Fatalf("binding %+v", binding)
 	}
 }

@@ -22,11 +22,7 @@ import (
 // by neither CA (one written by someone else) is an error: nothing is
 // signed on its word.
 func IssuerInUse(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, role v1alpha1.CARole, follow string) (*CAs, *pki.KeyPair, error) {
-	caSecret := &corev1.Secret{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: CASecretName(c.Name, role)}, caSecret); err != nil {
-		return nil, nil, fmt.Errorf("reading the %s CA: %w", role, err)
-	}
-	cas, err := DecodeCASecret(caSecret)
+	cas, err := ReadCAs(ctx, r, c, role)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,4 +47,13 @@ var errNoIssuer = errors.New("signed by neither CA of its role; it is re-issued 
 // known to trust now: the issuer of Carousel's own client certificate.
 func ClientCAInUse(ctx context.Context, r client.Reader, c *v1alpha1.Cluster) (*CAs, *pki.KeyPair, error) {
 	return IssuerInUse(ctx, r, c, v1alpha1.CARoleClient, CertOperator)
+}
+
+// ReadCAs reads and decodes the CAs of one of c's roles.
+func ReadCAs(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, role v1alpha1.CARole) (*CAs, error) {
+	s := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: CASecretName(c.Name, role)}, s); err != nil {
+		return nil, fmt.Errorf("reading the %s CA: %w", role, err)
+	}
+	return DecodeCASecret(s)
 }

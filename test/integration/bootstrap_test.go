@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -21,10 +22,13 @@ import (
 	. "github.com/onsi/gomega"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/cluster-bootstrap/token/jws"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -112,6 +116,34 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		}
 		_, err = admin.RbacV1().RoleBindings(metav1.NamespacePublic).Get(ctx, bootstrap.ClusterInfoRole, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
+
+		By("signing cluster-info with the token, and publishing both bundles for nodes")
+		Eventually(expectPublishedTrust).WithContext(ctx).WithArguments(admin, c).WithTimeout(time.Minute).Should(Succeed())
+		jwsKey := bootstrapapi.JWSSignatureKeyPrefix + string(tokens.Items[0].Data[bootstrapapi.BootstrapTokenIDKey])
+		Expect(info.Data).To(HaveKey(jwsKey), "the token is signed in the reconcile that issued it")
+
+		By("letting a node read kube-system/carousel-node-trust, and nothing else there")
+		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
+		Expect(err).NotTo(HaveOccurred())
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:x", Groups: []string{"system:nodes", "system:authenticated"}}
+		asNode := kubernetes.NewForConfigOrDie(cfg)
+		trust, err := asNode.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(trust.Data).To(HaveKeyWithValue(bootstrap.NodeTrustKeyKubeletCA, string(loadBundle(ctx, c, v1alpha1.CARoleKubelet).PEM())))
+		listed, err := asNode.CoreV1().ConfigMaps(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + bootstrap.NodeTrustConfigMap})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(listed.Items).To(HaveLen(1))
+		_, err = asNode.CoreV1().ConfigMaps(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "listing every ConfigMap of kube-system as a node: %v", err)
+		_, err = asNode.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "reading another ConfigMap of kube-system as a node: %v", err)
+
+		By("writing nothing in the managed cluster when a reconcile has nothing to do")
+		before := publishedVersions(ctx, admin)
+		published := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, published)).To(Succeed())
+		Expect(k8s.Update(ctx, withLabel(published, "poke", "1"))).To(Succeed(), "a change of a labelled object makes the controller reconcile")
+		Consistently(publishedVersions).WithContext(ctx).WithArguments(admin).WithTimeout(3 * time.Second).Should(Equal(before))
 	})
 
 	It("lets an agent bootstrap with the token, then work and renew as system:node:<name>", func(ctx SpecContext) {
@@ -344,6 +376,10 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		trust, err := pki.ParseBundle(kc.Clusters["default"].CertificateAuthorityData)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kit.Fingerprints(trust)).To(Equal([]string{pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)}), "the node dropped the old cluster CA")
+		rotatedCfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin) // admin trusts the old cluster CA only
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(expectPublishedTrust).WithContext(ctx).WithArguments(kubernetes.NewForConfigOrDie(rotatedCfg), c).WithTimeout(time.Minute).Should(Succeed(),
+			"cluster-info, its signatures and carousel-node-trust follow the bundles")
 		_, err = agent.Client().CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "the node still talks to its API server")
 
@@ -358,6 +394,54 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(pki.Verify(returning.Current().Cert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
 	})
 })
+
+// expectPublishedTrust checks what Carousel publishes for nodes in the
+// managed cluster against the management cluster's bundles:
+// kube-public/cluster-info with the cluster bundle and exactly one valid JWS
+// signature per live bootstrap token, and kube-system/carousel-node-trust
+// with the cluster and kubelet bundles.
+func expectPublishedTrust(g Gomega, ctx context.Context, admin kubernetes.Interface, c *v1alpha1.Cluster) {
+	clusterBundle, kubeletBundle := string(loadBundle(ctx, c, v1alpha1.CARoleCluster).PEM()), string(loadBundle(ctx, c, v1alpha1.CARoleKubelet).PEM())
+	secrets, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})
+	g.Expect(err).NotTo(HaveOccurred())
+	var tokens []bootstrap.Token
+	for i := range secrets.Items {
+		t, err := bootstrap.ParseTokenSecret(&secrets.Items[i])
+		g.Expect(err).NotTo(HaveOccurred())
+		tokens = append(tokens, t)
+	}
+	tokens = bootstrap.Live(tokens, time.Now())
+	g.Expect(tokens).NotTo(BeEmpty())
+
+	info, err := admin.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	kubeconfig := info.Data[bootstrapapi.KubeConfigKey]
+	kc, err := clientcmd.Load([]byte(kubeconfig))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(kc.Clusters[""].CertificateAuthorityData)).To(Equal(clusterBundle))
+	wantKeys := []string{bootstrapapi.KubeConfigKey}
+	for _, t := range tokens {
+		key := bootstrapapi.JWSSignatureKeyPrefix + t.ID
+		wantKeys = append(wantKeys, key)
+		g.Expect(jws.DetachedTokenIsValid(info.Data[key], kubeconfig, t.ID, t.Secret)).To(BeTrue(), "the signature of token %s", t.ID)
+	}
+	g.Expect(slices.Collect(maps.Keys(info.Data))).To(ConsistOf(wantKeys))
+
+	trust, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(trust.Data).To(Equal(map[string]string{bootstrap.NodeTrustKeyClusterCA: clusterBundle, bootstrap.NodeTrustKeyKubeletCA: kubeletBundle}))
+}
+
+// publishedVersions are the resource versions of cluster-info and
+// carousel-node-trust.
+func publishedVersions(ctx context.Context, admin kubernetes.Interface) []string {
+	GinkgoHelper()
+	info, err := admin.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	trust, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return []string{info.ResourceVersion, trust.ResourceVersion}
+}
 
 // stderrf logs with a timestamp to the test's standard error, which go test
 // shows when the package fails.

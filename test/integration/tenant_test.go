@@ -155,8 +155,12 @@ var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
 		waitForReady(ctx, client.ObjectKeyFromObject(c))
 	})
 
-	It("removes its tokens, RBAC and cluster-info from the managed cluster when the Cluster is deleted", func(ctx SpecContext) {
+	It("removes its tokens, RBAC, cluster-info and node trust ConfigMap from the managed cluster when the Cluster is deleted", func(ctx SpecContext) {
 		Expect(getCluster(ctx, client.ObjectKeyFromObject(c)).Finalizers).To(ContainElement(v1alpha1.FinalizerManagedCleanup))
+		Eventually(func() error {
+			_, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "%s is there before the deletion", bootstrap.NodeTrustConfigMap)
 		Expect(k8s.Delete(ctx, c)).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(c), &v1alpha1.Cluster{}))
@@ -171,6 +175,12 @@ var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
 		}
 		_, err = admin.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, "cluster-info", metav1.GetOptions{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "cluster-info: %v", err)
+		_, err = admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: %v", bootstrap.NodeTrustConfigMap, err)
+		_, err = admin.RbacV1().Roles(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustRole, metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "Role %s: %v", bootstrap.NodeTrustRole, err)
+		_, err = admin.RbacV1().RoleBindings(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustRole, metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "RoleBinding %s: %v", bootstrap.NodeTrustRole, err)
 	})
 })
 

@@ -59,8 +59,9 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 			return ctrl.Result{RequeueAfter: min(cleanupRetry, timeout-waited)}, nil
 		}
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventManagedCleanupAbandoned,
-			"Released after %s without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s and kube-public/%s by hand",
-			timeout, err, v1alpha1.LabelBootstrapToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient, bootstrapapi.ConfigMapClusterInfo)
+			"Released after %s without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s, kube-public/%s, kube-system/%s and the Roles and RoleBindings %s in kube-public and %s in kube-system by hand",
+			timeout, err, v1alpha1.LabelBootstrapToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient,
+			bootstrapapi.ConfigMapClusterInfo, bootstrap.NodeTrustConfigMap, bootstrap.ClusterInfoRole, bootstrap.NodeTrustRole)
 	}
 	r.Connections.Disconnect(key)
 	before := c.DeepCopy()
@@ -72,7 +73,8 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 }
 
 // cleanup deletes, through the managed cluster's connection, Carousel's
-// bootstrap tokens, pinned node addresses, RBAC and cluster-info.
+// bootstrap tokens, pinned node addresses, RBAC, cluster-info and the node
+// trust ConfigMap.
 func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 	conn, err := r.Connections.Connect(ctx, c)
 	if err != nil {
@@ -86,8 +88,9 @@ func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 		client.MatchingLabels{v1alpha1.LabelServingAddresses: c.Name}); err != nil {
 		return fmt.Errorf("deleting pinned node addresses: %w", err)
 	}
-	objs := append(bootstrap.RBAC(c.Name), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}})
+	objs := append(bootstrap.RBAC(c.Name),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstrap.NodeTrustConfigMap}})
 	var errs []error
 	for _, obj := range objs {
 		if err := conn.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {

@@ -1,9 +1,10 @@
 // Package kubeletbootstrap keeps, in each managed cluster whose API server
 // Carousel can reach, the objects of kubelet TLS bootstrapping (bootstrap
-// tokens, RBAC, cluster-info), publishes the bootstrap kubeconfig in the
-// management cluster, and removes them when the Cluster is deleted. It also
-// keeps the Cluster's connection in the clustercache current: it is the
-// controller that looks at every reachable Cluster at least once a minute.
+// tokens, RBAC, signed cluster-info, the node trust ConfigMap), publishes the
+// bootstrap kubeconfig in the management cluster, and removes them when the
+// Cluster is deleted. It also keeps the Cluster's connection in the
+// clustercache current: it is the controller that looks at every reachable
+// Cluster at least once a minute.
 package kubeletbootstrap
 
 import (
@@ -70,22 +71,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	caBundle := conn.Config.CAData
+	bundles, err := r.bundles(ctx, c)
+	if errors.Is(err, clustercache.ErrNotIssued) {
+		// Likewise.
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
 	for _, obj := range bootstrap.RBAC(c.Name) {
 		if err := ensure(ctx, conn.Client, obj); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	info, err := bootstrap.ClusterInfo(c.Spec.ControlPlane.Endpoint, caBundle)
+	tokens, next, err := r.ensureTokens(ctx, c, conn.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// cluster-info carries a signature per live token: written after the
+	// tokens, so that a new token is signed before it is handed out.
+	info, err := bootstrap.ClusterInfo(c.Spec.ControlPlane.Endpoint, bundles.cluster, tokens)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := ensure(ctx, conn.Client, info); err != nil {
 		return ctrl.Result{}, err
 	}
-	next, err := r.ensureTokens(ctx, c, conn.Client, caBundle)
-	if err != nil {
+	if err := ensure(ctx, conn.Client, bootstrap.NodeTrust(bundles.cluster, bundles.kubelet)); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.publishKubeconfig(ctx, c, bundles.cluster, tokens); err != nil {
 		return ctrl.Result{}, err
 	}
 	// Come back for the next token, and at least every minute to reconnect
@@ -93,13 +109,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: min(next.Sub(r.Clock.Now()), time.Minute)}, nil
 }
 
-// ensureTokens deletes expired bootstrap tokens, issues a new one when none
-// has a third of its life left, and publishes the newest as the bootstrap
-// kubeconfig. It returns when the tokens need looking at again.
-func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client, caBundle []byte) (time.Time, error) {
+// trustBundles are the Cluster's trust bundles that Carousel publishes in the
+// managed cluster.
+type trustBundles struct{ cluster, kubelet []byte }
+
+// bundles reads the cluster and kubelet CA bundles from their ConfigMaps in
+// the management cluster (labelled with the Cluster: their changes bring the
+// Cluster back here). A bundle not issued yet is clustercache.ErrNotIssued.
+func (r *Reconciler) bundles(ctx context.Context, c *v1alpha1.Cluster) (trustBundles, error) {
+	read := func(role v1alpha1.CARole) ([]byte, error) {
+		cm := &corev1.ConfigMap{}
+		key := client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, role)}
+		if err := r.Client.Get(ctx, key, cm); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, clustercache.ErrNotIssued
+			}
+			return nil, fmt.Errorf("reading the %s CA bundle: %w", role, err)
+		}
+		bundle := cm.Data[v1alpha1.DataKeyCABundle]
+		if bundle == "" {
+			return nil, fmt.Errorf("ConfigMap %s has no %s", key.Name, v1alpha1.DataKeyCABundle)
+		}
+		return []byte(bundle), nil
+	}
+	var b trustBundles
+	var err error
+	if b.cluster, err = read(v1alpha1.CARoleCluster); err != nil {
+		return b, err
+	}
+	b.kubelet, err = read(v1alpha1.CARoleKubelet)
+	return b, err
+}
+
+// ensureTokens deletes expired bootstrap tokens and issues a new one when
+// none has a third of its life left. It returns the live tokens and when
+// they need looking at again.
+func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client) ([]bootstrap.Token, time.Time, error) {
 	var secrets corev1.SecretList
 	if err := remote.List(ctx, &secrets, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{v1alpha1.LabelBootstrapToken: c.Name}); err != nil {
-		return time.Time{}, fmt.Errorf("listing bootstrap tokens: %w", err)
+		return nil, time.Time{}, fmt.Errorf("listing bootstrap tokens: %w", err)
 	}
 	var tokens []bootstrap.Token
 	for i := range secrets.Items {
@@ -111,33 +159,38 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 	expired, create := bootstrap.TokenPlan(tokens, ttl, now)
 	for _, t := range expired {
 		if err := remote.Delete(ctx, bootstrap.TokenSecret(c.Name, t)); client.IgnoreNotFound(err) != nil {
-			return time.Time{}, fmt.Errorf("deleting expired bootstrap token %s: %w", t.ID, err)
+			return nil, time.Time{}, fmt.Errorf("deleting expired bootstrap token %s: %w", t.ID, err)
 		}
 	}
 	if create {
 		t, err := bootstrap.NewToken(ttl, now)
 		if err != nil {
-			return time.Time{}, err
+			return nil, time.Time{}, err
 		}
 		if err := remote.Create(ctx, bootstrap.TokenSecret(c.Name, t)); err != nil {
-			return time.Time{}, fmt.Errorf("creating a bootstrap token: %w", err)
+			return nil, time.Time{}, fmt.Errorf("creating a bootstrap token: %w", err)
 		}
 		tokens = append(tokens, t)
 	}
-	newest, _ := bootstrap.Newest(tokens, now)
+	live := bootstrap.Live(tokens, now)
+	newest, _ := bootstrap.Newest(live, now)
+	return live, newest.Expires.Add(-ttl / 3), nil
+}
+
+// publishKubeconfig writes the bootstrap kubeconfig with the newest token
+// into the management cluster.
+func (r *Reconciler) publishKubeconfig(ctx context.Context, c *v1alpha1.Cluster, caBundle []byte, tokens []bootstrap.Token) error {
+	newest, _ := bootstrap.Newest(tokens, r.Clock.Now())
 	kubeconfig, err := bootstrap.Kubeconfig(c.Spec.ControlPlane.Endpoint, caBundle, newest)
 	if err != nil {
-		return time.Time{}, err
+		return err
 	}
 	published := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name),
 		Labels: map[string]string{v1alpha1.LabelCluster: c.Name}}, Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: kubeconfig}}
 	if err := ctrl.SetControllerReference(c, published, r.Client.Scheme()); err != nil {
-		return time.Time{}, err
+		return err
 	}
-	if err := ensure(ctx, r.Client, published); err != nil {
-		return time.Time{}, err
-	}
-	return newest.Expires.Add(-ttl / 3), nil
+	return ensure(ctx, r.Client, published)
 }
 
 func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, format string, args ...any) {

@@ -239,11 +239,7 @@ func (r *csrReconciler) signingCA(ctx context.Context, c *v1alpha1.Cluster, sign
 	if err != nil || signer != certificatesv1.KubeletServingSignerName {
 		return inUse, err
 	}
-	s := &corev1.Secret{}
-	if err := r.management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleKubelet)}, s); err != nil {
-		return nil, fmt.Errorf("reading the kubelet CA: %w", err)
-	}
-	kubeletCAs, err := credentials.DecodeCASecret(s)
+	kubeletCAs, err := credentials.ReadCAs(ctx, r.management, c, v1alpha1.CARoleKubelet)
 	if err != nil {
 		return nil, err
 	}
