@@ -1,8 +1,12 @@
-// Command carousel-node-agent is the node side of kubelet TLS bootstrapping:
-// it obtains the node's client certificate with a bootstrap token, rotates it
-// before it expires, carries out Carousel's in-place credential renewals, and
-// (with --register-node) registers the Node and renews its Lease for a
-// kubelet that does not.
+// Command carousel-node-agent carries out Carousel's in-place credential
+// renewals on a node. In kubelet mode (the default) it manages the real
+// kubelet's credentials through a CA rotation: the kubelet bootstraps and
+// rotates its client certificate, and the agent installs the new trust
+// bundles, renews the kubelet's client and serving certificates, and restarts
+// the kubelet so that it loads them. In
+// stand-in mode (--register-node) it stands in for a kubelet: it obtains the
+// node's client certificate with a bootstrap token, rotates it before it
+// expires, registers the Node and renews its Lease.
 package main
 
 import (
@@ -15,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,10 +32,57 @@ import (
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
+// defaultMetricsAddress is the metrics endpoint: on the loopback, on a port
+// no node component uses by default (10248/10250/10255 kubelet, 10249/10256
+// kube-proxy, 10257/10259 kube-controller-manager and kube-scheduler, 9100
+// node-exporter, 9090 CRI-O), below the kernel's ephemeral port range.
+const defaultMetricsAddress = "127.0.0.1:10271"
+
 type options struct {
 	node, certDir, kubeconfig, bootstrapKubeconfig, pool, address, metricsAddr, keyAlgorithm string
-	ttl, startupTimeout, heartbeat                                                           time.Duration
+	kubeletConfig                                                                            string
+	kubeletRestartCommand                                                                    []string
+	ttl, startupTimeout, heartbeat, kubeletRestartTimeout                                    time.Duration
 	registerNode                                                                             bool
+}
+
+// mode is the agent's mode: stand-in with --register-node, else kubelet.
+func (o *options) mode() nodeagent.Mode {
+	if o.registerNode {
+		return nodeagent.ModeStandIn
+	}
+	return nodeagent.ModeKubelet
+}
+
+// validate checks the flags of the agent's mode.
+func (o *options) validate() error {
+	if o.node == "" {
+		return errors.New("--node-name is required")
+	}
+	if o.mode() == nodeagent.ModeStandIn {
+		if o.address == "" {
+			return errors.New("--node-ip is required with --register-node: the stand-in reports it as the Node's InternalIP")
+		}
+		if net.ParseIP(o.address) == nil {
+			return fmt.Errorf("--node-ip %q is not an IP address", o.address)
+		}
+		return nil
+	}
+	if o.address != "" || o.pool != "" {
+		return errors.New("--node-ip and --pool are for --register-node (stand-in mode); in kubelet mode the kubelet registers the Node " +
+			"(set its --node-ip and its --node-labels carousel.dev/pool=<pool>)")
+	}
+	if len(o.kubeletRestartCommand) == 0 {
+		return errors.New("--kubelet-restart-command is empty")
+	}
+	return nil
+}
+
+// kubeletHostname is the node name the kubelet takes when it is not
+// overridden: the hostname, lowercased.
+func kubeletHostname() string {
+	hostname, _ := os.Hostname()
+	return strings.ToLower(strings.TrimSpace(hostname))
 }
 
 func main() {
@@ -42,27 +94,39 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	o := &options{}
-	hostname, _ := os.Hostname()
 	root := &cobra.Command{
 		Use:           "carousel-node-agent",
-		Short:         "Obtain, store and rotate a node's kubelet client certificate",
+		Short:         "Rotate a node's kubelet credentials in place through Carousel's CA rotations",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE:          func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&o.node, "node-name", hostname, "Name of the node.")
-	f.StringVar(&o.certDir, "cert-dir", "/var/lib/kubelet/pki", "Directory of the client key pairs.")
-	f.StringVar(&o.kubeconfig, "kubeconfig", "/var/lib/kubelet/kubeconfig", "Kubeconfig the agent writes for the current key pair.")
-	f.StringVar(&o.bootstrapKubeconfig, "bootstrap-kubeconfig", "/var/lib/kubelet/bootstrap-kubeconfig", "Kubeconfig with a bootstrap token, used when no valid key pair exists.")
+	f.StringVar(&o.node, "node-name", kubeletHostname(), "Name of the node; the kubelet's default is the lowercased hostname. "+
+		"In kubelet mode it must match the kubelet's client certificate (system:node:<name>).")
+	f.StringVar(&o.certDir, "cert-dir", "/var/lib/kubelet/pki", "The kubelet's --cert-dir: its client (and serving) key pairs.")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "/var/lib/kubelet/kubeconfig", "The kubelet's --kubeconfig (kubelet mode: the kubelet writes it, the agent "+
+		"only replaces its trust bundle); in stand-in mode the kubeconfig the agent writes for the current key pair.")
+	f.StringVar(&o.bootstrapKubeconfig, "bootstrap-kubeconfig", "/var/lib/kubelet/bootstrap-kubeconfig", "The kubelet's --bootstrap-kubeconfig; "+
+		"the agent replaces its trust bundle during a rotation, and in stand-in mode bootstraps with it.")
 	f.StringVar(&o.keyAlgorithm, "key-algorithm", string(pki.ECDSAP256), "Algorithm of the node's keys: ECDSA-P256, ECDSA-P384, RSA-2048, RSA-3072 or RSA-4096.")
 	f.DurationVar(&o.ttl, "certificate-ttl", 0, "Validity to request for client certificates; 0 leaves it to the signer.")
-	root.Flags().DurationVar(&o.startupTimeout, "startup-timeout", 5*time.Minute, "Give up and exit non-zero when no certificate is obtained within this time.")
-	root.Flags().BoolVar(&o.registerNode, "register-node", false, "Register the Node and renew its Lease, as a kubelet would.")
-	root.Flags().StringVar(&o.pool, "pool", "", "Worker pool of the node (the carousel.dev/pool label), with --register-node.")
-	root.Flags().StringVar(&o.address, "node-ip", "127.0.0.1", "InternalIP of the node, with --register-node.")
-	root.Flags().DurationVar(&o.heartbeat, "heartbeat-interval", 10*time.Second, "How often the node's Lease is renewed, with --register-node.")
-	root.Flags().StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:10249", "Address of the Prometheus metrics endpoint; empty disables it.")
+	root.Flags().DurationVar(&o.startupTimeout, "startup-timeout", 5*time.Minute, "Give up and exit non-zero when no client certificate is obtained "+
+		"(stand-in mode) or the kubelet has not bootstrapped (kubelet mode) within this time.")
+	root.Flags().StringVar(&o.kubeletConfig, "kubelet-config", nodeagent.DefaultKubeletConfigPath, "The kubelet's --config (KubeletConfiguration), "+
+		"kubelet mode: the agent takes clientCAFile and healthz from it and refuses a configuration that cannot be rotated in place.")
+	root.Flags().StringSliceVar(&o.kubeletRestartCommand, "kubelet-restart-command", nodeagent.DefaultKubeletRestartCommand,
+		"Command (comma-separated argv, run without a shell) that restarts the kubelet, kubelet mode.")
+	root.Flags().DurationVar(&o.kubeletRestartTimeout, "kubelet-restart-timeout", nodeagent.DefaultKubeletRestartTimeout,
+		"How long to wait, after restarting the kubelet, for its healthz and its new serving certificate before the renewal is retried, kubelet mode.")
+	root.Flags().BoolVar(&o.registerNode, "register-node", false, "Stand-in mode: stand in for a kubelet (bootstrap and rotate the client certificate, "+
+		"register the Node, renew its Lease) instead of managing a real kubelet's credentials.")
+	root.Flags().StringVar(&o.pool, "pool", "", "Worker pool of the node (the carousel.dev/pool label), stand-in mode.")
+	root.Flags().StringVar(&o.address, "node-ip", "", "InternalIP of the node, stand-in mode (required there).")
+	root.Flags().DurationVar(&o.heartbeat, "heartbeat-interval", 10*time.Second, "How often the node's Lease is renewed, stand-in mode.")
+	root.Flags().StringVar(&o.metricsAddr, "metrics-bind-address", defaultMetricsAddress, "Address of the Prometheus metrics endpoint; empty disables it. "+
+		"The default port, 10271, is one no node component uses by default (10248-10259 are the kubelet's, kube-proxy's and the control plane's, "+
+		"9100 node-exporter's).")
 	root.AddCommand(newRefreshCommand(o))
 	return root
 }
@@ -76,7 +140,7 @@ func (o *options) manager(metrics *nodeagent.Metrics) (*nodeagent.Manager, error
 		return nil, errors.New("--node-name is required")
 	}
 	return nodeagent.NewManager(nodeagent.Config{
-		NodeName: o.node, CertDir: o.certDir, KubeconfigPath: o.kubeconfig, BootstrapKubeconfigPath: o.bootstrapKubeconfig,
+		Mode: o.mode(), NodeName: o.node, CertDir: o.certDir, KubeconfigPath: o.kubeconfig, BootstrapKubeconfigPath: o.bootstrapKubeconfig,
 		KeyAlgorithm: alg, CertificateTTL: o.ttl, StartupTimeout: o.startupTimeout, Clock: clock.RealClock{}, Metrics: metrics,
 	}), nil
 }
@@ -84,6 +148,19 @@ func (o *options) manager(metrics *nodeagent.Metrics) (*nodeagent.Manager, error
 func run(ctx context.Context, o *options) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := o.validate(); err != nil {
+		return err
+	}
+	var kubelet *nodeagent.Kubelet
+	if o.mode() == nodeagent.ModeKubelet {
+		cfg, err := nodeagent.LoadKubeletConfig(o.kubeletConfig)
+		if err != nil {
+			return err
+		}
+		kubelet = &nodeagent.Kubelet{Config: cfg, Restart: nodeagent.RestartCommand(o.kubeletRestartCommand),
+			Healthy: nodeagent.HealthzProbe(cfg.HealthzURL), Serves: nodeagent.ServingProbe(cfg.ServingAddress),
+			RestartTimeout: o.kubeletRestartTimeout}
+	}
 	reg := prometheus.NewRegistry()
 	m, err := o.manager(nodeagent.NewMetrics(reg))
 	if err != nil {
@@ -98,20 +175,23 @@ func run(ctx context.Context, o *options) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer func() { _ = srv.Close() }()
 	}
-	if err := m.Start(ctx); err != nil {
-		return err
-	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s node %s: %s\n", time.Now().UTC().Format(time.RFC3339Nano), o.node, fmt.Sprintf(format, args...))
 	}
-	logf("client certificate valid until %s", m.Current().Cert.NotAfter.Format(time.RFC3339))
-	if o.registerNode {
-		node := &nodeagent.Node{Manager: m, Pool: o.pool, Address: o.address, HeartbeatInterval: o.heartbeat,
-			Logf: logf}
+	if kubelet != nil {
+		logf("kubelet mode: waiting for the kubelet's kubeconfig %s and client certificate in %s", o.kubeconfig, o.certDir)
+	}
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	logf("%s mode, client certificate valid until %s", o.mode(), m.Current().Cert.NotAfter.Format(time.RFC3339))
+	node := &nodeagent.Node{Manager: m, Kubelet: kubelet, Pool: o.pool, Address: o.address, HeartbeatInterval: o.heartbeat, Logf: logf}
+	if kubelet != nil {
+		logf("kubelet clientCAFile %s, healthz %s, restart command %q", kubelet.Config.ClientCAFile, kubelet.Config.HealthzURL, o.kubeletRestartCommand)
+	} else {
 		if err := node.Register(ctx); err != nil {
 			return err
 		}
-		go func() { _ = node.WatchRenewals(ctx) }()
 		go func() {
 			for {
 				if err := node.Heartbeat(ctx); err != nil && ctx.Err() == nil {
@@ -125,6 +205,7 @@ func run(ctx context.Context, o *options) error {
 			}
 		}()
 	}
+	go func() { _ = node.WatchRenewals(ctx) }()
 	m.Run(ctx)
 	return nil
 }

@@ -24,6 +24,10 @@ var (
 	// renewalBackoff spaces the attempts at an in-place renewal Carousel
 	// requested, and the attempts to watch the Node for such requests.
 	renewalBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: retryJitter, Cap: time.Minute}
+	// kubeletBackoff spaces the looks for the kubelet's credentials at
+	// start, and for the kubelet's health and serving certificate after the
+	// agent restarted it.
+	kubeletBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: retryJitter, Cap: 10 * time.Second}
 )
 
 // retryDelay is the delay before retry n (0 for the first retry) under

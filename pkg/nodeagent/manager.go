@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,18 +32,38 @@ const (
 // DefaultMinRenewalInterval is the default Config.MinRenewalInterval.
 const DefaultMinRenewalInterval = 5 * time.Minute
 
+// Mode says who owns the node's client certificate and kubeconfig.
+type Mode string
+
+const (
+	// ModeStandIn is the agent standing in for a kubelet. It bootstraps its
+	// own client certificate with the bootstrap token, rotates it, and
+	// writes the kubeconfig. The zero Config is in this mode.
+	ModeStandIn Mode = "stand-in"
+	// ModeKubelet is the agent beside a real kubelet, which bootstraps and
+	// rotates its client certificate and writes its kubeconfig. The manager
+	// only acts as the node with them, re-reading them from disk (Reload),
+	// and renews the certificate when Carousel asks for it during a CA
+	// rotation.
+	ModeKubelet Mode = "kubelet"
+)
+
 // Config configures a certificate manager.
 type Config struct {
+	// Mode is ModeStandIn when empty.
+	Mode     Mode
 	NodeName string
 	// CertDir holds the key pairs (the kubelet's /var/lib/kubelet/pki).
 	CertDir string
-	// KubeconfigPath is the kubeconfig the manager writes, pointing at the
-	// current pair; BootstrapKubeconfigPath the one with a bootstrap token.
+	// KubeconfigPath is the kubeconfig pointing at the current pair: the
+	// manager writes it in ModeStandIn and reads the kubelet's in
+	// ModeKubelet. BootstrapKubeconfigPath is the one with a bootstrap token.
 	KubeconfigPath, BootstrapKubeconfigPath string
 	KeyAlgorithm                            pki.KeyAlgorithm
 	// CertificateTTL is requested as the CSR's expirationSeconds; 0 leaves it to the signer.
 	CertificateTTL time.Duration
-	// StartupTimeout bounds Start: KEP-266 gives up after five minutes.
+	// StartupTimeout bounds Start: KEP-266 gives up after five minutes. In
+	// ModeKubelet it bounds the wait for the kubelet's kubeconfig and pair.
 	StartupTimeout time.Duration
 	// MinRenewalInterval is the least time Run lets pass after a successful
 	// renewal before it rotates again (0 means DefaultMinRenewalInterval), so
@@ -79,6 +98,9 @@ type Manager struct {
 
 // NewManager returns a manager; call Start, then Run.
 func NewManager(cfg Config) *Manager {
+	if cfg.Mode == "" {
+		cfg.Mode = ModeStandIn
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -116,8 +138,12 @@ func (m *Manager) Client() kubernetes.Interface {
 // kubeconfig, retrying with jittered backoff, and gives up after StartupTimeout. A
 // stored pair that the API server rejects, or whose API server it no longer
 // trusts (the node was off through a CA rotation), is replaced through the
-// bootstrap kubeconfig too.
+// bootstrap kubeconfig too. In ModeKubelet it bootstraps nothing: it waits
+// for the kubelet's kubeconfig and pair (see Reload).
 func (m *Manager) Start(ctx context.Context) error {
+	if m.cfg.Mode == ModeKubelet {
+		return m.awaitKubelet(ctx)
+	}
 	kp, err := m.store.Current()
 	if err == nil && kp != nil && m.cfg.Clock.Now().Before(kp.Cert.NotAfter) {
 		server, ca, err := m.serverAndCA()
@@ -130,18 +156,8 @@ func (m *Manager) Start(ctx context.Context) error {
 			}
 		}
 	}
-	// The deadline runs on the manager's clock, so tests can step it.
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, m.cfg.StartupTimeout)
 	defer cancel()
-	deadline := m.cfg.Clock.NewTimer(m.cfg.StartupTimeout)
-	defer deadline.Stop()
-	go func() {
-		select {
-		case <-deadline.C():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	retry := newBackoff(certificateBackoff)
 	for {
 		err := m.bootstrap(ctx)
@@ -243,10 +259,13 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	return nil
 }
 
-// use writes the kubeconfig for kp and switches the manager to it.
+// use writes the kubeconfig for kp (in ModeStandIn; the kubelet owns it in
+// ModeKubelet) and switches the manager to it.
 func (m *Manager) use(kp *pki.KeyPair, server string, ca []byte) error {
-	if err := writeKubeconfig(m.cfg.KubeconfigPath, server, ca, m.store.CurrentPath()); err != nil {
-		return err
+	if m.cfg.Mode != ModeKubelet {
+		if err := writeKubeconfig(m.cfg.KubeconfigPath, server, ca, m.store.CurrentPath()); err != nil {
+			return err
+		}
 	}
 	cs, err := m.newClient(&rest.Config{Host: server, TLSClientConfig: rest.TLSClientConfig{
 		CAData: ca, CertFile: m.store.CurrentPath(), KeyFile: m.store.CurrentPath(),
@@ -283,8 +302,12 @@ func (m *Manager) serverAndCA() (string, []byte, error) {
 // Run rotates the certificate at a jittered 70-90% of its lifetime, but no
 // sooner than MinRenewalInterval after the last successful renewal (see
 // NextRotation), with jittered exponential backoff after failures, until ctx
-// ends.
+// ends. In ModeKubelet the kubelet rotates: Run only waits for ctx to end.
 func (m *Manager) Run(ctx context.Context) {
+	if m.cfg.Mode == ModeKubelet {
+		<-ctx.Done()
+		return
+	}
 	retry := newBackoff(certificateBackoff)
 	jitter := rand.Float64()
 	for ctx.Err() == nil {
@@ -365,38 +388,4 @@ func writeKubeconfig(path, server string, ca []byte, pairPath string) error {
 		return err
 	}
 	return writeAtomic(path, data)
-}
-
-// Metrics are the node agent's certificate metrics. A nil *Metrics records nothing.
-type Metrics struct {
-	expiry      prometheus.Gauge
-	renewErrors prometheus.Counter
-}
-
-// NewMetrics creates the metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		expiry: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "carousel_node_agent_client_certificate_expiration_seconds",
-			Help: "NotAfter of the node's current client certificate, as a Unix timestamp.",
-		}),
-		renewErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "carousel_node_agent_client_certificate_renew_errors_total",
-			Help: "Failed attempts to obtain or renew the node's client certificate.",
-		}),
-	}
-	reg.MustRegister(m.expiry, m.renewErrors)
-	return m
-}
-
-func (m *Metrics) setExpiry(t time.Time) {
-	if m != nil {
-		m.expiry.Set(float64(t.Unix()))
-	}
-}
-
-func (m *Metrics) renewError() {
-	if m != nil {
-		m.renewErrors.Inc()
-	}
 }

@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -11,25 +10,26 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
-	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
-// Node acts for the kubelet with the manager's credentials: it registers the
-// Node, keeps its Lease renewed, and carries out the credential renewals
-// Carousel asks for on the Node.
+// Node acts as the node with the manager's credentials: it carries out the
+// credential renewals Carousel asks for on the Node and, in ModeStandIn,
+// registers the Node and keeps its Lease renewed for a kubelet that does not.
 type Node struct {
 	Manager *Manager
-	// Pool is put into the carousel.dev/pool label of the Node.
+	// Kubelet is the real kubelet whose credentials are renewed (ModeKubelet);
+	// nil in ModeStandIn.
+	Kubelet *Kubelet
+	// Pool is put into the carousel.dev/pool label of the Node (ModeStandIn).
 	Pool string
-	// Address is the node's InternalIP.
+	// Address is the node's InternalIP (ModeStandIn).
 	Address string
-	// HeartbeatInterval is how often the Lease is renewed.
+	// HeartbeatInterval is how often the Lease is renewed (ModeStandIn).
 	HeartbeatInterval time.Duration
 	// Logf, when set, reports renewals and their errors.
 	Logf func(format string, args ...any)
@@ -104,17 +104,30 @@ func (n *Node) Heartbeat(ctx context.Context) error {
 	return err
 }
 
+// watchTimeout ends each watch of the Node, so that the next one starts
+// with the credentials on disk (the kubelet rotates them).
+const watchTimeout = 5 * time.Minute
+
 // WatchRenewals carries out every renewal Carousel requests on the Node until
-// ctx ends: it fetches the current trust bundle from kube-public/cluster-info
-// over its already-trusted connection, renews the client certificate, and
-// reports the request, the certificate's issuer and the bundle on the Node.
-// Failed renewals and failed watches are retried with jittered backoff.
+// ctx ends: it reads the current trust bundles from
+// kube-system/carousel-node-trust over its already-trusted connection,
+// installs them, renews the client certificate (in ModeKubelet also the
+// kubelet's serving certificate when it is no longer trusted, restarting the
+// kubelet when needed), and reports the request, the certificate's issuer
+// and the bundles on the Node (see renewal). Failed renewals and failed
+// watches are retried with jittered backoff.
 func (n *Node) WatchRenewals(ctx context.Context) error {
 	name := n.Manager.cfg.NodeName
 	retry, rewatch := newBackoff(renewalBackoff), newBackoff(renewalBackoff)
 	for ctx.Err() == nil {
-		nodes := n.Manager.Client().CoreV1().Nodes()
-		w, err := nodes.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		var w watch.Interface
+		err := n.Manager.Reload()
+		if err == nil {
+			w, err = n.Manager.Client().CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
+				FieldSelector:  fields.OneTermEqualSelector("metadata.name", name).String(),
+				TimeoutSeconds: ptr.To(int64(watchTimeout / time.Second)),
+			})
+		}
 		if err != nil {
 			delay := rewatch.next()
 			n.logf("watching node %s: %v (retrying in %s)", name, err, delay.Round(time.Millisecond))
@@ -134,6 +147,7 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			if !pending {
 				continue
 			}
+			start := n.Manager.cfg.Clock.Now()
 			if err := n.renew(ctx, request); err != nil {
 				n.Manager.cfg.Metrics.renewError()
 				delay := retry.next()
@@ -144,7 +158,8 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 				}
 			} else {
 				retry.reset()
-				n.logf("renewal %s: done, client certificate valid until %s", request, n.Manager.Current().Cert.NotAfter.Format(time.RFC3339))
+				n.logf("renewal %s: done in %s, client certificate valid until %s", request,
+					n.Manager.cfg.Clock.Since(start).Round(time.Millisecond), n.Manager.Current().Cert.NotAfter.Format(time.RFC3339))
 			}
 			// The renewal rebuilt the client: watch again with it.
 			break
@@ -152,33 +167,4 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 		w.Stop()
 	}
 	return ctx.Err()
-}
-
-func (n *Node) renew(ctx context.Context, request noderenewal.Request) error {
-	cs := n.Manager.Client()
-	info, err := cs.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading cluster-info: %w", err)
-	}
-	cfg, err := clientcmd.Load([]byte(info.Data[bootstrapapi.KubeConfigKey]))
-	if err != nil {
-		return fmt.Errorf("cluster-info: %w", err)
-	}
-	var bundle []byte
-	for _, c := range cfg.Clusters {
-		bundle = c.CertificateAuthorityData
-	}
-	if len(bundle) == 0 {
-		return fmt.Errorf("cluster-info carries no trust bundle")
-	}
-	if err := n.Manager.Renew(ctx, bundle); err != nil {
-		return err
-	}
-	report := noderenewal.ReportOf(request, n.Manager.Current().Cert, bundle)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": report.Annotations()}})
-	if err != nil {
-		return err
-	}
-	_, err = n.Manager.Client().CoreV1().Nodes().Patch(ctx, n.Manager.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
 }

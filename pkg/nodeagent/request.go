@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -11,9 +12,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -60,6 +63,49 @@ func ClientCSR(name, node string, key crypto.Signer, duration time.Duration) (*c
 		csr.Spec.ExpirationSeconds = ptr.To(int32(duration.Seconds()))
 	}
 	return csr, nil
+}
+
+// ServingCSR is the request for a kubelet's serving certificate, as the
+// kubelet makes it (k8s.io/kubernetes pkg/kubelet/certificate): for
+// system:node:<node>, with the node's addresses as SANs, signer
+// kubernetes.io/kubelet-serving, and key encipherment only for an RSA key.
+func ServingCSR(name, node string, key crypto.Signer, addresses []corev1.NodeAddress) (*certificatesv1.CertificateSigningRequest, error) {
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}
+	seenDNS, seenIP := map[string]bool{}, map[string]bool{}
+	for _, a := range addresses {
+		ip := net.ParseIP(a.Address)
+		switch {
+		case a.Type == corev1.NodeHostName && ip == nil, a.Type == corev1.NodeInternalDNS, a.Type == corev1.NodeExternalDNS:
+			if !seenDNS[a.Address] {
+				seenDNS[a.Address] = true
+				tmpl.DNSNames = append(tmpl.DNSNames, a.Address)
+			}
+		case ip != nil && (a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP):
+			if !seenIP[ip.String()] {
+				seenIP[ip.String()] = true
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			}
+		}
+	}
+	if len(tmpl.IPAddresses) == 0 {
+		return nil, fmt.Errorf("node %s reports no IP address: a serving certificate needs one", node)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		return nil, err
+	}
+	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
+	if _, rsa := key.Public().(*rsa.PublicKey); rsa {
+		usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageServerAuth}
+	}
+	return &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeletServingSignerName,
+			Usages:     usages,
+		},
+	}, nil
 }
 
 // RequestCertificate creates the CSR (or finds the one a previous run

@@ -141,3 +141,23 @@ func awaitWaiters(t *testing.T, clk *clocktesting.FakeClock, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// approveServing approves csr, a kubelet serving request, and signs it with
+// ca for its SANs.
+func approveServing(t *testing.T, csr *certificatesv1.CertificateSigningRequest, ca *pki.KeyPair, now time.Time) {
+	t.Helper()
+	req, err := parseCSR(csr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	cert, err := ca.Issue(pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
+		DNSNames: req.DNSNames, IPAddresses: req.IPAddresses, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: time.Hour}, req.PublicKey, now)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: "True", Reason: "Test"})
+	csr.Status.Certificate = pki.EncodeCertificates(cert)
+}

@@ -19,12 +19,14 @@ import (
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
-// File names in the certificate directory, as the kubelet names them.
+// The kubelet's two stores in its certificate directory: the client pairs
+// (kubelet-client-current.pem -> kubelet-client-<timestamp>.pem) and, with
+// serverTLSBootstrap, the serving pairs (kubelet-server-...).
 const (
-	currentFile    = "kubelet-client-current.pem"
-	pendingKeyFile = "kubelet-client-pending.key"
-	pairPrefix     = "kubelet-client-"
-	timeLayout     = "2006-01-02-15-04-05"
+	ClientStore  = "kubelet-client"
+	ServingStore = "kubelet-server"
+	currentFile  = ClientStore + "-current.pem"
+	timeLayout   = "2006-01-02-15-04-05"
 	// maxPairsPerSecond bounds the suffixes tried for pairs stored in one second.
 	maxPairsPerSecond = 1000
 )
@@ -42,6 +44,9 @@ const (
 //  4. the pending key is removed.
 type Store struct {
 	Dir string
+	// Name is the store's file name prefix: ClientStore (when empty) or
+	// ServingStore.
+	Name string
 
 	// stopAfter, in tests, ends Update after the named step as a killed
 	// process would: the steps are "pair", "link", "swap".
@@ -50,8 +55,17 @@ type Store struct {
 
 var errStopped = errors.New("stopped after a step (test)")
 
+func (s *Store) name() string {
+	if s.Name == "" {
+		return ClientStore
+	}
+	return s.Name
+}
+
 // CurrentPath is the path consumers (the kubeconfig) use for the pair.
-func (s *Store) CurrentPath() string { return filepath.Join(s.Dir, currentFile) }
+func (s *Store) CurrentPath() string { return filepath.Join(s.Dir, s.name()+"-current.pem") }
+
+func (s *Store) pendingKeyPath() string { return filepath.Join(s.Dir, s.name()+"-pending.key") }
 
 // Current returns the current key pair, or nil when there is none.
 func (s *Store) Current() (*pki.KeyPair, error) {
@@ -92,7 +106,7 @@ func parsePair(data []byte) (*pki.KeyPair, error) {
 // certificate already belongs to (the process stopped before step 4) is
 // not pending any more: a new one is generated.
 func (s *Store) PendingKey(alg pki.KeyAlgorithm) (crypto.Signer, error) {
-	path := filepath.Join(s.Dir, pendingKeyFile)
+	path := s.pendingKeyPath()
 	if data, err := os.ReadFile(path); err == nil {
 		key, err := pki.ParsePrivateKey(data)
 		// A corrupt pending key carries no state worth keeping: no
@@ -119,7 +133,7 @@ func (s *Store) PendingKey(alg pki.KeyAlgorithm) (crypto.Signer, error) {
 // a fresh one. It is for a key whose CSR was denied or failed: asking again
 // for it would only find that CSR again.
 func (s *Store) DiscardPendingKey() error {
-	if err := os.Remove(filepath.Join(s.Dir, pendingKeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(s.pendingKeyPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return syncDir(s.Dir)
@@ -145,14 +159,14 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 	if err != nil {
 		return nil, fmt.Errorf("the issued certificate does not match the pending key: %w", err)
 	}
-	name, err := writeNew(s.Dir, func(n int) string { return pairName(now, n) }, pairPEM)
+	name, err := writeNew(s.Dir, func(n int) string { return pairName(s.name(), now, n) }, pairPEM)
 	if err != nil {
 		return nil, err
 	}
 	if s.stopAfter == "pair" {
 		return nil, errStopped
 	}
-	tmpLink := filepath.Join(s.Dir, "."+currentFile+".tmp")
+	tmpLink := filepath.Join(s.Dir, "."+filepath.Base(s.CurrentPath())+".tmp")
 	_ = os.Remove(tmpLink)
 	if err := os.Symlink(name, tmpLink); err != nil {
 		return nil, err
@@ -169,18 +183,18 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 	if s.stopAfter == "swap" {
 		return nil, errStopped
 	}
-	if err := os.Remove(filepath.Join(s.Dir, pendingKeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(s.pendingKeyPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	return kp, nil
 }
 
-// pairName is the file name of a pair stored at now:
-// kubelet-client-<timestamp>.pem, as the kubelet names it, with the time in
-// UTC to the second. Pairs stored later in the same second get a suffix n:
-// kubelet-client-<timestamp>-<n>.pem.
-func pairName(now time.Time, n int) string {
-	name := pairPrefix + now.UTC().Format(timeLayout)
+// pairName is the file name of a pair of store stored at now:
+// <store>-<timestamp>.pem, as the kubelet names it, with the time in UTC to
+// the second. Pairs stored later in the same second get a suffix n:
+// <store>-<timestamp>-<n>.pem.
+func pairName(store string, now time.Time, n int) string {
+	name := store + "-" + now.UTC().Format(timeLayout)
 	if n > 0 {
 		name += "-" + strconv.Itoa(n)
 	}

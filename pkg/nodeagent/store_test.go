@@ -147,8 +147,8 @@ func TestUpdateKeepsPairsStoredInTheSameSecond(t *testing.T) {
 			t.Fatalf("%s does not hold pair %d (%v): it was overwritten", name, i, err)
 		}
 	}
-	if !regexp.MustCompile(`^kubelet-client-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}\.pem$`).MatchString(pairName(second, 0)) {
-		t.Errorf("the first pair of a second is named %s, not as the kubelet names it", pairName(second, 0))
+	if !regexp.MustCompile(`^kubelet-client-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}\.pem$`).MatchString(pairName(ClientStore, second, 0)) {
+		t.Errorf("the first pair of a second is named %s, not as the kubelet names it", pairName(ClientStore, second, 0))
 	}
 	target, err := os.Readlink(s.CurrentPath())
 	if err != nil || target != "kubelet-client-2026-03-01-12-00-00-2.pem" {

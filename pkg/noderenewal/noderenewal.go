@@ -1,9 +1,10 @@
 // Package noderenewal is the protocol of an in-place worker rollout, carried
 // in annotations on a managed cluster's Node. Carousel asks a node to renew
 // its credentials for one phase of a rotation (a Request); the node agent
-// fetches the current trust bundle, renews its client certificate and
-// answers with what it now has (a Report); Carousel compares that with what
-// it expects (Assess). Both ends use this package, so the wire format is
+// fetches the current trust bundles (the cluster's, for the API server, and
+// the kubelet's, for the clients of the kubelet), installs them, renews its
+// client certificate and answers with what it now has (a Report); Carousel
+// compares that with what it expects (Assess). Both ends use this package, so the wire format is
 // defined once.
 package noderenewal
 
@@ -60,29 +61,55 @@ func ParseRequest(value string) (Request, error) {
 	return r, nil
 }
 
+// Trust is the pair of trust bundles a node uses, as PEM.
+type Trust struct {
+	// Cluster verifies the API server: the certificate-authority of the
+	// kubelet's kubeconfigs.
+	Cluster []byte
+	// Kubelet verifies the clients of the kubelet (the API server's kubelet
+	// client certificate): the kubelet's authentication.x509.clientCAFile.
+	Kubelet []byte
+}
+
 // Report is what a node answers once it carried out a request.
 type Report struct {
 	Request Request
 	// Issuer is the hex key identifier of the CA that signed the node's
 	// client certificate.
 	Issuer string
-	// Bundle is the hex SHA-256 of the trust bundle the node now uses.
+	// Bundle is the hex SHA-256 of the cluster trust bundle the node now uses.
 	Bundle string
+	// KubeletBundle is the hex SHA-256 of the kubelet trust bundle the node
+	// now uses.
+	KubeletBundle string
+	// ServingIssuer is the hex key identifier of the CA that signed the
+	// kubelet's serving certificate; empty for a node whose kubelet serves no
+	// certificate Carousel signs (the agent's stand-in mode).
+	ServingIssuer string
 }
 
 // ReportOf is the report of a node that renewed for req: its client
-// certificate and the trust bundle it uses.
-func ReportOf(req Request, clientCert *x509.Certificate, bundle []byte) Report {
-	return Report{Request: req, Issuer: hex.EncodeToString(clientCert.AuthorityKeyId), Bundle: digest(bundle)}
+// certificate, its kubelet's serving certificate (nil when it has none
+// Carousel signs) and the trust bundles it uses.
+func ReportOf(req Request, clientCert, servingCert *x509.Certificate, trust Trust) Report {
+	r := Report{Request: req, Issuer: hex.EncodeToString(clientCert.AuthorityKeyId),
+		Bundle: Digest(trust.Cluster), KubeletBundle: Digest(trust.Kubelet)}
+	if servingCert != nil {
+		r.ServingIssuer = hex.EncodeToString(servingCert.AuthorityKeyId)
+	}
+	return r
 }
 
 // Expected is the report Carousel waits for: a client certificate signed by
-// ca, and bundle.
-func Expected(req Request, ca *x509.Certificate, bundle []byte) Report {
-	return Report{Request: req, Issuer: hex.EncodeToString(ca.SubjectKeyId), Bundle: digest(bundle)}
+// clientCA, a serving certificate (if any) signed by kubeletCA, and the
+// trust bundles of trust.
+func Expected(req Request, clientCA, kubeletCA *x509.Certificate, trust Trust) Report {
+	return Report{Request: req, Issuer: hex.EncodeToString(clientCA.SubjectKeyId), ServingIssuer: hex.EncodeToString(kubeletCA.SubjectKeyId),
+		Bundle: Digest(trust.Cluster), KubeletBundle: Digest(trust.Kubelet)}
 }
 
-func digest(bundle []byte) string {
+// Digest is how a report names a trust bundle: the hex SHA-256 of its bytes.
+func Digest(bundle []byte) string {
 	sum := sha256.Sum256(bundle)
 	return hex.EncodeToString(sum[:])
 }
@@ -90,9 +117,11 @@ func digest(bundle []byte) string {
 // Annotations are the Node annotations that carry the report.
 func (r Report) Annotations() map[string]string {
 	return map[string]string{
-		v1alpha1.AnnotationCredentialsRenewed:      r.Request.String(),
-		v1alpha1.AnnotationClientCertificateIssuer: r.Issuer,
-		v1alpha1.AnnotationTrustBundle:             r.Bundle,
+		v1alpha1.AnnotationCredentialsRenewed:       r.Request.String(),
+		v1alpha1.AnnotationClientCertificateIssuer:  r.Issuer,
+		v1alpha1.AnnotationTrustBundle:              r.Bundle,
+		v1alpha1.AnnotationKubeletTrustBundle:       r.KubeletBundle,
+		v1alpha1.AnnotationServingCertificateIssuer: r.ServingIssuer,
 	}
 }
 
@@ -119,8 +148,9 @@ const (
 	// Ask means: set the request on the node.
 	Ask
 	// AskAgain means the node answered with other credentials than expected (it
-	// read a cluster-info not yet updated): remove its answer so that it
-	// carries the request out again.
+	// read trust bundles not yet updated, or an agent that does not report the
+	// kubelet bundle answered): remove its answer so that it carries the
+	// request out again.
 	AskAgain
 )
 
@@ -150,7 +180,11 @@ func Assess(annotations map[string]string, want Report) Action {
 	request := want.Request.String()
 	switch {
 	case annotations[v1alpha1.AnnotationCredentialsRenewed] == request:
-		if annotations[v1alpha1.AnnotationClientCertificateIssuer] == want.Issuer && annotations[v1alpha1.AnnotationTrustBundle] == want.Bundle {
+		serving := annotations[v1alpha1.AnnotationServingCertificateIssuer]
+		if annotations[v1alpha1.AnnotationClientCertificateIssuer] == want.Issuer &&
+			(serving == "" || serving == want.ServingIssuer) &&
+			annotations[v1alpha1.AnnotationTrustBundle] == want.Bundle &&
+			annotations[v1alpha1.AnnotationKubeletTrustBundle] == want.KubeletBundle {
 			return Done
 		}
 		return AskAgain

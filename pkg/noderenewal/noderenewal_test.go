@@ -54,24 +54,43 @@ func TestReportMatchesWhatCarouselExpects(t *testing.T) {
 		}
 		return kp.Cert
 	}
+	kubeletCA, err := pki.NewCA(pki.CATemplate{CommonName: "kubelet-ca", Validity: time.Hour}, mustKey(t), started)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req := Request{Initiated: started, Phase: v1alpha1.RotationPreparing}
-	bundle := []byte("bundle")
-	want := Expected(req, ca.Cert, bundle)
-	if got := ReportOf(req, leaf(ca), bundle); got != want {
-		t.Fatalf("a node renewed from the expected CA reports %+v, Carousel expects %+v", got, want)
+	trust := Trust{Cluster: []byte("cluster bundle"), Kubelet: []byte("kubelet bundle")}
+	want := Expected(req, ca.Cert, kubeletCA.Cert, trust)
+	if got := ReportOf(req, leaf(ca), leaf(kubeletCA), trust); got != want {
+		t.Fatalf("a node renewed from the expected CAs reports %+v, Carousel expects %+v", got, want)
 	}
-	if got := ReportOf(req, leaf(other), bundle); got == want {
-		t.Fatal("a node on another CA reports what Carousel expects")
+	if got := ReportOf(req, leaf(ca), nil, trust); Assess(answered(got), want) != Done {
+		t.Error("Carousel does not take the answer of a node without a serving certificate (stand-in mode) as done")
 	}
-	if got := ReportOf(req, leaf(ca), []byte("old bundle")); got == want {
-		t.Fatal("a node with another bundle reports what Carousel expects")
+	for name, got := range map[string]Report{
+		"a node on another CA":                    ReportOf(req, leaf(other), leaf(kubeletCA), trust),
+		"a node serving from another kubelet CA":  ReportOf(req, leaf(ca), leaf(other), trust),
+		"a node with another cluster bundle":      ReportOf(req, leaf(ca), leaf(kubeletCA), Trust{Cluster: []byte("old"), Kubelet: trust.Kubelet}),
+		"a node with another kubelet bundle":      ReportOf(req, leaf(ca), leaf(kubeletCA), Trust{Cluster: trust.Cluster, Kubelet: []byte("old")}),
+		"a node with the bundles swapped":         ReportOf(req, leaf(ca), leaf(kubeletCA), Trust{Cluster: trust.Kubelet, Kubelet: trust.Cluster}),
+		"a node that renewed for another request": ReportOf(Request{Initiated: started, Phase: v1alpha1.RotationFinalizing}, leaf(ca), leaf(kubeletCA), trust),
+	} {
+		if got == want {
+			t.Errorf("%s reports what Carousel expects", name)
+		}
+		if Assess(answered(got), want) == Done {
+			t.Errorf("Carousel takes the answer of %s as done", name)
+		}
+	}
+	if Assess(answered(want), want) != Done {
+		t.Error("Carousel does not take the expected answer as done")
 	}
 }
 
 func TestAssessAndPending(t *testing.T) {
 	req := Request{Initiated: started, Phase: v1alpha1.RotationPreparing}
 	earlier := Request{Initiated: started.Add(-24 * time.Hour), Phase: v1alpha1.RotationFinalizing}
-	want := Report{Request: req, Issuer: "aa", Bundle: "bb"}
+	want := Report{Request: req, Issuer: "aa", Bundle: "bb", KubeletBundle: "cc"}
 	with := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
@@ -79,11 +98,8 @@ func TestAssessAndPending(t *testing.T) {
 		}
 		return m
 	}
-	answered := func(r Report) map[string]string {
-		m := r.Annotations()
-		m[v1alpha1.AnnotationRenewCredentials] = r.Request.String()
-		return m
-	}
+	withoutKubeletBundle := answered(want)
+	delete(withoutKubeletBundle, v1alpha1.AnnotationKubeletTrustBundle)
 	tests := []struct {
 		name        string
 		annotations map[string]string
@@ -91,11 +107,13 @@ func TestAssessAndPending(t *testing.T) {
 		pending     bool // the node agent acts on it
 	}{
 		{"never asked", nil, Ask, false},
-		{"asked for an earlier phase and answered", answered(Report{Request: earlier, Issuer: "aa", Bundle: "bb"}), Ask, false},
+		{"asked for an earlier phase and answered", answered(Report{Request: earlier, Issuer: "aa", Bundle: "bb", KubeletBundle: "cc"}), Ask, false},
 		{"asked, not answered", with(v1alpha1.AnnotationRenewCredentials, req.String()), Wait, true},
 		{"answered as expected", answered(want), Done, false},
-		{"answered from another CA", answered(Report{Request: req, Issuer: "old", Bundle: "bb"}), AskAgain, false},
-		{"answered with another bundle", answered(Report{Request: req, Issuer: "aa", Bundle: "old"}), AskAgain, false},
+		{"answered from another CA", answered(Report{Request: req, Issuer: "old", Bundle: "bb", KubeletBundle: "cc"}), AskAgain, false},
+		{"answered with another bundle", answered(Report{Request: req, Issuer: "aa", Bundle: "old", KubeletBundle: "cc"}), AskAgain, false},
+		{"answered with another kubelet bundle", answered(Report{Request: req, Issuer: "aa", Bundle: "bb", KubeletBundle: "old"}), AskAgain, false},
+		{"answered without the kubelet bundle (an older agent)", withoutKubeletBundle, AskAgain, false},
 		{"answer removed to ask again", with(v1alpha1.AnnotationRenewCredentials, req.String(), v1alpha1.AnnotationClientCertificateIssuer, "old"), Wait, true},
 		{"a request that does not parse", with(v1alpha1.AnnotationRenewCredentials, "now/Preparing"), Ask, false},
 	}
@@ -143,6 +161,13 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("Pending(%q) = %+v, %v", value, got, ok)
 		}
 	})
+}
+
+// answered is the annotations of a node asked for r's request that answered r.
+func answered(r Report) map[string]string {
+	m := r.Annotations()
+	m[v1alpha1.AnnotationRenewCredentials] = r.Request.String()
+	return m
 }
 
 func mustKey(t *testing.T) crypto.Signer {

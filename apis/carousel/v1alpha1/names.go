@@ -87,7 +87,7 @@ func CARoles() []CARole {
 // agent carry out an in-place worker rollout.
 const (
 	// AnnotationRenewCredentials is set by Carousel: the node agent fetches the
-	// current trust bundle and renews its client certificate, once per value.
+	// current trust bundles and renews its client certificate, once per value.
 	AnnotationRenewCredentials = "carousel.dev/renew-credentials"
 	// AnnotationCredentialsRenewed is set by the node agent to the
 	// AnnotationRenewCredentials value it carried out.
@@ -99,6 +99,14 @@ const (
 	// AnnotationTrustBundle is set by the node agent: the hex SHA-256 of the
 	// trust bundle it now uses for the API server.
 	AnnotationTrustBundle = "carousel.dev/trust-bundle"
+	// AnnotationKubeletTrustBundle is set by the node agent: the hex SHA-256
+	// of the kubelet trust bundle (the kubelet's clientCAFile) the node now uses.
+	AnnotationKubeletTrustBundle = "carousel.dev/kubelet-trust-bundle"
+	// AnnotationServingCertificateIssuer is set by the node agent: the hex
+	// authority key identifier of the kubelet's serving certificate, so that
+	// Carousel observes which kubelet CA signed it. A node without a serving
+	// certificate Carousel signs (the agent's stand-in mode) leaves it empty.
+	AnnotationServingCertificateIssuer = "carousel.dev/serving-certificate-issuer"
 )
 
 // Keys Carousel writes on the objects it manages besides the Cluster, in the

@@ -20,8 +20,10 @@ import (
 
 // InPlaceRollout is the InPlace worker rollout strategy: Carousel asks every
 // node of the pool, through an annotation on its Node, to fetch the current
-// trust bundle and renew its client certificate; the node agent does so over
-// its already-trusted connection and reports back on the Node.
+// trust bundles (cluster and kubelet), install them and renew its client
+// certificate; the node agent does so over its already-trusted connection
+// and reports back on the Node, and Carousel compares the report with the
+// bundles it published.
 type InPlaceRollout struct {
 	Connections *clustercache.Cache // reaches the managed clusters
 	Management  client.Reader       // reads the Cluster's CAs and bundles
@@ -53,12 +55,21 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 			return false, fmt.Sprintf("pool %s: waiting until the old CAs are dropped", pool.Name), nil
 		}
 	}
-	bundle, err := p.bundle(ctx, c)
+	trust, err := p.trust(ctx, c)
+	if apierrors.IsNotFound(err) {
+		return false, fmt.Sprintf("pool %s: waiting for Carousel's trust bundles to be published", pool.Name), nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	kubeletCAs, err := credentials.ReadCAs(ctx, p.Management, c, v1alpha1.CARoleKubelet)
 	if err != nil {
 		return false, "", err
 	}
 	request := noderenewal.RequestFor(rot)
-	want := noderenewal.Expected(request, clientCAs.Current.Cert, bundle)
+	// Serving certificates come from the current kubelet CA once nodes may
+	// move: it signs them from the moment the client CA moved.
+	want := noderenewal.Expected(request, clientCAs.Current.Cert, kubeletCAs.Current.Cert, trust)
 
 	var nodes corev1.NodeList
 	if err := remote.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
@@ -87,9 +98,24 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	return false, fmt.Sprintf("pool %s: %d of %d nodes renewed their credentials", pool.Name, renewed, len(nodes.Items)), nil
 }
 
-func (p *InPlaceRollout) bundle(ctx context.Context, c *v1alpha1.Cluster) ([]byte, error) {
+// trust reads the bundles a node of c must end up with from the management
+// cluster: the cluster CA bundle (the kubelet's kubeconfigs) and the kubelet
+// CA bundle (the kubelet's clientCAFile).
+func (p *InPlaceRollout) trust(ctx context.Context, c *v1alpha1.Cluster) (noderenewal.Trust, error) {
+	cluster, err := p.bundle(ctx, c, v1alpha1.CARoleCluster)
+	if err != nil {
+		return noderenewal.Trust{}, err
+	}
+	kubelet, err := p.bundle(ctx, c, v1alpha1.CARoleKubelet)
+	if err != nil {
+		return noderenewal.Trust{}, err
+	}
+	return noderenewal.Trust{Cluster: cluster, Kubelet: kubelet}, nil
+}
+
+func (p *InPlaceRollout) bundle(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole) ([]byte, error) {
 	cm := &corev1.ConfigMap{}
-	if err := p.Management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleCluster)}, cm); err != nil {
+	if err := p.Management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, role)}, cm); err != nil {
 		return nil, err
 	}
 	return []byte(cm.Data[v1alpha1.DataKeyCABundle]), nil

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/carousel-dev/carousel/pkg/nodeagent"
+)
+
+func TestValidate(t *testing.T) {
+	kubelet := func() *options {
+		return &options{node: "w1", kubeletRestartCommand: nodeagent.DefaultKubeletRestartCommand}
+	}
+	standIn := func() *options {
+		o := kubelet()
+		o.registerNode, o.address = true, "10.0.0.5"
+		return o
+	}
+	with := func(o *options, f func(*options)) *options { f(o); return o }
+	for _, tt := range []struct {
+		name string
+		o    *options
+		want string // in the error; empty: valid
+	}{
+		{"kubelet mode", kubelet(), ""},
+		{"stand-in mode", standIn(), ""},
+		{"no node name", with(kubelet(), func(o *options) { o.node = "" }), "--node-name is required"},
+		{"stand-in without --node-ip", with(standIn(), func(o *options) { o.address = "" }), "--node-ip is required with --register-node"},
+		{"stand-in with a --node-ip that is no IP", with(standIn(), func(o *options) { o.address = "node-1" }), "not an IP address"},
+		{"--node-ip in kubelet mode", with(kubelet(), func(o *options) { o.address = "10.0.0.5" }), "are for --register-node"},
+		{"--pool in kubelet mode", with(kubelet(), func(o *options) { o.pool = "a" }), "are for --register-node"},
+		{"no restart command", with(kubelet(), func(o *options) { o.kubeletRestartCommand = nil }), "--kubelet-restart-command is empty"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.o.validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("validate = %v, want an error saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestDefaults: kubelet mode by default; no default port that a node
+// component already uses; the kubelet's node name rule; no --node-ip.
+func TestDefaults(t *testing.T) {
+	cmd := newRootCommand()
+	flag := func(name string) string { return cmd.Flag(name).DefValue }
+	if flag("register-node") != "false" || flag("node-ip") != "" {
+		t.Errorf("--register-node %s, --node-ip %q", flag("register-node"), flag("node-ip"))
+	}
+	_, port, err := net.SplitHostPort(flag("metrics-bind-address"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, taken := range []string{"10248", "10249", "10250", "10255", "10256", "10257", "10259", "9100", "9090"} {
+		if port == taken {
+			t.Errorf("--metrics-bind-address defaults to port %s, which a node component uses", port)
+		}
+	}
+	if name := flag("node-name"); name != strings.ToLower(name) {
+		t.Errorf("--node-name defaults to %q, not lowercased as the kubelet's", name)
+	}
+	if got := flag("kubelet-restart-command"); got != "[systemctl,restart,kubelet.service]" {
+		t.Errorf("--kubelet-restart-command defaults to %s", got)
+	}
+	if got := flag("kubelet-config"); got != "/var/lib/kubelet/config.yaml" {
+		t.Errorf("--kubelet-config defaults to %s", got)
+	}
+}

@@ -1,0 +1,84 @@
+package nodeagent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// fileEdit is a planned atomic replacement of a file's content.
+type fileEdit struct {
+	// path is the file written: a symlink given is followed, so that it
+	// keeps pointing where it did.
+	path string
+	data []byte
+	perm fs.FileMode
+}
+
+// planFile returns the edit that gives the file at path the content
+// edit(current) (current is nil when there is no file), or nil when the file
+// already has that content. A new file gets perm; an existing one keeps its
+// permissions.
+func planFile(path string, perm fs.FileMode, edit func(current []byte) ([]byte, error)) (*fileEdit, error) {
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
+	}
+	current, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		info, err := os.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		perm = info.Mode().Perm()
+	case errors.Is(err, fs.ErrNotExist):
+		current = nil
+	default:
+		return nil, err
+	}
+	data, err := edit(current)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if current != nil && bytes.Equal(current, data) {
+		return nil, nil
+	}
+	return &fileEdit{path: path, data: data, perm: perm}, nil
+}
+
+// apply writes the edit atomically: a synced temporary file in the same
+// directory, renamed over the file, and the directory synced.
+func (e *fileEdit) apply() error {
+	tmp, err := writeTemp(filepath.Dir(e.path), "."+filepath.Base(e.path), e.data)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp) }()
+	if err := os.Chmod(tmp, e.perm); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, e.path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(e.path))
+}
+
+// replaceWith is an edit that replaces the whole content with data.
+func replaceWith(data []byte) func([]byte) ([]byte, error) {
+	return func([]byte) ([]byte, error) { return data, nil }
+}
+
+// kubeconfigCA is an edit that sets the certificate-authority-data of a
+// kubeconfig (see withCertificateAuthority); it needs an existing kubeconfig.
+func kubeconfigCA(ca []byte) func([]byte) ([]byte, error) {
+	return func(current []byte) ([]byte, error) {
+		if current == nil {
+			return nil, errors.New("no kubeconfig to write the trust bundle into")
+		}
+		out, _, err := withCertificateAuthority(current, ca)
+		return out, err
+	}
+}

@@ -1,0 +1,104 @@
+package nodeagent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// kubeconfigInfo is what the agent uses of a kubeconfig: the API server, the
+// trust bundle, and the client key pair's files (absolute).
+type kubeconfigInfo struct {
+	Server, ClientCertificate, ClientKey string
+	CA                                   []byte
+}
+
+// readKubeconfig reads the current context of the kubeconfig at path. A
+// certificate-authority file is read; relative paths are relative to the
+// kubeconfig's directory, as for clientcmd.
+func readKubeconfig(path string) (kubeconfigInfo, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return kubeconfigInfo{}, err
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return kubeconfigInfo{}, fmt.Errorf("%s: %w", path, err)
+	}
+	name, cluster, err := currentCluster(cfg)
+	if err != nil {
+		return kubeconfigInfo{}, fmt.Errorf("%s: %w", path, err)
+	}
+	resolve := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(filepath.Dir(path), p)
+	}
+	info := kubeconfigInfo{Server: cluster.Server, CA: cluster.CertificateAuthorityData}
+	if len(info.CA) == 0 && cluster.CertificateAuthority != "" {
+		if info.CA, err = os.ReadFile(resolve(cluster.CertificateAuthority)); err != nil {
+			return kubeconfigInfo{}, fmt.Errorf("%s: cluster %s: %w", path, name, err)
+		}
+	}
+	if ctx := cfg.Contexts[cfg.CurrentContext]; ctx != nil {
+		if user := cfg.AuthInfos[ctx.AuthInfo]; user != nil {
+			info.ClientCertificate, info.ClientKey = resolve(user.ClientCertificate), resolve(user.ClientKey)
+		}
+	}
+	return info, nil
+}
+
+// currentCluster is the cluster of cfg's current context, or its only
+// cluster when it has no current context.
+func currentCluster(cfg *clientcmdapi.Config) (string, *clientcmdapi.Cluster, error) {
+	if cfg.CurrentContext == "" {
+		if len(cfg.Clusters) != 1 {
+			return "", nil, fmt.Errorf("no current-context, and %d clusters to choose from", len(cfg.Clusters))
+		}
+		for name, c := range cfg.Clusters {
+			return name, c, nil
+		}
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if ctx == nil {
+		return "", nil, fmt.Errorf("current-context %q does not exist", cfg.CurrentContext)
+	}
+	c := cfg.Clusters[ctx.Cluster]
+	if c == nil {
+		return "", nil, fmt.Errorf("cluster %q of context %q does not exist", ctx.Cluster, cfg.CurrentContext)
+	}
+	return ctx.Cluster, c, nil
+}
+
+// withCertificateAuthority returns the kubeconfig data with ca as the
+// certificate-authority-data of the current context's cluster, and whether
+// that changed anything. A certificate-authority file reference is dropped
+// (clientcmd refuses both). Everything else is kept, though the kubeconfig
+// is written anew (clientcmd's order and formatting, no comments).
+func withCertificateAuthority(data, ca []byte) ([]byte, bool, error) {
+	if len(ca) == 0 {
+		return nil, false, errors.New("an empty trust bundle")
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, false, err
+	}
+	_, cluster, err := currentCluster(cfg)
+	if err != nil {
+		return nil, false, err
+	}
+	if string(cluster.CertificateAuthorityData) == string(ca) && cluster.CertificateAuthority == "" {
+		return data, false, nil
+	}
+	cluster.CertificateAuthorityData, cluster.CertificateAuthority = ca, ""
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
+}

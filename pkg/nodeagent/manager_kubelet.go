@@ -1,0 +1,165 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+var (
+	// errNoKubeletCredentials: the kubelet has not bootstrapped yet.
+	errNoKubeletCredentials = errors.New("the kubelet has not written its kubeconfig and client certificate yet")
+	// errNotTheKubeletsCredentials: the flags do not name the kubelet's
+	// credentials, or the node the kubelet is.
+	errNotTheKubeletsCredentials = errors.New("not the kubelet's credentials")
+)
+
+// awaitKubelet waits, with backoff and at most StartupTimeout, until the
+// kubelet bootstrapped: its kubeconfig and current pair exist (Reload). A
+// kubelet whose credentials are not the ones the agent renews is an error
+// at once.
+func (m *Manager) awaitKubelet(ctx context.Context) error {
+	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, m.cfg.StartupTimeout)
+	defer cancel()
+	err := pollUntil(ctx, m.cfg.Clock, newBackoff(kubeletBackoff), func(context.Context) error {
+		err := m.Reload()
+		if errors.Is(err, errNotTheKubeletsCredentials) {
+			return permanentError{err}
+		}
+		return err
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("no kubelet credentials within %s: %w", m.cfg.StartupTimeout, err)
+	}
+	return err
+}
+
+// Reload reads, in ModeKubelet, the kubelet's kubeconfig and current pair
+// from disk again (the kubelet rotates them) and switches the manager's
+// client to them. It checks that they are the ones the agent renews: the
+// kubeconfig's client certificate is the pair in CertDir, and the pair is
+// the node's. In ModeStandIn the manager owns them and Reload does nothing.
+func (m *Manager) Reload() error {
+	if m.cfg.Mode != ModeKubelet {
+		return nil
+	}
+	info, err := readKubeconfig(m.cfg.KubeconfigPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", errNoKubeletCredentials, err)
+	}
+	if err != nil {
+		return err
+	}
+	if err := m.checkKubeletPair(info); err != nil {
+		return err
+	}
+	kp, err := m.store.Current()
+	if err != nil {
+		return err
+	}
+	if kp == nil {
+		return fmt.Errorf("%w: no %s", errNoKubeletCredentials, m.store.CurrentPath())
+	}
+	if cn, want := kp.Cert.Subject.CommonName, "system:node:"+m.cfg.NodeName; cn != want {
+		return fmt.Errorf("%w: the kubelet's client certificate is for %q, not %q: pass the kubelet's node name as --node-name",
+			errNotTheKubeletsCredentials, cn, want)
+	}
+	cs, err := m.newClient(&rest.Config{Host: info.Server, TLSClientConfig: rest.TLSClientConfig{
+		CAData: info.CA, CertFile: m.store.CurrentPath(), KeyFile: m.store.CurrentPath(),
+	}})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.current, m.client = kp, cs
+	m.mu.Unlock()
+	m.cfg.Metrics.setExpiry(kp.Cert.NotAfter)
+	return nil
+}
+
+// checkKubeletPair checks that the kubeconfig authenticates with the pair the
+// agent renews, <CertDir>/kubelet-client-current.pem, as the kubelet's does
+// after TLS bootstrapping.
+func (m *Manager) checkKubeletPair(info kubeconfigInfo) error {
+	want, err := filepath.Abs(m.store.CurrentPath())
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{info.ClientCertificate, info.ClientKey} {
+		got, err := filepath.Abs(p)
+		if err != nil || p == "" || filepath.Clean(got) != filepath.Clean(want) {
+			return fmt.Errorf("%w: the kubelet's kubeconfig %s authenticates with %q, not with the rotated pair %s: "+
+				"pass the kubelet's --kubeconfig and --cert-dir", errNotTheKubeletsCredentials, m.cfg.KubeconfigPath, p, want)
+		}
+	}
+	return nil
+}
+
+// RenewKubelet requests, in ModeKubelet, a new client certificate for the
+// kubelet with its current credentials as read from disk, and stores it as
+// the kubelet's current pair. The kubelet loads it when it restarts.
+func (m *Manager) RenewKubelet(ctx context.Context) error {
+	if m.cfg.Mode != ModeKubelet {
+		return errors.New("RenewKubelet is for ModeKubelet")
+	}
+	m.renewing.Lock()
+	defer m.renewing.Unlock()
+	if err := m.Reload(); err != nil {
+		return err
+	}
+	info, err := readKubeconfig(m.cfg.KubeconfigPath)
+	if err != nil {
+		return err
+	}
+	return m.renewWith(ctx, m.Client(), info.Server, info.CA, "", m.cfg.CertificateTTL)
+}
+
+// RenewKubeletServing requests, in ModeKubelet and as the node, a serving
+// certificate for the kubelet with the Node's current addresses, the way the
+// kubelet asks for one, and stores it as the kubelet's current serving pair
+// (kubelet-server-current.pem). The kubelet loads it when it restarts, so it
+// serves again at once instead of waiting for a CSR of its own to be
+// approved; until then it keeps serving the one it has.
+func (m *Manager) RenewKubeletServing(ctx context.Context) (*pki.KeyPair, error) {
+	if m.cfg.Mode != ModeKubelet {
+		return nil, errors.New("RenewKubeletServing is for ModeKubelet")
+	}
+	m.renewing.Lock()
+	defer m.renewing.Unlock()
+	cs := m.Client()
+	node, err := cs.CoreV1().Nodes().Get(ctx, m.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading node %s for its addresses: %w", m.cfg.NodeName, err)
+	}
+	store := &Store{Dir: m.cfg.CertDir, Name: ServingStore}
+	key, err := store.PendingKey(m.cfg.KeyAlgorithm)
+	if err != nil {
+		return nil, err
+	}
+	name, err := CSRName(m.cfg.NodeName, key.Public())
+	if err != nil {
+		return nil, err
+	}
+	csr, err := ServingCSR(name, m.cfg.NodeName, key, node.Status.Addresses)
+	if err != nil {
+		return nil, err
+	}
+	certPEM, err := RequestCertificate(ctx, cs, csr, key)
+	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
+		if derr := store.DiscardPendingKey(); derr != nil {
+			return nil, errors.Join(err, derr)
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	return store.Update(certPEM, key, m.cfg.Clock.Now())
+}

@@ -1,0 +1,64 @@
+package nodeagent
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
+)
+
+// progressFile, in the cert dir, records how far the in-place renewal of a
+// request got, so that a renewal resumed after a crash neither forgets that
+// the kubelet has yet to load what changed nor renews twice.
+const progressFile = "carousel-node-agent-renewal.json"
+
+// progress is the record. Each step records what it is about to change
+// before it changes it: a crash in between leaves a record that claims a
+// change that was not made, which at worst restarts the kubelet once more.
+type progress struct {
+	Request string  `json:"request"`
+	Changes Changes `json:"changes"`
+	// ClientRenewed: the client certificate for the request is stored.
+	ClientRenewed bool `json:"clientRenewed,omitempty"`
+	// ServingRenewed: the serving certificate for the request is stored.
+	ServingRenewed bool `json:"servingRenewed,omitempty"`
+	// Restarted: the kubelet was restarted after all the changes.
+	Restarted bool `json:"restarted,omitempty"`
+}
+
+// loadProgress returns the record of req in dir: empty when there is none,
+// or one for another request, or one that does not parse.
+func loadProgress(dir string, req noderenewal.Request) (*progress, error) {
+	fresh := &progress{Request: req.String()}
+	data, err := os.ReadFile(filepath.Join(dir, progressFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fresh, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p progress
+	if json.Unmarshal(data, &p) != nil || p.Request != fresh.Request {
+		return fresh, nil
+	}
+	return &p, nil
+}
+
+func (p *progress) save(dir string) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, progressFile), data)
+}
+
+// clearProgress removes the record once the request is reported.
+func clearProgress(dir string) error {
+	if err := os.Remove(filepath.Join(dir, progressFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// renewal carries out one renewal request on the node, as named, ordered
+// steps. Each step is safe to repeat: the request stays pending on the Node
+// until the last step reports it, and a renewal interrupted anywhere (a
+// crash, a failed step) is carried out again from the first step, with the
+// progress record telling what was already done.
+type renewal struct {
+	n       *Node
+	req     noderenewal.Request
+	started time.Time
+
+	trust    noderenewal.Trust
+	progress *progress
+}
+
+type renewalStep struct {
+	name string
+	run  func(context.Context) error
+}
+
+// steps are the renewal's steps for the node's mode.
+func (r *renewal) steps() []renewalStep {
+	steps := []renewalStep{
+		{"read the node trust bundles", r.readTrust},
+		{"install the trust bundles", r.installTrust},
+		{"renew the client certificate", r.renewClient},
+	}
+	if r.n.Kubelet != nil {
+		steps = append(steps,
+			renewalStep{"renew the kubelet's serving certificate", r.renewServing},
+			renewalStep{"restart the kubelet", r.restartKubelet},
+			renewalStep{"wait for the kubelet", r.waitForKubelet},
+		)
+	}
+	return append(steps, renewalStep{"report on the Node", r.report})
+}
+
+// renew carries out req.
+func (n *Node) renew(ctx context.Context, req noderenewal.Request) error {
+	r := &renewal{n: n, req: req, started: n.Manager.cfg.Clock.Now()}
+	for _, s := range r.steps() {
+		if err := s.run(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	n.Manager.cfg.Metrics.renewalDone(n.Manager.cfg.Clock.Since(r.started))
+	return nil
+}
+
+func (r *renewal) logf(step, format string, args ...any) {
+	r.n.logf("renewal %s: %s: %s", r.req, step, fmt.Sprintf(format, args...))
+}
+
+func (r *renewal) certDir() string { return r.n.Manager.cfg.CertDir }
+
+// readTrust reads the bundles Carousel publishes for nodes from
+// kube-system/carousel-node-trust, as the node, over the connection it
+// already trusts, and the progress record of the request.
+func (r *renewal) readTrust(ctx context.Context) error {
+	m := r.n.Manager
+	if err := m.Reload(); err != nil {
+		return err
+	}
+	cm, err := m.Client().CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading %s/%s: %w", metav1.NamespaceSystem, bootstrap.NodeTrustConfigMap, err)
+	}
+	r.trust = noderenewal.Trust{Cluster: []byte(cm.Data[bootstrap.NodeTrustKeyClusterCA]), Kubelet: []byte(cm.Data[bootstrap.NodeTrustKeyKubeletCA])}
+	for key, bundle := range map[string][]byte{bootstrap.NodeTrustKeyClusterCA: r.trust.Cluster, bootstrap.NodeTrustKeyKubeletCA: r.trust.Kubelet} {
+		if _, err := pki.ParseCertificates(bundle); err != nil {
+			return fmt.Errorf("%s/%s key %s: %w", metav1.NamespaceSystem, bootstrap.NodeTrustConfigMap, key, err)
+		}
+	}
+	if r.progress, err = loadProgress(r.certDir(), r.req); err != nil {
+		return err
+	}
+	r.logf("read the node trust bundles", "cluster bundle %s, kubelet bundle %s", noderenewal.Digest(r.trust.Cluster), noderenewal.Digest(r.trust.Kubelet))
+	return nil
+}
+
+// installTrust writes the cluster bundle into the kubeconfig and the
+// bootstrap kubeconfig, and (in ModeKubelet) the kubelet bundle into the
+// kubelet's clientCAFile: each file atomically, and only when it differs.
+func (r *renewal) installTrust(context.Context) error {
+	const step = "install the trust bundles"
+	m := r.n.Manager
+	type target struct {
+		what, path string
+		perm       os.FileMode
+		edit       func([]byte) ([]byte, error)
+		changed    *bool
+	}
+	targets := []target{
+		{"cluster bundle", m.cfg.KubeconfigPath, 0o600, kubeconfigCA(r.trust.Cluster), &r.progress.Changes.KubeconfigCA},
+	}
+	if p := m.cfg.BootstrapKubeconfigPath; p != "" {
+		if _, err := os.Stat(p); err == nil {
+			targets = append(targets, target{"cluster bundle", p, 0o600, kubeconfigCA(r.trust.Cluster), &r.progress.Changes.BootstrapKubeconfigCA})
+		}
+	}
+	if r.n.Kubelet != nil {
+		targets = append(targets, target{"kubelet bundle", r.n.Kubelet.Config.ClientCAFile, 0o644, replaceWith(r.trust.Kubelet), &r.progress.Changes.ClientCAFile})
+	}
+	for _, t := range targets {
+		edit, err := planFile(t.path, t.perm, t.edit)
+		if err != nil {
+			return err
+		}
+		if edit == nil {
+			r.logf(step, "%s already has the %s", t.path, t.what)
+			continue
+		}
+		// Recorded first: a crash after the write must still restart the kubelet.
+		*t.changed = true
+		if err := r.progress.save(r.certDir()); err != nil {
+			return err
+		}
+		if err := edit.apply(); err != nil {
+			return err
+		}
+		r.logf(step, "wrote the %s into %s", t.what, edit.path)
+	}
+	return nil
+}
+
+// renewClient obtains a new client certificate by CSR, as the node, over a
+// connection that trusts the new cluster bundle, and stores it in the cert
+// dir, once per request.
+func (r *renewal) renewClient(ctx context.Context) error {
+	const step = "renew the client certificate"
+	m := r.n.Manager
+	if r.progress.ClientRenewed {
+		r.logf(step, "already renewed for this request")
+		return nil
+	}
+	var err error
+	if r.n.Kubelet != nil {
+		err = m.RenewKubelet(ctx)
+	} else {
+		err = m.Renew(ctx, r.trust.Cluster)
+	}
+	if err != nil {
+		return err
+	}
+	r.progress.ClientRenewed, r.progress.Changes.ClientPair = true, true
+	if err := r.progress.save(r.certDir()); err != nil {
+		return err
+	}
+	cert := m.Current().Cert
+	r.logf(step, "stored a certificate from issuer %s, valid until %s", hex.EncodeToString(cert.AuthorityKeyId), cert.NotAfter.Format(time.RFC3339))
+	return nil
+}
+
+// renewServing obtains a serving certificate for the kubelet by CSR, as the
+// node, once per request, and stores it as the kubelet's current serving
+// pair: a request means new credentials for the phase, and Carousel signs
+// serving certificates with the kubelet CA of the phase (one from the old
+// kubelet CA still verifies against the Preparing bundle, but not against
+// the one Finalizing leaves). The kubelet keeps serving its old certificate
+// until it restarts with the new one, so a CSR that waits for an
+// administrator's approval never leaves it without one.
+func (r *renewal) renewServing(ctx context.Context) error {
+	const step = "renew the kubelet's serving certificate"
+	if r.progress.ServingRenewed {
+		r.logf(step, "already renewed for this request")
+		return nil
+	}
+	// Recorded first: a crash after the pair is stored must still restart the kubelet.
+	r.progress.Changes.ServingPair = true
+	if err := r.progress.save(r.certDir()); err != nil {
+		return err
+	}
+	kp, err := r.n.Manager.RenewKubeletServing(ctx)
+	if err != nil {
+		return err
+	}
+	r.progress.ServingRenewed = true
+	if err := r.progress.save(r.certDir()); err != nil {
+		return err
+	}
+	r.logf(step, "stored a certificate from issuer %s for %s, valid until %s", hex.EncodeToString(kp.Cert.AuthorityKeyId),
+		strings.Join(append(kp.Cert.DNSNames, ipStrings(kp.Cert.IPAddresses)...), ", "), kp.Cert.NotAfter.Format(time.RFC3339))
+	return nil
+}
+
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
+}
+
+// restartKubelet restarts the kubelet, once per request, when something
+// changed that it does not load by itself (RestartReasons).
+func (r *renewal) restartKubelet(ctx context.Context) error {
+	const step = "restart the kubelet"
+	reasons := RestartReasons(r.progress.Changes)
+	switch {
+	case len(reasons) == 0:
+		r.logf(step, "not needed: nothing changed that the kubelet does not reload")
+		return nil
+	case r.progress.Restarted:
+		r.logf(step, "already restarted for this request")
+		return nil
+	}
+	r.logf(step, "restarting: %s", strings.Join(reasons, "; "))
+	if err := r.n.Kubelet.Restart(ctx); err != nil {
+		return err
+	}
+	r.n.Manager.cfg.Metrics.kubeletRestarted()
+	r.progress.Restarted = true
+	return r.progress.save(r.certDir())
+}
+
+// waitForKubelet waits, after a restart and at most the kubelet's
+// RestartTimeout, until the kubelet's healthz answers and, when its serving
+// pair was renewed, until it serves that certificate on its HTTPS port.
+func (r *renewal) waitForKubelet(ctx context.Context) error {
+	const step = "wait for the kubelet"
+	if !r.progress.Restarted {
+		return nil
+	}
+	m, k := r.n.Manager, r.n.Kubelet
+	timeout := k.RestartTimeout
+	if timeout == 0 {
+		timeout = DefaultKubeletRestartTimeout
+	}
+	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, timeout)
+	defer cancel()
+	serving := &Store{Dir: r.certDir(), Name: ServingStore}
+	err := pollUntil(ctx, m.cfg.Clock, newBackoff(kubeletBackoff), func(ctx context.Context) error {
+		if err := k.Healthy(ctx); err != nil {
+			return fmt.Errorf("healthz: %w", err)
+		}
+		if !r.progress.Changes.ServingPair {
+			return nil
+		}
+		stored, err := serving.Current()
+		if err != nil {
+			return err
+		}
+		if stored == nil {
+			return errors.New("no serving certificate stored")
+		}
+		served, err := k.Serves(ctx)
+		if err != nil {
+			return fmt.Errorf("its HTTPS port: %w", err)
+		}
+		if !served.Equal(stored.Cert) {
+			return errors.New("it does not serve the serving certificate stored for it yet")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("the kubelet is not back within %s: %w", timeout, err)
+	}
+	if r.progress.Changes.ServingPair {
+		r.logf(step, "healthy, and serving the new serving certificate")
+	} else {
+		r.logf(step, "healthy")
+	}
+	return nil
+}
+
+// report answers the request on the Node with what the node now uses, read
+// back from disk: the client certificate's issuer, the kubeconfig's bundle
+// and (in ModeKubelet) the clientCAFile's. In ModeStandIn, which has no
+// kubelet to serve clients, the kubelet bundle reported is the one read.
+func (r *renewal) report(ctx context.Context) error {
+	const step = "report on the Node"
+	m := r.n.Manager
+	if err := m.Reload(); err != nil {
+		return err
+	}
+	info, err := readKubeconfig(m.cfg.KubeconfigPath)
+	if err != nil {
+		return err
+	}
+	uses := noderenewal.Trust{Cluster: info.CA, Kubelet: r.trust.Kubelet}
+	if r.n.Kubelet != nil {
+		if uses.Kubelet, err = os.ReadFile(r.n.Kubelet.Config.ClientCAFile); err != nil {
+			return err
+		}
+	}
+	kp, err := m.store.Current()
+	if err != nil {
+		return err
+	}
+	if kp == nil {
+		return errors.New("no client certificate")
+	}
+	var serving *x509.Certificate
+	if r.n.Kubelet != nil {
+		data, err := os.ReadFile(filepath.Join(r.certDir(), servingCurrentFile))
+		if err != nil {
+			return err
+		}
+		pair, err := parsePair(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", servingCurrentFile, err)
+		}
+		serving = pair.Cert
+	}
+	report := noderenewal.ReportOf(r.req, kp.Cert, serving, uses)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": report.Annotations()}})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Client().CoreV1().Nodes().Patch(ctx, m.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	r.logf(step, "client certificate issuer %s, serving certificate issuer %s, cluster bundle %s, kubelet bundle %s",
+		report.Issuer, report.ServingIssuer, report.Bundle, report.KubeletBundle)
+	return clearProgress(r.certDir())
+}

@@ -1,0 +1,503 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// testNode is a node with a real kubelet's files on disk (as the kubelet
+// leaves them after TLS bootstrapping, all on the CA0s), a fake API server
+// and a fake kubelet service.
+type testNode struct {
+	t        *testing.T
+	dir      string
+	now      time.Time
+	clk      *clocktesting.FakeClock
+	cs       *fake.Clientset
+	node     *Node
+	req      noderenewal.Request
+	trust    noderenewal.Trust // what Carousel publishes for the request
+	kubelet1 *pki.KeyPair      // the new kubelet CA
+
+	mu         sync.Mutex
+	csrs       int   // CSRs created
+	restarts   int   // successful restarts
+	failCSR    int   // CSR creations still to fail
+	failReport int   // Node patches still to fail
+	restartErr error // returned by the next restart, then cleared
+	unhealthy  bool  // healthz fails
+	served     *x509.Certificate
+	// loadsNothing: a restart leaves the kubelet serving what it served.
+	loadsNothing bool
+	logs         []string
+}
+
+const testServer = "https://10.0.0.1:6443"
+
+// newTestNode sets the node up for a renewal in phase: in Preparing
+// Carousel publishes CA0+CA1 bundles, in Finalizing CA1 only.
+func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
+	t.Helper()
+	now := time.Now()
+	tn := &testNode{t: t, dir: t.TempDir(), now: now, clk: clocktesting.NewFakeClock(now),
+		req: noderenewal.Request{Initiated: now.Add(-time.Hour).UTC().Truncate(time.Second), Phase: phase}}
+	cluster0, cluster1 := newTestCA(t, "cluster-ca-0", now), newTestCA(t, "cluster-ca-1", now)
+	kubelet0 := newTestCA(t, "kubelet-ca-0", now)
+	tn.kubelet1 = newTestCA(t, "kubelet-ca-1", now)
+	tn.trust = noderenewal.Trust{Cluster: append(cluster0.CertPEM(), cluster1.CertPEM()...), Kubelet: append(kubelet0.CertPEM(), tn.kubelet1.CertPEM()...)}
+	if phase == v1alpha1.RotationFinalizing {
+		tn.trust = noderenewal.Trust{Cluster: cluster1.CertPEM(), Kubelet: tn.kubelet1.CertPEM()}
+	}
+
+	// The kubelet's files.
+	certDir := tn.path("pki")
+	store := &Store{Dir: certDir}
+	key, err := store.PendingKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(issue(t, key), key, now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	writeServingPair(t, certDir, kubelet0, now)
+	tn.served = tn.storedServing()
+	tn.writeKubeconfig("kubeconfig", cluster0.CertPEM(), &clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()})
+	tn.writeKubeconfig("bootstrap-kubeconfig", cluster0.CertPEM(), &clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef"})
+	mustWriteFile(t, tn.path("ca.crt"), string(kubelet0.CertPEM()), 0o644)
+
+	// The API server: the Node, asked to renew, and the node trust ConfigMap.
+	tn.cs = fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Annotations: map[string]string{v1alpha1.AnnotationRenewCredentials: tn.req.String()}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}, {Type: corev1.NodeHostName, Address: "w1"}}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstrap.NodeTrustConfigMap},
+			Data: map[string]string{bootstrap.NodeTrustKeyClusterCA: string(tn.trust.Cluster), bootstrap.NodeTrustKeyKubeletCA: string(tn.trust.Kubelet)}},
+	)
+	tn.cs.PrependReactor("create", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tn.mu.Lock()
+		defer tn.mu.Unlock()
+		if tn.failCSR > 0 {
+			tn.failCSR--
+			return true, nil, errors.New("the API server is away")
+		}
+		tn.csrs++
+		csr := a.(k8stesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
+		if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
+			approveServing(t, csr, tn.kubelet1, tn.clk.Now())
+		} else {
+			approve(t, csr, time.Hour, tn.clk.Now())
+		}
+		return false, nil, nil // stored, with its certificate, by the tracker
+	})
+	tn.cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		tn.mu.Lock()
+		defer tn.mu.Unlock()
+		if tn.failReport > 0 {
+			tn.failReport--
+			return true, nil, errors.New("the API server is away")
+		}
+		return false, nil, nil
+	})
+
+	m := NewManager(Config{Mode: ModeKubelet, NodeName: "w1", CertDir: certDir, KubeconfigPath: tn.path("kubeconfig"),
+		BootstrapKubeconfigPath: tn.path("bootstrap-kubeconfig"), Clock: tn.clk})
+	m.newClient = func(*rest.Config) (kubernetes.Interface, error) { return tn.cs, nil }
+	tn.node = &Node{Manager: m, Logf: tn.logf, Kubelet: &Kubelet{
+		Config:  &KubeletConfig{ClientCAFile: tn.path("ca.crt"), HealthzURL: "http://127.0.0.1:10248/healthz"},
+		Restart: tn.restart, Healthy: tn.healthy, Serves: tn.serves,
+	}}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return tn
+}
+
+func (tn *testNode) path(name string) string { return filepath.Join(tn.dir, name) }
+
+func (tn *testNode) writeKubeconfig(name string, ca []byte, user *clientcmdapi.AuthInfo) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["default-cluster"] = &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: ca}
+	cfg.AuthInfos["default-auth"] = user
+	cfg.Contexts["default-context"] = &clientcmdapi.Context{Cluster: "default-cluster", AuthInfo: "default-auth"}
+	cfg.CurrentContext = "default-context"
+	if err := clientcmd.WriteToFile(*cfg, tn.path(name)); err != nil {
+		tn.t.Fatal(err)
+	}
+}
+
+func (tn *testNode) logf(format string, args ...any) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	tn.logs = append(tn.logs, strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+// restart plays the kubelet's restart: it loads the serving pair stored
+// then, and serves it from then on.
+func (tn *testNode) restart(context.Context) error {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	if err := tn.restartErr; err != nil {
+		tn.restartErr = nil
+		return err
+	}
+	tn.restarts++
+	if !tn.loadsNothing {
+		tn.served = tn.storedServing()
+	}
+	return nil
+}
+
+func (tn *testNode) storedServing() *x509.Certificate {
+	kp, err := (&Store{Dir: tn.path("pki"), Name: ServingStore}).Current()
+	if err != nil || kp == nil {
+		tn.t.Errorf("no serving pair stored (%v)", err)
+		return nil
+	}
+	return kp.Cert
+}
+
+// serves is the certificate the kubelet serves: the one it loaded at its
+// last start.
+func (tn *testNode) serves(context.Context) (*x509.Certificate, error) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return tn.served, nil
+}
+
+func (tn *testNode) healthy(context.Context) error {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	if tn.unhealthy {
+		return errors.New("connection refused")
+	}
+	return nil
+}
+
+func (tn *testNode) set(f func()) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	f()
+}
+
+func (tn *testNode) counts() (csrs, restarts int) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return tn.csrs, tn.restarts
+}
+
+// assertRenewed checks what the node now has and reports against what
+// Carousel expects: the published bundles in the kubeconfigs and the
+// clientCAFile, a client certificate from the client CA, the request
+// answered, no progress record left.
+func (tn *testNode) assertRenewed() {
+	t := tn.t
+	t.Helper()
+	for _, name := range []string{"kubeconfig", "bootstrap-kubeconfig"} {
+		info, err := readKubeconfig(tn.path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(info.CA) != string(tn.trust.Cluster) || info.Server != testServer {
+			t.Errorf("%s: server %s and a CA that is not the published cluster bundle", name, info.Server)
+		}
+	}
+	if cfg, err := clientcmd.LoadFromFile(tn.path("bootstrap-kubeconfig")); err != nil || cfg.AuthInfos["default-auth"].Token != "abcdef.0123456789abcdef" {
+		t.Errorf("the bootstrap kubeconfig lost its token (%v)", err)
+	}
+	if got, err := os.ReadFile(tn.path("ca.crt")); err != nil || string(got) != string(tn.trust.Kubelet) {
+		t.Errorf("clientCAFile is not the published kubelet bundle (%v)", err)
+	}
+	node, err := tn.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := noderenewal.Expected(tn.req, testCA.Cert, tn.kubelet1.Cert, tn.trust)
+	if got := noderenewal.Assess(node.Annotations, want); got != noderenewal.Done {
+		t.Errorf("Carousel assesses the node %s, annotations %v, want %+v", got, node.Annotations, want)
+	}
+	if _, pending := noderenewal.Pending(node.Annotations); pending {
+		t.Error("the request is still pending")
+	}
+	if _, err := os.Stat(filepath.Join(tn.path("pki"), progressFile)); !os.IsNotExist(err) {
+		t.Errorf("the progress record is still there (%v)", err)
+	}
+}
+
+func (tn *testNode) servingTarget() string {
+	target, _ := os.Readlink(filepath.Join(tn.path("pki"), servingCurrentFile))
+	return target
+}
+
+// TestRenewKubelet carries out a request in each phase: the bundles are
+// installed, the client and the serving certificates renewed (the serving
+// one also in Preparing, where the old one still verifies against the
+// bundle but is not from the kubelet CA that signs now), and the kubelet
+// restarted once.
+func TestRenewKubelet(t *testing.T) {
+	for _, tt := range []struct {
+		phase          v1alpha1.CARotationPhase
+		servingRenewed bool
+	}{
+		{v1alpha1.RotationPreparing, true},
+		{v1alpha1.RotationFinalizing, true},
+	} {
+		t.Run(string(tt.phase), func(t *testing.T) {
+			tn := newTestNode(t, tt.phase)
+			before := tn.servingTarget()
+			oldClient := tn.node.Manager.Current().Cert
+			if err := tn.node.renew(context.Background(), tn.req); err != nil {
+				t.Fatal(err)
+			}
+			tn.assertRenewed()
+			if csrs, restarts := tn.counts(); csrs != 2 || restarts != 1 {
+				t.Errorf("%d CSRs and %d restarts, want 2 (client and serving) and 1", csrs, restarts)
+			}
+			if tn.node.Manager.Current().Cert.Equal(oldClient) {
+				t.Error("the client certificate was not renewed")
+			}
+			if renewed := tn.servingTarget() != before; renewed != tt.servingRenewed {
+				t.Errorf("serving pair renewed: %v, want %v", renewed, tt.servingRenewed)
+			}
+			state, why, err := checkServing(filepath.Join(tn.path("pki"), servingCurrentFile), tn.trust.Kubelet, tn.clk.Now())
+			if err != nil || state != servingTrusted {
+				t.Errorf("the serving certificate is %s against the new kubelet bundle (%v, %v)", state, why, err)
+			}
+			for _, step := range []string{"read the node trust bundles", "install the trust bundles", "renew the client certificate",
+				"renew the kubelet's serving certificate", "restart the kubelet", "wait for the kubelet", "report on the Node"} {
+				if !tn.logged(step) {
+					t.Errorf("no log line for step %q in %q", step, tn.logs)
+				}
+			}
+		})
+	}
+}
+
+func (tn *testNode) logged(step string) bool {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	for _, l := range tn.logs {
+		if strings.Contains(l, ": "+step+": ") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRenewKubeletResumes fails a renewal at a step, as a crash or an
+// outage would, and carries the request out again: nothing is done twice
+// that need not be, and nothing the kubelet has yet to load is forgotten.
+func TestRenewKubeletResumes(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		fail           func(*testNode)
+		wantCSRs       int
+		wantRestarts   int
+		wantFirstError string
+	}{
+		// The bundles are written; the second attempt finds nothing to
+		// write but must still restart the kubelet, which has not loaded them.
+		{"the CSR fails after the bundles are installed", func(tn *testNode) { tn.failCSR = 1 }, 2, 1, "renew the client certificate"},
+		// The certificates are stored: the second attempt does not ask again.
+		{"the restart fails", func(tn *testNode) { tn.restartErr = errors.New("systemctl: exit status 1") }, 2, 1, "restart the kubelet"},
+		// Everything is done but the report: no second CSR or restart.
+		{"the report fails", func(tn *testNode) { tn.failReport = 1 }, 2, 1, "report on the Node"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tn := newTestNode(t, v1alpha1.RotationFinalizing)
+			tn.set(func() { tt.fail(tn) })
+			err := tn.node.renew(context.Background(), tn.req)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.wantFirstError) {
+				t.Fatalf("first attempt: %v, want an error at %q", err, tt.wantFirstError)
+			}
+			if err := tn.node.renew(context.Background(), tn.req); err != nil {
+				t.Fatal(err)
+			}
+			tn.assertRenewed()
+			if csrs, restarts := tn.counts(); csrs != tt.wantCSRs || restarts != tt.wantRestarts {
+				t.Errorf("%d CSRs and %d restarts, want %d and %d", csrs, restarts, tt.wantCSRs, tt.wantRestarts)
+			}
+		})
+	}
+}
+
+// TestRenewKubeletWaitsForTheKubelet runs on a fake clock: a kubelet that
+// does not come back within the restart timeout fails the renewal; the next
+// attempt waits for it again without restarting it again.
+func TestRenewKubeletWaitsForTheKubelet(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	tn.set(func() { tn.unhealthy = true })
+	err := tn.renewOnFakeTime()
+	if err == nil || !strings.Contains(err.Error(), "not back within 5m0s") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("renew = %v", err)
+	}
+
+	tn.set(func() { tn.unhealthy = false })
+	if err := tn.node.renew(context.Background(), tn.req); err != nil {
+		t.Fatal(err)
+	}
+	tn.assertRenewed()
+	if csrs, restarts := tn.counts(); csrs != 2 || restarts != 1 {
+		t.Errorf("%d CSRs and %d restarts, want 2 (client and serving) and 1", csrs, restarts)
+	}
+}
+
+// TestRenewStandIn: the stand-in reads the same ConfigMap, writes the
+// cluster bundle into its kubeconfigs, renews, and never restarts anything.
+func TestRenewStandIn(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	m := NewManager(Config{NodeName: "w1", CertDir: tn.path("pki"), KubeconfigPath: tn.path("kubeconfig"),
+		BootstrapKubeconfigPath: tn.path("bootstrap-kubeconfig"), Clock: tn.clk})
+	m.newClient = func(*rest.Config) (kubernetes.Interface, error) { return tn.cs, nil }
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in has no clientCAFile; what it reports is the bundle it read.
+	mustWriteFile(t, tn.path("ca.crt"), string(tn.trust.Kubelet), 0o644)
+	node := &Node{Manager: m, Logf: tn.logf}
+	if err := node.renew(context.Background(), tn.req); err != nil {
+		t.Fatal(err)
+	}
+	tn.assertRenewed()
+	if csrs, restarts := tn.counts(); csrs != 1 || restarts != 0 {
+		t.Errorf("%d CSRs and %d restarts, want 1 and 0", csrs, restarts)
+	}
+}
+
+// TestReloadRefusesOtherCredentials: a kubeconfig that does not use the
+// pair in the cert dir, or a pair for another node, is not the kubelet's.
+func TestReloadRefusesOtherCredentials(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	m := tn.node.Manager
+	tn.writeKubeconfig("kubeconfig", []byte("ca"), &clientcmdapi.AuthInfo{ClientCertificate: "/etc/kubernetes/kubelet.crt", ClientKey: "/etc/kubernetes/kubelet.key"})
+	if err := m.Reload(); !errors.Is(err, errNotTheKubeletsCredentials) {
+		t.Errorf("a kubeconfig with another pair: %v", err)
+	}
+	other := NewManager(Config{Mode: ModeKubelet, NodeName: "w2", CertDir: tn.path("pki"), KubeconfigPath: tn.path("bootstrap-kubeconfig"), Clock: tn.clk})
+	if err := other.Start(context.Background()); !errors.Is(err, errNotTheKubeletsCredentials) {
+		t.Errorf("a kubeconfig with a token starts: %v", err)
+	}
+	tn.writeKubeconfig("kubeconfig", []byte("ca"), &clientcmdapi.AuthInfo{ClientCertificate: m.store.CurrentPath(), ClientKey: m.store.CurrentPath()})
+	other.cfg.KubeconfigPath = tn.path("kubeconfig")
+	if err := other.Reload(); err == nil || !strings.Contains(err.Error(), `"system:node:w1", not "system:node:w2"`) {
+		t.Errorf("a pair for another node: %v", err)
+	}
+}
+
+// TestStartWaitsForTheKubelet: in ModeKubelet, Start waits (on the fake
+// clock) until the kubelet has written its kubeconfig and pair.
+func TestStartWaitsForTheKubelet(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktesting.NewFakeClock(time.Now())
+	m := NewManager(Config{Mode: ModeKubelet, NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"),
+		Clock: clk, StartupTimeout: time.Minute})
+	m.newClient = func(*rest.Config) (kubernetes.Interface, error) { return fake.NewClientset(), nil }
+	done := make(chan error, 1)
+	go func() { done <- m.Start(context.Background()) }()
+	awaitWaiters(t, clk, 2)
+
+	// The kubelet bootstraps.
+	store := &Store{Dir: filepath.Join(dir, "pki")}
+	key, err := store.PendingKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(issue(t, key), key, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: testCA.CertPEM()}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()}
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "c"
+	if err := clientcmd.WriteToFile(*cfg, filepath.Join(dir, "kubeconfig")); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(kubeletBackoff.Cap * 2)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start did not notice the kubelet's credentials")
+	}
+	if m.Current() == nil || m.Client() == nil {
+		t.Fatal("no credentials after Start")
+	}
+}
+
+// renewOnFakeTime carries the request out while stepping the fake clock
+// whenever the renewal waits on it, and fails the test unless the renewal
+// ends after DefaultKubeletRestartTimeout and before twice that.
+func (tn *testNode) renewOnFakeTime() error {
+	t := tn.t
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- tn.node.renew(context.Background(), tn.req) }()
+	elapsed := time.Duration(0)
+	for {
+		select {
+		case err := <-done:
+			if elapsed < DefaultKubeletRestartTimeout {
+				t.Fatalf("gave up after %s of fake time", elapsed)
+			}
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+		if elapsed > 2*DefaultKubeletRestartTimeout {
+			t.Fatalf("the renewal still waits after %s of fake time", elapsed)
+		}
+		if tn.clk.HasWaiters() {
+			tn.clk.Step(10 * time.Second)
+			elapsed += 10 * time.Second
+		}
+	}
+}
+
+// TestRenewKubeletChecksWhatTheKubeletServes: a kubelet that came back but
+// still serves its old certificate (it did not load the stored one) is not
+// taken as renewed: the renewal fails after the restart timeout, and the
+// request is not answered.
+func TestRenewKubeletChecksWhatTheKubeletServes(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	old := tn.served
+	tn.set(func() { tn.loadsNothing = true })
+	err := tn.renewOnFakeTime()
+	if err == nil || !strings.Contains(err.Error(), "does not serve the serving certificate stored for it") {
+		t.Fatalf("renew = %v", err)
+	}
+	if !tn.served.Equal(old) {
+		t.Fatal("the fake kubelet changed what it serves")
+	}
+	node, err := tn.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, pending := noderenewal.Pending(node.Annotations); !pending {
+		t.Error("the request was answered")
+	}
+}
