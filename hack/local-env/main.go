@@ -1,8 +1,10 @@
 // Command local-env is `make run`: it starts the local environment of the
 // e2e suites (a management API server, the Carousel controller manager, a
-// managed cluster running on Carousel's certificates, and node agents) on
-// loopback, prints how to drive a CA rotation, shows phase changes as they
-// happen, and stops everything on Ctrl-C.
+// managed cluster running on Carousel's certificates, and real kubelets with
+// the node agent beside each, in a network namespace of their own; or, with
+// --stand-in-nodes, node agents in their stand-in mode on loopback), prints
+// how to drive a CA rotation, shows phase changes as they happen, and stops
+// everything on Ctrl-C.
 package main
 
 import (
@@ -27,15 +29,16 @@ import (
 func main() {
 	root, _ := os.Getwd()
 	workDir := flag.String("work-dir", filepath.Join(root, "bin", "local-env"), "Directory for kubeconfigs, credentials, data and logs; emptied at start.")
-	nodes := flag.Int("nodes", 3, "Number of node agents.")
+	nodes := flag.Int("nodes", 3, "Number of nodes.")
+	standIn := flag.Bool("stand-in-nodes", false, "Run each node as a node agent in its stand-in mode (no kubelet) on loopback.")
 	flag.Parse()
-	if err := run(root, *workDir, *nodes); err != nil {
+	if err := run(root, *workDir, *nodes, *standIn); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func run(root, workDir string, nodes int) error {
+func run(root, workDir string, nodes int, standIn bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := os.RemoveAll(workDir); err != nil {
@@ -48,7 +51,7 @@ func run(root, workDir string, nodes int) error {
 	say := func(format string, args ...any) { fmt.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...) }
 	env, err := framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: filepath.Join(root, "bin"), WorkDir: workDir,
-		Namespace: "carousel", Name: "demo", Pool: "workers", Nodes: nodes, Logf: say,
+		Namespace: "carousel", Name: "demo", Pool: "workers", Nodes: nodes, StandInNodes: standIn, Logf: say,
 	})
 	defer func() {
 		say("stopping every process")
@@ -64,7 +67,9 @@ func run(root, workDir string, nodes int) error {
 	kubectl := filepath.Join(assets, "kubectl")
 	cluster := fmt.Sprintf("clusters.carousel.dev/%s -n %s", env.Name, env.Namespace)
 	fmt.Printf(`
-Carousel is running. Everything listens on 127.0.0.1; logs are in %[1]s.
+Carousel is running; logs are in %[1]s. The management cluster and the managed
+API server listen on 127.0.0.1 (the latter forwarded into the managed cluster's
+network namespace, where its kubelets listen on 192.0.2.x).
 
   management cluster:  export KUBECONFIG=%[2]s
   managed cluster:     %[3]s  (admin; rewritten when Carousel rotates it)

@@ -1,14 +1,13 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +24,6 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
-	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
@@ -74,23 +72,6 @@ func clientFor(kubeconfig []byte) kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
-// nodeCertificates reads every agent's current client certificate from its
-// store; none against an existing management cluster.
-func nodeCertificates() []*x509.Certificate {
-	GinkgoHelper()
-	var out []*x509.Certificate
-	if env == nil {
-		return nil
-	}
-	for _, a := range env.Agents {
-		kp, err := (&nodeagent.Store{Dir: filepath.Join(a.Dir, "pki")}).Current()
-		Expect(err).NotTo(HaveOccurred())
-		Expect(kp).NotTo(BeNil(), "agent %s has a current pair", a.Name)
-		out = append(out, kp.Cert)
-	}
-	return out
-}
-
 func waitForPhase(ctx context.Context, phase v1alpha1.CARotationPhase) {
 	GinkgoHelper()
 	kit.WaitForPhase(ctx, tgt.Client, key(), phase, kit.Wait{Timeout: 5 * time.Minute, Polling: time.Second})
@@ -102,9 +83,8 @@ func waitForPhase(ctx context.Context, phase v1alpha1.CARotationPhase) {
 // says so, at Prepared and at Completed. It counts the requests that failed.
 type protocolClient struct {
 	mu       sync.Mutex
-	failures []time.Time
+	failures []failure
 	requests int
-	lastErr  error
 }
 
 func (p *protocolClient) run(ctx context.Context) {
@@ -121,8 +101,7 @@ func (p *protocolClient) run(ctx context.Context) {
 		p.mu.Lock()
 		p.requests++
 		if err != nil && ctx.Err() == nil {
-			p.failures = append(p.failures, time.Now())
-			p.lastErr = err
+			p.failures = append(p.failures, failure{at: time.Now(), err: err})
 		}
 		p.mu.Unlock()
 		select {
@@ -141,13 +120,14 @@ func plannedRestarts() []framework.Window {
 	return env.Platform.APIServerRestarts()
 }
 
-// unplanned returns the failures outside the platform's planned restarts.
-func unplanned(failures []time.Time) []time.Time {
-	var out []time.Time
+// unplanned returns the failures outside the platform's planned restarts,
+// each widened by grace before it and by after after it.
+func unplanned(failures []failure, after time.Duration) []failure {
+	var out []failure
 	for _, f := range failures {
 		planned := false
 		for _, w := range plannedRestarts() {
-			if w.Contains(f, grace) {
+			if !f.at.Before(w.Start.Add(-grace)) && !f.at.After(w.End.Add(after)) {
 				planned = true
 				break
 			}
@@ -155,32 +135,6 @@ func unplanned(failures []time.Time) []time.Time {
 		if !planned {
 			out = append(out, f)
 		}
-	}
-	return out
-}
-
-// heartbeatFailures reads the agents' logs for failed Lease renewals (only
-// in the local environment, where the agents are ours).
-func heartbeatFailures() []time.Time {
-	GinkgoHelper()
-	var out []time.Time
-	if env == nil {
-		return nil
-	}
-	for _, a := range env.Agents {
-		f, err := os.Open(a.LogPath())
-		Expect(err).NotTo(HaveOccurred())
-		scanner := bufio.NewScanner(f)
-		for scanner.Scan() {
-			line := scanner.Text()
-			if !strings.Contains(line, "heartbeat failed") {
-				continue
-			}
-			if t, err := time.Parse(time.RFC3339Nano, strings.Fields(line)[0]); err == nil {
-				out = append(out, t)
-			}
-		}
-		_ = f.Close()
 	}
 	return out
 }
@@ -219,11 +173,13 @@ func (r *caRecorder) run(ctx context.Context) {
 
 var _ = Describe("The CA rotation journey", Ordered, func() {
 	var (
-		probe    = &protocolClient{}
-		recorder = &caRecorder{seen: map[v1alpha1.CARole]map[string]bool{}}
-		before   map[v1alpha1.CARole]*credentials.CAs
-		oldAdmin []byte
-		stop     context.CancelFunc
+		probe            = &protocolClient{}
+		nodes            = &nodeProbe{}
+		recorder         = &caRecorder{seen: map[v1alpha1.CARole]map[string]bool{}}
+		before           map[v1alpha1.CARole]*credentials.CAs
+		oldAdmin         []byte
+		oldKubeletClient tls.Certificate
+		stop             context.CancelFunc
 	)
 
 	BeforeAll(func(ctx SpecContext) {
@@ -232,18 +188,25 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		DeferCleanup(stop)
 		go probe.run(probeCtx)
 		go recorder.run(probeCtx)
+		list, err := clientFor(adminKubeconfig(ctx)).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, n := range list.Items {
+			names = append(names, n.Name)
+		}
+		go nodes.run(probeCtx, names)
 	})
 
-	It("has every node bootstrapped on the current client CA, and kube-root-ca.crt carries the cluster CA", func(ctx SpecContext) {
+	It("has every kubelet bootstrapped through Carousel on the current CAs, and kube-root-ca.crt carries the cluster CA", func(ctx SpecContext) {
 		before = cas(ctx)
 		oldAdmin = adminKubeconfig(ctx)
-		for _, cert := range nodeCertificates() {
-			Expect(pki.Verify(cert, pki.NewBundle(before[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
-		}
+		oldKubeletClient = kubeletClientPair(ctx)
+		expectKubelets(ctx, before[v1alpha1.CARoleClient].Current.Cert, before[v1alpha1.CARoleKubelet].Current.Cert,
+			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		admin := clientFor(oldAdmin)
-		nodes, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		list, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(nodes.Items).NotTo(BeEmpty())
+		Expect(list.Items).NotTo(BeEmpty())
 		expectRootCA(ctx, admin, bundle(ctx, v1alpha1.CARoleCluster))
 	})
 
@@ -257,6 +220,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 	var (
 		preparedIn, completedIn           time.Duration
 		restartsPreparing, restartsFinish time.Duration
+		kubeletsPreparing, kubeletsFinish string
 		prepared                          map[v1alpha1.CARole]*credentials.CAs
 	)
 
@@ -278,15 +242,15 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		waitForPhase(ctx, v1alpha1.RotationPrepared)
 		preparedIn = time.Since(start)
 		restartsPreparing = restartTime(start, time.Now())
+		kubeletsPreparing = kubeletRestartsText(start, time.Now())
 
 		prepared = cas(ctx)
 		for _, role := range v1alpha1.CARoles() {
 			Expect(bundle(ctx, role)).To(HaveLen(2), "bundle %s holds the old and the new CA", role)
 		}
-		for _, cert := range nodeCertificates() {
-			Expect(pki.Verify(cert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).
-				To(Succeed(), "node %s is on the new client CA", cert.Subject.CommonName)
-		}
+		// Client and serving certificates on the new CAs; both CAs trusted.
+		expectKubelets(ctx, prepared[v1alpha1.CARoleClient].Current.Cert, prepared[v1alpha1.CARoleKubelet].Current.Cert,
+			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		expectNodesReported(ctx, prepared[v1alpha1.CARoleClient].Current.Cert)
 		_, err := clientFor(oldAdmin).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "old credentials still work in Prepared")
@@ -312,6 +276,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		waitForPhase(ctx, v1alpha1.RotationCompleted)
 		completedIn = time.Since(start)
 		restartsFinish = restartTime(start, time.Now())
+		kubeletsFinish = kubeletRestartsText(start, time.Now())
 
 		after := cas(ctx)
 		for _, role := range v1alpha1.CARoles() {
@@ -319,10 +284,16 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			Expect(after[role].Current.Cert.Equal(prepared[role].Current.Cert)).To(BeTrue())
 			Expect(kit.Fingerprints(bundle(ctx, role))).To(Equal([]string{pki.Fingerprint(after[role].Current.Cert)}))
 		}
-		for _, cert := range nodeCertificates() {
-			Expect(pki.Verify(cert, pki.NewBundle(after[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
-		}
+		expectKubelets(ctx, after[v1alpha1.CARoleClient].Current.Cert, after[v1alpha1.CARoleKubelet].Current.Cert,
+			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		expectNodesReported(ctx, after[v1alpha1.CARoleClient].Current.Cert)
+		newKubeletClient := kubeletClientPair(ctx)
+		for _, n := range kubelets() {
+			Expect(kubeletStatus(ctx, n, oldKubeletClient, after[v1alpha1.CARoleKubelet].Current.Cert)).To(Equal(http.StatusUnauthorized),
+				"kubelet %s refuses the API server's kubelet client certificate from the old kubelet CA", n.Name)
+			Expect(kubeletStatus(ctx, n, newKubeletClient, after[v1alpha1.CARoleKubelet].Current.Cert)).To(Equal(http.StatusOK),
+				"kubelet %s accepts the current one", n.Name)
+		}
 		_, err := clientFor(oldAdmin).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		Expect(err).To(HaveOccurred(), "credentials from the old CAs are rejected")
 		Expect(apierrors.IsUnauthorized(err) || isTLSError(err)).To(BeTrue(), "rejected, not just unreachable: %v", err)
@@ -336,21 +307,58 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		recorder.mu.Unlock()
 	})
 
-	It("served every request that followed the protocol outside planned API-server restarts", func() {
+	It("served every request that followed the protocol outside planned API-server restarts, and every API server -> kubelet call", func() {
 		stop()
 		probe.mu.Lock()
 		defer probe.mu.Unlock()
-		heartbeats := heartbeatFailures()
-		failed := len(unplanned(probe.failures)) + len(unplanned(heartbeats))
-		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, failed requests %d", preparedIn.Seconds(), completedIn.Seconds(), failed)
-		fmt.Println(summary)
-		AddReportEntry("summary", summary)
-		AddReportEntry("probe requests", probe.requests)
+		nodes.mu.Lock()
+		defer nodes.mu.Unlock()
+		unplannedRequests := unplanned(probe.failures, grace)
+		// A kubelet restart closes the kubelet's port: the node agent
+		// restarts each kubelet once per phase, because the kubelet loads
+		// its kubeconfig's CAs and its client certificate only at start
+		// (docs/explanation/kubelet-credentials.md). Calls to a kubelet that
+		// was restarting are reported, not counted; a certificate a kubelet
+		// or the API server refused is never excused.
+		var proxyFailures, duringRestart []failure
+		for _, f := range nodes.proxyFailures {
+			Expect(f.err.Error()).NotTo(MatchRegexp(`x509|bad certificate|unknown authority|certificate required`),
+				"API server -> kubelet %s at %s failed on a certificate", f.node, f.at.Format("15:04:05.000"))
+			if duringKubeletRestart(f) {
+				duringRestart = append(duringRestart, f)
+			} else {
+				proxyFailures = append(proxyFailures, f)
+			}
+		}
+		// A Lease may stay unrenewed for the kubelet's retry backoff after
+		// the API server came back.
+		missedHeartbeats := unplanned(nodes.staleHeartbeat, leaseRetryBackoff+heartbeatDeadline)
+		// API server -> kubelet calls the API server took are counted with no
+		// exclusion at all.
+		failed := len(unplannedRequests) + len(missedHeartbeats) + len(proxyFailures)
+		requests := probe.requests + nodes.heartbeats + nodes.proxied
+		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, failed requests %d of %d, real kubelets %d",
+			preparedIn.Seconds(), completedIn.Seconds(), failed, requests, len(kubelets()))
+		AddReportEntry("probe requests", fmt.Sprintf("API server %d, API server -> kubelet %d, Lease samples %d", probe.requests, nodes.proxied, nodes.heartbeats))
 		AddReportEntry("time in control-plane restarts", fmt.Sprintf("Preparing %.0fs of %.0fs, Finalizing %.0fs of %.0fs",
 			restartsPreparing.Seconds(), preparedIn.Seconds(), restartsFinish.Seconds(), completedIn.Seconds()))
+		AddReportEntry("kubelet restarts", fmt.Sprintf("Preparing: %s; Finalizing: %s", kubeletsPreparing, kubeletsFinish))
 		AddReportEntry("API-server and etcd restarts (planned)", len(plannedRestarts()))
-		AddReportEntry("failed probe requests and heartbeats during planned restarts", len(probe.failures)+len(heartbeats)-failed)
-		Expect(failed).To(BeZero(), "last probe error: %v", probe.lastErr)
+		AddReportEntry("failed API-server requests and missed heartbeats during planned restarts",
+			len(probe.failures)+len(nodes.staleHeartbeat)-len(unplannedRequests)-len(missedHeartbeats))
+		for _, f := range unplannedRequests {
+			AddReportEntry("failed API-server request outside planned restarts", fmt.Sprintf("%s %v", f.at.Format("15:04:05.000"), f.err))
+		}
+		for _, f := range append(proxyFailures, missedHeartbeats...) {
+			AddReportEntry("failed API server -> kubelet call or missed heartbeat", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
+		}
+		for _, f := range duringRestart {
+			AddReportEntry("API server -> kubelet call during the kubelet's restart", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
+		}
+		fmt.Printf("rotation e2e: API server -> kubelet calls during their kubelet's restart %d of %d (not counted below)\n", len(duringRestart), nodes.proxied)
+		fmt.Println(summary)
+		AddReportEntry("summary", summary)
+		Expect(failed).To(BeZero(), "the failures are in the report entries above")
 	})
 })
 
@@ -377,6 +385,13 @@ func expectNodesReported(ctx context.Context, clientCA *x509.Certificate) {
 		Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationClientCertificateIssuer, hex.EncodeToString(clientCA.SubjectKeyId)),
 			"node %s reported a client certificate from the current client CA", n.Name)
 	}
+}
+
+// kubeletRestartsText says how many kubelet restarts there were between from
+// and to, and how long the kubelets were down in them in total.
+func kubeletRestartsText(from, to time.Time) string {
+	total, count := kubeletRestarts(from, to)
+	return fmt.Sprintf("%d restarts, %.1fs down in total", count, total.Seconds())
 }
 
 // restartTime sums the platform's restarts between from and to.

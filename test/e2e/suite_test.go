@@ -1,8 +1,9 @@
 // Package e2e holds the end-to-end suites: the Carousel controller manager
 // (its binary) against a management API server, and a managed cluster whose
 // etcd, kube-apiserver and kube-controller-manager run on the certificates
-// Carousel issued, with node agents that bootstrapped against it. See
-// docs/how-to/run-e2e.md.
+// Carousel issued, with three real kubelets that bootstrapped through
+// Carousel and the node agent beside each, in a network namespace of the
+// suite's (test/framework). See docs/how-to/local-environment.md.
 package e2e
 
 import (
@@ -55,6 +56,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	if work == "" {
 		work = GinkgoT().TempDir()
 	}
+	// Registered before env.Stop, so it runs after it.
+	expectHostUntouched()
 	env, err = framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
 		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 3,
@@ -78,4 +81,19 @@ func useExistingCluster(kubeconfig, cluster string) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	Expect(err).NotTo(HaveOccurred())
 	tgt = &target{Client: c, Namespace: ns, Name: name}
+}
+
+// expectHostUntouched takes the host's state now and registers a cleanup
+// that fails the suite unless the host returns to it: no sysctl the kubelets
+// set, no mount, network namespace, interface or kubelet path left behind.
+func expectHostUntouched() {
+	GinkgoHelper()
+	before, err := framework.ReadHostState()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() {
+		Eventually(func() (string, error) {
+			now, err := framework.ReadHostState()
+			return now.Diff(before), err
+		}).WithTimeout(30*time.Second).Should(BeEmpty(), "the host is as the suite found it")
+	})
 }

@@ -1,7 +1,8 @@
 // Package framework runs the pieces of a local Carousel environment as real
-// processes on loopback: a managed cluster's etcd and kube-apiserver started
-// on the certificates Carousel issued for a Cluster. The integration suites,
-// the end-to-end suites and `make run` share it.
+// processes: a managed cluster's etcd, kube-apiserver and kubelets started on
+// the certificates Carousel issued for a Cluster, on loopback or, with real
+// kubelets, in a network namespace of their own (see Netns). The integration
+// suites, the end-to-end suites and `make run` share it.
 package framework
 
 import (
@@ -39,10 +40,36 @@ type ManagedControlPlane struct {
 	// ControllerManager also runs kube-controller-manager, for the
 	// root-CA publisher that fills kube-root-ca.crt in every namespace.
 	ControllerManager bool
+	// Netns, when set, is where the processes run: the API server listens on
+	// every address of the namespace, advertises ControlPlaneIP and reaches
+	// kubelets on theirs, and Endpoint, a loopback port of the test's
+	// namespace, is forwarded to it. Nil runs everything on loopback.
+	Netns *Netns
 
 	etcdPort, etcdPeerPort int
 	ports                  portSet
 	etcd, apiserver, kcm   *process
+}
+
+// ControlPlaneIP is the managed API server's address in the test network
+// namespace; nodes get the ones after NodeIPBase.
+const ControlPlaneIP = "192.0.2.1"
+
+// command returns the command line that runs binary with args where the
+// control plane runs.
+func (m *ManagedControlPlane) command(binary string, args []string) (string, []string) {
+	if m.Netns == nil {
+		return binary, args
+	}
+	return m.Netns.Wrap(binary, args...)
+}
+
+// dial opens a connection to address where the control plane runs.
+func (m *ManagedControlPlane) dial(ctx context.Context, address string) (net.Conn, error) {
+	if m.Netns == nil {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", address)
+	}
+	return m.Netns.DialContext(ctx, "tcp", address)
 }
 
 // Endpoint is the API server's URL, for spec.controlPlane.endpoint.
@@ -126,8 +153,23 @@ func writeFileAtomic(path string, data []byte) error {
 
 // ReservePorts picks the API server's port (when APIServerPort is 0) and
 // etcd's, and holds them until Stop: no other program can take them before
-// the processes start or while they restart. Start calls it.
+// the processes start or while they restart. Start calls it. With a Netns,
+// only the API server's port is taken in the test's namespace, by the
+// listener that forwards it into the namespace, where it and etcd's are free.
 func (m *ManagedControlPlane) ReservePorts() error {
+	if m.Netns != nil {
+		if m.etcdPort != 0 {
+			return nil
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(m.APIServerPort)))
+		if err != nil {
+			return err
+		}
+		m.APIServerPort = ln.Addr().(*net.TCPAddr).Port
+		m.Netns.Forward(ln, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.APIServerPort)))
+		m.etcdPort, m.etcdPeerPort = 2379, 2380
+		return nil
+	}
 	for _, port := range []*int{&m.APIServerPort, &m.etcdPort, &m.etcdPeerPort} {
 		var err error
 		if *port, err = m.ports.hold(*port); err != nil {
@@ -161,11 +203,12 @@ func (m *ManagedControlPlane) Start(ctx context.Context) error {
 func (m *ManagedControlPlane) StartControllerManager() error {
 	f := func(name string) string { return filepath.Join(m.Dir, name) }
 	const name = "kube-controller-manager"
-	var err error
-	m.kcm, err = startProcess(name, filepath.Join(m.BinDir, name), f(name+".log"),
-		"--kubeconfig="+f("kcm.kubeconfig"), "--root-ca-file="+f("kcm-root-ca.crt"),
+	binary, args := m.command(filepath.Join(m.BinDir, name), []string{
+		"--kubeconfig=" + f("kcm.kubeconfig"), "--root-ca-file=" + f("kcm-root-ca.crt"),
 		"--controllers=root-ca-certificate-publisher-controller",
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false")
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false"})
+	var err error
+	m.kcm, err = startProcess(name, binary, f(name+".log"), args...)
 	return err
 }
 
@@ -177,7 +220,7 @@ func (m *ManagedControlPlane) StartEtcd(ctx context.Context) error {
 	client := "https://" + address
 	peer := "https://127.0.0.1:" + strconv.Itoa(m.etcdPeerPort)
 	var err error
-	m.etcd, err = m.start(ctx, "etcd", listens(address), nil,
+	m.etcd, err = m.start(ctx, "etcd", m.listens(address), nil,
 		"--name=m0", "--data-dir="+f("etcd-data"), "--socket-reuse-port",
 		"--listen-client-urls="+client, "--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=m0="+peer,
@@ -194,14 +237,19 @@ func (m *ManagedControlPlane) StartEtcd(ctx context.Context) error {
 // until it answers /readyz.
 func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 	f := func(name string) string { return filepath.Join(m.Dir, name) }
+	bind, advertise := "127.0.0.1", "127.0.0.1"
+	if m.Netns != nil {
+		bind, advertise = "0.0.0.0", ControlPlaneIP
+	}
 	args := []string{
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(m.APIServerPort),
+		"--bind-address=" + bind, "--advertise-address=" + advertise, "--secure-port=" + strconv.Itoa(m.APIServerPort),
 		"--permit-port-sharing", // binds the port ReservePorts holds
 		"--etcd-servers=https://127.0.0.1:" + strconv.Itoa(m.etcdPort),
 		"--etcd-cafile=" + f("etcd-ca.crt"), "--etcd-certfile=" + f("apiserver-etcd-client.crt"), "--etcd-keyfile=" + f("apiserver-etcd-client.key"),
 		"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
 		"--client-ca-file=" + f("client-ca.crt"),
 		"--kubelet-client-certificate=" + f("apiserver-kubelet-client.crt"), "--kubelet-client-key=" + f("apiserver-kubelet-client.key"),
+		"--kubelet-certificate-authority=" + f("kubelet-ca.crt"), "--kubelet-preferred-address-types=InternalIP",
 		"--requestheader-client-ca-file=" + f("front-proxy-ca.crt"), "--requestheader-allowed-names=" + credentials.CertFrontProxyClient,
 		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + f("front-proxy-client.crt"), "--proxy-client-key-file=" + f("front-proxy-client.key"),
@@ -239,17 +287,19 @@ func (m *ManagedControlPlane) RestartAPIServer(ctx context.Context) error {
 // ReservePorts holds and waits, for a minute at most, until it is ready or
 // it or one of needs exits.
 func (m *ManagedControlPlane) start(ctx context.Context, name string, ready wait.ConditionWithContextFunc, needs []*process, args ...string) (*process, error) {
+	binary, args := m.command(filepath.Join(m.BinDir, name), args)
 	return startChild(ctx, child{
-		name: name, binary: filepath.Join(m.BinDir, name), logPath: filepath.Join(m.Dir, name+".log"),
+		name: name, binary: binary, logPath: filepath.Join(m.Dir, name+".log"),
 		args: fixedArgs(args...), ready: ready, timeout: time.Minute, watch: needs,
 	})
 }
 
 // listens returns a condition that holds once something accepts TCP
-// connections on address, which only the child can do on a held port.
-func listens(address string) wait.ConditionWithContextFunc {
+// connections on address where the control plane runs, which only the child
+// can do on a held port.
+func (m *ManagedControlPlane) listens(address string) wait.ConditionWithContextFunc {
 	return func(ctx context.Context) (bool, error) {
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", address)
+		conn, err := m.dial(ctx, address)
 		if err != nil {
 			return false, nil
 		}

@@ -39,8 +39,14 @@ type Options struct {
 	WorkDir string
 	// Namespace and Name of the Cluster; Pool is its one InPlace worker pool.
 	Namespace, Name, Pool string
-	// Nodes is how many node agents bootstrap against the managed cluster.
+	// Nodes is how many nodes join the managed cluster: real kubelets in a
+	// network namespace of the environment's, or, with StandInNodes, node
+	// agents that register a Node themselves.
 	Nodes int
+	// StandInNodes runs each node as a node agent in its stand-in mode
+	// (--register-node: it bootstraps, registers a Node and renews its Lease
+	// itself) on loopback, with no kubelet and no network namespace.
+	StandInNodes bool
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 	// Install, when set, installs Carousel into the management cluster, as
@@ -67,7 +73,9 @@ type OperatorRun struct {
 // management API server with Carousel's CRD and webhook, the Carousel
 // controller manager running as its binary, a managed cluster whose etcd,
 // kube-apiserver and kube-controller-manager run on the certificates Carousel
-// issued, and node agents that bootstrapped against it.
+// issued, and its nodes: real kubelets that bootstrapped through Carousel,
+// all of it in a network namespace of its own (see Netns), or stand-in node
+// agents on loopback (Options.StandInNodes).
 type Environment struct {
 	Options
 	Management *envtest.Environment
@@ -77,7 +85,12 @@ type Environment struct {
 	Cluster              *v1alpha1.Cluster
 	ControlPlane         *ManagedControlPlane
 	Platform             *Platform
-	Agents               []*Agent
+	// Netns holds the managed cluster and its kubelets (nil with StandInNodes).
+	Netns *Netns
+	// Kubelets are the nodes (empty with StandInNodes).
+	Kubelets []*KubeletNode
+	// Agents are the node agents: one per kubelet, or the stand-in nodes.
+	Agents []*Agent
 
 	operator     *process
 	operatorRun  OperatorRun
@@ -150,11 +163,27 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	if err := e.StartOperator(ctx); err != nil {
 		return e, err
 	}
+	if !opts.StandInNodes {
+		addresses := []string{ControlPlaneIP}
+		for i := range opts.Nodes {
+			addresses = append(addresses, NodeIP(i+1))
+		}
+		e.logf("creating the managed cluster's network namespace (%s)", strings.Join(addresses, ", "))
+		if e.Netns, err = NewNetns(ctx, opts.WorkDir, addresses...); err != nil {
+			return e, err
+		}
+	}
 	if err := e.startManagedCluster(ctx); err != nil {
 		return e, err
 	}
 	for i := range opts.Nodes {
-		if err := e.startAgent(ctx, fmt.Sprintf("%s-node-%d", opts.Name, i+1)); err != nil {
+		name := fmt.Sprintf("%s-node-%d", opts.Name, i+1)
+		if opts.StandInNodes {
+			err = e.startAgent(ctx, name)
+		} else {
+			err = e.startKubeletNode(ctx, name, NodeIP(i+1))
+		}
+		if err != nil {
 			return e, err
 		}
 	}
@@ -320,7 +349,7 @@ func (e *Environment) KillOperator() {
 }
 
 func (e *Environment) startManagedCluster(ctx context.Context) error {
-	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), ControllerManager: true}
+	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), ControllerManager: true, Netns: e.Netns}
 	if err := e.ControlPlane.ReservePorts(); err != nil {
 		return err
 	}
@@ -335,6 +364,13 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: e.ControlPlane.Endpoint()},
 			Workers:           []v1alpha1.WorkerPool{{Name: e.Pool, RolloutStrategy: v1alpha1.RolloutInPlace}},
 		},
+	}
+	if !e.StandInNodes {
+		// Kubelets ask for serving certificates; Carousel approves them under
+		// the stricter address policy.
+		e.Cluster.Spec.KubeletBootstrap.CSRApproval = v1alpha1.CSRApprovalPolicy{
+			Client: v1alpha1.ApprovalAuto, Serving: v1alpha1.ApprovalAuto, ServingAddresses: v1alpha1.ServingAddressesFirstSeen,
+		}
 	}
 	e.logf("creating Cluster %s/%s", e.Namespace, e.Name)
 	if err := e.Client.Create(ctx, e.Cluster); err != nil {
@@ -385,8 +421,40 @@ func (e *Environment) startAgent(ctx context.Context, name string) error {
 	// Nothing scrapes the agents' metrics: they bind a port of their choosing.
 	a.process, err = startProcess("carousel-node-agent "+name, filepath.Join(e.CarouselBinDir, "carousel-node-agent"), a.LogPath(),
 		"--node-name="+name, "--cert-dir="+filepath.Join(dir, "pki"), "--kubeconfig="+filepath.Join(dir, "kubeconfig"),
-		"--bootstrap-kubeconfig="+bootstrap, "--register-node", "--pool="+e.Pool, "--heartbeat-interval=2s",
+		"--bootstrap-kubeconfig="+bootstrap, "--register-node", "--pool="+e.Pool, "--node-ip=127.0.0.1", "--heartbeat-interval=2s",
 		"--metrics-bind-address=127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	e.Agents = append(e.Agents, a)
+	return nil
+}
+
+// startKubeletNode provisions a node as a machine's provisioning would
+// (Carousel's current bootstrap kubeconfig, the kubelet CA bundle) and starts
+// its kubelet.
+func (e *Environment) startKubeletNode(ctx context.Context, name, ip string) error {
+	s := &corev1.Secret{}
+	if err := await(ctx, "the bootstrap kubeconfig", 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: credentials.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
+	}, e.operator); err != nil {
+		return err
+	}
+	kubeletCA := &corev1.ConfigMap{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: credentials.BundleConfigMapName(e.Name, v1alpha1.CARoleKubelet)}, kubeletCA); err != nil {
+		return err
+	}
+	n := &KubeletNode{Name: name, IP: ip, Pool: e.Pool, Dir: filepath.Join(e.WorkDir, name), BinDir: e.KubeBinDir, Netns: e.Netns}
+	if err := n.Provision(s.Data[v1alpha1.DataKeyKubeconfig], []byte(kubeletCA.Data[v1alpha1.DataKeyCABundle])); err != nil {
+		return err
+	}
+	e.logf("starting kubelet %s on %s, and the node agent beside it", name, ip)
+	if err := n.Start(ctx); err != nil {
+		n.Stop()
+		return err
+	}
+	e.Kubelets = append(e.Kubelets, n)
+	a, err := n.StartAgent(e.CarouselBinDir)
 	if err != nil {
 		return err
 	}
@@ -404,22 +472,46 @@ func (e *Environment) ManagedAdmin(ctx context.Context) (kubernetes.Interface, e
 	return kubernetes.NewForConfig(cfg)
 }
 
-// waitForNodes waits until every node agent registered its Node, and fails
-// at once if an agent or the operator exits.
+// waitForNodes waits until every node registered its Node and reports it
+// Ready, and every kubelet serves with its certificate, and fails at once if
+// an agent or the operator exits.
 func (e *Environment) waitForNodes(ctx context.Context) error {
-	e.logf("waiting for %d nodes to register", e.Nodes)
+	e.logf("waiting for %d nodes to register and be Ready", e.Nodes)
 	procs := []*process{e.operator}
 	for _, a := range e.Agents {
 		procs = append(procs, a.process)
 	}
-	return await(ctx, fmt.Sprintf("%d nodes to register", e.Nodes), 500*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
+	return await(ctx, fmt.Sprintf("%d nodes to be Ready", e.Nodes), 500*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		cs, err := e.ManagedAdmin(ctx)
 		if err != nil {
 			return false, nil
 		}
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		return err == nil && len(nodes.Items) == e.Nodes, nil
+		if err != nil || len(nodes.Items) != e.Nodes {
+			return false, nil
+		}
+		for _, n := range nodes.Items {
+			if !nodeReady(&n) {
+				return false, nil
+			}
+		}
+		for _, k := range e.Kubelets {
+			if serving, err := k.Serving(ctx); !serving {
+				return false, err
+			}
+		}
+		return true, nil
 	}, procs...)
+}
+
+// nodeReady reports whether a Node's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Stop stops every process and the management API server.
@@ -430,9 +522,15 @@ func (e *Environment) Stop() {
 	for _, a := range e.Agents {
 		stop(a.process)
 	}
+	for _, k := range e.Kubelets {
+		k.Stop()
+	}
 	stop(e.operator)
 	if e.ControlPlane != nil {
 		e.ControlPlane.Stop()
+	}
+	if e.Netns != nil {
+		e.Netns.Close()
 	}
 	if e.Management != nil {
 		_ = e.Management.Stop()

@@ -1,0 +1,265 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/kit"
+)
+
+// kubelets are the real kubelets of the local environment; none against an
+// existing management cluster, whose nodes are not ours to read.
+func kubelets() []*framework.KubeletNode {
+	if env == nil {
+		return nil
+	}
+	return env.Kubelets
+}
+
+// kubeletFileCertificate parses the first certificate of a kubelet's file,
+// which holds the key too.
+func kubeletFileCertificate(n *framework.KubeletNode, path string) *x509.Certificate {
+	GinkgoHelper()
+	data, err := n.ReadFile(path)
+	Expect(err).NotTo(HaveOccurred())
+	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type == "CERTIFICATE" {
+			cert, err := x509.ParseCertificate(block.Bytes)
+			Expect(err).NotTo(HaveOccurred(), "%s of %s", path, n.Name)
+			return cert
+		}
+	}
+	Fail(fmt.Sprintf("%s of %s holds no certificate", path, n.Name))
+	return nil
+}
+
+// kubeconfigBundle returns the trust bundle of a kubelet's kubeconfig file.
+func kubeconfigBundle(n *framework.KubeletNode, path string) pki.Bundle {
+	GinkgoHelper()
+	data, err := n.ReadFile(path)
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := clientcmd.Load(data)
+	Expect(err).NotTo(HaveOccurred(), "%s of %s", path, n.Name)
+	Expect(cfg.Clusters).To(HaveLen(1), "%s of %s has one cluster", path, n.Name)
+	for _, c := range cfg.Clusters {
+		b, err := pki.ParseBundle(c.CertificateAuthorityData)
+		Expect(err).NotTo(HaveOccurred(), "certificate-authority-data of %s of %s", path, n.Name)
+		return b
+	}
+	return nil
+}
+
+// servedCertificate is the certificate a kubelet serves on its HTTPS port.
+func servedCertificate(ctx context.Context, n *framework.KubeletNode) *x509.Certificate {
+	GinkgoHelper()
+	raw, err := env.Netns.DialContext(ctx, "tcp", n.Address())
+	Expect(err).NotTo(HaveOccurred())
+	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the chain is verified below, against the CA the test expects
+	defer func() { _ = conn.Close() }()
+	Expect(conn.HandshakeContext(ctx)).To(Succeed(), "TLS handshake with kubelet %s", n.Name)
+	return conn.ConnectionState().PeerCertificates[0]
+}
+
+// expectKubelets checks every real kubelet: its client certificate chains to
+// clientCA, the certificate it serves (and keeps in its cert dir) to
+// kubeletCA, its kubeconfig and bootstrap kubeconfig trust exactly
+// clusterBundle, and its clientCAFile holds exactly kubeletBundle.
+func expectKubelets(ctx context.Context, clientCA, kubeletCA *x509.Certificate, clusterBundle, kubeletBundle pki.Bundle) {
+	GinkgoHelper()
+	now := time.Now()
+	for _, n := range kubelets() {
+		client := kubeletFileCertificate(n, framework.KubeletClientCertificate)
+		Expect(pki.Verify(client, pki.NewBundle(clientCA), x509.ExtKeyUsageClientAuth, now)).To(Succeed(),
+			"kubelet %s's client certificate chains to client CA %s", n.Name, clientCA.Subject.CommonName)
+		served := servedCertificate(ctx, n)
+		Expect(served.Equal(kubeletFileCertificate(n, framework.KubeletServingCertificate))).To(BeTrue(), "kubelet %s serves its current serving certificate", n.Name)
+		Expect(pki.Verify(served, pki.NewBundle(kubeletCA), x509.ExtKeyUsageServerAuth, now)).To(Succeed(),
+			"kubelet %s's serving certificate chains to kubelet CA %s", n.Name, kubeletCA.Subject.CommonName)
+		Expect(served.VerifyHostname(n.IP)).To(Succeed(), "kubelet %s's serving certificate names its IP", n.Name)
+		for _, kubeconfig := range []string{framework.KubeletKubeconfig, framework.KubeletBootstrapConfig} {
+			Expect(kit.Fingerprints(kubeconfigBundle(n, kubeconfig))).To(Equal(kit.Fingerprints(clusterBundle)),
+				"kubelet %s's %s trusts exactly the cluster bundle", n.Name, kubeconfig)
+		}
+		data, err := n.ReadFile(framework.KubeletClientCAFile)
+		Expect(err).NotTo(HaveOccurred())
+		got, err := pki.ParseBundle(data)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kit.Fingerprints(got)).To(Equal(kit.Fingerprints(kubeletBundle)), "kubelet %s's clientCAFile holds exactly the kubelet bundle", n.Name)
+	}
+}
+
+// kubeletClientPair reads the API server's kubelet client certificate and key
+// Carousel publishes now.
+func kubeletClientPair(ctx context.Context) tls.Certificate {
+	GinkgoHelper()
+	s := &corev1.Secret{}
+	Expect(tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.CertificateSecretName(tgt.Name, credentials.CertKubeAPIServerKubelet)}, s)).To(Succeed())
+	pair, err := tls.X509KeyPair(s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey])
+	Expect(err).NotTo(HaveOccurred())
+	return pair
+}
+
+// kubeletStatus is the HTTP status a kubelet answers GET /healthz with, to a
+// client presenting pair and trusting kubeletCA for the kubelet.
+func kubeletStatus(ctx context.Context, n *framework.KubeletNode, pair tls.Certificate, kubeletCA *x509.Certificate) int {
+	GinkgoHelper()
+	roots := x509.NewCertPool()
+	roots.AddCert(kubeletCA)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext:     env.Netns.DialContext,
+		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+n.Address()+"/healthz", nil)
+	Expect(err).NotTo(HaveOccurred())
+	resp, err := c.Do(req)
+	Expect(err).NotTo(HaveOccurred(), "kubelet %s", n.Name)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// failure is a failed probe: when, of which node (if any), and why.
+type failure struct {
+	at   time.Time
+	node string
+	err  error
+}
+
+// nodeProbe follows the protocol like protocolClient and, every interval,
+// asks the API server for every node's kubelet healthz through the node
+// proxy (API server -> kubelet on the kubelet CA, both ways) and reads every
+// node's Lease (the kubelets' own heartbeats).
+type nodeProbe struct {
+	mu sync.Mutex
+	// proxied counts API server -> kubelet calls, heartbeats Lease samples.
+	proxied, heartbeats           int
+	proxyFailures, staleHeartbeat []failure
+}
+
+// heartbeatDeadline is how old a Lease may be before the sample counts as a
+// missed heartbeat: two renewals of the kubelets' (framework.NodeLeaseDuration/4).
+var heartbeatDeadline = 2*framework.NodeLeaseDuration/4 + grace
+
+// leaseRetryBackoff is the longest a kubelet waits between attempts to renew
+// its Lease after renewals failed (k8s.io/component-helpers
+// apimachinery/lease, maxBackoff): after an API-server restart its Lease may
+// stay unrenewed that much longer.
+const leaseRetryBackoff = 7 * time.Second
+
+func (p *nodeProbe) run(ctx context.Context, nodes []string) {
+	current := clientFor(adminKubeconfig(ctx))
+	seen := cluster(ctx).CARotationPhase()
+	for ctx.Err() == nil {
+		if phase := cluster(ctx).CARotationPhase(); phase != seen {
+			if phase == v1alpha1.RotationPrepared || phase == v1alpha1.RotationCompleted {
+				current = clientFor(adminKubeconfig(ctx))
+			}
+			seen = phase
+		}
+		for _, n := range nodes {
+			body, err := current.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n, "proxy", "healthz").DoRaw(ctx)
+			if err != nil && len(body) > 0 {
+				err = fmt.Errorf("%w: %.300s", err, body)
+			}
+			if err != nil && !apiServerReady(ctx, current) {
+				// The API server did not take the call: protocolClient
+				// counts its outages, under the planned-restart rule.
+				continue
+			}
+			p.record(ctx, &p.proxied, &p.proxyFailures, n, err)
+		}
+		p.sampleLeases(ctx, current, nodes)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// apiServerReady reports whether the API server answers /readyz with ok. A
+// node-proxy call that failed while it does counts as a failed API server ->
+// kubelet call; asked after the failure, it errs on the side of counting.
+func apiServerReady(ctx context.Context, cs kubernetes.Interface) bool {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return err == nil && string(body) == "ok"
+}
+
+func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, nodes []string) {
+	leases, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		// The API server did not answer: protocolClient counts that.
+		return
+	}
+	renewed := map[string]time.Time{}
+	for _, l := range leases.Items {
+		if l.Spec.RenewTime != nil {
+			renewed[l.Name] = l.Spec.RenewTime.Time
+		}
+	}
+	now := time.Now()
+	for _, n := range nodes {
+		var err error
+		if age := now.Sub(renewed[n]); age > heartbeatDeadline {
+			err = fmt.Errorf("lease of %s last renewed %s ago", n, age.Round(time.Millisecond))
+		}
+		p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, err)
+	}
+}
+
+func (p *nodeProbe) record(ctx context.Context, count *int, failures *[]failure, node string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	*count++
+	if err != nil && ctx.Err() == nil {
+		*failures = append(*failures, failure{at: time.Now(), node: node, err: err})
+	}
+}
+
+// duringKubeletRestart reports whether f happened while its node's kubelet
+// was restarting (widened by grace).
+func duringKubeletRestart(f failure) bool {
+	for _, n := range kubelets() {
+		if n.Name != f.node {
+			continue
+		}
+		for _, w := range n.Restarts() {
+			if w.Contains(f.at, grace) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// kubeletRestarts sums, over all nodes, the kubelet restarts between from
+// and to, and counts them.
+func kubeletRestarts(from, to time.Time) (time.Duration, int) {
+	var total time.Duration
+	count := 0
+	for _, n := range kubelets() {
+		for _, w := range n.Restarts() {
+			if !w.Start.Before(from) && !w.End.After(to) {
+				total += w.End.Sub(w.Start)
+				count++
+			}
+		}
+	}
+	return total, count
+}

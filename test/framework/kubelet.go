@@ -1,0 +1,383 @@
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// NodeIP returns the address of the i-th node (from 1) in the test network
+// namespace: 192.0.2.11, 192.0.2.12, ...
+func NodeIP(i int) string { return "192.0.2." + strconv.Itoa(10+i) }
+
+// Paths on a node, as the kubelet and the node agent see them inside the
+// node's mount namespace. /var/lib/kubelet is the node's directory Kubelet
+// on the host; /var/lib is otherwise an empty tmpfs.
+const (
+	nodeKubeletDir          = "/var/lib/kubelet"
+	nodeKubeletConfig       = nodeKubeletDir + "/config.yaml"
+	nodeKubeconfig          = nodeKubeletDir + "/kubeconfig"
+	nodeBootstrapKubeconfig = nodeKubeletDir + "/bootstrap-kubeconfig"
+	nodeClientCAFile        = nodeKubeletDir + "/ca.crt"
+	nodeCertDir             = nodeKubeletDir + "/pki"
+	nodeCRISocket           = "/var/lib/fake-cri/cri.sock"
+	// KubeletPort and KubeletHealthzPort are bound on the node's own IP.
+	KubeletPort        = 10250
+	KubeletHealthzPort = 10248
+	// NodeLeaseDuration is the kubelets' nodeLeaseDurationSeconds; they
+	// renew their Lease every quarter of it.
+	NodeLeaseDuration = 8 * time.Second
+)
+
+// The sysctls the kubelet sets at start (vm.overcommit_memory, kernel.panic,
+// kernel.panic_on_oops). On a node each is a regular file of the node's,
+// seeded with the host's value and bind-mounted over /proc/sys, so the
+// kubelet's writes never reach the host.
+var kubeletSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
+
+// KubeletNode is a node of the managed cluster: a real kubelet on fake-cri
+// (an in-memory CRI runtime), in the test network namespace with an address
+// of its own, sandboxed so that it changes nothing on the host. A holder
+// process owns the node's mount namespace, made private, in which /var/lib is
+// a tmpfs, /var/lib/kubelet and /var/log are the node's directories, and the
+// kubelet's sysctls are the node's files; the kubelet, fake-cri and the node
+// agent join it with nsenter. Every one of them dies with the test process,
+// and the mount namespace, with all of that, goes away with the last of them.
+//
+// The kubelet runs as under systemd with Restart=always: when it exits, for
+// a restart the node agent asked for (by signalling the PID in PIDFile) or
+// a crash, it is started again, and the restart is recorded.
+type KubeletNode struct {
+	Name, IP string
+	// Pool is the node's worker pool, a label the kubelet registers the Node with.
+	Pool string
+	// Dir is the node's directory on the host: kubelet/ (its
+	// /var/lib/kubelet), log/ (its /var/log), sysctl/, and the logs of its
+	// processes.
+	Dir string
+	// BinDir holds kubelet and fake-cri (bin/k8s).
+	BinDir string
+	Netns  *Netns
+
+	sandbox, cri *process
+
+	mu       sync.Mutex
+	kubelet  *process
+	stopping bool
+	restarts []Window
+	// supervised is closed when the supervisor stops.
+	supervised chan struct{}
+}
+
+// KubeletDir is the node's /var/lib/kubelet on the host.
+func (n *KubeletNode) KubeletDir() string { return filepath.Join(n.Dir, "kubelet") }
+
+// PIDFile holds the PID of the running kubelet.
+func (n *KubeletNode) PIDFile() string { return filepath.Join(n.Dir, "kubelet.pid") }
+
+// KubeletLogPath is where the kubelet logs, across restarts.
+func (n *KubeletNode) KubeletLogPath() string { return filepath.Join(n.Dir, "kubelet.log") }
+
+// Address is the kubelet's HTTPS address.
+func (n *KubeletNode) Address() string { return net.JoinHostPort(n.IP, strconv.Itoa(KubeletPort)) }
+
+// HostPath returns where a path of the node's /var/lib/kubelet is on the host.
+func (n *KubeletNode) HostPath(nodePath string) string {
+	rel, err := filepath.Rel(nodeKubeletDir, nodePath)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		panic(fmt.Sprintf("%s is not under %s", nodePath, nodeKubeletDir))
+	}
+	return filepath.Join(n.KubeletDir(), rel)
+}
+
+// ReadFile reads a file of the node as the kubelet sees it (a path under
+// /var/lib/kubelet), following symbolic links, which point at node paths.
+func (n *KubeletNode) ReadFile(nodePath string) ([]byte, error) {
+	for range 8 {
+		target, err := os.Readlink(n.HostPath(nodePath))
+		if err != nil {
+			return os.ReadFile(n.HostPath(nodePath))
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(nodePath), target)
+		}
+		nodePath = target
+	}
+	return nil, fmt.Errorf("%s: too many levels of symbolic links", nodePath)
+}
+
+// Kubelet file paths on the node, for ReadFile.
+const (
+	KubeletClientCertificate  = nodeCertDir + "/kubelet-client-current.pem"
+	KubeletServingCertificate = nodeCertDir + "/kubelet-server-current.pem"
+	KubeletKubeconfig         = nodeKubeconfig
+	KubeletBootstrapConfig    = nodeBootstrapKubeconfig
+	KubeletClientCAFile       = nodeClientCAFile
+)
+
+// PIDs are the process IDs of the node's sandbox, fake-cri and kubelet.
+func (n *KubeletNode) PIDs() []int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return []int{n.sandbox.cmd.Process.Pid, n.cri.cmd.Process.Pid, n.kubelet.cmd.Process.Pid}
+}
+
+// Restarts returns the windows in which the kubelet was down for a restart.
+func (n *KubeletNode) Restarts() []Window {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]Window(nil), n.restarts...)
+}
+
+// Provision writes what a machine's provisioning delivers before the kubelet
+// first starts: the bootstrap kubeconfig, the kubelet CA bundle (its
+// clientCAFile) and the KubeletConfiguration.
+func (n *KubeletNode) Provision(bootstrapKubeconfig, kubeletCABundle []byte) error {
+	for _, d := range []string{filepath.Join(n.KubeletDir(), "pki"), filepath.Join(n.Dir, "log"), filepath.Join(n.Dir, "sysctl")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	for path, data := range map[string][]byte{
+		nodeBootstrapKubeconfig: bootstrapKubeconfig,
+		nodeClientCAFile:        kubeletCABundle,
+		nodeKubeletConfig:       []byte(n.kubeletConfig()),
+	} {
+		if err := writeFileAtomic(n.HostPath(path), data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kubeletConfig is the node's KubeletConfiguration: certificates bootstrapped
+// and rotated through the API server, the client CA file, and what lets a
+// kubelet run here without a container runtime, cgroup v2 or a say over the
+// host's kernel settings.
+func (n *KubeletNode) kubeletConfig() string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %[1]s
+port: %[2]d
+readOnlyPort: 0
+healthzBindAddress: %[1]s
+healthzPort: %[3]d
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: %[4]s
+authorization:
+  mode: Webhook
+rotateCertificates: true
+serverTLSBootstrap: true
+containerRuntimeEndpoint: unix://%[5]s
+podLogsDir: /var/log/pods
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+evictionHard: {}
+failSwapOn: false
+makeIPTablesUtilChains: false
+protectKernelDefaults: false
+nodeStatusUpdateFrequency: 2s
+nodeStatusReportFrequency: 10s
+nodeLeaseDurationSeconds: %[6]d
+`, n.IP, KubeletPort, KubeletHealthzPort, nodeClientCAFile, nodeCRISocket, int(NodeLeaseDuration/time.Second))
+}
+
+// sandboxScript sets up the node's mount namespace, then holds it.
+func (n *KubeletNode) sandboxScript() string {
+	var b strings.Builder
+	b.WriteString("set -eu\n")
+	b.WriteString("mount -t tmpfs -o mode=0755 carousel-node /var/lib\n")
+	b.WriteString("mkdir -p /var/lib/kubelet /var/lib/fake-cri\n")
+	fmt.Fprintf(&b, "mount --bind %q /var/lib/kubelet\n", n.KubeletDir())
+	fmt.Fprintf(&b, "mount --bind %q /var/log\n", filepath.Join(n.Dir, "log"))
+	for _, s := range kubeletSysctls {
+		file := filepath.Join(n.Dir, "sysctl", strings.ReplaceAll(s, "/", "."))
+		fmt.Fprintf(&b, "cat /proc/sys/%s > %q\n", s, file)
+		fmt.Fprintf(&b, "mount --bind %q /proc/sys/%s\n", file, s)
+	}
+	fmt.Fprintf(&b, "touch %q\n", filepath.Join(n.Dir, "sandbox-ready"))
+	b.WriteString("exec sleep infinity\n")
+	return b.String()
+}
+
+// join returns the command line that runs binary with args in the node's
+// network and mount namespaces.
+func (n *KubeletNode) join(binary string, args ...string) (string, []string) {
+	mnt := "/proc/" + strconv.Itoa(n.sandbox.cmd.Process.Pid) + "/ns/mnt"
+	return "nsenter", append([]string{"--net=" + n.Netns.Path(), "--mount=" + mnt, "--", binary}, args...)
+}
+
+// Start sets up the sandbox, starts fake-cri and the kubelet, and supervises
+// the kubelet until Stop. It does not wait for the Node to register.
+func (n *KubeletNode) Start(ctx context.Context) error {
+	ready := filepath.Join(n.Dir, "sandbox-ready")
+	_ = os.Remove(ready)
+	binary, args := n.Netns.Wrap("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", n.sandboxScript())
+	var err error
+	if n.sandbox, err = startProcess("sandbox of "+n.Name, binary, filepath.Join(n.Dir, "sandbox.log"), args...); err != nil {
+		return err
+	}
+	if err := await(ctx, "the sandbox of "+n.Name, 20*time.Millisecond, 30*time.Second, func(context.Context) (bool, error) {
+		_, err := os.Stat(ready)
+		return err == nil, nil
+	}, n.sandbox); err != nil {
+		return err
+	}
+	binary, args = n.join(filepath.Join(n.BinDir, "fake-cri"), "--endpoint=unix://"+nodeCRISocket)
+	if n.cri, err = startProcess("fake-cri of "+n.Name, binary, filepath.Join(n.Dir, "fake-cri.log"), args...); err != nil {
+		return err
+	}
+	if err := await(ctx, "fake-cri of "+n.Name, 20*time.Millisecond, 30*time.Second, func(context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(n.sandbox.cmd.Process.Pid), "root", nodeCRISocket))
+		return err == nil, nil
+	}, n.cri, n.sandbox); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	err = n.startKubelet()
+	n.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	n.supervised = make(chan struct{})
+	go n.supervise()
+	return nil
+}
+
+// startKubelet starts the kubelet; the caller holds mu.
+func (n *KubeletNode) startKubelet() error {
+	binary, args := n.join(filepath.Join(n.BinDir, "kubelet"),
+		"--config="+nodeKubeletConfig, "--bootstrap-kubeconfig="+nodeBootstrapKubeconfig, "--kubeconfig="+nodeKubeconfig,
+		"--cert-dir="+nodeCertDir, "--root-dir="+nodeKubeletDir, "--hostname-override="+n.Name, "--node-ip="+n.IP,
+		"--node-labels="+v1alpha1.LabelPool+"="+n.Pool)
+	p, err := startProcess("kubelet "+n.Name, binary, n.KubeletLogPath(), args...)
+	if err != nil {
+		return err
+	}
+	n.kubelet = p
+	return writeFileAtomic(n.PIDFile(), []byte(strconv.Itoa(p.cmd.Process.Pid)))
+}
+
+// supervise starts the kubelet again each time it exits, until Stop, and
+// records each restart from the exit until the kubelet serves HTTPS again
+// (with a serving certificate, which it may first have to ask for).
+func (n *KubeletNode) supervise() {
+	defer close(n.supervised)
+	for {
+		n.mu.Lock()
+		p := n.kubelet
+		n.mu.Unlock()
+		<-p.done
+		down := time.Now()
+		n.mu.Lock()
+		if n.stopping {
+			n.mu.Unlock()
+			return
+		}
+		// Under the lock, so that Stop stops the kubelet started last.
+		err := n.startKubelet()
+		p = n.kubelet
+		n.mu.Unlock()
+		if err != nil {
+			return
+		}
+		_ = await(context.Background(), "the kubelet of "+n.Name+" to serve", 50*time.Millisecond, 2*time.Minute, n.Serving, p)
+		n.mu.Lock()
+		n.restarts = append(n.restarts, Window{Start: down, End: time.Now()})
+		n.mu.Unlock()
+	}
+}
+
+// Healthy reports whether the kubelet answers its healthz endpoint.
+func (n *KubeletNode) Healthy(ctx context.Context) (bool, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.Netns.DialContext, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(n.IP, strconv.Itoa(KubeletHealthzPort))+"/healthz", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, nil
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
+}
+
+// restartScript restarts the kubelet as `systemctl restart` would: it stops
+// the running kubelet, which the supervisor starts again, and returns once
+// the new one runs.
+func (n *KubeletNode) restartScript() string {
+	return fmt.Sprintf(`#!/bin/sh
+# Restarts the kubelet of node %[1]s: the framework's supervisor starts it again.
+set -eu
+pid=$(cat %[2]s)
+kill -TERM "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+while [ "$(cat %[2]s)" = "$pid" ]; do sleep 0.05; done
+`, n.Name, n.PIDFile())
+}
+
+// StartAgent starts the node agent beside the kubelet, in the node's
+// namespaces, in its kubelet mode: it reads the kubelet's configuration and
+// kubeconfig and restarts the kubelet with a script that does what
+// `systemctl restart kubelet` does on a machine.
+func (n *KubeletNode) StartAgent(carouselBinDir string) (*Agent, error) {
+	restart := filepath.Join(n.Dir, "restart-kubelet")
+	if err := os.WriteFile(restart, []byte(n.restartScript()), 0o700); err != nil { //nolint:gosec // a script, executable
+		return nil, err
+	}
+	a := &Agent{Name: n.Name, Dir: n.Dir}
+	binary, args := n.join(filepath.Join(carouselBinDir, "carousel-node-agent"),
+		"--node-name="+n.Name, "--kubelet-config="+nodeKubeletConfig, "--kubeconfig="+nodeKubeconfig,
+		"--bootstrap-kubeconfig="+nodeBootstrapKubeconfig, "--cert-dir="+nodeCertDir,
+		"--kubelet-restart-command="+restart, "--metrics-bind-address="+net.JoinHostPort(n.IP, strconv.Itoa(NodeAgentMetricsPort)))
+	var err error
+	a.process, err = startProcess("carousel-node-agent "+n.Name, binary, a.LogPath(), args...)
+	return a, err
+}
+
+// NodeAgentMetricsPort is where the node agents serve metrics, on their node's IP.
+const NodeAgentMetricsPort = 10271
+
+// Serving reports whether the kubelet completes a TLS handshake on its HTTPS
+// port, which it does only once it holds a serving certificate.
+func (n *KubeletNode) Serving(ctx context.Context) (bool, error) {
+	raw, err := n.Netns.DialContext(ctx, "tcp", n.Address())
+	if err != nil {
+		return false, nil
+	}
+	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only checks that it serves
+	defer func() { _ = conn.Close() }()
+	return conn.HandshakeContext(ctx) == nil, nil
+}
+
+// Stop stops the kubelet (not restarting it), fake-cri and the sandbox.
+func (n *KubeletNode) Stop() {
+	n.mu.Lock()
+	n.stopping = true
+	p := n.kubelet
+	n.mu.Unlock()
+	stop(p)
+	if n.supervised != nil {
+		<-n.supervised
+	}
+	stop(n.cri)
+	stop(n.sandbox)
+}

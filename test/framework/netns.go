@@ -1,0 +1,192 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Netns is a network namespace the framework creates for a managed cluster
+// whose kubelets need real addresses: the kubelet refuses a loopback node IP,
+// and the API server's node proxy refuses any address that is not global
+// unicast. The namespace holds only lo and one ifb device with addresses from
+// TEST-NET-1 (192.0.2.0/24) and has no route out: nothing sent to those
+// addresses ever leaves it.
+//
+// No /run/netns entry is made. A holder process (unshare --net sleep) keeps
+// the namespace alive; every process the framework starts in it, the holder
+// included, dies with the test process (Pdeathsig), and the kernel deletes the
+// namespace with its last process. A killed test therefore leaves nothing
+// behind.
+//
+// Processes join it with nsenter (not `ip netns exec`, which remounts /sys
+// and leaves the kubelet without cgroups); the test process reaches it
+// through DialContext, which opens each connection from an OS thread that
+// joined the namespace, and Forward, which serves a loopback port of the
+// host with it.
+type Netns struct {
+	holder *process
+	path   string // /proc/<holder>/ns/net
+
+	mu        sync.Mutex
+	listeners []net.Listener
+}
+
+// Device is the name of the namespace's ifb device.
+const netnsDevice = "carousel0"
+
+// NewNetns creates a namespace whose ifb device holds addresses (each in
+// TEST-NET-1, a /24 is added to the device). logDir receives the holder's log.
+func NewNetns(ctx context.Context, logDir string, addresses ...string) (*Netns, error) {
+	_, testNet, _ := net.ParseCIDR("192.0.2.0/24")
+	for _, a := range addresses {
+		if ip := net.ParseIP(a); ip == nil || !testNet.Contains(ip) {
+			return nil, fmt.Errorf("netns address %q is not in TEST-NET-1 (192.0.2.0/24)", a)
+		}
+	}
+	holder, err := startProcess("netns holder", "unshare", filepath.Join(logDir, "netns.log"), "--net", "--", "sleep", "infinity")
+	if err != nil {
+		return nil, err
+	}
+	n := &Netns{holder: holder, path: "/proc/" + strconv.Itoa(holder.cmd.Process.Pid) + "/ns/net"}
+	own, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := await(ctx, "the network namespace", 10*time.Millisecond, 10*time.Second, func(context.Context) (bool, error) {
+		ns, err := os.Readlink(n.path)
+		return err == nil && ns != own, nil
+	}, holder); err != nil {
+		n.Close()
+		return nil, err
+	}
+	steps := [][]string{{"link", "set", "lo", "up"}, {"link", "add", netnsDevice, "type", "ifb"}}
+	for _, a := range addresses {
+		steps = append(steps, []string{"addr", "add", a + "/24", "dev", netnsDevice})
+	}
+	steps = append(steps, []string{"link", "set", netnsDevice, "up"})
+	for _, step := range steps {
+		if out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.path, "--", "ip"}, step...)...).CombinedOutput(); err != nil { //nolint:gosec // fixed ip commands
+			n.Close()
+			return nil, fmt.Errorf("ip %s in the test network namespace: %w: %s", strings.Join(step, " "), err, out)
+		}
+	}
+	return n, nil
+}
+
+// Path is the namespace's file, for nsenter --net.
+func (n *Netns) Path() string { return n.path }
+
+// PID is the holder's process ID.
+func (n *Netns) PID() int { return n.holder.cmd.Process.Pid }
+
+// Wrap returns the command line that runs binary with args inside the
+// namespace.
+func (n *Netns) Wrap(binary string, args ...string) (string, []string) {
+	return "nsenter", append([]string{"--net=" + n.path, "--", binary}, args...)
+}
+
+// DialContext opens a connection from inside the namespace.
+func (n *Netns) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		conn, restored, err := n.dialInside(ctx, network, address)
+		// A thread that could not return to the test's namespace must not
+		// run anything else: a locked goroutine that ends takes it along.
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		done <- result{conn, err}
+	}()
+	r := <-done
+	return r.conn, r.err
+}
+
+// dialInside dials from the calling (locked) thread after it joined the
+// namespace, and returns whether the thread is back in its own namespace.
+func (n *Netns) dialInside(ctx context.Context, network, address string) (net.Conn, bool, error) {
+	own, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, true, err
+	}
+	defer func() { _ = own.Close() }()
+	target, err := os.Open(n.path)
+	if err != nil {
+		return nil, true, err
+	}
+	defer func() { _ = target.Close() }()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, true, fmt.Errorf("joining the test network namespace: %w", err)
+	}
+	conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, address)
+	restored := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil
+	return conn, restored, err
+}
+
+// Forward serves ln, a listener of the test's namespace, by copying each
+// connection to target inside the namespace, until Close. A connection target
+// refuses is closed.
+func (n *Netns) Forward(ln net.Listener, target string) {
+	n.mu.Lock()
+	n.listeners = append(n.listeners, ln)
+	n.mu.Unlock()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go n.pipe(conn, target)
+		}
+	}()
+}
+
+func (n *Netns) pipe(conn net.Conn, target string) {
+	defer func() { _ = conn.Close() }()
+	upstream, err := n.DialContext(context.Background(), "tcp", target)
+	if err != nil {
+		return
+	}
+	defer func() { _ = upstream.Close() }()
+	done := make(chan struct{}, 2)
+	copyHalf := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if tcp, ok := dst.(*net.TCPConn); ok {
+			_ = tcp.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go copyHalf(upstream, conn)
+	go copyHalf(conn, upstream)
+	<-done
+	<-done
+}
+
+// Close stops forwarding and stops the holder; the kernel deletes the
+// namespace once the processes started in it have exited too.
+func (n *Netns) Close() {
+	n.mu.Lock()
+	for _, ln := range n.listeners {
+		_ = ln.Close()
+	}
+	n.listeners = nil
+	n.mu.Unlock()
+	stop(n.holder)
+}
