@@ -142,7 +142,7 @@ type failure struct {
 	err  error
 }
 
-// nodeProbe follows the protocol like protocolClient and, every interval,
+// nodeProbe follows the protocol (see follower) and, every interval,
 // asks the API server for every node's kubelet healthz through the node
 // proxy (API server -> kubelet on the kubelet CA, both ways) and reads every
 // node's Lease (the kubelets' own heartbeats).
@@ -163,16 +163,9 @@ var heartbeatDeadline = 2*framework.NodeLeaseDuration/4 + grace
 // stay unrenewed that much longer.
 const leaseRetryBackoff = 7 * time.Second
 
-func (p *nodeProbe) run(ctx context.Context, nodes []string) {
-	current := clientFor(adminKubeconfig(ctx))
-	seen := cluster(ctx).CARotationPhase()
+func (p *nodeProbe) run(ctx context.Context, admin *follower, nodes []string) {
 	for ctx.Err() == nil {
-		if phase := cluster(ctx).CARotationPhase(); phase != seen {
-			if phase == v1alpha1.RotationPrepared || phase == v1alpha1.RotationCompleted {
-				current = clientFor(adminKubeconfig(ctx))
-			}
-			seen = phase
-		}
+		current := admin.current(ctx)
 		for _, n := range nodes {
 			body, err := current.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n, "proxy", "healthz").DoRaw(ctx)
 			if err != nil && len(body) > 0 {

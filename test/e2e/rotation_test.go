@@ -66,10 +66,54 @@ func adminKubeconfig(ctx context.Context) []byte {
 
 func clientFor(kubeconfig []byte) kubernetes.Interface {
 	GinkgoHelper()
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	cs, err := newClient(kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
+	return cs
+}
+
+func newClient(kubeconfig []byte) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Timeout = 5 * time.Second
-	return kubernetes.NewForConfigOrDie(cfg)
+	return kubernetes.NewForConfig(cfg)
+}
+
+// follower is the admin client of a prober that follows the documented
+// protocol: it uses the admin credential it was handed and picks up the new
+// one (new client certificate, new trust bundle) when the rotation says so,
+// at Prepared and at Completed. It runs in the probers' goroutines, so it
+// asserts nothing: what it cannot read now it reads at the next call.
+type follower struct {
+	client kubernetes.Interface
+	seen   v1alpha1.CARotationPhase
+}
+
+func newFollower(ctx context.Context) *follower {
+	GinkgoHelper()
+	return &follower{client: clientFor(adminKubeconfig(ctx)), seen: cluster(ctx).CARotationPhase()}
+}
+
+// current returns the client to use now.
+func (f *follower) current(ctx context.Context) kubernetes.Interface {
+	c := &v1alpha1.Cluster{}
+	if tgt.Client.Get(ctx, key(), c) != nil || c.CARotationPhase() == f.seen {
+		return f.client
+	}
+	if phase := c.CARotationPhase(); phase == v1alpha1.RotationPrepared || phase == v1alpha1.RotationCompleted {
+		s := &corev1.Secret{}
+		if tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.CertificateSecretName(tgt.Name, credentials.CertAdmin)}, s) != nil {
+			return f.client
+		}
+		cs, err := newClient(s.Data[v1alpha1.DataKeyKubeconfig])
+		if err != nil {
+			return f.client
+		}
+		f.client = cs
+	}
+	f.seen = c.CARotationPhase()
+	return f.client
 }
 
 func waitForPhase(ctx context.Context, phase v1alpha1.CARotationPhase) {
@@ -78,26 +122,16 @@ func waitForPhase(ctx context.Context, phase v1alpha1.CARotationPhase) {
 }
 
 // protocolClient is a client of the managed cluster that follows the
-// documented protocol: it uses the admin credential it was handed and picks
-// up the new one (new client certificate, new trust bundle) when the rotation
-// says so, at Prepared and at Completed. It counts the requests that failed.
+// documented protocol (see follower). It counts the requests that failed.
 type protocolClient struct {
 	mu       sync.Mutex
 	failures []failure
 	requests int
 }
 
-func (p *protocolClient) run(ctx context.Context) {
-	current := clientFor(adminKubeconfig(ctx))
-	seen := cluster(ctx).CARotationPhase()
+func (p *protocolClient) run(ctx context.Context, admin *follower) {
 	for ctx.Err() == nil {
-		if phase := cluster(ctx).CARotationPhase(); phase != seen {
-			if phase == v1alpha1.RotationPrepared || phase == v1alpha1.RotationCompleted {
-				current = clientFor(adminKubeconfig(ctx))
-			}
-			seen = phase
-		}
-		_, err := current.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		_, err := admin.current(ctx).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		p.mu.Lock()
 		p.requests++
 		if err != nil && ctx.Err() == nil {
@@ -186,7 +220,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		var probeCtx context.Context
 		probeCtx, stop = context.WithCancel(context.Background())
 		DeferCleanup(stop)
-		go probe.run(probeCtx)
+		go probe.run(probeCtx, newFollower(ctx))
 		go recorder.run(probeCtx)
 		list, err := clientFor(adminKubeconfig(ctx)).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
@@ -194,7 +228,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		for _, n := range list.Items {
 			names = append(names, n.Name)
 		}
-		go nodes.run(probeCtx, names)
+		go nodes.run(probeCtx, newFollower(ctx), names)
 	})
 
 	It("has every kubelet bootstrapped through Carousel on the current CAs, and kube-root-ca.crt carries the cluster CA", func(ctx SpecContext) {
