@@ -400,24 +400,31 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 	}, e.operator)
 }
 
+// bootstrapKubeconfig waits for the bootstrap kubeconfig Carousel publishes
+// for the Cluster and returns it.
+func (e *Environment) bootstrapKubeconfig(ctx context.Context) ([]byte, error) {
+	s := &corev1.Secret{}
+	err := await(ctx, "the bootstrap kubeconfig", 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: credentials.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
+	}, e.operator)
+	return s.Data[v1alpha1.DataKeyKubeconfig], err
+}
+
 func (e *Environment) startAgent(ctx context.Context, name string) error {
 	dir := filepath.Join(e.WorkDir, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	s := &corev1.Secret{}
-	if err := await(ctx, "the bootstrap kubeconfig", 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
-		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: credentials.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
-	}, e.operator); err != nil {
+	kubeconfig, err := e.bootstrapKubeconfig(ctx)
+	if err != nil {
 		return err
 	}
 	bootstrap := filepath.Join(dir, "bootstrap-kubeconfig")
-	if err := os.WriteFile(bootstrap, s.Data[v1alpha1.DataKeyKubeconfig], 0o600); err != nil {
+	if err := os.WriteFile(bootstrap, kubeconfig, 0o600); err != nil {
 		return err
 	}
 	a := &Agent{Name: name, Dir: dir}
 	e.logf("starting node agent %s", name)
-	var err error
 	// Nothing scrapes the agents' metrics: they bind a port of their choosing.
 	a.process, err = startProcess("carousel-node-agent "+name, filepath.Join(e.CarouselBinDir, "carousel-node-agent"), a.LogPath(),
 		"--node-name="+name, "--cert-dir="+filepath.Join(dir, "pki"), "--kubeconfig="+filepath.Join(dir, "kubeconfig"),
@@ -434,10 +441,8 @@ func (e *Environment) startAgent(ctx context.Context, name string) error {
 // (Carousel's current bootstrap kubeconfig, the kubelet CA bundle) and starts
 // its kubelet.
 func (e *Environment) startKubeletNode(ctx context.Context, name, ip string) error {
-	s := &corev1.Secret{}
-	if err := await(ctx, "the bootstrap kubeconfig", 200*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
-		return e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: credentials.BootstrapKubeconfigSecretName(e.Name)}, s) == nil, nil
-	}, e.operator); err != nil {
+	bootstrap, err := e.bootstrapKubeconfig(ctx)
+	if err != nil {
 		return err
 	}
 	kubeletCA := &corev1.ConfigMap{}
@@ -445,7 +450,7 @@ func (e *Environment) startKubeletNode(ctx context.Context, name, ip string) err
 		return err
 	}
 	n := &KubeletNode{Name: name, IP: ip, Pool: e.Pool, Dir: filepath.Join(e.WorkDir, name), BinDir: e.KubeBinDir, Netns: e.Netns}
-	if err := n.Provision(s.Data[v1alpha1.DataKeyKubeconfig], []byte(kubeletCA.Data[v1alpha1.DataKeyCABundle])); err != nil {
+	if err := n.Provision(bootstrap, []byte(kubeletCA.Data[v1alpha1.DataKeyCABundle])); err != nil {
 		return err
 	}
 	e.logf("starting kubelet %s on %s, and the node agent beside it", name, ip)
