@@ -1,17 +1,20 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -89,8 +92,12 @@ func expectKubelets(ctx context.Context, clientCA, kubeletCA *x509.Certificate, 
 		client := kubeletFileCertificate(n, framework.KubeletClientCertificate)
 		Expect(pki.Verify(client, pki.NewBundle(clientCA), x509.ExtKeyUsageClientAuth, now)).To(Succeed(),
 			"kubelet %s's client certificate chains to client CA %s", n.Name, clientCA.Subject.CommonName)
-		served := servedCertificate(ctx, n)
-		Expect(served.Equal(kubeletFileCertificate(n, framework.KubeletServingCertificate))).To(BeTrue(), "kubelet %s serves its current serving certificate", n.Name)
+		// Read twice over a rotation of the kubelet's own, which can fall in between.
+		var served *x509.Certificate
+		Eventually(func() bool {
+			served = servedCertificate(ctx, n)
+			return served.Equal(kubeletFileCertificate(n, framework.KubeletServingCertificate))
+		}).WithTimeout(10*time.Second).Should(BeTrue(), "kubelet %s serves its current serving certificate", n.Name)
 		Expect(pki.Verify(served, pki.NewBundle(kubeletCA), x509.ExtKeyUsageServerAuth, now)).To(Succeed(),
 			"kubelet %s's serving certificate chains to kubelet CA %s", n.Name, kubeletCA.Subject.CommonName)
 		Expect(served.VerifyHostname(n.IP)).To(Succeed(), "kubelet %s's serving certificate names its IP", n.Name)
@@ -255,4 +262,22 @@ func kubeletRestarts(from, to time.Time) (time.Duration, int) {
 		}
 	}
 	return total, count
+}
+
+// selfRenewed reports whether csrs hold a client certificate the kubelet of
+// node asked for itself with its own identity (the selfnodeclient path: a
+// CSR the kubelet names csr-*, requested by system:node:<node>, unlike the
+// agent's node-csr-* and bootstrap CSRs) and that ca signed.
+func selfRenewed(csrs []certificatesv1.CertificateSigningRequest, node string, ca *x509.Certificate) bool {
+	for _, c := range csrs {
+		if c.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName || c.Spec.Username != "system:node:"+node ||
+			!strings.HasPrefix(c.Name, "csr-") || len(c.Status.Certificate) == 0 {
+			continue
+		}
+		certs, err := pki.ParseCertificates(c.Status.Certificate)
+		if err == nil && bytes.Equal(certs[0].AuthorityKeyId, ca.SubjectKeyId) {
+			return true
+		}
+	}
+	return false
 }

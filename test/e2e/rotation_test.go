@@ -341,6 +341,22 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		recorder.mu.Unlock()
 	})
 
+	It("has every kubelet renew its own client certificate through selfnodeclient, from the new client CA", func(ctx SpecContext) {
+		if env == nil {
+			Skip("the kubelets of an existing management cluster are not ours to read")
+		}
+		clientCA := cas(ctx)[v1alpha1.CARoleClient].Current.Cert
+		Eventually(func(g Gomega) {
+			csrs, err := clientFor(adminKubeconfig(ctx)).CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, n := range kubelets() {
+				g.Expect(selfRenewed(csrs.Items, n.Name, clientCA)).To(BeTrue(),
+					"kubelet %s renewed its client certificate itself (a csr-* of system:node:%[1]s, signed by the new client CA)", n.Name)
+			}
+		}).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		expectKubelets(ctx, clientCA, cas(ctx)[v1alpha1.CARoleKubelet].Current.Cert, bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
+	})
+
 	It("served every request that followed the protocol outside planned API-server restarts, and every API server -> kubelet call", func() {
 		stop()
 		probe.mu.Lock()

@@ -22,6 +22,10 @@ import (
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
+// kubeletCertificateValidity caps the kubelet certificates Carousel signs in
+// the local environment, so that kubelets rotate their own during the suite.
+const kubeletCertificateValidity = 3 * time.Minute
+
 // target is the management cluster and Cluster the suite rotates.
 type target struct {
 	Client          client.Client
@@ -61,6 +65,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	env, err = framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
 		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 3,
+		// Kubelet certificates of 3 minutes (valid from 5 minutes back, so 8
+		// minutes long): each kubelet rotates its own at 70-90 % of that,
+		// within the journey, through the selfnodeclient path.
+		OperatorFlags: []string{"--csr-max-duration=" + kubeletCertificateValidity.String()},
 		Logf: func(format string, args ...any) {
 			GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)
 		},

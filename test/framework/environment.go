@@ -47,6 +47,9 @@ type Options struct {
 	// (--register-node: it bootstraps, registers a Node and renews its Lease
 	// itself) on loopback, with no kubelet and no network namespace.
 	StandInNodes bool
+	// OperatorFlags are added to the controller manager's flags (when
+	// Install is nil).
+	OperatorFlags []string
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 	// Install, when set, installs Carousel into the management cluster, as
@@ -251,6 +254,7 @@ func (e *Environment) StartOperator(ctx context.Context) error {
 			"--webhook-host=" + w.LocalServingHost, "--webhook-cert-dir=" + w.LocalServingCertDir,
 			"--managed-poll-interval=1s",
 		}
+		e.operatorRun.Args = append(e.operatorRun.Args, e.OperatorFlags...)
 	}
 	const name = "carousel-controller-manager"
 	var err error
