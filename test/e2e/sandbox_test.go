@@ -17,7 +17,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
@@ -36,55 +35,33 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// sandboxChild starts a network namespace and one sandboxed kubelet node
-// whose API server does not exist, writes the PIDs of every process it
-// started and the namespace's identity into dir, and waits to be killed.
+// sandboxChild starts the whole local environment with one real kubelet
+// (management etcd and API server, the controller manager, the managed
+// control plane and the node in their namespaces), writes "started" into dir
+// and waits to be killed.
 func sandboxChild(dir string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	netns, err := framework.NewNetns(ctx, dir, framework.NodeIP(1))
+	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		return err
 	}
-	n := &framework.KubeletNode{Name: "sandbox-node", IP: framework.NodeIP(1), Dir: filepath.Join(dir, "node"),
-		BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Netns: netns}
-	bootstrap := []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n" +
-		"users:\n- name: u\n  user:\n    token: abcdef.0123456789abcdef\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n")
-	key, err := pki.GenerateKey(pki.ECDSAP256)
+	env, err := framework.Start(ctx, framework.Options{
+		RepoRoot: root, KubeBinDir: os.Getenv("KUBEBUILDER_ASSETS"), CarouselBinDir: filepath.Join(root, "bin"),
+		WorkDir: filepath.Join(dir, "env"), Namespace: "sandbox", Name: "killed", Pool: "workers", Nodes: 1,
+	})
 	if err != nil {
+		env.Stop()
 		return err
 	}
-	ca, err := pki.NewCA(pki.CATemplate{CommonName: "sandbox-kubelet-ca", Validity: time.Hour}, key, time.Now())
-	if err != nil {
-		return err
-	}
-	if err := n.Provision(bootstrap, ca.CertPEM()); err != nil {
-		return err
-	}
-	if err := n.Start(ctx); err != nil {
-		return err
-	}
-	ns, err := os.Readlink(netns.Path())
-	if err != nil {
-		return err
-	}
-	pids := strings.Join(append([]string{ns, strconv.Itoa(netns.PID())}, pidStrings(n.PIDs())...), "\n")
-	if err := os.WriteFile(filepath.Join(dir, "started"), []byte(pids), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "started"), nil, 0o600); err != nil {
 		return err
 	}
 	<-ctx.Done()
 	return nil
 }
 
-func pidStrings(pids []int) []string {
-	out := make([]string, len(pids))
-	for i, p := range pids {
-		out[i] = strconv.Itoa(p)
-	}
-	return out
-}
-
-var _ = Describe("A node's sandbox", func() {
+var _ = Describe("The local environment", func() {
 	It("leaves nothing behind on the host when the test process is killed", func(ctx SpecContext) {
 		if env == nil {
 			Skip("runs only in the local environment")
@@ -103,31 +80,30 @@ var _ = Describe("A node's sandbox", func() {
 		go func() { _ = child.Wait(); close(exited) }()
 		DeferCleanup(func() { _ = child.Process.Kill(); <-exited })
 
-		var started []string
-		Eventually(func(g Gomega) {
-			data, err := os.ReadFile(filepath.Join(dir, "started"))
-			g.Expect(err).NotTo(HaveOccurred())
-			started = strings.Split(string(data), "\n")
-		}).WithTimeout(time.Minute).Should(Succeed(), func() string {
+		Eventually(func() error {
+			_, err := os.Stat(filepath.Join(dir, "started"))
+			return err
+		}).WithTimeout(3*time.Minute).Should(Succeed(), func() string {
 			log, _ := os.ReadFile(filepath.Join(dir, "child.log"))
-			return "the child starts a sandboxed kubelet; its log:\n" + string(log)
+			return "the child starts the environment with a kubelet; its log:\n" + string(log)
 		})
-		ns, pids := started[0], started[1:]
-		Expect(pids).To(HaveLen(4), "the netns holder, the node's sandbox, fake-cri and the kubelet")
-		running, err := framework.ReadHostState()
-		Expect(err).NotTo(HaveOccurred())
-		Expect(running.NetworkNamespaces).To(ContainElement(ns), "the child's namespace exists while it runs")
-		Expect(running.Mounts).To(Equal(before.Mounts), "the node's mounts are not the host's")
+		started := descendants(child.Process.Pid)
+		var names []string
+		for _, name := range started {
+			names = append(names, name)
+		}
+		for _, want := range []string{"etcd", "kube-apiserver", "kube-controller", "carousel-contro", "kubelet", "fake-cri", "carousel-node-a", "sleep"} {
+			Expect(names).To(ContainElement(want), "the child runs %s", want)
+		}
 
 		By("killing the child with SIGKILL, as a killed test run would be")
 		Expect(child.Process.Signal(syscall.SIGKILL)).To(Succeed())
 		<-exited
 		Eventually(func() []string {
 			var alive []string
-			for _, p := range pids {
-				pid, _ := strconv.Atoi(p)
+			for pid, name := range started {
 				if processAlive(pid) {
-					alive = append(alive, p)
+					alive = append(alive, fmt.Sprintf("%s (%d)", name, pid))
 				}
 			}
 			return alive
@@ -138,6 +114,40 @@ var _ = Describe("A node's sandbox", func() {
 		}).WithTimeout(30*time.Second).Should(BeEmpty(), "the host is as the test found it")
 	})
 })
+
+// descendants returns every process below pid, by PID, with its command
+// name (/proc/<pid>/comm, at most 15 characters).
+func descendants(pid int) map[int]string {
+	children := map[int][]int{}
+	names := map[int]string{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		fields := strings.Fields(s[closing+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		p, _ := strconv.Atoi(strings.TrimSpace(s[:open]))
+		parent, _ := strconv.Atoi(fields[1])
+		children[parent] = append(children[parent], p)
+		names[p] = s[open+1 : closing]
+	}
+	out := map[int]string{}
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		p := queue[0]
+		out[p] = names[p]
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
 
 // processAlive reports whether pid names a process that has not exited (a
 // zombie counts as exited).

@@ -24,7 +24,7 @@ import (
 
 // kubeletCertificateValidity caps the kubelet certificates Carousel signs in
 // the local environment, so that kubelets rotate their own during the suite.
-const kubeletCertificateValidity = 3 * time.Minute
+const kubeletCertificateValidity = 150 * time.Second
 
 // target is the management cluster and Cluster the suite rotates.
 type target struct {
@@ -65,9 +65,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	env, err = framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
 		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 3,
-		// Kubelet certificates of 3 minutes (valid from 5 minutes back, so 8
-		// minutes long): each kubelet rotates its own at 70-90 % of that,
-		// within the journey, through the selfnodeclient path.
+		// Kubelet certificates of 2.5 minutes (valid from 5 minutes back, so
+		// 7.5 minutes long): each kubelet rotates its own at 70-90 % of that,
+		// 15 s to 105 s after it got it, through the selfnodeclient path.
 		OperatorFlags: []string{"--csr-max-duration=" + kubeletCertificateValidity.String()},
 		Logf: func(format string, args ...any) {
 			GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)

@@ -214,6 +214,9 @@ func (e *Environment) configureManagement() error {
 	etcd := &envtest.Etcd{URL: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[0])}, Out: etcdLog, Err: etcdLog}
 	etcd.Configure().Set("listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(ports[1])).Enable("socket-reuse-port")
 	e.Management.ControlPlane.Etcd = etcd
+	if err := DieWithTestProcess(e.Management, e.KubeBinDir, e.WorkDir); err != nil {
+		return err
+	}
 	apiServer := e.Management.ControlPlane.GetAPIServer()
 	apiServer.Address, apiServer.Port = "127.0.0.1", strconv.Itoa(ports[2]) // of SecureServing
 	apiServer.Configure().Enable("permit-port-sharing")

@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 const (
@@ -208,4 +210,31 @@ func startChild(ctx context.Context, c child) (*process, error) {
 // depend on fresh ports.
 func fixedArgs(args ...string) func(context.Context, []int) ([]string, error) {
 	return func(context.Context, []int) ([]string, error) { return args, nil }
+}
+
+// DieWithTestProcess makes the etcd and kube-apiserver env starts die with the
+// test process, as every process the framework starts itself does: envtest
+// starts them without Pdeathsig, so a killed or panicking test would leave
+// them running. Each is started through a script in dir that execs the
+// binary of binDir under `setpriv --pdeathsig KILL` (util-linux).
+func DieWithTestProcess(env *envtest.Environment, binDir, dir string) error {
+	if env.ControlPlane.Etcd == nil {
+		env.ControlPlane.Etcd = &envtest.Etcd{}
+	}
+	for _, b := range []struct {
+		name string
+		path *string
+	}{{"etcd", &env.ControlPlane.Etcd.Path}, {"kube-apiserver", &env.ControlPlane.GetAPIServer().Path}} {
+		binary, err := filepath.Abs(filepath.Join(binDir, b.name))
+		if err != nil {
+			return err
+		}
+		script := filepath.Join(dir, b.name+"-dies-with-test")
+		body := fmt.Sprintf("#!/bin/sh\nexec setpriv --pdeathsig KILL -- '%s' \"$@\"\n", strings.ReplaceAll(binary, "'", `'\''`))
+		if err := os.WriteFile(script, []byte(body), 0o700); err != nil { //nolint:gosec // a script, executable
+			return err
+		}
+		*b.path = script
+	}
+	return nil
 }

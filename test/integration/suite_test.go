@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -30,6 +31,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/operator"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
+	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
@@ -53,7 +55,10 @@ var _ = BeforeSuite(func() {
 			Paths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "webhook")},
 		},
 	}
-	var err error
+	wrappers, err := os.MkdirTemp("", "carousel-integration-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, wrappers)
+	Expect(framework.DieWithTestProcess(testEnv, os.Getenv("KUBEBUILDER_ASSETS"), wrappers)).To(Succeed())
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "starting the test control plane; run `make envtest` and set KUBEBUILDER_ASSETS (the Makefile does both)")
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme.New()})
