@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
@@ -71,17 +70,7 @@ func (m *Manager) Reload() error {
 		return fmt.Errorf("%w: the kubelet's client certificate is for %q, not %q: pass the kubelet's node name as --node-name",
 			errNotTheKubeletsCredentials, cn, want)
 	}
-	cs, err := m.newClient(&rest.Config{Host: info.Server, TLSClientConfig: rest.TLSClientConfig{
-		CAData: info.CA, CertFile: m.store.CurrentPath(), KeyFile: m.store.CurrentPath(),
-	}})
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	m.current, m.client = kp, cs
-	m.mu.Unlock()
-	m.cfg.Metrics.setExpiry(kp.Cert.NotAfter)
-	return nil
+	return m.use(kp, info.Server, info.CA)
 }
 
 // checkKubeletPair checks that the kubeconfig authenticates with the pair the

@@ -107,7 +107,7 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 		tn.csrs++
 		csr := a.(k8stesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
 		if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
-			approveServing(t, csr, tn.kubelet1, tn.clk.Now())
+			sign(t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
 		} else {
 			approve(t, csr, time.Hour, tn.clk.Now())
 		}

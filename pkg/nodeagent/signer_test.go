@@ -99,13 +99,19 @@ func (c fakeCSRs) Get(_ context.Context, name string, _ metav1.GetOptions) (*cer
 // It may run on the goroutine under test, so it reports with t.Error.
 func approve(t *testing.T, csr *certificatesv1.CertificateSigningRequest, validity time.Duration, now time.Time) {
 	t.Helper()
+	sign(t, csr, testCA, x509.ExtKeyUsageClientAuth, validity, now)
+}
+
+// sign approves csr and signs it with ca for usage and the SANs it asks for.
+func sign(t *testing.T, csr *certificatesv1.CertificateSigningRequest, ca *pki.KeyPair, usage x509.ExtKeyUsage, validity time.Duration, now time.Time) {
+	t.Helper()
 	req, err := parseCSR(csr)
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	cert, err := testCA.Issue(pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
-		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: validity}, req.PublicKey, now)
+	cert, err := ca.Issue(pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
+		DNSNames: req.DNSNames, IPAddresses: req.IPAddresses, Usages: []x509.ExtKeyUsage{usage}, Validity: validity}, req.PublicKey, now)
 	if err != nil {
 		t.Error(err)
 		return
@@ -140,24 +146,4 @@ func awaitWaiters(t *testing.T, clk *clocktesting.FakeClock, n int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// approveServing approves csr, a kubelet serving request, and signs it with
-// ca for its SANs.
-func approveServing(t *testing.T, csr *certificatesv1.CertificateSigningRequest, ca *pki.KeyPair, now time.Time) {
-	t.Helper()
-	req, err := parseCSR(csr)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	cert, err := ca.Issue(pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
-		DNSNames: req.DNSNames, IPAddresses: req.IPAddresses, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: time.Hour}, req.PublicKey, now)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-		Type: certificatesv1.CertificateApproved, Status: "True", Reason: "Test"})
-	csr.Status.Certificate = pki.EncodeCertificates(cert)
 }

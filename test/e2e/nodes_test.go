@@ -73,12 +73,9 @@ func kubeconfigBundle(n *framework.KubeletNode, path string) pki.Bundle {
 // servedCertificate is the certificate a kubelet serves on its HTTPS port.
 func servedCertificate(ctx context.Context, n *framework.KubeletNode) *x509.Certificate {
 	GinkgoHelper()
-	raw, err := env.Netns.DialContext(ctx, "tcp", n.Address())
-	Expect(err).NotTo(HaveOccurred())
-	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the chain is verified below, against the CA the test expects
-	defer func() { _ = conn.Close() }()
-	Expect(conn.HandshakeContext(ctx)).To(Succeed(), "TLS handshake with kubelet %s", n.Name)
-	return conn.ConnectionState().PeerCertificates[0]
+	cert, err := n.ServedCertificate(ctx)
+	Expect(err).NotTo(HaveOccurred(), "TLS handshake with kubelet %s", n.Name)
+	return cert
 }
 
 // expectKubelets checks every real kubelet: its client certificate chains to
@@ -251,17 +248,11 @@ func duringKubeletRestart(f failure) bool {
 // kubeletRestarts sums, over all nodes, the kubelet restarts between from
 // and to, and counts them.
 func kubeletRestarts(from, to time.Time) (time.Duration, int) {
-	var total time.Duration
-	count := 0
+	var windows []framework.Window
 	for _, n := range kubelets() {
-		for _, w := range n.Restarts() {
-			if !w.Start.Before(from) && !w.End.After(to) {
-				total += w.End.Sub(w.Start)
-				count++
-			}
-		}
+		windows = append(windows, n.Restarts()...)
 	}
-	return total, count
+	return within(windows, from, to)
 }
 
 // selfRenewed reports whether csrs hold a client certificate the kubelet of

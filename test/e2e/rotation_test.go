@@ -446,13 +446,21 @@ func kubeletRestartsText(from, to time.Time) string {
 
 // restartTime sums the platform's restarts between from and to.
 func restartTime(from, to time.Time) time.Duration {
+	total, _ := within(plannedRestarts(), from, to)
+	return total
+}
+
+// within sums and counts the windows that lie between from and to.
+func within(windows []framework.Window, from, to time.Time) (time.Duration, int) {
 	var total time.Duration
-	for _, w := range plannedRestarts() {
+	count := 0
+	for _, w := range windows {
 		if !w.Start.Before(from) && !w.End.After(to) {
 			total += w.End.Sub(w.Start)
+			count++
 		}
 	}
-	return total
+	return total, count
 }
 
 func expectRootCA(ctx context.Context, cs kubernetes.Interface, want pki.Bundle) {

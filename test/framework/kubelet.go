@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -307,17 +308,8 @@ func (n *KubeletNode) supervise() {
 
 // Healthy reports whether the kubelet answers its healthz endpoint.
 func (n *KubeletNode) Healthy(ctx context.Context) (bool, error) {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.Netns.DialContext, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(n.IP, strconv.Itoa(KubeletHealthzPort))+"/healthz", nil)
-	if err != nil {
-		return false, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false, nil
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK, nil
+	return answersOK(ctx, &http.Transport{DialContext: n.Netns.DialContext, DisableKeepAlives: true},
+		"http://"+net.JoinHostPort(n.IP, strconv.Itoa(KubeletHealthzPort))+"/healthz")
 }
 
 // restartScript restarts the kubelet as `systemctl restart` would: it stops
@@ -356,16 +348,26 @@ func (n *KubeletNode) StartAgent(carouselBinDir string) (*Agent, error) {
 // NodeAgentMetricsPort is where the node agents serve metrics, on their node's IP.
 const NodeAgentMetricsPort = 10271
 
+// ServedCertificate is the certificate the kubelet serves on its HTTPS port.
+// It is not verified: the caller checks it against what it expects.
+func (n *KubeletNode) ServedCertificate(ctx context.Context) (*x509.Certificate, error) {
+	raw, err := n.Netns.DialContext(ctx, "tcp", n.Address())
+	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // read, not trusted: see above
+	defer func() { _ = conn.Close() }()
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
 // Serving reports whether the kubelet completes a TLS handshake on its HTTPS
 // port, which it does only once it holds a serving certificate.
 func (n *KubeletNode) Serving(ctx context.Context) (bool, error) {
-	raw, err := n.Netns.DialContext(ctx, "tcp", n.Address())
-	if err != nil {
-		return false, nil
-	}
-	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only checks that it serves
-	defer func() { _ = conn.Close() }()
-	return conn.HandshakeContext(ctx) == nil, nil
+	_, err := n.ServedCertificate(ctx)
+	return err == nil, nil
 }
 
 // Stop stops the kubelet (not restarting it), fake-cri and the sandbox.
