@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Cluster is a Kubernetes cluster whose certificate authorities, trust bundles,
@@ -179,6 +180,26 @@ type WorkerPool struct {
 	//
 	// +optional
 	MachineDeployment string `json:"machineDeployment,omitempty"`
+
+	// MaxUnavailable is how many nodes of an InPlace pool renew their
+	// credentials at a time, each restarting its kubelet: a number, or a
+	// percentage of the pool's nodes rounded down; at least one node. Empty
+	// means DefaultMaxUnavailable. Refused for the other strategies.
+	//
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// OfflineNodeTimeout is how long a node's Lease may go unrenewed before
+	// an InPlace rollout stops waiting for the node: it counts as offline,
+	// is not asked to renew, and is named in an event when the pool is
+	// rolled without it. Such a node needs a fresh bootstrap kubeconfig if it
+	// comes back after the old CAs were dropped. Between
+	// MinOfflineNodeTimeout and MaxOfflineNodeTimeout; empty means
+	// DefaultOfflineNodeTimeout. Refused for the other strategies.
+	//
+	// +optional
+	OfflineNodeTimeout *metav1.Duration `json:"offlineNodeTimeout,omitempty"`
 }
 
 // ApprovalMode says whether Carousel approves a kind of kubelet CSR by itself.

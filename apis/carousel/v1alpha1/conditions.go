@@ -72,6 +72,10 @@ const (
 	// released before Carousel could remove its objects from the managed
 	// cluster, and what is left there.
 	EventManagedCleanupAbandoned = "ManagedClusterCleanupAbandoned"
+	// EventWorkerPoolRolledWithoutOfflineNodes (Warning) names the nodes an
+	// InPlace rollout did not wait for because their Lease went unrenewed
+	// for longer than the pool's offlineNodeTimeout.
+	EventWorkerPoolRolledWithoutOfflineNodes = "WorkerPoolRolledWithoutOfflineNodes"
 )
 
 // RotationReason is the reason of the CARotationInProgress condition: the

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // CARotation returns the CA rotation status, or nil when there is none.
@@ -48,6 +49,19 @@ func (s *ClusterSpec) WorkerPool(name string) *WorkerPool {
 		}
 	}
 	return nil
+}
+
+// MaxUnavailableOrDefault returns the pool's maxUnavailable, or DefaultMaxUnavailable when unset.
+func (p *WorkerPool) MaxUnavailableOrDefault() intstr.IntOrString {
+	if p.MaxUnavailable != nil {
+		return *p.MaxUnavailable
+	}
+	return DefaultMaxUnavailable
+}
+
+// OfflineNodeTimeoutOrDefault returns the pool's offlineNodeTimeout, or DefaultOfflineNodeTimeout when unset.
+func (p *WorkerPool) OfflineNodeTimeoutOrDefault() time.Duration {
+	return durationOr(p.OfflineNodeTimeout, DefaultOfflineNodeTimeout)
 }
 
 // KeyAlgorithmOrDefault returns the key algorithm, or DefaultKeyAlgorithm when unset.

@@ -11,6 +11,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -35,7 +36,17 @@ const (
 	MaxBootstrapTokenTTL     = 7 * 24 * time.Hour
 
 	DefaultKeyAlgorithm = KeyAlgorithmECDSAP256
+
+	// An InPlace pool's offlineNodeTimeout. The least spans three Lease
+	// renewals of a kubelet (every 10 s) and an API-server restart.
+	DefaultOfflineNodeTimeout = 10 * time.Minute
+	MinOfflineNodeTimeout     = 30 * time.Second
+	MaxOfflineNodeTimeout     = 7 * 24 * time.Hour
 )
+
+// DefaultMaxUnavailable is the share of an InPlace pool's nodes that renew
+// at a time when maxUnavailable is empty.
+var DefaultMaxUnavailable = intstr.FromString("25%")
 
 var versionConstraint = func() *semver.Constraints {
 	c, err := semver.NewConstraint(SupportedKubernetesVersions)
@@ -193,8 +204,47 @@ func validateWorkers(pools []WorkerPool, p *field.Path) field.ErrorList {
 				allErrs = append(allErrs, field.Invalid(md, pool.MachineDeployment, msg))
 			}
 		}
+		allErrs = append(allErrs, validateInPlaceSettings(pool, pp)...)
 	}
 	return allErrs
+}
+
+// validateInPlaceSettings checks the fields only the InPlace strategy uses.
+func validateInPlaceSettings(pool WorkerPool, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	inPlace := pool.RolloutStrategy == "" || pool.RolloutStrategy == RolloutInPlace
+	if mu := pool.MaxUnavailable; mu != nil {
+		if !inPlace {
+			allErrs = append(allErrs, field.Forbidden(p.Child("maxUnavailable"), "only the InPlace strategy renews nodes a few at a time"))
+		} else {
+			allErrs = append(allErrs, validateMaxUnavailable(*mu, p.Child("maxUnavailable"))...)
+		}
+	}
+	if pool.OfflineNodeTimeout != nil {
+		if !inPlace {
+			allErrs = append(allErrs, field.Forbidden(p.Child("offlineNodeTimeout"), "only the InPlace strategy waits for nodes to renew"))
+		} else {
+			allErrs = append(allErrs, validateDurationBounds(pool.OfflineNodeTimeout, MinOfflineNodeTimeout, MaxOfflineNodeTimeout, p.Child("offlineNodeTimeout"))...)
+		}
+	}
+	return allErrs
+}
+
+// validateMaxUnavailable wants a number of at least 1 or a percentage
+// between 1% and 100%.
+func validateMaxUnavailable(v intstr.IntOrString, p *field.Path) field.ErrorList {
+	if v.Type == intstr.Int {
+		if v.IntVal < 1 {
+			return field.ErrorList{field.Invalid(p, v.IntVal, "must be at least 1")}
+		}
+		return nil
+	}
+	digits, ok := strings.CutSuffix(v.StrVal, "%")
+	percent, err := strconv.Atoi(digits)
+	if !ok || err != nil || strconv.Itoa(percent) != digits || percent < 1 || percent > 100 {
+		return field.ErrorList{field.Invalid(p, v.StrVal, "must be a number of nodes (at least 1) or a percentage between 1% and 100%")}
+	}
+	return nil
 }
 
 func validateKubeletBootstrap(kb *KubeletBootstrapSpec, p *field.Path) field.ErrorList {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 func validCluster() *Cluster {
@@ -93,6 +95,23 @@ func TestValidateClusterSpec(t *testing.T) {
 		{"replace without machine deployment", func(s *ClusterSpec) { s.Workers[2].MachineDeployment = "" }, "spec.workers[2].machineDeployment: Required value"},
 		{"machine deployment without replace", func(s *ClusterSpec) { s.Workers[0].MachineDeployment = "md" }, "spec.workers[0].machineDeployment: Forbidden"},
 		{"machine deployment bad name", func(s *ClusterSpec) { s.Workers[2].MachineDeployment = "Bad Name" }, "spec.workers[2].machineDeployment: Invalid value"},
+		{"in-place settings", func(s *ClusterSpec) {
+			s.Workers[0].MaxUnavailable = ptr.To(intstr.FromString("100%"))
+			s.Workers[0].OfflineNodeTimeout = dur(MinOfflineNodeTimeout)
+		}, ""},
+		{"in-place settings on the default strategy", func(s *ClusterSpec) {
+			s.Workers[0].RolloutStrategy = ""
+			s.Workers[0].MaxUnavailable = ptr.To(intstr.FromInt32(3))
+		}, ""},
+		{"max unavailable zero", func(s *ClusterSpec) { s.Workers[0].MaxUnavailable = ptr.To(intstr.FromInt32(0)) }, "spec.workers[0].maxUnavailable: Invalid value: 0: must be at least 1"},
+		{"max unavailable 0%", func(s *ClusterSpec) { s.Workers[0].MaxUnavailable = ptr.To(intstr.FromString("0%")) }, "spec.workers[0].maxUnavailable: Invalid value"},
+		{"max unavailable over 100%", func(s *ClusterSpec) { s.Workers[0].MaxUnavailable = ptr.To(intstr.FromString("101%")) }, "a percentage between 1% and 100%"},
+		{"max unavailable not a percentage", func(s *ClusterSpec) { s.Workers[0].MaxUnavailable = ptr.To(intstr.FromString("half")) }, "spec.workers[0].maxUnavailable: Invalid value"},
+		{"max unavailable with a leading zero", func(s *ClusterSpec) { s.Workers[0].MaxUnavailable = ptr.To(intstr.FromString("050%")) }, "spec.workers[0].maxUnavailable: Invalid value"},
+		{"max unavailable for Manual", func(s *ClusterSpec) { s.Workers[1].MaxUnavailable = ptr.To(intstr.FromInt32(1)) }, "spec.workers[1].maxUnavailable: Forbidden"},
+		{"offline timeout too short", func(s *ClusterSpec) { s.Workers[0].OfflineNodeTimeout = dur(10 * time.Second) }, "spec.workers[0].offlineNodeTimeout: Invalid value"},
+		{"offline timeout too long", func(s *ClusterSpec) { s.Workers[0].OfflineNodeTimeout = dur(MaxOfflineNodeTimeout + time.Hour) }, "must be between"},
+		{"offline timeout for Replace", func(s *ClusterSpec) { s.Workers[2].OfflineNodeTimeout = dur(time.Hour) }, "spec.workers[2].offlineNodeTimeout: Forbidden"},
 		{"token TTL too short", func(s *ClusterSpec) { s.KubeletBootstrap.TokenTTL = dur(time.Minute) }, "spec.kubeletBootstrap.tokenTTL"},
 		{"token TTL too long", func(s *ClusterSpec) { s.KubeletBootstrap.TokenTTL = dur(30 * 24 * time.Hour) }, "spec.kubeletBootstrap.tokenTTL"},
 		{"unknown client approval", func(s *ClusterSpec) { s.KubeletBootstrap.CSRApproval.Client = "Maybe" }, "spec.kubeletBootstrap.csrApproval.client: Unsupported value"},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
@@ -12,8 +14,10 @@ import (
 type WorkerRollout interface {
 	// Rollout starts or continues rolling the pool for the Cluster's current
 	// phase. It returns true once every node of the pool was observed with the
-	// phase's credentials; otherwise a message saying what it waits for.
-	Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (done bool, waiting string, err error)
+	// phase's credentials, or is not waited for; otherwise a message saying
+	// what it waits for. A message that comes with true names what was not
+	// waited for, and is recorded as a Warning event.
+	Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (done bool, message string, err error)
 }
 
 func pendingPools(c *v1alpha1.Cluster) []v1alpha1.PendingWorkersRollout {
@@ -52,6 +56,9 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 		}
 		if ok {
 			done = append(done, p.Name)
+			if msg != "" {
+				r.event(c, corev1.EventTypeWarning, v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes, "%s", msg)
+			}
 		} else {
 			waiting = append(waiting, msg)
 		}

@@ -7,9 +7,12 @@ package workerrollout
 import (
 	"context"
 	"fmt"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -18,15 +21,20 @@ import (
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
-// InPlaceRollout is the InPlace worker rollout strategy: Carousel asks every
-// node of the pool, through an annotation on its Node, to fetch the current
+// InPlaceRollout is the InPlace worker rollout strategy: Carousel asks the
+// nodes of the pool, through an annotation on each Node, to fetch the current
 // trust bundles (cluster and kubelet), install them and renew its client
 // certificate; the node agent does so over its already-trusted connection
 // and reports back on the Node, and Carousel compares the report with the
 // bundles it published.
+//
+// The nodes renew a few at a time (the pool's maxUnavailable), and a node
+// whose Lease went unrenewed for longer than the pool's offlineNodeTimeout
+// is not waited for (see PlanRollout).
 type InPlaceRollout struct {
 	Connections *clustercache.Cache // reaches the managed clusters
 	Management  client.Reader       // reads the Cluster's CAs and bundles
+	Clock       clock.PassiveClock  // tells offline nodes
 }
 
 // Rollout implements the cluster controller's WorkerRollout.
@@ -75,27 +83,51 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if err := remote.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
 		return false, "", fmt.Errorf("listing the nodes of pool %s: %w", pool.Name, err)
 	}
-	renewed := 0
+	seen, err := lastSeen(ctx, remote, nodes.Items)
+	if err != nil {
+		return false, "", err
+	}
+	states := make([]NodeState, len(nodes.Items))
+	byName := make(map[string]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		action := noderenewal.Assess(n.Annotations, want)
-		switch action {
-		case noderenewal.Done:
-			renewed++
-			continue
-		case noderenewal.Wait:
-			continue // asked, not answered yet
-		}
+		byName[n.Name] = n
+		states[i] = NodeState{Name: n.Name, Action: noderenewal.Assess(n.Annotations, want), LastSeen: seen[n.Name]}
+	}
+	offlineAfter := pool.OfflineNodeTimeoutOrDefault()
+	plan := PlanRollout(states, pool.MaxUnavailableOrDefault(), offlineAfter, p.Clock.Now())
+	for _, name := range plan.Ask {
+		n := byName[name]
 		patch := client.MergeFrom(n.DeepCopy())
-		n.Annotations = noderenewal.Annotate(n.Annotations, action, request)
+		n.Annotations = noderenewal.Annotate(n.Annotations, noderenewal.Assess(n.Annotations, want), request)
 		if err := remote.Patch(ctx, n, patch); err != nil {
 			return false, "", fmt.Errorf("asking node %s to renew: %w", n.Name, err)
 		}
 	}
-	if renewed == len(nodes.Items) {
+	if plan.Done() && len(plan.Offline) == 0 {
 		return true, "", nil
 	}
-	return false, fmt.Sprintf("pool %s: %d of %d nodes renewed their credentials", pool.Name, renewed, len(nodes.Items)), nil
+	return plan.Done(), plan.Message(pool.Name, offlineAfter), nil
+}
+
+// lastSeen is when each node last showed it is alive: its Lease's renewTime
+// in kube-node-lease (the kubelet renews it every 10 s), or, for a node
+// without one, when the Node was created.
+func lastSeen(ctx context.Context, remote client.Reader, nodes []corev1.Node) (map[string]time.Time, error) {
+	var leases coordinationv1.LeaseList
+	if err := remote.List(ctx, &leases, client.InNamespace(corev1.NamespaceNodeLease)); err != nil {
+		return nil, fmt.Errorf("listing the node Leases: %w", err)
+	}
+	seen := make(map[string]time.Time, len(nodes))
+	for _, n := range nodes {
+		seen[n.Name] = n.CreationTimestamp.Time
+	}
+	for _, l := range leases.Items {
+		if _, ok := seen[l.Name]; ok && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(seen[l.Name]) {
+			seen[l.Name] = l.Spec.RenewTime.Time
+		}
+	}
+	return seen, nil
 }
 
 // trust reads the bundles a node of c must end up with from the management

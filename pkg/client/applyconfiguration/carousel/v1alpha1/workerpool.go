@@ -20,6 +20,8 @@ package v1alpha1
 
 import (
 	carouselv1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	intstr "k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // WorkerPoolApplyConfiguration represents a declarative configuration of the WorkerPool type for use
@@ -35,6 +37,19 @@ type WorkerPoolApplyConfiguration struct {
 	// Cluster's namespace, that the Replace strategy rolls. Required for
 	// Replace and refused for the other strategies.
 	MachineDeployment *string `json:"machineDeployment,omitempty"`
+	// MaxUnavailable is how many nodes of an InPlace pool renew their
+	// credentials at a time, each restarting its kubelet: a number, or a
+	// percentage of the pool's nodes rounded down; at least one node. Empty
+	// means DefaultMaxUnavailable. Refused for the other strategies.
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// OfflineNodeTimeout is how long a node's Lease may go unrenewed before
+	// an InPlace rollout stops waiting for the node: it counts as offline,
+	// is not asked to renew, and is named in an event when the pool is
+	// rolled without it. Such a node needs a fresh bootstrap kubeconfig if it
+	// comes back after the old CAs were dropped. Between
+	// MinOfflineNodeTimeout and MaxOfflineNodeTimeout; empty means
+	// DefaultOfflineNodeTimeout. Refused for the other strategies.
+	OfflineNodeTimeout *v1.Duration `json:"offlineNodeTimeout,omitempty"`
 }
 
 // WorkerPoolApplyConfiguration constructs a declarative configuration of the WorkerPool type for use with
@@ -64,5 +79,21 @@ func (b *WorkerPoolApplyConfiguration) WithRolloutStrategy(value carouselv1alpha
 // If called multiple times, the MachineDeployment field is set to the value of the last call.
 func (b *WorkerPoolApplyConfiguration) WithMachineDeployment(value string) *WorkerPoolApplyConfiguration {
 	b.MachineDeployment = &value
+	return b
+}
+
+// WithMaxUnavailable sets the MaxUnavailable field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxUnavailable field is set to the value of the last call.
+func (b *WorkerPoolApplyConfiguration) WithMaxUnavailable(value intstr.IntOrString) *WorkerPoolApplyConfiguration {
+	b.MaxUnavailable = &value
+	return b
+}
+
+// WithOfflineNodeTimeout sets the OfflineNodeTimeout field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OfflineNodeTimeout field is set to the value of the last call.
+func (b *WorkerPoolApplyConfiguration) WithOfflineNodeTimeout(value v1.Duration) *WorkerPoolApplyConfiguration {
+	b.OfflineNodeTimeout = &value
 	return b
 }

@@ -1,0 +1,115 @@
+package workerrollout
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
+)
+
+// NodeState is what an InPlace rollout knows of one node of the pool.
+type NodeState struct {
+	Name string
+	// Action is what the node's annotations call for (noderenewal.Assess).
+	Action noderenewal.Action
+	// LastSeen is when the node last showed it is alive: its Lease's
+	// renewTime, or, without a Lease, when the Node was created.
+	LastSeen time.Time
+}
+
+// Plan is what an InPlace rollout does about a pool now.
+type Plan struct {
+	// Ask are the nodes to ask to renew now, by name.
+	Ask []string
+	// Renewed counts the nodes that answered with the expected credentials.
+	Renewed int
+	// Renewing counts the nodes asked and not answered yet, Ask included.
+	Renewing int
+	// Offline are the nodes the rollout does not wait for: not renewed, and
+	// not seen for longer than the offline timeout.
+	Offline []OfflineNode
+	// Total counts the pool's nodes.
+	Total int
+}
+
+// OfflineNode is a node the rollout does not wait for.
+type OfflineNode struct {
+	Name string
+	// For is how long it has not been seen.
+	For time.Duration
+}
+
+// Done reports whether the pool is rolled: every node renewed or offline.
+func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
+
+// PlanRollout decides which nodes of a pool to ask now. A node that renewed
+// is done. A node that did not and was not seen for longer than offlineAfter
+// is offline: it is neither asked nor waited for, and does not take a slot.
+// The others renew at most maxUnavailable at a time (a number, or a
+// percentage of the pool rounded down; at least one): the nodes asked and
+// not answered take slots first, and the free slots go to the nodes to ask,
+// by name.
+func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAfter time.Duration, now time.Time) Plan {
+	p := Plan{Total: len(nodes)}
+	var toAsk []string
+	for _, n := range nodes {
+		if n.Action == noderenewal.Done {
+			p.Renewed++
+			continue
+		}
+		if away := now.Sub(n.LastSeen); away > offlineAfter {
+			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, For: away})
+			continue
+		}
+		if n.Action == noderenewal.Wait {
+			p.Renewing++
+		} else {
+			toAsk = append(toAsk, n.Name)
+		}
+	}
+	slices.Sort(toAsk)
+	slices.SortFunc(p.Offline, func(a, b OfflineNode) int { return strings.Compare(a.Name, b.Name) })
+	free := max(Slots(maxUnavailable, len(nodes))-p.Renewing, 0)
+	p.Ask = toAsk[:min(free, len(toAsk))]
+	p.Renewing += len(p.Ask)
+	return p
+}
+
+// Slots is how many nodes of a pool of total may renew at a time:
+// maxUnavailable, scaled down from a percentage, and at least one.
+func Slots(maxUnavailable intstr.IntOrString, total int) int {
+	n, err := intstr.GetScaledValueFromIntOrPercent(&maxUnavailable, total, false)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// Message says where the pool stands, for the Cluster's CARotation
+// condition while it is not done, and for an event when it is done without
+// offline nodes.
+func (p Plan) Message(pool string, offlineAfter time.Duration) string {
+	var b strings.Builder
+	if p.Done() {
+		fmt.Fprintf(&b, "pool %s: rolled without %d offline node(s)", pool, len(p.Offline))
+	} else {
+		fmt.Fprintf(&b, "pool %s: %d of %d nodes renewed their credentials, %d renewing", pool, p.Renewed, p.Total, p.Renewing)
+		if len(p.Offline) > 0 {
+			fmt.Fprintf(&b, ", %d offline", len(p.Offline))
+		}
+	}
+	if len(p.Offline) == 0 {
+		return b.String()
+	}
+	names := make([]string, len(p.Offline))
+	for i, o := range p.Offline {
+		names[i] = fmt.Sprintf("%s (not seen for %s)", o.Name, o.For.Round(time.Second))
+	}
+	fmt.Fprintf(&b, " (Lease not renewed for over %s, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
+		"if it comes back after the old CAs were dropped", offlineAfter, strings.Join(names, ", "))
+	return b.String()
+}

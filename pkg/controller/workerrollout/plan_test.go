@@ -1,0 +1,211 @@
+package workerrollout
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
+)
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+const offlineAfter = 10 * time.Minute
+
+func node(name string, action noderenewal.Action, away time.Duration) NodeState {
+	return NodeState{Name: name, Action: action, LastSeen: t0.Add(-away)}
+}
+
+func TestPlanRollout(t *testing.T) {
+	one, all := intstr.FromInt32(1), intstr.FromString("100%")
+	for _, tt := range []struct {
+		name           string
+		nodes          []NodeState
+		maxUnavailable intstr.IntOrString
+		wantAsk        []string
+		wantRenewing   int
+		wantOffline    []string
+		wantDone       bool
+	}{
+		{name: "an empty pool is rolled", maxUnavailable: one, wantDone: true},
+		{
+			name:           "one at a time, by name",
+			nodes:          []NodeState{node("c", noderenewal.Ask, 0), node("a", noderenewal.Ask, 0), node("b", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"a"}, wantRenewing: 1,
+		},
+		{
+			name:           "a node asked and not answered takes the slot",
+			nodes:          []NodeState{node("a", noderenewal.Wait, 0), node("b", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantRenewing: 1,
+		},
+		{
+			name:           "the next node once the first renewed",
+			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Ask, 0), node("c", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"b"}, wantRenewing: 1,
+		},
+		{
+			name:           "a node that answered with other credentials is asked again, in a slot",
+			nodes:          []NodeState{node("a", noderenewal.AskAgain, 0), node("b", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"a"}, wantRenewing: 1,
+		},
+		{
+			name:           "all at once at 100%",
+			nodes:          []NodeState{node("a", noderenewal.Ask, 0), node("b", noderenewal.Ask, 0), node("c", noderenewal.Wait, 0)},
+			maxUnavailable: all, wantAsk: []string{"a", "b"}, wantRenewing: 3,
+		},
+		{
+			name: "25% of 8 nodes is 2",
+			nodes: []NodeState{node("a", noderenewal.Ask, 0), node("b", noderenewal.Ask, 0), node("c", noderenewal.Ask, 0), node("d", noderenewal.Ask, 0),
+				node("e", noderenewal.Ask, 0), node("f", noderenewal.Ask, 0), node("g", noderenewal.Ask, 0), node("h", noderenewal.Ask, 0)},
+			maxUnavailable: intstr.FromString("25%"), wantAsk: []string{"a", "b"}, wantRenewing: 2,
+		},
+		{
+			name:           "25% of 3 nodes rounds down to 0, and one node renews anyway",
+			nodes:          []NodeState{node("a", noderenewal.Ask, 0), node("b", noderenewal.Ask, 0), node("c", noderenewal.Ask, 0)},
+			maxUnavailable: intstr.FromString("25%"), wantAsk: []string{"a"}, wantRenewing: 1,
+		},
+		{
+			name:           "more nodes renewing than slots (maxUnavailable lowered): nobody new is asked",
+			nodes:          []NodeState{node("a", noderenewal.Wait, 0), node("b", noderenewal.Wait, 0), node("c", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantRenewing: 2,
+		},
+		{
+			name:           "an offline node is not asked and takes no slot",
+			nodes:          []NodeState{node("a", noderenewal.Ask, offlineAfter+time.Second), node("b", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"b"}, wantRenewing: 1, wantOffline: []string{"a"},
+		},
+		{
+			name:           "a node asked that went offline frees its slot",
+			nodes:          []NodeState{node("a", noderenewal.Wait, time.Hour), node("b", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"b"}, wantRenewing: 1, wantOffline: []string{"a"},
+		},
+		{
+			name:           "not seen for exactly the timeout is still online",
+			nodes:          []NodeState{node("a", noderenewal.Wait, offlineAfter)},
+			maxUnavailable: one, wantRenewing: 1,
+		},
+		{
+			name:           "a node that renewed is done even when offline now",
+			nodes:          []NodeState{node("a", noderenewal.Done, time.Hour), node("b", noderenewal.Done, 0)},
+			maxUnavailable: one, wantDone: true,
+		},
+		{
+			name:           "rolled without the offline nodes",
+			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("z", noderenewal.Wait, 2*time.Hour), node("m", noderenewal.Ask, time.Hour)},
+			maxUnavailable: one, wantOffline: []string{"m", "z"}, wantDone: true,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := PlanRollout(tt.nodes, tt.maxUnavailable, offlineAfter, t0)
+			var offline []string
+			for _, o := range p.Offline {
+				offline = append(offline, o.Name)
+			}
+			if !slices.Equal(p.Ask, tt.wantAsk) || p.Renewing != tt.wantRenewing || !slices.Equal(offline, tt.wantOffline) || p.Done() != tt.wantDone {
+				t.Fatalf("PlanRollout = ask %v, renewing %d, offline %v, done %v; want ask %v, renewing %d, offline %v, done %v",
+					p.Ask, p.Renewing, offline, p.Done(), tt.wantAsk, tt.wantRenewing, tt.wantOffline, tt.wantDone)
+			}
+		})
+	}
+}
+
+func TestPlanMessage(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		nodes []NodeState
+		want  string
+	}{
+		{
+			name:  "waiting",
+			nodes: []NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Wait, 0), node("c", noderenewal.Ask, 0)},
+			want:  "pool workers: 1 of 3 nodes renewed their credentials, 1 renewing",
+		},
+		{
+			name:  "waiting, with an offline node",
+			nodes: []NodeState{node("a", noderenewal.Wait, 0), node("b", noderenewal.Ask, 90*time.Minute)},
+			want: "pool workers: 0 of 2 nodes renewed their credentials, 1 renewing, 1 offline (Lease not renewed for over 10m0s, not waited for: " +
+				"b (not seen for 1h30m0s)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
+		},
+		{
+			name:  "done without offline nodes",
+			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.Wait, 11*time.Minute)},
+			want: "pool workers: rolled without 2 offline node(s) (Lease not renewed for over 10m0s, not waited for: " +
+				"b (not seen for 11m0s), c (not seen for 1h0m0s)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := PlanRollout(tt.nodes, intstr.FromInt32(1), offlineAfter, t0).Message("workers", offlineAfter); got != tt.want {
+				t.Fatalf("Message =\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzPlanRollout checks PlanRollout's invariants on any pool: nodes are
+// asked only when they need asking and are online; never more renew than
+// the slots allow unless they were already renewing; an offline node is
+// never asked and never waited for; the pool is done exactly when every node
+// renewed or is offline; and a pool that is not done and has a free slot
+// asks someone, so a rollout always progresses.
+func FuzzPlanRollout(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 0, 1}, int32(1), false)
+	f.Add([]byte{3, 3, 2, 2, 1, 1, 0, 0}, int32(50), true)
+	f.Add([]byte{}, int32(0), true)
+	f.Fuzz(func(t *testing.T, spec []byte, max int32, percent bool) {
+		mu := intstr.FromInt32(max)
+		if percent {
+			mu = intstr.FromString(fmt.Sprintf("%d%%", max))
+		}
+		var nodes []NodeState
+		for i, b := range spec {
+			away := time.Duration(b>>2) * time.Minute // 0..63 minutes
+			nodes = append(nodes, NodeState{Name: fmt.Sprintf("n%03d", i), Action: noderenewal.Action(b % 4), LastSeen: t0.Add(-away)})
+		}
+		p := PlanRollout(nodes, mu, offlineAfter, t0)
+		offline, byName := map[string]bool{}, map[string]NodeState{}
+		for _, o := range p.Offline {
+			offline[o.Name] = true
+		}
+		waiting := 0
+		for _, n := range nodes {
+			byName[n.Name] = n
+			if n.Action == noderenewal.Wait && !offline[n.Name] {
+				waiting++
+			}
+		}
+		for _, name := range p.Ask {
+			n := byName[name]
+			if n.Action != noderenewal.Ask && n.Action != noderenewal.AskAgain {
+				t.Fatalf("asked %s, whose action is %v", name, n.Action)
+			}
+			if offline[name] {
+				t.Fatalf("asked offline node %s", name)
+			}
+		}
+		for _, o := range p.Offline {
+			if n := byName[o.Name]; n.Action == noderenewal.Done || t0.Sub(n.LastSeen) <= offlineAfter {
+				t.Fatalf("%s counted offline: action %v, away %s", o.Name, n.Action, t0.Sub(n.LastSeen))
+			}
+		}
+		slots := Slots(mu, len(nodes))
+		if len(p.Ask) > 0 && p.Renewing > slots {
+			t.Fatalf("asked %d with %d renewing in %d slots", len(p.Ask), p.Renewing, slots)
+		}
+		if p.Renewing != waiting+len(p.Ask) {
+			t.Fatalf("renewing %d, want %d waiting + %d asked", p.Renewing, waiting, len(p.Ask))
+		}
+		if p.Done() != (p.Renewed+len(p.Offline) == len(nodes)) || (p.Done() && (len(p.Ask) > 0 || p.Renewing > 0)) {
+			t.Fatalf("done %v with renewed %d, offline %d, renewing %d of %d", p.Done(), p.Renewed, len(p.Offline), p.Renewing, len(nodes))
+		}
+		if !p.Done() && p.Renewing == 0 {
+			t.Fatalf("not done and nobody renewing: the rollout would stall (%+v)", p)
+		}
+		if !strings.HasPrefix(p.Message("pool", offlineAfter), "pool pool: ") {
+			t.Fatalf("message %q", p.Message("pool", offlineAfter))
+		}
+	})
+}
