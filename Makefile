@@ -26,6 +26,7 @@ BENCH_TIME ?= 1s
 # FUZZ_UNIT_TIME, `make fuzz` for FUZZ_TIME; both fail when this list and the Fuzz functions differ.
 FUZZ_TARGETS := \
 	apis/carousel/v1alpha1:FuzzParseOperation \
+	pkg/controller/workerrollout:FuzzPlanRollout \
 	pkg/csr:FuzzDecide \
 	pkg/csr:FuzzNext \
 	pkg/csr:FuzzSign \
