@@ -474,6 +474,52 @@ func (e *Environment) startKubeletNode(ctx context.Context, name, ip string) err
 	return nil
 }
 
+// PowerOff stops a node as when its machine is switched off: its node
+// agent, kubelet, fake-cri and sandbox. Its files stay.
+func (e *Environment) PowerOff(n *KubeletNode) {
+	e.logf("powering off node %s", n.Name)
+	if i := e.agentIndex(n.Name); i >= 0 {
+		stop(e.Agents[i].process)
+	}
+	n.Stop()
+}
+
+// PowerOn starts a node that was powered off, as when its machine comes
+// back: the machine's provisioning delivers bootstrapKubeconfig (when not
+// nil; nothing else), then the kubelet and the node agent start on the
+// node's files.
+func (e *Environment) PowerOn(ctx context.Context, n *KubeletNode, bootstrapKubeconfig []byte) error {
+	e.logf("powering on node %s", n.Name)
+	if bootstrapKubeconfig != nil {
+		if err := writeFileAtomic(n.HostPath(nodeBootstrapKubeconfig), bootstrapKubeconfig); err != nil {
+			return err
+		}
+	}
+	if err := n.Start(ctx); err != nil {
+		n.Stop()
+		return err
+	}
+	a, err := n.StartAgent(e.CarouselBinDir)
+	if err != nil {
+		return err
+	}
+	if i := e.agentIndex(n.Name); i >= 0 {
+		e.Agents[i] = a
+	} else {
+		e.Agents = append(e.Agents, a)
+	}
+	return nil
+}
+
+func (e *Environment) agentIndex(name string) int {
+	for i, a := range e.Agents {
+		if a.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 // ManagedAdmin returns a clientset of the managed cluster with Carousel's
 // current admin credential.
 func (e *Environment) ManagedAdmin(ctx context.Context) (kubernetes.Interface, error) {

@@ -252,6 +252,7 @@ func (n *KubeletNode) Start(ctx context.Context) error {
 		return err
 	}
 	n.mu.Lock()
+	n.stopping = false
 	err = n.startKubelet()
 	n.mu.Unlock()
 	if err != nil {
@@ -370,7 +371,15 @@ func (n *KubeletNode) Serving(ctx context.Context) (bool, error) {
 	return err == nil, nil
 }
 
-// Stop stops the kubelet (not restarting it), fake-cri and the sandbox.
+// Running reports whether the node was started and not stopped since.
+func (n *KubeletNode) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.kubelet != nil && !n.stopping
+}
+
+// Stop stops the kubelet (not restarting it), fake-cri and the sandbox. The
+// node's files stay: Start starts it again on them.
 func (n *KubeletNode) Stop() {
 	n.mu.Lock()
 	n.stopping = true
