@@ -184,7 +184,11 @@ func run(ctx context.Context, o *options) error {
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
-	logf("%s mode, client certificate valid until %s", o.mode(), m.Current().Cert.NotAfter.Format(time.RFC3339))
+	if kp := m.Current(); kp != nil {
+		logf("%s mode, client certificate valid until %s", o.mode(), kp.Cert.NotAfter.Format(time.RFC3339))
+	} else {
+		logf("%s mode, resuming an unfinished re-bootstrap of the kubelet", o.mode())
+	}
 	node := &nodeagent.Node{Manager: m, Kubelet: kubelet, Pool: o.pool, Address: o.address, HeartbeatInterval: o.heartbeat, Logf: logf}
 	if kubelet != nil {
 		logf("kubelet clientCAFile %s, healthz %s, restart command %q", kubelet.Config.ClientCAFile, kubelet.Config.HealthzURL, o.kubeletRestartCommand)

@@ -36,6 +36,14 @@ type Kubelet struct {
 	RestartTimeout time.Duration
 }
 
+// restartTimeout is RestartTimeout, or its default.
+func (k *Kubelet) restartTimeout() time.Duration {
+	if k.RestartTimeout == 0 {
+		return DefaultKubeletRestartTimeout
+	}
+	return k.RestartTimeout
+}
+
 // RestartCommand runs argv (no shell) to restart the kubelet.
 func RestartCommand(argv []string) func(context.Context) error {
 	return func(ctx context.Context) error {

@@ -177,9 +177,54 @@ func (m *Manager) Start(ctx context.Context) error {
 // (401) or presents a certificate they do not trust. An API server that
 // cannot be reached says nothing about the credentials.
 func (m *Manager) rejected(ctx context.Context) bool {
-	_, err := m.Client().AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	return m.refusal(ctx) != notRefused
+}
+
+// refusal asks the API server who the current credentials are (a
+// SelfSubjectReview) and says whether, and how, it refuses them.
+func (m *Manager) refusal(ctx context.Context) refusal {
+	return refusalOf(reviewSelf(ctx, m.Client()))
+}
+
+// reviewSelf creates a SelfSubjectReview through cs: it succeeds when the
+// client verifies the API server's certificate and the API server
+// authenticates the client.
+func reviewSelf(ctx context.Context, cs kubernetes.Interface) error {
+	_, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	return err
+}
+
+// refusal is how an API server refuses a client's credentials.
+type refusal int
+
+const (
+	// notRefused: the request succeeded, or failed for a reason that says
+	// nothing about the credentials (an API server that cannot be reached, a
+	// timeout, a 5xx).
+	notRefused refusal = iota
+	// refusedUnauthorized: the API server answered 401 Unauthorized.
+	refusedUnauthorized
+	// refusedUntrustedServer: the API server presented a certificate from an
+	// authority the client's CA bundle does not hold.
+	refusedUntrustedServer
+)
+
+func (r refusal) String() string {
+	return [...]string{"not refused", "the API server answers 401 Unauthorized",
+		"the API server's certificate is signed by an authority the CA bundle does not hold"}[r]
+}
+
+// refusalOf says whether, and how, err (from a request) refuses the
+// credentials the request was made with.
+func refusalOf(err error) refusal {
 	var unknownAuthority x509.UnknownAuthorityError
-	return apierrors.IsUnauthorized(err) || errors.As(err, &unknownAuthority)
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return refusedUnauthorized
+	case errors.As(err, &unknownAuthority):
+		return refusedUntrustedServer
+	}
+	return notRefused
 }
 
 // bootstrap requests a certificate with the bootstrap token.

@@ -24,11 +24,19 @@ var (
 // kubelet bootstrapped: its kubeconfig and current pair exist (Reload). A
 // kubelet whose credentials are not the ones the agent renews is an error
 // at once.
+//
+// A re-bootstrap of the kubelet that the agent left unfinished (see
+// rebootstrap.go) is not waited for: the kubelet has credentials again only
+// once the agent restarted it, which Node.WatchRenewals does. Until then the
+// manager has none (Current is nil).
 func (m *Manager) awaitKubelet(ctx context.Context) error {
 	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, m.cfg.StartupTimeout)
 	defer cancel()
 	err := pollUntil(ctx, m.cfg.Clock, newBackoff(kubeletBackoff), func(context.Context) error {
 		err := m.Reload()
+		if errors.Is(err, errNoKubeletCredentials) && rebootstrapUnfinished(m.cfg.CertDir) {
+			return nil
+		}
 		if errors.Is(err, errNotTheKubeletsCredentials) {
 			return permanentError{err}
 		}

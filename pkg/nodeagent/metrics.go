@@ -11,6 +11,7 @@ type Metrics struct {
 	expiry          prometheus.Gauge
 	renewErrors     prometheus.Counter
 	kubeletRestarts prometheus.Counter
+	rebootstraps    prometheus.Counter
 	renewalDuration prometheus.Histogram
 }
 
@@ -23,11 +24,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		renewErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "carousel_node_agent_client_certificate_renew_errors_total",
-			Help: "Failed attempts to obtain or renew the node's client certificate, or to carry out an in-place renewal.",
+			Help: "Failed attempts to obtain or renew the node's client certificate, to carry out an in-place renewal, or to re-bootstrap the kubelet.",
 		}),
 		kubeletRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "carousel_node_agent_kubelet_restarts_total",
 			Help: "Restarts of the kubelet by the agent, to make it load credentials it does not reload by itself.",
+		}),
+		rebootstraps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "carousel_node_agent_kubelet_rebootstraps_total",
+			Help: "Re-bootstraps of a kubelet whose credentials the API server refused, completed by the agent: " +
+				"the kubeconfig moved aside, the kubelet bootstrapped again with its bootstrap kubeconfig and brought in line with the node trust bundles.",
 		}),
 		renewalDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "carousel_node_agent_renewal_duration_seconds",
@@ -37,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 		}),
 	}
-	reg.MustRegister(m.expiry, m.renewErrors, m.kubeletRestarts, m.renewalDuration)
+	reg.MustRegister(m.expiry, m.renewErrors, m.kubeletRestarts, m.rebootstraps, m.renewalDuration)
 	return m
 }
 
@@ -56,6 +62,12 @@ func (m *Metrics) renewError() {
 func (m *Metrics) kubeletRestarted() {
 	if m != nil {
 		m.kubeletRestarts.Inc()
+	}
+}
+
+func (m *Metrics) kubeletRebootstrapped() {
+	if m != nil {
+		m.rebootstraps.Inc()
 	}
 }
 

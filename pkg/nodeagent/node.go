@@ -18,8 +18,10 @@ import (
 )
 
 // Node acts as the node with the manager's credentials: it carries out the
-// credential renewals Carousel asks for on the Node and, in ModeStandIn,
-// registers the Node and keeps its Lease renewed for a kubelet that does not.
+// credential renewals Carousel asks for on the Node, in ModeKubelet has the
+// kubelet bootstrap again when the API server refuses its credentials, and,
+// in ModeStandIn, registers the Node and keeps its Lease renewed for a
+// kubelet that does not.
 type Node struct {
 	Manager *Manager
 	// Kubelet is the real kubelet whose credentials are renewed (ModeKubelet);
@@ -116,25 +118,21 @@ const watchTimeout = 5 * time.Minute
 // kubelet when needed), and reports the request, the certificate's issuer
 // and the bundles on the Node (see renewal). Failed renewals and failed
 // watches are retried with jittered backoff.
+//
+// In ModeKubelet a watch that fails may be the API server refusing the
+// kubelet's credentials (the node was off through a CA rotation): then, and
+// while a re-bootstrap is unfinished, it re-bootstraps the kubelet with its
+// bootstrap kubeconfig (rebootstrapIfRefused) before it watches again.
 func (n *Node) WatchRenewals(ctx context.Context) error {
 	name := n.Manager.cfg.NodeName
 	retry, rewatch := newBackoff(renewalBackoff), newBackoff(renewalBackoff)
 	for ctx.Err() == nil {
-		var w watch.Interface
-		err := n.Manager.Reload()
-		if err == nil {
-			w, err = n.Manager.Client().CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
-				FieldSelector:  fields.OneTermEqualSelector("metadata.name", name).String(),
-				TimeoutSeconds: ptr.To(int64(watchTimeout / time.Second)),
-			})
+		w, err := n.watchNode(ctx)
+		if n.rebootstrapTakesOver(ctx, w, err, rewatch) {
+			continue
 		}
 		if err != nil {
-			delay := rewatch.next()
-			n.logf("watching node %s: %v (retrying in %s)", name, err, delay.Round(time.Millisecond))
-			select {
-			case <-ctx.Done():
-			case <-n.Manager.cfg.Clock.After(delay):
-			}
+			n.retryAfter(ctx, rewatch.next(), "watching node "+name, err)
 			continue
 		}
 		rewatch.reset()
@@ -150,12 +148,7 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			start := n.Manager.cfg.Clock.Now()
 			if err := n.renew(ctx, request); err != nil {
 				n.Manager.cfg.Metrics.renewError()
-				delay := retry.next()
-				n.logf("renewal %s: %v (retrying in %s)", request, err, delay.Round(time.Millisecond))
-				select {
-				case <-ctx.Done():
-				case <-n.Manager.cfg.Clock.After(delay):
-				}
+				n.retryAfter(ctx, retry.next(), "renewal "+request.String(), err)
 			} else {
 				retry.reset()
 				n.logf("renewal %s: done in %s, client certificate valid until %s", request,
@@ -167,4 +160,25 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 		w.Stop()
 	}
 	return ctx.Err()
+}
+
+// watchNode reads the credentials again (Reload) and watches the Node with
+// them, for at most watchTimeout.
+func (n *Node) watchNode(ctx context.Context) (watch.Interface, error) {
+	if err := n.Manager.Reload(); err != nil {
+		return nil, err
+	}
+	return n.Manager.Client().CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
+		FieldSelector:  fields.OneTermEqualSelector("metadata.name", n.Manager.cfg.NodeName).String(),
+		TimeoutSeconds: ptr.To(int64(watchTimeout / time.Second)),
+	})
+}
+
+// retryAfter logs what failed, with err, and waits delay or until ctx ends.
+func (n *Node) retryAfter(ctx context.Context, delay time.Duration, what string, err error) {
+	n.logf("%s: %v (retrying in %s)", what, err, delay.Round(time.Millisecond))
+	select {
+	case <-ctx.Done():
+	case <-n.Manager.cfg.Clock.After(delay):
+	}
 }

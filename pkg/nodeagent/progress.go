@@ -6,19 +6,22 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
 // progressFile, in the cert dir, records how far the in-place renewal of a
-// request got, so that a renewal resumed after a crash neither forgets that
-// the kubelet has yet to load what changed nor renews twice.
+// request (or a re-bootstrap of the kubelet, see rebootstrap.go) got, so
+// that one resumed after a crash neither forgets that the kubelet has yet to
+// load what changed nor renews twice. There is one record at a time: a
+// re-bootstrap replaces the record of a renewal it interrupted, which then
+// starts over.
 const progressFile = "carousel-node-agent-renewal.json"
 
 // progress is the record. Each step records what it is about to change
 // before it changes it: a crash in between leaves a record that claims a
 // change that was not made, which at worst restarts the kubelet once more.
 type progress struct {
+	// Request is the request the record is for (noderenewal.Request.String),
+	// or rebootstrapRecord.
 	Request string  `json:"request"`
 	Changes Changes `json:"changes"`
 	// ClientRenewed: the client certificate for the request is stored.
@@ -27,12 +30,21 @@ type progress struct {
 	ServingRenewed bool `json:"servingRenewed,omitempty"`
 	// Restarted: the kubelet was restarted after all the changes.
 	Restarted bool `json:"restarted,omitempty"`
+
+	// CredentialsMovedAside (re-bootstrap): the kubelet's refused client
+	// pair and kubeconfig are moved aside, or about to be, so that the
+	// kubelet bootstraps again when it starts.
+	CredentialsMovedAside bool `json:"credentialsMovedAside,omitempty"`
+	// RestartedToBootstrap (re-bootstrap): the kubelet was restarted after
+	// the move, to bootstrap.
+	RestartedToBootstrap bool `json:"restartedToBootstrap,omitempty"`
 }
 
-// loadProgress returns the record of req in dir: empty when there is none,
-// or one for another request, or one that does not parse.
-func loadProgress(dir string, req noderenewal.Request) (*progress, error) {
-	fresh := &progress{Request: req.String()}
+// loadProgress returns the record named request (see progress.Request) in
+// dir: empty when there is none, or one for another request, or one that
+// does not parse.
+func loadProgress(dir, request string) (*progress, error) {
+	fresh := &progress{Request: request}
 	data, err := os.ReadFile(filepath.Join(dir, progressFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return fresh, nil

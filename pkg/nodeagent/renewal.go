@@ -26,12 +26,21 @@ import (
 // until the last step reports it, and a renewal interrupted anywhere (a
 // crash, a failed step) is carried out again from the first step, with the
 // progress record telling what was already done.
+//
+// The same steps, fewer of them, bring a kubelet that bootstrapped again in
+// line with the node trust bundles after a re-bootstrap (resyncSteps).
 type renewal struct {
-	n       *Node
+	n *Node
+	// label starts the log lines: "renewal <request>", or rebootstrapLabel.
+	label string
+	// record names the progress record (progress.Request).
+	record string
+	// req is the request carried out; zero for a resync.
 	req     noderenewal.Request
 	started time.Time
 
-	trust    noderenewal.Trust
+	trust noderenewal.Trust
+	// progress is the progress record; readTrust loads it when nil.
 	progress *progress
 }
 
@@ -40,8 +49,8 @@ type renewalStep struct {
 	run  func(context.Context) error
 }
 
-// steps are the renewal's steps for the node's mode.
-func (r *renewal) steps() []renewalStep {
+// renewalSteps are the steps of a renewal request for the node's mode.
+func (r *renewal) renewalSteps() []renewalStep {
 	steps := []renewalStep{
 		{"read the node trust bundles", r.readTrust},
 		{"install the trust bundles", r.installTrust},
@@ -57,20 +66,46 @@ func (r *renewal) steps() []renewalStep {
 	return append(steps, renewalStep{"report on the Node", r.report})
 }
 
-// renew carries out req.
-func (n *Node) renew(ctx context.Context, req noderenewal.Request) error {
-	r := &renewal{n: n, req: req, started: n.Manager.cfg.Clock.Now()}
-	for _, s := range r.steps() {
+// resyncSteps bring a kubelet (ModeKubelet) that has just bootstrapped
+// again in line with the node trust bundles, the way a renewal does, but
+// without renewing the client certificate (the bootstrap just obtained one,
+// from the current client CA) and without reporting on the Node (no request
+// asked for it): install the bundles (the clientCAFile above all, which the
+// bootstrap leaves as it was), renew the serving certificate only when it
+// does not verify against the kubelet bundle, and restart the kubelet when
+// something changed that it does not reload by itself.
+func (r *renewal) resyncSteps() []renewalStep {
+	return []renewalStep{
+		{"read the node trust bundles", r.readTrust},
+		{"install the trust bundles", r.installTrust},
+		{"renew the kubelet's serving certificate", r.renewUntrustedServing},
+		{"restart the kubelet", r.restartKubelet},
+		{"wait for the kubelet", r.waitForKubelet},
+	}
+}
+
+// run runs steps in order and stops at the first that fails.
+func (r *renewal) run(ctx context.Context, steps []renewalStep) error {
+	for _, s := range steps {
 		if err := s.run(ctx); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
+	}
+	return nil
+}
+
+// renew carries out req.
+func (n *Node) renew(ctx context.Context, req noderenewal.Request) error {
+	r := &renewal{n: n, label: "renewal " + req.String(), record: req.String(), req: req, started: n.Manager.cfg.Clock.Now()}
+	if err := r.run(ctx, r.renewalSteps()); err != nil {
+		return err
 	}
 	n.Manager.cfg.Metrics.renewalDone(n.Manager.cfg.Clock.Since(r.started))
 	return nil
 }
 
 func (r *renewal) logf(step, format string, args ...any) {
-	r.n.logf("renewal %s: %s: %s", r.req, step, fmt.Sprintf(format, args...))
+	r.n.logf("%s: %s: %s", r.label, step, fmt.Sprintf(format, args...))
 }
 
 func (r *renewal) certDir() string { return r.n.Manager.cfg.CertDir }
@@ -93,8 +128,10 @@ func (r *renewal) readTrust(ctx context.Context) error {
 			return fmt.Errorf("%s/%s key %s: %w", metav1.NamespaceSystem, bootstrap.NodeTrustConfigMap, key, err)
 		}
 	}
-	if r.progress, err = loadProgress(r.certDir(), r.req); err != nil {
-		return err
+	if r.progress == nil {
+		if r.progress, err = loadProgress(r.certDir(), r.record); err != nil {
+			return err
+		}
 	}
 	r.logf("read the node trust bundles", "cluster bundle %s, kubelet bundle %s", noderenewal.Digest(r.trust.Cluster), noderenewal.Digest(r.trust.Kubelet))
 	return nil
@@ -205,6 +242,31 @@ func (r *renewal) renewServing(ctx context.Context) error {
 	return nil
 }
 
+// renewUntrustedServing renews the kubelet's serving certificate, as
+// renewServing, only when it does not verify against the kubelet bundle
+// read, or there is none: a resync has no request that asks for new
+// credentials, only a node to bring in line.
+func (r *renewal) renewUntrustedServing(ctx context.Context) error {
+	const step = "renew the kubelet's serving certificate"
+	if !r.progress.ServingRenewed {
+		path := filepath.Join(r.certDir(), servingCurrentFile)
+		state, why, err := checkServing(path, r.trust.Kubelet, r.n.Manager.cfg.Clock.Now())
+		if err != nil {
+			return err
+		}
+		if state == servingTrusted {
+			r.logf(step, "not needed: %s verifies against the kubelet bundle", path)
+			return nil
+		}
+		if why != nil {
+			r.logf(step, "needed: %s is %s: %v", path, state, why)
+		} else {
+			r.logf(step, "needed: %s is %s", path, state)
+		}
+	}
+	return r.renewServing(ctx)
+}
+
 func ipStrings(ips []net.IP) []string {
 	out := make([]string, len(ips))
 	for i, ip := range ips {
@@ -244,10 +306,7 @@ func (r *renewal) waitForKubelet(ctx context.Context) error {
 		return nil
 	}
 	m, k := r.n.Manager, r.n.Kubelet
-	timeout := k.RestartTimeout
-	if timeout == 0 {
-		timeout = DefaultKubeletRestartTimeout
-	}
+	timeout := k.restartTimeout()
 	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, timeout)
 	defer cancel()
 	serving := &Store{Dir: r.certDir(), Name: ServingStore}

@@ -450,14 +450,22 @@ func TestStartWaitsForTheKubelet(t *testing.T) {
 	}
 }
 
-// renewOnFakeTime carries the request out while stepping the fake clock
-// whenever the renewal waits on it, and fails the test unless the renewal
-// ends after DefaultKubeletRestartTimeout and before twice that.
+// renewOnFakeTime carries the request out on fake time (onFakeTime), and
+// fails the test unless the renewal ends after DefaultKubeletRestartTimeout
+// and before twice that.
 func (tn *testNode) renewOnFakeTime() error {
+	tn.t.Helper()
+	return tn.onFakeTime(func() error { return tn.node.renew(context.Background(), tn.req) })
+}
+
+// onFakeTime runs f while stepping the fake clock whenever f waits on it,
+// and fails the test unless f ends after DefaultKubeletRestartTimeout and
+// before twice that.
+func (tn *testNode) onFakeTime(f func() error) error {
 	t := tn.t
 	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- tn.node.renew(context.Background(), tn.req) }()
+	go func() { done <- f() }()
 	elapsed := time.Duration(0)
 	for {
 		select {
@@ -469,7 +477,7 @@ func (tn *testNode) renewOnFakeTime() error {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if elapsed > 2*DefaultKubeletRestartTimeout {
-			t.Fatalf("the renewal still waits after %s of fake time", elapsed)
+			t.Fatalf("still waiting after %s of fake time", elapsed)
 		}
 		if tn.clk.HasWaiters() {
 			tn.clk.Step(10 * time.Second)

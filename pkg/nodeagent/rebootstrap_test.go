@@ -1,0 +1,679 @@
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// Errors as client-go returns them.
+var (
+	errUnauthorized    = apierrors.NewUnauthorized("Unauthorized")
+	errUntrustedServer = &url.Error{Op: "Post", URL: testServer + "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+		Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}
+	errUnreachable = &url.Error{Op: "Get", URL: testServer + "/api/v1/nodes",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	errInternal = apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+	errTimeout  = &url.Error{Op: "Get", URL: testServer + "/api/v1/nodes", Err: context.DeadlineExceeded}
+)
+
+func TestRefusalOf(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want refusal
+	}{
+		{"success", nil, notRefused},
+		{"401", errUnauthorized, refusedUnauthorized},
+		{"401, wrapped", fmt.Errorf("watching: %w", errUnauthorized), refusedUnauthorized},
+		{"unknown authority", errUntrustedServer, refusedUntrustedServer},
+		{"unreachable", errUnreachable, notRefused},
+		{"timeout", errTimeout, notRefused},
+		{"500", errInternal, notRefused},
+		{"503", apierrors.NewServiceUnavailable("starting"), notRefused},
+		{"403", apierrors.NewForbidden(corev1.Resource("nodes"), "w1", errors.New("no")), notRefused},
+	} {
+		if got := refusalOf(tt.err); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestPlanRebootstrap(t *testing.T) {
+	for _, tt := range []struct {
+		kubeconfig            kubeconfigState
+		movedAside, restarted bool
+		want                  rebootstrapStep
+	}{
+		// Nothing was done yet.
+		{kubeconfigNotRefused, false, false, rebootstrapNothing},
+		{kubeconfigRefused, false, false, rebootstrapMoveAside},
+		{kubeconfigAbsent, false, false, rebootstrapNothing}, // not moved by the agent: the kubelet bootstraps when it starts
+		// Moved aside (or about to be), not restarted.
+		{kubeconfigNotRefused, true, false, rebootstrapResync}, // the move never happened, or the kubelet bootstrapped anyway
+		{kubeconfigRefused, true, false, rebootstrapMoveAside}, // the move never happened
+		{kubeconfigAbsent, true, false, rebootstrapRestart},
+		// Moved aside and restarted.
+		{kubeconfigNotRefused, true, true, rebootstrapResync},
+		{kubeconfigRefused, true, true, rebootstrapMoveAside}, // bootstrapped, and refused again: start over
+		{kubeconfigAbsent, true, true, rebootstrapAwait},
+	} {
+		if got := planRebootstrap(tt.kubeconfig, tt.movedAside, tt.restarted); got != tt.want {
+			t.Errorf("kubeconfig %s, moved aside %v, restarted %v: %q, want %q", tt.kubeconfig, tt.movedAside, tt.restarted, got, tt.want)
+		}
+	}
+}
+
+// offNode is a node that was off through a whole CA rotation (newTestNode's
+// files, all on the CA0s), come back to an API server that now serves with
+// cluster CA 1 (what carousel-node-trust publishes, Finalizing), refuses the
+// kubelet's client certificate, and accepts the token of the fresh bootstrap
+// kubeconfig the provisioner delivered. The fake kubelet bootstraps, as the
+// real one, when it starts without a kubeconfig.
+type offNode struct {
+	*testNode
+	metrics *Metrics
+
+	// Guarded by testNode.mu.
+	refused     *x509.Certificate // the client certificate the API server refuses
+	token       string            // the live bootstrap token
+	unreachable error             // when set, every request fails with it
+	restartErrs []error           // returned by the next restarts, in turn
+	slowToStart bool              // a restart does not bootstrap the kubelet (yet)
+	bootstraps  int
+	watches     chan bool // on every watch of the Node: whether a re-bootstrap is unfinished
+	watchers    []*watch.FakeWatcher
+}
+
+const freshToken = "fresh1.0123456789abcdef"
+
+func newOffNode(t *testing.T) *offNode {
+	t.Helper()
+	tn := newTestNode(t, v1alpha1.RotationFinalizing)
+	on := &offNode{testNode: tn, metrics: NewMetrics(prometheus.NewRegistry()), refused: tn.node.Manager.Current().Cert,
+		token: freshToken, watches: make(chan bool, 100)}
+	// The provisioner delivered a fresh bootstrap kubeconfig.
+	tn.writeKubeconfig("bootstrap-kubeconfig", tn.trust.Cluster, &clientcmdapi.AuthInfo{Token: freshToken})
+	// The rotation completed while the node was off: no request is pending.
+	node, err := tn.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations = nil
+	if _, err := tn.cs.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tn.cs.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authenticationv1.SelfSubjectReview{Status: authenticationv1.SelfSubjectReviewStatus{
+			UserInfo: authenticationv1.UserInfo{Username: "system:node:w1"}}}, nil
+	})
+	tn.cs.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewFake()
+		tn.mu.Lock()
+		on.watchers = append(on.watchers, w)
+		tn.mu.Unlock()
+		on.watches <- rebootstrapUnfinished(tn.path("pki"))
+		return true, w, nil
+	})
+	m := tn.node.Manager
+	m.cfg.Metrics = on.metrics
+	m.newClient = on.client
+	tn.node.Kubelet.Restart = on.restart
+	return on
+}
+
+// client plays the API server for cfg's credentials.
+func (on *offNode) client(cfg *rest.Config) (kubernetes.Interface, error) {
+	on.mu.Lock()
+	defer on.mu.Unlock()
+	switch {
+	case on.unreachable != nil:
+		return failingClient(on.unreachable), nil
+	case !bytes.Contains(cfg.CAData, on.trust.Cluster):
+		return failingClient(errUntrustedServer), nil
+	case cfg.BearerToken != "":
+		if cfg.BearerToken != on.token {
+			return failingClient(errUnauthorized), nil
+		}
+	default:
+		data, err := os.ReadFile(cfg.CertFile)
+		if err != nil {
+			return nil, err
+		}
+		kp, err := parsePair(data)
+		if err != nil {
+			return nil, err
+		}
+		if kp.Cert.Equal(on.refused) {
+			return failingClient(errUnauthorized), nil
+		}
+	}
+	return on.cs, nil
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// failingClient fails every request with err.
+func failingClient(err error) kubernetes.Interface {
+	cs := fake.NewClientset()
+	cs.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, err })
+	cs.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, err })
+	return cs
+}
+
+// restart plays the kubelet's restart (testNode.restart) and, unless it is
+// slow to start, its TLS bootstrap (bootstrap).
+func (on *offNode) restart(ctx context.Context) error {
+	on.mu.Lock()
+	var err error
+	if len(on.restartErrs) > 0 {
+		err, on.restartErrs = on.restartErrs[0], on.restartErrs[1:]
+	}
+	slow := on.slowToStart
+	on.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !slow {
+		on.bootstrap()
+	}
+	return on.testNode.restart(ctx)
+}
+
+// bootstrap plays what kubelet v1.36 with rotateCertificates does about its
+// client credentials at start (cmd/kubelet/app/server.go
+// buildKubeletClientConfig, pkg/kubelet/certificate/bootstrap
+// LoadClientConfig, the client certificate manager):
+//   - a kubeconfig whose client certificate file loads and has not expired
+//     is used as it is (isClientConfigStillValid);
+//   - otherwise it writes a kubeconfig with the bootstrap kubeconfig's CA
+//     that points at kubelet-client-current.pem;
+//   - its certificate manager uses kubelet-client-current.pem while that has
+//     not expired, and only without one asks, with the bootstrap token, for a
+//     certificate for a new key, which it stores as the current pair.
+//
+// It runs on the goroutine under test: it reports with t.Error.
+func (on *offNode) bootstrap() {
+	t := on.t
+	store := &Store{Dir: on.path("pki")}
+	now := on.clk.Now()
+	if info, err := readKubeconfig(on.path("kubeconfig")); err == nil {
+		if data, err := os.ReadFile(info.ClientCertificate); err == nil {
+			if kp, err := parsePair(data); err == nil && now.Before(kp.Cert.NotAfter) {
+				return
+			}
+		}
+	}
+	cfg, err := clientcmd.LoadFromFile(on.path("bootstrap-kubeconfig"))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	info, err := readKubeconfig(on.path("bootstrap-kubeconfig"))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	user := &clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()}
+	on.writeKubeconfig("kubeconfig", info.CA, user)
+	if kp, err := store.Current(); err != nil || (kp != nil && now.Before(kp.Cert.NotAfter)) {
+		return // it goes on with the pair it has
+	}
+	on.mu.Lock()
+	defer on.mu.Unlock()
+	if cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token != on.token || !bytes.Contains(info.CA, on.trust.Cluster) {
+		return // the certificate manager tries again later
+	}
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if _, err := store.Update(issue(t, key), key, now); err != nil {
+		t.Error(err)
+		return
+	}
+	on.bootstraps++
+}
+
+func (on *offNode) bootstrapCount() int {
+	on.mu.Lock()
+	defer on.mu.Unlock()
+	return on.bootstraps
+}
+
+// restartAgent plays a new agent process on the node, started as main
+// starts it: a new manager and Node over the same files, API server and
+// kubelet.
+func (on *offNode) restartAgent() {
+	on.t.Helper()
+	m := NewManager(on.node.Manager.cfg)
+	m.newClient = on.client
+	on.node = &Node{Manager: m, Kubelet: on.node.Kubelet, Logf: on.logf}
+	started := make(chan error, 1)
+	go func() { started <- m.Start(context.Background()) }()
+	select {
+	case err := <-started:
+		if err != nil {
+			on.t.Fatalf("the new agent does not start: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		on.t.Fatal("the new agent still waits for the kubelet's credentials after 10s")
+	}
+}
+
+// watchRenewals runs WatchRenewals until it watches the Node with no
+// re-bootstrap unfinished, then stops it. When the test sets step, it runs
+// it (on the test goroutine) while WatchRenewals runs, before waiting.
+func (on *offNode) watchRenewals(step func()) {
+	t := on.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- on.node.WatchRenewals(ctx) }()
+	defer func() {
+		cancel()
+		on.mu.Lock()
+		for _, w := range on.watchers {
+			w.Stop()
+		}
+		on.mu.Unlock()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("WatchRenewals = %v, want it canceled", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("WatchRenewals does not return after its context ended")
+		}
+	}()
+	if step != nil {
+		step()
+	}
+	for {
+		select {
+		case unfinished := <-on.watches:
+			if !unfinished {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("WatchRenewals does not watch the Node after 10s; log: %q", on.logLines())
+		}
+	}
+}
+
+// read reads a file of the test node.
+func (on *offNode) read(name string) []byte {
+	on.t.Helper()
+	data, err := os.ReadFile(on.path(name))
+	if err != nil {
+		on.t.Fatal(err)
+	}
+	return data
+}
+
+// assertRebootstrapped checks the node after a re-bootstrap: the refused
+// kubeconfig and client pair kept aside as they were, a new kubeconfig that
+// trusts the cluster bundle with a new client certificate for a new key, the published
+// kubelet bundle in clientCAFile, a serving certificate that verifies
+// against it and is the one served, no record left, no pair removed.
+func (on *offNode) assertRebootstrapped(refusedKubeconfig []byte, oldPairs []string) {
+	t := on.t
+	t.Helper()
+	if got := on.read("kubeconfig.refused"); !bytes.Equal(got, refusedKubeconfig) {
+		t.Errorf("kubeconfig.refused is not the refused kubeconfig:\n%s", got)
+	}
+	info, err := readKubeconfig(on.path("kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(info.CA, on.trust.Cluster) {
+		t.Error("the new kubeconfig does not trust the published cluster bundle")
+	}
+	current := on.node.Manager.Current()
+	if current.Cert.Equal(on.refused) || samePublicKey(current.Cert.PublicKey, on.refused.PublicKey) {
+		t.Error("the client certificate is not a new one for a new key")
+	}
+	refusedPair, err := parsePair(on.read("pki/kubelet-client-current.pem.refused"))
+	if err != nil || !refusedPair.Cert.Equal(on.refused) {
+		t.Errorf("kubelet-client-current.pem.refused is not the refused pair (%v)", err)
+	}
+	if got := on.read("ca.crt"); !bytes.Equal(got, on.trust.Kubelet) {
+		t.Error("clientCAFile is not the published kubelet bundle")
+	}
+	serving := filepath.Join(on.path("pki"), servingCurrentFile)
+	if state, why, err := checkServing(serving, on.trust.Kubelet, on.clk.Now()); err != nil || state != servingTrusted {
+		t.Errorf("the serving certificate is %s against the kubelet bundle (%v, %v)", state, why, err)
+	}
+	if served, _ := on.serves(context.Background()); !served.Equal(on.storedServing()) {
+		t.Error("the kubelet does not serve the stored serving certificate")
+	}
+	if _, err := os.Stat(filepath.Join(on.path("pki"), progressFile)); !os.IsNotExist(err) {
+		t.Errorf("the progress record is still there (%v)", err)
+	}
+	for _, pair := range oldPairs {
+		if _, err := os.Stat(pair); err != nil {
+			t.Errorf("a key pair is gone: %v", err)
+		}
+	}
+	if n := counterValue(t, on.metrics.rebootstraps); n != 1 {
+		t.Errorf("%v re-bootstraps counted, want 1", n)
+	}
+}
+
+// pairs lists the key pairs in the cert dir.
+func (on *offNode) pairs() []string {
+	on.t.Helper()
+	pairs, err := filepath.Glob(filepath.Join(on.path("pki"), "kubelet-*-20*.pem"))
+	if err != nil || len(pairs) < 2 {
+		on.t.Fatalf("key pairs %v (%v)", pairs, err)
+	}
+	return pairs
+}
+
+func (on *offNode) assertLogged(steps ...string) {
+	on.t.Helper()
+	for _, step := range steps {
+		if !on.logged(step) {
+			on.t.Errorf("no log line for step %q in %q", step, on.logLines())
+		}
+	}
+}
+
+// TestRebootstrapKubelet brings back a node that was off through a whole
+// rotation, refused either way (its kubeconfig does not trust the API
+// server, or the API server answers 401 to its client certificate): the
+// kubeconfig is moved aside, the kubelet restarted once to bootstrap with the
+// bootstrap kubeconfig, and with its new credentials the trust bundles are
+// installed and, when it does not verify against the kubelet bundle, the
+// serving certificate renewed and loaded with one more restart.
+func TestRebootstrapKubelet(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		trustsServer   bool // the refused kubeconfig trusts the API server: the refusal is a 401
+		servingTrusted bool // the serving certificate is already from the new kubelet CA
+		wantRestarts   int
+		wantCSRs       int
+	}{
+		{"untrusted API server", false, false, 2, 1},
+		{"401", true, false, 2, 1},
+		{"401, serving certificate already trusted", true, true, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			on := newOffNode(t)
+			if tt.trustsServer {
+				info, err := readKubeconfig(on.path("kubeconfig"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				user := &clientcmdapi.AuthInfo{ClientCertificate: on.node.Manager.store.CurrentPath(), ClientKey: on.node.Manager.store.CurrentPath()}
+				on.writeKubeconfig("kubeconfig", append(info.CA, on.trust.Cluster...), user)
+			}
+			if tt.servingTrusted {
+				writeServingPair(t, on.path("pki"), on.kubelet1, on.now.Add(time.Second))
+				on.served = on.storedServing()
+			}
+			refused, pairs := on.read("kubeconfig"), on.pairs()
+
+			rebootstrapped, err := on.node.rebootstrapIfRefused(context.Background())
+			if err != nil || !rebootstrapped {
+				t.Fatalf("rebootstrapIfRefused = %v, %v; log: %q", rebootstrapped, err, on.logLines())
+			}
+			on.assertRebootstrapped(refused, pairs)
+			if csrs, restarts := on.counts(); restarts != tt.wantRestarts || csrs != tt.wantCSRs || on.bootstrapCount() != 1 {
+				t.Errorf("%d restarts, %d CSRs, %d bootstraps; want %d, %d (serving) and 1", restarts, csrs, on.bootstrapCount(), tt.wantRestarts, tt.wantCSRs)
+			}
+			on.assertLogged("move the refused credentials aside", "restart the kubelet to bootstrap", "wait for the kubelet to bootstrap",
+				"read the node trust bundles", "install the trust bundles", "renew the kubelet's serving certificate", "restart the kubelet")
+
+			// Once done, there is nothing more to do.
+			if again, err := on.node.rebootstrapIfRefused(context.Background()); again || err != nil {
+				t.Errorf("a second call = %v, %v", again, err)
+			}
+			if _, restarts := on.counts(); restarts != tt.wantRestarts {
+				t.Errorf("%d restarts after a second call, want %d", restarts, tt.wantRestarts)
+			}
+		})
+	}
+}
+
+// TestRebootstrapNotWithoutARefusal: an API server that cannot be reached,
+// times out or fails says nothing about the kubelet's credentials, which
+// stay as they are.
+func TestRebootstrapNotWithoutARefusal(t *testing.T) {
+	for _, err := range []error{errUnreachable, errTimeout, errInternal} {
+		t.Run(err.Error(), func(t *testing.T) {
+			on := newOffNode(t)
+			on.set(func() { on.unreachable = err })
+			before := on.read("kubeconfig")
+			rebootstrapped, rerr := on.node.rebootstrapIfRefused(context.Background())
+			if rebootstrapped || rerr != nil {
+				t.Fatalf("rebootstrapIfRefused = %v, %v", rebootstrapped, rerr)
+			}
+			on.assertUntouched(before)
+		})
+	}
+}
+
+// assertUntouched checks that the kubelet's kubeconfig is still there, as
+// it was, nothing moved aside, and the kubelet not restarted.
+func (on *offNode) assertUntouched(kubeconfig []byte) {
+	t := on.t
+	t.Helper()
+	if got := on.read("kubeconfig"); !bytes.Equal(got, kubeconfig) {
+		t.Error("the kubeconfig changed")
+	}
+	if _, err := os.Stat(on.path("kubeconfig.refused")); !os.IsNotExist(err) {
+		t.Errorf("something was moved aside (%v)", err)
+	}
+	if _, restarts := on.counts(); restarts != 0 {
+		t.Errorf("%d restarts, want none", restarts)
+	}
+	if _, err := os.Stat(filepath.Join(on.path("pki"), progressFile)); !os.IsNotExist(err) {
+		t.Errorf("a progress record was written (%v)", err)
+	}
+}
+
+// TestWatchRenewalsLeavesTheKubeletAloneWhenTheAPIServerIsAway: the failed
+// watch is retried, with backoff, and nothing else happens.
+func TestWatchRenewalsLeavesTheKubeletAloneWhenTheAPIServerIsAway(t *testing.T) {
+	on := newOffNode(t)
+	on.set(func() { on.unreachable = errUnreachable })
+	before := on.read("kubeconfig")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- on.node.WatchRenewals(ctx) }()
+	awaitWaiters(t, on.clk, 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("WatchRenewals = %v, want it canceled", err)
+	}
+	on.assertUntouched(before)
+	if !on.loggedLine("watching node w1: ", "connection refused") {
+		t.Errorf("no log line for the failed watch in %q", on.logLines())
+	}
+}
+
+func (on *offNode) logLines() []string {
+	on.mu.Lock()
+	defer on.mu.Unlock()
+	return append([]string(nil), on.logs...)
+}
+
+// loggedLine says whether a log line holds all of parts.
+func (on *offNode) loggedLine(parts ...string) bool {
+	for _, l := range on.logLines() {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRebootstrapNeedsAUsableBootstrapKubeconfig: while the bootstrap
+// kubeconfig cannot replace the refused credentials, nothing is moved or
+// restarted, and every attempt says why and what the machine needs; a fresh
+// bootstrap kubeconfig delivered later is picked up by the next attempt.
+func TestRebootstrapNeedsAUsableBootstrapKubeconfig(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// spoil makes the bootstrap kubeconfig unusable.
+		spoil func(*offNode)
+		why   string
+	}{
+		{"expired token", func(on *offNode) {
+			on.writeKubeconfig("bootstrap-kubeconfig", on.trust.Cluster, &clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef"})
+		}, "its token is refused (the API server answers 401 Unauthorized)"},
+		{"old CA", func(on *offNode) {
+			info, err := readKubeconfig(on.path("kubeconfig"))
+			if err != nil {
+				on.t.Fatal(err)
+			}
+			on.writeKubeconfig("bootstrap-kubeconfig", info.CA, &clientcmdapi.AuthInfo{Token: freshToken})
+		}, "it does not trust the API server"},
+		{"none", func(on *offNode) {
+			if err := os.Remove(on.path("bootstrap-kubeconfig")); err != nil {
+				on.t.Fatal(err)
+			}
+		}, "no such file"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			on := newOffNode(t)
+			fresh := on.read("bootstrap-kubeconfig")
+			tt.spoil(on)
+			before, pairs := on.read("kubeconfig"), on.pairs()
+
+			rebootstrapped, err := on.node.rebootstrapIfRefused(context.Background())
+			if rebootstrapped || !errors.Is(err, errBootstrapKubeconfigUnusable) {
+				t.Fatalf("rebootstrapIfRefused = %v, %v", rebootstrapped, err)
+			}
+			on.assertUntouched(before)
+
+			// Through WatchRenewals: one log line per attempt, then the
+			// provisioner delivers a fresh bootstrap kubeconfig.
+			on.watchRenewals(func() {
+				awaitWaiters(t, on.clk, 1)
+				on.assertUntouched(before)
+				if !on.loggedLine("kubelet re-bootstrap: the kubelet's credentials are refused (", "and the bootstrap kubeconfig "+on.path("bootstrap-kubeconfig")+" cannot replace them: ",
+					tt.why, "the machine needs a fresh bootstrap kubeconfig", "the Secret <cluster>-bootstrap-kubeconfig in the Cluster's namespace", "(retrying in ") {
+					t.Errorf("no log line that says why and what to do in %q", on.logLines())
+				}
+				mustWriteFile(t, on.path("bootstrap-kubeconfig"), string(fresh), 0o600)
+				on.clk.Step(retryDelay(renewalBackoff, 0, 1))
+			})
+			on.assertRebootstrapped(before, pairs)
+			if counterValue(t, on.metrics.renewErrors) != 1 {
+				t.Errorf("%v errors counted, want 1 (the attempt through WatchRenewals)", counterValue(t, on.metrics.renewErrors))
+			}
+		})
+	}
+}
+
+// TestRebootstrapResumes interrupts a re-bootstrap at each stage, as a
+// crash of the agent would, and lets a new agent process take it up through
+// WatchRenewals: it does nothing twice that it need not (no second move,
+// no second restart to bootstrap, no second serving CSR) and finishes.
+func TestRebootstrapResumes(t *testing.T) {
+	errRestart := errors.New("systemctl: exit status 1")
+	for _, tt := range []struct {
+		name string
+		// interrupt sets the fault up; afterwards, mend repairs it.
+		interrupt, mend func(*offNode)
+		onFakeTime      bool
+		wantFirstError  string
+		wantRestarts    int // after both attempts
+	}{
+		{
+			name:           "after the move, before the restart",
+			interrupt:      func(on *offNode) { on.restartErrs = []error{errRestart} },
+			wantFirstError: "restart the kubelet to bootstrap: " + errRestart.Error(),
+			wantRestarts:   2,
+		},
+		{
+			name:           "restarted, not yet bootstrapped",
+			interrupt:      func(on *offNode) { on.slowToStart = true },
+			mend:           func(on *offNode) { on.slowToStart = false; on.bootstrap() },
+			onFakeTime:     true,
+			wantFirstError: "wait for the kubelet to bootstrap: the kubelet has not bootstrapped within 5m0s",
+			wantRestarts:   2,
+		},
+		{
+			name:           "bootstrapped, the restart for the serving certificate fails",
+			interrupt:      func(on *offNode) { on.restartErrs = []error{nil, errRestart} },
+			wantFirstError: "bring the kubelet in line with the node trust bundles: restart the kubelet: " + errRestart.Error(),
+			wantRestarts:   2,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			on := newOffNode(t)
+			refused, pairs := on.read("kubeconfig"), on.pairs()
+			on.set(func() { tt.interrupt(on) })
+			attempt := func() error {
+				_, err := on.node.rebootstrapIfRefused(context.Background())
+				return err
+			}
+			var err error
+			if tt.onFakeTime {
+				err = on.onFakeTime(attempt)
+			} else {
+				err = attempt()
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tt.wantFirstError) {
+				t.Fatalf("first attempt: %v, want %q", err, tt.wantFirstError)
+			}
+			if !rebootstrapUnfinished(on.path("pki")) {
+				t.Fatal("no unfinished re-bootstrap on record")
+			}
+			if tt.mend != nil {
+				tt.mend(on)
+			}
+
+			on.restartAgent()
+			on.watchRenewals(nil)
+			on.assertRebootstrapped(refused, pairs)
+			if csrs, restarts := on.counts(); restarts != tt.wantRestarts || csrs != 1 || on.bootstrapCount() != 1 {
+				t.Errorf("%d restarts, %d CSRs, %d bootstraps; want %d, 1 (serving) and 1", restarts, csrs, on.bootstrapCount(), tt.wantRestarts)
+			}
+		})
+	}
+}
