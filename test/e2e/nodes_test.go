@@ -37,6 +37,27 @@ func kubelets() []*framework.KubeletNode {
 	return env.Kubelets
 }
 
+// runningKubelets are the kubelets whose machine is on.
+func runningKubelets() []*framework.KubeletNode {
+	var running []*framework.KubeletNode
+	for _, n := range kubelets() {
+		if n.Running() {
+			running = append(running, n)
+		}
+	}
+	return running
+}
+
+// poweredOff reports whether node is a kubelet of ours whose machine is off.
+func poweredOff(node string) bool {
+	for _, n := range kubelets() {
+		if n.Name == node {
+			return !n.Running()
+		}
+	}
+	return false
+}
+
 // kubeletFileCertificate parses the first certificate of a kubelet's file,
 // which holds the key too.
 func kubeletFileCertificate(n *framework.KubeletNode, path string) *x509.Certificate {
@@ -78,14 +99,14 @@ func servedCertificate(ctx context.Context, n *framework.KubeletNode) *x509.Cert
 	return cert
 }
 
-// expectKubelets checks every real kubelet: its client certificate chains to
+// expectKubelets checks every running kubelet: its client certificate chains to
 // clientCA, the certificate it serves (and keeps in its cert dir) to
 // kubeletCA, its kubeconfig and bootstrap kubeconfig trust exactly
 // clusterBundle, and its clientCAFile holds exactly kubeletBundle.
 func expectKubelets(ctx context.Context, clientCA, kubeletCA *x509.Certificate, clusterBundle, kubeletBundle pki.Bundle) {
 	GinkgoHelper()
 	now := time.Now()
-	for _, n := range kubelets() {
+	for _, n := range runningKubelets() {
 		client := kubeletFileCertificate(n, framework.KubeletClientCertificate)
 		Expect(pki.Verify(client, pki.NewBundle(clientCA), x509.ExtKeyUsageClientAuth, now)).To(Succeed(),
 			"kubelet %s's client certificate chains to client CA %s", n.Name, clientCA.Subject.CommonName)
@@ -268,6 +289,37 @@ func selfRenewed(csrs []certificatesv1.CertificateSigningRequest, node string, c
 		certs, err := pki.ParseCertificates(c.Status.Certificate)
 		if err == nil && bytes.Equal(certs[0].AuthorityKeyId, ca.SubjectKeyId) {
 			return true
+		}
+	}
+	return false
+}
+
+// bootstrapped reports whether the managed cluster holds a client
+// certificate that node obtained by bootstrapping (a CSR made with a
+// bootstrap token, system:bootstrap:<id>, for system:node:<node>) and that
+// ca signed.
+func bootstrapped(ctx context.Context, cs kubernetes.Interface, node string, ca *x509.Certificate) bool {
+	GinkgoHelper()
+	csrs, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	for _, c := range csrs.Items {
+		if c.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName || !strings.HasPrefix(c.Spec.Username, "system:bootstrap:") ||
+			len(c.Status.Certificate) == 0 {
+			continue
+		}
+		certs, err := pki.ParseCertificates(c.Status.Certificate)
+		if err == nil && certs[0].Subject.CommonName == "system:node:"+node && bytes.Equal(certs[0].AuthorityKeyId, ca.SubjectKeyId) {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeIsReady reports whether a Node's Ready condition is True.
+func nodeIsReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false

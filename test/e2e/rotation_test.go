@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -214,9 +215,20 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		oldAdmin         []byte
 		oldKubeletClient tls.Certificate
 		stop             context.CancelFunc
+		// offNode is the node whose machine is off through the whole rotation.
+		offNode *framework.KubeletNode
 	)
 
 	BeforeAll(func(ctx SpecContext) {
+		if env != nil {
+			// It is powered off when the rotation starts; the probes leave it out.
+			offNode = env.Kubelets[len(env.Kubelets)-1]
+			By("letting the pool stop waiting for a node whose Lease went unrenewed for 30s")
+			c := cluster(ctx)
+			patch := client.MergeFrom(c.DeepCopy())
+			c.Spec.Workers[0].OfflineNodeTimeout = &metav1.Duration{Duration: offlineNodeTimeout}
+			Expect(tgt.Client.Patch(ctx, c, patch)).To(Succeed())
+		}
 		var probeCtx context.Context
 		probeCtx, stop = context.WithCancel(context.Background())
 		DeferCleanup(stop)
@@ -226,7 +238,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		var names []string
 		for _, n := range list.Items {
-			names = append(names, n.Name)
+			if offNode == nil || n.Name != offNode.Name {
+				names = append(names, n.Name)
+			}
 		}
 		go nodes.run(probeCtx, newFollower(ctx), names)
 	})
@@ -259,6 +273,12 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 	)
 
 	It("prepares: both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
+		if offNode != nil {
+			By("powering off a node for the whole rotation, with a fresh client certificate that is still valid when it comes back, " +
+				"as a node's year-long one would be")
+			Expect(offNode.RefreshClientCertificate(ctx, env.CarouselBinDir, "offline")).To(Succeed())
+			env.PowerOff(offNode)
+		}
 		start := time.Now()
 		Expect(annotate(ctx, v1alpha1.OperationStartCARotation)).To(Succeed())
 		Eventually(func() error { return annotate(ctx, v1alpha1.OperationStartCARotation) }).Should(
@@ -286,6 +306,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		expectKubelets(ctx, prepared[v1alpha1.CARoleClient].Current.Cert, prepared[v1alpha1.CARoleKubelet].Current.Cert,
 			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		expectNodesReported(ctx, prepared[v1alpha1.CARoleClient].Current.Cert)
+		expectRolledWithoutOffline(ctx, start, offNode)
 		_, err := clientFor(oldAdmin).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "old credentials still work in Prepared")
 		newAdmin := clientFor(adminKubeconfig(ctx))
@@ -321,8 +342,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		expectKubelets(ctx, after[v1alpha1.CARoleClient].Current.Cert, after[v1alpha1.CARoleKubelet].Current.Cert,
 			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		expectNodesReported(ctx, after[v1alpha1.CARoleClient].Current.Cert)
+		expectRolledWithoutOffline(ctx, start, offNode)
 		newKubeletClient := kubeletClientPair(ctx)
-		for _, n := range kubelets() {
+		for _, n := range runningKubelets() {
 			Expect(kubeletStatus(ctx, n, oldKubeletClient, after[v1alpha1.CARoleKubelet].Current.Cert)).To(Equal(http.StatusUnauthorized),
 				"kubelet %s refuses the API server's kubelet client certificate from the old kubelet CA", n.Name)
 			Expect(kubeletStatus(ctx, n, newKubeletClient, after[v1alpha1.CARoleKubelet].Current.Cert)).To(Equal(http.StatusOK),
@@ -341,6 +363,38 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		recorder.mu.Unlock()
 	})
 
+	It("brings back the node that was off through the rotation: given a fresh bootstrap kubeconfig, its node agent has the kubelet bootstrap again", func(ctx SpecContext) {
+		if env == nil {
+			Skip("the machines of an existing management cluster are not ours to power on")
+		}
+		refused := kubeletFileCertificate(offNode, framework.KubeletClientCertificate)
+		Expect(time.Until(refused.NotAfter)).To(BeNumerically(">", 15*time.Second),
+			"the node comes back with a client certificate that has not expired, which the kubelet would keep using (raise --csr-max-duration)")
+		By("delivering Carousel's current bootstrap kubeconfig to the machine, as its provisioning does, and powering it on")
+		s := &corev1.Secret{}
+		Expect(tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.BootstrapKubeconfigSecretName(tgt.Name)}, s)).To(Succeed())
+		Expect(env.PowerOn(ctx, offNode, s.Data[v1alpha1.DataKeyKubeconfig])).To(Succeed())
+		now := cas(ctx)
+		kubeletCA := now[v1alpha1.CARoleKubelet].Current.Cert
+		admin := clientFor(adminKubeconfig(ctx))
+		Eventually(func(g Gomega) {
+			served, err := offNode.ServedCertificate(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pki.Verify(served, pki.NewBundle(kubeletCA), x509.ExtKeyUsageServerAuth, time.Now())).To(Succeed(), "serves from the new kubelet CA")
+			_, err = admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", offNode.Name, "proxy", "healthz").DoRaw(ctx)
+			g.Expect(err).NotTo(HaveOccurred(), "API server -> kubelet %s", offNode.Name)
+			n, err := admin.CoreV1().Nodes().Get(ctx, offNode.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(nodeIsReady(n)).To(BeTrue(), "node %s is Ready", offNode.Name)
+		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "logs: %s, %s", offNode.KubeletLogPath(), offNode.Dir)
+		expectKubelets(ctx, now[v1alpha1.CARoleClient].Current.Cert, kubeletCA, bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
+		Expect(bootstrapped(ctx, admin, offNode.Name, now[v1alpha1.CARoleClient].Current.Cert)).To(BeTrue(),
+			"kubelet %s bootstrapped again: a bootstrap CSR for it, signed by the new client CA", offNode.Name)
+		kept, err := offNode.ReadFile(framework.KubeletClientCertificate + ".refused")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kept).To(ContainSubstring(string(pki.EncodeCertificates(refused))), "the refused pair is kept aside")
+	})
+
 	It("has every kubelet renew its own client certificate through selfnodeclient, from the new client CA", func(ctx SpecContext) {
 		if env == nil {
 			Skip("the kubelets of an existing management cluster are not ours to read")
@@ -349,7 +403,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Eventually(func(g Gomega) {
 			csrs, err := clientFor(adminKubeconfig(ctx)).CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
-			for _, n := range kubelets() {
+			for _, n := range runningKubelets() {
 				g.Expect(selfRenewed(csrs.Items, n.Name, clientCA)).To(BeTrue(),
 					"kubelet %s renewed its client certificate itself (a csr-* of system:node:%[1]s, signed by the new client CA)", n.Name)
 			}
@@ -368,24 +422,27 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		// restarts each kubelet once per phase, because the kubelet loads
 		// its kubeconfig's CAs and its client certificate only at start
 		// (docs/explanation/kubelet-credentials.md). Calls to a kubelet that
-		// was restarting are reported, not counted; a certificate a kubelet
-		// or the API server refused is never excused.
-		var proxyFailures, duringRestart []failure
+		// was restarting are counted like every other failed call; they are
+		// the only failures allowed, and no two kubelets of the pool ever
+		// restarted at once (maxUnavailable). A certificate a kubelet or the
+		// API server refused is never allowed.
+		var duringRestart, otherProxyFailures []failure
 		for _, f := range nodes.proxyFailures {
 			Expect(f.err.Error()).NotTo(MatchRegexp(`x509|bad certificate|unknown authority|certificate required`),
 				"API server -> kubelet %s at %s failed on a certificate", f.node, f.at.Format("15:04:05.000"))
 			if duringKubeletRestart(f) {
 				duringRestart = append(duringRestart, f)
 			} else {
-				proxyFailures = append(proxyFailures, f)
+				otherProxyFailures = append(otherProxyFailures, f)
 			}
 		}
+		Expect(overlappingRestarts()).To(BeEmpty(), "kubelets of the pool restarted at the same time")
 		// A Lease may stay unrenewed for the kubelet's retry backoff after
 		// the API server came back.
 		missedHeartbeats := unplanned(nodes.staleHeartbeat, leaseRetryBackoff+heartbeatDeadline)
 		// API server -> kubelet calls the API server took are counted with no
 		// exclusion at all.
-		failed := len(unplannedRequests) + len(missedHeartbeats) + len(proxyFailures)
+		failed := len(unplannedRequests) + len(missedHeartbeats) + len(nodes.proxyFailures)
 		requests := probe.requests + nodes.heartbeats + nodes.proxied
 		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, failed requests %d of %d, real kubelets %d",
 			preparedIn.Seconds(), completedIn.Seconds(), failed, requests, len(kubelets()))
@@ -399,16 +456,16 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		for _, f := range unplannedRequests {
 			AddReportEntry("failed API-server request outside planned restarts", fmt.Sprintf("%s %v", f.at.Format("15:04:05.000"), f.err))
 		}
-		for _, f := range append(proxyFailures, missedHeartbeats...) {
+		for _, f := range append(otherProxyFailures, missedHeartbeats...) {
 			AddReportEntry("failed API server -> kubelet call or missed heartbeat", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
 		}
 		for _, f := range duringRestart {
-			AddReportEntry("API server -> kubelet call during the kubelet's restart", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
+			AddReportEntry("failed API server -> kubelet call during the kubelet's restart", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
 		}
-		fmt.Printf("rotation e2e: API server -> kubelet calls during their kubelet's restart %d of %d (not counted below)\n", len(duringRestart), nodes.proxied)
+		fmt.Printf("rotation e2e: of the failed requests, %d are API server -> kubelet calls while their kubelet restarted\n", len(duringRestart))
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
-		Expect(failed).To(BeZero(), "the failures are in the report entries above")
+		Expect(failed-len(duringRestart)).To(BeZero(), "the failures are in the report entries above")
 	})
 })
 
@@ -424,17 +481,72 @@ func crashOperator(ctx context.Context) {
 	Expect(env.StartOperator(ctx)).To(Succeed())
 }
 
-// expectNodesReported checks what every node reported on its Node: a client
-// certificate issued by clientCA.
+// expectNodesReported checks what every node whose machine is on reported
+// on its Node: a client certificate issued by clientCA.
 func expectNodesReported(ctx context.Context, clientCA *x509.Certificate) {
 	GinkgoHelper()
 	nodes, err := clientFor(adminKubeconfig(ctx)).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(nodes.Items).NotTo(BeEmpty())
 	for _, n := range nodes.Items {
+		if poweredOff(n.Name) {
+			continue
+		}
 		Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationClientCertificateIssuer, hex.EncodeToString(clientCA.SubjectKeyId)),
 			"node %s reported a client certificate from the current client CA", n.Name)
 	}
+}
+
+// offlineNodeTimeout is the pool's offlineNodeTimeout in the suite: the
+// least the API allows.
+const offlineNodeTimeout = v1alpha1.MinOfflineNodeTimeout
+
+// expectRolledWithoutOffline checks, when off is not nil, that the pool was
+// rolled without it in the phase that began at since, and that Carousel said
+// so in an event naming it.
+func expectRolledWithoutOffline(ctx context.Context, since time.Time, off *framework.KubeletNode) {
+	GinkgoHelper()
+	if off == nil {
+		return
+	}
+	Eventually(func(g Gomega) {
+		var events eventsv1.EventList
+		g.Expect(tgt.Client.List(ctx, &events, client.InNamespace(tgt.Namespace))).To(Succeed())
+		var messages []string
+		for _, e := range events.Items {
+			if e.Regarding.Name == tgt.Name && e.Reason == v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes && !eventTime(e).Before(since.Truncate(time.Second)) {
+				messages = append(messages, e.Note)
+			}
+		}
+		g.Expect(messages).To(ContainElement(ContainSubstring(off.Name + " (not seen for")))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "a %s event names node %s", v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes, off.Name)
+}
+
+// eventTime is when an event last happened.
+func eventTime(e eventsv1.Event) time.Time {
+	if e.Series != nil {
+		return e.Series.LastObservedTime.Time
+	}
+	return e.EventTime.Time
+}
+
+// overlappingRestarts names the pairs of kubelets whose restarts overlapped.
+func overlappingRestarts() []string {
+	var overlaps []string
+	all := kubelets()
+	for i, a := range all {
+		for _, b := range all[i+1:] {
+			for _, wa := range a.Restarts() {
+				for _, wb := range b.Restarts() {
+					if wa.Start.Before(wb.End) && wb.Start.Before(wa.End) {
+						overlaps = append(overlaps, fmt.Sprintf("%s %s-%s and %s %s-%s", a.Name, wa.Start.Format("15:04:05.000"), wa.End.Format("15:04:05.000"),
+							b.Name, wb.Start.Format("15:04:05.000"), wb.End.Format("15:04:05.000")))
+					}
+				}
+			}
+		}
+	}
+	return overlaps
 }
 
 // kubeletRestartsText says how many kubelet restarts there were between from

@@ -1,9 +1,10 @@
 // Package e2e holds the end-to-end suites: the Carousel controller manager
 // (its binary) against a management API server, and a managed cluster whose
 // etcd, kube-apiserver and kube-controller-manager run on the certificates
-// Carousel issued, with three real kubelets that bootstrapped through
-// Carousel and the node agent beside each, in a network namespace of the
-// suite's (test/framework). See docs/how-to/local-environment.md.
+// Carousel issued, with four real kubelets that bootstrapped through
+// Carousel and the node agent beside each (one of them off through the
+// rotation), in a network namespace of the suite's (test/framework). See
+// docs/how-to/local-environment.md.
 package e2e
 
 import (
@@ -23,8 +24,10 @@ import (
 )
 
 // kubeletCertificateValidity caps the kubelet certificates Carousel signs in
-// the local environment, so that kubelets rotate their own during the suite.
-const kubeletCertificateValidity = 150 * time.Second
+// the local environment, so that kubelets rotate their own during the suite,
+// and is long enough for the node powered off through the rotation to come
+// back with one that has not expired.
+const kubeletCertificateValidity = 3 * time.Minute
 
 // target is the management cluster and Cluster the suite rotates.
 type target struct {
@@ -64,10 +67,11 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	expectHostUntouched()
 	env, err = framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
-		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 3,
-		// Kubelet certificates of 2.5 minutes (valid from 5 minutes back, so
-		// 7.5 minutes long): each kubelet rotates its own at 70-90 % of that,
-		// 15 s to 105 s after it got it, through the selfnodeclient path.
+		// Four nodes: the journey powers one off for the whole rotation.
+		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 4,
+		// Kubelet certificates of 3 minutes (valid from 5 minutes back, so 8
+		// minutes long): each kubelet rotates its own at 70-90 % of that, 36 s
+		// to 132 s after it got it, through the selfnodeclient path.
 		OperatorFlags: []string{"--csr-max-duration=" + kubeletCertificateValidity.String()},
 		Logf: func(format string, args ...any) {
 			GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -337,13 +338,31 @@ func (n *KubeletNode) StartAgent(carouselBinDir string) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Name: n.Name, Dir: n.Dir}
-	binary, args := n.join(filepath.Join(carouselBinDir, "carousel-node-agent"),
-		"--node-name="+n.Name, "--kubelet-config="+nodeKubeletConfig, "--kubeconfig="+nodeKubeconfig,
-		"--bootstrap-kubeconfig="+nodeBootstrapKubeconfig, "--cert-dir="+nodeCertDir,
-		"--kubelet-restart-command="+restart, "--metrics-bind-address="+net.JoinHostPort(n.IP, strconv.Itoa(NodeAgentMetricsPort)))
+	binary, args := n.join(filepath.Join(carouselBinDir, "carousel-node-agent"), append(n.agentFlags(),
+		"--kubelet-config="+nodeKubeletConfig, "--kubelet-restart-command="+restart,
+		"--metrics-bind-address="+net.JoinHostPort(n.IP, strconv.Itoa(NodeAgentMetricsPort)))...)
 	var err error
 	a.process, err = startProcess("carousel-node-agent "+n.Name, binary, a.LogPath(), args...)
 	return a, err
+}
+
+// agentFlags name the node and the kubelet's credentials to the node agent.
+func (n *KubeletNode) agentFlags() []string {
+	return []string{"--node-name=" + n.Name, "--kubeconfig=" + nodeKubeconfig, "--bootstrap-kubeconfig=" + nodeBootstrapKubeconfig,
+		"--cert-dir=" + nodeCertDir}
+}
+
+// RefreshClientCertificate has the node agent request a new client
+// certificate for the kubelet now (carousel-node-agent refresh-certs run),
+// which the kubelet loads when it next starts.
+func (n *KubeletNode) RefreshClientCertificate(ctx context.Context, carouselBinDir, seed string) error {
+	binary, args := n.join(filepath.Join(carouselBinDir, "carousel-node-agent"),
+		append([]string{"refresh-certs", "run", "--seed=" + seed, "--timeout=1m"}, n.agentFlags()...)...)
+	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput() //nolint:gosec // our own binary and flags
+	if err != nil {
+		return fmt.Errorf("refreshing the client certificate of %s: %w: %s", n.Name, err, out)
+	}
+	return nil
 }
 
 // NodeAgentMetricsPort is where the node agents serve metrics, on their node's IP.
