@@ -189,7 +189,8 @@ func run(ctx context.Context, o *options) error {
 	} else {
 		logf("%s mode, resuming an unfinished re-bootstrap of the kubelet", o.mode())
 	}
-	node := &nodeagent.Node{Manager: m, Kubelet: kubelet, Pool: o.pool, Address: o.address, HeartbeatInterval: o.heartbeat, Logf: logf}
+	node := &nodeagent.Node{Manager: m, Kubelet: kubelet, Pool: o.pool, Address: o.address, HeartbeatInterval: o.heartbeat,
+		RefusalGrace: nodeagent.DefaultRefusalGrace, Logf: logf}
 	if kubelet != nil {
 		logf("kubelet clientCAFile %s, healthz %s, restart command %q", kubelet.Config.ClientCAFile, kubelet.Config.HealthzURL, o.kubeletRestartCommand)
 	} else {

@@ -151,7 +151,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			if err := m.use(kp, server, ca); err != nil {
 				return err
 			}
-			if !m.rejected(ctx) {
+			if m.refusal(ctx) == notRefused {
 				return nil
 			}
 		}
@@ -171,13 +171,6 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-m.cfg.Clock.After(retry.next()):
 		}
 	}
-}
-
-// rejected reports whether the API server refuses the current credentials
-// (401) or presents a certificate they do not trust. An API server that
-// cannot be reached says nothing about the credentials.
-func (m *Manager) rejected(ctx context.Context) bool {
-	return m.refusal(ctx) != notRefused
 }
 
 // refusal asks the API server who the current credentials are (a

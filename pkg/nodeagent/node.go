@@ -33,9 +33,23 @@ type Node struct {
 	Address string
 	// HeartbeatInterval is how often the Lease is renewed (ModeStandIn).
 	HeartbeatInterval time.Duration
+	// RefusalGrace is how long the API server must go on refusing the
+	// kubelet's credentials, with no answer that accepts them in between,
+	// before the agent re-bootstraps the kubelet (ModeKubelet; see
+	// rebootstrapIfRefused); 0 acts on the first refusal.
+	RefusalGrace time.Duration
 	// Logf, when set, reports renewals and their errors.
 	Logf func(format string, args ...any)
+
+	// refusedSince is when the current run of refusals began; zero when the
+	// last answer did not refuse. Only WatchRenewals' goroutine uses it.
+	refusedSince time.Time
 }
+
+// DefaultRefusalGrace is the RefusalGrace the agent runs with: a single
+// refusal may come from an API server in the middle of a roll or a proxy in
+// the way, and a node that was off for a whole rotation can wait seconds.
+const DefaultRefusalGrace = 10 * time.Second
 
 func (n *Node) logf(format string, args ...any) {
 	if n.Logf != nil {

@@ -119,8 +119,11 @@ func (s rebootstrapStep) needsBootstrapKubeconfig() bool {
 // pair stand and what the progress record says was done: the credentials
 // moved aside, the kubelet restarted since.
 //
-//   - Refused credentials are moved aside, whatever was done before: the
-//     kubelet wrote them (again) or the move did not happen.
+//   - Refused credentials are moved aside; after a move the kubelet was not
+//     restarted since, again (the move did not happen).
+//   - Refused credentials after a move and a restart are ones the kubelet
+//     bootstrapped and the API server refuses too: wait (the wait says so),
+//     rather than restart the kubelet and file a CSR over and over.
 //   - Credentials the agent did not move aside are the kubelet's business:
 //     nothing, also when there are none (it bootstraps when it starts).
 //   - None (no kubeconfig, or no pair), after a move: restart the kubelet,
@@ -130,6 +133,8 @@ func (s rebootstrapStep) needsBootstrapKubeconfig() bool {
 //     bring it in line, which needs the API server anyway.
 func planRebootstrap(kubeconfig kubeconfigState, movedAside, restarted bool) rebootstrapStep {
 	switch {
+	case kubeconfig == kubeconfigRefused && movedAside && restarted:
+		return rebootstrapAwait
 	case kubeconfig == kubeconfigRefused:
 		return rebootstrapMoveAside
 	case !movedAside:
@@ -193,10 +198,12 @@ func (n *Node) rebootstrapTakesOver(ctx context.Context, w watch.Interface, watc
 // kubelet; false and no error when there is nothing to do. An API server
 // that cannot be reached refuses nothing: nothing is done then.
 //
+// A refusal starts a re-bootstrap only once it has lasted RefusalGrace.
+//
 // Every step is safe to repeat: the progress record (rebootstrapRecord)
-// says what was done, each step records what it is about to do before it
-// does it, and an attempt that fails anywhere is taken up again from what
-// the files and the record say (planRebootstrap).
+// says what was done (the move is recorded before it is made, the restart
+// after), and an attempt that fails anywhere is taken up again from what the
+// files and the record say (planRebootstrap).
 func (n *Node) rebootstrapIfRefused(ctx context.Context) (bool, error) {
 	if n.Kubelet == nil {
 		return false, nil
@@ -207,6 +214,9 @@ func (n *Node) rebootstrapIfRefused(ctx context.Context) (bool, error) {
 	}
 	rb := &rebootstrap{n: n, progress: record}
 	state := rb.kubeconfigState(ctx)
+	if !record.CredentialsMovedAside && !n.refusalLasted(state) {
+		return false, nil
+	}
 	first := planRebootstrap(state, record.CredentialsMovedAside, record.RestartedToBootstrap)
 	if first == rebootstrapNothing {
 		return false, nil
@@ -223,6 +233,26 @@ func (n *Node) rebootstrapIfRefused(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// refusalLasted records state and reports whether the kubelet's credentials
+// have been refused for at least RefusalGrace, with no answer in between
+// that did not refuse them.
+func (n *Node) refusalLasted(state kubeconfigState) bool {
+	if state != kubeconfigRefused {
+		n.refusedSince = time.Time{}
+		return false
+	}
+	now := n.Manager.cfg.Clock.Now()
+	if n.refusedSince.IsZero() {
+		n.refusedSince = now
+	}
+	if lasted := now.Sub(n.refusedSince); lasted < n.RefusalGrace {
+		n.logf("%s: the kubelet's credentials are refused; re-bootstrapping once that has lasted %s (%s so far)",
+			rebootstrapLabel, n.RefusalGrace, lasted.Round(time.Millisecond))
+		return false
+	}
+	return true
 }
 
 // run carries the re-bootstrap out from step first on, and clears the
@@ -353,7 +383,11 @@ func (rb *rebootstrap) moveCredentialsAside(context.Context) error {
 		return err
 	}
 	for _, path := range []string{m.store.CurrentPath(), m.cfg.KubeconfigPath} {
-		if err := os.Rename(path, refusedPath(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err := os.Rename(path, refusedPath(path))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // moved by an attempt cut short
+		}
+		if err != nil {
 			return err
 		}
 		if err := syncDir(filepath.Dir(path)); err != nil {
@@ -400,8 +434,11 @@ func (rb *rebootstrap) awaitBootstrap(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("the kubelet has not bootstrapped within %s: %w", timeout, err)
+	}
+	if err != nil {
+		return err
 	}
 	info, err := readKubeconfig(m.cfg.KubeconfigPath)
 	if err != nil {

@@ -84,7 +84,7 @@ func TestPlanRebootstrap(t *testing.T) {
 		{kubeconfigAbsent, true, false, rebootstrapRestart},
 		// Moved aside and restarted.
 		{kubeconfigNotRefused, true, true, rebootstrapResync},
-		{kubeconfigRefused, true, true, rebootstrapMoveAside}, // bootstrapped, and refused again: start over
+		{kubeconfigRefused, true, true, rebootstrapAwait}, // bootstrapped, and refused too: wait, do not restart in a loop
 		{kubeconfigAbsent, true, true, rebootstrapAwait},
 	} {
 		if got := planRebootstrap(tt.kubeconfig, tt.movedAside, tt.restarted); got != tt.want {
@@ -499,8 +499,13 @@ func (on *offNode) assertUntouched(kubeconfig []byte) {
 	if got := on.read("kubeconfig"); !bytes.Equal(got, kubeconfig) {
 		t.Error("the kubeconfig changed")
 	}
-	if _, err := os.Stat(on.path("kubeconfig.refused")); !os.IsNotExist(err) {
-		t.Errorf("something was moved aside (%v)", err)
+	for _, aside := range []string{"kubeconfig.refused", "pki/kubelet-client-current.pem.refused"} {
+		if _, err := os.Stat(on.path(aside)); !os.IsNotExist(err) {
+			t.Errorf("%s was moved aside (%v)", aside, err)
+		}
+	}
+	if current, err := (&Store{Dir: on.path("pki")}).Current(); err != nil || current == nil || !current.Cert.Equal(on.refused) {
+		t.Errorf("the current client pair changed (%v)", err)
 	}
 	if _, restarts := on.counts(); restarts != 0 {
 		t.Errorf("%d restarts, want none", restarts)
@@ -606,6 +611,86 @@ func TestRebootstrapNeedsAUsableBootstrapKubeconfig(t *testing.T) {
 				t.Errorf("%v errors counted, want 1 (the attempt through WatchRenewals)", counterValue(t, on.metrics.renewErrors))
 			}
 		})
+	}
+}
+
+// TestRebootstrapWaitsForALastingRefusal: one refusal is not enough; the
+// kubelet's credentials are moved aside only once they have been refused
+// for RefusalGrace, with no answer in between that took them.
+func TestRebootstrapWaitsForALastingRefusal(t *testing.T) {
+	on := newOffNode(t)
+	on.node.RefusalGrace = 10 * time.Second
+	before := on.read("kubeconfig")
+	attempt := func() bool {
+		t.Helper()
+		rebootstrapped, err := on.node.rebootstrapIfRefused(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rebootstrapped
+	}
+	if attempt() {
+		t.Fatal("re-bootstrapped on the first refusal")
+	}
+	on.clk.Step(9 * time.Second)
+	if attempt() {
+		t.Fatal("re-bootstrapped before the refusal lasted 10s")
+	}
+	on.assertUntouched(before)
+	// An answer that does not refuse in between starts the count again.
+	on.set(func() { on.unreachable = errUnreachable })
+	if attempt() {
+		t.Fatal("re-bootstrapped while the API server cannot be reached")
+	}
+	on.set(func() { on.unreachable = nil })
+	on.clk.Step(5 * time.Second)
+	if attempt() {
+		t.Fatal("re-bootstrapped on the first refusal after an answer that did not refuse")
+	}
+	on.assertUntouched(before)
+	on.clk.Step(10 * time.Second)
+	if !attempt() {
+		t.Fatalf("not re-bootstrapped once the refusal lasted 10s; log: %q", on.logLines())
+	}
+	if !on.loggedLine("credentials are refused; re-bootstrapping once that has lasted 10s (9s so far)") {
+		t.Errorf("the wait is not logged: %q", on.logLines())
+	}
+}
+
+// TestRebootstrapResumesBetweenTheMoves: an agent that died after it moved
+// the client pair aside and before the kubeconfig leaves a kubelet that
+// bootstraps anyway (its kubeconfig names a pair that is not there); the
+// next agent restarts it and finishes without moving anything else.
+func TestRebootstrapResumesBetweenTheMoves(t *testing.T) {
+	on := newOffNode(t)
+	pairs := on.pairs()
+	record := &progress{Request: rebootstrapRecord, CredentialsMovedAside: true}
+	if err := record.save(on.path("pki")); err != nil {
+		t.Fatal(err)
+	}
+	current := (&Store{Dir: on.path("pki")}).CurrentPath()
+	if err := os.Rename(current, refusedPath(current)); err != nil {
+		t.Fatal(err)
+	}
+
+	on.restartAgent()
+	on.watchRenewals(nil)
+	if _, err := os.Stat(on.path("kubeconfig.refused")); !os.IsNotExist(err) {
+		t.Errorf("the kubeconfig was moved aside after all (%v)", err)
+	}
+	if info, err := readKubeconfig(on.path("kubeconfig")); err != nil || !bytes.Equal(info.CA, on.trust.Cluster) {
+		t.Errorf("the kubeconfig the kubelet wrote does not trust the published cluster bundle (%v)", err)
+	}
+	if got := on.node.Manager.Current(); got == nil || samePublicKey(got.Cert.PublicKey, on.refused.PublicKey) {
+		t.Error("no new client certificate for a new key")
+	}
+	for _, pair := range pairs {
+		if _, err := os.Stat(pair); err != nil {
+			t.Errorf("a key pair is gone: %v", err)
+		}
+	}
+	if _, restarts := on.counts(); restarts != 2 || on.bootstrapCount() != 1 {
+		t.Errorf("%d restarts, %d bootstraps; want 2 (bootstrap, serving certificate) and 1", restarts, on.bootstrapCount())
 	}
 }
 

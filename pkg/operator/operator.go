@@ -89,7 +89,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Evidence:  evidence.Checker{Timeout: opts.EvidenceTimeout},
 		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{
 			v1alpha1.RolloutManual:  workerrollout.ManualRollout{},
-			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient(), Clock: clk},
+			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient()},
 		},
 		CAExpiryWarning:        opts.CAExpiryWarning,
 		ManagedPollInterval:    opts.ManagedPollInterval,

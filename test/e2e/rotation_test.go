@@ -518,7 +518,7 @@ func expectRolledWithoutOffline(ctx context.Context, since time.Time, off *frame
 				messages = append(messages, e.Note)
 			}
 		}
-		g.Expect(messages).To(ContainElement(ContainSubstring(off.Name + " (not seen for")))
+		g.Expect(messages).To(ContainElement(ContainSubstring(off.Name + " (")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "a %s event names node %s", v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes, off.Name)
 }
 

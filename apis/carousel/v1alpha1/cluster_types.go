@@ -190,8 +190,9 @@ type WorkerPool struct {
 	// +kubebuilder:validation:XIntOrString
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 
-	// OfflineNodeTimeout is how long a node's Lease may go unrenewed before
-	// an InPlace rollout stops waiting for the node: it counts as offline,
+	// OfflineNodeTimeout is how far a node's Lease may fall behind the newest
+	// node Lease of the cluster before an InPlace rollout stops waiting for
+	// the node: it counts as offline,
 	// is not asked to renew, and is named in an event when the pool is
 	// rolled without it. Such a node needs a fresh bootstrap kubeconfig if it
 	// comes back after the old CAs were dropped. Between

@@ -73,8 +73,8 @@ const (
 	// cluster, and what is left there.
 	EventManagedCleanupAbandoned = "ManagedClusterCleanupAbandoned"
 	// EventWorkerPoolRolledWithoutOfflineNodes (Warning) names the nodes an
-	// InPlace rollout did not wait for because their Lease went unrenewed
-	// for longer than the pool's offlineNodeTimeout.
+	// InPlace rollout did not wait for because their Lease was older than the
+	// newest node Lease by more than the pool's offlineNodeTimeout.
 	EventWorkerPoolRolledWithoutOfflineNodes = "WorkerPoolRolledWithoutOfflineNodes"
 )
 

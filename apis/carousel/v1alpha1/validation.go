@@ -38,7 +38,7 @@ const (
 	DefaultKeyAlgorithm = KeyAlgorithmECDSAP256
 
 	// An InPlace pool's offlineNodeTimeout. The least spans three Lease
-	// renewals of a kubelet (every 10 s) and an API-server restart.
+	// renewals of a kubelet (every 10 s).
 	DefaultOfflineNodeTimeout = 10 * time.Minute
 	MinOfflineNodeTimeout     = 30 * time.Second
 	MaxOfflineNodeTimeout     = 7 * 24 * time.Hour

@@ -12,7 +12,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -29,12 +28,11 @@ import (
 // bundles it published.
 //
 // The nodes renew a few at a time (the pool's maxUnavailable), and a node
-// whose Lease went unrenewed for longer than the pool's offlineNodeTimeout
-// is not waited for (see PlanRollout).
+// whose Lease is older than the pool's offlineNodeTimeout, next to the
+// newest node Lease, is not waited for (see PlanRollout and Heartbeats).
 type InPlaceRollout struct {
 	Connections *clustercache.Cache // reaches the managed clusters
 	Management  client.Reader       // reads the Cluster's CAs and bundles
-	Clock       clock.PassiveClock  // tells offline nodes
 }
 
 // Rollout implements the cluster controller's WorkerRollout.
@@ -83,10 +81,11 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if err := remote.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
 		return false, "", fmt.Errorf("listing the nodes of pool %s: %w", pool.Name, err)
 	}
-	seen, err := lastSeen(ctx, remote, nodes.Items)
-	if err != nil {
-		return false, "", err
+	var leases coordinationv1.LeaseList
+	if err := remote.List(ctx, &leases, client.InNamespace(corev1.NamespaceNodeLease)); err != nil {
+		return false, "", fmt.Errorf("listing the node Leases: %w", err)
 	}
+	seen, newest := Heartbeats(nodes.Items, leases.Items)
 	states := make([]NodeState, len(nodes.Items))
 	byName := make(map[string]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
@@ -95,11 +94,11 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		states[i] = NodeState{Name: n.Name, Action: noderenewal.Assess(n.Annotations, want), LastSeen: seen[n.Name]}
 	}
 	offlineAfter := pool.OfflineNodeTimeoutOrDefault()
-	plan := PlanRollout(states, pool.MaxUnavailableOrDefault(), offlineAfter, p.Clock.Now())
-	for _, name := range plan.Ask {
-		n := byName[name]
+	plan := PlanRollout(states, pool.MaxUnavailableOrDefault(), offlineAfter, newest)
+	for _, ask := range plan.Ask {
+		n := byName[ask.Name]
 		patch := client.MergeFrom(n.DeepCopy())
-		n.Annotations = noderenewal.Annotate(n.Annotations, noderenewal.Assess(n.Annotations, want), request)
+		n.Annotations = noderenewal.Annotate(n.Annotations, ask.Action, request)
 		if err := remote.Patch(ctx, n, patch); err != nil {
 			return false, "", fmt.Errorf("asking node %s to renew: %w", n.Name, err)
 		}
@@ -110,24 +109,30 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	return plan.Done(), plan.Message(pool.Name, offlineAfter), nil
 }
 
-// lastSeen is when each node last showed it is alive: its Lease's renewTime
-// in kube-node-lease (the kubelet renews it every 10 s), or, for a node
-// without one, when the Node was created.
-func lastSeen(ctx context.Context, remote client.Reader, nodes []corev1.Node) (map[string]time.Time, error) {
-	var leases coordinationv1.LeaseList
-	if err := remote.List(ctx, &leases, client.InNamespace(corev1.NamespaceNodeLease)); err != nil {
-		return nil, fmt.Errorf("listing the node Leases: %w", err)
-	}
-	seen := make(map[string]time.Time, len(nodes))
+// Heartbeats says when each node last showed it is alive: its Lease's
+// renewTime in kube-node-lease (a kubelet renews it every 10 s), or, for a
+// node without one, when the Node was created. newest is the newest
+// renewTime of any Lease there, the moment the rollout measures every
+// node's silence against: an API server that was down, or a controller
+// whose clock is off, leaves every Lease as old and takes no node offline.
+func Heartbeats(nodes []corev1.Node, leases []coordinationv1.Lease) (seen map[string]time.Time, newest time.Time) {
+	seen = make(map[string]time.Time, len(nodes))
 	for _, n := range nodes {
 		seen[n.Name] = n.CreationTimestamp.Time
 	}
-	for _, l := range leases.Items {
-		if _, ok := seen[l.Name]; ok && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(seen[l.Name]) {
-			seen[l.Name] = l.Spec.RenewTime.Time
+	for _, l := range leases {
+		if l.Spec.RenewTime == nil {
+			continue
+		}
+		renewed := l.Spec.RenewTime.Time
+		if renewed.After(newest) {
+			newest = renewed
+		}
+		if last, ok := seen[l.Name]; ok && renewed.After(last) {
+			seen[l.Name] = renewed
 		}
 	}
-	return seen, nil
+	return seen, newest
 }
 
 // trust reads the bundles a node of c must end up with from the management

@@ -23,8 +23,9 @@ type NodeState struct {
 
 // Plan is what an InPlace rollout does about a pool now.
 type Plan struct {
-	// Ask are the nodes to ask to renew now, by name.
-	Ask []string
+	// Ask are the nodes to ask to renew now, in order of name, with what to
+	// ask (noderenewal.Ask or noderenewal.AskAgain).
+	Ask []NodeState
 	// Renewed counts the nodes that answered with the expected credentials.
 	Renewed int
 	// Renewing counts the nodes asked and not answered yet, Ask included.
@@ -39,7 +40,7 @@ type Plan struct {
 // OfflineNode is a node the rollout does not wait for.
 type OfflineNode struct {
 	Name string
-	// For is how long it has not been seen.
+	// For is how much older its heartbeat is than the newest.
 	For time.Duration
 }
 
@@ -47,31 +48,34 @@ type OfflineNode struct {
 func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 
 // PlanRollout decides which nodes of a pool to ask now. A node that renewed
-// is done. A node that did not and was not seen for longer than offlineAfter
-// is offline: it is neither asked nor waited for, and does not take a slot.
+// is done. A node that did not, and was last seen more than offlineAfter
+// before newest (the newest heartbeat of any node; see Heartbeats), is
+// offline: it is neither asked nor waited for, and does not take a slot.
 // The others renew at most maxUnavailable at a time (a number, or a
 // percentage of the pool rounded down; at least one): the nodes asked and
 // not answered take slots first, and the free slots go to the nodes to ask,
-// by name.
-func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAfter time.Duration, now time.Time) Plan {
+// by name. A node that was asked, went offline and came back before it
+// answered takes a slot again, so that for a while more than
+// maxUnavailable nodes may be renewing.
+func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAfter time.Duration, newest time.Time) Plan {
 	p := Plan{Total: len(nodes)}
-	var toAsk []string
+	var toAsk []NodeState
 	for _, n := range nodes {
 		if n.Action == noderenewal.Done {
 			p.Renewed++
 			continue
 		}
-		if away := now.Sub(n.LastSeen); away > offlineAfter {
+		if away := newest.Sub(n.LastSeen); away > offlineAfter {
 			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, For: away})
 			continue
 		}
 		if n.Action == noderenewal.Wait {
 			p.Renewing++
 		} else {
-			toAsk = append(toAsk, n.Name)
+			toAsk = append(toAsk, n)
 		}
 	}
-	slices.Sort(toAsk)
+	slices.SortFunc(toAsk, func(a, b NodeState) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(p.Offline, func(a, b OfflineNode) int { return strings.Compare(a.Name, b.Name) })
 	free := max(Slots(maxUnavailable, len(nodes))-p.Renewing, 0)
 	p.Ask = toAsk[:min(free, len(toAsk))]
@@ -89,9 +93,9 @@ func Slots(maxUnavailable intstr.IntOrString, total int) int {
 	return n
 }
 
-// Message says where the pool stands, for the Cluster's CARotation
-// condition while it is not done, and for an event when it is done without
-// offline nodes.
+// Message says where the pool stands: for the Cluster's CARotation
+// condition while it is not done, and, when it is done but some nodes were
+// offline, for the event that names them.
 func (p Plan) Message(pool string, offlineAfter time.Duration) string {
 	var b strings.Builder
 	if p.Done() {
@@ -107,9 +111,9 @@ func (p Plan) Message(pool string, offlineAfter time.Duration) string {
 	}
 	names := make([]string, len(p.Offline))
 	for i, o := range p.Offline {
-		names[i] = fmt.Sprintf("%s (not seen for %s)", o.Name, o.For.Round(time.Second))
+		names[i] = fmt.Sprintf("%s (%s behind)", o.Name, o.For.Round(time.Second))
 	}
-	fmt.Fprintf(&b, " (Lease not renewed for over %s, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
+	fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
 		"if it comes back after the old CAs were dropped", offlineAfter, strings.Join(names, ", "))
 	return b.String()
 }

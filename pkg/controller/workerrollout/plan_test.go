@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
@@ -101,13 +104,16 @@ func TestPlanRollout(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := PlanRollout(tt.nodes, tt.maxUnavailable, offlineAfter, t0)
-			var offline []string
+			var asked, offline []string
+			for _, a := range p.Ask {
+				asked = append(asked, a.Name)
+			}
 			for _, o := range p.Offline {
 				offline = append(offline, o.Name)
 			}
-			if !slices.Equal(p.Ask, tt.wantAsk) || p.Renewing != tt.wantRenewing || !slices.Equal(offline, tt.wantOffline) || p.Done() != tt.wantDone {
+			if !slices.Equal(asked, tt.wantAsk) || p.Renewing != tt.wantRenewing || !slices.Equal(offline, tt.wantOffline) || p.Done() != tt.wantDone {
 				t.Fatalf("PlanRollout = ask %v, renewing %d, offline %v, done %v; want ask %v, renewing %d, offline %v, done %v",
-					p.Ask, p.Renewing, offline, p.Done(), tt.wantAsk, tt.wantRenewing, tt.wantOffline, tt.wantDone)
+					asked, p.Renewing, offline, p.Done(), tt.wantAsk, tt.wantRenewing, tt.wantOffline, tt.wantDone)
 			}
 		})
 	}
@@ -127,14 +133,14 @@ func TestPlanMessage(t *testing.T) {
 		{
 			name:  "waiting, with an offline node",
 			nodes: []NodeState{node("a", noderenewal.Wait, 0), node("b", noderenewal.Ask, 90*time.Minute)},
-			want: "pool workers: 0 of 2 nodes renewed their credentials, 1 renewing, 1 offline (Lease not renewed for over 10m0s, not waited for: " +
-				"b (not seen for 1h30m0s)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
+			want: "pool workers: 0 of 2 nodes renewed their credentials, 1 renewing, 1 offline (Lease over 10m0s behind the newest node Lease, not waited for: " +
+				"b (1h30m0s behind)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
 		},
 		{
 			name:  "done without offline nodes",
 			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.Wait, 11*time.Minute)},
-			want: "pool workers: rolled without 2 offline node(s) (Lease not renewed for over 10m0s, not waited for: " +
-				"b (not seen for 11m0s), c (not seen for 1h0m0s)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
+			want: "pool workers: rolled without 2 offline node(s) (Lease over 10m0s behind the newest node Lease, not waited for: " +
+				"b (11m0s behind), c (1h0m0s behind)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,6 +148,57 @@ func TestPlanMessage(t *testing.T) {
 				t.Fatalf("Message =\n%s\nwant\n%s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestHeartbeats: a node was last seen at its Lease's renewTime, or, without
+// one, when it was created; the newest renewTime of any Lease, of a pool's
+// node or not, is what every node is measured against.
+func TestHeartbeats(t *testing.T) {
+	nodeAt := func(name string, created time.Time) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}}
+	}
+	leaseAt := func(name string, renewed *time.Time) coordinationv1.Lease {
+		l := coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if renewed != nil {
+			l.Spec.RenewTime = &metav1.MicroTime{Time: *renewed}
+		}
+		return l
+	}
+	at := func(d time.Duration) *time.Time { t := t0.Add(d); return &t }
+	nodes := []corev1.Node{nodeAt("a", t0.Add(-time.Hour)), nodeAt("b", t0.Add(-time.Hour)), nodeAt("c", t0.Add(-time.Minute)), nodeAt("d", t0)}
+	leases := []coordinationv1.Lease{
+		leaseAt("a", at(-5*time.Second)),
+		leaseAt("b", at(-20*time.Minute)),
+		leaseAt("c", nil),                      // no renewTime yet: created counts
+		leaseAt("d", at(-time.Hour)),           // renewed before the Node was created (a Node of that name before it): created counts
+		leaseAt("other-pool", at(time.Second)), // the newest heartbeat, of a node outside the pool
+	}
+	seen, newest := Heartbeats(nodes, leases)
+	want := map[string]time.Time{"a": *at(-5 * time.Second), "b": *at(-20 * time.Minute), "c": t0.Add(-time.Minute), "d": t0}
+	if len(seen) != len(want) {
+		t.Fatalf("seen = %v, want %v", seen, want)
+	}
+	for name, w := range want {
+		if !seen[name].Equal(w) {
+			t.Errorf("seen[%s] = %s, want %s", name, seen[name], w)
+		}
+	}
+	if !newest.Equal(*at(time.Second)) {
+		t.Errorf("newest = %s, want %s", newest, *at(time.Second))
+	}
+	// Measured against the newest heartbeat, not against a clock: only b is
+	// more than offlineAfter behind.
+	var states []NodeState
+	for _, n := range []string{"a", "b", "c", "d"} {
+		states = append(states, NodeState{Name: n, Action: noderenewal.Wait, LastSeen: seen[n]})
+	}
+	var offline []string
+	for _, o := range PlanRollout(states, intstr.FromString("100%"), offlineAfter, newest).Offline {
+		offline = append(offline, o.Name)
+	}
+	if !slices.Equal(offline, []string{"b"}) {
+		t.Errorf("offline = %v, want [b]", offline)
 	}
 }
 
@@ -177,13 +234,12 @@ func FuzzPlanRollout(f *testing.F) {
 				waiting++
 			}
 		}
-		for _, name := range p.Ask {
-			n := byName[name]
-			if n.Action != noderenewal.Ask && n.Action != noderenewal.AskAgain {
-				t.Fatalf("asked %s, whose action is %v", name, n.Action)
+		for _, a := range p.Ask {
+			if n := byName[a.Name]; n != a || (a.Action != noderenewal.Ask && a.Action != noderenewal.AskAgain) {
+				t.Fatalf("asked %+v, the node is %+v", a, n)
 			}
-			if offline[name] {
-				t.Fatalf("asked offline node %s", name)
+			if offline[a.Name] {
+				t.Fatalf("asked offline node %s", a.Name)
 			}
 		}
 		for _, o := range p.Offline {
