@@ -109,7 +109,7 @@ func TestValidateClusterSpec(t *testing.T) {
 		{"max unavailable not a percentage", func(s *ClusterSpec) { s.Workers[0].MaxUnavailable = ptr.To(intstr.FromString("half")) }, "spec.workers[0].maxUnavailable: Invalid value"},
 		{"max unavailable with a leading zero", func(s *ClusterSpec) { s.Workers[0].MaxUnavailable = ptr.To(intstr.FromString("050%")) }, "spec.workers[0].maxUnavailable: Invalid value"},
 		{"max unavailable for Manual", func(s *ClusterSpec) { s.Workers[1].MaxUnavailable = ptr.To(intstr.FromInt32(1)) }, "spec.workers[1].maxUnavailable: Forbidden"},
-		{"offline timeout too short", func(s *ClusterSpec) { s.Workers[0].OfflineNodeTimeout = dur(10 * time.Second) }, "spec.workers[0].offlineNodeTimeout: Invalid value"},
+		{"offline timeout too short", func(s *ClusterSpec) { s.Workers[0].OfflineNodeTimeout = dur(59 * time.Second) }, "spec.workers[0].offlineNodeTimeout: Invalid value"},
 		{"offline timeout too long", func(s *ClusterSpec) { s.Workers[0].OfflineNodeTimeout = dur(MaxOfflineNodeTimeout + time.Hour) }, "must be between"},
 		{"offline timeout for Replace", func(s *ClusterSpec) { s.Workers[2].OfflineNodeTimeout = dur(time.Hour) }, "spec.workers[2].offlineNodeTimeout: Forbidden"},
 		{"token TTL too short", func(s *ClusterSpec) { s.KubeletBootstrap.TokenTTL = dur(time.Minute) }, "spec.kubeletBootstrap.tokenTTL"},
