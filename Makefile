@@ -22,8 +22,8 @@ GINKGO_ARGS ?= -ginkgo.no-color
 BENCH_COUNT ?= 6
 BENCH_TIME ?= 1s
 
-# Every Go fuzz target, as <package directory>:<FuzzName>. `make test-unit` fuzzes each for
-# FUZZ_UNIT_TIME, `make fuzz` for FUZZ_TIME; both fail when this list and the Fuzz functions differ.
+# Every Go fuzz target, as <package directory>:<FuzzName>. `make test-unit` runs their seeds,
+# `make fuzz` fuzzes each for FUZZ_TIME; both fail when this list and the Fuzz functions differ.
 FUZZ_TARGETS := \
 	apis/carousel/v1alpha1:FuzzParseOperation \
 	pkg/controller/workerrollout:FuzzPlanRollout \
@@ -38,7 +38,6 @@ FUZZ_TARGETS := \
 	pkg/rotation:FuzzLifecycle \
 	pkg/rotation:FuzzNext \
 	pkg/webhook/servingcert:FuzzDecide
-FUZZ_UNIT_TIME ?= 3s
 FUZZ_TIME ?= 1m
 
 CONTROLLER_GEN := $(BIN)/controller-gen
@@ -87,28 +86,31 @@ envtest: ## Build the test control plane (kube-apiserver, etcd, the kubelet, fak
 test: test-unit test-integration test-kubeadm test-e2e chart-test ## Run every test suite (what CI runs).
 
 .PHONY: test-unit
-test-unit: ## Unit tests: no API server needed; then every fuzz target for FUZZ_UNIT_TIME (3s).
+test-unit: fuzz-targets ## Unit tests (every fuzz target's seed corpus included): no API server needed.
 	$(GO_TEST) -count=1 $(UNIT_PKGS)
-	$(call fuzz,$(FUZZ_UNIT_TIME))
 
 .PHONY: fuzz
-fuzz: ## Every fuzz target for FUZZ_TIME (1m) each; an input that fails is kept in <package>/testdata/fuzz.
+fuzz: fuzz-targets ## Every fuzz target for FUZZ_TIME (1m) each; an input that fails is kept in <package>/testdata/fuzz. CI runs it with FUZZ_TIME=3s.
 	$(call fuzz,$(FUZZ_TIME))
 
-# $(call fuzz,<time>) first checks that FUZZ_TARGETS names exactly the Fuzz functions outside test/
-# (`go test -fuzz` passes when its pattern matches nothing), then fuzzes each target for <time>,
-# going on after a failure and failing at the end. A run that ends in a bare "context deadline
-# exceeded" without writing a failing input is Go's fuzz-coordinator race at the -fuzztime
-# deadline (golang/go#75804, fixed in Go 1.27), not a finding: that target is run once more.
-define fuzz
+# fuzz-targets checks that FUZZ_TARGETS names exactly the Fuzz functions outside test/
+# (`go test -fuzz` passes when its pattern matches nothing).
+.PHONY: fuzz-targets
+fuzz-targets:
 	@declared=$$({ grep -rEo --include='*_test.go' --exclude-dir={.git,bin,test} '^func Fuzz[A-Za-z0-9_]*' . || true; } \
 	  | sed -E 's|^\./(.*)/[^/]*:func (.*)|\1:\2|' | sort -u); \
 	listed=$$(printf '%s\n' $(FUZZ_TARGETS) | sort -u); \
 	if [[ "$$declared" != "$$listed" ]]; then \
 	  echo "FUZZ_TARGETS in the Makefile does not match the Fuzz functions (<: only declared, >: only listed):"; \
 	  diff <(echo "$$declared") <(echo "$$listed") | grep '^[<>]'; exit 1; \
-	fi; \
-	failed=(); \
+	fi
+
+# $(call fuzz,<time>) fuzzes each target for <time>, going on after a failure and failing at the
+# end. A run that ends in a bare "context deadline exceeded" without writing a failing input is
+# Go's fuzz-coordinator race at the -fuzztime deadline (golang/go#75804, fixed in Go 1.27), not a
+# finding: that target is run once more.
+define fuzz
+	@failed=(); \
 	for target in $(FUZZ_TARGETS); do \
 	  echo "fuzz: $${target} for $(1)"; \
 	  for try in 1 2; do \
