@@ -33,17 +33,24 @@ func (m *Manager) awaitKubelet(ctx context.Context) error {
 	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, m.cfg.StartupTimeout)
 	defer cancel()
 	err := pollUntil(ctx, m.cfg.Clock, newBackoff(kubeletBackoff), func(context.Context) error {
-		err := m.Reload()
+		err := m.reloadUntilTheKubelets()
 		if errors.Is(err, errNoKubeletCredentials) && rebootstrapUnfinished(m.cfg.CertDir) {
 			return nil
-		}
-		if errors.Is(err, errNotTheKubeletsCredentials) {
-			return permanentError{err}
 		}
 		return err
 	})
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("no kubelet credentials within %s: %w", m.cfg.StartupTimeout, err)
+	}
+	return err
+}
+
+// reloadUntilTheKubelets is Reload for pollUntil: credentials that are not
+// the kubelet's end the poll at once.
+func (m *Manager) reloadUntilTheKubelets() error {
+	err := m.Reload()
+	if errors.Is(err, errNotTheKubeletsCredentials) {
+		return permanentError{err}
 	}
 	return err
 }

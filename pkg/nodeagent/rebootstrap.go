@@ -422,11 +422,7 @@ func (rb *rebootstrap) awaitBootstrap(ctx context.Context) error {
 	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, timeout)
 	defer cancel()
 	err := pollUntil(ctx, m.cfg.Clock, newBackoff(kubeletBackoff), func(ctx context.Context) error {
-		err := m.Reload()
-		if errors.Is(err, errNotTheKubeletsCredentials) {
-			return permanentError{err}
-		}
-		if err != nil {
+		if err := m.reloadUntilTheKubelets(); err != nil {
 			return err
 		}
 		if r := m.refusal(ctx); r != notRefused {

@@ -535,26 +535,6 @@ func TestWatchRenewalsLeavesTheKubeletAloneWhenTheAPIServerIsAway(t *testing.T) 
 	}
 }
 
-func (on *offNode) logLines() []string {
-	on.mu.Lock()
-	defer on.mu.Unlock()
-	return append([]string(nil), on.logs...)
-}
-
-// loggedLine says whether a log line holds all of parts.
-func (on *offNode) loggedLine(parts ...string) bool {
-	for _, l := range on.logLines() {
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(l, p)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
 // TestRebootstrapNeedsAUsableBootstrapKubeconfig: while the bootstrap
 // kubeconfig cannot replace the refused credentials, nothing is moved or
 // restarted, and every attempt says why and what the machine needs; a fresh

@@ -296,11 +296,23 @@ func TestRenewKubelet(t *testing.T) {
 	}
 }
 
-func (tn *testNode) logged(step string) bool {
+// logged says whether a log line reports step.
+func (tn *testNode) logged(step string) bool { return tn.loggedLine(": " + step + ": ") }
+
+func (tn *testNode) logLines() []string {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
-	for _, l := range tn.logs {
-		if strings.Contains(l, ": "+step+": ") {
+	return append([]string(nil), tn.logs...)
+}
+
+// loggedLine says whether a log line holds all of parts.
+func (tn *testNode) loggedLine(parts ...string) bool {
+	for _, l := range tn.logLines() {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
 			return true
 		}
 	}
