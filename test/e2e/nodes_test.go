@@ -314,13 +314,3 @@ func bootstrapped(ctx context.Context, cs kubernetes.Interface, node string, ca 
 	}
 	return false
 }
-
-// nodeIsReady reports whether a Node's Ready condition is True.
-func nodeIsReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}

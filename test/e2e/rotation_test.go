@@ -385,7 +385,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			g.Expect(err).NotTo(HaveOccurred(), "API server -> kubelet %s", offNode.Name)
 			n, err := admin.CoreV1().Nodes().Get(ctx, offNode.Name, metav1.GetOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(nodeIsReady(n)).To(BeTrue(), "node %s is Ready", offNode.Name)
+			g.Expect(framework.NodeReady(n)).To(BeTrue(), "node %s is Ready", offNode.Name)
 		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "logs: %s, %s", offNode.KubeletLogPath(), offNode.Dir)
 		expectKubelets(ctx, now[v1alpha1.CARoleClient].Current.Cert, kubeletCA, bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		Expect(bootstrapped(ctx, admin, offNode.Name, now[v1alpha1.CARoleClient].Current.Cert)).To(BeTrue(),

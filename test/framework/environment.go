@@ -549,7 +549,7 @@ func (e *Environment) waitForNodes(ctx context.Context) error {
 			return false, nil
 		}
 		for _, n := range nodes.Items {
-			if !nodeReady(&n) {
+			if !NodeReady(&n) {
 				return false, nil
 			}
 		}
@@ -562,8 +562,8 @@ func (e *Environment) waitForNodes(ctx context.Context) error {
 	}, procs...)
 }
 
-// nodeReady reports whether a Node's Ready condition is True.
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether a Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
