@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # Builds the test control plane (kube-apiserver, kube-controller-manager,
-# kubectl, the kubelet and etcd) from upstream source through the Go module
-# proxy into $1 (default bin/k8s), with fake-cri, our CRI server for the
-# kubelet (hack/envtest/kube/cmd/fake-cri). The versions are the ones pinned in
-# hack/envtest/*/go.mod; a stamp file records what was built (and a digest of
-# fake-cri's source), so a second run with the same pins does nothing. Called
-# by `make envtest`.
+# kube-scheduler, kubectl, the kubelet, sample-apiserver (an aggregated API
+# server), etcd and the konnectivity proxy server and agent) from upstream
+# source through the Go module proxy into $1 (default bin/k8s), with fake-cri,
+# our CRI server for the kubelet (hack/envtest/kube/cmd/fake-cri). The versions
+# are the ones pinned in hack/envtest/*/go.mod; a stamp file records what was
+# built (and a digest of fake-cri's source), so a second run with the same pins
+# does nothing. Called by `make envtest`.
 set -o errexit -o nounset -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-${root}/bin/k8s}
 kube_mod=${root}/hack/envtest/kube
 etcd_mod=${root}/hack/envtest/etcd
+konnectivity_mod=${root}/hack/envtest/konnectivity
 
 pinned() { awk -v m="$1" '$1 == "require" && $2 == m { print $3 } $1 == m { print $2 }' "$2/go.mod" | head -n 1; }
 kube_version=$(pinned k8s.io/kubernetes "${kube_mod}")
 etcd_version=$(pinned go.etcd.io/etcd/server/v3 "${etcd_mod}")
-[[ -n ${kube_version} && -n ${etcd_version} ]] || { echo "envtest: cannot read the pinned versions" >&2; exit 1; }
+konnectivity_version=$(pinned sigs.k8s.io/apiserver-network-proxy "${konnectivity_mod}")
+[[ -n ${kube_version} && -n ${etcd_version} && -n ${konnectivity_version} ]] ||
+  { echo "envtest: cannot read the pinned versions" >&2; exit 1; }
 
 stamp="${out}/.versions"
 fake_cri=$(cat "${kube_mod}"/cmd/fake-cri/*.go "${kube_mod}/go.sum" | sha256sum | cut -c1-12)
-want="kubernetes=${kube_version} etcd=${etcd_version} go=$(go env GOVERSION) fake-cri=${fake_cri}"
-binaries=(kube-apiserver kube-controller-manager kubectl kubelet fake-cri etcd)
+want="kubernetes=${kube_version} etcd=${etcd_version} konnectivity=${konnectivity_version} go=$(go env GOVERSION) fake-cri=${fake_cri}"
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet sample-apiserver fake-cri etcd
+  konnectivity-server konnectivity-agent)
 have_all=true
 for b in "${binaries[@]}"; do [[ -x ${out}/${b} ]] || have_all=false; done
 if ${have_all} && [[ -f ${stamp} && $(cat "${stamp}") == "${want}" ]]; then
@@ -40,11 +45,23 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X ${pkg}.gitVersion=${kube_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
   ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
 done
-echo "envtest: building kube-apiserver, kube-controller-manager, kubectl, kubelet ${kube_version} and fake-cri (a few minutes on a cold cache)"
+# One invocation, so that the packages these commands share are compiled once.
+# sample-apiserver is the staging module k8s.io/sample-apiserver, whose main
+# package is the module itself (go build names the binary after it).
+echo "envtest: building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet," \
+  "sample-apiserver ${kube_version} and fake-cri (a few minutes on a cold cache)"
 (cd "${kube_mod}" && go build -trimpath -ldflags "${ldflags}" -o "${out}/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
-  k8s.io/kubernetes/cmd/kubelet ./cmd/fake-cri)
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/sample-apiserver ./cmd/fake-cri)
 echo "envtest: building etcd ${etcd_version}"
 (cd "${etcd_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/etcd" go.etcd.io/etcd/server/v3)
+# Upstream names the commands server and agent; the second build reuses the
+# packages compiled by the first and only links.
+echo "envtest: building konnectivity-server and konnectivity-agent ${konnectivity_version}"
+for cmd in server agent; do
+  (cd "${konnectivity_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/konnectivity-${cmd}" \
+    "sigs.k8s.io/apiserver-network-proxy/cmd/${cmd}")
+done
 echo "${want}" > "${stamp}"
 echo "envtest: built ${want} into ${out} in $((SECONDS - start))s"
