@@ -524,15 +524,15 @@ func TestWatchRenewalsLeavesTheKubeletAloneWhenTheAPIServerIsAway(t *testing.T) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- on.node.WatchRenewals(ctx) }()
+	// The failed watch is logged, then waited out on the clock (the only
+	// timer on it: newTestNode starts from none).
+	on.awaitLogged("watching node w1: ", "connection refused", "(retrying in ")
 	awaitWaiters(t, on.clk, 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("WatchRenewals = %v, want it canceled", err)
 	}
 	on.assertUntouched(before)
-	if !on.loggedLine("watching node w1: ", "connection refused") {
-		t.Errorf("no log line for the failed watch in %q", on.logLines())
-	}
 }
 
 // TestRebootstrapNeedsAUsableBootstrapKubeconfig: while the bootstrap
@@ -577,12 +577,12 @@ func TestRebootstrapNeedsAUsableBootstrapKubeconfig(t *testing.T) {
 			// Through WatchRenewals: one log line per attempt, then the
 			// provisioner delivers a fresh bootstrap kubeconfig.
 			on.watchRenewals(func() {
+				on.awaitLogged("kubelet re-bootstrap: the kubelet's credentials are refused (", "and the bootstrap kubeconfig "+on.path("bootstrap-kubeconfig")+" cannot replace them: ",
+					tt.why, "the machine needs a fresh bootstrap kubeconfig", "the Secret <cluster>-bootstrap-kubeconfig in the Cluster's namespace", "(retrying in ")
+				// The attempt is waited out on the clock (the only timer on
+				// it: newTestNode starts from none); the step must come after.
 				awaitWaiters(t, on.clk, 1)
 				on.assertUntouched(before)
-				if !on.loggedLine("kubelet re-bootstrap: the kubelet's credentials are refused (", "and the bootstrap kubeconfig "+on.path("bootstrap-kubeconfig")+" cannot replace them: ",
-					tt.why, "the machine needs a fresh bootstrap kubeconfig", "the Secret <cluster>-bootstrap-kubeconfig in the Cluster's namespace", "(retrying in ") {
-					t.Errorf("no log line that says why and what to do in %q", on.logLines())
-				}
 				mustWriteFile(t, on.path("bootstrap-kubeconfig"), string(fresh), 0o600)
 				on.clk.Step(retryDelay(renewalBackoff, 0, 1))
 			})

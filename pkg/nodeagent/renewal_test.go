@@ -133,6 +133,9 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Start's deadline timer goes with its goroutine: tests that wait for
+	// the code under test to wait on the clock count from none.
+	awaitNoWaiters(t, tn.clk)
 	return tn
 }
 
@@ -303,6 +306,19 @@ func (tn *testNode) logLines() []string {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
 	return append([]string(nil), tn.logs...)
+}
+
+// awaitLogged waits (in real time, for the goroutines under test) until a
+// log line holds all of parts.
+func (tn *testNode) awaitLogged(parts ...string) {
+	tn.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !tn.loggedLine(parts...) {
+		if time.Now().After(deadline) {
+			tn.t.Fatalf("no log line with %q after 10s in %q", parts, tn.logLines())
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // loggedLine says whether a log line holds all of parts.

@@ -136,13 +136,31 @@ func parseCSR(csr *certificatesv1.CertificateSigningRequest) (*x509.CertificateR
 }
 
 // awaitWaiters waits (in real time, for the goroutines under test) until at
-// least n timers are waiting on clk.
+// least n timers are waiting on clk. It counts every timer on clk, whoever
+// set it: a test that counts on it to tell that the code under test waits
+// starts from a clock nothing else waits on (awaitNoWaiters).
 func awaitWaiters(t *testing.T, clk *clocktesting.FakeClock, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for clk.Waiters() < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("nothing waits on the clock after 10s (%d waiters, want %d)", clk.Waiters(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// awaitNoWaiters waits (in real time) until no timer waits on clk, once
+// whatever set them has returned. withClockTimeout's deadline timer (Start
+// sets one) is stopped by its own goroutine after the call returns, not by
+// the call: on a busy machine it is still on clk for a while, where
+// awaitWaiters would count it.
+func awaitNoWaiters(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for clk.Waiters() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d timers still wait on the clock after 10s, want none", clk.Waiters())
 		}
 		time.Sleep(time.Millisecond)
 	}
