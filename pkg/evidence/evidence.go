@@ -1,7 +1,8 @@
-// Package evidence observes a managed cluster's API server to prove what a
-// rotation phase claims: that it accepts client certificates from the new
-// client CA, rejects those from the old one, and serves a certificate that
-// chains to the new cluster CA.
+// Package evidence observes a managed cluster to prove what a rotation phase
+// claims: that its API server accepts client certificates from the new client
+// CA, rejects those from the old one, and serves a certificate that chains to
+// the new cluster CA, and that kube-root-ca.crt, which every pod trusts, is
+// the phase's cluster CA bundle in every namespace.
 package evidence
 
 import (
@@ -138,9 +139,12 @@ func (c Checker) whoAmI(ctx context.Context, endpoint string, serverTrust, certP
 func apiURL(endpoint, path string) string { return strings.TrimSuffix(endpoint, "/") + path }
 
 func (c Checker) client(cfg *tls.Config) *http.Client {
-	timeout := c.Timeout
-	if timeout == 0 {
-		timeout = 10 * time.Second
+	return &http.Client{Timeout: c.timeout(), Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+}
+
+func (c Checker) timeout() time.Duration {
+	if c.Timeout == 0 {
+		return 10 * time.Second
 	}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+	return c.Timeout
 }

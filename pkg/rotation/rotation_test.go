@@ -147,12 +147,12 @@ func next(f Facts) (v1alpha1.CARotationPhase, *Wait) {
 }
 
 func TestDecideWaitsForTheNewPhase(t *testing.T) {
-	prepared := Decide(Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed})
+	prepared := Decide(Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed})
 	if prepared.Phase != v1alpha1.RotationPrepared || prepared.Wait == nil || prepared.Wait.Reason != v1alpha1.ReasonWaitingForCompletion {
 		t.Fatalf("Decide at the end of Preparing = %+v; want Prepared waiting for the complete operation", prepared)
 	}
 	completed := Decide(Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
-		ConsumersRolledOut: true, Evidence: EvidencePassed})
+		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed})
 	if completed.Phase != v1alpha1.RotationCompleted || completed.Wait != nil || completed.DropOldCAs {
 		t.Fatalf("Decide at the end of Finalizing = %+v; want Completed with nothing to wait for", completed)
 	}
@@ -173,6 +173,9 @@ func TestEvidenceDue(t *testing.T) {
 		{"Preparing with clients on the old CA", with(preparing, func(f *Facts) { f.ClientsOnNewCA = false }), CheckNone},
 		{"Finalizing with every other step done", finalizing, CheckOldCADropped},
 		{"Finalizing before the old CAs are dropped", with(finalizing, func(f *Facts) { f.OldCAsRemoved = false }), CheckNone},
+		{"Preparing once the API server passed", with(preparing, func(f *Facts) { f.Evidence = EvidencePassed }), CheckKubeRootCA},
+		{"Finalizing once the API server passed", with(finalizing, func(f *Facts) { f.Evidence = EvidencePassed }), CheckKubeRootCA},
+		{"Preparing with both checks passed", with(preparing, func(f *Facts) { f.Evidence, f.KubeRootCA = EvidencePassed, EvidencePassed }), CheckNone},
 		{"Prepared", Facts{Phase: v1alpha1.RotationPrepared}, CheckNone},
 		{"never rotated", Facts{}, CheckNone},
 	}
@@ -186,9 +189,10 @@ func TestEvidenceDue(t *testing.T) {
 }
 
 func TestNext(t *testing.T) {
-	preparedFacts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed}
+	preparedFacts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
+		Evidence: EvidencePassed, KubeRootCA: EvidencePassed}
 	completedFacts := Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
-		ConsumersRolledOut: true, Evidence: EvidencePassed}
+		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed}
 	with := func(f Facts, mutate func(*Facts)) Facts { mutate(&f); return f }
 	tests := []struct {
 		name       string
@@ -200,7 +204,12 @@ func TestNext(t *testing.T) {
 		{"never rotated stays", Facts{}, "", "", false},
 		{"completed stays", Facts{Phase: v1alpha1.RotationCompleted}, v1alpha1.RotationCompleted, "", false},
 		{"Preparing done", preparedFacts, v1alpha1.RotationPrepared, "", false},
-		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) { f.Evidence = EvidenceSkipped }), v1alpha1.RotationPrepared, "", false},
+		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) { f.Evidence, f.KubeRootCA = EvidenceSkipped, EvidenceSkipped }),
+			v1alpha1.RotationPrepared, "", false},
+		{"kube-root-ca.crt behind in Preparing", with(preparedFacts, func(f *Facts) { f.KubeRootCA = EvidencePending }),
+			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForKubeRootCA, true},
+		{"kube-root-ca.crt not checked yet", with(preparedFacts, func(f *Facts) { f.KubeRootCA = "" }),
+			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForKubeRootCA, true},
 		{"crash before every new CA was stored", with(preparedFacts, func(f *Facts) { f.NewCAsPersisted = false; f.ClientsOnNewCA = false }),
 			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForNewCAs, false},
 		{"clients still on the old CA", with(preparedFacts, func(f *Facts) { f.ClientsOnNewCA = false }), v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForClients, true},
@@ -215,6 +224,8 @@ func TestNext(t *testing.T) {
 		{"consumers rolling after the drop", with(completedFacts, func(f *Facts) { f.ConsumersRolledOut = false }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForConsumers, false},
 		{"workers pending in Finalizing", with(completedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForWorkers, true},
 		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForEvidence, true},
+		{"kube-root-ca.crt still carries the old CA", with(completedFacts, func(f *Facts) { f.KubeRootCA = EvidencePending }),
+			v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForKubeRootCA, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -349,6 +360,28 @@ func TestCompleteToleratesAStatusWithoutStartTime(t *testing.T) {
 	for _, p := range next.PendingWorkersRollouts {
 		if !p.LastInitiationTime.Equal(&t0) {
 			t.Fatalf("pool %s pending since %v, want the completion trigger %v", p.Name, p.LastInitiationTime, t0)
+		}
+	}
+}
+
+func TestKubeRootCAWaitNamesTheNamespacesBehind(t *testing.T) {
+	facts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
+		Evidence: EvidencePassed, KubeRootCA: EvidencePending}
+	tests := []struct {
+		behind []string
+		want   string
+	}{
+		{nil, "waiting to check that kube-root-ca.crt carries both cluster CAs in every namespace"},
+		{[]string{"default", "team-a"}, "waiting for kube-root-ca.crt to carry both cluster CAs in every namespace (kube-controller-manager publishes it): " +
+			"2 namespace(s) behind: default, team-a"},
+		{[]string{"a", "b", "c", "d", "e", "f", "g"}, "waiting for kube-root-ca.crt to carry both cluster CAs in every namespace (kube-controller-manager publishes it): " +
+			"7 namespaces behind: a, b, c, d, e and 2 more"},
+	}
+	for _, tt := range tests {
+		f := facts
+		f.KubeRootCABehind = tt.behind
+		if got := Decide(f).Wait; got == nil || got.Message != tt.want {
+			t.Errorf("behind %v: wait %+v, want message %q", tt.behind, got, tt.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package rotation
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -23,8 +24,13 @@ type Facts struct {
 	ConsumersRolledOut bool
 	// PendingWorkerPools counts pools whose rollout is still awaited.
 	PendingWorkerPools int
-	// Evidence is what the check EvidenceDue asked for observed.
+	// Evidence is what the check of the API server's behaviour observed.
 	Evidence Evidence
+	// KubeRootCA is what the check of kube-root-ca.crt observed: Passed when
+	// every namespace of the managed cluster has one that is exactly the
+	// cluster CA bundle; KubeRootCABehind names the namespaces that do not.
+	KubeRootCA       Evidence
+	KubeRootCABehind []string
 }
 
 // Evidence is what was observed of the managed cluster's API server.
@@ -52,6 +58,10 @@ const (
 	// certificate that chains to the new cluster CA and rejects a client
 	// certificate from the old client CA.
 	CheckOldCADropped
+	// CheckKubeRootCA (end of both phases) checks that kube-root-ca.crt, the
+	// trust anchor kube-controller-manager publishes to every namespace for
+	// the workloads, is the cluster CA bundle of the phase.
+	CheckKubeRootCA
 )
 
 // Wait is what a phase waits for.
@@ -109,6 +119,7 @@ var preparing = []step{
 		evidence: CheckNewClientAccepted,
 		waiting:  say("waiting for the API server to accept a client certificate from the new client CA"),
 		plan:     []PlanLine{{"check that the API server accepts a client certificate from the new client CA", ListNone}}},
+	kubeRootCAStep("both cluster CAs"),
 }
 
 var finalizing = []step{
@@ -128,6 +139,33 @@ var finalizing = []step{
 		evidence: CheckOldCADropped,
 		waiting:  say("waiting for the API server to reject the old client CA and serve a certificate from the new cluster CA"),
 		plan:     []PlanLine{{"check that the API server rejects the old client CA and serves a certificate from the new cluster CA", ListNone}}},
+	kubeRootCAStep("only the new cluster CA"),
+}
+
+// kubeRootCAStep waits until kube-root-ca.crt carries what in every
+// namespace: pods mount it to trust the API server, so a namespace whose
+// copy lags would break its workloads once the phase's server certificate
+// or bundle change reaches them (Gardener #15301).
+func kubeRootCAStep(what string) step {
+	return step{reason: v1alpha1.ReasonWaitingForKubeRootCA, done: func(f Facts) bool { return passedOrSkipped(f.KubeRootCA) }, managed: true,
+		evidence: CheckKubeRootCA,
+		waiting: func(f Facts) string {
+			if len(f.KubeRootCABehind) == 0 {
+				return "waiting to check that kube-root-ca.crt carries " + what + " in every namespace"
+			}
+			return fmt.Sprintf("waiting for kube-root-ca.crt to carry %s in every namespace (kube-controller-manager publishes it): %s",
+				what, namesBehind(f.KubeRootCABehind))
+		},
+		plan: []PlanLine{{"check that kube-root-ca.crt carries " + what + " in every namespace", ListNone}}}
+}
+
+// namesBehind lists up to five namespaces and counts the rest.
+func namesBehind(namespaces []string) string {
+	const shown = 5
+	if len(namespaces) <= shown {
+		return fmt.Sprintf("%d namespace(s) behind: %s", len(namespaces), strings.Join(namespaces, ", "))
+	}
+	return fmt.Sprintf("%d namespaces behind: %s and %d more", len(namespaces), strings.Join(namespaces[:shown], ", "), len(namespaces)-shown)
 }
 
 // prepared is what Prepared waits for: the user.
@@ -136,7 +174,9 @@ var prepared = Wait{Reason: v1alpha1.ReasonWaitingForCompletion, Message: "every
 
 // evidenceIn: the API server was seen behaving as the phase requires, or
 // cannot be checked (no endpoint). Anything else, unset included, waits.
-func evidenceIn(f Facts) bool { return f.Evidence == EvidencePassed || f.Evidence == EvidenceSkipped }
+func evidenceIn(f Facts) bool { return passedOrSkipped(f.Evidence) }
+
+func passedOrSkipped(e Evidence) bool { return e == EvidencePassed || e == EvidenceSkipped }
 
 func say(message string) func(Facts) string { return func(Facts) string { return message } }
 
@@ -180,9 +220,9 @@ func waitOf(f Facts) *Wait {
 	return &Wait{Reason: s.reason, Message: s.waiting(f), PollManaged: s.managed}
 }
 
-// EvidenceDue returns the check of the managed API server whose result is
-// all the phase still waits for: the reconciler runs it, and only it, before
-// Decide.
+// EvidenceDue returns the check of the managed cluster whose result is all
+// the phase still waits for. The reconciler runs it before Decide and, when
+// it passed, the one due next, until one does not pass or none is due.
 func EvidenceDue(f Facts) EvidenceCheck {
 	if s := firstPending(f); s != nil {
 		return s.evidence

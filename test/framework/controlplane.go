@@ -263,13 +263,16 @@ func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 	return err
 }
 
+// StopControllerManager stops kube-controller-manager, if it runs, and waits
+// for it to exit.
+func (m *ManagedControlPlane) StopControllerManager() { stop(m.kcm); m.kcm = nil }
+
 // StopAPIServer stops the API server and waits for it to exit.
 func (m *ManagedControlPlane) StopAPIServer() { stop(m.apiserver); m.apiserver = nil }
 
 // Stop stops every process and lets go of the ports.
 func (m *ManagedControlPlane) Stop() {
-	stop(m.kcm)
-	m.kcm = nil
+	m.StopControllerManager()
 	m.StopAPIServer()
 	stop(m.etcd)
 	m.etcd = nil

@@ -78,7 +78,7 @@ func (p *Platform) workloads() []workload {
 	}
 	if cp.ControllerManager {
 		ws = append(ws, workload{name: ControllerManagerWorkload, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "kcm") },
-			restart: func(context.Context) error { stop(cp.kcm); return cp.StartControllerManager() }})
+			restart: func(context.Context) error { cp.StopControllerManager(); return cp.StartControllerManager() }})
 	}
 	return ws
 }

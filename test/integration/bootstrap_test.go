@@ -59,7 +59,8 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		startControllers(ns, &writes)
 		port, err := framework.FreePort()
 		Expect(err).NotTo(HaveOccurred())
-		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port}
+		// kube-controller-manager publishes kube-root-ca.crt, which the rotation waits for.
+		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port, ControllerManager: true}
 		c = &v1alpha1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "managed"},
 			Spec: v1alpha1.ClusterSpec{

@@ -40,6 +40,12 @@ func (f *flakyAPIServer) ClientRejected(context.Context, string, []byte, []byte,
 	return nil
 }
 func (f *flakyAPIServer) ServesChainTo(context.Context, string, []byte) error { return nil }
+func (f *flakyAPIServer) KubeRootCABehind(context.Context, string, []byte, []byte, []byte, []byte) ([]string, error) {
+	if f.down.Load() {
+		return nil, errAPIServerDown
+	}
+	return nil, nil
+}
 
 var _ = Describe("Failure modes", func() {
 	var (

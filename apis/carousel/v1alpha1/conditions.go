@@ -100,6 +100,11 @@ const (
 	// ReasonWaitingForEvidence: the managed API server has not yet been seen
 	// behaving as the phase requires.
 	ReasonWaitingForEvidence RotationReason = "WaitingForEvidence"
+	// ReasonWaitingForKubeRootCA: kube-root-ca.crt, the cluster CA bundle every
+	// pod of the managed cluster trusts, is not yet the phase's bundle in
+	// every namespace (both cluster CAs in Preparing, only the new one in
+	// Finalizing); the condition names the namespaces behind.
+	ReasonWaitingForKubeRootCA RotationReason = "WaitingForKubeRootCA"
 	// ReasonWaitingForCompletion: Prepared; the user completes the rotation.
 	ReasonWaitingForCompletion RotationReason = "WaitingForCompleteOperation"
 	// ReasonWaitingForServers: Finalizing re-issues server certificates from

@@ -136,8 +136,9 @@ func (r *Reconciler) workerPhase(ctx context.Context, s *scope) (err error) {
 	return err
 }
 
-// evidencePhase gathers the facts of the rotation and runs the check of the
-// managed API server that rotation.EvidenceDue asks for.
+// evidencePhase gathers the facts of the rotation and runs the checks of the
+// managed cluster that rotation.EvidenceDue asks for: the first, and each
+// next one while they pass.
 func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	c := s.cluster
 	s.facts = rotation.Facts{
@@ -149,11 +150,20 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		ConsumersRolledOut: s.rolledOut,
 		PendingWorkerPools: len(pendingPools(c)),
 		Evidence:           rotation.EvidencePending,
+		KubeRootCA:         rotation.EvidencePending,
 	}
-	var seen *metav1.Condition
-	var err error
-	s.facts.Evidence, seen, err = r.gatherEvidence(ctx, c, s.objs, s.trust, rotation.EvidenceDue(s.facts), s.endpointRemoved)
-	return s.observe(seen, err)
+	for check := rotation.EvidenceDue(s.facts); check != rotation.CheckNone; {
+		seen, err := r.gatherEvidence(ctx, s, check)
+		if err := s.observe(seen, err); err != nil {
+			return err
+		}
+		next := rotation.EvidenceDue(s.facts)
+		if next == check {
+			break // it did not pass
+		}
+		check = next
+	}
+	return nil
 }
 
 // decisionPhase carries out rotation.Decide.

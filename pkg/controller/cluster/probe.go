@@ -163,40 +163,69 @@ func endpointRemovedCondition(c *v1alpha1.Cluster) *metav1.Condition {
 		c.CARotationPhase(), c.CARotation().CheckedEndpoint))
 }
 
-// gatherEvidence runs the check of the managed API server that
+// gatherEvidence runs a check of the managed cluster that
 // rotation.EvidenceDue asked for (once every other step of the phase is
-// done) and returns what it saw: nil when no check was due. Without an
-// endpoint the checks are skipped, and the observation says so.
-func (r *Reconciler) gatherEvidence(ctx context.Context, c *v1alpha1.Cluster, objs *objects, trust bundles, check rotation.EvidenceCheck,
-	endpointRemoved bool) (rotation.Evidence, *metav1.Condition, error) {
+// done), records its result in the scope's facts, and returns what it saw of
+// the API server: nil when nothing new. Without an endpoint the checks are
+// skipped, and the observation says so.
+func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotation.EvidenceCheck) (*metav1.Condition, error) {
+	c, trust := s.cluster, s.trust
+	record := func(e rotation.Evidence) {
+		if check == rotation.CheckKubeRootCA {
+			s.facts.KubeRootCA = e
+		} else {
+			s.facts.Evidence = e
+		}
+	}
 	endpoint := c.Spec.ControlPlane.Endpoint
 	switch {
-	case endpointRemoved:
-		return rotation.EvidencePending, endpointRemovedCondition(c), nil
+	case s.endpointRemoved:
+		record(rotation.EvidencePending)
+		return endpointRemovedCondition(c), nil
 	case endpoint == "" || r.Evidence == nil:
-		return rotation.EvidenceSkipped, reachability(metav1.ConditionFalse, v1alpha1.ReasonNoEndpoint,
+		record(rotation.EvidenceSkipped)
+		return reachability(metav1.ConditionFalse, v1alpha1.ReasonNoEndpoint,
 			"spec.controlPlane.endpoint is empty: the API-server checks of a CA rotation are skipped"), nil
 	}
+	operator := s.objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
 	var err error
 	switch check {
 	case rotation.CheckNewClientAccepted:
-		operator := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
 		err = r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
 	case rotation.CheckOldCADropped:
 		err = r.Evidence.ServesChainTo(ctx, endpoint, trust[v1alpha1.CARoleCluster])
-		probe := objs.secrets[oldClientProbeSecret(c)]
+		probe := s.objs.secrets[oldClientProbeSecret(c)]
 		if err == nil && probe != nil {
 			err = r.Evidence.ClientRejected(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey])
 		}
 		if err == nil && probe == nil {
-			return rotation.EvidencePassed, reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable,
+			record(rotation.EvidencePassed)
+			return reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable,
 				"the API server serves a certificate from the new cluster CA; the old client CA's rejection was not checked: no probe certificate (the endpoint was set after the old CAs were dropped)"), nil
 		}
+	case rotation.CheckKubeRootCA:
+		var behind []string
+		behind, err = r.Evidence.KubeRootCABehind(ctx, endpoint, trust[v1alpha1.CARoleCluster],
+			operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey], trust[v1alpha1.CARoleCluster])
+		if err == nil {
+			// The API server answered: what it reported stays as the
+			// previous check left it; the rotation condition names the
+			// namespaces behind.
+			s.facts.KubeRootCABehind = behind
+			record(rotation.EvidencePassed)
+			if len(behind) > 0 {
+				record(rotation.EvidencePending)
+			}
+			return nil, nil
+		}
 	default:
-		return rotation.EvidencePending, nil, nil
+		record(rotation.EvidencePending)
+		return nil, nil
 	}
 	if err != nil {
-		return rotation.EvidencePending, reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()), errManagedCheckFailed
+		record(rotation.EvidencePending)
+		return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()), errManagedCheckFailed
 	}
-	return rotation.EvidencePassed, reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server behaves as the phase requires"), nil
+	record(rotation.EvidencePassed)
+	return reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server behaves as the phase requires"), nil
 }

@@ -23,11 +23,12 @@ import (
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
-// EvidenceChecker observes the managed cluster's API server; see package evidence.
+// EvidenceChecker observes the managed cluster; see package evidence.
 type EvidenceChecker interface {
 	ClientAccepted(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte) error
 	ClientRejected(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte) error
 	ServesChainTo(ctx context.Context, endpoint string, roots []byte) error
+	KubeRootCABehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error)
 }
 
 // Reconciler reconciles Clusters.

@@ -1,0 +1,112 @@
+package evidence
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
+
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// KubeRootCAConfigMap is the ConfigMap kube-controller-manager's root-CA
+// publisher keeps in every namespace, and its key: the bundle pods trust the
+// API server with (mounted beside their service-account token).
+const (
+	KubeRootCAConfigMap = "kube-root-ca.crt"
+	KubeRootCAKey       = "ca.crt"
+)
+
+// KubeRootCABehind lists, sorted, the namespaces of the managed cluster at
+// endpoint whose kube-root-ca.crt is not exactly the certificates of want,
+// or that have none. It reads as the client key pair, verifying the API
+// server with serverTrust.
+func (c Checker) KubeRootCABehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error) {
+	cfg, err := credentials.RESTConfig(endpoint, serverTrust, certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = c.timeout()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	wantBundle, err := pki.ParseBundle(want)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster CA bundle: %w", err)
+	}
+	var namespaces []corev1.Namespace
+	if err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return cs.CoreV1().Namespaces().List(ctx, opts)
+	}, func(ns *corev1.Namespace) { namespaces = append(namespaces, *ns) }); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	var published []corev1.ConfigMap
+	if err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		opts.FieldSelector = "metadata.name=" + KubeRootCAConfigMap
+		return cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, opts)
+	}, func(cm *corev1.ConfigMap) { published = append(published, *cm) }); err != nil {
+		return nil, fmt.Errorf("listing %s: %w", KubeRootCAConfigMap, err)
+	}
+	return KubeRootCALag(wantBundle, namespaces, published), nil
+}
+
+// eachItem pages through a list, 500 objects at a time.
+func eachItem[T any](ctx context.Context, list pager.ListPageFunc, each func(*T)) error {
+	p := pager.New(list)
+	p.PageSize = 500
+	return p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		item, ok := any(obj).(*T)
+		if !ok {
+			return fmt.Errorf("unexpected %T in a list", obj)
+		}
+		each(item)
+		return nil
+	})
+}
+
+// KubeRootCALag lists, sorted, the namespaces not being deleted whose
+// kube-root-ca.crt (among published) is missing, unparsable, or not the
+// same set of certificates as want. The root-CA publisher leaves a
+// namespace that is being deleted alone, and so does the check.
+func KubeRootCALag(want pki.Bundle, namespaces []corev1.Namespace, published []corev1.ConfigMap) []string {
+	byNamespace := make(map[string]string, len(published))
+	for _, cm := range published {
+		if cm.Name == KubeRootCAConfigMap {
+			byNamespace[cm.Namespace] = cm.Data[KubeRootCAKey]
+		}
+	}
+	var behind []string
+	for _, ns := range namespaces {
+		if ns.Status.Phase == corev1.NamespaceTerminating || !ns.DeletionTimestamp.IsZero() {
+			continue
+		}
+		data, ok := byNamespace[ns.Name]
+		if !ok || !sameCertificates(data, want) {
+			behind = append(behind, ns.Name)
+		}
+	}
+	slices.Sort(behind)
+	return behind
+}
+
+// sameCertificates reports whether data holds exactly the certificates of
+// want, in any order.
+func sameCertificates(data string, want pki.Bundle) bool {
+	got, err := pki.ParseBundle([]byte(data))
+	if err != nil || len(got) != len(want) {
+		return false
+	}
+	for _, cert := range want {
+		if !got.Contains(cert) {
+			return false
+		}
+	}
+	return true
+}
