@@ -16,6 +16,7 @@ require (
 	k8s.io/client-go v0.36.3
 	k8s.io/cluster-bootstrap v0.36.3
 	k8s.io/code-generator v0.36.3
+	k8s.io/kube-aggregator v0.36.3
 	k8s.io/kubelet v0.36.3
 	k8s.io/utils v0.0.0-20260707023825-cf1189d6abe3
 	sigs.k8s.io/controller-runtime v0.24.1

@@ -12,6 +12,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
+	"github.com/carousel-dev/carousel/pkg/controller/apiservicebundle"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletbootstrap"
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
@@ -79,6 +80,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	bootstrapper := &kubeletbootstrap.Reconciler{Client: mgr.GetClient(), Clock: clk, Connections: connections,
 		Recorder: recorder, CleanupTimeout: opts.ManagedCleanupTimeout}
 	if err := bootstrapper.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	apiServices := &apiservicebundle.Reconciler{Client: mgr.GetClient(), Connections: connections, Recorder: recorder}
+	if err := apiServices.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	r := &clustercontroller.Reconciler{

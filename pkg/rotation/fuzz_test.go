@@ -291,7 +291,7 @@ const (
 
 // waitsPolled are the reasons of waits on the managed cluster.
 var waitsPolled = []v1alpha1.RotationReason{v1alpha1.ReasonWaitingForClients, v1alpha1.ReasonWaitingForWorkers, v1alpha1.ReasonWaitingForEvidence,
-	v1alpha1.ReasonWaitingForKubeRootCA}
+	v1alpha1.ReasonWaitingForKubeRootCA, v1alpha1.ReasonWaitingForAPIServices}
 
 // FuzzNext checks the phase decision on any facts: Next is deterministic and
 // never skips a phase (Preparing moves only to Prepared, Finalizing only to
@@ -306,26 +306,28 @@ var waitsPolled = []v1alpha1.RotationReason{v1alpha1.ReasonWaitingForClients, v1
 func FuzzNext(f *testing.F) {
 	allFacts := uint8(factNewCAsPersisted | factOldCAsRemoved | factClientsOnNewCA | factAllOnNewCA | factConsumersRolledOut)
 	prepared := uint8(factNewCAsPersisted | factClientsOnNewCA | factConsumersRolledOut)
-	// Arguments: phase index, fact bits, pending worker pools, evidence index, kube-root-ca.crt evidence index.
-	f.Add(uint8(0), uint8(0), 0, uint8(2), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(1), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0))
-	f.Add(uint8(1), prepared, 2, uint8(0), uint8(0))
-	f.Add(uint8(1), prepared&^factClientsOnNewCA, 0, uint8(0), uint8(0))
-	f.Add(uint8(1), uint8(0), 3, uint8(2), uint8(0))
-	f.Add(uint8(2), allFacts, 0, uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts&^factOldCAsRemoved, 0, uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts&^(factOldCAsRemoved|factAllOnNewCA), 0, uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, 1, uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, 0, uint8(2), uint8(0))
-	f.Add(uint8(3), allFacts, -1, uint8(0), uint8(0))
-	f.Add(uint8(4), allFacts, 0, uint8(0), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(2))
-	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0))
-	f.Add(uint8(3), allFacts, 0, uint8(1), uint8(3))
-	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA uint8) {
+	// Arguments: phase index, fact bits, pending worker pools, evidence index, kube-root-ca.crt evidence index, APIServices evidence index.
+	f.Add(uint8(0), uint8(0), 0, uint8(2), uint8(0), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(1), uint8(0), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0))
+	f.Add(uint8(1), prepared, 2, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(1), prepared&^factClientsOnNewCA, 0, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(1), uint8(0), 3, uint8(2), uint8(0), uint8(0))
+	f.Add(uint8(2), allFacts, 0, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(3), allFacts&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(3), allFacts&^(factOldCAsRemoved|factAllOnNewCA), 0, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(3), allFacts, 1, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(3), allFacts, 0, uint8(2), uint8(0), uint8(0))
+	f.Add(uint8(3), allFacts, -1, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(4), allFacts, 0, uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(2), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0))
+	f.Add(uint8(3), allFacts, 0, uint8(1), uint8(3), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(2))
+	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(3))
+	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8) {
 		facts := Facts{
 			Phase:              fuzzPhase(phase),
 			NewCAsPersisted:    flags&factNewCAsPersisted != 0,
@@ -336,12 +338,13 @@ func FuzzNext(f *testing.F) {
 			PendingWorkerPools: pendingPools,
 			Evidence:           fuzzEvidence[int(evidence)%len(fuzzEvidence)],
 			KubeRootCA:         fuzzEvidence[int(kubeRootCA)%len(fuzzEvidence)],
+			APIServices:        fuzzEvidence[int(apiServices)%len(fuzzEvidence)],
 		}
 		to, wait := next(facts)
 		if again, againWait := next(facts); again != to || fmt.Sprint(againWait) != fmt.Sprint(wait) {
 			t.Fatalf("next(%+v) is not deterministic", facts)
 		}
-		settled := facts.PendingWorkerPools == 0 && passedOrSkipped(facts.Evidence) && passedOrSkipped(facts.KubeRootCA)
+		settled := facts.PendingWorkerPools == 0 && passedOrSkipped(facts.Evidence) && passedOrSkipped(facts.KubeRootCA) && passedOrSkipped(facts.APIServices)
 		switch {
 		case to == facts.Phase:
 		case facts.Phase == v1alpha1.RotationPreparing && to == v1alpha1.RotationPrepared:
@@ -374,8 +377,9 @@ func FuzzNext(f *testing.F) {
 		// A check of the managed cluster is run exactly when its result is
 		// all the phase waits for.
 		checkedBy := map[v1alpha1.RotationReason][]EvidenceCheck{
-			v1alpha1.ReasonWaitingForEvidence:   {CheckNewClientAccepted, CheckOldCADropped},
-			v1alpha1.ReasonWaitingForKubeRootCA: {CheckKubeRootCA},
+			v1alpha1.ReasonWaitingForEvidence:    {CheckNewClientAccepted, CheckOldCADropped},
+			v1alpha1.ReasonWaitingForKubeRootCA:  {CheckKubeRootCA},
+			v1alpha1.ReasonWaitingForAPIServices: {CheckAPIServices},
 		}
 		if due := EvidenceDue(facts); (due != CheckNone || wait != nil && checkedBy[wait.Reason] != nil) &&
 			(wait == nil || !slices.Contains(checkedBy[wait.Reason], due)) {
@@ -486,6 +490,7 @@ func FuzzLifecycle(f *testing.F) {
 					PendingWorkerPools: len(rot.PendingWorkersRollouts),
 					Evidence:           EvidencePassed,
 					KubeRootCA:         EvidencePassed,
+					APIServices:        EvidencePassed,
 				}
 				if to, _ := next(observed); to != rot.Phase {
 					rot = rot.DeepCopy()

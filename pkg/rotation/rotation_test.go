@@ -147,12 +147,12 @@ func next(f Facts) (v1alpha1.CARotationPhase, *Wait) {
 }
 
 func TestDecideWaitsForTheNewPhase(t *testing.T) {
-	prepared := Decide(Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed})
+	prepared := Decide(Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed})
 	if prepared.Phase != v1alpha1.RotationPrepared || prepared.Wait == nil || prepared.Wait.Reason != v1alpha1.ReasonWaitingForCompletion {
 		t.Fatalf("Decide at the end of Preparing = %+v; want Prepared waiting for the complete operation", prepared)
 	}
 	completed := Decide(Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
-		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed})
+		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed})
 	if completed.Phase != v1alpha1.RotationCompleted || completed.Wait != nil || completed.DropOldCAs {
 		t.Fatalf("Decide at the end of Finalizing = %+v; want Completed with nothing to wait for", completed)
 	}
@@ -175,7 +175,11 @@ func TestEvidenceDue(t *testing.T) {
 		{"Finalizing before the old CAs are dropped", with(finalizing, func(f *Facts) { f.OldCAsRemoved = false }), CheckNone},
 		{"Preparing once the API server passed", with(preparing, func(f *Facts) { f.Evidence = EvidencePassed }), CheckKubeRootCA},
 		{"Finalizing once the API server passed", with(finalizing, func(f *Facts) { f.Evidence = EvidencePassed }), CheckKubeRootCA},
-		{"Preparing with both checks passed", with(preparing, func(f *Facts) { f.Evidence, f.KubeRootCA = EvidencePassed, EvidencePassed }), CheckNone},
+		{"Preparing once kube-root-ca.crt passed", with(preparing, func(f *Facts) { f.Evidence, f.KubeRootCA = EvidencePassed, EvidencePassed }), CheckAPIServices},
+		{"Preparing with every check passed", with(preparing, func(f *Facts) {
+			f.Evidence, f.KubeRootCA, f.APIServices = EvidencePassed, EvidencePassed, EvidencePassed
+		}),
+			CheckNone},
 		{"Prepared", Facts{Phase: v1alpha1.RotationPrepared}, CheckNone},
 		{"never rotated", Facts{}, CheckNone},
 	}
@@ -190,9 +194,9 @@ func TestEvidenceDue(t *testing.T) {
 
 func TestNext(t *testing.T) {
 	preparedFacts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
-		Evidence: EvidencePassed, KubeRootCA: EvidencePassed}
+		Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
 	completedFacts := Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
-		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed}
+		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
 	with := func(f Facts, mutate func(*Facts)) Facts { mutate(&f); return f }
 	tests := []struct {
 		name       string
@@ -204,7 +208,9 @@ func TestNext(t *testing.T) {
 		{"never rotated stays", Facts{}, "", "", false},
 		{"completed stays", Facts{Phase: v1alpha1.RotationCompleted}, v1alpha1.RotationCompleted, "", false},
 		{"Preparing done", preparedFacts, v1alpha1.RotationPrepared, "", false},
-		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) { f.Evidence, f.KubeRootCA = EvidenceSkipped, EvidenceSkipped }),
+		{"Preparing done without an endpoint", with(preparedFacts, func(f *Facts) {
+			f.Evidence, f.KubeRootCA, f.APIServices = EvidenceSkipped, EvidenceSkipped, EvidenceSkipped
+		}),
 			v1alpha1.RotationPrepared, "", false},
 		{"kube-root-ca.crt behind in Preparing", with(preparedFacts, func(f *Facts) { f.KubeRootCA = EvidencePending }),
 			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForKubeRootCA, true},
@@ -226,6 +232,10 @@ func TestNext(t *testing.T) {
 		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForEvidence, true},
 		{"kube-root-ca.crt still carries the old CA", with(completedFacts, func(f *Facts) { f.KubeRootCA = EvidencePending }),
 			v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForKubeRootCA, true},
+		{"an APIService behind in Preparing", with(preparedFacts, func(f *Facts) { f.APIServices = EvidencePending }),
+			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForAPIServices, true},
+		{"an APIService still trusting the old CA", with(completedFacts, func(f *Facts) { f.APIServices = EvidencePending }),
+			v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForAPIServices, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -364,18 +374,18 @@ func TestCompleteToleratesAStatusWithoutStartTime(t *testing.T) {
 	}
 }
 
-func TestKubeRootCAWaitNamesTheNamespacesBehind(t *testing.T) {
+func TestTrustWaitsNameWhatIsBehind(t *testing.T) {
 	facts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
 		Evidence: EvidencePassed, KubeRootCA: EvidencePending}
 	tests := []struct {
 		behind []string
 		want   string
 	}{
-		{nil, "waiting to check that kube-root-ca.crt carries both cluster CAs in every namespace"},
+		{nil, "waiting to check kube-root-ca.crt to carry both cluster CAs in every namespace"},
 		{[]string{"default", "team-a"}, "waiting for kube-root-ca.crt to carry both cluster CAs in every namespace (kube-controller-manager publishes it): " +
 			"2 namespace(s) behind: default, team-a"},
 		{[]string{"a", "b", "c", "d", "e", "f", "g"}, "waiting for kube-root-ca.crt to carry both cluster CAs in every namespace (kube-controller-manager publishes it): " +
-			"7 namespaces behind: a, b, c, d, e and 2 more"},
+			"7 namespace(s) behind: a, b, c, d, e and 2 more"},
 	}
 	for _, tt := range tests {
 		f := facts
@@ -383,5 +393,12 @@ func TestKubeRootCAWaitNamesTheNamespacesBehind(t *testing.T) {
 		if got := Decide(f).Wait; got == nil || got.Message != tt.want {
 			t.Errorf("behind %v: wait %+v, want message %q", tt.behind, got, tt.want)
 		}
+	}
+	f := facts
+	f.KubeRootCA, f.APIServices, f.APIServicesBehind = EvidencePassed, EvidencePending, []string{"v1beta1.metrics.k8s.io"}
+	want := "waiting for the caBundle of the APIServices labelled carousel.dev/ca-bundle=metrics-server to carry both metrics-server CAs " +
+		"(Carousel writes it): 1 APIService(s) behind: v1beta1.metrics.k8s.io"
+	if got := Decide(f).Wait; got == nil || got.Message != want {
+		t.Errorf("wait %+v, want message %q", got, want)
 	}
 }

@@ -31,6 +31,12 @@ type Facts struct {
 	// cluster CA bundle; KubeRootCABehind names the namespaces that do not.
 	KubeRootCA       Evidence
 	KubeRootCABehind []string
+	// APIServices is what the check of the caBundle of the APIServices
+	// labelled carousel.dev/ca-bundle=metrics-server observed: Passed when
+	// each is exactly the metrics-server CA bundle; APIServicesBehind names
+	// those that are not.
+	APIServices       Evidence
+	APIServicesBehind []string
 }
 
 // Evidence is what was observed of the managed cluster's API server.
@@ -62,6 +68,9 @@ const (
 	// trust anchor kube-controller-manager publishes to every namespace for
 	// the workloads, is the cluster CA bundle of the phase.
 	CheckKubeRootCA
+	// CheckAPIServices (end of both phases) checks that the APIServices whose
+	// caBundle Carousel keeps carry the metrics-server CA bundle of the phase.
+	CheckAPIServices
 )
 
 // Wait is what a phase waits for.
@@ -120,6 +129,7 @@ var preparing = []step{
 		waiting:  say("waiting for the API server to accept a client certificate from the new client CA"),
 		plan:     []PlanLine{{"check that the API server accepts a client certificate from the new client CA", ListNone}}},
 	kubeRootCAStep("both cluster CAs"),
+	apiServicesStep("both metrics-server CAs"),
 }
 
 var finalizing = []step{
@@ -140,6 +150,7 @@ var finalizing = []step{
 		waiting:  say("waiting for the API server to reject the old client CA and serve a certificate from the new cluster CA"),
 		plan:     []PlanLine{{"check that the API server rejects the old client CA and serves a certificate from the new cluster CA", ListNone}}},
 	kubeRootCAStep("only the new cluster CA"),
+	apiServicesStep("only the new metrics-server CA"),
 }
 
 // kubeRootCAStep waits until kube-root-ca.crt carries what in every
@@ -147,25 +158,45 @@ var finalizing = []step{
 // copy lags would break its workloads once the phase's server certificate
 // or bundle change reaches them (Gardener #15301).
 func kubeRootCAStep(what string) step {
-	return step{reason: v1alpha1.ReasonWaitingForKubeRootCA, done: func(f Facts) bool { return passedOrSkipped(f.KubeRootCA) }, managed: true,
-		evidence: CheckKubeRootCA,
-		waiting: func(f Facts) string {
-			if len(f.KubeRootCABehind) == 0 {
-				return "waiting to check that kube-root-ca.crt carries " + what + " in every namespace"
-			}
-			return fmt.Sprintf("waiting for kube-root-ca.crt to carry %s in every namespace (kube-controller-manager publishes it): %s",
-				what, namesBehind(f.KubeRootCABehind))
-		},
-		plan: []PlanLine{{"check that kube-root-ca.crt carries " + what + " in every namespace", ListNone}}}
+	return trustStep(v1alpha1.ReasonWaitingForKubeRootCA, CheckKubeRootCA,
+		func(f Facts) (Evidence, []string) { return f.KubeRootCA, f.KubeRootCABehind },
+		"kube-root-ca.crt to carry "+what+" in every namespace", "(kube-controller-manager publishes it): %d namespace(s) behind")
 }
 
-// namesBehind lists up to five namespaces and counts the rest.
-func namesBehind(namespaces []string) string {
+// apiServicesStep waits until the caBundle of every APIService labelled
+// carousel.dev/ca-bundle=metrics-server carries what: the aggregator
+// verifies the aggregated API server with it, so it must trust the new CA
+// before Finalizing moves the server's certificate, and drop the old one
+// after.
+func apiServicesStep(what string) step {
+	return trustStep(v1alpha1.ReasonWaitingForAPIServices, CheckAPIServices,
+		func(f Facts) (Evidence, []string) { return f.APIServices, f.APIServicesBehind },
+		"the caBundle of the APIServices labelled "+v1alpha1.LabelCABundle+"="+string(v1alpha1.CARoleMetricsServer)+" to carry "+what,
+		"(Carousel writes it): %d APIService(s) behind")
+}
+
+// trustStep waits for a check of trust published in the managed cluster:
+// observed reads its result and what lags behind.
+func trustStep(reason v1alpha1.RotationReason, check EvidenceCheck, observed func(Facts) (Evidence, []string), waitingFor, behindFormat string) step {
+	return step{reason: reason, managed: true, evidence: check,
+		done: func(f Facts) bool { e, _ := observed(f); return passedOrSkipped(e) },
+		waiting: func(f Facts) string {
+			_, behind := observed(f)
+			if len(behind) == 0 {
+				return "waiting to check " + waitingFor
+			}
+			return fmt.Sprintf("waiting for %s %s: %s", waitingFor, fmt.Sprintf(behindFormat, len(behind)), namesBehind(behind))
+		},
+		plan: []PlanLine{{"check " + waitingFor, ListNone}}}
+}
+
+// namesBehind lists up to five names and counts the rest.
+func namesBehind(names []string) string {
 	const shown = 5
-	if len(namespaces) <= shown {
-		return fmt.Sprintf("%d namespace(s) behind: %s", len(namespaces), strings.Join(namespaces, ", "))
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
 	}
-	return fmt.Sprintf("%d namespaces behind: %s and %d more", len(namespaces), strings.Join(namespaces[:shown], ", "), len(namespaces)-shown)
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 // prepared is what Prepared waits for: the user.

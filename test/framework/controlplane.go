@@ -37,8 +37,11 @@ type ManagedControlPlane struct {
 	APIServerPort int
 	// ExtraAPIServerFlags are appended to the API server's command line.
 	ExtraAPIServerFlags []string
-	// ControllerManager also runs kube-controller-manager, for the
-	// root-CA publisher that fills kube-root-ca.crt in every namespace.
+	// ControllerManager also runs kube-controller-manager and kube-scheduler,
+	// each on its own kubeconfig: the controllers of a cluster (the root-CA
+	// publisher that fills kube-root-ca.crt in every namespace, the
+	// service-account and node-lifecycle controllers, ...) and a scheduler
+	// that places pods on the kubelets.
 	ControllerManager bool
 	// Netns, when set, is where the processes run: the API server listens on
 	// every address of the namespace, advertises ControlPlaneIP and reaches
@@ -49,6 +52,7 @@ type ManagedControlPlane struct {
 	etcdPort, etcdPeerPort int
 	ports                  portSet
 	etcd, apiserver, kcm   *process
+	scheduler              *process
 }
 
 // ControlPlaneIP is the managed API server's address in the test network
@@ -106,7 +110,9 @@ func credentialFiles(cluster string) []credentialFile {
 		cert("front-proxy-client.crt", credentials.CertFrontProxyClient, v1alpha1.DataKeyCertificate),
 		cert("front-proxy-client.key", credentials.CertFrontProxyClient, v1alpha1.DataKeyPrivateKey),
 		{file: "kcm-root-ca.crt", bundle: v1alpha1.CARoleCluster},
-		cert("kcm.kubeconfig", credentials.CertAdmin, v1alpha1.DataKeyKubeconfig),
+		cert("kcm.kubeconfig", credentials.CertKubeControllerManager, v1alpha1.DataKeyKubeconfig),
+		{file: "kcm-sa.key", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountKey},
+		cert("scheduler.kubeconfig", credentials.CertKubeScheduler, v1alpha1.DataKeyKubeconfig),
 		{file: "sa.key", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountKey},
 		{file: "sa.pub", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountPublicKey},
 	}
@@ -190,27 +196,47 @@ func (m *ManagedControlPlane) Start(ctx context.Context) error {
 	if err := m.StartAPIServer(ctx); err != nil {
 		return err
 	}
-	if m.ControllerManager {
-		return m.StartControllerManager()
+	if !m.ControllerManager {
+		return nil
 	}
-	return nil
+	if err := m.StartControllerManager(); err != nil {
+		return err
+	}
+	return m.StartScheduler()
 }
 
-// StartControllerManager starts kube-controller-manager with the root-CA
-// publisher, which keeps kube-root-ca.crt in every namespace equal to the
-// cluster trust bundle. (It authenticates with the admin credential, which
-// Carousel rotates like the others.)
+// StartControllerManager starts kube-controller-manager on its own
+// credentials, with its default controllers but CSR approval and signing,
+// which are Carousel's. The root-CA publisher keeps kube-root-ca.crt in every
+// namespace equal to the cluster bundle (--root-ca-file); the service-account
+// token controller signs with the key Carousel issued; each controller
+// talks to the API server as its own service account, as kubeadm sets it up.
 func (m *ManagedControlPlane) StartControllerManager() error {
 	f := func(name string) string { return filepath.Join(m.Dir, name) }
 	const name = "kube-controller-manager"
 	binary, args := m.command(filepath.Join(m.BinDir, name), []string{
 		"--kubeconfig=" + f("kcm.kubeconfig"), "--root-ca-file=" + f("kcm-root-ca.crt"),
-		"--controllers=root-ca-certificate-publisher-controller",
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false"})
+		"--service-account-private-key-file=" + f("kcm-sa.key"), "--use-service-account-credentials=true",
+		"--controllers=*,-csrsigning,-csrapproving",
+		"--leader-elect=false", "--secure-port=0"})
 	var err error
 	m.kcm, err = startProcess(name, binary, f(name+".log"), args...)
 	return err
 }
+
+// StartScheduler starts kube-scheduler on its own kubeconfig.
+func (m *ManagedControlPlane) StartScheduler() error {
+	f := func(name string) string { return filepath.Join(m.Dir, name) }
+	const name = "kube-scheduler"
+	binary, args := m.command(filepath.Join(m.BinDir, name), []string{
+		"--kubeconfig=" + f("scheduler.kubeconfig"), "--leader-elect=false", "--secure-port=0"})
+	var err error
+	m.scheduler, err = startProcess(name, binary, f(name+".log"), args...)
+	return err
+}
+
+// StopScheduler stops kube-scheduler, if it runs, and waits for it to exit.
+func (m *ManagedControlPlane) StopScheduler() { stop(m.scheduler); m.scheduler = nil }
 
 // StartEtcd starts the etcd member with TLS for clients and peers, on the
 // ports ReservePorts holds, and waits until it listens.
@@ -272,6 +298,7 @@ func (m *ManagedControlPlane) StopAPIServer() { stop(m.apiserver); m.apiserver =
 
 // Stop stops every process and lets go of the ports.
 func (m *ManagedControlPlane) Stop() {
+	m.StopScheduler()
 	m.StopControllerManager()
 	m.StopAPIServer()
 	stop(m.etcd)

@@ -24,6 +24,7 @@ const (
 	EtcdWorkload              = "etcd"
 	APIServerWorkload         = "kube-apiserver"
 	ControllerManagerWorkload = "kube-controller-manager"
+	SchedulerWorkload         = "kube-scheduler"
 )
 
 // Window is a stretch of time in which the API server was planned to be down.
@@ -36,7 +37,8 @@ func (w Window) Contains(t time.Time, grace time.Duration) bool {
 
 // Platform plays the hosting platform for a managed control plane: the
 // workloads Carousel rolls are a StatefulSet (etcd) and Deployments
-// (kube-apiserver and, when the control plane runs one, kube-controller-manager)
+// (kube-apiserver and, when the control plane runs them, kube-controller-manager
+// and kube-scheduler)
 // in the management cluster that mount the Cluster's credentials. When
 // Carousel rolls one, the platform writes the credentials as files, restarts
 // the real process, and reports the rollout complete in the workload's status.
@@ -73,12 +75,15 @@ func (p *Platform) workloads() []workload {
 		{name: EtcdWorkload, statefulSet: true, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "etcd") },
 			restart: func(ctx context.Context) error { stop(cp.etcd); return cp.StartEtcd(ctx) }},
 		{name: APIServerWorkload, mounts: func(f credentialFile) bool {
-			return (!strings.HasPrefix(f.file, "etcd") || f.file == "etcd-ca.crt") && !strings.HasPrefix(f.file, "kcm")
+			return (!strings.HasPrefix(f.file, "etcd") || f.file == "etcd-ca.crt") && !strings.HasPrefix(f.file, "kcm") && !strings.HasPrefix(f.file, "scheduler")
 		}, restart: cp.RestartAPIServer},
 	}
 	if cp.ControllerManager {
-		ws = append(ws, workload{name: ControllerManagerWorkload, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "kcm") },
-			restart: func(context.Context) error { cp.StopControllerManager(); return cp.StartControllerManager() }})
+		ws = append(ws,
+			workload{name: ControllerManagerWorkload, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "kcm") },
+				restart: func(context.Context) error { cp.StopControllerManager(); return cp.StartControllerManager() }},
+			workload{name: SchedulerWorkload, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "scheduler") },
+				restart: func(context.Context) error { cp.StopScheduler(); return cp.StartScheduler() }})
 	}
 	return ws
 }

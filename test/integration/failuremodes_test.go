@@ -46,6 +46,9 @@ func (f *flakyAPIServer) KubeRootCABehind(context.Context, string, []byte, []byt
 	}
 	return nil, nil
 }
+func (f *flakyAPIServer) APIServicesBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error) {
+	return f.KubeRootCABehind(ctx, endpoint, serverTrust, certPEM, keyPEM, want)
+}
 
 var _ = Describe("Failure modes", func() {
 	var (

@@ -76,6 +76,10 @@ const (
 	// InPlace rollout did not wait for because their Lease was older than the
 	// newest node Lease by more than the pool's offlineNodeTimeout.
 	EventWorkerPoolRolledWithoutOfflineNodes = "WorkerPoolRolledWithoutOfflineNodes"
+	// EventAPIServiceCABundleUpdated: Carousel wrote the metrics-server CA
+	// bundle into an APIService of the managed cluster labelled
+	// carousel.dev/ca-bundle=metrics-server.
+	EventAPIServiceCABundleUpdated = "APIServiceCABundleUpdated"
 )
 
 // RotationReason is the reason of the CARotationInProgress condition: the
@@ -105,6 +109,10 @@ const (
 	// every namespace (both cluster CAs in Preparing, only the new one in
 	// Finalizing); the condition names the namespaces behind.
 	ReasonWaitingForKubeRootCA RotationReason = "WaitingForKubeRootCA"
+	// ReasonWaitingForAPIServices: the caBundle of an APIService labelled
+	// carousel.dev/ca-bundle=metrics-server in the managed cluster is not yet
+	// the phase's metrics-server bundle; the condition names them.
+	ReasonWaitingForAPIServices RotationReason = "WaitingForAPIServiceCABundles"
 	// ReasonWaitingForCompletion: Prepared; the user completes the rotation.
 	ReasonWaitingForCompletion RotationReason = "WaitingForCompleteOperation"
 	// ReasonWaitingForServers: Finalizing re-issues server certificates from

@@ -151,6 +151,7 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		PendingWorkerPools: len(pendingPools(c)),
 		Evidence:           rotation.EvidencePending,
 		KubeRootCA:         rotation.EvidencePending,
+		APIServices:        rotation.EvidencePending,
 	}
 	for check := rotation.EvidenceDue(s.facts); check != rotation.CheckNone; {
 		seen, err := r.gatherEvidence(ctx, s, check)

@@ -171,9 +171,12 @@ func endpointRemovedCondition(c *v1alpha1.Cluster) *metav1.Condition {
 func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotation.EvidenceCheck) (*metav1.Condition, error) {
 	c, trust := s.cluster, s.trust
 	record := func(e rotation.Evidence) {
-		if check == rotation.CheckKubeRootCA {
+		switch check {
+		case rotation.CheckKubeRootCA:
 			s.facts.KubeRootCA = e
-		} else {
+		case rotation.CheckAPIServices:
+			s.facts.APIServices = e
+		default:
 			s.facts.Evidence = e
 		}
 	}
@@ -203,17 +206,20 @@ func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotatio
 			return reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable,
 				"the API server serves a certificate from the new cluster CA; the old client CA's rejection was not checked: no probe certificate (the endpoint was set after the old CAs were dropped)"), nil
 		}
-	case rotation.CheckKubeRootCA:
-		var behind []string
-		behind, err = r.Evidence.KubeRootCABehind(ctx, endpoint, trust[v1alpha1.CARoleCluster],
-			operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey], trust[v1alpha1.CARoleCluster])
+	case rotation.CheckKubeRootCA, rotation.CheckAPIServices:
+		list, want, behind := r.Evidence.KubeRootCABehind, trust[v1alpha1.CARoleCluster], &s.facts.KubeRootCABehind
+		if check == rotation.CheckAPIServices {
+			list, want, behind = r.Evidence.APIServicesBehind, trust[v1alpha1.CARoleMetricsServer], &s.facts.APIServicesBehind
+		}
+		var lagging []string
+		lagging, err = list(ctx, endpoint, trust[v1alpha1.CARoleCluster], operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey], want)
 		if err == nil {
 			// The API server answered: what it reported stays as the
-			// previous check left it; the rotation condition names the
-			// namespaces behind.
-			s.facts.KubeRootCABehind = behind
+			// previous check left it; the rotation condition names what
+			// lags behind.
+			*behind = lagging
 			record(rotation.EvidencePassed)
-			if len(behind) > 0 {
+			if len(lagging) > 0 {
 				record(rotation.EvidencePending)
 			}
 			return nil, nil

@@ -29,6 +29,7 @@ type EvidenceChecker interface {
 	ClientRejected(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte) error
 	ServesChainTo(ctx context.Context, endpoint string, roots []byte) error
 	KubeRootCABehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error)
+	APIServicesBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error)
 }
 
 // Reconciler reconciles Clusters.

@@ -10,12 +10,14 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
@@ -23,14 +25,18 @@ import (
 // The managed control plane here has no kube-controller-manager in the
 // platform: the spec starts and restarts it itself, to hold each phase on
 // what the root-CA publisher has (not) written.
-var _ = Describe("The kube-root-ca.crt gate", Ordered, func() {
+var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt and APIService caBundles", Ordered, func() {
 	var (
 		c      *v1alpha1.Cluster
 		key    client.ObjectKey
 		cp     *framework.ManagedControlPlane
 		admin  kubernetes.Interface
 		writes atomic.Int64
+		// managed reads and writes APIServices in the managed cluster.
+		managed          client.Client
+		apiServiceBundle func(context.Context) []string
 	)
+	const apiService = "v1alpha1.wardle.example.com"
 
 	BeforeAll(func(ctx SpecContext) {
 		ns := newNamespace(ctx)
@@ -53,11 +59,37 @@ var _ = Describe("The kube-root-ca.crt gate", Ordered, func() {
 		platformCtx, stopPlatform := context.WithCancel(context.Background())
 		DeferCleanup(stopPlatform)
 		go platform.Run(platformCtx, 100*time.Millisecond)
-		Eventually(platform.Settled).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue())
+		Eventually(platform.Settled).WithContext(ctx).WithTimeout(2 * time.Minute).Should(BeTrue())
 		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
 		Expect(err).NotTo(HaveOccurred())
 		admin = kubernetes.NewForConfigOrDie(cfg)
+
+		By("registering an aggregated API whose server certificate the metrics-server CA signs")
+		managed, err = client.New(cfg, client.Options{Scheme: scheme.New()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(managed.Create(ctx, &apiregistrationv1.APIService{
+			ObjectMeta: metav1.ObjectMeta{Name: apiService, Labels: map[string]string{v1alpha1.LabelCABundle: string(v1alpha1.CARoleMetricsServer)}},
+			Spec: apiregistrationv1.APIServiceSpec{Group: "wardle.example.com", Version: "v1alpha1", GroupPriorityMinimum: 1000, VersionPriority: 15,
+				Service: &apiregistrationv1.ServiceReference{Namespace: metav1.NamespaceSystem, Name: "metrics-server"}, InsecureSkipTLSVerify: true},
+		})).To(Succeed())
+		Eventually(apiServiceBundle).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Equal(kit.Fingerprints(loadBundle(ctx, c, v1alpha1.CARoleMetricsServer))),
+			"Carousel writes the metrics-server bundle, and verification back on")
 	})
+
+	// apiServiceBundle returns the fingerprints of the APIService's caBundle,
+	// nil while it skips verification.
+	apiServiceBundle = func(ctx context.Context) []string {
+		s := &apiregistrationv1.APIService{}
+		Expect(managed.Get(ctx, client.ObjectKey{Name: apiService}, s)).To(Succeed())
+		if s.Spec.InsecureSkipTLSVerify {
+			return nil
+		}
+		b, err := pki.ParseBundle(s.Spec.CABundle)
+		if err != nil {
+			return nil
+		}
+		return kit.Fingerprints(b)
+	}
 
 	// expectWaitingForKubeRootCA waits until the rotation, still in phase,
 	// names kube-root-ca.crt and the managed cluster's namespaces as what it
@@ -72,7 +104,7 @@ var _ = Describe("The kube-root-ca.crt gate", Ordered, func() {
 				HaveField("Reason", string(v1alpha1.ReasonWaitingForKubeRootCA)),
 				HaveField("Message", And(ContainSubstring("kube-root-ca.crt to carry "+carries), ContainSubstring("4 namespace(s) behind: default, kube-node-lease, kube-public, kube-system"))),
 			)))
-		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed(), "Finalizing restarts etcd and the API server twice")
+		}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "Finalizing restarts etcd and the API server twice")
 	}
 
 	// expectPublished checks kube-root-ca.crt in every namespace.
@@ -98,6 +130,9 @@ var _ = Describe("The kube-root-ca.crt gate", Ordered, func() {
 		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
 		cas := loadCAs(ctx, c)[v1alpha1.CARoleCluster]
 		expectPublished(ctx, pki.NewBundle(cas.Previous.Cert, cas.Current.Cert))
+		metrics := loadCAs(ctx, c)[v1alpha1.CARoleMetricsServer]
+		Expect(apiServiceBundle(ctx)).To(Equal(kit.Fingerprints(pki.NewBundle(metrics.Previous.Cert, metrics.Current.Cert))),
+			"the aggregator trusts both metrics-server CAs before Finalizing moves the server certificate")
 	})
 
 	It("holds Finalizing until kube-root-ca.crt carries only the new cluster CA", func(ctx SpecContext) {
@@ -114,5 +149,9 @@ var _ = Describe("The kube-root-ca.crt gate", Ordered, func() {
 		admin = kubernetes.NewForConfigOrDie(cfg)
 		expectPublished(ctx, loadBundle(ctx, c, v1alpha1.CARoleCluster))
 		Expect(loadBundle(ctx, c, v1alpha1.CARoleCluster)).To(HaveLen(1))
+		managed, err = client.New(cfg, client.Options{Scheme: scheme.New()})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(apiServiceBundle(ctx)).To(Equal([]string{pki.Fingerprint(loadCAs(ctx, c)[v1alpha1.CARoleMetricsServer].Current.Cert)}),
+			"the aggregator trusts the new metrics-server CA alone")
 	})
 })

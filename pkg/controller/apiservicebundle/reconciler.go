@@ -1,0 +1,116 @@
+// Package apiservicebundle keeps the trust the managed cluster's API server
+// puts in aggregated API servers in step with a CA rotation: the caBundle of
+// every APIService labelled carousel.dev/ca-bundle=metrics-server is the
+// Cluster's metrics-server CA bundle, the role that signs the serving
+// certificates of aggregated API servers (metrics-server's among them). The
+// aggregator verifies such a server with that caBundle only, so it must
+// carry the new CA before the server's certificate moves to it (Finalizing),
+// and may drop the old one only after.
+package apiservicebundle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/evidence"
+)
+
+// Reconciler keeps the labelled APIServices' caBundle of each reachable
+// managed cluster.
+type Reconciler struct {
+	Client client.Client // the management cluster
+	// Connections reach the managed clusters.
+	Connections *clustercache.Cache
+	// Recorder records an event on the Cluster for each caBundle written; nil records none.
+	Recorder events.EventRecorder
+	// Resync is how often a managed cluster is looked at again: its
+	// APIServices raise no events here. Zero means DefaultResync.
+	Resync time.Duration
+}
+
+// DefaultResync is how often, by default, the APIServices are looked at again.
+const DefaultResync = time.Minute
+
+// Reconcile writes the metrics-server bundle into every labelled APIService
+// whose caBundle differs.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &v1alpha1.Cluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !c.DeletionTimestamp.IsZero() || c.Spec.ControlPlane.Endpoint == "" {
+		return ctrl.Result{}, nil
+	}
+	bundle := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleMetricsServer)}, bundle)
+	if apierrors.IsNotFound(err) {
+		return ctrl.Result{}, nil // its creation brings the Cluster back
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	want := []byte(bundle.Data[v1alpha1.DataKeyCABundle])
+	if len(want) == 0 {
+		return ctrl.Result{}, fmt.Errorf("ConfigMap %s has no %s", bundle.Name, v1alpha1.DataKeyCABundle)
+	}
+	resync := r.Resync
+	if resync == 0 {
+		resync = DefaultResync
+	}
+	// Carousel's client certificate may not be issued yet, and the managed
+	// API server may be down (it restarts in every phase): look again soon,
+	// rather than after the growing backoff of a failed reconcile.
+	conn, err := r.Connections.Connect(ctx, c)
+	if err != nil {
+		return r.retry(ctx, resync, err)
+	}
+	var list apiregistrationv1.APIServiceList
+	if err := conn.Client.List(ctx, &list, evidence.MetricsServerAPIServices); err != nil {
+		return r.retry(ctx, resync, fmt.Errorf("listing the managed cluster's APIServices: %w", err))
+	}
+	for _, name := range evidence.APIServiceLag(list.Items, want) {
+		if err := r.write(ctx, conn.Client, name, want); err != nil {
+			return r.retry(ctx, resync, err)
+		}
+		if r.Recorder != nil {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventAPIServiceCABundleUpdated, "Update",
+				"APIService %s of the managed cluster now trusts the metrics-server CA bundle", name)
+		}
+	}
+	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// retry logs what failed in the managed cluster and looks again after a
+// tenth of resync.
+func (r *Reconciler) retry(ctx context.Context, resync time.Duration, err error) (ctrl.Result, error) {
+	log.FromContext(ctx).Info("the managed cluster's APIServices could not be brought in step; retrying", "error", err.Error())
+	return ctrl.Result{RequeueAfter: resync / 10}, nil
+}
+
+// write sets one APIService's caBundle, on the version it reads (a conflict
+// retries the whole pass).
+func (r *Reconciler) write(ctx context.Context, managed client.Client, name string, bundle []byte) error {
+	s := &apiregistrationv1.APIService{}
+	if err := managed.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	base := s.DeepCopy()
+	s.Spec.CABundle = bundle
+	s.Spec.InsecureSkipTLSVerify = false
+	if err := managed.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("writing the caBundle of APIService %s: %w", name, err)
+	}
+	return nil
+}
