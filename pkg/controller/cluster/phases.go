@@ -153,18 +153,18 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		KubeRootCA:         rotation.EvidencePending,
 		APIServices:        rotation.EvidencePending,
 	}
-	for check := rotation.EvidenceDue(s.facts); check != rotation.CheckNone; {
+	// With no check due, gatherEvidence still reports a missing or removed endpoint.
+	for check := rotation.EvidenceDue(s.facts); ; {
 		seen, err := r.gatherEvidence(ctx, s, check)
 		if err := s.observe(seen, err); err != nil {
 			return err
 		}
 		next := rotation.EvidenceDue(s.facts)
-		if next == check {
-			break // it did not pass
+		if next == rotation.CheckNone || next == check { // done, or it did not pass
+			return nil
 		}
 		check = next
 	}
-	return nil
 }
 
 // decisionPhase carries out rotation.Decide.
