@@ -9,7 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -23,11 +22,10 @@ var MetricsServerAPIServices = client.MatchingLabels{v1alpha1.LabelCABundle: str
 // APIServiceLag). It reads as the client key pair, verifying the API server
 // with serverTrust.
 func (c Checker) APIServicesBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error) {
-	cfg, err := credentials.RESTConfig(endpoint, serverTrust, certPEM, keyPEM)
+	cfg, err := c.restConfig(endpoint, serverTrust, certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timeout = c.timeout()
 	cl, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, err
@@ -39,15 +37,20 @@ func (c Checker) APIServicesBehind(ctx context.Context, endpoint string, serverT
 	return APIServiceLag(list.Items, want), nil
 }
 
-// APIServiceLag names, in order, the APIServices whose caBundle is not
-// exactly bundle, or that skip verifying their server altogether (the
-// aggregator then ignores the caBundle).
+// APIServiceLag names, in order, the APIServices that are APIServiceBehind bundle.
 func APIServiceLag(services []apiregistrationv1.APIService, bundle []byte) []string {
 	var behind []string
-	for _, s := range services {
-		if !bytes.Equal(s.Spec.CABundle, bundle) || s.Spec.InsecureSkipTLSVerify {
-			behind = append(behind, s.Name)
+	for i := range services {
+		if APIServiceBehind(&services[i], bundle) {
+			behind = append(behind, services[i].Name)
 		}
 	}
 	return behind
+}
+
+// APIServiceBehind reports whether an APIService's caBundle is not exactly
+// bundle, or whether it skips verifying its server altogether (the
+// aggregator then ignores the caBundle).
+func APIServiceBehind(s *apiregistrationv1.APIService, bundle []byte) bool {
+	return !bytes.Equal(s.Spec.CABundle, bundle) || s.Spec.InsecureSkipTLSVerify
 }

@@ -20,7 +20,9 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -140,6 +142,17 @@ func apiURL(endpoint, path string) string { return strings.TrimSuffix(endpoint, 
 
 func (c Checker) client(cfg *tls.Config) *http.Client {
 	return &http.Client{Timeout: c.timeout(), Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+}
+
+// restConfig is a client configuration for the API server at endpoint, as
+// the client key pair, bounded by the checker's timeout.
+func (c Checker) restConfig(endpoint string, serverTrust, certPEM, keyPEM []byte) (*rest.Config, error) {
+	cfg, err := credentials.RESTConfig(endpoint, serverTrust, certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = c.timeout()
+	return cfg, nil
 }
 
 func (c Checker) timeout() time.Duration {

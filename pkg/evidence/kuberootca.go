@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 
-	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -28,11 +27,10 @@ const (
 // or that have none. It reads as the client key pair, verifying the API
 // server with serverTrust.
 func (c Checker) KubeRootCABehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error) {
-	cfg, err := credentials.RESTConfig(endpoint, serverTrust, certPEM, keyPEM)
+	cfg, err := c.restConfig(endpoint, serverTrust, certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timeout = c.timeout()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -39,6 +39,19 @@ type Facts struct {
 	APIServicesBehind []string
 }
 
+// Record keeps what a check of the managed cluster observed: its result
+// and, for a check of trust published there, what lags behind.
+func (f *Facts) Record(check EvidenceCheck, e Evidence, behind []string) {
+	switch check {
+	case CheckKubeRootCA:
+		f.KubeRootCA, f.KubeRootCABehind = e, behind
+	case CheckAPIServices:
+		f.APIServices, f.APIServicesBehind = e, behind
+	default:
+		f.Evidence = e
+	}
+}
+
 // Evidence is what was observed of the managed cluster's API server.
 type Evidence string
 

@@ -211,29 +211,30 @@ func (m *ManagedControlPlane) Start(ctx context.Context) error {
 // namespace equal to the cluster bundle (--root-ca-file); the service-account
 // token controller signs with the key Carousel issued; each controller
 // talks to the API server as its own service account, as kubeadm sets it up.
-func (m *ManagedControlPlane) StartControllerManager() error {
-	f := func(name string) string { return filepath.Join(m.Dir, name) }
-	const name = "kube-controller-manager"
-	binary, args := m.command(filepath.Join(m.BinDir, name), []string{
-		"--kubeconfig=" + f("kcm.kubeconfig"), "--root-ca-file=" + f("kcm-root-ca.crt"),
-		"--service-account-private-key-file=" + f("kcm-sa.key"), "--use-service-account-credentials=true",
+func (m *ManagedControlPlane) StartControllerManager() (err error) {
+	m.kcm, err = m.startComponent("kube-controller-manager",
+		"--kubeconfig="+m.file("kcm.kubeconfig"), "--root-ca-file="+m.file("kcm-root-ca.crt"),
+		"--service-account-private-key-file="+m.file("kcm-sa.key"), "--use-service-account-credentials=true",
 		"--controllers=*,-csrsigning,-csrapproving",
-		"--leader-elect=false", "--secure-port=0"})
-	var err error
-	m.kcm, err = startProcess(name, binary, f(name+".log"), args...)
+		"--leader-elect=false", "--secure-port=0")
 	return err
 }
 
 // StartScheduler starts kube-scheduler on its own kubeconfig.
-func (m *ManagedControlPlane) StartScheduler() error {
-	f := func(name string) string { return filepath.Join(m.Dir, name) }
-	const name = "kube-scheduler"
-	binary, args := m.command(filepath.Join(m.BinDir, name), []string{
-		"--kubeconfig=" + f("scheduler.kubeconfig"), "--leader-elect=false", "--secure-port=0"})
-	var err error
-	m.scheduler, err = startProcess(name, binary, f(name+".log"), args...)
+func (m *ManagedControlPlane) StartScheduler() (err error) {
+	m.scheduler, err = m.startComponent("kube-scheduler", "--kubeconfig="+m.file("scheduler.kubeconfig"), "--leader-elect=false", "--secure-port=0")
 	return err
 }
+
+// startComponent starts one of the binaries that talk to the API server
+// only (nothing waits for them to listen), logging beside the credentials.
+func (m *ManagedControlPlane) startComponent(name string, args ...string) (*process, error) {
+	binary, args := m.command(filepath.Join(m.BinDir, name), args)
+	return startProcess(name, binary, m.file(name+".log"), args...)
+}
+
+// file is the path of one of the control plane's files.
+func (m *ManagedControlPlane) file(name string) string { return filepath.Join(m.Dir, name) }
 
 // StopScheduler stops kube-scheduler, if it runs, and waits for it to exit.
 func (m *ManagedControlPlane) StopScheduler() { stop(m.scheduler); m.scheduler = nil }
@@ -241,7 +242,7 @@ func (m *ManagedControlPlane) StopScheduler() { stop(m.scheduler); m.scheduler =
 // StartEtcd starts the etcd member with TLS for clients and peers, on the
 // ports ReservePorts holds, and waits until it listens.
 func (m *ManagedControlPlane) StartEtcd(ctx context.Context) error {
-	f := func(name string) string { return filepath.Join(m.Dir, name) }
+	f := m.file
 	address := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.etcdPort))
 	client := "https://" + address
 	peer := "https://127.0.0.1:" + strconv.Itoa(m.etcdPeerPort)
@@ -262,7 +263,7 @@ func (m *ManagedControlPlane) StartEtcd(ctx context.Context) error {
 // StartAPIServer starts kube-apiserver on the credential files and waits
 // until it answers /readyz.
 func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
-	f := func(name string) string { return filepath.Join(m.Dir, name) }
+	f := m.file
 	bind, advertise := "127.0.0.1", "127.0.0.1"
 	if m.Netns != nil {
 		bind, advertise = "0.0.0.0", ControlPlaneIP

@@ -73,21 +73,10 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		key = client.ObjectKeyFromObject(c)
 		c = waitForReady(ctx, key)
 
-		platform := &framework.Platform{Client: k8s, Cluster: c, ControlPlane: cp, Logf: stderrf}
-		Expect(platform.CreateWorkloads(ctx)).To(Succeed())
-		Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
-		Expect(cp.Start(ctx)).To(Succeed())
-		DeferCleanup(cp.Stop)
-		platformCtx, stopPlatform := context.WithCancel(context.Background())
-		DeferCleanup(stopPlatform)
-		go platform.Run(platformCtx, 100*time.Millisecond)
-		Eventually(platform.Settled).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "Carousel rolls the control plane once it sees it")
+		cfg := runControlPlane(ctx, c, cp)
 		var stopAgent context.CancelFunc
 		agentCtx, stopAgent = context.WithCancel(context.Background())
 		DeferCleanup(stopAgent)
-
-		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
-		Expect(err).NotTo(HaveOccurred())
 		admin = kubernetes.NewForConfigOrDie(cfg)
 		agentDir = GinkgoT().TempDir()
 	})

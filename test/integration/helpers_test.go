@@ -3,17 +3,20 @@ package integration
 import (
 	"context"
 	"crypto/x509"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
@@ -91,4 +94,24 @@ func markRolledOut(ctx context.Context, c *v1alpha1.Cluster) {
 		d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.ReadyReplicas = replicas, replicas, replicas, replicas
 		Expect(k8s.Status().Update(ctx, d)).To(Succeed())
 	}
+}
+
+// runControlPlane starts cp on the credentials of c, a Cluster Carousel has
+// issued, with a platform stand-in that carries out the rollouts Carousel
+// asks for until the spec ends; it returns once Carousel has rolled the
+// control plane, with an admin configuration for the managed API server.
+func runControlPlane(ctx context.Context, c *v1alpha1.Cluster, cp *framework.ManagedControlPlane) *rest.Config {
+	GinkgoHelper()
+	platform := &framework.Platform{Client: k8s, Cluster: c, ControlPlane: cp, Logf: stderrf}
+	Expect(platform.CreateWorkloads(ctx)).To(Succeed())
+	Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
+	Expect(cp.Start(ctx)).To(Succeed())
+	DeferCleanup(cp.Stop)
+	platformCtx, stopPlatform := context.WithCancel(context.Background())
+	DeferCleanup(stopPlatform)
+	go platform.Run(platformCtx, 100*time.Millisecond)
+	Eventually(platform.Settled).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "Carousel rolls the control plane once it sees it")
+	cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
+	Expect(err).NotTo(HaveOccurred())
+	return cfg
 }

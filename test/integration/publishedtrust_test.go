@@ -33,10 +33,24 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		admin  kubernetes.Interface
 		writes atomic.Int64
 		// managed reads and writes APIServices in the managed cluster.
-		managed          client.Client
-		apiServiceBundle func(context.Context) []string
+		managed client.Client
 	)
 	const apiService = "v1alpha1.wardle.example.com"
+
+	// apiServiceBundle returns the fingerprints of the APIService's caBundle,
+	// nil while it skips verification.
+	apiServiceBundle := func(ctx context.Context) []string {
+		s := &apiregistrationv1.APIService{}
+		Expect(managed.Get(ctx, client.ObjectKey{Name: apiService}, s)).To(Succeed())
+		if s.Spec.InsecureSkipTLSVerify {
+			return nil
+		}
+		b, err := pki.ParseBundle(s.Spec.CABundle)
+		if err != nil {
+			return nil
+		}
+		return kit.Fingerprints(b)
+	}
 
 	BeforeAll(func(ctx SpecContext) {
 		ns := newNamespace(ctx)
@@ -51,17 +65,7 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		key = client.ObjectKeyFromObject(c)
 		c = waitForReady(ctx, key)
-		platform := &framework.Platform{Client: k8s, Cluster: c, ControlPlane: cp, Logf: stderrf}
-		Expect(platform.CreateWorkloads(ctx)).To(Succeed())
-		Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
-		Expect(cp.Start(ctx)).To(Succeed())
-		DeferCleanup(cp.Stop)
-		platformCtx, stopPlatform := context.WithCancel(context.Background())
-		DeferCleanup(stopPlatform)
-		go platform.Run(platformCtx, 100*time.Millisecond)
-		Eventually(platform.Settled).WithContext(ctx).WithTimeout(2 * time.Minute).Should(BeTrue())
-		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
-		Expect(err).NotTo(HaveOccurred())
+		cfg := runControlPlane(ctx, c, cp)
 		admin = kubernetes.NewForConfigOrDie(cfg)
 
 		By("registering an aggregated API whose server certificate the metrics-server CA signs")
@@ -75,21 +79,6 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		Eventually(apiServiceBundle).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Equal(kit.Fingerprints(loadBundle(ctx, c, v1alpha1.CARoleMetricsServer))),
 			"Carousel writes the metrics-server bundle, and verification back on")
 	})
-
-	// apiServiceBundle returns the fingerprints of the APIService's caBundle,
-	// nil while it skips verification.
-	apiServiceBundle = func(ctx context.Context) []string {
-		s := &apiregistrationv1.APIService{}
-		Expect(managed.Get(ctx, client.ObjectKey{Name: apiService}, s)).To(Succeed())
-		if s.Spec.InsecureSkipTLSVerify {
-			return nil
-		}
-		b, err := pki.ParseBundle(s.Spec.CABundle)
-		if err != nil {
-			return nil
-		}
-		return kit.Fingerprints(b)
-	}
 
 	// expectWaitingForKubeRootCA waits until the rotation, still in phase,
 	// names kube-root-ca.crt and the managed cluster's namespaces as what it

@@ -80,13 +80,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := conn.Client.List(ctx, &list, evidence.MetricsServerAPIServices); err != nil {
 		return r.retry(ctx, resync, fmt.Errorf("listing the managed cluster's APIServices: %w", err))
 	}
-	for _, name := range evidence.APIServiceLag(list.Items, want) {
-		if err := r.write(ctx, conn.Client, name, want); err != nil {
+	for i := range list.Items {
+		service := &list.Items[i]
+		if !evidence.APIServiceBehind(service, want) {
+			continue
+		}
+		if err := write(ctx, conn.Client, service, want); err != nil {
 			return r.retry(ctx, resync, err)
 		}
 		if r.Recorder != nil {
 			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventAPIServiceCABundleUpdated, "Update",
-				"APIService %s of the managed cluster now trusts the metrics-server CA bundle", name)
+				"APIService %s of the managed cluster now trusts the metrics-server CA bundle", service.Name)
 		}
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
@@ -99,18 +103,14 @@ func (r *Reconciler) retry(ctx context.Context, resync time.Duration, err error)
 	return ctrl.Result{RequeueAfter: resync / 10}, nil
 }
 
-// write sets one APIService's caBundle, on the version it reads (a conflict
-// retries the whole pass).
-func (r *Reconciler) write(ctx context.Context, managed client.Client, name string, bundle []byte) error {
-	s := &apiregistrationv1.APIService{}
-	if err := managed.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
-		return client.IgnoreNotFound(err)
-	}
+// write sets an APIService's caBundle, on the version listed: a conflict
+// retries the whole pass.
+func write(ctx context.Context, managed client.Client, s *apiregistrationv1.APIService, bundle []byte) error {
 	base := s.DeepCopy()
 	s.Spec.CABundle = bundle
 	s.Spec.InsecureSkipTLSVerify = false
-	if err := managed.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("writing the caBundle of APIService %s: %w", name, err)
+	if err := managed.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("writing the caBundle of APIService %s: %w", s.Name, err)
 	}
 	return nil
 }

@@ -170,16 +170,7 @@ func endpointRemovedCondition(c *v1alpha1.Cluster) *metav1.Condition {
 // skipped, and the observation says so.
 func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotation.EvidenceCheck) (*metav1.Condition, error) {
 	c, trust := s.cluster, s.trust
-	record := func(e rotation.Evidence) {
-		switch check {
-		case rotation.CheckKubeRootCA:
-			s.facts.KubeRootCA = e
-		case rotation.CheckAPIServices:
-			s.facts.APIServices = e
-		default:
-			s.facts.Evidence = e
-		}
-	}
+	record := func(e rotation.Evidence) { s.facts.Record(check, e, nil) }
 	endpoint := c.Spec.ControlPlane.Endpoint
 	switch {
 	case s.endpointRemoved:
@@ -207,21 +198,21 @@ func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotatio
 				"the API server serves a certificate from the new cluster CA; the old client CA's rejection was not checked: no probe certificate (the endpoint was set after the old CAs were dropped)"), nil
 		}
 	case rotation.CheckKubeRootCA, rotation.CheckAPIServices:
-		list, want, behind := r.Evidence.KubeRootCABehind, trust[v1alpha1.CARoleCluster], &s.facts.KubeRootCABehind
+		lagging, role := r.Evidence.KubeRootCABehind, v1alpha1.CARoleCluster
 		if check == rotation.CheckAPIServices {
-			list, want, behind = r.Evidence.APIServicesBehind, trust[v1alpha1.CARoleMetricsServer], &s.facts.APIServicesBehind
+			lagging, role = r.Evidence.APIServicesBehind, v1alpha1.CARoleMetricsServer
 		}
-		var lagging []string
-		lagging, err = list(ctx, endpoint, trust[v1alpha1.CARoleCluster], operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey], want)
+		var behind []string
+		behind, err = lagging(ctx, endpoint, trust[v1alpha1.CARoleCluster], operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey], trust[role])
 		if err == nil {
 			// The API server answered: what it reported stays as the
 			// previous check left it; the rotation condition names what
 			// lags behind.
-			*behind = lagging
-			record(rotation.EvidencePassed)
-			if len(lagging) > 0 {
-				record(rotation.EvidencePending)
+			result := rotation.EvidencePassed
+			if len(behind) > 0 {
+				result = rotation.EvidencePending
 			}
+			s.facts.Record(check, result, behind)
 			return nil, nil
 		}
 	default:
