@@ -37,6 +37,9 @@ type Options struct {
 	ManagedCleanupTimeout time.Duration
 	// EvidenceTimeout bounds each request to a managed API server.
 	EvidenceTimeout time.Duration
+	// APIServiceResync is how often the labelled APIServices of each managed
+	// cluster are looked at again.
+	APIServiceResync time.Duration
 	// Webhook serves the Cluster admission webhook.
 	Webhook bool
 	// CSRControllers runs the kubelet CSR approver and signer in each managed cluster.
@@ -51,6 +54,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: 5 * time.Second, EvidenceTimeout: 10 * time.Second, Webhook: true,
+		APIServiceResync:       apiservicebundle.DefaultResync,
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
 		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour,
 	}
@@ -82,7 +86,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := bootstrapper.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	apiServices := &apiservicebundle.Reconciler{Client: mgr.GetClient(), Connections: connections, Recorder: recorder}
+	apiServices := &apiservicebundle.Reconciler{Client: mgr.GetClient(), Connections: connections, Recorder: recorder, Resync: opts.APIServiceResync}
 	if err := apiServices.SetupWithManager(mgr); err != nil {
 		return err
 	}
