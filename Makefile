@@ -79,7 +79,7 @@ verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Check generated code is current, t
 ##@ Test
 
 .PHONY: envtest
-envtest: ## Build the test control plane (kube-apiserver, etcd, the kubelet, kube-scheduler, sample-apiserver, konnectivity, fake-cri, ...) into bin/k8s, unless already there.
+envtest: ## Build the test control plane (kube-apiserver, etcd, the kubelet, kube-scheduler, metrics-server, konnectivity, fake-cri, ...) into bin/k8s, unless already there.
 	./hack/envtest.sh $(KUBEBUILDER_ASSETS)
 
 .PHONY: test

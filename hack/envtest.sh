@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, the kubelet, sample-apiserver (an aggregated API
-# server), etcd and the konnectivity proxy server and agent) from upstream
+# kube-scheduler, kubectl, the kubelet, etcd, metrics-server (the aggregated
+# API server) and the konnectivity proxy server and agent) from upstream
 # source through the Go module proxy into $1 (default bin/k8s), with fake-cri,
 # our CRI server for the kubelet (hack/envtest/kube/cmd/fake-cri). The versions
 # are the ones pinned in hack/envtest/*/go.mod; a stamp file records what was
@@ -14,18 +14,20 @@ out=${1:-${root}/bin/k8s}
 kube_mod=${root}/hack/envtest/kube
 etcd_mod=${root}/hack/envtest/etcd
 konnectivity_mod=${root}/hack/envtest/konnectivity
+metrics_server_mod=${root}/hack/envtest/metrics-server
 
 pinned() { awk -v m="$1" '$1 == "require" && $2 == m { print $3 } $1 == m { print $2 }' "$2/go.mod" | head -n 1; }
 kube_version=$(pinned k8s.io/kubernetes "${kube_mod}")
 etcd_version=$(pinned go.etcd.io/etcd/server/v3 "${etcd_mod}")
 konnectivity_version=$(pinned sigs.k8s.io/apiserver-network-proxy "${konnectivity_mod}")
-[[ -n ${kube_version} && -n ${etcd_version} && -n ${konnectivity_version} ]] ||
+metrics_server_version=$(pinned sigs.k8s.io/metrics-server "${metrics_server_mod}")
+[[ -n ${kube_version} && -n ${etcd_version} && -n ${konnectivity_version} && -n ${metrics_server_version} ]] ||
   { echo "envtest: cannot read the pinned versions" >&2; exit 1; }
 
 stamp="${out}/.versions"
 fake_cri=$(cat "${kube_mod}"/cmd/fake-cri/*.go "${kube_mod}/go.sum" | sha256sum | cut -c1-12)
-want="kubernetes=${kube_version} etcd=${etcd_version} konnectivity=${konnectivity_version} go=$(go env GOVERSION) fake-cri=${fake_cri}"
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet sample-apiserver fake-cri etcd
+want="kubernetes=${kube_version} etcd=${etcd_version} konnectivity=${konnectivity_version} metrics-server=${metrics_server_version} go=$(go env GOVERSION) fake-cri=${fake_cri}"
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet fake-cri etcd metrics-server
   konnectivity-server konnectivity-agent)
 have_all=true
 for b in "${binaries[@]}"; do [[ -x ${out}/${b} ]] || have_all=false; done
@@ -46,16 +48,15 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
 done
 # One invocation, so that the packages these commands share are compiled once.
-# sample-apiserver is the staging module k8s.io/sample-apiserver, whose main
-# package is the module itself (go build names the binary after it).
-echo "envtest: building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet," \
-  "sample-apiserver ${kube_version} and fake-cri (a few minutes on a cold cache)"
+echo "envtest: building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet" \
+  "${kube_version} and fake-cri (a few minutes on a cold cache)"
 (cd "${kube_mod}" && go build -trimpath -ldflags "${ldflags}" -o "${out}/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet \
-  k8s.io/sample-apiserver ./cmd/fake-cri)
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet ./cmd/fake-cri)
 echo "envtest: building etcd ${etcd_version}"
 (cd "${etcd_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/etcd" go.etcd.io/etcd/server/v3)
+echo "envtest: building metrics-server ${metrics_server_version}"
+(cd "${metrics_server_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/" sigs.k8s.io/metrics-server/cmd/metrics-server)
 # Upstream names the commands server and agent; the second build reuses the
 # packages compiled by the first and only links.
 echo "envtest: building konnectivity-server and konnectivity-agent ${konnectivity_version}"

@@ -78,6 +78,7 @@ network namespace, where its kubelets listen on 192.0.2.x).
   start:     %[4]s annotate %[6]s carousel.dev/operation=start-ca-rotation
   complete:  %[4]s annotate %[6]s carousel.dev/operation=complete-ca-rotation   (once the phase is Prepared)
   nodes:     %[4]s --kubeconfig %[3]s get nodes
+  metrics:   %[4]s --kubeconfig %[3]s top nodes   (through the aggregator and metrics-server)
 
 Press Ctrl-C to stop and clean up.
 

@@ -182,12 +182,6 @@ type nodeProbe struct {
 // missed heartbeat: two renewals of the kubelets' (framework.NodeLeaseDuration/4).
 var heartbeatDeadline = 2*framework.NodeLeaseDuration/4 + grace
 
-// leaseRetryBackoff is the longest a kubelet waits between attempts to renew
-// its Lease after renewals failed (k8s.io/component-helpers
-// apimachinery/lease, maxBackoff): after an API-server restart its Lease may
-// stay unrenewed that much longer.
-const leaseRetryBackoff = 7 * time.Second
-
 func (p *nodeProbe) run(ctx context.Context, admin *follower, nodes []string) {
 	for ctx.Err() == nil {
 		current := admin.current(ctx)
@@ -197,8 +191,8 @@ func (p *nodeProbe) run(ctx context.Context, admin *follower, nodes []string) {
 				err = fmt.Errorf("%w: %.300s", err, body)
 			}
 			if err != nil && !apiServerReady(ctx, current) {
-				// The API server did not take the call: protocolClient
-				// counts its outages, under the planned-restart rule.
+				// The API server did not take the call: the API-server probe
+				// counts its outages.
 				continue
 			}
 			p.record(ctx, &p.proxied, &p.proxyFailures, n, err)
@@ -222,7 +216,7 @@ func apiServerReady(ctx context.Context, cs kubernetes.Interface) bool {
 func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, nodes []string) {
 	leases, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		// The API server did not answer: protocolClient counts that.
+		// The API server did not answer: the API-server probe counts that.
 		return
 	}
 	renewed := map[string]time.Time{}

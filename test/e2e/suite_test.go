@@ -27,7 +27,7 @@ import (
 // the local environment, so that kubelets rotate their own during the suite,
 // and is long enough for the node powered off through the rotation to come
 // back with one that has not expired.
-const kubeletCertificateValidity = 3*time.Minute + 30*time.Second
+const kubeletCertificateValidity = 4 * time.Minute
 
 // target is the management cluster and Cluster the suite rotates.
 type target struct {
@@ -69,9 +69,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
 		// Four nodes: the journey powers one off for the whole rotation.
 		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 4,
-		// Kubelet certificates of 3.5 minutes (valid from 5 minutes back, so
-		// 8.5 minutes long): each kubelet rotates its own at 70-90 % of that,
-		// 57 s to 159 s after it got it, through the selfnodeclient path.
+		// Kubelet certificates of 4 minutes (valid from 5 minutes back, so
+		// 9 minutes long): each kubelet rotates its own at 70-90 % of that,
+		// 78 s to 186 s after it got it, through the selfnodeclient path.
 		OperatorFlags: []string{"--csr-max-duration=" + kubeletCertificateValidity.String()},
 		Logf: func(format string, args ...any) {
 			GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)

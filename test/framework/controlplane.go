@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,27 +38,77 @@ type ManagedControlPlane struct {
 	APIServerPort int
 	// ExtraAPIServerFlags are appended to the API server's command line.
 	ExtraAPIServerFlags []string
+	// EtcdMembers is how many members the etcd cluster has, with Netns; a
+	// rollout restarts one at a time (see RestartEtcd). Without Netns, and
+	// when zero, it has one.
+	EtcdMembers int
+	// APIServerReplicas is how many kube-apiserver replicas run, with Netns,
+	// behind the load balancer that Endpoint reaches; a rollout restarts one
+	// at a time, out of service (see RestartAPIServer). Without Netns, and
+	// when zero, one runs.
+	APIServerReplicas int
 	// ControllerManager also runs kube-controller-manager and kube-scheduler,
 	// each on its own kubeconfig: the controllers of a cluster (the root-CA
 	// publisher that fills kube-root-ca.crt in every namespace, the
 	// service-account and node-lifecycle controllers, ...) and a scheduler
 	// that places pods on the kubelets.
 	ControllerManager bool
-	// Netns, when set, is where the processes run: the API server listens on
-	// every address of the namespace, advertises ControlPlaneIP and reaches
-	// kubelets on theirs, and Endpoint, a loopback port of the test's
-	// namespace, is forwarded to it. Nil runs everything on loopback.
+	// MetricsServer also runs metrics-server, the aggregated API server
+	// (see StartMetricsServer); it needs Netns.
+	MetricsServer bool
+	// Netns, when set, is where the processes run: each API server replica
+	// listens on, and advertises, an address of its own (APIServerIPs) and
+	// reaches kubelets on theirs; a load balancer listens at 127.0.0.1 on the
+	// same port, and Endpoint, a loopback port of the test's namespace, is
+	// forwarded to it. Nil runs everything on loopback.
 	Netns *Netns
 
 	etcdPort, etcdPeerPort int
 	ports                  portSet
-	etcd, apiserver, kcm   *process
-	scheduler              *process
+	kcm, scheduler         *process
+	etcds                  []*process    // by member
+	apiservers             []*process    // by replica
+	loadBalancer           *loadBalancer // with Netns
+	metricsServer          *process
+	metricsServerPort      atomic.Int32 // read by the tests while the platform rolls it
 }
 
 // ControlPlaneIP is the managed API server's address in the test network
-// namespace; nodes get the ones after NodeIPBase.
+// namespace (of its first replica; the others have the next ones); nodes get
+// the ones after NodeIPBase.
 const ControlPlaneIP = "192.0.2.1"
+
+// APIServerIPs are the addresses of n API server replicas in the test network
+// namespace.
+func APIServerIPs(n int) []string {
+	ips := make([]string, 0, n)
+	for i := range n {
+		ips = append(ips, apiServerIP(i))
+	}
+	return ips
+}
+
+// apiServerIP is the address of API server replica i in the test network
+// namespace.
+func apiServerIP(i int) string {
+	base := net.ParseIP(ControlPlaneIP).To4()
+	return net.IPv4(base[0], base[1], base[2], base[3]+byte(i)).String() //nolint:gosec // a handful of replicas
+}
+
+// apiServerReplicas is how many API server replicas run.
+func (m *ManagedControlPlane) apiServerReplicas() int {
+	return replicasWithNetns(m.Netns, m.APIServerReplicas)
+}
+
+// etcdMembers is how many members etcd has.
+func (m *ManagedControlPlane) etcdMembers() int { return replicasWithNetns(m.Netns, m.EtcdMembers) }
+
+func replicasWithNetns(netns *Netns, n int) int {
+	if netns == nil || n < 1 {
+		return 1
+	}
+	return n
+}
 
 // command returns the command line that runs binary with args where the
 // control plane runs.
@@ -113,6 +164,10 @@ func credentialFiles(cluster string) []credentialFile {
 		cert("kcm.kubeconfig", credentials.CertKubeControllerManager, v1alpha1.DataKeyKubeconfig),
 		{file: "kcm-sa.key", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountKey},
 		cert("scheduler.kubeconfig", credentials.CertKubeScheduler, v1alpha1.DataKeyKubeconfig),
+		cert("metrics-server.crt", credentials.CertMetricsServer, v1alpha1.DataKeyCertificate),
+		cert("metrics-server.key", credentials.CertMetricsServer, v1alpha1.DataKeyPrivateKey),
+		{file: "metrics-server-cluster-ca.crt", bundle: v1alpha1.CARoleCluster},
+		{file: "metrics-server-kubelet-ca.crt", bundle: v1alpha1.CARoleKubelet},
 		{file: "sa.key", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountKey},
 		{file: "sa.pub", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountPublicKey},
 	}
@@ -161,7 +216,9 @@ func writeFileAtomic(path string, data []byte) error {
 // etcd's, and holds them until Stop: no other program can take them before
 // the processes start or while they restart. Start calls it. With a Netns,
 // only the API server's port is taken in the test's namespace, by the
-// listener that forwards it into the namespace, where it and etcd's are free.
+// listener that forwards it into the namespace, where it and etcd's are free:
+// there, the load balancer listens on it at 127.0.0.1, and the replicas on
+// their own addresses.
 func (m *ManagedControlPlane) ReservePorts() error {
 	if m.Netns != nil {
 		if m.etcdPort != 0 {
@@ -172,7 +229,15 @@ func (m *ManagedControlPlane) ReservePorts() error {
 			return err
 		}
 		m.APIServerPort = ln.Addr().(*net.TCPAddr).Port
-		m.Netns.Forward(ln, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.APIServerPort)))
+		inside := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.APIServerPort))
+		balanced, err := m.Netns.Listen("tcp", inside)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		m.loadBalancer = &loadBalancer{dial: m.Netns.DialContext}
+		go m.loadBalancer.serve(balanced)
+		m.Netns.Forward(ln, inside)
 		m.etcdPort, m.etcdPeerPort = 2379, 2380
 		return nil
 	}
@@ -239,39 +304,48 @@ func (m *ManagedControlPlane) file(name string) string { return filepath.Join(m.
 // StopScheduler stops kube-scheduler, if it runs, and waits for it to exit.
 func (m *ManagedControlPlane) StopScheduler() { stop(m.scheduler); m.scheduler = nil }
 
-// StartEtcd starts the etcd member with TLS for clients and peers, on the
-// ports ReservePorts holds, and waits until it listens.
-func (m *ManagedControlPlane) StartEtcd(ctx context.Context) error {
-	f := m.file
-	address := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.etcdPort))
-	client := "https://" + address
-	peer := "https://127.0.0.1:" + strconv.Itoa(m.etcdPeerPort)
-	var err error
-	m.etcd, err = m.start(ctx, "etcd", m.listens(address), nil,
-		"--name=m0", "--data-dir="+f("etcd-data"), "--socket-reuse-port",
-		"--listen-client-urls="+client, "--advertise-client-urls="+client,
-		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=m0="+peer,
-		"--cert-file="+f("etcd-server.crt"), "--key-file="+f("etcd-server.key"),
-		"--trusted-ca-file="+f("etcd-ca.crt"), "--client-cert-auth",
-		"--peer-cert-file="+f("etcd-peer.crt"), "--peer-key-file="+f("etcd-peer.key"),
-		"--peer-trusted-ca-file="+f("etcd-ca.crt"), "--peer-client-cert-auth",
-		"--unsafe-no-fsync", "--quota-backend-bytes=268435456",
-	)
-	return err
+// StartAPIServer starts the kube-apiserver replicas on the credential files,
+// one after the other, each once the one before answers /readyz.
+func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
+	m.apiservers = make([]*process, m.apiServerReplicas())
+	for i := range m.apiservers {
+		if err := m.startAPIServerReplica(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// StartAPIServer starts kube-apiserver on the credential files and waits
-// until it answers /readyz.
-func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
-	f := m.file
-	bind, advertise := "127.0.0.1", "127.0.0.1"
+// apiServerAddress is where replica i listens: its own address in the
+// network namespace, or loopback.
+func (m *ManagedControlPlane) apiServerAddress(i int) string {
+	ip := "127.0.0.1"
 	if m.Netns != nil {
-		bind, advertise = "0.0.0.0", ControlPlaneIP
+		ip = apiServerIP(i)
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(m.APIServerPort))
+}
+
+// startAPIServerReplica starts replica i, waits until it answers /readyz and
+// puts it in service.
+func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) error {
+	f := m.file
+	address := m.apiServerAddress(i)
+	ip, _, _ := net.SplitHostPort(address)
+	name := "kube-apiserver"
+	if i > 0 {
+		name = fmt.Sprintf("kube-apiserver-%d", i)
+	}
+	var aggregatorRouting []string
+	if m.Netns != nil {
+		// The aggregator dials an APIService's endpoints, not its Service's
+		// cluster IP: there is no kube-proxy.
+		aggregatorRouting = []string{"--enable-aggregator-routing=true"}
 	}
 	args := []string{
-		"--bind-address=" + bind, "--advertise-address=" + advertise, "--secure-port=" + strconv.Itoa(m.APIServerPort),
+		"--bind-address=" + ip, "--advertise-address=" + ip, "--secure-port=" + strconv.Itoa(m.APIServerPort),
 		"--permit-port-sharing", // binds the port ReservePorts holds
-		"--etcd-servers=https://127.0.0.1:" + strconv.Itoa(m.etcdPort),
+		"--etcd-servers=" + m.etcdServers(),
 		"--etcd-cafile=" + f("etcd-ca.crt"), "--etcd-certfile=" + f("apiserver-etcd-client.crt"), "--etcd-keyfile=" + f("apiserver-etcd-client.key"),
 		"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
 		"--client-ca-file=" + f("client-ca.crt"),
@@ -283,10 +357,20 @@ func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--authorization-mode=Node,RBAC", "--enable-bootstrap-token-auth", "--enable-admission-plugins=NodeRestriction",
-		"--cert-dir=" + f("apiserver-certs"),
+		"--cert-dir=" + f(name+"-certs"),
 	}
+	args = append(append(args, aggregatorRouting...), m.ExtraAPIServerFlags...)
 	var err error
-	m.apiserver, err = m.start(ctx, "kube-apiserver", m.answersReadyz, []*process{m.etcd}, append(args, m.ExtraAPIServerFlags...)...)
+	// A single etcd member's exit fails the start at once; of several, one
+	// may be restarting meanwhile.
+	var needs []*process
+	if len(m.etcds) == 1 {
+		needs = m.etcds
+	}
+	m.apiservers[i], err = m.startAs(ctx, "kube-apiserver", name, m.serves("https://"+address+"/readyz"), needs, args...)
+	if err == nil && m.loadBalancer != nil {
+		m.loadBalancer.setServing(address, true)
+	}
 	return err
 }
 
@@ -294,31 +378,64 @@ func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 // for it to exit.
 func (m *ManagedControlPlane) StopControllerManager() { stop(m.kcm); m.kcm = nil }
 
-// StopAPIServer stops the API server and waits for it to exit.
-func (m *ManagedControlPlane) StopAPIServer() { stop(m.apiserver); m.apiserver = nil }
+// StopAPIServer stops every API server replica and waits for them to exit.
+func (m *ManagedControlPlane) StopAPIServer() {
+	for i := range m.apiservers {
+		m.stopAPIServerReplica(i)
+	}
+	m.apiservers = nil
+}
+
+// stopAPIServerReplica takes replica i out of service, stops it and waits
+// for it to exit.
+func (m *ManagedControlPlane) stopAPIServerReplica(i int) {
+	if m.loadBalancer != nil {
+		m.loadBalancer.setServing(m.apiServerAddress(i), false)
+	}
+	stop(m.apiservers[i])
+	m.apiservers[i] = nil
+}
 
 // Stop stops every process and lets go of the ports.
 func (m *ManagedControlPlane) Stop() {
+	m.StopMetricsServer()
 	m.StopScheduler()
 	m.StopControllerManager()
 	m.StopAPIServer()
-	stop(m.etcd)
-	m.etcd = nil
+	for _, p := range m.etcds {
+		stop(p)
+	}
+	m.etcds = nil
 	m.ports.release()
 }
 
-// RestartAPIServer stops the API server and starts it again, on the files as
-// they are now.
+// RestartAPIServer rolls the API server replicas onto the files as they are
+// now, one at a time, as a Deployment with maxUnavailable 0 does: each is
+// taken out of service, stopped (it finishes the requests it has and closes
+// its connections, whose clients reconnect to a replica in service), started
+// again and put back in service once ready, before the next. With one
+// replica, the API server is down while it restarts.
 func (m *ManagedControlPlane) RestartAPIServer(ctx context.Context) error {
-	m.StopAPIServer()
-	return m.StartAPIServer(ctx)
+	for i := range m.apiservers {
+		m.stopAPIServerReplica(i)
+		if err := m.startAPIServerReplica(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // start starts one of the control plane's binaries on the ports
 // ReservePorts holds and waits, for a minute at most, until it is ready or
 // it or one of needs exits.
 func (m *ManagedControlPlane) start(ctx context.Context, name string, ready wait.ConditionWithContextFunc, needs []*process, args ...string) (*process, error) {
-	binary, args := m.command(filepath.Join(m.BinDir, name), args)
+	return m.startAs(ctx, name, name, ready, needs, args...)
+}
+
+// startAs is start for a binary whose process is called name (its log is
+// name.log).
+func (m *ManagedControlPlane) startAs(ctx context.Context, binaryName, name string, ready wait.ConditionWithContextFunc, needs []*process, args ...string) (*process, error) {
+	binary, args := m.command(filepath.Join(m.BinDir, binaryName), args)
 	return startChild(ctx, child{
 		name: name, binary: binary, logPath: filepath.Join(m.Dir, name+".log"),
 		args: fixedArgs(args...), ready: ready, timeout: time.Minute, watch: needs,
@@ -339,21 +456,25 @@ func (m *ManagedControlPlane) listens(address string) wait.ConditionWithContextF
 	}
 }
 
-// answersReadyz reports whether the API server answers /readyz with 200.
-func (m *ManagedControlPlane) answersReadyz(ctx context.Context) (bool, error) {
-	return answersOK(ctx, &http.Transport{
+// serves returns a condition that holds once a GET of url, a server where
+// the control plane runs, answers 200.
+func (m *ManagedControlPlane) serves(url string) wait.ConditionWithContextFunc {
+	transport := &http.Transport{
+		DialContext:       func(ctx context.Context, _, address string) (net.Conn, error) { return m.dial(ctx, address) },
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // readiness only; the tests verify the chain
 		DisableKeepAlives: true,
-	}, m.Endpoint()+"/readyz")
+	}
+	return func(ctx context.Context) (bool, error) { return answersOK(ctx, transport, url, nil) }
 }
 
-// answersOK reports whether a GET of url through transport answers 200; a
-// request that fails is a no, not an error.
-func answersOK(ctx context.Context, transport http.RoundTripper, url string) (bool, error) {
+// answersOK reports whether a GET of url with header through transport
+// answers 200; a request that fails is a no, not an error.
+func answersOK(ctx context.Context, transport http.RoundTripper, url string, header http.Header) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false, err
 	}
+	req.Header = header
 	resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: transport}).Do(req)
 	if err != nil {
 		return false, nil

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -104,6 +105,13 @@ type Environment struct {
 	logs  []*os.File
 }
 
+// How many API server replicas and etcd members the managed cluster runs with
+// real kubelets (see ManagedControlPlane).
+const (
+	apiServerReplicas = 2
+	etcdMembers       = 3
+)
+
 // Agent is a node agent process.
 type Agent struct {
 	Name, Dir string
@@ -167,7 +175,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		return e, err
 	}
 	if !opts.StandInNodes {
-		addresses := []string{ControlPlaneIP}
+		addresses := APIServerIPs(apiServerReplicas)
 		for i := range opts.Nodes {
 			addresses = append(addresses, NodeIP(i+1))
 		}
@@ -190,7 +198,36 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 			return e, err
 		}
 	}
-	return e, e.waitForNodes(ctx)
+	if err := e.waitForNodes(ctx); err != nil {
+		return e, err
+	}
+	return e, e.waitForMetricsAPI(ctx)
+}
+
+// waitForMetricsAPI waits, when metrics-server runs, until the aggregator
+// reports its APIService Available: Carousel wrote the metrics-server CA
+// bundle into its caBundle and the API server reached it.
+func (e *Environment) waitForMetricsAPI(ctx context.Context) error {
+	if !e.ControlPlane.MetricsServer {
+		return nil
+	}
+	e.logf("waiting for Carousel to write APIService %s's caBundle and the aggregator to reach metrics-server", MetricsAPIService)
+	return await(ctx, "APIService "+MetricsAPIService+" to be Available", 500*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+		managed, err := e.Platform.managedAdmin(ctx)
+		if err != nil {
+			return false, nil
+		}
+		s := &apiregistrationv1.APIService{}
+		if err := managed.Get(ctx, client.ObjectKey{Name: MetricsAPIService}, s); err != nil {
+			return false, nil
+		}
+		for _, c := range s.Status.Conditions {
+			if c.Type == apiregistrationv1.Available {
+				return c.Status == apiregistrationv1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	}, e.operator, e.ControlPlane.metricsServer)
 }
 
 // configureManagement has the management etcd and API server bind ports the
@@ -255,7 +292,7 @@ func (e *Environment) StartOperator(ctx context.Context) error {
 		e.operatorRun.Args = []string{
 			"--kubeconfig=" + e.ManagementKubeconfig,
 			"--webhook-host=" + w.LocalServingHost, "--webhook-cert-dir=" + w.LocalServingCertDir,
-			"--managed-poll-interval=1s",
+			"--managed-poll-interval=1s", "--apiservice-resync=2s",
 		}
 		e.operatorRun.Args = append(e.operatorRun.Args, e.OperatorFlags...)
 	}
@@ -356,7 +393,8 @@ func (e *Environment) KillOperator() {
 }
 
 func (e *Environment) startManagedCluster(ctx context.Context) error {
-	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), ControllerManager: true, Netns: e.Netns}
+	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), ControllerManager: true,
+		MetricsServer: e.Netns != nil, EtcdMembers: etcdMembers, APIServerReplicas: apiServerReplicas, Netns: e.Netns}
 	if err := e.ControlPlane.ReservePorts(); err != nil {
 		return err
 	}
@@ -393,6 +431,19 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 		return err
 	}
 	e.Platform = &Platform{Client: e.Client, Cluster: e.Cluster, ControlPlane: e.ControlPlane, Logf: e.Logf}
+	if e.ControlPlane.MetricsServer {
+		e.logf("starting metrics-server, the aggregated API server, and registering it as APIService %s", MetricsAPIService)
+		managed, err := e.Platform.managedAdmin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := InstallMetricsServer(ctx, managed); err != nil {
+			return err
+		}
+		if err := e.ControlPlane.StartMetricsServer(ctx, managed); err != nil {
+			return err
+		}
+	}
 	if err := e.Platform.CreateWorkloads(ctx); err != nil {
 		return err
 	}

@@ -311,7 +311,7 @@ func (n *KubeletNode) supervise() {
 // Healthy reports whether the kubelet answers its healthz endpoint.
 func (n *KubeletNode) Healthy(ctx context.Context) (bool, error) {
 	return answersOK(ctx, &http.Transport{DialContext: n.Netns.DialContext, DisableKeepAlives: true},
-		"http://"+net.JoinHostPort(n.IP, strconv.Itoa(KubeletHealthzPort))+"/healthz")
+		"http://"+net.JoinHostPort(n.IP, strconv.Itoa(KubeletHealthzPort))+"/healthz", nil)
 }
 
 // restartScript restarts the kubelet as `systemctl restart` would: it stops

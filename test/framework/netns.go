@@ -3,7 +3,6 @@ package framework
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -100,44 +99,65 @@ func (n *Netns) Wrap(binary string, args ...string) (string, []string) {
 
 // DialContext opens a connection from inside the namespace.
 func (n *Netns) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	type result struct {
-		conn net.Conn
-		err  error
+	var conn net.Conn
+	err := n.inside(func() (err error) {
+		conn, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, address)
+		return err
+	})
+	return conn, err
+}
+
+// Listen opens a listener inside the namespace; Close closes it.
+func (n *Netns) Listen(network, address string) (net.Listener, error) {
+	var ln net.Listener
+	err := n.inside(func() (err error) {
+		ln, err = net.Listen(network, address)
+		return err
+	})
+	if err == nil {
+		n.mu.Lock()
+		n.listeners = append(n.listeners, ln)
+		n.mu.Unlock()
 	}
-	done := make(chan result, 1)
+	return ln, err
+}
+
+// inside runs f on an OS thread that joined the namespace: the sockets it
+// opens belong to the namespace, whichever thread uses them later.
+func (n *Netns) inside(f func() error) error {
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		conn, restored, err := n.dialInside(ctx, network, address)
+		restored, err := n.runInside(f)
 		// A thread that could not return to the test's namespace must not
 		// run anything else: a locked goroutine that ends takes it along.
 		if restored {
 			runtime.UnlockOSThread()
 		}
-		done <- result{conn, err}
+		done <- err
 	}()
-	r := <-done
-	return r.conn, r.err
+	return <-done
 }
 
-// dialInside dials from the calling (locked) thread after it joined the
+// runInside runs f on the calling (locked) thread after it joined the
 // namespace, and returns whether the thread is back in its own namespace.
-func (n *Netns) dialInside(ctx context.Context, network, address string) (net.Conn, bool, error) {
+func (n *Netns) runInside(f func() error) (bool, error) {
 	own, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		return nil, true, err
+		return true, err
 	}
 	defer func() { _ = own.Close() }()
 	target, err := os.Open(n.path)
 	if err != nil {
-		return nil, true, err
+		return true, err
 	}
 	defer func() { _ = target.Close() }()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, true, fmt.Errorf("joining the test network namespace: %w", err)
+		return true, fmt.Errorf("joining the test network namespace: %w", err)
 	}
-	conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, address)
+	err = f()
 	restored := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil
-	return conn, restored, err
+	return restored, err
 }
 
 // Forward serves ln, a listener of the test's namespace, by copying each
@@ -165,18 +185,7 @@ func (n *Netns) pipe(conn net.Conn, target string) {
 		return
 	}
 	defer func() { _ = upstream.Close() }()
-	done := make(chan struct{}, 2)
-	copyHalf := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tcp, ok := dst.(*net.TCPConn); ok {
-			_ = tcp.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go copyHalf(upstream, conn)
-	go copyHalf(conn, upstream)
-	<-done
-	<-done
+	pipe(conn, upstream)
 }
 
 // Close stops forwarding and stops the holder; the kernel deletes the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // Workload names of the managed control plane in the Cluster's namespace.
@@ -27,7 +30,7 @@ const (
 	SchedulerWorkload         = "kube-scheduler"
 )
 
-// Window is a stretch of time in which the API server was planned to be down.
+// Window is a stretch of time in which something restarted.
 type Window struct{ Start, End time.Time }
 
 // Contains reports whether t falls in the window, widened by grace on both sides.
@@ -37,8 +40,8 @@ func (w Window) Contains(t time.Time, grace time.Duration) bool {
 
 // Platform plays the hosting platform for a managed control plane: the
 // workloads Carousel rolls are a StatefulSet (etcd) and Deployments
-// (kube-apiserver and, when the control plane runs them, kube-controller-manager
-// and kube-scheduler)
+// (kube-apiserver and, when the control plane runs them, kube-controller-manager,
+// kube-scheduler and metrics-server)
 // in the management cluster that mount the Cluster's credentials. When
 // Carousel rolls one, the platform writes the credentials as files, restarts
 // the real process, and reports the rollout complete in the workload's status.
@@ -50,42 +53,76 @@ type Platform struct {
 	Logf func(format string, args ...any)
 
 	mu       sync.Mutex
-	restarts []Window
+	rollouts []Window
 	exit     *ExitError // of a process the last Sync restarted
 }
 
-// APIServerRestarts returns the windows in which the API server restarted.
-func (p *Platform) APIServerRestarts() []Window {
+// Rollouts returns the windows in which the platform rolled workloads.
+func (p *Platform) Rollouts() []Window {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]Window(nil), p.restarts...)
+	return append([]Window(nil), p.rollouts...)
 }
 
 type workload struct {
 	name        string
 	statefulSet bool
+	replicas    int32
 	// mounts selects the credential files the workload's pod mounts.
 	mounts  func(credentialFile) bool
 	restart func(context.Context) error
 }
 
+// filesOf selects the credential files whose names start with prefix.
+func filesOf(prefix string) func(credentialFile) bool {
+	return func(f credentialFile) bool { return strings.HasPrefix(f.file, prefix) }
+}
+
+// apiServerFiles selects the API server's credential files: those of no
+// other component, and the etcd CA.
+func apiServerFiles(f credentialFile) bool {
+	for _, other := range []string{"etcd", "kcm", "scheduler", "metrics-server"} {
+		if filesOf(other)(f) {
+			return f.file == "etcd-ca.crt"
+		}
+	}
+	return true
+}
+
 func (p *Platform) workloads() []workload {
 	cp := p.ControlPlane
 	ws := []workload{
-		{name: EtcdWorkload, statefulSet: true, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "etcd") },
-			restart: func(ctx context.Context) error { stop(cp.etcd); return cp.StartEtcd(ctx) }},
-		{name: APIServerWorkload, mounts: func(f credentialFile) bool {
-			return (!strings.HasPrefix(f.file, "etcd") || f.file == "etcd-ca.crt") && !strings.HasPrefix(f.file, "kcm") && !strings.HasPrefix(f.file, "scheduler")
-		}, restart: cp.RestartAPIServer},
+		{name: EtcdWorkload, statefulSet: true, replicas: int32(cp.etcdMembers()), mounts: filesOf("etcd"), restart: cp.RestartEtcd}, //nolint:gosec // a handful of members
+		{name: APIServerWorkload, replicas: int32(cp.apiServerReplicas()), mounts: apiServerFiles, restart: cp.RestartAPIServer},     //nolint:gosec // a handful of replicas
 	}
 	if cp.ControllerManager {
 		ws = append(ws,
-			workload{name: ControllerManagerWorkload, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "kcm") },
+			workload{name: ControllerManagerWorkload, replicas: 1, mounts: filesOf("kcm"),
 				restart: func(context.Context) error { cp.StopControllerManager(); return cp.StartControllerManager() }},
-			workload{name: SchedulerWorkload, mounts: func(f credentialFile) bool { return strings.HasPrefix(f.file, "scheduler") },
+			workload{name: SchedulerWorkload, replicas: 1, mounts: filesOf("scheduler"),
 				restart: func(context.Context) error { cp.StopScheduler(); return cp.StartScheduler() }})
 	}
+	if cp.MetricsServer {
+		ws = append(ws, workload{name: MetricsServerWorkload, replicas: 1, mounts: filesOf("metrics-server"),
+			restart: func(ctx context.Context) error {
+				c, err := p.managedAdmin(ctx)
+				if err != nil {
+					return err
+				}
+				return cp.StartMetricsServer(ctx, c)
+			}})
+	}
 	return ws
+}
+
+// managedAdmin returns a client of the managed cluster on Carousel's current
+// admin credential.
+func (p *Platform) managedAdmin(ctx context.Context) (client.Client, error) {
+	cfg, err := RESTConfig(ctx, p.Client, p.Cluster, credentials.CertAdmin)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme.New()})
 }
 
 // CreateWorkloads creates the workloads, reported as rolled out.
@@ -97,10 +134,13 @@ func (p *Platform) CreateWorkloads(ctx context.Context) error {
 		var obj client.Object
 		if w.statefulSet {
 			obj = &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: p.Cluster.Namespace, Name: w.name, Labels: labels},
-				Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: selector, Template: spec}}
+				Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(w.replicas), Selector: selector, Template: spec}}
 		} else {
+			// Rolled as maxUnavailable 0 does (see the restart functions).
+			strategy := appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}
 			obj = &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: p.Cluster.Namespace, Name: w.name, Labels: labels},
-				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: selector, Template: spec}}
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To(w.replicas), Selector: selector, Template: spec, Strategy: strategy}}
 		}
 		if err := p.Client.Create(ctx, obj); err != nil {
 			return err
@@ -188,6 +228,24 @@ func (p *Platform) lastExit() *ExitError {
 	return p.exit
 }
 
+// rolloutStages orders the due workloads' rollouts: at once, as their
+// controllers roll them, but a single etcd member first and then a single
+// API server, each alone: while it restarts, what needs it cannot start.
+func rolloutStages(due []workload) [][]workload {
+	var stages [][]workload
+	rest := due
+	for _, name := range []string{EtcdWorkload, APIServerWorkload} {
+		if i := slices.IndexFunc(rest, func(w workload) bool { return w.name == name && w.replicas == 1 }); i >= 0 {
+			stages = append(stages, []workload{rest[i]})
+			rest = slices.Delete(slices.Clone(rest), i, i+1)
+		}
+	}
+	if len(rest) > 0 {
+		stages = append(stages, rest)
+	}
+	return stages
+}
+
 // get reads a workload: the object, its pod template, and whether its
 // current generation was rolled out.
 func (p *Platform) get(ctx context.Context, w workload) (client.Object, *corev1.PodTemplateSpec, bool, error) {
@@ -224,30 +282,39 @@ func (p *Platform) rollout(ctx context.Context, restart bool) (bool, error) {
 		if err := p.ControlPlane.WriteCredentials(ctx, p.Client, p.Cluster); err != nil {
 			return false, err
 		}
-		for _, w := range due {
-			if p.Logf != nil {
-				p.Logf("platform: rolling %s (generation %d)", w.name, objs[w.name].GetGeneration())
+		start := time.Now()
+		for _, stage := range rolloutStages(due) {
+			var wg sync.WaitGroup
+			errs := make([]error, len(stage))
+			for i, w := range stage {
+				if p.Logf != nil {
+					p.Logf("platform: rolling %s (generation %d)", w.name, objs[w.name].GetGeneration())
+				}
+				wg.Go(func() {
+					if err := w.restart(ctx); err != nil {
+						errs[i] = fmt.Errorf("restarting %s: %w", w.name, err)
+					}
+				})
 			}
-			start := time.Now()
-			if err := w.restart(ctx); err != nil {
-				return false, fmt.Errorf("restarting %s: %w", w.name, err)
-			}
-			if w.name == APIServerWorkload || w.name == EtcdWorkload {
-				p.mu.Lock()
-				p.restarts = append(p.restarts, Window{Start: start, End: time.Now()})
-				p.mu.Unlock()
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				return false, err
 			}
 		}
+		p.mu.Lock()
+		p.rollouts = append(p.rollouts, Window{Start: start, End: time.Now()})
+		p.mu.Unlock()
 	}
 	for _, w := range due {
 		var err error
+		n := w.replicas
 		switch obj := objs[w.name].(type) {
 		case *appsv1.StatefulSet:
-			obj.Status = appsv1.StatefulSetStatus{ObservedGeneration: obj.Generation, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1,
-				CurrentReplicas: 1, AvailableReplicas: 1, CurrentRevision: fmt.Sprint(obj.Generation), UpdateRevision: fmt.Sprint(obj.Generation)}
+			obj.Status = appsv1.StatefulSetStatus{ObservedGeneration: obj.Generation, Replicas: n, ReadyReplicas: n, UpdatedReplicas: n,
+				CurrentReplicas: n, AvailableReplicas: n, CurrentRevision: fmt.Sprint(obj.Generation), UpdateRevision: fmt.Sprint(obj.Generation)}
 			err = p.Client.Status().Update(ctx, obj)
 		case *appsv1.Deployment:
-			obj.Status = appsv1.DeploymentStatus{ObservedGeneration: obj.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+			obj.Status = appsv1.DeploymentStatus{ObservedGeneration: obj.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
 			err = p.Client.Status().Update(ctx, obj)
 		}
 		// A conflict means Carousel changed the workload meanwhile: the next

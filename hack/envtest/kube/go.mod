@@ -1,7 +1,6 @@
 // Module kube builds the test control-plane binaries (kube-apiserver,
-// kube-controller-manager, kube-scheduler, kubectl, the kubelet and
-// sample-apiserver, an aggregated API server) from the upstream Kubernetes
-// source served by the Go module proxy. It is used only by `make envtest`.
+// kube-controller-manager, kube-scheduler, kubectl and the kubelet) from the
+// upstream Kubernetes source served by the Go module proxy. It is used only by `make envtest`.
 module github.com/carousel-dev/carousel/hack/envtest/kube
 
 go 1.26.0
@@ -10,7 +9,6 @@ require (
 	k8s.io/cri-api v0.36.3
 	k8s.io/cri-client v0.0.0
 	k8s.io/kubernetes v1.36.3
-	k8s.io/sample-apiserver v0.36.3
 )
 
 require (

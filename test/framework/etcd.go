@@ -1,0 +1,114 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// etcdMember is where etcd member i listens: for clients, peers and (with
+// several members) its plain-HTTP health endpoints, each at 127.0.0.1 where
+// the control plane runs. A single member uses the ports ReservePorts holds.
+func (m *ManagedControlPlane) etcdMember(i int) (name, client, peer, health string) {
+	at := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+	return fmt.Sprintf("m%d", i), at(m.etcdPort + 2*i), at(m.etcdPeerPort + 2*i), at(etcdHealthPort + i)
+}
+
+// etcdHealthPort is the health port of the first of several etcd members.
+const etcdHealthPort = 12379
+
+// StartEtcd starts the etcd members with TLS for clients and peers, and waits
+// until each is ready: with one member, until it listens; with several, until
+// each answers /readyz (it has joined a cluster with a leader).
+func (m *ManagedControlPlane) StartEtcd(ctx context.Context) error {
+	m.etcds = make([]*process, m.etcdMembers())
+	if len(m.etcds) == 1 {
+		return m.startEtcdMember(ctx, 0, true)
+	}
+	// None is ready before a quorum runs.
+	for i := range m.etcds {
+		if err := m.startEtcdMember(ctx, i, false); err != nil {
+			return err
+		}
+	}
+	for i := range m.etcds {
+		if err := await(ctx, fmt.Sprintf("etcd member %d to be ready", i), 100*time.Millisecond, time.Minute, m.etcdReady(i), m.etcds...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RestartEtcd rolls the etcd members onto the files as they are now, one at
+// a time from the last, each once the one before is ready again, as a
+// StatefulSet's rolling update does. With one member, etcd is down while it
+// restarts.
+func (m *ManagedControlPlane) RestartEtcd(ctx context.Context) error {
+	for i := len(m.etcds) - 1; i >= 0; i-- {
+		stop(m.etcds[i])
+		if err := m.startEtcdMember(ctx, i, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// etcdReady returns the readiness condition of member i.
+func (m *ManagedControlPlane) etcdReady(i int) wait.ConditionWithContextFunc {
+	_, client, _, health := m.etcdMember(i)
+	if len(m.etcds) == 1 {
+		return m.listens(client)
+	}
+	return m.serves("http://" + health + "/readyz")
+}
+
+// startEtcdMember starts member i of the cluster of len(m.etcds) and, when
+// waitReady is set, waits until it is ready.
+func (m *ManagedControlPlane) startEtcdMember(ctx context.Context, i int, waitReady bool) error {
+	f := m.file
+	name, client, peer, health := m.etcdMember(i)
+	var cluster []string
+	for j := range m.etcds {
+		other, _, otherPeer, _ := m.etcdMember(j)
+		cluster = append(cluster, other+"=https://"+otherPeer)
+	}
+	dataDir, logName := f("etcd-data"), "etcd"
+	var metrics []string
+	if len(m.etcds) > 1 {
+		dataDir, logName = f("etcd-data-"+name), "etcd-"+name
+		metrics = []string{"--listen-metrics-urls=http://" + health}
+	}
+	args := append([]string{
+		"--name=" + name, "--data-dir=" + dataDir, "--socket-reuse-port",
+		"--listen-client-urls=https://" + client, "--advertise-client-urls=https://" + client,
+		"--listen-peer-urls=https://" + peer, "--initial-advertise-peer-urls=https://" + peer,
+		"--initial-cluster=" + strings.Join(cluster, ","),
+		"--cert-file=" + f("etcd-server.crt"), "--key-file=" + f("etcd-server.key"),
+		"--trusted-ca-file=" + f("etcd-ca.crt"), "--client-cert-auth",
+		"--peer-cert-file=" + f("etcd-peer.crt"), "--peer-key-file=" + f("etcd-peer.key"),
+		"--peer-trusted-ca-file=" + f("etcd-ca.crt"), "--peer-client-cert-auth",
+		"--unsafe-no-fsync", "--quota-backend-bytes=268435456",
+	}, metrics...)
+	var ready wait.ConditionWithContextFunc
+	if waitReady {
+		ready = m.etcdReady(i)
+	}
+	var err error
+	m.etcds[i], err = m.startAs(ctx, "etcd", logName, ready, nil, args...)
+	return err
+}
+
+// etcdServers is the API server's --etcd-servers.
+func (m *ManagedControlPlane) etcdServers() string {
+	var urls []string
+	for i := range m.etcds {
+		_, client, _, _ := m.etcdMember(i)
+		urls = append(urls, "https://"+client)
+	}
+	return strings.Join(urls, ",")
+}

@@ -1,0 +1,90 @@
+package framework
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestWorkloadMounts checks which platform workloads mount each credential
+// file: a workload restarts when one of its files changes, so a file mounted
+// by the wrong one restarts a component for nothing, and a file mounted by
+// none is never picked up.
+func TestWorkloadMounts(t *testing.T) {
+	p := &Platform{ControlPlane: &ManagedControlPlane{ControllerManager: true, MetricsServer: true}}
+	want := map[string][]string{
+		"etcd-ca.crt":                   {EtcdWorkload, APIServerWorkload},
+		"etcd-server.crt":               {EtcdWorkload},
+		"etcd-peer.key":                 {EtcdWorkload},
+		"apiserver.crt":                 {APIServerWorkload},
+		"apiserver-etcd-client.key":     {APIServerWorkload},
+		"front-proxy-ca.crt":            {APIServerWorkload},
+		"front-proxy-client.crt":        {APIServerWorkload},
+		"kubelet-ca.crt":                {APIServerWorkload},
+		"sa.key":                        {APIServerWorkload},
+		"kcm.kubeconfig":                {ControllerManagerWorkload},
+		"kcm-root-ca.crt":               {ControllerManagerWorkload},
+		"kcm-sa.key":                    {ControllerManagerWorkload},
+		"scheduler.kubeconfig":          {SchedulerWorkload},
+		"metrics-server.crt":            {MetricsServerWorkload},
+		"metrics-server.key":            {MetricsServerWorkload},
+		"metrics-server-cluster-ca.crt": {MetricsServerWorkload},
+		"metrics-server-kubelet-ca.crt": {MetricsServerWorkload},
+	}
+	files := credentialFiles("c")
+	for _, f := range files {
+		var got []string
+		for _, w := range p.workloads() {
+			if w.mounts(f) {
+				got = append(got, w.name)
+			}
+		}
+		if len(got) == 0 {
+			t.Errorf("%s is mounted by no workload", f.file)
+		}
+		if w, ok := want[f.file]; ok && !slices.Equal(got, w) {
+			t.Errorf("%s is mounted by %v, want %v", f.file, got, w)
+		}
+	}
+	for file := range want {
+		if !slices.ContainsFunc(files, func(f credentialFile) bool { return f.file == file }) {
+			t.Errorf("%s is not a credential file", file)
+		}
+	}
+}
+
+// TestRolloutStages checks that the platform rolls workloads at once, but a
+// single etcd member and a single API server alone and first: a component
+// restarted while they are down would fail to start.
+func TestRolloutStages(t *testing.T) {
+	names := func(stages [][]workload) [][]string {
+		var out [][]string
+		for _, stage := range stages {
+			var s []string
+			for _, w := range stage {
+				s = append(s, w.name)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	w := func(name string, replicas int32) workload { return workload{name: name, replicas: replicas} }
+	for _, tc := range []struct {
+		name string
+		due  []workload
+		want [][]string
+	}{
+		{"highly available", []workload{w(EtcdWorkload, 3), w(APIServerWorkload, 2), w(ControllerManagerWorkload, 1)},
+			[][]string{{EtcdWorkload, APIServerWorkload, ControllerManagerWorkload}}},
+		{"single replicas", []workload{w(EtcdWorkload, 1), w(APIServerWorkload, 1), w(ControllerManagerWorkload, 1), w(SchedulerWorkload, 1)},
+			[][]string{{EtcdWorkload}, {APIServerWorkload}, {ControllerManagerWorkload, SchedulerWorkload}}},
+		{"a single API server alone", []workload{w(SchedulerWorkload, 1), w(APIServerWorkload, 1)},
+			[][]string{{APIServerWorkload}, {SchedulerWorkload}}},
+		{"a single etcd member alone", []workload{w(EtcdWorkload, 1)}, [][]string{{EtcdWorkload}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := names(rolloutStages(tc.due)); !slices.EqualFunc(got, tc.want, slices.Equal) {
+				t.Errorf("rolloutStages = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
