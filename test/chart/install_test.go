@@ -162,7 +162,7 @@ func helmInstall(ctx context.Context, e *framework.Environment) (framework.Opera
 	kubeconfig := "--kubeconfig=" + e.ManagementKubeconfig
 	// The environment's platform and node agents renew within a second.
 	out, err := helm("install", release, chartDir, "--namespace", namespace, "--create-namespace", kubeconfig,
-		"--set", "controller.managedPollInterval=1s")
+		"--set", "controller.managedPollInterval=1s", "--set", "controller.apiServiceResync=2s")
 	GinkgoWriter.Print(out)
 	if err != nil {
 		return framework.OperatorRun{}, err

@@ -212,7 +212,8 @@ func (e *Environment) waitForMetricsAPI(ctx context.Context) error {
 		return nil
 	}
 	e.logf("waiting for Carousel to write APIService %s's caBundle and the aggregator to reach metrics-server", MetricsAPIService)
-	return await(ctx, "APIService "+MetricsAPIService+" to be Available", 500*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+	// Within two of Carousel's default --apiservice-resync.
+	return await(ctx, "APIService "+MetricsAPIService+" to be Available", 500*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		managed, err := e.Platform.managedAdmin(ctx)
 		if err != nil {
 			return false, nil
