@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -56,14 +54,17 @@ func nodeMetrics(ctx context.Context, cs kubernetes.Interface) ([]string, error)
 }
 
 // metricsServerCertificate is the certificate metrics-server serves.
-func metricsServerCertificate(ctx context.Context) *x509.Certificate {
-	GinkgoHelper()
+func metricsServerCertificate(ctx context.Context) (*x509.Certificate, error) {
 	conn, err := env.Netns.DialContext(ctx, "tcp", env.ControlPlane.MetricsServerAddress())
-	Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return nil, err
+	}
 	tlsConn := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the certificate; the caller verifies it
 	defer func() { _ = tlsConn.Close() }()
-	Expect(tlsConn.HandshakeContext(ctx)).To(Succeed())
-	return tlsConn.ConnectionState().PeerCertificates[0]
+	if err := tlsConn.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return tlsConn.ConnectionState().PeerCertificates[0], nil
 }
 
 // metricsServerRuns reports whether the environment runs metrics-server; an

@@ -57,7 +57,11 @@ func roleChecks() []roleCheck {
 			what: "the aggregator -> metrics-server (the API server's front-proxy client certificate, metrics-server's serving certificate " +
 				"from the metrics-server bundle) -> every running kubelet's metrics",
 			check: func(ctx context.Context, admin kubernetes.Interface) error {
-				if err := pki.Verify(metricsServerCertificate(ctx), bundle(ctx, v1alpha1.CARoleMetricsServer), x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
+				served, err := metricsServerCertificate(ctx)
+				if err != nil {
+					return err
+				}
+				if err := pki.Verify(served, bundle(ctx, v1alpha1.CARoleMetricsServer), x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
 					return fmt.Errorf("metrics-server's certificate: %w", err)
 				}
 				names, err := nodeMetrics(ctx, admin)
