@@ -176,6 +176,10 @@ type nodeProbe struct {
 	// proxied counts API server -> kubelet calls, heartbeats Lease samples.
 	proxied, heartbeats           int
 	proxyFailures, staleHeartbeat []failure
+	// listsWithoutLease counts Lease lists that lacked a node's Lease,
+	// which was then read by name (seen right after API server replicas
+	// or etcd members restarted; not understood yet).
+	listsWithoutLease int
 }
 
 // heartbeatDeadline is how old a Lease may be before the sample counts as a
@@ -227,6 +231,14 @@ func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, n
 	}
 	now := time.Now()
 	for _, n := range nodes {
+		if _, listed := renewed[n]; !listed {
+			p.mu.Lock()
+			p.listsWithoutLease++
+			p.mu.Unlock()
+			if l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {
+				renewed[n] = l.Spec.RenewTime.Time
+			}
+		}
 		var err error
 		if age := now.Sub(renewed[n]); age > heartbeatDeadline {
 			err = fmt.Errorf("lease of %s last renewed %s ago", n, age.Round(time.Millisecond))

@@ -448,6 +448,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		AddReportEntry("time in control-plane rollouts", fmt.Sprintf("Preparing %.0fs of %.0fs, Finalizing %.0fs of %.0fs",
 			rolloutsPreparing.Seconds(), preparedIn.Seconds(), rolloutsFinish.Seconds(), completedIn.Seconds()))
 		AddReportEntry("kubelet restarts", fmt.Sprintf("Preparing: %s; Finalizing: %s", kubeletsPreparing, kubeletsFinish))
+		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
 		for _, f := range otherFailures {
 			AddReportEntry("failed request", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
 		}
