@@ -459,12 +459,19 @@ func (m *ManagedControlPlane) listens(address string) wait.ConditionWithContextF
 // serves returns a condition that holds once a GET of url, a server where
 // the control plane runs, answers 200.
 func (m *ManagedControlPlane) serves(url string) wait.ConditionWithContextFunc {
-	transport := &http.Transport{
+	transport := m.readinessTransport()
+	return func(ctx context.Context) (bool, error) { return answersOK(ctx, transport, url, nil) }
+}
+
+// readinessTransport reaches servers where the control plane runs, without
+// verifying them (readiness only; the tests verify the chains), presenting
+// certificates.
+func (m *ManagedControlPlane) readinessTransport(certificates ...tls.Certificate) *http.Transport {
+	return &http.Transport{
 		DialContext:       func(ctx context.Context, _, address string) (net.Conn, error) { return m.dial(ctx, address) },
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // readiness only; the tests verify the chain
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, Certificates: certificates}, //nolint:gosec // see above
 		DisableKeepAlives: true,
 	}
-	return func(ctx context.Context) (bool, error) { return answersOK(ctx, transport, url, nil) }
 }
 
 // answersOK reports whether a GET of url with header through transport

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	apiregistrationv1helper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -212,22 +213,17 @@ func (e *Environment) waitForMetricsAPI(ctx context.Context) error {
 		return nil
 	}
 	e.logf("waiting for Carousel to write APIService %s's caBundle and the aggregator to reach metrics-server", MetricsAPIService)
+	managed, err := e.Platform.managedAdmin(ctx)
+	if err != nil {
+		return err
+	}
 	// Within two of Carousel's default --apiservice-resync.
 	return await(ctx, "APIService "+MetricsAPIService+" to be Available", 500*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
-		managed, err := e.Platform.managedAdmin(ctx)
-		if err != nil {
-			return false, nil
-		}
 		s := &apiregistrationv1.APIService{}
 		if err := managed.Get(ctx, client.ObjectKey{Name: MetricsAPIService}, s); err != nil {
 			return false, nil
 		}
-		for _, c := range s.Status.Conditions {
-			if c.Type == apiregistrationv1.Available {
-				return c.Status == apiregistrationv1.ConditionTrue, nil
-			}
-		}
-		return false, nil
+		return apiregistrationv1helper.IsAPIServiceConditionTrue(s, apiregistrationv1.Available), nil
 	}, e.operator, e.ControlPlane.metricsServer)
 }
 

@@ -154,12 +154,7 @@ func (m *ManagedControlPlane) metricsServerReady(address string) func(context.Co
 		if err != nil {
 			return false, err
 		}
-		transport := &http.Transport{
-			DialContext:       func(ctx context.Context, _, address string) (net.Conn, error) { return m.dial(ctx, address) },
-			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{pair}}, //nolint:gosec // readiness only; the probes verify the chain
-			DisableKeepAlives: true,
-		}
-		return answersOK(ctx, transport, "https://"+address+"/apis/metrics.k8s.io/v1beta1", http.Header{"X-Remote-User": {"system:kube-aggregator"}})
+		return answersOK(ctx, m.readinessTransport(pair), "https://"+address+"/apis/metrics.k8s.io/v1beta1", http.Header{"X-Remote-User": {"system:kube-aggregator"}})
 	}
 }
 
