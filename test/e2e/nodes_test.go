@@ -91,14 +91,6 @@ func kubeconfigBundle(n *framework.KubeletNode, path string) pki.Bundle {
 	return nil
 }
 
-// servedCertificate is the certificate a kubelet serves on its HTTPS port.
-func servedCertificate(ctx context.Context, n *framework.KubeletNode) *x509.Certificate {
-	GinkgoHelper()
-	cert, err := n.ServedCertificate(ctx)
-	Expect(err).NotTo(HaveOccurred(), "TLS handshake with kubelet %s", n.Name)
-	return cert
-}
-
 // expectKubelets checks every running kubelet: its client certificate chains to
 // clientCA, the certificate it serves (and keeps in its cert dir) to
 // kubeletCA, its kubeconfig and bootstrap kubeconfig trust exactly
@@ -111,11 +103,15 @@ func expectKubelets(ctx context.Context, clientCA, kubeletCA *x509.Certificate, 
 		Expect(pki.Verify(client, pki.NewBundle(clientCA), x509.ExtKeyUsageClientAuth, now)).To(Succeed(),
 			"kubelet %s's client certificate chains to client CA %s", n.Name, clientCA.Subject.CommonName)
 		// Read twice over a rotation of the kubelet's own, which can fall in between.
+		// The kubelet may be restarting (its node agent restarts it after
+		// a bootstrap): retried, not failed at once.
 		var served *x509.Certificate
-		Eventually(func() bool {
-			served = servedCertificate(ctx, n)
-			return served.Equal(kubeletFileCertificate(n, framework.KubeletServingCertificate))
-		}).WithTimeout(10*time.Second).Should(BeTrue(), "kubelet %s serves its current serving certificate", n.Name)
+		Eventually(func(g Gomega) {
+			var err error
+			served, err = n.ServedCertificate(ctx)
+			g.Expect(err).NotTo(HaveOccurred(), "TLS handshake with kubelet %s", n.Name)
+			g.Expect(served.Equal(kubeletFileCertificate(n, framework.KubeletServingCertificate))).To(BeTrue())
+		}).WithTimeout(30*time.Second).Should(Succeed(), "kubelet %s serves its current serving certificate", n.Name)
 		Expect(pki.Verify(served, pki.NewBundle(kubeletCA), x509.ExtKeyUsageServerAuth, now)).To(Succeed(),
 			"kubelet %s's serving certificate chains to kubelet CA %s", n.Name, kubeletCA.Subject.CommonName)
 		Expect(served.VerifyHostname(n.IP)).To(Succeed(), "kubelet %s's serving certificate names its IP", n.Name)
