@@ -83,12 +83,11 @@ func Certificates(c *v1alpha1.Cluster) []Certificate {
 		"kubernetes", "kubernetes.default", inClusterAPIServerServiceDNS, inClusterAPIServerServiceDNS + ".cluster.local",
 	}
 	apiIPs := append(append([]net.IP{}, loopback...), net.ParseIP(DefaultServiceIP).To4())
-	if host := endpointHost(c.Spec.ControlPlane.Endpoint); host != "" {
-		apiDNS, apiIPs = addSAN(apiDNS, apiIPs, host)
-	}
-	for _, san := range c.Spec.ControlPlane.ExtraSANs {
-		apiDNS, apiIPs = addSAN(apiDNS, apiIPs, san)
-	}
+	apiDNS, apiIPs = addExternalSANs(c, apiDNS, apiIPs)
+	// The nodes' VPN clients dial the control plane's address too (a tunnel
+	// server shares it with the API server, told apart by port or ALPN, as
+	// konnectivity's agent does with --alpn-proto).
+	vpnDNS, vpnIPs := addExternalSANs(c, []string{"vpn-server", "vpn-server." + ns, "vpn-server." + ns + ".svc"}, nil)
 	etcdDNS := []string{"localhost", "etcd", "etcd." + ns, "etcd." + ns + ".svc"}
 
 	return []Certificate{
@@ -121,7 +120,7 @@ func Certificates(c *v1alpha1.Cluster) []Certificate {
 			DNSNames: []string{"metrics-server", "metrics-server.kube-system", "metrics-server.kube-system.svc"},
 			RenewIn:  RenewInFinalizing, Consumer: "metrics-server (--tls-cert-file)"},
 		{Name: CertVPNServer, SignedBy: v1alpha1.CARoleVPN, PeerTrust: v1alpha1.CARoleVPN,
-			CommonName: "vpn-server", Usages: serverUsage, DNSNames: []string{"vpn-server", "vpn-server." + ns, "vpn-server." + ns + ".svc"},
+			CommonName: "vpn-server", Usages: serverUsage, DNSNames: vpnDNS, IPAddresses: vpnIPs,
 			RenewIn: RenewInFinalizing, Consumer: "VPN server in the control plane"},
 		{Name: CertVPNClient, SignedBy: v1alpha1.CARoleVPN, PeerTrust: v1alpha1.CARoleVPN,
 			CommonName: "vpn-client", Usages: clientUsage,
@@ -133,6 +132,18 @@ func Certificates(c *v1alpha1.Cluster) []Certificate {
 			CommonName: "carousel:operator", Organization: []string{"system:masters"}, Usages: clientUsage, Kubeconfig: true,
 			RenewIn: RenewInPreparing, Consumer: "Carousel itself (evidence checks, kubelet bootstrap)"},
 	}
+}
+
+// addExternalSANs adds the names by which clients outside the control plane
+// reach it: the endpoint's host and the extra SANs.
+func addExternalSANs(c *v1alpha1.Cluster, dns []string, ips []net.IP) ([]string, []net.IP) {
+	if host := endpointHost(c.Spec.ControlPlane.Endpoint); host != "" {
+		dns, ips = addSAN(dns, ips, host)
+	}
+	for _, san := range c.Spec.ControlPlane.ExtraSANs {
+		dns, ips = addSAN(dns, ips, san)
+	}
+	return dns, ips
 }
 
 // endpointHost returns the host of an endpoint URL, or "".

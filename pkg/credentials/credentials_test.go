@@ -77,6 +77,19 @@ func TestAPIServerSANs(t *testing.T) {
 	}
 }
 
+func TestVPNServerSANs(t *testing.T) {
+	certs := Certificates(cluster())
+	vpn := certs[slices.IndexFunc(certs, func(c Certificate) bool { return c.Name == CertVPNServer })]
+	for _, want := range []string{"vpn-server.team-a.svc", "api.prod.example", "alt.example"} {
+		if !slices.Contains(vpn.DNSNames, want) {
+			t.Errorf("DNS SANs %v lack %s: the VPN clients dial the control plane's address", vpn.DNSNames, want)
+		}
+	}
+	if len(vpn.IPAddresses) != 1 || !vpn.IPAddresses[0].Equal(net.ParseIP("192.0.2.7")) {
+		t.Errorf("IP SANs %v, want only the extra SAN 192.0.2.7", vpn.IPAddresses)
+	}
+}
+
 func TestCASecretRoundTrip(t *testing.T) {
 	now := time.Now()
 	newCA := func() *pki.KeyPair {
