@@ -3,23 +3,28 @@ package framework
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
 )
 
 // loadBalancer plays the TCP load balancer in front of the API server
-// replicas, as a Service of type LoadBalancer does: it sends each new
-// connection to the next backend in rotation that is in service. A backend
+// replicas (or the tunnel servers), as a Service of type LoadBalancer does:
+// it sends each new connection to a backend in service picked at random, as
+// kube-proxy does. (In rotation, two clients that reconnect in step, as the
+// tunnel agents do until each has reached every server, would each get the
+// same backend every time.) A backend
 // taken out of service gets no new connection; those it has stay open until
 // either side closes them, as on a real one, where the API server's graceful
 // shutdown ends them (GOAWAY) and its clients reconnect.
 type loadBalancer struct {
 	dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// random picks the backend; nil uses math/rand/v2's global source.
+	random *rand.Rand
 
 	mu      sync.Mutex
 	serving []string
-	next    int
 }
 
 // serve accepts connections on ln until it is closed.
@@ -43,15 +48,17 @@ func (lb *loadBalancer) setServing(address string, serving bool) {
 	}
 }
 
-// pick returns the next backend in service, or "" if none is.
+// pick returns a backend in service, or "" if none is.
 func (lb *loadBalancer) pick() string {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	if len(lb.serving) == 0 {
+	switch {
+	case len(lb.serving) == 0:
 		return ""
+	case lb.random != nil:
+		return lb.serving[lb.random.IntN(len(lb.serving))]
 	}
-	lb.next = (lb.next + 1) % len(lb.serving)
-	return lb.serving[lb.next]
+	return lb.serving[rand.IntN(len(lb.serving))]
 }
 
 // proxy copies conn to a backend in service and back; with none in service,
