@@ -79,10 +79,13 @@ network namespace, where its kubelets listen on 192.0.2.x).
   complete:  %[4]s annotate %[6]s carousel.dev/operation=complete-ca-rotation   (once the phase is Prepared)
   nodes:     %[4]s --kubeconfig %[3]s get nodes
   metrics:   %[4]s --kubeconfig %[3]s top nodes   (through the aggregator and metrics-server)
-
-Press Ctrl-C to stop and clean up.
-
 `, workDir, env.ManagementKubeconfig, managed, kubectl, env.Namespace, cluster)
+	if env.ControlPlane.Tunnel {
+		fmt.Printf(`  tunnel:    nsenter --net=%s curl -s http://%s:8134/metrics | grep ^konnectivity_network_proxy_server
+             (node proxy and metrics go through konnectivity; the VPN role's certificates)
+`, env.Netns.Path(), framework.ControlPlaneIP)
+	}
+	fmt.Print("\nPress Ctrl-C to stop and clean up.\n\n")
 
 	var phase v1alpha1.CARotationPhase
 	var reason string

@@ -161,6 +161,8 @@ type failure struct {
 	at   time.Time
 	node string
 	err  error
+	// reason says why the failure is allowed; empty for one that is not.
+	reason string
 }
 
 // nodeProbe follows the protocol (see follower) and, every interval,
@@ -231,9 +233,16 @@ func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, n
 			p.mu.Lock()
 			p.listsWithoutLease++
 			p.mu.Unlock()
-			if l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {
-				renewed[n] = l.Spec.RenewTime.Time
+			l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n, metav1.GetOptions{})
+			switch {
+			case err != nil:
+				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, fmt.Errorf("lease of %s not in the list, and reading it: %w", n, err))
+				continue
+			case l.Spec.RenewTime == nil:
+				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, fmt.Errorf("lease of %s not in the list, and never renewed", n))
+				continue
 			}
+			renewed[n] = l.Spec.RenewTime.Time
 		}
 		var err error
 		if age := now.Sub(renewed[n]); age > heartbeatDeadline {

@@ -39,17 +39,38 @@ func roleChecks() []roleCheck {
 	if env == nil {
 		return checks
 	}
+	if tunnelRuns() {
+		checks = append(checks, roleCheck{
+			roles: []v1alpha1.CARole{v1alpha1.CARoleVPN},
+			what: "API server -> konnectivity-server (its vpn-server certificate from the VPN bundle) -> agents (their vpn-client " +
+				"certificate) -> every running kubelet: the node proxy goes through the tunnel",
+			check: func(ctx context.Context, admin kubernetes.Interface) error {
+				for _, address := range env.ControlPlane.TunnelServerAddresses() {
+					served, err := servedCertificate(ctx, address)
+					if err != nil {
+						return fmt.Errorf("tunnel server %s: %w", address, err)
+					}
+					if err := pki.Verify(served, bundle(ctx, v1alpha1.CARoleVPN), x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
+						return fmt.Errorf("tunnel server %s's certificate: %w", address, err)
+					}
+				}
+				if err := proxyToKubelets(ctx, admin); err != nil {
+					return err
+				}
+				// The servers restart with their API servers in each phase:
+				// what they dialled since went through agents that
+				// connected with the current certificates.
+				if dials := env.ControlPlane.TunnelDials(ctx); dials == 0 {
+					return fmt.Errorf("the tunnel servers dialled nothing: the node proxy did not go through the tunnel")
+				}
+				return nil
+			},
+		})
+	}
 	checks = append(checks, roleCheck{
 		roles: []v1alpha1.CARole{v1alpha1.CARoleKubelet},
 		what:  "API server -> every running kubelet through the node proxy (the API server's kubelet client and the kubelets' serving certificates)",
-		check: func(ctx context.Context, admin kubernetes.Interface) error {
-			for _, n := range runningKubelets() {
-				if _, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "healthz").DoRaw(ctx); err != nil {
-					return fmt.Errorf("kubelet %s: %w", n.Name, err)
-				}
-			}
-			return nil
-		},
+		check: proxyToKubelets,
 	})
 	if metricsServerRuns() {
 		checks = append(checks, roleCheck{
@@ -57,7 +78,7 @@ func roleChecks() []roleCheck {
 			what: "the aggregator -> metrics-server (the API server's front-proxy client certificate, metrics-server's serving certificate " +
 				"from the metrics-server bundle) -> every running kubelet's metrics",
 			check: func(ctx context.Context, admin kubernetes.Interface) error {
-				served, err := metricsServerCertificate(ctx)
+				served, err := servedCertificate(ctx, env.ControlPlane.MetricsServerAddress())
 				if err != nil {
 					return err
 				}
@@ -79,6 +100,20 @@ func roleChecks() []roleCheck {
 	}
 	return checks
 }
+
+// proxyToKubelets asks every running kubelet for its health through the
+// API server's node proxy.
+func proxyToKubelets(ctx context.Context, admin kubernetes.Interface) error {
+	for _, n := range runningKubelets() {
+		if _, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "healthz").DoRaw(ctx); err != nil {
+			return fmt.Errorf("kubelet %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// tunnelRuns reports whether the environment runs the konnectivity tunnel.
+func tunnelRuns() bool { return env != nil && env.ControlPlane.Tunnel }
 
 // writeThrough updates a ConfigMap: a write reaches etcd.
 func writeThrough(ctx context.Context, admin kubernetes.Interface) error {

@@ -6,6 +6,7 @@
 package framework
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -13,7 +14,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +59,9 @@ type ManagedControlPlane struct {
 	// MetricsServer also runs metrics-server, the aggregated API server
 	// (see StartMetricsServer); it needs Netns.
 	MetricsServer bool
+	// Tunnel also runs the konnectivity tunnel through which the API server
+	// reaches the nodes and metrics-server (see tunnel.go); it needs Netns.
+	Tunnel bool
 	// Netns, when set, is where the processes run: each API server replica
 	// listens on, and advertises, an address of its own (APIServerIPs) and
 	// reaches kubelets on theirs; a load balancer listens at 127.0.0.1 on the
@@ -70,7 +76,15 @@ type ManagedControlPlane struct {
 	apiservers             []*process    // by replica
 	loadBalancer           *loadBalancer // with Netns
 	metricsServer          *process
-	metricsServerPort      atomic.Int32 // read by the tests while the platform rolls it
+	metricsServerPort      atomic.Int32  // read by the tests while the platform rolls it
+	tunnelBalancer         *loadBalancer // the VPN endpoint, with Tunnel
+	tunnelServers          []*process    // by API server replica
+	tunnelAgents           []*tunnelAgent
+	tunnelAgentsRun        atomic.Bool // read while the platform rolls the API server
+
+	mu                              sync.Mutex
+	kubeletClientCertificateChanges []time.Time
+	tunnelAgentStops                []time.Time
 }
 
 // ControlPlaneIP is the managed API server's address in the test network
@@ -156,7 +170,7 @@ func credentialFiles(cluster string) []credentialFile {
 		cert("apiserver.key", credentials.CertKubeAPIServer, v1alpha1.DataKeyPrivateKey),
 		cert("apiserver-etcd-client.crt", credentials.CertKubeAPIServerEtcdClient, v1alpha1.DataKeyCertificate),
 		cert("apiserver-etcd-client.key", credentials.CertKubeAPIServerEtcdClient, v1alpha1.DataKeyPrivateKey),
-		cert("apiserver-kubelet-client.crt", credentials.CertKubeAPIServerKubelet, v1alpha1.DataKeyCertificate),
+		cert(kubeletClientCertificateFile, credentials.CertKubeAPIServerKubelet, v1alpha1.DataKeyCertificate),
 		cert("apiserver-kubelet-client.key", credentials.CertKubeAPIServerKubelet, v1alpha1.DataKeyPrivateKey),
 		cert("front-proxy-client.crt", credentials.CertFrontProxyClient, v1alpha1.DataKeyCertificate),
 		cert("front-proxy-client.key", credentials.CertFrontProxyClient, v1alpha1.DataKeyPrivateKey),
@@ -164,6 +178,12 @@ func credentialFiles(cluster string) []credentialFile {
 		cert("kcm.kubeconfig", credentials.CertKubeControllerManager, v1alpha1.DataKeyKubeconfig),
 		{file: "kcm-sa.key", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountKey},
 		cert("scheduler.kubeconfig", credentials.CertKubeScheduler, v1alpha1.DataKeyKubeconfig),
+		cert("vpn-server.crt", credentials.CertVPNServer, v1alpha1.DataKeyCertificate),
+		cert("vpn-server.key", credentials.CertVPNServer, v1alpha1.DataKeyPrivateKey),
+		{file: "vpn-ca.crt", bundle: v1alpha1.CARoleVPN},
+		cert("konnectivity-agent.crt", credentials.CertVPNClient, v1alpha1.DataKeyCertificate),
+		cert("konnectivity-agent.key", credentials.CertVPNClient, v1alpha1.DataKeyPrivateKey),
+		{file: "konnectivity-agent-ca.crt", bundle: v1alpha1.CARoleVPN},
 		cert("metrics-server.crt", credentials.CertMetricsServer, v1alpha1.DataKeyCertificate),
 		cert("metrics-server.key", credentials.CertMetricsServer, v1alpha1.DataKeyPrivateKey),
 		{file: "metrics-server-cluster-ca.crt", bundle: v1alpha1.CARoleCluster},
@@ -171,6 +191,20 @@ func credentialFiles(cluster string) []credentialFile {
 		{file: "sa.key", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountKey},
 		{file: "sa.pub", secret: credentials.ServiceAccountKeySecretName(cluster), key: credentials.DataKeyServiceAccountPublicKey},
 	}
+}
+
+// kubeletClientCertificateFile is the API server's kubelet client certificate.
+const kubeletClientCertificateFile = "apiserver-kubelet-client.crt"
+
+// KubeletClientCertificateChanges returns when WriteCredentials replaced the
+// API server's kubelet client certificate with another one. A running API
+// server notices at its next handshake with a kubelet and then closes every
+// connection to the kubelets (client-go's transport/cert_rotation.go), the
+// one in that handshake too.
+func (m *ManagedControlPlane) KubeletClientCertificateChanges() []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.kubeletClientCertificateChanges)
 }
 
 // WriteCredentials writes the Cluster's current credentials into Dir, the way
@@ -197,7 +231,15 @@ func (m *ManagedControlPlane) WriteCredentials(ctx context.Context, c client.Rea
 		if len(data) == 0 {
 			return fmt.Errorf("no data for %s", f.file)
 		}
-		if err := writeFileAtomic(filepath.Join(m.Dir, f.file), data); err != nil {
+		path := filepath.Join(m.Dir, f.file)
+		if f.file == kubeletClientCertificateFile {
+			if old, err := os.ReadFile(path); err == nil && !bytes.Equal(old, data) {
+				m.mu.Lock()
+				m.kubeletClientCertificateChanges = append(m.kubeletClientCertificateChanges, time.Now())
+				m.mu.Unlock()
+			}
+		}
+		if err := writeFileAtomic(path, data); err != nil {
 			return err
 		}
 	}
@@ -239,6 +281,9 @@ func (m *ManagedControlPlane) ReservePorts() error {
 		go m.loadBalancer.serve(balanced)
 		m.Netns.Forward(ln, inside)
 		m.etcdPort, m.etcdPeerPort = 2379, 2380
+		if m.Tunnel {
+			return m.startTunnelListener()
+		}
 		return nil
 	}
 	for _, port := range []*int{&m.APIServerPort, &m.etcdPort, &m.etcdPeerPort} {
@@ -308,6 +353,7 @@ func (m *ManagedControlPlane) StopScheduler() { stop(m.scheduler); m.scheduler =
 // one after the other, each once the one before answers /readyz.
 func (m *ManagedControlPlane) StartAPIServer(ctx context.Context) error {
 	m.apiservers = make([]*process, m.apiServerReplicas())
+	m.tunnelServers = make([]*process, m.apiServerReplicas())
 	for i := range m.apiservers {
 		if err := m.startAPIServerReplica(ctx, i); err != nil {
 			return err
@@ -359,6 +405,16 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 		"--authorization-mode=Node,RBAC", "--enable-bootstrap-token-auth", "--enable-admission-plugins=NodeRestriction",
 		"--cert-dir=" + f(name+"-certs"),
 	}
+	if m.Tunnel {
+		egress, err := m.writeEgressSelector(i)
+		if err != nil {
+			return err
+		}
+		if err := m.startTunnelServer(ctx, i); err != nil {
+			return err
+		}
+		args = append(args, "--egress-selector-config-file="+egress)
+	}
 	args = append(append(args, aggregatorRouting...), m.ExtraAPIServerFlags...)
 	var err error
 	// A single etcd member's exit fails the start at once; of several, one
@@ -367,11 +423,28 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 	if len(m.etcds) == 1 {
 		needs = m.etcds
 	}
-	m.apiservers[i], err = m.startAs(ctx, "kube-apiserver", name, m.serves("https://"+address+"/readyz"), needs, args...)
+	ready := m.serves("https://" + address + "/readyz")
+	if m.Tunnel && m.tunnelAgentsRun.Load() {
+		// In service only once it reaches the nodes.
+		ready = allOf(ready, m.tunnelServerConnected(i))
+	}
+	m.apiservers[i], err = m.startAs(ctx, "kube-apiserver", name, ready, needs, args...)
 	if err == nil && m.loadBalancer != nil {
 		m.loadBalancer.setServing(address, true)
 	}
 	return err
+}
+
+// allOf is a condition that holds once all of conditions hold at once.
+func allOf(conditions ...wait.ConditionWithContextFunc) wait.ConditionWithContextFunc {
+	return func(ctx context.Context) (bool, error) {
+		for _, c := range conditions {
+			if ok, err := c(ctx); !ok || err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
 }
 
 // StopControllerManager stops kube-controller-manager, if it runs, and waits
@@ -394,10 +467,14 @@ func (m *ManagedControlPlane) stopAPIServerReplica(i int) {
 	}
 	stop(m.apiservers[i])
 	m.apiservers[i] = nil
+	if m.Tunnel {
+		m.stopTunnelServer(i)
+	}
 }
 
 // Stop stops every process and lets go of the ports.
 func (m *ManagedControlPlane) Stop() {
+	m.StopTunnelAgents()
 	m.StopMetricsServer()
 	m.StopScheduler()
 	m.StopControllerManager()

@@ -391,7 +391,7 @@ func (e *Environment) KillOperator() {
 
 func (e *Environment) startManagedCluster(ctx context.Context) error {
 	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), ControllerManager: true,
-		MetricsServer: e.Netns != nil, EtcdMembers: etcdMembers, APIServerReplicas: apiServerReplicas, Netns: e.Netns}
+		MetricsServer: e.Netns != nil, Tunnel: e.Netns != nil, EtcdMembers: etcdMembers, APIServerReplicas: apiServerReplicas, Netns: e.Netns}
 	if err := e.ControlPlane.ReservePorts(); err != nil {
 		return err
 	}
@@ -428,6 +428,12 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 		return err
 	}
 	e.Platform = &Platform{Client: e.Client, Cluster: e.Cluster, ControlPlane: e.ControlPlane, Logf: e.Logf}
+	if e.ControlPlane.Tunnel {
+		e.logf("starting the konnectivity agents: the API server reaches the nodes and metrics-server through them")
+		if err := e.ControlPlane.StartTunnelAgents(ctx); err != nil {
+			return err
+		}
+	}
 	if e.ControlPlane.MetricsServer {
 		e.logf("starting metrics-server, the aggregated API server, and registering it as APIService %s", MetricsAPIService)
 		managed, err := e.Platform.managedAdmin(ctx)

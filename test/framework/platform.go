@@ -81,7 +81,7 @@ func filesOf(prefix string) func(credentialFile) bool {
 // apiServerFiles selects the API server's credential files: those of no
 // other component, and the etcd CA.
 func apiServerFiles(f credentialFile) bool {
-	for _, other := range []string{"etcd", "kcm", "scheduler", "metrics-server"} {
+	for _, other := range []string{"etcd", "kcm", "scheduler", "metrics-server", "konnectivity-agent"} {
 		if filesOf(other)(f) {
 			return f.file == "etcd-ca.crt"
 		}
@@ -101,6 +101,10 @@ func (p *Platform) workloads() []workload {
 				restart: func(context.Context) error { cp.StopControllerManager(); return cp.StartControllerManager() }},
 			workload{name: SchedulerWorkload, replicas: 1, mounts: filesOf("scheduler"),
 				restart: func(context.Context) error { cp.StopScheduler(); return cp.StartScheduler() }})
+	}
+	if cp.Tunnel {
+		ws = append(ws, workload{name: TunnelAgentWorkload, replicas: tunnelAgentReplicas, mounts: filesOf("konnectivity-agent"),
+			restart: cp.RestartTunnelAgents})
 	}
 	if cp.MetricsServer {
 		ws = append(ws, workload{name: MetricsServerWorkload, replicas: 1, mounts: filesOf("metrics-server"),

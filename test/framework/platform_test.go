@@ -10,7 +10,7 @@ import (
 // by the wrong one restarts a component for nothing, and a file mounted by
 // none is never picked up.
 func TestWorkloadMounts(t *testing.T) {
-	p := &Platform{ControlPlane: &ManagedControlPlane{ControllerManager: true, MetricsServer: true}}
+	p := &Platform{ControlPlane: &ManagedControlPlane{ControllerManager: true, MetricsServer: true, Tunnel: true}}
 	want := map[string][]string{
 		"etcd-ca.crt":                   {EtcdWorkload, APIServerWorkload},
 		"etcd-server.crt":               {EtcdWorkload},
@@ -29,6 +29,10 @@ func TestWorkloadMounts(t *testing.T) {
 		"metrics-server.key":            {MetricsServerWorkload},
 		"metrics-server-cluster-ca.crt": {MetricsServerWorkload},
 		"metrics-server-kubelet-ca.crt": {MetricsServerWorkload},
+		"vpn-server.key":                {APIServerWorkload},
+		"vpn-ca.crt":                    {APIServerWorkload},
+		"konnectivity-agent.crt":        {TunnelAgentWorkload},
+		"konnectivity-agent-ca.crt":     {TunnelAgentWorkload},
 	}
 	files := credentialFiles("c")
 	for _, f := range files {
