@@ -158,9 +158,12 @@ func kubeletStatus(ctx context.Context, n *framework.KubeletNode, pair tls.Certi
 
 // failure is a failed probe: when, of which node (if any), and why.
 type failure struct {
-	at   time.Time
-	node string
-	err  error
+	// sent is when the request was sent, at when it failed: a request to a
+	// kubelet that restarts meanwhile can hang until its timeout (a tunnel
+	// server may lose the agent's close of a connection the kubelet reset).
+	sent, at time.Time
+	node     string
+	err      error
 	// reason says why the failure is allowed; empty for one that is not.
 	reason string
 }
@@ -188,6 +191,7 @@ func (p *nodeProbe) run(ctx context.Context, admin *follower, nodes []string) {
 	for ctx.Err() == nil {
 		current := admin.current(ctx)
 		for _, n := range nodes {
+			sent := time.Now()
 			body, err := current.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n, "proxy", "healthz").DoRaw(ctx)
 			if err != nil && len(body) > 0 {
 				err = fmt.Errorf("%w: %.300s", err, body)
@@ -197,7 +201,7 @@ func (p *nodeProbe) run(ctx context.Context, admin *follower, nodes []string) {
 				// counts its outages.
 				continue
 			}
-			p.record(ctx, &p.proxied, &p.proxyFailures, n, err)
+			p.record(ctx, &p.proxied, &p.proxyFailures, n, sent, err)
 		}
 		p.sampleLeases(ctx, current, nodes)
 		select {
@@ -236,10 +240,10 @@ func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, n
 			l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n, metav1.GetOptions{})
 			switch {
 			case err != nil:
-				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, fmt.Errorf("lease of %s not in the list, and reading it: %w", n, err))
+				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, now, fmt.Errorf("lease of %s not in the list, and reading it: %w", n, err))
 				continue
 			case l.Spec.RenewTime == nil:
-				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, fmt.Errorf("lease of %s not in the list, and never renewed", n))
+				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, now, fmt.Errorf("lease of %s not in the list, and never renewed", n))
 				continue
 			}
 			renewed[n] = l.Spec.RenewTime.Time
@@ -248,16 +252,16 @@ func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, n
 		if age := now.Sub(renewed[n]); age > heartbeatDeadline {
 			err = fmt.Errorf("lease of %s last renewed %s ago", n, age.Round(time.Millisecond))
 		}
-		p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, err)
+		p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, now, err)
 	}
 }
 
-func (p *nodeProbe) record(ctx context.Context, count *int, failures *[]failure, node string, err error) {
+func (p *nodeProbe) record(ctx context.Context, count *int, failures *[]failure, node string, sent time.Time, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	*count++
 	if err != nil && ctx.Err() == nil {
-		*failures = append(*failures, failure{at: time.Now(), node: node, err: err})
+		*failures = append(*failures, failure{sent: sent, at: time.Now(), node: node, err: err})
 	}
 }
 
@@ -269,7 +273,7 @@ func duringKubeletRestart(f failure) bool {
 			continue
 		}
 		for _, w := range n.Restarts() {
-			if w.Contains(f.at, grace) {
+			if w.Contains(f.at, grace) || w.Contains(f.sent, grace) {
 				return true
 			}
 		}

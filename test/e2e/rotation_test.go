@@ -143,11 +143,12 @@ func readNamespace(ctx context.Context, cs kubernetes.Interface) error {
 
 func (p *requestProbe) run(ctx context.Context, admin *follower) {
 	for ctx.Err() == nil {
+		sent := time.Now()
 		err := p.request(ctx, admin.current(ctx))
 		p.mu.Lock()
 		p.requests++
 		if err != nil && ctx.Err() == nil {
-			p.failures = append(p.failures, failure{at: time.Now(), err: err})
+			p.failures = append(p.failures, failure{sent: sent, at: time.Now(), err: err})
 		}
 		p.mu.Unlock()
 		select {
