@@ -13,7 +13,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	apiserverv1beta1 "k8s.io/apiserver/pkg/apis/apiserver/v1beta1"
+	"sigs.k8s.io/yaml"
 )
 
 // The tunnel is konnectivity (sigs.k8s.io/apiserver-network-proxy), the
@@ -54,9 +57,8 @@ const (
 
 // tunnelAgent is one running agent.
 type tunnelAgent struct {
-	p          *process
-	slot       int
-	healthPort int
+	p    *process
+	slot int
 }
 
 // tunnelSocket is where the server of API server replica i listens for it.
@@ -80,17 +82,26 @@ func (m *ManagedControlPlane) startTunnelListener() error {
 // server replica i: its "cluster" traffic goes through its tunnel server.
 func (m *ManagedControlPlane) writeEgressSelector(i int) (string, error) {
 	path := m.file(fmt.Sprintf("egress-selector-%d.yaml", i))
-	config := fmt.Sprintf(`apiVersion: apiserver.k8s.io/v1beta1
-kind: EgressSelectorConfiguration
-egressSelections:
-- name: cluster
-  connection:
-    proxyProtocol: GRPC
-    transport:
-      uds:
-        udsName: %s
-`, m.tunnelSocket(i))
-	return path, writeFileAtomic(path, []byte(config))
+	data, err := yaml.Marshal(egressSelector(m.tunnelSocket(i)))
+	if err != nil {
+		return "", err
+	}
+	return path, writeFileAtomic(path, data)
+}
+
+// egressSelector is an API server's egress selector configuration that
+// sends its "cluster" traffic to the tunnel server at socket, over gRPC.
+func egressSelector(socket string) *apiserverv1beta1.EgressSelectorConfiguration {
+	return &apiserverv1beta1.EgressSelectorConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiserverv1beta1.SchemeGroupVersion.String(), Kind: "EgressSelectorConfiguration"},
+		EgressSelections: []apiserverv1beta1.EgressSelection{{
+			Name: "cluster",
+			Connection: apiserverv1beta1.Connection{
+				ProxyProtocol: apiserverv1beta1.ProtocolGRPC,
+				Transport:     &apiserverv1beta1.Transport{UDS: &apiserverv1beta1.UDSTransport{UDSName: socket}},
+			},
+		}},
+	}
 }
 
 // startTunnelServer starts the tunnel server of API server replica i and
@@ -212,7 +223,7 @@ func (m *ManagedControlPlane) startTunnelAgent(ctx context.Context, i, slot int)
 	if err != nil {
 		return nil, err
 	}
-	return &tunnelAgent{p: p, slot: slot, healthPort: health}, nil
+	return &tunnelAgent{p: p, slot: slot}, nil
 }
 
 // StopTunnelAgents stops the agents.
