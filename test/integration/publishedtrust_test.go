@@ -8,9 +8,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -109,13 +111,60 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		}
 	}
 
-	It("holds Preparing until kube-root-ca.crt carries both cluster CAs in every namespace", func(ctx SpecContext) {
+	It("holds Preparing until kube-root-ca.crt carries both cluster CAs in every namespace, then until the APIService trusts both metrics-server CAs", func(ctx SpecContext) {
+		By("freezing the APIService with an admission policy of the managed cluster, which refuses every update of it")
+		freeze := &admissionregistrationv1.ValidatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "freeze-" + apiService},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					ResourceNames: []string{apiService},
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{apiregistrationv1.GroupName}, APIVersions: []string{"v1"}, Resources: []string{"apiservices"}},
+					},
+				}}},
+				Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "frozen by the test"}},
+			},
+		}
+		freezeBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: freeze.Name},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: freeze.Name,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+		}
+		Expect(managed.Create(ctx, freeze)).To(Succeed())
+		Expect(managed.Create(ctx, freezeBinding)).To(Succeed())
+		Eventually(func(ctx context.Context) error {
+			s := &apiregistrationv1.APIService{}
+			if err := managed.Get(ctx, client.ObjectKey{Name: apiService}, s); err != nil {
+				return err
+			}
+			s.Labels["frozen"] = "probe"
+			return managed.Update(ctx, s)
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(MatchError(ContainSubstring("frozen by the test")))
+
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
 		expectWaitingForKubeRootCA(ctx, v1alpha1.RotationPreparing, "both cluster CAs")
 
 		By("starting the root-CA publisher on the bundle the platform mounted")
 		Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
 		Expect(cp.StartControllerManager()).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := getCluster(ctx, key)
+			g.Expect(got.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+			g.Expect(got.Status.Conditions).To(ContainElement(And(
+				HaveField("Type", v1alpha1.ConditionCARotation),
+				HaveField("Reason", string(v1alpha1.ReasonWaitingForAPIServices)),
+				HaveField("Message", ContainSubstring("1 APIService(s) behind: "+apiService)),
+			)))
+		}).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(),
+			"the rotation waits for the APIService the tenant froze, and names it")
+		Consistently(func(ctx context.Context) v1alpha1.CARotationPhase { return getCluster(ctx, key).CARotationPhase() }).
+			WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(time.Second).Should(Equal(v1alpha1.RotationPreparing))
+
+		By("thawing the APIService: Carousel writes both metrics-server CAs and the rotation goes on")
+		Expect(managed.Delete(ctx, freezeBinding)).To(Succeed())
+		Expect(managed.Delete(ctx, freeze)).To(Succeed())
 		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
 		cas := loadCAs(ctx, c)[v1alpha1.CARoleCluster]
 		expectPublished(ctx, pki.NewBundle(cas.Previous.Cert, cas.Current.Cert))
