@@ -445,7 +445,14 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			}
 		}
 		Expect(overlappingRestarts()).To(BeEmpty(), "kubelets of the pool restarted at the same time")
-		otherFailures = append(append(otherFailures, probe.failures...), nodes.staleHeartbeat...)
+		for _, f := range nodes.staleHeartbeat {
+			if f.reason != "" {
+				allowed = append(allowed, f)
+			} else {
+				otherFailures = append(otherFailures, f)
+			}
+		}
+		otherFailures = append(otherFailures, probe.failures...)
 		failed := len(otherFailures) + len(allowed)
 		requests := probe.requests + nodes.heartbeats + nodes.proxied + aggregated.requests
 		exercised, missing := roles.exercised()
@@ -467,7 +474,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			AddReportEntry("allowed failure: "+f.reason, fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
 		}
 		fmt.Printf("rotation e2e: of the failed requests, %d are allowed (see the report): a kubelet restarted, the API server "+
-			"reloaded its kubelet client certificate, or a tunnel agent carrying the connection stopped\n", len(allowed))
+			"reloaded its kubelet client certificate, a tunnel agent carrying the connection stopped, or the API server answered "+
+			"from a view without a Lease that was there a moment later\n", len(allowed))
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")

@@ -413,38 +413,55 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 		if err := m.startTunnelServer(ctx, i); err != nil {
 			return err
 		}
+		if m.tunnelAgentsRun.Load() {
+			// As a native sidecar whose startup probe waits for the agents:
+			// an API server that started before could find the tunnel
+			// empty, and its aggregator would then mark metrics-server's
+			// APIService unavailable for every replica.
+			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, m.tunnelServerConnected(i)); err != nil {
+				return fmt.Errorf("waiting for the agents to connect to konnectivity-server-%d: %w", i, err)
+			}
+		}
 		args = append(args, "--egress-selector-config-file="+egress)
 	}
+	policy, err := m.writeAuditPolicy()
+	if err != nil {
+		return err
+	}
+	args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+f(name+"-audit.log"))
 	args = append(append(args, aggregatorRouting...), m.ExtraAPIServerFlags...)
-	var err error
 	// A single etcd member's exit fails the start at once; of several, one
 	// may be restarting meanwhile.
 	var needs []*process
 	if len(m.etcds) == 1 {
 		needs = m.etcds
 	}
-	ready := m.serves("https://" + address + "/readyz")
-	if m.Tunnel && m.tunnelAgentsRun.Load() {
-		// In service only once it reaches the nodes.
-		ready = allOf(ready, m.tunnelServerConnected(i))
-	}
-	m.apiservers[i], err = m.startAs(ctx, "kube-apiserver", name, ready, needs, args...)
+	m.apiservers[i], err = m.startAs(ctx, "kube-apiserver", name, m.serves("https://"+address+"/readyz"), needs, args...)
 	if err == nil && m.loadBalancer != nil {
 		m.loadBalancer.setServing(address, true)
 	}
 	return err
 }
 
-// allOf is a condition that holds once all of conditions hold at once.
-func allOf(conditions ...wait.ConditionWithContextFunc) wait.ConditionWithContextFunc {
-	return func(ctx context.Context) (bool, error) {
-		for _, c := range conditions {
-			if ok, err := c(ctx); !ok || err != nil {
-				return false, err
-			}
-		}
-		return true, nil
-	}
+// nodeLeaseAuditPolicy has the API server record who creates and deletes
+// node Leases (<replica>-audit.log): a Lease list right after control-plane
+// restarts has been seen to lack Leases that a read by name then did not
+// find either, and then did a moment later.
+const nodeLeaseAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "delete", "deletecollection"]
+  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
+  namespaces: ["kube-node-lease"]
+- level: None
+`
+
+// writeAuditPolicy writes nodeLeaseAuditPolicy and returns its path.
+func (m *ManagedControlPlane) writeAuditPolicy() (string, error) {
+	path := m.file("audit-policy.yaml")
+	return path, writeFileAtomic(path, []byte(nodeLeaseAuditPolicy))
 }
 
 // StopControllerManager stops kube-controller-manager, if it runs, and waits
