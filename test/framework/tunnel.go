@@ -125,9 +125,9 @@ func (m *ManagedControlPlane) startTunnelServer(ctx context.Context, i int) erro
 	return nil
 }
 
-// tunnelServerConnected is the readiness of a restarted tunnel server: every
-// agent has connected to it, so that its API server replica can reach the
-// nodes once in service.
+// tunnelServerConnected is the startup probe of a restarted tunnel server:
+// every agent has connected to it, so that the API server replica started
+// after it reaches the nodes from its first request.
 func (m *ManagedControlPlane) tunnelServerConnected(i int) wait.ConditionWithContextFunc {
 	url := "http://" + net.JoinHostPort(apiServerIP(i), strconv.Itoa(tunnelHealthPort)) + "/metrics"
 	return func(ctx context.Context) (bool, error) {
