@@ -71,6 +71,10 @@ type workload struct {
 	// mounts selects the credential files the workload's pod mounts.
 	mounts  func(credentialFile) bool
 	restart func(context.Context) error
+	// crashed, when set, reports whether the workload's process exited by
+	// itself; Sync then restarts it, as the kubelet restarts a container
+	// that exited (restartPolicy Always).
+	crashed func() bool
 }
 
 // filesOf selects the credential files whose names start with prefix.
@@ -98,9 +102,13 @@ func (p *Platform) workloads() []workload {
 	if cp.ControllerManager {
 		ws = append(ws,
 			workload{name: ControllerManagerWorkload, replicas: 1, mounts: filesOf("kcm"),
-				restart: func(context.Context) error { cp.StopControllerManager(); return cp.StartControllerManager() }},
+				restart: func(context.Context) error { cp.StopControllerManager(); return cp.StartControllerManager() },
+				// It exits when it loses its leader lease, as when the
+				// only API server restarts just after it started.
+				crashed: func() bool { return cp.kcm != nil && cp.kcm.exited() }},
 			workload{name: SchedulerWorkload, replicas: 1, mounts: filesOf("scheduler"),
-				restart: func(context.Context) error { cp.StopScheduler(); return cp.StartScheduler() }})
+				restart: func(context.Context) error { cp.StopScheduler(); return cp.StartScheduler() },
+				crashed: func() bool { return cp.scheduler != nil && cp.scheduler.exited() }})
 	}
 	if cp.Tunnel {
 		ws = append(ws, workload{name: TunnelAgentWorkload, replicas: tunnelAgentReplicas, mounts: filesOf("konnectivity-agent"),
@@ -195,9 +203,31 @@ func (p *Platform) Settled(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// Sync carries out the rollouts Carousel asked for since the last call. It
-// returns whether it restarted anything.
-func (p *Platform) Sync(ctx context.Context) (bool, error) { return p.rollout(ctx, true) }
+// Sync restarts the workloads whose process exited, then carries out the
+// rollouts Carousel asked for since the last call. It returns whether it
+// rolled anything.
+func (p *Platform) Sync(ctx context.Context) (bool, error) {
+	if err := p.restartCrashed(ctx, p.workloads()); err != nil {
+		return false, err
+	}
+	return p.rollout(ctx, true)
+}
+
+// restartCrashed restarts each of ws whose process exited by itself.
+func (p *Platform) restartCrashed(ctx context.Context, ws []workload) error {
+	for _, w := range ws {
+		if w.crashed == nil || !w.crashed() {
+			continue
+		}
+		if p.Logf != nil {
+			p.Logf("platform: %s exited; restarting it, as the kubelet restarts a container", w.name)
+		}
+		if err := w.restart(ctx); err != nil {
+			return fmt.Errorf("restarting %s, which exited: %w", w.name, err)
+		}
+	}
+	return nil
+}
 
 // Run calls Sync every interval until ctx ends; errors are retried.
 func (p *Platform) Run(ctx context.Context, interval time.Duration) {

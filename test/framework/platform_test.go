@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"slices"
 	"testing"
 )
@@ -90,5 +91,23 @@ func TestRolloutStages(t *testing.T) {
 				t.Errorf("rolloutStages = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRestartCrashed checks that Sync's first step restarts a workload whose
+// process exited, and only that one, as the kubelet restarts a container.
+func TestRestartCrashed(t *testing.T) {
+	var restarted []string
+	w := func(name string, crashed bool) workload {
+		return workload{name: name,
+			restart: func(context.Context) error { restarted = append(restarted, name); return nil },
+			crashed: func() bool { return crashed }}
+	}
+	noCheck := workload{name: "no-check", restart: func(context.Context) error { restarted = append(restarted, "no-check"); return nil }}
+	if err := (&Platform{}).restartCrashed(context.Background(), []workload{w("running", false), w("exited", true), noCheck}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(restarted, []string{"exited"}) {
+		t.Errorf("restarted %v, want only the workload that exited", restarted)
 	}
 }
