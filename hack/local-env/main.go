@@ -81,9 +81,9 @@ network namespace, where its kubelets listen on 192.0.2.x).
   metrics:   %[4]s --kubeconfig %[3]s top nodes   (through the aggregator and metrics-server)
 `, workDir, env.ManagementKubeconfig, managed, kubectl, env.Namespace, cluster)
 	if env.ControlPlane.Tunnel {
-		fmt.Printf(`  tunnel:    nsenter --net=%s curl -s http://%s:8134/metrics | grep ^konnectivity_network_proxy_server
+		fmt.Printf(`  tunnel:    nsenter --net=%s curl -s %s | grep ^konnectivity_network_proxy_server
              (node proxy and metrics go through konnectivity; the VPN role's certificates)
-`, env.Netns.Path(), framework.ControlPlaneIP)
+`, env.Netns.Path(), framework.TunnelServerMetrics(0))
 	}
 	fmt.Print("\nPress Ctrl-C to stop and clean up.\n\n")
 

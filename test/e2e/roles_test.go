@@ -39,39 +39,22 @@ func roleChecks() []roleCheck {
 	if env == nil {
 		return checks
 	}
-	if tunnelRuns() {
-		checks = append(checks, roleCheck{
-			roles: []v1alpha1.CARole{v1alpha1.CARoleVPN},
-			what: "API server -> konnectivity-server (its vpn-server certificate from the VPN bundle) -> agents (their vpn-client " +
-				"certificate) -> every running kubelet: the node proxy goes through the tunnel",
-			check: func(ctx context.Context, admin kubernetes.Interface) error {
-				for _, address := range env.ControlPlane.TunnelServerAddresses() {
-					served, err := servedCertificate(ctx, address)
-					if err != nil {
-						return fmt.Errorf("tunnel server %s: %w", address, err)
-					}
-					if err := pki.Verify(served, bundle(ctx, v1alpha1.CARoleVPN), x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
-						return fmt.Errorf("tunnel server %s's certificate: %w", address, err)
-					}
-				}
-				if err := proxyToKubelets(ctx, admin); err != nil {
-					return err
-				}
-				// The servers restart with their API servers in each phase:
-				// what they dialled since went through agents that
-				// connected with the current certificates.
-				if dials := env.ControlPlane.TunnelDials(ctx); dials == 0 {
-					return fmt.Errorf("the tunnel servers dialled nothing: the node proxy did not go through the tunnel")
-				}
-				return nil
-			},
-		})
-	}
-	checks = append(checks, roleCheck{
+	kubelet := roleCheck{
 		roles: []v1alpha1.CARole{v1alpha1.CARoleKubelet},
 		what:  "API server -> every running kubelet through the node proxy (the API server's kubelet client and the kubelets' serving certificates)",
 		check: proxyToKubelets,
-	})
+	}
+	if tunnelRuns() {
+		kubelet.roles = append(kubelet.roles, v1alpha1.CARoleVPN)
+		kubelet.what += ", through the tunnel: konnectivity-server (its vpn-server certificate from the VPN bundle) -> agents (their vpn-client certificate)"
+		kubelet.check = func(ctx context.Context, admin kubernetes.Interface) error {
+			if err := proxyToKubelets(ctx, admin); err != nil {
+				return err
+			}
+			return tunnelCarried(ctx)
+		}
+	}
+	checks = append(checks, kubelet)
 	if metricsServerRuns() {
 		checks = append(checks, roleCheck{
 			roles: []v1alpha1.CARole{v1alpha1.CARoleFrontProxy, v1alpha1.CARoleMetricsServer},
@@ -108,6 +91,26 @@ func proxyToKubelets(ctx context.Context, admin kubernetes.Interface) error {
 		if _, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "healthz").DoRaw(ctx); err != nil {
 			return fmt.Errorf("kubelet %s: %w", n.Name, err)
 		}
+	}
+	return nil
+}
+
+// tunnelCarried checks that every tunnel server serves a certificate from
+// the VPN bundle and has dialled through its agents: the servers restart
+// with their API servers in each phase, so what they dialled since went
+// through agents that connected with the current certificates.
+func tunnelCarried(ctx context.Context) error {
+	for _, address := range env.ControlPlane.TunnelServerAddresses() {
+		served, err := servedCertificate(ctx, address)
+		if err != nil {
+			return fmt.Errorf("tunnel server %s: %w", address, err)
+		}
+		if err := pki.Verify(served, bundle(ctx, v1alpha1.CARoleVPN), x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
+			return fmt.Errorf("tunnel server %s's certificate: %w", address, err)
+		}
+	}
+	if dials := env.ControlPlane.TunnelDials(ctx); dials == 0 {
+		return fmt.Errorf("the tunnel servers dialled nothing: the node proxy did not go through the tunnel")
 	}
 	return nil
 }

@@ -588,13 +588,8 @@ func allowedKubeletCallFailure(f failure) string {
 // because its connection broke right as the platform ended a drained agent
 // (see framework's stopTunnelAgent), that it is allowed; otherwise "".
 func cutByTunnelAgentStop(f failure) string {
-	if env == nil || !closedConnection.MatchString(f.err.Error()) {
-		return ""
-	}
-	for _, stopped := range env.ControlPlane.TunnelAgentStops() {
-		if (framework.Window{Start: stopped, End: stopped}).Contains(f.at, time.Second) {
-			return "a tunnel agent carrying it stopped"
-		}
+	if env != nil && closedNear(f, env.ControlPlane.TunnelAgentStops(), time.Second, time.Second) {
+		return "a tunnel agent carrying it stopped"
 	}
 	return ""
 }
@@ -612,11 +607,17 @@ func cutByTunnelAgentStop(f failure) string {
 // change, as the probes make new connections to the kubelets several times
 // a second.
 func closedByCertificateReload(f failure) bool {
-	if env == nil || !closedConnection.MatchString(f.err.Error()) {
+	return env != nil && closedNear(f, env.ControlPlane.KubeletClientCertificateChanges(), 0, certificateReloadDelay)
+}
+
+// closedNear reports whether f failed because its connection was closed
+// under it, between before ahead of and after one of instants.
+func closedNear(f failure, instants []time.Time, before, after time.Duration) bool {
+	if !closedConnection.MatchString(f.err.Error()) {
 		return false
 	}
-	for _, changed := range env.ControlPlane.KubeletClientCertificateChanges() {
-		if (framework.Window{Start: changed, End: changed.Add(certificateReloadDelay)}).Contains(f.at, 0) {
+	for _, t := range instants {
+		if (framework.Window{Start: t.Add(-before), End: t.Add(after)}).Contains(f.at, 0) {
 			return true
 		}
 	}

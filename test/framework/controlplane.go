@@ -81,10 +81,36 @@ type ManagedControlPlane struct {
 	tunnelServers          []*process    // by API server replica
 	tunnelAgents           []*tunnelAgent
 	tunnelAgentsRun        atomic.Bool // read while the platform rolls the API server
+	events                 timeline    // read by the tests while the platform rolls
+}
 
-	mu                              sync.Mutex
-	kubeletClientCertificateChanges []time.Time
-	tunnelAgentStops                []time.Time
+// timeline records when things happened to the control plane, so that the
+// tests can tell the failures they cause. It is safe for concurrent use.
+type timeline struct {
+	mu    sync.Mutex
+	times map[string][]time.Time
+}
+
+// Events of the timeline: a credential file's content changed, an agent
+// of the tunnel was stopped.
+const (
+	credentialFileChanged = "changed "
+	tunnelAgentStopped    = "tunnel agent stopped"
+)
+
+func (t *timeline) add(event string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.times == nil {
+		t.times = map[string][]time.Time{}
+	}
+	t.times[event] = append(t.times[event], time.Now())
+}
+
+func (t *timeline) at(event string) []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.times[event])
 }
 
 // ControlPlaneIP is the managed API server's address in the test network
@@ -170,7 +196,7 @@ func credentialFiles(cluster string) []credentialFile {
 		cert("apiserver.key", credentials.CertKubeAPIServer, v1alpha1.DataKeyPrivateKey),
 		cert("apiserver-etcd-client.crt", credentials.CertKubeAPIServerEtcdClient, v1alpha1.DataKeyCertificate),
 		cert("apiserver-etcd-client.key", credentials.CertKubeAPIServerEtcdClient, v1alpha1.DataKeyPrivateKey),
-		cert(kubeletClientCertificateFile, credentials.CertKubeAPIServerKubelet, v1alpha1.DataKeyCertificate),
+		cert("apiserver-kubelet-client.crt", credentials.CertKubeAPIServerKubelet, v1alpha1.DataKeyCertificate),
 		cert("apiserver-kubelet-client.key", credentials.CertKubeAPIServerKubelet, v1alpha1.DataKeyPrivateKey),
 		cert("front-proxy-client.crt", credentials.CertFrontProxyClient, v1alpha1.DataKeyCertificate),
 		cert("front-proxy-client.key", credentials.CertFrontProxyClient, v1alpha1.DataKeyPrivateKey),
@@ -193,22 +219,18 @@ func credentialFiles(cluster string) []credentialFile {
 	}
 }
 
-// kubeletClientCertificateFile is the API server's kubelet client certificate.
-const kubeletClientCertificateFile = "apiserver-kubelet-client.crt"
-
 // KubeletClientCertificateChanges returns when WriteCredentials replaced the
 // API server's kubelet client certificate with another one. A running API
 // server notices at its next handshake with a kubelet and then closes every
 // connection to the kubelets (client-go's transport/cert_rotation.go), the
 // one in that handshake too.
 func (m *ManagedControlPlane) KubeletClientCertificateChanges() []time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.kubeletClientCertificateChanges)
+	return m.events.at(credentialFileChanged + "apiserver-kubelet-client.crt")
 }
 
 // WriteCredentials writes the Cluster's current credentials into Dir, the way
 // a kubelet materialises mounted Secrets: each file is replaced atomically.
+// It records when a file's content changed.
 func (m *ManagedControlPlane) WriteCredentials(ctx context.Context, c client.Reader, cluster *v1alpha1.Cluster) error {
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return err
@@ -232,12 +254,8 @@ func (m *ManagedControlPlane) WriteCredentials(ctx context.Context, c client.Rea
 			return fmt.Errorf("no data for %s", f.file)
 		}
 		path := filepath.Join(m.Dir, f.file)
-		if f.file == kubeletClientCertificateFile {
-			if old, err := os.ReadFile(path); err == nil && !bytes.Equal(old, data) {
-				m.mu.Lock()
-				m.kubeletClientCertificateChanges = append(m.kubeletClientCertificateChanges, time.Now())
-				m.mu.Unlock()
-			}
+		if old, err := os.ReadFile(path); err == nil && !bytes.Equal(old, data) {
+			m.events.add(credentialFileChanged + f.file)
 		}
 		if err := writeFileAtomic(path, data); err != nil {
 			return err
@@ -418,8 +436,9 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 			// an API server that started before could find the tunnel
 			// empty, and its aggregator would then mark metrics-server's
 			// APIService unavailable for every replica.
-			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, m.tunnelServerConnected(i)); err != nil {
-				return fmt.Errorf("waiting for the agents to connect to konnectivity-server-%d: %w", i, err)
+			if err := await(ctx, fmt.Sprintf("the agents to connect to konnectivity-server-%d", i), 100*time.Millisecond, time.Minute,
+				m.tunnelServerConnected(i), m.tunnelServers[i]); err != nil {
+				return err
 			}
 		}
 		args = append(args, "--egress-selector-config-file="+egress)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -61,6 +60,18 @@ type tunnelAgent struct {
 	slot int
 }
 
+// tunnelServerAddress is where the tunnel server of API server replica i
+// accepts agents.
+func tunnelServerAddress(i int) string {
+	return net.JoinHostPort(apiServerIP(i), strconv.Itoa(tunnelAgentPort))
+}
+
+// TunnelServerMetrics is the metrics endpoint of the tunnel server of API
+// server replica i, in the network namespace.
+func TunnelServerMetrics(i int) string {
+	return "http://" + net.JoinHostPort(apiServerIP(i), strconv.Itoa(tunnelHealthPort)) + "/metrics"
+}
+
 // tunnelSocket is where the server of API server replica i listens for it.
 func (m *ManagedControlPlane) tunnelSocket(i int) string {
 	return m.file(fmt.Sprintf("konnectivity-%d.sock", i))
@@ -110,7 +121,7 @@ func (m *ManagedControlPlane) startTunnelServer(ctx context.Context, i int) erro
 	ip := apiServerIP(i)
 	f := m.file
 	p, err := m.startAs(ctx, "konnectivity-server", fmt.Sprintf("konnectivity-server-%d", i),
-		m.listens(net.JoinHostPort(ip, strconv.Itoa(tunnelAgentPort))), nil,
+		m.listens(tunnelServerAddress(i)), nil,
 		"--mode=grpc", "--uds-name="+m.tunnelSocket(i), "--delete-existing-uds-file", "--server-port=0",
 		"--agent-bind-address="+ip, "--agent-port="+strconv.Itoa(tunnelAgentPort),
 		"--admin-bind-address="+ip, "--admin-port="+strconv.Itoa(tunnelAdminPort),
@@ -121,7 +132,7 @@ func (m *ManagedControlPlane) startTunnelServer(ctx context.Context, i int) erro
 		return err
 	}
 	m.tunnelServers[i] = p
-	m.tunnelBalancer.setServing(net.JoinHostPort(ip, strconv.Itoa(tunnelAgentPort)), true)
+	m.tunnelBalancer.setServing(tunnelServerAddress(i), true)
 	return nil
 }
 
@@ -129,9 +140,8 @@ func (m *ManagedControlPlane) startTunnelServer(ctx context.Context, i int) erro
 // every agent has connected to it, so that the API server replica started
 // after it reaches the nodes from its first request.
 func (m *ManagedControlPlane) tunnelServerConnected(i int) wait.ConditionWithContextFunc {
-	url := "http://" + net.JoinHostPort(apiServerIP(i), strconv.Itoa(tunnelHealthPort)) + "/metrics"
 	return func(ctx context.Context) (bool, error) {
-		agents, err := m.scrapeGauge(ctx, url, "konnectivity_network_proxy_server_ready_backend_connections")
+		agents, err := m.scrapeGauge(ctx, TunnelServerMetrics(i), "konnectivity_network_proxy_server_ready_backend_connections")
 		return err == nil && agents >= tunnelAgentReplicas, nil
 	}
 }
@@ -139,7 +149,7 @@ func (m *ManagedControlPlane) tunnelServerConnected(i int) wait.ConditionWithCon
 // stopTunnelServer takes the tunnel server of API server replica i out of
 // service and stops it.
 func (m *ManagedControlPlane) stopTunnelServer(i int) {
-	m.tunnelBalancer.setServing(net.JoinHostPort(apiServerIP(i), strconv.Itoa(tunnelAgentPort)), false)
+	m.tunnelBalancer.setServing(tunnelServerAddress(i), false)
 	stop(m.tunnelServers[i])
 	m.tunnelServers[i] = nil
 }
@@ -188,18 +198,12 @@ func (m *ManagedControlPlane) stopTunnelAgent(a *tunnelAgent) {
 		return
 	case <-time.After(tunnelAgentDrain):
 	}
-	m.mu.Lock()
-	m.tunnelAgentStops = append(m.tunnelAgentStops, time.Now())
-	m.mu.Unlock()
+	m.events.add(tunnelAgentStopped)
 	stop(a.p)
 }
 
 // TunnelAgentStops returns when the platform ended a drained agent.
-func (m *ManagedControlPlane) TunnelAgentStops() []time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.tunnelAgentStops)
-}
+func (m *ManagedControlPlane) TunnelAgentStops() []time.Time { return m.events.at(tunnelAgentStopped) }
 
 // startTunnelAgent starts agent replica i in slot and waits until it is
 // connected to every server.
@@ -240,7 +244,7 @@ func (m *ManagedControlPlane) StopTunnelAgents() {
 func (m *ManagedControlPlane) TunnelServerAddresses() []string {
 	var addresses []string
 	for i := range m.apiServerReplicas() {
-		addresses = append(addresses, net.JoinHostPort(apiServerIP(i), strconv.Itoa(tunnelAgentPort)))
+		addresses = append(addresses, tunnelServerAddress(i))
 	}
 	return addresses
 }
@@ -251,8 +255,7 @@ func (m *ManagedControlPlane) TunnelServerAddresses() []string {
 func (m *ManagedControlPlane) TunnelDials(ctx context.Context) float64 {
 	var sum float64
 	for i := range m.apiServerReplicas() {
-		url := "http://" + net.JoinHostPort(apiServerIP(i), strconv.Itoa(tunnelHealthPort)) + "/metrics"
-		families, err := m.scrape(ctx, url)
+		families, err := m.scrape(ctx, TunnelServerMetrics(i))
 		if err != nil {
 			continue
 		}
@@ -285,11 +288,7 @@ func (m *ManagedControlPlane) scrape(ctx context.Context, url string) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DialContext:       func(ctx context.Context, _, address string) (net.Conn, error) { return m.dial(ctx, address) },
-		DisableKeepAlives: true,
-	}}
-	resp, err := client.Do(req)
+	resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: m.readinessTransport()}).Do(req)
 	if err != nil {
 		return nil, err
 	}
