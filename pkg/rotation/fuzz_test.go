@@ -289,6 +289,9 @@ const (
 	factConsumersRolledOut
 )
 
+// fuzzNow is the time of the pass in FuzzNext.
+var fuzzNow = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
 // waitsPolled are the reasons of waits on the managed cluster.
 var waitsPolled = []v1alpha1.RotationReason{v1alpha1.ReasonWaitingForClients, v1alpha1.ReasonWaitingForWorkers, v1alpha1.ReasonWaitingForEvidence,
 	v1alpha1.ReasonWaitingForKubeRootCA, v1alpha1.ReasonWaitingForAPIServices}
@@ -302,44 +305,57 @@ var waitsPolled = []v1alpha1.RotationReason{v1alpha1.ReasonWaitingForClients, v1
 // (CanDropOldCAs), the workers rolled and the evidence is in. A phase that
 // stays waits for a named reason, polled exactly when it is in the managed
 // cluster. CanDropOldCAs holds only in Finalizing, with every certificate on
-// the new CAs and the consumers rolled out.
+// the new CAs and the consumers rolled out. Preparing never moves to
+// Prepared before pods had workloadTrustReload since kube-root-ca.crt carried
+// both CAs, and waits for them by name, until a time still to come.
 func FuzzNext(f *testing.F) {
 	allFacts := uint8(factNewCAsPersisted | factOldCAsRemoved | factClientsOnNewCA | factAllOnNewCA | factConsumersRolledOut)
 	prepared := uint8(factNewCAsPersisted | factClientsOnNewCA | factConsumersRolledOut)
 	// Arguments: phase index, fact bits, pending worker pools, evidence index, kube-root-ca.crt evidence index, APIServices evidence index.
-	f.Add(uint8(0), uint8(0), 0, uint8(2), uint8(0), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(1), uint8(0), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0))
-	f.Add(uint8(1), prepared, 2, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(1), prepared&^factClientsOnNewCA, 0, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(1), uint8(0), 3, uint8(2), uint8(0), uint8(0))
-	f.Add(uint8(2), allFacts, 0, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts&^(factOldCAsRemoved|factAllOnNewCA), 0, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, 1, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, 0, uint8(2), uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, -1, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(4), allFacts, 0, uint8(0), uint8(0), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(2), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0))
-	f.Add(uint8(3), allFacts, 0, uint8(1), uint8(3), uint8(0))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(2))
-	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(3))
-	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8) {
+	f.Add(uint8(0), uint8(0), 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(1), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 2, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared&^factClientsOnNewCA, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), uint8(0), 3, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(2), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts&^(factOldCAsRemoved|factAllOnNewCA), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts, 1, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts, -1, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(4), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(2), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts, 0, uint8(1), uint8(3), uint8(0), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(2), uint16(0), int32(-1))
+	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(3), uint16(0), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(-1))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(419))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(420))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(1), uint8(0), uint16(420), int32(-1))
+	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8, reloadSec uint16, publishedAgoSec int32) {
 		facts := Facts{
-			Phase:              fuzzPhase(phase),
-			NewCAsPersisted:    flags&factNewCAsPersisted != 0,
-			OldCAsRemoved:      flags&factOldCAsRemoved != 0,
-			ClientsOnNewCA:     flags&factClientsOnNewCA != 0,
-			AllOnNewCA:         flags&factAllOnNewCA != 0,
-			ConsumersRolledOut: flags&factConsumersRolledOut != 0,
-			PendingWorkerPools: pendingPools,
-			Evidence:           fuzzEvidence[int(evidence)%len(fuzzEvidence)],
-			KubeRootCA:         fuzzEvidence[int(kubeRootCA)%len(fuzzEvidence)],
-			APIServices:        fuzzEvidence[int(apiServices)%len(fuzzEvidence)],
+			Phase:               fuzzPhase(phase),
+			NewCAsPersisted:     flags&factNewCAsPersisted != 0,
+			OldCAsRemoved:       flags&factOldCAsRemoved != 0,
+			ClientsOnNewCA:      flags&factClientsOnNewCA != 0,
+			AllOnNewCA:          flags&factAllOnNewCA != 0,
+			ConsumersRolledOut:  flags&factConsumersRolledOut != 0,
+			PendingWorkerPools:  pendingPools,
+			Evidence:            fuzzEvidence[int(evidence)%len(fuzzEvidence)],
+			KubeRootCA:          fuzzEvidence[int(kubeRootCA)%len(fuzzEvidence)],
+			APIServices:         fuzzEvidence[int(apiServices)%len(fuzzEvidence)],
+			WorkloadTrustReload: time.Duration(reloadSec) * time.Second,
+			Now:                 fuzzNow,
 		}
+		if publishedAgoSec >= 0 {
+			facts.KubeRootCAPublished = fuzzNow.Add(-time.Duration(publishedAgoSec) * time.Second)
+		}
+		reloaded := facts.KubeRootCA == EvidenceSkipped || facts.WorkloadTrustReload == 0 ||
+			publishedAgoSec >= 0 && time.Duration(publishedAgoSec)*time.Second >= facts.WorkloadTrustReload
 		to, wait := next(facts)
 		if again, againWait := next(facts); again != to || fmt.Sprint(againWait) != fmt.Sprint(wait) {
 			t.Fatalf("next(%+v) is not deterministic", facts)
@@ -348,7 +364,7 @@ func FuzzNext(f *testing.F) {
 		switch {
 		case to == facts.Phase:
 		case facts.Phase == v1alpha1.RotationPreparing && to == v1alpha1.RotationPrepared:
-			if !settled || !facts.NewCAsPersisted || !facts.ConsumersRolledOut || !facts.ClientsOnNewCA {
+			if !settled || !reloaded || !facts.NewCAsPersisted || !facts.ConsumersRolledOut || !facts.ClientsOnNewCA {
 				t.Fatalf("next(%+v) moved to Prepared", facts)
 			}
 		case facts.Phase == v1alpha1.RotationFinalizing && to == v1alpha1.RotationCompleted:
@@ -368,6 +384,13 @@ func FuzzNext(f *testing.F) {
 			}
 			if wait.PollManaged != slices.Contains(waitsPolled, wait.Reason) {
 				t.Fatalf("next(%+v): wait %s polled %v", facts, wait.Reason, wait.PollManaged)
+			}
+			if (wait.Reason == v1alpha1.ReasonWaitingForWorkloadTrust) != (!wait.Until.IsZero() || facts.Phase == v1alpha1.RotationPreparing &&
+				settled && facts.NewCAsPersisted && facts.ConsumersRolledOut && facts.ClientsOnNewCA && !reloaded) {
+				t.Fatalf("next(%+v): wait %+v", facts, wait)
+			}
+			if !wait.Until.IsZero() && !wait.Until.After(fuzzNow) {
+				t.Fatalf("next(%+v) waits until %s, which has come", facts, wait.Until)
 			}
 			if wait.Reason == v1alpha1.ReasonWaitingForWorkers && (facts.PendingWorkerPools == 0 || !strings.Contains(wait.Message, fmt.Sprint(facts.PendingWorkerPools))) {
 				t.Fatalf("next(%+v) waits for workers: %q", facts, wait.Message)

@@ -75,6 +75,7 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.LastInitiationFinishedTime = nil
 		next.PendingWorkersRollouts = pendingPools(pools, now)
 		next.CheckedEndpoint = "" // recorded by TrackEndpoint for this rotation
+		next.KubeRootCAPublishedTime = nil
 	case v1alpha1.VerbCompleteCARotation:
 		initiated := now // a hand-written Prepared status may lack its start time
 		if next.LastInitiationTime != nil {
@@ -132,6 +133,19 @@ func EnterPhase(rot *v1alpha1.CARotation, phase v1alpha1.CARotationPhase, now me
 	case v1alpha1.RotationCompleted:
 		next.LastCompletionTime = &now
 	}
+	return next
+}
+
+// RecordKubeRootCAPublished returns the rotation status with the time
+// kube-root-ca.crt was first seen carrying both cluster CAs everywhere in
+// Preparing (rot itself when there is nothing to record): the start of the
+// time pods get to reload it. It does not modify rot.
+func RecordKubeRootCAPublished(rot *v1alpha1.CARotation, kubeRootCA Evidence, now metav1.Time) *v1alpha1.CARotation {
+	if rot == nil || rot.Phase != v1alpha1.RotationPreparing || kubeRootCA != EvidencePassed || rot.KubeRootCAPublishedTime != nil {
+		return rot
+	}
+	next := rot.DeepCopy()
+	next.KubeRootCAPublishedTime = &now
 	return next
 }
 

@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -400,5 +401,91 @@ func TestTrustWaitsNameWhatIsBehind(t *testing.T) {
 		"(Carousel writes it): 1 APIService(s) behind: v1beta1.metrics.k8s.io"
 	if got := Decide(f).Wait; got == nil || got.Message != want {
 		t.Errorf("wait %+v, want message %q", got, want)
+	}
+}
+
+// TestPreparedWaitsForWorkloadsToReloadTrust checks the last step of
+// Preparing: pods get workloadTrustReload from the time kube-root-ca.crt
+// carried both cluster CAs everywhere, and the reconciler is told when to
+// look again.
+func TestPreparedWaitsForWorkloadsToReloadTrust(t *testing.T) {
+	settled := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
+		Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed, WorkloadTrustReload: 7 * time.Minute}
+	with := func(mutate func(*Facts)) Facts { f := settled; mutate(&f); return f }
+	deadline := t0.Add(7 * time.Minute)
+	tests := []struct {
+		name      string
+		facts     Facts
+		wantPhase v1alpha1.CARotationPhase
+		wantUntil time.Time
+		wantText  string
+	}{
+		{"not recorded yet", with(func(f *Facts) { f.Now = t0.Time }), v1alpha1.RotationPreparing, time.Time{}, "waiting to record"},
+		{"just published", with(func(f *Facts) { f.KubeRootCAPublished, f.Now = t0.Time, t0.Time }), v1alpha1.RotationPreparing, deadline,
+			"giving pods until 2026-11-21T10:07:00Z to reload kube-root-ca.crt, which carries both cluster CAs since 2026-11-21T10:00:00Z " +
+				"(spec.caRotation.workloadTrustReload: 7m0s)"},
+		{"a second short", with(func(f *Facts) { f.KubeRootCAPublished, f.Now = t0.Time, deadline.Add(-time.Second) }), v1alpha1.RotationPreparing, deadline, "giving pods until"},
+		{"time is up", with(func(f *Facts) { f.KubeRootCAPublished, f.Now = t0.Time, deadline }), v1alpha1.RotationPrepared, time.Time{}, ""},
+		{"no time asked for", with(func(f *Facts) { f.WorkloadTrustReload, f.Now = 0, t0.Time }), v1alpha1.RotationPrepared, time.Time{}, ""},
+		{"no endpoint to check kube-root-ca.crt through", with(func(f *Facts) {
+			f.Evidence, f.KubeRootCA, f.APIServices, f.Now = EvidenceSkipped, EvidenceSkipped, EvidenceSkipped, t0.Time
+		}), v1alpha1.RotationPrepared, time.Time{}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(tt.facts)
+			if d.Phase != tt.wantPhase {
+				t.Fatalf("phase %q, want %q", d.Phase, tt.wantPhase)
+			}
+			if tt.wantPhase == v1alpha1.RotationPrepared {
+				return
+			}
+			w := d.Wait
+			if w == nil || w.Reason != v1alpha1.ReasonWaitingForWorkloadTrust || w.PollManaged || !w.Until.Equal(tt.wantUntil) ||
+				!strings.Contains(w.Message, tt.wantText) {
+				t.Fatalf("wait %+v, want %s until %s, not polled, saying %q", w, v1alpha1.ReasonWaitingForWorkloadTrust, tt.wantUntil, tt.wantText)
+			}
+		})
+	}
+}
+
+func TestRecordKubeRootCAPublished(t *testing.T) {
+	preparing := &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}
+	recorded := &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, KubeRootCAPublishedTime: &t0}
+	tests := []struct {
+		name     string
+		rot      *v1alpha1.CARotation
+		evidence Evidence
+		want     *metav1.Time
+	}{
+		{"first seen", preparing, EvidencePassed, &t1},
+		{"kept once recorded", recorded, EvidencePassed, &t0},
+		{"not while behind", preparing, EvidencePending, nil},
+		{"not without an endpoint", preparing, EvidenceSkipped, nil},
+		{"not in Finalizing", &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing}, EvidencePassed, nil},
+		{"never rotated", nil, EvidencePassed, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.rot.DeepCopy()
+			got := RecordKubeRootCAPublished(tt.rot, tt.evidence, t1)
+			if !equality.Semantic.DeepEqual(tt.rot, before) {
+				t.Fatalf("modified its argument")
+			}
+			var at *metav1.Time
+			if got != nil {
+				at = got.KubeRootCAPublishedTime
+			}
+			if !equality.Semantic.DeepEqual(at, tt.want) {
+				t.Fatalf("recorded %v, want %v", at, tt.want)
+			}
+			if recorded := tt.want == &t1; !recorded && got != tt.rot {
+				t.Fatalf("returned a copy with nothing to record")
+			}
+		})
+	}
+	done := &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, KubeRootCAPublishedTime: &t0}
+	if started, err := ApplyOperation(done, v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation}, nil, t1); err != nil || started.KubeRootCAPublishedTime != nil {
+		t.Fatalf("a new rotation keeps the last one's kubeRootCAPublishedTime: %v, %v", started, err)
 	}
 }

@@ -37,6 +37,13 @@ type Facts struct {
 	// those that are not.
 	APIServices       Evidence
 	APIServicesBehind []string
+	// KubeRootCAPublished is when kube-root-ca.crt was first seen carrying
+	// both cluster CAs in every namespace in this Preparing; zero before.
+	// WorkloadTrustReload is how long pods get from then to reload it
+	// (spec.caRotation.workloadTrustReload), and Now the time of the pass.
+	KubeRootCAPublished time.Time
+	WorkloadTrustReload time.Duration
+	Now                 time.Time
 }
 
 // Record keeps what a check of the managed cluster observed: its result
@@ -94,6 +101,9 @@ type Wait struct {
 	// cluster (its API server, its nodes), which raises no event in the
 	// management cluster: the reconciler must look again on its own.
 	PollManaged bool
+	// Until, when set, is the time the phase waits for: the reconciler looks
+	// again then.
+	Until time.Time
 }
 
 // Decision is what the reconciler does after a pass that observed Facts.
@@ -143,6 +153,9 @@ var preparing = []step{
 		plan:     []PlanLine{{"check that the API server accepts a client certificate from the new client CA", ListNone}}},
 	kubeRootCAStep("both cluster CAs"),
 	apiServicesStep("both metrics-server CAs"),
+	{reason: v1alpha1.ReasonWaitingForWorkloadTrust, done: workloadsHadTimeToReload,
+		waiting: workloadsReloading,
+		plan:    []PlanLine{{"give pods spec.caRotation.workloadTrustReload (default 7m) to reload kube-root-ca.crt", ListNone}}},
 }
 
 var finalizing = []step{
@@ -174,6 +187,30 @@ func kubeRootCAStep(what string) step {
 	return trustStep(v1alpha1.ReasonWaitingForKubeRootCA, CheckKubeRootCA,
 		func(f Facts) (Evidence, []string) { return f.KubeRootCA, f.KubeRootCABehind },
 		"kube-root-ca.crt to carry "+what+" in every namespace", "(kube-controller-manager publishes it): %d namespace(s) behind")
+}
+
+// workloadsHadTimeToReload: pods have had workloadTrustReload since
+// kube-root-ca.crt carried both cluster CAs everywhere, or there is nothing
+// to wait for: no endpoint to check kube-root-ca.crt through, or no time
+// asked for.
+func workloadsHadTimeToReload(f Facts) bool {
+	if f.KubeRootCA == EvidenceSkipped || f.WorkloadTrustReload <= 0 {
+		return true
+	}
+	return !f.KubeRootCAPublished.IsZero() && !f.Now.Before(workloadTrustDeadline(f))
+}
+
+func workloadTrustDeadline(f Facts) time.Time {
+	return f.KubeRootCAPublished.Add(f.WorkloadTrustReload)
+}
+
+func workloadsReloading(f Facts) string {
+	if f.KubeRootCAPublished.IsZero() {
+		return "waiting to record when kube-root-ca.crt carried both cluster CAs in every namespace"
+	}
+	return fmt.Sprintf("giving pods until %s to reload kube-root-ca.crt, which carries both cluster CAs since %s "+
+		"(spec.caRotation.workloadTrustReload: %s): kubelets rewrite it in the pods' volumes, client-go rereads it at most every 5 minutes",
+		workloadTrustDeadline(f).UTC().Format(time.RFC3339), f.KubeRootCAPublished.UTC().Format(time.RFC3339), f.WorkloadTrustReload)
 }
 
 // apiServicesStep waits until the caBundle of every APIService labelled
@@ -261,7 +298,11 @@ func waitOf(f Facts) *Wait {
 	if s == nil {
 		return nil
 	}
-	return &Wait{Reason: s.reason, Message: s.waiting(f), PollManaged: s.managed}
+	w := &Wait{Reason: s.reason, Message: s.waiting(f), PollManaged: s.managed}
+	if s.reason == v1alpha1.ReasonWaitingForWorkloadTrust && !f.KubeRootCAPublished.IsZero() {
+		w.Until = workloadTrustDeadline(f)
+	}
+	return w
 }
 
 // EvidenceDue returns the check of the managed cluster whose result is all

@@ -19,6 +19,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -51,6 +52,8 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		env, err = framework.Start(ctx, framework.Options{
 			RepoRoot: root, KubeBinDir: kubeAssets, CarouselBinDir: carouselBin, WorkDir: work,
 			Namespace: "chart", Name: "helm", Pool: "workers", Nodes: 1,
+			// No pod of the managed cluster calls its API server.
+			WorkloadTrustReload: &metav1.Duration{},
 			Logf: func(format string, args ...any) {
 				GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)
 			},

@@ -49,6 +49,9 @@ type Options struct {
 	// (--register-node: it bootstraps, registers a Node and renews its Lease
 	// itself) on loopback, with no kubelet and no network namespace.
 	StandInNodes bool
+	// WorkloadTrustReload is the Cluster's spec.caRotation.workloadTrustReload;
+	// nil leaves the default.
+	WorkloadTrustReload *metav1.Duration
 	// OperatorFlags are added to the controller manager's flags (when
 	// Install is nil).
 	OperatorFlags []string
@@ -405,6 +408,7 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 			KubernetesVersion: "1.36.3",
 			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: e.ControlPlane.Endpoint()},
 			Workers:           []v1alpha1.WorkerPool{{Name: e.Pool, RolloutStrategy: v1alpha1.RolloutInPlace}},
+			CARotation:        v1alpha1.CARotationSettings{WorkloadTrustReload: e.WorkloadTrustReload},
 		},
 	}
 	if !e.StandInNodes {

@@ -62,7 +62,9 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		cp = &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port}
 		c = &v1alpha1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "root-ca"},
-			Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()}},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()},
+				// Long enough to be seen waiting; the spec shortens it.
+				CARotation: v1alpha1.CARotationSettings{WorkloadTrustReload: &metav1.Duration{Duration: time.Hour}}},
 		}
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		key = client.ObjectKeyFromObject(c)
@@ -111,7 +113,8 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		}
 	}
 
-	It("holds Preparing until kube-root-ca.crt carries both cluster CAs in every namespace, then until the APIService trusts both metrics-server CAs", func(ctx SpecContext) {
+	It("holds Preparing until kube-root-ca.crt carries both cluster CAs in every namespace, then until the APIService trusts both metrics-server CAs, "+
+		"then for as long as pods are given to reload kube-root-ca.crt", func(ctx SpecContext) {
 		By("freezing the APIService with an admission policy of the managed cluster, which refuses every update of it")
 		freeze := &admissionregistrationv1.ValidatingAdmissionPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: "freeze-" + apiService},
@@ -162,10 +165,33 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		Consistently(func(ctx context.Context) v1alpha1.CARotationPhase { return getCluster(ctx, key).CARotationPhase() }).
 			WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(time.Second).Should(Equal(v1alpha1.RotationPreparing))
 
-		By("thawing the APIService: Carousel writes both metrics-server CAs and the rotation goes on")
+		By("thawing the APIService: Carousel writes both metrics-server CAs and gives pods an hour to reload kube-root-ca.crt")
 		Expect(managed.Delete(ctx, freezeBinding)).To(Succeed())
 		Expect(managed.Delete(ctx, freeze)).To(Succeed())
+		var published time.Time
+		Eventually(func(g Gomega) {
+			got := getCluster(ctx, key)
+			g.Expect(got.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+			g.Expect(got.CARotation().KubeRootCAPublishedTime).NotTo(BeNil())
+			published = got.CARotation().KubeRootCAPublishedTime.Time
+			g.Expect(got.Status.Conditions).To(ContainElement(And(
+				HaveField("Type", v1alpha1.ConditionCARotation),
+				HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkloadTrust)),
+				HaveField("Message", ContainSubstring("giving pods until "+published.Add(time.Hour).UTC().Format(time.RFC3339)+" to reload kube-root-ca.crt")),
+			)))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		before := writes.Load()
+		Consistently(func(ctx context.Context) v1alpha1.CARotationPhase { return getCluster(ctx, key).CARotationPhase() }).
+			WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(time.Second).Should(Equal(v1alpha1.RotationPreparing))
+		Expect(writes.Load()).To(Equal(before), "waiting writes nothing")
+
+		By("giving pods no time at all: Prepared")
+		got := getCluster(ctx, key)
+		patch := client.MergeFrom(got.DeepCopy())
+		got.Spec.CARotation.WorkloadTrustReload = &metav1.Duration{}
+		Expect(k8s.Patch(ctx, got, patch)).To(Succeed())
 		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+		Expect(getCluster(ctx, key).CARotation().KubeRootCAPublishedTime.Time).To(Equal(published), "recorded once")
 		cas := loadCAs(ctx, c)[v1alpha1.CARoleCluster]
 		expectPublished(ctx, pki.NewBundle(cas.Previous.Cert, cas.Current.Cert))
 		metrics := loadCAs(ctx, c)[v1alpha1.CARoleMetricsServer]

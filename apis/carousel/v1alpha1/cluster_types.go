@@ -80,6 +80,29 @@ type ClusterSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	KubeletBootstrap KubeletBootstrapSpec `json:"kubeletBootstrap,omitempty"`
+
+	// CARotation configures how the cluster's CA rotations proceed.
+	//
+	// +optional
+	// +kubebuilder:default={}
+	CARotation CARotationSettings `json:"caRotation,omitempty"`
+}
+
+// CARotationSettings configures how a cluster's CA rotations proceed.
+type CARotationSettings struct {
+	// WorkloadTrustReload is how long Preparing waits, once kube-root-ca.crt
+	// carries both cluster CAs in every namespace, before it becomes Prepared.
+	// A pod trusts the API server through the kube-root-ca.crt its kubelet
+	// projects into it: the kubelet rewrites the file at the pod's next sync
+	// (about every minute), and client-go reads the file again at most every
+	// five minutes. complete-ca-rotation moves the API server's certificate
+	// to the new cluster CA, which a pod trusts only once it did both. Between
+	// 0 (for a cluster whose pods do not call the API server, or are all
+	// restarted before completing) and MaxWorkloadTrustReload.
+	//
+	// +optional
+	// +kubebuilder:default="7m"
+	WorkloadTrustReload *metav1.Duration `json:"workloadTrustReload,omitempty"`
 }
 
 // ControlPlaneSpec locates the managed cluster's API server.
@@ -389,6 +412,14 @@ type CARotation struct {
 	// +listType=map
 	// +listMapKey=name
 	PendingWorkersRollouts []PendingWorkersRollout `json:"pendingWorkersRollouts,omitempty"`
+
+	// KubeRootCAPublishedTime is when kube-root-ca.crt was first seen
+	// carrying both cluster CAs in every namespace of the managed cluster
+	// during this rotation's Preparing. Prepared waits
+	// spec.caRotation.workloadTrustReload from here.
+	//
+	// +optional
+	KubeRootCAPublishedTime *metav1.Time `json:"kubeRootCAPublishedTime,omitempty"`
 
 	// CheckedEndpoint is the control-plane endpoint the API-server checks of
 	// the rotation under way run against: spec.controlPlane.endpoint, recorded

@@ -113,6 +113,10 @@ const (
 	// carousel.dev/ca-bundle=metrics-server in the managed cluster is not yet
 	// the phase's metrics-server bundle; the condition names them.
 	ReasonWaitingForAPIServices RotationReason = "WaitingForAPIServiceCABundles"
+	// ReasonWaitingForWorkloadTrust: kube-root-ca.crt carries both cluster
+	// CAs everywhere; Preparing gives pods spec.caRotation.workloadTrustReload
+	// to reload it before it becomes Prepared.
+	ReasonWaitingForWorkloadTrust RotationReason = "WaitingForWorkloadTrustReload"
 	// ReasonWaitingForCompletion: Prepared; the user completes the rotation.
 	ReasonWaitingForCompletion RotationReason = "WaitingForCompleteOperation"
 	// ReasonWaitingForServers: Finalizing re-issues server certificates from

@@ -64,6 +64,11 @@ func (p *WorkerPool) OfflineNodeTimeoutOrDefault() time.Duration {
 	return durationOr(p.OfflineNodeTimeout, DefaultOfflineNodeTimeout)
 }
 
+// WorkloadTrustReloadOrDefault returns the workloadTrustReload, or DefaultWorkloadTrustReload when unset.
+func (r *CARotationSettings) WorkloadTrustReloadOrDefault() time.Duration {
+	return durationOr(r.WorkloadTrustReload, DefaultWorkloadTrustReload)
+}
+
 // KeyAlgorithmOrDefault returns the key algorithm, or DefaultKeyAlgorithm when unset.
 func (cs *CertificateSettings) KeyAlgorithmOrDefault() KeyAlgorithm {
 	if cs.KeyAlgorithm == "" {

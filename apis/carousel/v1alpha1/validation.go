@@ -45,6 +45,13 @@ const (
 	DefaultOfflineNodeTimeout = 10 * time.Minute
 	MinOfflineNodeTimeout     = time.Minute
 	MaxOfflineNodeTimeout     = 7 * 24 * time.Hour
+
+	// How long Preparing waits for pods to reload kube-root-ca.crt: up to a
+	// minute and a half until the kubelet's jittered pod sync rewrites the
+	// projected file, up to five minutes until client-go rereads it
+	// (k8s.io/client-go/transport, ClientsAllowCARotation), and a margin.
+	DefaultWorkloadTrustReload = 7 * time.Minute
+	MaxWorkloadTrustReload     = time.Hour
 )
 
 // DefaultMaxUnavailable is the share of an InPlace pool's nodes that renew
@@ -90,6 +97,8 @@ func ValidateClusterSpec(spec *ClusterSpec, p *field.Path) field.ErrorList {
 	allErrs = append(allErrs, validateCertificates(&spec.Certificates, p.Child("certificates"))...)
 	allErrs = append(allErrs, validateWorkers(spec.Workers, p.Child("workers"))...)
 	allErrs = append(allErrs, validateKubeletBootstrap(&spec.KubeletBootstrap, p.Child("kubeletBootstrap"))...)
+	allErrs = append(allErrs, validateDurationBounds(spec.CARotation.WorkloadTrustReload, 0, MaxWorkloadTrustReload,
+		p.Child("caRotation", "workloadTrustReload"))...)
 	return allErrs
 }
 

@@ -114,6 +114,10 @@ func TestValidateClusterSpec(t *testing.T) {
 		{"offline timeout for Replace", func(s *ClusterSpec) { s.Workers[2].OfflineNodeTimeout = dur(time.Hour) }, "spec.workers[2].offlineNodeTimeout: Forbidden"},
 		{"token TTL too short", func(s *ClusterSpec) { s.KubeletBootstrap.TokenTTL = dur(time.Minute) }, "spec.kubeletBootstrap.tokenTTL"},
 		{"token TTL too long", func(s *ClusterSpec) { s.KubeletBootstrap.TokenTTL = dur(30 * 24 * time.Hour) }, "spec.kubeletBootstrap.tokenTTL"},
+		{"workloads that never reload trust", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(0) }, ""},
+		{"workload trust reload at most an hour", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(MaxWorkloadTrustReload) }, ""},
+		{"workload trust reload negative", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(-time.Second) }, "spec.caRotation.workloadTrustReload: Invalid value"},
+		{"workload trust reload too long", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(2 * time.Hour) }, "must be between 0s and 1h0m0s"},
 		{"unknown client approval", func(s *ClusterSpec) { s.KubeletBootstrap.CSRApproval.Client = "Maybe" }, "spec.kubeletBootstrap.csrApproval.client: Unsupported value"},
 		{"unknown serving approval", func(s *ClusterSpec) { s.KubeletBootstrap.CSRApproval.Serving = "Maybe" }, "spec.kubeletBootstrap.csrApproval.serving: Unsupported value"},
 	}

@@ -34,6 +34,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=carousel.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("CARotation"):
 		return &carouselv1alpha1.CARotationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CARotationSettings"):
+		return &carouselv1alpha1.CARotationSettingsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CertificateAuthorityInventory"):
 		return &carouselv1alpha1.CertificateAuthorityInventoryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CertificateInfo"):

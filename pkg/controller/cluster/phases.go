@@ -142,16 +142,21 @@ func (r *Reconciler) workerPhase(ctx context.Context, s *scope) (err error) {
 func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	c := s.cluster
 	s.facts = rotation.Facts{
-		Phase:              c.CARotationPhase(),
-		NewCAsPersisted:    allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation == rotationID(c) }),
-		OldCAsRemoved:      allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil }),
-		ClientsOnNewCA:     s.certs.clientsOnNewCA,
-		AllOnNewCA:         s.certs.allOnNewCA,
-		ConsumersRolledOut: s.rolledOut,
-		PendingWorkerPools: len(pendingPools(c)),
-		Evidence:           rotation.EvidencePending,
-		KubeRootCA:         rotation.EvidencePending,
-		APIServices:        rotation.EvidencePending,
+		Phase:               c.CARotationPhase(),
+		NewCAsPersisted:     allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation == rotationID(c) }),
+		OldCAsRemoved:       allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil }),
+		ClientsOnNewCA:      s.certs.clientsOnNewCA,
+		AllOnNewCA:          s.certs.allOnNewCA,
+		ConsumersRolledOut:  s.rolledOut,
+		PendingWorkerPools:  len(pendingPools(c)),
+		Evidence:            rotation.EvidencePending,
+		KubeRootCA:          rotation.EvidencePending,
+		APIServices:         rotation.EvidencePending,
+		WorkloadTrustReload: c.Spec.CARotation.WorkloadTrustReloadOrDefault(),
+		Now:                 r.Clock.Now(),
+	}
+	if rot := c.CARotation(); rot != nil && rot.KubeRootCAPublishedTime != nil {
+		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
 	for check := rotation.EvidenceDue(s.facts); ; {
@@ -167,9 +172,15 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	}
 }
 
-// decisionPhase carries out rotation.Decide.
+// decisionPhase records when kube-root-ca.crt first carried both cluster
+// CAs, then carries out rotation.Decide.
 func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
-	c, d := s.cluster, rotation.Decide(s.facts)
+	c := s.cluster
+	if rot := rotation.RecordKubeRootCAPublished(c.CARotation(), s.facts.KubeRootCA, r.now()); rot != c.CARotation() {
+		setCARotation(c, rot)
+		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
+	}
+	d := rotation.Decide(s.facts)
 	if d.DropOldCAs {
 		if err := r.ensureOldClientProbe(ctx, c, s.objs, s.cas); err != nil {
 			return err
@@ -212,15 +223,19 @@ func (s *scope) observe(seen *metav1.Condition, err error) error {
 }
 
 // requeue is when the Cluster is looked at again: at the first certificate
-// renewal, or soon while the phase waits on the managed cluster, which
-// raises no event here.
+// renewal, soon while the phase waits on the managed cluster, which raises
+// no event here, and when the time the phase waits for comes.
 func (r *Reconciler) requeue(s *scope) ctrl.Result {
 	if s.decision == nil {
 		return ctrl.Result{} // the old CAs were dropped: their Secrets' events come back
 	}
 	result := ctrl.Result{RequeueAfter: s.certs.nextRenewal.Sub(r.Clock.Now())}
-	if w := s.decision.Wait; w != nil && w.PollManaged {
+	switch w := s.decision.Wait; {
+	case w == nil:
+	case w.PollManaged:
 		result.RequeueAfter = r.managedPollDelay(s.cluster, s.managedCheckFailed)
+	case !w.Until.IsZero():
+		result.RequeueAfter = min(result.RequeueAfter, max(w.Until.Sub(r.Clock.Now()), time.Second))
 	}
 	return result
 }

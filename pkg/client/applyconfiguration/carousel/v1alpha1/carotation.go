@@ -41,6 +41,11 @@ type CARotationApplyConfiguration struct {
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
+	// KubeRootCAPublishedTime is when kube-root-ca.crt was first seen
+	// carrying both cluster CAs in every namespace of the managed cluster
+	// during this rotation's Preparing. Prepared waits
+	// spec.caRotation.workloadTrustReload from here.
+	KubeRootCAPublishedTime *v1.Time `json:"kubeRootCAPublishedTime,omitempty"`
 	// CheckedEndpoint is the control-plane endpoint the API-server checks of
 	// the rotation under way run against: spec.controlPlane.endpoint, recorded
 	// while the rotation runs and following a changed endpoint. Once set, an
@@ -105,6 +110,14 @@ func (b *CARotationApplyConfiguration) WithPendingWorkersRollouts(values ...*Pen
 		}
 		b.PendingWorkersRollouts = append(b.PendingWorkersRollouts, *values[i])
 	}
+	return b
+}
+
+// WithKubeRootCAPublishedTime sets the KubeRootCAPublishedTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KubeRootCAPublishedTime field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithKubeRootCAPublishedTime(value v1.Time) *CARotationApplyConfiguration {
+	b.KubeRootCAPublishedTime = &value
 	return b
 }
 

@@ -39,6 +39,8 @@ type ClusterSpecApplyConfiguration struct {
 	// KubeletBootstrap configures the kubelet client-certificate bootstrap flow
 	// (bootstrap tokens and CSR approval) Carousel runs in the managed cluster.
 	KubeletBootstrap *KubeletBootstrapSpecApplyConfiguration `json:"kubeletBootstrap,omitempty"`
+	// CARotation configures how the cluster's CA rotations proceed.
+	CARotation *CARotationSettingsApplyConfiguration `json:"caRotation,omitempty"`
 }
 
 // ClusterSpecApplyConfiguration constructs a declarative configuration of the ClusterSpec type for use with
@@ -89,5 +91,13 @@ func (b *ClusterSpecApplyConfiguration) WithWorkers(values ...*WorkerPoolApplyCo
 // If called multiple times, the KubeletBootstrap field is set to the value of the last call.
 func (b *ClusterSpecApplyConfiguration) WithKubeletBootstrap(value *KubeletBootstrapSpecApplyConfiguration) *ClusterSpecApplyConfiguration {
 	b.KubeletBootstrap = value
+	return b
+}
+
+// WithCARotation sets the CARotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CARotation field is set to the value of the last call.
+func (b *ClusterSpecApplyConfiguration) WithCARotation(value *CARotationSettingsApplyConfiguration) *ClusterSpecApplyConfiguration {
+	b.CARotation = value
 	return b
 }
