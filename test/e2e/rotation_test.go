@@ -118,9 +118,11 @@ func (f *follower) current(ctx context.Context) kubernetes.Interface {
 	return f.client
 }
 
+// waitForPhase waits for a phase; Preparing alone gives pods
+// spec.caRotation.workloadTrustReload (7 minutes) to reload kube-root-ca.crt.
 func waitForPhase(ctx context.Context, phase v1alpha1.CARotationPhase) {
 	GinkgoHelper()
-	kit.WaitForPhase(ctx, tgt.Client, key(), phase, kit.Wait{Timeout: 5 * time.Minute, Polling: time.Second})
+	kit.WaitForPhase(ctx, tgt.Client, key(), phase, kit.Wait{Timeout: 12 * time.Minute, Polling: time.Second})
 }
 
 // requestProbe makes a request of the managed cluster every interval, as a
@@ -133,6 +135,8 @@ type requestProbe struct {
 	mu       sync.Mutex
 	failures []failure
 	requests int
+	// lastServed is when the last request that succeeded was sent.
+	lastServed time.Time
 }
 
 // readNamespace is the protocol-following client's request.
@@ -141,13 +145,17 @@ func readNamespace(ctx context.Context, cs kubernetes.Interface) error {
 	return err
 }
 
-func (p *requestProbe) run(ctx context.Context, admin *follower) {
+// run makes the probe's requests with the client clientNow returns for each.
+func (p *requestProbe) run(ctx context.Context, clientNow func(context.Context) kubernetes.Interface) {
 	for ctx.Err() == nil {
 		sent := time.Now()
-		err := p.request(ctx, admin.current(ctx))
+		err := p.request(ctx, clientNow(ctx))
 		p.mu.Lock()
 		p.requests++
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil:
+			p.lastServed = sent
+		case ctx.Err() == nil:
 			p.failures = append(p.failures, failure{sent: sent, at: time.Now(), err: err})
 		}
 		p.mu.Unlock()
@@ -195,6 +203,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		probe            = &requestProbe{interval: 100 * time.Millisecond, request: readNamespace}
 		nodes            = &nodeProbe{}
 		aggregated       = &requestProbe{interval: 300 * time.Millisecond, request: readNodeMetrics}
+		inCluster        = &requestProbe{interval: 300 * time.Millisecond, request: whoAmI}
+		pod              *workload
 		roles            = &roleCheckpoints{passed: map[v1alpha1.CARole][]string{}}
 		recorder         = &caRecorder{seen: map[v1alpha1.CARole]map[string]bool{}}
 		before           map[v1alpha1.CARole]*credentials.CAs
@@ -218,10 +228,16 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		var probeCtx context.Context
 		probeCtx, stop = context.WithCancel(context.Background())
 		DeferCleanup(stop)
-		go probe.run(probeCtx, newFollower(ctx))
+		go probe.run(probeCtx, newFollower(ctx).current)
 		go recorder.run(probeCtx)
 		if metricsServerRuns() {
-			go aggregated.run(probeCtx, newFollower(ctx))
+			go aggregated.run(probeCtx, newFollower(ctx).current)
+		}
+		if env != nil {
+			By("starting the in-cluster workload on a kubelet that stays on through the rotation")
+			pod = startWorkload(ctx, clientFor(adminKubeconfig(ctx)), env.Kubelets[0])
+			podClient := pod.client(ctx)
+			go inCluster.run(probeCtx, func(context.Context) kubernetes.Interface { return podClient })
 		}
 		list, err := clientFor(adminKubeconfig(ctx)).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
@@ -264,10 +280,10 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 
 	It("prepares: both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
 		if offNode != nil {
-			By("powering off a node for the whole rotation, with a fresh client certificate that is still valid when it comes back, " +
-				"as a node's year-long one would be")
-			Expect(offNode.RefreshClientCertificate(ctx, env.CarouselBinDir, "offline")).To(Succeed())
+			By("powering off a node for the whole rotation, with a client certificate from the current client CA that is still valid " +
+				"when it comes back, as a node's year-long one would be")
 			env.PowerOff(offNode)
+			Expect(offNode.ProvisionClientCertificate(provisionedClientCertificate(ctx, offNode.Name))).To(Succeed())
 		}
 		start := time.Now()
 		Expect(annotate(ctx, v1alpha1.OperationStartCARotation)).To(Succeed())
@@ -303,6 +319,10 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		_, err = newAdmin.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "newly issued credentials work")
 		expectRootCA(ctx, newAdmin, bundle(ctx, v1alpha1.CARoleCluster))
+		if pod != nil {
+			Expect(pod.projectedRootCA()).To(Equal(kit.Fingerprints(bundle(ctx, v1alpha1.CARoleCluster))),
+				"the kubelet wrote both cluster CAs into the pod before Prepared")
+		}
 		roles.check(ctx, "Prepared")
 	})
 
@@ -346,6 +366,17 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(apierrors.IsUnauthorized(err) || isTLSError(err)).To(BeTrue(), "rejected, not just unreachable: %v", err)
 		Expect(evidence.Checker{}.ServesChainTo(ctx, cluster(ctx).Spec.ControlPlane.Endpoint, after[v1alpha1.CARoleCluster].Current.CertPEM())).To(Succeed())
 		expectRootCA(ctx, clientFor(adminKubeconfig(ctx)), bundle(ctx, v1alpha1.CARoleCluster))
+		if pod != nil {
+			By("the in-cluster workload, which trusts the API server only through the kube-root-ca.crt its kubelet projects, is served on the new server certificate")
+			completed := time.Now()
+			Eventually(func() time.Time {
+				inCluster.mu.Lock()
+				defer inCluster.mu.Unlock()
+				return inCluster.lastServed
+			}).WithTimeout(30 * time.Second).Should(BeTemporally(">", completed))
+			Eventually(pod.projectedRootCA).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(
+				Equal(kit.Fingerprints(bundle(ctx, v1alpha1.CARoleCluster))), "the kubelet writes the new cluster CA alone into the pod")
+		}
 
 		recorder.mu.Lock()
 		for _, role := range v1alpha1.CARoles() {
@@ -361,7 +392,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		refused := kubeletFileCertificate(offNode, framework.KubeletClientCertificate)
 		Expect(time.Until(refused.NotAfter)).To(BeNumerically(">", 30*time.Second),
-			"the node comes back with a client certificate that has not expired, which the kubelet would keep using (raise --csr-max-duration)")
+			"the node comes back with a client certificate that has not expired, which the kubelet would keep using")
 		By("delivering Carousel's current bootstrap kubeconfig to the machine, as its provisioning does, and powering it on")
 		s := &corev1.Secret{}
 		Expect(tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.BootstrapKubeconfigSecretName(tgt.Name)}, s)).To(Succeed())
@@ -414,6 +445,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		defer nodes.mu.Unlock()
 		aggregated.mu.Lock()
 		defer aggregated.mu.Unlock()
+		inCluster.mu.Lock()
+		defer inCluster.mu.Unlock()
 		// Every request counts: the control plane rolls one replica at a
 		// time (etcd members, API server replicas behind the load balancer,
 		// metrics-server with a surge), so no restart excuses a failure. A
@@ -453,13 +486,14 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		classify(aggregated.failures, cutByTunnelAgentStop)
 		classify(nodes.staleHeartbeat, nil)
 		classify(probe.failures, nil)
+		classify(inCluster.failures, nil)
 		failed := len(otherFailures) + len(allowed)
-		requests := probe.requests + nodes.heartbeats + nodes.proxied + aggregated.requests
+		requests := probe.requests + nodes.heartbeats + nodes.proxied + aggregated.requests + inCluster.requests
 		exercised, missing := roles.exercised()
 		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, failed requests %d of %d, real kubelets %d, roles exercised %d/%d",
 			preparedIn.Seconds(), completedIn.Seconds(), failed, requests, len(kubelets()), exercised, len(v1alpha1.CARoles()))
-		AddReportEntry("probe requests", fmt.Sprintf("API server %d, API server -> kubelet %d, Lease samples %d, aggregated API %d",
-			probe.requests, nodes.proxied, nodes.heartbeats, aggregated.requests))
+		AddReportEntry("probe requests", fmt.Sprintf("API server %d, API server -> kubelet %d, Lease samples %d, aggregated API %d, in-cluster workload %d",
+			probe.requests, nodes.proxied, nodes.heartbeats, aggregated.requests, inCluster.requests))
 		for _, m := range missing {
 			AddReportEntry("role not exercised", m)
 		}
@@ -481,6 +515,24 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")
 	})
 })
+
+// provisionedClientCertificate is a node's client certificate as its
+// machine's provisioning would have signed it, from the current client CA,
+// for an hour: longer than the rotation, unlike the certificates the suite's
+// controller manager signs (kubeletCertificateValidity).
+func provisionedClientCertificate(ctx context.Context, node string) (certPEM, keyPEM []byte) {
+	GinkgoHelper()
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	Expect(err).NotTo(HaveOccurred())
+	cert, err := cas(ctx)[v1alpha1.CARoleClient].Current.Issue(pki.LeafTemplate{
+		CommonName: "system:node:" + node, Organization: []string{"system:nodes"},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour,
+	}, key.Public(), time.Now())
+	Expect(err).NotTo(HaveOccurred())
+	keyPEM, err = pki.EncodePrivateKey(key)
+	Expect(err).NotTo(HaveOccurred())
+	return pki.EncodeCertificates(cert), keyPEM
+}
 
 // crashOperator kills the controller manager with SIGKILL and starts it
 // again, in the local environment; an existing deployment is not ours to kill.

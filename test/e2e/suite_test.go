@@ -24,9 +24,9 @@ import (
 )
 
 // kubeletCertificateValidity caps the kubelet certificates Carousel signs in
-// the local environment, so that kubelets rotate their own during the suite,
-// and is long enough for the node powered off through the rotation to come
-// back with one that has not expired.
+// the local environment, so that kubelets rotate their own during the suite.
+// The node powered off through the rotation comes back with one its
+// provisioning signed for longer (provisionedClientCertificate).
 const kubeletCertificateValidity = 4 * time.Minute
 
 // target is the management cluster and Cluster the suite rotates.

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -100,6 +99,13 @@ func (n *KubeletNode) HostPath(nodePath string) string {
 		panic(fmt.Sprintf("%s is not under %s", nodePath, nodeKubeletDir))
 	}
 	return filepath.Join(n.KubeletDir(), rel)
+}
+
+// NodePath returns where a path of the node, as the node's processes see it,
+// is on the host: through the root of the sandbox's mount namespace, so that
+// what is mounted there (the tmpfs of a pod's projected volume) is seen too.
+func (n *KubeletNode) NodePath(nodePath string) string {
+	return filepath.Join("/proc", strconv.Itoa(n.sandbox.cmd.Process.Pid), "root", nodePath)
 }
 
 // ReadFile reads a file of the node as the kubelet sees it (a path under
@@ -247,7 +253,7 @@ func (n *KubeletNode) Start(ctx context.Context) error {
 		return err
 	}
 	if err := await(ctx, "fake-cri of "+n.Name, 20*time.Millisecond, 30*time.Second, func(context.Context) (bool, error) {
-		_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(n.sandbox.cmd.Process.Pid), "root", nodeCRISocket))
+		_, err := os.Stat(n.NodePath(nodeCRISocket))
 		return err == nil, nil
 	}, n.cri, n.sandbox); err != nil {
 		return err
@@ -352,17 +358,23 @@ func (n *KubeletNode) agentFlags() []string {
 		"--cert-dir=" + nodeCertDir}
 }
 
-// RefreshClientCertificate has the node agent request a new client
-// certificate for the kubelet now (carousel-node-agent refresh-certs run),
-// which the kubelet loads when it next starts.
-func (n *KubeletNode) RefreshClientCertificate(ctx context.Context, carouselBinDir, seed string) error {
-	binary, args := n.join(filepath.Join(carouselBinDir, "carousel-node-agent"),
-		append([]string{"refresh-certs", "run", "--seed=" + seed, "--timeout=1m"}, n.agentFlags()...)...)
-	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput() //nolint:gosec // our own binary and flags
-	if err != nil {
-		return fmt.Errorf("refreshing the client certificate of %s: %w: %s", n.Name, err, out)
+// ProvisionClientCertificate gives the kubelet of a stopped node the client
+// certificate and key its machine was provisioned with, as the one it loads
+// when it next starts: written into its certificate directory and made
+// current, as the kubelet's certificate store does.
+func (n *KubeletNode) ProvisionClientCertificate(certPEM, keyPEM []byte) error {
+	if n.Running() {
+		return fmt.Errorf("node %s is running: its kubelet would not load the certificate", n.Name)
 	}
-	return nil
+	const file = "kubelet-client-provisioned.pem"
+	if err := writeFileAtomic(n.HostPath(nodeCertDir+"/"+file), append(append([]byte{}, certPEM...), keyPEM...)); err != nil {
+		return err
+	}
+	current := n.HostPath(KubeletClientCertificate)
+	if err := os.Symlink(file, current+".tmp"); err != nil {
+		return err
+	}
+	return os.Rename(current+".tmp", current)
 }
 
 // NodeAgentMetricsPort is where the node agents serve metrics, on their node's IP.
