@@ -67,6 +67,8 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 				KubernetesVersion: "1.36.3",
 				ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()},
 				Workers:           []v1alpha1.WorkerPool{{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace}},
+				// No pod of this cluster calls its API server.
+				CARotation: v1alpha1.CARotationSettings{WorkloadTrustReload: &metav1.Duration{}},
 			},
 		}
 		Expect(k8s.Create(ctx, c)).To(Succeed())
