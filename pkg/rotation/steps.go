@@ -130,7 +130,9 @@ type step struct {
 	managed bool
 	// evidence is the check whose result the step waits for, if any.
 	evidence EvidenceCheck
-	plan     []PlanLine
+	// until, when set, is the time the step waits for; zero while unknown.
+	until func(Facts) time.Time
+	plan  []PlanLine
 }
 
 var preparing = []step{
@@ -154,8 +156,8 @@ var preparing = []step{
 	kubeRootCAStep("both cluster CAs"),
 	apiServicesStep("both metrics-server CAs"),
 	{reason: v1alpha1.ReasonWaitingForWorkloadTrust, done: workloadsHadTimeToReload,
-		waiting: workloadsReloading,
-		plan:    []PlanLine{{"give pods spec.caRotation.workloadTrustReload (default 7m) to reload kube-root-ca.crt", ListNone}}},
+		waiting: workloadsReloading, until: workloadTrustDeadline,
+		plan: []PlanLine{{"give pods spec.caRotation.workloadTrustReload (default 7m) to reload kube-root-ca.crt", ListNone}}},
 }
 
 var finalizing = []step{
@@ -197,10 +199,16 @@ func workloadsHadTimeToReload(f Facts) bool {
 	if f.KubeRootCA == EvidenceSkipped || f.WorkloadTrustReload <= 0 {
 		return true
 	}
-	return !f.KubeRootCAPublished.IsZero() && !f.Now.Before(workloadTrustDeadline(f))
+	deadline := workloadTrustDeadline(f)
+	return !deadline.IsZero() && !f.Now.Before(deadline)
 }
 
+// workloadTrustDeadline is when pods have had workloadTrustReload; zero
+// until kube-root-ca.crt was seen carrying both cluster CAs.
 func workloadTrustDeadline(f Facts) time.Time {
+	if f.KubeRootCAPublished.IsZero() {
+		return time.Time{}
+	}
 	return f.KubeRootCAPublished.Add(f.WorkloadTrustReload)
 }
 
@@ -299,8 +307,8 @@ func waitOf(f Facts) *Wait {
 		return nil
 	}
 	w := &Wait{Reason: s.reason, Message: s.waiting(f), PollManaged: s.managed}
-	if s.reason == v1alpha1.ReasonWaitingForWorkloadTrust && !f.KubeRootCAPublished.IsZero() {
-		w.Until = workloadTrustDeadline(f)
+	if s.until != nil {
+		w.Until = s.until(f)
 	}
 	return w
 }

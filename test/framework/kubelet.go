@@ -371,6 +371,7 @@ func (n *KubeletNode) ProvisionClientCertificate(certPEM, keyPEM []byte) error {
 		return err
 	}
 	current := n.HostPath(KubeletClientCertificate)
+	_ = os.Remove(current + ".tmp")
 	if err := os.Symlink(file, current+".tmp"); err != nil {
 		return err
 	}
