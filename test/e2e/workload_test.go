@@ -17,7 +17,6 @@ import (
 	clientgofeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
@@ -96,18 +95,16 @@ func (w *workload) file(name string) string { return filepath.Join(w.dir, name) 
 
 // client is the pod's client: what rest.InClusterConfig returns, with the
 // service-account directory where the kubelet projected it and the API
-// server's address as the suite reaches it (the pod would use the
+// server's endpoint, which the suite reaches (the pod would use the
 // kubernetes Service, which nothing here routes).
 func (w *workload) client(ctx context.Context) kubernetes.Interface {
 	GinkgoHelper()
 	Expect(clientgofeatures.FeatureGates().Enabled(clientgofeatures.ClientsAllowCARotation)).To(BeTrue(),
 		"client-go rereads a CA file only with ClientsAllowCARotation")
-	kubeconfig, err := clientcmd.Load(adminKubeconfig(ctx))
-	Expect(err).NotTo(HaveOccurred())
 	token, err := os.ReadFile(w.file(corev1.ServiceAccountTokenKey))
 	Expect(err).NotTo(HaveOccurred())
 	cfg := &rest.Config{
-		Host:            kubeconfig.Clusters[kubeconfig.Contexts[kubeconfig.CurrentContext].Cluster].Server,
+		Host:            cluster(ctx).Spec.ControlPlane.Endpoint,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: w.file(corev1.ServiceAccountRootCAKey)},
 		BearerToken:     string(token),
 		BearerTokenFile: w.file(corev1.ServiceAccountTokenKey),

@@ -155,9 +155,6 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		WorkloadTrustReload: c.Spec.CARotation.WorkloadTrustReloadOrDefault(),
 		Now:                 r.Clock.Now(),
 	}
-	if rot := c.CARotation(); rot != nil && rot.KubeRootCAPublishedTime != nil {
-		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
-	}
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
 	for check := rotation.EvidenceDue(s.facts); ; {
 		seen, err := r.gatherEvidence(ctx, s, check)
@@ -176,8 +173,11 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 // CAs, then carries out rotation.Decide.
 func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 	c := s.cluster
-	if rot := rotation.RecordKubeRootCAPublished(c.CARotation(), s.facts.KubeRootCA, r.now()); rot != c.CARotation() {
+	rot := rotation.RecordKubeRootCAPublished(c.CARotation(), s.facts.KubeRootCA, r.now())
+	if rot != c.CARotation() {
 		setCARotation(c, rot)
+	}
+	if rot != nil && rot.KubeRootCAPublishedTime != nil {
 		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
 	d := rotation.Decide(s.facts)
