@@ -456,9 +456,12 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		// (docs/explanation/kubelet-credentials.md). Calls to a kubelet that
 		// was restarting are counted like every other failed call, and
 		// allowed; no two kubelets of the pool ever restarted at once
-		// (maxUnavailable). So are calls cut when the API server reloaded
-		// its kubelet client certificate and requests through the tunnel
-		// cut when a drained agent stopped (see allowedKubeletCallFailure).
+		// (maxUnavailable). So are requests through the tunnel cut when a
+		// drained agent stopped (see allowedKubeletCallFailure). A running
+		// API server never reloads its kubelet client certificate, which
+		// would close its kubelet connections under the calls in flight:
+		// the platform mounts credentials with subPath (framework's
+		// podFiles).
 		// So are Lease samples that found no Lease where it was a moment
 		// later (see sampleLeases). A certificate a kubelet or the API
 		// server refused is never allowed.
@@ -507,9 +510,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		for _, f := range allowed {
 			AddReportEntry("allowed failure: "+f.reason, fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
 		}
-		fmt.Printf("rotation e2e: of the failed requests, %d are allowed (see the report): a kubelet restarted, the API server "+
-			"reloaded its kubelet client certificate, a tunnel agent carrying the connection stopped, or the API server answered "+
-			"from a view without a Lease that was there a moment later\n", len(allowed))
+		fmt.Printf("rotation e2e: of the failed requests, %d are allowed (see the report): a kubelet restarted, a tunnel agent "+
+			"carrying the connection stopped, or the API server answered from a view without a Lease that was there a moment later\n", len(allowed))
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")
@@ -627,11 +629,8 @@ func kubeletRestartsText(from, to time.Time) string {
 // allowedKubeletCallFailure says why a failed API server -> kubelet call is
 // allowed, or "" if it is not.
 func allowedKubeletCallFailure(f failure) string {
-	switch {
-	case duringKubeletRestart(f):
+	if duringKubeletRestart(f) {
 		return "the kubelet restarted"
-	case closedByCertificateReload(f):
-		return "the API server reloaded its kubelet client certificate"
 	}
 	return cutByTunnelAgentStop(f)
 }
@@ -644,22 +643,6 @@ func cutByTunnelAgentStop(f failure) string {
 		return "a tunnel agent carrying it stopped"
 	}
 	return ""
-}
-
-// closedByCertificateReload reports whether f is an API server -> kubelet
-// call that failed because the API server closed its connections to the
-// kubelets: a running replica does so when it reloads its kubelet client
-// certificate (its kubelet transport sets ReloadTLSFiles; client-go's
-// transport/cert_rotation.go reads the files at each handshake and, on a new
-// certificate, closes every connection, active ones and the one in that
-// handshake too), which the platform rewrites during a rollout of the
-// control plane, as a mounted Secret changes under a running pod. The call
-// then ends in "use of closed network connection", or in EOF when the
-// handshake's own connection was closed; it falls within seconds of the
-// change, as the probes make new connections to the kubelets several times
-// a second.
-func closedByCertificateReload(f failure) bool {
-	return env != nil && closedNear(f, env.ControlPlane.KubeletClientCertificateChanges(), 0, certificateReloadDelay)
 }
 
 // closedNear reports whether f failed because its connection was closed
@@ -679,10 +662,6 @@ func closedNear(f failure, instants []time.Time, before, after time.Duration) bo
 // closedConnection is how an API server -> kubelet call fails when the API
 // server closed the connection under it.
 var closedConnection = regexp.MustCompile(`use of closed network connection|error trying to reach service: (unexpected )?EOF`)
-
-// certificateReloadDelay bounds how long after its kubelet client
-// certificate changed a running API server closes its kubelet connections.
-const certificateReloadDelay = 5 * time.Second
 
 // rolloutTime sums the platform's rollouts of the control plane between
 // from and to.

@@ -6,7 +6,6 @@
 package framework
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -91,12 +90,9 @@ type timeline struct {
 	times map[string][]time.Time
 }
 
-// Events of the timeline: a credential file's content changed, an agent
-// of the tunnel was stopped.
-const (
-	credentialFileChanged = "changed "
-	tunnelAgentStopped    = "tunnel agent stopped"
-)
+// tunnelAgentStopped is the event of the timeline when an agent of the
+// tunnel was stopped.
+const tunnelAgentStopped = "tunnel agent stopped"
 
 func (t *timeline) add(event string) {
 	t.mu.Lock()
@@ -219,18 +215,9 @@ func credentialFiles(cluster string) []credentialFile {
 	}
 }
 
-// KubeletClientCertificateChanges returns when WriteCredentials replaced the
-// API server's kubelet client certificate with another one. A running API
-// server notices at its next handshake with a kubelet and then closes every
-// connection to the kubelets (client-go's transport/cert_rotation.go), the
-// one in that handshake too.
-func (m *ManagedControlPlane) KubeletClientCertificateChanges() []time.Time {
-	return m.events.at(credentialFileChanged + "apiserver-kubelet-client.crt")
-}
-
-// WriteCredentials writes the Cluster's current credentials into Dir, the way
-// a kubelet materialises mounted Secrets: each file is replaced atomically.
-// It records when a file's content changed.
+// WriteCredentials writes the Cluster's current credentials into Dir, each
+// file replaced atomically. Dir plays the Secrets and ConfigMaps: a process
+// gets copies of its files when it starts (see podFiles).
 func (m *ManagedControlPlane) WriteCredentials(ctx context.Context, c client.Reader, cluster *v1alpha1.Cluster) error {
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return err
@@ -253,11 +240,7 @@ func (m *ManagedControlPlane) WriteCredentials(ctx context.Context, c client.Rea
 		if len(data) == 0 {
 			return fmt.Errorf("no data for %s", f.file)
 		}
-		path := filepath.Join(m.Dir, f.file)
-		if old, err := os.ReadFile(path); err == nil && !bytes.Equal(old, data) {
-			m.events.add(credentialFileChanged + f.file)
-		}
-		if err := writeFileAtomic(path, data); err != nil {
+		if err := writeFileAtomic(filepath.Join(m.Dir, f.file), data); err != nil {
 			return err
 		}
 	}
@@ -340,17 +323,26 @@ func (m *ManagedControlPlane) Start(ctx context.Context) error {
 // token controller signs with the key Carousel issued; each controller
 // talks to the API server as its own service account, as kubeadm sets it up.
 func (m *ManagedControlPlane) StartControllerManager() (err error) {
-	m.kcm, err = m.startComponent("kube-controller-manager",
-		"--kubeconfig="+m.file("kcm.kubeconfig"), "--root-ca-file="+m.file("kcm-root-ca.crt"),
-		"--service-account-private-key-file="+m.file("kcm-sa.key"), "--use-service-account-credentials=true",
+	files := m.podFiles("kube-controller-manager")
+	args := []string{"--kubeconfig=" + files.file("kcm.kubeconfig"), "--root-ca-file=" + files.file("kcm-root-ca.crt"),
+		"--service-account-private-key-file=" + files.file("kcm-sa.key"), "--use-service-account-credentials=true",
 		"--controllers=*,-csrsigning,-csrapproving",
-		"--leader-elect=false", "--secure-port=0")
+		"--leader-elect=false", "--secure-port=0"}
+	if files.err != nil {
+		return files.err
+	}
+	m.kcm, err = m.startComponent("kube-controller-manager", args...)
 	return err
 }
 
 // StartScheduler starts kube-scheduler on its own kubeconfig.
 func (m *ManagedControlPlane) StartScheduler() (err error) {
-	m.scheduler, err = m.startComponent("kube-scheduler", "--kubeconfig="+m.file("scheduler.kubeconfig"), "--leader-elect=false", "--secure-port=0")
+	files := m.podFiles("kube-scheduler")
+	kubeconfig := files.file("scheduler.kubeconfig")
+	if files.err != nil {
+		return files.err
+	}
+	m.scheduler, err = m.startComponent("kube-scheduler", "--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0")
 	return err
 }
 
@@ -393,13 +385,14 @@ func (m *ManagedControlPlane) apiServerAddress(i int) string {
 // startAPIServerReplica starts replica i, waits until it answers /readyz and
 // puts it in service.
 func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) error {
-	f := m.file
 	address := m.apiServerAddress(i)
 	ip, _, _ := net.SplitHostPort(address)
 	name := "kube-apiserver"
 	if i > 0 {
 		name = fmt.Sprintf("kube-apiserver-%d", i)
 	}
+	files := m.podFiles(name)
+	f := files.file
 	var aggregatorRouting []string
 	if m.Netns != nil {
 		// The aggregator dials an APIService's endpoints, not its Service's
@@ -421,7 +414,10 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--authorization-mode=Node,RBAC", "--enable-bootstrap-token-auth", "--enable-admission-plugins=NodeRestriction",
-		"--cert-dir=" + f(name+"-certs"),
+		"--cert-dir=" + m.file(name+"-certs"),
+	}
+	if files.err != nil {
+		return files.err
 	}
 	if m.Tunnel {
 		egress, err := m.writeEgressSelector(i)
@@ -447,7 +443,7 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 	if err != nil {
 		return err
 	}
-	args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+f(name+"-audit.log"))
+	args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+m.file(name+"-audit.log"))
 	args = append(append(args, aggregatorRouting...), m.ExtraAPIServerFlags...)
 	// A single etcd member's exit fails the start at once; of several, one
 	// may be restarting meanwhile.

@@ -70,17 +70,18 @@ func (m *ManagedControlPlane) etcdReady(i int) wait.ConditionWithContextFunc {
 // startEtcdMember starts member i of the cluster of len(m.etcds) and, when
 // waitReady is set, waits until it is ready.
 func (m *ManagedControlPlane) startEtcdMember(ctx context.Context, i int, waitReady bool) error {
-	f := m.file
 	name, client, peer, health := m.etcdMember(i)
+	files := m.podFiles("etcd-" + name)
+	f := files.file
 	var cluster []string
 	for j := range m.etcds {
 		other, _, otherPeer, _ := m.etcdMember(j)
 		cluster = append(cluster, other+"=https://"+otherPeer)
 	}
-	dataDir, logName := f("etcd-data"), "etcd"
+	dataDir, logName := m.file("etcd-data"), "etcd"
 	var metrics []string
 	if len(m.etcds) > 1 {
-		dataDir, logName = f("etcd-data-"+name), "etcd-"+name
+		dataDir, logName = m.file("etcd-data-"+name), "etcd-"+name
 		metrics = []string{"--listen-metrics-urls=http://" + health}
 	}
 	args := append([]string{
@@ -94,6 +95,9 @@ func (m *ManagedControlPlane) startEtcdMember(ctx context.Context, i int, waitRe
 		"--peer-trusted-ca-file=" + f("etcd-ca.crt"), "--peer-client-cert-auth",
 		"--unsafe-no-fsync", "--quota-backend-bytes=268435456",
 	}, metrics...)
+	if files.err != nil {
+		return files.err
+	}
 	var ready wait.ConditionWithContextFunc
 	if waitReady {
 		ready = m.etcdReady(i)

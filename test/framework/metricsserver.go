@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -106,20 +107,25 @@ func (m *ManagedControlPlane) StartMetricsServer(ctx context.Context, c client.C
 	if int(m.metricsServerPort.Load()) == port {
 		port = metricsServerPorts[1]
 	}
-	if err := m.writeMetricsServerKubeconfig(ctx, c); err != nil {
+	files := m.podFiles(fmt.Sprintf("metrics-server-%d", port))
+	f := files.file
+	kubeconfig, err := m.writeMetricsServerKubeconfig(ctx, c, files)
+	if err != nil {
 		return err
 	}
-	f, kubeconfig := m.file, m.file("metrics-server.kubeconfig")
 	address := net.JoinHostPort(ControlPlaneIP, strconv.Itoa(port))
-	p, err := m.start(ctx, "metrics-server", m.metricsServerReady(address), nil,
-		"--bind-address="+ControlPlaneIP, "--secure-port="+strconv.Itoa(port), "--cert-dir="+f("metrics-server-certs"),
-		"--tls-cert-file="+f("metrics-server.crt"), "--tls-private-key-file="+f("metrics-server.key"),
-		"--kubeconfig="+kubeconfig, "--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
-		"--kubelet-certificate-authority="+f("metrics-server-kubelet-ca.crt"),
+	args := []string{"--bind-address=" + ControlPlaneIP, "--secure-port=" + strconv.Itoa(port), "--cert-dir=" + m.file("metrics-server-certs"),
+		"--tls-cert-file=" + f("metrics-server.crt"), "--tls-private-key-file=" + f("metrics-server.key"),
+		"--kubeconfig=" + kubeconfig, "--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
+		"--kubelet-certificate-authority=" + f("metrics-server-kubelet-ca.crt"),
 		"--kubelet-preferred-address-types=InternalIP", "--kubelet-use-node-status-port",
 		// The shortest resolution metrics-server allows, so that node
 		// metrics are there soon after a start.
-		"--metric-resolution=10s", "--kubelet-request-timeout=5s")
+		"--metric-resolution=10s", "--kubelet-request-timeout=5s"}
+	if files.err != nil {
+		return files.err
+	}
+	p, err := m.start(ctx, "metrics-server", m.metricsServerReady(address), nil, args...)
 	if err != nil {
 		return err
 	}
@@ -161,34 +167,39 @@ func (m *ManagedControlPlane) metricsServerReady(address string) func(context.Co
 // StopMetricsServer stops metrics-server, if it runs, and waits for it to exit.
 func (m *ManagedControlPlane) StopMetricsServer() { stop(m.metricsServer); m.metricsServer = nil }
 
-// writeMetricsServerKubeconfig writes what a pod of metrics-server would
-// get: a service-account token, minted through the TokenRequest API, and
-// the API server's address in the namespace, trusted through the mounted
-// cluster CA bundle.
-func (m *ManagedControlPlane) writeMetricsServerKubeconfig(ctx context.Context, c client.Client) error {
+// writeMetricsServerKubeconfig writes, into the pod's files, what a pod of
+// metrics-server would get: a service-account token, minted through the
+// TokenRequest API, and the API server's address in the namespace, trusted
+// through the mounted cluster CA bundle. It returns the kubeconfig's path.
+func (m *ManagedControlPlane) writeMetricsServerKubeconfig(ctx context.Context, c client.Client, files *podFiles) (string, error) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: metricsServerNamespace, Name: metricsServerName}}
 	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: ptr.To(int64(metricsServerTokenLifetime.Seconds()))}}
 	if err := c.SubResource("token").Create(ctx, sa, request); err != nil {
-		return fmt.Errorf("minting metrics-server's service-account token: %w", err)
+		return "", fmt.Errorf("minting metrics-server's service-account token: %w", err)
 	}
-	token := m.file("metrics-server.token")
+	ca := files.file("metrics-server-cluster-ca.crt")
+	if files.err != nil {
+		return "", files.err
+	}
+	token := filepath.Join(files.dir, "token")
 	if err := writeFileAtomic(token, []byte(request.Status.Token)); err != nil {
-		return err
+		return "", err
 	}
 	config := clientcmdapi.NewConfig()
 	config.Clusters["managed"] = &clientcmdapi.Cluster{
 		Server:               "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(m.APIServerPort)),
-		CertificateAuthority: m.file("metrics-server-cluster-ca.crt"),
+		CertificateAuthority: ca,
 	}
 	config.AuthInfos[metricsServerName] = &clientcmdapi.AuthInfo{TokenFile: token}
 	config.Contexts["managed"] = &clientcmdapi.Context{Cluster: "managed", AuthInfo: metricsServerName}
 	config.CurrentContext = "managed"
 	data, err := clientcmd.Write(*config)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return writeFileAtomic(m.file("metrics-server.kubeconfig"), data)
+	kubeconfig := filepath.Join(files.dir, "kubeconfig")
+	return kubeconfig, writeFileAtomic(kubeconfig, data)
 }
 
 // pointEndpointSlice makes the metrics-server Service's EndpointSlice name

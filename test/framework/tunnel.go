@@ -119,15 +119,19 @@ func egressSelector(socket string) *apiserverv1beta1.EgressSelectorConfiguration
 // puts it in service behind the VPN load balancer.
 func (m *ManagedControlPlane) startTunnelServer(ctx context.Context, i int) error {
 	ip := apiServerIP(i)
-	f := m.file
-	p, err := m.startAs(ctx, "konnectivity-server", fmt.Sprintf("konnectivity-server-%d", i),
-		m.listens(tunnelServerAddress(i)), nil,
-		"--mode=grpc", "--uds-name="+m.tunnelSocket(i), "--delete-existing-uds-file", "--server-port=0",
-		"--agent-bind-address="+ip, "--agent-port="+strconv.Itoa(tunnelAgentPort),
-		"--admin-bind-address="+ip, "--admin-port="+strconv.Itoa(tunnelAdminPort),
-		"--health-bind-address="+ip, "--health-port="+strconv.Itoa(tunnelHealthPort),
-		"--cluster-cert="+f("vpn-server.crt"), "--cluster-key="+f("vpn-server.key"), "--cluster-ca-cert="+f("vpn-ca.crt"),
-		"--server-id="+fmt.Sprintf("konnectivity-server-%d", i), "--server-count="+strconv.Itoa(m.apiServerReplicas()))
+	name := fmt.Sprintf("konnectivity-server-%d", i)
+	files := m.podFiles(name)
+	f := files.file
+	args := []string{"--mode=grpc", "--uds-name=" + m.tunnelSocket(i), "--delete-existing-uds-file", "--server-port=0",
+		"--agent-bind-address=" + ip, "--agent-port=" + strconv.Itoa(tunnelAgentPort),
+		"--admin-bind-address=" + ip, "--admin-port=" + strconv.Itoa(tunnelAdminPort),
+		"--health-bind-address=" + ip, "--health-port=" + strconv.Itoa(tunnelHealthPort),
+		"--cluster-cert=" + f("vpn-server.crt"), "--cluster-key=" + f("vpn-server.key"), "--cluster-ca-cert=" + f("vpn-ca.crt"),
+		"--server-id=" + name, "--server-count=" + strconv.Itoa(m.apiServerReplicas())}
+	if files.err != nil {
+		return files.err
+	}
+	p, err := m.startAs(ctx, "konnectivity-server", name, m.listens(tunnelServerAddress(i)), nil, args...)
 	if err != nil {
 		return err
 	}
@@ -209,21 +213,25 @@ func (m *ManagedControlPlane) TunnelAgentStops() []time.Time { return m.events.a
 // connected to every server.
 func (m *ManagedControlPlane) startTunnelAgent(ctx context.Context, i, slot int) (*tunnelAgent, error) {
 	health := tunnelAgentPortBase + 4*i + 2*slot
-	f := m.file
 	name := fmt.Sprintf("konnectivity-agent-%d-%d", i, slot)
+	files := m.podFiles(name)
+	f := files.file
 	metrics := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(health)) + "/metrics"
 	connected := func(ctx context.Context) (bool, error) {
 		servers, err := m.scrapeGauge(ctx, metrics, "konnectivity_network_proxy_agent_open_server_connections")
 		return err == nil && int(servers) >= m.apiServerReplicas(), nil
 	}
-	p, err := m.startAs(ctx, "konnectivity-agent", name, connected, nil,
-		"--agent-id="+name, "--agent-cert="+f("konnectivity-agent.crt"), "--agent-key="+f("konnectivity-agent.key"),
-		"--ca-cert="+f("konnectivity-agent-ca.crt"),
-		"--proxy-server-host=127.0.0.1", "--proxy-server-port="+strconv.Itoa(tunnelAgentPort),
-		"--health-server-host=127.0.0.1", "--health-server-port="+strconv.Itoa(health),
-		"--admin-bind-address=127.0.0.1", "--admin-server-port="+strconv.Itoa(health+1),
+	args := []string{"--agent-id=" + name, "--agent-cert=" + f("konnectivity-agent.crt"), "--agent-key=" + f("konnectivity-agent.key"),
+		"--ca-cert=" + f("konnectivity-agent-ca.crt"),
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(tunnelAgentPort),
+		"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(health),
+		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(health+1),
 		// Find a restarted server within a second or two.
-		"--sync-interval=500ms", "--sync-interval-cap=2s")
+		"--sync-interval=500ms", "--sync-interval-cap=2s"}
+	if files.err != nil {
+		return nil, files.err
+	}
+	p, err := m.startAs(ctx, "konnectivity-agent", name, connected, nil, args...)
 	if err != nil {
 		return nil, err
 	}
