@@ -40,6 +40,7 @@ FUZZ_TARGETS := \
 	pkg/rotation:FuzzIssuer \
 	pkg/rotation:FuzzLifecycle \
 	pkg/rotation:FuzzNext \
+	pkg/rotation:FuzzRecommend \
 	pkg/webhook/servingcert:FuzzDecide
 FUZZ_TIME ?= 1m
 
@@ -86,21 +87,17 @@ verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Check generated code is current an
 envtest: ## Build the test control plane (kube-apiserver, etcd, the kubelet, kube-scheduler, metrics-server, konnectivity, fake-cri, ...) into bin/k8s, unless already there.
 	./hack/envtest.sh $(KUBEBUILDER_ASSETS)
 
-# What the suites share is built first, once. Then two lanes run side by side, each suite of a lane after
-# the other; each lane's output is printed when it ends. The suites that start kubelets (end-to-end, chart)
-# share a lane: each checks that the host's network namespaces are as it found them, which a kubelet
-# environment of the other lane would change under it.
+# What the suites share is built first, once. Then two lanes run side by side: the end-to-end suite, the
+# longest, alone, and the others one after the other; each lane's output is printed when it ends. The
+# end-to-end suite checks the host's network namespaces only for its own processes and orphans
+# (test/framework/hoststate.go), so the chart suite's kubelet environment beside it does not disturb it.
 .PHONY: test
 test: envtest build $(HELM) ## Run every test suite (what CI runs).
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-kubelets test-lane-api-servers
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-e2e test-lane-others
 
-.PHONY: test-lane-kubelets
-test-lane-kubelets:
-	for suite in test-e2e chart-test; do $(MAKE) --no-print-directory "$${suite}"; done
-
-.PHONY: test-lane-api-servers
-test-lane-api-servers:
-	for suite in test-unit test-integration test-kubeadm; do $(MAKE) --no-print-directory "$${suite}"; done
+.PHONY: test-lane-others
+test-lane-others:
+	for suite in test-unit test-integration test-kubeadm chart-test; do $(MAKE) --no-print-directory "$${suite}"; done
 
 .PHONY: test-unit
 test-unit: fuzz-targets ## Unit tests (every fuzz target's seed corpus included): no API server needed.

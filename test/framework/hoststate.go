@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -16,7 +17,10 @@ type HostState struct {
 	Sysctls map[string]string
 	// Mounts are the mount points of the test process's mount namespace.
 	Mounts []string
-	// NetworkNamespaces are the network namespaces any process is in.
+	// NetworkNamespaces are the network namespaces of the test process, of
+	// its descendants and of orphans (processes whose parent is PID 1, as
+	// one left behind by a killed parent becomes): those the test could
+	// leave behind, and not those of another suite running beside it.
 	NetworkNamespaces []string
 	// Links are the network interfaces of the test's namespace.
 	Links []string
@@ -46,10 +50,9 @@ func ReadHostState() (HostState, error) {
 			s.Mounts = append(s.Mounts, f[4])
 		}
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
 	seen := map[string]bool{}
-	for _, p := range procs {
-		if ns, err := os.Readlink(p); err == nil && !seen[ns] {
+	for _, pid := range ownOrOrphanedProcesses() {
+		if ns, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns/net")); err == nil && !seen[ns] {
 			seen[ns] = true
 			s.NetworkNamespaces = append(s.NetworkNamespaces, ns)
 		}
@@ -100,4 +103,58 @@ func (s HostState) Diff(before HostState) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// ownOrOrphanedProcesses returns the PIDs of the test process, of its
+// descendants and of the processes whose parent is PID 1. Processes that
+// exit while it reads are left out.
+func ownOrOrphanedProcesses() []int {
+	parents := map[int]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		pid, ppid, ok := parentOf(path)
+		if ok {
+			parents[pid] = ppid
+		}
+	}
+	self := os.Getpid()
+	var pids []int
+	for pid, ppid := range parents {
+		if ppid == 1 {
+			pids = append(pids, pid)
+			continue
+		}
+		// Up the ancestry to self, or to the top; a cycle (a PID reused
+		// while reading) ends after len(parents) steps.
+		for p, steps := pid, 0; p > 1 && steps < len(parents); p, steps = parents[p], steps+1 {
+			if p == self {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// parentOf reads a /proc/<pid>/stat file: the PID and its parent's. The
+// parent is the second field after the command, which is in parentheses
+// and may hold any character.
+func parentOf(statPath string) (pid, ppid int, ok bool) {
+	data, err := os.ReadFile(statPath)
+	if err != nil {
+		return 0, 0, false
+	}
+	stat := string(data)
+	end := strings.LastIndexByte(stat, ')')
+	open := strings.IndexByte(stat, '(')
+	if open < 1 || end < open {
+		return 0, 0, false
+	}
+	fields := strings.Fields(stat[end+1:])
+	if len(fields) < 2 {
+		return 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(strings.TrimSpace(stat[:open]))
+	ppid, err2 := strconv.Atoi(fields[1])
+	return pid, ppid, err1 == nil && err2 == nil
 }

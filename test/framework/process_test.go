@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(serve(os.Args[1]))
 	}
+	if os.Getenv(hostStateChildEnv) != "" {
+		os.Exit(printNetworkNamespaces())
+	}
 	os.Exit(m.Run())
 }
 
