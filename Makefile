@@ -33,6 +33,7 @@ FUZZ_TARGETS := \
 	pkg/csr:FuzzDecide \
 	pkg/csr:FuzzNext \
 	pkg/csr:FuzzSign \
+	pkg/maintenance:FuzzWindow \
 	pkg/nodeagent:FuzzNextRotation \
 	pkg/noderenewal:FuzzParseRequest \
 	pkg/pki:FuzzParseBundle \

@@ -41,6 +41,10 @@ func main() {
 		return nil
 	})
 	flag.DurationVar(&opts.CAExpiryWarning, "ca-expiry-warning", opts.CAExpiryWarning, "How long before a CA expires the CAExpiringSoon condition turns True.")
+	flag.DurationVar(&opts.Recommendations.RotationInterval, "ca-rotation-interval", opts.Recommendations.RotationInterval,
+		"How long after the last completed CA rotation (or the Cluster's creation, if never rotated) CARotationRecommended turns True and the webhook warns; 0 turns it off.")
+	flag.DurationVar(&opts.Recommendations.PreparedWarning, "ca-rotation-prepared-warning", opts.Recommendations.PreparedWarning,
+		"How long a CA rotation may stay Prepared before CARotationRecommended turns True and the webhook warns, urging its completion; 0 turns it off.")
 	flag.DurationVar(&opts.ManagedPollInterval, "managed-poll-interval", opts.ManagedPollInterval, "How soon a rotation waiting on a managed cluster (API-server evidence, node renewals) looks again.")
 	flag.DurationVar(&opts.MaxManagedPollInterval, "max-managed-poll-interval", opts.MaxManagedPollInterval, "Longest wait between two looks at a managed cluster whose API server keeps failing (the poll interval backs off up to it).")
 	flag.DurationVar(&opts.ManagedCleanupTimeout, "managed-cleanup-timeout", opts.ManagedCleanupTimeout, "How long a deleted Cluster waits for Carousel to remove its bootstrap tokens, RBAC and cluster-info from the managed cluster before it is released anyway.")

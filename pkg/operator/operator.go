@@ -18,6 +18,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
 	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/evidence"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 )
@@ -26,6 +27,10 @@ import (
 type Options struct {
 	// CAExpiryWarning is how long before a CA's expiry the CAExpiringSoon condition turns True.
 	CAExpiryWarning time.Duration
+	// Recommendations is when the CARotationRecommended condition turns
+	// True and the webhook warns: a rotation older than its
+	// RotationInterval, or Prepared for longer than its PreparedWarning.
+	Recommendations rotation.RecommendationPolicy
 	// ManagedPollInterval is how soon a rotation waiting on the managed
 	// cluster (API-server evidence, node renewals) looks again.
 	ManagedPollInterval time.Duration
@@ -54,6 +59,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: 5 * time.Second, EvidenceTimeout: 10 * time.Second, Webhook: true,
+		Recommendations:        rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour},
 		APIServiceResync:       apiservicebundle.DefaultResync,
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
 		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour,
@@ -101,6 +107,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient()},
 		},
 		CAExpiryWarning:        opts.CAExpiryWarning,
+		Recommendations:        opts.Recommendations,
 		ManagedPollInterval:    opts.ManagedPollInterval,
 		MaxManagedPollInterval: opts.MaxManagedPollInterval,
 		Metrics:                clustercontroller.NewMetrics(metrics.Registry),
@@ -109,7 +116,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	if opts.Webhook {
-		return clusterwebhook.SetupWithManager(mgr)
+		return clusterwebhook.SetupWithManager(mgr, clusterwebhook.Validator{Recommendations: opts.Recommendations, Clock: clk})
 	}
 	return nil
 }

@@ -22,12 +22,12 @@ import (
 // and, with --wait, follows the phases until the target one.
 func (e *env) operationCommand(use, operation string, target v1alpha1.CARotationPhase) *cobra.Command {
 	var (
-		wait    bool
-		timeout time.Duration
+		wait, inWindow bool
+		timeout        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   use + " CLUSTER",
-		Short: fmt.Sprintf("Annotate CLUSTER with %s=%s", v1alpha1.OperationAnnotation, operation),
+		Short: fmt.Sprintf("Annotate CLUSTER with %s=%s (or, with --in-maintenance-window, %s)", v1alpha1.OperationAnnotation, operation, v1alpha1.MaintenanceOperationAnnotation),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -39,11 +39,15 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 			if cl.Annotations == nil {
 				cl.Annotations = map[string]string{}
 			}
-			cl.Annotations[v1alpha1.OperationAnnotation] = operation
+			annotation, done := v1alpha1.OperationAnnotation, "requested"
+			if inWindow {
+				annotation, done = v1alpha1.MaintenanceOperationAnnotation, "queued for the maintenance window"
+			}
+			cl.Annotations[annotation] = operation
 			if err := c.Patch(ctx, cl, patch); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.streams.Out, "cluster %s/%s: %s requested\n", cl.Namespace, args[0], operation)
+			fmt.Fprintf(e.streams.Out, "cluster %s/%s: %s %s\n", cl.Namespace, args[0], operation, done)
 			if !wait {
 				return nil
 			}
@@ -51,6 +55,7 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(target))
+	cmd.Flags().BoolVar(&inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "How long --wait waits")
 	return cmd
 }
@@ -69,7 +74,12 @@ func (e *env) follow(ctx context.Context, c client.Client, ns, name string, targ
 		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == "True" {
 			line += ": " + cond.Message
 		}
+		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
+			line += ": " + cond.Message
+		}
 		_, annotated := cl.Annotations[v1alpha1.OperationAnnotation]
+		_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+		annotated = annotated || queued
 		if line != last {
 			fmt.Fprintln(e.streams.Out, line)
 			last = line
@@ -124,6 +134,12 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	fmt.Fprintf(tw, "Phase:\t%s\n", rotation.PhaseName(rot.Phase))
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == "True" {
 		fmt.Fprintf(tw, "Waiting for:\t%s\n", cond.Message)
+	}
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
+		fmt.Fprintf(tw, "Queued:\t%s\n", cond.Message)
+	}
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotationRecommended); cond != nil && cond.Status == metav1.ConditionTrue {
+		fmt.Fprintf(tw, "Recommended:\t%s\n", cond.Message)
 	}
 	fmt.Fprintf(tw, "Last initiation:\t%s\n", when(rot.LastInitiationTime))
 	fmt.Fprintf(tw, "Last initiation finished:\t%s\n", when(rot.LastInitiationFinishedTime))

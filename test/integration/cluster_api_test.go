@@ -146,11 +146,12 @@ var _ = Describe("The Cluster API", func() {
 		Expect(err.Error()).To(ContainSubstring("status.credentials.rotation.certificateAuthorities.phase"))
 	})
 
-	It("prints the rotation phase, readiness, CA expiry and age in kubectl get", func(ctx SpecContext) {
+	It("prints the rotation phase, readiness, recommendation, CA expiry and age in kubectl get", func(ctx SpecContext) {
 		c := minimalCluster(ns, "printed")
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		expiry := metav1.NewTime(time.Now().Add(90 * 24 * time.Hour).Truncate(time.Second))
-		c.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Test", LastTransitionTime: metav1.Now()}}
+		c.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Test", LastTransitionTime: metav1.Now()},
+			{Type: v1alpha1.ConditionCARotationRecommended, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCompletionDue, LastTransitionTime: metav1.Now()}}
 		c.Status.Credentials = &v1alpha1.ClusterCredentials{
 			Rotation:         &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}},
 			EarliestCAExpiry: &expiry,
@@ -160,10 +161,10 @@ var _ = Describe("The Cluster API", func() {
 		out := kubectl("get", "clusters.carousel.dev", "-n", ns)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		Expect(lines).To(HaveLen(2), out)
-		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "ROTATION", "READY", "CA", "EXPIRY", "AGE"}))
-		Expect(strings.Fields(lines[1])[:3]).To(Equal([]string{"printed", "Prepared", "True"}))
+		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "ROTATION", "READY", "RECOMMENDED", "CA", "EXPIRY", "AGE"}))
+		Expect(strings.Fields(lines[1])[:4]).To(Equal([]string{"printed", "Prepared", "True", v1alpha1.ReasonCompletionDue}))
 		// A date column would render a future time as "<invalid>": the expiry is printed as a timestamp.
-		Expect(strings.Fields(lines[1])[3]).To(Equal(expiry.UTC().Format(time.RFC3339)), out)
+		Expect(strings.Fields(lines[1])[4]).To(Equal(expiry.UTC().Format(time.RFC3339)), out)
 
 		wide := kubectl("get", "clusters.carousel.dev", "-n", ns, "-o", "wide")
 		Expect(wide).To(ContainSubstring("VERSION"))

@@ -29,6 +29,7 @@ import (
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/operator"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
@@ -165,7 +166,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		var direct atomic.Int64
 		r := &clustercontroller.Reconciler{
 			Client: kit.CountingClient{Client: k8s, Writes: &direct, Budget: -1}, Clock: clock.RealClock{},
-			CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: time.Second,
+			CAExpiryWarning: 30 * 24 * time.Hour, ManagedPollInterval: time.Second, Recommendations: operator.DefaultOptions().Recommendations,
 		}
 		keys := pki.KeysGenerated()
 		for range 3 {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +41,9 @@ var (
 	testEnv *envtest.Environment
 	cfg     *rest.Config
 	k8s     client.Client // uncached: reads what the API server has now
+	// webhookClock is the clock of the suite's webhook, for its rotation
+	// recommendations: a spec that moves it sets it back when it ends.
+	webhookClock = clocktesting.NewFakeClock(time.Now())
 )
 
 func TestIntegration(t *testing.T) {
@@ -83,7 +88,8 @@ func startWebhook() {
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: opts.LocalServingHost, Port: opts.LocalServingPort, CertDir: opts.LocalServingCertDir}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(clusterwebhook.SetupWithManager(mgr)).To(Succeed())
+	Expect(clusterwebhook.SetupWithManager(mgr, clusterwebhook.Validator{Recommendations: operator.DefaultOptions().Recommendations,
+		Clock: webhookClock})).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	DeferCleanup(cancel)
 	go func() {

@@ -19,6 +19,7 @@ import (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Rotation",type=string,JSONPath=`.status.credentials.rotation.certificateAuthorities.phase`,description="Phase of the CA rotation"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether every credential of the cluster is issued and current"
+// +kubebuilder:printcolumn:name="Recommended",type=string,JSONPath=`.status.conditions[?(@.type=="CARotationRecommended")].reason`,description="What the manager recommends: RotationDue, CompletionDue or NothingDue"
 // +kubebuilder:printcolumn:name="CA Expiry",type=string,JSONPath=`.status.credentials.earliestCAExpiry`,description="When the first of the cluster's certificate authorities expires"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -86,6 +87,36 @@ type ClusterSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	CARotation CARotationSettings `json:"caRotation,omitempty"`
+
+	// Maintenance sets when Carousel carries out the operations queued with
+	// the carousel.dev/maintenance-operation annotation.
+	//
+	// +optional
+	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
+}
+
+// MaintenanceSpec sets a Cluster's maintenance time window.
+type MaintenanceSpec struct {
+	// TimeWindow is the daily window in which queued operations are carried out.
+	//
+	// +required
+	TimeWindow MaintenanceTimeWindow `json:"timeWindow"`
+}
+
+// MaintenanceTimeWindow is a daily time window that lasts between 30 minutes
+// and 6 hours and may span midnight. Each end is a time of day with its UTC
+// offset, HHMMSS+ZZZZ: for example begin 220000+0100 and end 010000+0100.
+type MaintenanceTimeWindow struct {
+	// Begin is when the window opens.
+	//
+	// +required
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3])[0-5][0-9][0-5][0-9][+-]([01][0-9]|2[0-3])[0-5][0-9]$`
+	Begin string `json:"begin"`
+	// End is when the window closes.
+	//
+	// +required
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3])[0-5][0-9][0-5][0-9][+-]([01][0-9]|2[0-3])[0-5][0-9]$`
+	End string `json:"end"`
 }
 
 // CARotationSettings configures how a cluster's CA rotations proceed.

@@ -16,6 +16,46 @@ const (
 	// ReasonNoEndpoint when the spec names no endpoint and the checks that
 	// need one are skipped.
 	ConditionControlPlaneReachable = "ControlPlaneReachable"
+	// ConditionCARotationRecommended is True when the manager's policy
+	// recommends acting on the Cluster's CAs: starting a rotation, because
+	// the last one is older than --ca-rotation-interval, or completing one
+	// that has been Prepared for longer than --ca-rotation-prepared-warning.
+	// The admission webhook returns the same advice as an API warning.
+	ConditionCARotationRecommended = "CARotationRecommended"
+	// ConditionMaintenanceOperationQueued is True while an operation queued
+	// with the carousel.dev/maintenance-operation annotation waits: for the
+	// maintenance window, or for the rotation's phase to allow it.
+	ConditionMaintenanceOperationQueued = "MaintenanceOperationQueued"
+)
+
+// Reasons of the MaintenanceOperationQueued condition.
+const (
+	// ReasonNothingQueued (False): no maintenance operation is queued.
+	ReasonNothingQueued = "NothingQueued"
+	// ReasonWaitingForMaintenanceWindow (True): the window is closed; the
+	// message says when it opens next.
+	ReasonWaitingForMaintenanceWindow = "WaitingForMaintenanceWindow"
+	// ReasonMaintenanceOperationNotAllowed (True): the window is open but the
+	// rotation's phase does not allow the operation yet.
+	ReasonMaintenanceOperationNotAllowed = "NotAllowedInPhase"
+	// ReasonNoMaintenanceWindow (True): the Cluster has no valid
+	// spec.maintenance.timeWindow.
+	ReasonNoMaintenanceWindow = "NoMaintenanceWindow"
+	// ReasonInvalidMaintenanceOperation (True): the annotation is not an
+	// operation (it bypassed the webhook).
+	ReasonInvalidMaintenanceOperation = "InvalidOperation"
+)
+
+// Reasons of the CARotationRecommended condition.
+const (
+	// ReasonRotationDue (True): the last rotation completed, or the Cluster
+	// was created, longer ago than the rotation interval.
+	ReasonRotationDue = "RotationDue"
+	// ReasonCompletionDue (True): the rotation has been Prepared for longer
+	// than the prepared warning.
+	ReasonCompletionDue = "CompletionDue"
+	// ReasonNothingDue (False): nothing is recommended now.
+	ReasonNothingDue = "NothingDue"
 )
 
 // Reasons of the Ready, CAExpiringSoon and ControlPlaneReachable conditions.
@@ -59,6 +99,12 @@ const (
 	EventCertificateIssued    = "CertificateIssued"
 	EventOperationRefused     = "OperationRefused"
 	EventCAExpiringSoon       = "CAExpiringSoon"
+	// EventCARotationRecommended (Warning) accompanies the
+	// CARotationRecommended condition turning True, with its message.
+	EventCARotationRecommended = "CARotationRecommended"
+	// EventMaintenanceOperationStarted: the maintenance window opened and
+	// the queued operation was moved to the operation annotation.
+	EventMaintenanceOperationStarted = "MaintenanceOperationStarted"
 	// EventCALost and EventCASecretUnlabelled (Warning) accompany the Ready
 	// reasons of the same names.
 	EventCALost             = "CALost"

@@ -5,6 +5,11 @@ const (
 	// OperationAnnotation asks Carousel to perform an operation on a Cluster.
 	// Carousel removes it once the operation is recorded in the status.
 	OperationAnnotation = "carousel.dev/operation"
+	// MaintenanceOperationAnnotation queues an operation (any value of
+	// OperationAnnotation) for the Cluster's maintenance time window:
+	// Carousel moves it to OperationAnnotation inside the window, once the
+	// rotation's phase allows it.
+	MaintenanceOperationAnnotation = "carousel.dev/maintenance-operation"
 
 	// OperationStartCARotation starts phase 1 of a CA rotation (Preparing).
 	OperationStartCARotation = string(VerbStartCARotation)

@@ -58,6 +58,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &carouselv1alpha1.CSRApprovalPolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubeletBootstrapSpec"):
 		return &carouselv1alpha1.KubeletBootstrapSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceSpec"):
+		return &carouselv1alpha1.MaintenanceSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceTimeWindow"):
+		return &carouselv1alpha1.MaintenanceTimeWindowApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PendingWorkersRollout"):
 		return &carouselv1alpha1.PendingWorkersRolloutApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("WorkerPool"):

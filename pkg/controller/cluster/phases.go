@@ -42,6 +42,18 @@ type scope struct {
 	managedCheckFailed bool
 	// decision is nil until the decide phase ran to its end.
 	decision *rotation.Decision
+	// wakeUp is the earliest time a condition changes by itself (a
+	// recommendation comes due, the maintenance window opens): the Cluster
+	// is looked at again then. Zero when none does.
+	wakeUp time.Time
+}
+
+// wakeAt makes the pass look at the Cluster again at t, unless it does
+// sooner; a zero t changes nothing.
+func (s *scope) wakeAt(t time.Time) {
+	if !t.IsZero() && (s.wakeUp.IsZero() || t.Before(s.wakeUp)) {
+		s.wakeUp = t
+	}
 }
 
 // phase is one named step of a pass. Each is idempotent and writes only what

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/maintenance"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -47,6 +48,8 @@ type Reconciler struct {
 	// CAExpiryWarning is how long before a CA expires the CAExpiringSoon
 	// condition turns True.
 	CAExpiryWarning time.Duration
+	// Recommendations is when the CARotationRecommended condition turns True.
+	Recommendations rotation.RecommendationPolicy
 	// ManagedPollInterval is how soon a phase that waits on the managed
 	// cluster (its API server's evidence, its nodes) looks again: changes
 	// there raise no event in the management cluster. While a check keeps
@@ -75,6 +78,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		// Every object Carousel wrote is owned by the Cluster and garbage-collected with it.
 		return ctrl.Result{}, nil
 	}
+	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
+		if _, pending := c.Annotations[v1alpha1.OperationAnnotation]; !pending &&
+			maintenance.Decide(value, c.Spec.Maintenance, c.CARotationPhase(), r.Clock.Now()).Run {
+			return ctrl.Result{}, r.runMaintenanceOperation(ctx, c, value)
+		}
+	}
 	deferredStart := c.Annotations[v1alpha1.OperationAnnotation] == v1alpha1.OperationStartCARotation && !credentialsIssued(c)
 	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
 		return ctrl.Result{}, r.handleOperation(ctx, c)
@@ -89,6 +98,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			result.RequeueAfter = time.Second
 		}
 		r.updateStatus(s, before, retErr)
+		if next := s.wakeUp; retErr == nil && !next.IsZero() {
+			if d := max(next.Sub(r.Clock.Now()), time.Second); result.RequeueAfter == 0 || d < result.RequeueAfter {
+				result.RequeueAfter = d
+			}
+		}
 		if equality.Semantic.DeepEqual(before.Status, c.Status) {
 			return
 		}
@@ -159,6 +173,20 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("removing the operation annotation: %w", err)
 	}
+	return nil
+}
+
+// runMaintenanceOperation carries out an operation queued for the
+// maintenance window, in its window: one write moves it to the operation
+// annotation, which the next pass handles as if a user had set it.
+func (r *Reconciler) runMaintenanceOperation(ctx context.Context, c *v1alpha1.Cluster, value string) error {
+	before := c.DeepCopy()
+	c.Annotations[v1alpha1.OperationAnnotation] = value
+	delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
+	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("carrying out the maintenance operation %s: %w", value, err)
+	}
+	r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out %s", value)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -10,6 +11,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/maintenance"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -30,7 +32,47 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 		r.updateInventory(c, s.cas)
 		r.setRotationCondition(c, s.decision.Phase, s.decision.Wait, s.waitingPools)
 	}
+	s.wakeAt(r.setRecommendationCondition(c))
+	s.wakeAt(r.setMaintenanceCondition(c))
 	c.Status.ObservedGeneration = c.Generation
+}
+
+// setMaintenanceCondition says whether an operation queued for the
+// maintenance window waits, and why, and returns when the window opens next
+// if that is what it waits for.
+func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
+	cond := metav1.Condition{Type: v1alpha1.ConditionMaintenanceOperationQueued, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonNothingQueued, Message: "no operation waits for the maintenance window"}
+	var next time.Time
+	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
+		d := maintenance.Decide(value, c.Spec.Maintenance, c.CARotationPhase(), r.Clock.Now())
+		next = d.Next
+		if !d.Run {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.Reason, d.Message
+		}
+	}
+	r.setCondition(c, cond)
+	return next
+}
+
+// setRecommendationCondition says whether the manager's policy recommends
+// starting or completing a CA rotation, with a Warning event when it turns
+// so, and returns when it will if nothing else changes (zero: never).
+func (r *Reconciler) setRecommendationCondition(c *v1alpha1.Cluster) time.Time {
+	rec, next := rotation.Recommend(c.CARotation(), c.CreationTimestamp.Time, r.Recommendations, r.Clock.Now())
+	cond := metav1.Condition{Type: v1alpha1.ConditionCARotationRecommended, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNothingDue,
+		Message: "nothing is due"}
+	switch {
+	case rec != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, rec.Reason, rec.Message
+		if !meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionCARotationRecommended) {
+			r.event(c, corev1.EventTypeWarning, v1alpha1.EventCARotationRecommended, "%s", rec.Message)
+		}
+	case !next.IsZero():
+		cond.Message = "nothing is due before " + next.UTC().Format(time.RFC3339)
+	}
+	r.setCondition(c, cond)
+	return next
 }
 
 // setCondition stamps a condition with the Cluster's generation and the

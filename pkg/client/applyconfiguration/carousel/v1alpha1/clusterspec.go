@@ -41,6 +41,9 @@ type ClusterSpecApplyConfiguration struct {
 	KubeletBootstrap *KubeletBootstrapSpecApplyConfiguration `json:"kubeletBootstrap,omitempty"`
 	// CARotation configures how the cluster's CA rotations proceed.
 	CARotation *CARotationSettingsApplyConfiguration `json:"caRotation,omitempty"`
+	// Maintenance sets when Carousel carries out the operations queued with
+	// the carousel.dev/maintenance-operation annotation.
+	Maintenance *MaintenanceSpecApplyConfiguration `json:"maintenance,omitempty"`
 }
 
 // ClusterSpecApplyConfiguration constructs a declarative configuration of the ClusterSpec type for use with
@@ -99,5 +102,13 @@ func (b *ClusterSpecApplyConfiguration) WithKubeletBootstrap(value *KubeletBoots
 // If called multiple times, the CARotation field is set to the value of the last call.
 func (b *ClusterSpecApplyConfiguration) WithCARotation(value *CARotationSettingsApplyConfiguration) *ClusterSpecApplyConfiguration {
 	b.CARotation = value
+	return b
+}
+
+// WithMaintenance sets the Maintenance field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Maintenance field is set to the value of the last call.
+func (b *ClusterSpecApplyConfiguration) WithMaintenance(value *MaintenanceSpecApplyConfiguration) *ClusterSpecApplyConfiguration {
+	b.Maintenance = value
 	return b
 }

@@ -1,0 +1,93 @@
+package maintenance
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
+)
+
+// Decision is what to do with a queued maintenance operation now.
+type Decision struct {
+	// Run: carry the operation out now, by moving it to the operation
+	// annotation.
+	Run bool
+	// Reason and Message say why it waits, for the MaintenanceOperationQueued
+	// condition; empty when it runs.
+	Reason, Message string
+	// Next is when to look again if nothing else changes: the next opening
+	// of the window; zero when a change (of the phase, the spec or the
+	// annotation) must come first.
+	Next time.Time
+}
+
+// Decide decides, at now, about the operation queued as value for a Cluster
+// whose maintenance settings are spec and whose rotation is in phase: it
+// runs inside the window, once the phase allows it (rotation.Allowed).
+func Decide(value string, spec *v1alpha1.MaintenanceSpec, phase v1alpha1.CARotationPhase, now time.Time) Decision {
+	op, err := Queueable(value)
+	if err != nil {
+		return Decision{Reason: v1alpha1.ReasonInvalidMaintenanceOperation, Message: err.Error()}
+	}
+	if spec == nil {
+		return Decision{Reason: v1alpha1.ReasonNoMaintenanceWindow,
+			Message: fmt.Sprintf("%s waits for a maintenance window: set spec.maintenance.timeWindow", value)}
+	}
+	w, err := ParseWindow(spec.TimeWindow.Begin, spec.TimeWindow.End)
+	if err != nil {
+		return Decision{Reason: v1alpha1.ReasonNoMaintenanceWindow, Message: fmt.Sprintf("%s waits: spec.maintenance.timeWindow: %v", value, err)}
+	}
+	if !w.Contains(now) {
+		next := w.NextOpening(now)
+		return Decision{Reason: v1alpha1.ReasonWaitingForMaintenanceWindow, Next: next,
+			Message: fmt.Sprintf("%s waits for the maintenance window, which opens next at %s", value, next.UTC().Format(time.RFC3339))}
+	}
+	if err := rotation.Allowed(op.Verb, phase); err != nil {
+		return Decision{Reason: v1alpha1.ReasonMaintenanceOperationNotAllowed,
+			Message: fmt.Sprintf("%s waits until the rotation's phase allows it: %v", value, err)}
+	}
+	return Decision{Run: true}
+}
+
+// Queueable parses value and returns the operation when it may wait for the
+// maintenance window: the phase operations, start-ca-rotation and
+// complete-ca-rotation. The others report or repair something now.
+func Queueable(value string) (v1alpha1.Operation, error) {
+	op, err := v1alpha1.ParseOperation(value)
+	if err != nil {
+		return op, err
+	}
+	if op.Verb != v1alpha1.VerbStartCARotation && op.Verb != v1alpha1.VerbCompleteCARotation {
+		return op, fmt.Errorf("only %s and %s wait for the maintenance window: set %s=%s to have it done now",
+			v1alpha1.OperationStartCARotation, v1alpha1.OperationCompleteCARotation, v1alpha1.OperationAnnotation, value)
+	}
+	return op, nil
+}
+
+// Validate checks, for the admission webhook, a Cluster's maintenance
+// window and its queued maintenance operation.
+func Validate(c *v1alpha1.Cluster) field.ErrorList {
+	var errs field.ErrorList
+	windowPath := field.NewPath("spec", "maintenance", "timeWindow")
+	if m := c.Spec.Maintenance; m != nil {
+		if _, err := ParseWindow(m.TimeWindow.Begin, m.TimeWindow.End); err != nil {
+			errs = append(errs, field.Invalid(windowPath, m.TimeWindow, err.Error()))
+		}
+	}
+	value, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	if !ok {
+		return errs
+	}
+	p := field.NewPath("metadata", "annotations").Key(v1alpha1.MaintenanceOperationAnnotation)
+	if _, err := Queueable(value); err != nil {
+		errs = append(errs, field.Invalid(p, value, err.Error()))
+	}
+	if c.Spec.Maintenance == nil {
+		errs = append(errs, field.Required(windowPath, fmt.Sprintf("%s=%s waits for the maintenance window: set one, or set %s=%s to have it done now",
+			v1alpha1.MaintenanceOperationAnnotation, value, v1alpha1.OperationAnnotation, value)))
+	}
+	return errs
+}

@@ -1,0 +1,108 @@
+package maintenance
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+func TestDecide(t *testing.T) {
+	window := &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}
+	inside := time.Date(2026, 11, 24, 22, 30, 0, 0, time.UTC)
+	outside := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	opening := time.Date(2026, 11, 24, 22, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		value   string
+		spec    *v1alpha1.MaintenanceSpec
+		phase   v1alpha1.CARotationPhase
+		now     time.Time
+		run     bool
+		reason  string
+		message string
+		next    time.Time
+	}{
+		{name: "start inside the window", value: v1alpha1.OperationStartCARotation, spec: window, now: inside, run: true},
+		{name: "complete inside the window, Prepared", value: v1alpha1.OperationCompleteCARotation, spec: window,
+			phase: v1alpha1.RotationPrepared, now: inside, run: true},
+		{name: "start outside the window", value: v1alpha1.OperationStartCARotation, spec: window, now: outside,
+			reason: v1alpha1.ReasonWaitingForMaintenanceWindow, message: "start-ca-rotation waits for the maintenance window, which opens next at 2026-11-24T22:00:00Z", next: opening},
+		{name: "complete inside the window, still Preparing", value: v1alpha1.OperationCompleteCARotation, spec: window,
+			phase: v1alpha1.RotationPreparing, now: inside, reason: v1alpha1.ReasonMaintenanceOperationNotAllowed,
+			message: "complete-ca-rotation waits until the rotation's phase allows it: cannot complete the CA rotation in phase Preparing"},
+		{name: "start inside the window, a rotation under way", value: v1alpha1.OperationStartCARotation, spec: window,
+			phase: v1alpha1.RotationFinalizing, now: inside, reason: v1alpha1.ReasonMaintenanceOperationNotAllowed, message: "cannot start a CA rotation"},
+		{name: "no window", value: v1alpha1.OperationStartCARotation, now: inside, reason: v1alpha1.ReasonNoMaintenanceWindow,
+			message: "set spec.maintenance.timeWindow"},
+		{name: "a window too short (webhook bypassed)", value: v1alpha1.OperationStartCARotation, now: inside,
+			spec:   &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "221000+0000"}},
+			reason: v1alpha1.ReasonNoMaintenanceWindow, message: "lasts 10m0s"},
+		{name: "an operation that does not wait", value: v1alpha1.OperationRolloutWorkersPrefix + "a", spec: window, now: inside,
+			reason: v1alpha1.ReasonInvalidMaintenanceOperation, message: "only start-ca-rotation and complete-ca-rotation wait for the maintenance window"},
+		{name: "not an operation", value: "rotate-everything", spec: window, now: inside,
+			reason: v1alpha1.ReasonInvalidMaintenanceOperation, message: `unknown operation "rotate-everything"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.value, tc.spec, tc.phase, tc.now)
+			if d.Run != tc.run || d.Reason != tc.reason || !d.Next.Equal(tc.next) {
+				t.Fatalf("Decide = %+v, want run %t, reason %q, next %s", d, tc.run, tc.reason, tc.next)
+			}
+			if !strings.Contains(d.Message, tc.message) {
+				t.Errorf("message %q lacks %q", d.Message, tc.message)
+			}
+			if tc.run && d.Message != "" {
+				t.Errorf("a run has the message %q", d.Message)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cluster := func(spec *v1alpha1.MaintenanceSpec, annotation string) *v1alpha1.Cluster {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: v1alpha1.ClusterSpec{Maintenance: spec}}
+		if annotation != "" {
+			c.Annotations = map[string]string{v1alpha1.MaintenanceOperationAnnotation: annotation}
+		}
+		return c
+	}
+	window := &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}
+	for _, tc := range []struct {
+		name string
+		c    *v1alpha1.Cluster
+		errs []string
+	}{
+		{name: "no maintenance at all", c: cluster(nil, "")},
+		{name: "a window", c: cluster(window, "")},
+		{name: "a queued start", c: cluster(window, v1alpha1.OperationStartCARotation)},
+		{name: "a queued complete", c: cluster(window, v1alpha1.OperationCompleteCARotation)},
+		{name: "a queued start without a window", c: cluster(nil, v1alpha1.OperationStartCARotation),
+			errs: []string{"spec.maintenance.timeWindow: Required value: carousel.dev/maintenance-operation=start-ca-rotation waits for the maintenance window: set one, or set carousel.dev/operation=start-ca-rotation to have it done now"}},
+		{name: "a queued reissue", c: cluster(window, v1alpha1.OperationReissueServiceAccountKey),
+			errs: []string{"metadata.annotations[carousel.dev/maintenance-operation]: Invalid value: \"reissue-service-account-key\": only start-ca-rotation and complete-ca-rotation wait"}},
+		{name: "a window too long", c: cluster(&v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "120000+0000", End: "230000+0000"}}, ""),
+			errs: []string{"spec.maintenance.timeWindow: Invalid value", "lasts 11h0m0s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := Validate(tc.c)
+			if len(tc.errs) == 0 {
+				if len(errs) != 0 {
+					t.Fatalf("refused: %v", errs)
+				}
+				return
+			}
+			got := errs.ToAggregate()
+			if got == nil {
+				t.Fatalf("admitted, want %v", tc.errs)
+			}
+			for _, want := range tc.errs {
+				if !strings.Contains(got.Error(), want) {
+					t.Errorf("%q lacks %q", got.Error(), want)
+				}
+			}
+		})
+	}
+}

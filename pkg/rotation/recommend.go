@@ -1,0 +1,71 @@
+package rotation
+
+import (
+	"fmt"
+	"time"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// RecommendationPolicy says when Carousel recommends acting on a cluster's
+// CAs. A zero duration turns its recommendation off.
+type RecommendationPolicy struct {
+	// RotationInterval is how long after the last completed rotation (or the
+	// Cluster's creation, when it was never rotated) a new rotation is
+	// recommended.
+	RotationInterval time.Duration
+	// PreparedWarning is how long a rotation may stay Prepared before its
+	// completion is recommended: until then every client and server trusts
+	// the old CAs as well as the new ones.
+	PreparedWarning time.Duration
+}
+
+// Recommendation is advice on a cluster's CA rotation, for the
+// CARotationRecommended condition and the admission webhook's API warning.
+type Recommendation struct {
+	// Reason is ReasonRotationDue or ReasonCompletionDue.
+	Reason string
+	// Operation is the value of the operation annotation that follows the
+	// advice.
+	Operation string
+	Message   string
+}
+
+// Recommend returns the recommendation in force at now for a rotation in
+// the state rot of a Cluster created at created, or nil, and when the next
+// recommendation comes into force if nothing else changes (zero when none
+// will). A rotation under way (Preparing, Finalizing) is recommended nothing:
+// the rotation condition says what it waits for.
+func Recommend(rot *v1alpha1.CARotation, created time.Time, policy RecommendationPolicy, now time.Time) (*Recommendation, time.Time) {
+	var due time.Time
+	var rec *Recommendation
+	switch phase := phaseOf(rot); {
+	case phase == v1alpha1.RotationPrepared:
+		if policy.PreparedWarning <= 0 || rot.LastInitiationFinishedTime == nil {
+			return nil, time.Time{}
+		}
+		since := rot.LastInitiationFinishedTime.Time
+		due = since.Add(policy.PreparedWarning)
+		rec = &Recommendation{Reason: v1alpha1.ReasonCompletionDue, Operation: v1alpha1.OperationCompleteCARotation,
+			Message: fmt.Sprintf("the CA rotation has been Prepared since %s, longer than %s: until it is completed every client and server "+
+				"trusts the old CAs too; complete it with %s=%s", since.UTC().Format(time.RFC3339), policy.PreparedWarning, v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation)}
+	case phase.RotationInProgress():
+		return nil, time.Time{}
+	default:
+		if policy.RotationInterval <= 0 {
+			return nil, time.Time{}
+		}
+		since, what := created, "the Cluster was created at %s and its CAs were never rotated"
+		if rot != nil && rot.LastCompletionTime != nil {
+			since, what = rot.LastCompletionTime.Time, "the last CA rotation completed at %s"
+		}
+		due = since.Add(policy.RotationInterval)
+		rec = &Recommendation{Reason: v1alpha1.ReasonRotationDue, Operation: v1alpha1.OperationStartCARotation,
+			Message: fmt.Sprintf(what+", longer than %s ago: start a CA rotation with %s=%s", since.UTC().Format(time.RFC3339), policy.RotationInterval,
+				v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)}
+	}
+	if now.Before(due) {
+		return nil, due
+	}
+	return rec, time.Time{}
+}

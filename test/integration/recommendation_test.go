@@ -1,0 +1,148 @@
+package integration
+
+import (
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
+	"github.com/carousel-dev/carousel/pkg/operator"
+	"github.com/carousel-dev/carousel/pkg/scheme"
+)
+
+// warnings collects the API warnings a client receives.
+type warnings struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text = append(w.text, text)
+}
+
+// take returns the warnings received since the last take.
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	text := w.text
+	w.text = nil
+	return text
+}
+
+var _ = Describe("Rotation recommendations", func() {
+	It("warns on updates and turns CARotationRecommended True when a rotation is due, or Prepared for too long, and False once acted on", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		policy := operator.DefaultOptions().Recommendations
+		clk := clocktesting.NewFakeClock(time.Now())
+		webhookClock.SetTime(clk.Now())
+		DeferCleanup(func() { webhookClock.SetTime(time.Now()) })
+		step := func(d time.Duration) { clk.Step(d); webhookClock.Step(d) }
+		recorder := events.NewFakeRecorder(100)
+		r := &clustercontroller.Reconciler{Client: k8s, Clock: clk, Recorder: recorder, CAExpiryWarning: time.Hour,
+			ManagedPollInterval: 5 * time.Second, Recommendations: policy}
+		var received warnings
+		warned := rest.CopyConfig(cfg)
+		warned.WarningHandler = &received
+		user, err := client.New(warned, client.Options{Scheme: scheme.New()})
+		Expect(err).NotTo(HaveOccurred())
+
+		c := createCluster(ctx, ns, "aging")
+		key := client.ObjectKeyFromObject(c)
+		reconcile := func() ctrl.Result {
+			GinkgoHelper()
+			result, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+			Expect(err).NotTo(HaveOccurred())
+			return result
+		}
+		recommendation := func() *metav1.Condition {
+			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionCARotationRecommended)
+		}
+		// touch changes a label as a user would, and returns the warnings the update got.
+		touch := func(value string) []string {
+			GinkgoHelper()
+			c := getCluster(ctx, key)
+			patch := client.MergeFrom(c.DeepCopy())
+			c.Labels = map[string]string{"touched": value}
+			Expect(user.Patch(ctx, c, patch)).To(Succeed())
+			return received.take()
+		}
+		annotateAs := func(op string) []string {
+			GinkgoHelper()
+			c := getCluster(ctx, key)
+			patch := client.MergeFrom(c.DeepCopy())
+			c.Annotations = map[string]string{v1alpha1.OperationAnnotation: op}
+			Expect(user.Patch(ctx, c, patch)).To(Succeed())
+			return received.take()
+		}
+		reconcileUntil := func(phase v1alpha1.CARotationPhase) {
+			GinkgoHelper()
+			Eventually(func(g Gomega) {
+				reconcile()
+				got := getCluster(ctx, key)
+				if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil &&
+					cond.Reason == string(v1alpha1.ReasonWaitingForWorkloadTrust) {
+					step(got.Spec.CARotation.WorkloadTrustReloadOrDefault())
+				}
+				g.Expect(got.CARotationPhase()).To(Equal(phase))
+			}).Should(Succeed())
+		}
+
+		By("a new Cluster: nothing due until the rotation interval has passed since its creation")
+		result := reconcile()
+		created := getCluster(ctx, key).CreationTimestamp.Time
+		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonNothingDue),
+			HaveField("Message", "nothing is due before "+created.Add(policy.RotationInterval).UTC().Format(time.RFC3339))))
+		Expect(result.RequeueAfter).To(BeNumerically("<=", created.Add(policy.RotationInterval).Sub(clk.Now())),
+			"the Cluster is looked at again when the rotation is due")
+		Expect(touch("young")).To(BeEmpty())
+
+		By("the rotation interval passed: the condition, an event and a warning on every update")
+		step(policy.RotationInterval + time.Hour)
+		reconcile()
+		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonRotationDue),
+			HaveField("Message", ContainSubstring("its CAs were never rotated"))))
+		Eventually(recorder.Events).Should(Receive(HavePrefix("Warning " + v1alpha1.EventCARotationRecommended)))
+		out, err := kubectlCarousel(ctx, "rotation", "status", "aging", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(MatchRegexp(`Recommended:\s+the Cluster was created at \S+ and its CAs were never rotated`))
+		Expect(touch("old")).To(ConsistOf(And(ContainSubstring("cluster "+ns+"/aging: the Cluster was created at"),
+			ContainSubstring(v1alpha1.OperationAnnotation+"="+v1alpha1.OperationStartCARotation))))
+		Expect(annotateAs(v1alpha1.OperationStartCARotation)).To(BeEmpty(), "the update that follows the advice gets no warning")
+
+		By("a rotation under way is recommended nothing")
+		reconcile() // records Preparing, and only that
+		Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+		Expect(touch("preparing")).To(BeEmpty())
+
+		By("Prepared for longer than the warning: complete it")
+		reconcileUntil(v1alpha1.RotationPrepared)
+		Expect(recommendation()).To(HaveField("Status", metav1.ConditionFalse))
+		step(policy.PreparedWarning + time.Hour)
+		reconcile()
+		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonCompletionDue)))
+		Expect(touch("prepared")).To(ConsistOf(ContainSubstring(v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation)))
+		Expect(annotateAs(v1alpha1.OperationCompleteCARotation)).To(BeEmpty())
+
+		By("completed: nothing due until the interval has passed since the completion")
+		reconcileUntil(v1alpha1.RotationCompleted)
+		completed := getCluster(ctx, key).CARotation().LastCompletionTime.Time
+		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionFalse),
+			HaveField("Message", "nothing is due before "+completed.Add(policy.RotationInterval).UTC().Format(time.RFC3339))))
+		Expect(touch("rotated")).To(BeEmpty())
+		version := getCluster(ctx, key).ResourceVersion
+		reconcile()
+		Expect(getCluster(ctx, key).ResourceVersion).To(Equal(version), "a pass that finds the recommendation unchanged writes nothing")
+	})
+})
