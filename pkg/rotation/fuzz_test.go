@@ -408,6 +408,14 @@ func FuzzNext(f *testing.F) {
 			(wait == nil || !slices.Contains(checkedBy[wait.Reason], due)) {
 			t.Fatalf("EvidenceDue(%+v) = %v with wait %+v", facts, due, wait)
 		}
+		// kube-root-ca.crt is checked ahead of its step only in Preparing,
+		// before its publication is recorded, while the pools roll or the
+		// new client CA is checked, with a time to wait.
+		if PublicationCheckDue(facts) && (facts.Phase != v1alpha1.RotationPreparing || !facts.KubeRootCAPublished.IsZero() ||
+			facts.WorkloadTrustReload == 0 || wait == nil ||
+			wait.Reason != v1alpha1.ReasonWaitingForWorkers && wait.Reason != v1alpha1.ReasonWaitingForEvidence) {
+			t.Fatalf("PublicationCheckDue(%+v) = true with wait %+v", facts, wait)
+		}
 		if CanDropOldCAs(facts) && (facts.Phase != v1alpha1.RotationFinalizing || !facts.AllOnNewCA || !facts.ConsumersRolledOut) {
 			t.Fatalf("CanDropOldCAs(%+v) = true", facts)
 		}

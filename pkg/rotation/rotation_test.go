@@ -489,3 +489,34 @@ func TestRecordKubeRootCAPublished(t *testing.T) {
 		t.Fatalf("a new rotation keeps the last one's kubeRootCAPublishedTime: %v, %v", started, err)
 	}
 }
+
+// TestPublicationCheckDue: kube-root-ca.crt is checked ahead of its step
+// while the worker pools roll or the new client CA is checked, so that the
+// time pods get to reload it runs meanwhile; never before clients moved, nor
+// once its publication is recorded, nor without a time to wait.
+func TestPublicationCheckDue(t *testing.T) {
+	rolling := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
+		PendingWorkerPools: 2, Evidence: EvidencePending, KubeRootCA: EvidencePending, APIServices: EvidencePending,
+		WorkloadTrustReload: 7 * time.Minute, Now: t0.Time}
+	with := func(mutate func(*Facts)) Facts { f := rolling; mutate(&f); return f }
+	for _, tc := range []struct {
+		name  string
+		facts Facts
+		due   bool
+	}{
+		{"worker pools rolling", rolling, true},
+		{"the new client CA being checked", with(func(f *Facts) { f.PendingWorkerPools = 0 }), true},
+		{"clients not moved yet", with(func(f *Facts) { f.ClientsOnNewCA = false }), false},
+		{"consumers rolling", with(func(f *Facts) { f.ConsumersRolledOut = false }), false},
+		{"at the kube-root-ca.crt step itself", with(func(f *Facts) { f.PendingWorkerPools, f.Evidence = 0, EvidencePassed }), false},
+		{"publication recorded", with(func(f *Facts) { f.KubeRootCAPublished = t0.Time }), false},
+		{"no time to wait", with(func(f *Facts) { f.WorkloadTrustReload = 0 }), false},
+		{"Finalizing", with(func(f *Facts) { f.Phase = v1alpha1.RotationFinalizing }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := PublicationCheckDue(tc.facts); got != tc.due {
+				t.Errorf("PublicationCheckDue = %t, want %t", got, tc.due)
+			}
+		})
+	}
+}

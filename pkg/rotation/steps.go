@@ -323,6 +323,23 @@ func EvidenceDue(f Facts) EvidenceCheck {
 	return CheckNone
 }
 
+// PublicationCheckDue reports whether the reconciler should also check
+// kube-root-ca.crt while Preparing still waits for worker pools or for the
+// API server to accept the new client CA: kube-controller-manager publishes
+// both cluster CAs once it has rolled with them, before the worker pools
+// roll, so the time pods get to reload kube-root-ca.crt
+// (workloadTrustReload) can run while the pools roll instead of after them.
+// A check that passes only records the time (RecordKubeRootCAPublished);
+// the kube-root-ca.crt step still checks it again in its turn. It is due
+// until the time is recorded, and only when there is a time to wait.
+func PublicationCheckDue(f Facts) bool {
+	if f.Phase != v1alpha1.RotationPreparing || !f.KubeRootCAPublished.IsZero() || f.WorkloadTrustReload <= 0 {
+		return false
+	}
+	s := firstPending(f)
+	return s != nil && (s.reason == v1alpha1.ReasonWaitingForWorkers || s.reason == v1alpha1.ReasonWaitingForEvidence)
+}
+
 // Decide maps what a pass observed to the phase after it, what that phase
 // waits for, and what the reconciler must carry out.
 func Decide(f Facts) Decision {

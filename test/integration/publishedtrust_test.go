@@ -218,4 +218,45 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		Expect(apiServiceBundle(ctx)).To(Equal([]string{pki.Fingerprint(loadCAs(ctx, c)[v1alpha1.CARoleMetricsServer].Current.Cert)}),
 			"the aggregator trusts the new metrics-server CA alone")
 	})
+
+	It("starts the time pods get to reload kube-root-ca.crt while a worker pool still rolls", func(ctx SpecContext) {
+		got := getCluster(ctx, key)
+		patch := client.MergeFrom(got.DeepCopy())
+		got.Spec.CARotation.WorkloadTrustReload = &metav1.Duration{Duration: time.Hour}
+		got.Spec.Workers = []v1alpha1.WorkerPool{{Name: "by-hand", RolloutStrategy: v1alpha1.RolloutManual}}
+		Expect(k8s.Patch(ctx, got, patch)).To(Succeed())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		waitingForThePool := func(g Gomega, got *v1alpha1.Cluster) {
+			g.Expect(got.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+			g.Expect(got.Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionCARotation),
+				HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkers)))))
+		}
+		Eventually(func(g Gomega) { waitingForThePool(g, getCluster(ctx, key)) }).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		Consistently(func(g Gomega) {
+			got := getCluster(ctx, key)
+			waitingForThePool(g, got)
+			g.Expect(got.CARotation().KubeRootCAPublishedTime).To(BeNil())
+		}).WithContext(ctx).WithTimeout(5*time.Second).WithPolling(time.Second).Should(Succeed(),
+			"kube-controller-manager still publishes the new cluster CA alone: nothing to record")
+
+		By("restarting kube-controller-manager on both cluster CAs while the pool is still to roll")
+		Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
+		cp.StopControllerManager()
+		Expect(cp.StartControllerManager()).To(Succeed())
+		var published time.Time
+		Eventually(func(g Gomega) {
+			got := getCluster(ctx, key)
+			waitingForThePool(g, got)
+			g.Expect(got.CARotation().KubeRootCAPublishedTime).NotTo(BeNil())
+			published = got.CARotation().KubeRootCAPublishedTime.Time
+		}).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "recorded while the pool rolls")
+
+		By("reporting the pool: the pods' time counts from the publication, not from now")
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationRolloutWorkersPrefix+"by-hand")).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(getCluster(ctx, key).Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionCARotation),
+				HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkloadTrust)),
+				HaveField("Message", ContainSubstring("giving pods until "+published.Add(time.Hour).UTC().Format(time.RFC3339))))))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
 })

@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -50,8 +51,14 @@ var _ = Describe("Rotation recommendations", func() {
 		DeferCleanup(func() { webhookClock.SetTime(time.Now()) })
 		step := func(d time.Duration) { clk.Step(d); webhookClock.Step(d) }
 		recorder := events.NewFakeRecorder(100)
+		registry := prometheus.NewRegistry()
 		r := &clustercontroller.Reconciler{Client: k8s, Clock: clk, Recorder: recorder, CAExpiryWarning: time.Hour,
-			ManagedPollInterval: 5 * time.Second, Recommendations: policy}
+			ManagedPollInterval: 5 * time.Second, Recommendations: policy, Metrics: clustercontroller.NewMetrics(registry)}
+		recommended := func(reason string) float64 {
+			families, err := registry.Gather()
+			Expect(err).NotTo(HaveOccurred())
+			return metricValue(families, "carousel_ca_rotation_recommended", map[string]string{"namespace": ns, "cluster": "aging", "reason": reason})
+		}
 		var received warnings
 		warned := rest.CopyConfig(cfg)
 		warned.WarningHandler = &received
@@ -107,6 +114,7 @@ var _ = Describe("Rotation recommendations", func() {
 		Expect(result.RequeueAfter).To(BeNumerically("<=", created.Add(policy.RotationInterval).Sub(clk.Now())),
 			"the Cluster is looked at again when the rotation is due")
 		Expect(touch("young")).To(BeEmpty())
+		Expect(recommended(v1alpha1.ReasonRotationDue)).To(BeZero())
 
 		By("the rotation interval passed: the condition, an event and a warning on every update")
 		step(policy.RotationInterval + time.Hour)
@@ -114,6 +122,8 @@ var _ = Describe("Rotation recommendations", func() {
 		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonRotationDue),
 			HaveField("Message", ContainSubstring("its CAs were never rotated"))))
 		Eventually(recorder.Events).Should(Receive(HavePrefix("Warning " + v1alpha1.EventCARotationRecommended)))
+		Expect(recommended(v1alpha1.ReasonRotationDue)).To(Equal(1.0), "the metric the chart's alert reads")
+		Expect(recommended(v1alpha1.ReasonCompletionDue)).To(BeZero())
 		out, err := kubectlCarousel(ctx, "rotation", "status", "aging", "-n", ns)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(MatchRegexp(`Recommended:\s+the Cluster was created at \S+ and its CAs were never rotated`))
@@ -132,6 +142,8 @@ var _ = Describe("Rotation recommendations", func() {
 		step(policy.PreparedWarning + time.Hour)
 		reconcile()
 		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonCompletionDue)))
+		Expect(recommended(v1alpha1.ReasonCompletionDue)).To(Equal(1.0))
+		Expect(recommended(v1alpha1.ReasonRotationDue)).To(BeZero())
 		Expect(touch("prepared")).To(ConsistOf(ContainSubstring(v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation)))
 		Expect(annotateAs(v1alpha1.OperationCompleteCARotation)).To(BeEmpty())
 

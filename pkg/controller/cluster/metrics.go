@@ -10,6 +10,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/promutil"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // Metrics are the Prometheus metrics of the Cluster controller. A nil
@@ -19,7 +20,12 @@ type Metrics struct {
 	certExpiry  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
 	phaseLength *prometheus.HistogramVec
+	recommended *prometheus.GaugeVec
 }
+
+// recommendationReasons are the reasons of a CARotationRecommended
+// condition that is True.
+var recommendationReasons = []string{v1alpha1.ReasonRotationDue, v1alpha1.ReasonCompletionDue}
 
 var phases = []v1alpha1.CARotationPhase{
 	v1alpha1.RotationPreparing, v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted,
@@ -45,8 +51,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "How long the Preparing and Finalizing phases of CA rotations took.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 16),
 		}, []string{"phase"}),
+		recommended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carousel_ca_rotation_recommended",
+			Help: "1 when the manager recommends acting on a cluster's CA rotation for the reason (RotationDue, CompletionDue), 0 otherwise.",
+		}, []string{"namespace", "cluster", "reason"}),
 	}
 	m.caExpiry = promutil.Register(reg, m.caExpiry)
+	m.recommended = promutil.Register(reg, m.recommended)
 	m.certExpiry = promutil.Register(reg, m.certExpiry)
 	m.phase = promutil.Register(reg, m.phase)
 	m.phaseLength = promutil.Register(reg, m.phaseLength)
@@ -91,6 +102,20 @@ func (m *Metrics) phaseDuration(phase v1alpha1.CARotationPhase, start, end *meta
 	m.phaseLength.WithLabelValues(string(phase)).Observe(end.Sub(start.Time).Seconds())
 }
 
+// recommendation records the recommendation in force, nil for none.
+func (m *Metrics) recommendation(c *v1alpha1.Cluster, rec *rotation.Recommendation) {
+	if m == nil {
+		return
+	}
+	for _, r := range recommendationReasons {
+		v := 0.0
+		if rec != nil && rec.Reason == r {
+			v = 1
+		}
+		m.recommended.WithLabelValues(c.Namespace, c.Name, r).Set(v)
+	}
+}
+
 // forget drops the series of a deleted Cluster.
 func (m *Metrics) forget(namespace, name string) {
 	if m == nil {
@@ -100,4 +125,5 @@ func (m *Metrics) forget(namespace, name string) {
 	m.caExpiry.DeletePartialMatch(labels)
 	m.certExpiry.DeletePartialMatch(labels)
 	m.phase.DeletePartialMatch(labels)
+	m.recommended.DeletePartialMatch(labels)
 }

@@ -167,6 +167,9 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		WorkloadTrustReload: c.Spec.CARotation.WorkloadTrustReloadOrDefault(),
 		Now:                 r.Clock.Now(),
 	}
+	if rot := c.CARotation(); rot != nil && rot.KubeRootCAPublishedTime != nil {
+		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
+	}
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
 	for check := rotation.EvidenceDue(s.facts); ; {
 		seen, err := r.gatherEvidence(ctx, s, check)
@@ -175,10 +178,16 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		}
 		next := rotation.EvidenceDue(s.facts)
 		if next == rotation.CheckNone || next == check { // done, or it did not pass
-			return nil
+			break
 		}
 		check = next
 	}
+	if rotation.PublicationCheckDue(s.facts) {
+		// Only a pass matters, for decisionPhase to record it: a failure
+		// is left to the kube-root-ca.crt step to report when it is due.
+		_, _ = r.gatherEvidence(ctx, s, rotation.CheckKubeRootCA)
+	}
+	return nil
 }
 
 // decisionPhase records when kube-root-ca.crt first carried both cluster

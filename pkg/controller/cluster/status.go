@@ -72,6 +72,7 @@ func (r *Reconciler) setRecommendationCondition(c *v1alpha1.Cluster) time.Time {
 		cond.Message = "nothing is due before " + next.UTC().Format(time.RFC3339)
 	}
 	r.setCondition(c, cond)
+	r.Metrics.recommendation(c, rec)
 	return next
 }
 
