@@ -68,21 +68,9 @@ var _ = Describe("Failure modes", func() {
 	reconcileOnce := func(ctx context.Context, r *clustercontroller.Reconciler, key client.ObjectKey) (ctrl.Result, error) {
 		return r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 	}
-	// reconcileUntilPrepared reconciles until Prepared, moving the fake clock
-	// past the time pods get to reload kube-root-ca.crt when that is what
-	// Preparing waits for.
 	reconcileUntilPrepared := func(ctx context.Context, r *clustercontroller.Reconciler, key client.ObjectKey) {
 		GinkgoHelper()
-		Eventually(func(g Gomega) {
-			_, err := reconcileOnce(ctx, r, key)
-			g.Expect(err).NotTo(HaveOccurred())
-			got := getCluster(ctx, key)
-			if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil &&
-				cond.Reason == string(v1alpha1.ReasonWaitingForWorkloadTrust) {
-				clk.Step(got.Spec.CARotation.WorkloadTrustReloadOrDefault())
-			}
-			g.Expect(got.CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
-		}).Should(Succeed())
+		handDriven{r: r, key: key, step: clk.Step}.until(ctx, v1alpha1.RotationPrepared)
 	}
 	readyCondition := func(ctx context.Context, key client.ObjectKey) *metav1.Condition {
 		return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionReady)

@@ -9,11 +9,14 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
@@ -114,4 +117,37 @@ func runControlPlane(ctx context.Context, c *v1alpha1.Cluster, cp *framework.Man
 	cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
 	Expect(err).NotTo(HaveOccurred())
 	return cfg
+}
+
+// handDriven runs a Reconciler's passes by hand, for the specs that move a
+// fake clock themselves.
+type handDriven struct {
+	r   *clustercontroller.Reconciler
+	key client.ObjectKey
+	// step moves the fake clock (or clocks) forward.
+	step func(time.Duration)
+}
+
+// pass runs one pass and fails the spec on an error.
+func (h handDriven) pass(ctx context.Context) ctrl.Result {
+	GinkgoHelper()
+	result, err := h.r.Reconcile(ctx, ctrl.Request{NamespacedName: h.key})
+	Expect(err).NotTo(HaveOccurred())
+	return result
+}
+
+// until runs passes until the rotation is in phase, moving the clock past
+// the time pods get to reload kube-root-ca.crt when that is what Preparing
+// waits for.
+func (h handDriven) until(ctx context.Context, phase v1alpha1.CARotationPhase) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		h.pass(ctx)
+		got := getCluster(ctx, h.key)
+		if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil &&
+			cond.Reason == string(v1alpha1.ReasonWaitingForWorkloadTrust) {
+			h.step(got.Spec.CARotation.WorkloadTrustReloadOrDefault())
+		}
+		g.Expect(got.CARotationPhase()).To(Equal(phase))
+	}).Should(Succeed())
 }

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -58,42 +57,25 @@ var _ = Describe("Maintenance windows", func() {
 		patch := client.MergeFrom(c.DeepCopy())
 		c.Spec.Maintenance = &v1alpha1.MaintenanceSpec{TimeWindow: window}
 		Expect(k8s.Patch(ctx, c, patch)).To(Succeed())
-		reconcile := func() ctrl.Result {
-			GinkgoHelper()
-			result, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-			Expect(err).NotTo(HaveOccurred())
-			return result
-		}
+		driven := handDriven{r: r, key: key, step: clk.Step}
 		queued := func() *metav1.Condition {
 			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued)
 		}
-		reconcileUntil := func(phase v1alpha1.CARotationPhase) {
-			GinkgoHelper()
-			Eventually(func(g Gomega) {
-				reconcile()
-				got := getCluster(ctx, key)
-				if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil &&
-					cond.Reason == string(v1alpha1.ReasonWaitingForWorkloadTrust) {
-					clk.Step(got.Spec.CARotation.WorkloadTrustReloadOrDefault())
-				}
-				g.Expect(got.CARotationPhase()).To(Equal(phase))
-			}).Should(Succeed())
-		}
-		reconcile()
+		driven.pass(ctx)
 		Expect(queued()).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonNothingQueued)))
 
 		By("start queued at noon: it waits for the window, and the Cluster is looked at again when it opens")
 		out, err := kubectlCarouselAt(ctx, clk, "rotation", "start", "scheduled", "-n", ns, "--in-maintenance-window")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("cluster " + ns + "/scheduled: start-ca-rotation queued for the maintenance window"))
-		result := reconcile()
+		result := driven.pass(ctx)
 		opening := noon.Add(10 * time.Hour)
 		Expect(queued()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonWaitingForMaintenanceWindow),
 			HaveField("Message", "start-ca-rotation waits for the maintenance window, which opens next at "+opening.Format(time.RFC3339))))
 		Expect(result.RequeueAfter).To(Equal(10 * time.Hour))
 		Expect(getCluster(ctx, key).CARotationPhase()).To(BeEmpty())
 		version := getCluster(ctx, key).ResourceVersion
-		reconcile()
+		driven.pass(ctx)
 		Expect(getCluster(ctx, key).ResourceVersion).To(Equal(version), "waiting writes nothing")
 		out, err = kubectlCarouselAt(ctx, clk, "rotation", "status", "scheduled", "-n", ns)
 		Expect(err).NotTo(HaveOccurred())
@@ -101,26 +83,26 @@ var _ = Describe("Maintenance windows", func() {
 
 		By("the window opened: the start is carried out")
 		clk.SetTime(opening.Add(5 * time.Minute))
-		reconcile()
+		driven.pass(ctx)
 		got := getCluster(ctx, key)
 		Expect(got.Annotations).NotTo(HaveKey(v1alpha1.MaintenanceOperationAnnotation))
 		Expect(got.Annotations).To(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation))
 		Eventually(recorder.Events).Should(Receive(Equal("Normal " + v1alpha1.EventMaintenanceOperationStarted + " Maintenance window open: carrying out start-ca-rotation")))
-		reconcileUntil(v1alpha1.RotationPrepared)
+		driven.until(ctx, v1alpha1.RotationPrepared)
 
 		By("complete queued after the window closed: it waits for tomorrow's")
 		clk.SetTime(opening.Add(90 * time.Minute))
 		_, err = kubectlCarouselAt(ctx, clk, "rotation", "complete", "scheduled", "-n", ns, "--in-maintenance-window")
 		Expect(err).NotTo(HaveOccurred())
-		reconcile()
+		driven.pass(ctx)
 		Expect(queued()).To(HaveField("Message", ContainSubstring("opens next at "+opening.Add(24*time.Hour).Format(time.RFC3339))))
 		clk.SetTime(opening.Add(24*time.Hour + time.Minute))
-		reconcileUntil(v1alpha1.RotationCompleted)
+		driven.until(ctx, v1alpha1.RotationCompleted)
 		Expect(queued()).To(HaveField("Status", metav1.ConditionFalse))
 
 		By("complete queued while nothing is Prepared: inside the window it waits for the phase, and is kept")
 		queue(ctx, key, v1alpha1.OperationCompleteCARotation)
-		reconcile()
+		driven.pass(ctx)
 		Expect(queued()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonMaintenanceOperationNotAllowed),
 			HaveField("Message", ContainSubstring("complete-ca-rotation waits until the rotation's phase allows it: cannot complete the CA rotation in phase Completed"))))
 		Expect(getCluster(ctx, key).Annotations).To(HaveKeyWithValue(v1alpha1.MaintenanceOperationAnnotation, v1alpha1.OperationCompleteCARotation))

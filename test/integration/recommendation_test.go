@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -67,12 +66,7 @@ var _ = Describe("Rotation recommendations", func() {
 
 		c := createCluster(ctx, ns, "aging")
 		key := client.ObjectKeyFromObject(c)
-		reconcile := func() ctrl.Result {
-			GinkgoHelper()
-			result, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-			Expect(err).NotTo(HaveOccurred())
-			return result
-		}
+		driven := handDriven{r: r, key: key, step: step}
 		recommendation := func() *metav1.Condition {
 			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionCARotationRecommended)
 		}
@@ -93,21 +87,8 @@ var _ = Describe("Rotation recommendations", func() {
 			Expect(user.Patch(ctx, c, patch)).To(Succeed())
 			return received.take()
 		}
-		reconcileUntil := func(phase v1alpha1.CARotationPhase) {
-			GinkgoHelper()
-			Eventually(func(g Gomega) {
-				reconcile()
-				got := getCluster(ctx, key)
-				if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil &&
-					cond.Reason == string(v1alpha1.ReasonWaitingForWorkloadTrust) {
-					step(got.Spec.CARotation.WorkloadTrustReloadOrDefault())
-				}
-				g.Expect(got.CARotationPhase()).To(Equal(phase))
-			}).Should(Succeed())
-		}
-
 		By("a new Cluster: nothing due until the rotation interval has passed since its creation")
-		result := reconcile()
+		result := driven.pass(ctx)
 		created := getCluster(ctx, key).CreationTimestamp.Time
 		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonNothingDue),
 			HaveField("Message", "nothing is due before "+created.Add(policy.RotationInterval).UTC().Format(time.RFC3339))))
@@ -118,7 +99,7 @@ var _ = Describe("Rotation recommendations", func() {
 
 		By("the rotation interval passed: the condition, an event and a warning on every update")
 		step(policy.RotationInterval + time.Hour)
-		reconcile()
+		driven.pass(ctx)
 		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonRotationDue),
 			HaveField("Message", ContainSubstring("its CAs were never rotated"))))
 		Eventually(recorder.Events).Should(Receive(HavePrefix("Warning " + v1alpha1.EventCARotationRecommended)))
@@ -132,15 +113,15 @@ var _ = Describe("Rotation recommendations", func() {
 		Expect(annotateAs(v1alpha1.OperationStartCARotation)).To(BeEmpty(), "the update that follows the advice gets no warning")
 
 		By("a rotation under way is recommended nothing")
-		reconcile() // records Preparing, and only that
+		driven.pass(ctx) // records Preparing, and only that
 		Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
 		Expect(touch("preparing")).To(BeEmpty())
 
 		By("Prepared for longer than the warning: complete it")
-		reconcileUntil(v1alpha1.RotationPrepared)
+		driven.until(ctx, v1alpha1.RotationPrepared)
 		Expect(recommendation()).To(HaveField("Status", metav1.ConditionFalse))
 		step(policy.PreparedWarning + time.Hour)
-		reconcile()
+		driven.pass(ctx)
 		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonCompletionDue)))
 		Expect(recommended(v1alpha1.ReasonCompletionDue)).To(Equal(1.0))
 		Expect(recommended(v1alpha1.ReasonRotationDue)).To(BeZero())
@@ -148,13 +129,13 @@ var _ = Describe("Rotation recommendations", func() {
 		Expect(annotateAs(v1alpha1.OperationCompleteCARotation)).To(BeEmpty())
 
 		By("completed: nothing due until the interval has passed since the completion")
-		reconcileUntil(v1alpha1.RotationCompleted)
+		driven.until(ctx, v1alpha1.RotationCompleted)
 		completed := getCluster(ctx, key).CARotation().LastCompletionTime.Time
 		Expect(recommendation()).To(And(HaveField("Status", metav1.ConditionFalse),
 			HaveField("Message", "nothing is due before "+completed.Add(policy.RotationInterval).UTC().Format(time.RFC3339))))
 		Expect(touch("rotated")).To(BeEmpty())
 		version := getCluster(ctx, key).ResourceVersion
-		reconcile()
+		driven.pass(ctx)
 		Expect(getCluster(ctx, key).ResourceVersion).To(Equal(version), "a pass that finds the recommendation unchanged writes nothing")
 	})
 })
