@@ -1,0 +1,49 @@
+package maintenance
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// Queueable parses value and returns the operation when it may wait for the
+// maintenance window: the phase operations, start-ca-rotation and
+// complete-ca-rotation. The others report or repair something now.
+func Queueable(value string) (v1alpha1.Operation, error) {
+	op, err := v1alpha1.ParseOperation(value)
+	if err != nil {
+		return op, err
+	}
+	if op.Verb != v1alpha1.VerbStartCARotation && op.Verb != v1alpha1.VerbCompleteCARotation {
+		return op, fmt.Errorf("only %s and %s wait for the maintenance window: set %s=%s to have it done now",
+			v1alpha1.OperationStartCARotation, v1alpha1.OperationCompleteCARotation, v1alpha1.OperationAnnotation, value)
+	}
+	return op, nil
+}
+
+// Validate checks, for the admission webhook, a Cluster's maintenance
+// window and its queued maintenance operation.
+func Validate(c *v1alpha1.Cluster) field.ErrorList {
+	var errs field.ErrorList
+	windowPath := field.NewPath("spec", "maintenance", "timeWindow")
+	if m := c.Spec.Maintenance; m != nil {
+		if _, err := ParseWindow(m.TimeWindow.Begin, m.TimeWindow.End); err != nil {
+			errs = append(errs, field.Invalid(windowPath, m.TimeWindow, err.Error()))
+		}
+	}
+	value, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	if !ok {
+		return errs
+	}
+	p := field.NewPath("metadata", "annotations").Key(v1alpha1.MaintenanceOperationAnnotation)
+	if _, err := Queueable(value); err != nil {
+		errs = append(errs, field.Invalid(p, value, err.Error()))
+	}
+	if c.Spec.Maintenance == nil {
+		errs = append(errs, field.Required(windowPath, fmt.Sprintf("%s=%s waits for the maintenance window: set one, or set %s=%s to have it done now",
+			v1alpha1.MaintenanceOperationAnnotation, value, v1alpha1.OperationAnnotation, value)))
+	}
+	return errs
+}

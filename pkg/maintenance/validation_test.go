@@ -1,0 +1,56 @@
+package maintenance
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+func TestValidate(t *testing.T) {
+	cluster := func(spec *v1alpha1.MaintenanceSpec, annotation string) *v1alpha1.Cluster {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: v1alpha1.ClusterSpec{Maintenance: spec}}
+		if annotation != "" {
+			c.Annotations = map[string]string{v1alpha1.MaintenanceOperationAnnotation: annotation}
+		}
+		return c
+	}
+	window := &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}
+	for _, tc := range []struct {
+		name string
+		c    *v1alpha1.Cluster
+		errs []string
+	}{
+		{name: "no maintenance at all", c: cluster(nil, "")},
+		{name: "a window", c: cluster(window, "")},
+		{name: "a queued start", c: cluster(window, v1alpha1.OperationStartCARotation)},
+		{name: "a queued complete", c: cluster(window, v1alpha1.OperationCompleteCARotation)},
+		{name: "a queued start without a window", c: cluster(nil, v1alpha1.OperationStartCARotation),
+			errs: []string{"spec.maintenance.timeWindow: Required value: carousel.dev/maintenance-operation=start-ca-rotation waits for the maintenance window: set one, or set carousel.dev/operation=start-ca-rotation to have it done now"}},
+		{name: "a queued reissue", c: cluster(window, v1alpha1.OperationReissueServiceAccountKey),
+			errs: []string{"metadata.annotations[carousel.dev/maintenance-operation]: Invalid value: \"reissue-service-account-key\": only start-ca-rotation and complete-ca-rotation wait"}},
+		{name: "a window too long", c: cluster(&v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "120000+0000", End: "230000+0000"}}, ""),
+			errs: []string{"spec.maintenance.timeWindow: Invalid value", "lasts 11h0m0s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := Validate(tc.c)
+			if len(tc.errs) == 0 {
+				if len(errs) != 0 {
+					t.Fatalf("refused: %v", errs)
+				}
+				return
+			}
+			got := errs.ToAggregate()
+			if got == nil {
+				t.Fatalf("admitted, want %v", tc.errs)
+			}
+			for _, want := range tc.errs {
+				if !strings.Contains(got.Error(), want) {
+					t.Errorf("%q lacks %q", got.Error(), want)
+				}
+			}
+		})
+	}
+}
