@@ -19,7 +19,11 @@ export KUBEBUILDER_ASSETS := $(BIN)/k8s
 UNIT_PKGS = $$(go list ./... | grep -v /test/) ./test/framework/
 # -trimpath everywhere, as hack/envtest.sh builds the control plane: the Kubernetes libraries the control plane
 # and our binaries share (hack/envtest/kube/go.mod pins the same versions as go.mod) compile once on a cold cache.
-GO_BUILD ?= go build -trimpath
+# The binaries say which Carousel they are (pkg/version): the release in VERSION and the git revision.
+VERSION_PKG := github.com/carousel-dev/carousel/pkg/version
+REVISION := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+BUILD_FLAGS := -ldflags '-X $(VERSION_PKG).version=$(shell cat VERSION) -X $(VERSION_PKG).revision=$(REVISION)'
+GO_BUILD ?= go build -trimpath $(BUILD_FLAGS)
 GO_TEST ?= go test -trimpath
 GINKGO_ARGS ?= -ginkgo.no-color
 BENCH_COUNT ?= 6

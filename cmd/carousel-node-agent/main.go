@@ -30,6 +30,7 @@ import (
 
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/version"
 )
 
 // defaultMetricsAddress is the metrics endpoint: on the loopback, on a port
@@ -100,7 +101,9 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE:          func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
+		Version:       version.Get().String(),
 	}
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	f := root.PersistentFlags()
 	f.StringVar(&o.node, "node-name", kubeletHostname(), "Name of the node; the kubelet's default is the lowercased hostname. "+
 		"In kubelet mode it must match the kubelet's client certificate (system:node:<name>).")
@@ -178,6 +181,7 @@ func run(ctx context.Context, o *options) error {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s node %s: %s\n", time.Now().UTC().Format(time.RFC3339Nano), o.node, fmt.Sprintf(format, args...))
 	}
+	logf("carousel-node-agent %s", version.Get())
 	if kubelet != nil {
 		logf("kubelet mode: waiting for the kubelet's kubeconfig %s and client certificate in %s", o.kubeconfig, o.certDir)
 	}

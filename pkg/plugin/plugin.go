@@ -7,6 +7,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/scheme"
+	"github.com/carousel-dev/carousel/pkg/version"
 )
 
 // env is what every command needs: the management cluster and the streams.
@@ -34,7 +36,9 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 		Short:         "Rotate and inspect the certificate authorities of Carousel Clusters",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 	}
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	e.flags.AddFlags(root.PersistentFlags())
@@ -45,7 +49,12 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 		e.statusCommand(), e.planCommand())
 	certs := &cobra.Command{Use: "certs", Short: "Inspect a Cluster's certificates"}
 	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand(), e.restoreCommand())
-	root.AddCommand(rotation, certs, e.kubeconfigCommand())
+	root.AddCommand(rotation, certs, e.kubeconfigCommand(), &cobra.Command{
+		Use: "version", Short: "Print the version of kubectl carousel", Args: cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "kubectl-carousel", version.Get())
+		},
+	})
 	return root
 }
 

@@ -1,0 +1,36 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("The binaries", func() {
+	It("say which Carousel they are: the release in VERSION and the git revision make build stamped in", func(ctx SpecContext) {
+		if env == nil {
+			Skip("checks the binaries `make build` wrote into bin/")
+		}
+		release, err := os.ReadFile(filepath.Join(env.RepoRoot, "VERSION"))
+		Expect(err).NotTo(HaveOccurred())
+		head, err := exec.CommandContext(ctx, "git", "-C", env.RepoRoot, "rev-parse", "HEAD").Output()
+		Expect(err).NotTo(HaveOccurred())
+		want := func(name string) string {
+			return name + " " + strings.TrimSpace(string(release)) + " (revision " + strings.TrimSpace(string(head))
+		}
+		for _, run := range [][]string{
+			{"carousel-controller-manager", "--version"},
+			{"carousel-node-agent", "--version"},
+			{"kubectl-carousel", "--version"},
+			{"kubectl-carousel", "version"},
+		} {
+			out, err := exec.CommandContext(ctx, filepath.Join(env.CarouselBinDir, run[0]), run[1:]...).Output() //nolint:gosec // our own binaries
+			Expect(err).NotTo(HaveOccurred(), "%v", run)
+			Expect(string(out)).To(HavePrefix(want(run[0])), "%v", run)
+		}
+	})
+})
