@@ -3,6 +3,7 @@ package chart
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
 )
 
 var _ = Describe("The chart's values", func() {
@@ -31,6 +32,22 @@ var _ = Describe("The chart's values", func() {
 		}
 	})
 
+	It("has Prometheus keep the Cluster's namespace on Carousel's series, so that the alerts name the Cluster", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "metrics.serviceMonitor.enabled=true",
+			"--show-only", "templates/servicemonitor.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		var monitor struct {
+			Spec struct {
+				Endpoints []struct {
+					Port        string `json:"port"`
+					HonorLabels bool   `json:"honorLabels"`
+				} `json:"endpoints"`
+			} `json:"spec"`
+		}
+		Expect(yaml.Unmarshal([]byte(out), &monitor)).To(Succeed())
+		Expect(monitor.Spec.Endpoints).To(ConsistOf(And(HaveField("Port", "http-metrics"), HaveField("HonorLabels", true))))
+	})
+
 	DescribeTable("refused by the schema", func(set, field string) {
 		_, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", set)
 		Expect(err).To(HaveOccurred(), "helm accepted --set %s", set)
@@ -39,6 +56,7 @@ var _ = Describe("The chart's values", func() {
 		Entry("a negative replica count", "replicaCount=-1", "replicaCount"),
 		Entry("an unknown pull policy", "image.pullPolicy=Sometimes", "pullPolicy"),
 		Entry("a duration that is not one", "controller.caExpiryWarning=soon", "caExpiryWarning"),
+		Entry("a rotation interval that is no duration", "controller.caRotationInterval=90d", "caRotationInterval"),
 		Entry("an unknown failure policy", "webhook.failurePolicy=Maybe", "failurePolicy"),
 		Entry("a port out of range", "webhook.port=70000", "port"),
 		Entry("a misspelt key", "replicasCount=2", "replicasCount"),
