@@ -171,4 +171,13 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 		}
 	}
 	_ = tw.Flush()
+
+	// The conditions, as the recovery guide reads them.
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
+	for _, cond := range cl.Status.Conditions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cond.Type, cond.Status, cond.Reason, cond.LastTransitionTime.UTC().Format(time.RFC3339), cond.Message)
+	}
+	_ = tw.Flush()
 }

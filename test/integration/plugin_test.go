@@ -71,6 +71,9 @@ var _ = Describe("kubectl carousel", func() {
 			g.Expect(out).To(MatchRegexp(`Phase:\s+Preparing`))
 			g.Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+manual`))
 			g.Expect(out).To(MatchRegexp(`Waiting for:\s+Preparing: 1 worker pool\(s\) still to roll`))
+			g.Expect(out).To(MatchRegexp(`(?m)^CARotationInProgress\s+True\s+WaitingForWorkerRollout\s+\S+Z\s+Preparing: 1 worker pool\(s\) still to roll`),
+				"the conditions the recovery guide reads")
+			g.Expect(out).To(MatchRegexp(`(?m)^Ready\s+True\s+CredentialsIssued\s`))
 			for _, role := range v1alpha1.CARoles() {
 				g.Expect(out).To(MatchRegexp(`(?m)^`+string(role)+`\s+[0-9a-f]{16}\s+\S+\s+[0-9a-f]{16}`), "role %s has a current and a previous CA", role)
 			}
