@@ -104,6 +104,8 @@ func newRootCommand() *cobra.Command {
 		Version:       version.Get().String(),
 	}
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
+	// Without the -v cobra would add: kubectl's -v is the log level.
+	root.Flags().Bool("version", false, "Print the version and exit")
 	f := root.PersistentFlags()
 	f.StringVar(&o.node, "node-name", kubeletHostname(), "Name of the node; the kubelet's default is the lowercased hostname. "+
 		"In kubelet mode it must match the kubelet's client certificate (system:node:<name>).")

@@ -39,6 +39,8 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 		Version:       version.Get().String(),
 	}
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
+	// Without the -v cobra would add: kubectl's -v is the log level.
+	root.Flags().Bool("version", false, "Print the version and exit")
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	e.flags.AddFlags(root.PersistentFlags())
