@@ -62,14 +62,15 @@ func main() {
 		fmt.Println("carousel-controller-manager", version.Get())
 		return
 	}
+	// Bad flags are said in plain lines, as the flag package says its own.
+	if err := webhookCert.Validate(opts.Webhook); err != nil {
+		fmt.Fprintf(os.Stderr, "carousel-controller-manager: invalid flags:\n%v\n", err)
+		os.Exit(2)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 	info := version.Get()
 	log.Info("starting carousel-controller-manager", "version", info.Version, "revision", info.Revision, "go", info.GoVersion)
-	if err := webhookCert.Validate(opts.Webhook); err != nil {
-		log.Error(err, "invalid webhook certificate flags")
-		os.Exit(2)
-	}
 
 	mgrOpts := operator.ManagerOptions()
 	mgrOpts.Metrics = metricsserver.Options{BindAddress: metricsAddr}

@@ -27,7 +27,7 @@ func (e *env) checkExpirationCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "check-expiration CLUSTER",
 		Short: "Show when each certificate and certificate authority of CLUSTER expires",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, cl, err := e.clusterArg(cmd.Context(), args[0])
 			if err != nil {

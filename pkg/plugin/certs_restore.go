@@ -226,7 +226,7 @@ func (e *env) restoreCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "restore CLUSTER",
 		Short: "Recreate CLUSTER's missing CA Secrets (and service-account key) from an upload, exactly as uploaded; existing Secrets are kept",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			roles, withServiceAccountKey, err := parseRoles(roleNames)

@@ -202,7 +202,7 @@ func (e *env) uploadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upload CLUSTER",
 		Short: "Store an encrypted copy of CLUSTER's CA keys for a short time and print the key that opens it",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])
@@ -337,7 +337,7 @@ func (e *env) downloadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "download CLUSTER",
 		Short: "Decrypt an uploaded copy of CLUSTER's CA keys into a directory",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			key, err := parseCertificateKey(keyHex)

@@ -32,7 +32,7 @@ func (e *env) kubeconfigCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubeconfig CLUSTER",
 		Short: "Print a short-lived admin kubeconfig of CLUSTER's API server",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl < minKubeconfigTTL || ttl > maxKubeconfigTTL {
 				return fmt.Errorf("--ttl must be between %s and %s", minKubeconfigTTL, maxKubeconfigTTL)

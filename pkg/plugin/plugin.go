@@ -7,7 +7,9 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -60,7 +62,17 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 	return root
 }
 
+// errNoKubeconfig says what to do when nothing names the management cluster,
+// instead of the refused connection to localhost:8080 that client-go's
+// empty default would end in.
+var errNoKubeconfig = errors.New("no kubeconfig: kubectl carousel talks to the management cluster, where the Clusters are; " +
+	"point KUBECONFIG or --kubeconfig at it, or give --server")
+
 func (e *env) client() (client.Client, string, error) {
+	if raw, err := e.flags.ToRawKubeConfigLoader().RawConfig(); err == nil && len(raw.Clusters) == 0 &&
+		(e.flags.APIServer == nil || *e.flags.APIServer == "") && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return nil, "", errNoKubeconfig
+	}
 	cfg, err := e.flags.ToRESTConfig()
 	if err != nil {
 		return nil, "", err
@@ -71,6 +83,15 @@ func (e *env) client() (client.Client, string, error) {
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	return c, ns, err
+}
+
+// oneCluster accepts exactly one argument, the Cluster's name, and otherwise
+// says how to call the command.
+func oneCluster(cmd *cobra.Command, args []string) error {
+	if len(args) == 1 {
+		return nil
+	}
+	return fmt.Errorf("%s takes the name of one Cluster, got %d argument(s): %s", cmd.CommandPath(), len(args), cmd.UseLine())
 }
 
 // clusterArg connects to the management cluster and reads the Cluster the

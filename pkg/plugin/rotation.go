@@ -28,7 +28,7 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 	cmd := &cobra.Command{
 		Use:   use + " CLUSTER",
 		Short: fmt.Sprintf("Annotate CLUSTER with %s=%s (or, with --in-maintenance-window, %s)", v1alpha1.OperationAnnotation, operation, v1alpha1.MaintenanceOperationAnnotation),
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])
@@ -103,7 +103,7 @@ func (e *env) statusCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status CLUSTER",
 		Short: "Show the rotation phase, its timestamps, pending worker pools and the CA inventory",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, cl, err := e.clusterArg(cmd.Context(), args[0])
 			if err != nil {

@@ -25,7 +25,7 @@ func (e *env) planCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "plan CLUSTER",
 		Short: "Show what each phase of a CA rotation will issue, re-sign and roll, without changing anything",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneCluster,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])

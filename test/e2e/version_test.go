@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,5 +33,22 @@ var _ = Describe("The binaries", func() {
 			Expect(err).NotTo(HaveOccurred(), "%v", run)
 			Expect(string(out)).To(HavePrefix(want(run[0])), "%v", run)
 		}
+	})
+
+	It("say what is wrong with their flags in plain lines, and exit 2", func(ctx SpecContext) {
+		if env == nil {
+			Skip("checks the binaries `make build` wrote into bin/")
+		}
+		cmd := exec.CommandContext(ctx, filepath.Join(env.CarouselBinDir, "carousel-controller-manager"), "--webhook-cert-secret=no-namespace") //nolint:gosec // our own binary
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		Expect(errors.As(err, &exit)).To(BeTrue(), "%v", err)
+		Expect(exit.ExitCode()).To(Equal(2))
+		Expect(stderr.String()).To(Equal("carousel-controller-manager: invalid flags:\n" +
+			"--webhook-cert-secret must be NAMESPACE/NAME, got \"no-namespace\"\n" +
+			"--webhook-cert-secret needs --webhook-configuration\n" +
+			"--webhook-cert-secret needs --webhook-dns-names\n"))
 	})
 })
