@@ -62,6 +62,11 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	work := os.Getenv("CAROUSEL_E2E_WORKDIR")
 	if work == "" {
 		work = GinkgoT().TempDir()
+	} else {
+		// The nodes would start on the credentials of a cluster that is
+		// gone, and the run would be about them, not the rotation.
+		left, _ := os.ReadDir(work)
+		Expect(left).To(BeEmpty(), "CAROUSEL_E2E_WORKDIR %s holds an earlier run's files: empty it, or name another directory", work)
 	}
 	// Registered before env.Stop, so it runs after it.
 	expectHostUntouched()
