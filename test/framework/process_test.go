@@ -121,6 +121,13 @@ func TestControlPlaneStartFailsAtOnceWhenEtcdExits(t *testing.T) {
 	}
 	ctx := safetyNet(t)
 	cp := &ManagedControlPlane{BinDir: bin, Dir: t.TempDir()}
+	// The member's files, as the platform writes them (WriteCredentials):
+	// it starts, and exits on its own.
+	for _, f := range []string{"etcd-server.crt", "etcd-server.key", "etcd-peer.crt", "etcd-peer.key", "etcd-ca.crt"} {
+		if err := os.WriteFile(filepath.Join(cp.Dir, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	defer cp.Stop()
 	err := cp.Start(ctx)
 	assertExited(t, ctx, err, "etcd", "etcd line 12", "open etcd-server.crt: no such file or directory")
