@@ -80,33 +80,26 @@ type ManagedControlPlane struct {
 	tunnelServers          []*process    // by API server replica
 	tunnelAgents           []*tunnelAgent
 	tunnelAgentsRun        atomic.Bool // read while the platform rolls the API server
-	events                 timeline    // read by the tests while the platform rolls
+	tunnelAgentStops       timeline    // read by the tests while the platform rolls
 }
 
-// timeline records when things happened to the control plane, so that the
-// tests can tell the failures they cause. It is safe for concurrent use.
+// timeline records when something happened to the control plane, so that
+// the tests can tell the failures it causes. It is safe for concurrent use.
 type timeline struct {
 	mu    sync.Mutex
-	times map[string][]time.Time
+	times []time.Time
 }
 
-// tunnelAgentStopped is the event of the timeline when an agent of the
-// tunnel was stopped.
-const tunnelAgentStopped = "tunnel agent stopped"
-
-func (t *timeline) add(event string) {
+func (t *timeline) add() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.times == nil {
-		t.times = map[string][]time.Time{}
-	}
-	t.times[event] = append(t.times[event], time.Now())
+	t.times = append(t.times, time.Now())
 }
 
-func (t *timeline) at(event string) []time.Time {
+func (t *timeline) all() []time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return slices.Clone(t.times[event])
+	return slices.Clone(t.times)
 }
 
 // ControlPlaneIP is the managed API server's address in the test network

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -105,14 +106,13 @@ func TestHostStateSeesTheNetworkNamespacesOfDescendantsAndOrphans(t *testing.T) 
 	poll(t, "the host state to be as before", func() bool { return diff() == "" })
 }
 
-// poll checks condition every 10 ms until it holds, and fails the test if
-// it does not within 10 s.
+// poll waits, with the framework's await, until condition holds, and fails
+// the test if it does not within 10 s.
 func poll(t *testing.T, what string, condition func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !condition(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
+	if err := await(context.Background(), what, 10*time.Millisecond, 10*time.Second,
+		func(context.Context) (bool, error) { return condition(), nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 

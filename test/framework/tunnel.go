@@ -202,12 +202,12 @@ func (m *ManagedControlPlane) stopTunnelAgent(a *tunnelAgent) {
 		return
 	case <-time.After(tunnelAgentDrain):
 	}
-	m.events.add(tunnelAgentStopped)
+	m.tunnelAgentStops.add()
 	stop(a.p)
 }
 
 // TunnelAgentStops returns when the platform ended a drained agent.
-func (m *ManagedControlPlane) TunnelAgentStops() []time.Time { return m.events.at(tunnelAgentStopped) }
+func (m *ManagedControlPlane) TunnelAgentStops() []time.Time { return m.tunnelAgentStops.all() }
 
 // startTunnelAgent starts agent replica i in slot and waits until it is
 // connected to every server.

@@ -1,7 +1,8 @@
 package integration
 
 import (
-	"sync"
+	"bytes"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -20,27 +21,6 @@ import (
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
-// warnings collects the API warnings a client receives.
-type warnings struct {
-	mu   sync.Mutex
-	text []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.text = append(w.text, text)
-}
-
-// take returns the warnings received since the last take.
-func (w *warnings) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	text := w.text
-	w.text = nil
-	return text
-}
-
 var _ = Describe("Rotation recommendations", func() {
 	It("warns on updates and turns CARotationRecommended True when a rotation is due, or Prepared for too long, and False once acted on", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
@@ -58,9 +38,18 @@ var _ = Describe("Rotation recommendations", func() {
 			Expect(err).NotTo(HaveOccurred())
 			return metricValue(families, "carousel_ca_rotation_recommended", map[string]string{"namespace": ns, "cluster": "aging", "reason": reason})
 		}
-		var received warnings
+		var received bytes.Buffer
 		warned := rest.CopyConfig(cfg)
-		warned.WarningHandler = &received
+		warned.WarningHandler = rest.NewWarningWriter(&received, rest.WarningWriterOptions{})
+		// takeWarnings returns the warnings the client got since it was last called.
+		takeWarnings := func() []string {
+			var text []string
+			for line := range strings.Lines(received.String()) {
+				text = append(text, strings.TrimPrefix(strings.TrimSuffix(line, "\n"), "Warning: "))
+			}
+			received.Reset()
+			return text
+		}
 		user, err := client.New(warned, client.Options{Scheme: scheme.New()})
 		Expect(err).NotTo(HaveOccurred())
 
@@ -77,7 +66,7 @@ var _ = Describe("Rotation recommendations", func() {
 			patch := client.MergeFrom(c.DeepCopy())
 			c.Labels = map[string]string{"touched": value}
 			Expect(user.Patch(ctx, c, patch)).To(Succeed())
-			return received.take()
+			return takeWarnings()
 		}
 		annotateAs := func(op string) []string {
 			GinkgoHelper()
@@ -85,7 +74,7 @@ var _ = Describe("Rotation recommendations", func() {
 			patch := client.MergeFrom(c.DeepCopy())
 			c.Annotations = map[string]string{v1alpha1.OperationAnnotation: op}
 			Expect(user.Patch(ctx, c, patch)).To(Succeed())
-			return received.take()
+			return takeWarnings()
 		}
 		By("a new Cluster: nothing due until the rotation interval has passed since its creation")
 		result := driven.pass(ctx)

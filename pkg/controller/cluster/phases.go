@@ -194,11 +194,10 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 // CAs, then carries out rotation.Decide.
 func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 	c := s.cluster
-	rot := rotation.RecordKubeRootCAPublished(c.CARotation(), s.facts.KubeRootCA, r.now())
-	if rot != c.CARotation() {
+	// evidencePhase took the facts' publication time from the status; a
+	// time recorded now joins them.
+	if rot := rotation.RecordKubeRootCAPublished(c.CARotation(), s.facts.KubeRootCA, r.now()); rot != c.CARotation() {
 		setCARotation(c, rot)
-	}
-	if rot != nil && rot.KubeRootCAPublishedTime != nil {
 		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
 	d := rotation.Decide(s.facts)
@@ -256,7 +255,19 @@ func (r *Reconciler) requeue(s *scope) ctrl.Result {
 	case w.PollManaged:
 		result.RequeueAfter = r.managedPollDelay(s.cluster, s.managedCheckFailed)
 	case !w.Until.IsZero():
-		result.RequeueAfter = min(result.RequeueAfter, max(w.Until.Sub(r.Clock.Now()), time.Second))
+		result = lookAgainBy(result, w.Until, r.Clock.Now())
+	}
+	return result
+}
+
+// lookAgainBy shortens result so that the Cluster is looked at again by at,
+// but not within the second; a zero at leaves result as it is.
+func lookAgainBy(result ctrl.Result, at, now time.Time) ctrl.Result {
+	if at.IsZero() {
+		return result
+	}
+	if d := max(at.Sub(now), time.Second); result.RequeueAfter == 0 || d < result.RequeueAfter {
+		result.RequeueAfter = d
 	}
 	return result
 }

@@ -98,10 +98,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			result.RequeueAfter = time.Second
 		}
 		r.updateStatus(s, before, retErr)
-		if next := s.wakeUp; retErr == nil && !next.IsZero() {
-			if d := max(next.Sub(r.Clock.Now()), time.Second); result.RequeueAfter == 0 || d < result.RequeueAfter {
-				result.RequeueAfter = d
-			}
+		if retErr == nil {
+			result = lookAgainBy(result, s.wakeUp, r.Clock.Now())
 		}
 		if equality.Semantic.DeepEqual(before.Status, c.Status) {
 			return
