@@ -226,7 +226,15 @@ func (e *env) restoreCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "restore CLUSTER",
 		Short: "Recreate CLUSTER's missing CA Secrets (and service-account key) from an upload, exactly as uploaded; existing Secrets are kept",
-		Args:  oneCluster,
+		Long: `Recreate the CA Secrets of CLUSTER that no longer exist from a copy "certs upload" stored, byte for byte, with
+their names, labels and annotations, so that Carousel finds the CAs it had instead of generating new ones. A
+Secret that exists is never overwritten: the command says which it kept. --role limits it to some CA roles.
+
+docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
+		Example: `  # The client CA Secret of prod was deleted: recreate it from the upload made before
+  kubectl carousel certs restore prod -n team-a --upload-id abc123 --certificate-key <64 hex digits> --role client`,
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			roles, withServiceAccountKey, err := parseRoles(roleNames)
@@ -282,8 +290,8 @@ func (e *env) restoreCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&id, "upload-id", "", "The upload ID that `certs upload` printed")
-	cmd.Flags().StringVar(&keyHex, "certificate-key", "", "The certificate key that `certs upload` printed")
+	cmd.Flags().StringVar(&id, "upload-id", "", "The upload ID that \"certs upload\" printed")
+	cmd.Flags().StringVar(&keyHex, "certificate-key", "", "The certificate key that \"certs upload\" printed")
 	cmd.Flags().StringSliceVar(&roleNames, "role", nil, "Restore only these CA roles (comma-separated); without it, every CA role and the service-account key")
 	_ = cmd.MarkFlagRequired("upload-id")
 	_ = cmd.MarkFlagRequired("certificate-key")

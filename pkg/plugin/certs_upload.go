@@ -202,7 +202,16 @@ func (e *env) uploadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upload CLUSTER",
 		Short: "Store an encrypted copy of CLUSTER's CA keys for a short time and print the key that opens it",
-		Args:  oneCluster,
+		Long: `Store a copy of CLUSTER's CA Secrets (every role's CA key and the service-account key), encrypted with a new
+random key, in the management cluster's kube-system namespace for --ttl, and print the upload ID and the key
+that opens it. The key is printed once and stored nowhere: keep it where you keep secrets.
+
+"certs download" writes the keys into files, "certs restore" recreates CA Secrets that were lost. The copy is
+deleted with its bootstrap token when --ttl passes, as kubeadm's "upload-certs" does.`,
+		Example: `  # Keep a copy of prod's CA keys for the next two hours (before maintenance, say)
+  kubectl carousel certs upload prod -n team-a --ttl 2h`,
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])
@@ -337,7 +346,13 @@ func (e *env) downloadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "download CLUSTER",
 		Short: "Decrypt an uploaded copy of CLUSTER's CA keys into a directory",
-		Args:  oneCluster,
+		Long: `Decrypt the copy of CLUSTER's CA keys that "certs upload" stored, with the upload ID and the certificate key
+it printed, and write each certificate and key into a file of --dir (mode 0600), as kubeadm names them
+(for example client-ca-tls.crt, client-ca-tls.key, sa.key).`,
+		Example: `  # Write the uploaded keys of prod into ./prod-pki
+  kubectl carousel certs download prod -n team-a --upload-id abc123 --certificate-key <64 hex digits> --dir prod-pki`,
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			key, err := parseCertificateKey(keyHex)
@@ -374,8 +389,8 @@ func (e *env) downloadCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&id, "upload-id", "", "The upload ID that `certs upload` printed")
-	cmd.Flags().StringVar(&keyHex, "certificate-key", "", "The certificate key that `certs upload` printed")
+	cmd.Flags().StringVar(&id, "upload-id", "", "The upload ID that \"certs upload\" printed")
+	cmd.Flags().StringVar(&keyHex, "certificate-key", "", "The certificate key that \"certs upload\" printed")
 	cmd.Flags().StringVar(&dir, "dir", ".", "Directory to write the files into")
 	_ = cmd.MarkFlagRequired("upload-id")
 	_ = cmd.MarkFlagRequired("certificate-key")

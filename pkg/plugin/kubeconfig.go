@@ -32,7 +32,15 @@ func (e *env) kubeconfigCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubeconfig CLUSTER",
 		Short: "Print a short-lived admin kubeconfig of CLUSTER's API server",
-		Args:  oneCluster,
+		Long: `Print a kubeconfig for CLUSTER's API server (spec.controlPlane.endpoint) with a fresh key and a certificate of
+the group system:masters, valid for --ttl, signed on this machine by the client CA the API server trusts at
+this point of a rotation, and the cluster CA bundle of now. Nothing is stored: the key exists only in the
+printed kubeconfig. The user name carousel:admin:<--name> shows in the API server's audit log.`,
+		Example: `  # Half an hour of admin access to prod's API server
+  kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice > prod.kubeconfig
+  kubectl --kubeconfig prod.kubeconfig get nodes`,
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl < minKubeconfigTTL || ttl > maxKubeconfigTTL {
 				return fmt.Errorf("--ttl must be between %s and %s", minKubeconfigTTL, maxKubeconfigTTL)

@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,27 +36,57 @@ type env struct {
 func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Command {
 	e := &env{flags: genericclioptions.NewConfigFlags(true), streams: streams, clock: clk}
 	root := &cobra.Command{
-		Use:           "kubectl-carousel",
-		Short:         "Rotate and inspect the certificate authorities of Carousel Clusters",
+		Use:   "carousel",
+		Short: "Rotate and inspect the certificate authorities of Carousel Clusters",
+		Long: `kubectl carousel starts, completes and follows the CA rotations of Carousel Clusters, shows where a rotation
+stands and what it will do, checks certificate expiration, keeps an encrypted copy of a Cluster's CA keys, and
+prints a short-lived admin kubeconfig of a managed cluster.
+
+It talks to the management cluster, where the Clusters are, with kubectl's flags and kubeconfig; -n names the
+Clusters' namespace.`,
+		Example: `  # Rotate every CA of the Cluster prod: the first phase, then, once your own clients trust the new CAs, the second
+  kubectl carousel rotation start prod -n team-a --wait
+  kubectl carousel rotation complete prod -n team-a --wait
+
+  # Where does it stand?
+  kubectl carousel rotation status prod -n team-a`,
+		// kubectl runs kubectl-carousel for "kubectl carousel": help and errors name the command the user types.
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl carousel"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.Get().String(),
+		// A plugin's shell completion goes through kubectl and the kubectl_complete-carousel shim, not a script of
+		// its own (docs/reference/kubectl-carousel.md).
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
+	root.SetVersionTemplate("kubectl-carousel {{.Version}}\n")
 	// Without the -v cobra would add: kubectl's -v is the log level.
 	root.Flags().Bool("version", false, "Print the version and exit")
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	e.flags.AddFlags(root.PersistentFlags())
 
-	rotation := &cobra.Command{Use: "rotation", Short: "Start, complete and follow a CA rotation"}
+	rotation := &cobra.Command{
+		Use:   "rotation",
+		Short: "Start, complete and follow a CA rotation",
+		Long: `A CA rotation replaces every CA of a Cluster in two phases that you trigger: "start" renews the client
+certificates and rolls the nodes while both the old and the new CAs are trusted, until the Cluster is Prepared;
+"complete" renews the server certificates and drops the old CAs, until it is Completed. Between the two, hand the
+new trust bundles and kubeconfigs to your own clients.`,
+	}
 	rotation.AddCommand(e.operationCommand("start", v1alpha1.OperationStartCARotation, v1alpha1.RotationPrepared),
 		e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
 		e.statusCommand(), e.planCommand())
-	certs := &cobra.Command{Use: "certs", Short: "Inspect a Cluster's certificates"}
+	certs := &cobra.Command{
+		Use:   "certs",
+		Short: "Inspect a Cluster's certificates and keep a copy of its CA keys",
+		Long: `Check when a Cluster's certificates and CAs expire, store an encrypted copy of its CA keys for a short time,
+fetch that copy, and recreate missing CA Secrets from it.`,
+	}
 	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand(), e.restoreCommand())
 	root.AddCommand(rotation, certs, e.kubeconfigCommand(), &cobra.Command{
 		Use: "version", Short: "Print the version of kubectl carousel", Args: cobra.NoArgs,
+		Long: "Print the release of kubectl carousel, the git revision it was built from, its Go version and platform.",
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintln(cmd.OutOrStdout(), "kubectl-carousel", version.Get())
 		},
@@ -68,7 +100,8 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Comm
 var errNoKubeconfig = errors.New("no kubeconfig: kubectl carousel talks to the management cluster, where the Clusters are; " +
 	"point KUBECONFIG or --kubeconfig at it, or give --server")
 
-func (e *env) client() (client.Client, string, error) {
+// config is the management cluster's REST config and the namespace of the kubectl flags.
+func (e *env) config() (*rest.Config, string, error) {
 	if raw, err := e.flags.ToRawKubeConfigLoader().RawConfig(); err == nil && len(raw.Clusters) == 0 &&
 		(e.flags.APIServer == nil || *e.flags.APIServer == "") && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
 		return nil, "", errNoKubeconfig
@@ -78,11 +111,40 @@ func (e *env) client() (client.Client, string, error) {
 		return nil, "", err
 	}
 	ns, _, err := e.flags.ToRawKubeConfigLoader().Namespace()
+	return cfg, ns, err
+}
+
+func (e *env) client() (client.Client, string, error) {
+	cfg, ns, err := e.config()
 	if err != nil {
 		return nil, "", err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	return c, ns, err
+}
+
+// completeClusters completes a command's CLUSTER argument with the names of the Clusters in the namespace of
+// the kubectl flags; no completion when it cannot list them.
+func (e *env) completeClusters(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	c, ns, err := e.client()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var list v1alpha1.ClusterList
+	if err := c.List(cmd.Context(), &list, client.InNamespace(ns)); err != nil {
+		cobra.CompDebugln("listing Clusters: "+err.Error(), true)
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var names []cobra.Completion
+	for _, cl := range list.Items {
+		if strings.HasPrefix(cl.Name, toComplete) {
+			names = append(names, cl.Name)
+		}
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
 }
 
 // oneCluster accepts exactly one argument, the Cluster's name, and otherwise

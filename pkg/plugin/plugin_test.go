@@ -2,13 +2,23 @@ package plugin
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/clock"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	outputv1alpha1 "github.com/carousel-dev/carousel/apis/output/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 )
 
 // run runs kubectl carousel with args and returns its error.
@@ -44,5 +54,102 @@ func TestWithoutAKubeconfigItSaysWhatToPointAtTheManagementCluster(t *testing.T)
 	// An explicit server is taken at its word (and refused here: nothing listens on port 1).
 	if err := run("rotation", "status", "prod", "--server", "https://127.0.0.1:1"); errors.Is(err, errNoKubeconfig) {
 		t.Fatalf("--server: err = %v", err)
+	}
+}
+
+func TestHelpNamesTheCommandUsersTypeAndEveryCommandExplainsItself(t *testing.T) {
+	var out bytes.Buffer
+	root := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out}, clock.RealClock{})
+	root.SetArgs([]string{"rotation", "status", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "kubectl carousel rotation status CLUSTER [flags]") {
+		t.Errorf("help shows\n%s", out.String())
+	}
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if cmd.Long == "" {
+			t.Errorf("%s has no Long description", cmd.CommandPath())
+		}
+		// Runnable commands show how to call them; the groups list their commands.
+		if cmd.Runnable() && cmd.Example == "" && cmd.Name() != "version" {
+			t.Errorf("%s has no Examples", cmd.CommandPath())
+		}
+		// pflag takes a `quoted` word of a usage for the value's name: "--upload-id certs upload" in the help.
+		cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: backquotes in %q", cmd.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range cmd.Commands() {
+			if !sub.Hidden && sub.Name() != "help" {
+				walk(sub)
+			}
+		}
+	}
+	walk(root)
+}
+
+func TestAnOutputFormatItCannotPrintIsRefusedBeforeAnythingIsRead(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	for _, args := range [][]string{
+		{"rotation", "status", "prod", "-o", "wide"},
+		{"rotation", "plan", "prod", "-o", "name"},
+		{"certs", "check-expiration", "prod", "--output", "table"},
+	} {
+		err := run(args...)
+		if err == nil || !strings.Contains(err.Error(), "choose one of json, yaml") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
+func TestPlanAndExpirationPrintTheirOutputKinds(t *testing.T) {
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
+		Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{{Name: "blue", RolloutStrategy: v1alpha1.RolloutManual}}}}
+	plan := rotationPlan(cl, nil, map[string]outputv1alpha1.WorkerPoolPlan{"blue": {Name: "blue", RolloutStrategy: "Manual", Nodes: []string{"n1", "n2"}}})
+	var human bytes.Buffer
+	writePlan(&human, plan)
+	for _, want := range []string{
+		"Cluster team-a/prod, now in phase none (never rotated).",
+		"roll (to trust both): none labelled " + v1alpha1.LabelCluster + "=prod",
+		"    blue (Manual): 2 node(s): n1, n2",
+	} {
+		if !strings.Contains(human.String(), want) {
+			t.Errorf("the plan lacks %q:\n%s", want, human.String())
+		}
+	}
+
+	o := &output{format: "json", flags: genericclioptions.NewJSONYamlPrintFlags()}
+	p, err := o.printer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var printed bytes.Buffer
+	if err := p.PrintObj(plan, &printed); err != nil {
+		t.Fatal(err)
+	}
+	var decoded outputv1alpha1.RotationPlan
+	if err := json.Unmarshal(printed.Bytes(), &decoded); err != nil {
+		t.Fatal(err)
+	}
+	if decoded.APIVersion != "output.carousel.dev/v1alpha1" || decoded.Kind != "RotationPlan" || len(decoded.Phases) != 2 {
+		t.Fatalf("printed %s", printed.String())
+	}
+	var clientCertificates []string
+	for _, step := range decoded.Phases[0].Steps {
+		if step.List == "clientCertificates" {
+			clientCertificates = step.Items
+		}
+	}
+	var want []string
+	for _, cert := range credentials.Certificates(cl) {
+		if cert.RenewIn == credentials.RenewInPreparing {
+			want = append(want, cert.Name)
+		}
+	}
+	if len(want) == 0 || !slices.Equal(clientCertificates, want) {
+		t.Errorf("the first phase's client certificates are %v, want %v", clientCertificates, want)
 	}
 }

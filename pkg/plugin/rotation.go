@@ -11,9 +11,16 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/client/clientset/versioned"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -28,7 +35,22 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 	cmd := &cobra.Command{
 		Use:   use + " CLUSTER",
 		Short: fmt.Sprintf("Annotate CLUSTER with %s=%s (or, with --in-maintenance-window, %s)", v1alpha1.OperationAnnotation, operation, v1alpha1.MaintenanceOperationAnnotation),
-		Args:  oneCluster,
+		Long: fmt.Sprintf(`Request the %[1]s operation on CLUSTER by annotating it with %[2]s=%[1]s; Carousel carries it
+out and the Cluster's rotation ends in phase %[3]s. The admission webhook refuses the operation, with the reason,
+when the rotation is in a phase that does not allow it.
+
+With --in-maintenance-window the operation is queued in %[4]s instead, and Carousel starts it when
+the Cluster's maintenance time window (spec.maintenance.timeWindow) opens.
+
+With --wait the command follows the Cluster (a watch) and prints the phase, and what Carousel waits for, each
+time either changes, until the rotation is %[3]s or --timeout passes.`, operation, v1alpha1.OperationAnnotation, target, v1alpha1.MaintenanceOperationAnnotation),
+		Example: fmt.Sprintf(`  # %[1]s the CA rotation of the Cluster prod and follow it until it is %[2]s
+  kubectl carousel rotation %[3]s prod -n team-a --wait --timeout 2h
+
+  # Leave it to the Cluster's maintenance window
+  kubectl carousel rotation %[3]s prod -n team-a --in-maintenance-window`, strings.ToUpper(use[:1])+use[1:], target, use),
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])
@@ -51,7 +73,7 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 			if !wait {
 				return nil
 			}
-			return e.follow(ctx, c, cl.Namespace, args[0], target, timeout)
+			return e.follow(ctx, cl.Namespace, args[0], target, timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(target))
@@ -60,59 +82,109 @@ func (e *env) operationCommand(use, operation string, target v1alpha1.CARotation
 	return cmd
 }
 
-// follow prints the phase and what it waits for whenever either changes,
-// until the target phase.
-func (e *env) follow(ctx context.Context, c client.Client, ns, name string, target v1alpha1.CARotationPhase, timeout time.Duration) error {
-	deadline := e.clock.Now().Add(timeout)
+// follow watches the Cluster and prints the phase and what it waits for
+// whenever either changes, until the target phase.
+func (e *env) follow(ctx context.Context, ns, name string, target v1alpha1.CARotationPhase, timeout time.Duration) error {
+	cfg, _, err := e.config()
+	if err != nil {
+		return err
+	}
+	clusters, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	byName := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			byName(&o)
+			return clusters.CarouselV1alpha1().Clusters(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			byName(&o)
+			return clusters.CarouselV1alpha1().Clusters(ns).Watch(ctx, o)
+		},
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var last string
-	for {
-		cl, err := e.cluster(ctx, c, ns, name)
-		if err != nil {
-			return err
+	_, err = watchtools.UntilWithSync(waitCtx, lw, &v1alpha1.Cluster{}, func(store cache.Store) (bool, error) {
+		_, exists, err := store.GetByKey(ns + "/" + name)
+		if err == nil && !exists {
+			err = fmt.Errorf("cluster %s/%s does not exist", ns, name)
 		}
-		line := "phase " + rotation.PhaseName(cl.CARotationPhase())
-		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == "True" {
-			line += ": " + cond.Message
+		return false, err
+	}, func(ev watch.Event) (bool, error) {
+		cl, ok := ev.Object.(*v1alpha1.Cluster)
+		if !ok || ev.Type == watch.Deleted {
+			return false, fmt.Errorf("cluster %s/%s was deleted", ns, name)
 		}
-		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
-			line += ": " + cond.Message
-		}
-		_, annotated := cl.Annotations[v1alpha1.OperationAnnotation]
-		_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-		annotated = annotated || queued
+		line := followLine(cl)
 		if line != last {
 			fmt.Fprintln(e.streams.Out, line)
 			last = line
 		}
-		if cl.CARotationPhase() == target && !annotated {
-			return nil
-		}
-		if !e.clock.Now().Before(deadline) {
-			return fmt.Errorf("%s/%s is not %s after %s (%s)", ns, name, target, timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.clock.After(time.Second):
+		return rotationReached(cl, target), nil
+	})
+	if wait.Interrupted(err) && ctx.Err() == nil {
+		return fmt.Errorf("%s/%s is not %s after %s (%s)", ns, name, target, timeout, last)
+	}
+	return err
+}
+
+// followLine is what --wait prints: the phase and, while Carousel works or an
+// operation is queued, what it waits for.
+func followLine(cl *v1alpha1.Cluster) string {
+	line := "phase " + rotation.PhaseName(cl.CARotationPhase())
+	for _, condition := range []string{v1alpha1.ConditionCARotation, v1alpha1.ConditionMaintenanceOperationQueued} {
+		if cond := meta.FindStatusCondition(cl.Status.Conditions, condition); cond != nil && cond.Status == metav1.ConditionTrue {
+			line += ": " + cond.Message
 		}
 	}
+	return line
+}
+
+// rotationReached: the rotation is in the target phase and no operation is
+// requested or queued that would move it on.
+func rotationReached(cl *v1alpha1.Cluster, target v1alpha1.CARotationPhase) bool {
+	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
+	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	return cl.CARotationPhase() == target && !requested && !queued
 }
 
 // statusCommand is `rotation status`.
 func (e *env) statusCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "status CLUSTER",
-		Short: "Show the rotation phase, its timestamps, pending worker pools and the CA inventory",
-		Args:  oneCluster,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, cl, err := e.clusterArg(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			writeStatus(e.streams.Out, cl)
-			return nil
-		},
+		Short: "Show the rotation phase, its timestamps, pending worker pools, the CA inventory and the conditions",
+		Long: `Show where CLUSTER's CA rotation stands: its phase and what Carousel waits for, an operation queued for the
+maintenance window, what Carousel recommends, the times of the last start and completion, the worker pools
+still to roll, the fingerprint and expiry of each role's current and previous CA, and every condition of the
+Cluster (docs/how-to/recover-a-stuck-rotation.md reads them).
+
+-o json or -o yaml prints the Cluster object itself, as kubectl get does.`,
+		Example: `  # Where does the rotation of prod stand?
+  kubectl carousel rotation status prod -n team-a
+
+  # Its phase, for a script
+  kubectl carousel rotation status prod -n team-a -o json | jq -r '.status.credentials.rotation.certificateAuthorities.phase'`,
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
 	}
+	out := addOutputFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		_, cl, err := e.clusterArg(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		if p, _ := out.printer(); p != nil {
+			return p.PrintObj(cl, e.streams.Out)
+		}
+		writeStatus(e.streams.Out, cl)
+		return nil
+	}
+	return cmd
 }
 
 // when formats an optional timestamp, or "-".

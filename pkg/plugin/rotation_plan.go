@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	outputv1alpha1 "github.com/carousel-dev/carousel/apis/output/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
@@ -22,24 +23,40 @@ import (
 // planCommand is `rotation plan`: what each phase will issue, re-sign and
 // roll, and which nodes, without changing anything.
 func (e *env) planCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "plan CLUSTER",
 		Short: "Show what each phase of a CA rotation will issue, re-sign and roll, without changing anything",
-		Args:  oneCluster,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, cl, err := e.clusterArg(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			consumers, err := consumerNames(ctx, c, cl)
-			if err != nil {
-				return err
-			}
-			writePlan(e.streams.Out, cl, consumers, e.poolNodes(ctx, c, cl))
-			return nil
-		},
+		Long: `Show what each of the two phases of a CA rotation of CLUSTER will do, in order: the CAs it generates, the
+certificates it re-issues in each phase, the workloads labelled with CLUSTER's name that it rolls, and the
+worker pools it rolls with the nodes in each (read from the managed cluster with CLUSTER's admin certificate;
+when that fails the plan says why). Nothing is changed.`,
+		Example: `  # What will a rotation of prod do?
+  kubectl carousel rotation plan prod -n team-a
+
+  # The client certificates re-issued in the first phase
+  kubectl carousel rotation plan prod -n team-a -o json | jq -r '.phases[0].steps[] | select(.list == "clientCertificates") | .items[]'`,
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
 	}
+	out := addOutputFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		c, cl, err := e.clusterArg(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		consumers, err := consumerNames(ctx, c, cl)
+		if err != nil {
+			return err
+		}
+		plan := rotationPlan(cl, consumers, e.poolNodes(ctx, c, cl))
+		if p, _ := out.printer(); p != nil {
+			return p.PrintObj(plan, e.streams.Out)
+		}
+		writePlan(e.streams.Out, plan)
+		return nil
+	}
+	return cmd
 }
 
 func consumerNames(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) ([]string, error) {
@@ -68,8 +85,8 @@ func consumerNames(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) (
 // tenant may write, so the client is built from their data only
 // (credentials.RESTConfig): the Secret's kubeconfig, which could name an exec
 // plugin or files on this machine, is never loaded.
-func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) map[string]string {
-	out := map[string]string{}
+func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) map[string]outputv1alpha1.WorkerPoolPlan {
+	out := map[string]outputv1alpha1.WorkerPoolPlan{}
 	s, bundle := &corev1.Secret{}, &corev1.ConfigMap{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.CertificateSecretName(cl.Name, credentials.CertAdmin)}, s)
 	if err == nil {
@@ -86,28 +103,29 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 		}
 	}
 	for _, pool := range cl.Spec.Workers {
+		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy)}
 		switch {
 		case cs == nil && err != nil:
-			out[pool.Name] = "nodes unknown: " + err.Error()
+			plan.NodesUnknown = err.Error()
 		case cs == nil:
-			out[pool.Name] = "nodes unknown: the Cluster has no endpoint"
+			plan.NodesUnknown = "the Cluster has no endpoint"
 		default:
 			nodes, listErr := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelPool + "=" + pool.Name})
 			if listErr != nil {
-				out[pool.Name] = "nodes unknown: " + listErr.Error()
-				continue
+				plan.NodesUnknown = listErr.Error()
+				break
 			}
-			var names []string
 			for _, n := range nodes.Items {
-				names = append(names, n.Name)
+				plan.Nodes = append(plan.Nodes, n.Name)
 			}
-			out[pool.Name] = fmt.Sprintf("%d node(s): %s", len(names), strings.Join(names, ", "))
 		}
+		out[pool.Name] = plan
 	}
 	return out
 }
 
-func writePlan(w io.Writer, cl *v1alpha1.Cluster, consumers []string, nodes map[string]string) {
+// rotationPlan is rotation.Plan with the Cluster's lists filled in.
+func rotationPlan(cl *v1alpha1.Cluster, consumers []string, pools map[string]outputv1alpha1.WorkerPoolPlan) *outputv1alpha1.RotationPlan {
 	var clients, servers []string
 	for _, cert := range credentials.Certificates(cl) {
 		if cert.RenewIn == credentials.RenewInPreparing {
@@ -120,25 +138,48 @@ func writePlan(w io.Writer, cl *v1alpha1.Cluster, consumers []string, nodes map[
 	for _, r := range v1alpha1.CARoles() {
 		roles = append(roles, string(r))
 	}
-	if len(consumers) == 0 {
-		consumers = []string{"none labelled " + v1alpha1.LabelCluster + "=" + cl.Name}
+	lists := map[rotation.List]struct {
+		name  string
+		items []string
+	}{
+		rotation.ListCARoles: {"caRoles", roles}, rotation.ListConsumers: {"workloads", consumers},
+		rotation.ListClientCertificates: {"clientCertificates", clients}, rotation.ListServerCertificates: {"serverCertificates", servers},
+		rotation.ListWorkerPools: {name: "workerPools"},
 	}
-	lists := map[rotation.List][]string{
-		rotation.ListCARoles: roles, rotation.ListConsumers: consumers,
-		rotation.ListClientCertificates: clients, rotation.ListServerCertificates: servers,
-	}
-	fmt.Fprintf(w, "Cluster %s/%s, now in phase %s.\n", cl.Namespace, cl.Name, rotation.PhaseName(cl.CARotationPhase()))
-	for i, phase := range rotation.Plan() {
-		fmt.Fprintf(w, "\nPhase %d: %s -> %s -> %s\n", i+1, phase.Operation, phase.Through, phase.Done)
+	plan := &outputv1alpha1.RotationPlan{Cluster: cl.Namespace + "/" + cl.Name, Phase: rotation.PhaseName(cl.CARotationPhase())}
+	for _, phase := range rotation.Plan() {
+		out := outputv1alpha1.PhasePlan{Operation: phase.Operation, Through: string(phase.Through), Done: string(phase.Done), Then: phase.Then}
 		for _, line := range phase.Lines {
+			step := outputv1alpha1.PlanStep{Description: line.Format, List: lists[line.List].name}
 			switch line.List {
 			case rotation.ListNone:
-				fmt.Fprintf(w, "  %s\n", line.Format)
 			case rotation.ListWorkerPools:
-				fmt.Fprintf(w, "  %s\n", line.Format)
-				writePools(w, cl.Spec.Workers, nodes)
+				for _, p := range cl.Spec.Workers {
+					step.WorkerPools = append(step.WorkerPools, pools[p.Name])
+				}
 			default:
-				fmt.Fprintf(w, "  "+line.Format+"\n", strings.Join(lists[line.List], ", "))
+				step.Items = lists[line.List].items
+				listed := strings.Join(step.Items, ", ")
+				if line.List == rotation.ListConsumers && len(step.Items) == 0 {
+					listed = "none labelled " + v1alpha1.LabelCluster + "=" + cl.Name
+				}
+				step.Description = fmt.Sprintf(line.Format, listed)
+			}
+			out.Steps = append(out.Steps, step)
+		}
+		plan.Phases = append(plan.Phases, out)
+	}
+	return plan
+}
+
+func writePlan(w io.Writer, plan *outputv1alpha1.RotationPlan) {
+	fmt.Fprintf(w, "Cluster %s, now in phase %s.\n", plan.Cluster, plan.Phase)
+	for i, phase := range plan.Phases {
+		fmt.Fprintf(w, "\nPhase %d: %s -> %s -> %s\n", i+1, phase.Operation, phase.Through, phase.Done)
+		for _, step := range phase.Steps {
+			fmt.Fprintf(w, "  %s\n", step.Description)
+			if step.List == "workerPools" {
+				writePools(w, step.WorkerPools)
 			}
 		}
 		if phase.Then != "" {
@@ -147,11 +188,15 @@ func writePlan(w io.Writer, cl *v1alpha1.Cluster, consumers []string, nodes map[
 	}
 }
 
-func writePools(w io.Writer, pools []v1alpha1.WorkerPool, nodes map[string]string) {
+func writePools(w io.Writer, pools []outputv1alpha1.WorkerPoolPlan) {
 	if len(pools) == 0 {
 		fmt.Fprintln(w, "    none")
 	}
 	for _, p := range pools {
-		fmt.Fprintf(w, "    %s (%s): %s\n", p.Name, p.RolloutStrategy, nodes[p.Name])
+		nodes := fmt.Sprintf("%d node(s): %s", len(p.Nodes), strings.Join(p.Nodes, ", "))
+		if p.NodesUnknown != "" {
+			nodes = "nodes unknown: " + p.NodesUnknown
+		}
+		fmt.Fprintf(w, "    %s (%s): %s\n", p.Name, p.RolloutStrategy, nodes)
 	}
 }

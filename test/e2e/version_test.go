@@ -35,6 +35,24 @@ var _ = Describe("The binaries", func() {
 		}
 	})
 
+	It("complete Cluster names in kubectl, through the plugin's completion shim", func(ctx SpecContext) {
+		if env == nil {
+			Skip("runs kubectl carousel from bin/ and kubectl from the test control plane")
+		}
+		// kubectl finds the plugin and its shim on PATH, as a user who installed both has them.
+		path := GinkgoT().TempDir()
+		Expect(os.Symlink(filepath.Join(env.CarouselBinDir, "kubectl-carousel"), filepath.Join(path, "kubectl-carousel"))).To(Succeed())
+		Expect(os.Symlink(filepath.Join(env.RepoRoot, "cmd", "kubectl-carousel", "kubectl_complete-carousel"),
+			filepath.Join(path, "kubectl_complete-carousel"))).To(Succeed())
+		cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), //nolint:gosec // the test control plane's kubectl
+			"__complete", "carousel", "rotation", "status", "--kubeconfig", env.ManagementKubeconfig, "-n", env.Namespace, env.Name[:2])
+		cmd.Env = append(os.Environ(), "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.Output()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.Split(strings.TrimSpace(string(out)), "\n")).To(Equal([]string{env.Name, ":4"}),
+			"the Cluster's name, then cobra's directive 4 (no file completion)")
+	})
+
 	It("say what is wrong with their flags in plain lines, and exit 2", func(ctx SpecContext) {
 		if env == nil {
 			Skip("checks the binaries `make build` wrote into bin/")

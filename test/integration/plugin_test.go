@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,8 +16,10 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	outputv1alpha1 "github.com/carousel-dev/carousel/apis/output/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
@@ -79,6 +82,35 @@ var _ = Describe("kubectl carousel", func() {
 			}
 		}).Should(Succeed())
 
+		By("printing the Cluster, the plan and the expiration as JSON or YAML for scripts")
+		out, err = kubectlCarousel(ctx, "rotation", "status", "plugged", "-n", ns, "-o", "yaml")
+		Expect(err).NotTo(HaveOccurred())
+		printed := &v1alpha1.Cluster{}
+		Expect(yaml.UnmarshalStrict([]byte(out), printed)).To(Succeed())
+		Expect(printed.APIVersion + " " + printed.Kind).To(Equal("carousel.dev/v1alpha1 Cluster"))
+		Expect(printed.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+		Expect(printed.ManagedFields).To(BeEmpty(), "as kubectl get, without --show-managed-fields")
+		out, err = kubectlCarousel(ctx, "rotation", "plan", "plugged", "-n", ns, "-o", "json")
+		Expect(err).NotTo(HaveOccurred())
+		plan := &outputv1alpha1.RotationPlan{}
+		Expect(json.Unmarshal([]byte(out), plan)).To(Succeed())
+		Expect(plan.Kind).To(Equal("RotationPlan"))
+		Expect(plan.Phase).To(Equal("Preparing"))
+		Expect(plan.Phases[0].Steps).To(ContainElement(HaveField("WorkerPools", ConsistOf(outputv1alpha1.WorkerPoolPlan{
+			Name: "manual", RolloutStrategy: "Manual", NodesUnknown: "the Cluster has no endpoint"}))))
+		out, err = kubectlCarousel(ctx, "certs", "check-expiration", "plugged", "-n", ns, "-o", "json")
+		Expect(err).NotTo(HaveOccurred())
+		expiration := &outputv1alpha1.CertificateExpirationInfo{}
+		Expect(json.Unmarshal([]byte(out), expiration)).To(Succeed())
+		Expect(expiration.Certificates).To(HaveLen(len(credentials.Certificates(c))))
+		Expect(expiration.Certificates).To(HaveEach(HaveField("ResidualTime.Duration", BeNumerically(">", 364*24*time.Hour))))
+		Expect(expiration.CertificateAuthorities).To(ContainElement(And(HaveField("Role", "client"), HaveField("Generation", "previous"))))
+
+		By("completing Cluster names")
+		out, err = kubectlCarousel(ctx, "__complete", "rotation", "status", "-n", ns, "plu")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(Equal("plugged\n:4\n"))
+
 		out, err = kubectlCarousel(ctx, "certs", "check-expiration", "plugged", "-n", ns)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("RESIDUAL TIME"))
@@ -102,6 +134,10 @@ var _ = Describe("kubectl carousel", func() {
 		Eventually(done).WithTimeout(time.Minute).Should(Receive(&followed))
 		Expect(followed).To(ContainSubstring("complete-ca-rotation requested"))
 		Expect(followed).To(HaveSuffix("phase Completed\n"))
+		lines := strings.Split(strings.TrimSpace(followed), "\n")
+		for i := 1; i < len(lines); i++ {
+			Expect(lines[i]).NotTo(Equal(lines[i-1]), "--wait prints each change once:\n%s", followed)
+		}
 	})
 
 	It("refuses a kubeconfig without an endpoint and a TTL out of bounds", func(ctx SpecContext) {

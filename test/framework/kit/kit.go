@@ -133,7 +133,12 @@ func Fingerprints(b pki.Bundle) []string {
 func KubectlCarousel(ctx context.Context, kubeconfig string, clk clock.Clock, args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	cmd := plugin.NewCommand(genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, clk)
-	cmd.SetArgs(append(args, "--kubeconfig", kubeconfig))
+	if len(args) > 0 && args[0] == "__complete" {
+		// The word being completed stays last.
+		cmd.SetArgs(append([]string{"__complete", "--kubeconfig", kubeconfig}, args[1:]...))
+	} else {
+		cmd.SetArgs(append(args, "--kubeconfig", kubeconfig))
+	}
 	err := cmd.ExecuteContext(ctx)
 	return out.String(), err
 }
