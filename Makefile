@@ -25,6 +25,9 @@ REVISION := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD
 comma := ,
 BUILD_FLAGS := -ldflags '-X $(VERSION_PKG).version=$(shell cat VERSION) -X $(VERSION_PKG).revision=$(REVISION)'
 GO_BUILD ?= go build -trimpath $(BUILD_FLAGS)
+# What users download (the image, the release archives) leaves out the symbol table and DWARF: half the size;
+# a panic still names files and lines.
+STRIPPED_BUILD_FLAGS = $(subst -ldflags ',-ldflags '-s -w ,$(BUILD_FLAGS))
 GO_TEST ?= go test -trimpath
 GINKGO_ARGS ?= -ginkgo.no-color
 BENCH_COUNT ?= 6
@@ -54,6 +57,8 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 HELM := $(BIN)/helm
+KREW := $(BIN)/krew
+VALIDATE_KREW_MANIFEST := $(BIN)/validate-krew-manifest
 
 ##@ General
 
@@ -71,6 +76,15 @@ run: envtest build ## Start the local environment (management cluster, operator,
 build: ## Build the binaries into bin/.
 	$(GO_BUILD) -o $(BIN)/ ./cmd/...
 
+# The release's programs are built as `make build` builds them, stripped. The archives' entries are dated SOURCE_DATE_EPOCH, by default the last
+# commit's time, so the same sources give the same archives (hack/release).
+RELEASE_DIR := $(BIN)/release
+.PHONY: release
+release: $(KREW) $(VALIDATE_KREW_MANIFEST) ## Archives of kubectl-carousel and carousel-node-agent per OS/arch, SHA256SUMS and the krew manifest (checked by krew) into bin/release.
+	go run -trimpath ./hack/release -version "$$(cat VERSION)" -out $(RELEASE_DIR) \
+	  -source-date-epoch "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}" \
+	  -krew $(KREW) -validate-krew-manifest $(VALIDATE_KREW_MANIFEST) -- go build -trimpath $(STRIPPED_BUILD_FLAGS)
+
 # The controller manager's image: static binaries per platform, stripped, as the Dockerfile builds them.
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_DIR := $(BIN)/image
@@ -78,8 +92,7 @@ IMAGE_DIR := $(BIN)/image
 .PHONY: image
 image: ## Build the controller manager's OCI image (IMAGE_PLATFORMS) without a container engine into bin/image/oci; `crane push bin/image/oci <repository>:<tag>` pushes it.
 	for platform in $(subst $(comma), ,$(IMAGE_PLATFORMS)); do \
-	  CGO_ENABLED=0 GOOS=$${platform%/*} GOARCH=$${platform#*/} go build -trimpath \
-	    -ldflags '-s -w -X $(VERSION_PKG).version=$(shell cat VERSION) -X $(VERSION_PKG).revision=$(REVISION)' \
+	  CGO_ENABLED=0 GOOS=$${platform%/*} GOARCH=$${platform#*/} go build -trimpath $(STRIPPED_BUILD_FLAGS) \
 	    -o $(IMAGE_DIR)/$${platform%/*}-$${platform#*/}/ ./cmd/carousel-controller-manager; \
 	done
 	go run -trimpath ./hack/image --binaries $(IMAGE_DIR) --platforms $(IMAGE_PLATFORMS) --out $(IMAGE_DIR)/oci \
@@ -195,7 +208,7 @@ $(HELM): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
 	cd $(TOOLS_MOD) && go build -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(BENCHSTAT) $(BIN)/ginkgo $(HELM) ## Build every pinned tool.
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(BENCHSTAT) $(BIN)/ginkgo $(HELM) $(KREW) $(VALIDATE_KREW_MANIFEST) ## Build every pinned tool.
 
 .PHONY: clean
 clean: ## Remove build output (keeps the cached control plane in bin/k8s).

@@ -9,4 +9,6 @@ import (
 	_ "golang.org/x/perf/cmd/benchstat"
 	_ "helm.sh/helm/v3/cmd/helm"
 	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
+	_ "sigs.k8s.io/krew/cmd/krew"
+	_ "sigs.k8s.io/krew/cmd/validate-krew-manifest"
 )
