@@ -3,32 +3,42 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/carousel-dev/carousel/pkg/operator"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/pkg/version"
+	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check-webhook" {
+		os.Exit(checkWebhook(os.Args[2:]))
+	}
 	opts := operator.DefaultOptions()
 	var (
-		metricsAddr, probeAddr, leaderElectionNamespace, webhookHost string
-		leaderElect                                                  bool
-		webhookPort                                                  int
-		webhookCert                                                  operator.WebhookCertificate
+		metricsAddr, metricsCertDir, probeAddr, leaderElectionNamespace, webhookHost string
+		leaderElect, metricsSecure                                                   bool
+		webhookPort                                                                  int
+		webhookCert                                                                  operator.WebhookCertificate
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve the metrics over HTTPS, only to a bearer token the API server authenticates and authorizes to get /metrics; false serves plain HTTP to anyone.")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's tls.crt and tls.key (with --metrics-secure); empty means a self-signed certificate.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the Pod's namespace.")
@@ -73,7 +83,7 @@ func main() {
 	log.Info("starting carousel-controller-manager", "version", info.Version, "revision", info.Revision, "go", info.GoVersion)
 
 	mgrOpts := operator.ManagerOptions()
-	mgrOpts.Metrics = metricsserver.Options{BindAddress: metricsAddr}
+	mgrOpts.Metrics = operator.MetricsServerOptions(metricsAddr, metricsSecure, metricsCertDir)
 	mgrOpts.HealthProbeBindAddress = probeAddr
 	mgrOpts.LeaderElection = leaderElect
 	mgrOpts.LeaderElectionID = "carousel-controller-manager.carousel.dev"
@@ -117,4 +127,34 @@ func main() {
 		log.Error(err, "running the manager")
 		os.Exit(1)
 	}
+}
+
+// checkWebhook is `carousel-controller-manager check-webhook`, what the Helm chart's test Pod runs: it proves
+// that the Cluster admission webhook answers (clusterwebhook.Check) and exits 0, or says why not and exits 1.
+func checkWebhook(args []string) int {
+	flags := flag.NewFlagSet("check-webhook", flag.ContinueOnError)
+	namespace := flags.String("namespace", "default", "Namespace of the dry-run Cluster.")
+	kubeconfig := flags.String("kubeconfig", "", "Kubeconfig of the cluster; empty means the Pod's ServiceAccount.")
+	timeout := flags.Duration("timeout", time.Minute, "How long to wait for the answer.")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "check-webhook:", err)
+		return 1
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "check-webhook:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := clusterwebhook.Check(ctx, c, *namespace); err != nil {
+		fmt.Fprintln(os.Stderr, "check-webhook:", err)
+		return 1
+	}
+	fmt.Println("check-webhook: the Cluster admission webhook answers: it refused a Cluster with an unsupported Kubernetes version")
+	return 0
 }

@@ -2,11 +2,13 @@ package chart
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -92,6 +95,43 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		}
 	})
 
+	It("passes helm test: its Pod proves that the webhook answers", func(ctx SpecContext) {
+		type result struct {
+			out string
+			err error
+		}
+		tested := make(chan result, 1)
+		go func() {
+			out, err := helm("test", release, "--namespace", namespace, "--kubeconfig="+env.ManagementKubeconfig, "--timeout", "2m")
+			tested <- result{out, err}
+		}()
+		// No kubelet runs the management cluster's Pods here. The test is its kubelet: it runs the Pod's container,
+		// the manager binary with the Pod's arguments as the Pod's ServiceAccount, and reports how it ended.
+		pod := &corev1.Pod{}
+		Eventually(func(ctx context.Context) error {
+			return env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-test-webhook"}, pod)
+		}).WithContext(ctx).Should(Succeed())
+		Expect(pod.Spec.Containers).To(HaveLen(1))
+		container := pod.Spec.Containers[0]
+		Expect(container.Image).To(HaveSuffix(":" + chartAppVersion()))
+		as, err := impersonate(env.ManagementKubeconfig, filepath.Join(GinkgoT().TempDir(), "test.kubeconfig"),
+			"system:serviceaccount:"+namespace+":"+pod.Spec.ServiceAccountName)
+		Expect(err).NotTo(HaveOccurred())
+		out, err := exec.CommandContext(ctx, filepath.Join(carouselBin, "carousel-controller-manager"), //nolint:gosec // our own binary
+			append(container.Args, "--kubeconfig="+as)...).CombinedOutput()
+		GinkgoWriter.Printf("%s", out)
+		Expect(err).NotTo(HaveOccurred(), "the test Pod's container failed:\n%s", out)
+		Expect(string(out)).To(ContainSubstring("the Cluster admission webhook answers"))
+		pod.Status.Phase = corev1.PodSucceeded
+		Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+
+		var r result
+		Eventually(tested).WithTimeout(2 * time.Minute).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred(), r.out)
+		Expect(r.out).To(MatchRegexp(`TEST SUITE:\s+` + release + `-test-webhook`))
+		Expect(r.out).To(MatchRegexp(`Phase:\s+Succeeded`))
+	})
+
 	It("issued its own webhook certificate and injected the CA bundle", func(ctx SpecContext) {
 		secret := &corev1.Secret{}
 		Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: webhookSecret}, secret)).To(Succeed())
@@ -111,6 +151,45 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 			DNSName: release + "-webhook." + namespace + ".svc", Roots: bundle.CertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		})
 		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("serves its metrics only to a token allowed to get /metrics", func(ctx SpecContext) {
+		// As a Prometheus would: a ServiceAccount token, bound (or not) to the chart's metrics-reader ClusterRole.
+		kubectl(ctx, env, "create", "namespace", "monitoring")
+		kubectl(ctx, env, "create", "serviceaccount", "prometheus", "-n", "monitoring")
+		kubectl(ctx, env, "create", "serviceaccount", "stranger", "-n", "monitoring")
+		kubectl(ctx, env, "create", "clusterrolebinding", "prometheus-carousel-metrics", "--clusterrole", release+"-metrics-reader",
+			"--serviceaccount", "monitoring:prometheus")
+		token := func(sa string) string {
+			return strings.TrimSpace(kubectl(ctx, env, "create", "token", sa, "-n", "monitoring"))
+		}
+		scrape := func(token string) (int, string) {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+env.OperatorMetricsAddress()+"/metrics", nil)
+			Expect(err).NotTo(HaveOccurred())
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			// The manager's serving certificate is self-signed, as the ServiceMonitor expects.
+			insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+			resp, err := insecure.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return resp.StatusCode, string(body)
+		}
+		code, _ := scrape("")
+		Expect(code).To(Equal(http.StatusUnauthorized), "no token")
+		// controller-runtime's filter answers 500 "Authentication failed" when the TokenReview says why it refused.
+		code, body := scrape("not-a-token")
+		Expect(code).To(Equal(http.StatusInternalServerError), "a token the API server does not know")
+		Expect(body).To(Equal("Authentication failed\n"))
+		code, _ = scrape(token("stranger"))
+		Expect(code).To(Equal(http.StatusForbidden), "a ServiceAccount without the metrics-reader role")
+		code, body = scrape(token("prometheus"))
+		Expect(code).To(Equal(http.StatusOK))
+		Expect(body).To(ContainSubstring("carousel_ca_expiry_timestamp_seconds{"))
 	})
 
 	It("was never refused a request", func() {
@@ -188,7 +267,7 @@ func helmInstall(ctx context.Context, e *framework.Environment) (framework.Opera
 	if err := pointWebhookAt(ctx, e.Client, "https://localhost:"+strconv.Itoa(ports["webhook"])+clusterwebhook.Path); err != nil {
 		return framework.OperatorRun{}, err
 	}
-	impersonating, err := impersonate(e.ManagementKubeconfig, filepath.Join(e.WorkDir, "service-account.kubeconfig"))
+	impersonating, err := impersonate(e.ManagementKubeconfig, filepath.Join(e.WorkDir, "service-account.kubeconfig"), serviceAccount)
 	if err != nil {
 		return framework.OperatorRun{}, err
 	}
@@ -270,13 +349,13 @@ func pointWebhookAt(ctx context.Context, c client.Client, url string) error {
 
 // impersonate writes a copy of an admin kubeconfig that acts as the chart's
 // ServiceAccount.
-func impersonate(adminKubeconfig, path string) (string, error) {
+func impersonate(adminKubeconfig, path, user string) (string, error) {
 	cfg, err := clientcmd.LoadFromFile(adminKubeconfig)
 	if err != nil {
 		return "", err
 	}
 	for _, auth := range cfg.AuthInfos {
-		auth.Impersonate = serviceAccount
+		auth.Impersonate = user
 	}
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
@@ -287,4 +366,16 @@ func plugin(ctx context.Context, e *framework.Environment, args ...string) (stri
 	out, err := exec.CommandContext(ctx, filepath.Join(carouselBin, "kubectl-carousel"), args...).CombinedOutput()
 	GinkgoWriter.Print(string(out))
 	return string(out), err
+}
+
+// chartAppVersion is the chart's appVersion, the tag of its default image.
+func chartAppVersion() string {
+	GinkgoHelper()
+	raw, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	Expect(sigsyaml.Unmarshal(raw, &chart)).To(Succeed())
+	return chart.AppVersion
 }

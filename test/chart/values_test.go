@@ -39,13 +39,16 @@ var _ = Describe("The chart's values", func() {
 		var monitor struct {
 			Spec struct {
 				Endpoints []struct {
-					Port        string `json:"port"`
-					HonorLabels bool   `json:"honorLabels"`
+					Port            string `json:"port"`
+					HonorLabels     bool   `json:"honorLabels"`
+					Scheme          string `json:"scheme"`
+					BearerTokenFile string `json:"bearerTokenFile"`
 				} `json:"endpoints"`
 			} `json:"spec"`
 		}
 		Expect(yaml.Unmarshal([]byte(out), &monitor)).To(Succeed())
-		Expect(monitor.Spec.Endpoints).To(ConsistOf(And(HaveField("Port", "http-metrics"), HaveField("HonorLabels", true))))
+		Expect(monitor.Spec.Endpoints).To(ConsistOf(And(HaveField("Port", "metrics"), HaveField("HonorLabels", true),
+			HaveField("Scheme", "https"), HaveField("BearerTokenFile", "/var/run/secrets/kubernetes.io/serviceaccount/token"))))
 	})
 
 	DescribeTable("refused by the schema", func(set, field string) {

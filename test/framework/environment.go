@@ -100,9 +100,11 @@ type Environment struct {
 	// Agents are the node agents: one per kubelet, or the stand-in nodes.
 	Agents []*Agent
 
-	operator     *process
-	operatorRun  OperatorRun
-	stopPlatform context.CancelFunc
+	operator    *process
+	operatorRun OperatorRun
+	// operatorMetrics is where the running operator serves its metrics.
+	operatorMetrics string
+	stopPlatform    context.CancelFunc
 	// ports holds the management etcd's and API server's ports; logs are
 	// their log files.
 	ports portSet
@@ -300,13 +302,13 @@ func (e *Environment) StartOperator(ctx context.Context) error {
 	var err error
 	e.operator, err = startChild(ctx, child{
 		name: name, binary: filepath.Join(e.CarouselBinDir, name), logPath: filepath.Join(e.WorkDir, name+".log"),
-		ports: 1, args: e.operatorArgs, ready: e.operatorServes, timeout: time.Minute,
+		ports: 2, args: e.operatorArgs, ready: e.operatorServes, timeout: time.Minute,
 	})
 	return err
 }
 
-// operatorArgs moves the webhook to ports[0] and returns the operator's flags
-// for it.
+// operatorArgs moves the webhook to ports[0], the metrics to ports[1], and
+// returns the operator's flags for them.
 func (e *Environment) operatorArgs(ctx context.Context, ports []int) ([]string, error) {
 	host, old, err := net.SplitHostPort(e.operatorRun.WebhookAddress)
 	if err != nil {
@@ -317,9 +319,14 @@ func (e *Environment) operatorArgs(ctx context.Context, ports []int) ([]string, 
 		return nil, err
 	}
 	e.operatorRun.WebhookAddress = net.JoinHostPort(host, port)
+	e.operatorMetrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
 	return withFlags(e.operatorRun.Args,
-		"--webhook-port="+port, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"), nil
+		"--webhook-port="+port, "--metrics-bind-address="+e.operatorMetrics, "--health-probe-bind-address=127.0.0.1:0"), nil
 }
+
+// OperatorMetricsAddress is the host:port the running operator serves its
+// metrics on.
+func (e *Environment) OperatorMetricsAddress() string { return e.operatorMetrics }
 
 // moveWebhooks makes every validating webhook that calls port from on
 // loopback call port to instead. (Carousel has no mutating webhook.)

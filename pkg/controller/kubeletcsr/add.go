@@ -5,11 +5,13 @@
 package kubeletcsr
 
 import (
+	"context"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -44,5 +46,31 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 		return err
 	}
 	conn.Run(c.Start)
+	return cs.trackBacklog(key, conn)
+}
+
+// trackBacklog reports the CSR backlog of the managed cluster from the
+// connection's cache for as long as the connection lives.
+func (cs *Controllers) trackBacklog(key client.ObjectKey, conn *clustercache.Connection) error {
+	if cs.Metrics == nil {
+		return nil
+	}
+	// The informer the controller's watch uses; asking for it does not wait
+	// for it to sync, and the backlog says nothing until it has.
+	informer, err := conn.Cluster.GetCache().GetInformer(context.Background(), &certificatesv1.CertificateSigningRequest{},
+		cache.BlockUntilSynced(false))
+	if err != nil {
+		return err
+	}
+	clk := cs.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	untrack := cs.Metrics.trackBacklog(key, &backlogSource{reader: conn.Cluster.GetCache(), synced: informer.HasSynced, clock: clk})
+	conn.Run(func(ctx context.Context) error {
+		<-ctx.Done()
+		untrack()
+		return nil
+	})
 	return nil
 }

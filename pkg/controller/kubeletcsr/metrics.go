@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/csr"
@@ -19,6 +20,7 @@ type Metrics struct {
 	failures  *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	backlog   *backlog
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -45,7 +47,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from a kubelet CSR's approval to its certificate.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"signer"})),
+		backlog: promutil.Register(reg, newBacklog()),
 	}
+}
+
+// trackBacklog reports the CSR backlog of the managed cluster of key from
+// src until the returned function is called.
+func (m *Metrics) trackBacklog(key client.ObjectKey, src *backlogSource) (untrack func()) {
+	if m == nil {
+		return func() {}
+	}
+	return m.backlog.track(key, src)
 }
 
 func (m *Metrics) decided(c *v1alpha1.Cluster, signer string, d csr.Decision) {
