@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -13,8 +12,7 @@ import (
 // server outage) do not retry together.
 const retryJitter = 0.5
 
-// Retry policies of the agent's loops. Steps is not used: the loops retry
-// until their context ends, and the delay stays at Cap (jittered) once there.
+// Retry policies of the agent's loops (newBackoff sets Steps).
 var (
 	// certificateBackoff spaces the attempts to obtain a certificate: at
 	// start (bootstrap) and for a rotation.
@@ -30,38 +28,28 @@ var (
 	kubeletBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: retryJitter, Cap: 10 * time.Second}
 )
 
-// retryDelay is the delay before retry n (0 for the first retry) under
-// policy p, for r in [0, 1): p.Duration·p.Factor^n, at most p.Cap, stretched
-// by r·p.Jitter of itself. These are the delays wait.Backoff.Step returns
-// (given enough Steps), with the random draw made explicit. p needs a Cap
-// for n to grow without bound, as all the agent's policies have.
-func retryDelay(p wait.Backoff, n int, r float64) time.Duration {
-	d := float64(p.Duration)
-	if p.Factor > 1 {
-		d *= math.Pow(p.Factor, float64(n))
-	}
-	if p.Cap > 0 {
-		d = min(d, float64(p.Cap))
-	}
-	return time.Duration(d * (1 + p.Jitter*r))
-}
-
-// backoff counts consecutive failures of one loop and returns the jittered
-// delay before the next attempt.
+// backoff is the retry delays of one loop: wait.Backoff.Step of the loop's
+// policy, which grows each delay by Factor up to Cap and stretches it by a
+// random 0 to Jitter of itself; a success starts over from the first delay.
 type backoff struct {
-	policy   wait.Backoff
-	failures int
-	rand     func() float64
+	policy, current wait.Backoff
 }
 
-func newBackoff(p wait.Backoff) *backoff { return &backoff{policy: p, rand: rand.Float64} }
-
-// next returns the delay before the next attempt and counts a failure.
-func (b *backoff) next() time.Duration {
-	d := retryDelay(b.policy, b.failures, b.rand())
-	b.failures++
-	return d
+// newBackoff steps through p without end: the delay stays at p.Cap
+// (jittered) once there, as the loops retry until their context ends.
+func newBackoff(p wait.Backoff) *backoff {
+	p.Steps = math.MaxInt32
+	return &backoff{policy: p, current: p}
 }
+
+// next returns the delay before the next attempt, after a failure.
+func (b *backoff) next() time.Duration { return b.current.Step() }
 
 // reset starts over from the policy's first delay, after a success.
-func (b *backoff) reset() { b.failures = 0 }
+func (b *backoff) reset() { b.current = b.policy }
+
+// longestFirstDelay is the longest delay before the first retry under p:
+// its Duration stretched by all of its Jitter. Tests step fake clocks by it.
+func longestFirstDelay(p wait.Backoff) time.Duration {
+	return p.Duration + time.Duration(float64(p.Duration)*p.Jitter)
+}

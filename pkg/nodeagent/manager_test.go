@@ -196,7 +196,7 @@ func TestStartAsksForAFreshKeyAfterARefusedCSR(t *testing.T) {
 			// Start waits on its deadline and, after the refusal, on its
 			// backoff: step past the longest first delay.
 			awaitWaiters(t, clk, 2)
-			clk.Step(retryDelay(certificateBackoff, 0, 1))
+			clk.Step(longestFirstDelay(certificateBackoff))
 			returned, err := awaitStart(clk, done)
 			if !returned {
 				t.Fatalf("the retry failed too; CSRs created: %s", csrNames(signer.Created()))

@@ -584,7 +584,7 @@ func TestRebootstrapNeedsAUsableBootstrapKubeconfig(t *testing.T) {
 				awaitWaiters(t, on.clk, 1)
 				on.assertUntouched(before)
 				mustWriteFile(t, on.path("bootstrap-kubeconfig"), string(fresh), 0o600)
-				on.clk.Step(retryDelay(renewalBackoff, 0, 1))
+				on.clk.Step(longestFirstDelay(renewalBackoff))
 			})
 			on.assertRebootstrapped(before, pairs)
 			if counterValue(t, on.metrics.renewErrors) != 1 {

@@ -112,6 +112,14 @@ func ServingCSR(name, node string, key crypto.Signer, addresses []corev1.NodeAdd
 // created for the same key) and waits until it is issued, denied or failed,
 // or ctx ends. An existing CSR of that name for another key is an error, the
 // CSR's refusal when it was denied or failed.
+//
+// client-go's util/certificate/csr does the same create-or-reuse and wait.
+// Carousel keeps its own for what its callers branch on: a refusal is
+// ErrDenied or ErrFailed with the condition's reason and message (client-go
+// returns untyped errors), upon which the agent discards the pending key and
+// starts over with a new one and a new CSR name, and the refusal of a CSR
+// left by a key already discarded is reported as such rather than as a
+// conflict.
 func RequestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) ([]byte, error) {
 	api := cs.CertificatesV1().CertificateSigningRequests()
 	created, err := api.Create(ctx, csr, metav1.CreateOptions{})

@@ -42,6 +42,15 @@ const (
 //     file that never replaces an existing one (see pairName);
 //  3. kubelet-client-current.pem, a symlink, is swapped to point at it;
 //  4. the pending key is removed.
+//
+// The layout is the kubelet's, as client-go's util/certificate FileStore
+// writes it, so that a kubelet reads the pairs. The store is kept apart from
+// FileStore for the pending key: the certificate manager client-go offers
+// holds the key of a CSR in memory, so a process restarted while it waits
+// makes a new key and a second CSR; here the key survives the restart, and
+// with it the CSR's name (CSRName), which the agent then finds and waits on.
+// Each file is also synced before the rename that publishes it, so that a
+// power cut does not leave a current symlink to an empty pair.
 type Store struct {
 	Dir string
 	// Name is the store's file name prefix: ClientStore (when empty) or

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,22 +86,25 @@ func (r *Rotator) Start(ctx context.Context) error {
 	if resync <= 0 {
 		resync = time.Minute
 	}
-	backoff := time.Second
+	// Failed syncs are retried after 1s, 2s, 4s, ... up to resync, each stretched by up to a fifth so that the
+	// replicas do not retry together; a success starts over.
+	policy := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Cap: resync, Steps: math.MaxInt32}
+	retry := policy
 	for {
-		wait, err := r.Sync(ctx)
+		next, err := r.Sync(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			logger.Error(err, "syncing the webhook serving certificate", "retryIn", backoff)
-			wait, backoff = backoff, min(2*backoff, resync)
+			next = retry.Step()
+			logger.Error(err, "syncing the webhook serving certificate", "retryIn", next)
 		} else {
-			wait, backoff = min(wait, resync), time.Second
+			next, retry = min(next, resync), policy
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-r.clock().After(wait):
+		case <-r.clock().After(next):
 		}
 	}
 }
