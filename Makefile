@@ -58,6 +58,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 HELM := $(BIN)/helm
 PROMTOOL := $(BIN)/promtool
+CRD_REF_DOCS := $(BIN)/crd-ref-docs
 KREW := $(BIN)/krew
 VALIDATE_KREW_MANIFEST := $(BIN)/validate-krew-manifest
 
@@ -100,11 +101,13 @@ image: ## Build the controller manager's OCI image (IMAGE_PLATFORMS) without a c
 	  --version $(shell cat VERSION) --revision $(REVISION) --source-date-epoch $$(git log -1 --format=%ct)
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the typed client (pkg/client), the CRD, RBAC and webhook manifests.
+generate: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Regenerate deepcopy, the typed client (pkg/client), the CRD, RBAC and webhook manifests, the API reference (docs/reference/api.md).
 	./hack/update-codegen.sh
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=$(CRD_DIR)
 	$(CONTROLLER_GEN) rbac:roleName=carousel-controller-manager webhook paths=./pkg/... \
 	  output:rbac:artifacts:config=$(GENERATED_MANIFESTS)/rbac output:webhook:artifacts:config=$(GENERATED_MANIFESTS)/webhook
+	$(CRD_REF_DOCS) --source-path=apis --config=hack/api-docs/config.yaml --templates-dir=hack/api-docs/templates \
+	  --renderer=markdown --output-path=docs/reference/api.md --log-level=WARN
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Check generated code is current and the control plane's module on go.mod's versions, then gofmt, go vet, golangci-lint and the alerting rules' tests.
@@ -223,8 +226,14 @@ $(PROMTOOL): $(TOOLS_MOD)/promtool/go.mod $(TOOLS_MOD)/promtool/go.sum
 	@mkdir -p $(BIN)
 	cd $(TOOLS_MOD)/promtool && go build -trimpath -tags remove_all_sd -o $@ github.com/prometheus/prometheus/cmd/promtool
 
+# crd-ref-docs, which writes the API reference, is pinned in a module of its own, hack/tools/crd-ref-docs, for the
+# same reason: its dependencies would move those of the tools in hack/tools.
+$(CRD_REF_DOCS): $(TOOLS_MOD)/crd-ref-docs/go.mod $(TOOLS_MOD)/crd-ref-docs/go.sum
+	@mkdir -p $(BIN)
+	cd $(TOOLS_MOD)/crd-ref-docs && go build -trimpath -o $@ github.com/elastic/crd-ref-docs
+
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(BENCHSTAT) $(BIN)/ginkgo $(HELM) $(PROMTOOL) $(KREW) $(VALIDATE_KREW_MANIFEST) ## Build every pinned tool.
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(BENCHSTAT) $(BIN)/ginkgo $(HELM) $(PROMTOOL) $(CRD_REF_DOCS) $(KREW) $(VALIDATE_KREW_MANIFEST) ## Build every pinned tool.
 
 .PHONY: clean
 clean: ## Remove build output (keeps the cached control plane in bin/k8s).

@@ -60,7 +60,7 @@ const (
 
 // Reasons of the Ready, CAExpiringSoon and ControlPlaneReachable conditions.
 // The CARotationInProgress condition's reasons name the step a rotation waits
-// for; they are documented in docs/reference/cluster-api.md.
+// for; they are documented in docs/reference/controller-manager.md.
 const (
 	ReasonCredentialsIssued   = "CredentialsIssued"
 	ReasonReconcileFailed     = "ReconcileFailed"

@@ -23,9 +23,10 @@ type RotationPlan struct {
 type PhasePlan struct {
 	// Operation is the operation annotation that starts the phase.
 	Operation string `json:"operation"`
-	// Through is the phase the rotation is in while Carousel works; Done the one it ends in.
+	// Through is the phase the rotation is in while Carousel works.
 	Through string `json:"through"`
-	Done    string `json:"done"`
+	// Done is the phase the rotation ends in.
+	Done string `json:"done"`
 	// Steps are what Carousel does and waits for, in order.
 	Steps []PlanStep `json:"steps"`
 	// Then is what the user does once the phase is done.
@@ -47,7 +48,9 @@ type PlanStep struct {
 
 // WorkerPoolPlan is a worker pool a step rolls.
 type WorkerPoolPlan struct {
-	Name            string `json:"name"`
+	// Name is the pool's name in the Cluster's spec.workers.
+	Name string `json:"name"`
+	// RolloutStrategy is how the pool is rolled: InPlace, Replace or Manual.
 	RolloutStrategy string `json:"rolloutStrategy"`
 	// Nodes are the pool's nodes, read from the managed cluster.
 	Nodes []string `json:"nodes,omitempty"`
@@ -72,6 +75,7 @@ type CertificateExpirationInfo struct {
 
 // CertificateExpiration is one leaf certificate.
 type CertificateExpiration struct {
+	// Name identifies the certificate; it is the suffix of its Secret's name.
 	Name string `json:"name"`
 	// Secret is the Secret that holds it.
 	Secret string `json:"secret"`
@@ -87,11 +91,14 @@ type CertificateExpiration struct {
 
 // CertificateAuthorityExpiration is one CA of a role.
 type CertificateAuthorityExpiration struct {
+	// Role is the CA's role.
 	Role string `json:"role"`
 	// Generation is current or previous.
 	Generation string `json:"generation,omitempty"`
 	// Missing is true when the role's CA Secret does not exist; the times are then unset.
-	Missing        bool            `json:"missing,omitempty"`
-	ExpirationDate *metav1.Time    `json:"expirationDate,omitempty"`
-	ResidualTime   metav1.Duration `json:"residualTime"`
+	Missing bool `json:"missing,omitempty"`
+	// ExpirationDate is the CA certificate's notAfter.
+	ExpirationDate *metav1.Time `json:"expirationDate,omitempty"`
+	// ResidualTime is the time left until ExpirationDate, zero once expired.
+	ResidualTime metav1.Duration `json:"residualTime"`
 }
