@@ -153,3 +153,15 @@ func TestPlanAndExpirationPrintTheirOutputKinds(t *testing.T) {
 		t.Errorf("the first phase's client certificates are %v, want %v", clientCertificates, want)
 	}
 }
+
+func TestFollowLineSaysThePhaseOnce(t *testing.T) {
+	cl := &v1alpha1.Cluster{Status: v1alpha1.ClusterStatus{
+		Credentials: &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+			CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}}},
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionCARotation, Status: metav1.ConditionTrue,
+			Message: "Preparing: waiting for the control-plane workloads to roll out"}},
+	}}
+	if got, want := followLine(cl), "phase Preparing: waiting for the control-plane workloads to roll out"; got != want {
+		t.Errorf("followLine = %q, want %q", got, want)
+	}
+}

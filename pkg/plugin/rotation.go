@@ -136,10 +136,12 @@ func (e *env) follow(ctx context.Context, ns, name string, target v1alpha1.CARot
 // followLine is what --wait prints: the phase and, while Carousel works or an
 // operation is queued, what it waits for.
 func followLine(cl *v1alpha1.Cluster) string {
-	line := "phase " + rotation.PhaseName(cl.CARotationPhase())
+	phase := rotation.PhaseName(cl.CARotationPhase())
+	line := "phase " + phase
 	for _, condition := range []string{v1alpha1.ConditionCARotation, v1alpha1.ConditionMaintenanceOperationQueued} {
 		if cond := meta.FindStatusCondition(cl.Status.Conditions, condition); cond != nil && cond.Status == metav1.ConditionTrue {
-			line += ": " + cond.Message
+			// The rotation's messages begin with the phase, which the line has said.
+			line += ": " + strings.TrimPrefix(cond.Message, phase+": ")
 		}
 	}
 	return line

@@ -271,6 +271,20 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(annotate(ctx, "rollout-workers=nope")).To(MatchError(ContainSubstring(`worker pool "nope" does not exist`)))
 	})
 
+	It("follows the tutorial up to the rotation: the cluster, its certificates, its nodes, the plan", func(ctx SpecContext) {
+		if !runsTutorial() {
+			Skip("the tutorial runs against the environment make run starts")
+		}
+		Expect(tutorial.step(ctx, "cluster")).To(MatchRegexp(`(?m)^`+tgt.Name+`\s+(<none>\s+)?True\s`), "Ready, never rotated")
+		out := tutorial.step(ctx, "expiration")
+		for _, role := range v1alpha1.CARoles() {
+			Expect(out).To(MatchRegexp(`(?m)^`+string(role)+`\s+.*\s+current$`), "the %s CA", role)
+		}
+		Expect(out).NotTo(ContainSubstring("previous"))
+		Expect(tutorial.step(ctx, "nodes")).To(MatchRegexp(`(?m)^` + env.Kubelets[0].Name + `\s+Ready\s`))
+		Expect(tutorial.step(ctx, "plan")).To(ContainSubstring("Phase 1: start-ca-rotation -> Preparing -> Prepared"))
+	})
+
 	var (
 		preparedIn, completedIn           time.Duration
 		rolloutsPreparing, rolloutsFinish time.Duration
@@ -286,7 +300,12 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			Expect(offNode.ProvisionClientCertificate(provisionedClientCertificate(ctx, offNode.Name))).To(Succeed())
 		}
 		start := time.Now()
-		Expect(annotate(ctx, v1alpha1.OperationStartCARotation)).To(Succeed())
+		started := func() string { return "" }
+		if runsTutorial() {
+			started = tutorial.start(ctx, "start", v1alpha1.OperationStartCARotation, v1alpha1.RotationPreparing)
+		} else {
+			Expect(annotate(ctx, v1alpha1.OperationStartCARotation)).To(Succeed())
+		}
 		Eventually(func() error { return annotate(ctx, v1alpha1.OperationStartCARotation) }).Should(
 			MatchError(ContainSubstring("cannot start a CA rotation: the rotation is in phase Preparing")), "start twice")
 		By("killing the controller manager once the first new CA exists")
@@ -301,6 +320,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		crashOperator(ctx)
 		waitForPhase(ctx, v1alpha1.RotationPrepared)
 		preparedIn = time.Since(start)
+		if runsTutorial() {
+			Expect(started()).To(And(ContainSubstring("start-ca-rotation requested"), MatchRegexp(`\nphase Prepared(: [^\n]*)?\n$`)))
+		}
 		rolloutsPreparing = rolloutTime(start, time.Now())
 		kubeletsPreparing = kubeletRestartsText(start, time.Now())
 
@@ -324,11 +346,23 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 				"the kubelet wrote both cluster CAs into the pod before Prepared")
 		}
 		roles.check(ctx, "Prepared")
+		if runsTutorial() {
+			out := tutorial.step(ctx, "prepared")
+			Expect(out).To(MatchRegexp(`Phase:\s+Prepared\n`))
+			for _, role := range v1alpha1.CARoles() {
+				Expect(out).To(MatchRegexp(`(?m)^`+string(role)+`\s+[0-9a-f]{16}\s+\S+\s+[0-9a-f]{16}`), "role %s has a current and a previous CA", role)
+			}
+		}
 	})
 
 	It("completes: only the new CAs remain and old credentials are rejected, after a crash mid-Finalizing", func(ctx SpecContext) {
 		start := time.Now()
-		Expect(annotate(ctx, v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		completed := func() string { return "" }
+		if runsTutorial() {
+			completed = tutorial.start(ctx, "complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationFinalizing)
+		} else {
+			Expect(annotate(ctx, v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		}
 		By("killing the controller manager once the old CAs are being dropped")
 		Eventually(func() bool {
 			for _, x := range cas(ctx) {
@@ -341,6 +375,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		crashOperator(ctx)
 		waitForPhase(ctx, v1alpha1.RotationCompleted)
 		completedIn = time.Since(start)
+		if runsTutorial() {
+			Expect(completed()).To(And(ContainSubstring("complete-ca-rotation requested"), MatchRegexp(`\nphase Completed(: [^\n]*)?\n$`)))
+		}
 		rolloutsFinish = rolloutTime(start, time.Now())
 		kubeletsFinish = kubeletRestartsText(start, time.Now())
 
@@ -384,6 +421,13 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		recorder.mu.Unlock()
 		roles.check(ctx, "Completed")
+		if runsTutorial() {
+			out := tutorial.step(ctx, "completed")
+			Expect(out).NotTo(ContainSubstring("previous"), "only the new CAs are left")
+			Expect(out).To(ContainSubstring("the old admin certificate is refused"))
+			Expect(out).To(MatchRegexp(`(?m)^`+env.Kubelets[0].Name+`\s+Ready\s`), "a new admin kubeconfig works")
+			tutorial.expectAllRun()
+		}
 	})
 
 	It("brings back the node that was off through the rotation: given a fresh bootstrap kubeconfig, its node agent has the kubelet bootstrap again", func(ctx SpecContext) {

@@ -73,7 +73,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	env, err = framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
 		// Four nodes: the journey powers one off for the whole rotation.
-		Namespace: "e2e", Name: "journey", Pool: "workers", Nodes: 4,
+		// The Cluster of `make run`, which the tutorial the journey follows names.
+		Namespace: "carousel", Name: "demo", Pool: "workers", Nodes: 4,
 		// Kubelet certificates of 4 minutes (valid from 5 minutes back, so
 		// 9 minutes long): each kubelet rotates its own at 70-90 % of that,
 		// 78 s to 186 s after it got it, through the selfnodeclient path.
