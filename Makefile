@@ -26,7 +26,9 @@ comma := ,
 BUILD_FLAGS := -ldflags '-X $(VERSION_PKG).version=$(shell cat VERSION) -X $(VERSION_PKG).revision=$(REVISION)'
 GO_BUILD ?= go build -trimpath $(BUILD_FLAGS)
 # What users download (the image, the release archives) leaves out the symbol table and DWARF: half the size;
-# a panic still names files and lines.
+# a panic still names files and lines. It is dated SOURCE_DATE_EPOCH, by default the last commit's time, so that
+# the same sources give the same bytes.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 STRIPPED_BUILD_FLAGS = $(subst -ldflags ',-ldflags '-s -w ,$(BUILD_FLAGS))
 GO_TEST ?= go test -trimpath
 GINKGO_ARGS ?= -ginkgo.no-color
@@ -78,13 +80,12 @@ run: envtest build ## Start the local environment (management cluster, operator,
 build: ## Build the binaries into bin/.
 	$(GO_BUILD) -o $(BIN)/ ./cmd/...
 
-# The release's programs are built as `make build` builds them, stripped. The archives' entries are dated SOURCE_DATE_EPOCH, by default the last
-# commit's time, so the same sources give the same archives (hack/release).
+# The release's programs are built as `make build` builds them, stripped; the archives are dated SOURCE_DATE_EPOCH.
 RELEASE_DIR := $(BIN)/release
 .PHONY: release
 release: $(KREW) $(VALIDATE_KREW_MANIFEST) ## Archives of kubectl-carousel and carousel-node-agent per OS/arch, SHA256SUMS and the krew manifest (checked by krew) into bin/release.
 	go run -trimpath ./hack/release -version "$$(cat VERSION)" -out $(RELEASE_DIR) \
-	  -source-date-epoch "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}" \
+	  -source-date-epoch "$(SOURCE_DATE_EPOCH)" \
 	  -krew $(KREW) -validate-krew-manifest $(VALIDATE_KREW_MANIFEST) -- go build -trimpath $(STRIPPED_BUILD_FLAGS)
 
 # The controller manager's image: static binaries per platform, stripped, as the Dockerfile builds them.
@@ -98,7 +99,7 @@ image: ## Build the controller manager's OCI image (IMAGE_PLATFORMS) without a c
 	    -o $(IMAGE_DIR)/$${platform%/*}-$${platform#*/}/ ./cmd/carousel-controller-manager; \
 	done
 	go run -trimpath ./hack/image --binaries $(IMAGE_DIR) --platforms $(IMAGE_PLATFORMS) --out $(IMAGE_DIR)/oci \
-	  --version $(shell cat VERSION) --revision $(REVISION) --source-date-epoch $$(git log -1 --format=%ct)
+	  --version $(shell cat VERSION) --revision $(REVISION) --source-date-epoch $(SOURCE_DATE_EPOCH)
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Regenerate deepcopy, the typed client (pkg/client), the CRD, RBAC and webhook manifests, the API reference (docs/reference/api.md).

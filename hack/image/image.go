@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/carousel-dev/carousel/hack/internal/reproducible"
 )
 
 // What every platform's image runs, as the Dockerfile's final stage says too (TestDockerfileDescribesTheImage).
@@ -117,41 +118,18 @@ func image(spec Spec, p Platform) (v1.Image, error) {
 // nonroot (the user in /etc/passwd and /etc/group, its home, /tmp). The binary talks only to API servers whose
 // CAs it is given, so it needs no system trust store; it uses fixed UTC offsets, so no time-zone database.
 func rootFS(created time.Time, binary []byte) ([]byte, error) {
-	type entry struct {
-		name     string
-		mode     int64
-		uid, gid int
-		content  []byte
-		dir      bool
-	}
-	entries := []entry{
-		{name: "etc/", mode: 0o755, dir: true},
-		{name: "etc/group", mode: 0o644, content: []byte("root:x:0:\nnonroot:x:65532:\n")},
-		{name: "etc/passwd", mode: 0o644, content: []byte(
+	entries := []reproducible.Entry{
+		{Name: "etc/", Mode: 0o755, Dir: true},
+		{Name: "etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnonroot:x:65532:\n")},
+		{Name: "etc/passwd", Mode: 0o644, Data: []byte(
 			"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-		{name: "home/", mode: 0o755, dir: true},
-		{name: "home/nonroot/", mode: 0o700, uid: userID, gid: groupID, dir: true},
-		{name: "tmp/", mode: 0o1777, dir: true},
-		{name: entrypoint[1:], mode: 0o755, content: binary},
+		{Name: "home/", Mode: 0o755, Dir: true},
+		{Name: "home/nonroot/", Mode: 0o700, UID: userID, GID: groupID, Dir: true},
+		{Name: "tmp/", Mode: 0o1777, Dir: true},
+		{Name: entrypoint[1:], Mode: 0o755, Data: binary},
 	}
 	var buf bytes.Buffer
-	w := tar.NewWriter(&buf)
-	for _, e := range entries {
-		h := &tar.Header{
-			Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: created.UTC().Truncate(time.Second),
-			Typeflag: tar.TypeReg, Size: int64(len(e.content)),
-		}
-		if e.dir {
-			h.Typeflag, h.Size = tar.TypeDir, 0
-		}
-		if err := w.WriteHeader(h); err != nil {
-			return nil, err
-		}
-		if _, err := w.Write(e.content); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.Close(); err != nil {
+	if err := reproducible.WriteTar(&buf, entries, created); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

@@ -47,9 +47,3 @@ func (b *backoff) next() time.Duration { return b.current.Step() }
 
 // reset starts over from the policy's first delay, after a success.
 func (b *backoff) reset() { b.current = b.policy }
-
-// longestFirstDelay is the longest delay before the first retry under p:
-// its Duration stretched by all of its Jitter. Tests step fake clocks by it.
-func longestFirstDelay(p wait.Backoff) time.Duration {
-	return p.Duration + time.Duration(float64(p.Duration)*p.Jitter)
-}

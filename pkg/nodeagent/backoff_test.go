@@ -31,9 +31,15 @@ func TestRetriesAreJittered(t *testing.T) {
 				base = min(time.Duration(float64(base)*p.Factor), p.Cap)
 			}
 			a.reset()
-			if d := a.next(); d > p.Duration+time.Duration(float64(p.Duration)*p.Jitter) {
+			if d := a.next(); d > longestFirstDelay(p) {
 				t.Errorf("after reset the delay is %s, want the first one again", d)
 			}
 		})
 	}
+}
+
+// longestFirstDelay is the longest delay before the first retry under p:
+// its Duration stretched by all of its Jitter. Tests step fake clocks by it.
+func longestFirstDelay(p wait.Backoff) time.Duration {
+	return p.Duration + time.Duration(float64(p.Duration)*p.Jitter)
 }

@@ -55,8 +55,8 @@ Cluster's conditions with "kubectl carousel rotation status"). A CA only changes
 		if err != nil {
 			return err
 		}
-		if p, _ := out.printer(); p != nil {
-			return p.PrintObj(info, e.streams.Out)
+		if out.printer != nil {
+			return out.printer.PrintObj(info, e.streams.Out)
 		}
 		return writeExpiration(e.streams.Out, info)
 	}

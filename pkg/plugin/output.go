@@ -27,6 +27,8 @@ var printScheme = func() *runtime.Scheme {
 type output struct {
 	format string
 	flags  *genericclioptions.JSONYamlPrintFlags
+	// printer prints what the command shows; nil for the human-readable form. Set before the command runs.
+	printer printers.ResourcePrinter
 }
 
 func addOutputFlags(cmd *cobra.Command) *output {
@@ -35,15 +37,15 @@ func addOutputFlags(cmd *cobra.Command) *output {
 	o.flags.AddFlags(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(o.flags.AllowedFormats(), cobra.ShellCompDirectiveNoFileComp))
 	// A wrong format is refused before anything is read.
-	cmd.PreRunE = func(*cobra.Command, []string) error {
-		_, err := o.printer()
+	cmd.PreRunE = func(*cobra.Command, []string) (err error) {
+		o.printer, err = o.toPrinter()
 		return err
 	}
 	return o
 }
 
-// printer is nil for the human-readable form.
-func (o *output) printer() (printers.ResourcePrinter, error) {
+// toPrinter is the printer of the format; nil for the human-readable form.
+func (o *output) toPrinter() (printers.ResourcePrinter, error) {
 	if o.format == "" {
 		return nil, nil
 	}

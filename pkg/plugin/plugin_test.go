@@ -122,7 +122,7 @@ func TestPlanAndExpirationPrintTheirOutputKinds(t *testing.T) {
 	}
 
 	o := &output{format: "json", flags: genericclioptions.NewJSONYamlPrintFlags()}
-	p, err := o.printer()
+	p, err := o.toPrinter()
 	if err != nil {
 		t.Fatal(err)
 	}

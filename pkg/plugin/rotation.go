@@ -180,8 +180,8 @@ Cluster (docs/how-to/recover-a-stuck-rotation.md reads them).
 		if err != nil {
 			return err
 		}
-		if p, _ := out.printer(); p != nil {
-			return p.PrintObj(cl, e.streams.Out)
+		if out.printer != nil {
+			return out.printer.PrintObj(cl, e.streams.Out)
 		}
 		writeStatus(e.streams.Out, cl)
 		return nil

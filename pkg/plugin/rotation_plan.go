@@ -50,8 +50,8 @@ when that fails the plan says why). Nothing is changed.`,
 			return err
 		}
 		plan := rotationPlan(cl, consumers, e.poolNodes(ctx, c, cl))
-		if p, _ := out.printer(); p != nil {
-			return p.PrintObj(plan, e.streams.Out)
+		if out.printer != nil {
+			return out.printer.PrintObj(plan, e.streams.Out)
 		}
 		writePlan(e.streams.Out, plan)
 		return nil
