@@ -18,6 +18,7 @@ import (
 var (
 	fuzzPhases = []v1alpha1.CARotationPhase{
 		"", v1alpha1.RotationPreparing, v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted,
+		v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
 	}
 	// Bit i of a pool mask selects fuzzPools[i].
 	fuzzPools    = []string{"a", "b", "pool-c", "gpu"}
@@ -44,6 +45,8 @@ const (
 	statusInitiationFinished
 	statusCompletionTriggered
 	statusCompleted
+	// statusHeld holds every pending pool.
+	statusHeld
 )
 
 // fuzzStatus builds a rotation status. Besides the states Carousel writes it
@@ -69,7 +72,8 @@ func fuzzStatus(bits, phase, pendingMask uint8) *v1alpha1.CARotation {
 		LastCompletionTime:          at(statusCompleted, 12),
 	}
 	for _, name := range poolNames(pendingMask) {
-		rot.PendingWorkersRollouts = append(rot.PendingWorkersRollouts, v1alpha1.PendingWorkersRollout{Name: name, LastInitiationTime: rot.LastInitiationTime})
+		rot.PendingWorkersRollouts = append(rot.PendingWorkersRollouts, v1alpha1.PendingWorkersRollout{Name: name, LastInitiationTime: rot.LastInitiationTime,
+			Held: bits&statusHeld != 0})
 	}
 	return rot
 }
@@ -88,15 +92,22 @@ func pendingNames(rot *v1alpha1.CARotation) []string {
 // FuzzApplyOperation applies any operation value to any rotation status and
 // worker pools. ApplyOperation must never panic nor modify its input, and:
 //   - a refused operation returns no status;
-//   - only start-ca-rotation (from no rotation or Completed, to Preparing)
-//     and complete-ca-rotation (from Prepared only, to Finalizing) change the
-//     phase; nothing else ever enters Finalizing, and an operation never
-//     enters Prepared or Completed (only Next does);
+//   - only start-ca-rotation (from no rotation or Completed, to Preparing),
+//     start-ca-rotation-without-workers-rollout (from the same, to
+//     PreparingWithoutWorkersRollout), rotate-rollout-workers (from
+//     PreparingWithoutWorkersRollout or WaitingForWorkersRollout, to
+//     Preparing) and complete-ca-rotation (from Prepared only, to Finalizing)
+//     change the phase; nothing else ever enters Finalizing, and an operation
+//     never enters Prepared, WaitingForWorkersRollout or Completed (only
+//     Next does);
 //   - starting records the start time, clears the last finish and makes every
-//     pool of the spec pending; completing records the trigger time and makes
-//     every pool pending again for the same start; rollout-workers only
-//     removes pools that were pending and keeps the others in order; reconcile
-//     and reissue-ca return the status as it was;
+//     pool of the spec pending, held exactly when started without workers
+//     rollout; completing records the trigger time and makes every pool
+//     pending, and none held, again for the same start; rollout-workers only
+//     removes pools that were pending and keeps the others in order;
+//     rotate-rollout-workers only releases pools that were held, and keeps
+//     every pool pending; reconcile and reissue-ca return the status as it
+//     was;
 //   - once an operation was applied, AlreadyApplied recognises the result, so
 //     a crash before the annotation is removed does not apply it twice; and
 //     whenever AlreadyApplied reports true, applying again is refused or
@@ -124,6 +135,13 @@ func FuzzApplyOperation(f *testing.F) {
 	f.Add(started, uint8(1), uint8(0), uint8(0), "reissue-ca=cluster")
 	f.Add(started, uint8(1), uint8(0), uint8(0), "reissue-service-account-key")
 	f.Add(started, uint8(1), uint8(0), uint8(0), "rotate")
+	f.Add(all, uint8(4), uint8(0b0011), uint8(0), v1alpha1.OperationStartCARotationWithoutWorkersRollout)
+	f.Add(started|statusHeld, uint8(5), uint8(0b0011), uint8(0b0011), "rotate-rollout-workers=a")
+	f.Add(started|statusHeld, uint8(6), uint8(0b0111), uint8(0b0101), "rotate-rollout-workers=a,pool-c")
+	f.Add(started, uint8(6), uint8(0b0011), uint8(0b0011), "rotate-rollout-workers=b")
+	f.Add(started|statusHeld, uint8(1), uint8(0b0011), uint8(0b0011), "rotate-rollout-workers=b")
+	f.Add(started|statusHeld, uint8(6), uint8(0b0011), uint8(0b0011), v1alpha1.OperationCompleteCARotation)
+	f.Add(started|statusHeld, uint8(6), uint8(0b0011), uint8(0b0011), "rollout-workers=a")
 	f.Fuzz(func(t *testing.T, bits, phase, specMask, pendingMask uint8, value string) {
 		rot := fuzzStatus(bits, phase, pendingMask)
 		var spec []v1alpha1.WorkerPool
@@ -147,7 +165,7 @@ func FuzzApplyOperation(f *testing.F) {
 		checkApplied(t, rot, op, spec, now, next, err)
 
 		// Idempotence, the way the reconciler relies on it.
-		if err == nil && slices.Contains([]v1alpha1.OperationVerb{v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation, v1alpha1.VerbRolloutWorkers}, op.Verb) &&
+		if err == nil && slices.Contains(recordedVerbs, op.Verb) &&
 			!AlreadyApplied(next, op) {
 			t.Fatalf("%q applied to %+v gives %+v, which AlreadyApplied does not recognise", value, before, next)
 		}
@@ -155,7 +173,7 @@ func FuzzApplyOperation(f *testing.F) {
 			if rot == nil {
 				t.Fatalf("AlreadyApplied(nil, %q) = true", value)
 			}
-			if !slices.Contains([]v1alpha1.OperationVerb{v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation, v1alpha1.VerbRolloutWorkers}, op.Verb) {
+			if !slices.Contains(recordedVerbs, op.Verb) {
 				t.Fatalf("AlreadyApplied reports %q, which is never recorded in the status, as applied", value)
 			}
 			if err == nil && !equalRotation(next, rot) {
@@ -180,6 +198,10 @@ func FuzzApplyOperation(f *testing.F) {
 	})
 }
 
+// recordedVerbs are the verbs whose operation is recorded in the status.
+var recordedVerbs = []v1alpha1.OperationVerb{v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout,
+	v1alpha1.VerbCompleteCARotation, v1alpha1.VerbRolloutWorkers, v1alpha1.VerbRotateRolloutWorkers}
+
 // checkApplied checks the result of ApplyOperation(rot, op, spec, now).
 func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation, spec []v1alpha1.WorkerPool, now metav1.Time, next *v1alpha1.CARotation, err error) {
 	t.Helper()
@@ -194,7 +216,7 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 	if to == v1alpha1.RotationFinalizing && from != v1alpha1.RotationFinalizing && from != v1alpha1.RotationPrepared {
 		t.Fatalf("%s moved %q to Finalizing", op, from)
 	}
-	if to != from && (to == v1alpha1.RotationPrepared || to == v1alpha1.RotationCompleted) {
+	if to != from && (to == v1alpha1.RotationPrepared || to == v1alpha1.RotationWaitingForWorkersRollout || to == v1alpha1.RotationCompleted) {
 		t.Fatalf("%s moved %q to %s: only Next may", op, from, to)
 	}
 	if rot != nil && next != nil && !equalTime(next.LastCompletionTime, rot.LastCompletionTime) {
@@ -205,14 +227,36 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 		specNames = append(specNames, p.Name)
 	}
 	switch op.Verb {
-	case v1alpha1.VerbStartCARotation:
-		if from.RotationInProgress() || to != v1alpha1.RotationPreparing {
-			t.Fatalf("start moved %q to %q", from, to)
+	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
+		held := op.Verb == v1alpha1.VerbStartCARotationWithoutWorkersRollout
+		if want := map[bool]v1alpha1.CARotationPhase{false: v1alpha1.RotationPreparing, true: v1alpha1.RotationPreparingWithoutWorkersRollout}[held]; from.RotationInProgress() || to != want {
+			t.Fatalf("%s moved %q to %q", op, from, to)
 		}
 		if !equalTime(next.LastInitiationTime, &now) || next.LastInitiationFinishedTime != nil {
 			t.Fatalf("start recorded initiation %v, finished %v", next.LastInitiationTime, next.LastInitiationFinishedTime)
 		}
 		checkPending(t, op, next, specNames, &now)
+		for _, p := range next.PendingWorkersRollouts {
+			if p.Held != held {
+				t.Fatalf("%s left pool %s held: %v", op, p.Name, p.Held)
+			}
+		}
+	case v1alpha1.VerbRotateRolloutWorkers:
+		if from != v1alpha1.RotationPreparingWithoutWorkersRollout && from != v1alpha1.RotationWaitingForWorkersRollout || to != v1alpha1.RotationPreparing {
+			t.Fatalf("rotate-rollout-workers moved %q to %q", from, to)
+		}
+		if !slices.Equal(pendingNames(next), pendingNames(rot)) {
+			t.Fatalf("rotate-rollout-workers changed the pending pools %v to %v", pendingNames(rot), pendingNames(next))
+		}
+		for i, p := range next.PendingWorkersRollouts {
+			named := slices.Contains(op.Pools, p.Name)
+			if named && !rot.PendingWorkersRollouts[i].Held {
+				t.Fatalf("rotate-rollout-workers accepted pool %q, which was not held", p.Name)
+			}
+			if p.Held != (rot.PendingWorkersRollouts[i].Held && !named) {
+				t.Fatalf("rotate-rollout-workers %v left pool %s held: %v", op.Pools, p.Name, p.Held)
+			}
+		}
 	case v1alpha1.VerbCompleteCARotation:
 		if from != v1alpha1.RotationPrepared || to != v1alpha1.RotationFinalizing {
 			t.Fatalf("complete moved %q to %q", from, to)
@@ -225,6 +269,9 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 			initiated = &now
 		}
 		checkPending(t, op, next, specNames, initiated)
+		if held := HeldPools(next); len(held) != 0 {
+			t.Fatalf("complete left pools %v held", held)
+		}
 	case v1alpha1.VerbRolloutWorkers:
 		if to != from {
 			t.Fatalf("rollout-workers moved %q to %q", from, to)
@@ -312,31 +359,38 @@ func FuzzNext(f *testing.F) {
 	allFacts := uint8(factNewCAsPersisted | factOldCAsRemoved | factClientsOnNewCA | factAllOnNewCA | factConsumersRolledOut)
 	prepared := uint8(factNewCAsPersisted | factClientsOnNewCA | factConsumersRolledOut)
 	// Arguments: phase index, fact bits, pending worker pools, evidence index, kube-root-ca.crt evidence index, APIServices evidence index.
-	f.Add(uint8(0), uint8(0), 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(1), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 2, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared&^factClientsOnNewCA, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), uint8(0), 3, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(2), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts&^(factOldCAsRemoved|factAllOnNewCA), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts, 1, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts, -1, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(4), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(2), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts, 0, uint8(1), uint8(3), uint8(0), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(2), uint16(0), int32(-1))
-	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(3), uint16(0), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(-1))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(419))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(420))
-	f.Add(uint8(1), prepared, 0, uint8(0), uint8(1), uint8(0), uint16(420), int32(-1))
-	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8, reloadSec uint16, publishedAgoSec int32) {
+	f.Add(uint8(0), uint8(0), 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(1), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 2, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared&^factClientsOnNewCA, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), uint8(0), 3, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(2), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts&^(factOldCAsRemoved|factAllOnNewCA), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts, 1, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts, -1, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(4), allFacts, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(2), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts, 0, uint8(1), uint8(3), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(2), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(3), allFacts, 0, uint8(0), uint8(0), uint8(3), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(419), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(420), uint8(0))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(1), uint8(0), uint16(420), int32(-1), uint8(0))
+	f.Add(uint8(5), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(2))
+	f.Add(uint8(5), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(1), prepared, 1, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(1))
+	f.Add(uint8(1), prepared, 0, uint8(0), uint8(0), uint8(0), uint16(420), int32(-1), uint8(1))
+	f.Add(uint8(6), prepared, 0, uint8(2), uint8(2), uint8(2), uint16(0), int32(-1), uint8(3))
+	f.Add(uint8(6), uint8(0), 0, uint8(2), uint8(2), uint8(2), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(6), uint8(0), 1, uint8(2), uint8(2), uint8(2), uint16(0), int32(-1), uint8(0))
+	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8, reloadSec uint16, publishedAgoSec int32, heldCount uint8) {
 		facts := Facts{
 			Phase:               fuzzPhase(phase),
 			NewCAsPersisted:     flags&factNewCAsPersisted != 0,
@@ -345,6 +399,7 @@ func FuzzNext(f *testing.F) {
 			AllOnNewCA:          flags&factAllOnNewCA != 0,
 			ConsumersRolledOut:  flags&factConsumersRolledOut != 0,
 			PendingWorkerPools:  pendingPools,
+			HeldWorkerPools:     fuzzPools[:int(heldCount)%(len(fuzzPools)+1)],
 			Evidence:            fuzzEvidence[int(evidence)%len(fuzzEvidence)],
 			KubeRootCA:          fuzzEvidence[int(kubeRootCA)%len(fuzzEvidence)],
 			APIServices:         fuzzEvidence[int(apiServices)%len(fuzzEvidence)],
@@ -361,10 +416,20 @@ func FuzzNext(f *testing.F) {
 			t.Fatalf("next(%+v) is not deterministic", facts)
 		}
 		settled := facts.PendingWorkerPools == 0 && passedOrSkipped(facts.Evidence) && passedOrSkipped(facts.KubeRootCA) && passedOrSkipped(facts.APIServices)
+		prepared := settled && reloaded && facts.NewCAsPersisted && facts.ConsumersRolledOut && facts.ClientsOnNewCA
+		held := len(facts.HeldWorkerPools) > 0
 		switch {
 		case to == facts.Phase:
-		case facts.Phase == v1alpha1.RotationPreparing && to == v1alpha1.RotationPrepared:
-			if !settled || !reloaded || !facts.NewCAsPersisted || !facts.ConsumersRolledOut || !facts.ClientsOnNewCA {
+		case facts.Phase.Preparing() && to == v1alpha1.RotationPrepared:
+			if !prepared || held {
+				t.Fatalf("next(%+v) moved to Prepared", facts)
+			}
+		case facts.Phase.Preparing() && to == v1alpha1.RotationWaitingForWorkersRollout:
+			if !prepared || !held {
+				t.Fatalf("next(%+v) moved to WaitingForWorkersRollout", facts)
+			}
+		case facts.Phase == v1alpha1.RotationWaitingForWorkersRollout && to == v1alpha1.RotationPrepared:
+			if held || facts.PendingWorkerPools != 0 {
 				t.Fatalf("next(%+v) moved to Prepared", facts)
 			}
 		case facts.Phase == v1alpha1.RotationFinalizing && to == v1alpha1.RotationCompleted:
@@ -385,7 +450,7 @@ func FuzzNext(f *testing.F) {
 			if wait.PollManaged != slices.Contains(waitsPolled, wait.Reason) {
 				t.Fatalf("next(%+v): wait %s polled %v", facts, wait.Reason, wait.PollManaged)
 			}
-			if (wait.Reason == v1alpha1.ReasonWaitingForWorkloadTrust) != (!wait.Until.IsZero() || facts.Phase == v1alpha1.RotationPreparing &&
+			if (wait.Reason == v1alpha1.ReasonWaitingForWorkloadTrust) != (!wait.Until.IsZero() || facts.Phase.Preparing() &&
 				settled && facts.NewCAsPersisted && facts.ConsumersRolledOut && facts.ClientsOnNewCA && !reloaded) {
 				t.Fatalf("next(%+v): wait %+v", facts, wait)
 			}
@@ -394,6 +459,14 @@ func FuzzNext(f *testing.F) {
 			}
 			if wait.Reason == v1alpha1.ReasonWaitingForWorkers && (facts.PendingWorkerPools == 0 || !strings.Contains(wait.Message, fmt.Sprint(facts.PendingWorkerPools))) {
 				t.Fatalf("next(%+v) waits for workers: %q", facts, wait.Message)
+			}
+			if (wait.Reason == v1alpha1.ReasonWaitingForWorkersRolloutOperation) != (facts.Phase == v1alpha1.RotationWaitingForWorkersRollout) {
+				t.Fatalf("next(%+v): wait %+v", facts, wait)
+			}
+			for _, pool := range facts.HeldWorkerPools {
+				if wait.Reason == v1alpha1.ReasonWaitingForWorkersRolloutOperation && !strings.Contains(wait.Message, pool) {
+					t.Fatalf("next(%+v) waits for the held pools without naming %s: %q", facts, pool, wait.Message)
+				}
 			}
 		}
 
@@ -411,7 +484,7 @@ func FuzzNext(f *testing.F) {
 		// kube-root-ca.crt is checked ahead of its step only in Preparing,
 		// before its publication is recorded, while the pools roll or the
 		// new client CA is checked, with a time to wait.
-		if PublicationCheckDue(facts) && (facts.Phase != v1alpha1.RotationPreparing || !facts.KubeRootCAPublished.IsZero() ||
+		if PublicationCheckDue(facts) && (!facts.Phase.Preparing() || !facts.KubeRootCAPublished.IsZero() ||
 			facts.WorkloadTrustReload == 0 || wait == nil ||
 			wait.Reason != v1alpha1.ReasonWaitingForWorkers && wait.Reason != v1alpha1.ReasonWaitingForEvidence) {
 			t.Fatalf("PublicationCheckDue(%+v) = true with wait %+v", facts, wait)
@@ -426,7 +499,7 @@ func FuzzNext(f *testing.F) {
 }
 
 // FuzzIssuer checks which CA signs a certificate: the current CA outside
-// Preparing and Prepared; in those phases a server certificate (renewed in
+// the phases from Preparing to Prepared; in those phases a server certificate (renewed in
 // Finalizing) always stays on the previous CA, and a client certificate
 // (renewed in Preparing) moves to the current CA exactly when every consumer
 // trusts it or it is already signed by it, so it never moves back.
@@ -445,7 +518,8 @@ func FuzzIssuer(f *testing.F) {
 		got := Issuer(r, p, trustEstablished, signedByCurrent)
 		var want Generation
 		switch {
-		case p != v1alpha1.RotationPreparing && p != v1alpha1.RotationPrepared:
+		case !slices.Contains([]v1alpha1.CARotationPhase{v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout,
+			v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared}, p):
 			want = Current
 		case r != credentials.RenewInPreparing:
 			want = Previous
@@ -462,22 +536,30 @@ func FuzzIssuer(f *testing.F) {
 
 // FuzzLifecycle runs a rotation through any sequence of operations and
 // observations, from a cluster never rotated. Each step is an operation
-// (start, complete, a rollout of a pool, reconcile) applied the way the
+// (start with or without workers rollout, complete, a rollout of a pool by
+// hand, the release of a held pool, reconcile) applied the way the
 // reconciler does, or a reconcile that observes facts and moves the phase as
 // Next says. Whatever the order, the phase only ever moves along
-// Preparing → Prepared → Finalizing → Completed → Preparing, every rotation
-// passes through every phase, and Prepared and Completed are entered with
-// no pool pending.
+// Preparing → (WaitingForWorkersRollout → Preparing →) Prepared → Finalizing
+// → Completed, or through PreparingWithoutWorkersRollout instead of the first
+// Preparing; WaitingForWorkersRollout is entered only with pools held, no
+// phase but those of phase 1 has pools held, and Prepared and Completed are
+// entered only with no pool pending.
 func FuzzLifecycle(f *testing.F) {
-	// A step byte: the low 3 bits pick the action, the high 5 bits are facts.
+	// A step byte: the low 3 bits pick the action, the high 5 bits are
+	// facts; for stepRelease the lowest of them picks the pool.
 	const (
 		stepStart = iota
 		stepComplete
 		stepRolloutA
 		stepRolloutB
 		stepReconcile
+		stepStartWithoutWorkers
+		stepRelease
+		stepObserve
 	)
-	observe := func(facts uint8) byte { return facts<<3 | 5 }
+	observe := func(facts uint8) byte { return facts<<3 | stepObserve }
+	releaseA, releaseB := byte(stepRelease), byte(1<<3|stepRelease)
 	happy := []byte{
 		stepStart, observe(0), observe(0b11111), stepRolloutA, stepRolloutB, observe(0b11111),
 		stepComplete, observe(0b11111), stepRolloutA, stepRolloutB, observe(0b11111), stepStart,
@@ -485,6 +567,10 @@ func FuzzLifecycle(f *testing.F) {
 	f.Add(happy)
 	f.Add([]byte{stepComplete, stepStart, stepStart, stepComplete, observe(0b11111)})
 	f.Add([]byte{stepStart, stepRolloutA, stepRolloutA, stepRolloutB, stepReconcile, observe(0b00101), observe(0b10101), stepComplete, stepComplete})
+	f.Add([]byte{stepStartWithoutWorkers, observe(0b11111), stepComplete, releaseA, observe(0b11111), stepRolloutA, observe(0b11111),
+		releaseB, stepRolloutB, observe(0b11111), stepComplete})
+	f.Add([]byte{stepStartWithoutWorkers, releaseA, releaseB, observe(0b11111), stepRolloutA, stepRolloutB, observe(0b11111)})
+	f.Add([]byte{stepStartWithoutWorkers, observe(0b11111), stepRolloutA, stepRolloutB, observe(0b11111), stepComplete})
 	f.Add([]byte{})
 	pools := []v1alpha1.WorkerPool{{Name: "a"}, {Name: "b"}}
 	f.Fuzz(func(t *testing.T, steps []byte) {
@@ -494,8 +580,10 @@ func FuzzLifecycle(f *testing.F) {
 			now := metav1.NewTime(t0.Add(time.Duration(i) * time.Minute))
 			from := phaseOf(rot)
 			switch action := step & 0b111; action {
-			case stepStart, stepComplete, stepRolloutA, stepRolloutB, stepReconcile:
-				value := []string{v1alpha1.OperationStartCARotation, v1alpha1.OperationCompleteCARotation, "rollout-workers=a", "rollout-workers=b", v1alpha1.OperationReconcile}[action]
+			case stepStart, stepComplete, stepRolloutA, stepRolloutB, stepReconcile, stepStartWithoutWorkers, stepRelease:
+				value := []string{v1alpha1.OperationStartCARotation, v1alpha1.OperationCompleteCARotation, "rollout-workers=a", "rollout-workers=b",
+					v1alpha1.OperationReconcile, v1alpha1.OperationStartCARotationWithoutWorkersRollout,
+					v1alpha1.OperationRotateRolloutWorkersPrefix + pools[step>>3&1].Name}[action]
 				op, err := v1alpha1.ParseOperation(value)
 				if err != nil {
 					t.Fatal(err)
@@ -518,7 +606,8 @@ func FuzzLifecycle(f *testing.F) {
 					ClientsOnNewCA:     facts&factClientsOnNewCA != 0,
 					AllOnNewCA:         facts&factAllOnNewCA != 0,
 					ConsumersRolledOut: facts&factConsumersRolledOut != 0,
-					PendingWorkerPools: len(rot.PendingWorkersRollouts),
+					PendingWorkerPools: len(rot.PendingWorkersRollouts) - len(HeldPools(rot)),
+					HeldWorkerPools:    HeldPools(rot),
 					Evidence:           EvidencePassed,
 					KubeRootCA:         EvidencePassed,
 					APIServices:        EvidencePassed,
@@ -532,19 +621,27 @@ func FuzzLifecycle(f *testing.F) {
 			if to == from {
 				continue
 			}
-			allowed := map[v1alpha1.CARotationPhase]v1alpha1.CARotationPhase{
-				"":                          v1alpha1.RotationPreparing,
-				v1alpha1.RotationPreparing:  v1alpha1.RotationPrepared,
-				v1alpha1.RotationPrepared:   v1alpha1.RotationFinalizing,
-				v1alpha1.RotationFinalizing: v1alpha1.RotationCompleted,
-				v1alpha1.RotationCompleted:  v1alpha1.RotationPreparing,
+			started := []v1alpha1.CARotationPhase{v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout}
+			prepared := []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared, v1alpha1.RotationWaitingForWorkersRollout}
+			allowed := map[v1alpha1.CARotationPhase][]v1alpha1.CARotationPhase{
+				"":                         started,
+				v1alpha1.RotationPreparing: prepared,
+				v1alpha1.RotationPreparingWithoutWorkersRollout: append(prepared, v1alpha1.RotationPreparing),
+				v1alpha1.RotationWaitingForWorkersRollout:       {v1alpha1.RotationPreparing, v1alpha1.RotationPrepared},
+				v1alpha1.RotationPrepared:                       {v1alpha1.RotationFinalizing},
+				v1alpha1.RotationFinalizing:                     {v1alpha1.RotationCompleted},
+				v1alpha1.RotationCompleted:                      started,
 			}
 			history = append(history, to)
-			if allowed[from] != to {
+			if !slices.Contains(allowed[from], to) {
 				t.Fatalf("step %d (%08b) moved %q to %q; phases so far %v", i, step, from, to, history)
 			}
 			if (to == v1alpha1.RotationPrepared || to == v1alpha1.RotationCompleted) && len(rot.PendingWorkersRollouts) != 0 {
 				t.Fatalf("step %d entered %s with pools %v pending", i, to, pendingNames(rot))
+			}
+			held := len(HeldPools(rot)) > 0
+			if to == v1alpha1.RotationWaitingForWorkersRollout && !held || held && !to.Preparing() && to != v1alpha1.RotationWaitingForWorkersRollout {
+				t.Fatalf("step %d entered %s with pools %v held", i, to, HeldPools(rot))
 			}
 		}
 	})

@@ -8,15 +8,26 @@
 //
 // The transitions:
 //
-//	from                  on                                    to          decided by
-//	none, Completed       start-ca-rotation                     Preparing   Allowed, ApplyOperation
-//	Preparing             every step of preparing is observed   Prepared    Decide
-//	Prepared              complete-ca-rotation                  Finalizing  Allowed, ApplyOperation
-//	Finalizing            every step of finalizing is observed  Completed   Decide
-//	any                   rollout-workers=<pool>,…              (same)      ApplyOperation: pools leave pendingWorkersRollouts
-//	none, Completed       reissue-ca=<role>,…                   (same)      Allowed; the reconciler forgets the lost CAs
-//	any                   reissue-service-account-key           (same)      the reconciler writes a new key, if it was lost
-//	any                   reconcile                             (same)      nothing is recorded
+//	from                      on                                          to                              decided by
+//	none, Completed           start-ca-rotation                           Preparing                       Allowed, ApplyOperation
+//	none, Completed           start-ca-rotation-without-workers-rollout   PreparingWithoutWorkersRollout  Allowed, ApplyOperation: every pool held
+//	Preparing…                every step of preparing is observed         Prepared                        Decide
+//	                          … and pools are held                        WaitingForWorkersRollout        Decide
+//	PreparingWithout…,        rotate-rollout-workers=<pool>,…             Preparing                       Allowed, ApplyOperation: the pools roll
+//	WaitingForWorkersRollout
+//	WaitingForWorkersRollout  no pool is pending any more                 Prepared                        Decide
+//	Prepared                  complete-ca-rotation                        Finalizing                      Allowed, ApplyOperation
+//	Finalizing                every step of finalizing is observed        Completed                       Decide
+//	any                       rollout-workers=<pool>,…                    (same)                          ApplyOperation: pools leave pendingWorkersRollouts
+//	none, Completed           reissue-ca=<role>,…                         (same)                          Allowed; the reconciler forgets the lost CAs
+//	any                       reissue-service-account-key                 (same)                          the reconciler writes a new key, if it was lost
+//	any                       reconcile                                   (same)                          nothing is recorded
+//
+// Preparing… is Preparing or PreparingWithoutWorkersRollout: both wait for
+// the same steps, but the second rolls no worker pool. A held pool (listed
+// in pendingWorkersRollouts with held: true) rolls once
+// rotate-rollout-workers names it, which takes the rotation back to
+// Preparing until that pool rolled.
 //
 // The steps of Preparing and Finalizing, in the order they are waited for,
 // are the preparing and finalizing tables in steps.go.
@@ -37,7 +48,7 @@ import (
 // ApplyOperation refuses it again when the webhook was bypassed.
 func Allowed(verb v1alpha1.OperationVerb, phase v1alpha1.CARotationPhase) error {
 	switch verb {
-	case v1alpha1.VerbStartCARotation:
+	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
 		if phase.RotationInProgress() {
 			return fmt.Errorf("cannot start a CA rotation: the rotation is in phase %s: %s", phase, NextStep(phase))
 		}
@@ -45,12 +56,19 @@ func Allowed(verb v1alpha1.OperationVerb, phase v1alpha1.CARotationPhase) error 
 		if phase != v1alpha1.RotationPrepared {
 			return fmt.Errorf("cannot complete the CA rotation in phase %s, only in phase %s: %s", PhaseName(phase), v1alpha1.RotationPrepared, NextStep(phase))
 		}
+	case v1alpha1.VerbRotateRolloutWorkers:
+		if phase != v1alpha1.RotationPreparingWithoutWorkersRollout && phase != v1alpha1.RotationWaitingForWorkersRollout {
+			return fmt.Errorf("cannot roll held worker pools in phase %s: pools are held only by a rotation started with %s=%s, "+
+				"in phases %s and %s; %s", PhaseName(phase), v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotationWithoutWorkersRollout,
+				v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout, NextStep(phase))
+		}
 	case v1alpha1.VerbReissueCA:
 		if phase.RotationInProgress() {
 			return fmt.Errorf("cannot reissue a CA during a CA rotation (phase %s): a lost CA Secret must be restored, for example with `kubectl carousel certs restore`", phase)
 		}
 	case v1alpha1.VerbReconcile, v1alpha1.VerbRolloutWorkers, v1alpha1.VerbReissueServiceAccountKey:
-		// Allowed in every phase: rollout-workers names only pending pools;
+		// Allowed in every phase: rollout-workers names only pending pools
+		// (held ones included: the user rolled them by hand);
 		// the service-account key is not part of the CA rotation.
 	default:
 		return fmt.Errorf("unknown operation %q", verb)
@@ -69,11 +87,15 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next = rot.DeepCopy()
 	}
 	switch op.Verb {
-	case v1alpha1.VerbStartCARotation:
+	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
+		held := op.Verb == v1alpha1.VerbStartCARotationWithoutWorkersRollout
 		next.Phase = v1alpha1.RotationPreparing
+		if held {
+			next.Phase = v1alpha1.RotationPreparingWithoutWorkersRollout
+		}
 		next.LastInitiationTime = &now
 		next.LastInitiationFinishedTime = nil
-		next.PendingWorkersRollouts = pendingPools(pools, now)
+		next.PendingWorkersRollouts = pendingPools(pools, now, held)
 		next.CheckedEndpoint = "" // recorded by TrackEndpoint for this rotation
 		next.KubeRootCAPublishedTime = nil
 	case v1alpha1.VerbCompleteCARotation:
@@ -83,7 +105,19 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		}
 		next.Phase = v1alpha1.RotationFinalizing
 		next.LastCompletionTriggeredTime = &now
-		next.PendingWorkersRollouts = pendingPools(pools, initiated)
+		next.PendingWorkersRollouts = pendingPools(pools, initiated, false)
+	case v1alpha1.VerbRotateRolloutWorkers:
+		if len(op.Pools) == 0 {
+			return nil, fmt.Errorf("%s names no worker pool", v1alpha1.OperationRotateRolloutWorkersPrefix)
+		}
+		for _, pool := range op.Pools {
+			i := slices.IndexFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool { return p.Name == pool })
+			if i < 0 || !next.PendingWorkersRollouts[i].Held {
+				return nil, fmt.Errorf("worker pool %q is not held", pool)
+			}
+			next.PendingWorkersRollouts[i].Held = false
+		}
+		next.Phase = v1alpha1.RotationPreparing
 	case v1alpha1.VerbRolloutWorkers:
 		for _, pool := range op.Pools {
 			if !slices.ContainsFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool { return p.Name == pool }) {
@@ -109,11 +143,18 @@ func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
 	switch op.Verb {
 	case v1alpha1.VerbStartCARotation:
 		return rot.Phase == v1alpha1.RotationPreparing
+	case v1alpha1.VerbStartCARotationWithoutWorkersRollout:
+		return rot.Phase == v1alpha1.RotationPreparingWithoutWorkersRollout
 	case v1alpha1.VerbCompleteCARotation:
 		return rot.Phase == v1alpha1.RotationFinalizing
 	case v1alpha1.VerbRolloutWorkers:
 		return !slices.ContainsFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
 			return slices.Contains(op.Pools, p.Name)
+		})
+	case v1alpha1.VerbRotateRolloutWorkers:
+		// Released pools may have rolled, and the phase moved on, since.
+		return !slices.ContainsFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
+			return p.Held && slices.Contains(op.Pools, p.Name)
 		})
 	}
 	return false
@@ -141,7 +182,7 @@ func EnterPhase(rot *v1alpha1.CARotation, phase v1alpha1.CARotationPhase, now me
 // Preparing (rot itself when there is nothing to record): the start of the
 // time pods get to reload it. It does not modify rot.
 func RecordKubeRootCAPublished(rot *v1alpha1.CARotation, kubeRootCA Evidence, now metav1.Time) *v1alpha1.CARotation {
-	if rot == nil || rot.Phase != v1alpha1.RotationPreparing || kubeRootCA != EvidencePassed || rot.KubeRootCAPublishedTime != nil {
+	if rot == nil || !rot.Phase.Preparing() || kubeRootCA != EvidencePassed || rot.KubeRootCAPublishedTime != nil {
 		return rot
 	}
 	next := rot.DeepCopy()
@@ -180,12 +221,26 @@ func TrackEndpoint(rot *v1alpha1.CARotation, endpoint string) (next *v1alpha1.CA
 	return next, false
 }
 
-func pendingPools(pools []v1alpha1.WorkerPool, initiated metav1.Time) []v1alpha1.PendingWorkersRollout {
+func pendingPools(pools []v1alpha1.WorkerPool, initiated metav1.Time, held bool) []v1alpha1.PendingWorkersRollout {
 	var pending []v1alpha1.PendingWorkersRollout
 	for _, p := range pools {
-		pending = append(pending, v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &initiated})
+		pending = append(pending, v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &initiated, Held: held})
 	}
 	return pending
+}
+
+// HeldPools returns the names of the pools held until rotate-rollout-workers
+// names them.
+func HeldPools(rot *v1alpha1.CARotation) []string {
+	var held []string
+	if rot != nil {
+		for _, p := range rot.PendingWorkersRollouts {
+			if p.Held {
+				held = append(held, p.Name)
+			}
+		}
+	}
+	return held
 }
 
 func phaseOf(rot *v1alpha1.CARotation) v1alpha1.CARotationPhase {
@@ -200,6 +255,11 @@ func NextStep(phase v1alpha1.CARotationPhase) string {
 	switch phase {
 	case v1alpha1.RotationPreparing:
 		return "wait until the phase is Prepared"
+	case v1alpha1.RotationPreparingWithoutWorkersRollout:
+		return "wait until the phase is " + string(v1alpha1.RotationWaitingForWorkersRollout) + ", then roll the held worker pools with " +
+			v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationRotateRolloutWorkersPrefix + "<pool>[,<pool>]"
+	case v1alpha1.RotationWaitingForWorkersRollout:
+		return "roll the held worker pools with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationRotateRolloutWorkersPrefix + "<pool>[,<pool>]"
 	case v1alpha1.RotationPrepared:
 		return "complete it with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation
 	case v1alpha1.RotationFinalizing:

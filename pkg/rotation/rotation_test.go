@@ -18,6 +18,15 @@ var (
 	pools = []v1alpha1.WorkerPool{{Name: "a"}, {Name: "b"}}
 )
 
+// held returns pending pools, held.
+func held(names ...string) []v1alpha1.PendingWorkersRollout {
+	out := pending(names...)
+	for i := range out {
+		out[i].Held = true
+	}
+	return out
+}
+
 func pending(names ...string) []v1alpha1.PendingWorkersRollout {
 	var out []v1alpha1.PendingWorkersRollout
 	for _, n := range names {
@@ -54,6 +63,31 @@ func TestApplyOperation(t *testing.T) {
 		{"rollout of a pool not pending",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")},
 			v1alpha1.Operation{Verb: v1alpha1.VerbRolloutWorkers, Pools: []string{"a", "b"}}, nil, true},
+		{"start without workers rollout holds every pool", nil, v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotationWithoutWorkersRollout},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparingWithoutWorkersRollout, LastInitiationTime: &t0, PendingWorkersRollouts: held("a", "b")}, false},
+		{"rotate-rollout-workers releases the named pools and prepares them",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, LastInitiationTime: &t0, PendingWorkersRollouts: held("a", "b")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: []string{"b"}},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, PendingWorkersRollouts: append(held("a"), pending("b")...)}, false},
+		{"rotate-rollout-workers while the control plane prepares",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparingWithoutWorkersRollout, PendingWorkersRollouts: held("a", "b")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: []string{"a", "b"}},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a", "b")}, false},
+		{"rotate-rollout-workers of a released pool",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: append(held("a"), pending("b")...)},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: []string{"b"}}, nil, true},
+		{"rotate-rollout-workers in Preparing",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: held("a")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: []string{"a"}}, nil, true},
+		{"rotate-rollout-workers naming no pool",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("a")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers}, nil, true},
+		{"rollout-workers reports a held pool rolled by hand",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("a", "b")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbRolloutWorkers, Pools: []string{"a"}},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("b")}, false},
+		{"complete while pools are held", &v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("a")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, nil, true},
 		{"reconcile changes nothing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.VerbReconcile},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, false},
 		{"reconcile on a cluster never rotated records nothing", nil, v1alpha1.Operation{Verb: v1alpha1.VerbReconcile}, nil, false},
@@ -96,6 +130,16 @@ func TestAlreadyApplied(t *testing.T) {
 		{"rollout, pool still pending", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")}, "rollout-workers=a", false},
 		{"rollout, pool already removed", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("b")}, "rollout-workers=a", true},
 		{"reconcile is never recorded", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.OperationReconcile, false},
+		{"start without workers rollout, written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparingWithoutWorkersRollout},
+			v1alpha1.OperationStartCARotationWithoutWorkersRollout, true},
+		{"start without workers rollout is not a start", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing},
+			v1alpha1.OperationStartCARotationWithoutWorkersRollout, false},
+		{"rotate-rollout-workers, pool still held", &v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("a")},
+			"rotate-rollout-workers=a", false},
+		{"rotate-rollout-workers, pool released before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")},
+			"rotate-rollout-workers=a", true},
+		{"rotate-rollout-workers, pool released and rolled since", &v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("b")},
+			"rotate-rollout-workers=a", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,6 +200,43 @@ func TestDecideWaitsForTheNewPhase(t *testing.T) {
 		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed})
 	if completed.Phase != v1alpha1.RotationCompleted || completed.Wait != nil || completed.DropOldCAs {
 		t.Fatalf("Decide at the end of Finalizing = %+v; want Completed with nothing to wait for", completed)
+	}
+}
+
+func TestDecideWithHeldPools(t *testing.T) {
+	controlPlanePrepared := Facts{NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
+		Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
+	tests := []struct {
+		name       string
+		phase      v1alpha1.CARotationPhase
+		held       []string
+		pending    int
+		want       v1alpha1.CARotationPhase
+		wantReason v1alpha1.RotationReason
+		wantSays   string
+	}{
+		{"the control plane is prepared, pools held", v1alpha1.RotationPreparingWithoutWorkersRollout, []string{"a", "b"}, 0,
+			v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.ReasonWaitingForWorkersRolloutOperation,
+			"everything but the held worker pools is prepared; 2 pool(s) held: a, b; roll them with carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]"},
+		{"a cluster without pools", v1alpha1.RotationPreparingWithoutWorkersRollout, nil, 0, v1alpha1.RotationPrepared, v1alpha1.ReasonWaitingForCompletion, ""},
+		{"a released pool rolls while another is held", v1alpha1.RotationPreparing, []string{"a"}, 1,
+			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForWorkers, "1 worker pool(s) still to roll"},
+		{"the released pool rolled, another is held", v1alpha1.RotationPreparing, []string{"a"}, 0,
+			v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.ReasonWaitingForWorkersRolloutOperation, "1 pool(s) held: a"},
+		{"the last held pool rolled", v1alpha1.RotationPreparing, nil, 0, v1alpha1.RotationPrepared, v1alpha1.ReasonWaitingForCompletion, ""},
+		{"waiting for the user", v1alpha1.RotationWaitingForWorkersRollout, []string{"b"}, 0,
+			v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.ReasonWaitingForWorkersRolloutOperation, "1 pool(s) held: b"},
+		{"the held pools were reported rolled by hand", v1alpha1.RotationWaitingForWorkersRollout, nil, 0, v1alpha1.RotationPrepared, v1alpha1.ReasonWaitingForCompletion, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := controlPlanePrepared
+			f.Phase, f.HeldWorkerPools, f.PendingWorkerPools = tt.phase, tt.held, tt.pending
+			d := Decide(f)
+			if d.Phase != tt.want || d.Wait == nil || d.Wait.Reason != tt.wantReason || !strings.Contains(d.Wait.Message, tt.wantSays) {
+				t.Fatalf("Decide = %s waiting %+v; want %s waiting %s (%q)", d.Phase, d.Wait, tt.want, tt.wantReason, tt.wantSays)
+			}
+		})
 	}
 }
 

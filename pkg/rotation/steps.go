@@ -22,8 +22,12 @@ type Facts struct {
 	AllOnNewCA bool
 	// ConsumersRolledOut: every consumer runs with the credentials written now.
 	ConsumersRolledOut bool
-	// PendingWorkerPools counts pools whose rollout is still awaited.
+	// PendingWorkerPools counts pools whose rollout is still awaited, held
+	// pools left out.
 	PendingWorkerPools int
+	// HeldWorkerPools names the pools held until rotate-rollout-workers
+	// names them (HeldPools).
+	HeldWorkerPools []string
 	// Evidence is what the check of the API server's behaviour observed.
 	Evidence Evidence
 	// KubeRootCA is what the check of kube-root-ca.crt observed: Passed when
@@ -261,6 +265,14 @@ func namesBehind(names []string) string {
 var prepared = Wait{Reason: v1alpha1.ReasonWaitingForCompletion, Message: "every client uses the new CAs; update your own credentials, then annotate " +
 	v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation}
 
+// waitingForWorkersRollout is what WaitingForWorkersRollout waits for: the
+// user, to roll the held pools.
+func waitingForWorkersRollout(f Facts) Wait {
+	return Wait{Reason: v1alpha1.ReasonWaitingForWorkersRolloutOperation, Message: fmt.Sprintf(
+		"everything but the held worker pools is prepared; %d pool(s) held: %s; roll them with %s=%s<pool>[,<pool>]",
+		len(f.HeldWorkerPools), namesBehind(f.HeldWorkerPools), v1alpha1.OperationAnnotation, v1alpha1.OperationRotateRolloutWorkersPrefix)}
+}
+
 // evidenceIn: the API server was seen behaving as the phase requires, or
 // cannot be checked (no endpoint). Anything else, unset included, waits.
 func evidenceIn(f Facts) bool { return passedOrSkipped(f.Evidence) }
@@ -273,21 +285,28 @@ func poolsToRoll(f Facts) string {
 	return fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)
 }
 
-// stepsOf returns the steps of a phase Carousel works through, and the
-// phase it ends in; nil for the others.
-func stepsOf(phase v1alpha1.CARotationPhase) ([]step, v1alpha1.CARotationPhase) {
-	switch phase {
-	case v1alpha1.RotationPreparing:
+// stepsOf returns the steps of the phase Carousel works through, and the
+// phase it ends in once they are done; nil steps for a phase that waits for
+// the user. Phase 1 ends in WaitingForWorkersRollout while pools are held,
+// and WaitingForWorkersRollout, which has no steps, ends in Prepared once
+// none is.
+func stepsOf(f Facts) ([]step, v1alpha1.CARotationPhase) {
+	switch phase := f.Phase; {
+	case phase.Preparing() && len(f.HeldWorkerPools) > 0:
+		return preparing, v1alpha1.RotationWaitingForWorkersRollout
+	case phase.Preparing():
 		return preparing, v1alpha1.RotationPrepared
-	case v1alpha1.RotationFinalizing:
+	case phase == v1alpha1.RotationWaitingForWorkersRollout && len(f.HeldWorkerPools) == 0 && f.PendingWorkerPools == 0:
+		return nil, v1alpha1.RotationPrepared
+	case phase == v1alpha1.RotationFinalizing:
 		return finalizing, v1alpha1.RotationCompleted
 	}
-	return nil, phase
+	return nil, f.Phase
 }
 
 // firstPending returns the first step of the phase that is not done.
 func firstPending(f Facts) *step {
-	steps, _ := stepsOf(f.Phase)
+	steps, _ := stepsOf(f)
 	for i := range steps {
 		if !steps[i].done(f) {
 			return &steps[i]
@@ -298,8 +317,12 @@ func firstPending(f Facts) *step {
 
 // waitOf says what the phase of f waits for, nil when nothing.
 func waitOf(f Facts) *Wait {
-	if f.Phase == v1alpha1.RotationPrepared {
+	switch f.Phase {
+	case v1alpha1.RotationPrepared:
 		w := prepared
+		return &w
+	case v1alpha1.RotationWaitingForWorkersRollout:
+		w := waitingForWorkersRollout(f)
 		return &w
 	}
 	s := firstPending(f)
@@ -333,7 +356,7 @@ func EvidenceDue(f Facts) EvidenceCheck {
 // the kube-root-ca.crt step still checks it again in its turn. It is due
 // until the time is recorded, and only when there is a time to wait.
 func PublicationCheckDue(f Facts) bool {
-	if f.Phase != v1alpha1.RotationPreparing || !f.KubeRootCAPublished.IsZero() || f.WorkloadTrustReload <= 0 {
+	if !f.Phase.Preparing() || !f.KubeRootCAPublished.IsZero() || f.WorkloadTrustReload <= 0 {
 		return false
 	}
 	s := firstPending(f)
@@ -347,7 +370,7 @@ func Decide(f Facts) Decision {
 		return Decision{Phase: f.Phase, Wait: waitOf(f), DropOldCAs: true}
 	}
 	next := f
-	if _, end := stepsOf(f.Phase); firstPending(f) == nil {
+	if _, end := stepsOf(f); firstPending(f) == nil {
 		next.Phase = end
 	}
 	return Decision{Phase: next.Phase, Wait: waitOf(next)}
@@ -362,14 +385,15 @@ func CanDropOldCAs(f Facts) bool {
 
 // Issuer decides which CA of its role signs a certificate.
 //
-// Outside a rotation and in Finalizing that is the current CA. In Preparing
-// and Prepared a certificate renewed in Preparing (a client) moves to the new
+// Outside a rotation and in Finalizing that is the current CA. From Preparing
+// (or PreparingWithoutWorkersRollout) to Prepared, while both CAs are
+// trusted, a certificate renewed in Preparing (a client) moves to the new
 // CA once every consumer trusts both CAs, and stays there; everything else
 // (servers, and the API server's client certificate for kubelets, which nodes
 // trust only after their rollout) stays on the old CA until Finalizing.
 func Issuer(renewIn credentials.RenewalPhase, phase v1alpha1.CARotationPhase, trustEstablished, signedByCurrent bool) Generation {
-	switch phase {
-	case v1alpha1.RotationPreparing, v1alpha1.RotationPrepared:
+	switch {
+	case phase.BothCAsTrusted():
 		if renewIn == credentials.RenewInPreparing && (trustEstablished || signedByCurrent) {
 			return Current
 		}

@@ -11,8 +11,8 @@ import (
 
 // ValidateOperation validates the operation annotation of a new Cluster
 // (oldC nil) or of an update against the state of oldC: the transition rules
-// of a CA rotation (Allowed), and the pools a rollout-workers operation
-// names. An annotation that did not change is not validated again, so that
+// of a CA rotation (Allowed), and the pools a rollout-workers (pending) or
+// rotate-rollout-workers (held) operation names. An annotation that did not change is not validated again, so that
 // Carousel's own writes, and edits while an accepted operation waits to be
 // picked up, are never refused.
 func ValidateOperation(newC, oldC *v1alpha1.Cluster) field.ErrorList {
@@ -45,6 +45,10 @@ func ValidateOperation(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 		case newC.Spec.WorkerPool(pool) == nil:
 			allErrs = append(allErrs, field.Invalid(p, value, fmt.Sprintf(
 				"worker pool %q does not exist (phase %s): name pools from spec.workers", pool, PhaseName(phase))))
+		case op.Verb == v1alpha1.VerbRotateRolloutWorkers && !current.IsHeldWorkerPool(pool):
+			allErrs = append(allErrs, field.Invalid(p, value, fmt.Sprintf(
+				"worker pool %q is not held in phase %s: name only pools listed with held: true in "+
+					"status.credentials.rotation.certificateAuthorities.pendingWorkersRollouts", pool, PhaseName(phase))))
 		case !current.IsPendingWorkerPool(pool):
 			allErrs = append(allErrs, field.Invalid(p, value, fmt.Sprintf(
 				"worker pool %q has no pending rollout in phase %s: name only pools listed in status.credentials.rotation.certificateAuthorities.pendingWorkersRollouts", pool, PhaseName(phase))))

@@ -70,6 +70,18 @@ func inPhase(phase v1alpha1.CARotationPhase, pending ...string) *v1alpha1.Cluste
 	return c
 }
 
+// holding returns c with the named pending pools held.
+func holding(c *v1alpha1.Cluster, pools ...string) *v1alpha1.Cluster {
+	for i, p := range c.CARotation().PendingWorkersRollouts {
+		for _, name := range pools {
+			if p.Name == name {
+				c.CARotation().PendingWorkersRollouts[i].Held = true
+			}
+		}
+	}
+	return c
+}
+
 func withOperation(c *v1alpha1.Cluster, op string) *v1alpha1.Cluster {
 	c = c.DeepCopy()
 	if c.Annotations == nil {
@@ -117,6 +129,32 @@ func TestValidateOperation(t *testing.T) {
 		{"rollout with no rotation", inPhase(""), "rollout-workers=pool-a", "in phase none (never rotated)"},
 		{"rollout naming a pool twice", inPhase(v1alpha1.RotationPreparing, "pool-b"), "rollout-workers=pool-b,pool-b", `names worker pool "pool-b" twice`},
 		{"rollout of nothing", inPhase(v1alpha1.RotationPreparing, "pool-b"), "rollout-workers=", "names an empty worker pool"},
+		{"start without workers rollout, never rotated", inPhase(""), v1alpha1.OperationStartCARotationWithoutWorkersRollout, ""},
+		{"start without workers rollout while Prepared", inPhase(v1alpha1.RotationPrepared), v1alpha1.OperationStartCARotationWithoutWorkersRollout,
+			"cannot start a CA rotation: the rotation is in phase Prepared"},
+		{"start while pools are held", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a"), "pool-a"), v1alpha1.OperationStartCARotation,
+			"cannot start a CA rotation: the rotation is in phase WaitingForWorkersRollout: roll the held worker pools with " +
+				"carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]"},
+		{"complete while pools are held", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a", "pool-b"), "pool-a", "pool-b"),
+			v1alpha1.OperationCompleteCARotation, "cannot complete the CA rotation in phase WaitingForWorkersRollout, only in phase Prepared: " +
+				"roll the held worker pools with carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]"},
+		{"complete while the control plane prepares without workers", holding(inPhase(v1alpha1.RotationPreparingWithoutWorkersRollout, "pool-a"), "pool-a"),
+			v1alpha1.OperationCompleteCARotation, "cannot complete the CA rotation in phase PreparingWithoutWorkersRollout, only in phase Prepared: " +
+				"wait until the phase is WaitingForWorkersRollout, then roll the held worker pools with carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]"},
+		{"roll held pools", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a", "pool-b"), "pool-a", "pool-b"), "rotate-rollout-workers=pool-b,pool-a", ""},
+		{"roll a held pool early", holding(inPhase(v1alpha1.RotationPreparingWithoutWorkersRollout, "pool-a"), "pool-a"), "rotate-rollout-workers=pool-a", ""},
+		{"roll a pool that is not held", holding(inPhase(v1alpha1.RotationPreparing, "pool-a", "pool-b"), "pool-b"), "rotate-rollout-workers=pool-a",
+			"cannot roll held worker pools in phase Preparing: pools are held only by a rotation started with " +
+				"carousel.dev/operation=start-ca-rotation-without-workers-rollout, in phases PreparingWithoutWorkersRollout and WaitingForWorkersRollout; wait until the phase is Prepared"},
+		{"roll a released pool", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a", "pool-b"), "pool-b"), "rotate-rollout-workers=pool-a",
+			`worker pool "pool-a" is not held in phase WaitingForWorkersRollout: name only pools listed with held: true`},
+		{"roll an unknown pool", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a"), "pool-a"), "rotate-rollout-workers=pool-z",
+			`worker pool "pool-z" does not exist (phase WaitingForWorkersRollout)`},
+		{"roll held pools of a Cluster never rotated", inPhase(""), "rotate-rollout-workers=pool-a", "cannot roll held worker pools in phase none (never rotated)"},
+		{"roll held pools in Prepared", inPhase(v1alpha1.RotationPrepared), "rotate-rollout-workers=pool-a",
+			"cannot roll held worker pools in phase Prepared: pools are held only by a rotation started with"},
+		{"roll no pool", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a"), "pool-a"), "rotate-rollout-workers=", "names an empty worker pool"},
+		{"report a held pool rolled by hand", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a"), "pool-a"), "rollout-workers=pool-a", ""},
 		{"reissue a CA, never rotated", inPhase(""), "reissue-ca=etcd", ""},
 		{"reissue two CAs after Completed", inPhase(v1alpha1.RotationCompleted), "reissue-ca=etcd,client", ""},
 		{"reissue during a rotation", inPhase(v1alpha1.RotationPrepared), "reissue-ca=etcd",

@@ -390,7 +390,7 @@ type CredentialsRotation struct {
 
 // CARotationPhase is a phase of a CA rotation.
 //
-// +kubebuilder:validation:Enum=Preparing;Prepared;Finalizing;Completed
+// +kubebuilder:validation:Enum=Preparing;PreparingWithoutWorkersRollout;WaitingForWorkersRollout;Prepared;Finalizing;Completed
 type CARotationPhase string
 
 // The phases of a CA rotation, in order. A Cluster that was never rotated has
@@ -399,6 +399,13 @@ const (
 	// RotationPreparing: new CAs exist and are trusted next to the old ones,
 	// client certificates are being re-issued and workers rolled.
 	RotationPreparing CARotationPhase = "Preparing"
+	// RotationPreparingWithoutWorkersRollout: Preparing for the control plane
+	// only (start-ca-rotation-without-workers-rollout); every worker pool is
+	// held and rolls only once rotate-rollout-workers names it.
+	RotationPreparingWithoutWorkersRollout CARotationPhase = "PreparingWithoutWorkersRollout"
+	// RotationWaitingForWorkersRollout: everything but the held worker pools
+	// is prepared; rotate-rollout-workers=<pool>[,<pool>] rolls them.
+	RotationWaitingForWorkersRollout CARotationPhase = "WaitingForWorkersRollout"
 	// RotationPrepared: everything trusts both CAs and every client uses a
 	// certificate from the new CA; complete-ca-rotation may be requested.
 	RotationPrepared CARotationPhase = "Prepared"
@@ -471,6 +478,14 @@ type PendingWorkersRollout struct {
 	//
 	// +optional
 	LastInitiationTime *metav1.Time `json:"lastInitiationTime,omitempty"`
+
+	// Held says that the pool is not rolled yet: the rotation was started
+	// with start-ca-rotation-without-workers-rollout, and the pool rolls with
+	// its strategy once carousel.dev/operation=rotate-rollout-workers=<pool>
+	// names it.
+	//
+	// +optional
+	Held bool `json:"held,omitempty"`
 }
 
 // CertificateAuthorityInventory describes the CAs of one role.

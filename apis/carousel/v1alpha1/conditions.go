@@ -144,8 +144,8 @@ const (
 	// ReasonWaitingForClients: client certificates move to the new CAs once
 	// every consumer, and the API server, trusts both.
 	ReasonWaitingForClients RotationReason = "WaitingForClientCertificates"
-	// ReasonWaitingForWorkers: worker pools listed in pendingWorkersRollouts
-	// still have to roll.
+	// ReasonWaitingForWorkers: worker pools listed in pendingWorkersRollouts,
+	// and not held, still have to roll.
 	ReasonWaitingForWorkers RotationReason = "WaitingForWorkerRollout"
 	// ReasonWaitingForEvidence: the managed API server has not yet been seen
 	// behaving as the phase requires.
@@ -163,6 +163,9 @@ const (
 	// CAs everywhere; Preparing gives pods spec.caRotation.workloadTrustReload
 	// to reload it before it becomes Prepared.
 	ReasonWaitingForWorkloadTrust RotationReason = "WaitingForWorkloadTrustReload"
+	// ReasonWaitingForWorkersRolloutOperation: WaitingForWorkersRollout;
+	// the user rolls the held worker pools with rotate-rollout-workers.
+	ReasonWaitingForWorkersRolloutOperation RotationReason = "WaitingForRotateRolloutWorkersOperation"
 	// ReasonWaitingForCompletion: Prepared; the user completes the rotation.
 	ReasonWaitingForCompletion RotationReason = "WaitingForCompleteOperation"
 	// ReasonWaitingForServers: Finalizing re-issues server certificates from

@@ -37,6 +37,11 @@ func FuzzParseOperation(f *testing.F) {
 		"",
 		"rollout-workers=rollout-workers=a",
 		"reissue-ca=etcd,rollout-workers=a",
+		OperationStartCARotationWithoutWorkersRollout,
+		"rotate-rollout-workers=pool-a,gpu",
+		"rotate-rollout-workers=",
+		"rotate-rollout-workers",
+		"rotate-rollout-workers=rollout-workers=a",
 	} {
 		f.Add(seed)
 	}
@@ -59,16 +64,16 @@ func FuzzParseOperation(f *testing.F) {
 			t.Fatalf("ParseOperation(%q) = %+v, but parsing its String() gives %+v, %v", value, op, again, err)
 		}
 		switch op.Verb {
-		case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
+		case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
 			if op.Pools != nil || op.Roles != nil {
 				t.Fatalf("ParseOperation(%q): verb %s takes no list, got pools %q, roles %q", value, op.Verb, op.Pools, op.Roles)
 			}
-		case VerbRolloutWorkers:
+		case VerbRolloutWorkers, VerbRotateRolloutWorkers:
 			if op.Roles != nil {
-				t.Fatalf("ParseOperation(%q): rollout-workers with roles %q", value, op.Roles)
+				t.Fatalf("ParseOperation(%q): %s with roles %q", value, op.Verb, op.Roles)
 			}
 			if len(op.Pools) == 0 {
-				t.Fatalf("ParseOperation(%q): rollout-workers without a pool", value)
+				t.Fatalf("ParseOperation(%q): %s without a pool", value, op.Verb)
 			}
 			for i, pool := range op.Pools {
 				if pool == "" || strings.Contains(pool, ",") {

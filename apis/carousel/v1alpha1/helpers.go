@@ -26,19 +26,45 @@ func (c *Cluster) CARotationPhase() CARotationPhase {
 
 // RotationInProgress reports whether a CA rotation has started and not completed.
 func (p CARotationPhase) RotationInProgress() bool {
-	return p == RotationPreparing || p == RotationPrepared || p == RotationFinalizing
+	return p.BothCAsTrusted() || p == RotationFinalizing
+}
+
+// Preparing reports whether phase 1 of a CA rotation is at work: Preparing,
+// or PreparingWithoutWorkersRollout. Both mint the new CAs, move the clients
+// to them and wait for the same steps; they differ only in the worker pools
+// they roll.
+func (p CARotationPhase) Preparing() bool {
+	return p == RotationPreparing || p == RotationPreparingWithoutWorkersRollout
+}
+
+// BothCAsTrusted reports whether the rotation is in phase 1 or waits after
+// it: every trust bundle holds the old and the new CA, clients move to the
+// new CA and servers stay on the old one.
+func (p CARotationPhase) BothCAsTrusted() bool {
+	return p.Preparing() || p == RotationWaitingForWorkersRollout || p == RotationPrepared
 }
 
 // IsPendingWorkerPool reports whether the pool's rollout is still awaited.
 func (c *Cluster) IsPendingWorkerPool(name string) bool {
+	return c.pendingWorkerPool(name) != nil
+}
+
+// IsHeldWorkerPool reports whether the pool's rollout waits for
+// rotate-rollout-workers to name it.
+func (c *Cluster) IsHeldWorkerPool(name string) bool {
+	p := c.pendingWorkerPool(name)
+	return p != nil && p.Held
+}
+
+func (c *Cluster) pendingWorkerPool(name string) *PendingWorkersRollout {
 	if r := c.CARotation(); r != nil {
-		for _, p := range r.PendingWorkersRollouts {
-			if p.Name == name {
-				return true
+		for i := range r.PendingWorkersRollouts {
+			if r.PendingWorkersRollouts[i].Name == name {
+				return &r.PendingWorkersRollouts[i]
 			}
 		}
 	}
-	return false
+	return nil
 }
 
 // WorkerPool returns the named worker pool, or nil.

@@ -13,6 +13,10 @@ const (
 
 	// OperationStartCARotation starts phase 1 of a CA rotation (Preparing).
 	OperationStartCARotation = string(VerbStartCARotation)
+	// OperationStartCARotationWithoutWorkersRollout starts phase 1 for the
+	// control plane only (PreparingWithoutWorkersRollout): every worker pool
+	// waits for OperationRotateRolloutWorkersPrefix to name it.
+	OperationStartCARotationWithoutWorkersRollout = string(VerbStartCARotationWithoutWorkersRollout)
 	// OperationCompleteCARotation starts phase 2 of a CA rotation (Finalizing).
 	OperationCompleteCARotation = string(VerbCompleteCARotation)
 	// OperationReconcile asks for an immediate reconcile.
@@ -20,6 +24,10 @@ const (
 	// OperationRolloutWorkersPrefix, followed by a comma-separated list of pool
 	// names, reports that those pools were rolled by hand.
 	OperationRolloutWorkersPrefix = string(VerbRolloutWorkers) + "="
+	// OperationRotateRolloutWorkersPrefix, followed by a comma-separated list
+	// of pool names, rolls pools held by a rotation started with
+	// OperationStartCARotationWithoutWorkersRollout, each with its strategy.
+	OperationRotateRolloutWorkersPrefix = string(VerbRotateRolloutWorkers) + "="
 	// OperationReissueCAPrefix, followed by a comma-separated list of CA roles,
 	// accepts new CAs for roles whose CA Secret was lost outside a rotation.
 	// Everything the lost CA signed stops being trusted; restoring the Secret

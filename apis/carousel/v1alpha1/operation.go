@@ -14,12 +14,19 @@ type OperationVerb string
 const (
 	// VerbStartCARotation starts phase 1 of a CA rotation (Preparing).
 	VerbStartCARotation OperationVerb = "start-ca-rotation"
+	// VerbStartCARotationWithoutWorkersRollout starts phase 1 for the
+	// control plane only (PreparingWithoutWorkersRollout): every worker pool
+	// is held until VerbRotateRolloutWorkers names it.
+	VerbStartCARotationWithoutWorkersRollout OperationVerb = "start-ca-rotation-without-workers-rollout"
 	// VerbCompleteCARotation starts phase 2 of a CA rotation (Finalizing).
 	VerbCompleteCARotation OperationVerb = "complete-ca-rotation"
 	// VerbReconcile asks for an immediate reconcile.
 	VerbReconcile OperationVerb = "reconcile"
 	// VerbRolloutWorkers is rollout-workers=<pool>[,<pool>]: pools rolled by hand.
 	VerbRolloutWorkers OperationVerb = "rollout-workers"
+	// VerbRotateRolloutWorkers is rotate-rollout-workers=<pool>[,<pool>]:
+	// held pools roll with their strategy.
+	VerbRotateRolloutWorkers OperationVerb = "rotate-rollout-workers"
 	// VerbReissueCA is reissue-ca=<role>[,<role>]: new CAs for lost CA Secrets.
 	VerbReissueCA OperationVerb = "reissue-ca"
 	// VerbReissueServiceAccountKey accepts a new service-account signing key
@@ -31,7 +38,8 @@ const (
 // Operation is a parsed value of the carousel.dev/operation annotation.
 type Operation struct {
 	Verb OperationVerb
-	// Pools are the worker pools named by a rollout-workers operation.
+	// Pools are the worker pools named by a rollout-workers or
+	// rotate-rollout-workers operation.
 	Pools []string
 	// Roles are the CA roles named by a reissue-ca operation.
 	Roles []CARole
@@ -42,15 +50,17 @@ type Operation struct {
 // for a given Cluster is decided by rotation.ValidateOperation.
 func ParseOperation(value string) (Operation, error) {
 	switch verb := OperationVerb(value); verb {
-	case VerbStartCARotation, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
+	case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
 		return Operation{Verb: verb}, nil
 	}
-	if list, ok := strings.CutPrefix(value, OperationRolloutWorkersPrefix); ok {
-		pools, err := parseList(value, list, "worker pool", OperationRolloutWorkersPrefix+"<pool>[,<pool>]")
-		if err != nil {
-			return Operation{}, err
+	for verb, prefix := range map[OperationVerb]string{VerbRolloutWorkers: OperationRolloutWorkersPrefix, VerbRotateRolloutWorkers: OperationRotateRolloutWorkersPrefix} {
+		if list, ok := strings.CutPrefix(value, prefix); ok {
+			pools, err := parseList(value, list, "worker pool", prefix+"<pool>[,<pool>]")
+			if err != nil {
+				return Operation{}, err
+			}
+			return Operation{Verb: verb, Pools: pools}, nil
 		}
-		return Operation{Verb: VerbRolloutWorkers, Pools: pools}, nil
 	}
 	if list, ok := strings.CutPrefix(value, OperationReissueCAPrefix); ok {
 		names, err := parseList(value, list, "CA role", OperationReissueCAPrefix+"<role>[,<role>]")
@@ -66,9 +76,9 @@ func ParseOperation(value string) (Operation, error) {
 		}
 		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
-	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s<pool>[,<pool>], %s<role>[,<role>] or %s",
-		value, OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, OperationRolloutWorkersPrefix, OperationReissueCAPrefix,
-		VerbReissueServiceAccountKey)
+	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
+		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationReconcile,
+		OperationRolloutWorkersPrefix, OperationRotateRolloutWorkersPrefix, OperationReissueCAPrefix, VerbReissueServiceAccountKey)
 }
 
 // parseList splits the comma-separated list of an operation, refusing empty
@@ -91,8 +101,8 @@ func parseList(value, list, what, usage string) ([]string, error) {
 // String renders the operation as an annotation value.
 func (o Operation) String() string {
 	switch o.Verb {
-	case VerbRolloutWorkers:
-		return OperationRolloutWorkersPrefix + strings.Join(o.Pools, ",")
+	case VerbRolloutWorkers, VerbRotateRolloutWorkers:
+		return string(o.Verb) + "=" + strings.Join(o.Pools, ",")
 	case VerbReissueCA:
 		roles := make([]string, len(o.Roles))
 		for i, r := range o.Roles {

@@ -149,7 +149,8 @@ func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
 }
 
 func TestParseOperationRoundTrip(t *testing.T) {
-	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b", "reissue-ca=etcd", "reissue-ca=client,vpn"} {
+	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b", "reissue-ca=etcd", "reissue-ca=client,vpn",
+		OperationStartCARotationWithoutWorkersRollout, "rotate-rollout-workers=a", "rotate-rollout-workers=b,a"} {
 		op, err := ParseOperation(v)
 		if err != nil {
 			t.Fatalf("ParseOperation(%q): %v", v, err)

@@ -63,7 +63,7 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				return nil, err
 			}
 			cas, data = decoded, existing.Data
-			if phase == v1alpha1.RotationPreparing && cas.Rotation != id {
+			if phase.Preparing() && cas.Rotation != id {
 				if cas.Previous != nil {
 					return nil, fmt.Errorf("secret %s still holds the previous CA of an earlier rotation; refusing to replace it", name)
 				}

@@ -28,7 +28,8 @@ type Metrics struct {
 var recommendationReasons = []string{v1alpha1.ReasonRotationDue, v1alpha1.ReasonCompletionDue}
 
 var phases = []v1alpha1.CARotationPhase{
-	v1alpha1.RotationPreparing, v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted,
+	v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
+	v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted,
 }
 
 // NewMetrics creates the metrics and registers them with reg.

@@ -160,7 +160,8 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		ClientsOnNewCA:      s.certs.clientsOnNewCA,
 		AllOnNewCA:          s.certs.allOnNewCA,
 		ConsumersRolledOut:  s.rolledOut,
-		PendingWorkerPools:  len(pendingPools(c)),
+		PendingWorkerPools:  len(pendingPools(c)) - len(rotation.HeldPools(c.CARotation())),
+		HeldWorkerPools:     rotation.HeldPools(c.CARotation()),
 		Evidence:            rotation.EvidencePending,
 		KubeRootCA:          rotation.EvidencePending,
 		APIServices:         rotation.EvidencePending,
@@ -218,7 +219,7 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 			return err
 		}
 	}
-	if d.Phase != v1alpha1.RotationPreparing {
+	if !d.Phase.Preparing() {
 		if err := r.deleteSecret(ctx, s.objs, trustProbeSecret(c)); err != nil {
 			return err
 		}

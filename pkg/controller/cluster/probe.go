@@ -87,7 +87,7 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 	endpoint := c.Spec.ControlPlane.Endpoint
 	clientCAs := all[v1alpha1.CARoleClient]
 	switch {
-	case c.CARotationPhase() != v1alpha1.RotationPreparing || r.Evidence == nil || clientCAs.Previous == nil:
+	case !c.CARotationPhase().Preparing() || r.Evidence == nil || clientCAs.Previous == nil:
 		return true, nil, nil
 	case endpointRemoved:
 		return false, endpointRemovedCondition(c), nil

@@ -27,8 +27,8 @@ func pendingPools(c *v1alpha1.Cluster) []v1alpha1.PendingWorkersRollout {
 	return nil
 }
 
-// rollWorkers asks each pending pool's strategy to roll it and drops the
-// pools that finished from pendingWorkersRollouts. It returns what the pools
+// rollWorkers asks each pending pool's strategy to roll it, held pools left
+// out, and drops the pools that finished from pendingWorkersRollouts. It returns what the pools
 // still pending wait for.
 func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]string, error) {
 	pending := pendingPools(c)
@@ -37,6 +37,9 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 	}
 	var waiting, done []string
 	for _, p := range pending {
+		if p.Held {
+			continue // until rotate-rollout-workers names it
+		}
 		pool := c.Spec.WorkerPool(p.Name)
 		if pool == nil {
 			// The webhook keeps pending pools in the spec; a pool removed

@@ -31,6 +31,11 @@ type PendingWorkersRolloutApplyConfiguration struct {
 	Name *string `json:"name,omitempty"`
 	// LastInitiationTime is when the rotation that requires this rollout was started.
 	LastInitiationTime *v1.Time `json:"lastInitiationTime,omitempty"`
+	// Held says that the pool is not rolled yet: the rotation was started
+	// with start-ca-rotation-without-workers-rollout, and the pool rolls with
+	// its strategy once carousel.dev/operation=rotate-rollout-workers=<pool>
+	// names it.
+	Held *bool `json:"held,omitempty"`
 }
 
 // PendingWorkersRolloutApplyConfiguration constructs a declarative configuration of the PendingWorkersRollout type for use with
@@ -52,5 +57,13 @@ func (b *PendingWorkersRolloutApplyConfiguration) WithName(value string) *Pendin
 // If called multiple times, the LastInitiationTime field is set to the value of the last call.
 func (b *PendingWorkersRolloutApplyConfiguration) WithLastInitiationTime(value v1.Time) *PendingWorkersRolloutApplyConfiguration {
 	b.LastInitiationTime = &value
+	return b
+}
+
+// WithHeld sets the Held field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Held field is set to the value of the last call.
+func (b *PendingWorkersRolloutApplyConfiguration) WithHeld(value bool) *PendingWorkersRolloutApplyConfiguration {
+	b.Held = &value
 	return b
 }
