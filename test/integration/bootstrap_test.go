@@ -343,18 +343,35 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		}).Should(Succeed(), "the managed API server accepts it")
 	})
 
-	It("renews every node in place during a rotation, ending on the new client CA", func(ctx SpecContext) {
+	It("renews every node in place during a rotation, once its pool is released, ending on the new client CA", func(ctx SpecContext) {
 		By("keeping a copy of a node's credentials, as a node that is off through the rotation keeps them")
 		offline := GinkgoT().TempDir()
 		Expect(exec.Command("cp", "-a", filepath.Join(agentDir, "pki"), filepath.Join(agentDir, "kubeconfig"), offline).Run()).To(Succeed())
 		before := loadCAs(ctx, c)
-		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+
+		By("preparing the control plane without rolling the pool: the node is not asked to renew")
+		heldCert := agent.Current().Cert
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotationWithoutWorkersRollout)).To(Succeed())
+		waitForPhaseSlowly(ctx, key, v1alpha1.RotationWaitingForWorkersRollout)
+		Expect(getCluster(ctx, key).Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionControlPlaneReachable),
+			HaveField("Status", metav1.ConditionTrue))), "the API server accepted the new client CA before the pool rolled")
+		n, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(n.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRenewCredentials), "a held pool's nodes are not asked to renew")
+		Expect(agent.Current().Cert.Equal(heldCert)).To(BeTrue(), "the node keeps its client certificate")
+		Expect(pki.Verify(heldCert, pki.NewBundle(before[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed(),
+			"from the old client CA")
+		_, err = agent.Client().CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "the held node still talks to its API server on its old credentials")
+
+		By("releasing the pool with rotate-rollout-workers: it rolls in place")
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationRotateRolloutWorkersPrefix+"pool-a")).To(Succeed())
 		waitForPhaseSlowly(ctx, key, v1alpha1.RotationPrepared)
 		prepared := loadCAs(ctx, c)
 		nodeCert := agent.Current().Cert
 		okOld, okNew := verifiesAgainst(nodeCert, x509.ExtKeyUsageClientAuth, before[v1alpha1.CARoleClient].Current.Cert, prepared[v1alpha1.CARoleClient].Current.Cert)
 		Expect([]bool{okOld, okNew}).To(Equal([]bool{false, true}), "the node's client certificate comes from the new client CA")
-		n, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		n, err = admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n.Annotations[v1alpha1.AnnotationClientCertificateIssuer]).To(Equal(hex.EncodeToString(prepared[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId)))
 		reachable := getCluster(ctx, key)

@@ -275,6 +275,99 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		waitForPhase(ctx, key, v1alpha1.RotationCompleted)
 	})
 
+	It("rolls no worker pool when started without workers rollout, then each pool rotate-rollout-workers names", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "held",
+			v1alpha1.WorkerPool{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual},
+			v1alpha1.WorkerPool{Name: "in-place", RolloutStrategy: v1alpha1.RolloutInPlace})
+		key := client.ObjectKeyFromObject(c)
+		c = waitForReady(ctx, key)
+		before := loadCAs(ctx, c)
+
+		// expectPools waits until the operation was handled and the rotation
+		// is in phase, with the pools pending (held ones by name) and the
+		// CARotationInProgress condition's reason and message.
+		type pool struct {
+			name string
+			held bool
+		}
+		expectPools := func(phase v1alpha1.CARotationPhase, reason v1alpha1.RotationReason, message string, pools ...pool) *v1alpha1.Cluster {
+			GinkgoHelper()
+			Eventually(func(g Gomega) {
+				c = getCluster(ctx, key)
+				g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))
+				g.Expect(c.CARotationPhase()).To(Equal(phase))
+				var got []pool
+				for _, p := range c.CARotation().PendingWorkersRollouts {
+					got = append(got, pool{p.Name, p.Held})
+				}
+				g.Expect(got).To(ConsistOf(pools))
+				cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+				g.Expect(cond).NotTo(BeNil())
+				g.Expect(cond.Reason).To(Equal(string(reason)))
+				g.Expect(cond.Message).To(ContainSubstring(message))
+			}).Should(Succeed())
+			return c
+		}
+
+		By("preparing the control plane with every pool held")
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotationWithoutWorkersRollout)).To(Succeed())
+		c = expectPools(v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.ReasonWaitingForWorkersRolloutOperation,
+			"2 pool(s) held: manual, in-place; roll them with carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]",
+			pool{"manual", true}, pool{"in-place", true})
+		Expect(c.CARotation().LastInitiationFinishedTime).To(BeNil(), "not Prepared")
+		expectPrepared(ctx, c, before)
+		Expect(annotate(ctx, c, v1alpha1.OperationCompleteCARotation)).To(MatchError(ContainSubstring(
+			"cannot complete the CA rotation in phase WaitingForWorkersRollout, only in phase Prepared: roll the held worker pools with " +
+				"carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]")))
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(MatchError(ContainSubstring(
+			"cannot start a CA rotation: the rotation is in phase WaitingForWorkersRollout")))
+		Expect(annotate(ctx, c, "rollout-workers=nope")).To(MatchError(ContainSubstring(`worker pool "nope" does not exist`)))
+
+		By("rolling one pool: back to Preparing until it rolled, then waiting for the other")
+		Expect(annotate(ctx, c, "rotate-rollout-workers=manual")).To(Succeed())
+		c = expectPools(v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForWorkers, "roll pool manual and report it",
+			pool{"manual", false}, pool{"in-place", true})
+		Expect(annotate(ctx, c, "rotate-rollout-workers=manual")).To(MatchError(ContainSubstring(
+			"cannot roll held worker pools in phase Preparing")))
+		Expect(annotate(ctx, c, "rollout-workers=manual")).To(Succeed())
+		c = expectPools(v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.ReasonWaitingForWorkersRolloutOperation, "1 pool(s) held: in-place",
+			pool{"in-place", true})
+		Expect(annotate(ctx, c, "rotate-rollout-workers=manual")).To(MatchError(ContainSubstring(
+			`worker pool "manual" is not held in phase WaitingForWorkersRollout`)))
+
+		By("rolling the last pool: Prepared")
+		Expect(annotate(ctx, c, "rotate-rollout-workers=in-place")).To(Succeed())
+		c = expectPools(v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForWorkers, "pool in-place", pool{"in-place", false})
+		Expect(annotate(ctx, c, "rollout-workers=in-place")).To(Succeed())
+		c = waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+		Expect(c.CARotation().LastInitiationFinishedTime).NotTo(BeNil())
+		expectPrepared(ctx, c, before)
+		Expect(loadCAs(ctx, c)[v1alpha1.CARoleClient].Current.Cert.Equal(before[v1alpha1.CARoleClient].Current.Cert)).To(BeFalse())
+
+		By("completing: every pool rolls again, none held")
+		Expect(annotate(ctx, c, v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		c = expectPools(v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForWorkers, "", pool{"manual", false}, pool{"in-place", false})
+		Expect(annotate(ctx, c, "rollout-workers=manual,in-place")).To(Succeed())
+		waitForPhase(ctx, key, v1alpha1.RotationCompleted)
+
+		Eventually(func(g Gomega) []string {
+			var events eventsv1.EventList
+			g.Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+			var phases []string
+			for _, e := range events.Items {
+				if e.Regarding.Name == c.Name && e.Reason == v1alpha1.EventRotationPhaseChanged {
+					phases = append(phases, e.Note)
+				}
+			}
+			return phases
+		}).Should(ContainElements(
+			"CA rotation phase none (never rotated) → PreparingWithoutWorkersRollout",
+			"CA rotation phase PreparingWithoutWorkersRollout → WaitingForWorkersRollout",
+			"CA rotation phase WaitingForWorkersRollout → Preparing",
+			"CA rotation phase Preparing → WaitingForWorkersRollout",
+			"CA rotation phase Preparing → Prepared"))
+	})
+
 	It("rolls the workloads that consume the credentials, and advances only once they rolled out", func(ctx SpecContext) {
 		c := createCluster(ctx, ns, "consumed")
 		key := client.ObjectKeyFromObject(c)
