@@ -72,10 +72,11 @@ Clusters' namespace.`,
 		Long: `A CA rotation replaces every CA of a Cluster in two phases that you trigger: "start" renews the client
 certificates and rolls the nodes while both the old and the new CAs are trusted, until the Cluster is Prepared;
 "complete" renews the server certificates and drops the old CAs, until it is Completed. Between the two, hand the
-new trust bundles and kubeconfigs to your own clients.`,
+new trust bundles and kubeconfigs to your own clients. "start --without-workers-rollout" prepares the control
+plane only and holds the worker pools, which "rollout-workers" then rolls, as many at a time as you name.`,
 	}
 	rotation.AddCommand(e.operationCommand("start", v1alpha1.OperationStartCARotation, v1alpha1.RotationPrepared),
-		e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
+		e.rolloutWorkersCommand(), e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
 		e.statusCommand(), e.planCommand())
 	certs := &cobra.Command{
 		Use:   "certs",

@@ -164,4 +164,9 @@ func TestFollowLineSaysThePhaseOnce(t *testing.T) {
 	if got, want := followLine(cl), "phase Preparing: waiting for the control-plane workloads to roll out"; got != want {
 		t.Errorf("followLine = %q, want %q", got, want)
 	}
+	// An operation moved the phase; the condition is the previous phase's.
+	cl.Status.Conditions[0].Message = "WaitingForWorkersRollout: everything but the held worker pools is prepared; 1 pool(s) held: a"
+	if got, want := followLine(cl), "phase Preparing"; got != want {
+		t.Errorf("followLine with the previous phase's condition = %q, want %q", got, want)
+	}
 }

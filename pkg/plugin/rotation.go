@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,14 +25,54 @@ import (
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
-// operationCommand is `rotation start` or `rotation complete`: it sets the
-// operation annotation (the admission webhook says when it is not allowed)
-// and, with --wait, follows the phases until the target one.
+// operationFlags are the flags every operation command has: --wait,
+// --timeout and --in-maintenance-window.
+type operationFlags struct {
+	wait, inWindow bool
+	timeout        time.Duration
+}
+
+func addOperationFlags(cmd *cobra.Command, until string) *operationFlags {
+	f := &operationFlags{}
+	cmd.Flags().BoolVar(&f.wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+until)
+	cmd.Flags().BoolVar(&f.inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
+	return f
+}
+
+// requestOperation sets the operation annotation of the Cluster name (the
+// admission webhook says when the operation is not allowed), or queues it
+// for the maintenance window, and, with --wait, follows the phases until
+// one of targets.
+func (e *env) requestOperation(ctx context.Context, name, operation string, targets []v1alpha1.CARotationPhase, f *operationFlags) error {
+	c, cl, err := e.clusterArg(ctx, name)
+	if err != nil {
+		return err
+	}
+	patch := client.MergeFrom(cl.DeepCopy())
+	if cl.Annotations == nil {
+		cl.Annotations = map[string]string{}
+	}
+	annotation, done := v1alpha1.OperationAnnotation, "requested"
+	if f.inWindow {
+		annotation, done = v1alpha1.MaintenanceOperationAnnotation, "queued for the maintenance window"
+	}
+	cl.Annotations[annotation] = operation
+	if err := c.Patch(ctx, cl, patch); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.streams.Out, "cluster %s/%s: %s %s\n", cl.Namespace, name, operation, done)
+	if !f.wait {
+		return nil
+	}
+	return e.follow(ctx, cl.Namespace, name, targets, f.timeout)
+}
+
+// operationCommand is `rotation start` or `rotation complete`: it requests
+// the operation and, with --wait, follows the phases until the target one.
+// start also takes --without-workers-rollout.
 func (e *env) operationCommand(use, operation string, target v1alpha1.CARotationPhase) *cobra.Command {
-	var (
-		wait, inWindow bool
-		timeout        time.Duration
-	)
+	var withoutWorkers bool
 	cmd := &cobra.Command{
 		Use:   use + " CLUSTER",
 		Short: fmt.Sprintf("Annotate CLUSTER with %s=%s (or, with --in-maintenance-window, %s)", v1alpha1.OperationAnnotation, operation, v1alpha1.MaintenanceOperationAnnotation),
@@ -51,40 +92,91 @@ time either changes, until the rotation is %[3]s or --timeout passes.`, operatio
   kubectl carousel rotation %[3]s prod -n team-a --in-maintenance-window`, strings.ToUpper(use[:1])+use[1:], target, use),
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, cl, err := e.clusterArg(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			patch := client.MergeFrom(cl.DeepCopy())
-			if cl.Annotations == nil {
-				cl.Annotations = map[string]string{}
-			}
-			annotation, done := v1alpha1.OperationAnnotation, "requested"
-			if inWindow {
-				annotation, done = v1alpha1.MaintenanceOperationAnnotation, "queued for the maintenance window"
-			}
-			cl.Annotations[annotation] = operation
-			if err := c.Patch(ctx, cl, patch); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.streams.Out, "cluster %s/%s: %s %s\n", cl.Namespace, args[0], operation, done)
-			if !wait {
-				return nil
-			}
-			return e.follow(ctx, cl.Namespace, args[0], target, timeout)
-		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(target))
-	cmd.Flags().BoolVar(&inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
-	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "How long --wait waits")
+	f := addOperationFlags(cmd, string(target))
+	if operation == v1alpha1.OperationStartCARotation {
+		cmd.Long += fmt.Sprintf(`
+
+With --without-workers-rollout the operation is %[1]s: Carousel prepares the control plane and holds
+every worker pool, which it rolls only once "kubectl carousel rotation rollout-workers" names it; the rotation
+then waits in phase %[2]s (--wait ends there) until no pool is held.`, v1alpha1.OperationStartCARotationWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout)
+		cmd.Example += `
+
+  # Prepare the control plane now, and roll the worker pools later, one at a time
+  kubectl carousel rotation start prod -n team-a --without-workers-rollout --wait`
+		cmd.Flags().BoolVar(&withoutWorkers, "without-workers-rollout", false,
+			"Prepare the control plane only, and hold every worker pool until rollout-workers names it")
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		op, targets := operation, []v1alpha1.CARotationPhase{target}
+		if withoutWorkers {
+			// A Cluster without worker pools goes straight to Prepared.
+			op, targets = v1alpha1.OperationStartCARotationWithoutWorkersRollout, []v1alpha1.CARotationPhase{v1alpha1.RotationWaitingForWorkersRollout, target}
+		}
+		return e.requestOperation(cmd.Context(), args[0], op, targets, f)
+	}
 	return cmd
 }
 
+// rolloutWorkersCommand is `rotation rollout-workers`: it releases worker
+// pools held by a rotation started without workers rollout.
+func (e *env) rolloutWorkersCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout-workers CLUSTER POOL [POOL...]",
+		Short: fmt.Sprintf("Roll worker pools held by a rotation started with --without-workers-rollout (%s=%s<pool>,...)", v1alpha1.OperationAnnotation, v1alpha1.OperationRotateRolloutWorkersPrefix),
+		Long: fmt.Sprintf(`Roll the named worker pools of CLUSTER, which a rotation started with --without-workers-rollout holds
+(pendingWorkersRollouts lists them with held: true), by annotating it with %[1]s=%[2]s<pool>[,<pool>].
+Each pool rolls with its rolloutStrategy; the rotation is in phase %[3]s until they rolled, then in phase
+%[4]s while other pools are held, and %[5]s once none is. The admission webhook refuses a pool
+that is not held.
+
+--wait follows the Cluster until it is %[4]s or %[5]s again.`, v1alpha1.OperationAnnotation, v1alpha1.OperationRotateRolloutWorkersPrefix,
+			v1alpha1.RotationPreparing, v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared),
+		Example: `  # Roll the pool canary of the Cluster prod, and wait until it rolled
+  kubectl carousel rotation rollout-workers prod canary -n team-a --wait
+
+  # Then the others, in the next maintenance window
+  kubectl carousel rotation rollout-workers prod pool-a pool-b -n team-a --in-maintenance-window`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) >= 2 {
+				return nil
+			}
+			return fmt.Errorf("%s takes the name of a Cluster and of at least one worker pool, got %d argument(s): %s", cmd.CommandPath(), len(args), cmd.UseLine())
+		},
+		ValidArgsFunction: e.completeHeldPools,
+	}
+	f := addOperationFlags(cmd, string(v1alpha1.RotationWaitingForWorkersRollout)+" or "+string(v1alpha1.RotationPrepared))
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		op := v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: args[1:]}
+		return e.requestOperation(cmd.Context(), args[0], op.String(),
+			[]v1alpha1.CARotationPhase{v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared}, f)
+	}
+	return cmd
+}
+
+// completeHeldPools completes the CLUSTER argument, then the names of the
+// Cluster's held pools not named yet.
+func (e *env) completeHeldPools(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) == 0 {
+		return e.completeClusters(cmd, args, toComplete)
+	}
+	_, cl, err := e.clusterArg(cmd.Context(), args[0])
+	if err != nil {
+		cobra.CompDebugln("reading the Cluster: "+err.Error(), true)
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var pools []cobra.Completion
+	for _, pool := range rotation.HeldPools(cl.CARotation()) {
+		if strings.HasPrefix(pool, toComplete) && !slices.Contains(args[1:], pool) {
+			pools = append(pools, pool)
+		}
+	}
+	return pools, cobra.ShellCompDirectiveNoFileComp
+}
+
 // follow watches the Cluster and prints the phase and what it waits for
-// whenever either changes, until the target phase.
-func (e *env) follow(ctx context.Context, ns, name string, target v1alpha1.CARotationPhase, timeout time.Duration) error {
+// whenever either changes, until one of the target phases.
+func (e *env) follow(ctx context.Context, ns, name string, targets []v1alpha1.CARotationPhase, timeout time.Duration) error {
 	cfg, _, err := e.config()
 	if err != nil {
 		return err
@@ -125,10 +217,10 @@ func (e *env) follow(ctx context.Context, ns, name string, target v1alpha1.CARot
 			fmt.Fprintln(e.streams.Out, line)
 			last = line
 		}
-		return rotationReached(cl, target), nil
+		return rotationReached(cl, targets), nil
 	})
 	if wait.Interrupted(err) && ctx.Err() == nil {
-		return fmt.Errorf("%s/%s is not %s after %s (%s)", ns, name, target, timeout, last)
+		return fmt.Errorf("%s/%s is not %s after %s (%s)", ns, name, phaseList(targets), timeout, last)
 	}
 	return err
 }
@@ -138,21 +230,35 @@ func (e *env) follow(ctx context.Context, ns, name string, target v1alpha1.CARot
 func followLine(cl *v1alpha1.Cluster) string {
 	phase := rotation.PhaseName(cl.CARotationPhase())
 	line := "phase " + phase
-	for _, condition := range []string{v1alpha1.ConditionCARotation, v1alpha1.ConditionMaintenanceOperationQueued} {
-		if cond := meta.FindStatusCondition(cl.Status.Conditions, condition); cond != nil && cond.Status == metav1.ConditionTrue {
-			// The rotation's messages begin with the phase, which the line has said.
-			line += ": " + strings.TrimPrefix(cond.Message, phase+": ")
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == metav1.ConditionTrue {
+		// The rotation's messages begin with the phase, which the line has
+		// said; one that begins with another phase was written before an
+		// operation moved the phase, and is left out until Carousel updates it.
+		if waiting, ok := strings.CutPrefix(cond.Message, phase+": "); ok {
+			line += ": " + waiting
 		}
+	}
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
+		line += ": " + cond.Message
 	}
 	return line
 }
 
-// rotationReached: the rotation is in the target phase and no operation is
-// requested or queued that would move it on.
-func rotationReached(cl *v1alpha1.Cluster, target v1alpha1.CARotationPhase) bool {
+// rotationReached: the rotation is in one of the target phases and no
+// operation is requested or queued that would move it on.
+func rotationReached(cl *v1alpha1.Cluster, targets []v1alpha1.CARotationPhase) bool {
 	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
 	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	return cl.CARotationPhase() == target && !requested && !queued
+	return slices.Contains(targets, cl.CARotationPhase()) && !requested && !queued
+}
+
+// phaseList names phases for a person: "A", "A or B".
+func phaseList(phases []v1alpha1.CARotationPhase) string {
+	names := make([]string, len(phases))
+	for i, p := range phases {
+		names[i] = string(p)
+	}
+	return strings.Join(names, " or ")
 }
 
 // statusCommand is `rotation status`.
@@ -221,7 +327,11 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	fmt.Fprintf(tw, "Last completion:\t%s\n", when(rot.LastCompletionTime))
 	var pending []string
 	for _, p := range rot.PendingWorkersRollouts {
-		pending = append(pending, p.Name)
+		if p.Held {
+			pending = append(pending, p.Name+" (held: kubectl carousel rotation rollout-workers)")
+		} else {
+			pending = append(pending, p.Name)
+		}
 	}
 	if len(pending) == 0 {
 		pending = []string{"none"}

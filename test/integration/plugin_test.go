@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	"context"
 	"encoding/json"
 	"os"
@@ -138,6 +139,68 @@ var _ = Describe("kubectl carousel", func() {
 		for i := 1; i < len(lines); i++ {
 			Expect(lines[i]).NotTo(Equal(lines[i-1]), "--wait prints each change once:\n%s", followed)
 		}
+	})
+
+	It("starts a rotation without workers rollout and rolls the held pools one at a time", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		createCluster(ctx, ns, "held", v1alpha1.WorkerPool{Name: "canary", RolloutStrategy: v1alpha1.RolloutManual},
+			v1alpha1.WorkerPool{Name: "bulk", RolloutStrategy: v1alpha1.RolloutManual})
+		key := client.ObjectKey{Namespace: ns, Name: "held"}
+		waitForReady(ctx, key)
+
+		out, err := kubectlCarousel(ctx, "rotation", "start", "held", "-n", ns, "--without-workers-rollout", "--wait", "--timeout", "1m")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(HavePrefix("cluster " + ns + "/held: start-ca-rotation-without-workers-rollout requested\n"))
+		Expect(out).To(HaveSuffix("phase WaitingForWorkersRollout: everything but the held worker pools is prepared; 2 pool(s) held: canary, bulk; " +
+			"roll them with carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]\n"))
+		out, err = kubectlCarousel(ctx, "rotation", "status", "held", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(MatchRegexp(`Phase:\s+WaitingForWorkersRollout\n`))
+		Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+canary \(held: kubectl carousel rotation rollout-workers\), bulk \(held: kubectl carousel rotation rollout-workers\)\n`))
+
+		By("completing the held pools' names")
+		out, err = kubectlCarousel(ctx, "__complete", "rotation", "rollout-workers", "held", "canary", "-n", ns, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(Equal("bulk\n:4\n"))
+
+		_, err = kubectlCarousel(ctx, "rotation", "rollout-workers", "held", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring("takes the name of a Cluster and of at least one worker pool, got 1 argument(s)")))
+		_, err = kubectlCarousel(ctx, "rotation", "rollout-workers", "held", "nope", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring(`worker pool "nope" does not exist (phase WaitingForWorkersRollout)`)))
+
+		By("rolling the canary pool: --wait follows it back to WaitingForWorkersRollout")
+		done := make(chan string)
+		go func() {
+			defer GinkgoRecover()
+			out, err := kubectlCarousel(ctx, "rotation", "rollout-workers", "held", "canary", "-n", ns, "--wait", "--timeout", "1m")
+			Expect(err).NotTo(HaveOccurred())
+			done <- out
+		}()
+		Eventually(func(g Gomega) {
+			c := getCluster(ctx, key)
+			g.Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing))
+			g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))
+			g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkers)))
+		}).Should(Succeed())
+		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=canary")).To(Succeed(), "the Manual pool reported rolled")
+		var followed string
+		Eventually(done).WithTimeout(time.Minute).Should(Receive(&followed))
+		Expect(followed).To(HavePrefix("cluster " + ns + "/held: rotate-rollout-workers=canary requested\n"))
+		Expect(followed).To(MatchRegexp(`\nphase Preparing: [^\n]*roll pool canary and report it`))
+		Expect(followed).NotTo(ContainSubstring("phase Preparing: WaitingForWorkersRollout"), "no line shows the condition of the phase before")
+		Expect(followed).To(HaveSuffix("phase WaitingForWorkersRollout: everything but the held worker pools is prepared; 1 pool(s) held: bulk; " +
+			"roll them with carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]\n"))
+
+		_, err = kubectlCarousel(ctx, "rotation", "complete", "held", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring("cannot complete the CA rotation in phase WaitingForWorkersRollout")))
+		out, err = kubectlCarousel(ctx, "rotation", "rollout-workers", "held", "bulk", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(Equal("cluster " + ns + "/held: rotate-rollout-workers=bulk requested\n"))
+		Eventually(func() bool { c := getCluster(ctx, key); return c.IsPendingWorkerPool("bulk") && !c.IsHeldWorkerPool("bulk") }).Should(BeTrue())
+		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=bulk")).To(Succeed())
+		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
 	})
 
 	It("refuses a kubeconfig without an endpoint and a TTL out of bounds", func(ctx SpecContext) {
