@@ -116,15 +116,44 @@ func expectKubelets(ctx context.Context, clientCA, kubeletCA *x509.Certificate, 
 		Expect(pki.Verify(served, pki.NewBundle(kubeletCA), x509.ExtKeyUsageServerAuth, now)).To(Succeed(),
 			"kubelet %s's serving certificate chains to kubelet CA %s", n.Name, kubeletCA.Subject.CommonName)
 		Expect(served.VerifyHostname(n.IP)).To(Succeed(), "kubelet %s's serving certificate names its IP", n.Name)
-		for _, kubeconfig := range []string{framework.KubeletKubeconfig, framework.KubeletBootstrapConfig} {
-			Expect(kit.Fingerprints(kubeconfigBundle(n, kubeconfig))).To(Equal(kit.Fingerprints(clusterBundle)),
-				"kubelet %s's %s trusts exactly the cluster bundle", n.Name, kubeconfig)
-		}
-		data, err := n.ReadFile(framework.KubeletClientCAFile)
-		Expect(err).NotTo(HaveOccurred())
-		got, err := pki.ParseBundle(data)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(kit.Fingerprints(got)).To(Equal(kit.Fingerprints(kubeletBundle)), "kubelet %s's clientCAFile holds exactly the kubelet bundle", n.Name)
+		expectKubeletTrust(n, clusterBundle, kubeletBundle)
+	}
+}
+
+// expectKubeletTrust checks the bundles a kubelet trusts: the API server
+// through clusterBundle (its kubeconfigs), its clients through kubeletBundle
+// (its clientCAFile).
+func expectKubeletTrust(n *framework.KubeletNode, clusterBundle, kubeletBundle pki.Bundle) {
+	GinkgoHelper()
+	for _, kubeconfig := range []string{framework.KubeletKubeconfig, framework.KubeletBootstrapConfig} {
+		Expect(kit.Fingerprints(kubeconfigBundle(n, kubeconfig))).To(Equal(kit.Fingerprints(clusterBundle)),
+			"kubelet %s's %s trusts exactly the cluster bundle", n.Name, kubeconfig)
+	}
+	data, err := n.ReadFile(framework.KubeletClientCAFile)
+	Expect(err).NotTo(HaveOccurred())
+	got, err := pki.ParseBundle(data)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(kit.Fingerprints(got)).To(Equal(kit.Fingerprints(kubeletBundle)), "kubelet %s's clientCAFile holds exactly the kubelet bundle", n.Name)
+}
+
+// expectHeldKubelets checks that no kubelet of a held pool was rolled since
+// the rotation started: none was asked to renew, none restarted, and each
+// still trusts only the bundles of before the rotation (oldTrust: cluster,
+// kubelet). Their client certificates are not checked: each kubelet renews
+// its own every few minutes here, from the client CA of the phase.
+func expectHeldKubelets(ctx context.Context, oldTrust [2]pki.Bundle, since time.Time) {
+	GinkgoHelper()
+	if env == nil {
+		return
+	}
+	nodes, err := clientFor(adminKubeconfig(ctx)).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	for _, n := range nodes.Items {
+		Expect(n.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRenewCredentials), "node %s of a held pool is not asked to renew", n.Name)
+	}
+	Expect(kubeletRestartsText(since, time.Now())).To(HavePrefix("0 restarts"), "no kubelet of a held pool restarts")
+	for _, n := range runningKubelets() {
+		expectKubeletTrust(n, oldTrust[0], oldTrust[1])
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -200,14 +201,16 @@ func (r *caRecorder) run(ctx context.Context) {
 
 var _ = Describe("The CA rotation journey", Ordered, func() {
 	var (
-		probe            = &requestProbe{interval: 100 * time.Millisecond, request: readNamespace}
-		nodes            = &nodeProbe{}
-		aggregated       = &requestProbe{interval: 300 * time.Millisecond, request: readNodeMetrics}
-		inCluster        = &requestProbe{interval: 300 * time.Millisecond, request: whoAmI}
-		pod              *workload
-		roles            = &roleCheckpoints{passed: map[v1alpha1.CARole][]string{}}
-		recorder         = &caRecorder{seen: map[v1alpha1.CARole]map[string]bool{}}
-		before           map[v1alpha1.CARole]*credentials.CAs
+		probe      = &requestProbe{interval: 100 * time.Millisecond, request: readNamespace}
+		nodes      = &nodeProbe{}
+		aggregated = &requestProbe{interval: 300 * time.Millisecond, request: readNodeMetrics}
+		inCluster  = &requestProbe{interval: 300 * time.Millisecond, request: whoAmI}
+		pod        *workload
+		roles      = &roleCheckpoints{passed: map[v1alpha1.CARole][]string{}}
+		recorder   = &caRecorder{seen: map[v1alpha1.CARole]map[string]bool{}}
+		before     map[v1alpha1.CARole]*credentials.CAs
+		// oldTrust are the cluster and kubelet bundles before the rotation.
+		oldTrust         [2]pki.Bundle
 		oldAdmin         []byte
 		oldKubeletClient tls.Certificate
 		stop             context.CancelFunc
@@ -252,6 +255,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 
 	It("has every kubelet bootstrapped through Carousel on the current CAs, and kube-root-ca.crt carries the cluster CA", func(ctx SpecContext) {
 		before = cas(ctx)
+		oldTrust = [2]pki.Bundle{bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet)}
 		oldAdmin = adminKubeconfig(ctx)
 		oldKubeletClient = kubeletClientPair(ctx)
 		expectKubelets(ctx, before[v1alpha1.CARoleClient].Current.Cert, before[v1alpha1.CARoleKubelet].Current.Cert,
@@ -292,7 +296,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		prepared                          map[v1alpha1.CARole]*credentials.CAs
 	)
 
-	It("prepares: both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
+	It("prepares: the control plane first with the pool held, then the pool; both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
 		if offNode != nil {
 			By("powering off a node for the whole rotation, with a client certificate from the current client CA that is still valid " +
 				"when it comes back, as a node's year-long one would be")
@@ -300,14 +304,14 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			Expect(offNode.ProvisionClientCertificate(provisionedClientCertificate(ctx, offNode.Name))).To(Succeed())
 		}
 		start := time.Now()
-		started := func() string { return "" }
+		started, rolled := func() string { return "" }, func() string { return "" }
 		if runsTutorial() {
-			started = tutorial.start(ctx, "start", v1alpha1.OperationStartCARotation, v1alpha1.RotationPreparing)
+			started = tutorial.start(ctx, "start", v1alpha1.OperationStartCARotationWithoutWorkersRollout, v1alpha1.RotationPreparingWithoutWorkersRollout)
 		} else {
-			Expect(annotate(ctx, v1alpha1.OperationStartCARotation)).To(Succeed())
+			Expect(annotate(ctx, v1alpha1.OperationStartCARotationWithoutWorkersRollout)).To(Succeed())
 		}
 		Eventually(func() error { return annotate(ctx, v1alpha1.OperationStartCARotation) }).Should(
-			MatchError(ContainSubstring("cannot start a CA rotation: the rotation is in phase Preparing")), "start twice")
+			MatchError(ContainSubstring("cannot start a CA rotation: the rotation is in phase PreparingWithoutWorkersRollout")), "start twice")
 		By("killing the controller manager once the first new CA exists")
 		Eventually(func() bool {
 			for _, x := range cas(ctx) {
@@ -318,10 +322,37 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			return false
 		}).Should(BeTrue())
 		crashOperator(ctx)
+
+		By("holding the pool while the control plane moves to the new CAs, until the API server accepts the new client CA")
+		Eventually(func(g Gomega) {
+			c := cluster(ctx)
+			g.Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationPreparingWithoutWorkersRollout))
+			g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(
+				HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkloadTrust)), "every step but the time pods get is done")
+			for _, pool := range c.Spec.Workers {
+				g.Expect(c.IsHeldWorkerPool(pool.Name)).To(BeTrue(), "pool %s is held", pool.Name)
+			}
+		}).WithTimeout(10 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		expectHeldKubelets(ctx, oldTrust, start)
+		if runsTutorial() {
+			Expect(started()).To(Equal("cluster " + tgt.Namespace + "/" + tgt.Name + ": " + v1alpha1.OperationStartCARotationWithoutWorkersRollout + " requested\n"))
+		}
+
+		By("rolling the pool")
+		var pools []string
+		for _, pool := range cluster(ctx).Spec.Workers {
+			pools = append(pools, pool.Name)
+		}
+		release := v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: pools}.String()
+		if runsTutorial() {
+			rolled = tutorial.start(ctx, "rollout-workers", release, v1alpha1.RotationPreparing)
+		} else {
+			Expect(annotate(ctx, release)).To(Succeed())
+		}
 		waitForPhase(ctx, v1alpha1.RotationPrepared)
 		preparedIn = time.Since(start)
 		if runsTutorial() {
-			Expect(started()).To(And(ContainSubstring("start-ca-rotation requested"), MatchRegexp(`\nphase Prepared(: [^\n]*)?\n$`)))
+			Expect(rolled()).To(And(ContainSubstring(release+" requested"), MatchRegexp(`\nphase Prepared(: [^\n]*)?\n$`)))
 		}
 		rolloutsPreparing = rolloutTime(start, time.Now())
 		kubeletsPreparing = kubeletRestartsText(start, time.Now())
