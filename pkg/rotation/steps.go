@@ -152,7 +152,8 @@ var preparing = []step{
 			{"roll again (new client certificates): %s", ListConsumers}}},
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
-		plan:    []PlanLine{{"roll worker pools (kubelets trust both CAs, client certificates from the new client CA):", ListWorkerPools}}},
+		plan: []PlanLine{{"roll worker pools (kubelets trust both CAs, client certificates from the new client CA); " +
+			"with --without-workers-rollout, each pool once rollout-workers names it:", ListWorkerPools}}},
 	{reason: v1alpha1.ReasonWaitingForEvidence, done: evidenceIn, managed: true,
 		evidence: CheckNewClientAccepted,
 		waiting:  say("waiting for the API server to accept a client certificate from the new client CA"),
