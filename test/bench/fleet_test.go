@@ -1,0 +1,294 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/scheme"
+)
+
+// BenchmarkFleet measures one manager with a fleet: FLEET_CLUSTERS Clusters
+// (1,000 by default) without endpoints on one API server, and the manager
+// binary (CAROUSEL_MANAGER) as its own process, so that its CPU time and
+// memory are its own. It reports the time until every Cluster is Ready, the
+// manager's CPU per new Cluster, its API writes and CPU in an idle window of
+// FLEET_IDLE (a minute by default), the time from start-ca-rotation on every
+// Cluster until all are Prepared and from complete-ca-rotation until all are
+// Completed, and the manager's peak resident memory. `make bench-fleet` runs
+// it; the figures are in docs/development.md.
+func BenchmarkFleet(b *testing.B) {
+	assets, manager := os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
+	if assets == "" || manager == "" {
+		b.Skip("needs the test control plane and the manager binary: run it through `make bench-fleet`")
+	}
+	clusters := envInt(b, "FLEET_CLUSTERS", 1000)
+	idle := envDuration(b, "FLEET_IDLE", time.Minute)
+	ctx := context.Background()
+
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "crds")}, ErrorIfCRDPathMissing: true}
+	writes := auditManagerWrites(b, env)
+	cfg, err := env.Start()
+	check(b, err)
+	defer func() { _ = env.Stop() }()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	k8s, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	check(b, err)
+
+	user, err := env.AddUser(envtest.User{Name: managerUser, Groups: []string{"system:masters"}}, nil)
+	check(b, err)
+	kubeconfig, err := user.KubeConfig()
+	check(b, err)
+	kubeconfigPath := filepath.Join(b.TempDir(), "kubeconfig")
+	check(b, os.WriteFile(kubeconfigPath, kubeconfig, 0o600))
+	proc := startManager(b, manager, kubeconfigPath)
+	defer proc.stop()
+
+	for b.Loop() {
+		f := &fleet{k8s: k8s, ns: "fleet", n: clusters}
+		check(b, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
+
+		perCluster := func(n int) float64 { return float64(n) / float64(clusters) }
+		cpuBefore, writesBefore := proc.cpu(b), writes()
+		start := time.Now()
+		f.create(b, ctx)
+		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady) })
+		toReady := time.Since(start)
+		cpuPerCluster := (proc.cpu(b) - cpuBefore) / time.Duration(clusters)
+		readyWrites := writes() - writesBefore
+
+		cpuBefore, writesBefore = proc.cpu(b), writes()
+		time.Sleep(idle) // a window measured, not a wait for a condition
+		idleWrites, idleCPU := writes()-writesBefore, proc.cpu(b)-cpuBefore
+
+		writesBefore, start = writes(), time.Now()
+		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
+		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
+		toPrepared, preparingWrites := time.Since(start), writes()-writesBefore
+		writesBefore, start = writes(), time.Now()
+		f.annotate(b, ctx, v1alpha1.OperationCompleteCARotation)
+		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
+		toCompleted, finalizingWrites := time.Since(start), writes()-writesBefore
+		peak := proc.peakRSS(b)
+
+		b.ReportMetric(float64(clusters)/toReady.Seconds(), "clusters-ready/s")
+		b.ReportMetric(float64(cpuPerCluster.Microseconds())/1000, "cpu-ms/cluster")
+		b.ReportMetric(float64(idleWrites), "idle-writes")
+		b.ReportMetric(idleCPU.Seconds(), "idle-cpu-s")
+		b.ReportMetric(toPrepared.Seconds(), "s-to-prepared")
+		b.ReportMetric(toCompleted.Seconds(), "s-to-completed")
+		b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
+		fmt.Printf("fleet of %d Clusters: Ready after %.1fs (%.1f/s, %.1f ms manager CPU and %.1f writes each); idle %s: %d writes, %.2fs CPU; "+
+			"start→all Prepared %.1fs (%.1f writes each), complete→all Completed %.1fs (%.1f writes each); manager peak RSS %.0f MiB\n",
+			clusters, toReady.Seconds(), float64(clusters)/toReady.Seconds(), float64(cpuPerCluster.Microseconds())/1000, perCluster(readyWrites),
+			idle, idleWrites, idleCPU.Seconds(), toPrepared.Seconds(), perCluster(preparingWrites), toCompleted.Seconds(), perCluster(finalizingWrites),
+			float64(peak)/(1<<20))
+	}
+}
+
+// fleet is the benchmark's Clusters: n of them in namespace ns.
+type fleet struct {
+	k8s client.Client
+	ns  string
+	n   int
+}
+
+func (f *fleet) name(i int) string { return fmt.Sprintf("c-%04d", i) }
+
+// create creates the Clusters, a few at a time, as a fleet's tooling would.
+func (f *fleet) create(b *testing.B, ctx context.Context) {
+	f.each(b, func(i int) error {
+		return f.k8s.Create(ctx, &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.name(i)},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}})
+	})
+}
+
+// annotate requests an operation on every Cluster.
+func (f *fleet) annotate(b *testing.B, ctx context.Context, operation string) {
+	f.each(b, func(i int) error {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.name(i)}}
+		patch := client.RawPatch("application/merge-patch+json",
+			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.OperationAnnotation, operation)))
+		return f.k8s.Patch(ctx, c, patch)
+	})
+}
+
+// each runs do for every Cluster on 16 workers and fails on the first error.
+func (f *fleet) each(b *testing.B, do func(i int) error) {
+	b.Helper()
+	var (
+		wg    sync.WaitGroup
+		next  = make(chan int)
+		errMu sync.Mutex
+		first error
+	)
+	for range 16 {
+		wg.Go(func() {
+			for i := range next {
+				if err := do(i); err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = err
+					}
+					errMu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range f.n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	check(b, first)
+}
+
+// waitFor lists the Clusters until every one satisfies done.
+func (f *fleet) waitFor(b *testing.B, ctx context.Context, done func(*v1alpha1.Cluster) bool) {
+	b.Helper()
+	check(b, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.ClusterList
+		if err := f.k8s.List(ctx, &list, client.InNamespace(f.ns)); err != nil {
+			return false, err
+		}
+		count := 0
+		for i := range list.Items {
+			if done(&list.Items[i]) {
+				count++
+			}
+		}
+		return count == f.n, nil
+	}))
+}
+
+// process is the manager running as a child process.
+type process struct {
+	cmd *exec.Cmd
+}
+
+func startManager(b *testing.B, path, kubeconfig string) *process {
+	b.Helper()
+	logs, err := os.Create(filepath.Join(b.TempDir(), "manager.log"))
+	check(b, err)
+	cmd := exec.Command(path, "--kubeconfig="+kubeconfig, "--webhook=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--zap-log-level=error")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	check(b, cmd.Start())
+	return &process{cmd: cmd}
+}
+
+// stop ends the manager this benchmark started, by its PID.
+func (p *process) stop() {
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+// cpu is the CPU time, user and system, the process has used so far.
+func (p *process) cpu(b *testing.B) time.Duration {
+	b.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	check(b, err)
+	// The fields after the command name, which is in parentheses; utime and
+	// stime are the 14th and 15th fields of the line, in clock ticks (100/s).
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, err := strconv.ParseInt(fields[11], 10, 64)
+	check(b, err)
+	stime, err := strconv.ParseInt(fields[12], 10, 64)
+	check(b, err)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// peakRSS is the process's peak resident memory (VmHWM), in bytes.
+func (p *process) peakRSS(b *testing.B) int64 {
+	b.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	check(b, err)
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			check(b, err)
+			return kib << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc/<pid>/status")
+	return 0
+}
+
+// managerUser is the user the manager authenticates as.
+const managerUser = "carousel-manager"
+
+// auditManagerWrites has the API server of env write an audit event for each
+// write request (create, update, patch, delete) of managerUser, and returns
+// a function that counts them so far: the manager's writes, told apart from
+// the harness's and the API server's own.
+func auditManagerWrites(b *testing.B, env *envtest.Environment) func() int {
+	b.Helper()
+	dir := b.TempDir()
+	policy, log := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
+	check(b, os.WriteFile(policy, []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["`+managerUser+`"]
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+`), 0o600))
+	env.ControlPlane.GetAPIServer().Configure().Set("audit-policy-file", policy).Set("audit-log-path", log)
+	return func() int {
+		b.Helper()
+		data, err := os.ReadFile(log)
+		if os.IsNotExist(err) {
+			return 0
+		}
+		check(b, err)
+		count := 0
+		for line := range strings.Lines(string(data)) {
+			var event auditv1.Event
+			check(b, json.Unmarshal([]byte(line), &event))
+			if event.User.Username == managerUser && event.Stage == auditv1.StageResponseComplete {
+				count++
+			}
+		}
+		return count
+	}
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	check(b, err)
+	return n
+}
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	check(b, err)
+	return d
+}
