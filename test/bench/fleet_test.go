@@ -69,7 +69,9 @@ func BenchmarkFleet(b *testing.B) {
 		cpuBefore, writesBefore := proc.cpu(b), writes()
 		start := time.Now()
 		f.create(b, ctx)
-		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady) })
+		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool {
+			return meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)
+		})
 		toReady := time.Since(start)
 		cpuPerCluster := (proc.cpu(b) - cpuBefore) / time.Duration(clusters)
 		readyWrites := writes() - writesBefore

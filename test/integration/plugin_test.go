@@ -1,9 +1,9 @@
 package integration
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
 	"context"
 	"encoding/json"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -198,7 +198,10 @@ var _ = Describe("kubectl carousel", func() {
 		out, err = kubectlCarousel(ctx, "rotation", "rollout-workers", "held", "bulk", "-n", ns)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(Equal("cluster " + ns + "/held: rotate-rollout-workers=bulk requested\n"))
-		Eventually(func() bool { c := getCluster(ctx, key); return c.IsPendingWorkerPool("bulk") && !c.IsHeldWorkerPool("bulk") }).Should(BeTrue())
+		Eventually(func() bool {
+			c := getCluster(ctx, key)
+			return c.IsPendingWorkerPool("bulk") && !c.IsHeldWorkerPool("bulk")
+		}).Should(BeTrue())
 		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=bulk")).To(Succeed())
 		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
 	})
