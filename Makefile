@@ -197,7 +197,8 @@ bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt
 	$(GO_TEST) -run '^$$' -bench BenchmarkKubeletBootstrap -benchtime 1x -timeout 20m ./test/bench/ | tee $(BIN)/bench-bootstrap.txt
 	$(MAKE) --no-print-directory bench-fleet
 
-# FLEET_CLUSTERS (1000) Clusters and the manager binary on one API server; FLEET_IDLE (1m) is the idle window.
+# FLEET_CLUSTERS (1000) Clusters and the manager binary on one API server; FLEET_IDLE (1m) is the idle window;
+# FLEET_MANAGER_FLAGS adds flags to the manager's (for example --cluster-concurrency=4).
 .PHONY: bench-fleet
 bench-fleet: envtest build ## One manager and a fleet of Clusters: time to Ready, CPU per Cluster, idle writes and CPU, a rotation of all, peak RSS (bin/bench-fleet.txt).
 	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 60m ./test/bench/ | tee $(BIN)/bench-fleet.txt

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -64,6 +65,7 @@ func main() {
 	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each request to a managed API server.")
 	flag.BoolVar(&opts.CSRControllers, "csr-controllers", opts.CSRControllers, "Approve and sign kubelet CSRs in the managed clusters; false leaves them to an administrator.")
 	flag.DurationVar(&opts.CSRMaxDuration, "csr-max-duration", opts.CSRMaxDuration, "Longest validity of a kubelet certificate Carousel signs; a CSR's expirationSeconds may ask for less.")
+	flag.IntVar(&opts.ClusterConcurrency, "cluster-concurrency", opts.ClusterConcurrency, "How many Clusters are reconciled at once (one Cluster is never reconciled twice at once).")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -73,7 +75,7 @@ func main() {
 		return
 	}
 	// Bad flags are said in plain lines, as the flag package says its own.
-	if err := webhookCert.Validate(opts.Webhook); err != nil {
+	if err := errors.Join(webhookCert.Validate(opts.Webhook), opts.Validate()); err != nil {
 		fmt.Fprintf(os.Stderr, "carousel-controller-manager: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}

@@ -4,10 +4,12 @@
 package operator
 
 import (
+	"fmt"
 	"time"
 
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -51,6 +53,9 @@ type Options struct {
 	CSRControllers bool
 	// CSRMaxDuration caps the validity of the kubelet certificates Carousel signs.
 	CSRMaxDuration time.Duration
+	// ClusterConcurrency is how many Clusters the Cluster controller
+	// reconciles at once.
+	ClusterConcurrency int
 	// Clock is the controllers' clock; nil means the real one.
 	Clock clock.PassiveClock
 }
@@ -62,8 +67,16 @@ func DefaultOptions() Options {
 		Recommendations:        rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour},
 		APIServiceResync:       apiservicebundle.DefaultResync,
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
-		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour,
+		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: 1,
 	}
+}
+
+// Validate says which options are out of bounds.
+func (o Options) Validate() error {
+	if o.ClusterConcurrency < 1 {
+		return fmt.Errorf("--cluster-concurrency=%d: reconcile at least one Cluster at a time", o.ClusterConcurrency)
+	}
+	return nil
 }
 
 // ManagerOptions returns the manager options Carousel needs (scheme and cache).
@@ -112,7 +125,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		MaxManagedPollInterval: opts.MaxManagedPollInterval,
 		Metrics:                clustercontroller.NewMetrics(metrics.Registry),
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: opts.ClusterConcurrency}); err != nil {
 		return err
 	}
 	if opts.Webhook {

@@ -13,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -32,16 +35,18 @@ import (
 // manager's CPU per new Cluster, its API writes and CPU in an idle window of
 // FLEET_IDLE (a minute by default), the time from start-ca-rotation on every
 // Cluster until all are Prepared and from complete-ca-rotation until all are
-// Completed, and the manager's peak resident memory. `make bench-fleet` runs
-// it; the figures are in docs/development.md.
+// Completed, and the manager's peak resident memory. FLEET_MANAGER_FLAGS
+// adds flags to the manager's. `make bench-fleet` runs it; the figures are
+// in docs/development.md.
 func BenchmarkFleet(b *testing.B) {
 	assets, manager := os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
 	if assets == "" || manager == "" {
 		b.Skip("needs the test control plane and the manager binary: run it through `make bench-fleet`")
 	}
-	clusters := envInt(b, "FLEET_CLUSTERS", 1000)
+	n := envInt(b, "FLEET_CLUSTERS", 1000)
 	idle := envDuration(b, "FLEET_IDLE", time.Minute)
 	ctx := context.Background()
+	ctrl.SetLogger(logr.Discard())
 
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "crds")}, ErrorIfCRDPathMissing: true}
 	writes := auditManagerWrites(b, env)
@@ -51,6 +56,16 @@ func BenchmarkFleet(b *testing.B) {
 	cfg.QPS, cfg.Burst = 1000, 1000
 	k8s, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	check(b, err)
+	// The harness follows the Clusters through one watch: listing a thousand
+	// of them over and over would load the API server it measures.
+	clusters, err := cache.New(cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{&v1alpha1.Cluster{}: {}}})
+	check(b, err)
+	cacheCtx, stopCache := context.WithCancel(ctx)
+	defer stopCache()
+	go func() { _ = clusters.Start(cacheCtx) }()
+	if !clusters.WaitForCacheSync(ctx) {
+		b.Fatal("the Clusters' cache did not sync")
+	}
 
 	user, err := env.AddUser(envtest.User{Name: managerUser, Groups: []string{"system:masters"}}, nil)
 	check(b, err)
@@ -60,56 +75,65 @@ func BenchmarkFleet(b *testing.B) {
 	check(b, os.WriteFile(kubeconfigPath, kubeconfig, 0o600))
 	proc := startManager(b, manager, kubeconfigPath)
 	defer proc.stop()
+	// The API server shares the two cores: its CPU says when it is the limit.
+	apiserver := childProcess(b, "kube-apiserver")
 
 	for b.Loop() {
-		f := &fleet{k8s: k8s, ns: "fleet", n: clusters}
+		f := &fleet{k8s: k8s, cache: clusters, ns: "fleet", n: n}
 		check(b, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
 
-		perCluster := func(n int) float64 { return float64(n) / float64(clusters) }
-		cpuBefore, writesBefore := proc.cpu(b), writes()
+		perCluster := func(writes int) float64 { return float64(writes) / float64(n) }
+		cpuBefore, writesBefore, apiCPUBefore := proc.cpu(b), writes(), apiserver.cpu(b)
 		start := time.Now()
 		f.create(b, ctx)
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool {
 			return meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)
 		})
 		toReady := time.Since(start)
-		cpuPerCluster := (proc.cpu(b) - cpuBefore) / time.Duration(clusters)
-		readyWrites := writes() - writesBefore
+		cpuPerCluster := (proc.cpu(b) - cpuBefore) / time.Duration(n)
+		readyWrites, readyAPICPU := writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
 
 		cpuBefore, writesBefore = proc.cpu(b), writes()
 		time.Sleep(idle) // a window measured, not a wait for a condition
 		idleWrites, idleCPU := writes()-writesBefore, proc.cpu(b)-cpuBefore
 
-		writesBefore, start = writes(), time.Now()
+		writesBefore, apiCPUBefore, start = writes(), apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
-		toPrepared, preparingWrites := time.Since(start), writes()-writesBefore
-		writesBefore, start = writes(), time.Now()
+		toPrepared, preparingWrites, preparingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
+		writesBefore, apiCPUBefore, start = writes(), apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationCompleteCARotation)
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
-		toCompleted, finalizingWrites := time.Since(start), writes()-writesBefore
+		toCompleted, finalizingWrites, finalizingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
 		peak := proc.peakRSS(b)
 
-		b.ReportMetric(float64(clusters)/toReady.Seconds(), "clusters-ready/s")
+		b.ReportMetric(float64(n)/toReady.Seconds(), "clusters-ready/s")
 		b.ReportMetric(float64(cpuPerCluster.Microseconds())/1000, "cpu-ms/cluster")
 		b.ReportMetric(float64(idleWrites), "idle-writes")
 		b.ReportMetric(idleCPU.Seconds(), "idle-cpu-s")
 		b.ReportMetric(toPrepared.Seconds(), "s-to-prepared")
 		b.ReportMetric(toCompleted.Seconds(), "s-to-completed")
 		b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
-		fmt.Printf("fleet of %d Clusters: Ready after %.1fs (%.1f/s, %.1f ms manager CPU and %.1f writes each); idle %s: %d writes, %.2fs CPU; "+
-			"start→all Prepared %.1fs (%.1f writes each), complete→all Completed %.1fs (%.1f writes each); manager peak RSS %.0f MiB\n",
-			clusters, toReady.Seconds(), float64(clusters)/toReady.Seconds(), float64(cpuPerCluster.Microseconds())/1000, perCluster(readyWrites),
-			idle, idleWrites, idleCPU.Seconds(), toPrepared.Seconds(), perCluster(preparingWrites), toCompleted.Seconds(), perCluster(finalizingWrites),
+		// The API server's share of the two cores while the manager worked.
+		busy := func(cpu, wall time.Duration) float64 { return 100 * cpu.Seconds() / wall.Seconds() }
+		fmt.Printf("fleet of %d Clusters: Ready after %.1fs (%.1f/s, %.1f ms manager CPU and %.1f writes each; API server %.0f%% CPU); "+
+			"idle %s: %d writes, %.2fs CPU; start→all Prepared %.1fs (%.1f writes each; API server %.0f%% CPU), "+
+			"complete→all Completed %.1fs (%.1f writes each; API server %.0f%% CPU); manager peak RSS %.0f MiB\n",
+			n, toReady.Seconds(), float64(n)/toReady.Seconds(), float64(cpuPerCluster.Microseconds())/1000, perCluster(readyWrites), busy(readyAPICPU, toReady),
+			idle, idleWrites, idleCPU.Seconds(),
+			toPrepared.Seconds(), perCluster(preparingWrites), busy(preparingAPICPU, toPrepared),
+			toCompleted.Seconds(), perCluster(finalizingWrites), busy(finalizingAPICPU, toCompleted),
 			float64(peak)/(1<<20))
 	}
 }
 
-// fleet is the benchmark's Clusters: n of them in namespace ns.
+// fleet is the benchmark's Clusters: n of them in namespace ns, written
+// through k8s and read from cache.
 type fleet struct {
-	k8s client.Client
-	ns  string
-	n   int
+	k8s   client.Client
+	cache cache.Cache
+	ns    string
+	n     int
 }
 
 func (f *fleet) name(i int) string { return fmt.Sprintf("c-%04d", i) }
@@ -162,12 +186,12 @@ func (f *fleet) each(b *testing.B, do func(i int) error) {
 	check(b, first)
 }
 
-// waitFor lists the Clusters until every one satisfies done.
+// waitFor looks at the cached Clusters until every one satisfies done.
 func (f *fleet) waitFor(b *testing.B, ctx context.Context, done func(*v1alpha1.Cluster) bool) {
 	b.Helper()
 	check(b, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.ClusterList
-		if err := f.k8s.List(ctx, &list, client.InNamespace(f.ns)); err != nil {
+		if err := f.cache.List(ctx, &list, client.InNamespace(f.ns)); err != nil {
 			return false, err
 		}
 		count := 0
@@ -180,20 +204,44 @@ func (f *fleet) waitFor(b *testing.B, ctx context.Context, done func(*v1alpha1.C
 	}))
 }
 
-// process is the manager running as a child process.
+// process is a process the benchmark started, by its PID.
 type process struct {
-	cmd *exec.Cmd
+	pid int
+	cmd *exec.Cmd // nil for one envtest started
+}
+
+// childProcess finds the child process of this one named name (its comm).
+func childProcess(b *testing.B, name string) *process {
+	b.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	check(b, err)
+	for _, path := range stats {
+		stat, err := os.ReadFile(path)
+		if err != nil {
+			continue // it ended
+		}
+		comm, rest, ok := strings.Cut(string(stat[strings.IndexByte(string(stat), '(')+1:]), ") ")
+		fields := strings.Fields(rest)
+		if !ok || comm != name || len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		check(b, err)
+		return &process{pid: pid}
+	}
+	b.Fatalf("no child process %s", name)
+	return nil
 }
 
 func startManager(b *testing.B, path, kubeconfig string) *process {
 	b.Helper()
 	logs, err := os.Create(filepath.Join(b.TempDir(), "manager.log"))
 	check(b, err)
-	cmd := exec.Command(path, "--kubeconfig="+kubeconfig, "--webhook=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--zap-log-level=error")
+	args := []string{"--kubeconfig=" + kubeconfig, "--webhook=false", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}
+	cmd := exec.Command(path, append(args, strings.Fields(os.Getenv("FLEET_MANAGER_FLAGS"))...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	check(b, cmd.Start())
-	return &process{cmd: cmd}
+	return &process{pid: cmd.Process.Pid, cmd: cmd}
 }
 
 // stop ends the manager this benchmark started, by its PID.
@@ -205,7 +253,7 @@ func (p *process) stop() {
 // cpu is the CPU time, user and system, the process has used so far.
 func (p *process) cpu(b *testing.B) time.Duration {
 	b.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
 	check(b, err)
 	// The fields after the command name, which is in parentheses; utime and
 	// stime are the 14th and 15th fields of the line, in clock ticks (100/s).
@@ -220,7 +268,7 @@ func (p *process) cpu(b *testing.B) time.Duration {
 // peakRSS is the process's peak resident memory (VmHWM), in bytes.
 func (p *process) peakRSS(b *testing.B) int64 {
 	b.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
 	check(b, err)
 	for line := range strings.Lines(string(status)) {
 		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -51,8 +52,9 @@ func CacheOptions() cache.Options {
 
 // SetupWithManager registers the controller: it reconciles a Cluster when its
 // spec, labels or annotations change, when an object it owns changes, and
-// when a workload labelled with its name changes.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+// when a workload labelled with its name changes. options sets, for one, how
+// many Clusters are reconciled at once (never one Cluster twice at once).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, options controller.Options) error {
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[v1alpha1.LabelCluster]
 		if name == "" {
@@ -62,6 +64,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
+		WithOptions(options).
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&corev1.Secret{}).

@@ -28,8 +28,8 @@ func pendingPools(c *v1alpha1.Cluster) []v1alpha1.PendingWorkersRollout {
 }
 
 // rollWorkers asks each pending pool's strategy to roll it, held pools left
-// out, and drops the pools that finished from pendingWorkersRollouts. It returns what the pools
-// still pending wait for.
+// out, and drops the pools that finished from pendingWorkersRollouts. It
+// returns what the pools still pending wait for.
 func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]string, error) {
 	pending := pendingPools(c)
 	if len(pending) == 0 {
