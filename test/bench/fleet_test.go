@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,8 +43,8 @@ func BenchmarkFleet(b *testing.B) {
 	if assets == "" || manager == "" {
 		b.Skip("needs the test control plane and the manager binary: run it through `make bench-fleet`")
 	}
-	n := envInt(b, "FLEET_CLUSTERS", 1000)
-	idle := envDuration(b, "FLEET_IDLE", time.Minute)
+	n := envOr(b, "FLEET_CLUSTERS", 1000, strconv.Atoi)
+	idle := envOr(b, "FLEET_IDLE", time.Minute, time.ParseDuration)
 	ctx := context.Background()
 	ctrl.SetLogger(logr.Discard())
 
@@ -156,34 +156,15 @@ func (f *fleet) annotate(b *testing.B, ctx context.Context, operation string) {
 	})
 }
 
-// each runs do for every Cluster on 16 workers and fails on the first error.
+// each runs do for every Cluster, 16 at a time, and fails on the first error.
 func (f *fleet) each(b *testing.B, do func(i int) error) {
 	b.Helper()
-	var (
-		wg    sync.WaitGroup
-		next  = make(chan int)
-		errMu sync.Mutex
-		first error
-	)
-	for range 16 {
-		wg.Go(func() {
-			for i := range next {
-				if err := do(i); err != nil {
-					errMu.Lock()
-					if first == nil {
-						first = err
-					}
-					errMu.Unlock()
-				}
-			}
-		})
-	}
+	var g errgroup.Group
+	g.SetLimit(16)
 	for i := range f.n {
-		next <- i
+		g.Go(func() error { return do(i) })
 	}
-	close(next)
-	wg.Wait()
-	check(b, first)
+	check(b, g.Wait())
 }
 
 // waitFor looks at the cached Clusters until every one satisfies done.
@@ -321,24 +302,15 @@ rules:
 	}
 }
 
-func envInt(b *testing.B, name string, def int) int {
+// envOr is the environment variable name parsed with parse, or def when it
+// is not set.
+func envOr[T any](b *testing.B, name string, def T, parse func(string) (T, error)) T {
 	b.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
-	n, err := strconv.Atoi(v)
+	parsed, err := parse(v)
 	check(b, err)
-	return n
-}
-
-func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
-	b.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	check(b, err)
-	return d
+	return parsed
 }

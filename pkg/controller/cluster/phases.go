@@ -153,6 +153,7 @@ func (r *Reconciler) workerPhase(ctx context.Context, s *scope) (err error) {
 // next one while they pass.
 func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	c := s.cluster
+	held := rotation.HeldPools(c.CARotation())
 	s.facts = rotation.Facts{
 		Phase:               c.CARotationPhase(),
 		NewCAsPersisted:     allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation == rotationID(c) }),
@@ -160,8 +161,8 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		ClientsOnNewCA:      s.certs.clientsOnNewCA,
 		AllOnNewCA:          s.certs.allOnNewCA,
 		ConsumersRolledOut:  s.rolledOut,
-		PendingWorkerPools:  len(pendingPools(c)) - len(rotation.HeldPools(c.CARotation())),
-		HeldWorkerPools:     rotation.HeldPools(c.CARotation()),
+		PendingWorkerPools:  len(pendingPools(c)) - len(held),
+		HeldWorkerPools:     held,
 		Evidence:            rotation.EvidencePending,
 		KubeRootCA:          rotation.EvidencePending,
 		APIServices:         rotation.EvidencePending,
