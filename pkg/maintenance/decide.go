@@ -23,9 +23,9 @@ type Decision struct {
 }
 
 // Decide decides, at now, about the operation queued as value for a Cluster
-// whose maintenance settings are spec and whose rotation is in phase: it
-// runs inside the window, once the phase allows it (rotation.Allowed).
-func Decide(value string, spec *v1alpha1.MaintenanceSpec, phase v1alpha1.CARotationPhase, now time.Time) Decision {
+// whose maintenance settings are spec and whose rotations are in phases: it
+// runs inside the window, once the phases allow it (rotation.Allowed).
+func Decide(value string, spec *v1alpha1.MaintenanceSpec, phases rotation.Phases, now time.Time) Decision {
 	op, err := Queueable(value)
 	if err != nil {
 		return Decision{Reason: v1alpha1.ReasonInvalidMaintenanceOperation, Message: err.Error()}
@@ -43,7 +43,7 @@ func Decide(value string, spec *v1alpha1.MaintenanceSpec, phase v1alpha1.CARotat
 		return Decision{Reason: v1alpha1.ReasonWaitingForMaintenanceWindow, Next: next,
 			Message: fmt.Sprintf("%s waits for the maintenance window, which opens next at %s", value, next.UTC().Format(time.RFC3339))}
 	}
-	if err := rotation.Allowed(op.Verb, phase); err != nil {
+	if err := rotation.Allowed(op.Verb, phases); err != nil {
 		return Decision{Reason: v1alpha1.ReasonMaintenanceOperationNotAllowed,
 			Message: fmt.Sprintf("%s waits until the rotation's phase allows it: %v", value, err)}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 func TestDecide(t *testing.T) {
@@ -18,6 +19,7 @@ func TestDecide(t *testing.T) {
 		value   string
 		spec    *v1alpha1.MaintenanceSpec
 		phase   v1alpha1.CARotationPhase
+		saPhase v1alpha1.ServiceAccountKeyRotationPhase
 		now     time.Time
 		run     bool
 		reason  string
@@ -40,12 +42,18 @@ func TestDecide(t *testing.T) {
 			spec:   &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "221000+0000"}},
 			reason: v1alpha1.ReasonNoMaintenanceWindow, message: "lasts 10m0s"},
 		{name: "an operation that does not wait", value: v1alpha1.OperationRolloutWorkersPrefix + "a", spec: window, now: inside,
-			reason: v1alpha1.ReasonInvalidMaintenanceOperation, message: "only start-ca-rotation and complete-ca-rotation wait for the maintenance window"},
+			reason: v1alpha1.ReasonInvalidMaintenanceOperation, message: "only start-ca-rotation, complete-ca-rotation, rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, " +
+				"rotate-credentials-start and rotate-credentials-complete wait for the maintenance window"},
+		{name: "rotate-credentials-complete inside the window, the key still Preparing", value: string(v1alpha1.VerbRotateCredentialsComplete), spec: window,
+			phase: v1alpha1.RotationPrepared, saPhase: v1alpha1.ServiceAccountKeyPreparing, now: inside, reason: v1alpha1.ReasonMaintenanceOperationNotAllowed,
+			message: "cannot complete the service-account key rotation in phase Preparing, only in phase Prepared"},
+		{name: "rotate-credentials-complete inside the window, both Prepared", value: string(v1alpha1.VerbRotateCredentialsComplete), spec: window,
+			phase: v1alpha1.RotationPrepared, saPhase: v1alpha1.ServiceAccountKeyPrepared, now: inside, run: true},
 		{name: "not an operation", value: "rotate-everything", spec: window, now: inside,
 			reason: v1alpha1.ReasonInvalidMaintenanceOperation, message: `unknown operation "rotate-everything"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.value, tc.spec, tc.phase, tc.now)
+			d := Decide(tc.value, tc.spec, rotation.Phases{CA: tc.phase, ServiceAccountKey: tc.saPhase}, tc.now)
 			if d.Run != tc.run || d.Reason != tc.reason || !d.Next.Equal(tc.next) {
 				t.Fatalf("Decide = %+v, want run %t, reason %q, next %s", d, tc.run, tc.reason, tc.next)
 			}

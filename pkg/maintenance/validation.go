@@ -2,6 +2,8 @@ package maintenance
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -9,18 +11,33 @@ import (
 )
 
 // Queueable parses value and returns the operation when it may wait for the
-// maintenance window: the phase operations, start-ca-rotation and
-// complete-ca-rotation. The others report or repair something now.
+// maintenance window: the operations that start or complete a rotation
+// phase (queueable). The others report or repair something now.
 func Queueable(value string) (v1alpha1.Operation, error) {
 	op, err := v1alpha1.ParseOperation(value)
 	if err != nil {
 		return op, err
 	}
-	if op.Verb != v1alpha1.VerbStartCARotation && op.Verb != v1alpha1.VerbCompleteCARotation {
-		return op, fmt.Errorf("only %s and %s wait for the maintenance window: set %s=%s to have it done now",
-			v1alpha1.OperationStartCARotation, v1alpha1.OperationCompleteCARotation, v1alpha1.OperationAnnotation, value)
+	if !slices.Contains(queueable, op.Verb) {
+		return op, fmt.Errorf("only %s wait for the maintenance window: set %s=%s to have it done now",
+			queueableList(), v1alpha1.OperationAnnotation, value)
 	}
 	return op, nil
+}
+
+// queueable are the verbs that may wait for the maintenance window.
+var queueable = []v1alpha1.OperationVerb{
+	v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation,
+	v1alpha1.VerbRotateServiceAccountKeyStart, v1alpha1.VerbRotateServiceAccountKeyComplete,
+	v1alpha1.VerbRotateCredentialsStart, v1alpha1.VerbRotateCredentialsComplete,
+}
+
+func queueableList() string {
+	names := make([]string, len(queueable))
+	for i, v := range queueable {
+		names[i] = string(v)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // Validate checks, for the admission webhook, a Cluster's maintenance

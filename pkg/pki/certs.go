@@ -48,7 +48,7 @@ func ParseKeyPair(certPEM, keyPEM []byte) (*KeyPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !publicKeysEqual(key.Public(), certs[0].PublicKey) {
+	if !PublicKeysEqual(key.Public(), certs[0].PublicKey) {
 		return nil, errors.New("private key does not match the certificate's public key")
 	}
 	return &KeyPair{Cert: certs[0], Key: key}, nil

@@ -141,8 +141,8 @@ func ParsePrivateKey(data []byte) (crypto.Signer, error) {
 	}
 }
 
-// publicKeysEqual reports whether two public keys are the same key.
-func publicKeysEqual(a, b crypto.PublicKey) bool {
+// PublicKeysEqual reports whether two public keys are the same key.
+func PublicKeysEqual(a, b crypto.PublicKey) bool {
 	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && eq.Equal(b)
 }

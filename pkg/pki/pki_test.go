@@ -59,7 +59,7 @@ func TestGenerateKeyEveryAlgorithm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !publicKeysEqual(parsed.Public(), key.Public()) {
+			if !PublicKeysEqual(parsed.Public(), key.Public()) {
 				t.Fatal("parsed key differs from the generated one")
 			}
 		})

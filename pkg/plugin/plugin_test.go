@@ -161,12 +161,53 @@ func TestFollowLineSaysThePhaseOnce(t *testing.T) {
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionCARotation, Status: metav1.ConditionTrue,
 			Message: "Preparing: waiting for the control-plane workloads to roll out"}},
 	}}
-	if got, want := followLine(cl), "phase Preparing: waiting for the control-plane workloads to roll out"; got != want {
+	ca := followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}}
+	if got, want := followLine(cl, ca), "phase Preparing: waiting for the control-plane workloads to roll out"; got != want {
 		t.Errorf("followLine = %q, want %q", got, want)
 	}
 	// An operation moved the phase; the condition is the previous phase's.
 	cl.Status.Conditions[0].Message = "WaitingForWorkersRollout: everything but the held worker pools is prepared; 1 pool(s) held: a"
-	if got, want := followLine(cl), "phase Preparing"; got != want {
+	if got, want := followLine(cl, ca), "phase Preparing"; got != want {
 		t.Errorf("followLine with the previous phase's condition = %q, want %q", got, want)
+	}
+	// Both rotations followed (--scope all).
+	cl.Status.Credentials.Rotation.ServiceAccountKey = &v1alpha1.ServiceAccountKeyRotation{Phase: v1alpha1.ServiceAccountKeyPreparing}
+	cl.Status.Conditions = append(cl.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionServiceAccountKeyRotation,
+		Status: metav1.ConditionTrue, Message: "Preparing: generating and storing the new service-account key"})
+	both := followTarget{ca: ca.ca, serviceAccountKey: v1alpha1.ServiceAccountKeyPrepared}
+	if got, want := followLine(cl, both), "phase Preparing; service-account key phase Preparing: generating and storing the new service-account key"; got != want {
+		t.Errorf("followLine of both rotations = %q, want %q", got, want)
+	}
+	if rotationReached(cl, both) {
+		t.Error("rotationReached with the key Preparing, want false")
+	}
+	cl.Status.Credentials.Rotation.CertificateAuthorities.Phase = v1alpha1.RotationPrepared
+	cl.Status.Credentials.Rotation.ServiceAccountKey.Phase = v1alpha1.ServiceAccountKeyPrepared
+	if !rotationReached(cl, both) {
+		t.Error("rotationReached with both Prepared, want true")
+	}
+}
+
+func TestOperationOf(t *testing.T) {
+	prepared := []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}
+	for _, tc := range []struct {
+		scope    scope
+		complete bool
+		op       string
+		target   string
+	}{
+		{scopeCA, false, "start-ca-rotation", "Prepared"},
+		{scopeServiceAccountKey, false, "rotate-serviceaccount-key-start", "service-account key Prepared"},
+		{scopeAll, false, "rotate-credentials-start", "Prepared and service-account key Prepared"},
+		{scopeServiceAccountKey, true, "rotate-serviceaccount-key-complete", "service-account key Completed"},
+		{scopeAll, true, "rotate-credentials-complete", "Prepared and service-account key Completed"},
+	} {
+		op, target, err := operationOf(tc.scope, tc.complete, prepared)
+		if err != nil || op != tc.op || target.String() != tc.target {
+			t.Errorf("operationOf(%s, complete %t) = %q, %q, %v; want %q, %q", tc.scope, tc.complete, op, target, err, tc.op, tc.target)
+		}
+	}
+	if _, _, err := operationOf("keys", false, prepared); err == nil || !strings.Contains(err.Error(), `--scope "keys" is not one of ca, service-account-key, all`) {
+		t.Errorf("operationOf(keys) error = %v", err)
 	}
 }

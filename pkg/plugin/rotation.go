@@ -43,8 +43,8 @@ func addOperationFlags(cmd *cobra.Command, until string) *operationFlags {
 // requestOperation sets the operation annotation of the Cluster name (the
 // admission webhook says when the operation is not allowed), or queues it
 // for the maintenance window, and, with --wait, follows the phases until
-// one of targets.
-func (e *env) requestOperation(ctx context.Context, name, operation string, targets []v1alpha1.CARotationPhase, f *operationFlags) error {
+// target.
+func (e *env) requestOperation(ctx context.Context, name, operation string, target followTarget, f *operationFlags) error {
 	c, cl, err := e.clusterArg(ctx, name)
 	if err != nil {
 		return err
@@ -65,7 +65,65 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 	if !f.wait {
 		return nil
 	}
-	return e.follow(ctx, cl.Namespace, name, targets, f.timeout)
+	return e.follow(ctx, cl.Namespace, name, target, f.timeout)
+}
+
+// followTarget is where --wait stops: the CA rotation in one of the phases
+// ca (none: the CA rotation is not followed) and the service-account key
+// rotation in phase serviceAccountKey (empty: not followed).
+type followTarget struct {
+	ca                []v1alpha1.CARotationPhase
+	serviceAccountKey v1alpha1.ServiceAccountKeyRotationPhase
+}
+
+func (t followTarget) String() string {
+	var parts []string
+	if len(t.ca) > 0 {
+		parts = append(parts, phaseList(t.ca))
+	}
+	if t.serviceAccountKey != "" {
+		parts = append(parts, "service-account key "+string(t.serviceAccountKey))
+	}
+	return strings.Join(parts, " and ")
+}
+
+// scope is what `rotation start` and `rotation complete` rotate (--scope).
+type scope string
+
+const (
+	scopeCA                scope = "ca"
+	scopeServiceAccountKey scope = "service-account-key"
+	scopeAll               scope = "all"
+)
+
+var scopes = []string{string(scopeCA), string(scopeServiceAccountKey), string(scopeAll)}
+
+// operationOf is the operation that starts (complete false) or completes
+// the rotations of the scope, and where --wait stops; caTarget is the CA
+// phase it stops at.
+func operationOf(s scope, complete bool, caTarget []v1alpha1.CARotationPhase) (string, followTarget, error) {
+	verbs := map[scope][2]v1alpha1.OperationVerb{
+		scopeCA:                {v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation},
+		scopeServiceAccountKey: {v1alpha1.VerbRotateServiceAccountKeyStart, v1alpha1.VerbRotateServiceAccountKeyComplete},
+		scopeAll:               {v1alpha1.VerbRotateCredentialsStart, v1alpha1.VerbRotateCredentialsComplete},
+	}
+	v, ok := verbs[s]
+	if !ok {
+		return "", followTarget{}, fmt.Errorf("--scope %q is not one of %s", s, strings.Join(scopes, ", "))
+	}
+	saTarget := v1alpha1.ServiceAccountKeyPrepared
+	verb := v[0]
+	if complete {
+		saTarget, verb = v1alpha1.ServiceAccountKeyCompleted, v[1]
+	}
+	var target followTarget
+	if s != scopeServiceAccountKey {
+		target.ca = caTarget
+	}
+	if s != scopeCA {
+		target.serviceAccountKey = saTarget
+	}
+	return string(verb), target, nil
 }
 
 // operationCommand is `rotation start` or `rotation complete`: it requests
@@ -73,6 +131,7 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 // start also takes --without-workers-rollout.
 func (e *env) operationCommand(use, operation string, target v1alpha1.CARotationPhase) *cobra.Command {
 	var withoutWorkers bool
+	var scopeFlag string
 	cmd := &cobra.Command{
 		Use:   use + " CLUSTER",
 		Short: fmt.Sprintf("Annotate CLUSTER with %s=%s (or, with --in-maintenance-window, %s)", v1alpha1.OperationAnnotation, operation, v1alpha1.MaintenanceOperationAnnotation),
@@ -94,6 +153,19 @@ time either changes, until the rotation is %[3]s or --timeout passes.`, operatio
 		ValidArgsFunction: e.completeClusters,
 	}
 	f := addOperationFlags(cmd, string(target))
+	complete := operation == v1alpha1.OperationCompleteCARotation
+	cmd.Long += fmt.Sprintf(`
+
+--scope says what rotates: %[1]s (the default) the certificate authorities, %[2]s the service-account token
+signing key (%[3]s), %[4]s both at once (%[5]s).`, scopeCA, scopeServiceAccountKey,
+		map[bool]v1alpha1.OperationVerb{false: v1alpha1.VerbRotateServiceAccountKeyStart, true: v1alpha1.VerbRotateServiceAccountKeyComplete}[complete],
+		scopeAll, map[bool]v1alpha1.OperationVerb{false: v1alpha1.VerbRotateCredentialsStart, true: v1alpha1.VerbRotateCredentialsComplete}[complete])
+	cmd.Example += fmt.Sprintf(`
+
+  # %s the rotation of the service-account signing key only
+  kubectl carousel rotation %s prod -n team-a --scope service-account-key --wait`, strings.ToUpper(use[:1])+use[1:], use)
+	cmd.Flags().StringVar(&scopeFlag, "scope", string(scopeCA), "What rotates: "+strings.Join(scopes, ", "))
+	_ = cmd.RegisterFlagCompletionFunc("scope", cobra.FixedCompletions(scopes, cobra.ShellCompDirectiveNoFileComp))
 	if operation == v1alpha1.OperationStartCARotation {
 		cmd.Long += fmt.Sprintf(`
 
@@ -108,12 +180,18 @@ then waits in phase %[2]s (--wait ends there) until no pool is held.`, v1alpha1.
 			"Prepare the control plane only, and hold every worker pool until rollout-workers names it")
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		op, targets := operation, []v1alpha1.CARotationPhase{target}
-		if withoutWorkers {
-			// A Cluster without worker pools goes straight to Prepared.
-			op, targets = v1alpha1.OperationStartCARotationWithoutWorkersRollout, []v1alpha1.CARotationPhase{v1alpha1.RotationWaitingForWorkersRollout, target}
+		op, follow, err := operationOf(scope(scopeFlag), complete, []v1alpha1.CARotationPhase{target})
+		if err != nil {
+			return err
 		}
-		return e.requestOperation(cmd.Context(), args[0], op, targets, f)
+		if withoutWorkers {
+			if scope(scopeFlag) != scopeCA {
+				return fmt.Errorf("--without-workers-rollout rotates the CAs only: it cannot be combined with --scope %s", scopeFlag)
+			}
+			// A Cluster without worker pools goes straight to Prepared.
+			op, follow.ca = v1alpha1.OperationStartCARotationWithoutWorkersRollout, []v1alpha1.CARotationPhase{v1alpha1.RotationWaitingForWorkersRollout, target}
+		}
+		return e.requestOperation(cmd.Context(), args[0], op, follow, f)
 	}
 	return cmd
 }
@@ -149,7 +227,7 @@ that is not held.
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		op := v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: args[1:]}
 		return e.requestOperation(cmd.Context(), args[0], op.String(),
-			[]v1alpha1.CARotationPhase{v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared}, f)
+			followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared}}, f)
 	}
 	return cmd
 }
@@ -175,8 +253,8 @@ func (e *env) completeHeldPools(cmd *cobra.Command, args []string, toComplete st
 }
 
 // follow watches the Cluster and prints the phase and what it waits for
-// whenever either changes, until one of the target phases.
-func (e *env) follow(ctx context.Context, ns, name string, targets []v1alpha1.CARotationPhase, timeout time.Duration) error {
+// whenever either changes, until target.
+func (e *env) follow(ctx context.Context, ns, name string, target followTarget, timeout time.Duration) error {
 	cfg, _, err := e.config()
 	if err != nil {
 		return err
@@ -212,25 +290,42 @@ func (e *env) follow(ctx context.Context, ns, name string, targets []v1alpha1.CA
 		if !ok || ev.Type == watch.Deleted {
 			return false, fmt.Errorf("cluster %s/%s was deleted", ns, name)
 		}
-		line := followLine(cl)
+		line := followLine(cl, target)
 		if line != last {
 			fmt.Fprintln(e.streams.Out, line)
 			last = line
 		}
-		return rotationReached(cl, targets), nil
+		return rotationReached(cl, target), nil
 	})
 	if wait.Interrupted(err) && ctx.Err() == nil {
-		return fmt.Errorf("%s/%s is not %s after %s (%s)", ns, name, phaseList(targets), timeout, last)
+		return fmt.Errorf("%s/%s is not %s after %s (%s)", ns, name, target, timeout, last)
 	}
 	return err
 }
 
-// followLine is what --wait prints: the phase and, while Carousel works or an
-// operation is queued, what it waits for.
-func followLine(cl *v1alpha1.Cluster) string {
-	phase := rotation.PhaseName(cl.CARotationPhase())
-	line := "phase " + phase
-	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == metav1.ConditionTrue {
+// followLine is what --wait prints: the phase of each rotation followed
+// and, while Carousel works or an operation is queued, what it waits for.
+func followLine(cl *v1alpha1.Cluster, target followTarget) string {
+	var parts []string
+	if len(target.ca) > 0 {
+		parts = append(parts, phaseLine("phase ", rotation.PhaseName(cl.CARotationPhase()), cl, v1alpha1.ConditionCARotation))
+	}
+	if target.serviceAccountKey != "" {
+		parts = append(parts, phaseLine("service-account key phase ", rotation.ServiceAccountKeyPhaseName(cl.ServiceAccountKeyRotationPhase()),
+			cl, v1alpha1.ConditionServiceAccountKeyRotation))
+	}
+	line := strings.Join(parts, "; ")
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
+		line += ": " + cond.Message
+	}
+	return line
+}
+
+// phaseLine is the prefix and phase, and what the rotation waits for when
+// its condition is True.
+func phaseLine(prefix, phase string, cl *v1alpha1.Cluster, conditionType string) string {
+	line := prefix + phase
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, conditionType); cond != nil && cond.Status == metav1.ConditionTrue {
 		// The rotation's messages begin with the phase, which the line has
 		// said; one that begins with another phase was written before an
 		// operation moved the phase, and is left out until Carousel updates it.
@@ -238,18 +333,16 @@ func followLine(cl *v1alpha1.Cluster) string {
 			line += ": " + waiting
 		}
 	}
-	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
-		line += ": " + cond.Message
-	}
 	return line
 }
 
-// rotationReached: the rotation is in one of the target phases and no
+// rotationReached: each rotation followed is in a target phase and no
 // operation is requested or queued that would move it on.
-func rotationReached(cl *v1alpha1.Cluster, targets []v1alpha1.CARotationPhase) bool {
+func rotationReached(cl *v1alpha1.Cluster, target followTarget) bool {
 	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
 	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	return slices.Contains(targets, cl.CARotationPhase()) && !requested && !queued
+	return (len(target.ca) == 0 || slices.Contains(target.ca, cl.CARotationPhase())) &&
+		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && !queued
 }
 
 // phaseList names phases for a person: "A", "A or B".
@@ -337,6 +430,14 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 		pending = []string{"none"}
 	}
 	fmt.Fprintf(tw, "Pending worker rollouts:\t%s\n", strings.Join(pending, ", "))
+	if key := cl.ServiceAccountKeyRotation(); key != nil {
+		fmt.Fprintf(tw, "Service-account key phase:\t%s\n", rotation.ServiceAccountKeyPhaseName(key.Phase))
+		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionServiceAccountKeyRotation); cond != nil && cond.Status == metav1.ConditionTrue {
+			fmt.Fprintf(tw, "Service-account key waiting for:\t%s\n", cond.Message)
+		}
+		fmt.Fprintf(tw, "Service-account key last initiation:\t%s\n", when(key.LastInitiationTime))
+		fmt.Fprintf(tw, "Service-account key last completion:\t%s\n", when(key.LastCompletionTime))
+	}
 	_ = tw.Flush()
 
 	fmt.Fprintln(w)

@@ -42,12 +42,36 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
-// Allowed returns nil when an operation with verb may be applied in phase,
+// Phases are the phases of a Cluster's two rotations, which decide the
+// operations allowed.
+type Phases struct {
+	CA                v1alpha1.CARotationPhase
+	ServiceAccountKey v1alpha1.ServiceAccountKeyRotationPhase
+}
+
+// PhasesOf returns the phases of the Cluster's rotations.
+func PhasesOf(c *v1alpha1.Cluster) Phases {
+	return Phases{CA: c.CARotationPhase(), ServiceAccountKey: c.ServiceAccountKeyRotationPhase()}
+}
+
+// Allowed returns nil when an operation with verb may be applied in phases,
 // and otherwise an error that names the phase and says what to do. It is
 // the one guard of the transitions: the webhook refuses what it refuses, and
-// ApplyOperation refuses it again when the webhook was bypassed.
-func Allowed(verb v1alpha1.OperationVerb, phase v1alpha1.CARotationPhase) error {
-	switch verb {
+// ApplyOperation and ApplyServiceAccountKeyOperation refuse it again when the
+// webhook was bypassed. A rotate-credentials verb is allowed when both of its
+// parts are.
+func Allowed(verb v1alpha1.OperationVerb, phases Phases) error {
+	if saVerb := verb.ServiceAccountKeyVerb(); saVerb != "" {
+		if err := serviceAccountKeyAllowed(saVerb, phases.ServiceAccountKey); err != nil {
+			return err
+		}
+	}
+	caVerb := verb.CAVerb()
+	if caVerb == "" {
+		return nil
+	}
+	phase := phases.CA
+	switch caVerb {
 	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
 		if phase.RotationInProgress() {
 			return fmt.Errorf("cannot start a CA rotation: the rotation is in phase %s: %s", phase, NextStep(phase))
@@ -79,16 +103,20 @@ func Allowed(verb v1alpha1.OperationVerb, phase v1alpha1.CARotationPhase) error 
 // ApplyOperation returns the rotation status after an operation, or an error
 // when the operation is not allowed now. It does not modify rot.
 func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1alpha1.WorkerPool, now metav1.Time) (*v1alpha1.CARotation, error) {
-	if err := Allowed(op.Verb, phaseOf(rot)); err != nil {
+	caVerb := op.Verb.CAVerb()
+	if caVerb == "" {
+		return rot, nil // a service-account key operation
+	}
+	if err := Allowed(caVerb, Phases{CA: phaseOf(rot)}); err != nil {
 		return nil, err
 	}
 	next := &v1alpha1.CARotation{}
 	if rot != nil {
 		next = rot.DeepCopy()
 	}
-	switch op.Verb {
+	switch caVerb {
 	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
-		held := op.Verb == v1alpha1.VerbStartCARotationWithoutWorkersRollout
+		held := caVerb == v1alpha1.VerbStartCARotationWithoutWorkersRollout
 		next.Phase = v1alpha1.RotationPreparing
 		if held {
 			next.Phase = v1alpha1.RotationPreparingWithoutWorkersRollout
@@ -140,7 +168,7 @@ func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
 	if rot == nil {
 		return false
 	}
-	switch op.Verb {
+	switch op.Verb.CAVerb() {
 	case v1alpha1.VerbStartCARotation:
 		return rot.Phase == v1alpha1.RotationPreparing
 	case v1alpha1.VerbStartCARotationWithoutWorkersRollout:

@@ -36,7 +36,7 @@ func ValidateOperation(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, value, err.Error())}
 	}
 	phase := current.CARotationPhase()
-	if err := Allowed(op.Verb, phase); err != nil {
+	if err := Allowed(op.Verb, PhasesOf(current)); err != nil {
 		return field.ErrorList{field.Forbidden(p, err.Error())}
 	}
 	var allErrs field.ErrorList

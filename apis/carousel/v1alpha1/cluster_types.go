@@ -21,6 +21,7 @@ import (
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether every credential of the cluster is issued and current"
 // +kubebuilder:printcolumn:name="Recommended",type=string,JSONPath=`.status.conditions[?(@.type=="CARotationRecommended")].reason`,description="What the manager recommends: RotationDue, CompletionDue or NothingDue"
 // +kubebuilder:printcolumn:name="CA Expiry",type=string,JSONPath=`.status.credentials.earliestCAExpiry`,description="When the first of the cluster's certificate authorities expires"
+// +kubebuilder:printcolumn:name="SA Key",type=string,JSONPath=`.status.credentials.rotation.serviceAccountKey.phase`,priority=1,description="Phase of the service-account key rotation"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Cluster struct {
@@ -386,6 +387,65 @@ type CredentialsRotation struct {
 	//
 	// +optional
 	CertificateAuthorities *CARotation `json:"certificateAuthorities,omitempty"`
+
+	// ServiceAccountKey is the state of the service-account signing key
+	// rotation.
+	//
+	// +optional
+	ServiceAccountKey *ServiceAccountKeyRotation `json:"serviceAccountKey,omitempty"`
+}
+
+// ServiceAccountKeyRotationPhase is a phase of a service-account signing key
+// rotation.
+//
+// +kubebuilder:validation:Enum=Preparing;Prepared;Finalizing;Completed
+type ServiceAccountKeyRotationPhase string
+
+// The phases of a service-account key rotation, in order. A Cluster whose key
+// was never rotated has no phase.
+const (
+	// ServiceAccountKeyPreparing: a new key exists; the API servers first
+	// verify tokens with the old and the new key while still signing with the
+	// old one, then sign with the new one.
+	ServiceAccountKeyPreparing ServiceAccountKeyRotationPhase = "Preparing"
+	// ServiceAccountKeyPrepared: every API server signs with the new key and
+	// still accepts tokens of the old one; rotate-serviceaccount-key-complete
+	// may be requested once workloads hold tokens of the new key.
+	ServiceAccountKeyPrepared ServiceAccountKeyRotationPhase = "Prepared"
+	// ServiceAccountKeyFinalizing: the old public key is dropped from the
+	// API servers' verification keys.
+	ServiceAccountKeyFinalizing ServiceAccountKeyRotationPhase = "Finalizing"
+	// ServiceAccountKeyCompleted: only the new key signs and verifies.
+	ServiceAccountKeyCompleted ServiceAccountKeyRotationPhase = "Completed"
+)
+
+// ServiceAccountKeyRotation is the state of a cluster's service-account
+// signing key rotation.
+type ServiceAccountKeyRotation struct {
+	// Phase is the current phase; empty when the key was never rotated.
+	//
+	// +optional
+	Phase ServiceAccountKeyRotationPhase `json:"phase,omitempty"`
+
+	// LastInitiationTime is when the last rotation was started.
+	//
+	// +optional
+	LastInitiationTime *metav1.Time `json:"lastInitiationTime,omitempty"`
+
+	// LastInitiationFinishedTime is when the last rotation became Prepared.
+	//
+	// +optional
+	LastInitiationFinishedTime *metav1.Time `json:"lastInitiationFinishedTime,omitempty"`
+
+	// LastCompletionTriggeredTime is when completion of the last rotation was requested.
+	//
+	// +optional
+	LastCompletionTriggeredTime *metav1.Time `json:"lastCompletionTriggeredTime,omitempty"`
+
+	// LastCompletionTime is when the last rotation became Completed.
+	//
+	// +optional
+	LastCompletionTime *metav1.Time `json:"lastCompletionTime,omitempty"`
 }
 
 // CARotationPhase is a phase of a CA rotation.

@@ -8,6 +8,9 @@ const (
 	// ConditionCARotation is True while a CA rotation is under way; its reason
 	// names the step the rotation waits for.
 	ConditionCARotation = "CARotationInProgress"
+	// ConditionServiceAccountKeyRotation is True while a service-account key
+	// rotation is under way; its reason names the step it waits for.
+	ConditionServiceAccountKeyRotation = "ServiceAccountKeyRotationInProgress"
 	// ConditionCAExpiring is True when a CA of the Cluster expires within the
 	// manager's warning window.
 	ConditionCAExpiring = "CAExpiringSoon"
@@ -94,11 +97,14 @@ const (
 // Event reasons Carousel records on a Cluster.
 const (
 	EventRotationPhaseChanged = "CARotationPhaseChanged"
-	EventCAGenerated          = "CAGenerated"
-	EventCARemoved            = "CARemoved"
-	EventCertificateIssued    = "CertificateIssued"
-	EventOperationRefused     = "OperationRefused"
-	EventCAExpiringSoon       = "CAExpiringSoon"
+	// EventServiceAccountKeyRotationPhaseChanged: the service-account key
+	// rotation entered a phase.
+	EventServiceAccountKeyRotationPhaseChanged = "ServiceAccountKeyRotationPhaseChanged"
+	EventCAGenerated                           = "CAGenerated"
+	EventCARemoved                             = "CARemoved"
+	EventCertificateIssued                     = "CertificateIssued"
+	EventOperationRefused                      = "OperationRefused"
+	EventCAExpiringSoon                        = "CAExpiringSoon"
 	// EventCARotationRecommended (Warning) accompanies the
 	// CARotationRecommended condition turning True, with its message.
 	EventCARotationRecommended = "CARotationRecommended"
@@ -174,4 +180,17 @@ const (
 	// ReasonWaitingForOldCADrop: servers must present their new certificates
 	// before the old CAs are deleted.
 	ReasonWaitingForOldCADrop RotationReason = "WaitingForOldCARemoval"
+
+	// ReasonWaitingForNewServiceAccountKey: service-account key Preparing
+	// generates and stores the new key.
+	ReasonWaitingForNewServiceAccountKey RotationReason = "WaitingForNewServiceAccountKey"
+	// ReasonWaitingForVerifyingAPIServers: service-account key Preparing waits
+	// for every API server to verify tokens with both keys.
+	ReasonWaitingForVerifyingAPIServers RotationReason = "WaitingForAPIServersToVerifyNewKey"
+	// ReasonWaitingForSigningAPIServers: service-account key Preparing waits
+	// for the API servers and kube-controller-manager to sign with the new key.
+	ReasonWaitingForSigningAPIServers RotationReason = "WaitingForAPIServersToSignWithNewKey"
+	// ReasonWaitingForOldServiceAccountKeyDrop: service-account key
+	// Finalizing waits for the API servers to stop accepting the old key.
+	ReasonWaitingForOldServiceAccountKeyDrop RotationReason = "WaitingForOldServiceAccountKeyRemoval"
 )

@@ -24,6 +24,30 @@ func (c *Cluster) CARotationPhase() CARotationPhase {
 	return ""
 }
 
+// ServiceAccountKeyRotation returns the service-account key rotation
+// status, or nil when there is none.
+func (c *Cluster) ServiceAccountKeyRotation() *ServiceAccountKeyRotation {
+	if c.Status.Credentials == nil || c.Status.Credentials.Rotation == nil {
+		return nil
+	}
+	return c.Status.Credentials.Rotation.ServiceAccountKey
+}
+
+// ServiceAccountKeyRotationPhase returns the phase of the service-account key
+// rotation; empty when the key was never rotated.
+func (c *Cluster) ServiceAccountKeyRotationPhase() ServiceAccountKeyRotationPhase {
+	if r := c.ServiceAccountKeyRotation(); r != nil {
+		return r.Phase
+	}
+	return ""
+}
+
+// RotationInProgress reports whether a service-account key rotation has
+// started and not completed.
+func (p ServiceAccountKeyRotationPhase) RotationInProgress() bool {
+	return p == ServiceAccountKeyPreparing || p == ServiceAccountKeyPrepared || p == ServiceAccountKeyFinalizing
+}
+
 // RotationInProgress reports whether a CA rotation has started and not completed.
 func (p CARotationPhase) RotationInProgress() bool {
 	return p.BothCAsTrusted() || p == RotationFinalizing

@@ -33,7 +33,46 @@ const (
 	// when its Secret was lost: every token signed by the lost key stops
 	// being valid.
 	VerbReissueServiceAccountKey OperationVerb = "reissue-service-account-key"
+	// VerbRotateServiceAccountKeyStart starts phase 1 of a service-account
+	// signing key rotation (Preparing).
+	VerbRotateServiceAccountKeyStart OperationVerb = "rotate-serviceaccount-key-start"
+	// VerbRotateServiceAccountKeyComplete starts phase 2 of a
+	// service-account signing key rotation (Finalizing).
+	VerbRotateServiceAccountKeyComplete OperationVerb = "rotate-serviceaccount-key-complete"
+	// VerbRotateCredentialsStart is VerbStartCARotation and
+	// VerbRotateServiceAccountKeyStart at once.
+	VerbRotateCredentialsStart OperationVerb = "rotate-credentials-start"
+	// VerbRotateCredentialsComplete is VerbCompleteCARotation and
+	// VerbRotateServiceAccountKeyComplete at once.
+	VerbRotateCredentialsComplete OperationVerb = "rotate-credentials-complete"
 )
+
+// CAVerb is what the verb asks of the CA rotation: the verb itself, the CA
+// part of a rotate-credentials verb, or empty for a service-account key verb.
+func (v OperationVerb) CAVerb() OperationVerb {
+	switch v {
+	case VerbRotateCredentialsStart:
+		return VerbStartCARotation
+	case VerbRotateCredentialsComplete:
+		return VerbCompleteCARotation
+	case VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete:
+		return ""
+	}
+	return v
+}
+
+// ServiceAccountKeyVerb is what the verb asks of the service-account key
+// rotation: rotate-serviceaccount-key-start or -complete, alone or as part of
+// a rotate-credentials verb; empty for every other verb.
+func (v OperationVerb) ServiceAccountKeyVerb() OperationVerb {
+	switch v {
+	case VerbRotateServiceAccountKeyStart, VerbRotateCredentialsStart:
+		return VerbRotateServiceAccountKeyStart
+	case VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsComplete:
+		return VerbRotateServiceAccountKeyComplete
+	}
+	return ""
+}
 
 // Operation is a parsed value of the carousel.dev/operation annotation.
 type Operation struct {
@@ -50,7 +89,8 @@ type Operation struct {
 // for a given Cluster is decided by rotation.ValidateOperation.
 func ParseOperation(value string) (Operation, error) {
 	switch verb := OperationVerb(value); verb {
-	case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
+	case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey,
+		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete:
 		return Operation{Verb: verb}, nil
 	}
 	for verb, prefix := range map[OperationVerb]string{VerbRolloutWorkers: OperationRolloutWorkersPrefix, VerbRotateRolloutWorkers: OperationRotateRolloutWorkersPrefix} {
@@ -76,8 +116,9 @@ func ParseOperation(value string) (Operation, error) {
 		}
 		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
-	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
-		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationReconcile,
+	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s, %s, %s, %s, %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
+		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation,
+		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete, OperationReconcile,
 		OperationRolloutWorkersPrefix, OperationRotateRolloutWorkersPrefix, OperationReissueCAPrefix, VerbReissueServiceAccountKey)
 }
 

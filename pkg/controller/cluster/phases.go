@@ -42,6 +42,9 @@ type scope struct {
 	managedCheckFailed bool
 	// decision is nil until the decide phase ran to its end.
 	decision *rotation.Decision
+	// keyDecision is what the service-account key rotation waits for; nil
+	// outside one.
+	keyDecision *rotation.ServiceAccountKeyDecision
 	// wakeUp is the earliest time a condition changes by itself (a
 	// recommendation comes due, the maintenance window opens): the Cluster
 	// is looked at again then. Zero when none does.
@@ -74,6 +77,7 @@ func (r *Reconciler) phases() []phase {
 		{"API-server trust", r.trustPhase},
 		{"certificates", r.certificatePhase},
 		{"consumers", r.consumerPhase},
+		{"service-account key", r.serviceAccountKeyPhase},
 		{"worker pools", r.workerPhase},
 		{"evidence", r.evidencePhase},
 		{"decision", r.decisionPhase},

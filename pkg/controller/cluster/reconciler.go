@@ -80,7 +80,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		if _, pending := c.Annotations[v1alpha1.OperationAnnotation]; !pending &&
-			maintenance.Decide(value, c.Spec.Maintenance, c.CARotationPhase(), r.Clock.Now()).Run {
+			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now()).Run {
 			return ctrl.Result{}, r.runMaintenanceOperation(ctx, c, value)
 		}
 	}
@@ -111,8 +111,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			result, retErr = ctrl.Result{RequeueAfter: time.Second}, nil
 		case err != nil:
 			result, retErr = ctrl.Result{}, errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-		case before.CARotationPhase() != c.CARotationPhase():
-			r.phaseChanged(c, before.CARotationPhase(), c.CARotationPhase())
+		default:
+			r.phasesChanged(c, before)
 		}
 	}()
 	result, err := r.reconcileCredentials(ctx, s)
@@ -132,36 +132,7 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	value := c.Annotations[v1alpha1.OperationAnnotation]
 	op, err := v1alpha1.ParseOperation(value)
 	if err == nil && !rotation.AlreadyApplied(c.CARotation(), op) {
-		var next *v1alpha1.CARotation
-		next, err = rotation.ApplyOperation(c.CARotation(), op, c.Spec.Workers, r.now())
-		if err == nil {
-			before := c.DeepCopy()
-			oldPhase := c.CARotationPhase()
-			if !equality.Semantic.DeepEqual(next, c.CARotation()) {
-				setCARotation(c, next)
-			}
-			switch op.Verb {
-			case v1alpha1.VerbReissueCA:
-				// The next reconcile may then generate these roles' CAs.
-				forgetCAs(c, op.Roles)
-			case v1alpha1.VerbReissueServiceAccountKey:
-				if err := r.reissueServiceAccountKey(ctx, c); err != nil {
-					return fmt.Errorf("operation %s: %w", value, err)
-				}
-			}
-			if !equality.Semantic.DeepEqual(before.Status, c.Status) {
-				if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-					return fmt.Errorf("recording operation %s: %w", value, err)
-				}
-				if op.Verb == v1alpha1.VerbReissueCA {
-					r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAReissueAccepted,
-						"Operation %q accepted: a lost CA Secret of these roles is replaced by a new CA", value)
-				}
-				if phase := c.CARotationPhase(); phase != oldPhase {
-					r.phaseChanged(c, oldPhase, phase)
-				}
-			}
-		}
+		err = r.applyOperation(ctx, c, op)
 	}
 	if err != nil {
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Operation %q refused in phase %q: %v", value, c.CARotationPhase(), err)
@@ -171,6 +142,50 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("removing the operation annotation: %w", err)
 	}
+	return nil
+}
+
+// applyOperation records what op changes in the status of both rotations, in
+// one write, and carries out what it does besides.
+func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op v1alpha1.Operation) error {
+	value := op.String()
+	next, err := rotation.ApplyOperation(c.CARotation(), op, c.Spec.Workers, r.now())
+	if err != nil {
+		return err
+	}
+	nextKey := c.ServiceAccountKeyRotation()
+	if !rotation.ServiceAccountKeyAlreadyApplied(nextKey, op.Verb) {
+		if nextKey, err = rotation.ApplyServiceAccountKeyOperation(nextKey, op.Verb, r.now()); err != nil {
+			return err
+		}
+	}
+	before := c.DeepCopy()
+	if !equality.Semantic.DeepEqual(next, c.CARotation()) {
+		setCARotation(c, next)
+	}
+	if !equality.Semantic.DeepEqual(nextKey, c.ServiceAccountKeyRotation()) {
+		setServiceAccountKeyRotation(c, nextKey)
+	}
+	switch op.Verb {
+	case v1alpha1.VerbReissueCA:
+		// The next reconcile may then generate these roles' CAs.
+		forgetCAs(c, op.Roles)
+	case v1alpha1.VerbReissueServiceAccountKey:
+		if err := r.reissueServiceAccountKey(ctx, c); err != nil {
+			return fmt.Errorf("operation %s: %w", value, err)
+		}
+	}
+	if equality.Semantic.DeepEqual(before.Status, c.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("recording operation %s: %w", value, err)
+	}
+	if op.Verb == v1alpha1.VerbReissueCA {
+		r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAReissueAccepted,
+			"Operation %q accepted: a lost CA Secret of these roles is replaced by a new CA", value)
+	}
+	r.phasesChanged(c, before)
 	return nil
 }
 
@@ -189,17 +204,39 @@ func (r *Reconciler) runMaintenanceOperation(ctx context.Context, c *v1alpha1.Cl
 }
 
 func setCARotation(c *v1alpha1.Cluster, rot *v1alpha1.CARotation) {
+	credentialsRotation(c).CertificateAuthorities = rot
+}
+
+func setServiceAccountKeyRotation(c *v1alpha1.Cluster, rot *v1alpha1.ServiceAccountKeyRotation) {
+	credentialsRotation(c).ServiceAccountKey = rot
+}
+
+// credentialsRotation returns the Cluster's rotation status, created empty
+// when it has none.
+func credentialsRotation(c *v1alpha1.Cluster) *v1alpha1.CredentialsRotation {
 	if c.Status.Credentials == nil {
 		c.Status.Credentials = &v1alpha1.ClusterCredentials{}
 	}
 	if c.Status.Credentials.Rotation == nil {
 		c.Status.Credentials.Rotation = &v1alpha1.CredentialsRotation{}
 	}
-	c.Status.Credentials.Rotation.CertificateAuthorities = rot
+	return c.Status.Credentials.Rotation
 }
 
-// phaseChanged records a persisted phase change: an event and, at the end of
-// a phase Carousel works through, its duration.
+// phasesChanged records the phase changes of both rotations from before to
+// c, once persisted.
+func (r *Reconciler) phasesChanged(c, before *v1alpha1.Cluster) {
+	if from, to := before.CARotationPhase(), c.CARotationPhase(); from != to {
+		r.phaseChanged(c, from, to)
+	}
+	if from, to := before.ServiceAccountKeyRotationPhase(), c.ServiceAccountKeyRotationPhase(); from != to {
+		r.event(c, corev1.EventTypeNormal, v1alpha1.EventServiceAccountKeyRotationPhaseChanged, "service-account key rotation phase %s → %s",
+			rotation.ServiceAccountKeyPhaseName(from), to)
+	}
+}
+
+// phaseChanged records a persisted CA phase change: an event and, at the end
+// of a phase Carousel works through, its duration.
 func (r *Reconciler) phaseChanged(c *v1alpha1.Cluster, from, to v1alpha1.CARotationPhase) {
 	r.event(c, corev1.EventTypeNormal, v1alpha1.EventRotationPhaseChanged, "CA rotation phase %s → %s", rotation.PhaseName(from), to)
 	rot := c.CARotation()

@@ -31,6 +31,7 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 	if s.decision != nil {
 		r.updateInventory(c, s.cas)
 		r.setRotationCondition(c, s.decision.Phase, s.decision.Wait, s.waitingPools)
+		r.setServiceAccountKeyRotationCondition(c, s.keyDecision)
 	}
 	s.wakeAt(r.setRecommendationCondition(c))
 	s.wakeAt(r.setMaintenanceCondition(c))
@@ -45,7 +46,7 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 		Reason: v1alpha1.ReasonNothingQueued, Message: "no operation waits for the maintenance window"}
 	var next time.Time
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
-		d := maintenance.Decide(value, c.Spec.Maintenance, c.CARotationPhase(), r.Clock.Now())
+		d := maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now())
 		next = d.Next
 		if !d.Run {
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.Reason, d.Message
@@ -115,6 +116,21 @@ func (r *Reconciler) updateInventory(c *v1alpha1.Cluster, all map[v1alpha1.CARol
 		if !meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionCAExpiring) {
 			r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAExpiringSoon, "%s", cond.Message)
 		}
+	}
+	r.setCondition(c, cond)
+}
+
+// setServiceAccountKeyRotationCondition says whether a service-account key
+// rotation is under way and what it waits for (d; nil outside one). A
+// Cluster whose key was never rotated has no such condition.
+func (r *Reconciler) setServiceAccountKeyRotationCondition(c *v1alpha1.Cluster, d *rotation.ServiceAccountKeyDecision) {
+	if c.ServiceAccountKeyRotation() == nil {
+		return
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionServiceAccountKeyRotation, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRotation),
+		Message: "no service-account key rotation is under way"}
+	if d != nil && d.Phase.RotationInProgress() {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, string(d.Reason), fmt.Sprintf("%s: %s", d.Phase, d.Message)
 	}
 	r.setCondition(c, cond)
 }

@@ -25,6 +25,9 @@ package v1alpha1
 type CredentialsRotationApplyConfiguration struct {
 	// CertificateAuthorities is the state of the CA rotation.
 	CertificateAuthorities *CARotationApplyConfiguration `json:"certificateAuthorities,omitempty"`
+	// ServiceAccountKey is the state of the service-account signing key
+	// rotation.
+	ServiceAccountKey *ServiceAccountKeyRotationApplyConfiguration `json:"serviceAccountKey,omitempty"`
 }
 
 // CredentialsRotationApplyConfiguration constructs a declarative configuration of the CredentialsRotation type for use with
@@ -38,5 +41,13 @@ func CredentialsRotation() *CredentialsRotationApplyConfiguration {
 // If called multiple times, the CertificateAuthorities field is set to the value of the last call.
 func (b *CredentialsRotationApplyConfiguration) WithCertificateAuthorities(value *CARotationApplyConfiguration) *CredentialsRotationApplyConfiguration {
 	b.CertificateAuthorities = value
+	return b
+}
+
+// WithServiceAccountKey sets the ServiceAccountKey field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ServiceAccountKey field is set to the value of the last call.
+func (b *CredentialsRotationApplyConfiguration) WithServiceAccountKey(value *ServiceAccountKeyRotationApplyConfiguration) *CredentialsRotationApplyConfiguration {
+	b.ServiceAccountKey = value
 	return b
 }
