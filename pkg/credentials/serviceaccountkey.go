@@ -2,7 +2,9 @@ package credentials
 
 import (
 	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"slices"
@@ -139,4 +141,16 @@ func (k *ServiceAccountKey) Data() (map[string][]byte, error) {
 		}
 	}
 	return data, nil
+}
+
+// ServiceAccountKeyID is the key ID kube-apiserver writes in the header of
+// the tokens a key signs: the unpadded base64url of the SHA-256 of the
+// public key's PKIX form.
+func ServiceAccountKeyID(pub crypto.PublicKey) (string, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(der)
+	return base64.RawURLEncoding.EncodeToString(sum[:]), nil
 }

@@ -7,7 +7,9 @@ package rotation
 //	none, Completed       rotate-serviceaccount-key-start       Preparing    Single
 //	Preparing             (new key generated)                   Preparing    Staged: next key verifies, old key signs
 //	Preparing             consumers rolled out Staged           Preparing    Switched: new key signs, both verify
-//	Preparing             consumers rolled out Switched         Prepared
+//	Preparing             consumers rolled out Switched,        Prepared
+//	                      every token Secret re-issued,
+//	                      workloadTokenRefresh passed
 //	Prepared              rotate-serviceaccount-key-complete    Finalizing
 //	Finalizing            (old public key dropped)              Finalizing   Single: new key signs and verifies
 //	Finalizing            consumers rolled out Single           Completed
@@ -20,6 +22,7 @@ package rotation
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +95,7 @@ func ApplyServiceAccountKeyOperation(rot *v1alpha1.ServiceAccountKeyRotation, ve
 		next.Phase = v1alpha1.ServiceAccountKeyPreparing
 		next.LastInitiationTime = &now
 		next.LastInitiationFinishedTime = nil
+		next.NewKeySigningTime = nil // recorded by RecordNewKeySigning for this rotation
 	case v1alpha1.VerbRotateServiceAccountKeyComplete:
 		next.Phase = v1alpha1.ServiceAccountKeyFinalizing
 		next.LastCompletionTriggeredTime = &now
@@ -130,6 +134,45 @@ type ServiceAccountKeyFacts struct {
 	StagedInThisRotation bool
 	// ConsumersRolledOut: every consumer runs with the credentials written now.
 	ConsumersRolledOut bool
+	// TokenSecrets is what the check of the managed cluster's
+	// kubernetes.io/service-account-token Secrets observed (see
+	// TokenSecretsCheckDue): Passed when the new key signed every token;
+	// TokenSecretsBehind names the Secrets it has not signed yet.
+	TokenSecrets       Evidence
+	TokenSecretsBehind []string
+	// NewKeySigning is when the new key was first seen signing everywhere
+	// in this Preparing (zero before); WorkloadTokenRefresh is how long pods
+	// get from then to replace their tokens, and Now the time of the pass.
+	NewKeySigning        time.Time
+	WorkloadTokenRefresh time.Duration
+	Now                  time.Time
+}
+
+// newKeySigns: every consumer signs with the new key and every token Secret
+// holds a token of it (or there is no endpoint to check them through).
+func newKeySigns(f ServiceAccountKeyFacts) bool {
+	return f.Phase == v1alpha1.ServiceAccountKeyPreparing && f.Stage == credentials.ServiceAccountKeySwitched && f.ConsumersRolledOut &&
+		(f.TokenSecrets == EvidencePassed || f.TokenSecrets == EvidenceSkipped)
+}
+
+// RecordNewKeySigning returns the rotation status with the time the new key
+// was first seen signing everywhere (rot itself when there is nothing to
+// record): the start of the time pods get to replace their tokens. It does
+// not modify rot.
+func RecordNewKeySigning(rot *v1alpha1.ServiceAccountKeyRotation, f ServiceAccountKeyFacts, now metav1.Time) *v1alpha1.ServiceAccountKeyRotation {
+	if rot == nil || rot.NewKeySigningTime != nil || !newKeySigns(f) {
+		return rot
+	}
+	next := rot.DeepCopy()
+	next.NewKeySigningTime = &now
+	return next
+}
+
+// TokenSecretsCheckDue reports whether the pass must re-issue the managed
+// cluster's service-account token Secrets and check them: in Preparing,
+// once every consumer signs with the new key.
+func TokenSecretsCheckDue(f ServiceAccountKeyFacts) bool {
+	return f.Phase == v1alpha1.ServiceAccountKeyPreparing && f.Stage == credentials.ServiceAccountKeySwitched && f.ConsumersRolledOut
 }
 
 // ServiceAccountKeyDecision is what the reconciler does after a pass.
@@ -144,6 +187,11 @@ type ServiceAccountKeyDecision struct {
 	// complete operation); empty outside a rotation.
 	Reason  v1alpha1.RotationReason
 	Message string
+	// PollManaged says that what the phase waits for happens in the managed
+	// cluster, which raises no event here: the reconciler looks again.
+	PollManaged bool
+	// Until, when set, is the time the phase waits for.
+	Until time.Time
 }
 
 // DecideServiceAccountKey maps what a pass observed of a service-account key
@@ -170,6 +218,19 @@ func DecideServiceAccountKey(f ServiceAccountKeyFacts) ServiceAccountKeyDecision
 			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, "the API servers and kube-controller-manager sign with the new key")
 		case !f.ConsumersRolledOut:
 			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, "the API servers and kube-controller-manager sign with the new key")
+		case f.TokenSecrets != EvidencePassed && f.TokenSecrets != EvidenceSkipped:
+			d.Reason, d.PollManaged = v1alpha1.ReasonWaitingForTokenSecrets, true
+			d.Message = "waiting for kube-controller-manager to re-issue the tokens of kubernetes.io/service-account-token Secrets with the new key"
+			if n := len(f.TokenSecretsBehind); n > 0 {
+				d.Message += fmt.Sprintf(": %d Secret(s) behind: %s", n, listSome(f.TokenSecretsBehind, 5))
+			}
+		case f.WorkloadTokenRefresh > 0 && f.NewKeySigning.IsZero():
+			d.Reason, d.Message = v1alpha1.ReasonWaitingForWorkloadTokenRefresh, "waiting to record when the new key signed everywhere"
+		case f.WorkloadTokenRefresh > 0 && f.Now.Before(f.NewKeySigning.Add(f.WorkloadTokenRefresh)):
+			d.Reason, d.Until = v1alpha1.ReasonWaitingForWorkloadTokenRefresh, f.NewKeySigning.Add(f.WorkloadTokenRefresh)
+			d.Message = fmt.Sprintf("giving pods until %s to replace their service-account tokens, which the new key signs since %s "+
+				"(spec.serviceAccountKeyRotation.workloadTokenRefresh: %s): kubelets replace a projected token at 80%% of its lifetime",
+				d.Until.UTC().Format(time.RFC3339), f.NewKeySigning.UTC().Format(time.RFC3339), f.WorkloadTokenRefresh)
 		default:
 			d.Phase = v1alpha1.ServiceAccountKeyPrepared
 		}
@@ -220,4 +281,12 @@ func ServiceAccountKeyRotationID(rot *v1alpha1.ServiceAccountKeyRotation) string
 		return ""
 	}
 	return rot.LastInitiationTime.UTC().Format(time.RFC3339)
+}
+
+// listSome joins the first n names, and says how many more there are.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }

@@ -12,6 +12,7 @@ import (
 )
 
 func TestDecideServiceAccountKey(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	const (
 		single   = credentials.ServiceAccountKeySingle
 		staged   = credentials.ServiceAccountKeyStaged
@@ -38,8 +39,23 @@ func TestDecideServiceAccountKey(t *testing.T) {
 			v1alpha1.ServiceAccountKeyPreparing, switched, v1alpha1.ReasonWaitingForSigningAPIServers},
 		{"switched, rolling", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched},
 			v1alpha1.ServiceAccountKeyPreparing, "", v1alpha1.ReasonWaitingForSigningAPIServers},
-		{"switched, rolled out: Prepared", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched, ConsumersRolledOut: true},
+		{"switched, rolled out, token Secrets not checked yet", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, TokenSecrets: EvidencePending}, v1alpha1.ServiceAccountKeyPreparing, "", v1alpha1.ReasonWaitingForTokenSecrets},
+		{"switched, rolled out, token Secrets behind", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, TokenSecrets: EvidencePending, TokenSecretsBehind: []string{"a/x"}}, v1alpha1.ServiceAccountKeyPreparing, "", v1alpha1.ReasonWaitingForTokenSecrets},
+		{"switched, rolled out, every token Secret re-issued: Prepared", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, TokenSecrets: EvidencePassed}, v1alpha1.ServiceAccountKeyPrepared, "", v1alpha1.ReasonWaitingForCompletion},
+		{"the new key signs everywhere, not recorded yet", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, TokenSecrets: EvidencePassed, WorkloadTokenRefresh: time.Hour, Now: t0},
+			v1alpha1.ServiceAccountKeyPreparing, "", v1alpha1.ReasonWaitingForWorkloadTokenRefresh},
+		{"pods replacing their tokens", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, TokenSecrets: EvidencePassed, WorkloadTokenRefresh: time.Hour, NewKeySigning: t0, Now: t0.Add(59 * time.Minute)},
+			v1alpha1.ServiceAccountKeyPreparing, "", v1alpha1.ReasonWaitingForWorkloadTokenRefresh},
+		{"pods had workloadTokenRefresh: Prepared", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, TokenSecrets: EvidencePassed, WorkloadTokenRefresh: time.Hour, NewKeySigning: t0, Now: t0.Add(time.Hour)},
 			v1alpha1.ServiceAccountKeyPrepared, "", v1alpha1.ReasonWaitingForCompletion},
+		{"switched, rolled out, no endpoint to check: Prepared", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, TokenSecrets: EvidenceSkipped}, v1alpha1.ServiceAccountKeyPrepared, "", v1alpha1.ReasonWaitingForCompletion},
 		{"prepared waits for the operation", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPrepared, Stage: switched, ConsumersRolledOut: true},
 			v1alpha1.ServiceAccountKeyPrepared, "", v1alpha1.ReasonWaitingForCompletion},
 		{"complete: drop the old public key", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyFinalizing, Stage: switched, ConsumersRolledOut: true},
@@ -59,7 +75,42 @@ func TestDecideServiceAccountKey(t *testing.T) {
 			if (d.Reason == "") != (d.Message == "") {
 				t.Errorf("reason %q with message %q", d.Reason, d.Message)
 			}
+			if d.PollManaged != (d.Reason == v1alpha1.ReasonWaitingForTokenSecrets) {
+				t.Errorf("PollManaged = %t waiting for %q", d.PollManaged, d.Reason)
+			}
 		})
+	}
+}
+
+func TestWorkloadTokenRefreshIsCountedFromTheFirstPassThatSawTheNewKeySignEverywhere(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	signs := ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: credentials.ServiceAccountKeySwitched,
+		ConsumersRolledOut: true, TokenSecrets: EvidencePassed, WorkloadTokenRefresh: time.Hour}
+	rot := &v1alpha1.ServiceAccountKeyRotation{Phase: v1alpha1.ServiceAccountKeyPreparing}
+	recorded := RecordNewKeySigning(rot, signs, now)
+	if recorded == rot || recorded.NewKeySigningTime == nil || !recorded.NewKeySigningTime.Equal(&now) || rot.NewKeySigningTime != nil {
+		t.Fatalf("RecordNewKeySigning = %+v (rot %+v)", recorded, rot)
+	}
+	later := metav1.NewTime(now.Add(time.Minute))
+	if again := RecordNewKeySigning(recorded, signs, later); again != recorded {
+		t.Errorf("recorded again: %+v", again)
+	}
+	behind := signs
+	behind.TokenSecrets = EvidencePending
+	if got := RecordNewKeySigning(rot, behind, now); got != rot {
+		t.Errorf("recorded while token Secrets lag: %+v", got)
+	}
+	signs.NewKeySigning, signs.Now = now.Time, now.Add(time.Minute)
+	if d := DecideServiceAccountKey(signs); !d.Until.Equal(now.Add(time.Hour)) || d.PollManaged {
+		t.Errorf("Until = %s, PollManaged %t; want %s, false", d.Until, d.PollManaged, now.Add(time.Hour))
+	}
+}
+
+func TestTokenSecretsMessageNamesTheFirstFive(t *testing.T) {
+	d := DecideServiceAccountKey(ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: credentials.ServiceAccountKeySwitched,
+		ConsumersRolledOut: true, TokenSecrets: EvidencePending, TokenSecretsBehind: []string{"a/1", "a/2", "a/3", "a/4", "a/5", "b/6", "b/7"}})
+	if want := "7 Secret(s) behind: a/1, a/2, a/3, a/4, a/5 and 2 more"; !strings.HasSuffix(d.Message, want) {
+		t.Errorf("message %q does not end in %q", d.Message, want)
 	}
 }
 
@@ -135,13 +186,18 @@ func TestRotateCredentialsNeedsBothRotationsAllowed(t *testing.T) {
 // after the new key signs, and a phase ends only once the consumers rolled
 // out.
 func FuzzDecideServiceAccountKey(f *testing.F) {
-	f.Add(uint8(1), uint8(0), false, true)
+	f.Add(uint8(1), uint8(0), false, true, uint8(0), uint8(60), uint8(1), uint8(30))
 	phases := []v1alpha1.ServiceAccountKeyRotationPhase{"", v1alpha1.ServiceAccountKeyPreparing, v1alpha1.ServiceAccountKeyPrepared,
 		v1alpha1.ServiceAccountKeyFinalizing, v1alpha1.ServiceAccountKeyCompleted}
 	stages := []credentials.ServiceAccountKeyStage{credentials.ServiceAccountKeySingle, credentials.ServiceAccountKeyStaged, credentials.ServiceAccountKeySwitched}
-	f.Fuzz(func(t *testing.T, phase, stage uint8, stagedHere, rolledOut bool) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, phase, stage uint8, stagedHere, rolledOut bool, tokenSecrets uint8, refreshMinutes, signingMinutes, nowMinutes uint8) {
 		facts := ServiceAccountKeyFacts{Phase: phases[int(phase)%len(phases)], Stage: stages[int(stage)%len(stages)],
-			StagedInThisRotation: stagedHere, ConsumersRolledOut: rolledOut}
+			StagedInThisRotation: stagedHere, ConsumersRolledOut: rolledOut, TokenSecrets: fuzzEvidence[int(tokenSecrets)%len(fuzzEvidence)],
+			WorkloadTokenRefresh: time.Duration(refreshMinutes) * time.Minute, Now: t0.Add(time.Duration(nowMinutes) * time.Minute)}
+		if signingMinutes > 0 {
+			facts.NewKeySigning = t0.Add(time.Duration(signingMinutes-1) * time.Minute)
+		}
 		d := DecideServiceAccountKey(facts)
 		if d.Write == credentials.ServiceAccountKeyStaged &&
 			(facts.Phase != v1alpha1.ServiceAccountKeyPreparing || facts.Stage != credentials.ServiceAccountKeySingle || facts.StagedInThisRotation) {
@@ -155,6 +211,14 @@ func FuzzDecideServiceAccountKey(f *testing.F) {
 		}
 		if d.Phase != facts.Phase && (!facts.ConsumersRolledOut || d.Write != "") {
 			t.Fatalf("phase %s → %s before the consumers rolled out the last write, on %+v", facts.Phase, d.Phase, facts)
+		}
+		if d.Phase == v1alpha1.ServiceAccountKeyPrepared && facts.Phase == v1alpha1.ServiceAccountKeyPreparing &&
+			facts.TokenSecrets != EvidencePassed && facts.TokenSecrets != EvidenceSkipped {
+			t.Fatalf("Prepared before the token Secrets were re-issued, on %+v", facts)
+		}
+		if d.Phase == v1alpha1.ServiceAccountKeyPrepared && facts.Phase == v1alpha1.ServiceAccountKeyPreparing && facts.WorkloadTokenRefresh > 0 &&
+			(facts.NewKeySigning.IsZero() || facts.Now.Before(facts.NewKeySigning.Add(facts.WorkloadTokenRefresh))) {
+			t.Fatalf("Prepared before pods had workloadTokenRefresh, on %+v", facts)
 		}
 		if d.Phase.RotationInProgress() && d.Reason == "" {
 			t.Fatalf("phase %s without a reason on %+v", d.Phase, facts)

@@ -49,6 +49,9 @@ func (f *flakyAPIServer) KubeRootCABehind(context.Context, string, []byte, []byt
 func (f *flakyAPIServer) APIServicesBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error) {
 	return f.KubeRootCABehind(ctx, endpoint, serverTrust, certPEM, keyPEM, want)
 }
+func (f *flakyAPIServer) TokenSecretsBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte, _ string) ([]string, error) {
+	return f.KubeRootCABehind(ctx, endpoint, serverTrust, certPEM, keyPEM, nil)
+}
 
 var _ = Describe("Failure modes", func() {
 	var (

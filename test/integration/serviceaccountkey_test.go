@@ -3,12 +3,7 @@ package integration
 import (
 	"context"
 	"crypto"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/json"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,11 +21,15 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/test/framework"
 )
 
 var _ = Describe("Service-account signing key rotation on a real API server", Ordered, func() {
-	const serviceAccount = "rotation-probe"
+	const (
+		serviceAccount = "rotation-probe"
+		tokenSecret    = "rotation-probe-token"
+	)
 	var (
 		writes atomic.Int64
 		key    client.ObjectKey
@@ -44,9 +43,13 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		startControllers(ns, &writes)
 		port, err := framework.FreePort()
 		Expect(err).NotTo(HaveOccurred())
-		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port}
+		// kube-controller-manager signs the tokens of service-account token
+		// Secrets with the key it mounts, and re-issues an emptied one.
+		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port, ControllerManager: true}
 		c = &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sa-key"},
-			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()}}}
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()},
+				// Long enough to be seen waiting; the spec shortens it.
+				ServiceAccountKeyRotation: v1alpha1.ServiceAccountKeyRotationSettings{WorkloadTokenRefresh: &metav1.Duration{Duration: time.Hour}}}}
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		key = client.ObjectKeyFromObject(c)
 		c = waitForReady(ctx, key)
@@ -56,7 +59,21 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		_, err = admin.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx,
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: serviceAccount}}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
+		_, err = admin.CoreV1().Secrets(metav1.NamespaceDefault).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: tokenSecret, Annotations: map[string]string{corev1.ServiceAccountNameKey: serviceAccount}},
+			Type:       corev1.SecretTypeServiceAccountToken}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
 	})
+
+	// storedToken is the token kube-controller-manager keeps in the
+	// service-account token Secret, once it has written one.
+	storedToken := func(ctx context.Context) string {
+		s, err := admin.CoreV1().Secrets(metav1.NamespaceDefault).Get(ctx, tokenSecret, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return string(s.Data[corev1.ServiceAccountTokenKey])
+	}
 
 	// issue mints a token for the probe's service account, as the kubelet
 	// does for a pod (TokenRequest), and returns it with the key ID of the
@@ -67,7 +84,7 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		if err != nil {
 			return "", "", err
 		}
-		return tr.Status.Token, keyIDOfToken(tr.Status.Token), nil
+		return tr.Status.Token, evidence.TokenKeyID([]byte(tr.Status.Token)), nil
 	}
 	// use authenticates to the managed API server with a token, as a pod
 	// does, and returns the user it was taken for.
@@ -83,6 +100,12 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 	const probeUser = "system:serviceaccount:default:" + serviceAccount
 	// signingKeyIDs returns the key IDs of the key Secret's signing key and
 	// of every key it verifies with.
+	keyID := func(pub crypto.PublicKey) string {
+		GinkgoHelper()
+		id, err := credentials.ServiceAccountKeyID(pub)
+		Expect(err).NotTo(HaveOccurred())
+		return id
+	}
 	signingKeyIDs := func(ctx context.Context) (signing string, verifying []string) {
 		GinkgoHelper()
 		s := &corev1.Secret{}
@@ -107,6 +130,9 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kid).To(Equal(oldKey), "the API server signs with the key Carousel issued")
 		Expect(use(ctx, before)).To(Equal(probeUser))
+		Eventually(storedToken).WithContext(ctx).WithTimeout(time.Minute).ShouldNot(BeEmpty(), "kube-controller-manager fills the token Secret")
+		stored := storedToken(ctx)
+		Expect(evidence.TokenKeyID([]byte(stored))).To(Equal(oldKey))
 
 		By("minting and using tokens all through Preparing, as pods do while the API server rolls twice")
 		var (
@@ -137,17 +163,34 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 			}
 		})
 		Expect(annotate(ctx, getCluster(ctx, key), string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
+		var signing time.Time
 		Eventually(func(g Gomega) {
 			got := getCluster(ctx, key)
-			g.Expect(got.ServiceAccountKeyRotationPhase()).To(Equal(v1alpha1.ServiceAccountKeyPrepared))
+			g.Expect(got.ServiceAccountKeyRotationPhase()).To(Equal(v1alpha1.ServiceAccountKeyPreparing))
+			g.Expect(got.ServiceAccountKeyRotation().NewKeySigningTime).NotTo(BeNil())
+			signing = got.ServiceAccountKeyRotation().NewKeySigningTime.Time
 			g.Expect(got.Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionServiceAccountKeyRotation),
-				HaveField("Reason", string(v1alpha1.ReasonWaitingForCompletion)))))
-		}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "Preparing rolls the API server twice")
+				HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkloadTokenRefresh)),
+				HaveField("Message", ContainSubstring("giving pods until "+signing.Add(time.Hour).UTC().Format(time.RFC3339)+" to replace their service-account tokens")))))
+		}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "Preparing rolls the API server twice, then gives pods an hour")
 		stopProbe()
 		wg.Wait()
 		Expect(rejected).To(BeEmpty(), "no token was rejected while the key moved")
 		Expect(used.Load()).To(BeNumerically(">", 10), "tokens were used during Preparing")
 		Expect(getCluster(ctx, key).CARotationPhase()).To(BeEmpty(), "the CA rotation is not started by the key rotation")
+
+		By("giving pods no time at all: Prepared")
+		got := getCluster(ctx, key)
+		patch := client.MergeFrom(got.DeepCopy())
+		got.Spec.ServiceAccountKeyRotation.WorkloadTokenRefresh = &metav1.Duration{}
+		Expect(k8s.Patch(ctx, got, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := getCluster(ctx, key)
+			g.Expect(got.ServiceAccountKeyRotationPhase()).To(Equal(v1alpha1.ServiceAccountKeyPrepared))
+			g.Expect(got.Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionServiceAccountKeyRotation),
+				HaveField("Reason", string(v1alpha1.ReasonWaitingForCompletion)))))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		Expect(getCluster(ctx, key).ServiceAccountKeyRotation().NewKeySigningTime.Time).To(Equal(signing), "recorded once")
 
 		newKey, verifying := signingKeyIDs(ctx)
 		Expect(newKey).NotTo(Equal(oldKey))
@@ -157,6 +200,9 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		Expect(kid).To(Equal(newKey), "Prepared: the API server signs with the new key")
 		Expect(use(ctx, during)).To(Equal(probeUser))
 		Expect(use(ctx, before)).To(Equal(probeUser), "Prepared: a token of the old key is still accepted")
+		reissued := storedToken(ctx)
+		Expect(evidence.TokenKeyID([]byte(reissued))).To(Equal(newKey), "Prepared: the token Secret was re-issued with the new key")
+		Expect(use(ctx, reissued)).To(Equal(probeUser))
 
 		By("a no-op pass in Prepared writes nothing")
 		idle := writes.Load()
@@ -169,12 +215,15 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		Eventually(func(ctx context.Context) v1alpha1.ServiceAccountKeyRotationPhase {
 			return getCluster(ctx, key).ServiceAccountKeyRotationPhase()
 		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Equal(v1alpha1.ServiceAccountKeyCompleted))
-		signing, verifying := signingKeyIDs(ctx)
-		Expect(signing).To(Equal(newKey))
+		signingKey, verifying := signingKeyIDs(ctx)
+		Expect(signingKey).To(Equal(newKey))
 		Expect(verifying).To(ConsistOf(newKey))
 		_, err = use(ctx, before)
 		Expect(apierrors.IsUnauthorized(err)).To(BeTrue(), "Completed: a token of the old key is rejected, got %v", err)
 		Expect(use(ctx, during)).To(Equal(probeUser), "a token issued in Prepared outlives the rotation")
+		Expect(use(ctx, reissued)).To(Equal(probeUser), "so does the re-issued token of the Secret")
+		_, err = use(ctx, stored)
+		Expect(apierrors.IsUnauthorized(err)).To(BeTrue(), "the Secret's first token, of the old key, is rejected, got %v", err)
 		after, kid, err := issue(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kid).To(Equal(newKey))
@@ -186,26 +235,3 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		Expect(rot.LastCompletionTime).NotTo(BeNil())
 	})
 })
-
-// keyIDOfToken is the kid in a JWT's header; empty when there is none.
-func keyIDOfToken(token string) string {
-	header, _, _ := strings.Cut(token, ".")
-	raw, err := base64.RawURLEncoding.DecodeString(header)
-	if err != nil {
-		return ""
-	}
-	var h struct {
-		KeyID string `json:"kid"`
-	}
-	_ = json.Unmarshal(raw, &h)
-	return h.KeyID
-}
-
-// keyID is the key ID the API server gives the tokens a public key verifies:
-// the unpadded base64url of the SHA-256 of its PKIX form.
-func keyID(pub crypto.PublicKey) string {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	Expect(err).NotTo(HaveOccurred())
-	sum := sha256.Sum256(der)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
-}

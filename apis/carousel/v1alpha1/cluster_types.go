@@ -89,6 +89,13 @@ type ClusterSpec struct {
 	// +kubebuilder:default={}
 	CARotation CARotationSettings `json:"caRotation,omitempty"`
 
+	// ServiceAccountKeyRotation configures how the cluster's service-account
+	// signing key rotations proceed.
+	//
+	// +optional
+	// +kubebuilder:default={}
+	ServiceAccountKeyRotation ServiceAccountKeyRotationSettings `json:"serviceAccountKeyRotation,omitempty"`
+
 	// Maintenance sets when Carousel carries out the operations queued with
 	// the carousel.dev/maintenance-operation annotation.
 	//
@@ -135,6 +142,24 @@ type CARotationSettings struct {
 	// +optional
 	// +kubebuilder:default="7m"
 	WorkloadTrustReload *metav1.Duration `json:"workloadTrustReload,omitempty"`
+}
+
+// ServiceAccountKeyRotationSettings configures how a cluster's
+// service-account signing key rotations proceed.
+type ServiceAccountKeyRotationSettings struct {
+	// WorkloadTokenRefresh is how long Preparing waits, once every API server
+	// signs with the new key, before it becomes Prepared. A pod authenticates
+	// with the service-account token its kubelet projects into it, and the
+	// kubelet replaces that token once 80% of its lifetime has passed (the
+	// default lifetime is an hour), at the latest after 24 hours.
+	// rotate-serviceaccount-key-complete drops the old key, so a pod still
+	// holding a token of it is rejected from then on. Between 0 (for a cluster
+	// whose pods do not call the API server, or are all restarted before
+	// completing) and MaxWorkloadTokenRefresh.
+	//
+	// +optional
+	// +kubebuilder:default="1h"
+	WorkloadTokenRefresh *metav1.Duration `json:"workloadTokenRefresh,omitempty"`
 }
 
 // ControlPlaneSpec locates the managed cluster's API server.
@@ -446,6 +471,14 @@ type ServiceAccountKeyRotation struct {
 	//
 	// +optional
 	LastCompletionTime *metav1.Time `json:"lastCompletionTime,omitempty"`
+
+	// NewKeySigningTime is when every API server and kube-controller-manager
+	// were first seen signing with the new key, and every service-account
+	// token Secret re-issued, in this rotation's Preparing. Prepared waits
+	// spec.serviceAccountKeyRotation.workloadTokenRefresh from here.
+	//
+	// +optional
+	NewKeySigningTime *metav1.Time `json:"newKeySigningTime,omitempty"`
 }
 
 // CARotationPhase is a phase of a CA rotation.

@@ -190,6 +190,16 @@ const (
 	// ReasonWaitingForSigningAPIServers: service-account key Preparing waits
 	// for the API servers and kube-controller-manager to sign with the new key.
 	ReasonWaitingForSigningAPIServers RotationReason = "WaitingForAPIServersToSignWithNewKey"
+	// ReasonWaitingForTokenSecrets: service-account key Preparing waits for
+	// kube-controller-manager to re-issue the tokens of the managed cluster's
+	// kubernetes.io/service-account-token Secrets with the new key; the
+	// message names the Secrets behind.
+	ReasonWaitingForTokenSecrets RotationReason = "WaitingForServiceAccountTokenSecrets"
+	// ReasonWaitingForWorkloadTokenRefresh: the new key signs everywhere;
+	// service-account key Preparing gives pods
+	// spec.serviceAccountKeyRotation.workloadTokenRefresh to replace their
+	// projected tokens before it becomes Prepared.
+	ReasonWaitingForWorkloadTokenRefresh RotationReason = "WaitingForWorkloadTokenRefresh"
 	// ReasonWaitingForOldServiceAccountKeyDrop: service-account key
 	// Finalizing waits for the API servers to stop accepting the old key.
 	ReasonWaitingForOldServiceAccountKeyDrop RotationReason = "WaitingForOldServiceAccountKeyRemoval"

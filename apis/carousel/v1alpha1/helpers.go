@@ -119,6 +119,12 @@ func (r *CARotationSettings) WorkloadTrustReloadOrDefault() time.Duration {
 	return durationOr(r.WorkloadTrustReload, DefaultWorkloadTrustReload)
 }
 
+// WorkloadTokenRefreshOrDefault returns the workloadTokenRefresh, or
+// DefaultWorkloadTokenRefresh when unset.
+func (r *ServiceAccountKeyRotationSettings) WorkloadTokenRefreshOrDefault() time.Duration {
+	return durationOr(r.WorkloadTokenRefresh, DefaultWorkloadTokenRefresh)
+}
+
 // KeyAlgorithmOrDefault returns the key algorithm, or DefaultKeyAlgorithm when unset.
 func (cs *CertificateSettings) KeyAlgorithmOrDefault() KeyAlgorithm {
 	if cs.KeyAlgorithm == "" {

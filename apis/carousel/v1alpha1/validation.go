@@ -52,6 +52,12 @@ const (
 	// (k8s.io/client-go/transport, ClientsAllowCARotation), and a margin.
 	DefaultWorkloadTrustReload = 7 * time.Minute
 	MaxWorkloadTrustReload     = time.Hour
+
+	// How long service-account key Preparing waits for pods to get tokens of
+	// the new key: the kubelet replaces a projected token at 80% of its
+	// lifetime (an hour by default) and at the latest after 24 hours.
+	DefaultWorkloadTokenRefresh = time.Hour
+	MaxWorkloadTokenRefresh     = 25 * time.Hour
 )
 
 // DefaultMaxUnavailable is the share of an InPlace pool's nodes that renew
@@ -99,6 +105,8 @@ func ValidateClusterSpec(spec *ClusterSpec, p *field.Path) field.ErrorList {
 	allErrs = append(allErrs, validateKubeletBootstrap(&spec.KubeletBootstrap, p.Child("kubeletBootstrap"))...)
 	allErrs = append(allErrs, validateDurationBounds(spec.CARotation.WorkloadTrustReload, 0, MaxWorkloadTrustReload,
 		p.Child("caRotation", "workloadTrustReload"))...)
+	allErrs = append(allErrs, validateDurationBounds(spec.ServiceAccountKeyRotation.WorkloadTokenRefresh, 0, MaxWorkloadTokenRefresh,
+		p.Child("serviceAccountKeyRotation", "workloadTokenRefresh"))...)
 	return allErrs
 }
 

@@ -117,6 +117,8 @@ func TestValidateClusterSpec(t *testing.T) {
 		{"workloads that never reload trust", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(0) }, ""},
 		{"workload trust reload at most an hour", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(MaxWorkloadTrustReload) }, ""},
 		{"workload trust reload negative", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(-time.Second) }, "spec.caRotation.workloadTrustReload: Invalid value"},
+		{"workload token refresh above a day", func(s *ClusterSpec) { s.ServiceAccountKeyRotation.WorkloadTokenRefresh = dur(26 * time.Hour) },
+			"spec.serviceAccountKeyRotation.workloadTokenRefresh: Invalid value"},
 		{"workload trust reload too long", func(s *ClusterSpec) { s.CARotation.WorkloadTrustReload = dur(2 * time.Hour) }, "must be between 0s and 1h0m0s"},
 		{"unknown client approval", func(s *ClusterSpec) { s.KubeletBootstrap.CSRApproval.Client = "Maybe" }, "spec.kubeletBootstrap.csrApproval.client: Unsupported value"},
 		{"unknown serving approval", func(s *ClusterSpec) { s.KubeletBootstrap.CSRApproval.Serving = "Maybe" }, "spec.kubeletBootstrap.csrApproval.serving: Unsupported value"},

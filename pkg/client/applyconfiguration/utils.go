@@ -66,6 +66,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &carouselv1alpha1.PendingWorkersRolloutApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServiceAccountKeyRotation"):
 		return &carouselv1alpha1.ServiceAccountKeyRotationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ServiceAccountKeyRotationSettings"):
+		return &carouselv1alpha1.ServiceAccountKeyRotationSettingsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("WorkerPool"):
 		return &carouselv1alpha1.WorkerPoolApplyConfiguration{}
 

@@ -256,6 +256,11 @@ func (r *Reconciler) requeue(s *scope) ctrl.Result {
 		return ctrl.Result{} // the old CAs were dropped: their Secrets' events come back
 	}
 	result := ctrl.Result{RequeueAfter: s.certs.nextRenewal.Sub(r.Clock.Now())}
+	if d := s.keyDecision; d != nil && d.PollManaged {
+		result = lookAgainBy(result, r.Clock.Now().Add(r.managedPollDelay(s.cluster, s.managedCheckFailed)), r.Clock.Now())
+	} else if d != nil {
+		result = lookAgainBy(result, d.Until, r.Clock.Now())
+	}
 	switch w := s.decision.Wait; {
 	case w == nil:
 	case w.PollManaged:

@@ -31,6 +31,7 @@ type EvidenceChecker interface {
 	ServesChainTo(ctx context.Context, endpoint string, roots []byte) error
 	KubeRootCABehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error)
 	APIServicesBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error)
+	TokenSecretsBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte, keyID string) ([]string, error)
 }
 
 // Reconciler reconciles Clusters.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -27,8 +29,22 @@ func (r *Reconciler) serviceAccountKeyPhase(ctx context.Context, s *scope) error
 		return fmt.Errorf("service-account key Secret %s: %w", name, err)
 	}
 	id := rotation.ServiceAccountKeyRotationID(rot)
-	d := rotation.DecideServiceAccountKey(rotation.ServiceAccountKeyFacts{Phase: rot.Phase, Stage: key.Stage(),
-		StagedInThisRotation: secret.Annotations[v1alpha1.AnnotationRotation] == id, ConsumersRolledOut: s.rolledOut})
+	facts := rotation.ServiceAccountKeyFacts{Phase: rot.Phase, Stage: key.Stage(),
+		StagedInThisRotation: secret.Annotations[v1alpha1.AnnotationRotation] == id, ConsumersRolledOut: s.rolledOut,
+		WorkloadTokenRefresh: c.Spec.ServiceAccountKeyRotation.WorkloadTokenRefreshOrDefault(), Now: r.Clock.Now()}
+	if rotation.TokenSecretsCheckDue(facts) {
+		if facts.TokenSecrets, facts.TokenSecretsBehind, err = r.reissueTokenSecrets(ctx, s, key); err != nil {
+			return err
+		}
+	}
+	if next := rotation.RecordNewKeySigning(rot, facts, r.now()); next != rot {
+		setServiceAccountKeyRotation(c, next)
+		rot = next
+	}
+	if rot.NewKeySigningTime != nil {
+		facts.NewKeySigning = rot.NewKeySigningTime.Time
+	}
+	d := rotation.DecideServiceAccountKey(facts)
 	want := desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name)}
 	switch d.Write {
 	case credentials.ServiceAccountKeyStaged:
@@ -55,4 +71,34 @@ func (r *Reconciler) serviceAccountKeyPhase(ctx context.Context, s *scope) error
 	}
 	s.keyDecision = &d
 	return nil
+}
+
+// reissueTokenSecrets has the managed cluster's service-account token Secrets
+// re-issued with the key's signing key (evidence.Checker.TokenSecretsBehind)
+// and reports what it saw: Skipped without an endpoint, Pending while Secrets
+// lag behind or the API server cannot be reached (the ControlPlaneReachable
+// condition says so, and the poll backs off).
+func (r *Reconciler) reissueTokenSecrets(ctx context.Context, s *scope, key *credentials.ServiceAccountKey) (rotation.Evidence, []string, error) {
+	c := s.cluster
+	endpoint := c.Spec.ControlPlane.Endpoint
+	switch {
+	case s.endpointRemoved:
+		return rotation.EvidencePending, nil, s.observe(endpointRemovedCondition(c), nil)
+	case endpoint == "" || r.Evidence == nil:
+		return rotation.EvidenceSkipped, nil, nil
+	}
+	keyID, err := credentials.ServiceAccountKeyID(key.Signing.Public())
+	if err != nil {
+		return "", nil, err
+	}
+	operator := s.objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
+	behind, err := r.Evidence.TokenSecretsBehind(ctx, endpoint, s.trust[v1alpha1.CARoleCluster],
+		operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey], keyID)
+	if err != nil {
+		return rotation.EvidencePending, nil, s.observe(reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()), errManagedCheckFailed)
+	}
+	if len(behind) > 0 {
+		return rotation.EvidencePending, behind, nil
+	}
+	return rotation.EvidencePassed, nil, nil
 }

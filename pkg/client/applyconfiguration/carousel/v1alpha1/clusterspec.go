@@ -41,6 +41,9 @@ type ClusterSpecApplyConfiguration struct {
 	KubeletBootstrap *KubeletBootstrapSpecApplyConfiguration `json:"kubeletBootstrap,omitempty"`
 	// CARotation configures how the cluster's CA rotations proceed.
 	CARotation *CARotationSettingsApplyConfiguration `json:"caRotation,omitempty"`
+	// ServiceAccountKeyRotation configures how the cluster's service-account
+	// signing key rotations proceed.
+	ServiceAccountKeyRotation *ServiceAccountKeyRotationSettingsApplyConfiguration `json:"serviceAccountKeyRotation,omitempty"`
 	// Maintenance sets when Carousel carries out the operations queued with
 	// the carousel.dev/maintenance-operation annotation.
 	Maintenance *MaintenanceSpecApplyConfiguration `json:"maintenance,omitempty"`
@@ -102,6 +105,14 @@ func (b *ClusterSpecApplyConfiguration) WithKubeletBootstrap(value *KubeletBoots
 // If called multiple times, the CARotation field is set to the value of the last call.
 func (b *ClusterSpecApplyConfiguration) WithCARotation(value *CARotationSettingsApplyConfiguration) *ClusterSpecApplyConfiguration {
 	b.CARotation = value
+	return b
+}
+
+// WithServiceAccountKeyRotation sets the ServiceAccountKeyRotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ServiceAccountKeyRotation field is set to the value of the last call.
+func (b *ClusterSpecApplyConfiguration) WithServiceAccountKeyRotation(value *ServiceAccountKeyRotationSettingsApplyConfiguration) *ClusterSpecApplyConfiguration {
+	b.ServiceAccountKeyRotation = value
 	return b
 }
 

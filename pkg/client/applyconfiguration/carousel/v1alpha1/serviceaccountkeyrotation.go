@@ -39,6 +39,11 @@ type ServiceAccountKeyRotationApplyConfiguration struct {
 	LastCompletionTriggeredTime *v1.Time `json:"lastCompletionTriggeredTime,omitempty"`
 	// LastCompletionTime is when the last rotation became Completed.
 	LastCompletionTime *v1.Time `json:"lastCompletionTime,omitempty"`
+	// NewKeySigningTime is when every API server and kube-controller-manager
+	// were first seen signing with the new key, and every service-account
+	// token Secret re-issued, in this rotation's Preparing. Prepared waits
+	// spec.serviceAccountKeyRotation.workloadTokenRefresh from here.
+	NewKeySigningTime *v1.Time `json:"newKeySigningTime,omitempty"`
 }
 
 // ServiceAccountKeyRotationApplyConfiguration constructs a declarative configuration of the ServiceAccountKeyRotation type for use with
@@ -84,5 +89,13 @@ func (b *ServiceAccountKeyRotationApplyConfiguration) WithLastCompletionTriggere
 // If called multiple times, the LastCompletionTime field is set to the value of the last call.
 func (b *ServiceAccountKeyRotationApplyConfiguration) WithLastCompletionTime(value v1.Time) *ServiceAccountKeyRotationApplyConfiguration {
 	b.LastCompletionTime = &value
+	return b
+}
+
+// WithNewKeySigningTime sets the NewKeySigningTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NewKeySigningTime field is set to the value of the last call.
+func (b *ServiceAccountKeyRotationApplyConfiguration) WithNewKeySigningTime(value v1.Time) *ServiceAccountKeyRotationApplyConfiguration {
+	b.NewKeySigningTime = &value
 	return b
 }
