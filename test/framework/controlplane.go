@@ -515,10 +515,19 @@ func (m *ManagedControlPlane) Stop() {
 // now, one at a time, as a Deployment with maxUnavailable 0 does: each is
 // taken out of service, stopped (it finishes the requests it has and closes
 // its connections, whose clients reconnect to a replica in service), started
-// again and put back in service once ready, before the next. With one
-// replica, the API server is down while it restarts.
+// again and put back in service once ready, then serves next to the replicas
+// not rolled yet for apiServerRollOverlap before the next is taken out, as a
+// Deployment's new and old pods both stand behind its Service for a while.
+// With one replica, the API server is down while it restarts.
 func (m *ManagedControlPlane) RestartAPIServer(ctx context.Context) error {
 	for i := range m.apiservers {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(apiServerRollOverlap):
+			}
+		}
 		m.stopAPIServerReplica(i)
 		if err := m.startAPIServerReplica(ctx, i); err != nil {
 			return err
@@ -526,6 +535,11 @@ func (m *ManagedControlPlane) RestartAPIServer(ctx context.Context) error {
 	}
 	return nil
 }
+
+// apiServerRollOverlap is how long a rolled API server replica serves next to
+// the ones not rolled yet: clients meet both versions of the files, as they
+// do in a Deployment rollout.
+const apiServerRollOverlap = 5 * time.Second
 
 // start starts one of the control plane's binaries on the ports
 // ReservePorts holds and waits, for a minute at most, until it is ready or

@@ -12,12 +12,14 @@ import (
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -228,6 +230,29 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kid).To(Equal(newKey))
 		Expect(use(ctx, after)).To(Equal(probeUser))
+
+		By("recording the phases as events and as a Prometheus metric")
+		Eventually(func(g Gomega) []string {
+			var list eventsv1.EventList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(c.Namespace))).To(Succeed())
+			var notes []string
+			for _, e := range list.Items {
+				if e.Reason == v1alpha1.EventServiceAccountKeyRotationPhaseChanged {
+					notes = append(notes, e.Note)
+				}
+			}
+			return notes
+		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(ContainElements(
+			"service-account key rotation phase none (never rotated) → Preparing", "service-account key rotation phase Preparing → Prepared",
+			"service-account key rotation phase Prepared → Finalizing", "service-account key rotation phase Finalizing → Completed"))
+		families, err := metrics.Registry.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		phase := func(p string) map[string]string {
+			return map[string]string{"namespace": c.Namespace, "cluster": c.Name, "phase": p}
+		}
+		Expect(metricValue(families, "carousel_service_account_key_rotation_phase", phase("Completed"))).To(Equal(1.0))
+		Expect(metricValue(families, "carousel_service_account_key_rotation_phase", phase("Preparing"))).To(Equal(0.0))
+
 		rot := getCluster(ctx, key).ServiceAccountKeyRotation()
 		Expect(rot.LastInitiationTime).NotTo(BeNil())
 		Expect(rot.LastInitiationFinishedTime).NotTo(BeNil())

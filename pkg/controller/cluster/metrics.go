@@ -19,6 +19,7 @@ type Metrics struct {
 	caExpiry    *prometheus.GaugeVec
 	certExpiry  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
+	keyPhase    *prometheus.GaugeVec
 	phaseLength *prometheus.HistogramVec
 	recommended *prometheus.GaugeVec
 }
@@ -30,6 +31,10 @@ var recommendationReasons = []string{v1alpha1.ReasonRotationDue, v1alpha1.Reason
 var phases = []v1alpha1.CARotationPhase{
 	v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
 	v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted,
+}
+
+var keyPhases = []v1alpha1.ServiceAccountKeyRotationPhase{
+	v1alpha1.ServiceAccountKeyPreparing, v1alpha1.ServiceAccountKeyPrepared, v1alpha1.ServiceAccountKeyFinalizing, v1alpha1.ServiceAccountKeyCompleted,
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -47,6 +52,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "carousel_ca_rotation_phase",
 			Help: "1 for the CA rotation phase a cluster is in, 0 for the others.",
 		}, []string{"namespace", "cluster", "phase"}),
+		keyPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carousel_service_account_key_rotation_phase",
+			Help: "1 for the service-account key rotation phase a cluster is in, 0 for the others; no series for a cluster whose key was never rotated.",
+		}, []string{"namespace", "cluster", "phase"}),
 		phaseLength: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carousel_ca_rotation_phase_duration_seconds",
 			Help:    "How long the Preparing and Finalizing phases of CA rotations took.",
@@ -61,6 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.recommended = promutil.Register(reg, m.recommended)
 	m.certExpiry = promutil.Register(reg, m.certExpiry)
 	m.phase = promutil.Register(reg, m.phase)
+	m.keyPhase = promutil.Register(reg, m.keyPhase)
 	m.phaseLength = promutil.Register(reg, m.phaseLength)
 	promutil.Register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "carousel_private_keys_generated_total",
@@ -94,6 +104,16 @@ func (m *Metrics) observe(c *v1alpha1.Cluster, all map[v1alpha1.CARole]*credenti
 		}
 		m.phase.WithLabelValues(c.Namespace, c.Name, string(p)).Set(v)
 	}
+	if c.ServiceAccountKeyRotation() == nil {
+		return
+	}
+	for _, p := range keyPhases {
+		v := 0.0
+		if p == c.ServiceAccountKeyRotationPhase() {
+			v = 1
+		}
+		m.keyPhase.WithLabelValues(c.Namespace, c.Name, string(p)).Set(v)
+	}
 }
 
 func (m *Metrics) phaseDuration(phase v1alpha1.CARotationPhase, start, end *metav1.Time) {
@@ -126,5 +146,6 @@ func (m *Metrics) forget(namespace, name string) {
 	m.caExpiry.DeletePartialMatch(labels)
 	m.certExpiry.DeletePartialMatch(labels)
 	m.phase.DeletePartialMatch(labels)
+	m.keyPhase.DeletePartialMatch(labels)
 	m.recommended.DeletePartialMatch(labels)
 }
