@@ -48,6 +48,7 @@ FUZZ_TARGETS := \
 	pkg/noderenewal:FuzzParseRequest \
 	pkg/pki:FuzzParseBundle \
 	pkg/rotation:FuzzApplyOperation \
+	pkg/rotation:FuzzDecideServiceAccountKey \
 	pkg/rotation:FuzzIssuer \
 	pkg/rotation:FuzzLifecycle \
 	pkg/rotation:FuzzNext \

@@ -20,6 +20,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -153,6 +154,16 @@ func (c Checker) restConfig(endpoint string, serverTrust, certPEM, keyPEM []byte
 	}
 	cfg.Timeout = c.timeout()
 	return cfg, nil
+}
+
+// clientset is a clientset for the API server at endpoint, as the client key
+// pair (restConfig).
+func (c Checker) clientset(endpoint string, serverTrust, certPEM, keyPEM []byte) (kubernetes.Interface, error) {
+	cfg, err := c.restConfig(endpoint, serverTrust, certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 func (c Checker) timeout() time.Duration {

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -27,11 +26,7 @@ const (
 // or that have none. It reads as the client key pair, verifying the API
 // server with serverTrust.
 func (c Checker) KubeRootCABehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error) {
-	cfg, err := c.restConfig(endpoint, serverTrust, certPEM, keyPEM)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := c.clientset(endpoint, serverTrust, certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}

@@ -26,11 +26,7 @@ import (
 // verifying the API server with serverTrust; a Secret changed meanwhile is
 // left for the next call.
 func (c Checker) TokenSecretsBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte, keyID string) ([]string, error) {
-	cfg, err := c.restConfig(endpoint, serverTrust, certPEM, keyPEM)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := c.clientset(endpoint, serverTrust, certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -22,6 +21,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 var _ = Describe("The service-account key rotation on the HA control plane", func() {
@@ -37,39 +37,21 @@ var _ = Describe("The service-account key rotation on the HA control plane", fun
 		Expect(whoAmI(ctx, tokenClient(ctx, before))).To(Succeed())
 
 		By("minting a token through the load balancer and using it through a new connection, every 100 ms, while the API servers roll twice")
-		var (
-			mu       sync.Mutex
-			rejected []string
-			used     atomic.Int64
-			wg       sync.WaitGroup
-		)
+		probe := &kit.TokenProbe{Interval: 100 * time.Millisecond,
+			Mint: func(ctx context.Context) (string, error) {
+				token, _, err := mintToken(ctx)
+				return token, err
+			},
+			Use: func(ctx context.Context, token string) error { return whoAmI(ctx, tokenClient(ctx, token)) }}
+		var wg sync.WaitGroup
 		probeCtx, stopProbe := context.WithCancel(ctx)
-		wg.Go(func() {
-			for probeCtx.Err() == nil {
-				token, kid, err := mintToken(probeCtx)
-				if err == nil {
-					err = whoAmI(probeCtx, tokenClient(probeCtx, token))
-				}
-				switch {
-				case apierrors.IsUnauthorized(err):
-					mu.Lock()
-					rejected = append(rejected, time.Now().Format("15:04:05.000 ")+kid+": "+err.Error())
-					mu.Unlock()
-				case err == nil:
-					used.Add(1)
-				} // anything else: the replica behind the connection was restarting
-				select {
-				case <-probeCtx.Done():
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		})
+		wg.Go(func() { probe.Run(probeCtx) })
 		Expect(annotate(ctx, string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
 		waitForKeyPhase(ctx, v1alpha1.ServiceAccountKeyPrepared)
 		stopProbe()
 		wg.Wait()
-		Expect(rejected).To(BeEmpty(), "no replica rejected a token another minted while the key moved")
-		Expect(used.Load()).To(BeNumerically(">", 50))
+		Expect(probe.Rejected()).To(BeEmpty(), "no replica rejected a token another minted while the key moved")
+		Expect(probe.Used()).To(BeNumerically(">", 50))
 		during, kidDuring, err := mintToken(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kidDuring).NotTo(Equal(kidBefore), "Prepared: the API servers sign with the new key")

@@ -25,6 +25,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
 var _ = Describe("Service-account signing key rotation on a real API server", Ordered, func() {
@@ -100,14 +101,15 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		return review.Status.UserInfo.Username, nil
 	}
 	const probeUser = "system:serviceaccount:default:" + serviceAccount
-	// signingKeyIDs returns the key IDs of the key Secret's signing key and
-	// of every key it verifies with.
+	// keyID is the key ID the API server writes in the tokens pub verifies.
 	keyID := func(pub crypto.PublicKey) string {
 		GinkgoHelper()
 		id, err := credentials.ServiceAccountKeyID(pub)
 		Expect(err).NotTo(HaveOccurred())
 		return id
 	}
+	// signingKeyIDs returns the key IDs of the key Secret's signing key and
+	// of every key it verifies with.
 	signingKeyIDs := func(ctx context.Context) (signing string, verifying []string) {
 		GinkgoHelper()
 		s := &corev1.Secret{}
@@ -137,33 +139,18 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		Expect(evidence.TokenKeyID([]byte(stored))).To(Equal(oldKey))
 
 		By("minting and using tokens all through Preparing, as pods do while the API server rolls twice")
-		var (
-			rejected []string
-			used     atomic.Int64
-			mu       sync.Mutex
-			wg       sync.WaitGroup
-		)
+		probe := &kit.TokenProbe{Interval: 100 * time.Millisecond,
+			Mint: func(ctx context.Context) (string, error) {
+				token, _, err := issue(ctx)
+				return token, err
+			},
+			Use: func(ctx context.Context, token string) error {
+				_, err := use(ctx, token)
+				return err
+			}}
+		var wg sync.WaitGroup
 		probeCtx, stopProbe := context.WithCancel(ctx)
-		wg.Go(func() {
-			for probeCtx.Err() == nil {
-				token, kid, err := issue(probeCtx)
-				if err == nil {
-					_, err = use(probeCtx, token)
-				}
-				switch {
-				case apierrors.IsUnauthorized(err):
-					mu.Lock()
-					rejected = append(rejected, kid+": "+err.Error())
-					mu.Unlock()
-				case err == nil:
-					used.Add(1)
-				} // anything else: the API server restarting
-				select {
-				case <-probeCtx.Done():
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		})
+		wg.Go(func() { probe.Run(probeCtx) })
 		Expect(annotate(ctx, getCluster(ctx, key), string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
 		var signing time.Time
 		Eventually(func(g Gomega) {
@@ -177,8 +164,8 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "Preparing rolls the API server twice, then gives pods an hour")
 		stopProbe()
 		wg.Wait()
-		Expect(rejected).To(BeEmpty(), "no token was rejected while the key moved")
-		Expect(used.Load()).To(BeNumerically(">", 10), "tokens were used during Preparing")
+		Expect(probe.Rejected()).To(BeEmpty(), "no token was rejected while the key moved")
+		Expect(probe.Used()).To(BeNumerically(">", 10), "tokens were used during Preparing")
 		Expect(getCluster(ctx, key).CARotationPhase()).To(BeEmpty(), "the CA rotation is not started by the key rotation")
 
 		By("giving pods no time at all: Prepared")
