@@ -148,19 +148,12 @@ type ServiceAccountKeyFacts struct {
 	Now                  time.Time
 }
 
-// newKeySigns: every consumer signs with the new key and every token Secret
-// holds a token of it (or there is no endpoint to check them through).
-func newKeySigns(f ServiceAccountKeyFacts) bool {
-	return f.Phase == v1alpha1.ServiceAccountKeyPreparing && f.Stage == credentials.ServiceAccountKeySwitched && f.ConsumersRolledOut &&
-		(f.TokenSecrets == EvidencePassed || f.TokenSecrets == EvidenceSkipped)
-}
-
 // RecordNewKeySigning returns the rotation status with the time the new key
 // was first seen signing everywhere (rot itself when there is nothing to
 // record): the start of the time pods get to replace their tokens. It does
 // not modify rot.
 func RecordNewKeySigning(rot *v1alpha1.ServiceAccountKeyRotation, f ServiceAccountKeyFacts, now metav1.Time) *v1alpha1.ServiceAccountKeyRotation {
-	if rot == nil || rot.NewKeySigningTime != nil || !newKeySigns(f) {
+	if rot == nil || rot.NewKeySigningTime != nil || !TokenSecretsCheckDue(f) || !tokenSecretsDone(f) {
 		return rot
 	}
 	next := rot.DeepCopy()
@@ -169,10 +162,19 @@ func RecordNewKeySigning(rot *v1alpha1.ServiceAccountKeyRotation, f ServiceAccou
 }
 
 // TokenSecretsCheckDue reports whether the pass must re-issue the managed
-// cluster's service-account token Secrets and check them: in Preparing,
-// once every consumer signs with the new key.
+// cluster's service-account token Secrets and check them: in Preparing, once
+// every consumer signs with the new key, until a pass found them all
+// re-issued (NewKeySigning): kube-controller-manager signs the Secrets
+// created since with the new key.
 func TokenSecretsCheckDue(f ServiceAccountKeyFacts) bool {
-	return f.Phase == v1alpha1.ServiceAccountKeyPreparing && f.Stage == credentials.ServiceAccountKeySwitched && f.ConsumersRolledOut
+	return f.Phase == v1alpha1.ServiceAccountKeyPreparing && f.Stage == credentials.ServiceAccountKeySwitched && f.ConsumersRolledOut &&
+		f.NewKeySigning.IsZero()
+}
+
+// tokenSecretsDone: the new key signed every token Secret, or there is no
+// endpoint to check them through.
+func tokenSecretsDone(f ServiceAccountKeyFacts) bool {
+	return f.TokenSecrets == EvidencePassed || f.TokenSecrets == EvidenceSkipped
 }
 
 // ServiceAccountKeyDecision is what the reconciler does after a pass.
@@ -202,6 +204,11 @@ func DecideServiceAccountKey(f ServiceAccountKeyFacts) ServiceAccountKeyDecision
 		d.Reason, d.Message = reason, "waiting for the control-plane workloads to roll out: "+what
 		return d
 	}
+	const (
+		verifyingBoth = "every API server must verify tokens with the old and the new key before one signs with the new key"
+		signingNew    = "the API servers and kube-controller-manager sign with the new key"
+		droppingOld   = "the API servers stop accepting tokens of the old key"
+	)
 	switch f.Phase {
 	case v1alpha1.ServiceAccountKeyPreparing:
 		switch {
@@ -211,14 +218,13 @@ func DecideServiceAccountKey(f ServiceAccountKeyFacts) ServiceAccountKeyDecision
 			}
 			d.Reason, d.Message = v1alpha1.ReasonWaitingForNewServiceAccountKey, "generating and storing the new service-account key"
 		case !f.ConsumersRolledOut && f.Stage == credentials.ServiceAccountKeyStaged:
-			return waitForRollout(v1alpha1.ReasonWaitingForVerifyingAPIServers,
-				"every API server must verify tokens with the old and the new key before one signs with the new key")
+			return waitForRollout(v1alpha1.ReasonWaitingForVerifyingAPIServers, verifyingBoth)
 		case f.Stage == credentials.ServiceAccountKeyStaged:
 			d.Write = credentials.ServiceAccountKeySwitched
-			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, "the API servers and kube-controller-manager sign with the new key")
+			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, signingNew)
 		case !f.ConsumersRolledOut:
-			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, "the API servers and kube-controller-manager sign with the new key")
-		case f.TokenSecrets != EvidencePassed && f.TokenSecrets != EvidenceSkipped:
+			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, signingNew)
+		case f.NewKeySigning.IsZero() && !tokenSecretsDone(f):
 			d.Reason, d.PollManaged = v1alpha1.ReasonWaitingForTokenSecrets, true
 			d.Message = "waiting for kube-controller-manager to re-issue the tokens of kubernetes.io/service-account-token Secrets with the new key"
 			if n := len(f.TokenSecretsBehind); n > 0 {
@@ -240,12 +246,12 @@ func DecideServiceAccountKey(f ServiceAccountKeyFacts) ServiceAccountKeyDecision
 			// Only a hand-edited status completes from Staged: sign with
 			// the new key first, as Preparing would.
 			d.Write = credentials.ServiceAccountKeySwitched
-			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, "the API servers and kube-controller-manager sign with the new key")
+			return waitForRollout(v1alpha1.ReasonWaitingForSigningAPIServers, signingNew)
 		case f.Stage == credentials.ServiceAccountKeySwitched:
 			d.Write = credentials.ServiceAccountKeySingle
-			return waitForRollout(v1alpha1.ReasonWaitingForOldServiceAccountKeyDrop, "the API servers stop accepting tokens of the old key")
+			return waitForRollout(v1alpha1.ReasonWaitingForOldServiceAccountKeyDrop, droppingOld)
 		case !f.ConsumersRolledOut:
-			return waitForRollout(v1alpha1.ReasonWaitingForOldServiceAccountKeyDrop, "the API servers stop accepting tokens of the old key")
+			return waitForRollout(v1alpha1.ReasonWaitingForOldServiceAccountKeyDrop, droppingOld)
 		default:
 			d.Phase = v1alpha1.ServiceAccountKeyCompleted
 		}

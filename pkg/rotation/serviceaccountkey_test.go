@@ -51,6 +51,9 @@ func TestDecideServiceAccountKey(t *testing.T) {
 		{"pods replacing their tokens", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
 			ConsumersRolledOut: true, TokenSecrets: EvidencePassed, WorkloadTokenRefresh: time.Hour, NewKeySigning: t0, Now: t0.Add(59 * time.Minute)},
 			v1alpha1.ServiceAccountKeyPreparing, "", v1alpha1.ReasonWaitingForWorkloadTokenRefresh},
+		{"token Secrets not checked again once a pass found them re-issued", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
+			ConsumersRolledOut: true, WorkloadTokenRefresh: time.Hour, NewKeySigning: t0, Now: t0.Add(time.Minute)},
+			v1alpha1.ServiceAccountKeyPreparing, "", v1alpha1.ReasonWaitingForWorkloadTokenRefresh},
 		{"pods had workloadTokenRefresh: Prepared", ServiceAccountKeyFacts{Phase: v1alpha1.ServiceAccountKeyPreparing, Stage: switched,
 			ConsumersRolledOut: true, TokenSecrets: EvidencePassed, WorkloadTokenRefresh: time.Hour, NewKeySigning: t0, Now: t0.Add(time.Hour)},
 			v1alpha1.ServiceAccountKeyPrepared, "", v1alpha1.ReasonWaitingForCompletion},
@@ -213,7 +216,7 @@ func FuzzDecideServiceAccountKey(f *testing.F) {
 			t.Fatalf("phase %s → %s before the consumers rolled out the last write, on %+v", facts.Phase, d.Phase, facts)
 		}
 		if d.Phase == v1alpha1.ServiceAccountKeyPrepared && facts.Phase == v1alpha1.ServiceAccountKeyPreparing &&
-			facts.TokenSecrets != EvidencePassed && facts.TokenSecrets != EvidenceSkipped {
+			facts.NewKeySigning.IsZero() && !tokenSecretsDone(facts) {
 			t.Fatalf("Prepared before the token Secrets were re-issued, on %+v", facts)
 		}
 		if d.Phase == v1alpha1.ServiceAccountKeyPrepared && facts.Phase == v1alpha1.ServiceAccountKeyPreparing && facts.WorkloadTokenRefresh > 0 &&

@@ -32,17 +32,17 @@ func (r *Reconciler) serviceAccountKeyPhase(ctx context.Context, s *scope) error
 	facts := rotation.ServiceAccountKeyFacts{Phase: rot.Phase, Stage: key.Stage(),
 		StagedInThisRotation: secret.Annotations[v1alpha1.AnnotationRotation] == id, ConsumersRolledOut: s.rolledOut,
 		WorkloadTokenRefresh: c.Spec.ServiceAccountKeyRotation.WorkloadTokenRefreshOrDefault(), Now: r.Clock.Now()}
+	if rot.NewKeySigningTime != nil {
+		facts.NewKeySigning = rot.NewKeySigningTime.Time
+	}
 	if rotation.TokenSecretsCheckDue(facts) {
 		if facts.TokenSecrets, facts.TokenSecretsBehind, err = r.reissueTokenSecrets(ctx, s, key); err != nil {
 			return err
 		}
-	}
-	if next := rotation.RecordNewKeySigning(rot, facts, r.now()); next != rot {
-		setServiceAccountKeyRotation(c, next)
-		rot = next
-	}
-	if rot.NewKeySigningTime != nil {
-		facts.NewKeySigning = rot.NewKeySigningTime.Time
+		if next := rotation.RecordNewKeySigning(rot, facts, r.now()); next != rot {
+			setServiceAccountKeyRotation(c, next)
+			rot, facts.NewKeySigning = next, next.NewKeySigningTime.Time
+		}
 	}
 	d := rotation.DecideServiceAccountKey(facts)
 	want := desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name)}
