@@ -154,12 +154,12 @@ time either changes, until the rotation is %[3]s or --timeout passes.`, operatio
 	}
 	f := addOperationFlags(cmd, string(target))
 	complete := operation == v1alpha1.OperationCompleteCARotation
+	keyOperation, _, _ := operationOf(scopeServiceAccountKey, complete, nil)
+	allOperation, _, _ := operationOf(scopeAll, complete, nil)
 	cmd.Long += fmt.Sprintf(`
 
 --scope says what rotates: %[1]s (the default) the certificate authorities, %[2]s the service-account token
-signing key (%[3]s), %[4]s both at once (%[5]s).`, scopeCA, scopeServiceAccountKey,
-		map[bool]v1alpha1.OperationVerb{false: v1alpha1.VerbRotateServiceAccountKeyStart, true: v1alpha1.VerbRotateServiceAccountKeyComplete}[complete],
-		scopeAll, map[bool]v1alpha1.OperationVerb{false: v1alpha1.VerbRotateCredentialsStart, true: v1alpha1.VerbRotateCredentialsComplete}[complete])
+signing key (%[3]s), %[4]s both at once (%[5]s).`, scopeCA, scopeServiceAccountKey, keyOperation, scopeAll, allOperation)
 	cmd.Example += fmt.Sprintf(`
 
   # %s the rotation of the service-account signing key only

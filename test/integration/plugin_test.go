@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -204,6 +205,50 @@ var _ = Describe("kubectl carousel", func() {
 		}).Should(BeTrue())
 		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=bulk")).To(Succeed())
 		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+	})
+
+	It("rotates the CAs and the service-account key together with --scope all, and the key alone with --scope service-account-key", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		c := createCluster(ctx, ns, "both")
+		key := client.ObjectKeyFromObject(c)
+		waitForReady(ctx, key)
+		c = getCluster(ctx, key)
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Spec.ServiceAccountKeyRotation.WorkloadTokenRefresh = &metav1.Duration{} // no pod holds a token
+		Expect(k8s.Patch(ctx, c, patch)).To(Succeed())
+
+		_, err := kubectlCarousel(ctx, "rotation", "start", "both", "-n", ns, "--scope", "keys")
+		Expect(err).To(MatchError(ContainSubstring(`--scope "keys" is not one of ca, service-account-key, all`)))
+		_, err = kubectlCarousel(ctx, "rotation", "start", "both", "-n", ns, "--scope", "all", "--without-workers-rollout")
+		Expect(err).To(MatchError(ContainSubstring("--without-workers-rollout rotates the CAs only: it cannot be combined with --scope all")))
+
+		out, err := kubectlCarousel(ctx, "rotation", "start", "both", "-n", ns, "--scope", "all", "--wait", "--timeout", "1m")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(HavePrefix("cluster " + ns + "/both: rotate-credentials-start requested\n"))
+		Expect(out).To(MatchRegexp(`\nphase Prepared[^\n]*; service-account key phase Prepared: complete it with carousel.dev/operation=rotate-serviceaccount-key-complete[^\n]*\n$`))
+		c = getCluster(ctx, key)
+		Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationPrepared))
+		Expect(c.ServiceAccountKeyRotationPhase()).To(Equal(v1alpha1.ServiceAccountKeyPrepared))
+
+		out, err = kubectlCarousel(ctx, "rotation", "status", "both", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(MatchRegexp(`Service-account key phase:\s+Prepared\n`))
+
+		out, err = kubectlCarousel(ctx, "rotation", "complete", "both", "-n", ns, "--scope", "all", "--wait", "--timeout", "1m")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(HavePrefix("cluster " + ns + "/both: rotate-credentials-complete requested\n"))
+		Expect(out).To(HaveSuffix("phase Completed; service-account key phase Completed\n"))
+
+		By("rotating the key alone; the CA rotation stays Completed")
+		out, err = kubectlCarousel(ctx, "rotation", "start", "both", "-n", ns, "--scope", "service-account-key", "--wait", "--timeout", "1m")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(HavePrefix("cluster " + ns + "/both: rotate-serviceaccount-key-start requested\n"))
+		Expect(out).NotTo(MatchRegexp(`(?m)^phase `), "the CA rotation is not followed")
+		_, err = kubectlCarousel(ctx, "rotation", "start", "both", "-n", ns, "--scope", "all")
+		Expect(err).To(MatchError(ContainSubstring("cannot start a service-account key rotation: the rotation is in phase Prepared")))
+		Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationCompleted))
 	})
 
 	It("refuses a kubeconfig without an endpoint and a TTL out of bounds", func(ctx SpecContext) {
