@@ -61,14 +61,15 @@ func PhasesOf(c *v1alpha1.Cluster) Phases {
 // webhook was bypassed. A rotate-credentials verb is allowed when both of its
 // parts are.
 func Allowed(verb v1alpha1.OperationVerb, phases Phases) error {
-	if saVerb := verb.ServiceAccountKeyVerb(); saVerb != "" {
+	saVerb := verb.ServiceAccountKeyVerb()
+	if saVerb != "" {
 		if err := serviceAccountKeyAllowed(saVerb, phases.ServiceAccountKey); err != nil {
 			return err
 		}
 	}
 	caVerb := verb.CAVerb()
-	if caVerb == "" {
-		return nil
+	if caVerb == "" && saVerb != "" {
+		return nil // a service-account key operation only
 	}
 	phase := phases.CA
 	switch caVerb {
@@ -104,8 +105,8 @@ func Allowed(verb v1alpha1.OperationVerb, phases Phases) error {
 // when the operation is not allowed now. It does not modify rot.
 func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1alpha1.WorkerPool, now metav1.Time) (*v1alpha1.CARotation, error) {
 	caVerb := op.Verb.CAVerb()
-	if caVerb == "" {
-		return rot, nil // a service-account key operation
+	if caVerb == "" && op.Verb.ServiceAccountKeyVerb() != "" {
+		return rot, nil // a service-account key operation only
 	}
 	if err := Allowed(caVerb, Phases{CA: phaseOf(rot)}); err != nil {
 		return nil, err
