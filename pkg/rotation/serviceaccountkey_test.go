@@ -162,6 +162,18 @@ func TestServiceAccountKeyOperations(t *testing.T) {
 	}
 }
 
+func TestAServiceAccountKeyRotationStartedInTheSecondTheLastOneStartedGetsItsOwnID(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	completed := &v1alpha1.ServiceAccountKeyRotation{Phase: v1alpha1.ServiceAccountKeyCompleted, LastInitiationTime: &now}
+	next, err := ApplyServiceAccountKeyOperation(completed, v1alpha1.VerbRotateServiceAccountKeyStart, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ServiceAccountKeyRotationID(next) == now.UTC().Format(time.RFC3339) {
+		t.Errorf("the new rotation has the last one's ID %s: its key Secret would count as staged already", ServiceAccountKeyRotationID(next))
+	}
+}
+
 func phaseOrNone(rot *v1alpha1.ServiceAccountKeyRotation) v1alpha1.ServiceAccountKeyRotationPhase {
 	if rot == nil {
 		return ""
