@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
@@ -42,7 +44,13 @@ var _ = Describe("The service-account key rotation on the HA control plane", fun
 				token, _, err := mintToken(ctx)
 				return token, err
 			},
-			Use: func(ctx context.Context, token string) error { return whoAmI(ctx, tokenClient(ctx, token)) }}
+			Use: func(ctx context.Context, token string) error {
+				cs, err := oneShotClient(ctx, &token)
+				if err != nil {
+					return err
+				}
+				return whoAmI(ctx, cs)
+			}}
 		var wg sync.WaitGroup
 		probeCtx, stopProbe := context.WithCancel(ctx)
 		wg.Go(func() { probe.Run(probeCtx) })
@@ -90,7 +98,11 @@ func waitForKeyPhase(ctx context.Context, phase v1alpha1.ServiceAccountKeyRotati
 // token of the default service account of the default namespace, and
 // returns it with the ID of the key that signed it.
 func mintToken(ctx context.Context) (token, keyID string, err error) {
-	tr, err := oneShotClient(ctx, nil).CoreV1().ServiceAccounts(workloadNamespace).CreateToken(ctx, "default",
+	cs, err := oneShotClient(ctx, nil)
+	if err != nil {
+		return "", "", err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(workloadNamespace).CreateToken(ctx, "default",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	if err != nil {
 		return "", "", err
@@ -101,17 +113,26 @@ func mintToken(ctx context.Context) (token, keyID string, err error) {
 // tokenClient is a client of the managed cluster that authenticates with
 // token alone.
 func tokenClient(ctx context.Context, token string) kubernetes.Interface {
-	return oneShotClient(ctx, &token)
+	GinkgoHelper()
+	cs, err := oneShotClient(ctx, &token)
+	Expect(err).NotTo(HaveOccurred())
+	return cs
 }
 
 // oneShotClient is a client of the managed cluster on the admin credential
 // (or, with token, on that bearer token and no client certificate) whose
 // every request opens a new connection: the load balancer in front of the
-// API server replicas picks a replica per connection.
-func oneShotClient(ctx context.Context, token *string) kubernetes.Interface {
-	GinkgoHelper()
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(adminKubeconfig(ctx))
-	Expect(err).NotTo(HaveOccurred())
+// API server replicas picks a replica per connection. It asserts nothing: the
+// token probe calls it from its own goroutine.
+func oneShotClient(ctx context.Context, token *string) (kubernetes.Interface, error) {
+	s := &corev1.Secret{}
+	if err := tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.CertificateSecretName(tgt.Name, credentials.CertAdmin)}, s); err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[v1alpha1.DataKeyKubeconfig])
+	if err != nil {
+		return nil, err
+	}
 	if token != nil {
 		cfg = rest.AnonymousClientConfig(cfg)
 		cfg.BearerToken = *token
@@ -124,9 +145,7 @@ func oneShotClient(ctx context.Context, token *string) kubernetes.Interface {
 			return rt.RoundTrip(r)
 		})
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	Expect(err).NotTo(HaveOccurred())
-	return cs
+	return kubernetes.NewForConfig(cfg)
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
