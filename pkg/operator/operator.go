@@ -118,6 +118,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{
 			v1alpha1.RolloutManual:  workerrollout.ManualRollout{},
 			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient()},
+			v1alpha1.RolloutReplace: &workerrollout.ReplaceRollout{Connections: connections, Management: mgr.GetClient(),
+				Uncached: mgr.GetAPIReader(), Clock: clk, Recorder: recorder},
 		},
 		CAExpiryWarning:        opts.CAExpiryWarning,
 		Recommendations:        opts.Recommendations,

@@ -107,14 +107,19 @@ func TestAnOutputFormatItCannotPrintIsRefusedBeforeAnythingIsRead(t *testing.T) 
 
 func TestPlanAndExpirationPrintTheirOutputKinds(t *testing.T) {
 	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
-		Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{{Name: "blue", RolloutStrategy: v1alpha1.RolloutManual}}}}
-	plan := rotationPlan(cl, nil, map[string]outputv1alpha1.WorkerPoolPlan{"blue": {Name: "blue", RolloutStrategy: "Manual", Nodes: []string{"n1", "n2"}}})
+		Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{{Name: "blue", RolloutStrategy: v1alpha1.RolloutManual},
+			{Name: "green", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "green-md"}}}}
+	plan := rotationPlan(cl, nil, map[string]outputv1alpha1.WorkerPoolPlan{
+		"blue":  {Name: "blue", RolloutStrategy: "Manual", Nodes: []string{"n1", "n2"}},
+		"green": {Name: "green", RolloutStrategy: "Replace", MachineDeployment: "green-md", Nodes: []string{"m1"}},
+	})
 	var human bytes.Buffer
 	writePlan(&human, plan)
 	for _, want := range []string{
 		"Cluster team-a/prod, now in phase none (never rotated).",
 		"roll (to trust both): none labelled " + v1alpha1.LabelCluster + "=prod",
 		"    blue (Manual): 2 node(s): n1, n2",
+		"    green (Replace, Cluster API replaces the Machines of MachineDeployment green-md): 1 node(s): m1",
 	} {
 		if !strings.Contains(human.String(), want) {
 			t.Errorf("the plan lacks %q:\n%s", want, human.String())

@@ -103,7 +103,7 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 		}
 	}
 	for _, pool := range cl.Spec.Workers {
-		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy)}
+		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy), MachineDeployment: pool.MachineDeployment}
 		switch {
 		case cs == nil && err != nil:
 			plan.NodesUnknown = err.Error()
@@ -197,6 +197,10 @@ func writePools(w io.Writer, pools []outputv1alpha1.WorkerPoolPlan) {
 		if p.NodesUnknown != "" {
 			nodes = "nodes unknown: " + p.NodesUnknown
 		}
-		fmt.Fprintf(w, "    %s (%s): %s\n", p.Name, p.RolloutStrategy, nodes)
+		how := p.RolloutStrategy
+		if p.MachineDeployment != "" {
+			how += ", Cluster API replaces the Machines of MachineDeployment " + p.MachineDeployment
+		}
+		fmt.Fprintf(w, "    %s (%s): %s\n", p.Name, how, nodes)
 	}
 }

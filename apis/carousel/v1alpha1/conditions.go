@@ -128,6 +128,10 @@ const (
 	// InPlace rollout did not wait for because their Lease was older than the
 	// newest node Lease by more than the pool's offlineNodeTimeout.
 	EventWorkerPoolRolledWithoutOfflineNodes = "WorkerPoolRolledWithoutOfflineNodes"
+	// EventMachineDeploymentRolled: Carousel set the rollout time of a
+	// Replace pool's Cluster API MachineDeployment, once per phase; Cluster
+	// API replaces its Machines.
+	EventMachineDeploymentRolled = "MachineDeploymentRolled"
 	// EventAPIServiceCABundleUpdated: Carousel wrote the metrics-server CA
 	// bundle into an APIService of the managed cluster labelled
 	// carousel.dev/ca-bundle=metrics-server.

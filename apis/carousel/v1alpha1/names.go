@@ -148,6 +148,11 @@ const (
 	// LabelCertsUpload marks the Secrets of a `kubectl carousel certs upload`
 	// (the owning bootstrap token and the encrypted copy) with the Cluster's UID.
 	LabelCertsUpload = "carousel.dev/certs-upload"
+	// AnnotationRolledFor on a Cluster API MachineDeployment of a Replace
+	// pool records the rotation phase Carousel rolled it for, as
+	// <lastInitiationTime, RFC 3339>/<phase>, next to the rollout time it
+	// set: a restarted reconcile rolls the MachineDeployment once per phase.
+	AnnotationRolledFor = "carousel.dev/rolled-for"
 	// AnnotationCABundleInjectedAt on the manager's ValidatingWebhookConfiguration
 	// records when its caBundle was seen holding a new webhook CA.
 	AnnotationCABundleInjectedAt = "carousel.dev/ca-bundle-injected-at"

@@ -52,6 +52,9 @@ type WorkerPoolPlan struct {
 	Name string `json:"name"`
 	// RolloutStrategy is how the pool is rolled: InPlace, Replace or Manual.
 	RolloutStrategy string `json:"rolloutStrategy"`
+	// MachineDeployment is the Cluster API MachineDeployment a Replace pool
+	// rolls: Cluster API replaces its Machines.
+	MachineDeployment string `json:"machineDeployment,omitempty"`
 	// Nodes are the pool's nodes, read from the managed cluster.
 	Nodes []string `json:"nodes,omitempty"`
 	// NodesUnknown says why Nodes could not be read; empty when they were.

@@ -1,7 +1,8 @@
 // Package workerrollout holds the worker rollout strategies the Cluster
 // controller asks to roll a pool: InPlace (the node agents renew through an
-// annotation on their Node; see package noderenewal) and Manual (the user
-// reports it).
+// annotation on their Node; see package noderenewal), Replace (Cluster API
+// replaces the Machines of a MachineDeployment) and Manual (the user reports
+// it).
 package workerrollout
 
 import (
@@ -41,26 +42,11 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if !ok {
 		return false, fmt.Sprintf("pool %s: waiting to reach the cluster's API server (spec.controlPlane.endpoint)", pool.Name), nil
 	}
-	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, p.Management, c)
-	if apierrors.IsNotFound(err) {
-		return false, fmt.Sprintf("pool %s: waiting for Carousel's credentials to be issued", pool.Name), nil
-	}
-	if err != nil {
-		return false, "", err
+	clientCAs, wait, err := nodesMayMove(ctx, p.Management, c, pool)
+	if err != nil || wait != "" {
+		return false, wait, err
 	}
 	rot := c.CARotation()
-	switch rot.Phase {
-	case v1alpha1.RotationPreparing:
-		// Nodes may move only once the API server trusts the new client CA,
-		// which is when Carousel's own client certificate moved to it.
-		if inUse != clientCAs.Current {
-			return false, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), nil
-		}
-	case v1alpha1.RotationFinalizing:
-		if clientCAs.Previous != nil {
-			return false, fmt.Sprintf("pool %s: waiting until the old CAs are dropped", pool.Name), nil
-		}
-	}
 	trust, err := p.trust(ctx, c)
 	if apierrors.IsNotFound(err) {
 		return false, fmt.Sprintf("pool %s: waiting for Carousel's trust bundles to be published", pool.Name), nil
@@ -107,6 +93,32 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		return true, "", nil
 	}
 	return plan.Done(), plan.Message(pool.Name, offlineAfter), nil
+}
+
+// nodesMayMove says what a pool's rollout waits for before any node of it
+// may move to the phase's credentials, or "" when they may, with the
+// Cluster's client CAs. In Preparing, nodes move once the managed API server
+// trusts the new client CA, which is when Carousel's own client certificate
+// moved to it; in Finalizing, once the old CAs are dropped from every bundle.
+func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (*credentials.CAs, string, error) {
+	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, r, c)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Sprintf("pool %s: waiting for Carousel's credentials to be issued", pool.Name), nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	switch c.CARotation().Phase {
+	case v1alpha1.RotationPreparing:
+		if inUse != clientCAs.Current {
+			return nil, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), nil
+		}
+	case v1alpha1.RotationFinalizing:
+		if clientCAs.Previous != nil {
+			return nil, fmt.Sprintf("pool %s: waiting until the old CAs are dropped", pool.Name), nil
+		}
+	}
+	return clientCAs, "", nil
 }
 
 // Heartbeats says when each node last showed it is alive: its Lease's

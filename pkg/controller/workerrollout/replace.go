@@ -1,0 +1,203 @@
+package workerrollout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
+)
+
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinedeployments,verbs=get;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=list
+
+// Cluster API's group, and the label its MachineSet controller puts on the
+// Machines of a MachineDeployment.
+const (
+	clusterAPIGroup       = "cluster.x-k8s.io"
+	labelDeploymentName   = clusterAPIGroup + "/deployment-name"
+	kindMachineDeployment = "MachineDeployment"
+	kindMachine           = "Machine"
+)
+
+// rolloutAfterField is, per Cluster API version, where a MachineDeployment
+// takes the time after which every Machine created before it is replaced.
+var rolloutAfterField = map[string][]string{
+	"v1beta2": {"spec", "rollout", "after"},
+	"v1beta1": {"spec", "rolloutAfter"},
+}
+
+// ReplaceRollout is the Replace worker rollout strategy: Carousel sets the
+// rollout time of the pool's Cluster API MachineDeployment (spec.rollout.after
+// in v1beta2, spec.rolloutAfter in v1beta1, whichever version the management
+// cluster prefers), once per phase, and Cluster API replaces every Machine
+// created before it. A Machine created after it bootstrapped with the trust
+// bundles Carousel publishes then, and a client certificate Carousel signed
+// from the current client CA; the pool is rolled once every Machine is such
+// a Machine and its Node is Ready.
+//
+// The MachineDeployment is read and patched in the Cluster's namespace only:
+// a tenant that may write the Cluster names one of its own.
+type ReplaceRollout struct {
+	Connections *clustercache.Cache // reaches the managed clusters
+	// Management patches the MachineDeployment and reads the Cluster's CAs;
+	// its RESTMapper says which Cluster API version is served.
+	Management client.Client
+	// Uncached reads MachineDeployments and Machines without a cache of them
+	// all: a rotation reads one MachineDeployment per Replace pool.
+	Uncached client.Reader
+	Clock    clock.PassiveClock
+	// Recorder records an event on the Cluster each time a MachineDeployment
+	// is rolled.
+	Recorder events.EventRecorder
+}
+
+// Rollout implements the cluster controller's WorkerRollout.
+func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
+	if _, wait, err := nodesMayMove(ctx, p.Management, c, pool); err != nil || wait != "" {
+		return false, wait, err
+	}
+	remote, ok := p.Connections.Client(client.ObjectKeyFromObject(c))
+	if !ok {
+		return false, fmt.Sprintf("pool %s: waiting to reach the cluster's API server (spec.controlPlane.endpoint)", pool.Name), nil
+	}
+	mapping, err := p.Management.RESTMapper().RESTMapping(schema.GroupKind{Group: clusterAPIGroup, Kind: kindMachineDeployment})
+	if meta.IsNoMatchError(err) {
+		return false, fmt.Sprintf("pool %s: the management cluster serves no Cluster API MachineDeployment: install Cluster API, "+
+			"or roll the pool and report it with %s=%s%s", pool.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationRolloutWorkersPrefix, pool.Name), nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	version := mapping.GroupVersionKind.Version
+	field, ok := rolloutAfterField[version]
+	if !ok {
+		return false, fmt.Sprintf("pool %s: Cluster API %s is not supported: Carousel rolls MachineDeployments of v1beta2 and v1beta1", pool.Name, version), nil
+	}
+	md := &unstructured.Unstructured{}
+	md.SetGroupVersionKind(mapping.GroupVersionKind)
+	key := client.ObjectKey{Namespace: c.Namespace, Name: pool.MachineDeployment}
+	if err := p.Uncached.Get(ctx, key, md); apierrors.IsNotFound(err) {
+		return false, fmt.Sprintf("pool %s: MachineDeployment %s not found in namespace %s", pool.Name, pool.MachineDeployment, c.Namespace), nil
+	} else if err != nil {
+		return false, "", fmt.Errorf("reading MachineDeployment %s: %w", pool.MachineDeployment, err)
+	}
+
+	request := noderenewal.RequestFor(c.CARotation()).String()
+	after, err := rolloutAfter(md, field)
+	if err != nil {
+		return false, "", err
+	}
+	if md.GetAnnotations()[v1alpha1.AnnotationRolledFor] != request || after.IsZero() {
+		after = p.Clock.Now().Truncate(time.Second)
+		if err := p.roll(ctx, md, field, request, after); err != nil {
+			return false, "", err
+		}
+		p.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventMachineDeploymentRolled, "Reconcile",
+			"pool %s: set %s of MachineDeployment %s to %s for phase %s: Cluster API replaces every Machine created before it",
+			pool.Name, strings.Join(field, "."), pool.MachineDeployment, after.UTC().Format(time.RFC3339), c.CARotation().Phase)
+	}
+
+	machines := &unstructured.UnstructuredList{}
+	machines.SetGroupVersionKind(schema.GroupVersionKind{Group: clusterAPIGroup, Version: version, Kind: kindMachine + "List"})
+	if err := p.Uncached.List(ctx, machines, client.InNamespace(c.Namespace), client.MatchingLabels{labelDeploymentName: pool.MachineDeployment}); err != nil {
+		return false, "", fmt.Errorf("listing the Machines of MachineDeployment %s: %w", pool.MachineDeployment, err)
+	}
+	states := make([]MachineState, len(machines.Items))
+	for i := range machines.Items {
+		if states[i], err = p.machineState(ctx, remote, &machines.Items[i]); err != nil {
+			return false, "", err
+		}
+	}
+	desired, found, err := unstructured.NestedInt64(md.Object, "spec", "replicas")
+	if err != nil {
+		return false, "", fmt.Errorf("MachineDeployment %s: spec.replicas: %w", pool.MachineDeployment, err)
+	}
+	if !found {
+		desired = 1 // Cluster API's default
+	}
+	plan := PlanReplace(states, int(desired), after)
+	if plan.Done() {
+		return true, "", nil
+	}
+	return false, plan.Message(pool.Name, pool.MachineDeployment), nil
+}
+
+// rolloutAfter reads the rollout time set on md; zero when none is.
+func rolloutAfter(md *unstructured.Unstructured, field []string) (time.Time, error) {
+	value, found, err := unstructured.NestedString(md.Object, field...)
+	if err != nil || !found || value == "" {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339, value)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("MachineDeployment %s: %s: %w", md.GetName(), value, err)
+	}
+	return t, nil
+}
+
+// roll sets the rollout time and the phase it is for in one merge patch, on
+// the resourceVersion read: a MachineDeployment changed since is read again
+// by the next reconcile.
+func (p *ReplaceRollout) roll(ctx context.Context, md *unstructured.Unstructured, field []string, request string, after time.Time) error {
+	patch := map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": md.GetResourceVersion(),
+			"annotations":     map[string]any{v1alpha1.AnnotationRolledFor: request},
+		},
+	}
+	spec := map[string]any{}
+	patch["spec"] = spec
+	// field is spec.<...>: nest the time under the rest of the path.
+	node := spec
+	for _, name := range field[1 : len(field)-1] {
+		child := map[string]any{}
+		node[name] = child
+		node = child
+	}
+	node[field[len(field)-1]] = after.UTC().Format(time.RFC3339)
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if err := p.Management.Patch(ctx, md, client.RawPatch(types.MergePatchType, data)); err != nil {
+		return fmt.Errorf("rolling MachineDeployment %s: %w", md.GetName(), err)
+	}
+	return nil
+}
+
+// machineState reads what PlanReplace needs of a Machine, its Node's
+// readiness from the managed cluster.
+func (p *ReplaceRollout) machineState(ctx context.Context, remote client.Client, m *unstructured.Unstructured) (MachineState, error) {
+	s := MachineState{Name: m.GetName(), Created: m.GetCreationTimestamp().Time, Deleting: m.GetDeletionTimestamp() != nil}
+	s.Node, _, _ = unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+	if s.Node == "" {
+		return s, nil
+	}
+	node := &corev1.Node{}
+	if err := remote.Get(ctx, client.ObjectKey{Name: s.Node}, node); apierrors.IsNotFound(err) {
+		return s, nil
+	} else if err != nil {
+		return s, fmt.Errorf("reading node %s of Machine %s: %w", s.Node, s.Name, err)
+	}
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			s.NodeReady = cond.Status == corev1.ConditionTrue
+		}
+	}
+	return s, nil
+}

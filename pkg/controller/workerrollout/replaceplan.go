@@ -1,0 +1,86 @@
+package workerrollout
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MachineState is what a Replace rollout knows of one Machine of the pool's
+// MachineDeployment.
+type MachineState struct {
+	Name    string
+	Created time.Time
+	// Deleting is set once the Machine has a deletionTimestamp.
+	Deleting bool
+	// Node is the Machine's status.nodeRef; empty until its kubelet registered.
+	Node string
+	// NodeReady is whether that Node reports Ready.
+	NodeReady bool
+}
+
+// ReplacePlan is where a Replace rollout stands.
+type ReplacePlan struct {
+	// Desired is the MachineDeployment's spec.replicas.
+	Desired int
+	// Replaced counts the Machines created after the rollout time whose Node
+	// is Ready: they bootstrapped on the credentials of the phase.
+	Replaced int
+	// Joining counts the Machines created after the rollout time whose Node is
+	// not Ready yet.
+	Joining int
+	// Old are the Machines created at or before the rollout time, deleted or
+	// not yet: Cluster API replaces exactly those.
+	Old []string
+	// Leaving counts the new Machines being deleted (a scale-down).
+	Leaving int
+}
+
+// PlanReplace says where the replacement of a MachineDeployment's Machines
+// stands, after is the rollout time Carousel set on it. A Machine counts as
+// old unless it was created strictly after that time, as Cluster API counts a
+// MachineSet outdated (creation timestamps have whole seconds).
+func PlanReplace(machines []MachineState, desired int, after time.Time) ReplacePlan {
+	p := ReplacePlan{Desired: desired}
+	for _, m := range machines {
+		switch {
+		case !m.Created.After(after):
+			p.Old = append(p.Old, m.Name)
+		case m.Deleting:
+			p.Leaving++
+		case m.Node != "" && m.NodeReady:
+			p.Replaced++
+		default:
+			p.Joining++
+		}
+	}
+	return p
+}
+
+// Done reports whether every Machine was replaced: no old one left, exactly
+// the desired number of new ones, each with a Ready Node.
+func (p ReplacePlan) Done() bool {
+	return len(p.Old) == 0 && p.Leaving == 0 && p.Joining == 0 && p.Replaced == p.Desired
+}
+
+// Message says where the pool stands, for the Cluster's CARotation condition.
+func (p ReplacePlan) Message(pool, machineDeployment string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pool %s: MachineDeployment %s: %d of %d machines replaced with a Ready node", pool, machineDeployment, p.Replaced, p.Desired)
+	if p.Joining > 0 {
+		fmt.Fprintf(&b, ", %d joining", p.Joining)
+	}
+	if n := len(p.Old); n > 0 {
+		const shown = 3
+		names := p.Old[:min(n, shown)]
+		fmt.Fprintf(&b, ", %d old to replace (%s", n, strings.Join(names, ", "))
+		if n > shown {
+			fmt.Fprintf(&b, ", and %d more", n-shown)
+		}
+		b.WriteString(")")
+	}
+	if p.Leaving > 0 {
+		fmt.Fprintf(&b, ", %d being deleted", p.Leaving)
+	}
+	return b.String()
+}
