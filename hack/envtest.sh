@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test control plane (kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, the kubelet, etcd, metrics-server (the aggregated
-# API server) and the konnectivity proxy server and agent) from upstream
-# source through the Go module proxy into $1 (default bin/k8s), with fake-cri,
+# API server), the konnectivity proxy server and agent, and Cluster API's core
+# controller manager with its CRDs and webhook manifests (cluster-api/)) from
+# upstream source through the Go module proxy into $1 (default bin/k8s), with fake-cri,
 # our CRI server for the kubelet (hack/envtest/kube/cmd/fake-cri). The versions
 # are the ones pinned in hack/envtest/*/go.mod; a stamp file records what was
 # built (and a digest of fake-cri's source), so a second run with the same pins
@@ -15,22 +16,25 @@ kube_mod=${root}/hack/envtest/kube
 etcd_mod=${root}/hack/envtest/etcd
 konnectivity_mod=${root}/hack/envtest/konnectivity
 metrics_server_mod=${root}/hack/envtest/metrics-server
+cluster_api_mod=${root}/hack/envtest/cluster-api
 
 pinned() { awk -v m="$1" '$1 == "require" && $2 == m { print $3 } $1 == m { print $2 }' "$2/go.mod" | head -n 1; }
 kube_version=$(pinned k8s.io/kubernetes "${kube_mod}")
 etcd_version=$(pinned go.etcd.io/etcd/server/v3 "${etcd_mod}")
 konnectivity_version=$(pinned sigs.k8s.io/apiserver-network-proxy "${konnectivity_mod}")
 metrics_server_version=$(pinned sigs.k8s.io/metrics-server "${metrics_server_mod}")
-[[ -n ${kube_version} && -n ${etcd_version} && -n ${konnectivity_version} && -n ${metrics_server_version} ]] ||
+cluster_api_version=$(pinned sigs.k8s.io/cluster-api "${cluster_api_mod}")
+[[ -n ${kube_version} && -n ${etcd_version} && -n ${konnectivity_version} && -n ${metrics_server_version} && -n ${cluster_api_version} ]] ||
   { echo "envtest: cannot read the pinned versions" >&2; exit 1; }
 
 stamp="${out}/.versions"
 fake_cri=$(cat "${kube_mod}"/cmd/fake-cri/*.go "${kube_mod}/go.sum" | sha256sum | cut -c1-12)
-want="kubernetes=${kube_version} etcd=${etcd_version} konnectivity=${konnectivity_version} metrics-server=${metrics_server_version} go=$(go env GOVERSION) fake-cri=${fake_cri}"
+want="kubernetes=${kube_version} etcd=${etcd_version} konnectivity=${konnectivity_version} metrics-server=${metrics_server_version} cluster-api=${cluster_api_version} go=$(go env GOVERSION) fake-cri=${fake_cri}"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet fake-cri etcd metrics-server
-  konnectivity-server konnectivity-agent)
+  konnectivity-server konnectivity-agent cluster-api-manager)
 have_all=true
 for b in "${binaries[@]}"; do [[ -x ${out}/${b} ]] || have_all=false; done
+[[ -d ${out}/cluster-api/crds && -f ${out}/cluster-api/webhook/manifests.yaml ]] || have_all=false
 if ${have_all} && [[ -f ${stamp} && $(cat "${stamp}") == "${want}" ]]; then
   echo "envtest: ${want} already in ${out}"
   exit 0
@@ -64,5 +68,15 @@ for cmd in server agent; do
   (cd "${konnectivity_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/konnectivity-${cmd}" \
     "sigs.k8s.io/apiserver-network-proxy/cmd/${cmd}")
 done
+echo "envtest: building Cluster API's core controller manager ${cluster_api_version}"
+(cd "${cluster_api_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/cluster-api-manager" sigs.k8s.io/cluster-api/core)
+# Its CRDs and webhook manifests, as the release ships them before kustomize
+# points them at a Service (the e2e framework points them at the process).
+capi_src=$(cd "${cluster_api_mod}" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
+rm -rf "${out}/cluster-api"
+mkdir -p "${out}/cluster-api/crds" "${out}/cluster-api/webhook"
+cp "${capi_src}"/core/config/crd/bases/*.yaml "${out}/cluster-api/crds/"
+cp "${capi_src}/core/config/webhook/manifests.yaml" "${out}/cluster-api/webhook/"
+chmod -R u+w "${out}/cluster-api"
 echo "${want}" > "${stamp}"
 echo "envtest: built ${want} into ${out} in $((SECONDS - start))s"

@@ -216,16 +216,26 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		stop             context.CancelFunc
 		// offNode is the node whose machine is off through the whole rotation.
 		offNode *framework.KubeletNode
+		// machines are the Replace pool's Machines before the rotation.
+		machines []machine
 	)
 
 	BeforeAll(func(ctx SpecContext) {
 		if env != nil {
 			// It is powered off when the rotation starts; the probes leave it out.
 			offNode = env.Kubelets[len(env.Kubelets)-1]
-			By("letting the pool stop waiting for a node whose Lease is a minute behind the others")
+			By("running Cluster API (its controller manager, built from source) with a MachineDeployment of two Machines, " +
+				"each a real kubelet of the test provider")
+			Expect(env.StartClusterAPI(ctx)).To(Succeed())
+			Expect(env.CreateMachineDeployment(ctx, replacePool, replacePool, replaceReplicas)).To(Succeed())
+			machines = waitForMachines(ctx, 3*time.Minute)
+			By("letting the InPlace pool stop waiting for a node whose Lease is a minute behind the others, and adding the Replace pool")
 			c := cluster(ctx)
 			patch := client.MergeFrom(c.DeepCopy())
 			c.Spec.Workers[0].OfflineNodeTimeout = &metav1.Duration{Duration: offlineNodeTimeout}
+			c.Spec.Workers = append(c.Spec.Workers, v1alpha1.WorkerPool{
+				Name: replacePool, RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: replacePool,
+			})
 			Expect(tgt.Client.Patch(ctx, c, patch)).To(Succeed())
 		}
 		var probeCtx context.Context
@@ -246,7 +256,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		var names []string
 		for _, n := range list.Items {
-			if offNode == nil || n.Name != offNode.Name {
+			// The Replace pool's nodes go away with their Machines.
+			if (offNode == nil || n.Name != offNode.Name) && n.Labels[v1alpha1.LabelPool] != replacePool {
 				names = append(names, n.Name)
 			}
 		}
@@ -294,6 +305,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		rolloutsPreparing, rolloutsFinish time.Duration
 		kubeletsPreparing, kubeletsFinish string
 		prepared                          map[v1alpha1.CARole]*credentials.CAs
+		// How long Cluster API took to replace the Replace pool's Machines.
+		replacedPreparing, replacedFinishing time.Duration
 	)
 
 	It("prepares: the control plane first with the pool held, then the pool; both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
@@ -334,14 +347,29 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			}
 		}).WithTimeout(10 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		expectHeldKubelets(ctx, oldTrust, start)
+		if env != nil {
+			Expect(machineDeployment(ctx).GetAnnotations()).NotTo(HaveKey(v1alpha1.AnnotationRolledFor), "the held Replace pool is not rolled")
+			Expect(machineNames(waitForMachines(ctx, time.Minute))).To(Equal(machineNames(machines)), "nor is a Machine of it replaced")
+		}
 		if runsTutorial() {
 			Expect(started()).To(Equal("cluster " + tgt.Namespace + "/" + tgt.Name + ": " + v1alpha1.OperationStartCARotationWithoutWorkersRollout + " requested\n"))
 		}
 
+		if env != nil {
+			By("rolling the Replace pool first, while the control plane waits for pods to reload their trust: Cluster API replaces its Machines")
+			Expect(annotate(ctx, v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: []string{replacePool}}.String())).To(Succeed())
+			Eventually(func() bool { return cluster(ctx).IsPendingWorkerPool(replacePool) }).WithTimeout(10*time.Minute).WithPolling(time.Second).Should(
+				BeFalse(), "pool %s rolled", replacePool)
+			// Another held pool may be rolled once the others are done.
+			Eventually(func() v1alpha1.CARotationPhase { return cluster(ctx).CARotationPhase() }).WithTimeout(10 * time.Minute).WithPolling(time.Second).Should(
+				Equal(v1alpha1.RotationWaitingForWorkersRollout))
+		}
 		By("rolling the pool")
 		var pools []string
 		for _, pool := range cluster(ctx).Spec.Workers {
-			pools = append(pools, pool.Name)
+			if cluster(ctx).IsHeldWorkerPool(pool.Name) {
+				pools = append(pools, pool.Name)
+			}
 		}
 		release := v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: pools}.String()
 		if runsTutorial() {
@@ -366,6 +394,11 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		expectNodesReported(ctx, prepared[v1alpha1.CARoleClient].Current.Cert)
 		expectRolledWithoutOffline(ctx, start, offNode)
+		if env != nil {
+			By("the Replace pool: Cluster API replaced every Machine, and each new kubelet bootstrapped on the new client CA and trusts both CAs")
+			machines, replacedPreparing = expectMachinesReplaced(ctx, machines, v1alpha1.RotationPreparing, prepared[v1alpha1.CARoleClient].Current.Cert,
+				bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
+		}
 		_, err := clientFor(oldAdmin).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "old credentials still work in Prepared")
 		newAdmin := clientFor(adminKubeconfig(ctx))
@@ -422,6 +455,11 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		expectNodesReported(ctx, after[v1alpha1.CARoleClient].Current.Cert)
 		expectRolledWithoutOffline(ctx, start, offNode)
+		if env != nil {
+			By("the Replace pool: replaced again, each new kubelet trusting the new CAs only")
+			machines, replacedFinishing = expectMachinesReplaced(ctx, machines, v1alpha1.RotationFinalizing, after[v1alpha1.CARoleClient].Current.Cert,
+				bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
+		}
 		newKubeletClient := kubeletClientPair(ctx)
 		for _, n := range runningKubelets() {
 			Expect(kubeletStatus(ctx, n, oldKubeletClient, after[v1alpha1.CARoleKubelet].Current.Cert)).To(Equal(http.StatusUnauthorized),
@@ -578,6 +616,10 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		AddReportEntry("time in control-plane rollouts", fmt.Sprintf("Preparing %.0fs of %.0fs, Finalizing %.0fs of %.0fs",
 			rolloutsPreparing.Seconds(), preparedIn.Seconds(), rolloutsFinish.Seconds(), completedIn.Seconds()))
 		AddReportEntry("kubelet restarts", fmt.Sprintf("Preparing: %s; Finalizing: %s", kubeletsPreparing, kubeletsFinish))
+		if env != nil {
+			fmt.Printf("rotation e2e: Replace pool of %d Machines (Cluster API %s) replaced in %.0fs (Preparing) and %.0fs (Finalizing)\n",
+				replaceReplicas, "v1beta2", replacedPreparing.Seconds(), replacedFinishing.Seconds())
+		}
 		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
 		for _, f := range otherFailures {
 			AddReportEntry("failed request", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
@@ -631,8 +673,8 @@ func expectNodesReported(ctx context.Context, clientCA *x509.Certificate) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(nodes.Items).NotTo(BeEmpty())
 	for _, n := range nodes.Items {
-		if poweredOff(n.Name) {
-			continue
+		if poweredOff(n.Name) || n.Labels[v1alpha1.LabelPool] == replacePool {
+			continue // a Replace pool's nodes run no node agent: expectMachinesReplaced reads their files
 		}
 		Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationClientCertificateIssuer, hex.EncodeToString(clientCA.SubjectKeyId)),
 			"node %s reported a client certificate from the current client CA", n.Name)

@@ -18,6 +18,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/test/framework"
@@ -47,6 +49,8 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
+	// envtest and the test provider's controllers log through controller-runtime.
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	if kubeconfig := os.Getenv("CAROUSEL_E2E_KUBECONFIG"); kubeconfig != "" {
 		useExistingCluster(kubeconfig, os.Getenv("CAROUSEL_E2E_CLUSTER"))
 		return

@@ -99,6 +99,8 @@ type Environment struct {
 	Kubelets []*KubeletNode
 	// Agents are the node agents: one per kubelet, or the stand-in nodes.
 	Agents []*Agent
+	// ClusterAPI runs once StartClusterAPI was called.
+	ClusterAPI *ClusterAPI
 
 	operator    *process
 	operatorRun OperatorRun
@@ -641,6 +643,9 @@ func NodeReady(n *corev1.Node) bool {
 func (e *Environment) Stop() {
 	if e.stopPlatform != nil {
 		e.stopPlatform()
+	}
+	if e.ClusterAPI != nil {
+		e.ClusterAPI.Stop()
 	}
 	for _, a := range e.Agents {
 		stop(a.process)

@@ -62,6 +62,9 @@ type KubeletNode struct {
 	Name, IP string
 	// Pool is the node's worker pool, a label the kubelet registers the Node with.
 	Pool string
+	// ProviderID, when set, is the Node's spec.providerID (a Cluster API
+	// Machine's, which finds its Node by it).
+	ProviderID string
 	// Dir is the node's directory on the host: kubelet/ (its
 	// /var/lib/kubelet), log/ (its /var/log), sysctl/, and the logs of its
 	// processes.
@@ -204,7 +207,8 @@ protectKernelDefaults: false
 nodeStatusUpdateFrequency: 2s
 nodeStatusReportFrequency: 10s
 nodeLeaseDurationSeconds: %[6]d
-`, n.IP, KubeletPort, KubeletHealthzPort, nodeClientCAFile, nodeCRISocket, int(NodeLeaseDuration/time.Second))
+providerID: %[7]q
+`, n.IP, KubeletPort, KubeletHealthzPort, nodeClientCAFile, nodeCRISocket, int(NodeLeaseDuration/time.Second), n.ProviderID)
 }
 
 // sandboxScript sets up the node's mount namespace, then holds it.

@@ -48,10 +48,9 @@ const netnsDevice = "carousel0"
 // NewNetns creates a namespace whose ifb device holds addresses (each in
 // TEST-NET-1, a /24 is added to the device). logDir receives the holder's log.
 func NewNetns(ctx context.Context, logDir string, addresses ...string) (*Netns, error) {
-	_, testNet, _ := net.ParseCIDR("192.0.2.0/24")
 	for _, a := range addresses {
-		if ip := net.ParseIP(a); ip == nil || !testNet.Contains(ip) {
-			return nil, fmt.Errorf("netns address %q is not in TEST-NET-1 (192.0.2.0/24)", a)
+		if err := inTestNet(a); err != nil {
+			return nil, err
 		}
 	}
 	holder, err := startProcess("netns holder", "unshare", filepath.Join(logDir, "netns.log"), "--net", "--", "sleep", "infinity")
@@ -77,12 +76,39 @@ func NewNetns(ctx context.Context, logDir string, addresses ...string) (*Netns, 
 	}
 	steps = append(steps, []string{"link", "set", netnsDevice, "up"})
 	for _, step := range steps {
-		if out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.path, "--", "ip"}, step...)...).CombinedOutput(); err != nil { //nolint:gosec // fixed ip commands
+		if err := n.ip(ctx, step...); err != nil {
 			n.Close()
-			return nil, fmt.Errorf("ip %s in the test network namespace: %w: %s", strings.Join(step, " "), err, out)
+			return nil, err
 		}
 	}
 	return n, nil
+}
+
+// AddAddress gives the namespace's device one more address of TEST-NET-1,
+// for a node that joins later.
+func (n *Netns) AddAddress(ctx context.Context, address string) error {
+	if err := inTestNet(address); err != nil {
+		return err
+	}
+	return n.ip(ctx, "addr", "add", address+"/24", "dev", netnsDevice)
+}
+
+// inTestNet refuses an address outside TEST-NET-1: nothing sent to one of
+// those may leave the namespace.
+func inTestNet(address string) error {
+	_, testNet, _ := net.ParseCIDR("192.0.2.0/24")
+	if ip := net.ParseIP(address); ip == nil || !testNet.Contains(ip) {
+		return fmt.Errorf("netns address %q is not in TEST-NET-1 (192.0.2.0/24)", address)
+	}
+	return nil
+}
+
+// ip runs an ip command in the namespace.
+func (n *Netns) ip(ctx context.Context, args ...string) error {
+	if out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.path, "--", "ip"}, args...)...).CombinedOutput(); err != nil { //nolint:gosec // fixed ip commands
+		return fmt.Errorf("ip %s in the test network namespace: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 // Path is the namespace's file, for nsenter --net.
