@@ -36,6 +36,7 @@ package rotation
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -118,6 +119,13 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 	switch caVerb {
 	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
 		held := caVerb == v1alpha1.VerbStartCARotationWithoutWorkersRollout
+		if prev := next.LastInitiationTime; prev != nil && !now.After(prev.Time) {
+			// The start time identifies the rotation (a CA Secret's
+			// carousel.dev/rotation, a MachineDeployment's
+			// carousel.dev/rolled-for): one started in the second the last
+			// one started must not be taken for it.
+			now = metav1.NewTime(prev.Add(time.Second))
+		}
 		next.Phase = v1alpha1.RotationPreparing
 		if held {
 			next.Phase = v1alpha1.RotationPreparingWithoutWorkersRollout

@@ -13,9 +13,12 @@ import (
 )
 
 var (
-	t0    = metav1.NewTime(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-	t1    = metav1.NewTime(t0.Add(time.Hour))
-	pools = []v1alpha1.WorkerPool{{Name: "a"}, {Name: "b"}}
+	t0 = metav1.NewTime(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	t1 = metav1.NewTime(t0.Add(time.Hour))
+	// tEarlier is before t0, t0next the second after it.
+	tEarlier = metav1.NewTime(t0.Add(-time.Hour))
+	t0next   = metav1.NewTime(t0.Add(time.Second))
+	pools    = []v1alpha1.WorkerPool{{Name: "a"}, {Name: "b"}}
 )
 
 // held returns pending pools, held.
@@ -46,9 +49,14 @@ func TestApplyOperation(t *testing.T) {
 		{"start, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
 		{"start after Completed keeps the last completion and clears the last finish",
-			&v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, LastInitiationTime: &t1, LastInitiationFinishedTime: &t1, LastCompletionTime: &t1},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, LastInitiationTime: &tEarlier, LastInitiationFinishedTime: &t1, LastCompletionTime: &t1},
 			v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, LastCompletionTime: &t1, PendingWorkersRollouts: pending("a", "b")}, false},
+		{"start in the second the last one started: the next second identifies it",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted, LastInitiationTime: &t0, LastInitiationFinishedTime: &t0, LastCompletionTime: &t0},
+			v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0next, LastCompletionTime: &t0, PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{
+				{Name: "a", LastInitiationTime: &t0next}, {Name: "b", LastInitiationTime: &t0next}}}, false},
 		{"start while Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation}, nil, true},
 		{"complete from Prepared, pools pending again",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &t0, LastInitiationFinishedTime: &t1},

@@ -617,8 +617,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			rolloutsPreparing.Seconds(), preparedIn.Seconds(), rolloutsFinish.Seconds(), completedIn.Seconds()))
 		AddReportEntry("kubelet restarts", fmt.Sprintf("Preparing: %s; Finalizing: %s", kubeletsPreparing, kubeletsFinish))
 		if env != nil {
-			fmt.Printf("rotation e2e: Replace pool of %d Machines (Cluster API %s) replaced in %.0fs (Preparing) and %.0fs (Finalizing)\n",
-				replaceReplicas, "v1beta2", replacedPreparing.Seconds(), replacedFinishing.Seconds())
+			fmt.Printf("rotation e2e: Replace pool of %d Machines replaced by Cluster API in %.0fs (Preparing) and %.0fs (Finalizing)\n",
+				replaceReplicas, replacedPreparing.Seconds(), replacedFinishing.Seconds())
 		}
 		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
 		for _, f := range otherFailures {
