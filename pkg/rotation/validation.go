@@ -89,9 +89,19 @@ func validateSpecChange(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 			"cannot be removed while the CA rotation is in phase %s: the rotation checks the API server at this endpoint; change it to the new address instead, or %s", phase, NextStep(phase))))
 	}
 	for _, pool := range oldC.Spec.Workers {
-		if newC.Spec.WorkerPool(pool.Name) == nil && oldC.IsPendingWorkerPool(pool.Name) {
+		changed := newC.Spec.WorkerPool(pool.Name)
+		switch {
+		case changed == nil && oldC.IsPendingWorkerPool(pool.Name):
 			allErrs = append(allErrs, field.Forbidden(p.Child("workers"), fmt.Sprintf(
 				"cannot remove worker pool %q while its rollout is pending in phase %s: roll it first", pool.Name, phase)))
+		case changed != nil && oldC.IsPendingWorkerPool(pool.Name) && !oldC.IsHeldWorkerPool(pool.Name) &&
+			(changed.RolloutStrategy != pool.RolloutStrategy || changed.MachineDeployment != pool.MachineDeployment):
+			// A rollout under way would be left half done: a MachineDeployment
+			// rolled, or nodes asked to renew, that nothing waits for.
+			allErrs = append(allErrs, field.Forbidden(p.Child("workers"), fmt.Sprintf(
+				"cannot change the rollout strategy or MachineDeployment of worker pool %q while it is being rolled in phase %s: "+
+					"wait until it leaves pendingWorkersRollouts, or roll it yourself and report it with %s=%s%s",
+				pool.Name, phase, v1alpha1.OperationAnnotation, v1alpha1.OperationRolloutWorkersPrefix, pool.Name)))
 		}
 	}
 	return allErrs

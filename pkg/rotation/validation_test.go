@@ -192,6 +192,14 @@ func TestValidateSpecChangeDuringRotation(t *testing.T) {
 		{"key algorithm when Completed", inPhase(v1alpha1.RotationCompleted), func(s *v1alpha1.ClusterSpec) { s.Certificates.KeyAlgorithm = v1alpha1.KeyAlgorithmRSA3072 }, ""},
 		{"remove a pending pool", inPhase(v1alpha1.RotationPreparing, "pool-b"), func(s *v1alpha1.ClusterSpec) { s.Workers = s.Workers[:1] },
 			`cannot remove worker pool "pool-b" while its rollout is pending in phase Preparing`},
+		{"another MachineDeployment for a pool being rolled", inPhase(v1alpha1.RotationPreparing, "pool-c"), func(s *v1alpha1.ClusterSpec) { s.Workers[2].MachineDeployment = "prod-pool-c2" },
+			`spec.workers: Forbidden: cannot change the rollout strategy or MachineDeployment of worker pool "pool-c" while it is being rolled in phase Preparing: ` +
+				`wait until it leaves pendingWorkersRollouts, or roll it yourself and report it with carousel.dev/operation=rollout-workers=pool-c`},
+		{"another strategy for a pool being rolled", inPhase(v1alpha1.RotationFinalizing, "pool-a"), func(s *v1alpha1.ClusterSpec) { s.Workers[0].RolloutStrategy = v1alpha1.RolloutManual },
+			`cannot change the rollout strategy or MachineDeployment of worker pool "pool-a" while it is being rolled in phase Finalizing`},
+		{"another strategy for a held pool", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a"), "pool-a"),
+			func(s *v1alpha1.ClusterSpec) { s.Workers[0].RolloutStrategy = v1alpha1.RolloutManual }, ""},
+		{"another MachineDeployment for a rolled pool", inPhase(v1alpha1.RotationPreparing, "pool-a"), func(s *v1alpha1.ClusterSpec) { s.Workers[2].MachineDeployment = "prod-pool-c2" }, ""},
 		{"remove a rolled pool", inPhase(v1alpha1.RotationPreparing, "pool-a"), func(s *v1alpha1.ClusterSpec) { s.Workers = s.Workers[:1] }, ""},
 		{"add a pool", inPhase(v1alpha1.RotationFinalizing, "pool-a"), func(s *v1alpha1.ClusterSpec) {
 			s.Workers = append(s.Workers, v1alpha1.WorkerPool{Name: "pool-d", RolloutStrategy: v1alpha1.RolloutInPlace})
