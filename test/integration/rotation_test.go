@@ -481,6 +481,11 @@ var _ = Describe("Operations refused by the admission webhook", func() {
 		c = getCluster(ctx, client.ObjectKeyFromObject(c))
 		c.Spec.Workers = c.Spec.Workers[1:]
 		Expect(k8s.Update(ctx, c)).To(MatchError(ContainSubstring(`cannot remove worker pool "pool-a" while its rollout is pending`)))
+		c = getCluster(ctx, client.ObjectKeyFromObject(c))
+		c.Spec.Workers[0].RolloutStrategy, c.Spec.Workers[0].MachineDeployment = v1alpha1.RolloutReplace, "frozen-pool-a"
+		Expect(k8s.Update(ctx, c)).To(MatchError(ContainSubstring(
+			`cannot change the rollout strategy or MachineDeployment of worker pool "pool-a" while it is being rolled in phase Preparing: ` +
+				`wait until it leaves pendingWorkersRollouts, or roll it yourself and report it with carousel.dev/operation=rollout-workers=pool-a`)))
 	})
 
 	It("refuses an invalid spec that the schema lets through", func(ctx SpecContext) {
