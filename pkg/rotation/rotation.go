@@ -43,6 +43,18 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
+// startTime is when a rotation that starts now starts, last the start of the
+// one before: a second after last when now is not after it. The start time
+// identifies a rotation (a CA Secret's and the service-account key Secret's
+// carousel.dev/rotation, a MachineDeployment's carousel.dev/rolled-for): one
+// started in the second the last one started must not be taken for it.
+func startTime(last *metav1.Time, now metav1.Time) metav1.Time {
+	if last != nil && !now.After(last.Time) {
+		return metav1.NewTime(last.Add(time.Second))
+	}
+	return now
+}
+
 // Phases are the phases of a Cluster's two rotations, which decide the
 // operations allowed.
 type Phases struct {
@@ -119,13 +131,7 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 	switch caVerb {
 	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
 		held := caVerb == v1alpha1.VerbStartCARotationWithoutWorkersRollout
-		if prev := next.LastInitiationTime; prev != nil && !now.After(prev.Time) {
-			// The start time identifies the rotation (a CA Secret's
-			// carousel.dev/rotation, a MachineDeployment's
-			// carousel.dev/rolled-for): one started in the second the last
-			// one started must not be taken for it.
-			now = metav1.NewTime(prev.Add(time.Second))
-		}
+		now = startTime(next.LastInitiationTime, now)
 		next.Phase = v1alpha1.RotationPreparing
 		if held {
 			next.Phase = v1alpha1.RotationPreparingWithoutWorkersRollout

@@ -92,12 +92,7 @@ func ApplyServiceAccountKeyOperation(rot *v1alpha1.ServiceAccountKeyRotation, ve
 	}
 	switch verb {
 	case v1alpha1.VerbRotateServiceAccountKeyStart:
-		if prev := next.LastInitiationTime; prev != nil && !now.After(prev.Time) {
-			// The start time identifies the rotation (the key Secret's
-			// carousel.dev/rotation): one started in the second the last
-			// one started must not be taken for it.
-			now = metav1.NewTime(prev.Add(time.Second))
-		}
+		now = startTime(next.LastInitiationTime, now)
 		next.Phase = v1alpha1.ServiceAccountKeyPreparing
 		next.LastInitiationTime = &now
 		next.LastInitiationFinishedTime = nil

@@ -12,7 +12,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -29,15 +28,11 @@ const (
 	replaceReplicas = 2
 )
 
-func clusterAPIGVK(kind string) schema.GroupVersionKind {
-	return schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: kind}
-}
-
 // machineDeployment reads the Replace pool's MachineDeployment.
 func machineDeployment(ctx context.Context) *unstructured.Unstructured {
 	GinkgoHelper()
 	md := &unstructured.Unstructured{}
-	md.SetGroupVersionKind(clusterAPIGVK("MachineDeployment"))
+	md.SetGroupVersionKind(framework.ClusterAPIGVK("MachineDeployment"))
 	Expect(tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: replacePool}, md)).To(Succeed())
 	return md
 }
@@ -54,9 +49,9 @@ type machine struct {
 // deleted, and how many are.
 func poolMachines(ctx context.Context, g Gomega) (live []machine, deleting int) {
 	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(clusterAPIGVK("MachineList"))
+	list.SetGroupVersionKind(framework.ClusterAPIGVK("MachineList"))
 	g.Expect(tgt.Client.List(ctx, list, client.InNamespace(tgt.Namespace),
-		client.MatchingLabels{"cluster.x-k8s.io/deployment-name": replacePool})).To(Succeed())
+		client.MatchingLabels{framework.LabelDeploymentName: replacePool})).To(Succeed())
 	admin := clientFor(adminKubeconfig(ctx))
 	for _, m := range list.Items {
 		if m.GetDeletionTimestamp() != nil {
@@ -107,7 +102,7 @@ func machineNames(ms []machine) []string {
 
 // expectMachinesReplaced checks that Carousel rolled the MachineDeployment
 // for the phase and that every Machine of before was replaced by one created
-// after the rollout time, whose kubelet holds a client certificate from
+// at or after the rollout time, whose kubelet holds a client certificate from
 // clientCA and trusts exactly the published bundles. It returns the Machines
 // now and how long the replacement took: from the rollout time to the last
 // new Node turning Ready.
@@ -135,7 +130,7 @@ func expectMachinesReplaced(ctx context.Context, before []machine, phase v1alpha
 	var last time.Time
 	for _, m := range now {
 		Expect(machineNames(before)).NotTo(ContainElement(m.Name), "Machine %s was replaced", m.Name)
-		Expect(m.Created.After(after)).To(BeTrue(), "Machine %s was created after the rollout time %s", m.Name, after)
+		Expect(m.Created.Before(after)).To(BeFalse(), "Machine %s was created at or after the rollout time %s", m.Name, after)
 		if m.NodeReadySince.After(last) {
 			last = m.NodeReadySince
 		}

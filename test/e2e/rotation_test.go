@@ -617,8 +617,10 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			rolloutsPreparing.Seconds(), preparedIn.Seconds(), rolloutsFinish.Seconds(), completedIn.Seconds()))
 		AddReportEntry("kubelet restarts", fmt.Sprintf("Preparing: %s; Finalizing: %s", kubeletsPreparing, kubeletsFinish))
 		if env != nil {
-			fmt.Printf("rotation e2e: Replace pool of %d Machines replaced by Cluster API in %.0fs (Preparing) and %.0fs (Finalizing)\n",
+			replaced := fmt.Sprintf("Replace pool of %d Machines replaced by Cluster API in %.0fs (Preparing) and %.0fs (Finalizing)",
 				replaceReplicas, replacedPreparing.Seconds(), replacedFinishing.Seconds())
+			AddReportEntry("Replace pool", replaced)
+			fmt.Printf("rotation e2e: %s\n", replaced)
 		}
 		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
 		for _, f := range otherFailures {

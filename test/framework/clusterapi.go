@@ -216,7 +216,7 @@ func (e *Environment) CreateMachineDeployment(ctx context.Context, name, pool st
 	ref := func(kind, name string) map[string]any {
 		return map[string]any{"apiGroup": providerGroup, "kind": kind, "name": name}
 	}
-	labels := map[string]any{clusterAPIGroup + "/cluster-name": cluster, clusterAPIGroup + "/deployment-name": name}
+	labels := map[string]any{clusterAPIGroup + "/cluster-name": cluster, LabelDeploymentName: name}
 	endpoint, err := url.Parse(e.ControlPlane.Endpoint())
 	if err != nil {
 		return err
@@ -228,14 +228,14 @@ func (e *Environment) CreateMachineDeployment(ctx context.Context, name, pool st
 	objects := []*unstructured.Unstructured{
 		object(providerGVK("TestCluster"), ns, cluster, nil),
 		object(providerGVK("TestControlPlane"), ns, cluster, nil),
-		object(clusterAPIGVK("Cluster"), ns, cluster, map[string]any{
+		object(ClusterAPIGVK("Cluster"), ns, cluster, map[string]any{
 			"controlPlaneEndpoint": map[string]any{"host": endpoint.Hostname(), "port": port},
 			"infrastructureRef":    ref("TestCluster", cluster),
 			"controlPlaneRef":      ref("TestControlPlane", cluster),
 		}),
 		object(providerGVK("TestMachineTemplate"), ns, name, map[string]any{"template": map[string]any{"spec": map[string]any{"pool": pool}}}),
 		object(providerGVK("TestBootstrapConfigTemplate"), ns, name, map[string]any{"template": map[string]any{"spec": map[string]any{}}}),
-		object(clusterAPIGVK("MachineDeployment"), ns, name, map[string]any{
+		object(ClusterAPIGVK("MachineDeployment"), ns, name, map[string]any{
 			"clusterName": cluster,
 			"replicas":    replicas,
 			"selector":    map[string]any{"matchLabels": labels},

@@ -33,14 +33,17 @@ const (
 	providerGroup   = "test.carousel.dev"
 	providerVersion = "v1alpha1"
 	clusterAPIGroup = "cluster.x-k8s.io"
-	clusterAPIV     = "v1beta2"
+	// LabelDeploymentName is the label Cluster API puts on the Machines of a
+	// MachineDeployment: its name.
+	LabelDeploymentName = clusterAPIGroup + "/deployment-name"
+	clusterAPIV         = "v1beta2"
 	// machineFinalizer keeps a TestMachine until its kubelet stopped.
 	machineFinalizer = providerGroup + "/machine"
 	// providerIDPrefix starts the providerID of every node of the provider.
 	providerIDPrefix = "carousel-test://"
-	// firstMachineIP is the last octet of the first machine's address;
-	// NodeIP's nodes come before it.
-	firstMachineIP = 100
+	// firstMachineIP and lastMachineIP bound the last octet of the machines'
+	// addresses; NodeIP's nodes come before them.
+	firstMachineIP, lastMachineIP = 100, 254
 	// bootstrapTokenTTL is how long a Machine's bootstrap token is valid.
 	bootstrapTokenTTL = time.Hour
 )
@@ -49,7 +52,9 @@ func providerGVK(kind string) schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: providerGroup, Version: providerVersion, Kind: kind}
 }
 
-func clusterAPIGVK(kind string) schema.GroupVersionKind {
+// ClusterAPIGVK is a kind of Cluster API's v1beta2, which the environment's
+// Cluster API serves and stores.
+func ClusterAPIGVK(kind string) schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: clusterAPIGroup, Version: clusterAPIV, Kind: kind}
 }
 
@@ -86,6 +91,7 @@ type MachineProvider struct {
 	mu       sync.Mutex
 	machines map[string]*KubeletNode
 	nextIP   int
+	stopping bool
 }
 
 // Start runs the provider's controllers until Stop.
@@ -129,6 +135,9 @@ func (p *MachineProvider) Stop() {
 	if p.cancel == nil {
 		return
 	}
+	p.mu.Lock()
+	p.stopping = true // no machine starts after this
+	p.mu.Unlock()
 	p.cancel()
 	<-p.stopped
 	p.mu.Lock()
@@ -311,32 +320,13 @@ func (p *MachineProvider) runMachine(ctx context.Context, obj *unstructured.Unst
 		return 0, fmt.Errorf("bootstrap data %s: %w", secretName, err)
 	}
 	pool, _, _ := unstructured.NestedString(obj.Object, "spec", "pool")
-	providerID := providerIDPrefix + name
 
-	p.mu.Lock()
-	n, running := p.machines[name]
-	if !running {
-		n = &KubeletNode{Name: name, IP: fmt.Sprintf("192.0.2.%d", p.nextIP), Pool: pool, ProviderID: providerID,
-			Dir: filepath.Join(p.WorkDir, "machines", name), BinDir: p.KubeBinDir, Netns: p.Netns}
-		p.nextIP++
-		p.machines[name] = n
-	}
-	p.mu.Unlock()
-	if !running {
-		p.logf("starting machine %s: kubelet on %s, bootstrapping with a token of its own", name, n.IP)
-		if err := p.Netns.AddAddress(ctx, n.IP); err != nil {
-			return 0, err
-		}
-		if err := n.Provision(data.BootstrapKubeconfig, data.KubeletCABundle); err != nil {
-			return 0, err
-		}
-		if err := n.Start(ctx); err != nil {
-			n.Stop()
-			return 0, err
-		}
+	n, err := p.startMachine(ctx, name, pool, data)
+	if err != nil {
+		return 0, err
 	}
 	patch := client.MergeFrom(obj.DeepCopy())
-	if err := unstructured.SetNestedField(obj.Object, providerID, "spec", "providerID"); err != nil {
+	if err := unstructured.SetNestedField(obj.Object, n.ProviderID, "spec", "providerID"); err != nil {
 		return 0, err
 	}
 	if err := p.Client.Patch(ctx, obj, patch); err != nil {
@@ -348,6 +338,39 @@ func (p *MachineProvider) runMachine(ctx context.Context, obj *unstructured.Unst
 	})
 }
 
+// startMachine starts the kubelet of a machine, on the next free address,
+// unless it runs already; a machine that failed to start is forgotten, and
+// started again on the next attempt.
+func (p *MachineProvider) startMachine(ctx context.Context, name, pool string, data bootstrapData) (*KubeletNode, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, running := p.machines[name]; running {
+		return n, nil
+	}
+	if p.stopping {
+		return nil, fmt.Errorf("the provider is stopping: machine %s does not start", name)
+	}
+	if p.nextIP > lastMachineIP {
+		return nil, fmt.Errorf("no address left for machine %s: the provider gives out 192.0.2.%d to 192.0.2.%d", name, firstMachineIP, lastMachineIP)
+	}
+	n := &KubeletNode{Name: name, IP: fmt.Sprintf("192.0.2.%d", p.nextIP), Pool: pool, ProviderID: providerIDPrefix + name,
+		Dir: filepath.Join(p.WorkDir, "machines", name), BinDir: p.KubeBinDir, Netns: p.Netns}
+	p.nextIP++ // never reused: an address that failed to start may be on the device already
+	p.logf("starting machine %s: kubelet on %s, bootstrapping with a token of its own", name, n.IP)
+	if err := p.Netns.AddAddress(ctx, n.IP); err != nil {
+		return nil, err
+	}
+	if err := n.Provision(data.BootstrapKubeconfig, data.KubeletCABundle); err != nil {
+		return nil, err
+	}
+	if err := n.Start(ctx); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	p.machines[name] = n
+	return n, nil
+}
+
 // ownerMachine returns the Machine that owns a TestMachine, nil until
 // Cluster API set the owner reference.
 func (p *MachineProvider) ownerMachine(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
@@ -356,7 +379,7 @@ func (p *MachineProvider) ownerMachine(ctx context.Context, obj *unstructured.Un
 			continue
 		}
 		m := &unstructured.Unstructured{}
-		m.SetGroupVersionKind(clusterAPIGVK("Machine"))
+		m.SetGroupVersionKind(ClusterAPIGVK("Machine"))
 		if err := p.Client.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: ref.Name}, m); err != nil {
 			return nil, client.IgnoreNotFound(err)
 		}

@@ -104,7 +104,9 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	}
 	if md.GetAnnotations()[v1alpha1.AnnotationRolledFor] != request || after.IsZero() {
 		after = p.Clock.Now().Truncate(time.Second)
-		if err := p.roll(ctx, md, field, request, after); err != nil {
+		if err := p.roll(ctx, md, field, request, after); apierrors.IsConflict(err) {
+			return false, fmt.Sprintf("pool %s: MachineDeployment %s changed while Carousel rolled it; reading it again", pool.Name, pool.MachineDeployment), nil
+		} else if err != nil {
 			return false, "", err
 		}
 		p.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventMachineDeploymentRolled, "Reconcile",
@@ -160,16 +162,9 @@ func (p *ReplaceRollout) roll(ctx context.Context, md *unstructured.Unstructured
 			"annotations":     map[string]any{v1alpha1.AnnotationRolledFor: request},
 		},
 	}
-	spec := map[string]any{}
-	patch["spec"] = spec
-	// field is spec.<...>: nest the time under the rest of the path.
-	node := spec
-	for _, name := range field[1 : len(field)-1] {
-		child := map[string]any{}
-		node[name] = child
-		node = child
+	if err := unstructured.SetNestedField(patch, after.UTC().Format(time.RFC3339), field...); err != nil {
+		return err
 	}
-	node[field[len(field)-1]] = after.UTC().Format(time.RFC3339)
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return err

@@ -23,14 +23,14 @@ type MachineState struct {
 type ReplacePlan struct {
 	// Desired is the MachineDeployment's spec.replicas.
 	Desired int
-	// Replaced counts the Machines created after the rollout time whose Node
-	// is Ready: they bootstrapped on the credentials of the phase.
+	// Replaced counts the Machines created at or after the rollout time whose
+	// Node is Ready: they bootstrapped on the credentials of the phase.
 	Replaced int
-	// Joining counts the Machines created after the rollout time whose Node is
-	// not Ready yet.
+	// Joining counts the Machines created at or after the rollout time whose
+	// Node is not Ready yet.
 	Joining int
-	// Old are the Machines created at or before the rollout time, deleted or
-	// not yet: Cluster API replaces exactly those.
+	// Old are the Machines created before the rollout time, deleted or not
+	// yet: Cluster API replaces exactly those.
 	Old []string
 	// Leaving counts the new Machines being deleted (a scale-down).
 	Leaving int
@@ -38,13 +38,15 @@ type ReplacePlan struct {
 
 // PlanReplace says where the replacement of a MachineDeployment's Machines
 // stands, after is the rollout time Carousel set on it. A Machine counts as
-// old unless it was created strictly after that time, as Cluster API counts a
-// MachineSet outdated (creation timestamps have whole seconds).
+// old if it was created before that time, as Cluster API counts a MachineSet
+// outdated: one created in the same second is new to both (creation times
+// have whole seconds; the rollout time is the second the preconditions held
+// in, so such a Machine bootstrapped on the phase's credentials too).
 func PlanReplace(machines []MachineState, desired int, after time.Time) ReplacePlan {
 	p := ReplacePlan{Desired: desired}
 	for _, m := range machines {
 		switch {
-		case !m.Created.After(after):
+		case m.Created.Before(after):
 			p.Old = append(p.Old, m.Name)
 		case m.Deleting:
 			p.Leaving++

@@ -24,8 +24,11 @@ func TestPlanReplace(t *testing.T) {
 		{"nothing rolled yet", []MachineState{ready("m-a", before), ready("m-b", before)}, 2,
 			ReplacePlan{Desired: 2, Old: []string{"m-a", "m-b"}}, false,
 			"pool p: MachineDeployment md: 0 of 2 machines replaced with a Ready node, 2 old to replace (m-a, m-b)"},
-		{"a Machine created in the second of the rollout time is old, as Cluster API counts it",
-			[]MachineState{ready("m-a", same), ready("m-c", later)}, 1,
+		{"a Machine created in the second of the rollout time is new, as Cluster API counts it",
+			[]MachineState{ready("m-a", same), ready("m-c", later)}, 2,
+			ReplacePlan{Desired: 2, Replaced: 2}, true, ""},
+		{"a Machine created the second before is old",
+			[]MachineState{ready("m-a", same.Add(-time.Second)), ready("m-c", later)}, 1,
 			ReplacePlan{Desired: 1, Replaced: 1, Old: []string{"m-a"}}, false,
 			"pool p: MachineDeployment md: 1 of 1 machines replaced with a Ready node, 1 old to replace (m-a)"},
 		{"surge: one new Machine joining, the old one still there",
@@ -73,8 +76,8 @@ func TestPlanReplace(t *testing.T) {
 }
 
 // FuzzPlanReplace: every Machine is counted once; the pool is never done
-// while a Machine created at or before the rollout time is left, or while a
-// Node is not Ready.
+// while a Machine created before the rollout time is left, or while a Node
+// is not Ready.
 func FuzzPlanReplace(f *testing.F) {
 	f.Add(uint8(2), []byte{0, 1, 2, 3, 4, 5})
 	f.Add(uint8(0), []byte{})
@@ -99,7 +102,7 @@ func FuzzPlanReplace(f *testing.F) {
 			t.Fatalf("done with %d replaced, want %d", p.Replaced, desired)
 		}
 		for _, m := range machines {
-			if !m.Created.After(after) || m.Deleting || !m.NodeReady {
+			if m.Created.Before(after) || m.Deleting || !m.NodeReady {
 				t.Fatalf("done with Machine %+v", m)
 			}
 		}
