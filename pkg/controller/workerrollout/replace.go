@@ -45,10 +45,10 @@ var rolloutAfterField = map[string][]string{
 // rollout time of the pool's Cluster API MachineDeployment (spec.rollout.after
 // in v1beta2, spec.rolloutAfter in v1beta1, whichever version the management
 // cluster prefers), once per phase, and Cluster API replaces every Machine
-// created before it. A Machine created after it bootstrapped with the trust
-// bundles Carousel publishes then, and a client certificate Carousel signed
-// from the current client CA; the pool is rolled once every Machine is such
-// a Machine and its Node is Ready.
+// created before it. A Machine created since bootstrapped with the trust
+// bundles Carousel publishes, and a client certificate Carousel signed from
+// the current client CA; the pool is rolled once every Machine is such a
+// Machine and its Node is Ready.
 //
 // The MachineDeployment is read and patched in the Cluster's namespace only:
 // a tenant that may write the Cluster names one of its own.
