@@ -153,6 +153,11 @@ const (
 	// <lastInitiationTime, RFC 3339>/<phase>, next to the rollout time it
 	// set: a restarted reconcile rolls the MachineDeployment once per phase.
 	AnnotationRolledFor = "carousel.dev/rolled-for"
+	// AnnotationRolloutAfter on such a MachineDeployment records the rollout
+	// time Carousel set for that phase (RFC 3339). Carousel plans with it,
+	// not with the field alone, which another writer may move earlier or
+	// clear: Carousel sets the field back to it.
+	AnnotationRolloutAfter = "carousel.dev/rollout-after"
 	// AnnotationCABundleInjectedAt on the manager's ValidatingWebhookConfiguration
 	// records when its caBundle was seen holding a new webhook CA.
 	AnnotationCABundleInjectedAt = "carousel.dev/ca-bundle-injected-at"

@@ -24,6 +24,7 @@ import (
 
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinedeployments,verbs=get;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=list
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get
 
 // Cluster API's group, and the label its MachineSet controller puts on the
 // Machines of a MachineDeployment.
@@ -32,6 +33,10 @@ const (
 	labelDeploymentName   = clusterAPIGroup + "/deployment-name"
 	kindMachineDeployment = "MachineDeployment"
 	kindMachine           = "Machine"
+	kindCluster           = "Cluster"
+	// annotationPaused on a Cluster API object makes its controllers leave
+	// it alone.
+	annotationPaused = clusterAPIGroup + "/paused"
 )
 
 // rolloutAfterField is, per Cluster API version, where a MachineDeployment
@@ -39,6 +44,13 @@ const (
 var rolloutAfterField = map[string][]string{
 	"v1beta2": {"spec", "rollout", "after"},
 	"v1beta1": {"spec", "rolloutAfter"},
+}
+
+// rolloutStrategyField is, per Cluster API version, where a MachineDeployment
+// names its rollout strategy (RollingUpdate or OnDelete).
+var rolloutStrategyField = map[string][]string{
+	"v1beta2": {"spec", "rollout", "strategy", "type"},
+	"v1beta1": {"spec", "strategy", "type"},
 }
 
 // ReplaceRollout is the Replace worker rollout strategy: Carousel sets the
@@ -84,7 +96,7 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		return false, "", err
 	}
 	version := mapping.GroupVersionKind.Version
-	field, ok := rolloutAfterField[version]
+	fieldPath, ok := rolloutAfterField[version]
 	if !ok {
 		return false, fmt.Sprintf("pool %s: Cluster API %s is not supported: Carousel rolls MachineDeployments of v1beta2 and v1beta1", pool.Name, version), nil
 	}
@@ -98,20 +110,24 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	}
 
 	request := noderenewal.RequestFor(c.CARotation()).String()
-	after, err := rolloutAfter(md, field)
+	field, err := rolloutAfter(md, fieldPath)
 	if err != nil {
 		return false, "", err
 	}
-	if md.GetAnnotations()[v1alpha1.AnnotationRolledFor] != request || after.IsZero() {
-		after = p.Clock.Now().Truncate(time.Second)
-		if err := p.roll(ctx, md, field, request, after); apierrors.IsConflict(err) {
+	recorded, _ := time.Parse(time.RFC3339, md.GetAnnotations()[v1alpha1.AnnotationRolloutAfter]) // zero when unreadable: rolled again
+	after, write := RolloutTime(md.GetAnnotations()[v1alpha1.AnnotationRolledFor], request, recorded, field, p.Clock.Now())
+	if write != WriteNothing {
+		if err := p.roll(ctx, md, fieldPath, request, after); apierrors.IsConflict(err) {
 			return false, fmt.Sprintf("pool %s: MachineDeployment %s changed while Carousel rolled it; reading it again", pool.Name, pool.MachineDeployment), nil
 		} else if err != nil {
 			return false, "", err
 		}
-		p.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventMachineDeploymentRolled, "Reconcile",
-			"pool %s: set %s of MachineDeployment %s to %s for phase %s: Cluster API replaces every Machine created before it",
-			pool.Name, strings.Join(field, "."), pool.MachineDeployment, after.UTC().Format(time.RFC3339), c.CARotation().Phase)
+		note := "set %s of MachineDeployment %s to %s for phase %s: Cluster API replaces every Machine created before it"
+		if write == WriteBack {
+			note = "set %s of MachineDeployment %s back to %s, where Carousel had set it for phase %s (another writer moved it earlier or cleared it)"
+		}
+		p.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventMachineDeploymentRolled, "Reconcile", "pool %s: "+note,
+			pool.Name, strings.Join(fieldPath, "."), pool.MachineDeployment, after.UTC().Format(time.RFC3339), c.CARotation().Phase)
 	}
 
 	machines := &unstructured.UnstructuredList{}
@@ -136,7 +152,60 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if plan.Done() {
 		return true, "", nil
 	}
-	return false, plan.Message(pool.Name, pool.MachineDeployment), nil
+	message := plan.Message(pool.Name, pool.MachineDeployment)
+	if len(plan.Old) > 0 {
+		held, err := p.replacementHeld(ctx, md, version)
+		if err != nil {
+			return false, "", err
+		}
+		if held != "" {
+			message += "; Cluster API replaces none now: " + held
+		}
+	}
+	return false, message, nil
+}
+
+// replacementHeld says why Cluster API replaces no Machine of md now, or ""
+// when nothing Carousel can see holds it.
+func (p *ReplaceRollout) replacementHeld(ctx context.Context, md *unstructured.Unstructured, version string) (string, error) {
+	if held := machineDeploymentHeld(md, version); held != "" {
+		return held, nil
+	}
+	name, _, _ := unstructured.NestedString(md.Object, "spec", "clusterName")
+	if name == "" {
+		return "", nil
+	}
+	cluster := &unstructured.Unstructured{}
+	cluster.SetGroupVersionKind(schema.GroupVersionKind{Group: clusterAPIGroup, Version: version, Kind: kindCluster})
+	if err := p.Uncached.Get(ctx, client.ObjectKey{Namespace: md.GetNamespace(), Name: name}, cluster); apierrors.IsNotFound(err) {
+		return fmt.Sprintf("its Cluster API Cluster %s does not exist", name), nil
+	} else if err != nil {
+		return "", fmt.Errorf("reading Cluster API Cluster %s: %w", name, err)
+	}
+	paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused")
+	_, annotated := cluster.GetAnnotations()[annotationPaused]
+	if paused || annotated {
+		return fmt.Sprintf("its Cluster API Cluster %s is paused (spec.paused or the %s annotation): resume it", name, annotationPaused), nil
+	}
+	return "", nil
+}
+
+// machineDeploymentHeld says why Cluster API replaces no Machine of md, a
+// MachineDeployment of the given Cluster API version, or "".
+func machineDeploymentHeld(md *unstructured.Unstructured, version string) string {
+	if md.GetDeletionTimestamp() != nil {
+		return fmt.Sprintf("MachineDeployment %s is being deleted", md.GetName())
+	}
+	if paused, _, _ := unstructured.NestedBool(md.Object, "spec", "paused"); paused {
+		return fmt.Sprintf("MachineDeployment %s is paused (spec.paused): resume it", md.GetName())
+	}
+	if _, ok := md.GetAnnotations()[annotationPaused]; ok {
+		return fmt.Sprintf("MachineDeployment %s carries the %s annotation: remove it", md.GetName(), annotationPaused)
+	}
+	if strategy, _, _ := unstructured.NestedString(md.Object, rolloutStrategyField[version]...); strategy == "OnDelete" {
+		return fmt.Sprintf("MachineDeployment %s rolls OnDelete, which replaces a Machine only once it is deleted: delete the old Machines", md.GetName())
+	}
+	return ""
 }
 
 // rolloutAfter reads the rollout time set on md; zero when none is.
@@ -152,14 +221,17 @@ func rolloutAfter(md *unstructured.Unstructured, field []string) (time.Time, err
 	return t, nil
 }
 
-// roll sets the rollout time and the phase it is for in one merge patch, on
-// the resourceVersion read: a MachineDeployment changed since is read again
-// by the next reconcile.
+// roll sets the rollout time, the phase it is for and the time itself as
+// Carousel's record in one merge patch, on the resourceVersion read: a
+// MachineDeployment changed since is read again by the next reconcile.
 func (p *ReplaceRollout) roll(ctx context.Context, md *unstructured.Unstructured, field []string, request string, after time.Time) error {
 	patch := map[string]any{
 		"metadata": map[string]any{
 			"resourceVersion": md.GetResourceVersion(),
-			"annotations":     map[string]any{v1alpha1.AnnotationRolledFor: request},
+			"annotations": map[string]any{
+				v1alpha1.AnnotationRolledFor:    request,
+				v1alpha1.AnnotationRolloutAfter: after.UTC().Format(time.RFC3339),
+			},
 		},
 	}
 	if err := unstructured.SetNestedField(patch, after.UTC().Format(time.RFC3339), field...); err != nil {

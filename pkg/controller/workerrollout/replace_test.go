@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +42,9 @@ func TestRollWritesTheVersionsField(t *testing.T) {
 			if a := got.GetAnnotations()[v1alpha1.AnnotationRolledFor]; a != "2026-11-24T19:00:00Z/Preparing" {
 				t.Fatalf("%s = %q", v1alpha1.AnnotationRolledFor, a)
 			}
+			if a := got.GetAnnotations()[v1alpha1.AnnotationRolloutAfter]; a != "2026-11-24T20:00:00Z" {
+				t.Fatalf("%s = %q, want the rollout time recorded", v1alpha1.AnnotationRolloutAfter, a)
+			}
 			if replicas, _, _ := unstructured.NestedInt64(got.Object, "spec", "replicas"); replicas != 2 {
 				t.Fatalf("spec.replicas = %d: the patch changed another field", replicas)
 			}
@@ -55,5 +59,39 @@ func TestRolloutAfterRefusesATimeItCannotRead(t *testing.T) {
 	}
 	if after, err := rolloutAfter(md, rolloutAfterField["v1beta2"]); err != nil || !after.IsZero() {
 		t.Fatalf("no spec.rollout.after: got %v, %v; want zero", after, err)
+	}
+}
+
+func TestMachineDeploymentHeld(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name    string
+		version string
+		object  map[string]any
+		deleted bool
+		want    string
+	}{
+		{"rolling update", "v1beta2", map[string]any{"spec": map[string]any{"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate"}}}}, false, ""},
+		{"no strategy set", "v1beta1", map[string]any{"spec": map[string]any{}}, false, ""},
+		{"paused", "v1beta2", map[string]any{"spec": map[string]any{"paused": true}}, false, "MachineDeployment edge is paused (spec.paused): resume it"},
+		{"paused annotation", "v1beta2", map[string]any{"metadata": map[string]any{"annotations": map[string]any{"cluster.x-k8s.io/paused": ""}}},
+			false, "MachineDeployment edge carries the cluster.x-k8s.io/paused annotation: remove it"},
+		{"OnDelete in v1beta2", "v1beta2", map[string]any{"spec": map[string]any{"rollout": map[string]any{"strategy": map[string]any{"type": "OnDelete"}}}},
+			false, "MachineDeployment edge rolls OnDelete, which replaces a Machine only once it is deleted: delete the old Machines"},
+		{"OnDelete in v1beta1", "v1beta1", map[string]any{"spec": map[string]any{"strategy": map[string]any{"type": "OnDelete"}}},
+			false, "MachineDeployment edge rolls OnDelete, which replaces a Machine only once it is deleted: delete the old Machines"},
+		{"v1beta1's field is not v1beta2's", "v1beta2", map[string]any{"spec": map[string]any{"strategy": map[string]any{"type": "OnDelete"}}}, false, ""},
+		{"being deleted", "v1beta2", map[string]any{"spec": map[string]any{}}, true, "MachineDeployment edge is being deleted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			md := &unstructured.Unstructured{Object: tc.object}
+			md.SetName("edge")
+			if tc.deleted {
+				md.SetDeletionTimestamp(&now)
+			}
+			if got := machineDeploymentHeld(md, tc.version); got != tc.want {
+				t.Errorf("machineDeploymentHeld = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

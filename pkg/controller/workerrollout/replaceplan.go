@@ -6,6 +6,44 @@ import (
 	"time"
 )
 
+// RolloutWrite is what Carousel writes on a MachineDeployment's rollout time.
+type RolloutWrite int
+
+const (
+	// WriteNothing: the MachineDeployment was rolled for the phase.
+	WriteNothing RolloutWrite = iota
+	// WriteRoll: roll it for the phase.
+	WriteRoll
+	// WriteBack: set its rollout time back to the one Carousel recorded.
+	WriteBack
+)
+
+// RolloutTime says which rollout time a Replace pool's MachineDeployment
+// waits on for request (the rotation phase it is rolled for), and what
+// Carousel must write there. rolledFor and recorded are what Carousel
+// recorded on the MachineDeployment when it last rolled it, field its rollout
+// time now (zero when none is set).
+//
+//   - Not rolled for request yet: now, to the second (Cluster API waits for a
+//     rollout time in the future), written.
+//   - Rolled for request, and the field was moved before the recorded time or
+//     cleared by another writer: the recorded time, written back. Machines
+//     created before it did not bootstrap on the phase's credentials, and
+//     Cluster API would keep them.
+//   - Rolled for request, the field at the recorded time or later (another
+//     writer rolled the MachineDeployment again since): the field, which
+//     Cluster API replaces by; nothing to write.
+func RolloutTime(rolledFor, request string, recorded, field, now time.Time) (time.Time, RolloutWrite) {
+	switch {
+	case rolledFor != request || recorded.IsZero():
+		return now.Truncate(time.Second), WriteRoll
+	case field.Before(recorded):
+		return recorded, WriteBack
+	default:
+		return field, WriteNothing
+	}
+}
+
 // MachineState is what a Replace rollout knows of one Machine of the pool's
 // MachineDeployment.
 type MachineState struct {

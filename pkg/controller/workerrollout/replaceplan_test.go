@@ -108,3 +108,69 @@ func FuzzPlanReplace(f *testing.F) {
 		}
 	})
 }
+
+func TestRolloutTime(t *testing.T) {
+	const preparing, finalizing = "2026-11-24T19:00:00Z/Preparing", "2026-11-24T19:00:00Z/Finalizing"
+	now := time.Date(2026, 11, 24, 20, 0, 0, 700_000_000, time.UTC)
+	rolled := time.Date(2026, 11, 24, 19, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name            string
+		rolledFor       string
+		recorded, field time.Time
+		wantAfter       time.Time
+		wantWrite       RolloutWrite
+	}{
+		{"never rolled: now, to the second", "", time.Time{}, time.Time{}, now.Truncate(time.Second), WriteRoll},
+		{"rolled by someone else before: rolled again now", "", time.Time{}, rolled, now.Truncate(time.Second), WriteRoll},
+		{"rolled for the last phase: rolled again now", preparing, rolled, rolled, now.Truncate(time.Second), WriteRoll},
+		{"rolled for this phase without a recorded time: rolled again now", finalizing, time.Time{}, rolled, now.Truncate(time.Second), WriteRoll},
+		{"rolled for this phase: waits on it, writes nothing", finalizing, rolled, rolled, rolled, WriteNothing},
+		{"rolled again later by someone else: waits on the later time", finalizing, rolled, rolled.Add(time.Minute), rolled.Add(time.Minute), WriteNothing},
+		{"moved earlier by someone else: set back", finalizing, rolled, rolled.Add(-time.Hour), rolled, WriteBack},
+		{"cleared by someone else: set back", finalizing, rolled, time.Time{}, rolled, WriteBack},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			after, write := RolloutTime(tc.rolledFor, finalizing, tc.recorded, tc.field, now)
+			if !after.Equal(tc.wantAfter) || write != tc.wantWrite {
+				t.Errorf("RolloutTime = %v, %v; want %v, %v", after, write, tc.wantAfter, tc.wantWrite)
+			}
+		})
+	}
+}
+
+// FuzzRolloutTime: once rolled for the phase, the rollout time waited on is
+// never before the one Carousel recorded; nothing is written only when the
+// field is waited on as it is; a new roll is at the second of now.
+func FuzzRolloutTime(f *testing.F) {
+	f.Add("r/Preparing", "r/Preparing", int64(100), int64(50), int64(200))
+	f.Add("", "r/Finalizing", int64(0), int64(0), int64(200))
+	f.Add("r/Finalizing", "r/Finalizing", int64(100), int64(150), int64(200))
+	f.Fuzz(func(t *testing.T, rolledFor, request string, recordedSec, fieldSec, nowNanos int64) {
+		at := func(sec int64) time.Time {
+			if sec <= 0 {
+				return time.Time{}
+			}
+			return time.Unix(sec%(1<<40), 0).UTC()
+		}
+		recorded, field := at(recordedSec), at(fieldSec)
+		now := time.Unix(0, nowNanos).UTC()
+		after, write := RolloutTime(rolledFor, request, recorded, field, now)
+		switch write {
+		case WriteRoll:
+			if !after.Equal(now.Truncate(time.Second)) {
+				t.Fatalf("rolled at %v, want %v", after, now.Truncate(time.Second))
+			}
+		case WriteBack:
+			if !after.Equal(recorded) || !field.Before(recorded) {
+				t.Fatalf("set back to %v (recorded %v, field %v)", after, recorded, field)
+			}
+		case WriteNothing:
+			if !after.Equal(field) {
+				t.Fatalf("waits on %v without writing it, field %v", after, field)
+			}
+		}
+		if rolledFor == request && !recorded.IsZero() && after.Before(recorded) {
+			t.Fatalf("waits on %v, before the recorded %v", after, recorded)
+		}
+	})
+}
