@@ -32,7 +32,7 @@ func main() {
 	}
 	opts := operator.DefaultOptions()
 	var (
-		metricsAddr, metricsCertDir, probeAddr, leaderElectionNamespace, webhookHost string
+		metricsAddr, metricsCertDir, probeAddr, pprofAddr, leaderElectionNamespace, webhookHost string
 		leaderElect, metricsSecure                                                   bool
 		webhookPort                                                                  int
 		webhookCert                                                                  operator.WebhookCertificate
@@ -41,6 +41,7 @@ func main() {
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve the metrics over HTTPS, only to a bearer token the API server authenticates and authorizes to get /metrics; false serves plain HTTP to anyone.")
 	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's tls.crt and tls.key (with --metrics-secure); empty means a self-signed certificate.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's /debug/pprof profiles are served on, plain HTTP without authentication: bind it to loopback; \"0\" disables it.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the Pod's namespace.")
 	flag.BoolVar(&opts.Webhook, "webhook", opts.Webhook, "Serve the Cluster admission webhook.")
@@ -87,6 +88,7 @@ func main() {
 	mgrOpts := operator.ManagerOptions()
 	mgrOpts.Metrics = operator.MetricsServerOptions(metricsAddr, metricsSecure, metricsCertDir)
 	mgrOpts.HealthProbeBindAddress = probeAddr
+	mgrOpts.PprofBindAddress = pprofAddr
 	mgrOpts.LeaderElection = leaderElect
 	mgrOpts.LeaderElectionID = "carousel-controller-manager.carousel.dev"
 	mgrOpts.LeaderElectionNamespace = leaderElectionNamespace

@@ -3,7 +3,11 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,8 +40,11 @@ import (
 // FLEET_IDLE (a minute by default), the time from start-ca-rotation on every
 // Cluster until all are Prepared and from complete-ca-rotation until all are
 // Completed, and the manager's peak resident memory. FLEET_MANAGER_FLAGS
-// adds flags to the manager's. `make bench-fleet` runs it; the figures are
-// in docs/development.md.
+// adds flags to the manager's. With FLEET_PROFILE_DIR set, it writes there
+// the manager's CPU profile of the idle window (idle.cpu.pprof) and its heap
+// profile once all are Completed (completed.heap.pprof), read through
+// --pprof-bind-address. `make bench-fleet` runs it; the figures are in
+// docs/development.md.
 func BenchmarkFleet(b *testing.B) {
 	assets, manager := os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
 	if assets == "" || manager == "" {
@@ -73,7 +80,8 @@ func BenchmarkFleet(b *testing.B) {
 	check(b, err)
 	kubeconfigPath := filepath.Join(b.TempDir(), "kubeconfig")
 	check(b, os.WriteFile(kubeconfigPath, kubeconfig, 0o600))
-	proc := startManager(b, manager, kubeconfigPath)
+	profiles := os.Getenv("FLEET_PROFILE_DIR")
+	proc := startManager(b, manager, kubeconfigPath, profiles != "")
 	defer proc.stop()
 	// The API server shares the two cores: its CPU says when it is the limit.
 	apiserver := childProcess(b, "kube-apiserver")
@@ -94,7 +102,12 @@ func BenchmarkFleet(b *testing.B) {
 		readyWrites, readyAPICPU := writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
 
 		cpuBefore, writesBefore = proc.cpu(b), writes()
-		time.Sleep(idle) // a window measured, not a wait for a condition
+		if profiles != "" {
+			// The profile's request lasts the window.
+			proc.profile(b, fmt.Sprintf("profile?seconds=%d", int(idle.Seconds())), filepath.Join(profiles, "idle.cpu.pprof"))
+		} else {
+			time.Sleep(idle) // a window measured, not a wait for a condition
+		}
 		idleWrites, idleCPU := writes()-writesBefore, proc.cpu(b)-cpuBefore
 
 		writesBefore, apiCPUBefore, start = writes(), apiserver.cpu(b), time.Now()
@@ -106,6 +119,9 @@ func BenchmarkFleet(b *testing.B) {
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
 		toCompleted, finalizingWrites, finalizingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
 		peak := proc.peakRSS(b)
+		if profiles != "" {
+			proc.profile(b, "heap", filepath.Join(profiles, "completed.heap.pprof"))
+		}
 
 		b.ReportMetric(float64(n)/toReady.Seconds(), "clusters-ready/s")
 		b.ReportMetric(float64(cpuPerCluster.Microseconds())/1000, "cpu-ms/cluster")
@@ -189,6 +205,8 @@ func (f *fleet) waitFor(b *testing.B, ctx context.Context, done func(*v1alpha1.C
 type process struct {
 	pid int
 	cmd *exec.Cmd // nil for one envtest started
+	// pprof is the manager's --pprof-bind-address; empty when it serves none.
+	pprof string
 }
 
 // childProcess finds the child process of this one named name (its comm).
@@ -214,15 +232,50 @@ func childProcess(b *testing.B, name string) *process {
 	return nil
 }
 
-func startManager(b *testing.B, path, kubeconfig string) *process {
+// startManager starts the manager binary at path; with pprof, it serves its
+// profiles on a loopback port.
+func startManager(b *testing.B, path, kubeconfig string, pprof bool) *process {
 	b.Helper()
 	logs, err := os.Create(filepath.Join(b.TempDir(), "manager.log"))
 	check(b, err)
 	args := []string{"--kubeconfig=" + kubeconfig, "--webhook=false", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}
-	cmd := exec.Command(path, append(args, strings.Fields(os.Getenv("FLEET_MANAGER_FLAGS"))...)...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	check(b, cmd.Start())
-	return &process{pid: cmd.Process.Pid, cmd: cmd}
+	p := &process{}
+	if pprof {
+		port, err := freePort()
+		check(b, err)
+		p.pprof = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		args = append(args, "--pprof-bind-address="+p.pprof)
+	}
+	p.cmd = exec.Command(path, append(args, strings.Fields(os.Getenv("FLEET_MANAGER_FLAGS"))...)...)
+	p.cmd.Stdout, p.cmd.Stderr = logs, logs
+	check(b, p.cmd.Start())
+	p.pid = p.cmd.Process.Pid
+	return p
+}
+
+// freePort is a loopback port nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// profile writes the manager's /debug/pprof/<what> to path.
+func (p *process) profile(b *testing.B, what, path string) {
+	b.Helper()
+	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/" + what) //nolint:noctx // bounded by the profile's own duration
+	check(b, err)
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("/debug/pprof/%s: %s", what, resp.Status)
+	}
+	out, err := os.Create(path)
+	check(b, err)
+	_, err = io.Copy(out, resp.Body)
+	check(b, errors.Join(err, out.Close()))
 }
 
 // stop ends the manager this benchmark started, by its PID.
