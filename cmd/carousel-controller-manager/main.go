@@ -33,9 +33,10 @@ func main() {
 	opts := operator.DefaultOptions()
 	var (
 		metricsAddr, metricsCertDir, probeAddr, pprofAddr, leaderElectionNamespace, webhookHost string
-		leaderElect, metricsSecure                                                   bool
-		webhookPort                                                                  int
-		webhookCert                                                                  operator.WebhookCertificate
+		leaderElect, metricsSecure                                                              bool
+		webhookPort                                                                             int
+		managedQPS                                                                              float64
+		webhookCert                                                                             operator.WebhookCertificate
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve the metrics over HTTPS, only to a bearer token the API server authenticates and authorizes to get /metrics; false serves plain HTTP to anyone.")
@@ -66,11 +67,15 @@ func main() {
 	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each request to a managed API server.")
 	flag.BoolVar(&opts.CSRControllers, "csr-controllers", opts.CSRControllers, "Approve and sign kubelet CSRs in the managed clusters; false leaves them to an administrator.")
 	flag.DurationVar(&opts.CSRMaxDuration, "csr-max-duration", opts.CSRMaxDuration, "Longest validity of a kubelet certificate Carousel signs; a CSR's expirationSeconds may ask for less.")
+	flag.IntVar(&opts.CSRConcurrency, "csr-concurrency", opts.CSRConcurrency, "How many kubelet CSRs of one managed cluster are approved and signed at once.")
+	flag.Float64Var(&managedQPS, "managed-kube-api-qps", float64(opts.ManagedQPS), "Requests per second each connection to a managed cluster may send its API server (a CSR costs two writes).")
+	flag.IntVar(&opts.ManagedBurst, "managed-kube-api-burst", opts.ManagedBurst, "Burst of requests each connection to a managed cluster may send above --managed-kube-api-qps.")
 	flag.IntVar(&opts.ClusterConcurrency, "cluster-concurrency", opts.ClusterConcurrency, "How many Clusters are reconciled at once (one Cluster is never reconciled twice at once).")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	opts.ManagedQPS = float32(managedQPS)
 	if *printVersion {
 		fmt.Println("carousel-controller-manager", version.Get())
 		return

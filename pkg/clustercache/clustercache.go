@@ -17,7 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +28,15 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+)
+
+// The rate limit of each connection unless Cache sets one. A CSR costs two
+// writes (approval, then certificate): 500 writes/s lets Carousel sign the
+// CSRs of hundreds of kubelets a second, and the managed API server's own
+// priority and fairness still protects it.
+const (
+	DefaultQPS   = 500
+	DefaultBurst = 1000
 )
 
 // ErrNotIssued means the Cluster controller has not issued the trust bundle
@@ -44,16 +55,23 @@ type Cache struct {
 	Management client.Reader
 	Scheme     *runtime.Scheme
 	OnConnect  []OnConnect
+	// QPS and Burst limit the requests of each connection to its managed
+	// API server (client-go's token bucket); zero means DefaultQPS and
+	// DefaultBurst.
+	QPS   float32
+	Burst int
 
 	mu    sync.Mutex
 	conns map[client.ObjectKey]*Connection
 }
 
-// Connection is one managed cluster: a cache of its CSRs, Nodes and
-// kube-system Secrets, and a direct client.
+// Connection is one managed cluster: a cache of what the kubelet CSR
+// controller reads there (CacheOptions), and a direct client.
 type Connection struct {
 	// Config is what the connection was made with.
-	Config  *rest.Config
+	Config *rest.Config
+	// Cluster's cache holds what CacheOptions says, and no more: read
+	// anything else through Client.
 	Cluster cluster.Cluster
 	// Client reads and writes the managed cluster without the cache.
 	Client client.Client
@@ -143,12 +161,16 @@ func configDigest(cfg *rest.Config) string {
 
 func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*Connection, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 100, 200
+	cfg.QPS, cfg.Burst = c.QPS, c.Burst
+	if cfg.QPS == 0 {
+		cfg.QPS = DefaultQPS
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = DefaultBurst
+	}
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = c.Scheme
-		o.Cache.ByObject = map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{metav1.NamespaceSystem: {}}},
-		}
+		o.Cache = CacheOptions()
 	})
 	if err != nil {
 		return nil, err
@@ -168,6 +190,44 @@ func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*C
 		}
 	}
 	return conn, nil
+}
+
+// CacheOptions is what a connection caches of its managed cluster: what the
+// kubelet CSR controller reads on every request. Each connection's cache
+// lives as long as the connection, one per managed cluster, so it holds as
+// little as that controller needs:
+//   - CertificateSigningRequests, whole but for their managedFields;
+//   - Carousel's bootstrap token Secrets in kube-system (labelled
+//     carousel.dev/bootstrap-token), not the namespace's other Secrets;
+//   - Nodes, with their name, UID, labels, annotations and
+//     status.addresses only: not their images, conditions or spec, which
+//     make up most of a Node.
+func CacheOptions() cache.Options {
+	carouselTokens, err := labels.NewRequirement(v1alpha1.LabelBootstrapToken, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{metav1.NamespaceSystem: {}},
+				Label: labels.NewSelector().Add(*carouselTokens)},
+			&corev1.Node{}: {Transform: nodeIdentity},
+		},
+	}
+}
+
+// nodeIdentity keeps of a Node what identifies it to the CSR approver: its
+// metadata (without managedFields) and addresses.
+func nodeIdentity(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	kept := &corev1.Node{TypeMeta: node.TypeMeta, ObjectMeta: node.ObjectMeta,
+		Status: corev1.NodeStatus{Addresses: node.Status.Addresses}}
+	kept.ManagedFields = nil
+	return kept, nil
 }
 
 // Client returns the direct client of a managed cluster Carousel is connected to.

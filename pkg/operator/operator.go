@@ -4,6 +4,7 @@
 package operator
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,6 +54,12 @@ type Options struct {
 	CSRControllers bool
 	// CSRMaxDuration caps the validity of the kubelet certificates Carousel signs.
 	CSRMaxDuration time.Duration
+	// CSRConcurrency is how many CSRs of one managed cluster are handled at once.
+	CSRConcurrency int
+	// ManagedQPS and ManagedBurst limit each managed-cluster connection's
+	// requests to its API server.
+	ManagedQPS   float32
+	ManagedBurst int
 	// ClusterConcurrency is how many Clusters the Cluster controller
 	// reconciles at once.
 	ClusterConcurrency int
@@ -68,15 +75,23 @@ func DefaultOptions() Options {
 		APIServiceResync:       apiservicebundle.DefaultResync,
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
 		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: 1,
+		CSRConcurrency: kubeletcsr.DefaultConcurrency, ManagedQPS: clustercache.DefaultQPS, ManagedBurst: clustercache.DefaultBurst,
 	}
 }
 
 // Validate says which options are out of bounds.
 func (o Options) Validate() error {
+	var errs []error
 	if o.ClusterConcurrency < 1 {
-		return fmt.Errorf("--cluster-concurrency=%d: reconcile at least one Cluster at a time", o.ClusterConcurrency)
+		errs = append(errs, fmt.Errorf("--cluster-concurrency=%d: reconcile at least one Cluster at a time", o.ClusterConcurrency))
 	}
-	return nil
+	if o.CSRConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("--csr-concurrency=%d: handle at least one CSR at a time", o.CSRConcurrency))
+	}
+	if o.ManagedQPS <= 0 || o.ManagedBurst < 1 {
+		errs = append(errs, fmt.Errorf("--managed-kube-api-qps=%g --managed-kube-api-burst=%d: both must be positive", o.ManagedQPS, o.ManagedBurst))
+	}
+	return errors.Join(errs...)
 }
 
 // ManagerOptions returns the manager options Carousel needs (scheme and cache).
@@ -91,9 +106,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		clk = clock.RealClock{}
 	}
 	recorder := mgr.GetEventRecorder("carousel-controller-manager")
-	connections := &clustercache.Cache{Management: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	connections := &clustercache.Cache{Management: mgr.GetClient(), Scheme: mgr.GetScheme(), QPS: opts.ManagedQPS, Burst: opts.ManagedBurst}
 	if opts.CSRControllers {
-		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration,
+		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration, Concurrency: opts.CSRConcurrency,
 			Metrics: kubeletcsr.NewMetrics(metrics.Registry)}
 		connections.OnConnect = append(connections.OnConnect, csrs.OnConnect)
 	}

@@ -7,22 +7,28 @@ import (
 
 func TestOptionsValidate(t *testing.T) {
 	for _, tt := range []struct {
-		concurrency int
-		want        string // substring of the error; empty means valid
+		name   string
+		change func(*Options)
+		want   string // substring of the error; empty means valid
 	}{
-		{1, ""},
-		{8, ""},
-		{0, "--cluster-concurrency=0: reconcile at least one Cluster at a time"},
-		{-2, "--cluster-concurrency=-2"},
+		{"the defaults", func(*Options) {}, ""},
+		{"eight Clusters at once", func(o *Options) { o.ClusterConcurrency = 8 }, ""},
+		{"no Cluster at once", func(o *Options) { o.ClusterConcurrency = 0 }, "--cluster-concurrency=0: reconcile at least one Cluster at a time"},
+		{"negative Clusters at once", func(o *Options) { o.ClusterConcurrency = -2 }, "--cluster-concurrency=-2"},
+		{"one CSR at once", func(o *Options) { o.CSRConcurrency = 1 }, ""},
+		{"no CSR at once", func(o *Options) { o.CSRConcurrency = 0 }, "--csr-concurrency=0: handle at least one CSR at a time"},
+		{"a slow managed client", func(o *Options) { o.ManagedQPS, o.ManagedBurst = 5, 10 }, ""},
+		{"a managed client that may send nothing", func(o *Options) { o.ManagedQPS = 0 }, "--managed-kube-api-qps=0 --managed-kube-api-burst=1000: both must be positive"},
+		{"no burst", func(o *Options) { o.ManagedBurst = 0 }, "--managed-kube-api-burst=0"},
+		{"every error at once", func(o *Options) { o.ClusterConcurrency, o.CSRConcurrency = 0, 0 }, "--cluster-concurrency=0: reconcile at least one Cluster at a time\n--csr-concurrency=0"},
 	} {
-		opts := DefaultOptions()
-		opts.ClusterConcurrency = tt.concurrency
-		err := opts.Validate()
-		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-			t.Errorf("ClusterConcurrency %d: Validate() = %v, want %q", tt.concurrency, err, tt.want)
-		}
-	}
-	if err := DefaultOptions().Validate(); err != nil {
-		t.Errorf("the defaults are invalid: %v", err)
+		t.Run(tt.name, func(t *testing.T) {
+			opts := DefaultOptions()
+			tt.change(&opts)
+			err := opts.Validate()
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("Validate() = %v, want %q", err, tt.want)
+			}
+		})
 	}
 }

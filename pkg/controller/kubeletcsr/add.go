@@ -5,6 +5,7 @@
 package kubeletcsr
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -26,8 +27,15 @@ type Controllers struct {
 	Clock      clock.PassiveClock
 	// MaxDuration caps the validity of the kubelet certificates Carousel signs.
 	MaxDuration time.Duration
+	// Concurrency is how many CSRs of one managed cluster are decided and
+	// signed at once; zero means DefaultConcurrency.
+	Concurrency int
 	Metrics     *Metrics
 }
+
+// DefaultConcurrency is how many CSRs of one managed cluster are handled at
+// once unless Controllers says otherwise.
+const DefaultConcurrency = 4
 
 // OnConnect is a clustercache.OnConnect: it starts the CSR controller of the
 // managed cluster of the Cluster key on conn.
@@ -35,7 +43,7 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 	c, err := controller.NewUnmanaged("kubelet-csr-"+key.Namespace+"-"+key.Name, controller.Options{
 		Reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
 			maxDuration: cs.MaxDuration, metrics: cs.Metrics},
-		MaxConcurrentReconciles: 4,
+		MaxConcurrentReconciles: cmp.Or(cs.Concurrency, DefaultConcurrency),
 		SkipNameValidation:      ptr.To(true),
 	})
 	if err != nil {

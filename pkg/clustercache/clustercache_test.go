@@ -1,0 +1,79 @@
+package clustercache
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+func TestCacheKeepsANodesIdentityOnly(t *testing.T) {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-1", UID: "u-1", Labels: map[string]string{v1alpha1.LabelPool: "edge"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec: corev1.NodeSpec{ProviderID: "carousel-test://worker-1"},
+		Status: corev1.NodeStatus{
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Images:     []corev1.ContainerImage{{Names: []string{"registry.example/pause:3.10"}, SizeBytes: 1 << 20}},
+		},
+	}
+	var transform func(any) (any, error)
+	for obj, by := range CacheOptions().ByObject {
+		if _, ok := obj.(*corev1.Node); ok {
+			transform = by.Transform
+		}
+	}
+	if transform == nil {
+		t.Fatal("Nodes are cached whole")
+	}
+	got, err := transform(node.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := got.(*corev1.Node)
+	if kept.Name != "worker-1" || kept.UID != "u-1" || kept.Labels[v1alpha1.LabelPool] != "edge" ||
+		len(kept.Status.Addresses) != 1 || kept.Status.Addresses[0].Address != "192.0.2.10" {
+		t.Errorf("the cache lost what identifies the Node: %+v", kept)
+	}
+	if kept.ManagedFields != nil || kept.Status.Images != nil || kept.Status.Conditions != nil || kept.Spec.ProviderID != "" {
+		t.Errorf("the cache keeps more of the Node than its identity: %+v", kept)
+	}
+	if other, err := transform("a tombstone"); err != nil || other != "a tombstone" {
+		t.Errorf("the transform changed what is not a Node: %v, %v", other, err)
+	}
+}
+
+func TestCacheHoldsCarouselsBootstrapTokensOnly(t *testing.T) {
+	var secrets *labels.Selector
+	var namespaces []string
+	for obj, by := range CacheOptions().ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			secrets = &by.Label
+			for ns := range by.Namespaces {
+				namespaces = append(namespaces, ns)
+			}
+		}
+	}
+	if secrets == nil || *secrets == nil {
+		t.Fatal("every kube-system Secret is cached")
+	}
+	if len(namespaces) != 1 || namespaces[0] != metav1.NamespaceSystem {
+		t.Errorf("Secrets cached in %v, want kube-system only", namespaces)
+	}
+	for _, tc := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{map[string]string{v1alpha1.LabelBootstrapToken: "prod"}, true},
+		{nil, false},
+		{map[string]string{"kubernetes.io/legacy-token-last-used": "2026-11-26"}, false},
+	} {
+		if got := (*secrets).Matches(labels.Set(tc.labels)); got != tc.want {
+			t.Errorf("a Secret labelled %v cached: %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+}
