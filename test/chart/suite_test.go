@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -21,6 +22,9 @@ var (
 
 func TestChart(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// make test runs this suite beside another on two cores: what takes
+	// milliseconds alone can take seconds then (a second was too short).
+	SetDefaultEventuallyTimeout(30 * time.Second)
 	RunSpecs(t, "Helm Chart Suite")
 }
 

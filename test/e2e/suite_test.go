@@ -45,6 +45,9 @@ var (
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// make test runs this suite beside another on two cores: what takes
+	// milliseconds alone can take seconds then (a second was too short).
+	SetDefaultEventuallyTimeout(30 * time.Second)
 	RunSpecs(t, "End-to-end Suite")
 }
 

@@ -48,6 +48,9 @@ var (
 
 func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// make test runs this suite beside another on two cores: what takes
+	// milliseconds alone can take seconds then (a second was too short).
+	SetDefaultEventuallyTimeout(30 * time.Second)
 	RunSpecs(t, "Integration Suite")
 }
 
