@@ -10,11 +10,11 @@ import (
 type RolloutWrite int
 
 const (
-	// WriteNothing: the MachineDeployment was rolled for the phase.
+	// WriteNothing means the MachineDeployment was rolled for the phase.
 	WriteNothing RolloutWrite = iota
-	// WriteRoll: roll it for the phase.
+	// WriteRoll means rolling it for the phase.
 	WriteRoll
-	// WriteBack: set its rollout time back to the one Carousel recorded.
+	// WriteBack means setting its rollout time back to the one Carousel recorded.
 	WriteBack
 )
 
