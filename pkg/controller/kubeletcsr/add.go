@@ -35,7 +35,7 @@ type Controllers struct {
 
 // DefaultConcurrency is how many CSRs of one managed cluster are handled at
 // once unless Controllers says otherwise.
-const DefaultConcurrency = 4
+const DefaultConcurrency = 16
 
 // OnConnect is a clustercache.OnConnect: it starts the CSR controller of the
 // managed cluster of the Cluster key on conn.
