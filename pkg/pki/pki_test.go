@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -376,16 +377,27 @@ func TestSignedBy(t *testing.T) {
 	// Same key identifier as ca, but another key: only the signature tells them apart.
 	impostor := *other.Cert
 	impostor.SubjectKeyId = ca.Cert.SubjectKeyId
+	// The leaf with its last signature byte changed, asked after the leaf's
+	// own verdict was remembered: verdicts are remembered by content.
+	tamperedDER := slices.Clone(leaf.Cert.Raw)
+	tamperedDER[len(tamperedDER)-1] ^= 0xff
+	tampered, err := x509.ParseCertificate(tamperedDER)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name string
+		leaf *x509.Certificate
 		ca   *x509.Certificate
 		want bool
 	}{
-		{"its CA", ca.Cert, true},
-		{"another CA", other.Cert, false},
-		{"another CA claiming the same key identifier", &impostor, false},
+		{"its CA", leaf.Cert, ca.Cert, true},
+		{"its CA again", leaf.Cert, ca.Cert, true},
+		{"another CA", leaf.Cert, other.Cert, false},
+		{"another CA claiming the same key identifier", leaf.Cert, &impostor, false},
+		{"its CA, signature changed", tampered, ca.Cert, false},
 	} {
-		if got := SignedBy(leaf.Cert, tt.ca); got != tt.want {
+		if got := SignedBy(tt.leaf, tt.ca); got != tt.want {
 			t.Errorf("%s: SignedBy = %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -37,11 +40,12 @@ import (
 // binary (CAROUSEL_MANAGER) as its own process, so that its CPU time and
 // memory are its own. It reports the time until every Cluster is Ready, the
 // manager's CPU per new Cluster, its API writes and CPU in an idle window of
-// FLEET_IDLE (a minute by default), the time from start-ca-rotation on every
+// FLEET_IDLE (a minute by default) with the Cluster reconciles in it, the time from start-ca-rotation on every
 // Cluster until all are Prepared and from complete-ca-rotation until all are
 // Completed, and the manager's peak resident memory. FLEET_MANAGER_FLAGS
 // adds flags to the manager's. With FLEET_PROFILE_DIR set, it writes there
-// the manager's CPU profile of the idle window (idle.cpu.pprof) and its heap
+// the manager's CPU profile of the first createProfileWindow of the
+// Clusters' creation (create.cpu.pprof), of the idle window (idle.cpu.pprof), and its heap
 // profile once all are Completed (completed.heap.pprof), read through
 // --pprof-bind-address. `make bench-fleet` runs it; the figures are in
 // docs/development.md.
@@ -56,7 +60,8 @@ func BenchmarkFleet(b *testing.B) {
 	ctrl.SetLogger(logr.Discard())
 
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "crds")}, ErrorIfCRDPathMissing: true}
-	writes := auditManagerWrites(b, env)
+	managerWrites := auditManagerWrites(b, env)
+	writes := func() int { return len(managerWrites()) }
 	cfg, err := env.Start()
 	check(b, err)
 	defer func() { _ = env.Stop() }()
@@ -92,6 +97,12 @@ func BenchmarkFleet(b *testing.B) {
 
 		perCluster := func(writes int) float64 { return float64(writes) / float64(n) }
 		cpuBefore, writesBefore, apiCPUBefore := proc.cpu(b), writes(), apiserver.cpu(b)
+		var creating errgroup.Group
+		if profiles != "" {
+			creating.Go(func() error {
+				return proc.profile(fmt.Sprintf("profile?seconds=%d", int(createProfileWindow.Seconds())), filepath.Join(profiles, "create.cpu.pprof"))
+			})
+		}
 		start := time.Now()
 		f.create(b, ctx)
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool {
@@ -100,15 +111,19 @@ func BenchmarkFleet(b *testing.B) {
 		toReady := time.Since(start)
 		cpuPerCluster := (proc.cpu(b) - cpuBefore) / time.Duration(n)
 		readyWrites, readyAPICPU := writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
+		check(b, creating.Wait())
 
-		cpuBefore, writesBefore = proc.cpu(b), writes()
+		cpuBefore, writesBefore, reconcilesBefore := proc.cpu(b), writes(), proc.reconciles(b)
 		if profiles != "" {
 			// The profile's request lasts the window.
-			proc.profile(b, fmt.Sprintf("profile?seconds=%d", int(idle.Seconds())), filepath.Join(profiles, "idle.cpu.pprof"))
+			check(b, proc.profile(fmt.Sprintf("profile?seconds=%d", int(idle.Seconds())), filepath.Join(profiles, "idle.cpu.pprof")))
 		} else {
 			time.Sleep(idle) // a window measured, not a wait for a condition
 		}
-		idleWrites, idleCPU := writes()-writesBefore, proc.cpu(b)-cpuBefore
+		idleWrites, idleCPU, idleReconciles := writes()-writesBefore, proc.cpu(b)-cpuBefore, proc.reconciles(b)-reconcilesBefore
+		for _, w := range managerWrites()[writesBefore:][:min(idleWrites, 10)] {
+			fmt.Println("write in the idle window:", w)
+		}
 
 		writesBefore, apiCPUBefore, start = writes(), apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
@@ -120,28 +135,33 @@ func BenchmarkFleet(b *testing.B) {
 		toCompleted, finalizingWrites, finalizingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
 		peak := proc.peakRSS(b)
 		if profiles != "" {
-			proc.profile(b, "heap", filepath.Join(profiles, "completed.heap.pprof"))
+			check(b, proc.profile("heap", filepath.Join(profiles, "completed.heap.pprof")))
 		}
 
 		b.ReportMetric(float64(n)/toReady.Seconds(), "clusters-ready/s")
 		b.ReportMetric(float64(cpuPerCluster.Microseconds())/1000, "cpu-ms/cluster")
 		b.ReportMetric(float64(idleWrites), "idle-writes")
 		b.ReportMetric(idleCPU.Seconds(), "idle-cpu-s")
+		b.ReportMetric(float64(idleReconciles), "idle-reconciles")
 		b.ReportMetric(toPrepared.Seconds(), "s-to-prepared")
 		b.ReportMetric(toCompleted.Seconds(), "s-to-completed")
 		b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
 		// The API server's share of the two cores while the manager worked.
 		busy := func(cpu, wall time.Duration) float64 { return 100 * cpu.Seconds() / wall.Seconds() }
 		fmt.Printf("fleet of %d Clusters: Ready after %.1fs (%.1f/s, %.1f ms manager CPU and %.1f writes each; API server %.0f%% CPU); "+
-			"idle %s: %d writes, %.2fs CPU; start→all Prepared %.1fs (%.1f writes each; API server %.0f%% CPU), "+
+			"idle %s: %d writes, %.2fs CPU, %d Cluster reconciles; start→all Prepared %.1fs (%.1f writes each; API server %.0f%% CPU), "+
 			"complete→all Completed %.1fs (%.1f writes each; API server %.0f%% CPU); manager peak RSS %.0f MiB\n",
 			n, toReady.Seconds(), float64(n)/toReady.Seconds(), float64(cpuPerCluster.Microseconds())/1000, perCluster(readyWrites), busy(readyAPICPU, toReady),
-			idle, idleWrites, idleCPU.Seconds(),
+			idle, idleWrites, idleCPU.Seconds(), idleReconciles,
 			toPrepared.Seconds(), perCluster(preparingWrites), busy(preparingAPICPU, toPrepared),
 			toCompleted.Seconds(), perCluster(finalizingWrites), busy(finalizingAPICPU, toCompleted),
 			float64(peak)/(1<<20))
 	}
 }
+
+// createProfileWindow is how much of the fleet's creation a CPU profile
+// covers: it starts with the first Cluster and may outlast the last.
+const createProfileWindow = 20 * time.Second
 
 // fleet is the benchmark's Clusters: n of them in namespace ns, written
 // through k8s and read from cache.
@@ -207,6 +227,8 @@ type process struct {
 	cmd *exec.Cmd // nil for one envtest started
 	// pprof is the manager's --pprof-bind-address; empty when it serves none.
 	pprof string
+	// metrics is the manager's --metrics-bind-address, served over HTTP.
+	metrics string
 }
 
 // childProcess finds the child process of this one named name (its comm).
@@ -238,44 +260,78 @@ func startManager(b *testing.B, path, kubeconfig string, pprof bool) *process {
 	b.Helper()
 	logs, err := os.Create(filepath.Join(b.TempDir(), "manager.log"))
 	check(b, err)
-	args := []string{"--kubeconfig=" + kubeconfig, "--webhook=false", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}
-	p := &process{}
+	p := &process{metrics: loopbackAddress(b)}
+	args := []string{"--kubeconfig=" + kubeconfig, "--webhook=false", "--metrics-bind-address=" + p.metrics, "--metrics-secure=false",
+		"--health-probe-bind-address=0", "--zap-log-level=error"}
 	if pprof {
-		port, err := freePort()
-		check(b, err)
-		p.pprof = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		p.pprof = loopbackAddress(b)
 		args = append(args, "--pprof-bind-address="+p.pprof)
 	}
 	p.cmd = exec.Command(path, append(args, strings.Fields(os.Getenv("FLEET_MANAGER_FLAGS"))...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
 	check(b, p.cmd.Start())
 	p.pid = p.cmd.Process.Pid
+	// Serving metrics, the manager has started its controllers' sources.
+	check(b, wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + p.metrics + "/metrics") //nolint:noctx // bounded by the poll's timeout
+		if err != nil {
+			return false, nil //nolint:nilerr // not listening yet
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}))
 	return p
 }
 
-// freePort is a loopback port nothing listens on now.
-func freePort() (int, error) {
+// loopbackAddress is a loopback address nothing listens on now.
+func loopbackAddress(b *testing.B) string {
+	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
+	check(b, err)
 	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return l.Addr().String()
 }
 
-// profile writes the manager's /debug/pprof/<what> to path.
-func (p *process) profile(b *testing.B, what, path string) {
+// reconciles is how many Clusters the manager has reconciled so far, read
+// from controller-runtime's reconcile counter on its metrics endpoint.
+func (p *process) reconciles(b *testing.B) int {
 	b.Helper()
-	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/" + what) //nolint:noctx // bounded by the profile's own duration
+	resp, err := http.Get("http://" + p.metrics + "/metrics") //nolint:noctx // a loopback read of a few kilobytes
 	check(b, err)
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		b.Fatalf("/debug/pprof/%s: %s", what, resp.Status)
+		b.Fatalf("/metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	check(b, err)
+	total := 0
+	for _, m := range families["controller_runtime_reconcile_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "controller" && l.GetValue() == clustercontroller.ControllerName {
+				total += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return total
+}
+
+// profile writes the manager's /debug/pprof/<what> to path.
+func (p *process) profile(what, path string) error {
+	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/" + what) //nolint:noctx // bounded by the profile's own duration
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/debug/pprof/%s: %s", what, resp.Status)
 	}
 	out, err := os.Create(path)
-	check(b, err)
+	if err != nil {
+		return err
+	}
 	_, err = io.Copy(out, resp.Body)
-	check(b, errors.Join(err, out.Close()))
+	return errors.Join(err, out.Close())
 }
 
 // stop ends the manager this benchmark started, by its PID.
@@ -320,9 +376,9 @@ const managerUser = "carousel-manager"
 
 // auditManagerWrites has the API server of env write an audit event for each
 // write request (create, update, patch, delete) of managerUser, and returns
-// a function that counts them so far: the manager's writes, told apart from
-// the harness's and the API server's own.
-func auditManagerWrites(b *testing.B, env *envtest.Environment) func() int {
+// a function that lists them so far ("verb resource namespace/name"): the
+// manager's writes, told apart from the harness's and the API server's own.
+func auditManagerWrites(b *testing.B, env *envtest.Environment) func() []string {
 	b.Helper()
 	dir := b.TempDir()
 	policy, log := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
@@ -336,23 +392,35 @@ rules:
   - level: None
 `), 0o600))
 	env.ControlPlane.GetAPIServer().Configure().Set("audit-policy-file", policy).Set("audit-log-path", log)
-	return func() int {
+	return func() []string {
 		b.Helper()
 		data, err := os.ReadFile(log)
 		if os.IsNotExist(err) {
-			return 0
+			return nil
 		}
 		check(b, err)
-		count := 0
+		var writes []string
 		for line := range strings.Lines(string(data)) {
 			var event auditv1.Event
 			check(b, json.Unmarshal([]byte(line), &event))
 			if event.User.Username == managerUser && event.Stage == auditv1.StageResponseComplete {
-				count++
+				ref := event.ObjectRef
+				if ref == nil {
+					ref = &auditv1.ObjectReference{}
+				}
+				writes = append(writes, fmt.Sprintf("%s %s %s/%s%s", event.Verb, ref.Resource, ref.Namespace, ref.Name, subresource(ref)))
 			}
 		}
-		return count
+		return writes
 	}
+}
+
+// subresource is "/<subresource>" of ref, or nothing.
+func subresource(ref *auditv1.ObjectReference) string {
+	if ref.Subresource == "" {
+		return ""
+	}
+	return "/" + ref.Subresource
 }
 
 // envOr is the environment variable name parsed with parse, or def when it

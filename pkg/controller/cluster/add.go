@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,17 +52,37 @@ func CacheOptions() cache.Options {
 	}}
 }
 
+// clusterIndex is the cache index of the objects that belong to a Cluster,
+// by their carousel.dev/cluster label. Without it a List by that label scans
+// every cached object of the namespace, which holds the whole fleet.
+const clusterIndex = "metadata.labels[" + v1alpha1.LabelCluster + "]"
+
+// clusterLabel is the value of obj's carousel.dev/cluster label, as an index.
+func clusterLabel(obj client.Object) []string {
+	if name := obj.GetLabels()[v1alpha1.LabelCluster]; name != "" {
+		return []string{name}
+	}
+	return nil
+}
+
 // SetupWithManager registers the controller: it reconciles a Cluster when its
 // spec, labels or annotations change, when an object it owns changes, and
 // when a workload labelled with its name changes. options sets, for one, how
 // many Clusters are reconciled at once (never one Cluster twice at once).
+// It indexes the cached objects by Cluster, which loadObjects then uses.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, options controller.Options) error {
+	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &appsv1.Deployment{}, &appsv1.StatefulSet{}} {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, clusterIndex, clusterLabel); err != nil {
+			return fmt.Errorf("indexing %T by Cluster: %w", obj, err)
+		}
+	}
+	r.indexedByCluster = true
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-		name := obj.GetLabels()[v1alpha1.LabelCluster]
-		if name == "" {
+		names := clusterLabel(obj)
+		if names == nil {
 			return nil
 		}
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: names[0]}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).

@@ -60,6 +60,10 @@ type Reconciler struct {
 	// DefaultMaxManagedPollInterval.
 	MaxManagedPollInterval time.Duration
 	Metrics                *Metrics
+
+	// indexedByCluster says that Client reads from a cache indexed by
+	// clusterIndex (set by SetupWithManager).
+	indexedByCluster bool
 }
 
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.

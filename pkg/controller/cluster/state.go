@@ -20,9 +20,14 @@ type objects struct {
 	statefulSets []appsv1.StatefulSet
 }
 
-// loadObjects lists everything labelled with the Cluster's name in its namespace.
+// loadObjects lists everything labelled with the Cluster's name in its
+// namespace: through the cache's index by Cluster once SetupWithManager made
+// it, by label selector otherwise (an uncached client has no index).
 func (r *Reconciler) loadObjects(ctx context.Context, c *v1alpha1.Cluster) (*objects, error) {
 	opts := []client.ListOption{client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelCluster: c.Name}}
+	if r.indexedByCluster {
+		opts = append(opts, client.MatchingFields{clusterIndex: c.Name})
+	}
 	var (
 		secrets     corev1.SecretList
 		configMaps  corev1.ConfigMapList
