@@ -289,6 +289,62 @@ func TestParseKeyPair(t *testing.T) {
 	}
 }
 
+// TestParsePairedCertificate checks that a remembered match is one of both
+// PEMs: another key with the same certificate is refused after it.
+func TestParsePairedCertificate(t *testing.T) {
+	ca := testCA(t, ECDSAP256, time.Hour)
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, err := EncodePrivateKey(testKey(t, ECDSAP384))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		key     []byte
+		wantErr string
+	}{
+		{"its key", keyPEM, ""},
+		{"its key again", keyPEM, ""},
+		{"another key", otherKey, "does not match"},
+		{"no key", nil, "no private key"},
+	} {
+		got, err := ParsePairedCertificate(ca.CertPEM(), tt.key)
+		switch {
+		case tt.wantErr == "" && (err != nil || !got.Equal(ca.Cert)):
+			t.Errorf("%s: got %v, %v; want the certificate", tt.name, got, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s: err = %v, want one with %q", tt.name, err, tt.wantErr)
+		}
+	}
+}
+
+func TestDigest(t *testing.T) {
+	fields := func(f ...string) [][]byte {
+		out := make([][]byte, len(f))
+		for i := range f {
+			out[i] = []byte(f[i])
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		a, b [][]byte
+		same bool
+	}{
+		{"the same fields", fields("ab", "c"), fields("ab", "c"), true},
+		{"split elsewhere", fields("ab", "c"), fields("a", "bc"), false},
+		{"an empty field more", fields("ab", "c"), fields("ab", "c", ""), false},
+		{"in another order", fields("ab", "c"), fields("c", "ab"), false},
+	} {
+		if same := Digest(tt.a...) == Digest(tt.b...); same != tt.same {
+			t.Errorf("%s: equal digests = %v, want %v", tt.name, same, tt.same)
+		}
+	}
+}
+
 func TestBundle(t *testing.T) {
 	older, err := NewCA(CATemplate{CommonName: "old", Validity: time.Hour}, testKey(t, ECDSAP256), now.Add(-30*time.Minute))
 	if err != nil {

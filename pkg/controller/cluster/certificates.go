@@ -57,32 +57,36 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		cas := all[cert.SignedBy]
 		name := credentials.CertificateSecretName(c.Name, cert.Name)
 		existing := objs.secrets[name]
-		var kp *pki.KeyPair
+		var leaf *x509.Certificate // the certificate the Secret holds, if it holds a matching pair
 		if existing != nil {
-			kp, _ = pki.ParseKeyPair(existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey])
+			leaf, _ = pki.ParsePairedCertificate(existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey])
 		}
 		issuer := cas.Current
-		if rotation.Issuer(cert.RenewIn, phase, trustEstablished, kp != nil && pki.SignedBy(kp.Cert, cas.Current.Cert)) == rotation.Previous && cas.Previous != nil {
+		if rotation.Issuer(cert.RenewIn, phase, trustEstablished, leaf != nil && pki.SignedBy(leaf, cas.Current.Cert)) == rotation.Previous && cas.Previous != nil {
 			issuer = cas.Previous
 		}
 		data := map[string][]byte{}
-		if kp != nil && pki.SignedBy(kp.Cert, issuer.Cert) && matches(kp.Cert, cert, alg) && now.Before(renewalTime(kp.Cert)) {
+		if leaf != nil && pki.SignedBy(leaf, issuer.Cert) && matches(leaf, cert, alg) && now.Before(renewalTime(leaf)) {
 			data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey]
 		} else {
-			var err error
-			if kp, err = issuer.IssueKeyPair(template(cert, c), alg, now); err != nil {
+			kp, err := issuer.IssueKeyPair(template(cert, c), alg, now)
+			if err != nil {
 				return facts, err
 			}
 			keyPEM, err := kp.KeyPEM()
 			if err != nil {
 				return facts, err
 			}
-			data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = kp.CertPEM(), keyPEM
+			leaf, data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = kp.Cert, kp.CertPEM(), keyPEM
 			issued = append(issued, cert.Name)
 		}
 		data[v1alpha1.DataKeyCABundle] = trust[cert.PeerTrust]
 		if cert.Kubeconfig {
-			kubeconfig, err := credentials.Kubeconfig(c.Name, credentials.APIServerURL(c), trust[v1alpha1.CARoleCluster],
+			var current []byte
+			if existing != nil {
+				current = existing.Data[v1alpha1.DataKeyKubeconfig]
+			}
+			kubeconfig, err := credentials.KubeconfigKeeping(current, c.Name, credentials.APIServerURL(c), trust[v1alpha1.CARoleCluster],
 				data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey], cert.CommonName)
 			if err != nil {
 				return facts, err
@@ -92,13 +96,13 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		if err := r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.CertificateLabels(c.Name, cert), data: data}); err != nil {
 			return facts, err
 		}
-		onNew := pki.SignedBy(kp.Cert, cas.Current.Cert)
+		onNew := pki.SignedBy(leaf, cas.Current.Cert)
 		facts.allOnNewCA = facts.allOnNewCA && onNew
 		if cert.RenewIn == credentials.RenewInPreparing {
 			facts.clientsOnNewCA = facts.clientsOnNewCA && onNew
 		}
-		facts.notAfter[cert.Name] = kp.Cert.NotAfter
-		if at := renewalTime(kp.Cert); facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal) {
+		facts.notAfter[cert.Name] = leaf.NotAfter
+		if at := renewalTime(leaf); facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal) {
 			facts.nextRenewal = at
 		}
 	}
