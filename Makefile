@@ -201,8 +201,9 @@ bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt
 	$(MAKE) --no-print-directory bench-fleet
 
 # FLEET_CLUSTERS (1000) Clusters and the manager binary on one API server; FLEET_IDLE (1m) is the idle window;
-# FLEET_MANAGER_FLAGS adds flags to the manager's (for example --cluster-concurrency=4); FLEET_PROFILE_DIR, if set, gets
-# the manager's CPU profile of the idle window and its heap profile at the end (go tool pprof reads them).
+# FLEET_MANAGER_FLAGS adds flags to the manager's (for example --cluster-concurrency=1); FLEET_PROFILE_DIR, if set, gets
+# the manager's CPU profiles of the fleet's first 20 s and of the idle window, and its heap profile at the end
+# (go tool pprof reads them).
 .PHONY: bench-fleet
 bench-fleet: envtest build ## One manager and a fleet of Clusters: time to Ready, CPU per Cluster, idle writes and CPU, a rotation of all, peak RSS (bin/bench-fleet.txt).
 	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 60m ./test/bench/ | tee $(BIN)/bench-fleet.txt

@@ -61,11 +61,19 @@ type Options struct {
 	ManagedQPS   float32
 	ManagedBurst int
 	// ClusterConcurrency is how many Clusters the Cluster controller
-	// reconciles at once.
+	// reconciles at once (DefaultClusterConcurrency).
 	ClusterConcurrency int
 	// Clock is the controllers' clock; nil means the real one.
 	Clock clock.PassiveClock
 }
+
+// DefaultClusterConcurrency is how many Clusters are reconciled at once by
+// default. A new Cluster takes some thirty writes one after another, so one
+// worker waits on the API server most of the time: in make bench-fleet's 300
+// Clusters on two cores, four workers brought them to Ready 1.6 times as fast
+// and through each phase of a rotation about twice as fast as one, for 10 MiB
+// more memory, the API server then being the limit.
+const DefaultClusterConcurrency = 4
 
 // DefaultOptions are the defaults of the binary's flags.
 func DefaultOptions() Options {
@@ -74,7 +82,7 @@ func DefaultOptions() Options {
 		Recommendations:        rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour},
 		APIServiceResync:       apiservicebundle.DefaultResync,
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
-		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: 1,
+		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: DefaultClusterConcurrency,
 		CSRConcurrency: kubeletcsr.DefaultConcurrency, ManagedQPS: clustercache.DefaultQPS, ManagedBurst: clustercache.DefaultBurst,
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -122,7 +123,7 @@ func BenchmarkFleet(b *testing.B) {
 		}
 		idleWrites, idleCPU, idleReconciles := writes()-writesBefore, proc.cpu(b)-cpuBefore, proc.reconciles(b)-reconcilesBefore
 		for _, w := range managerWrites()[writesBefore:][:min(idleWrites, 10)] {
-			fmt.Println("write in the idle window:", w)
+			fmt.Println("write in the idle window:", w, f.eventOf(ctx, w))
 		}
 
 		writesBefore, apiCPUBefore, start = writes(), apiserver.cpu(b), time.Now()
@@ -376,9 +377,9 @@ const managerUser = "carousel-manager"
 
 // auditManagerWrites has the API server of env write an audit event for each
 // write request (create, update, patch, delete) of managerUser, and returns
-// a function that lists them so far ("verb resource namespace/name"): the
-// manager's writes, told apart from the harness's and the API server's own.
-func auditManagerWrites(b *testing.B, env *envtest.Environment) func() []string {
+// a function that lists them so far: the manager's writes, told apart from
+// the harness's and the API server's own.
+func auditManagerWrites(b *testing.B, env *envtest.Environment) func() []write {
 	b.Helper()
 	dir := b.TempDir()
 	policy, log := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
@@ -392,35 +393,58 @@ rules:
   - level: None
 `), 0o600))
 	env.ControlPlane.GetAPIServer().Configure().Set("audit-policy-file", policy).Set("audit-log-path", log)
-	return func() []string {
+	return func() []write {
 		b.Helper()
 		data, err := os.ReadFile(log)
 		if os.IsNotExist(err) {
 			return nil
 		}
 		check(b, err)
-		var writes []string
+		var writes []write
 		for line := range strings.Lines(string(data)) {
 			var event auditv1.Event
 			check(b, json.Unmarshal([]byte(line), &event))
 			if event.User.Username == managerUser && event.Stage == auditv1.StageResponseComplete {
-				ref := event.ObjectRef
-				if ref == nil {
-					ref = &auditv1.ObjectReference{}
+				w := write{verb: event.Verb}
+				if event.ObjectRef != nil {
+					w.ref = *event.ObjectRef
 				}
-				writes = append(writes, fmt.Sprintf("%s %s %s/%s%s", event.Verb, ref.Resource, ref.Namespace, ref.Name, subresource(ref)))
+				writes = append(writes, w)
 			}
 		}
 		return writes
 	}
 }
 
-// subresource is "/<subresource>" of ref, or nothing.
-func subresource(ref *auditv1.ObjectReference) string {
-	if ref.Subresource == "" {
+// write is one write request of the manager, as the audit log has it.
+type write struct {
+	verb string
+	ref  auditv1.ObjectReference
+}
+
+func (w write) String() string {
+	s := fmt.Sprintf("%s %s %s/%s", w.verb, w.ref.Resource, w.ref.Namespace, w.ref.Name)
+	if w.ref.Subresource != "" {
+		s += "/" + w.ref.Subresource
+	}
+	return s
+}
+
+// eventOf describes the event w wrote: its reason, note and series count;
+// nothing when w wrote no event.
+func (f *fleet) eventOf(ctx context.Context, w write) string {
+	if w.ref.Resource != "events" {
 		return ""
 	}
-	return "/" + ref.Subresource
+	var event eventsv1.Event
+	if err := f.k8s.Get(ctx, client.ObjectKey{Namespace: w.ref.Namespace, Name: w.ref.Name}, &event); err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	series := int32(1)
+	if event.Series != nil {
+		series = event.Series.Count
+	}
+	return fmt.Sprintf("(%s %q, %d times)", event.Reason, event.Note, series)
 }
 
 // envOr is the environment variable name parsed with parse, or def when it
