@@ -8,10 +8,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,6 +73,8 @@ func main() {
 	flag.Float64Var(&managedQPS, "managed-kube-api-qps", float64(opts.ManagedQPS), "Requests per second each connection to a managed cluster may send its API server (a CSR costs two writes).")
 	flag.IntVar(&opts.ManagedBurst, "managed-kube-api-burst", opts.ManagedBurst, "Burst of requests each connection to a managed cluster may send above --managed-kube-api-qps.")
 	flag.IntVar(&opts.ClusterConcurrency, "cluster-concurrency", opts.ClusterConcurrency, "How many Clusters are reconciled at once (one Cluster is never reconciled twice at once).")
+	flag.Float64Var(&opts.MemoryLimitRatio, "memory-limit-ratio", opts.MemoryLimitRatio,
+		"Share of the container's memory limit (its cgroup's) under which the Go runtime keeps the process, collecting garbage more often as it nears it; 0 sets none. GOMEMLIMIT in the environment takes precedence.")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -89,6 +93,11 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 	info := version.Get()
 	log.Info("starting carousel-controller-manager", "version", info.Version, "revision", info.Revision, "go", info.GoVersion)
+	if limit, err := operator.SetMemoryLimit(opts.MemoryLimitRatio, memlimit.FromCgroup); err != nil {
+		log.Error(err, "setting the Go memory limit from the container's; going on without")
+	} else if limit != math.MaxInt64 {
+		log.Info("Go memory limit", "bytes", limit)
+	}
 
 	mgrOpts := operator.ManagerOptions()
 	mgrOpts.Metrics = operator.MetricsServerOptions(metricsAddr, metricsSecure, metricsCertDir)

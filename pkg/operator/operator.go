@@ -63,6 +63,9 @@ type Options struct {
 	// ClusterConcurrency is how many Clusters the Cluster controller
 	// reconciles at once (DefaultClusterConcurrency).
 	ClusterConcurrency int
+	// MemoryLimitRatio is the share of the container's memory limit the Go
+	// runtime keeps under (see SetMemoryLimit); 0 sets no limit.
+	MemoryLimitRatio float64
 	// Clock is the controllers' clock; nil means the real one.
 	Clock clock.PassiveClock
 }
@@ -82,7 +85,7 @@ func DefaultOptions() Options {
 		Recommendations:        rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour},
 		APIServiceResync:       apiservicebundle.DefaultResync,
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
-		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: DefaultClusterConcurrency,
+		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: DefaultClusterConcurrency, MemoryLimitRatio: DefaultMemoryLimitRatio,
 		CSRConcurrency: kubeletcsr.DefaultConcurrency, ManagedQPS: clustercache.DefaultQPS, ManagedBurst: clustercache.DefaultBurst,
 	}
 }
@@ -92,6 +95,9 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.ClusterConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--cluster-concurrency=%d: reconcile at least one Cluster at a time", o.ClusterConcurrency))
+	}
+	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
+		errs = append(errs, fmt.Errorf("--memory-limit-ratio=%g: a share of the memory limit from 0 (none) to 1", o.MemoryLimitRatio))
 	}
 	if o.CSRConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--csr-concurrency=%d: handle at least one CSR at a time", o.CSRConcurrency))

@@ -13,6 +13,10 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"the defaults", func(*Options) {}, ""},
 		{"eight Clusters at once", func(o *Options) { o.ClusterConcurrency = 8 }, ""},
+		{"no memory limit", func(o *Options) { o.MemoryLimitRatio = 0 }, ""},
+		{"all of the memory limit", func(o *Options) { o.MemoryLimitRatio = 1 }, ""},
+		{"more than the memory limit", func(o *Options) { o.MemoryLimitRatio = 1.5 }, "--memory-limit-ratio=1.5: a share of the memory limit from 0 (none) to 1"},
+		{"a negative share of the memory limit", func(o *Options) { o.MemoryLimitRatio = -0.1 }, "--memory-limit-ratio=-0.1"},
 		{"no Cluster at once", func(o *Options) { o.ClusterConcurrency = 0 }, "--cluster-concurrency=0: reconcile at least one Cluster at a time"},
 		{"negative Clusters at once", func(o *Options) { o.ClusterConcurrency = -2 }, "--cluster-concurrency=-2"},
 		{"one CSR at once", func(o *Options) { o.CSRConcurrency = 1 }, ""},
