@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"golang.org/x/sync/errgroup"
@@ -26,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,7 +46,8 @@ import (
 // FLEET_IDLE (a minute by default) with the Cluster reconciles in it, the time from start-ca-rotation on every
 // Cluster until all are Prepared and from complete-ca-rotation until all are
 // Completed, and the manager's peak resident memory. FLEET_MANAGER_FLAGS
-// adds flags to the manager's. With FLEET_PROFILE_DIR set, it writes there
+// adds flags to the manager's, FLEET_MANAGER_ENV variables to its
+// environment (GOMEMLIMIT=460MiB, say). With FLEET_PROFILE_DIR set, it writes there
 // the manager's CPU profile of the first createProfileWindow of the
 // Clusters' creation (create.cpu.pprof), of the idle window (idle.cpu.pprof), and its heap
 // profile once all are Completed (completed.heap.pprof), read through
@@ -60,18 +63,14 @@ func BenchmarkFleet(b *testing.B) {
 	ctx := context.Background()
 	ctrl.SetLogger(logr.Discard())
 
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "crds")}, ErrorIfCRDPathMissing: true}
-	managerWrites := auditManagerWrites(b, env)
+	var managerWrites func() []write
+	mgmt := startManagement(b, func(env *envtest.Environment) { managerWrites = auditManagerWrites(b, env) })
+	defer mgmt.stop()
 	writes := func() int { return len(managerWrites()) }
-	cfg, err := env.Start()
-	check(b, err)
-	defer func() { _ = env.Stop() }()
-	cfg.QPS, cfg.Burst = 1000, 1000
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme.New()})
-	check(b, err)
+	k8s := mgmt.k8s
 	// The harness follows the Clusters through one watch: listing a thousand
 	// of them over and over would load the API server it measures.
-	clusters, err := cache.New(cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{&v1alpha1.Cluster{}: {}}})
+	clusters, err := cache.New(mgmt.cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{&v1alpha1.Cluster{}: {}}})
 	check(b, err)
 	cacheCtx, stopCache := context.WithCancel(ctx)
 	defer stopCache()
@@ -80,14 +79,8 @@ func BenchmarkFleet(b *testing.B) {
 		b.Fatal("the Clusters' cache did not sync")
 	}
 
-	user, err := env.AddUser(envtest.User{Name: managerUser, Groups: []string{"system:masters"}}, nil)
-	check(b, err)
-	kubeconfig, err := user.KubeConfig()
-	check(b, err)
-	kubeconfigPath := filepath.Join(b.TempDir(), "kubeconfig")
-	check(b, os.WriteFile(kubeconfigPath, kubeconfig, 0o600))
 	profiles := os.Getenv("FLEET_PROFILE_DIR")
-	proc := startManager(b, manager, kubeconfigPath, profiles != "")
+	proc := startManager(b, manager, mgmt.kubeconfig, profiles != "")
 	defer proc.stop()
 	// The API server shares the two cores: its CPU says when it is the limit.
 	apiserver := childProcess(b, "kube-apiserver")
@@ -222,14 +215,50 @@ func (f *fleet) waitFor(b *testing.B, ctx context.Context, done func(*v1alpha1.C
 	}))
 }
 
+// management is a benchmark's management cluster: one envtest API server
+// with Carousel's CRDs, a client of it, and the kubeconfig of the user the
+// manager runs as.
+type management struct {
+	env        *envtest.Environment
+	cfg        *rest.Config
+	k8s        client.Client
+	kubeconfig string
+}
+
+// startManagement starts the management cluster; configure, if not nil,
+// sets up its API server before it starts.
+func startManagement(b *testing.B, configure func(*envtest.Environment)) *management {
+	b.Helper()
+	m := &management{env: &envtest.Environment{
+		CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "crds")}, ErrorIfCRDPathMissing: true}}
+	if configure != nil {
+		configure(m.env)
+	}
+	var err error
+	m.cfg, err = m.env.Start()
+	check(b, err)
+	m.cfg.QPS, m.cfg.Burst = 1000, 1000
+	m.k8s, err = client.New(m.cfg, client.Options{Scheme: scheme.New()})
+	check(b, err)
+	user, err := m.env.AddUser(envtest.User{Name: managerUser, Groups: []string{"system:masters"}}, nil)
+	check(b, err)
+	kubeconfig, err := user.KubeConfig()
+	check(b, err)
+	m.kubeconfig = filepath.Join(b.TempDir(), "kubeconfig")
+	check(b, os.WriteFile(m.kubeconfig, kubeconfig, 0o600))
+	return m
+}
+
+func (m *management) stop() { _ = m.env.Stop() }
+
 // process is a process the benchmark started, by its PID.
 type process struct {
 	pid int
 	cmd *exec.Cmd // nil for one envtest started
 	// pprof is the manager's --pprof-bind-address; empty when it serves none.
 	pprof string
-	// metrics is the manager's --metrics-bind-address, served over HTTP.
-	metrics string
+	// metricsAddress is the manager's --metrics-bind-address, served over HTTP.
+	metricsAddress string
 }
 
 // childProcess finds the child process of this one named name (its comm).
@@ -261,20 +290,21 @@ func startManager(b *testing.B, path, kubeconfig string, pprof bool) *process {
 	b.Helper()
 	logs, err := os.Create(filepath.Join(b.TempDir(), "manager.log"))
 	check(b, err)
-	p := &process{metrics: loopbackAddress(b)}
-	args := []string{"--kubeconfig=" + kubeconfig, "--webhook=false", "--metrics-bind-address=" + p.metrics, "--metrics-secure=false",
+	p := &process{metricsAddress: loopbackAddress(b)}
+	args := []string{"--kubeconfig=" + kubeconfig, "--webhook=false", "--metrics-bind-address=" + p.metricsAddress, "--metrics-secure=false",
 		"--health-probe-bind-address=0", "--zap-log-level=error"}
 	if pprof {
 		p.pprof = loopbackAddress(b)
 		args = append(args, "--pprof-bind-address="+p.pprof)
 	}
 	p.cmd = exec.Command(path, append(args, strings.Fields(os.Getenv("FLEET_MANAGER_FLAGS"))...)...)
+	p.cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("FLEET_MANAGER_ENV"))...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
 	check(b, p.cmd.Start())
 	p.pid = p.cmd.Process.Pid
 	// Serving metrics, the manager has started its controllers' sources.
 	check(b, wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		resp, err := http.Get("http://" + p.metrics + "/metrics") //nolint:noctx // bounded by the poll's timeout
+		resp, err := http.Get("http://" + p.metricsAddress + "/metrics") //nolint:noctx // bounded by the poll's timeout
 		if err != nil {
 			return false, nil //nolint:nilerr // not listening yet
 		}
@@ -293,28 +323,49 @@ func loopbackAddress(b *testing.B) string {
 	return l.Addr().String()
 }
 
-// reconciles is how many Clusters the manager has reconciled so far, read
-// from controller-runtime's reconcile counter on its metrics endpoint.
-func (p *process) reconciles(b *testing.B) int {
+// metrics reads the manager's metrics endpoint.
+func (p *process) metrics(b *testing.B) map[string]*dto.MetricFamily {
 	b.Helper()
-	resp, err := http.Get("http://" + p.metrics + "/metrics") //nolint:noctx // a loopback read of a few kilobytes
+	resp, err := http.Get("http://" + p.metricsAddress + "/metrics") //nolint:noctx // a loopback read of a few kilobytes
 	check(b, err)
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		b.Fatalf("/metrics: %s", resp.Status)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parseMetrics(resp.Body)
 	check(b, err)
-	total := 0
-	for _, m := range families["controller_runtime_reconcile_total"].GetMetric() {
+	return families
+}
+
+// parseMetrics parses Prometheus's text format.
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(r)
+}
+
+// sum adds up the samples of a counter or gauge family whose labels include
+// every label of match.
+func sum(family *dto.MetricFamily, match map[string]string) float64 {
+	total := 0.0
+	for _, m := range family.GetMetric() {
+		found := 0
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "controller" && l.GetValue() == clustercontroller.ControllerName {
-				total += int(m.GetCounter().GetValue())
+			if v, ok := match[l.GetName()]; ok && v == l.GetValue() {
+				found++
 			}
+		}
+		if found == len(match) {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return total
+}
+
+// reconciles is how many Clusters the manager has reconciled so far, read
+// from controller-runtime's reconcile counter.
+func (p *process) reconciles(b *testing.B) int {
+	b.Helper()
+	return int(sum(p.metrics(b)["controller_runtime_reconcile_total"], map[string]string{"controller": clustercontroller.ControllerName}))
 }
 
 // profile writes the manager's /debug/pprof/<what> to path.
