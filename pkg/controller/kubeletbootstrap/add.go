@@ -2,17 +2,37 @@ package kubeletbootstrap
 
 import (
 	"context"
+	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
+
+// MaxRetryInterval is the longest a Cluster waits after a failed reconcile.
+// Most failures are a managed API server that is down or not yet started;
+// controller-runtime's default backoff would grow to 16 minutes, so that a
+// control plane that comes up late would wait that long for its bootstrap
+// objects. A minute matches the resync of a reachable Cluster.
+const MaxRetryInterval = time.Minute
+
+// retryLimiter is controller-runtime's default rate limiter with the
+// per-Cluster backoff capped at MaxRetryInterval.
+func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxRetryInterval),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -24,6 +44,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kubelet-bootstrap").
+		WithOptions(controller.Options{RateLimiter: retryLimiter()}).
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Secret{}, byClusterLabel).
 		Watches(&corev1.ConfigMap{}, byClusterLabel).
