@@ -175,7 +175,10 @@ func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*C
 	if err != nil {
 		return nil, err
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	// The direct client shares the cluster's HTTP client and REST mapper: one
+	// connection pool and one copy of the managed API server's discovery per
+	// managed cluster, not two.
+	direct, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: cl.GetHTTPClient(), Mapper: cl.GetRESTMapper()})
 	if err != nil {
 		return nil, err
 	}

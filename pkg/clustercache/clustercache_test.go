@@ -1,13 +1,21 @@
 package clustercache
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 func TestCacheKeepsANodesIdentityOnly(t *testing.T) {
@@ -75,5 +83,50 @@ func TestCacheHoldsCarouselsBootstrapTokensOnly(t *testing.T) {
 		if got := (*secrets).Matches(labels.Set(tc.labels)); got != tc.want {
 			t.Errorf("a Secret labelled %v cached: %v, want %v", tc.labels, got, tc.want)
 		}
+	}
+}
+
+// The direct client and the cache of a connection share one discovery of
+// the managed API server: each copy costs the manager memory per managed
+// cluster.
+func TestConnectionDiscoversOnce(t *testing.T) {
+	var discoveries atomic.Int32
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api":
+			discoveries.Add(1)
+			_ = json.NewEncoder(w).Encode(metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}})
+		case "/apis":
+			discoveries.Add(1)
+			_ = json.NewEncoder(w).Encode(metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}})
+		case "/api/v1":
+			_ = json.NewEncoder(w).Encode(metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: "v1",
+				APIResources: []metav1.APIResource{{Name: "secrets", Namespaced: true, Kind: "Secret", Verbs: metav1.Verbs{"get"}},
+					{Name: "nodes", Kind: "Node", Verbs: metav1.Verbs{"get"}}}})
+		case "/api/v1/namespaces/kube-system/secrets/s":
+			_ = json.NewEncoder(w).Encode(&corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
+				ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "s"}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer server.Close()
+	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	c := &Cache{Scheme: scheme.New()}
+	conn, err := c.start(client.ObjectKey{Namespace: "fleet", Name: "a"}, cfg, "digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.cancel()
+
+	if err := conn.Client.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "s"}, &corev1.Secret{}); err != nil {
+		t.Fatalf("the direct client: %v", err)
+	}
+	if _, err := conn.Cluster.GetRESTMapper().RESTMapping(schema.GroupKind{Kind: "Secret"}, "v1"); err != nil {
+		t.Fatalf("the cache's mapper: %v", err)
+	}
+	if got := discoveries.Load(); got != 2 { // /api and /apis, once
+		t.Fatalf("%d discovery requests, want 2: the direct client and the cache each discovered the API server", got)
 	}
 }
