@@ -50,6 +50,7 @@ FUZZ_TARGETS := \
 	pkg/noderenewal:FuzzParseRequest \
 	pkg/pki:FuzzParseBundle \
 	pkg/rotation:FuzzApplyOperation \
+	pkg/rotation:FuzzAutomatic \
 	pkg/rotation:FuzzDecideServiceAccountKey \
 	pkg/rotation:FuzzIssuer \
 	pkg/rotation:FuzzLifecycle \

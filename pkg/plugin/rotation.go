@@ -414,6 +414,9 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotationRecommended); cond != nil && cond.Status == metav1.ConditionTrue {
 		fmt.Fprintf(tw, "Recommended:\t%s\n", cond.Message)
 	}
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionAutomaticCARotationScheduled); cond != nil {
+		fmt.Fprintf(tw, "Automatic:\t%s\n", cond.Message)
+	}
 	fmt.Fprintf(tw, "Last initiation:\t%s\n", when(rot.LastInitiationTime))
 	fmt.Fprintf(tw, "Last initiation finished:\t%s\n", when(rot.LastInitiationFinishedTime))
 	fmt.Fprintf(tw, "Last completion triggered:\t%s\n", when(rot.LastCompletionTriggeredTime))

@@ -142,6 +142,45 @@ type CARotationSettings struct {
 	// +optional
 	// +kubebuilder:default="7m"
 	WorkloadTrustReload *metav1.Duration `json:"workloadTrustReload,omitempty"`
+
+	// Automatic, when set, has Carousel start this Cluster's CA rotations on
+	// its own, and complete them if CompleteAfter is set, inside the
+	// maintenance window (spec.maintenance, required with it). The operations
+	// are the ones a user would annotate: the admission rules, the phases and
+	// the events are the same.
+	//
+	// +optional
+	Automatic *AutomaticCARotation `json:"automatic,omitempty"`
+}
+
+// AutomaticCARotation is when Carousel starts and completes a Cluster's CA
+// rotations on its own. A rotation starts at the first maintenance window
+// after either trigger (validity used, interval) fires.
+type AutomaticCARotation struct {
+	// ValidityUsedPercent starts a rotation once the current CA of any role
+	// has used this share of its validity (from its notBefore to its
+	// notAfter), between 1 and 99.
+	//
+	// +optional
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	ValidityUsedPercent *int32 `json:"validityUsedPercent,omitempty"`
+
+	// Interval, when set, also starts a rotation this long after the last one
+	// completed, or after the Cluster was created if it never rotated; at
+	// least an hour (each rotation rolls every node twice).
+	//
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// CompleteAfter, when set, completes a rotation once it has been Prepared
+	// this long (the soak), between 0 and 90 days. Unset, a
+	// Prepared rotation waits for complete-ca-rotation: until then every
+	// client that was not moved to the new CAs keeps working.
+	//
+	// +optional
+	CompleteAfter *metav1.Duration `json:"completeAfter,omitempty"`
 }
 
 // ServiceAccountKeyRotationSettings configures how a cluster's

@@ -29,6 +29,24 @@ const (
 	// with the carousel.dev/maintenance-operation annotation waits: for the
 	// maintenance window, or for the rotation's phase to allow it.
 	ConditionMaintenanceOperationQueued = "MaintenanceOperationQueued"
+	// ConditionAutomaticCARotationScheduled is set on a Cluster with
+	// spec.caRotation.automatic: True while Carousel has a rotation operation
+	// scheduled (not yet due, or due and waiting for the maintenance window),
+	// False while there is nothing for it to do (a rotation is under way, or
+	// Prepared without completeAfter). The message says which operation, when
+	// and why.
+	ConditionAutomaticCARotationScheduled = "AutomaticCARotationScheduled"
+)
+
+// Reasons of the AutomaticCARotationScheduled condition; when the operation
+// is due but waits, the reasons of MaintenanceOperationQueued say why.
+const (
+	// ReasonAutomaticOperationScheduled (True): the next operation becomes
+	// due at the time the message names.
+	ReasonAutomaticOperationScheduled = "Scheduled"
+	// ReasonNothingScheduled (False): nothing is scheduled while the rotation
+	// is in this phase.
+	ReasonNothingScheduled = "NothingScheduled"
 )
 
 // Reasons of the MaintenanceOperationQueued condition.
@@ -111,6 +129,10 @@ const (
 	// EventMaintenanceOperationStarted: the maintenance window opened and
 	// the queued operation was moved to the operation annotation.
 	EventMaintenanceOperationStarted = "MaintenanceOperationStarted"
+	// EventAutomaticCARotation: spec.caRotation.automatic made an operation
+	// due inside the maintenance window, and it was moved to the operation
+	// annotation; the message says why.
+	EventAutomaticCARotation = "AutomaticCARotation"
 	// EventCALost and EventCASecretUnlabelled (Warning) accompany the Ready
 	// reasons of the same names.
 	EventCALost             = "CALost"

@@ -114,6 +114,15 @@ func (p *WorkerPool) OfflineNodeTimeoutOrDefault() time.Duration {
 	return durationOr(p.OfflineNodeTimeout, DefaultOfflineNodeTimeout)
 }
 
+// ValidityUsedPercentOrDefault returns validityUsedPercent, or
+// DefaultAutomaticValidityUsedPercent when unset.
+func (a *AutomaticCARotation) ValidityUsedPercentOrDefault() int32 {
+	if a.ValidityUsedPercent == nil {
+		return DefaultAutomaticValidityUsedPercent
+	}
+	return *a.ValidityUsedPercent
+}
+
 // WorkloadTrustReloadOrDefault returns the workloadTrustReload, or DefaultWorkloadTrustReload when unset.
 func (r *CARotationSettings) WorkloadTrustReloadOrDefault() time.Duration {
 	return durationOr(r.WorkloadTrustReload, DefaultWorkloadTrustReload)

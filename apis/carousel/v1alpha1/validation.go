@@ -58,6 +58,13 @@ const (
 	// lifetime (an hour by default) and at the latest after 24 hours.
 	DefaultWorkloadTokenRefresh = time.Hour
 	MaxWorkloadTokenRefresh     = 25 * time.Hour
+
+	// Automatic CA rotation: the share of a CA's validity used before a
+	// rotation starts, the least interval between rotations (each rolls every
+	// node twice), and the longest soak in Prepared before completing.
+	DefaultAutomaticValidityUsedPercent = 80
+	MinAutomaticRotationInterval        = time.Hour
+	MaxAutomaticCompleteAfter           = 90 * 24 * time.Hour
 )
 
 // DefaultMaxUnavailable is the share of an InPlace pool's nodes that renew
@@ -107,7 +114,28 @@ func ValidateClusterSpec(spec *ClusterSpec, p *field.Path) field.ErrorList {
 		p.Child("caRotation", "workloadTrustReload"))...)
 	allErrs = append(allErrs, validateDurationBounds(spec.ServiceAccountKeyRotation.WorkloadTokenRefresh, 0, MaxWorkloadTokenRefresh,
 		p.Child("serviceAccountKeyRotation", "workloadTokenRefresh"))...)
+	allErrs = append(allErrs, validateAutomaticCARotation(spec, p)...)
 	return allErrs
+}
+
+// validateAutomaticCARotation checks spec.caRotation.automatic, which acts
+// only inside a maintenance window.
+func validateAutomaticCARotation(spec *ClusterSpec, p *field.Path) field.ErrorList {
+	a := spec.CARotation.Automatic
+	if a == nil {
+		return nil
+	}
+	var allErrs field.ErrorList
+	ap := p.Child("caRotation", "automatic")
+	if spec.Maintenance == nil {
+		allErrs = append(allErrs, field.Required(p.Child("maintenance"),
+			"spec.caRotation.automatic starts and completes rotations only inside the maintenance window: set spec.maintenance.timeWindow"))
+	}
+	if v := a.ValidityUsedPercent; v != nil && (*v < 1 || *v > 99) {
+		allErrs = append(allErrs, field.Invalid(ap.Child("validityUsedPercent"), *v, "must be between 1 and 99"))
+	}
+	allErrs = append(allErrs, validateDurationBounds(a.Interval, MinAutomaticRotationInterval, MaxCAValidity, ap.Child("interval"))...)
+	return append(allErrs, validateDurationBounds(a.CompleteAfter, 0, MaxAutomaticCompleteAfter, ap.Child("completeAfter"))...)
 }
 
 func validateKubernetesVersion(v string, p *field.Path) field.ErrorList {

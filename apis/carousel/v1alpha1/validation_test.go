@@ -78,6 +78,26 @@ func TestValidateClusterSpec(t *testing.T) {
 		{"SAN bad wildcard", func(s *ClusterSpec) { s.ControlPlane.ExtraSANs = []string{"*.*.example.com"} }, "spec.controlPlane.extraSANs[0]"},
 		{"SAN duplicate", func(s *ClusterSpec) { s.ControlPlane.ExtraSANs = []string{"a.example", "a.example"} }, "Duplicate value"},
 		{"unknown key algorithm", func(s *ClusterSpec) { s.Certificates.KeyAlgorithm = "DSA-1024" }, "spec.certificates.keyAlgorithm: Unsupported value"},
+		{"automatic rotation without a maintenance window", func(s *ClusterSpec) {
+			s.Maintenance, s.CARotation.Automatic = nil, &AutomaticCARotation{}
+		}, "spec.maintenance: Required value: spec.caRotation.automatic starts and completes rotations only inside the maintenance window"},
+		{"automatic rotation in the maintenance window", func(s *ClusterSpec) {
+			s.Maintenance = &MaintenanceSpec{TimeWindow: MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}
+			s.CARotation.Automatic = &AutomaticCARotation{ValidityUsedPercent: ptr.To[int32](99), Interval: &metav1.Duration{Duration: time.Hour},
+				CompleteAfter: &metav1.Duration{}}
+		}, ""},
+		{"automatic rotation at no share of the validity", func(s *ClusterSpec) {
+			s.Maintenance = &MaintenanceSpec{}
+			s.CARotation.Automatic = &AutomaticCARotation{ValidityUsedPercent: ptr.To[int32](0)}
+		}, "spec.caRotation.automatic.validityUsedPercent: Invalid value: 0: must be between 1 and 99"},
+		{"automatic rotation every minute", func(s *ClusterSpec) {
+			s.Maintenance = &MaintenanceSpec{}
+			s.CARotation.Automatic = &AutomaticCARotation{Interval: &metav1.Duration{Duration: time.Minute}}
+		}, "spec.caRotation.automatic.interval: Invalid value: \"1m0s\": must be between 1h0m0s and"},
+		{"automatic completion after a year", func(s *ClusterSpec) {
+			s.Maintenance = &MaintenanceSpec{}
+			s.CARotation.Automatic = &AutomaticCARotation{CompleteAfter: &metav1.Duration{Duration: 365 * 24 * time.Hour}}
+		}, "spec.caRotation.automatic.completeAfter: Invalid value: \"8760h0m0s\": must be between 0s and 2160h0m0s"},
 		{"CA validity too short", func(s *ClusterSpec) { s.Certificates.CAValidity = dur(time.Hour) }, "spec.certificates.caValidity"},
 		{"CA validity too long", func(s *ClusterSpec) { s.Certificates.CAValidity = dur(40 * 365 * 24 * time.Hour) }, "must be between"},
 		{"leaf validity too short", func(s *ClusterSpec) { s.Certificates.LeafValidity = dur(time.Minute) }, "spec.certificates.leafValidity"},

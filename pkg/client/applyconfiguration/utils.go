@@ -32,6 +32,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=carousel.dev, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("AutomaticCARotation"):
+		return &carouselv1alpha1.AutomaticCARotationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CARotation"):
 		return &carouselv1alpha1.CARotationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CARotationSettings"):

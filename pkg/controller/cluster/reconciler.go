@@ -89,6 +89,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, r.runMaintenanceOperation(ctx, c, value)
 		}
 	}
+	if step := automaticStep(c); step.DueAt(r.Clock.Now()) && !operationPending(c) &&
+		maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now()).Run {
+		return ctrl.Result{}, r.runAutomaticOperation(ctx, c, step)
+	}
 	deferredStart := c.Annotations[v1alpha1.OperationAnnotation] == v1alpha1.OperationStartCARotation && !credentialsIssued(c)
 	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
 		return ctrl.Result{}, r.handleOperation(ctx, c)
@@ -206,6 +210,40 @@ func (r *Reconciler) runMaintenanceOperation(ctx context.Context, c *v1alpha1.Cl
 	}
 	r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out %s", value)
 	return nil
+}
+
+// runAutomaticOperation carries out the operation spec.caRotation.automatic
+// made due, inside the maintenance window: one write sets the operation
+// annotation, which the next pass handles as if a user had set it.
+func (r *Reconciler) runAutomaticOperation(ctx context.Context, c *v1alpha1.Cluster, step rotation.AutomaticStep) error {
+	before := c.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[v1alpha1.OperationAnnotation] = step.Operation
+	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("carrying out the automatic %s: %w", step.Operation, err)
+	}
+	r.event(c, corev1.EventTypeNormal, v1alpha1.EventAutomaticCARotation, "Maintenance window open: carrying out %s: %s", step.Operation, step.Why)
+	return nil
+}
+
+// automaticStep is what spec.caRotation.automatic schedules for c, from the
+// CAs its status lists.
+func automaticStep(c *v1alpha1.Cluster) rotation.AutomaticStep {
+	var cas []v1alpha1.CertificateAuthorityInventory
+	if c.Status.Credentials != nil {
+		cas = c.Status.Credentials.CertificateAuthorities
+	}
+	return rotation.Automatic(c.Spec.CARotation.Automatic, c.CARotation(), cas, c.CreationTimestamp.Time)
+}
+
+// operationPending: a user's operation, now or for the maintenance window,
+// comes before an automatic one.
+func operationPending(c *v1alpha1.Cluster) bool {
+	_, now := c.Annotations[v1alpha1.OperationAnnotation]
+	_, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	return now || queued
 }
 
 func setCARotation(c *v1alpha1.Cluster, rot *v1alpha1.CARotation) {

@@ -35,6 +35,7 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 	}
 	s.wakeAt(r.setRecommendationCondition(c))
 	s.wakeAt(r.setMaintenanceCondition(c))
+	s.wakeAt(r.setAutomaticCondition(c))
 	c.Status.ObservedGeneration = c.Generation
 }
 
@@ -50,6 +51,44 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 		next = d.Next
 		if !d.Run {
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.Reason, d.Message
+		}
+	}
+	r.setCondition(c, cond)
+	return next
+}
+
+// setAutomaticCondition says, on a Cluster with spec.caRotation.automatic,
+// which operation it schedules, when and why, and returns when to look
+// again: when it becomes due, or when the window opens next once it is.
+func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
+	if c.Spec.CARotation.Automatic == nil {
+		meta.RemoveStatusCondition(&c.Status.Conditions, v1alpha1.ConditionAutomaticCARotationScheduled)
+		return time.Time{}
+	}
+	now := r.Clock.Now()
+	step := automaticStep(c)
+	cond := metav1.Condition{Type: v1alpha1.ConditionAutomaticCARotationScheduled, Status: metav1.ConditionTrue}
+	var next time.Time
+	switch {
+	case step.Operation == "" && c.CARotationPhase() == v1alpha1.RotationPrepared:
+		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNothingScheduled
+		cond.Message = fmt.Sprintf("Prepared, and spec.caRotation.automatic.completeAfter is not set: complete the rotation with %s=%s",
+			v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation)
+	case step.Operation == "":
+		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNothingScheduled
+		cond.Message = fmt.Sprintf("nothing is scheduled while the rotation is in phase %s", rotation.PhaseName(c.CARotationPhase()))
+		if c.CARotationPhase() == "" {
+			cond.Message = "nothing is scheduled until Carousel has issued the Cluster's CAs"
+		}
+	case !step.DueAt(now):
+		cond.Reason, next = v1alpha1.ReasonAutomaticOperationScheduled, step.Due
+		cond.Message = fmt.Sprintf("%s is due at %s, and runs in the first maintenance window from then: %s", step.Operation,
+			step.Due.UTC().Format(time.RFC3339), step.Why)
+	default:
+		d := maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), now)
+		cond.Reason, cond.Message, next = v1alpha1.ReasonAutomaticOperationScheduled, fmt.Sprintf("%s is due (%s) and runs once the operation pending on the Cluster is handled", step.Operation, step.Why), d.Next
+		if !d.Run {
+			cond.Reason, cond.Message = d.Reason, fmt.Sprintf("%s is due: %s; %s", step.Operation, step.Why, d.Message)
 		}
 	}
 	r.setCondition(c, cond)

@@ -37,6 +37,12 @@ type CARotationSettingsApplyConfiguration struct {
 	// 0 (for a cluster whose pods do not call the API server, or are all
 	// restarted before completing) and MaxWorkloadTrustReload.
 	WorkloadTrustReload *v1.Duration `json:"workloadTrustReload,omitempty"`
+	// Automatic, when set, has Carousel start this Cluster's CA rotations on
+	// its own, and complete them if CompleteAfter is set, inside the
+	// maintenance window (spec.maintenance, required with it). The operations
+	// are the ones a user would annotate: the admission rules, the phases and
+	// the events are the same.
+	Automatic *AutomaticCARotationApplyConfiguration `json:"automatic,omitempty"`
 }
 
 // CARotationSettingsApplyConfiguration constructs a declarative configuration of the CARotationSettings type for use with
@@ -50,5 +56,13 @@ func CARotationSettings() *CARotationSettingsApplyConfiguration {
 // If called multiple times, the WorkloadTrustReload field is set to the value of the last call.
 func (b *CARotationSettingsApplyConfiguration) WithWorkloadTrustReload(value v1.Duration) *CARotationSettingsApplyConfiguration {
 	b.WorkloadTrustReload = &value
+	return b
+}
+
+// WithAutomatic sets the Automatic field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Automatic field is set to the value of the last call.
+func (b *CARotationSettingsApplyConfiguration) WithAutomatic(value *AutomaticCARotationApplyConfiguration) *CARotationSettingsApplyConfiguration {
+	b.Automatic = value
 	return b
 }

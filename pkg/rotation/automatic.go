@@ -1,0 +1,85 @@
+package rotation
+
+import (
+	"fmt"
+	"time"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// AutomaticStep is the operation spec.caRotation.automatic schedules next.
+type AutomaticStep struct {
+	// Operation is the value of the operation annotation that carries the
+	// step out; empty when nothing is scheduled in this phase.
+	Operation string
+	// Due is when Operation becomes due; it waits for the maintenance window
+	// from then on.
+	Due time.Time
+	// Why says what made it due, for the condition and the event.
+	Why string
+}
+
+// DueAt reports whether the step is due at now.
+func (s AutomaticStep) DueAt(now time.Time) bool {
+	return s.Operation != "" && !now.Before(s.Due)
+}
+
+// Automatic returns what policy schedules for a rotation in the state rot of
+// a Cluster created at created, whose CAs are cas (the status inventory):
+//   - outside a rotation (never rotated, or Completed), start-ca-rotation,
+//     due when the current CA of any role has used
+//     policy.ValidityUsedPercent of its validity, or policy.Interval after
+//     the last completion (the creation, if it never rotated), whichever
+//     comes first;
+//   - in Prepared, complete-ca-rotation, due policy.CompleteAfter after the
+//     rotation became Prepared; nothing when CompleteAfter is unset;
+//   - in any other phase, nothing: the rotation is under way, or waits for
+//     held worker pools, which only the user releases.
+//
+// A nil policy schedules nothing.
+func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, cas []v1alpha1.CertificateAuthorityInventory, created time.Time) AutomaticStep {
+	if policy == nil {
+		return AutomaticStep{}
+	}
+	switch phase := phaseOf(rot); {
+	case phase == v1alpha1.RotationPrepared:
+		if policy.CompleteAfter == nil || rot.LastInitiationFinishedTime == nil {
+			return AutomaticStep{}
+		}
+		since := rot.LastInitiationFinishedTime.Time
+		return AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: since.Add(policy.CompleteAfter.Duration),
+			Why: fmt.Sprintf("the rotation has been Prepared since %s for spec.caRotation.automatic.completeAfter (%s)", formatTime(since), policy.CompleteAfter.Duration)}
+	case phase.RotationInProgress():
+		return AutomaticStep{}
+	}
+	var step AutomaticStep
+	consider := func(due time.Time, why string) {
+		if step.Operation == "" || due.Before(step.Due) {
+			step = AutomaticStep{Operation: v1alpha1.OperationStartCARotation, Due: due, Why: why}
+		}
+	}
+	percent := policy.ValidityUsedPercentOrDefault()
+	for _, ca := range cas {
+		if ca.Current == nil {
+			continue
+		}
+		from, to := ca.Current.NotBefore.Time, ca.Current.NotAfter.Time
+		validity := to.Sub(from)
+		if validity <= 0 {
+			continue
+		}
+		due := from.Add(validity / 100 * time.Duration(percent))
+		consider(due, fmt.Sprintf("the %s CA, valid from %s to %s, has used %d%% of its validity at %s",
+			ca.Role, formatTime(from), formatTime(to), percent, formatTime(due)))
+	}
+	if policy.Interval != nil {
+		since, what := created, "the Cluster was created at %s and never rotated"
+		if rot != nil && rot.LastCompletionTime != nil {
+			since, what = rot.LastCompletionTime.Time, "the last rotation completed at %s"
+		}
+		consider(since.Add(policy.Interval.Duration), fmt.Sprintf(what+"; spec.caRotation.automatic.interval is %s", formatTime(since), policy.Interval.Duration))
+	}
+	return step
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
