@@ -195,11 +195,12 @@ test-e2e: envtest build ## End-to-end suites: the binaries against a managed clu
 	$(GO_TEST) -count=1 -v -timeout 40m ./test/e2e/... $(GINKGO_ARGS)
 
 .PHONY: bench
-bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt), then 500 kubelet bootstraps: Carousel vs kube-controller-manager, then the fleet.
+bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt), then 500 kubelet bootstraps: Carousel vs kube-controller-manager, then the fleet and the managed connections.
 	$(GO_TEST) -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) $(UNIT_PKGS) | tee $(BIN)/bench.txt
 	$(BENCHSTAT) $(BIN)/bench.txt
 	$(GO_TEST) -run '^$$' -bench BenchmarkKubeletBootstrap -benchtime 1x -timeout 20m ./test/bench/ | tee $(BIN)/bench-bootstrap.txt
 	$(MAKE) --no-print-directory bench-fleet
+	$(MAKE) --no-print-directory bench-connections
 
 # FLEET_CLUSTERS (1000) Clusters and the manager binary on one API server; FLEET_IDLE (1m) is the idle window;
 # FLEET_MANAGER_FLAGS adds flags to the manager's (for example --cluster-concurrency=1), FLEET_MANAGER_ENV variables to its
@@ -209,6 +210,11 @@ bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt
 .PHONY: bench-fleet
 bench-fleet: envtest build ## One manager and a fleet of Clusters: time to Ready, CPU per Cluster, idle writes and CPU, a rotation of all, peak RSS (bin/bench-fleet.txt).
 	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 60m ./test/bench/ | tee $(BIN)/bench-fleet.txt
+
+# CONNECTIONS (20) Clusters whose endpoints are real control planes, an etcd and a kube-apiserver each.
+.PHONY: bench-connections
+bench-connections: envtest build ## What one managed-cluster connection costs the manager (heap, RSS, goroutines, watches), projected to 1,000 (bin/bench-connections.txt).
+	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkManagedConnections -benchtime 1x -timeout 30m ./test/bench/ | tee $(BIN)/bench-connections.txt
 
 .PHONY: chart-test
 chart-test: envtest build $(HELM) ## Helm chart: lint, values schema, install on a real API server and a rotation run as the chart's ServiceAccount.
