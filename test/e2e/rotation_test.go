@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -218,6 +219,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		offNode *framework.KubeletNode
 		// machines are the Replace pool's Machines before the rotation.
 		machines []machine
+		// automatic is a Cluster that Carousel rotates on its own, by policy.
+		automatic *v1alpha1.Cluster
 	)
 
 	BeforeAll(func(ctx SpecContext) {
@@ -238,6 +241,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			})
 			Expect(tgt.Client.Patch(ctx, c, patch)).To(Succeed())
 		}
+		By("leaving a second Cluster to its automatic-rotation policy for the whole journey")
+		automatic = createAutomaticCluster(ctx)
 		var probeCtx context.Context
 		probeCtx, stop = context.WithCancel(context.Background())
 		DeferCleanup(stop)
@@ -635,7 +640,63 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		AddReportEntry("summary", summary)
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")
 	})
+
+	It("rotated the Cluster left to its policy on its own: started in its maintenance window once a CA had used 1% of its validity, completed after a soak of 0s", func(ctx SpecContext) {
+		key := client.ObjectKeyFromObject(automatic)
+		issued := automatic.Status.Credentials.CertificateAuthorities
+		// Due 1% into a day's validity, about 15 minutes after it was issued:
+		// the journey above takes longer, but a fast one waits for it here.
+		completed := kit.WaitForPhase(ctx, tgt.Client, key, v1alpha1.RotationCompleted, kit.Wait{Timeout: 20 * time.Minute, Polling: 5 * time.Second})
+		rot := completed.CARotation()
+		Expect(rot.LastInitiationTime.Time).To(BeTemporally(">=", issued[0].Current.NotBefore.Add(issued[0].Current.NotAfter.Sub(issued[0].Current.NotBefore.Time)/100)),
+			"it started once the CAs had used 1%% of their validity")
+		for i, ca := range completed.Status.Credentials.CertificateAuthorities {
+			Expect(ca.Current.Fingerprint).NotTo(Equal(issued[i].Current.Fingerprint), "the %s CA was rotated", ca.Role)
+			Expect(ca.Previous).To(BeNil(), "the old %s CA was dropped", ca.Role)
+		}
+		var events eventsv1.EventList
+		Expect(tgt.Client.List(ctx, &events, client.InNamespace(tgt.Namespace))).To(Succeed())
+		var notes []string
+		for _, e := range events.Items {
+			if e.Regarding.Name == automatic.Name && e.Reason == v1alpha1.EventAutomaticCARotation {
+				notes = append(notes, e.Note)
+			}
+		}
+		Expect(notes).To(ContainElements(
+			And(HavePrefix("Maintenance window open: carrying out start-ca-rotation: the "), ContainSubstring("has used 1% of its validity")),
+			HavePrefix("Maintenance window open: carrying out complete-ca-rotation: the rotation has been Prepared since")))
+		Eventually(func(g Gomega) {
+			cond := meta.FindStatusCondition(kit.GetCluster(ctx, tgt.Client, key).Status.Conditions, v1alpha1.ConditionAutomaticCARotationScheduled)
+			g.Expect(cond).To(HaveField("Message", HavePrefix("start-ca-rotation is due at")), "the next rotation is scheduled from the new CAs")
+		}).Should(Succeed())
+	})
 })
+
+// createAutomaticCluster creates, next to the journey's, a Cluster without an
+// endpoint that Carousel rotates on its own: its CAs are valid a day (the
+// least), a rotation starts once one has used 1% of it and completes once
+// Prepared, inside a maintenance window open from now on for six hours. It
+// returns the Cluster once its credentials are issued, and deletes it when
+// the journey ends.
+func createAutomaticCluster(ctx context.Context) *v1alpha1.Cluster {
+	GinkgoHelper()
+	begin := time.Now().UTC().Add(-time.Minute)
+	c := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tgt.Namespace, Name: tgt.Name + "-automatic"},
+		Spec: v1alpha1.ClusterSpec{
+			KubernetesVersion: "1.36.3",
+			Certificates: v1alpha1.CertificateSettings{CAValidity: &metav1.Duration{Duration: v1alpha1.MinCAValidity},
+				LeafValidity: &metav1.Duration{Duration: v1alpha1.MinLeafValidity}},
+			Maintenance: &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{
+				Begin: begin.Format("150405") + "+0000", End: begin.Add(6*time.Hour).Format("150405") + "+0000"}},
+			CARotation: v1alpha1.CARotationSettings{Automatic: &v1alpha1.AutomaticCARotation{
+				ValidityUsedPercent: ptr.To[int32](1), CompleteAfter: &metav1.Duration{}}},
+		},
+	}
+	Expect(tgt.Client.Create(ctx, c)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(tgt.Client.Delete(ctx, c))).To(Succeed()) })
+	return kit.WaitForReady(ctx, tgt.Client, client.ObjectKeyFromObject(c), kit.Wait{Timeout: time.Minute, Polling: time.Second})
+}
 
 // provisionedClientCertificate is a node's client certificate as its
 // machine's provisioning would have signed it, from the current client CA,
