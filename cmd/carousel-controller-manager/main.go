@@ -69,7 +69,7 @@ func main() {
 	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each request to a managed API server.")
 	flag.BoolVar(&opts.CSRControllers, "csr-controllers", opts.CSRControllers, "Approve and sign kubelet CSRs in the managed clusters; false leaves them to an administrator.")
 	flag.DurationVar(&opts.CSRMaxDuration, "csr-max-duration", opts.CSRMaxDuration, "Longest validity of a kubelet certificate Carousel signs; a CSR's expirationSeconds may ask for less.")
-	flag.IntVar(&opts.CSRConcurrency, "csr-concurrency", opts.CSRConcurrency, "How many kubelet CSRs of one managed cluster are approved and signed at once.")
+	flag.IntVar(&opts.CSRConcurrency, "csr-concurrency", opts.CSRConcurrency, "How many kubelet CSRs are approved and signed at once, across every managed cluster.")
 	flag.Float64Var(&managedQPS, "managed-kube-api-qps", float64(opts.ManagedQPS), "Requests per second each connection to a managed cluster may send its API server (a CSR costs two writes).")
 	flag.IntVar(&opts.ManagedBurst, "managed-kube-api-burst", opts.ManagedBurst, "Burst of requests each connection to a managed cluster may send above --managed-kube-api-qps.")
 	flag.IntVar(&opts.ClusterConcurrency, "cluster-concurrency", opts.ClusterConcurrency, "How many Clusters are reconciled at once (one Cluster is never reconciled twice at once).")

@@ -54,7 +54,7 @@ type Options struct {
 	CSRControllers bool
 	// CSRMaxDuration caps the validity of the kubelet certificates Carousel signs.
 	CSRMaxDuration time.Duration
-	// CSRConcurrency is how many CSRs of one managed cluster are handled at once.
+	// CSRConcurrency is how many CSRs are handled at once, across the managed clusters.
 	CSRConcurrency int
 	// ManagedQPS and ManagedBurst limit each managed-cluster connection's
 	// requests to its API server.
@@ -124,6 +124,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.CSRControllers {
 		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration, Concurrency: opts.CSRConcurrency,
 			Metrics: kubeletcsr.NewMetrics(metrics.Registry)}
+		if err := csrs.SetupWithManager(mgr); err != nil {
+			return err
+		}
 		connections.OnConnect = append(connections.OnConnect, csrs.OnConnect)
 	}
 	if err := mgr.Add(connections); err != nil {

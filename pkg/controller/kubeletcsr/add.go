@@ -1,84 +1,179 @@
 // Package kubeletcsr approves, denies, signs and cleans up the kubelet CSRs of
-// every managed cluster Carousel is connected to: one controller per
-// connection, started by the clustercache when it connects and stopped with
+// every managed cluster Carousel is connected to. One controller, with one
+// queue and one pool of workers, serves every connection: the clustercache
+// adds a watch of each new connection's CSRs to it, and the watch ends with
 // the connection. What it decides is package csr's to say.
 package kubeletcsr
 
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 )
 
-// Controllers starts a CSR controller on each connection.
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "kubelet-csr"
+
+// Request is one CSR of one managed cluster.
+type Request struct {
+	// Cluster is the Cluster in the management cluster.
+	Cluster client.ObjectKey
+	// Name is the CSR's in the managed cluster.
+	Name string
+}
+
+// Controllers handles the kubelet CSRs of every connection.
 type Controllers struct {
 	Management client.Reader // the management cluster (cached): CAs and Clusters
 	Clock      clock.PassiveClock
 	// MaxDuration caps the validity of the kubelet certificates Carousel signs.
 	MaxDuration time.Duration
-	// Concurrency is how many CSRs of one managed cluster are decided and
-	// signed at once; zero means DefaultConcurrency.
+	// Concurrency is how many CSRs are decided and signed at once, across
+	// the managed clusters; zero means DefaultConcurrency.
 	Concurrency int
 	Metrics     *Metrics
+	// CacheSyncTimeout bounds how long a new connection's CSRs take to be
+	// listed before the connection is dropped (and made again by the next
+	// Connect); zero means DefaultCacheSyncTimeout.
+	CacheSyncTimeout time.Duration
+
+	controller controller.TypedController[Request]
+	mu         sync.Mutex
+	clusters   map[client.ObjectKey]*csrReconciler
 }
 
-// DefaultConcurrency is how many CSRs of one managed cluster are handled at
-// once unless Controllers says otherwise.
+// DefaultConcurrency is how many CSRs are handled at once unless
+// Controllers says otherwise.
 const DefaultConcurrency = 16
 
-// OnConnect is a clustercache.OnConnect: it starts the CSR controller of the
-// managed cluster of the Cluster key on conn.
-func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connection) error {
-	c, err := controller.NewUnmanaged("kubelet-csr-"+key.Namespace+"-"+key.Name, controller.Options{
-		Reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
-			maxDuration: cs.MaxDuration, metrics: cs.Metrics},
+// DefaultCacheSyncTimeout is how long a new connection gets to list its
+// managed cluster's CSRs: controller-runtime's default.
+const DefaultCacheSyncTimeout = 2 * time.Minute
+
+// SetupWithManager registers the controller with mgr; connections add their
+// watches to it (OnConnect).
+func (cs *Controllers) SetupWithManager(mgr ctrl.Manager) error {
+	logger := mgr.GetLogger().WithValues("controller", ControllerName)
+	c, err := controller.NewTyped(ControllerName, mgr, controller.TypedOptions[Request]{
+		Reconciler:              cs,
 		MaxConcurrentReconciles: cmp.Or(cs.Concurrency, DefaultConcurrency),
-		SkipNameValidation:      ptr.To(true),
+		LogConstructor: func(req *Request) logr.Logger {
+			if req == nil {
+				return logger
+			}
+			return logger.WithValues("cluster", req.Cluster.String(), "certificatesigningrequest", req.Name)
+		},
 	})
 	if err != nil {
 		return err
 	}
-	if err := c.Watch(source.Kind(conn.Cluster.GetCache(), &certificatesv1.CertificateSigningRequest{},
-		&handler.TypedEnqueueRequestForObject[*certificatesv1.CertificateSigningRequest]{})); err != nil {
-		return err
-	}
-	conn.Run(c.Start)
-	return cs.trackBacklog(key, conn)
+	cs.controller = c
+	return nil
 }
 
-// trackBacklog reports the CSR backlog of the managed cluster from the
-// connection's cache for as long as the connection lives.
-func (cs *Controllers) trackBacklog(key client.ObjectKey, conn *clustercache.Connection) error {
-	if cs.Metrics == nil {
-		return nil
+// Reconcile handles one CSR with the reconciler of its managed cluster. A
+// cluster no longer connected is skipped: its next connection lists, and so
+// queues again, every CSR.
+func (cs *Controllers) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
+	cs.mu.Lock()
+	r := cs.clusters[req.Cluster]
+	cs.mu.Unlock()
+	if r == nil {
+		return reconcile.Result{}, nil
 	}
-	// The informer the controller's watch uses; asking for it does not wait
-	// for it to sync, and the backlog says nothing until it has.
+	return r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: req.Name}})
+}
+
+// OnConnect is a clustercache.OnConnect: it has the controller handle the
+// CSRs of the managed cluster of the Cluster key through conn, for as long as
+// conn lives.
+func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connection) error {
+	if cs.controller == nil {
+		return errors.New("the kubelet CSR controller is not set up")
+	}
+	// Asking for the informer starts it without waiting for it to sync.
 	informer, err := conn.Cluster.GetCache().GetInformer(context.Background(), &certificatesv1.CertificateSigningRequest{},
 		cache.BlockUntilSynced(false))
 	if err != nil {
 		return err
 	}
+	r := &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
+		maxDuration: cs.MaxDuration, metrics: cs.Metrics}
+	cs.mu.Lock()
+	if cs.clusters == nil {
+		cs.clusters = map[client.ObjectKey]*csrReconciler{}
+	}
+	cs.clusters[key] = r
+	cs.mu.Unlock()
+	untrack := cs.trackBacklog(key, conn, informer.HasSynced)
+	conn.Run(func(ctx context.Context) error {
+		defer cs.forget(key, r)
+		defer untrack()
+		if err := cs.watch(ctx, key, conn); err != nil {
+			return err
+		}
+		// A managed API server that is not up yet never lists the CSRs:
+		// ending the connection has the next Connect make a new one.
+		synced, cancel := context.WithTimeout(ctx, cmp.Or(cs.CacheSyncTimeout, DefaultCacheSyncTimeout))
+		defer cancel()
+		if !toolscache.WaitForCacheSync(synced.Done(), informer.HasSynced) {
+			return fmt.Errorf("the managed cluster's CSRs were not listed within %s", cmp.Or(cs.CacheSyncTimeout, DefaultCacheSyncTimeout))
+		}
+		<-ctx.Done()
+		return nil
+	})
+	return nil
+}
+
+// watch adds to the controller a watch of the connection's CSRs that ends
+// when ctx (the connection's) does.
+func (cs *Controllers) watch(ctx context.Context, key client.ObjectKey, conn *clustercache.Connection) error {
+	csrs := source.TypedKind(conn.Cluster.GetCache(), &certificatesv1.CertificateSigningRequest{},
+		handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, obj *certificatesv1.CertificateSigningRequest) []Request {
+			return []Request{{Cluster: key, Name: obj.Name}}
+		}))
+	return cs.controller.Watch(source.TypedFunc[Request](func(controllerCtx context.Context, queue workqueue.TypedRateLimitingInterface[Request]) error {
+		watchCtx, cancel := context.WithCancel(controllerCtx)
+		context.AfterFunc(ctx, cancel)
+		return csrs.Start(watchCtx, queue)
+	}))
+}
+
+// forget stops handling the CSRs of key through r, unless a newer connection
+// replaced it already.
+func (cs *Controllers) forget(key client.ObjectKey, r *csrReconciler) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.clusters[key] == r {
+		delete(cs.clusters, key)
+	}
+}
+
+// trackBacklog reports the CSR backlog of the managed cluster from the
+// connection's cache until the returned function is called.
+func (cs *Controllers) trackBacklog(key client.ObjectKey, conn *clustercache.Connection, synced func() bool) (untrack func()) {
 	clk := cs.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	untrack := cs.Metrics.trackBacklog(key, &backlogSource{reader: conn.Cluster.GetCache(), synced: informer.HasSynced, clock: clk})
-	conn.Run(func(ctx context.Context) error {
-		<-ctx.Done()
-		untrack()
-		return nil
-	})
-	return nil
+	return cs.Metrics.trackBacklog(key, &backlogSource{reader: conn.Cluster.GetCache(), synced: synced, clock: clk})
 }
