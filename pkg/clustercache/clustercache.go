@@ -2,8 +2,8 @@
 // it can reach, one per Cluster, in the manner of Cluster API's clustercache:
 // Connect (re)connects with Carousel's own client certificate, Client hands
 // a connection's client to whoever needs one, Disconnect and Stop end them,
-// and OnConnect hooks start what runs per managed cluster (the kubelet CSR
-// controller) for exactly as long as its connection lives.
+// and OnConnect hooks start what runs per managed cluster (the watch of its
+// kubelet CSRs) for exactly as long as its connection lives.
 package clustercache
 
 import (
@@ -63,6 +63,9 @@ type Cache struct {
 
 	mu    sync.Mutex
 	conns map[client.ObjectKey]*Connection
+	// connecting serialises the connects of one Cluster, so that the last
+	// connection made is the one kept, and the one its hooks saw last.
+	connecting sync.Map // client.ObjectKey -> *sync.Mutex
 }
 
 // Connection is one managed cluster: a cache of what the kubelet CSR
@@ -81,6 +84,9 @@ type Connection struct {
 	cancel context.CancelFunc
 	drop   func()
 }
+
+// Context ends when the connection does.
+func (conn *Connection) Context() context.Context { return conn.ctx }
 
 // Run runs start in the background until the connection ends. A start that
 // fails while the connection is live (a cache that never synced: the API
@@ -125,6 +131,9 @@ func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection,
 
 func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Config) (*Connection, error) {
 	digest := configDigest(cfg)
+	keyMu, _ := c.connecting.LoadOrStore(key, &sync.Mutex{})
+	keyMu.(*sync.Mutex).Lock()
+	defer keyMu.(*sync.Mutex).Unlock()
 	c.mu.Lock()
 	existing := c.conns[key]
 	c.mu.Unlock()

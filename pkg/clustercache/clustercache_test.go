@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -91,6 +93,73 @@ func TestCacheHoldsCarouselsBootstrapTokensOnly(t *testing.T) {
 // cluster.
 func TestConnectionDiscoversOnce(t *testing.T) {
 	var discoveries atomic.Int32
+	server := managedAPIServer(t, &discoveries)
+	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	c := &Cache{Scheme: scheme.New()}
+	conn, err := c.start(client.ObjectKey{Namespace: "fleet", Name: "a"}, cfg, "digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.cancel()
+
+	if err := conn.Client.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "s"}, &corev1.Secret{}); err != nil {
+		t.Fatalf("the direct client: %v", err)
+	}
+	if _, err := conn.Cluster.GetRESTMapper().RESTMapping(schema.GroupKind{Kind: "Secret"}, "v1"); err != nil {
+		t.Fatalf("the cache's mapper: %v", err)
+	}
+	if got := discoveries.Load(); got != 2 { // /api and /apis, once
+		t.Fatalf("%d discovery requests, want 2: the direct client and the cache each discovered the API server", got)
+	}
+}
+
+// Two reconcilers may connect a Cluster at once, after its credentials
+// changed: the connection kept must be the one whose hooks ran last, or what
+// they started (the CSR watch) would follow a connection already ended.
+func TestConcurrentConnectsKeepTheLastHooked(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	var mu sync.Mutex
+	var hooked *Connection
+	var c *Cache
+	c = &Cache{Scheme: scheme.New(), OnConnect: []OnConnect{func(_ client.ObjectKey, conn *Connection) error {
+		if m, ok := c.connecting.Load(key); !ok || m.(*sync.Mutex).TryLock() {
+			t.Error("hooks run while another connect of the Cluster may run")
+			if ok {
+				m.(*sync.Mutex).Unlock()
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		hooked = conn
+		return nil
+	}}}
+	defer c.Disconnect(key)
+	for i := range 100 {
+		c.Disconnect(key)
+		var wg sync.WaitGroup
+		for _, host := range []string{server.URL, strings.Replace(server.URL, "127.0.0.1", "localhost", 1)} {
+			wg.Go(func() {
+				cfg := &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+				if _, err := c.connect(t.Context(), key, cfg); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		c.mu.Lock()
+		kept := c.conns[key]
+		c.mu.Unlock()
+		if kept != hooked {
+			t.Fatalf("round %d: the connection kept is not the one the hooks saw last", i)
+		}
+	}
+}
+
+// managedAPIServer serves what a connection reads of a managed API server:
+// discovery (counted in discoveries) and one Secret.
+func managedAPIServer(t *testing.T, discoveries *atomic.Int32) *httptest.Server {
+	t.Helper()
 	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
@@ -111,22 +180,6 @@ func TestConnectionDiscoversOnce(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	}))
-	defer server.Close()
-	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
-	c := &Cache{Scheme: scheme.New()}
-	conn, err := c.start(client.ObjectKey{Namespace: "fleet", Name: "a"}, cfg, "digest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.cancel()
-
-	if err := conn.Client.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "s"}, &corev1.Secret{}); err != nil {
-		t.Fatalf("the direct client: %v", err)
-	}
-	if _, err := conn.Cluster.GetRESTMapper().RESTMapping(schema.GroupKind{Kind: "Secret"}, "v1"); err != nil {
-		t.Fatalf("the cache's mapper: %v", err)
-	}
-	if got := discoveries.Load(); got != 2 { // /api and /apis, once
-		t.Fatalf("%d discovery requests, want 2: the direct client and the cache each discovered the API server", got)
-	}
+	t.Cleanup(server.Close)
+	return server
 }

@@ -43,10 +43,10 @@ func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, c
 	}
 	switch phase := phaseOf(rot); {
 	case phase == v1alpha1.RotationPrepared:
-		if policy.CompleteAfter == nil || rot.LastInitiationFinishedTime == nil {
+		since, ok := preparedSince(rot)
+		if policy.CompleteAfter == nil || !ok {
 			return AutomaticStep{}
 		}
-		since := rot.LastInitiationFinishedTime.Time
 		return AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: since.Add(policy.CompleteAfter.Duration),
 			Why: fmt.Sprintf("the rotation has been Prepared since %s for spec.caRotation.automatic.completeAfter (%s)", formatTime(since), policy.CompleteAfter.Duration)}
 	case phase.RotationInProgress():
@@ -73,9 +73,10 @@ func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, c
 			ca.Role, formatTime(from), formatTime(to), percent, formatTime(due)))
 	}
 	if policy.Interval != nil {
-		since, what := created, "the Cluster was created at %s and never rotated"
-		if rot != nil && rot.LastCompletionTime != nil {
-			since, what = rot.LastCompletionTime.Time, "the last rotation completed at %s"
+		since, rotated := lastRenewed(rot, created)
+		what := "the Cluster was created at %s and never rotated"
+		if rotated {
+			what = "the last rotation completed at %s"
 		}
 		consider(since.Add(policy.Interval.Duration), fmt.Sprintf(what+"; spec.caRotation.automatic.interval is %s", formatTime(since), policy.Interval.Duration))
 	}

@@ -41,10 +41,10 @@ func Recommend(rot *v1alpha1.CARotation, created time.Time, policy Recommendatio
 	var rec *Recommendation
 	switch phase := phaseOf(rot); {
 	case phase == v1alpha1.RotationPrepared:
-		if policy.PreparedWarning <= 0 || rot.LastInitiationFinishedTime == nil {
+		since, ok := preparedSince(rot)
+		if policy.PreparedWarning <= 0 || !ok {
 			return nil, time.Time{}
 		}
-		since := rot.LastInitiationFinishedTime.Time
 		due = since.Add(policy.PreparedWarning)
 		rec = &Recommendation{Reason: v1alpha1.ReasonCompletionDue, Operation: v1alpha1.OperationCompleteCARotation,
 			Message: fmt.Sprintf("the CA rotation has been Prepared since %s, longer than %s: until it is completed every client and server "+
@@ -55,9 +55,10 @@ func Recommend(rot *v1alpha1.CARotation, created time.Time, policy Recommendatio
 		if policy.RotationInterval <= 0 {
 			return nil, time.Time{}
 		}
-		since, what := created, "the Cluster was created at %s and its CAs were never rotated"
-		if rot != nil && rot.LastCompletionTime != nil {
-			since, what = rot.LastCompletionTime.Time, "the last CA rotation completed at %s"
+		since, rotated := lastRenewed(rot, created)
+		what := "the Cluster was created at %s and its CAs were never rotated"
+		if rotated {
+			what = "the last CA rotation completed at %s"
 		}
 		due = since.Add(policy.RotationInterval)
 		rec = &Recommendation{Reason: v1alpha1.ReasonRotationDue, Operation: v1alpha1.OperationStartCARotation,
@@ -68,4 +69,22 @@ func Recommend(rot *v1alpha1.CARotation, created time.Time, policy Recommendatio
 		return nil, due
 	}
 	return rec, time.Time{}
+}
+
+// lastRenewed is when the Cluster's CAs were last new: when the last rotation
+// completed (rotated), or when the Cluster was created.
+func lastRenewed(rot *v1alpha1.CARotation, created time.Time) (at time.Time, rotated bool) {
+	if rot != nil && rot.LastCompletionTime != nil {
+		return rot.LastCompletionTime.Time, true
+	}
+	return created, false
+}
+
+// preparedSince is when the rotation became Prepared; false when the status
+// does not say (written by hand).
+func preparedSince(rot *v1alpha1.CARotation) (time.Time, bool) {
+	if rot == nil || rot.LastInitiationFinishedTime == nil {
+		return time.Time{}, false
+	}
+	return rot.LastInitiationFinishedTime.Time, true
 }

@@ -56,8 +56,9 @@ func BenchmarkManagedConnections(b *testing.B) {
 	defer proc.stop()
 
 	for b.Loop() {
-		const ns = "connections"
-		check(b, mgmt.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "connections-"}}
+		check(b, mgmt.k8s.Create(ctx, namespace))
+		ns := namespace.Name
 		planes, clusters := make([]*framework.ManagedControlPlane, n), make([]*v1alpha1.Cluster, n)
 		for i := range planes {
 			planes[i] = &framework.ManagedControlPlane{BinDir: assets, Dir: b.TempDir()}

@@ -83,15 +83,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		// Every object Carousel wrote is owned by the Cluster and garbage-collected with it.
 		return ctrl.Result{}, nil
 	}
+	now := r.Clock.Now()
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		if _, pending := c.Annotations[v1alpha1.OperationAnnotation]; !pending &&
-			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now()).Run {
-			return ctrl.Result{}, r.runMaintenanceOperation(ctx, c, value)
+			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run {
+			return ctrl.Result{}, r.startOperation(ctx, c, value, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out "+value)
 		}
 	}
-	if step := automaticStep(c); step.DueAt(r.Clock.Now()) && !operationPending(c) &&
-		maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now()).Run {
-		return ctrl.Result{}, r.runAutomaticOperation(ctx, c, step)
+	if step := automaticStep(c); step.DueAt(now) && !operationPending(c) &&
+		maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run {
+		return ctrl.Result{}, r.startOperation(ctx, c, step.Operation, v1alpha1.EventAutomaticCARotation,
+			fmt.Sprintf("Maintenance window open: carrying out %s: %s", step.Operation, step.Why))
 	}
 	deferredStart := c.Annotations[v1alpha1.OperationAnnotation] == v1alpha1.OperationStartCARotation && !credentialsIssued(c)
 	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
@@ -198,33 +200,21 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 	return nil
 }
 
-// runMaintenanceOperation carries out an operation queued for the
-// maintenance window, in its window: one write moves it to the operation
-// annotation, which the next pass handles as if a user had set it.
-func (r *Reconciler) runMaintenanceOperation(ctx context.Context, c *v1alpha1.Cluster, value string) error {
-	before := c.DeepCopy()
-	c.Annotations[v1alpha1.OperationAnnotation] = value
-	delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
-	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("carrying out the maintenance operation %s: %w", value, err)
-	}
-	r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out %s", value)
-	return nil
-}
-
-// runAutomaticOperation carries out the operation spec.caRotation.automatic
-// made due, inside the maintenance window: one write sets the operation
-// annotation, which the next pass handles as if a user had set it.
-func (r *Reconciler) runAutomaticOperation(ctx context.Context, c *v1alpha1.Cluster, step rotation.AutomaticStep) error {
+// startOperation carries out, in its maintenance window, an operation queued
+// for it or made due by spec.caRotation.automatic: one write sets it as the
+// operation annotation (and dequeues it), which the next pass handles as if a
+// user had set it; an event with reason and note says why.
+func (r *Reconciler) startOperation(ctx context.Context, c *v1alpha1.Cluster, value, reason, note string) error {
 	before := c.DeepCopy()
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[v1alpha1.OperationAnnotation] = step.Operation
+	c.Annotations[v1alpha1.OperationAnnotation] = value
+	delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
 	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("carrying out the automatic %s: %w", step.Operation, err)
+		return fmt.Errorf("carrying out %s: %w", value, err)
 	}
-	r.event(c, corev1.EventTypeNormal, v1alpha1.EventAutomaticCARotation, "Maintenance window open: carrying out %s: %s", step.Operation, step.Why)
+	r.event(c, corev1.EventTypeNormal, reason, "%s", note)
 	return nil
 }
 

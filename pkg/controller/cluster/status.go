@@ -70,7 +70,7 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 	cond := metav1.Condition{Type: v1alpha1.ConditionAutomaticCARotationScheduled, Status: metav1.ConditionTrue}
 	var next time.Time
 	switch {
-	case step.Operation == "" && c.CARotationPhase() == v1alpha1.RotationPrepared:
+	case step.Operation == "" && c.CARotationPhase() == v1alpha1.RotationPrepared && c.Spec.CARotation.Automatic.CompleteAfter == nil:
 		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNothingScheduled
 		cond.Message = fmt.Sprintf("Prepared, and spec.caRotation.automatic.completeAfter is not set: complete the rotation with %s=%s",
 			v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation)
@@ -86,9 +86,14 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 			step.Due.UTC().Format(time.RFC3339), step.Why)
 	default:
 		d := maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), now)
-		cond.Reason, cond.Message, next = v1alpha1.ReasonAutomaticOperationScheduled, fmt.Sprintf("%s is due (%s) and runs once the operation pending on the Cluster is handled", step.Operation, step.Why), d.Next
-		if !d.Run {
-			cond.Reason, cond.Message = d.Reason, fmt.Sprintf("%s is due: %s; %s", step.Operation, step.Why, d.Message)
+		cond.Reason, cond.Message, next = d.Reason, fmt.Sprintf("%s is due: %s; %s", step.Operation, step.Why, d.Message), d.Next
+		if d.Run {
+			cond.Reason = v1alpha1.ReasonAutomaticOperationScheduled
+			cond.Message = fmt.Sprintf("%s is due (%s) and runs once the operation pending on the Cluster is handled", step.Operation, step.Why)
+			if !operationPending(c) {
+				// It became due during this pass: the next one carries it out.
+				cond.Message, next = fmt.Sprintf("%s is due (%s) and runs now", step.Operation, step.Why), now
+			}
 		}
 	}
 	r.setCondition(c, cond)

@@ -58,8 +58,21 @@ type Controllers struct {
 
 	controller controller.TypedController[Request]
 	mu         sync.Mutex
-	clusters   map[client.ObjectKey]*csrReconciler
+	clusters   map[client.ObjectKey]*connected
 }
+
+// connected is a managed cluster the controller handles the CSRs of: its
+// reconciler, and its connection's lifetime and cache.
+type connected struct {
+	reconciler *csrReconciler
+	ctx        context.Context // ends with the connection
+	synced     func() bool     // the connection's CSRs are listed
+}
+
+// notListedRetry is how soon a CSR of a connection whose CSRs are not listed
+// yet is looked at again: a read from its cache would hold a worker shared by
+// every managed cluster until they are.
+const notListedRetry = time.Second
 
 // DefaultConcurrency is how many CSRs are handled at once unless
 // Controllers says otherwise.
@@ -90,17 +103,23 @@ func (cs *Controllers) SetupWithManager(mgr ctrl.Manager) error {
 	return nil
 }
 
-// Reconcile handles one CSR with the reconciler of its managed cluster. A
-// cluster no longer connected is skipped: its next connection lists, and so
-// queues again, every CSR.
+// Reconcile handles one CSR with the reconciler of its managed cluster, for
+// no longer than the connection lives. A cluster no longer connected is
+// skipped: its next connection lists, and so queues again, every CSR.
 func (cs *Controllers) Reconcile(ctx context.Context, req Request) (reconcile.Result, error) {
 	cs.mu.Lock()
-	r := cs.clusters[req.Cluster]
+	c := cs.clusters[req.Cluster]
 	cs.mu.Unlock()
-	if r == nil {
+	switch {
+	case c == nil:
 		return reconcile.Result{}, nil
+	case !c.synced():
+		return reconcile.Result{RequeueAfter: notListedRetry}, nil
 	}
-	return r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: req.Name}})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	return c.reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: req.Name}})
 }
 
 // OnConnect is a clustercache.OnConnect: it has the controller handle the
@@ -116,27 +135,29 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 	if err != nil {
 		return err
 	}
-	r := &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
-		maxDuration: cs.MaxDuration, metrics: cs.Metrics}
+	c := &connected{ctx: conn.Context(), synced: informer.HasSynced,
+		reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
+			maxDuration: cs.MaxDuration, metrics: cs.Metrics}}
 	cs.mu.Lock()
 	if cs.clusters == nil {
-		cs.clusters = map[client.ObjectKey]*csrReconciler{}
+		cs.clusters = map[client.ObjectKey]*connected{}
 	}
-	cs.clusters[key] = r
+	cs.clusters[key] = c
 	cs.mu.Unlock()
 	untrack := cs.trackBacklog(key, conn, informer.HasSynced)
 	conn.Run(func(ctx context.Context) error {
-		defer cs.forget(key, r)
+		defer cs.forget(key, c)
 		defer untrack()
 		if err := cs.watch(ctx, key, conn); err != nil {
 			return err
 		}
 		// A managed API server that is not up yet never lists the CSRs:
 		// ending the connection has the next Connect make a new one.
-		synced, cancel := context.WithTimeout(ctx, cmp.Or(cs.CacheSyncTimeout, DefaultCacheSyncTimeout))
+		timeout := cmp.Or(cs.CacheSyncTimeout, DefaultCacheSyncTimeout)
+		listing, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		if !toolscache.WaitForCacheSync(synced.Done(), informer.HasSynced) {
-			return fmt.Errorf("the managed cluster's CSRs were not listed within %s", cmp.Or(cs.CacheSyncTimeout, DefaultCacheSyncTimeout))
+		if !toolscache.WaitForCacheSync(listing.Done(), informer.HasSynced) {
+			return fmt.Errorf("the managed cluster's CSRs were not listed within %s", timeout)
 		}
 		<-ctx.Done()
 		return nil
@@ -158,12 +179,12 @@ func (cs *Controllers) watch(ctx context.Context, key client.ObjectKey, conn *cl
 	}))
 }
 
-// forget stops handling the CSRs of key through r, unless a newer connection
+// forget stops handling the CSRs of key through c, unless a newer connection
 // replaced it already.
-func (cs *Controllers) forget(key client.ObjectKey, r *csrReconciler) {
+func (cs *Controllers) forget(key client.ObjectKey, c *connected) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.clusters[key] == r {
+	if cs.clusters[key] == c {
 		delete(cs.clusters, key)
 	}
 }

@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// The AutomaticCARotationScheduled condition, and when the Cluster is looked
+// at again, for each state of a policy's next operation.
+func TestSetAutomaticCondition(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	interval := 48 * time.Hour
+	due := created.Add(interval) // 2026-01-03T00:00Z
+	window := &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}
+	opening := due.Add(22 * time.Hour)
+	cluster := func(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, annotations map[string]string) *v1alpha1.Cluster {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created), Annotations: annotations},
+			Spec: v1alpha1.ClusterSpec{Maintenance: window, CARotation: v1alpha1.CARotationSettings{Automatic: policy}}}
+		if rot != nil {
+			c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: rot}}
+		}
+		return c
+	}
+	every := &v1alpha1.AutomaticCARotation{Interval: &metav1.Duration{Duration: interval}}
+	for _, tc := range []struct {
+		name    string
+		c       *v1alpha1.Cluster
+		now     time.Time
+		status  metav1.ConditionStatus // "" when the condition must be absent
+		reason  string
+		message string
+		next    time.Time
+	}{
+		{name: "no policy", c: cluster(nil, nil, nil), now: due},
+		{name: "not due yet", c: cluster(every, nil, nil), now: due.Add(-time.Hour), status: metav1.ConditionTrue,
+			reason: v1alpha1.ReasonAutomaticOperationScheduled, message: "start-ca-rotation is due at 2026-01-03T00:00:00Z, and runs in the first maintenance window", next: due},
+		{name: "due, the window closed", c: cluster(every, nil, nil), now: due.Add(time.Hour), status: metav1.ConditionTrue,
+			reason: v1alpha1.ReasonWaitingForMaintenanceWindow, message: "opens next at 2026-01-03T22:00:00Z", next: opening},
+		{name: "due in the open window during this pass: looked at again at once", c: cluster(every, nil, nil), now: opening.Add(time.Minute),
+			status: metav1.ConditionTrue, reason: v1alpha1.ReasonAutomaticOperationScheduled, message: "and runs now", next: opening.Add(time.Minute)},
+		{name: "due in the open window, an operation pending: its handling brings the Cluster back",
+			c: cluster(every, nil, map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationReconcile}), now: opening.Add(time.Minute),
+			status: metav1.ConditionTrue, reason: v1alpha1.ReasonAutomaticOperationScheduled, message: "runs once the operation pending on the Cluster is handled"},
+		{name: "prepared, no completeAfter", c: cluster(every, &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: &metav1.Time{Time: due}}, nil),
+			now: opening, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNothingScheduled, message: "completeAfter is not set"},
+		{name: "prepared with completeAfter, without its time", c: cluster(&v1alpha1.AutomaticCARotation{CompleteAfter: &metav1.Duration{}},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, nil),
+			now: opening, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNothingScheduled, message: "nothing is scheduled while the rotation is in phase Prepared"},
+		{name: "finalizing", c: cluster(every, &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing}, nil), now: opening,
+			status: metav1.ConditionFalse, reason: v1alpha1.ReasonNothingScheduled, message: "in phase Finalizing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{Clock: clocktesting.NewFakeClock(tc.now)}
+			next := r.setAutomaticCondition(tc.c)
+			cond := meta.FindStatusCondition(tc.c.Status.Conditions, v1alpha1.ConditionAutomaticCARotationScheduled)
+			if tc.status == "" {
+				if cond != nil {
+					t.Fatalf("condition set without a policy: %+v", cond)
+				}
+				return
+			}
+			if cond == nil || cond.Status != tc.status || cond.Reason != tc.reason || !strings.Contains(cond.Message, tc.message) {
+				t.Fatalf("condition %+v, want %s %s containing %q", cond, tc.status, tc.reason, tc.message)
+			}
+			if !next.Equal(tc.next) {
+				t.Fatalf("looked at again at %s, want %s", next, tc.next)
+			}
+		})
+	}
+}
