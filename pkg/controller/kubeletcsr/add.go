@@ -69,9 +69,9 @@ type connected struct {
 	synced     func() bool     // the connection's CSRs are listed
 }
 
-// notListedRetry is how soon a CSR of a connection whose CSRs are not listed
-// yet is looked at again: a read from its cache would hold a worker shared by
-// every managed cluster until they are.
+// notListedRetry is how long a request waits for its connection's CSRs to be
+// listed, and then how soon it is looked at again: a read from an unlisted
+// cache would hold a worker shared by every managed cluster until it is.
 const notListedRetry = time.Second
 
 // DefaultConcurrency is how many CSRs are handled at once unless
@@ -110,15 +110,21 @@ func (cs *Controllers) Reconcile(ctx context.Context, req Request) (reconcile.Re
 	cs.mu.Lock()
 	c := cs.clusters[req.Cluster]
 	cs.mu.Unlock()
-	switch {
-	case c == nil:
+	if c == nil {
 		return reconcile.Result{}, nil
-	case !c.synced():
-		return reconcile.Result{RequeueAfter: notListedRetry}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
+	if !c.synced() {
+		// A new connection lists its CSRs in moments; one that cannot is
+		// ended by its own timeout, and must not hold the worker meanwhile.
+		listing, stop := context.WithTimeout(ctx, notListedRetry)
+		defer stop()
+		if !toolscache.WaitForCacheSync(listing.Done(), c.synced) {
+			return reconcile.Result{RequeueAfter: notListedRetry}, nil
+		}
+	}
 	return c.reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: req.Name}})
 }
 
