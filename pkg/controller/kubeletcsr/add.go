@@ -51,10 +51,6 @@ type Controllers struct {
 	// the managed clusters; zero means DefaultConcurrency.
 	Concurrency int
 	Metrics     *Metrics
-	// CacheSyncTimeout bounds how long a new connection's CSRs take to be
-	// listed before the connection is dropped (and made again by the next
-	// Connect); zero means DefaultCacheSyncTimeout.
-	CacheSyncTimeout time.Duration
 
 	controller controller.TypedController[Request]
 	mu         sync.Mutex
@@ -78,9 +74,10 @@ const notListedRetry = time.Second
 // Controllers says otherwise.
 const DefaultConcurrency = 16
 
-// DefaultCacheSyncTimeout is how long a new connection gets to list its
-// managed cluster's CSRs: controller-runtime's default.
-const DefaultCacheSyncTimeout = 2 * time.Minute
+// listTimeout is how long a new connection gets to list its managed
+// cluster's CSRs (controller-runtime's cache sync timeout) before it is
+// dropped, and made again by the next Connect.
+const listTimeout = 2 * time.Minute
 
 // SetupWithManager registers the controller with mgr; connections add their
 // watches to it (OnConnect).
@@ -159,11 +156,10 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 		}
 		// A managed API server that is not up yet never lists the CSRs:
 		// ending the connection has the next Connect make a new one.
-		timeout := cmp.Or(cs.CacheSyncTimeout, DefaultCacheSyncTimeout)
-		listing, cancel := context.WithTimeout(ctx, timeout)
+		listing, cancel := context.WithTimeout(ctx, listTimeout)
 		defer cancel()
 		if !toolscache.WaitForCacheSync(listing.Done(), informer.HasSynced) {
-			return fmt.Errorf("the managed cluster's CSRs were not listed within %s", timeout)
+			return fmt.Errorf("the managed cluster's CSRs were not listed within %s", listTimeout)
 		}
 		<-ctx.Done()
 		return nil
