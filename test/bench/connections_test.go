@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,10 +67,12 @@ func BenchmarkManagedConnections(b *testing.B) {
 				Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: planes[i].Endpoint()}}}
 			check(b, mgmt.k8s.Create(ctx, clusters[i]))
 		}
+		admins := make([]kubernetes.Interface, n)
 		for i, plane := range planes {
 			check(b, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 				return plane.WriteCredentials(ctx, mgmt.k8s, clusters[i]) == nil, nil // until Carousel issued them all
 			}))
+			admins[i] = adminClient(b, ctx, mgmt.k8s, clusters[i], plane)
 		}
 
 		before := proc.sample(b)
@@ -86,12 +87,11 @@ func BenchmarkManagedConnections(b *testing.B) {
 		// kubeletbootstrap.MaxRetryInterval.
 		published := map[int]bool{}
 		check(b, wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-			for i, plane := range planes {
+			for i, admin := range admins {
 				if published[i] {
 					continue
 				}
-				admin := adminConfig(b, ctx, mgmt.k8s, clusters[i], plane)
-				if _, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{}); err == nil {
+				if _, err := admin.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{}); err == nil {
 					published[i] = true
 				}
 			}
@@ -107,10 +107,10 @@ func BenchmarkManagedConnections(b *testing.B) {
 		check(b, control.WriteCredentials(ctx, mgmt.k8s, clusters[0]))
 		check(b, control.Start(ctx))
 		defer control.Stop()
-		own := watches(b, ctx, adminConfig(b, ctx, mgmt.k8s, clusters[0], control))
+		own := watches(b, ctx, adminClient(b, ctx, mgmt.k8s, clusters[0], control))
 		extra := map[string]float64{}
-		for i, plane := range planes {
-			for resource, count := range watches(b, ctx, adminConfig(b, ctx, mgmt.k8s, clusters[i], plane)) {
+		for _, admin := range admins {
+			for resource, count := range watches(b, ctx, admin) {
 				extra[resource] += (count - own[resource]) / float64(n)
 			}
 		}
@@ -190,19 +190,22 @@ func (p *process) sample(b *testing.B) managerSample {
 	}
 }
 
-// adminConfig is the admin kubeconfig Carousel issued for c, pointed at plane.
-func adminConfig(b *testing.B, ctx context.Context, c client.Reader, cluster *v1alpha1.Cluster, plane *framework.ManagedControlPlane) *rest.Config {
+// adminClient is a client of plane on the admin credentials Carousel issued
+// for cluster.
+func adminClient(b *testing.B, ctx context.Context, c client.Reader, cluster *v1alpha1.Cluster, plane *framework.ManagedControlPlane) kubernetes.Interface {
 	b.Helper()
 	cfg, err := framework.RESTConfig(ctx, c, cluster, credentials.CertAdmin)
 	check(b, err)
 	cfg.Host = plane.Endpoint()
-	return cfg
+	admin, err := kubernetes.NewForConfig(cfg)
+	check(b, err)
+	return admin
 }
 
 // watches counts the watches an API server serves now, by resource.
-func watches(b *testing.B, ctx context.Context, cfg *rest.Config) map[string]float64 {
+func watches(b *testing.B, ctx context.Context, admin kubernetes.Interface) map[string]float64 {
 	b.Helper()
-	raw, err := kubernetes.NewForConfigOrDie(cfg).Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	raw, err := admin.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	check(b, err)
 	families, err := parseMetrics(strings.NewReader(string(raw)))
 	check(b, err)
