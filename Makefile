@@ -39,6 +39,7 @@ BENCH_TIME ?= 1s
 # `make fuzz` fuzzes each for FUZZ_TIME; both fail when this list and the Fuzz functions differ.
 FUZZ_TARGETS := \
 	apis/carousel/v1alpha1:FuzzParseOperation \
+	pkg/campaign:FuzzPlan \
 	pkg/controller/workerrollout:FuzzPlanReplace \
 	pkg/controller/workerrollout:FuzzRolloutTime \
 	pkg/controller/workerrollout:FuzzPlanRollout \

@@ -1,5 +1,5 @@
 // Package operator assembles the Carousel controller manager: the scheme, the
-// cache restrictions, the Cluster controller and the admission webhook. The
+// cache restrictions, the controllers and the admission webhooks. The
 // binary and the test suites set it up the same way.
 package operator
 
@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/controller/apiservicebundle"
+	campaigncontroller "github.com/carousel-dev/carousel/pkg/controller/campaign"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletbootstrap"
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
@@ -23,6 +24,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/pkg/scheme"
+	campaignwebhook "github.com/carousel-dev/carousel/pkg/webhook/campaign"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 )
 
@@ -162,8 +164,21 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: opts.ClusterConcurrency}); err != nil {
 		return err
 	}
+	campaigns := &campaigncontroller.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder}
+	if err := campaigns.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	if opts.Webhook {
-		return clusterwebhook.SetupWithManager(mgr, clusterwebhook.Validator{Recommendations: opts.Recommendations, Clock: clk})
+		return SetupWebhooks(mgr, opts, clk)
 	}
 	return nil
+}
+
+// SetupWebhooks registers the admission webhooks of Clusters and
+// RotationCampaigns with mgr's webhook server.
+func SetupWebhooks(mgr ctrl.Manager, opts Options, clk clock.PassiveClock) error {
+	if err := clusterwebhook.SetupWithManager(mgr, clusterwebhook.Validator{Recommendations: opts.Recommendations, Clock: clk}); err != nil {
+		return err
+	}
+	return campaignwebhook.SetupWithManager(mgr)
 }

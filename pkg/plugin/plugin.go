@@ -85,7 +85,7 @@ plane only and holds the worker pools, which "rollout-workers" then rolls, as ma
 fetch that copy, and recreate missing CA Secrets from it.`,
 	}
 	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand(), e.restoreCommand())
-	root.AddCommand(rotation, certs, e.kubeconfigCommand(), &cobra.Command{
+	root.AddCommand(rotation, e.campaignCommand(), certs, e.kubeconfigCommand(), &cobra.Command{
 		Use: "version", Short: "Print the version of kubectl carousel", Args: cobra.NoArgs,
 		Long: "Print the release of kubectl carousel, the git revision it was built from, its Go version and platform.",
 		Run: func(cmd *cobra.Command, _ []string) {

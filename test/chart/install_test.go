@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +33,6 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
-	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
@@ -207,9 +207,11 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		Expect(injected).NotTo(BeEmpty())
 		// Undo the loopback URL of helmInstall, so that only helm changes the configuration.
 		for i := range vwc.Webhooks {
+			u, err := url.Parse(*vwc.Webhooks[i].ClientConfig.URL)
+			Expect(err).NotTo(HaveOccurred())
 			vwc.Webhooks[i].ClientConfig.URL = nil
 			vwc.Webhooks[i].ClientConfig.Service = &admissionregistrationv1.ServiceReference{
-				Namespace: namespace, Name: release + "-webhook", Path: ptr.To(clusterwebhook.Path), Port: ptr.To[int32](443),
+				Namespace: namespace, Name: release + "-webhook", Path: ptr.To(u.Path), Port: ptr.To[int32](443),
 			}
 		}
 		Expect(env.Client.Update(ctx, vwc)).To(Succeed())
@@ -264,7 +266,7 @@ func helmInstall(ctx context.Context, e *framework.Environment) (framework.Opera
 			return framework.OperatorRun{}, err
 		}
 	}
-	if err := pointWebhookAt(ctx, e.Client, "https://localhost:"+strconv.Itoa(ports["webhook"])+clusterwebhook.Path); err != nil {
+	if err := pointWebhookAt(ctx, e.Client, "https://localhost:"+strconv.Itoa(ports["webhook"])); err != nil {
 		return framework.OperatorRun{}, err
 	}
 	impersonating, err := impersonate(e.ManagementKubeconfig, filepath.Join(e.WorkDir, "service-account.kubeconfig"), serviceAccount)
@@ -335,14 +337,15 @@ func override(args []string, values map[string]string) ([]string, error) {
 }
 
 // pointWebhookAt replaces the webhook's Service reference with a URL.
-func pointWebhookAt(ctx context.Context, c client.Client, url string) error {
+func pointWebhookAt(ctx context.Context, c client.Client, server string) error {
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := c.Get(ctx, client.ObjectKey{Name: release}, vwc); err != nil {
 		return err
 	}
 	for i := range vwc.Webhooks {
+		path := ptr.Deref(vwc.Webhooks[i].ClientConfig.Service.Path, "")
 		vwc.Webhooks[i].ClientConfig.Service = nil
-		vwc.Webhooks[i].ClientConfig.URL = ptr.To(url)
+		vwc.Webhooks[i].ClientConfig.URL = ptr.To(server + path)
 	}
 	return c.Update(ctx, vwc)
 }

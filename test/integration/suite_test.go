@@ -32,7 +32,6 @@ import (
 
 	"github.com/carousel-dev/carousel/pkg/operator"
 	"github.com/carousel-dev/carousel/pkg/scheme"
-	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
@@ -91,8 +90,7 @@ func startWebhook() {
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: opts.LocalServingHost, Port: opts.LocalServingPort, CertDir: opts.LocalServingCertDir}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(clusterwebhook.SetupWithManager(mgr, clusterwebhook.Validator{Recommendations: operator.DefaultOptions().Recommendations,
-		Clock: webhookClock})).To(Succeed())
+	Expect(operator.SetupWebhooks(mgr, operator.DefaultOptions(), webhookClock)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	DeferCleanup(cancel)
 	go func() {

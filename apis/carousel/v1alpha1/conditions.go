@@ -230,3 +230,36 @@ const (
 	// Finalizing waits for the API servers to stop accepting the old key.
 	ReasonWaitingForOldServiceAccountKeyDrop RotationReason = "WaitingForOldServiceAccountKeyRemoval"
 )
+
+// The condition type on a RotationCampaign.
+const (
+	// ConditionCampaignProgressing is True while the campaign's step has
+	// Clusters left to start or to finish and it may start them; False when
+	// the step is done, or the campaign is paused or halted. The reason says
+	// which.
+	ConditionCampaignProgressing = "Progressing"
+)
+
+// Reasons of a RotationCampaign's Progressing condition.
+const (
+	// ReasonCampaignProgressing (True): Clusters are rotating or left to start.
+	ReasonCampaignProgressing = "Progressing"
+	// ReasonCampaignPaused (False): spec.paused is set.
+	ReasonCampaignPaused = "Paused"
+	// ReasonCampaignHalted (False): more Clusters failed than
+	// spec.maxFailures allows; the message names them.
+	ReasonCampaignHalted = "FailureBudgetExceeded"
+	// ReasonCampaignStepDone (False): every selected Cluster finished the step.
+	ReasonCampaignStepDone = "StepDone"
+)
+
+// Event reasons Carousel records on a RotationCampaign.
+const (
+	// EventCampaignOperationStarted: the campaign set the operation
+	// annotation on a Cluster.
+	EventCampaignOperationStarted = "OperationStarted"
+	// EventCampaignHalted (Warning): the failure budget was exceeded.
+	EventCampaignHalted = "Halted"
+	// EventCampaignStepDone: every selected Cluster finished the step.
+	EventCampaignStepDone = "StepDone"
+)

@@ -28,7 +28,7 @@ func Resource(resource string) schema.GroupResource {
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &Cluster{}, &ClusterList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &Cluster{}, &ClusterList{}, &RotationCampaign{}, &RotationCampaignList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -281,16 +281,22 @@ func validateInPlaceSettings(pool WorkerPool, p *field.Path) field.ErrorList {
 // validateMaxUnavailable wants a number of at least 1 or a percentage
 // between 1% and 100%.
 func validateMaxUnavailable(v intstr.IntOrString, p *field.Path) field.ErrorList {
+	return validateCountOrPercent(v, 1, p, "nodes")
+}
+
+// validateCountOrPercent wants a number of at least least, or a percentage
+// between least% and 100%, of what.
+func validateCountOrPercent(v intstr.IntOrString, least int, p *field.Path, what string) field.ErrorList {
 	if v.Type == intstr.Int {
-		if v.IntVal < 1 {
-			return field.ErrorList{field.Invalid(p, v.IntVal, "must be at least 1")}
+		if int(v.IntVal) < least {
+			return field.ErrorList{field.Invalid(p, v.IntVal, fmt.Sprintf("must be at least %d", least))}
 		}
 		return nil
 	}
 	digits, ok := strings.CutSuffix(v.StrVal, "%")
 	percent, err := strconv.Atoi(digits)
-	if !ok || err != nil || strconv.Itoa(percent) != digits || percent < 1 || percent > 100 {
-		return field.ErrorList{field.Invalid(p, v.StrVal, "must be a number of nodes (at least 1) or a percentage between 1% and 100%")}
+	if !ok || err != nil || strconv.Itoa(percent) != digits || percent < least || percent > 100 {
+		return field.ErrorList{field.Invalid(p, v.StrVal, fmt.Sprintf("must be a number of %s (at least %d) or a percentage between %d%% and 100%%", what, least, least))}
 	}
 	return nil
 }

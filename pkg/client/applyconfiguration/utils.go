@@ -34,6 +34,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=carousel.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("AutomaticCARotation"):
 		return &carouselv1alpha1.AutomaticCARotationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CampaignCluster"):
+		return &carouselv1alpha1.CampaignClusterApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CampaignClusterCounts"):
+		return &carouselv1alpha1.CampaignClusterCountsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CARotation"):
 		return &carouselv1alpha1.CARotationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CARotationSettings"):
@@ -66,6 +70,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &carouselv1alpha1.MaintenanceTimeWindowApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PendingWorkersRollout"):
 		return &carouselv1alpha1.PendingWorkersRolloutApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RotationCampaign"):
+		return &carouselv1alpha1.RotationCampaignApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RotationCampaignSpec"):
+		return &carouselv1alpha1.RotationCampaignSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RotationCampaignStatus"):
+		return &carouselv1alpha1.RotationCampaignStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RotationPhaseCount"):
+		return &carouselv1alpha1.RotationPhaseCountApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServiceAccountKeyRotation"):
 		return &carouselv1alpha1.ServiceAccountKeyRotationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServiceAccountKeyRotationSettings"):

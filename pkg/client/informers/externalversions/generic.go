@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=carousel.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("clusters"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Carousel().V1alpha1().Clusters().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("rotationcampaigns"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Carousel().V1alpha1().RotationCampaigns().Informer()}, nil
 
 	}
 

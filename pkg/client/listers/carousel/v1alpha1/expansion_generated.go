@@ -25,3 +25,11 @@ type ClusterListerExpansion interface{}
 // ClusterNamespaceListerExpansion allows custom methods to be added to
 // ClusterNamespaceLister.
 type ClusterNamespaceListerExpansion interface{}
+
+// RotationCampaignListerExpansion allows custom methods to be added to
+// RotationCampaignLister.
+type RotationCampaignListerExpansion interface{}
+
+// RotationCampaignNamespaceListerExpansion allows custom methods to be added to
+// RotationCampaignNamespaceLister.
+type RotationCampaignNamespaceListerExpansion interface{}

@@ -26,6 +26,8 @@ import (
 type Interface interface {
 	// Clusters returns a ClusterInformer.
 	Clusters() ClusterInformer
+	// RotationCampaigns returns a RotationCampaignInformer.
+	RotationCampaigns() RotationCampaignInformer
 }
 
 type version struct {
@@ -42,4 +44,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // Clusters returns a ClusterInformer.
 func (v *version) Clusters() ClusterInformer {
 	return &clusterInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// RotationCampaigns returns a RotationCampaignInformer.
+func (v *version) RotationCampaigns() RotationCampaignInformer {
+	return &rotationCampaignInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

@@ -29,6 +29,7 @@ import (
 type CarouselV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	ClustersGetter
+	RotationCampaignsGetter
 }
 
 // CarouselV1alpha1Client is used to interact with features provided by the carousel.dev group.
@@ -38,6 +39,10 @@ type CarouselV1alpha1Client struct {
 
 func (c *CarouselV1alpha1Client) Clusters(namespace string) ClusterInterface {
 	return newClusters(c, namespace)
+}
+
+func (c *CarouselV1alpha1Client) RotationCampaigns(namespace string) RotationCampaignInterface {
+	return newRotationCampaigns(c, namespace)
 }
 
 // NewForConfig creates a new CarouselV1alpha1Client for the given config.

@@ -32,6 +32,10 @@ func (c *FakeCarouselV1alpha1) Clusters(namespace string) v1alpha1.ClusterInterf
 	return newFakeClusters(c, namespace)
 }
 
+func (c *FakeCarouselV1alpha1) RotationCampaigns(namespace string) v1alpha1.RotationCampaignInterface {
+	return newFakeRotationCampaigns(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeCarouselV1alpha1) RESTClient() rest.Interface {

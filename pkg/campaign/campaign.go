@@ -1,0 +1,277 @@
+// Package campaign decides what a RotationCampaign does next: where each of
+// its Clusters stands in the campaign's step (Classify), and, from that,
+// which Clusters to start, whether the campaign is halted, paused or done,
+// and what its status says (Plan). It reads and writes nothing; the
+// campaign controller carries its decisions out.
+package campaign
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// Standing is where one Cluster stands in a campaign's step.
+type Standing struct {
+	Name  string
+	State v1alpha1.CampaignClusterState
+	// Rotating is true while the Cluster's phase for the step is requested
+	// or under way, failed or not: it takes one of maxConcurrent's places.
+	Rotating bool
+	// Message says why the Cluster is in its state; empty for Pending and Done.
+	Message string
+	// Phase is the Cluster's CA rotation phase.
+	Phase v1alpha1.CARotationPhase
+	// FailsAt is when a rotating Cluster fails its progress deadline; zero
+	// when it is not rotating or has already failed.
+	FailsAt time.Time
+}
+
+// Classify says where c stands in a campaign at step that began at started
+// (status.startTime), whose Clusters may each take deadline for their phase,
+// at now.
+func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Duration, c *v1alpha1.Cluster, now time.Time) Standing {
+	s := Standing{Name: c.Name, Phase: c.CARotationPhase()}
+	rot := c.CARotation()
+	if rot == nil {
+		rot = &v1alpha1.CARotation{}
+	}
+	verb := requestedCAVerb(c)
+	switch {
+	case step == v1alpha1.CampaignStart && verb == v1alpha1.VerbStartCARotation,
+		step == v1alpha1.CampaignComplete && verb == v1alpha1.VerbCompleteCARotation:
+		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested: "+c.Annotations[v1alpha1.OperationAnnotation]
+		return s
+	case s.Phase.BothCAsTrusted() && s.Phase != v1alpha1.RotationPrepared:
+		if step == v1alpha1.CampaignStart {
+			return rotating(s, c, timeOf(rot.LastInitiationTime), deadline, now)
+		}
+		s = rotating(s, c, timeOf(rot.LastInitiationTime), deadline, now)
+		if s.State == v1alpha1.CampaignClusterInProgress {
+			// Its first phase, started by the Start step, is not over: it is
+			// completed once it is Prepared, and holds no place until then.
+			s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, false, "not Prepared yet: "+s.Message
+		}
+		return s
+	case s.Phase == v1alpha1.RotationFinalizing:
+		if step == v1alpha1.CampaignStart {
+			s.State = v1alpha1.CampaignClusterDone
+			return s
+		}
+		return rotating(s, c, timeOf(rot.LastCompletionTriggeredTime), deadline, now)
+	case s.Phase == v1alpha1.RotationPrepared && step == v1alpha1.CampaignStart:
+		s.State = v1alpha1.CampaignClusterDone
+		return s
+	case s.Phase == v1alpha1.RotationCompleted && rot.LastInitiationTime != nil && !rot.LastInitiationTime.Time.Before(started):
+		s.State = v1alpha1.CampaignClusterDone
+		return s
+	case step == v1alpha1.CampaignComplete && s.Phase != v1alpha1.RotationPrepared:
+		s.State, s.Message = v1alpha1.CampaignClusterSkipped, "not rotated since the campaign started: nothing to complete"
+		return s
+	}
+	// Not rotating, and the step's operation is next.
+	ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+	switch {
+	case ready == nil || ready.ObservedGeneration < c.Generation && ready.Status != metav1.ConditionFalse:
+		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "its credentials are not issued yet (no current Ready condition)"
+	case ready.Status != metav1.ConditionTrue:
+		s.State, s.Message = v1alpha1.CampaignClusterFailed, fmt.Sprintf("not Ready (%s): %s", ready.Reason, ready.Message)
+	default:
+		s.State = v1alpha1.CampaignClusterPending
+	}
+	return s
+}
+
+// rotating is a Cluster whose phase is under way since since: in progress
+// until the deadline, then failed.
+func rotating(s Standing, c *v1alpha1.Cluster, since time.Time, deadline time.Duration, now time.Time) Standing {
+	s.Rotating = true
+	waitingFor := string(s.Phase)
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == metav1.ConditionTrue {
+		waitingFor = fmt.Sprintf("%s, %s: %s", s.Phase, cond.Reason, cond.Message)
+	}
+	if failsAt := since.Add(deadline); !since.IsZero() && !now.Before(failsAt) {
+		s.State = v1alpha1.CampaignClusterFailed
+		s.Message = fmt.Sprintf("exceeded its progress deadline of %s (started %s): %s", deadline, since.UTC().Format(time.RFC3339), waitingFor)
+		return s
+	} else if !since.IsZero() {
+		s.FailsAt = failsAt
+	}
+	s.State, s.Message = v1alpha1.CampaignClusterInProgress, waitingFor
+	return s
+}
+
+// requestedCAVerb is the CA part of the operation c's annotation requests,
+// when it starts or completes a CA rotation; empty otherwise.
+func requestedCAVerb(c *v1alpha1.Cluster) v1alpha1.OperationVerb {
+	value, ok := c.Annotations[v1alpha1.OperationAnnotation]
+	if !ok {
+		return ""
+	}
+	op, err := v1alpha1.ParseOperation(value)
+	if err != nil {
+		return ""
+	}
+	switch v := op.Verb.CAVerb(); v {
+	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
+		return v1alpha1.VerbStartCARotation
+	case v1alpha1.VerbCompleteCARotation:
+		return v
+	}
+	return ""
+}
+
+func operationOf(step v1alpha1.CampaignStep) v1alpha1.OperationVerb {
+	if step == v1alpha1.CampaignComplete {
+		return v1alpha1.VerbCompleteCARotation
+	}
+	return v1alpha1.VerbStartCARotation
+}
+
+// Operation is the annotation value a campaign at step sets on a Cluster.
+func Operation(step v1alpha1.CampaignStep) string { return string(operationOf(step)) }
+
+func timeOf(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+// Decision is what a campaign does next, and the status that says so.
+type Decision struct {
+	// Start names the Clusters to start the step's operation on, in order.
+	Start []string
+	// Counts, RotationPhases, Blocking, Phase and Progressing are the
+	// campaign's status after Start is carried out.
+	Counts         v1alpha1.CampaignClusterCounts
+	RotationPhases []v1alpha1.RotationPhaseCount
+	Blocking       []v1alpha1.CampaignCluster
+	Phase          v1alpha1.CampaignPhase
+	Progressing    metav1.Condition
+	// RecheckAt is when a Cluster fails its progress deadline unless it
+	// finishes first; zero when none can.
+	RecheckAt time.Time
+}
+
+// Plan decides what a campaign with spec does next, given where each of its
+// Clusters stands.
+func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
+	standings = slices.SortedFunc(slices.Values(standings), func(a, b Standing) int { return cmp.Compare(a.Name, b.Name) })
+	var d Decision
+	selected := len(standings)
+	d.Counts.Selected = int32(selected)
+	phases := map[string]int32{}
+	var failed []string
+	occupied := 0
+	for _, s := range standings {
+		switch s.State {
+		case v1alpha1.CampaignClusterPending:
+			d.Counts.Pending++
+		case v1alpha1.CampaignClusterWaiting:
+			d.Counts.Waiting++
+		case v1alpha1.CampaignClusterInProgress:
+			d.Counts.InProgress++
+		case v1alpha1.CampaignClusterDone:
+			d.Counts.Done++
+		case v1alpha1.CampaignClusterSkipped:
+			d.Counts.Skipped++
+		case v1alpha1.CampaignClusterFailed:
+			d.Counts.Failed++
+			failed = append(failed, s.Name)
+		}
+		if s.Rotating {
+			occupied++
+		}
+		phases[cmp.Or(string(s.Phase), "None")]++
+		if !s.FailsAt.IsZero() && (d.RecheckAt.IsZero() || s.FailsAt.Before(d.RecheckAt)) {
+			d.RecheckAt = s.FailsAt
+		}
+	}
+	for _, phase := range slices.Sorted(maps.Keys(phases)) {
+		d.RotationPhases = append(d.RotationPhases, v1alpha1.RotationPhaseCount{Phase: phase, Count: phases[phase]})
+	}
+	d.Blocking = blocking(standings)
+
+	step := spec.StepOrDefault()
+	maxFailures := spec.MaxFailuresOf(selected)
+	halted := len(failed) > maxFailures
+	left := d.Counts.Pending + d.Counts.Waiting + d.Counts.InProgress + d.Counts.Failed
+	switch {
+	case left == 0:
+		d.Phase = map[v1alpha1.CampaignStep]v1alpha1.CampaignPhase{v1alpha1.CampaignStart: v1alpha1.CampaignPrepared, v1alpha1.CampaignComplete: v1alpha1.CampaignCompleted}[step]
+		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignStepDone, stepDoneMessage(step, d.Counts))
+	case halted:
+		d.Phase = v1alpha1.CampaignHalted
+		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignHalted, fmt.Sprintf(
+			"%d Clusters failed, more than maxFailures allows (%d of %d): %s. No further Cluster is started until they recover or the budget is raised",
+			len(failed), maxFailures, selected, truncatedList(failed)))
+	case spec.Paused:
+		d.Phase = v1alpha1.CampaignPaused
+		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignPaused,
+			fmt.Sprintf("paused: no further Cluster is started; %d rotating, %d pending", occupied, d.Counts.Pending))
+	default:
+		d.Phase = map[v1alpha1.CampaignStep]v1alpha1.CampaignPhase{v1alpha1.CampaignStart: v1alpha1.CampaignStarting, v1alpha1.CampaignComplete: v1alpha1.CampaignCompleting}[step]
+		budget := spec.MaxConcurrentOf(selected)
+		for _, s := range standings {
+			if occupied >= budget {
+				break
+			}
+			if s.State == v1alpha1.CampaignClusterPending {
+				d.Start = append(d.Start, s.Name)
+				occupied++
+			}
+		}
+		d.Counts.Pending -= int32(len(d.Start))
+		d.Counts.InProgress += int32(len(d.Start))
+		d.Progressing = condition(metav1.ConditionTrue, v1alpha1.ReasonCampaignProgressing, fmt.Sprintf(
+			"%s: %d of %d Clusters done, %d rotating (at most %d at once), %d pending, %d waiting, %d failed (at most %d allowed)",
+			Operation(step), d.Counts.Done, selected, occupied, budget, d.Counts.Pending, d.Counts.Waiting, d.Counts.Failed, maxFailures))
+	}
+	return d
+}
+
+func stepDoneMessage(step v1alpha1.CampaignStep, n v1alpha1.CampaignClusterCounts) string {
+	msg := fmt.Sprintf("every selected Cluster (%d) is Prepared: set spec.step to Complete to complete their rotations", n.Selected)
+	if step == v1alpha1.CampaignComplete {
+		msg = fmt.Sprintf("every selected Cluster (%d) is Completed", n.Selected)
+	}
+	if n.Skipped > 0 {
+		msg += fmt.Sprintf("; %d were not rotated since the campaign started and are skipped", n.Skipped)
+	}
+	return msg
+}
+
+// blocking lists the Clusters that hold the step up: failed first, then in
+// progress, then waiting, each group by name, at most MaxCampaignBlocking.
+func blocking(standings []Standing) []v1alpha1.CampaignCluster {
+	var out []v1alpha1.CampaignCluster
+	for _, state := range []v1alpha1.CampaignClusterState{v1alpha1.CampaignClusterFailed, v1alpha1.CampaignClusterInProgress, v1alpha1.CampaignClusterWaiting} {
+		for _, s := range standings {
+			if s.State == state && len(out) < v1alpha1.MaxCampaignBlocking {
+				out = append(out, v1alpha1.CampaignCluster{Name: s.Name, State: s.State, Message: s.Message})
+			}
+		}
+	}
+	return out
+}
+
+func truncatedList(names []string) string {
+	const most = 10
+	if len(names) <= most {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:most], ", "), len(names)-most)
+}
+
+func condition(status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionCampaignProgressing, Status: status, Reason: reason, Message: message}
+}

@@ -1,0 +1,216 @@
+package campaign
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+var (
+	started  = time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	now      = started.Add(30 * time.Minute)
+	deadline = time.Hour
+)
+
+// cluster builds a Ready Cluster in phase, its last rotation initiated at
+// initiated (zero: never) and its completion triggered at triggered.
+func cluster(phase v1alpha1.CARotationPhase, initiated, triggered time.Time, mutate ...func(*v1alpha1.Cluster)) *v1alpha1.Cluster {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Generation: 1}}
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonCredentialsIssued, ObservedGeneration: 1})
+	if phase != "" || !initiated.IsZero() {
+		rot := &v1alpha1.CARotation{Phase: phase}
+		if !initiated.IsZero() {
+			rot.LastInitiationTime = &metav1.Time{Time: initiated}
+		}
+		if !triggered.IsZero() {
+			rot.LastCompletionTriggeredTime = &metav1.Time{Time: triggered}
+		}
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: rot}}
+	}
+	for _, m := range mutate {
+		m(c)
+	}
+	return c
+}
+
+func annotated(value string) func(*v1alpha1.Cluster) {
+	return func(c *v1alpha1.Cluster) { c.Annotations = map[string]string{v1alpha1.OperationAnnotation: value} }
+}
+
+func notReady(reason string) func(*v1alpha1.Cluster) {
+	return func(c *v1alpha1.Cluster) {
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+			Reason: reason, Message: "secret c-ca-client is missing", ObservedGeneration: 1})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	before, during := started.Add(-24*time.Hour), started.Add(10*time.Minute)
+	overdue := now.Add(-deadline - time.Minute)
+	none := time.Time{}
+	tests := []struct {
+		name     string
+		step     v1alpha1.CampaignStep
+		c        *v1alpha1.Cluster
+		state    v1alpha1.CampaignClusterState
+		rotating bool
+		message  string
+		failsAt  time.Time
+	}{
+		{"start: never rotated", v1alpha1.CampaignStart, cluster("", none, none), v1alpha1.CampaignClusterPending, false, "", none},
+		{"start: completed before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, before, before), v1alpha1.CampaignClusterPending, false, "", none},
+		{"start: requested", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, before, before, annotated("start-ca-rotation")),
+			v1alpha1.CampaignClusterInProgress, true, "requested: start-ca-rotation", none},
+		{"start: requested without workers rollout", v1alpha1.CampaignStart, cluster("", none, none, annotated("rotate-credentials-start")),
+			v1alpha1.CampaignClusterInProgress, true, "requested: rotate-credentials-start", none},
+		{"start: another operation pending is not the start", v1alpha1.CampaignStart, cluster("", none, none, annotated("reconcile")),
+			v1alpha1.CampaignClusterPending, false, "", none},
+		{"start: preparing", v1alpha1.CampaignStart, cluster(v1alpha1.RotationPreparing, during, none), v1alpha1.CampaignClusterInProgress, true, "Preparing", during.Add(deadline)},
+		{"start: waiting for held pools", v1alpha1.CampaignStart, cluster(v1alpha1.RotationWaitingForWorkersRollout, during, none),
+			v1alpha1.CampaignClusterInProgress, true, "WaitingForWorkersRollout", during.Add(deadline)},
+		{"start: preparing past the deadline", v1alpha1.CampaignStart, cluster(v1alpha1.RotationPreparing, overdue, none),
+			v1alpha1.CampaignClusterFailed, true, "exceeded its progress deadline of 1h0m0s", none},
+		{"start: prepared", v1alpha1.CampaignStart, cluster(v1alpha1.RotationPrepared, during, none), v1alpha1.CampaignClusterDone, false, "", none},
+		{"start: prepared before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationPrepared, before, none), v1alpha1.CampaignClusterDone, false, "", none},
+		{"start: finalizing", v1alpha1.CampaignStart, cluster(v1alpha1.RotationFinalizing, during, during), v1alpha1.CampaignClusterDone, false, "", none},
+		{"start: completed during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, during, during), v1alpha1.CampaignClusterDone, false, "", none},
+		{"start: not ready", v1alpha1.CampaignStart, cluster("", none, none, notReady(v1alpha1.ReasonCALost)),
+			v1alpha1.CampaignClusterFailed, false, "not Ready (CALost): secret c-ca-client is missing", none},
+		{"start: no Ready condition yet", v1alpha1.CampaignStart, cluster("", none, none, func(c *v1alpha1.Cluster) { c.Status.Conditions = nil }),
+			v1alpha1.CampaignClusterWaiting, false, "not issued yet", none},
+		{"start: Ready for an older generation", v1alpha1.CampaignStart, cluster("", none, none, func(c *v1alpha1.Cluster) { c.Generation = 2 }),
+			v1alpha1.CampaignClusterWaiting, false, "not issued yet", none},
+
+		{"complete: prepared", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none), v1alpha1.CampaignClusterPending, false, "", none},
+		{"complete: requested", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none, annotated("complete-ca-rotation")),
+			v1alpha1.CampaignClusterInProgress, true, "requested: complete-ca-rotation", none},
+		{"complete: a start request is not the complete", v1alpha1.CampaignComplete, cluster("", none, none, annotated("start-ca-rotation")),
+			v1alpha1.CampaignClusterSkipped, false, "nothing to complete", none},
+		{"complete: still preparing waits, holding no place", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPreparing, during, none),
+			v1alpha1.CampaignClusterWaiting, false, "not Prepared yet: Preparing", during.Add(deadline)},
+		{"complete: preparing past the deadline", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPreparing, overdue, none),
+			v1alpha1.CampaignClusterFailed, true, "exceeded its progress deadline", none},
+		{"complete: finalizing", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationFinalizing, during, during.Add(time.Minute)),
+			v1alpha1.CampaignClusterInProgress, true, "Finalizing", during.Add(time.Minute + deadline)},
+		{"complete: finalizing past the deadline from its trigger", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationFinalizing, overdue.Add(-time.Hour), overdue),
+			v1alpha1.CampaignClusterFailed, true, "exceeded its progress deadline", none},
+		{"complete: completed", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationCompleted, during, during), v1alpha1.CampaignClusterDone, false, "", none},
+		{"complete: completed before the campaign", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationCompleted, before, before),
+			v1alpha1.CampaignClusterSkipped, false, "not rotated since the campaign started", none},
+		{"complete: never rotated", v1alpha1.CampaignComplete, cluster("", none, none), v1alpha1.CampaignClusterSkipped, false, "nothing to complete", none},
+		{"complete: prepared but not ready", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none, notReady(v1alpha1.ReasonCASecretUnlabelled)),
+			v1alpha1.CampaignClusterFailed, false, "not Ready (CASecretUnlabelled)", none},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Classify(tt.step, started, deadline, tt.c, now)
+			if got.State != tt.state || got.Rotating != tt.rotating || !got.FailsAt.Equal(tt.failsAt) {
+				t.Errorf("got state %s, rotating %t, failsAt %s; want %s, %t, %s", got.State, got.Rotating, got.FailsAt, tt.state, tt.rotating, tt.failsAt)
+			}
+			if !strings.Contains(got.Message, tt.message) || (tt.message == "" && got.Message != "") {
+				t.Errorf("message %q, want it to contain %q", got.Message, tt.message)
+			}
+		})
+	}
+}
+
+func standings(spec string) []Standing {
+	// spec: one letter per Cluster, named c00, c01, ...: P pending, W waiting,
+	// I in progress, D done, S skipped, F failed (not rotating), X failed
+	// while rotating.
+	states := map[rune]Standing{
+		'P': {State: v1alpha1.CampaignClusterPending}, 'W': {State: v1alpha1.CampaignClusterWaiting},
+		'I': {State: v1alpha1.CampaignClusterInProgress, Rotating: true, Phase: v1alpha1.RotationPreparing},
+		'D': {State: v1alpha1.CampaignClusterDone, Phase: v1alpha1.RotationPrepared}, 'S': {State: v1alpha1.CampaignClusterSkipped},
+		'F': {State: v1alpha1.CampaignClusterFailed, Message: "not Ready"},
+		'X': {State: v1alpha1.CampaignClusterFailed, Rotating: true, Phase: v1alpha1.RotationPreparing, Message: "exceeded"},
+	}
+	var out []Standing
+	// Reverse order: Plan sorts by name.
+	for i := len(spec) - 1; i >= 0; i-- {
+		s := states[rune(spec[i])]
+		s.Name = fmt.Sprintf("c%02d", i)
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestPlan(t *testing.T) {
+	n := func(v int) *intstr.IntOrString { return ptr.To(intstr.FromInt32(int32(v))) }
+	pct := func(v string) *intstr.IntOrString { return ptr.To(intstr.FromString(v)) }
+	tests := []struct {
+		name      string
+		spec      v1alpha1.RotationCampaignSpec
+		clusters  string
+		start     []string
+		phase     v1alpha1.CampaignPhase
+		reason    string
+		inMessage string
+	}{
+		{"one at a time by default", v1alpha1.RotationCampaignSpec{}, "PPP", []string{"c00"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "0 of 3 Clusters done, 1 rotating (at most 1 at once), 2 pending"},
+		{"the budget counts those rotating", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(3)}, "IDPPPP", []string{"c02", "c03"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "3 rotating (at most 3 at once)"},
+		{"a full budget starts none", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(2)}, "IIPP", nil, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "2 pending"},
+		{"a percentage rounds up", v1alpha1.RotationCampaignSpec{MaxConcurrent: pct("10%")}, "PPPPPPPPPPP", []string{"c00", "c01"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "at most 2 at once"},
+		{"waiting and skipped Clusters are not started", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(5)}, "WSP", []string{"c02"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "1 waiting"},
+		{"a failure within the budget goes on", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(2), MaxFailures: n(1)}, "FPP", []string{"c01", "c02"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "1 failed (at most 1 allowed)"},
+		{"a failed Cluster still rotating keeps its place", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(2), MaxFailures: n(1)}, "XPP", []string{"c01"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "2 rotating"},
+		{"the first failure halts by default", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(5)}, "DFPP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "1 Clusters failed, more than maxFailures allows (0 of 4): c01"},
+		{"a percentage of failures rounds down", v1alpha1.RotationCampaignSpec{MaxFailures: pct("30%")}, "FFPPP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "(1 of 5)"},
+		{"halted before paused", v1alpha1.RotationCampaignSpec{Paused: true}, "FP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "c00"},
+		{"paused starts none", v1alpha1.RotationCampaignSpec{Paused: true, MaxConcurrent: n(5)}, "IPP", nil, v1alpha1.CampaignPaused, v1alpha1.ReasonCampaignPaused, "1 rotating, 2 pending"},
+		{"start done", v1alpha1.RotationCampaignSpec{}, "DD", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, "every selected Cluster (2) is Prepared: set spec.step to Complete"},
+		{"complete done, skipped named", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "DSD", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "(3) is Completed; 1 were not rotated"},
+		{"done even when paused", v1alpha1.RotationCampaignSpec{Paused: true}, "D", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, ""},
+		{"complete step in progress", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: pct("100%")}, "PWP", []string{"c00", "c02"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "complete-ca-rotation: 0 of 3"},
+		{"no Clusters selected is done", v1alpha1.RotationCampaignSpec{}, "", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, "(0)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Plan(&tt.spec, standings(tt.clusters))
+			if fmt.Sprint(d.Start) != fmt.Sprint(tt.start) {
+				t.Errorf("start %v, want %v", d.Start, tt.start)
+			}
+			if d.Phase != tt.phase || d.Progressing.Reason != tt.reason || !strings.Contains(d.Progressing.Message, tt.inMessage) {
+				t.Errorf("phase %s, condition %s %q; want %s, %s containing %q", d.Phase, d.Progressing.Reason, d.Progressing.Message, tt.phase, tt.reason, tt.inMessage)
+			}
+			c := d.Counts
+			if sum := c.Pending + c.Waiting + c.InProgress + c.Done + c.Skipped + c.Failed; sum != c.Selected || int(c.Selected) != len(tt.clusters) {
+				t.Errorf("counts %+v do not add up to %d", c, len(tt.clusters))
+			}
+		})
+	}
+}
+
+func TestPlanBlockingOrderAndBound(t *testing.T) {
+	d := Plan(&v1alpha1.RotationCampaignSpec{MaxFailures: n100()}, standings("WIF"+strings.Repeat("I", 30)))
+	if len(d.Blocking) != v1alpha1.MaxCampaignBlocking {
+		t.Fatalf("blocking lists %d, want %d", len(d.Blocking), v1alpha1.MaxCampaignBlocking)
+	}
+	if d.Blocking[0].Name != "c02" || d.Blocking[0].State != v1alpha1.CampaignClusterFailed || d.Blocking[1].Name != "c01" {
+		t.Errorf("blocking starts %+v, want the failed c02, then the in-progress c01", d.Blocking[:2])
+	}
+	for _, b := range d.Blocking {
+		if b.Name == "c00" {
+			t.Errorf("the waiting c00 is listed though %d in-progress Clusters come first", v1alpha1.MaxCampaignBlocking)
+		}
+	}
+}
+
+func TestPlanRecheckAtIsTheEarliestDeadline(t *testing.T) {
+	ss := standings("III")
+	ss[0].FailsAt, ss[1].FailsAt = now.Add(time.Hour), now.Add(time.Minute)
+	if got := Plan(&v1alpha1.RotationCampaignSpec{}, ss).RecheckAt; !got.Equal(now.Add(time.Minute)) {
+		t.Errorf("RecheckAt %s, want %s", got, now.Add(time.Minute))
+	}
+}
+
+func n100() *intstr.IntOrString { return ptr.To(intstr.FromString("100%")) }
