@@ -164,7 +164,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: opts.ClusterConcurrency}); err != nil {
 		return err
 	}
-	campaigns := &campaigncontroller.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder}
+	campaigns := &campaigncontroller.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Metrics: campaigncontroller.NewMetrics(metrics.Registry)}
 	if err := campaigns.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -204,6 +205,11 @@ var _ = Describe("RotationCampaign", func() {
 		Expect(rc.Status.Blocking).To(ConsistOf(And(HaveField("Name", "blue-02"), HaveField("State", v1alpha1.CampaignClusterFailed),
 			HaveField("Message", HavePrefix("not Ready (CALost): ")))))
 		Expect(rc.Status.Clusters).To(Equal(v1alpha1.CampaignClusterCounts{Selected: 6, Pending: 5, Failed: 1}))
+		families, err := metrics.Registry.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(metricValue(families, "carousel_rotation_campaign_halted", map[string]string{"namespace": ns, "campaign": "careful"})).To(Equal(1.0))
+		Expect(metricValue(families, "carousel_rotation_campaign_clusters", map[string]string{"namespace": ns, "campaign": "careful", "state": "Failed"})).To(Equal(1.0))
+		Expect(metricValue(families, "carousel_rotation_campaign_clusters", map[string]string{"namespace": ns, "campaign": "careful", "state": "Pending"})).To(Equal(5.0))
 		var events corev1.EventList
 		Eventually(func() []corev1.Event {
 			Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
@@ -213,6 +219,11 @@ var _ = Describe("RotationCampaign", func() {
 		out, err := kubectlCarousel(ctx, "campaign", "start", "careful-wait", "-n", ns, "-l", "fleet=blue", "--wait", "--timeout", "1m")
 		Expect(err).To(MatchError(ContainSubstring("rotationcampaign "+ns+"/careful-wait halted: kubectl carousel campaign status careful-wait")), out)
 		Expect(k8s.Delete(ctx, &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "careful-wait"}})).To(Succeed())
+		Eventually(func() float64 {
+			families, err := metrics.Registry.Gather()
+			Expect(err).NotTo(HaveOccurred())
+			return metricValue(families, "carousel_rotation_campaign_halted", map[string]string{"namespace": ns, "campaign": "careful-wait"})
+		}).Should(Equal(-1.0), "a deleted campaign's series are removed")
 
 		By("paused with the budget raised: still nothing starts")
 		out, err = kubectlCarousel(ctx, "campaign", "pause", "careful", "-n", ns)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
+	campaigncontroller "github.com/carousel-dev/carousel/pkg/controller/campaign"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
 )
@@ -110,6 +111,7 @@ func (r *describedNames) Unregister(prometheus.Collector) bool { return true }
 func TestQueriesNameMetricsTheManagerExports(t *testing.T) {
 	exported := &describedNames{}
 	clustercontroller.NewMetrics(exported)
+	campaigncontroller.NewMetrics(exported)
 	kubeletcsr.NewMetrics(exported)
 	if len(exported.names) < 10 {
 		t.Fatalf("the manager describes only %v", exported.names)

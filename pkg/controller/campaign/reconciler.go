@@ -28,12 +28,16 @@ type Reconciler struct {
 	Client   client.Client
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
+	Metrics  *Metrics
 }
 
 // Reconcile looks at one campaign and its Clusters.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	rc := &v1alpha1.RotationCampaign{}
 	if err := r.Client.Get(ctx, req.NamespacedName, rc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.forget(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !rc.DeletionTimestamp.IsZero() {
@@ -81,6 +85,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, rc, d, now); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.Metrics.record(rc)
 	if !d.RecheckAt.IsZero() {
 		return ctrl.Result{RequeueAfter: d.RecheckAt.Sub(now)}, nil
 	}
