@@ -204,6 +204,7 @@ bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt
 	$(MAKE) --no-print-directory bench-connections
 
 # FLEET_CLUSTERS (1000) Clusters and the manager binary on one API server; FLEET_IDLE (1m) is the idle window;
+# FLEET_CAMPAIGN_MAX_CONCURRENT (100%) the waves of the RotationCampaign that rotates the fleet a second time;
 # FLEET_MANAGER_FLAGS adds flags to the manager's (for example --cluster-concurrency=1), FLEET_MANAGER_ENV variables to its
 # environment (for example GOMEMLIMIT=460MiB); FLEET_PROFILE_DIR, if set, gets
 # the manager's CPU profiles of the fleet's first 20 s and of the idle window, and its heap profile at the end

@@ -25,6 +25,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/rest"
@@ -45,7 +46,9 @@ import (
 // manager's CPU per new Cluster, its API writes and CPU in an idle window of
 // FLEET_IDLE (a minute by default) with the Cluster reconciles in it, the time from start-ca-rotation on every
 // Cluster until all are Prepared and from complete-ca-rotation until all are
-// Completed, and the manager's peak resident memory. FLEET_MANAGER_FLAGS
+// Completed, the same two steps once more through one RotationCampaign of
+// FLEET_CAMPAIGN_MAX_CONCURRENT (100% by default: a number or a
+// percentage), and the manager's peak resident memory. FLEET_MANAGER_FLAGS
 // adds flags to the manager's, FLEET_MANAGER_ENV variables to its
 // environment (GOMEMLIMIT=460MiB, say). With FLEET_PROFILE_DIR set, it writes there
 // the manager's CPU profile of the first createProfileWindow of the
@@ -59,6 +62,7 @@ func BenchmarkFleet(b *testing.B) {
 		b.Skip("needs the test control plane and the manager binary: run it through `make bench-fleet`")
 	}
 	n := envOr(b, "FLEET_CLUSTERS", 1000, strconv.Atoi)
+	campaignConcurrency := envOr(b, "FLEET_CAMPAIGN_MAX_CONCURRENT", "100%", func(s string) (string, error) { return s, nil })
 	idle := envOr(b, "FLEET_IDLE", time.Minute, time.ParseDuration)
 	ctx := context.Background()
 	ctrl.SetLogger(logr.Discard())
@@ -86,7 +90,7 @@ func BenchmarkFleet(b *testing.B) {
 	apiserver := childProcess(b, "kube-apiserver")
 
 	for b.Loop() {
-		f := &fleet{k8s: k8s, cache: clusters, ns: "fleet", n: n}
+		f := &fleet{k8s: k8s, cache: clusters, ns: "fleet", n: n, writes: writes}
 		check(b, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
 
 		perCluster := func(writes int) float64 { return float64(writes) / float64(n) }
@@ -127,6 +131,9 @@ func BenchmarkFleet(b *testing.B) {
 		f.annotate(b, ctx, v1alpha1.OperationCompleteCARotation)
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
 		toCompleted, finalizingWrites, finalizingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
+
+		// The same rotation once more, driven by one RotationCampaign in waves of FLEET_CAMPAIGN_MAX_CONCURRENT.
+		waves := f.campaign(b, ctx, intstr.Parse(campaignConcurrency))
 		peak := proc.peakRSS(b)
 		if profiles != "" {
 			check(b, proc.profile("heap", filepath.Join(profiles, "completed.heap.pprof")))
@@ -139,16 +146,20 @@ func BenchmarkFleet(b *testing.B) {
 		b.ReportMetric(float64(idleReconciles), "idle-reconciles")
 		b.ReportMetric(toPrepared.Seconds(), "s-to-prepared")
 		b.ReportMetric(toCompleted.Seconds(), "s-to-completed")
+		b.ReportMetric(waves.toPrepared.Seconds(), "s-campaign-to-prepared")
+		b.ReportMetric(waves.toCompleted.Seconds(), "s-campaign-to-completed")
 		b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
 		// The API server's share of the two cores while the manager worked.
 		busy := func(cpu, wall time.Duration) float64 { return 100 * cpu.Seconds() / wall.Seconds() }
 		fmt.Printf("fleet of %d Clusters: Ready after %.1fs (%.1f/s, %.1f ms manager CPU and %.1f writes each; API server %.0f%% CPU); "+
 			"idle %s: %d writes, %.2fs CPU, %d Cluster reconciles; start→all Prepared %.1fs (%.1f writes each; API server %.0f%% CPU), "+
-			"complete→all Completed %.1fs (%.1f writes each; API server %.0f%% CPU); manager peak RSS %.0f MiB\n",
+			"complete→all Completed %.1fs (%.1f writes each; API server %.0f%% CPU); a RotationCampaign of maxConcurrent %s: start→Prepared %.1fs, "+
+			"complete→Completed %.1fs (%.1f writes each); manager peak RSS %.0f MiB\n",
 			n, toReady.Seconds(), float64(n)/toReady.Seconds(), float64(cpuPerCluster.Microseconds())/1000, perCluster(readyWrites), busy(readyAPICPU, toReady),
 			idle, idleWrites, idleCPU.Seconds(), idleReconciles,
 			toPrepared.Seconds(), perCluster(preparingWrites), busy(preparingAPICPU, toPrepared),
 			toCompleted.Seconds(), perCluster(finalizingWrites), busy(finalizingAPICPU, toCompleted),
+			campaignConcurrency, waves.toPrepared.Seconds(), waves.toCompleted.Seconds(), perCluster(waves.writes),
 			float64(peak)/(1<<20))
 	}
 }
@@ -164,6 +175,50 @@ type fleet struct {
 	cache cache.Cache
 	ns    string
 	n     int
+	// writes counts the manager's API writes so far.
+	writes func() int
+}
+
+// fleetLabels label every Cluster of the fleet; its campaign selects them.
+var fleetLabels = map[string]string{"carousel.dev/bench": "fleet"}
+
+// campaignRun is how long a RotationCampaign took through each step, and
+// the manager's writes in both.
+type campaignRun struct {
+	toPrepared, toCompleted time.Duration
+	writes                  int
+}
+
+// campaign rotates the whole fleet with one RotationCampaign of
+// maxConcurrent: it creates it at the Start step, waits until it is
+// Prepared, moves it to Complete and waits until it is Completed.
+func (f *fleet) campaign(b *testing.B, ctx context.Context, maxConcurrent intstr.IntOrString) campaignRun {
+	b.Helper()
+	rc := &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "fleet-wave"},
+		Spec: v1alpha1.RotationCampaignSpec{Selector: metav1.LabelSelector{MatchLabels: fleetLabels}, MaxConcurrent: &maxConcurrent}}
+	waitFor := func(phase v1alpha1.CampaignPhase) {
+		check(b, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+			if err := f.k8s.Get(ctx, client.ObjectKeyFromObject(rc), rc); err != nil {
+				return false, err
+			}
+			if rc.Status.Phase == v1alpha1.CampaignHalted {
+				return false, fmt.Errorf("the campaign halted: %v", rc.Status.Blocking)
+			}
+			return rc.Status.ObservedGeneration == rc.Generation && rc.Status.Phase == phase, nil
+		}))
+	}
+	var run campaignRun
+	writesBefore, start := f.writes(), time.Now()
+	check(b, f.k8s.Create(ctx, rc))
+	waitFor(v1alpha1.CampaignPrepared)
+	run.toPrepared = time.Since(start)
+	start = time.Now()
+	patch := client.MergeFrom(rc.DeepCopy())
+	rc.Spec.Step = v1alpha1.CampaignComplete
+	check(b, f.k8s.Patch(ctx, rc, patch))
+	waitFor(v1alpha1.CampaignCompleted)
+	run.toCompleted, run.writes = time.Since(start), f.writes()-writesBefore
+	return run
 }
 
 func (f *fleet) name(i int) string { return fmt.Sprintf("c-%04d", i) }
@@ -171,7 +226,7 @@ func (f *fleet) name(i int) string { return fmt.Sprintf("c-%04d", i) }
 // create creates the Clusters, a few at a time, as a fleet's tooling would.
 func (f *fleet) create(b *testing.B, ctx context.Context) {
 	f.each(b, func(i int) error {
-		return f.k8s.Create(ctx, &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.name(i)},
+		return f.k8s.Create(ctx, &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.name(i), Labels: fleetLabels},
 			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}})
 	})
 }
