@@ -141,7 +141,7 @@ test: envtest build $(HELM) ## Run every test suite (what CI runs).
 
 .PHONY: test-lane-others
 test-lane-others:
-	for suite in test-unit test-integration test-kubeadm chart-test test-rules; do $(MAKE) --no-print-directory "$${suite}"; done
+	for suite in test-unit test-integration test-kubeadm test-sharding chart-test test-rules; do $(MAKE) --no-print-directory "$${suite}"; done
 
 .PHONY: test-unit
 test-unit: fuzz-targets ## Unit tests (every fuzz target's seed corpus included): no API server needed.
@@ -186,6 +186,10 @@ endef
 .PHONY: test-integration
 test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etcd.
 	$(GO_TEST) -count=1 -timeout 20m ./test/integration/... $(GINKGO_ARGS)
+
+.PHONY: test-sharding
+test-sharding: envtest build ## Three manager processes as shards of kubernetes-controller-sharding's sharder: assignment, a killed shard's Clusters picked up, no Cluster written by two shards.
+	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -count=1 -v -timeout 15m ./test/sharding/... $(GINKGO_ARGS)
 
 .PHONY: test-kubeadm
 test-kubeadm: envtest ## kubeadm's own token discovery (k8s.io/kubernetes v1.36.3, a module of its own) against the cluster-info Carousel signs.

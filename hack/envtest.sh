@@ -4,7 +4,8 @@
 # API server), the konnectivity proxy server and agent, and Cluster API's core
 # controller manager with its CRDs and webhook manifests (cluster-api/)) from
 # upstream source through the Go module proxy into $1 (default bin/k8s), with fake-cri,
-# our CRI server for the kubelet (hack/envtest/kube/cmd/fake-cri). The versions
+# our CRI server for the kubelet (hack/envtest/kube/cmd/fake-cri), and the sharder of
+# kubernetes-controller-sharding with its CRD (hack/envtest/sharder). The versions
 # are the ones pinned in hack/envtest/*/go.mod; a stamp file records what was
 # built (and a digest of fake-cri's source), so a second run with the same pins
 # does nothing. Called by `make envtest`.
@@ -26,6 +27,25 @@ metrics_server_version=$(pinned sigs.k8s.io/metrics-server "${metrics_server_mod
 cluster_api_version=$(pinned sigs.k8s.io/cluster-api "${cluster_api_mod}")
 [[ -n ${kube_version} && -n ${etcd_version} && -n ${konnectivity_version} && -n ${metrics_server_version} && -n ${cluster_api_version} ]] ||
   { echo "envtest: cannot read the pinned versions" >&2; exit 1; }
+
+# The sharder of kubernetes-controller-sharding (hack/envtest/sharder: upstream's parts, our wiring) and its
+# ControllerRing CRD (sharding/crds), for the sharding suite; a stamp of its own, so that adding or moving it
+# never rebuilds the control plane.
+sharder_mod=${root}/hack/envtest/sharder
+sharder_want="sharding=$(pinned github.com/timebertt/kubernetes-controller-sharding "${sharder_mod}") go=$(go env GOVERSION) main=$(cat "${sharder_mod}/main.go" "${sharder_mod}/go.sum" | sha256sum | cut -c1-12)"
+if [[ -x ${out}/sharder && -d ${out}/sharding/crds && -f ${out}/.sharder-version && $(cat "${out}/.sharder-version") == "${sharder_want}" ]]; then
+  echo "envtest: ${sharder_want} already in ${out}"
+else
+  echo "envtest: building the sharder (${sharder_want})"
+  mkdir -p "${out}"
+  (cd "${sharder_mod}" && go build -trimpath -ldflags "-s -w" -o "${out}/sharder" .)
+  sharding_src=$(cd "${sharder_mod}" && go list -m -f '{{.Dir}}' github.com/timebertt/kubernetes-controller-sharding)
+  rm -rf "${out}/sharding"
+  mkdir -p "${out}/sharding/crds"
+  cp "${sharding_src}"/config/crds/sharding.timebertt.dev_*.yaml "${out}/sharding/crds/"
+  chmod -R u+w "${out}/sharding"
+  echo "${sharder_want}" > "${out}/.sharder-version"
+fi
 
 stamp="${out}/.versions"
 fake_cri=$(cat "${kube_mod}"/cmd/fake-cri/*.go "${kube_mod}/go.sum" | sha256sum | cut -c1-12)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/carousel-dev/carousel/pkg/operator"
 	"github.com/carousel-dev/carousel/pkg/scheme"
+	"github.com/carousel-dev/carousel/pkg/sharding"
 	"github.com/carousel-dev/carousel/pkg/version"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
@@ -47,6 +48,10 @@ func main() {
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's /debug/pprof profiles are served on, plain HTTP without authentication: bind it to loopback; \"0\" disables it.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the Pod's namespace.")
+	flag.StringVar(&opts.Shard.ControllerRing, "shard-controller-ring", "", "Run as a shard of this ControllerRing of the kubernetes-controller-sharding sharder: reconcile only the Clusters and RotationCampaigns it assigns to this shard, holding the shard Lease instead of electing a leader (excludes --leader-elect).")
+	flag.StringVar(&opts.Shard.Name, "shard-name", "", "Name of this shard (its Lease and the value of the shard label); defaults to the host name, the Pod's name.")
+	flag.StringVar(&opts.Shard.LeaseNamespace, "shard-lease-namespace", "", "Namespace of the shard Lease; defaults to the Pod's namespace.")
+	flag.DurationVar(&opts.Shard.LeaseDuration, "shard-lease-duration", sharding.DefaultLeaseDuration, "How long the shard Lease lasts without a renewal; the sharder moves a dead shard's Clusters once it has been expired as long again.")
 	flag.BoolVar(&opts.Webhook, "webhook", opts.Webhook, "Serve the Cluster admission webhook.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook listens on.")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the admission webhook binds to; empty means every interface.")
@@ -85,7 +90,11 @@ func main() {
 		return
 	}
 	// Bad flags are said in plain lines, as the flag package says its own.
-	if err := errors.Join(webhookCert.Validate(opts.Webhook), opts.Validate()); err != nil {
+	var shardFlags error
+	if leaderElect && opts.Shard.Enabled() {
+		shardFlags = errors.New("--leader-elect with --shard-controller-ring: a shard holds its shard Lease instead of electing a leader; drop --leader-elect")
+	}
+	if err := errors.Join(webhookCert.Validate(opts.Webhook), opts.Validate(), shardFlags); err != nil {
 		fmt.Fprintf(os.Stderr, "carousel-controller-manager: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
@@ -113,7 +122,15 @@ func main() {
 		webhookOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate }}
 	}
 	mgrOpts.WebhookServer = webhook.NewServer(webhookOpts)
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), mgrOpts)
+	cfg := ctrl.GetConfigOrDie()
+	if err := opts.Shard.ConfigureManager(cfg, &mgrOpts); err != nil {
+		log.Error(err, "setting up the shard")
+		os.Exit(1)
+	}
+	if opts.Shard.Enabled() {
+		log.Info("running as a shard", "controllerRing", opts.Shard.ControllerRing, "shard", opts.Shard.Name)
+	}
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		log.Error(err, "creating the manager")
 		os.Exit(1)

@@ -24,6 +24,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/evidence"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/pkg/scheme"
+	"github.com/carousel-dev/carousel/pkg/sharding"
 	campaignwebhook "github.com/carousel-dev/carousel/pkg/webhook/campaign"
 	clusterwebhook "github.com/carousel-dev/carousel/pkg/webhook/cluster"
 )
@@ -70,7 +71,14 @@ type Options struct {
 	MemoryLimitRatio float64
 	// Clock is the controllers' clock; nil means the real one.
 	Clock clock.PassiveClock
+	// Shard, when enabled, runs the manager as a shard of a ControllerRing
+	// (ConfigureManager has then been called on it).
+	Shard sharding.Shard
 }
+
+// ShardCampaignResync is how often a shard looks again at a campaign with
+// Clusters left: it hears only of its own Clusters' changes.
+const ShardCampaignResync = 10 * time.Second
 
 // DefaultClusterConcurrency is how many Clusters are reconciled at once by
 // default. A new Cluster takes some thirty writes one after another, so one
@@ -161,11 +169,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		MaxManagedPollInterval: opts.MaxManagedPollInterval,
 		Metrics:                clustercontroller.NewMetrics(metrics.Registry),
 	}
-	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: opts.ClusterConcurrency}); err != nil {
+	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: opts.ClusterConcurrency}, opts.Shard); err != nil {
 		return err
 	}
 	campaigns := &campaigncontroller.Reconciler{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Metrics: campaigncontroller.NewMetrics(metrics.Registry)}
-	if err := campaigns.SetupWithManager(mgr); err != nil {
+	if opts.Shard.Enabled() {
+		campaigns.Clusters, campaigns.Resync = mgr.GetAPIReader(), ShardCampaignResync
+	}
+	if err := campaigns.SetupWithManager(mgr, opts.Shard); err != nil {
 		return err
 	}
 	if opts.Webhook {

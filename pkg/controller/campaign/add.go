@@ -6,12 +6,14 @@ import (
 	"context"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/sharding"
 )
 
 // +kubebuilder:rbac:groups=carousel.dev,resources=rotationcampaigns,verbs=get;list;watch
@@ -21,13 +23,15 @@ import (
 const ControllerName = "rotationcampaign"
 
 // SetupWithManager registers the controller: it reconciles a campaign when
-// its spec changes and when a Cluster of its namespace changes.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+// its spec changes and when a Cluster of its namespace changes. In a shard
+// it reconciles only the campaigns assigned to it, and hands over those the
+// sharder drains; the Clusters of other shards reach it through Resync.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, shard sharding.Shard) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&v1alpha1.RotationCampaign{}).
+		For(&v1alpha1.RotationCampaign{}, builder.WithPredicates(shard.Predicate())).
 		Watches(&v1alpha1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.campaignsOfNamespace)).
-		Complete(r)
+		Complete(shard.Reconciler(mgr.GetClient(), &v1alpha1.RotationCampaign{}, r))
 }
 
 // campaignsOfNamespace maps a Cluster to every campaign of its namespace,

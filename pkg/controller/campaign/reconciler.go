@@ -25,7 +25,14 @@ import (
 // Plan starts, as a user would (the Cluster webhook judges it), and writes
 // the campaign's status.
 type Reconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Clusters reads the selected Clusters; nil means Client. A shard, whose
+	// cache holds only its own Clusters, reads them from the API server.
+	Clusters client.Reader
+	// Resync, when set, is how soon a campaign with Clusters left is looked
+	// at again even if none of them changed: a shard hears only of its own
+	// Clusters' changes.
+	Resync   time.Duration
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	Metrics  *Metrics
@@ -86,10 +93,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.Metrics.record(rc)
+	var result ctrl.Result
 	if !d.RecheckAt.IsZero() {
-		return ctrl.Result{RequeueAfter: d.RecheckAt.Sub(now)}, nil
+		result.RequeueAfter = d.RecheckAt.Sub(now)
 	}
-	return ctrl.Result{}, nil
+	if r.Resync > 0 && d.Progressing.Reason != v1alpha1.ReasonCampaignStepDone && (result.RequeueAfter == 0 || r.Resync < result.RequeueAfter) {
+		result.RequeueAfter = r.Resync
+	}
+	return result, nil
 }
 
 // selected lists the campaign's Clusters that are not being deleted.
@@ -98,8 +109,12 @@ func (r *Reconciler) selected(ctx context.Context, rc *v1alpha1.RotationCampaign
 	if err != nil {
 		return nil, fmt.Errorf("spec.selector: %w", err) // the webhook refuses such a selector
 	}
+	reader := r.Clusters
+	if reader == nil {
+		reader = r.Client
+	}
 	var list v1alpha1.ClusterList
-	if err := r.Client.List(ctx, &list, client.InNamespace(rc.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	if err := reader.List(ctx, &list, client.InNamespace(rc.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return nil, fmt.Errorf("listing the selected Clusters: %w", err)
 	}
 	out := make([]*v1alpha1.Cluster, 0, len(list.Items))

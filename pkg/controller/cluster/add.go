@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/sharding"
 )
 
 // The permissions the controller manager needs across the management cluster.
@@ -69,8 +70,10 @@ func clusterLabel(obj client.Object) []string {
 // spec, labels or annotations change, when an object it owns changes, and
 // when a workload labelled with its name changes. options sets, for one, how
 // many Clusters are reconciled at once (never one Cluster twice at once).
-// It indexes the cached objects by Cluster, which loadObjects then uses.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, options controller.Options) error {
+// It indexes the cached objects by Cluster, which loadObjects then uses. In
+// a shard it reconciles only the Clusters assigned to it, and hands over
+// those the sharder drains.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, options controller.Options, shard sharding.Shard) error {
 	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &appsv1.Deployment{}, &appsv1.StatefulSet{}} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, clusterIndex, clusterLabel); err != nil {
 			return fmt.Errorf("indexing %T by Cluster: %w", obj, err)
@@ -87,11 +90,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, options controller.Optio
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(options).
-		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		For(&v1alpha1.Cluster{}, builder.WithPredicates(shard.Predicate(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{})))).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Watches(&appsv1.Deployment{}, byClusterLabel).
 		Watches(&appsv1.StatefulSet{}, byClusterLabel).
-		Complete(r)
+		Complete(shard.Reconciler(mgr.GetClient(), &v1alpha1.Cluster{}, r))
 }
