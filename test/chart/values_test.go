@@ -22,7 +22,19 @@ var _ = Describe("The chart's values", func() {
 		Entry("without metrics", "metrics.enabled=false"),
 		Entry("without the CRD", "crds.enabled=false"),
 		Entry("with one replica and no leader election", "replicaCount=1", "leaderElection.enabled=false"),
+		Entry("as three shards", "replicaCount=3", "leaderElection.enabled=false", "sharding.enabled=true"),
 	)
+
+	It("runs sharded replicas as shards of its ControllerRing, each named after its Pod, and refuses sharding with leader election", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "replicaCount=3",
+			"--set", "leaderElection.enabled=false", "--set", "sharding.enabled=true", "--set", "sharding.controllerRing=fleet")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(And(ContainSubstring("- --shard-controller-ring=fleet\n"), ContainSubstring("- --shard-name=$(POD_NAME)\n"),
+			ContainSubstring("- --shard-lease-namespace=carousel-system\n"), ContainSubstring("fieldPath: metadata.name"),
+			ContainSubstring("kind: ControllerRing\nmetadata:\n  name: fleet\n"), Not(ContainSubstring("--leader-elect"))))
+		_, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "sharding.enabled=true")
+		Expect(err).To(MatchError(ContainSubstring("sharding.enabled=true replaces leader election")))
+	})
 
 	It("renders without a cluster, for the Kubernetes version the tests run", func() {
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")

@@ -122,13 +122,21 @@ guarantees the format.
 {{/*
 Checks across values that values.schema.json cannot express.
 */}}
+{{/* The name of the ControllerRing the replicas are shards of. */}}
+{{- define "carousel.controllerRing" -}}
+{{- .Values.sharding.controllerRing | default (include "carousel.fullname" .) }}
+{{- end }}
+
 {{- define "carousel.validate" -}}
 {{- $svc := include "carousel.webhookServiceName" . }}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $svc) }}
 {{- fail (printf "the webhook Service name %q is not a DNS-1035 label: choose a release name or fullnameOverride that starts with a letter and has only lowercase letters, digits and '-'" $svc) }}
 {{- end }}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
-{{- fail "replicaCount above 1 needs leaderElection.enabled=true: replicas without a leader would reconcile the same Clusters at once" }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) (not .Values.sharding.enabled) }}
+{{- fail "replicaCount above 1 needs leaderElection.enabled=true or sharding.enabled=true: replicas without a leader would reconcile the same Clusters at once" }}
+{{- end }}
+{{- if and .Values.sharding.enabled .Values.leaderElection.enabled }}
+{{- fail "sharding.enabled=true replaces leader election: each replica holds a shard Lease; set leaderElection.enabled=false" }}
 {{- end }}
 {{- $ports := dict }}
 {{- $_ := set $ports (toString .Values.health.port) "health.port" }}

@@ -1,0 +1,134 @@
+package sharding
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	shardingv1alpha1 "github.com/timebertt/kubernetes-controller-sharding/pkg/apis/sharding/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/scheme"
+)
+
+func TestUnshardedChangesNothing(t *testing.T) {
+	var s Shard
+	opts := ctrl.Options{}
+	if err := s.ConfigureManager(&rest.Config{Host: "https://127.0.0.1:1"}, &opts); err != nil {
+		t.Fatal(err)
+	}
+	if opts.LeaderElection || opts.LeaderElectionResourceLockInterface != nil || opts.Cache.ByObject != nil {
+		t.Errorf("an unsharded manager's options changed: %+v", opts)
+	}
+	inner := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
+	if r := s.Reconciler(nil, &v1alpha1.Cluster{}, inner); r == nil {
+		t.Error("no reconciler")
+	}
+	if !s.Predicate().Generic(event.GenericEvent{Object: &v1alpha1.Cluster{}}) {
+		t.Error("an unsharded predicate without predicates refuses an object")
+	}
+}
+
+func TestConfigureManagerHoldsTheShardLeaseAndCachesOnlyTheShardsObjects(t *testing.T) {
+	s := Shard{ControllerRing: "carousel", Name: "shard-a", LeaseNamespace: "carousel-system"}
+	opts := ctrl.Options{}
+	if err := s.ConfigureManager(&rest.Config{Host: "https://127.0.0.1:1"}, &opts); err != nil {
+		t.Fatal(err)
+	}
+	if !opts.LeaderElection || !opts.LeaderElectionReleaseOnCancel || opts.LeaderElectionResourceLockInterface == nil {
+		t.Fatalf("no shard Lease: %+v", opts)
+	}
+	if id := opts.LeaderElectionResourceLockInterface.Identity(); id != "shard-a" {
+		t.Errorf("the Lease's holder is %q, want the shard's name", id)
+	}
+	if *opts.LeaseDuration != DefaultLeaseDuration || *opts.RenewDeadline >= *opts.LeaseDuration || *opts.RetryPeriod >= *opts.RenewDeadline {
+		t.Errorf("lease %s, renew deadline %s, retry %s: want the deadline within the duration and the retry within the deadline",
+			*opts.LeaseDuration, *opts.RenewDeadline, *opts.RetryPeriod)
+	}
+	mine := labels.Set{shardingv1alpha1.LabelShard("carousel"): "shard-a"}
+	theirs := labels.Set{shardingv1alpha1.LabelShard("carousel"): "shard-b"}
+	for _, obj := range Sharded {
+		byObject, ok := opts.Cache.ByObject[obj]
+		if !ok {
+			t.Fatalf("the cache of %T is not restricted", obj)
+		}
+		if !byObject.Label.Matches(mine) || byObject.Label.Matches(theirs) || byObject.Label.Matches(labels.Set{}) {
+			t.Errorf("the cache of %T selects %s: want only the shard's objects", obj, byObject.Label)
+		}
+	}
+}
+
+func TestConfigureManagerNamesTheShardAfterTheHost(t *testing.T) {
+	s := Shard{ControllerRing: "carousel", LeaseNamespace: "carousel-system", LeaseDuration: 30 * time.Second}
+	opts := ctrl.Options{}
+	if err := s.ConfigureManager(&rest.Config{Host: "https://127.0.0.1:1"}, &opts); err != nil {
+		t.Fatal(err)
+	}
+	if s.Name == "" || s.Name != opts.LeaderElectionResourceLockInterface.Identity() {
+		t.Errorf("shard name %q, Lease holder %q: want the host name for both", s.Name, opts.LeaderElectionResourceLockInterface.Identity())
+	}
+	if *opts.LeaseDuration != 30*time.Second {
+		t.Errorf("lease duration %s, want the configured 30s", *opts.LeaseDuration)
+	}
+}
+
+func TestPredicatePassesTheShardsObjectsAndEveryDrainedOne(t *testing.T) {
+	s := Shard{ControllerRing: "carousel", Name: "shard-a"}
+	cluster := func(l map[string]string) *v1alpha1.Cluster {
+		return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: l}}
+	}
+	shardLabel, drainLabel := shardingv1alpha1.LabelShard("carousel"), shardingv1alpha1.LabelDrain("carousel")
+	never := predicate.NewPredicateFuncs(func(client.Object) bool { return false })
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		p      predicate.Predicate
+		want   bool
+	}{
+		{"the shard's", map[string]string{shardLabel: "shard-a"}, s.Predicate(), true},
+		{"the shard's, refused by the controller's predicate", map[string]string{shardLabel: "shard-a"}, s.Predicate(never), false},
+		{"another shard's", map[string]string{shardLabel: "shard-b"}, s.Predicate(), false},
+		{"drained, whatever the controller's predicate says", map[string]string{shardLabel: "shard-a", drainLabel: "true"}, s.Predicate(never), true},
+	} {
+		if got := tt.p.Generic(event.GenericEvent{Object: cluster(tt.labels)}); got != tt.want {
+			t.Errorf("%s: %t, want %t", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestReconcilerHandsOverADrainedClusterWithoutReconcilingIt(t *testing.T) {
+	s := Shard{ControllerRing: "carousel", Name: "shard-a"}
+	shardLabel, drainLabel := shardingv1alpha1.LabelShard("carousel"), shardingv1alpha1.LabelDrain("carousel")
+	drained := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "drained", Labels: map[string]string{shardLabel: "shard-a", drainLabel: "true", "env": "prod"}}}
+	mine := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "mine", Labels: map[string]string{shardLabel: "shard-a"}}}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(drained, mine).Build()
+	var reconciled []string
+	r := s.Reconciler(c, &v1alpha1.Cluster{}, reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+		reconciled = append(reconciled, req.Name)
+		return reconcile.Result{}, nil
+	}))
+	for _, obj := range []client.Object{drained, mine} {
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(reconciled) != 1 || reconciled[0] != "mine" {
+		t.Errorf("reconciled %v, want only mine", reconciled)
+	}
+	got := &v1alpha1.Cluster{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(drained), got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Labels[shardLabel]; ok || got.Labels[drainLabel] != "" || got.Labels["env"] != "prod" {
+		t.Errorf("labels after the hand-over %v: want the shard and drain labels gone, the others kept", got.Labels)
+	}
+}
