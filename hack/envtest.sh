@@ -12,7 +12,8 @@
 set -o errexit -o nounset -o pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${1:-${root}/bin/k8s}
+# Absolute, since the builds run in the modules' directories.
+out=$(realpath -m "${1:-${root}/bin/k8s}")
 kube_mod=${root}/hack/envtest/kube
 etcd_mod=${root}/hack/envtest/etcd
 konnectivity_mod=${root}/hack/envtest/konnectivity

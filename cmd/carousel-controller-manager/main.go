@@ -52,7 +52,7 @@ func main() {
 	flag.StringVar(&opts.Shard.Name, "shard-name", "", "Name of this shard (its Lease and the value of the shard label); defaults to the host name, the Pod's name.")
 	flag.StringVar(&opts.Shard.LeaseNamespace, "shard-lease-namespace", "", "Namespace of the shard Lease; defaults to the Pod's namespace.")
 	flag.DurationVar(&opts.Shard.LeaseDuration, "shard-lease-duration", sharding.DefaultLeaseDuration, "How long the shard Lease lasts without a renewal; the sharder moves a dead shard's Clusters once it has been expired as long again.")
-	flag.BoolVar(&opts.Webhook, "webhook", opts.Webhook, "Serve the Cluster admission webhook.")
+	flag.BoolVar(&opts.Webhook, "webhook", opts.Webhook, "Serve the admission webhooks of Clusters and RotationCampaigns.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook listens on.")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the admission webhook binds to; empty means every interface.")
 	flag.StringVar(&webhookCert.CertDir, "webhook-cert-dir", "", "Directory with the webhook's tls.crt and tls.key, kept current by something else (cert-manager); defaults to <tmp>/k8s-webhook-server/serving-certs.")

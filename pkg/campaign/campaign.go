@@ -37,40 +37,39 @@ type Standing struct {
 
 // Classify says where c stands in a campaign at step that began at started
 // (status.startTime), whose Clusters may each take deadline for their phase,
-// at now.
+// at now. A rotation counts as the campaign's when it was started, or its
+// completion requested, since started: a Cluster Prepared before the
+// campaign is not rotated again, and is completed at the Complete step.
 func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Duration, c *v1alpha1.Cluster, now time.Time) Standing {
 	s := Standing{Name: c.Name, Phase: c.CARotationPhase()}
 	rot := c.CARotation()
 	if rot == nil {
 		rot = &v1alpha1.CARotation{}
 	}
-	verb := requestedCAVerb(c)
-	switch {
-	case step == v1alpha1.CampaignStart && verb == v1alpha1.VerbStartCARotation,
-		step == v1alpha1.CampaignComplete && verb == v1alpha1.VerbCompleteCARotation:
+	since := func(t *metav1.Time) bool { return t != nil && !t.Time.Before(started) }
+	ours := since(rot.LastInitiationTime) || since(rot.LastCompletionTriggeredTime)
+	if requestedCAVerb(c) == Operation(step) {
 		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested: "+c.Annotations[v1alpha1.OperationAnnotation]
 		return s
+	}
+	switch {
 	case s.Phase.BothCAsTrusted() && s.Phase != v1alpha1.RotationPrepared:
-		if step == v1alpha1.CampaignStart {
-			return rotating(s, c, timeOf(rot.LastInitiationTime), deadline, now)
-		}
 		s = rotating(s, c, timeOf(rot.LastInitiationTime), deadline, now)
-		if s.State == v1alpha1.CampaignClusterInProgress {
-			// Its first phase, started by the Start step, is not over: it is
-			// completed once it is Prepared, and holds no place until then.
+		if step == v1alpha1.CampaignComplete && s.State == v1alpha1.CampaignClusterInProgress {
+			// Its first phase is not over: it is completed once it is
+			// Prepared, and holds no place until then.
 			s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, false, "not Prepared yet: "+s.Message
 		}
 		return s
-	case s.Phase == v1alpha1.RotationFinalizing:
-		if step == v1alpha1.CampaignStart {
-			s.State = v1alpha1.CampaignClusterDone
-			return s
-		}
-		return rotating(s, c, timeOf(rot.LastCompletionTriggeredTime), deadline, now)
 	case s.Phase == v1alpha1.RotationPrepared && step == v1alpha1.CampaignStart:
 		s.State = v1alpha1.CampaignClusterDone
 		return s
-	case s.Phase == v1alpha1.RotationCompleted && rot.LastInitiationTime != nil && !rot.LastInitiationTime.Time.Before(started):
+	case s.Phase == v1alpha1.RotationFinalizing && step == v1alpha1.CampaignComplete:
+		return rotating(s, c, timeOf(rot.LastCompletionTriggeredTime), deadline, now)
+	case s.Phase == v1alpha1.RotationFinalizing && !ours:
+		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "a rotation started before the campaign is finishing: it is started again once Completed"
+		return s
+	case (s.Phase == v1alpha1.RotationFinalizing || s.Phase == v1alpha1.RotationCompleted) && ours:
 		s.State = v1alpha1.CampaignClusterDone
 		return s
 	case step == v1alpha1.CampaignComplete && s.Phase != v1alpha1.RotationPrepared:
@@ -79,11 +78,15 @@ func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Durat
 	}
 	// Not rotating, and the step's operation is next.
 	ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
+	value, otherOperation := c.Annotations[v1alpha1.OperationAnnotation]
 	switch {
 	case ready == nil || ready.ObservedGeneration < c.Generation && ready.Status != metav1.ConditionFalse:
 		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "its credentials are not issued yet (no current Ready condition)"
 	case ready.Status != metav1.ConditionTrue:
 		s.State, s.Message = v1alpha1.CampaignClusterFailed, fmt.Sprintf("not Ready (%s): %s", ready.Reason, ready.Message)
+	case otherOperation:
+		// Setting the step's operation would replace it.
+		s.State, s.Message = v1alpha1.CampaignClusterWaiting, fmt.Sprintf("another operation is pending (%s=%s)", v1alpha1.OperationAnnotation, value)
 	default:
 		s.State = v1alpha1.CampaignClusterPending
 	}
@@ -129,15 +132,13 @@ func requestedCAVerb(c *v1alpha1.Cluster) v1alpha1.OperationVerb {
 	return ""
 }
 
-func operationOf(step v1alpha1.CampaignStep) v1alpha1.OperationVerb {
+// Operation is the operation a campaign at step sets on a Cluster.
+func Operation(step v1alpha1.CampaignStep) v1alpha1.OperationVerb {
 	if step == v1alpha1.CampaignComplete {
 		return v1alpha1.VerbCompleteCARotation
 	}
 	return v1alpha1.VerbStartCARotation
 }
-
-// Operation is the annotation value a campaign at step sets on a Cluster.
-func Operation(step v1alpha1.CampaignStep) string { return string(operationOf(step)) }
 
 func timeOf(t *metav1.Time) time.Time {
 	if t == nil {
@@ -202,12 +203,20 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 	d.Blocking = blocking(standings)
 
 	step := spec.StepOrDefault()
+	running, done := v1alpha1.CampaignStarting, v1alpha1.CampaignPrepared
+	if step == v1alpha1.CampaignComplete {
+		running, done = v1alpha1.CampaignCompleting, v1alpha1.CampaignCompleted
+	}
 	maxFailures := spec.MaxFailuresOf(selected)
 	halted := len(failed) > maxFailures
 	left := d.Counts.Pending + d.Counts.Waiting + d.Counts.InProgress + d.Counts.Failed
 	switch {
+	case selected == 0:
+		d.Phase = running
+		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignNoClusterSelected,
+			"the selector picks no Cluster of the namespace that is not being deleted")
 	case left == 0:
-		d.Phase = map[v1alpha1.CampaignStep]v1alpha1.CampaignPhase{v1alpha1.CampaignStart: v1alpha1.CampaignPrepared, v1alpha1.CampaignComplete: v1alpha1.CampaignCompleted}[step]
+		d.Phase = done
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignStepDone, stepDoneMessage(step, d.Counts))
 	case halted:
 		d.Phase = v1alpha1.CampaignHalted
@@ -219,7 +228,7 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignPaused,
 			fmt.Sprintf("paused: no further Cluster is started; %d rotating, %d pending", occupied, d.Counts.Pending))
 	default:
-		d.Phase = map[v1alpha1.CampaignStep]v1alpha1.CampaignPhase{v1alpha1.CampaignStart: v1alpha1.CampaignStarting, v1alpha1.CampaignComplete: v1alpha1.CampaignCompleting}[step]
+		d.Phase = running
 		budget := spec.MaxConcurrentOf(selected)
 		for _, s := range standings {
 			if occupied >= budget {

@@ -4,22 +4,26 @@
 // when a shard joins or dies, and each shard reconciles only what it was
 // assigned. This package holds what a shard needs from that project's
 // pkg/shard: the shard Lease in place of leader election, the caches
-// restricted to the shard's objects, and the drain handshake.
+// restricted to the shard's objects, and the drain handshake (ours, to have
+// the controllers forget what they give up).
 package sharding
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"time"
 
 	shardingv1alpha1 "github.com/timebertt/kubernetes-controller-sharding/pkg/apis/sharding/v1alpha1"
 	shardcontroller "github.com/timebertt/kubernetes-controller-sharding/pkg/shard/controller"
 	shardlease "github.com/timebertt/kubernetes-controller-sharding/pkg/shard/lease"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -96,13 +100,62 @@ func (s Shard) Predicate(predicates ...predicate.Predicate) predicate.Predicate 
 	return shardcontroller.Predicate(s.ControllerRing, s.Name, predicates...)
 }
 
-// Reconciler wraps r, the reconciler of the sharded kind obj: it reconciles
-// only objects assigned to the shard and, for one the sharder drains,
-// removes the shard and drain labels instead, so that the sharder can give
-// it to another shard.
-func (s Shard) Reconciler(c client.Client, obj client.Object, r reconcile.Reconciler) reconcile.Reconciler {
+// Forgetter is a controller's reconciler that can drop what it holds for an
+// object (its metrics' series, what it remembers): one the shard no longer
+// has.
+type Forgetter interface {
+	reconcile.Reconciler
+	Forget(reconcile.Request)
+}
+
+// Reconciler wraps r, the reconciler of the sharded kind obj, as the
+// project's shardcontroller.Reconciler does: it reconciles only objects
+// assigned to the shard and, for one the sharder drains, removes the shard
+// and drain labels instead, so that the sharder can give it to another
+// shard. Unlike that one, it has r forget every object the shard gives up,
+// or no longer finds, so that no series of a Cluster another shard now
+// reports stays behind to fire an alert.
+func (s Shard) Reconciler(c client.Client, obj client.Object, r Forgetter) reconcile.Reconciler {
 	if !s.Enabled() {
 		return r
 	}
-	return &shardcontroller.Reconciler{Object: obj, Client: c, ControllerRingName: s.ControllerRing, ShardName: s.Name, Do: r}
+	return &shardReconciler{shard: s, client: c, object: obj, do: r}
+}
+
+type shardReconciler struct {
+	shard  Shard
+	client client.Client
+	object client.Object
+	do     Forgetter
+}
+
+func (r *shardReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	obj := r.object.DeepCopyObject().(client.Object)
+	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted, or moved to another shard.
+			r.do.Forget(req)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	shardLabel, drainLabel := shardingv1alpha1.LabelShard(r.shard.ControllerRing), shardingv1alpha1.LabelDrain(r.shard.ControllerRing)
+	objLabels := obj.GetLabels()
+	if objLabels[shardLabel] != r.shard.Name {
+		r.do.Forget(req)
+		return reconcile.Result{}, nil
+	}
+	if _, drain := objLabels[drainLabel]; drain {
+		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+		delete(objLabels, shardLabel)
+		delete(objLabels, drainLabel)
+		obj.SetLabels(objLabels)
+		if err := r.client.Patch(ctx, obj, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("handing %s over to the sharder: %w", req, err)
+		}
+		log.FromContext(ctx).Info("Handed over to the sharder, which drains it from this shard", "shard", r.shard.Name)
+		r.do.Forget(req)
+		return reconcile.Result{}, nil
+	}
+	return r.do.Reconcile(ctx, req)
 }

@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,9 +30,9 @@ func TestUnshardedChangesNothing(t *testing.T) {
 	if opts.LeaderElection || opts.LeaderElectionResourceLockInterface != nil || opts.Cache.ByObject != nil {
 		t.Errorf("an unsharded manager's options changed: %+v", opts)
 	}
-	inner := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
-	if r := s.Reconciler(nil, &v1alpha1.Cluster{}, inner); r == nil {
-		t.Error("no reconciler")
+	inner := &recorder{}
+	if r := s.Reconciler(nil, &v1alpha1.Cluster{}, inner); r != reconcile.Reconciler(inner) {
+		t.Errorf("an unsharded manager's reconciler is wrapped: %T", r)
 	}
 	if !s.Predicate().Generic(event.GenericEvent{Object: &v1alpha1.Cluster{}}) {
 		t.Error("an unsharded predicate without predicates refuses an object")
@@ -105,24 +106,35 @@ func TestPredicatePassesTheShardsObjectsAndEveryDrainedOne(t *testing.T) {
 	}
 }
 
-func TestReconcilerHandsOverADrainedClusterWithoutReconcilingIt(t *testing.T) {
+// recorder is a controller's reconciler that records what it is asked.
+type recorder struct{ reconciled, forgotten []string }
+
+func (r *recorder) Reconcile(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.reconciled = append(r.reconciled, req.Name)
+	return reconcile.Result{}, nil
+}
+
+func (r *recorder) Forget(req reconcile.Request) { r.forgotten = append(r.forgotten, req.Name) }
+
+func TestReconcilerReconcilesOnlyTheShardsAndForgetsWhatItGivesUp(t *testing.T) {
 	s := Shard{ControllerRing: "carousel", Name: "shard-a"}
 	shardLabel, drainLabel := shardingv1alpha1.LabelShard("carousel"), shardingv1alpha1.LabelDrain("carousel")
-	drained := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "drained", Labels: map[string]string{shardLabel: "shard-a", drainLabel: "true", "env": "prod"}}}
-	mine := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "mine", Labels: map[string]string{shardLabel: "shard-a"}}}
-	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(drained, mine).Build()
-	var reconciled []string
-	r := s.Reconciler(c, &v1alpha1.Cluster{}, reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
-		reconciled = append(reconciled, req.Name)
-		return reconcile.Result{}, nil
-	}))
-	for _, obj := range []client.Object{drained, mine} {
-		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)}); err != nil {
+	cluster := func(name string, l map[string]string) *v1alpha1.Cluster {
+		return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: name, Labels: l}}
+	}
+	drained := cluster("drained", map[string]string{shardLabel: "shard-a", drainLabel: "true", "env": "prod"})
+	mine := cluster("mine", map[string]string{shardLabel: "shard-a"})
+	theirs := cluster("theirs", map[string]string{shardLabel: "shard-b"})
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(drained, mine, theirs).Build()
+	inner := &recorder{}
+	r := s.Reconciler(c, &v1alpha1.Cluster{}, inner)
+	for _, name := range []string{"drained", "mine", "theirs", "gone"} {
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "fleet", Name: name}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if len(reconciled) != 1 || reconciled[0] != "mine" {
-		t.Errorf("reconciled %v, want only mine", reconciled)
+	if fmt.Sprint(inner.reconciled) != "[mine]" || fmt.Sprint(inner.forgotten) != "[drained theirs gone]" {
+		t.Errorf("reconciled %v and forgot %v; want [mine], and [drained theirs gone]", inner.reconciled, inner.forgotten)
 	}
 	got := &v1alpha1.Cluster{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(drained), got); err != nil {

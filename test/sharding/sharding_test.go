@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	shardingv1alpha1 "github.com/timebertt/kubernetes-controller-sharding/pkg/apis/sharding/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -36,6 +41,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/nodeagent"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/test/framework"
 )
@@ -139,12 +147,64 @@ func startSharder() {
 		fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", webhook.LocalServingPort), "--webhook-ca-file="+ca)
 }
 
+// shard is a manager process running as one shard of the ring.
+type shard struct {
+	cmd     *exec.Cmd
+	metrics string // its metrics endpoint, plain HTTP on loopback
+}
+
 // startShard runs the manager binary as shard name of the ring.
-func startShard(name string) *exec.Cmd {
+func startShard(name string) *shard {
 	GinkgoHelper()
-	return start(name, os.Getenv("CAROUSEL_MANAGER"), "--kubeconfig="+kubeconfigOf(name, "carousel-shards"),
+	port, err := framework.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+	s := &shard{metrics: fmt.Sprintf("127.0.0.1:%d", port)}
+	s.cmd = start(name, os.Getenv("CAROUSEL_MANAGER"), "--kubeconfig="+kubeconfigOf(name, "carousel-shards"),
 		"--shard-controller-ring="+ring, "--shard-name="+name, "--shard-lease-namespace=default", "--webhook=false",
-		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+		"--metrics-bind-address="+s.metrics, "--metrics-secure=false", "--health-probe-bind-address=0")
+	return s
+}
+
+// signed is how many kubelet client CSRs of cluster the shard signed; 0
+// when it has no such series.
+func (s *shard) signed(cluster string) float64 {
+	GinkgoHelper()
+	resp, err := http.Get("http://" + s.metrics + "/metrics") //nolint:noctx // a loopback read
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, m := range families["carousel_csr_signed_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "cluster" && l.GetValue() == cluster {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// bootstrapKubelet has a kubelet of node create its client CSR in the
+// managed cluster of c with the bootstrap kubeconfig Carousel published, and
+// waits for the certificate.
+func bootstrapKubelet(ctx context.Context, c *v1alpha1.Cluster, node string) {
+	GinkgoHelper()
+	secret := &corev1.Secret{}
+	Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, secret)
+	}).Should(Succeed())
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[v1alpha1.DataKeyKubeconfig])
+	Expect(err).NotTo(HaveOccurred())
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	Expect(err).NotTo(HaveOccurred())
+	csr, err := nodeagent.ClientCSR(node, node, key, 0)
+	Expect(err).NotTo(HaveOccurred())
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	_, err = nodeagent.RequestCertificate(waitCtx, kubernetes.NewForConfigOrDie(cfg), csr, key)
+	Expect(err).NotTo(HaveOccurred())
 }
 
 // readyShards are the shards the sharder counts as ready.
@@ -210,7 +270,7 @@ var _ = Describe("Three shards", func() {
 			}},
 		}}
 		Expect(k8s.Create(ctx, controllerRing)).To(Succeed())
-		procs := map[string]*exec.Cmd{}
+		procs := map[string]*shard{}
 		var names []string
 		for i := range shards {
 			name := fmt.Sprintf("shard-%d", i)
@@ -231,7 +291,31 @@ var _ = Describe("Three shards", func() {
 				g.Expect(meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue(), c.Name)
 			}
 		}).WithTimeout(3 * time.Minute).Should(Succeed())
+		By("a Cluster with a real managed API server: its kubelet CSRs are signed by its shard alone")
+		plane := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: filepath.Join(workDir, "plane")}
+		Expect(plane.ReservePorts()).To(Succeed())
+		DeferCleanup(plane.Stop)
+		managed := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "managed"},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: plane.Endpoint()}}}
+		Expect(k8s.Create(ctx, managed)).To(Succeed())
+		Eventually(func() error { return plane.WriteCredentials(ctx, k8s, managed) }).Should(Succeed(), "Carousel issues the plane's credentials")
+		Expect(plane.Start(ctx)).To(Succeed())
+		bootstrapKubelet(ctx, managed, "node-before")
 		before := owners(ctx)
+		expectSignedOnlyBy := func(owner string, want float64) {
+			GinkgoHelper()
+			for name, s := range procs {
+				if s.cmd.ProcessState != nil {
+					continue // killed
+				}
+				if name == owner {
+					Expect(s.signed(managed.Name)).To(Equal(want), "CSRs of %s signed by its shard %s", managed.Name, name)
+				} else {
+					Expect(s.signed(managed.Name)).To(BeZero(), "CSRs of %s signed by %s, which does not own it", managed.Name, name)
+				}
+			}
+		}
+		expectSignedOnlyBy(before[managed.Name], 1)
 		perShard := map[string][]string{}
 		for cluster, shard := range before {
 			perShard[shard] = append(perShard[shard], cluster)
@@ -241,10 +325,11 @@ var _ = Describe("Three shards", func() {
 		}
 		Expect(perShard).To(HaveLen(shards), "and no Cluster is unassigned")
 
-		By("shard-1 killed: its Clusters move to the others, which reconcile them")
-		victim := "shard-1"
-		Expect(procs[victim].Process.Kill()).To(Succeed())
-		_ = procs[victim].Wait()
+		By("the managed Cluster's shard killed: its Clusters move to the others, which reconcile them")
+		victim := before[managed.Name]
+		survivors := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == victim })
+		Expect(procs[victim].cmd.Process.Kill()).To(Succeed())
+		_ = procs[victim].cmd.Wait()
 		killed := time.Now()
 		for _, name := range perShard[victim] {
 			c := &v1alpha1.Cluster{}
@@ -256,7 +341,7 @@ var _ = Describe("Three shards", func() {
 		Eventually(func(g Gomega) {
 			now := owners(ctx)
 			for _, name := range perShard[victim] {
-				g.Expect(now[name]).To(BeElementOf("shard-0", "shard-2"), name)
+				g.Expect(now[name]).To(BeElementOf(survivors), name)
 				c := &v1alpha1.Cluster{}
 				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, c)).To(Succeed())
 				g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation), "%s not reconciled by its new shard yet", name)
@@ -264,6 +349,8 @@ var _ = Describe("Three shards", func() {
 		}).WithTimeout(2 * time.Minute).Should(Succeed())
 		pickedUp := time.Since(killed)
 		after := owners(ctx)
+		bootstrapKubelet(ctx, managed, "node-after")
+		expectSignedOnlyBy(after[managed.Name], 1)
 
 		By("a campaign, assigned to one shard, rotates the Clusters of both")
 		// From here the campaign's shard also writes the other shards' Clusters, as a user would: it sets their operation annotation.
@@ -276,13 +363,13 @@ var _ = Describe("Three shards", func() {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(rc), rc)).To(Succeed())
 			g.Expect(rc.Status.Phase).To(Equal(v1alpha1.CampaignPrepared), "%+v", rc.Status.Clusters)
 		}).WithTimeout(3 * time.Minute).Should(Succeed())
-		Expect(rc.Labels[shardingv1alpha1.LabelShard(ring)]).To(BeElementOf("shard-0", "shard-2"))
+		Expect(rc.Labels[shardingv1alpha1.LabelShard(ring)]).To(BeElementOf(survivors))
 		Expect(rc.Status.Clusters).To(Equal(v1alpha1.CampaignClusterCounts{Selected: nClusters, Done: nClusters}))
 
 		By("shard-3 joins: the sharder drains some Clusters from the others, which hand them over, and shard-3 reconciles them")
 		joined := time.Now()
 		procs["shard-3"] = startShard("shard-3")
-		Eventually(func() []string { return readyShards(ctx) }).Should(Equal([]string{"shard-0", "shard-2", "shard-3"}))
+		Eventually(func() []string { return readyShards(ctx) }).Should(Equal(append(slices.Clone(survivors), "shard-3")))
 		Eventually(func() []string { return slices.Collect(maps.Values(owners(ctx))) }).WithTimeout(2 * time.Minute).Should(ContainElement("shard-3"))
 		var list v1alpha1.ClusterList
 		Expect(k8s.List(ctx, &list, client.InNamespace(namespace))).To(Succeed())
@@ -336,10 +423,10 @@ var _ = Describe("Three shards", func() {
 				moved++
 			}
 		}
-		AddReportEntry("sharding", fmt.Sprintf("%d Clusters on %d shards %v; killed %s's %d Clusters picked up and reconciled %s after the kill; "+
+		AddReportEntry("sharding", fmt.Sprintf("%d Clusters on %d shards %v; killed %s's %d Clusters (the managed one among them) picked up and reconciled %s after the kill; "+
 			"a campaign of all %d on %s; shard-3 joined and took %d of them (%d written first by their old shard, acknowledging the drain); %d writes to Clusters by shards; "+
 			"409 conflicts before the campaign %d, during it %d, after shard-3 joined %d",
-			nClusters, shards, counts(perShard), victim, len(perShard[victim]), pickedUp.Round(100*time.Millisecond),
+			nClusters+1, shards, counts(perShard), victim, len(perShard[victim]), pickedUp.Round(100*time.Millisecond),
 			nClusters, rc.Labels[shardingv1alpha1.LabelShard(ring)], countOf(rebalanced, "shard-3"), moved, len(writes), conflicts[0], conflicts[1], conflicts[2]))
 	})
 })

@@ -251,6 +251,8 @@ const (
 	ReasonCampaignHalted = "FailureBudgetExceeded"
 	// ReasonCampaignStepDone (False): every selected Cluster finished the step.
 	ReasonCampaignStepDone = "StepDone"
+	// ReasonCampaignNoClusterSelected (False): the selector picks no Cluster.
+	ReasonCampaignNoClusterSelected = "NoClusterSelected"
 )
 
 // Event reasons Carousel records on a RotationCampaign.

@@ -16,7 +16,8 @@ import (
 	"github.com/carousel-dev/carousel/pkg/sharding"
 )
 
-// +kubebuilder:rbac:groups=carousel.dev,resources=rotationcampaigns,verbs=get;list;watch
+// A shard patches a campaign's labels to hand it over to the sharder.
+// +kubebuilder:rbac:groups=carousel.dev,resources=rotationcampaigns,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=carousel.dev,resources=rotationcampaigns/status,verbs=get;update;patch
 
 // ControllerName names the controller in logs, metrics and events.

@@ -3,6 +3,9 @@ package campaign
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,12 +35,29 @@ type Reconciler struct {
 	// cache holds only its own Clusters, reads them from the API server.
 	Clusters client.Reader
 	// Resync, when set, is how soon a campaign with Clusters left is looked
-	// at again even if none of them changed: a shard hears only of its own
-	// Clusters' changes.
+	// at again even if none of them changed (and a finished one six times
+	// as late): a shard hears only of its own Clusters' changes.
 	Resync   time.Duration
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	Metrics  *Metrics
+
+	// memory is what this process did that its cache may not show yet.
+	memory memory
+}
+
+// memory holds, per campaign, the Clusters it set the operation on whose
+// annotation its cache does not show yet, so that a stale view never counts
+// them as pending and starts more than the budget; and, per Cluster, the
+// webhook's refusal of the operation, until the Cluster changes.
+type memory struct {
+	mu      sync.Mutex
+	started map[types.NamespacedName]sets.Set[string]
+	refused map[types.UID]refusal
+}
+
+type refusal struct {
+	resourceVersion, message string
 }
 
 // Reconcile looks at one campaign and its Clusters.
@@ -43,7 +65,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	rc := &v1alpha1.RotationCampaign{}
 	if err := r.Client.Get(ctx, req.NamespacedName, rc); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Metrics.forget(req.Namespace, req.Name)
+			r.Forget(req)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -72,35 +94,153 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	standings := make([]campaign.Standing, 0, len(clusters))
-	for _, c := range clusters {
-		standings = append(standings, campaign.Classify(step, rc.Status.StartTime.Time, rc.Spec.ProgressDeadlineOrDefault(), c, now))
+	classify := func() []campaign.Standing {
+		standings := make([]campaign.Standing, 0, len(clusters))
+		for _, c := range clusters {
+			standings = append(standings, campaign.Classify(step, rc.Status.StartTime.Time, rc.Spec.ProgressDeadlineOrDefault(), c, now))
+		}
+		return r.memory.amend(req.NamespacedName, clusters, standings)
 	}
-	d := campaign.Plan(&rc.Spec, standings)
+	d := campaign.Plan(&rc.Spec, classify())
 
 	byName := make(map[string]*v1alpha1.Cluster, len(clusters))
 	for _, c := range clusters {
 		byName[c.Name] = c
 	}
-	for i, name := range d.Start {
-		if err := r.start(ctx, rc, byName[name], step); err != nil {
+	var started []string
+	refusals := false
+	for _, name := range d.Start {
+		refused, err := r.start(ctx, rc, byName[name], step)
+		if err != nil {
+			r.recordWave(rc, step, started)
 			return ctrl.Result{}, err
 		}
-		r.Recorder.Eventf(rc, byName[name], corev1.EventTypeNormal, v1alpha1.EventCampaignOperationStarted, "Rotate",
-			"%s on Cluster %s (%d of %d started in this wave)", campaign.Operation(step), name, i+1, len(d.Start))
+		if refused {
+			refusals = true
+			continue
+		}
+		started = append(started, name)
+	}
+	r.recordWave(rc, step, started)
+	if refusals {
+		// The refused Clusters count as failed now; the next pass fills
+		// their places, or halts.
+		d = campaign.Plan(&rc.Spec, classify())
+		d.Start = nil
 	}
 	if err := r.writeStatus(ctx, rc, d, now); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.Metrics.record(rc)
-	var result ctrl.Result
+	return r.next(d, now, refusals), nil
+}
+
+// Forget drops what the controller holds for a campaign that is gone, or
+// no longer this shard's.
+func (r *Reconciler) Forget(req ctrl.Request) {
+	r.Metrics.forget(req.Namespace, req.Name)
+	r.memory.forget(req.NamespacedName)
+}
+
+// next is when the campaign is looked at again without a change: when a
+// rotating Cluster would fail its deadline, right away after a refusal, and
+// every Resync in a shard.
+func (r *Reconciler) next(d campaign.Decision, now time.Time, refusals bool) ctrl.Result {
+	var after []time.Duration
 	if !d.RecheckAt.IsZero() {
-		result.RequeueAfter = d.RecheckAt.Sub(now)
+		after = append(after, d.RecheckAt.Sub(now))
 	}
-	if r.Resync > 0 && d.Progressing.Reason != v1alpha1.ReasonCampaignStepDone && (result.RequeueAfter == 0 || r.Resync < result.RequeueAfter) {
-		result.RequeueAfter = r.Resync
+	if refusals {
+		after = append(after, time.Second)
 	}
-	return result, nil
+	if r.Resync > 0 {
+		resync := r.Resync
+		if d.Progressing.Reason == v1alpha1.ReasonCampaignStepDone {
+			resync *= 6
+		}
+		after = append(after, resync)
+	}
+	if len(after) == 0 {
+		return ctrl.Result{}
+	}
+	return ctrl.Result{RequeueAfter: slices.Min(after)}
+}
+
+// recordWave records one event for the Clusters a pass started.
+func (r *Reconciler) recordWave(rc *v1alpha1.RotationCampaign, step v1alpha1.CampaignStep, started []string) {
+	if len(started) == 0 {
+		return
+	}
+	const most = 10
+	names := strings.Join(started[:min(len(started), most)], ", ")
+	if len(started) > most {
+		names += fmt.Sprintf(" and %d more", len(started)-most)
+	}
+	r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, v1alpha1.EventCampaignOperationStarted, "Rotate",
+		"%s on %d Clusters: %s", campaign.Operation(step), len(started), names)
+}
+
+// amend corrects what the cache shows of campaign's Clusters with what this
+// process did: a Cluster it started whose annotation the cache does not
+// show yet is in progress, not pending; one the webhook refused, unchanged
+// since, has failed. Clusters the cache shows taking the operation, and
+// changed refused ones, are forgotten.
+func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cluster, standings []campaign.Standing) []campaign.Standing {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	started := m.started[campaignKey]
+	selected := sets.New[string]()
+	for i, c := range clusters {
+		s := &standings[i]
+		selected.Insert(c.Name)
+		if started.Has(c.Name) {
+			if s.State == v1alpha1.CampaignClusterPending {
+				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested"
+			} else {
+				started.Delete(c.Name)
+			}
+		}
+		if refused, ok := m.refused[c.UID]; ok {
+			if refused.resourceVersion != c.ResourceVersion {
+				delete(m.refused, c.UID)
+			} else if s.State == v1alpha1.CampaignClusterPending {
+				s.State, s.Message = v1alpha1.CampaignClusterFailed, "refused: "+refused.message
+			}
+		}
+	}
+	for name := range started {
+		if !selected.Has(name) {
+			started.Delete(name)
+		}
+	}
+	return standings
+}
+
+func (m *memory) remember(campaignKey types.NamespacedName, cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started == nil {
+		m.started = map[types.NamespacedName]sets.Set[string]{}
+	}
+	if m.started[campaignKey] == nil {
+		m.started[campaignKey] = sets.New[string]()
+	}
+	m.started[campaignKey].Insert(cluster)
+}
+
+func (m *memory) refuse(c *v1alpha1.Cluster, message string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refused == nil {
+		m.refused = map[types.UID]refusal{}
+	}
+	m.refused[c.UID] = refusal{resourceVersion: c.ResourceVersion, message: message}
+}
+
+func (m *memory) forget(campaignKey types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.started, campaignKey)
 }
 
 // selected lists the campaign's Clusters that are not being deleted.
@@ -127,27 +267,32 @@ func (r *Reconciler) selected(ctx context.Context, rc *v1alpha1.RotationCampaign
 }
 
 // start sets the step's operation on c. The patch carries the
-// resourceVersion the decision was made on: if the cache was behind, it
-// fails with a conflict and the campaign looks again, so that a stale view
-// never starts more Clusters than the budget. A refusal by the Cluster
-// webhook is recorded on the campaign and retried with backoff.
-func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c *v1alpha1.Cluster, step v1alpha1.CampaignStep) error {
-	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+// resourceVersion the decision was made on, so that an operation is never
+// set on a Cluster that changed since (a conflict: the campaign looks
+// again). A refusal by the Cluster webhook is recorded as an event and
+// remembered until the Cluster changes; it reports refused, not an error.
+func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c *v1alpha1.Cluster, step v1alpha1.CampaignStep) (refused bool, err error) {
+	before := c.DeepCopy()
+	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[v1alpha1.OperationAnnotation] = campaign.Operation(step)
-	err := r.Client.Patch(ctx, c, patch)
+	c.Annotations[v1alpha1.OperationAnnotation] = string(campaign.Operation(step))
+	err = r.Client.Patch(ctx, c, patch)
 	switch {
 	case err == nil:
+		r.memory.remember(client.ObjectKeyFromObject(rc), c.Name)
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
-		return nil
+		return false, nil
 	case apierrors.IsConflict(err):
-		return fmt.Errorf("cluster %s changed since it was looked at: looking again: %w", c.Name, err)
+		return false, fmt.Errorf("cluster %s changed since it was looked at: looking again: %w", c.Name, err)
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		r.Recorder.Eventf(rc, c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Rotate", "cluster %s refused %s: %v", c.Name, campaign.Operation(step), err)
+		r.memory.refuse(before, err.Error())
+		r.Recorder.Eventf(rc, before, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Rotate",
+			"cluster %s refused %s: %v", c.Name, campaign.Operation(step), err)
+		return true, nil
 	}
-	return fmt.Errorf("starting %s on cluster %s: %w", campaign.Operation(step), c.Name, err)
+	return false, fmt.Errorf("starting %s on cluster %s: %w", campaign.Operation(step), c.Name, err)
 }
 
 // writeStatus writes d into the campaign's status, and the time a step

@@ -69,12 +69,16 @@ type Reconciler struct {
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
 const DefaultMaxManagedPollInterval = 5 * time.Minute
 
+// Forget drops the metrics' series of a Cluster that is gone, or no longer
+// this shard's.
+func (r *Reconciler) Forget(req ctrl.Request) { r.Metrics.forget(req.Namespace, req.Name) }
+
 // Reconcile brings one Cluster's credentials to the state its phase requires.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	c := &v1alpha1.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Metrics.forget(req.Namespace, req.Name)
+			r.Forget(req)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err

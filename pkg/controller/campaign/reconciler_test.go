@@ -1,0 +1,117 @@
+package campaign
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/scheme"
+)
+
+// readyCluster is a Ready Cluster of the fleet, never rotated.
+func readyCluster(name string) *v1alpha1.Cluster {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: name, UID: types.UID("uid-" + name), Generation: 1,
+		Labels: map[string]string{"fleet": "blue"}}}
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonCredentialsIssued, ObservedGeneration: 1})
+	return c
+}
+
+// fixture is a campaign of one at a time over the Clusters a, b and c, whose
+// Cluster patches go through patch.
+func fixture(t *testing.T, patch func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error) (*Reconciler, client.Client, *events.FakeRecorder) {
+	t.Helper()
+	rc := &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "wave", Generation: 1},
+		Spec: v1alpha1.RotationCampaignSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"fleet": "blue"}},
+			MaxConcurrent: ptr.To(intstr.FromInt32(1)), MaxFailures: ptr.To(intstr.FromInt32(5))}}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithStatusSubresource(&v1alpha1.RotationCampaign{}).
+		WithObjects(rc, readyCluster("a"), readyCluster("b"), readyCluster("c")).
+		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*v1alpha1.Cluster); ok {
+				return patch(ctx, c, obj, p, opts...)
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		}}).Build()
+	recorder := events.NewFakeRecorder(10)
+	return &Reconciler{Client: c, Clock: clocktesting.NewFakeClock(time.Now()), Recorder: recorder}, c, recorder
+}
+
+func reconcileWave(t *testing.T, r *Reconciler) *v1alpha1.RotationCampaign {
+	t.Helper()
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "fleet", Name: "wave"}}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	rc := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(context.Background(), req.NamespacedName, rc); err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// A cache that does not show the annotation the campaign set yet must not
+// make it start a second Cluster past its budget of one.
+func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
+	var patched []string
+	r, _, _ := fixture(t, func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
+		patched = append(patched, obj.GetName()) // accepted, but the reads go on showing the Cluster as it was
+		return nil
+	})
+	reconcileWave(t, r)
+	rc := reconcileWave(t, r)
+	if len(patched) != 1 || patched[0] != "a" {
+		t.Fatalf("patched %v, want only a: the budget is one", patched)
+	}
+	if rc.Status.Clusters.InProgress != 1 || rc.Status.Clusters.Pending != 2 {
+		t.Errorf("counts %+v, want a in progress and two pending", rc.Status.Clusters)
+	}
+}
+
+// A refused Cluster fails, is not asked again while it does not change, and
+// does not keep the campaign from starting the next one.
+func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
+	var patched []string
+	r, _, recorder := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		patched = append(patched, obj.GetName())
+		if obj.GetName() == "a" {
+			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New("the cluster says no"))
+		}
+		return c.Patch(ctx, obj, p, opts...)
+	})
+	reconcileWave(t, r)
+	rc := reconcileWave(t, r)
+	if len(patched) != 2 || patched[0] != "a" || patched[1] != "b" {
+		t.Fatalf("patched %v, want a (refused) once, then b", patched)
+	}
+	if rc.Status.Clusters.Failed != 1 || rc.Status.Clusters.InProgress != 1 || rc.Status.Phase != v1alpha1.CampaignStarting {
+		t.Errorf("status %+v in phase %s, want a failed, b in progress, still Starting", rc.Status.Clusters, rc.Status.Phase)
+	}
+	if len(rc.Status.Blocking) == 0 || rc.Status.Blocking[0].Name != "a" || rc.Status.Blocking[0].State != v1alpha1.CampaignClusterFailed {
+		t.Errorf("blocking %+v, want a failed first", rc.Status.Blocking)
+	}
+	refusals := 0
+	for len(recorder.Events) > 0 {
+		if strings.HasPrefix(<-recorder.Events, "Warning "+v1alpha1.EventOperationRefused) {
+			refusals++
+		}
+	}
+	if refusals != 1 {
+		t.Errorf("%d refusal events, want one", refusals)
+	}
+}
