@@ -132,16 +132,20 @@ envtest: ## Build the test control plane (kube-apiserver, etcd, the kubelet, kub
 	./hack/envtest.sh $(KUBEBUILDER_ASSETS)
 
 # What the suites share is built first, once. Then two lanes run side by side: the end-to-end suite, the
-# longest, alone, and the others one after the other; each lane's output is printed when it ends. The
-# end-to-end suite checks the host's network namespaces only for its own processes and orphans
+# longest, then the sharding suite, and the others one after the other; each lane's output is printed when it
+# ends. The end-to-end suite checks the host's network namespaces only for its own processes and orphans
 # (test/framework/hoststate.go), so the chart suite's kubelet environment beside it does not disturb it.
 .PHONY: test
 test: envtest build $(HELM) ## Run every test suite (what CI runs).
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-e2e test-lane-others
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-e2e test-lane-others
+
+.PHONY: test-lane-e2e
+test-lane-e2e:
+	for suite in test-e2e test-sharding; do $(MAKE) --no-print-directory "$${suite}"; done
 
 .PHONY: test-lane-others
 test-lane-others:
-	for suite in test-unit test-integration test-kubeadm test-sharding chart-test test-rules; do $(MAKE) --no-print-directory "$${suite}"; done
+	for suite in test-unit test-integration test-kubeadm chart-test test-rules; do $(MAKE) --no-print-directory "$${suite}"; done
 
 .PHONY: test-unit
 test-unit: fuzz-targets ## Unit tests (every fuzz target's seed corpus included): no API server needed.
@@ -188,8 +192,8 @@ test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etc
 	$(GO_TEST) -count=1 -timeout 20m ./test/integration/... $(GINKGO_ARGS)
 
 .PHONY: test-sharding
-test-sharding: envtest build ## Three manager processes as shards of kubernetes-controller-sharding's sharder: assignment, a killed shard's Clusters picked up, no Cluster written by two shards.
-	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -count=1 -v -timeout 15m ./test/sharding/... $(GINKGO_ARGS)
+test-sharding: envtest build $(HELM) ## Three manager processes as shards of kubernetes-controller-sharding's sharder, with the chart's RBAC: assignment, a killed shard's Clusters picked up, no Cluster written by two shards.
+	HELM=$(HELM) CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -count=1 -v -timeout 15m ./test/sharding/... $(GINKGO_ARGS)
 
 .PHONY: test-kubeadm
 test-kubeadm: envtest ## kubeadm's own token discovery (k8s.io/kubernetes v1.36.3, a module of its own) against the cluster-info Carousel signs.

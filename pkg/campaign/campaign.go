@@ -221,7 +221,7 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 	case halted:
 		d.Phase = v1alpha1.CampaignHalted
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignHalted, fmt.Sprintf(
-			"%d Clusters failed, more than maxFailures allows (%d of %d): %s. No further Cluster is started until they recover or the budget is raised",
+			"failed Clusters: %d, more than maxFailures allows (%d of %d): %s. No further Cluster is started until they recover or the budget is raised",
 			len(failed), maxFailures, selected, truncatedList(failed)))
 	case spec.Paused:
 		d.Phase = v1alpha1.CampaignPaused

@@ -177,7 +177,7 @@ func TestPlan(t *testing.T) {
 		{"waiting and skipped Clusters are not started", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(5)}, "WSP", []string{"c02"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "1 waiting"},
 		{"a failure within the budget goes on", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(2), MaxFailures: n(1)}, "FPP", []string{"c01", "c02"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "1 failed (at most 1 allowed)"},
 		{"a failed Cluster still rotating keeps its place", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(2), MaxFailures: n(1)}, "XPP", []string{"c01"}, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignProgressing, "2 rotating"},
-		{"the first failure halts by default", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(5)}, "DFPP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "1 Clusters failed, more than maxFailures allows (0 of 4): c01"},
+		{"the first failure halts by default", v1alpha1.RotationCampaignSpec{MaxConcurrent: n(5)}, "DFPP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "failed Clusters: 1, more than maxFailures allows (0 of 4): c01"},
 		{"a percentage of failures rounds down", v1alpha1.RotationCampaignSpec{MaxFailures: pct("30%")}, "FFPPP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "(1 of 5)"},
 		{"halted before paused", v1alpha1.RotationCampaignSpec{Paused: true}, "FP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "c00"},
 		{"paused starts none", v1alpha1.RotationCampaignSpec{Paused: true, MaxConcurrent: n(5)}, "IPP", nil, v1alpha1.CampaignPaused, v1alpha1.ReasonCampaignPaused, "1 rotating, 2 pending"},

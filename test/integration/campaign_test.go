@@ -201,7 +201,7 @@ var _ = Describe("RotationCampaign", func() {
 		rc = waitForCampaign(ctx, key, v1alpha1.CampaignHalted, 30*time.Second)
 		Expect(meta.FindStatusCondition(rc.Status.Conditions, v1alpha1.ConditionCampaignProgressing)).To(And(
 			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonCampaignHalted),
-			HaveField("Message", ContainSubstring("1 Clusters failed, more than maxFailures allows (0 of 6): blue-02"))))
+			HaveField("Message", ContainSubstring("failed Clusters: 1, more than maxFailures allows (0 of 6): blue-02"))))
 		Expect(rc.Status.Blocking).To(ConsistOf(And(HaveField("Name", "blue-02"), HaveField("State", v1alpha1.CampaignClusterFailed),
 			HaveField("Message", HavePrefix("not Ready (CALost): ")))))
 		Expect(rc.Status.Clusters).To(Equal(v1alpha1.CampaignClusterCounts{Selected: 6, Pending: 5, Failed: 1}))
@@ -216,7 +216,11 @@ var _ = Describe("RotationCampaign", func() {
 			return events.Items
 		}).Should(ContainElement(And(HaveField("Reason", v1alpha1.EventCampaignHalted), HaveField("Type", corev1.EventTypeWarning),
 			HaveField("InvolvedObject.Name", "careful"))))
-		out, err := kubectlCarousel(ctx, "campaign", "start", "careful-wait", "-n", ns, "-l", "fleet=blue", "--wait", "--timeout", "1m")
+		out, err := kubectlCarousel(ctx, "campaign", "status", "careful", "-n", ns)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(And(MatchRegexp(`Phase:\s+Halted`), MatchRegexp(`blue-02\s+Failed\s+not Ready \(CALost\)`)))
+		AddReportEntry("a halted campaign", out)
+		out, err = kubectlCarousel(ctx, "campaign", "start", "careful-wait", "-n", ns, "-l", "fleet=blue", "--wait", "--timeout", "1m")
 		Expect(err).To(MatchError(ContainSubstring("rotationcampaign "+ns+"/careful-wait halted: kubectl carousel campaign status careful-wait")), out)
 		Expect(k8s.Delete(ctx, &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "careful-wait"}})).To(Succeed())
 		Eventually(func() float64 {

@@ -1,8 +1,9 @@
 // Package sharding runs Carousel's controller manager as three shards of one
 // ControllerRing of kubernetes-controller-sharding's sharder, each a process
-// of the manager binary, on a real kube-apiserver: the sharder assigns the
-// Clusters, a killed shard's Clusters move to the others, and no Cluster is
-// written by two shards.
+// of the manager binary with the chart's permissions, on a real
+// kube-apiserver: the sharder assigns the Clusters, a killed shard's Clusters
+// (and their kubelets' CSRs) move to the others, a joining shard takes some
+// through drains, and no Cluster is written by two shards.
 package sharding
 
 import (
@@ -39,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -56,10 +58,13 @@ func TestSharding(t *testing.T) {
 }
 
 const (
-	ring      = "carousel"
-	shards    = 3
-	nClusters = 120
-	namespace = "fleet"
+	// releaseNamespace is where the chart would run the shards, and where
+	// their Leases are.
+	releaseNamespace = "carousel-system"
+	ring             = "carousel"
+	shards           = 3
+	nClusters        = 120
+	namespace        = "fleet"
 )
 
 var (
@@ -98,13 +103,42 @@ rules:
 	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme.New()})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
+	for _, ns := range []string{namespace, releaseNamespace} {
+		Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	}
+	applyChartRBAC(context.Background())
 })
+
+// applyChartRBAC creates the chart's RBAC as helm renders it with sharding
+// on, its bindings given to the group of the shards: the shards run with
+// exactly the chart's permissions.
+func applyChartRBAC(ctx context.Context) {
+	GinkgoHelper()
+	helm := os.Getenv("HELM")
+	Expect(helm).NotTo(BeEmpty(), "run the suite with `make test-sharding`, which builds helm")
+	out, err := exec.Command(helm, "template", "carousel", filepath.Join("..", "..", "charts", "carousel"), "--namespace", releaseNamespace,
+		"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "sharding.controllerRing="+ring,
+		"--show-only", "templates/rbac.yaml").Output()
+	Expect(err).NotTo(HaveOccurred())
+	applied := 0
+	for doc := range strings.SplitSeq(string(out), "\n---") {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil || obj.GetKind() == "" {
+			continue
+		}
+		if strings.HasSuffix(obj.GetKind(), "Binding") {
+			obj.Object["subjects"] = []any{map[string]any{"kind": "Group", "name": "carousel-shards", "apiGroup": "rbac.authorization.k8s.io"}}
+		}
+		Expect(k8s.Create(ctx, obj)).To(Succeed(), "%s %s", obj.GetKind(), obj.GetName())
+		applied++
+	}
+	Expect(applied).To(BeNumerically(">=", 4), "the chart's manager ClusterRole and Lease Role, and their bindings")
+}
 
 // kubeconfigOf writes the kubeconfig of a user in groups.
 func kubeconfigOf(name string, groups ...string) string {
 	GinkgoHelper()
-	user, err := env.AddUser(envtest.User{Name: name, Groups: append(groups, "system:masters")}, nil)
+	user, err := env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 	Expect(err).NotTo(HaveOccurred())
 	data, err := user.KubeConfig()
 	Expect(err).NotTo(HaveOccurred())
@@ -142,7 +176,7 @@ func startSharder() {
 	DeferCleanup(func() { _ = os.RemoveAll(webhook.LocalServingCertDir) })
 	ca := filepath.Join(workDir, "sharder-ca.crt")
 	Expect(os.WriteFile(ca, webhook.LocalServingCAData, 0o600)).To(Succeed())
-	start("sharder", filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "sharder"), "--kubeconfig="+kubeconfigOf("sharder"),
+	start("sharder", filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "sharder"), "--kubeconfig="+kubeconfigOf("sharder", "system:masters"),
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook.LocalServingPort), "--webhook-cert-dir="+webhook.LocalServingCertDir,
 		fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", webhook.LocalServingPort), "--webhook-ca-file="+ca)
 }
@@ -160,7 +194,7 @@ func startShard(name string) *shard {
 	Expect(err).NotTo(HaveOccurred())
 	s := &shard{metrics: fmt.Sprintf("127.0.0.1:%d", port)}
 	s.cmd = start(name, os.Getenv("CAROUSEL_MANAGER"), "--kubeconfig="+kubeconfigOf(name, "carousel-shards"),
-		"--shard-controller-ring="+ring, "--shard-name="+name, "--shard-lease-namespace=default", "--webhook=false",
+		"--shard-controller-ring="+ring, "--shard-name="+name, "--shard-lease-namespace="+releaseNamespace, "--webhook=false",
 		"--metrics-bind-address="+s.metrics, "--metrics-secure=false", "--health-probe-bind-address=0")
 	return s
 }
@@ -210,7 +244,7 @@ func bootstrapKubelet(ctx context.Context, c *v1alpha1.Cluster, node string) {
 // readyShards are the shards the sharder counts as ready.
 func readyShards(ctx context.Context) []string {
 	var leases coordinationv1.LeaseList
-	Expect(k8s.List(ctx, &leases, client.InNamespace("default"), client.MatchingLabels{shardingv1alpha1.LabelControllerRing: ring})).To(Succeed())
+	Expect(k8s.List(ctx, &leases, client.InNamespace(releaseNamespace), client.MatchingLabels{shardingv1alpha1.LabelControllerRing: ring})).To(Succeed())
 	var ready []string
 	for _, l := range leases.Items {
 		if l.Labels[shardingv1alpha1.LabelState] == "ready" {
@@ -422,6 +456,12 @@ var _ = Describe("Three shards", func() {
 			if len(runs) == 2 {
 				moved++
 			}
+		}
+		By("no shard was refused a request: the chart's permissions are enough")
+		for name := range procs {
+			log, err := os.ReadFile(filepath.Join(workDir, name+".log"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(log)).NotTo(ContainSubstring("forbidden"), "%s was refused a request", name)
 		}
 		AddReportEntry("sharding", fmt.Sprintf("%d Clusters on %d shards %v; killed %s's %d Clusters (the managed one among them) picked up and reconciled %s after the kill; "+
 			"a campaign of all %d on %s; shard-3 joined and took %d of them (%d written first by their old shard, acknowledging the drain); %d writes to Clusters by shards; "+

@@ -35,7 +35,7 @@ func readyCluster(name string) *v1alpha1.Cluster {
 
 // fixture is a campaign of one at a time over the Clusters a, b and c, whose
 // Cluster patches go through patch.
-func fixture(t *testing.T, patch func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error) (*Reconciler, client.Client, *events.FakeRecorder) {
+func fixture(t *testing.T, patch func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error) (*Reconciler, *events.FakeRecorder) {
 	t.Helper()
 	rc := &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "wave", Generation: 1},
 		Spec: v1alpha1.RotationCampaignSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"fleet": "blue"}},
@@ -49,7 +49,7 @@ func fixture(t *testing.T, patch func(ctx context.Context, c client.WithWatch, o
 			return c.Patch(ctx, obj, p, opts...)
 		}}).Build()
 	recorder := events.NewFakeRecorder(10)
-	return &Reconciler{Client: c, Clock: clocktesting.NewFakeClock(time.Now()), Recorder: recorder}, c, recorder
+	return &Reconciler{Client: c, Clock: clocktesting.NewFakeClock(time.Now()), Recorder: recorder}, recorder
 }
 
 func reconcileWave(t *testing.T, r *Reconciler) *v1alpha1.RotationCampaign {
@@ -69,7 +69,7 @@ func reconcileWave(t *testing.T, r *Reconciler) *v1alpha1.RotationCampaign {
 // make it start a second Cluster past its budget of one.
 func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 	var patched []string
-	r, _, _ := fixture(t, func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
+	r, _ := fixture(t, func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
 		patched = append(patched, obj.GetName()) // accepted, but the reads go on showing the Cluster as it was
 		return nil
 	})
@@ -87,7 +87,7 @@ func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 // does not keep the campaign from starting the next one.
 func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	var patched []string
-	r, _, recorder := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	r, recorder := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 		patched = append(patched, obj.GetName())
 		if obj.GetName() == "a" {
 			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New("the cluster says no"))
