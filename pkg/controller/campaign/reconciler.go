@@ -101,38 +101,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return r.memory.amend(req.NamespacedName, clusters, standings)
 	}
-	d := campaign.Plan(&rc.Spec, classify())
-
 	byName := make(map[string]*v1alpha1.Cluster, len(clusters))
 	for _, c := range clusters {
 		byName[c.Name] = c
 	}
+	// A refused Cluster counts as failed from then on, so planning again
+	// fills its place with the next one, or halts; it ends because each
+	// refusal fails one more Cluster.
+	var d campaign.Decision
 	var started []string
-	refusals := false
-	for _, name := range d.Start {
-		refused, err := r.start(ctx, rc, byName[name], step)
-		if err != nil {
-			r.recordWave(rc, step, started)
-			return ctrl.Result{}, err
+	for refusals := true; refusals; {
+		d, refusals = campaign.Plan(&rc.Spec, classify()), false
+		for _, name := range d.Start {
+			refused, err := r.start(ctx, rc, byName[name], step)
+			if err != nil {
+				r.recordWave(rc, step, started)
+				return ctrl.Result{}, err
+			}
+			if refused {
+				refusals = true
+				continue
+			}
+			started = append(started, name)
 		}
-		if refused {
-			refusals = true
-			continue
-		}
-		started = append(started, name)
 	}
 	r.recordWave(rc, step, started)
-	if refusals {
-		// The refused Clusters count as failed now; the next pass fills
-		// their places, or halts.
-		d = campaign.Plan(&rc.Spec, classify())
-		d.Start = nil
-	}
 	if err := r.writeStatus(ctx, rc, d, now); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.Metrics.record(rc)
-	return r.next(d, now, refusals), nil
+	return r.next(d, now), nil
 }
 
 // Forget drops what the controller holds for a campaign that is gone, or
@@ -143,15 +141,11 @@ func (r *Reconciler) Forget(req ctrl.Request) {
 }
 
 // next is when the campaign is looked at again without a change: when a
-// rotating Cluster would fail its deadline, right away after a refusal, and
-// every Resync in a shard.
-func (r *Reconciler) next(d campaign.Decision, now time.Time, refusals bool) ctrl.Result {
+// rotating Cluster would fail its deadline, and every Resync in a shard.
+func (r *Reconciler) next(d campaign.Decision, now time.Time) ctrl.Result {
 	var after []time.Duration
 	if !d.RecheckAt.IsZero() {
 		after = append(after, d.RecheckAt.Sub(now))
-	}
-	if refusals {
-		after = append(after, time.Second)
 	}
 	if r.Resync > 0 {
 		resync := r.Resync
@@ -271,24 +265,25 @@ func (r *Reconciler) selected(ctx context.Context, rc *v1alpha1.RotationCampaign
 // set on a Cluster that changed since (a conflict: the campaign looks
 // again). A refusal by the Cluster webhook is recorded as an event and
 // remembered until the Cluster changes; it reports refused, not an error.
+// c becomes what the API server returned, or stays as it was.
 func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c *v1alpha1.Cluster, step v1alpha1.CampaignStep) (refused bool, err error) {
-	before := c.DeepCopy()
-	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
+	patched := c.DeepCopy()
+	if patched.Annotations == nil {
+		patched.Annotations = map[string]string{}
 	}
-	c.Annotations[v1alpha1.OperationAnnotation] = string(campaign.Operation(step))
-	err = r.Client.Patch(ctx, c, patch)
+	patched.Annotations[v1alpha1.OperationAnnotation] = string(campaign.Operation(step))
+	err = r.Client.Patch(ctx, patched, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case err == nil:
+		*c = *patched
 		r.memory.remember(client.ObjectKeyFromObject(rc), c.Name)
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
 		return false, nil
 	case apierrors.IsConflict(err):
 		return false, fmt.Errorf("cluster %s changed since it was looked at: looking again: %w", c.Name, err)
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		r.memory.refuse(before, err.Error())
-		r.Recorder.Eventf(rc, before, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Rotate",
+		r.memory.refuse(c, err.Error())
+		r.Recorder.Eventf(rc, c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Rotate",
 			"cluster %s refused %s: %v", c.Name, campaign.Operation(step), err)
 		return true, nil
 	}

@@ -84,7 +84,7 @@ func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 }
 
 // A refused Cluster fails, is not asked again while it does not change, and
-// does not keep the campaign from starting the next one.
+// the same pass starts the next one in its place.
 func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	var patched []string
 	r, recorder := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
@@ -94,10 +94,9 @@ func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 		}
 		return c.Patch(ctx, obj, p, opts...)
 	})
-	reconcileWave(t, r)
 	rc := reconcileWave(t, r)
 	if len(patched) != 2 || patched[0] != "a" || patched[1] != "b" {
-		t.Fatalf("patched %v, want a (refused) once, then b", patched)
+		t.Fatalf("patched %v, want a (refused), then b in the same pass", patched)
 	}
 	if rc.Status.Clusters.Failed != 1 || rc.Status.Clusters.InProgress != 1 || rc.Status.Phase != v1alpha1.CampaignStarting {
 		t.Errorf("status %+v in phase %s, want a failed, b in progress, still Starting", rc.Status.Clusters, rc.Status.Phase)
@@ -113,5 +112,9 @@ func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	}
 	if refusals != 1 {
 		t.Errorf("%d refusal events, want one", refusals)
+	}
+	reconcileWave(t, r)
+	if len(patched) != 2 {
+		t.Errorf("patched %v: a, unchanged since its refusal, was asked again", patched)
 	}
 }
