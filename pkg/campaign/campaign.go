@@ -222,7 +222,7 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 		d.Phase = v1alpha1.CampaignHalted
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignHalted, fmt.Sprintf(
 			"failed Clusters: %d, more than maxFailures allows (%d of %d): %s. No further Cluster is started until they recover or the budget is raised",
-			len(failed), maxFailures, selected, truncatedList(failed)))
+			len(failed), maxFailures, selected, NameList(failed)))
 	case spec.Paused:
 		d.Phase = v1alpha1.CampaignPaused
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignPaused,
@@ -273,7 +273,8 @@ func blocking(standings []Standing) []v1alpha1.CampaignCluster {
 	return out
 }
 
-func truncatedList(names []string) string {
+// NameList names at most ten Clusters for a message, and how many more.
+func NameList(names []string) string {
 	const most = 10
 	if len(names) <= most {
 		return strings.Join(names, ", ")

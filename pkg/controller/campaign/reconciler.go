@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -165,13 +164,8 @@ func (r *Reconciler) recordWave(rc *v1alpha1.RotationCampaign, step v1alpha1.Cam
 	if len(started) == 0 {
 		return
 	}
-	const most = 10
-	names := strings.Join(started[:min(len(started), most)], ", ")
-	if len(started) > most {
-		names += fmt.Sprintf(" and %d more", len(started)-most)
-	}
 	r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, v1alpha1.EventCampaignOperationStarted, "Rotate",
-		"%s on %d Clusters: %s", campaign.Operation(step), len(started), names)
+		"%s on %d Clusters: %s", campaign.Operation(step), len(started), campaign.NameList(started))
 }
 
 // amend corrects what the cache shows of campaign's Clusters with what this
