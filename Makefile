@@ -49,6 +49,7 @@ FUZZ_TARGETS := \
 	pkg/maintenance:FuzzWindow \
 	pkg/nodeagent:FuzzNextRotation \
 	pkg/noderenewal:FuzzParseRequest \
+	pkg/oldca:FuzzObserve \
 	pkg/pki:FuzzParseBundle \
 	pkg/rotation:FuzzApplyOperation \
 	pkg/rotation:FuzzAutomatic \
@@ -113,7 +114,7 @@ generate: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Regenerate deepcopy, the typed cl
 	$(CONTROLLER_GEN) rbac:roleName=carousel-controller-manager webhook paths=./pkg/... \
 	  output:rbac:artifacts:config=$(GENERATED_MANIFESTS)/rbac output:webhook:artifacts:config=$(GENERATED_MANIFESTS)/webhook
 	$(CRD_REF_DOCS) --source-path=apis --config=hack/api-docs/config.yaml --templates-dir=hack/api-docs/templates \
-	  --renderer=markdown --output-path=docs/reference/api.md --log-level=WARN
+	  --renderer=markdown --output-path=docs/reference/api.md --log-level=WARN --max-depth=12
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Check generated code is current and the control plane's module on go.mod's versions, then gofmt, go vet, golangci-lint and the alerting rules' tests.

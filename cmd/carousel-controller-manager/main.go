@@ -80,6 +80,9 @@ func main() {
 	flag.IntVar(&opts.ClusterConcurrency, "cluster-concurrency", opts.ClusterConcurrency, "How many Clusters are reconciled at once (one Cluster is never reconciled twice at once).")
 	flag.Float64Var(&opts.MemoryLimitRatio, "memory-limit-ratio", opts.MemoryLimitRatio,
 		"Share of the container's memory limit (its cgroup's) under which the Go runtime keeps the process, collecting garbage more often as it nears it; 0 sets none. GOMEMLIMIT in the environment takes precedence.")
+	flag.StringVar(&opts.AuditWebhookURL, "audit-webhook-url", "", "Base URL at which managed API servers reach this manager's webhook server to send their audit events (https://<webhook Service>:443/audit): every Cluster then gets a Secret <cluster>-audit-webhook with the kubeconfig for kube-apiserver's --audit-webhook-config-file, which the old-CA usage gate learns from. Empty keeps no such Secrets.")
+	flag.StringVar(&opts.AuditWebhookCAFile, "audit-webhook-ca-file", "", "PEM bundle with which managed API servers verify the webhook server's certificate (with --audit-webhook-url).")
+	flag.DurationVar(&opts.OldCAUsageWindow, "old-ca-usage-window", opts.OldCAUsageWindow, "How recent a use of a client certificate from the old client CA must be for the old-CA usage gate to refuse complete-ca-rotation.")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

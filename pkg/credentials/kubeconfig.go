@@ -31,6 +31,18 @@ func Kubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []byte, us
 	return clientcmd.Write(*cfg)
 }
 
+// TokenKubeconfig renders a kubeconfig for server, trusted with caBundle,
+// that authenticates with a bearer token: what an API server's webhook
+// backends (audit, authentication) read with --*-config-file.
+func TokenKubeconfig(clusterName, server string, caBundle []byte, token, user string) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[clusterName] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caBundle}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[clusterName] = &clientcmdapi.Context{Cluster: clusterName, AuthInfo: user}
+	cfg.CurrentContext = clusterName
+	return clientcmd.Write(*cfg)
+}
+
 // KubeconfigKeeping is Kubeconfig, except that it returns current when
 // current is what Kubeconfig renders for these inputs. It remembers the
 // SHA-256 of what it rendered for each inputs' SHA-256, so that a reconcile

@@ -51,6 +51,20 @@ func BootstrapKubeconfigSecretName(cluster string) string {
 	return cluster + "-bootstrap-kubeconfig"
 }
 
+// AuditWebhookSecretName is the name of the Secret with the kubeconfig
+// (key kubeconfig) with which the managed API server's audit webhook
+// backend sends Carousel its audit events, and its bearer token (key token).
+func AuditWebhookSecretName(cluster string) string {
+	return cluster + "-audit-webhook"
+}
+
+// CertificateUsageConfigMapName is the name of the ConfigMap in which
+// Carousel records the client certificates that the managed API server's
+// audit events showed in use (package oldca).
+func CertificateUsageConfigMapName(cluster string) string {
+	return cluster + "-client-certificate-usage"
+}
+
 // CALabels are the labels of a CA Secret.
 func CALabels(cluster string, role v1alpha1.CARole) map[string]string {
 	return map[string]string{v1alpha1.LabelCluster: cluster, v1alpha1.LabelCA: string(role)}

@@ -6,6 +6,9 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -14,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/auditwebhook"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/controller/apiservicebundle"
 	campaigncontroller "github.com/carousel-dev/carousel/pkg/controller/campaign"
@@ -74,6 +78,16 @@ type Options struct {
 	// Shard, when enabled, runs the manager as a shard of a ControllerRing
 	// (ConfigureManager has then been called on it).
 	Shard sharding.Shard
+	// AuditWebhookURL is the base URL at which managed API servers reach
+	// the audit webhook receiver this manager's webhook server serves
+	// (auditwebhook.PathPrefix); empty keeps no audit-webhook Secrets.
+	AuditWebhookURL string
+	// AuditWebhookCAFile holds the PEM bundle that verifies the receiver's
+	// serving certificate, read at each reconcile (a mounted Secret changes).
+	AuditWebhookCAFile string
+	// OldCAUsageWindow is how recent a client certificate's use must be for
+	// the old-CA usage gate to count it.
+	OldCAUsageWindow time.Duration
 }
 
 // ShardCampaignResync is how often a shard looks again at a campaign with
@@ -97,6 +111,7 @@ func DefaultOptions() Options {
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
 		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: DefaultClusterConcurrency, MemoryLimitRatio: DefaultMemoryLimitRatio,
 		CSRConcurrency: kubeletcsr.DefaultConcurrency, ManagedQPS: clustercache.DefaultQPS, ManagedBurst: clustercache.DefaultBurst,
+		OldCAUsageWindow: clustercontroller.DefaultOldCAUsageWindow,
 	}
 }
 
@@ -111,6 +126,20 @@ func (o Options) Validate() error {
 	}
 	if o.CSRConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--csr-concurrency=%d: handle at least one CSR at a time", o.CSRConcurrency))
+	}
+	if o.OldCAUsageWindow <= 0 {
+		errs = append(errs, fmt.Errorf("--old-ca-usage-window=%s: must be positive", o.OldCAUsageWindow))
+	}
+	if o.AuditWebhookURL != "" {
+		switch u, err := url.Parse(o.AuditWebhookURL); {
+		case err != nil || u.Scheme != "https" || u.Host == "":
+			errs = append(errs, fmt.Errorf("--audit-webhook-url=%q: an https URL, such as https://carousel-webhook.carousel-system.svc:443%s",
+				o.AuditWebhookURL, strings.TrimSuffix(auditwebhook.PathPrefix, "/")))
+		case o.AuditWebhookCAFile == "":
+			errs = append(errs, errors.New("--audit-webhook-url needs --audit-webhook-ca-file, the bundle that verifies the webhook server"))
+		case !o.Webhook:
+			errs = append(errs, errors.New("--audit-webhook-url needs --webhook=true: the webhook server receives the audit events"))
+		}
 	}
 	if o.ManagedQPS <= 0 || o.ManagedBurst < 1 {
 		errs = append(errs, fmt.Errorf("--managed-kube-api-qps=%g --managed-kube-api-burst=%d: both must be positive", o.ManagedQPS, o.ManagedBurst))
@@ -168,6 +197,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		ManagedPollInterval:    opts.ManagedPollInterval,
 		MaxManagedPollInterval: opts.MaxManagedPollInterval,
 		Metrics:                clustercontroller.NewMetrics(metrics.Registry),
+		ManagedNodes:           clustercontroller.ManagedNodes(connections),
+		OldCAUsageWindow:       opts.OldCAUsageWindow,
+	}
+	if opts.AuditWebhookURL != "" {
+		caFile := opts.AuditWebhookCAFile
+		r.AuditWebhook = &clustercontroller.AuditWebhook{URL: opts.AuditWebhookURL, CABundle: func() ([]byte, error) { return os.ReadFile(caFile) }}
 	}
 	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: opts.ClusterConcurrency}, opts.Shard); err != nil {
 		return err
@@ -186,10 +221,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // SetupWebhooks registers the admission webhooks of Clusters and
-// RotationCampaigns with mgr's webhook server.
+// RotationCampaigns, and the audit webhook receiver, with mgr's webhook server.
 func SetupWebhooks(mgr ctrl.Manager, opts Options, clk clock.PassiveClock) error {
 	if err := clusterwebhook.SetupWithManager(mgr, clusterwebhook.Validator{Recommendations: opts.Recommendations, Clock: clk}); err != nil {
 		return err
 	}
+	// The audit events carry the API server's real times, whatever clock the webhooks decide by.
+	mgr.GetWebhookServer().Register(auditwebhook.PathPrefix, &auditwebhook.Receiver{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), Clock: clock.RealClock{}, Requests: auditwebhook.NewRequestsCounter(metrics.Registry)})
 	return campaignwebhook.SetupWithManager(mgr)
 }

@@ -24,6 +24,16 @@ func TestOptionsValidate(t *testing.T) {
 		{"a slow managed client", func(o *Options) { o.ManagedQPS, o.ManagedBurst = 5, 10 }, ""},
 		{"a managed client that may send nothing", func(o *Options) { o.ManagedQPS = 0 }, "--managed-kube-api-qps=0 --managed-kube-api-burst=1000: both must be positive"},
 		{"no burst", func(o *Options) { o.ManagedBurst = 0 }, "--managed-kube-api-burst=0"},
+		{"an audit webhook", func(o *Options) {
+			o.AuditWebhookURL, o.AuditWebhookCAFile = "https://carousel-webhook.carousel-system.svc:443/audit", "/etc/carousel/audit/ca.crt"
+		}, ""},
+		{"an audit webhook over plain HTTP", func(o *Options) { o.AuditWebhookURL, o.AuditWebhookCAFile = "http://carousel/audit", "/ca.crt" },
+			`--audit-webhook-url="http://carousel/audit": an https URL`},
+		{"an audit webhook without its CA", func(o *Options) { o.AuditWebhookURL = "https://carousel/audit" }, "needs --audit-webhook-ca-file"},
+		{"an audit webhook without the webhook server", func(o *Options) {
+			o.AuditWebhookURL, o.AuditWebhookCAFile, o.Webhook = "https://carousel/audit", "/ca.crt", false
+		}, "needs --webhook=true"},
+		{"no old-CA usage window", func(o *Options) { o.OldCAUsageWindow = 0 }, "--old-ca-usage-window=0s: must be positive"},
 		{"every error at once", func(o *Options) { o.ClusterConcurrency, o.CSRConcurrency = 0, 0 }, "--cluster-concurrency=0: reconcile at least one Cluster at a time\n--csr-concurrency=0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -179,10 +179,25 @@ then waits in phase %[2]s (--wait ends there) until no pool is held.`, v1alpha1.
 		cmd.Flags().BoolVar(&withoutWorkers, "without-workers-rollout", false,
 			"Prepare the control plane only, and hold every worker pool until rollout-workers names it")
 	}
+	var force bool
+	if complete {
+		cmd.Long += fmt.Sprintf(`
+
+While anything still depends on the old CAs (the nodes, certificates and users "kubectl carousel rotation
+status" lists under "Old CAs"), the webhook refuses the completion. --force completes anyway (%[1]s%[2]s):
+whatever still depends on the old CAs loses access to the cluster.`, operation, v1alpha1.OperationForceSuffix)
+		cmd.Flags().BoolVar(&force, "force", false, "Complete although clients still depend on the old CAs; they lose access")
+	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		op, follow, err := operationOf(scope(scopeFlag), complete, []v1alpha1.CARotationPhase{target})
 		if err != nil {
 			return err
+		}
+		if force {
+			if scope(scopeFlag) == scopeServiceAccountKey {
+				return fmt.Errorf("--force overrides the old-CA usage gate of a CA rotation: it cannot be combined with --scope %s", scopeFlag)
+			}
+			op += v1alpha1.OperationForceSuffix
 		}
 		if withoutWorkers {
 			if scope(scopeFlag) != scopeCA {
@@ -433,6 +448,16 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 		pending = []string{"none"}
 	}
 	fmt.Fprintf(tw, "Pending worker rollouts:\t%s\n", strings.Join(pending, ", "))
+	if u := rot.OldCAUsage; u != nil {
+		line := "nothing depends on them any more"
+		if u.Total > 0 {
+			line = rotation.DescribeOldCAUsage(u)
+		}
+		if !u.AuditEventsReceived {
+			line += " (no audit events received from the API server)"
+		}
+		fmt.Fprintf(tw, "Old CAs:\t%s\n", line)
+	}
 	if key := cl.ServiceAccountKeyRotation(); key != nil {
 		fmt.Fprintf(tw, "Service-account key phase:\t%s\n", rotation.ServiceAccountKeyPhaseName(key.Phase))
 		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionServiceAccountKeyRotation); cond != nil && cond.Status == metav1.ConditionTrue {
@@ -459,6 +484,19 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 		}
 	}
 	_ = tw.Flush()
+
+	if u := rot.OldCAUsage; u != nil && len(u.Dependents) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ON THE OLD CAS\tLAST SEEN\tWHY")
+		for _, d := range u.Dependents {
+			fmt.Fprintf(tw, "%s %s\t%s\t%s\n", d.Kind, d.Name, when(d.LastSeen), d.Message)
+		}
+		if more := int(u.Total) - len(u.Dependents); more > 0 {
+			fmt.Fprintf(tw, "… and %d more\t\t\n", more)
+		}
+		_ = tw.Flush()
+	}
 
 	// The conditions, as the recovery guide reads them.
 	fmt.Fprintln(w)

@@ -17,11 +17,14 @@ type AutomaticStep struct {
 	Due time.Time
 	// Why says what made it due, for the condition and the event.
 	Why string
+	// Waiting says what holds the step besides its time and the maintenance
+	// window: a completion waits for the old-CA usage gate.
+	Waiting string
 }
 
-// DueAt reports whether the step is due at now.
+// DueAt reports whether the step is due at now, and nothing holds it.
 func (s AutomaticStep) DueAt(now time.Time) bool {
-	return s.Operation != "" && !now.Before(s.Due)
+	return s.Operation != "" && s.Waiting == "" && !now.Before(s.Due)
 }
 
 // Automatic returns what policy schedules for a rotation in the state rot of
@@ -32,7 +35,8 @@ func (s AutomaticStep) DueAt(now time.Time) bool {
 //     the last completion (the creation, if it never rotated), whichever
 //     comes first;
 //   - in Prepared, complete-ca-rotation, due policy.CompleteAfter after the
-//     rotation became Prepared; nothing when CompleteAfter is unset;
+//     rotation became Prepared, and waiting while the old-CA usage gate
+//     (rot.OldCAUsage) names anyone; nothing when CompleteAfter is unset;
 //   - in any other phase, nothing: the rotation is under way, or waits for
 //     held worker pools, which only the user releases.
 //
@@ -47,8 +51,15 @@ func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, c
 		if policy.CompleteAfter == nil || !ok {
 			return AutomaticStep{}
 		}
-		return AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: since.Add(policy.CompleteAfter.Duration),
+		step := AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: since.Add(policy.CompleteAfter.Duration),
 			Why: fmt.Sprintf("the rotation has been Prepared since %s for spec.caRotation.automatic.completeAfter (%s)", formatTime(since), policy.CompleteAfter.Duration)}
+		switch {
+		case rot.OldCAUsage == nil:
+			step.Waiting = "the old-CA usage gate was not evaluated yet"
+		case rot.OldCAUsage.Total > 0:
+			step.Waiting = DescribeOldCAUsage(rot.OldCAUsage)
+		}
+		return step
 	case phase.RotationInProgress():
 		return AutomaticStep{}
 	}

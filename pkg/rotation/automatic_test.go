@@ -21,7 +21,12 @@ func TestAutomatic(t *testing.T) {
 	}
 	// The defaults (80 %) on CAs valid 1,000 days: due at day 800.
 	fresh := []v1alpha1.CertificateAuthorityInventory{ca(v1alpha1.CARoleCluster, 0, 1000), ca(v1alpha1.CARoleKubelet, 0, 1000)}
-	prepared := &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: at(10)}
+	prepared := &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: at(10), OldCAUsage: &v1alpha1.OldCAUsage{}}
+	inUse := prepared.DeepCopy()
+	inUse.OldCAUsage = &v1alpha1.OldCAUsage{Total: 2, Dependents: []v1alpha1.OldCADependent{
+		{Kind: v1alpha1.OldCADependentNode, Name: "w1"}, {Kind: v1alpha1.OldCADependentUser, Name: "ci-robot"}}}
+	notEvaluated := prepared.DeepCopy()
+	notEvaluated.OldCAUsage = nil
 
 	for _, tc := range []struct {
 		name   string
@@ -31,6 +36,8 @@ func TestAutomatic(t *testing.T) {
 		want   string // the operation; "" for none
 		due    time.Time
 		why    []string
+		// waiting: what holds a due step
+		waiting string
 	}{
 		{name: "no policy", cas: fresh},
 		{name: "never rotated: 80% of the validity by default", policy: &v1alpha1.AutomaticCARotation{}, cas: fresh,
@@ -63,6 +70,12 @@ func TestAutomatic(t *testing.T) {
 		{name: "prepared: complete after the soak", policy: &v1alpha1.AutomaticCARotation{CompleteAfter: &metav1.Duration{Duration: 7 * day}},
 			rot: prepared, cas: fresh, want: v1alpha1.OperationCompleteCARotation, due: created.AddDate(0, 0, 17),
 			why: []string{"Prepared since 2026-01-11T00:00:00Z for spec.caRotation.automatic.completeAfter (168h0m0s)"}},
+		{name: "prepared: the soak is over, but the old CAs are in use", policy: &v1alpha1.AutomaticCARotation{CompleteAfter: &metav1.Duration{Duration: 7 * day}},
+			rot: inUse, cas: fresh, want: v1alpha1.OperationCompleteCARotation, due: created.AddDate(0, 0, 17),
+			waiting: "2 clients still depend on the old CAs: Node w1, User ci-robot"},
+		{name: "prepared: the soak is over, the gate not evaluated yet", policy: &v1alpha1.AutomaticCARotation{CompleteAfter: &metav1.Duration{}},
+			rot: notEvaluated, cas: fresh, want: v1alpha1.OperationCompleteCARotation, due: created.AddDate(0, 0, 10),
+			waiting: "not evaluated yet"},
 		{name: "prepared without its time (written by hand): nothing", policy: &v1alpha1.AutomaticCARotation{CompleteAfter: &metav1.Duration{}},
 			rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, cas: fresh},
 	} {
@@ -80,6 +93,15 @@ func TestAutomatic(t *testing.T) {
 			if !step.Due.Equal(tc.due) {
 				t.Fatalf("due at %s, want %s", step.Due, tc.due)
 			}
+			if !strings.Contains(step.Waiting, tc.waiting) || (tc.waiting == "") != (step.Waiting == "") {
+				t.Fatalf("waiting %q, want …%s…", step.Waiting, tc.waiting)
+			}
+			if tc.waiting != "" {
+				if step.DueAt(tc.due.AddDate(1, 0, 0)) {
+					t.Fatalf("due although it waits: %+v", step)
+				}
+				return
+			}
 			if step.DueAt(tc.due.Add(-time.Second)) || !step.DueAt(tc.due) {
 				t.Fatalf("DueAt around %s is wrong", tc.due)
 			}
@@ -95,7 +117,7 @@ func TestAutomatic(t *testing.T) {
 // FuzzAutomatic checks, for any phase, CAs and policy, that a start is
 // scheduled only outside a rotation and never later than a CA's share of its
 // validity or the interval, and a complete only in Prepared, the soak after
-// it became Prepared.
+// it became Prepared, and never while the old-CA usage gate is closed.
 func FuzzAutomatic(f *testing.F) {
 	f.Add(uint8(0), uint8(80), int64(1000), int64(10), int64(0), int64(-1), int64(-1))
 	f.Add(uint8(2), uint8(50), int64(48), int64(0), int64(200), int64(24), int64(7))
@@ -114,9 +136,15 @@ func FuzzAutomatic(f *testing.F) {
 		if soakHours >= 0 {
 			policy.CompleteAfter = &metav1.Duration{Duration: hours(soakHours)}
 		}
+		if gate := validityHours & 3; gate > 0 { // 0: not evaluated; 1: clear; 2, 3: dependents
+			rot.OldCAUsage = &v1alpha1.OldCAUsage{Total: int32(gate / 2)}
+		}
 		step := Automatic(policy, rot, cas, base)
 		switch phase := rot.Phase; {
 		case phase == v1alpha1.RotationPrepared:
+			if blocked := rot.OldCAUsage == nil || rot.OldCAUsage.Total > 0; blocked && step.DueAt(base.AddDate(1000, 0, 0)) {
+				t.Fatalf("a completion came due although the old-CA usage gate is closed (%+v): %+v", rot.OldCAUsage, step)
+			}
 			if policy.CompleteAfter == nil {
 				if step.Operation != "" {
 					t.Fatalf("Prepared without completeAfter scheduled %+v", step)

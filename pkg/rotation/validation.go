@@ -39,6 +39,9 @@ func ValidateOperation(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	if err := Allowed(op.Verb, PhasesOf(current)); err != nil {
 		return field.ErrorList{field.Forbidden(p, err.Error())}
 	}
+	if err := OldCAsUnused(op, current); err != nil {
+		return field.ErrorList{field.Forbidden(p, err.Error())}
+	}
 	var allErrs field.ErrorList
 	for _, pool := range op.Pools {
 		switch {

@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,16 @@ func withOperation(c *v1alpha1.Cluster, op string) *v1alpha1.Cluster {
 	return c
 }
 
+// usedBy returns c with the old-CA usage gate listing n dependents.
+func usedBy(c *v1alpha1.Cluster, n int) *v1alpha1.Cluster {
+	u := &v1alpha1.OldCAUsage{Total: int32(n)}
+	for i := range min(n, 4) {
+		u.Dependents = append(u.Dependents, v1alpha1.OldCADependent{Kind: v1alpha1.OldCADependentNode, Name: fmt.Sprintf("w%d", i)})
+	}
+	c.CARotation().OldCAUsage = u
+	return c
+}
+
 func TestValidateOperation(t *testing.T) {
 	now := metav1.Now()
 	deleting := inPhase(v1alpha1.RotationPrepared)
@@ -111,6 +122,13 @@ func TestValidateOperation(t *testing.T) {
 		{"start while Finalizing", inPhase(v1alpha1.RotationFinalizing), v1alpha1.OperationStartCARotation,
 			"in phase Finalizing: wait until the phase is Completed"},
 		{"complete from Prepared", inPhase(v1alpha1.RotationPrepared), v1alpha1.OperationCompleteCARotation, ""},
+		{"complete from Prepared, nothing on the old CAs", usedBy(inPhase(v1alpha1.RotationPrepared), 0), v1alpha1.OperationCompleteCARotation, ""},
+		{"complete while the old CAs are in use", usedBy(inPhase(v1alpha1.RotationPrepared), 5), v1alpha1.OperationCompleteCARotation,
+			"5 clients still depend on the old CAs: Node w0, Node w1, Node w2 and 2 more; completing the rotation now would lock them out. " +
+				"Move them to the new CAs (kubectl carousel rotation status lists them, status.credentials.rotation.certificateAuthorities.oldCAUsage says why), " +
+				"or complete anyway with carousel.dev/operation=complete-ca-rotation=force"},
+		{"force a completion while the old CAs are in use", usedBy(inPhase(v1alpha1.RotationPrepared), 5), "complete-ca-rotation=force", ""},
+		{"force a completion outside Prepared", inPhase(v1alpha1.RotationPreparing), "complete-ca-rotation=force", "cannot complete the CA rotation in phase Preparing"},
 		{"complete, never rotated", inPhase(""), v1alpha1.OperationCompleteCARotation,
 			"cannot complete the CA rotation in phase none (never rotated), only in phase Prepared: start one with carousel.dev/operation=start-ca-rotation"},
 		{"complete on create", nil, v1alpha1.OperationCompleteCARotation, "in phase none (never rotated)"},

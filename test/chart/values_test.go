@@ -23,7 +23,26 @@ var _ = Describe("The chart's values", func() {
 		Entry("without the CRD", "crds.enabled=false"),
 		Entry("with one replica and no leader election", "replicaCount=1", "leaderElection.enabled=false"),
 		Entry("as three shards", "replicaCount=3", "leaderElection.enabled=false", "sharding.enabled=true"),
+		Entry("with the audit webhook", "auditWebhook.enabled=true"),
+		Entry("with the audit webhook and cert-manager", "auditWebhook.enabled=true", "webhook.certManager.enabled=true"),
 	)
+
+	It("points the managed API servers' audit webhook at the webhook Service, trusting the webhook's CA", func() {
+		for _, tc := range []struct{ set, key string }{{"webhook.certManager.enabled=false", "ca-bundle.crt"}, {"webhook.certManager.enabled=true", "ca.crt"}} {
+			out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true", "--set", tc.set)
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(out).To(And(ContainSubstring("- --audit-webhook-url=https://carousel-webhook.carousel-system.svc:443/audit\n"),
+				ContainSubstring("- --audit-webhook-ca-file=/etc/carousel/audit-webhook/ca.crt\n"),
+				ContainSubstring("secretName: carousel-webhook-cert\n            optional: true\n            items:\n              - key: "+tc.key+"\n")), tc.set)
+		}
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true",
+			"--set", "auditWebhook.url=https://carousel.example.com/audit")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("- --audit-webhook-url=https://carousel.example.com/audit\n"))
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).NotTo(ContainSubstring("audit-webhook"))
+	})
 
 	It("runs sharded replicas as shards of its ControllerRing, each named after its Pod, and refuses sharding with leader election", func() {
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "replicaCount=3",
@@ -78,6 +97,7 @@ var _ = Describe("The chart's values", func() {
 		Entry("a log level that is not one", "controller.logLevel=loud", "logLevel"),
 		Entry("no replica", "replicaCount=0", "replicaCount"),
 		Entry("a name that is no DNS label", "fullnameOverride=1abc", "fullnameOverride"),
+		Entry("an audit webhook URL over plain HTTP", "auditWebhook.url=http://carousel/audit", "/auditWebhook/url"),
 	)
 
 	DescribeTable("refused by the templates", func(release string, set []string, message string) {
@@ -92,5 +112,7 @@ var _ = Describe("The chart's values", func() {
 		Entry("replicas without leader election", "carousel", []string{"leaderElection.enabled=false"}, "needs leaderElection.enabled=true"),
 		Entry("two endpoints on one port", "carousel", []string{"metrics.port=8081"}, "metrics.port 8081 is already used by health.port"),
 		Entry("a release name the webhook Service cannot carry", "team.carousel", nil, "is not a DNS-1035 label"),
+		Entry("the audit webhook without the webhook server", "carousel", []string{"auditWebhook.enabled=true", "webhook.enabled=false"},
+			"auditWebhook.enabled=true needs webhook.enabled=true"),
 	)
 })

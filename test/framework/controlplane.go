@@ -61,6 +61,10 @@ type ManagedControlPlane struct {
 	// Tunnel also runs the konnectivity tunnel through which the API server
 	// reaches the nodes and metrics-server (see tunnel.go); it needs Netns.
 	Tunnel bool
+	// AuditWebhook has the API server send its audit events to Carousel with
+	// the kubeconfig of the Cluster's audit-webhook Secret (WriteCredentials
+	// writes it), under a policy that records every request's metadata.
+	AuditWebhook bool
 	// Netns, when set, is where the processes run: each API server replica
 	// listens on, and advertises, an address of its own (APIServerIPs) and
 	// reaches kubelets on theirs; a load balancer listens at 127.0.0.1 on the
@@ -237,8 +241,18 @@ func (m *ManagedControlPlane) WriteCredentials(ctx context.Context, c client.Rea
 			return err
 		}
 	}
-	return nil
+	if !m.AuditWebhook {
+		return nil
+	}
+	s := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: credentials.AuditWebhookSecretName(cluster.Name)}, s); err != nil {
+		return err
+	}
+	return writeFileAtomic(m.file(auditWebhookKubeconfig), s.Data[v1alpha1.DataKeyKubeconfig])
 }
+
+// auditWebhookKubeconfig is the file, under Dir, of the audit webhook's kubeconfig.
+const auditWebhookKubeconfig = "audit-webhook.kubeconfig"
 
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
@@ -437,6 +451,11 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 		return err
 	}
 	args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+m.file(name+"-audit.log"))
+	if m.AuditWebhook {
+		// Batches leave within a second, and the log of every request stays small.
+		args = append(args, "--audit-webhook-config-file="+m.file(auditWebhookKubeconfig), "--audit-webhook-batch-max-wait=1s",
+			"--audit-webhook-initial-backoff=1s", "--audit-log-maxsize=50", "--audit-log-maxbackup=1")
+	}
 	args = append(append(args, aggregatorRouting...), m.ExtraAPIServerFlags...)
 	// A single etcd member's exit fails the start at once; of several, one
 	// may be restarting meanwhile.
@@ -466,10 +485,24 @@ rules:
 - level: None
 `
 
-// writeAuditPolicy writes nodeLeaseAuditPolicy and returns its path.
+// everyRequestAuditPolicy has the API server record who made every request
+// (and no request or response body), for the audit webhook.
+const everyRequestAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+omitManagedFields: true
+rules:
+- level: Metadata
+`
+
+// writeAuditPolicy writes the audit policy, nodeLeaseAuditPolicy or, for the
+// audit webhook, everyRequestAuditPolicy, and returns its path.
 func (m *ManagedControlPlane) writeAuditPolicy() (string, error) {
-	path := m.file("audit-policy.yaml")
-	return path, writeFileAtomic(path, []byte(nodeLeaseAuditPolicy))
+	path, policy := m.file("audit-policy.yaml"), nodeLeaseAuditPolicy
+	if m.AuditWebhook {
+		policy = everyRequestAuditPolicy
+	}
+	return path, writeFileAtomic(path, []byte(policy))
 }
 
 // StopControllerManager stops kube-controller-manager, if it runs, and waits

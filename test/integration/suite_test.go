@@ -112,6 +112,11 @@ func startWebhook() {
 // never finishes deleting the namespaces of earlier specs) and counts every
 // write in writes.
 func startControllers(namespace string, writes *atomic.Int64) ctrl.Manager {
+	return startControllersWith(namespace, writes, nil)
+}
+
+// startControllersWith is startControllers with the options changed by change.
+func startControllersWith(namespace string, writes *atomic.Int64, change func(*operator.Options)) ctrl.Manager {
 	mgrOpts := operator.ManagerOptions()
 	mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	mgrOpts.Metrics = metricsserver.Options{BindAddress: "0"}
@@ -130,6 +135,9 @@ func startControllers(namespace string, writes *atomic.Int64) ctrl.Manager {
 	opts.Webhook = false
 	opts.ManagedPollInterval = 200 * time.Millisecond
 	opts.ManagedCleanupTimeout = 3 * time.Second
+	if change != nil {
+		change(&opts)
+	}
 	Expect(operator.Setup(mgr, opts)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

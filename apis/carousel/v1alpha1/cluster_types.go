@@ -599,6 +599,74 @@ type CARotation struct {
 	//
 	// +optional
 	CheckedEndpoint string `json:"checkedEndpoint,omitempty"`
+
+	// OldCAUsage names, while the rotation is Prepared, who still depends
+	// on the old CAs: complete-ca-rotation is refused while it names
+	// anyone, unless forced (complete-ca-rotation=force). Absent in the
+	// other phases.
+	//
+	// +optional
+	OldCAUsage *OldCAUsage `json:"oldCAUsage,omitempty"`
+}
+
+// MaxOldCADependents is how many dependents OldCAUsage lists at most.
+const MaxOldCADependents = 20
+
+// OldCAUsage is who still depends on the old CAs of a Prepared rotation.
+type OldCAUsage struct {
+	// Dependents are the first MaxOldCADependents dependents: nodes, then
+	// certificates, then users, each by name.
+	//
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	Dependents []OldCADependent `json:"dependents,omitempty"`
+
+	// Total is how many dependents there are, listed or not.
+	Total int32 `json:"total"`
+
+	// AuditEventsReceived is true once the managed API server's audit
+	// webhook has sent Carousel the client certificates it saw in use. Without
+	// them only Nodes and Carousel's own certificates are checked.
+	//
+	// +optional
+	AuditEventsReceived bool `json:"auditEventsReceived,omitempty"`
+}
+
+// OldCADependentKind says what an OldCADependent is.
+//
+// +kubebuilder:validation:Enum=Node;Secret;User;Cluster
+type OldCADependentKind string
+
+// The kinds of dependents.
+const (
+	// OldCADependentNode is a Node whose node agent reports a client
+	// certificate that the new client CA did not sign.
+	OldCADependentNode OldCADependentKind = "Node"
+	// OldCADependentSecret is a certificate Secret of the Cluster whose
+	// certificate the new client CA did not sign.
+	OldCADependentSecret OldCADependentKind = "Secret"
+	// OldCADependentUser is a user the managed API server saw authenticate
+	// with a client certificate that the old client CA signed, or can only
+	// have signed.
+	OldCADependentUser OldCADependentKind = "User"
+	// OldCADependentCluster stands for the managed cluster itself when its
+	// Nodes could not be read: the gate cannot be evaluated.
+	OldCADependentCluster OldCADependentKind = "Cluster"
+)
+
+// OldCADependent is one client that still depends on an old CA.
+type OldCADependent struct {
+	Kind OldCADependentKind `json:"kind"`
+	// Name is the Node, Secret or user name.
+	Name string `json:"name"`
+	// Message says why it depends on the old CA.
+	Message string `json:"message"`
+	// LastSeen is when the managed API server last saw a user authenticate
+	// that way; set for users only.
+	//
+	// +optional
+	LastSeen *metav1.Time `json:"lastSeen,omitempty"`
 }
 
 // PendingWorkersRollout is a worker pool whose rollout has not been observed yet.

@@ -36,6 +36,20 @@ const (
 	// Prepared without completeAfter). The message says which operation, when
 	// and why.
 	ConditionAutomaticCARotationScheduled = "AutomaticCARotationScheduled"
+	// ConditionOldCAsUnused is set while a CA rotation is Prepared: True when
+	// nothing Carousel knows of depends on the old CAs any more, so that
+	// completing the rotation locks no client out; False while
+	// status.credentials.rotation.certificateAuthorities.oldCAUsage names
+	// anyone, and complete-ca-rotation is refused unless forced.
+	ConditionOldCAsUnused = "OldCAsUnused"
+)
+
+// Reasons of the OldCAsUnused condition.
+const (
+	// ReasonNoOldCADependents (True): nothing depends on the old CAs.
+	ReasonNoOldCADependents = "NoDependents"
+	// ReasonOldCADependents (False): the message names who still does.
+	ReasonOldCADependents = "OldCAsInUse"
 )
 
 // Reasons of the AutomaticCARotationScheduled condition; when the operation

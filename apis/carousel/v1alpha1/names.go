@@ -19,6 +19,11 @@ const (
 	OperationStartCARotationWithoutWorkersRollout = string(VerbStartCARotationWithoutWorkersRollout)
 	// OperationCompleteCARotation starts phase 2 of a CA rotation (Finalizing).
 	OperationCompleteCARotation = string(VerbCompleteCARotation)
+	// OperationForceSuffix, after complete-ca-rotation or
+	// rotate-credentials-complete, completes the rotation although
+	// status.credentials.rotation.certificateAuthorities.oldCAUsage names
+	// clients that still depend on the old CAs: they lose access.
+	OperationForceSuffix = "=force"
 	// OperationReconcile asks for an immediate reconcile.
 	OperationReconcile = string(VerbReconcile)
 	// OperationRolloutWorkersPrefix, followed by a comma-separated list of pool

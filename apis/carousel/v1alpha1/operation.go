@@ -82,6 +82,10 @@ type Operation struct {
 	Pools []string
 	// Roles are the CA roles named by a reissue-ca operation.
 	Roles []CARole
+	// Force: a complete-ca-rotation or rotate-credentials-complete
+	// operation with OperationForceSuffix, which completes although clients
+	// still depend on the old CAs.
+	Force bool
 }
 
 // ParseOperation parses an operation annotation value. It refuses unknown
@@ -92,6 +96,10 @@ func ParseOperation(value string) (Operation, error) {
 	case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey,
 		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete:
 		return Operation{Verb: verb}, nil
+	}
+	if base, forced := strings.CutSuffix(value, OperationForceSuffix); forced &&
+		(OperationVerb(base) == VerbCompleteCARotation || OperationVerb(base) == VerbRotateCredentialsComplete) {
+		return Operation{Verb: OperationVerb(base), Force: true}, nil
 	}
 	for verb, prefix := range map[OperationVerb]string{VerbRolloutWorkers: OperationRolloutWorkersPrefix, VerbRotateRolloutWorkers: OperationRotateRolloutWorkersPrefix} {
 		if list, ok := strings.CutPrefix(value, prefix); ok {
@@ -116,8 +124,8 @@ func ParseOperation(value string) (Operation, error) {
 		}
 		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
-	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s, %s, %s, %s, %s, %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
-		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation,
+	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s[%s], %s, %s, %s, %s, %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
+		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationForceSuffix,
 		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete, OperationReconcile,
 		OperationRolloutWorkersPrefix, OperationRotateRolloutWorkersPrefix, OperationReissueCAPrefix, VerbReissueServiceAccountKey)
 }
@@ -150,6 +158,9 @@ func (o Operation) String() string {
 			roles[i] = string(r)
 		}
 		return OperationReissueCAPrefix + strings.Join(roles, ",")
+	}
+	if o.Force {
+		return string(o.Verb) + OperationForceSuffix
 	}
 	return string(o.Verb)
 }

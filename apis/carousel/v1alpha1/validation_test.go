@@ -172,7 +172,8 @@ func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
 
 func TestParseOperationRoundTrip(t *testing.T) {
 	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b", "reissue-ca=etcd", "reissue-ca=client,vpn",
-		OperationStartCARotationWithoutWorkersRollout, "rotate-rollout-workers=a", "rotate-rollout-workers=b,a"} {
+		OperationStartCARotationWithoutWorkersRollout, "rotate-rollout-workers=a", "rotate-rollout-workers=b,a",
+		"complete-ca-rotation=force", "rotate-credentials-complete=force"} {
 		op, err := ParseOperation(v)
 		if err != nil {
 			t.Fatalf("ParseOperation(%q): %v", v, err)
@@ -180,6 +181,17 @@ func TestParseOperationRoundTrip(t *testing.T) {
 		if op.String() != v {
 			t.Fatalf("ParseOperation(%q).String() = %q", v, op.String())
 		}
+	}
+}
+
+func TestOnlyCompletionsAreForced(t *testing.T) {
+	for _, v := range []string{"start-ca-rotation=force", "reconcile=force", "complete-ca-rotation=forced", "complete-ca-rotation=force=force"} {
+		if op, err := ParseOperation(v); err == nil {
+			t.Errorf("ParseOperation(%q) = %+v, want an error", v, op)
+		}
+	}
+	if op, _ := ParseOperation("complete-ca-rotation=force"); !op.Force || op.Verb != VerbCompleteCARotation {
+		t.Errorf("complete-ca-rotation=force parsed as %+v", op)
 	}
 }
 

@@ -85,6 +85,10 @@ Names of the webhook's Service, serving-certificate Secret and directory.
 /etc/carousel/webhook-certs
 {{- end }}
 
+{{- define "carousel.auditWebhookCADir" -}}
+/etc/carousel/audit-webhook
+{{- end }}
+
 {{/*
 Whether Carousel issues its own webhook certificate (webhook on, cert-manager off): "true" or "".
 */}}
@@ -134,6 +138,9 @@ Checks across values that values.schema.json cannot express.
 {{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) (not .Values.sharding.enabled) }}
 {{- fail "replicaCount above 1 needs leaderElection.enabled=true or sharding.enabled=true: replicas without a leader would reconcile the same Clusters at once" }}
+{{- end }}
+{{- if and .Values.auditWebhook.enabled (not .Values.webhook.enabled) }}
+{{- fail "auditWebhook.enabled=true needs webhook.enabled=true: the webhook server receives the audit events" }}
 {{- end }}
 {{- if and .Values.sharding.enabled .Values.leaderElection.enabled }}
 {{- fail "sharding.enabled=true replaces leader election: each replica holds a shard Lease; set leaderElection.enabled=false" }}

@@ -68,6 +68,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &carouselv1alpha1.MaintenanceSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceTimeWindow"):
 		return &carouselv1alpha1.MaintenanceTimeWindowApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OldCADependent"):
+		return &carouselv1alpha1.OldCADependentApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OldCAUsage"):
+		return &carouselv1alpha1.OldCAUsageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PendingWorkersRollout"):
 		return &carouselv1alpha1.PendingWorkersRolloutApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RotationCampaign"):

@@ -11,6 +11,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
@@ -41,6 +42,9 @@ type certificateFacts struct {
 	nextRenewal time.Time
 	// notAfter is the expiry of each certificate, by name.
 	notAfter map[string]time.Time
+	// clients are the certificates the client CA signs, for the old-CA
+	// usage gate.
+	clients []oldca.Certificate
 }
 
 // ensureCertificates issues or re-issues every leaf certificate that is
@@ -102,6 +106,10 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 			facts.clientsOnNewCA = facts.clientsOnNewCA && onNew
 		}
 		facts.notAfter[cert.Name] = leaf.NotAfter
+		if cert.SignedBy == v1alpha1.CARoleClient {
+			facts.clients = append(facts.clients, oldca.Certificate{Secret: name, User: leaf.Subject.CommonName,
+				Fingerprint: pki.Fingerprint(leaf), FromNewCA: onNew})
+		}
 		if at := renewalTime(leaf); facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal) {
 			facts.nextRenewal = at
 		}

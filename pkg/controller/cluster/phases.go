@@ -76,11 +76,13 @@ func (r *Reconciler) phases() []phase {
 		{"endpoint", r.endpointPhase},
 		{"API-server trust", r.trustPhase},
 		{"certificates", r.certificatePhase},
+		{"audit webhook", r.auditWebhookPhase},
 		{"consumers", r.consumerPhase},
 		{"service-account key", r.serviceAccountKeyPhase},
 		{"worker pools", r.workerPhase},
 		{"evidence", r.evidencePhase},
 		{"decision", r.decisionPhase},
+		{"old-CA usage", r.oldCAUsagePhase},
 	}
 }
 

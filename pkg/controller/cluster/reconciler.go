@@ -60,6 +60,15 @@ type Reconciler struct {
 	// DefaultMaxManagedPollInterval.
 	MaxManagedPollInterval time.Duration
 	Metrics                *Metrics
+	// AuditWebhook, when set, gives every Cluster a Secret with the
+	// kubeconfig with which its API server sends Carousel its audit events.
+	AuditWebhook *AuditWebhook
+	// ManagedNodes lists a managed cluster's Nodes for the old-CA usage
+	// gate; nil leaves Nodes out of it.
+	ManagedNodes func(ctx context.Context, key client.ObjectKey) ([]corev1.Node, error)
+	// OldCAUsageWindow is how recent a client certificate's use must be for
+	// the old-CA usage gate to count it; zero means DefaultOldCAUsageWindow.
+	OldCAUsageWindow time.Duration
 
 	// indexedByCluster says that Client reads from a cache indexed by
 	// clusterIndex (set by SetupWithManager).
@@ -90,7 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	now := r.Clock.Now()
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		if _, pending := c.Annotations[v1alpha1.OperationAnnotation]; !pending &&
-			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run {
+			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run && gateOpen(value, c) {
 			return ctrl.Result{}, r.startOperation(ctx, c, value, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out "+value)
 		}
 	}
@@ -147,7 +156,11 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	value := c.Annotations[v1alpha1.OperationAnnotation]
 	op, err := v1alpha1.ParseOperation(value)
 	if err == nil && !rotation.AlreadyApplied(c.CARotation(), op) {
-		err = r.applyOperation(ctx, c, op)
+		// The webhook refuses such a completion; this catches one that met
+		// dependents found after it was admitted.
+		if err = rotation.OldCAsUnused(op, c); err == nil {
+			err = r.applyOperation(ctx, c, op)
+		}
 	}
 	if err != nil {
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Operation %q refused in phase %q: %v", value, c.CARotationPhase(), err)
@@ -230,6 +243,14 @@ func automaticStep(c *v1alpha1.Cluster) rotation.AutomaticStep {
 		cas = c.Status.Credentials.CertificateAuthorities
 	}
 	return rotation.Automatic(c.Spec.CARotation.Automatic, c.CARotation(), cas, c.CreationTimestamp.Time)
+}
+
+// gateOpen says whether an operation Carousel would set for the Cluster
+// (queued for the maintenance window) passes the old-CA usage gate; an
+// operation that does not parse is left to the webhook to refuse.
+func gateOpen(value string, c *v1alpha1.Cluster) bool {
+	op, err := v1alpha1.ParseOperation(value)
+	return err != nil || rotation.OldCAsUnused(op, c) == nil
 }
 
 // operationPending: a user's operation, now or for the maintenance window,

@@ -32,6 +32,7 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 		r.updateInventory(c, s.cas)
 		r.setRotationCondition(c, s.decision.Phase, s.decision.Wait, s.waitingPools)
 		r.setServiceAccountKeyRotationCondition(c, s.keyDecision)
+		r.setOldCAsUnusedCondition(c)
 	}
 	s.wakeAt(r.setRecommendationCondition(c))
 	s.wakeAt(r.setMaintenanceCondition(c))
@@ -49,8 +50,12 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		d := maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now())
 		next = d.Next
-		if !d.Run {
+		switch {
+		case !d.Run:
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.Reason, d.Message
+		case !gateOpen(value, c):
+			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonOldCADependents
+			cond.Message = fmt.Sprintf("%s waits until nothing depends on the old CAs: %s", value, rotation.DescribeOldCAUsage(c.CARotation().OldCAUsage))
 		}
 	}
 	r.setCondition(c, cond)
@@ -80,6 +85,10 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 		if c.CARotationPhase() == "" {
 			cond.Message = "nothing is scheduled until Carousel has issued the Cluster's CAs"
 		}
+	case step.Waiting != "":
+		cond.Reason = v1alpha1.ReasonOldCADependents
+		cond.Message = fmt.Sprintf("%s is due from %s (%s), and waits until nothing depends on the old CAs: %s", step.Operation,
+			step.Due.UTC().Format(time.RFC3339), step.Why, step.Waiting)
 	case !step.DueAt(now):
 		cond.Reason, next = v1alpha1.ReasonAutomaticOperationScheduled, step.Due
 		cond.Message = fmt.Sprintf("%s is due at %s, and runs in the first maintenance window from then: %s", step.Operation,

@@ -52,6 +52,11 @@ type CARotationApplyConfiguration struct {
 	// endpoint removed from the spec holds the rotation instead of skipping its
 	// checks. Empty when the rotation runs without an endpoint.
 	CheckedEndpoint *string `json:"checkedEndpoint,omitempty"`
+	// OldCAUsage names, while the rotation is Prepared, who still depends
+	// on the old CAs: complete-ca-rotation is refused while it names
+	// anyone, unless forced (complete-ca-rotation=force). Absent in the
+	// other phases.
+	OldCAUsage *OldCAUsageApplyConfiguration `json:"oldCAUsage,omitempty"`
 }
 
 // CARotationApplyConfiguration constructs a declarative configuration of the CARotation type for use with
@@ -126,5 +131,13 @@ func (b *CARotationApplyConfiguration) WithKubeRootCAPublishedTime(value v1.Time
 // If called multiple times, the CheckedEndpoint field is set to the value of the last call.
 func (b *CARotationApplyConfiguration) WithCheckedEndpoint(value string) *CARotationApplyConfiguration {
 	b.CheckedEndpoint = &value
+	return b
+}
+
+// WithOldCAUsage sets the OldCAUsage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OldCAUsage field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithOldCAUsage(value *OldCAUsageApplyConfiguration) *CARotationApplyConfiguration {
+	b.OldCAUsage = value
 	return b
 }

@@ -1,0 +1,304 @@
+// Package auditwebhook receives the audit events of managed API servers, sent
+// by their audit webhook backend (--audit-webhook-config-file, with the
+// kubeconfig Carousel keeps in each Cluster's audit-webhook Secret), and
+// records which client certificates they saw in use: the input of the
+// old-CA usage gate (package oldca).
+//
+// Every replica of the manager serves it on the webhook server. A batch is
+// decoded with k8s.io/apiserver's audit types, reduced to the client
+// certificates it shows (user and X509SHA256 credential ID), and merged
+// into the Cluster's usage ConfigMap, which is written at once when a
+// certificate is new or was seen a minute or more after it was last
+// recorded, and otherwise a minute later, once for all of them.
+package auditwebhook
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
+	"github.com/carousel-dev/carousel/pkg/promutil"
+)
+
+// PathPrefix is where the receiver is served: a Cluster's events go to
+// PathPrefix + "<namespace>/<name>".
+const PathPrefix = "/audit/"
+
+// DataKeyToken is the key of the audit-webhook Secret that holds the bearer
+// token the managed API server presents.
+const DataKeyToken = "token"
+
+// maxBatchBytes bounds a request's body; the API server's default batch
+// (400 events) is well below it.
+const maxBatchBytes = 16 << 20
+
+// x509CredentialPrefix starts the credential ID of a client certificate.
+const x509CredentialPrefix = "X509SHA256="
+
+// Receiver is the http.Handler of the audit webhook.
+type Receiver struct {
+	// Reader reads the audit-webhook Secrets and the usage ConfigMaps (the
+	// manager's cache holds both: they carry carousel.dev/cluster).
+	Reader client.Reader
+	// APIReader reads past the cache: the Cluster, which a shard's cache may
+	// not hold, and a usage ConfigMap after a conflict.
+	APIReader client.Reader
+	// Client writes the usage ConfigMaps.
+	Client client.Client
+	// Clock tells the time of a merge; one with delayed execution (a fake
+	// clock) also runs the delayed writes, which otherwise use real time.
+	Clock clock.PassiveClock
+	// Requests counts the requests by answer; nil counts nothing.
+	Requests *prometheus.CounterVec
+
+	state sync.Map // client.ObjectKey -> *clusterState: one merge at a time per Cluster in a replica
+}
+
+// NewRequestsCounter is the receiver's request counter, by HTTP status code.
+func NewRequestsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	return promutil.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "carousel_audit_webhook_requests_total",
+		Help: "Batches of audit events received from managed API servers, by the HTTP status code of the answer.",
+	}, []string{"code"}))
+}
+
+// ServeHTTP receives one batch of a Cluster's audit events.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	code, msg := r.serve(req)
+	if r.Requests != nil {
+		r.Requests.WithLabelValues(fmt.Sprint(code)).Inc()
+	}
+	if code != http.StatusOK {
+		http.Error(w, msg, code)
+		return
+	}
+	w.WriteHeader(code)
+}
+
+func (r *Receiver) serve(req *http.Request) (int, string) {
+	if req.Method != http.MethodPost {
+		return http.StatusMethodNotAllowed, "POST a batch of audit events (audit.k8s.io/v1 EventList)"
+	}
+	namespace, name, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, PathPrefix), "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return http.StatusNotFound, "the path is " + PathPrefix + "<namespace>/<cluster>"
+	}
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	ctx := log.IntoContext(req.Context(), log.FromContext(req.Context()).WithValues("cluster", key))
+	if code, msg := r.authenticate(ctx, key, req.Header.Get("Authorization")); code != http.StatusOK {
+		return code, msg
+	}
+	var batch auditv1.EventList
+	if err := json.NewDecoder(http.MaxBytesReader(nil, req.Body, maxBatchBytes)).Decode(&batch); err != nil {
+		return http.StatusBadRequest, "decoding the audit events: " + err.Error()
+	}
+	if gv := auditv1.SchemeGroupVersion.String(); batch.APIVersion != gv || batch.Kind != "EventList" {
+		return http.StatusBadRequest, fmt.Sprintf("expected an EventList of %s, got a %s of %s", gv, batch.Kind, batch.APIVersion)
+	}
+	seen := Credentials(batch.Items)
+	if len(seen) == 0 {
+		return http.StatusOK, ""
+	}
+	if err := r.record(ctx, key, seen); err != nil {
+		log.FromContext(ctx).Error(err, "recording the client certificates of audit events")
+		return http.StatusInternalServerError, "recording the audit events failed; send them again"
+	}
+	return http.StatusOK, ""
+}
+
+// authenticate checks the bearer token against the Cluster's audit-webhook
+// Secret. A Cluster without one answers as a wrong token does.
+func (r *Receiver) authenticate(ctx context.Context, key client.ObjectKey, header string) (int, string) {
+	token, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || token == "" {
+		return http.StatusUnauthorized, "a bearer token is required"
+	}
+	secret := &corev1.Secret{}
+	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.AuditWebhookSecretName(key.Name)}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return http.StatusUnauthorized, "the token is not valid for this Cluster"
+	case err != nil:
+		log.FromContext(ctx).Error(err, "reading the audit-webhook Secret")
+		return http.StatusInternalServerError, "reading the Cluster's audit-webhook Secret failed"
+	}
+	want := secret.Data[DataKeyToken]
+	if len(want) == 0 || secret.Labels[v1alpha1.LabelCluster] != key.Name || subtle.ConstantTimeCompare(want, []byte(token)) != 1 {
+		return http.StatusUnauthorized, "the token is not valid for this Cluster"
+	}
+	return http.StatusOK, ""
+}
+
+// Credentials are the client certificates events show in use, one per user
+// and fingerprint, with the first and last time each request was received.
+func Credentials(events []auditv1.Event) []oldca.Credential {
+	type id struct{ user, fingerprint string }
+	byID := map[id]*oldca.Credential{}
+	var out []*oldca.Credential
+	for i := range events {
+		e := &events[i]
+		at := e.RequestReceivedTimestamp.Time
+		if at.IsZero() {
+			at = e.StageTimestamp.Time
+		}
+		for _, cred := range e.User.Extra[user.CredentialIDKey] {
+			fingerprint, ok := strings.CutPrefix(cred, x509CredentialPrefix)
+			if !ok || fingerprint == "" || e.User.Username == "" {
+				continue
+			}
+			k := id{e.User.Username, strings.ToLower(fingerprint)}
+			c, found := byID[k]
+			if !found {
+				c = &oldca.Credential{User: k.user, Fingerprint: k.fingerprint, FirstSeen: at, LastSeen: at}
+				byID[k] = c
+				out = append(out, c)
+			}
+			if at.Before(c.FirstSeen) {
+				c.FirstSeen = at
+			}
+			if at.After(c.LastSeen) {
+				c.LastSeen = at
+			}
+		}
+	}
+	creds := make([]oldca.Credential, len(out))
+	for i, c := range out {
+		creds[i] = *c
+	}
+	return creds
+}
+
+// clusterState is what a replica holds for one Cluster between batches.
+type clusterState struct {
+	mu sync.Mutex
+	// pending are the sightings whose lastSeen advanced by less than
+	// oldca.Resolution; they are written once flushScheduled fires.
+	pending        []oldca.Credential
+	flushScheduled bool
+}
+
+// record merges seen into the Cluster's usage ConfigMap, writing it only
+// when the record changed; small advances of lastSeen are written
+// oldca.Resolution later, in one write.
+func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldca.Credential) error {
+	value, _ := r.state.LoadOrStore(key, &clusterState{})
+	st := value.(*clusterState)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	deferred, err := r.mergeRetrying(ctx, key, seen, oldca.Resolution)
+	if err != nil {
+		return err
+	}
+	st.pending = append(st.pending, deferred...)
+	if len(st.pending) > 0 && !st.flushScheduled {
+		st.flushScheduled = true
+		r.afterFunc(oldca.Resolution, func() { r.flush(key, st) })
+	}
+	return nil
+}
+
+// flush writes a Cluster's pending sightings; after a failure it tries again
+// oldca.Resolution later.
+func (r *Receiver) flush(key client.ObjectKey, st *clusterState) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.mergeRetrying(ctx, key, st.pending, 0); err != nil {
+		log.FromContext(ctx).Error(err, "writing the client certificates seen in use", "cluster", key)
+		r.afterFunc(oldca.Resolution, func() { r.flush(key, st) })
+		return
+	}
+	st.pending, st.flushScheduled = nil, false
+}
+
+func (r *Receiver) afterFunc(d time.Duration, f func()) {
+	if clk, ok := r.Clock.(clock.WithDelayedExecution); ok {
+		clk.AfterFunc(d, func() { go f() }) // a fake clock calls it while it holds its lock
+		return
+	}
+	time.AfterFunc(d, f)
+}
+
+func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
+	reader := r.Reader
+	var deferred []oldca.Credential
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) },
+		func() (err error) {
+			deferred, err = r.merge(ctx, reader, key, seen, resolution)
+			reader = r.APIReader // the cache was behind
+			return err
+		})
+	return deferred, err
+}
+
+func (r *Receiver) merge(ctx context.Context, reader client.Reader, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
+	now := r.Clock.Now()
+	cm := &corev1.ConfigMap{}
+	err := reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm)
+	if apierrors.IsNotFound(err) {
+		return nil, r.create(ctx, key, seen, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	usage, err := oldca.Parse(cm.Data[oldca.DataKey])
+	if err != nil {
+		log.FromContext(ctx).Info("the usage record does not parse; starting it over", "error", err.Error())
+		usage = &oldca.Usage{}
+	}
+	changed, deferred := usage.Observe(seen, now, resolution)
+	if !changed {
+		return deferred, nil
+	}
+	cm = cm.DeepCopy()
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[oldca.DataKey] = usage.String()
+	return nil, r.Client.Update(ctx, cm) // carries the resourceVersion read: a conflict reads again
+}
+
+func (r *Receiver) create(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, now time.Time) error {
+	cluster := &v1alpha1.Cluster{}
+	if err := r.APIReader.Get(ctx, key, cluster); err != nil {
+		return fmt.Errorf("reading the Cluster: %w", err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return errors.New("the Cluster is being deleted")
+	}
+	usage := &oldca.Usage{}
+	usage.Observe(seen, now, 0)
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name),
+			Labels: map[string]string{v1alpha1.LabelCluster: key.Name},
+		},
+		Data: map[string]string{oldca.DataKey: usage.String()},
+	}
+	if err := controllerutil.SetControllerReference(cluster, cm, r.Client.Scheme()); err != nil {
+		return err
+	}
+	return r.Client.Create(ctx, cm)
+}

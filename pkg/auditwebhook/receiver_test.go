@@ -1,0 +1,192 @@
+package auditwebhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
+	"github.com/carousel-dev/carousel/pkg/scheme"
+)
+
+var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+
+func event(user, credentialID string, at time.Time) auditv1.Event {
+	info := authnv1.UserInfo{Username: user}
+	if credentialID != "" {
+		info.Extra = map[string]authnv1.ExtraValue{"authentication.kubernetes.io/credential-id": {credentialID}}
+	}
+	return auditv1.Event{User: info, RequestReceivedTimestamp: metav1.NewMicroTime(at), StageTimestamp: metav1.NewMicroTime(at.Add(time.Millisecond))}
+}
+
+func batch(events ...auditv1.Event) []byte {
+	list := auditv1.EventList{TypeMeta: metav1.TypeMeta{APIVersion: "audit.k8s.io/v1", Kind: "EventList"}, Items: events}
+	data, err := json.Marshal(list)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+type setup struct {
+	receiver *Receiver
+	client   client.Client
+	writes   *atomic.Int64
+	clock    *clocktesting.FakeClock
+}
+
+func newSetup(t *testing.T) setup {
+	t.Helper()
+	cluster := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod", UID: "uid-prod"}}
+	secret := func(cl, token string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.AuditWebhookSecretName(cl),
+			Labels: map[string]string{v1alpha1.LabelCluster: cl}}, Data: map[string][]byte{DataKeyToken: []byte(token)}}
+	}
+	writes := &atomic.Int64{}
+	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		writes.Add(1)
+		return c.Create(ctx, obj, opts...)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(cluster, secret("prod", "s3cret"), secret("staging", "other")).
+		WithInterceptorFuncs(interceptor.Funcs{Create: count, Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes.Add(1)
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	clk := clocktesting.NewFakeClock(t0)
+	return setup{receiver: &Receiver{Reader: c, APIReader: c, Client: c, Clock: clk}, client: c, writes: writes, clock: clk}
+}
+
+func (s setup) post(path, token string, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	s.receiver.ServeHTTP(w, req)
+	return w
+}
+
+func (s setup) usage(t *testing.T) *oldca.Usage {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := s.client.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: credentials.CertificateUsageConfigMapName("prod")}, cm); err != nil {
+		t.Fatalf("reading the usage ConfigMap: %v", err)
+	}
+	if ref := metav1.GetControllerOf(cm); ref == nil || ref.UID != "uid-prod" || cm.Labels[v1alpha1.LabelCluster] != "prod" {
+		t.Fatalf("the usage ConfigMap is not the Cluster's: %+v", cm.ObjectMeta)
+	}
+	u, err := oldca.Parse(cm.Data[oldca.DataKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestTheReceiverRefuses(t *testing.T) {
+	s := newSetup(t)
+	good := batch(event("ci", "X509SHA256=ab", t0))
+	for _, tt := range []struct {
+		name, method, path, token string
+		body                      []byte
+		code                      int
+		message                   string
+	}{
+		{name: "a GET", method: http.MethodGet, path: "/audit/team-a/prod", token: "s3cret", code: http.StatusMethodNotAllowed},
+		{name: "a path without the Cluster", path: "/audit/team-a", token: "s3cret", body: good, code: http.StatusNotFound},
+		{name: "a path too deep", path: "/audit/team-a/prod/x", token: "s3cret", body: good, code: http.StatusNotFound},
+		{name: "no token", path: "/audit/team-a/prod", body: good, code: http.StatusUnauthorized, message: "bearer token is required"},
+		{name: "a wrong token", path: "/audit/team-a/prod", token: "guess", body: good, code: http.StatusUnauthorized},
+		{name: "another Cluster's token", path: "/audit/team-a/prod", token: "other", body: good, code: http.StatusUnauthorized},
+		{name: "a Cluster without a Secret", path: "/audit/team-a/ghost", token: "s3cret", body: good, code: http.StatusUnauthorized},
+		{name: "a body that is not JSON", path: "/audit/team-a/prod", token: "s3cret", body: []byte("{"), code: http.StatusBadRequest},
+		{name: "an object that is not an EventList", path: "/audit/team-a/prod", token: "s3cret", body: []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`),
+			code: http.StatusBadRequest, message: "expected an EventList of audit.k8s.io/v1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			method := tt.method
+			if method == "" {
+				method = http.MethodPost
+			}
+			req := httptest.NewRequest(method, tt.path, bytes.NewReader(tt.body))
+			if tt.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			w := httptest.NewRecorder()
+			s.receiver.ServeHTTP(w, req)
+			if w.Code != tt.code || !strings.Contains(w.Body.String(), tt.message) {
+				t.Fatalf("answered %d %q, want %d …%s…", w.Code, w.Body.String(), tt.code, tt.message)
+			}
+		})
+	}
+	if s.writes.Load() != 0 {
+		t.Fatalf("a refused request wrote %d objects", s.writes.Load())
+	}
+}
+
+func TestTheReceiverRecordsClientCertificates(t *testing.T) {
+	s := newSetup(t)
+	w := s.post("/audit/team-a/prod", "s3cret", batch(
+		event("system:kube-scheduler", "X509SHA256=AA01", t0.Add(-2*time.Second)),
+		event("system:kube-scheduler", "X509SHA256=aa01", t0.Add(-time.Second)),
+		event("system:serviceaccount:kube-system:default", "JTI=1234", t0),
+		event("system:anonymous", "", t0),
+		event("ci", "X509SHA256=cc", t0),
+	))
+	if w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	u := s.usage(t)
+	want := []oldca.Credential{
+		{User: "ci", Fingerprint: "cc", FirstSeen: t0, LastSeen: t0},
+		{User: "system:kube-scheduler", Fingerprint: "aa01", FirstSeen: t0.Add(-2 * time.Second), LastSeen: t0.Add(-time.Second)},
+	}
+	if len(u.Credentials) != len(want) {
+		t.Fatalf("recorded %+v, want %+v", u.Credentials, want)
+	}
+	for i := range want {
+		if got := u.Credentials[i]; got.User != want[i].User || got.Fingerprint != want[i].Fingerprint ||
+			!got.FirstSeen.Equal(want[i].FirstSeen) || !got.LastSeen.Equal(want[i].LastSeen) {
+			t.Errorf("credential %d = %+v, want %+v", i, got, want[i])
+		}
+	}
+	if n := s.writes.Load(); n != 1 {
+		t.Fatalf("%d writes for the first batch, want 1", n)
+	}
+
+	s.clock.Step(20 * time.Second)
+	for _, after := range []time.Duration{20 * time.Second, 30 * time.Second} {
+		if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256=cc", t0.Add(after)))); w.Code != http.StatusOK || s.writes.Load() != 1 {
+			t.Fatalf("a client seen again within a minute: %d, %d writes, want 200 and no write yet", w.Code, s.writes.Load())
+		}
+	}
+	s.clock.Step(time.Minute)
+	gomega.NewWithT(t).Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "one more write a minute after the small advances")
+	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(30 * time.Second)) {
+		t.Fatalf("lastSeen = %v, want the last sighting, +30s", got)
+	}
+	s.clock.Step(time.Minute)
+	if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256=cc", t0.Add(150*time.Second)))); w.Code != http.StatusOK || s.writes.Load() != 3 {
+		t.Fatalf("a client seen again two minutes later: %d, %d writes, want 200 and one more write at once", w.Code, s.writes.Load())
+	}
+	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(150 * time.Second)) {
+		t.Fatalf("lastSeen = %v, want +150s", got)
+	}
+}

@@ -1,0 +1,189 @@
+package oldca
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// The user-name prefixes of the client certificates Carousel signs besides
+// its certificate Secrets: kubelets (through their CSRs) and kubeconfigs of
+// kubectl carousel kubeconfig. Carousel keeps no record of these
+// certificates, so a user of either is judged by its Node's report and by
+// when its certificate was first seen, never by its name alone.
+const (
+	nodeUserPrefix  = "system:node:"
+	adminUserPrefix = "carousel:admin:"
+)
+
+// Facts are what the gate is decided from.
+type Facts struct {
+	// Started is when the rotation started (lastInitiationTime, in whole
+	// seconds): no certificate from the new client CA existed before.
+	Started time.Time
+	// Since is from when the use of a credential counts: the later of when
+	// the rotation became Prepared and the start of the usage window.
+	Since time.Time
+	// NewClientIssuer is the hex subject key identifier of the new client CA,
+	// as node agents report the issuer of their client certificate.
+	NewClientIssuer string
+	// Nodes are the managed cluster's Nodes.
+	Nodes []Node
+	// NodesUnreadable: the managed cluster's Nodes could not be read.
+	NodesUnreadable bool
+	// Certificates are the Cluster's client certificates Carousel keeps in
+	// Secrets.
+	Certificates []Certificate
+	// Usage is what the managed API server's audit events showed; nil when
+	// none were received.
+	Usage *Usage
+	// Now, and CollectingUntil: until then (Settling after the rotation
+	// became Prepared), uses since Prepared may not be in Usage yet.
+	Now, CollectingUntil time.Time
+}
+
+// Node is a managed cluster's Node and the issuer of the client certificate
+// its node agent reports: a hex key identifier, empty when it reports none
+// (a node without Carousel's node agent, which is then not judged by it).
+type Node struct {
+	Name         string
+	ClientIssuer string
+}
+
+// Certificate is a client certificate Carousel keeps in a Secret.
+type Certificate struct {
+	Secret string
+	// User is the certificate's common name, the user the API server sees.
+	User        string
+	Fingerprint string
+	// FromNewCA: the new client CA signed it.
+	FromNewCA bool
+}
+
+// Dependent is one client that still depends on the old CAs.
+type Dependent struct {
+	Kind    v1alpha1.OldCADependentKind
+	Name    string
+	Message string
+	// LastSeen is when a user was last seen authenticating that way; zero
+	// for the other kinds.
+	LastSeen time.Time
+}
+
+// kindOrder is the order in which dependents are listed.
+var kindOrder = map[v1alpha1.OldCADependentKind]int{
+	v1alpha1.OldCADependentCluster: 0, v1alpha1.OldCADependentNode: 1, v1alpha1.OldCADependentSecret: 2, v1alpha1.OldCADependentUser: 3,
+}
+
+// Dependents decides who still depends on the old CAs, by kind and name:
+//   - the managed cluster itself when its Nodes could not be read, or while
+//     the audit events since Prepared are still being collected;
+//   - every Node whose node agent reports a client certificate from another
+//     CA than the new client CA;
+//   - every certificate Secret whose client certificate the new client CA
+//     did not sign;
+//   - every user seen since f.Since with a certificate that was in use
+//     before the rotation started; whose name is one of Carousel's
+//     certificate Secrets' but whose certificate is not one of theirs from
+//     the new client CA; or to whom Carousel issues no certificate at all,
+//     so that only the old client CA can have signed it. A node user whose
+//     Node is listed already is not listed again.
+func Dependents(f Facts) []Dependent {
+	var deps []Dependent
+	if f.NodesUnreadable {
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "nodes",
+			Message: "Carousel could not read the managed cluster's Nodes, so it cannot tell which client CA their kubelets use"})
+	}
+	listedNodes := map[string]bool{}
+	for _, n := range f.Nodes {
+		if n.ClientIssuer != "" && n.ClientIssuer != f.NewClientIssuer {
+			listedNodes[n.Name] = true
+			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentNode, Name: n.Name, Message: fmt.Sprintf(
+				"its node agent reports a client certificate from CA %s, not from the new client CA %s", short(n.ClientIssuer), short(f.NewClientIssuer))})
+		}
+	}
+	current := map[string][]string{} // user -> fingerprints of its certificates from the new client CA
+	secretOf := map[string]string{}  // user -> a Secret with its certificate
+	for _, c := range f.Certificates {
+		if _, ok := secretOf[c.User]; !ok {
+			secretOf[c.User] = c.Secret
+		}
+		if c.FromNewCA {
+			current[c.User] = append(current[c.User], c.Fingerprint)
+			continue
+		}
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentSecret, Name: c.Secret, Message: fmt.Sprintf(
+			"holds a client certificate of %s that the new client CA did not sign", c.User)})
+	}
+	if f.Usage != nil {
+		deps = append(deps, users(f, current, secretOf, listedNodes)...)
+		if f.Now.Before(f.CollectingUntil) {
+			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "audit", Message: fmt.Sprintf(
+				"the audit events of the API server's requests since the rotation became Prepared are still being collected, until %s",
+				f.CollectingUntil.UTC().Format(time.RFC3339))})
+		}
+	}
+	slices.SortFunc(deps, func(a, b Dependent) int {
+		return cmp.Or(cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind]), strings.Compare(a.Name, b.Name))
+	})
+	return deps
+}
+
+// users are the users of f.Usage that depend on the old client CA, one
+// Dependent each (the first reason found, the latest time seen).
+func users(f Facts, current map[string][]string, secretOf map[string]string, listedNodes map[string]bool) []Dependent {
+	byUser := map[string]*Dependent{}
+	var order []string
+	for _, c := range f.Usage.Credentials {
+		if c.LastSeen.Before(f.Since) || listedNodes[strings.TrimPrefix(c.User, nodeUserPrefix)] && strings.HasPrefix(c.User, nodeUserPrefix) {
+			continue
+		}
+		why := reason(f, c, current, secretOf)
+		if why == "" {
+			continue
+		}
+		if d, ok := byUser[c.User]; ok {
+			if c.LastSeen.After(d.LastSeen) {
+				d.LastSeen = c.LastSeen
+			}
+			continue
+		}
+		byUser[c.User] = &Dependent{Kind: v1alpha1.OldCADependentUser, Name: c.User, Message: why, LastSeen: c.LastSeen}
+		order = append(order, c.User)
+	}
+	deps := make([]Dependent, 0, len(order))
+	for _, u := range order {
+		deps = append(deps, *byUser[u])
+	}
+	return deps
+}
+
+// reason says why a credential seen in use depends on the old client CA,
+// or "" when it does not, or Carousel cannot tell.
+func reason(f Facts, c Credential, current map[string][]string, secretOf map[string]string) string {
+	id := "X509SHA256=" + short(c.Fingerprint)
+	switch secret, ours := secretOf[c.User]; {
+	// lastInitiationTime has whole seconds: the rotation started within the
+	// second after Started, and no certificate of the new client CA is used
+	// that soon (its CA does not exist yet when the start is recorded).
+	case c.FirstSeen.Before(f.Started.Add(time.Second)):
+		return fmt.Sprintf("authenticates with a client certificate (%s) that was in use before the rotation started, so the old client CA signed it", id)
+	case ours && !slices.Contains(current[c.User], c.Fingerprint):
+		return fmt.Sprintf("authenticates with a client certificate (%s) that is not the one from the new client CA in Secret %s: the client has not loaded its renewed credentials", id, secret)
+	case ours, strings.HasPrefix(c.User, nodeUserPrefix), strings.HasPrefix(c.User, adminUserPrefix):
+		return ""
+	}
+	return fmt.Sprintf("authenticates with a client certificate (%s), and Carousel issues this user none from the new client CA: only the old client CA can have signed it", id)
+}
+
+// short is the start of a hex identifier, enough to tell it apart in a message.
+func short(hexID string) string {
+	if len(hexID) > 16 {
+		return hexID[:16]
+	}
+	return hexID
+}

@@ -1,0 +1,150 @@
+package oldca
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+
+func at(minutes int) time.Time { return t0.Add(time.Duration(minutes) * time.Minute) }
+
+func TestObserve(t *testing.T) {
+	u := &Usage{}
+	observe := func(now time.Time, seen ...Credential) (bool, []Credential) { return u.Observe(seen, now, Resolution) }
+	if changed, _ := observe(at(1), Credential{User: "b", Fingerprint: "02", FirstSeen: at(0), LastSeen: at(0)},
+		Credential{User: "a", Fingerprint: "01", FirstSeen: at(0), LastSeen: at(1)}); !changed {
+		t.Fatal("new credentials did not change the record")
+	}
+	if got := []string{u.Credentials[0].User, u.Credentials[1].User}; !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("record not sorted by user: %v", got)
+	}
+	soon := Credential{User: "a", Fingerprint: "01", FirstSeen: at(1), LastSeen: at(1).Add(59 * time.Second)}
+	if changed, deferred := observe(at(2), soon); changed || len(deferred) != 1 || !u.Credentials[0].LastSeen.Equal(at(1)) {
+		t.Fatalf("a credential seen again within the resolution: changed %v, deferred %+v, record %+v; want it deferred", changed, deferred, u.Credentials[0])
+	}
+	if changed, deferred := u.Observe([]Credential{soon}, at(2), 0); !changed || deferred != nil || !u.Credentials[0].LastSeen.Equal(soon.LastSeen) {
+		t.Fatalf("the deferred sighting, written later, did not advance lastSeen: %+v", u.Credentials[0])
+	}
+	if changed, _ := observe(at(3), Credential{User: "a", Fingerprint: "01", FirstSeen: at(3), LastSeen: at(3)}); !changed || !u.Credentials[0].LastSeen.Equal(at(3)) {
+		t.Fatalf("a credential seen a minute later did not advance lastSeen: %+v", u.Credentials[0])
+	}
+	// A change writes the small advances of the same batch too.
+	if changed, deferred := observe(at(3), Credential{User: "a", Fingerprint: "01", FirstSeen: at(3), LastSeen: at(3).Add(time.Second)},
+		Credential{User: "c", Fingerprint: "03", FirstSeen: at(3), LastSeen: at(3)}); !changed || deferred != nil || !u.Credentials[0].LastSeen.Equal(at(3).Add(time.Second)) {
+		t.Fatalf("a batch with a new credential left a small advance out: %v %+v %+v", changed, deferred, u.Credentials[0])
+	}
+	if changed, _ := observe(at(3), Credential{User: "b", Fingerprint: "02", FirstSeen: at(-5), LastSeen: at(-5)}); !changed || !u.Credentials[1].FirstSeen.Equal(at(-5)) {
+		t.Fatalf("an earlier sighting (a late batch) did not move firstSeen back: %+v", u.Credentials[1])
+	}
+	if changed, _ := observe(at(4).Add(Retention)); !changed || len(u.Credentials) != 0 {
+		t.Fatalf("credentials not seen for the retention were kept: %+v", u.Credentials)
+	}
+	observe(at(3), Credential{User: "a", Fingerprint: "01", FirstSeen: at(3), LastSeen: at(3)})
+	back, err := Parse(u.String())
+	if err != nil || back.String() != u.String() {
+		t.Fatalf("the record does not survive storage: %v, %s", err, back)
+	}
+	if _, err := Parse("{"); err == nil {
+		t.Fatal("a corrupt record parsed")
+	}
+}
+
+func TestDependents(t *testing.T) {
+	const newCA, oldCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"
+	base := Facts{
+		Started: at(0), Since: at(60), NewClientIssuer: newCA,
+		Certificates: []Certificate{
+			{Secret: "prod-kcm", User: "system:kube-controller-manager", Fingerprint: "kcm1", FromNewCA: true},
+			{Secret: "prod-operator", User: "carousel:operator", Fingerprint: "op1", FromNewCA: true},
+		},
+	}
+	seen := func(user, fp string, first, last int) Credential {
+		return Credential{User: user, Fingerprint: fp, FirstSeen: at(first), LastSeen: at(last)}
+	}
+	tests := []struct {
+		name  string
+		facts func(f *Facts)
+		want  []string // kind/name: message fragment
+	}{
+		{name: "every client on the new CAs, no audit", facts: func(*Facts) {}},
+		{name: "the Nodes could not be read", facts: func(f *Facts) { f.NodesUnreadable = true },
+			want: []string{"Cluster/nodes: could not read the managed cluster's Nodes"}},
+		{name: "a node reports the old client CA; one reports none; one the new", facts: func(f *Facts) {
+			f.Nodes = []Node{{Name: "w2", ClientIssuer: oldCA}, {Name: "w1", ClientIssuer: ""}, {Name: "w0", ClientIssuer: newCA}}
+		}, want: []string{"Node/w2: from CA bbbbbbbbbbbbbbbb, not from the new client CA aaaaaaaaaaaaaaaa"}},
+		{name: "a certificate Secret not signed by the new client CA", facts: func(f *Facts) {
+			f.Certificates = append(f.Certificates, Certificate{Secret: "prod-scheduler", User: "system:kube-scheduler", Fingerprint: "s0"})
+		}, want: []string{"Secret/prod-scheduler: of system:kube-scheduler that the new client CA did not sign"}},
+		{name: "audit: the current certificates, used after Prepared", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90), seen("system:kube-controller-manager", "kcm1", 10, 90)}}
+		}},
+		{name: "audit: a certificate Secret's user with a stale certificate", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm0", 5, 61), seen("system:kube-controller-manager", "kcm1", 10, 90)}}
+		}, want: []string{"User/system:kube-controller-manager: not the one from the new client CA in Secret prod-kcm"}},
+		{name: "audit: stale uses before Since do not count", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm0", -100, 59), seen("alice", "x", -100, 59)}}
+		}},
+		{name: "audit: a certificate in use before the rotation started", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:bob", "k0", -30, 70), seen("system:node:w5", "n0", -1, 65)}}
+		}, want: []string{"User/carousel:admin:bob: in use before the rotation started", "User/system:node:w5: in use before the rotation started"}},
+		{name: "audit: a certificate first used in the second of the start, which lastInitiationTime truncates", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{{User: "carousel:admin:bob", Fingerprint: "k0", FirstSeen: at(0).Add(900 * time.Millisecond), LastSeen: at(70)}}}
+		}, want: []string{"User/carousel:admin:bob: in use before the rotation started"}},
+		{name: "audit: kubelets and kubeconfigs first seen after the start cannot be judged by name", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:bob", "k1", 30, 70), seen("system:node:w5", "n1", 20, 65)}}
+		}},
+		{name: "audit: a user Carousel issues nothing to", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("ci-robot", "c1", 30, 61), seen("ci-robot", "c2", 40, 80)}}
+		}, want: []string{"User/ci-robot: Carousel issues this user none from the new client CA"}},
+		{name: "audit: a node listed as a Node is not listed again as a user", facts: func(f *Facts) {
+			f.Nodes = []Node{{Name: "w2", ClientIssuer: oldCA}}
+			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w2", "n0", -10, 70)}}
+		}, want: []string{"Node/w2: not from the new client CA"}},
+		{name: "audit: the first minute after Prepared is still being collected", facts: func(f *Facts) {
+			f.Usage, f.Now, f.CollectingUntil = &Usage{}, at(61), at(62)
+		}, want: []string{"Cluster/audit: still being collected, until 2026-11-26T13:02:00Z"}},
+		{name: "audit: collected", facts: func(f *Facts) { f.Usage, f.Now, f.CollectingUntil = &Usage{}, at(62), at(62) }},
+		{name: "everything at once, in order", facts: func(f *Facts) {
+			f.NodesUnreadable = true
+			f.Nodes = []Node{{Name: "w2", ClientIssuer: oldCA}}
+			f.Certificates = append(f.Certificates, Certificate{Secret: "prod-scheduler", User: "system:kube-scheduler", Fingerprint: "s0"})
+			f.Usage = &Usage{Credentials: []Credential{seen("zed", "z", 30, 61), seen("alice", "a", 30, 61)}}
+		}, want: []string{"Cluster/nodes: ", "Node/w2: ", "Secret/prod-scheduler: ", "User/alice: ", "User/zed: "}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := base
+			f.Certificates = slices.Clone(base.Certificates)
+			tt.facts(&f)
+			got := Dependents(f)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d dependents, want %d: %+v", len(got), len(tt.want), got)
+			}
+			for i, w := range tt.want {
+				id, fragment, _ := strings.Cut(w, ": ")
+				if have := string(got[i].Kind) + "/" + got[i].Name; have != id || !strings.Contains(got[i].Message, fragment) {
+					t.Errorf("dependent %d = %s: %q, want %s: …%s…", i, have, got[i].Message, id, fragment)
+				}
+				if (got[i].Kind == v1alpha1.OldCADependentUser) == got[i].LastSeen.IsZero() {
+					t.Errorf("dependent %d: lastSeen %v, want it set for users only", i, got[i].LastSeen)
+				}
+			}
+		})
+	}
+}
+
+func TestAUserIsListedOnceWithItsLatestUse(t *testing.T) {
+	f := Facts{Started: at(0), Since: at(60), Usage: &Usage{Credentials: []Credential{
+		{User: "ci-robot", Fingerprint: "c1", FirstSeen: at(-10), LastSeen: at(95)},
+		{User: "ci-robot", Fingerprint: "c2", FirstSeen: at(30), LastSeen: at(61)},
+	}}}
+	got := Dependents(f)
+	if len(got) != 1 || !got[0].LastSeen.Equal(at(95)) {
+		t.Fatalf("got %+v, want ci-robot once, last seen at +95m", got)
+	}
+}

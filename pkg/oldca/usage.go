@@ -1,0 +1,127 @@
+// Package oldca decides who still depends on the old CAs of a Prepared CA
+// rotation, the gate that complete-ca-rotation passes: Nodes whose node
+// agent reports a client certificate from the old client CA, certificates of
+// the Cluster the new client CA did not sign, and the users that the
+// managed API server's audit events show authenticating with a client
+// certificate the old client CA signed, or can only have signed.
+//
+// Usage is the record of those audit events: which client certificate
+// (user and SHA-256 fingerprint) was seen in use, first and last. It is kept
+// in a ConfigMap per Cluster, so that every replica of the manager that
+// receives a batch of events, and the one that reconciles the Cluster, share it.
+package oldca
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Credential is one client certificate the managed API server saw in use.
+type Credential struct {
+	User string `json:"user"`
+	// Fingerprint is the hex SHA-256 of the certificate's DER, as the API
+	// server's credential ID (X509SHA256=…) gives it.
+	Fingerprint string    `json:"sha256"`
+	FirstSeen   time.Time `json:"firstSeen"`
+	LastSeen    time.Time `json:"lastSeen"`
+}
+
+// Usage is the record of the client certificates seen in use, sorted by
+// user, then fingerprint.
+type Usage struct {
+	Credentials []Credential `json:"credentials"`
+}
+
+// DataKey is the key of a usage ConfigMap that holds the record.
+const DataKey = "usage.json"
+
+// Resolution is how far a credential's lastSeen must advance for the record
+// to be written at once; a smaller advance is written Resolution later (see
+// Observe), so that a client in constant use costs a write a minute.
+const Resolution = time.Minute
+
+// Settling is how long after a rotation became Prepared the gate waits for
+// the record to show every use since: Resolution, and the API server's
+// batching and retries.
+const Settling = Resolution + 15*time.Second
+
+// Retention is how long a credential not seen again stays in the record:
+// longer than the longest kubeconfig kubectl carousel issues (24h).
+const Retention = 25 * time.Hour
+
+// Parse reads a record; empty data is an empty record.
+func Parse(data string) (*Usage, error) {
+	u := &Usage{}
+	if data == "" {
+		return u, nil
+	}
+	if err := json.Unmarshal([]byte(data), u); err != nil {
+		return nil, fmt.Errorf("parsing the client-certificate usage record: %w", err)
+	}
+	return u, nil
+}
+
+// String is the record as stored.
+func (u *Usage) String() string {
+	data, err := json.Marshal(u)
+	if err != nil {
+		panic(err) // only strings and times
+	}
+	return string(data)
+}
+
+// Observe merges seen (each with the first and last time of a batch) into
+// the record and drops what was last seen before now-Retention. It says
+// whether the record changed: a credential not recorded yet, one seen
+// earlier than recorded, one seen resolution or more after its recorded
+// lastSeen, or one that aged out. A lastSeen that advances by less than
+// resolution is applied only when the record changes anyway; otherwise it
+// is returned as deferred, for a later Observe with no resolution to write,
+// so that the record is at most resolution behind.
+func (u *Usage) Observe(seen []Credential, now time.Time, resolution time.Duration) (changed bool, deferred []Credential) {
+	cutoff := now.Add(-Retention)
+	for _, s := range seen {
+		if s.LastSeen.Before(cutoff) {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(u.Credentials, s, compare)
+		if !found {
+			u.Credentials = slices.Insert(u.Credentials, i, s)
+			changed = true
+			continue
+		}
+		c := &u.Credentials[i]
+		advanced := s.LastSeen.After(c.LastSeen)
+		switch {
+		case s.FirstSeen.Before(c.FirstSeen):
+			c.FirstSeen, changed = s.FirstSeen, true
+			if advanced {
+				c.LastSeen = s.LastSeen
+			}
+		case advanced && s.LastSeen.Sub(c.LastSeen) >= resolution:
+			c.LastSeen, changed = s.LastSeen, true
+		case advanced:
+			deferred = append(deferred, s)
+		}
+	}
+	kept := slices.DeleteFunc(u.Credentials, func(c Credential) bool { return c.LastSeen.Before(cutoff) })
+	if len(kept) != len(u.Credentials) {
+		changed = true
+	}
+	u.Credentials = kept
+	if changed && len(deferred) > 0 {
+		u.Observe(deferred, now, 0)
+		deferred = nil
+	}
+	return changed, deferred
+}
+
+func compare(a, b Credential) int {
+	if c := strings.Compare(a.User, b.User); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Fingerprint, b.Fingerprint)
+}

@@ -1,0 +1,228 @@
+package integration
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/auditwebhook"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
+	"github.com/carousel-dev/carousel/pkg/operator"
+	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/test/framework"
+)
+
+// The old-CA usage gate, on a real managed API server whose audit webhook
+// backend sends its events to the receiver the suite's webhook server
+// serves: clients that followed Carousel's protocol never hold it up, and
+// two that did not (a robot with a certificate someone signed from the old
+// client CA, and an admin kubeconfig of kubectl carousel from before the
+// rotation) refuse complete-ca-rotation by name until they stop, or until
+// it is forced, after which the API server refuses them.
+var _ = Describe("The old-CA usage gate", Ordered, func() {
+	var (
+		c      *v1alpha1.Cluster
+		key    client.ObjectKey
+		robot  *rest.Config // signed from the old client CA by hand: Carousel issues this user nothing
+		alice  *rest.Config // what kubectl carousel kubeconfig signed before the rotation
+		writes atomic.Int64
+		users  []func() // stop the clients in use
+	)
+	const window = 15 * time.Second
+
+	// use makes one request as cfg, which the API server audits.
+	use := func(ctx context.Context, cfg *rest.Config) error {
+		cfg = rest.CopyConfig(cfg)
+		cfg.CAData = loadBundle(ctx, c, v1alpha1.CARoleCluster).PEM() // the server certificate moves to the new cluster CA
+		_, err := kubernetes.NewForConfigOrDie(cfg).Discovery().ServerVersion()
+		return err
+	}
+	usage := func(ctx context.Context) *v1alpha1.OldCAUsage {
+		return getCluster(ctx, key).CARotation().OldCAUsage
+	}
+	// record is the usage record, for the failure messages.
+	record := func(ctx context.Context) string {
+		cm := &corev1.ConfigMap{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm); err != nil {
+			return err.Error()
+		}
+		rot := getCluster(ctx, key).CARotation()
+		return fmt.Sprintf("%s (started %s, prepared %s)", cm.Data[oldca.DataKey], rot.LastInitiationTime, rot.LastInitiationFinishedTime)
+	}
+
+	BeforeAll(func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		hook := &testEnv.WebhookInstallOptions
+		caFile := filepath.Join(GinkgoT().TempDir(), "webhook-ca.crt")
+		Expect(os.WriteFile(caFile, hook.LocalServingCAData, 0o600)).To(Succeed())
+		startControllersWith(ns, &writes, func(o *operator.Options) {
+			o.AuditWebhookURL = "https://" + net.JoinHostPort(hook.LocalServingHost, strconv.Itoa(hook.LocalServingPort)) + "/audit"
+			o.AuditWebhookCAFile = caFile
+			o.OldCAUsageWindow = window
+		})
+		port, err := framework.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+		// kube-controller-manager publishes kube-root-ca.crt, which Prepared waits for.
+		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port, ControllerManager: true, AuditWebhook: true}
+		c = &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gated"},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()},
+				CARotation: v1alpha1.CARotationSettings{WorkloadTrustReload: &metav1.Duration{}}},
+		}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		key = client.ObjectKeyFromObject(c)
+		c = waitForReady(ctx, key)
+
+		By("giving the Cluster a kubeconfig for its API server's audit webhook backend")
+		secret := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.AuditWebhookSecretName(c.Name)}, secret)).To(Succeed())
+		kubeconfig, err := clientcmd.Load(secret.Data[v1alpha1.DataKeyKubeconfig])
+		Expect(err).NotTo(HaveOccurred())
+		server := kubeconfig.Clusters[kubeconfig.Contexts[kubeconfig.CurrentContext].Cluster].Server
+		Expect(server).To(HaveSuffix("/audit/" + ns + "/gated"))
+		Expect(secret.Data[auditwebhook.DataKeyToken]).To(HaveLen(43)) // 32 random bytes
+		Expect(metav1.IsControlledBy(secret, c)).To(BeTrue())
+
+		runControlPlane(ctx, c, cp)
+
+		By("signing two client certificates from the client CA outside Carousel's certificate Secrets")
+		clientCA := loadCAs(ctx, c)[v1alpha1.CARoleClient].Current
+		signed := func(user string) *rest.Config {
+			kp, err := clientCA.IssueKeyPair(pki.LeafTemplate{CommonName: user, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour},
+				pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), time.Now())
+			Expect(err).NotTo(HaveOccurred())
+			keyPEM, err := kp.KeyPEM()
+			Expect(err).NotTo(HaveOccurred())
+			return &rest.Config{Host: cp.Endpoint(), TLSClientConfig: rest.TLSClientConfig{CertData: kp.CertPEM(), KeyData: keyPEM}}
+		}
+		robot, alice = signed("ci-robot"), signed("carousel:admin:alice")
+		Expect(use(ctx, alice)).To(Succeed()) // the robot's first request comes after the start
+	})
+
+	// keepUsing has cfg make a request every half second until the returned
+	// function is called, as a client in use does (errors are left to the
+	// specs: the API server restarts in the phases).
+	keepUsing := func(cfg *rest.Config) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for tick := time.NewTicker(500 * time.Millisecond); ; {
+				_ = use(ctx, cfg)
+				select {
+				case <-ctx.Done():
+					tick.Stop()
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+		var once sync.Once
+		stop = func() { once.Do(func() { cancel(); <-done }) }
+		users = append(users, stop) // a DeferCleanup here would end with the spec
+		return stop
+	}
+	var stopAlice func()
+	AfterAll(func() {
+		for _, stop := range users {
+			stop()
+		}
+	})
+
+	It("records the client certificates the API server sees in use, from its audit events", func(ctx SpecContext) {
+		Eventually(func(g Gomega) {
+			cm := &corev1.ConfigMap{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm)).To(Succeed())
+			u, err := oldca.Parse(cm.Data[oldca.DataKey])
+			g.Expect(err).NotTo(HaveOccurred())
+			var users []string
+			for _, cred := range u.Credentials {
+				users = append(users, cred.User)
+			}
+			// Carousel's own client, and the kubeconfig signed by hand.
+			g.Expect(users).To(ContainElements("carousel:admin:alice", "carousel:operator"))
+		}).Should(Succeed())
+	})
+
+	It("lets nothing that followed the protocol hold up a completion", func(ctx SpecContext) {
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
+		waitForPhaseSlowly(ctx, key, v1alpha1.RotationPrepared)
+		Eventually(func(g Gomega) {
+			u := usage(ctx)
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.AuditEventsReceived).To(BeTrue())
+			g.Expect(u.Total).To(BeZero(), "the clients Carousel renewed in Preparing, and the hand-signed ones not used since Prepared: %+v", u.Dependents)
+		}).WithTimeout(oldca.Settling + time.Minute).Should(Succeed(), "once the audit events of the first minute after Prepared are in")
+		cond := meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionOldCAsUnused)
+		Expect(cond).NotTo(BeNil())
+		Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+	})
+
+	It("names the clients that still use old-CA certificates, and refuses the completion", func(ctx SpecContext) {
+		Expect(use(ctx, robot)).To(Succeed())
+		keepUsing(robot)
+		stopAlice = keepUsing(alice)
+		Eventually(func(g Gomega) {
+			u := usage(ctx)
+			g.Expect(u.Total).To(BeEquivalentTo(2), "the gate %+v from the record %s", u, record(ctx))
+			g.Expect(u.Dependents).To(HaveLen(2))
+			g.Expect(u.Dependents[0].Name).To(Equal("carousel:admin:alice"))
+			g.Expect(u.Dependents[0].Message).To(ContainSubstring("in use before the rotation started, so the old client CA signed it"))
+			g.Expect(u.Dependents[1].Name).To(Equal("ci-robot"))
+			g.Expect(u.Dependents[1].Message).To(ContainSubstring("Carousel issues this user none from the new client CA"))
+			g.Expect(u.Dependents[1].LastSeen).NotTo(BeNil())
+		}).Should(Succeed())
+		cond := meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionOldCAsUnused)
+		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		Expect(cond.Reason).To(Equal(v1alpha1.ReasonOldCADependents))
+
+		err := annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("2 clients still depend on the old CAs: User carousel:admin:alice, User ci-robot; " +
+			"completing the rotation now would lock them out"))
+		Expect(err.Error()).To(ContainSubstring("or complete anyway with carousel.dev/operation=complete-ca-rotation=force"))
+
+		out, err := kubectlCarousel(ctx, "rotation", "status", key.Name, "-n", key.Namespace)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(ContainSubstring("Old CAs:"))
+		Expect(out).To(MatchRegexp(`User ci-robot +\d{4}-\d\d-\d\dT[0-9:]+Z +authenticates with a client certificate`))
+	})
+
+	It("lets a client go once it has not been seen for the window", func(ctx SpecContext) {
+		stopAlice()
+		Eventually(func(g Gomega) {
+			u := usage(ctx)
+			g.Expect(u.Total).To(BeEquivalentTo(1), "the gate %+v from the record %s", u, record(ctx))
+			g.Expect(u.Dependents[0].Name).To(Equal("ci-robot"))
+		}).WithTimeout(window + oldca.Settling + time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("completes when forced, and the API server then refuses the old-CA client", func(ctx SpecContext) {
+		_, err := kubectlCarousel(ctx, "rotation", "complete", key.Name, "-n", key.Namespace, "--force")
+		Expect(err).NotTo(HaveOccurred())
+		waitForPhaseSlowly(ctx, key, v1alpha1.RotationCompleted)
+		Expect(usage(ctx)).To(BeNil())
+		Expect(meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionOldCAsUnused)).To(BeNil())
+		Eventually(func() error { return use(ctx, robot) }).Should(Satisfy(apierrors.IsUnauthorized))
+	})
+})
