@@ -15,6 +15,7 @@ package auditwebhook
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -158,27 +160,33 @@ func Credentials(events []auditv1.Event) []oldca.Credential {
 	var out []*oldca.Credential
 	for i := range events {
 		e := &events[i]
-		at := e.RequestReceivedTimestamp.Time
-		if at.IsZero() {
-			at = e.StageTimestamp.Time
+		// A long request (a watch) was in use from when it was received to
+		// the stage the event reports.
+		first, last := e.RequestReceivedTimestamp.Time, e.StageTimestamp.Time
+		if first.IsZero() || (!last.IsZero() && last.Before(first)) {
+			first = last
 		}
+		if last.Before(first) {
+			last = first
+		}
+		name := userName(e.User.Username)
 		for _, cred := range e.User.Extra[user.CredentialIDKey] {
 			fingerprint, ok := strings.CutPrefix(cred, x509CredentialPrefix)
-			if !ok || fingerprint == "" || e.User.Username == "" {
+			if !ok || !isHex(fingerprint) || name == "" {
 				continue
 			}
-			k := id{e.User.Username, strings.ToLower(fingerprint)}
+			k := id{name, strings.ToLower(fingerprint)}
 			c, found := byID[k]
 			if !found {
-				c = &oldca.Credential{User: k.user, Fingerprint: k.fingerprint, FirstSeen: at, LastSeen: at}
+				c = &oldca.Credential{User: k.user, Fingerprint: k.fingerprint, FirstSeen: first, LastSeen: last}
 				byID[k] = c
 				out = append(out, c)
 			}
-			if at.Before(c.FirstSeen) {
-				c.FirstSeen = at
+			if first.Before(c.FirstSeen) {
+				c.FirstSeen = first
 			}
-			if at.After(c.LastSeen) {
-				c.LastSeen = at
+			if last.After(c.LastSeen) {
+				c.LastSeen = last
 			}
 		}
 	}
@@ -196,6 +204,33 @@ type clusterState struct {
 	// oldca.Resolution; they are written once flushScheduled fires.
 	pending        []oldca.Credential
 	flushScheduled bool
+}
+
+// maxUserName bounds a user name taken from an audit event: the sender
+// holds a token of its Cluster, and the name goes into the Cluster's status.
+const maxUserName = 253
+
+// userName is name without control characters, at most maxUserName bytes.
+func userName(name string) string {
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, name)
+	if len(name) > maxUserName {
+		name = strings.ToValidUTF8(name[:maxUserName], "")
+	}
+	return name
+}
+
+// isHex: a SHA-256 in hex, as the API server writes a credential ID.
+func isHex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
 }
 
 // record merges seen into the Cluster's usage ConfigMap, writing it only

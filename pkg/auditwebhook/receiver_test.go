@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/onsi/gomega"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -28,6 +29,9 @@ import (
 )
 
 var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+
+// fp is a fingerprint as the API server writes one: 64 hex digits.
+func fp(prefix string) string { return prefix + strings.Repeat("0", 64-len(prefix)) }
 
 func event(user, credentialID string, at time.Time) auditv1.Event {
 	info := authnv1.UserInfo{Username: user}
@@ -102,7 +106,7 @@ func (s setup) usage(t *testing.T) *oldca.Usage {
 
 func TestTheReceiverRefuses(t *testing.T) {
 	s := newSetup(t)
-	good := batch(event("ci", "X509SHA256=ab", t0))
+	good := batch(event("ci", "X509SHA256="+fp("ab"), t0))
 	for _, tt := range []struct {
 		name, method, path, token string
 		body                      []byte
@@ -141,22 +145,42 @@ func TestTheReceiverRefuses(t *testing.T) {
 	}
 }
 
+func TestCredentials(t *testing.T) {
+	watch := event("operator", "X509SHA256="+fp("ee"), t0)
+	watch.StageTimestamp = metav1.NewMicroTime(t0.Add(40 * time.Minute)) // a watch that ran for 40 minutes
+	odd := event("bad\x1b[31mname", "X509SHA256="+fp("dd"), t0)
+	got := Credentials([]auditv1.Event{watch, odd, event("x", "X509SHA256=zz", t0), event("long", "X509SHA256="+fp("ab"), t0)})
+	if len(got) != 3 {
+		t.Fatalf("got %+v, want the watch, the odd name and the long one (a malformed fingerprint dropped)", got)
+	}
+	if !got[0].FirstSeen.Equal(t0) || !got[0].LastSeen.Equal(t0.Add(40*time.Minute)) {
+		t.Errorf("a long request counts as in use until its stage: %+v", got[0])
+	}
+	if got[1].User != "bad[31mname" {
+		t.Errorf("control characters kept in %q", got[1].User)
+	}
+	long := event(strings.Repeat("é", 200), "X509SHA256="+fp("ab"), t0)
+	if name := Credentials([]auditv1.Event{long})[0].User; len(name) > maxUserName || !utf8.ValidString(name) {
+		t.Errorf("a long user name kept as %d bytes, valid UTF-8 %v", len(name), utf8.ValidString(name))
+	}
+}
+
 func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 	s := newSetup(t)
 	w := s.post("/audit/team-a/prod", "s3cret", batch(
-		event("system:kube-scheduler", "X509SHA256=AA01", t0.Add(-2*time.Second)),
-		event("system:kube-scheduler", "X509SHA256=aa01", t0.Add(-time.Second)),
+		event("system:kube-scheduler", "X509SHA256="+strings.ToUpper(fp("aa01")), t0.Add(-2*time.Second)),
+		event("system:kube-scheduler", "X509SHA256="+fp("aa01"), t0.Add(-time.Second)),
 		event("system:serviceaccount:kube-system:default", "JTI=1234", t0),
 		event("system:anonymous", "", t0),
-		event("ci", "X509SHA256=cc", t0),
+		event("ci", "X509SHA256="+fp("cc"), t0),
 	))
 	if w.Code != http.StatusOK {
 		t.Fatalf("answered %d %q", w.Code, w.Body.String())
 	}
 	u := s.usage(t)
 	want := []oldca.Credential{
-		{User: "ci", Fingerprint: "cc", FirstSeen: t0, LastSeen: t0},
-		{User: "system:kube-scheduler", Fingerprint: "aa01", FirstSeen: t0.Add(-2 * time.Second), LastSeen: t0.Add(-time.Second)},
+		{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0.Add(time.Millisecond)},
+		{User: "system:kube-scheduler", Fingerprint: fp("aa01"), FirstSeen: t0.Add(-2 * time.Second), LastSeen: t0.Add(-time.Second + time.Millisecond)},
 	}
 	if len(u.Credentials) != len(want) {
 		t.Fatalf("recorded %+v, want %+v", u.Credentials, want)
@@ -173,20 +197,20 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 
 	s.clock.Step(20 * time.Second)
 	for _, after := range []time.Duration{20 * time.Second, 30 * time.Second} {
-		if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256=cc", t0.Add(after)))); w.Code != http.StatusOK || s.writes.Load() != 1 {
+		if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK || s.writes.Load() != 1 {
 			t.Fatalf("a client seen again within a minute: %d, %d writes, want 200 and no write yet", w.Code, s.writes.Load())
 		}
 	}
 	s.clock.Step(time.Minute)
 	gomega.NewWithT(t).Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "one more write a minute after the small advances")
-	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(30 * time.Second)) {
+	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(30*time.Second + time.Millisecond)) {
 		t.Fatalf("lastSeen = %v, want the last sighting, +30s", got)
 	}
 	s.clock.Step(time.Minute)
-	if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256=cc", t0.Add(150*time.Second)))); w.Code != http.StatusOK || s.writes.Load() != 3 {
+	if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(150*time.Second)))); w.Code != http.StatusOK || s.writes.Load() != 3 {
 		t.Fatalf("a client seen again two minutes later: %d, %d writes, want 200 and one more write at once", w.Code, s.writes.Load())
 	}
-	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(150 * time.Second)) {
+	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(150*time.Second + time.Millisecond)) {
 		t.Fatalf("lastSeen = %v, want +150s", got)
 	}
 }

@@ -33,8 +33,12 @@ type Facts struct {
 	NewClientIssuer string
 	// Nodes are the managed cluster's Nodes.
 	Nodes []Node
-	// NodesUnreadable: the managed cluster's Nodes could not be read.
+	// NodesUnreadable: the managed cluster's Nodes could not be read, and
+	// no earlier verdict on them is kept.
 	NodesUnreadable bool
+	// KeptNodes are the Node (and Cluster nodes) dependents of the last
+	// evaluation, which stand when the Nodes could not be read this time.
+	KeptNodes []Dependent
 	// Certificates are the Cluster's client certificates Carousel keeps in
 	// Secrets.
 	Certificates []Certificate
@@ -52,6 +56,11 @@ type Facts struct {
 type Node struct {
 	Name         string
 	ClientIssuer string
+	// Offline: its Lease is older than its pool's offlineNodeTimeout, and
+	// the worker rollout did not wait for it. Its node agent bootstraps the
+	// kubelet again once the API server refuses the old client certificate,
+	// so it is not counted.
+	Offline bool
 }
 
 // Certificate is a client certificate Carousel keeps in a Secret.
@@ -80,10 +89,11 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 }
 
 // Dependents decides who still depends on the old CAs, by kind and name:
-//   - the managed cluster itself when its Nodes could not be read, or while
-//     the audit events since Prepared are still being collected;
+//   - the managed cluster itself when its Nodes could not be read, while
+//     the audit events since Prepared are still being collected, or when
+//     none came for Silence;
 //   - every Node whose node agent reports a client certificate from another
-//     CA than the new client CA;
+//     CA than the new client CA, unless it is offline;
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
 //   - every user seen since f.Since with a certificate that was in use
@@ -99,8 +109,12 @@ func Dependents(f Facts) []Dependent {
 			Message: "Carousel could not read the managed cluster's Nodes, so it cannot tell which client CA their kubelets use"})
 	}
 	listedNodes := map[string]bool{}
+	for _, d := range f.KeptNodes {
+		listedNodes[d.Name] = d.Kind == v1alpha1.OldCADependentNode
+		deps = append(deps, d)
+	}
 	for _, n := range f.Nodes {
-		if n.ClientIssuer != "" && n.ClientIssuer != f.NewClientIssuer {
+		if n.ClientIssuer != "" && n.ClientIssuer != f.NewClientIssuer && !n.Offline {
 			listedNodes[n.Name] = true
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentNode, Name: n.Name, Message: fmt.Sprintf(
 				"its node agent reports a client certificate from CA %s, not from the new client CA %s", short(n.ClientIssuer), short(f.NewClientIssuer))})
@@ -121,10 +135,15 @@ func Dependents(f Facts) []Dependent {
 	}
 	if f.Usage != nil {
 		deps = append(deps, users(f, current, secretOf, listedNodes)...)
-		if f.Now.Before(f.CollectingUntil) {
+		switch newest := f.Usage.Newest(); {
+		case f.Now.Before(f.CollectingUntil):
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "audit", Message: fmt.Sprintf(
 				"the audit events of the API server's requests since the rotation became Prepared are still being collected, until %s",
 				f.CollectingUntil.UTC().Format(time.RFC3339))})
+		case newest.Before(f.Now.Add(-Silence)):
+			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "audit", Message: fmt.Sprintf(
+				"the last audit event Carousel recorded from the API server is from %s: it no longer hears who authenticates "+
+					"(check the API server's audit webhook and carousel_audit_webhook_requests_total)", formatTime(newest))})
 		}
 	}
 	slices.SortFunc(deps, func(a, b Dependent) int {
@@ -178,6 +197,13 @@ func reason(f Facts, c Credential, current map[string][]string, secretOf map[str
 		return ""
 	}
 	return fmt.Sprintf("authenticates with a client certificate (%s), and Carousel issues this user none from the new client CA: only the old client CA can have signed it", id)
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // short is the start of a hex identifier, enough to tell it apart in a message.

@@ -77,6 +77,13 @@ func TestDependents(t *testing.T) {
 		{name: "a node reports the old client CA; one reports none; one the new", facts: func(f *Facts) {
 			f.Nodes = []Node{{Name: "w2", ClientIssuer: oldCA}, {Name: "w1", ClientIssuer: ""}, {Name: "w0", ClientIssuer: newCA}}
 		}, want: []string{"Node/w2: from CA bbbbbbbbbbbbbbbb, not from the new client CA aaaaaaaaaaaaaaaa"}},
+		{name: "the Nodes could not be read: the last verdict on them stands", facts: func(f *Facts) {
+			f.KeptNodes = []Dependent{{Kind: v1alpha1.OldCADependentNode, Name: "w2", Message: "kept"}}
+			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w2", "n0", -10, 70), seen("system:node:w3", "n1", -10, 70)}}
+		}, want: []string{"Node/w2: kept", "User/system:node:w3: before the rotation started"}},
+		{name: "an offline node is not counted: its node agent bootstraps again when it is back", facts: func(f *Facts) {
+			f.Nodes = []Node{{Name: "w3", ClientIssuer: oldCA, Offline: true}}
+		}},
 		{name: "a certificate Secret not signed by the new client CA", facts: func(f *Facts) {
 			f.Certificates = append(f.Certificates, Certificate{Secret: "prod-scheduler", User: "system:kube-scheduler", Fingerprint: "s0"})
 		}, want: []string{"Secret/prod-scheduler: of system:kube-scheduler that the new client CA did not sign"}},
@@ -108,7 +115,12 @@ func TestDependents(t *testing.T) {
 		{name: "audit: the first minute after Prepared is still being collected", facts: func(f *Facts) {
 			f.Usage, f.Now, f.CollectingUntil = &Usage{}, at(61), at(62)
 		}, want: []string{"Cluster/audit: still being collected, until 2026-11-26T13:02:00Z"}},
-		{name: "audit: collected", facts: func(f *Facts) { f.Usage, f.Now, f.CollectingUntil = &Usage{}, at(62), at(62) }},
+		{name: "audit: collected", facts: func(f *Facts) {
+			f.Usage, f.Now, f.CollectingUntil = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 61)}}, at(62), at(62)
+		}},
+		{name: "audit: silent for too long", facts: func(f *Facts) {
+			f.Usage, f.Now, f.CollectingUntil = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 61)}}, at(61).Add(Silence+time.Second), at(62)
+		}, want: []string{"Cluster/audit: the last audit event Carousel recorded from the API server is from 2026-11-26T13:01:00Z"}},
 		{name: "everything at once, in order", facts: func(f *Facts) {
 			f.NodesUnreadable = true
 			f.Nodes = []Node{{Name: "w2", ClientIssuer: oldCA}}

@@ -45,8 +45,25 @@ const Resolution = time.Minute
 
 // Settling is how long after a rotation became Prepared the gate waits for
 // the record to show every use since: Resolution, and the API server's
-// batching and retries.
-const Settling = Resolution + 15*time.Second
+// batching (--audit-webhook-batch-max-wait, 30s by default) and retries.
+const Settling = Resolution + time.Minute
+
+// Silence is how long the record may go without a new use before the gate
+// takes the audit webhook for broken: the control plane's own clients
+// (kube-controller-manager, kube-scheduler, Carousel) call the API server
+// all the time, and the record trails them by Settling at most.
+const Silence = 2 * Settling
+
+// Newest is when the latest use in the record was seen; zero when it is empty.
+func (u *Usage) Newest() time.Time {
+	var newest time.Time
+	for _, c := range u.Credentials {
+		if c.LastSeen.After(newest) {
+			newest = c.LastSeen
+		}
+	}
+	return newest
+}
 
 // Retention is how long a credential not seen again stays in the record:
 // longer than the longest kubeconfig kubectl carousel issues (24h).

@@ -28,12 +28,18 @@ func DescribeOldCAUsage(u *v1alpha1.OldCAUsage) string {
 // OldCAsUnused is the old-CA usage gate of a completion: an error naming the
 // dependents when op completes the CA rotation of c (Prepared) while
 // status.credentials.rotation.certificateAuthorities.oldCAUsage lists any,
-// unless op is forced. A Prepared rotation whose usage was not evaluated yet
-// (a Cluster Prepared before Carousel had the gate) passes.
+// or was not evaluated yet (a Cluster Prepared before Carousel had the
+// gate, until its next reconcile), unless op is forced.
 func OldCAsUnused(op v1alpha1.Operation, c *v1alpha1.Cluster) error {
 	rot := c.CARotation()
-	if op.Verb.CAVerb() != v1alpha1.VerbCompleteCARotation || op.Force || rot == nil || rot.Phase != v1alpha1.RotationPrepared ||
-		rot.OldCAUsage == nil || rot.OldCAUsage.Total == 0 {
+	if op.Verb.CAVerb() != v1alpha1.VerbCompleteCARotation || op.Force || rot == nil || rot.Phase != v1alpha1.RotationPrepared {
+		return nil
+	}
+	if rot.OldCAUsage == nil {
+		return fmt.Errorf("the old-CA usage gate has not yet worked out who still depends on the old CAs (status.credentials.rotation.certificateAuthorities.oldCAUsage): "+
+			"try again in a moment, or complete anyway with %s=%s%s", v1alpha1.OperationAnnotation, op.Verb, v1alpha1.OperationForceSuffix)
+	}
+	if rot.OldCAUsage.Total == 0 {
 		return nil
 	}
 	return errors.New(DescribeOldCAUsage(rot.OldCAUsage) + fmt.Sprintf(

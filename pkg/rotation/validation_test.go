@@ -121,7 +121,9 @@ func TestValidateOperation(t *testing.T) {
 			"cannot start a CA rotation: the rotation is in phase Prepared: complete it with carousel.dev/operation=complete-ca-rotation"},
 		{"start while Finalizing", inPhase(v1alpha1.RotationFinalizing), v1alpha1.OperationStartCARotation,
 			"in phase Finalizing: wait until the phase is Completed"},
-		{"complete from Prepared", inPhase(v1alpha1.RotationPrepared), v1alpha1.OperationCompleteCARotation, ""},
+		{"complete from Prepared before the gate was evaluated", inPhase(v1alpha1.RotationPrepared), v1alpha1.OperationCompleteCARotation,
+			"the old-CA usage gate has not yet worked out who still depends on the old CAs (status.credentials.rotation.certificateAuthorities.oldCAUsage): " +
+				"try again in a moment, or complete anyway with carousel.dev/operation=complete-ca-rotation=force"},
 		{"complete from Prepared, nothing on the old CAs", usedBy(inPhase(v1alpha1.RotationPrepared), 0), v1alpha1.OperationCompleteCARotation, ""},
 		{"complete while the old CAs are in use", usedBy(inPhase(v1alpha1.RotationPrepared), 5), v1alpha1.OperationCompleteCARotation,
 			"5 clients still depend on the old CAs: Node w0, Node w1, Node w2 and 2 more; completing the rotation now would lock them out. " +

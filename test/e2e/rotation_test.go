@@ -415,6 +415,15 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 				"the kubelet wrote both cluster CAs into the pod before Prepared")
 		}
 		roles.check(ctx, "Prepared")
+		By("the old-CA usage gate: every real kubelet reports a client certificate from the new client CA, the powered-off node aside")
+		Eventually(func(g Gomega) {
+			u := cluster(ctx).CARotation().OldCAUsage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Total).To(BeZero(), "%+v", u.Dependents)
+			cond := meta.FindStatusCondition(cluster(ctx).Status.Conditions, v1alpha1.ConditionOldCAsUnused)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+		}).Should(Succeed())
 		if runsTutorial() {
 			out := tutorial.step(ctx, "prepared")
 			Expect(out).To(MatchRegexp(`Phase:\s+Prepared\n`))

@@ -486,10 +486,11 @@ rules:
 `
 
 // everyRequestAuditPolicy has the API server record who made every request
-// (and no request or response body), for the audit webhook.
+// (and no request or response body), when it starts and ends, for the
+// audit webhook.
 const everyRequestAuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
+omitStages: ["ResponseStarted"]
 omitManagedFields: true
 rules:
 - level: Metadata

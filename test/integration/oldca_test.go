@@ -172,7 +172,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 			g.Expect(u).NotTo(BeNil())
 			g.Expect(u.AuditEventsReceived).To(BeTrue())
 			g.Expect(u.Total).To(BeZero(), "the clients Carousel renewed in Preparing, and the hand-signed ones not used since Prepared: %+v", u.Dependents)
-		}).WithTimeout(oldca.Settling + time.Minute).Should(Succeed(), "once the audit events of the first minute after Prepared are in")
+		}).WithTimeout(oldca.Settling+time.Minute).Should(Succeed(), "once the audit events of the first minute after Prepared are in")
 		cond := meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionOldCAsUnused)
 		Expect(cond).NotTo(BeNil())
 		Expect(cond.Status).To(Equal(metav1.ConditionTrue))

@@ -43,6 +43,8 @@ var (
 	// webhookClock is the clock of the suite's webhook, for its rotation
 	// recommendations: a spec that moves it sets it back when it ends.
 	webhookClock = clocktesting.NewFakeClock(time.Now())
+	// stopWebhook stops the webhook manager and waits for it.
+	stopWebhook func()
 )
 
 func TestIntegration(t *testing.T) {
@@ -74,6 +76,12 @@ var _ = BeforeSuite(func() {
 })
 
 var _ = AfterSuite(func() {
+	// The webhook manager's informers (the audit receiver reads Secrets and
+	// ConfigMaps through them) hold watches that would keep the API server
+	// from stopping in time.
+	if stopWebhook != nil {
+		stopWebhook()
+	}
 	if testEnv != nil {
 		Expect(testEnv.Stop()).To(Succeed())
 	}
@@ -92,9 +100,11 @@ func startWebhook() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(operator.SetupWebhooks(mgr, operator.DefaultOptions(), webhookClock)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
-	DeferCleanup(cancel)
+	done := make(chan struct{})
+	stopWebhook = func() { cancel(); <-done }
 	go func() {
 		defer GinkgoRecover()
+		defer close(done)
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
 	addr := net.JoinHostPort(opts.LocalServingHost, strconv.Itoa(opts.LocalServingPort))

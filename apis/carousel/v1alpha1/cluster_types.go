@@ -614,8 +614,8 @@ const MaxOldCADependents = 20
 
 // OldCAUsage is who still depends on the old CAs of a Prepared rotation.
 type OldCAUsage struct {
-	// Dependents are the first MaxOldCADependents dependents: nodes, then
-	// certificates, then users, each by name.
+	// Dependents are the first MaxOldCADependents dependents: the managed
+	// cluster itself, nodes, certificates, then users, each by name.
 	//
 	// +optional
 	// +listType=atomic

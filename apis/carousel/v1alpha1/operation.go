@@ -124,9 +124,9 @@ func ParseOperation(value string) (Operation, error) {
 		}
 		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
-	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s[%s], %s, %s, %s, %s, %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
+	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s[%s], %s, %s, %s, %s[%s], %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
 		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationForceSuffix,
-		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete, OperationReconcile,
+		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete, OperationForceSuffix, OperationReconcile,
 		OperationRolloutWorkersPrefix, OperationRotateRolloutWorkersPrefix, OperationReissueCAPrefix, VerbReissueServiceAccountKey)
 }
 

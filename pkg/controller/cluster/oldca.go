@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,6 +21,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/auditwebhook"
+	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/rotation"
@@ -37,6 +41,10 @@ type AuditWebhook struct {
 // DefaultOldCAUsageWindow is how recent a client certificate's use must be
 // for the old-CA usage gate to count it.
 const DefaultOldCAUsageWindow = time.Hour
+
+// nodeRecheck is how often a Prepared Cluster's Nodes are read again while
+// none of them holds the gate.
+const nodeRecheck = time.Minute
 
 // auditWebhookUser names the token's user in the audit kubeconfig.
 const auditWebhookUser = "kube-apiserver-audit"
@@ -62,8 +70,14 @@ func (r *Reconciler) auditWebhookPhase(ctx context.Context, s *scope) error {
 		token = []byte(base64.RawURLEncoding.EncodeToString(raw))
 	}
 	caBundle, err := r.AuditWebhook.CABundle()
+	if err == nil && len(caBundle) == 0 {
+		err = errors.New("it is empty")
+	}
 	if err != nil {
-		return fmt.Errorf("reading the audit webhook's CA bundle: %w", err)
+		// Not this Cluster's fault, nor a reason to hold its credentials:
+		// the mounted bundle may not be there yet.
+		log.FromContext(ctx).Info("not writing the audit-webhook Secret: the webhook's CA bundle cannot be read", "error", err.Error())
+		return nil
 	}
 	server := strings.TrimSuffix(r.AuditWebhook.URL, "/") + "/" + c.Namespace + "/" + c.Name
 	kubeconfig, err := credentials.TokenKubeconfig("carousel", server, caBundle, string(token), auditWebhookUser)
@@ -96,9 +110,9 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	if window == 0 {
 		window = DefaultOldCAUsageWindow
 	}
+	// Since reaches back by the oldca.Settling the record may trail a client in use.
 	facts := oldca.Facts{
 		Started:         rot.LastInitiationTime.Time,
-		// The record is up to oldca.Settling behind a client in use.
 		Since:           later(rot.LastInitiationFinishedTime.Time, now.Add(-window-oldca.Settling)),
 		NewClientIssuer: hex.EncodeToString(s.cas[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId),
 		Certificates:    s.certs.clients,
@@ -106,20 +120,25 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		CollectingUntil: rot.LastInitiationFinishedTime.Add(oldca.Settling),
 	}
 	if c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil {
-		nodes, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
-		if err != nil {
+		nodes, leases, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
+		switch {
+		case err == nil:
+			facts.Nodes = nodeFacts(c, nodes, leases)
+		case rot.OldCAUsage != nil:
+			// A passing failure does not change what the Nodes last said.
+			facts.KeptNodes = keptNodes(rot.OldCAUsage)
+		default:
 			log.FromContext(ctx).V(1).Info("reading the managed cluster's Nodes for the old-CA usage gate", "error", err.Error())
 			facts.NodesUnreadable = true
-		}
-		for i := range nodes {
-			facts.Nodes = append(facts.Nodes, oldca.Node{Name: nodes[i].Name, ClientIssuer: nodes[i].Annotations[v1alpha1.AnnotationClientCertificateIssuer]})
 		}
 	}
 	if cm := s.objs.configMaps[credentials.CertificateUsageConfigMapName(c.Name)]; cm != nil {
 		usage, err := oldca.Parse(cm.Data[oldca.DataKey])
 		if err != nil {
-			// The receiver starts a corrupt record over with its next batch.
-			log.FromContext(ctx).Info("ignoring the client-certificate usage record", "error", err.Error())
+			// An empty record, which the gate takes for a silent audit
+			// webhook; the receiver starts it over with its next batch.
+			log.FromContext(ctx).Info("the client-certificate usage record does not parse", "error", err.Error())
+			usage = &oldca.Usage{}
 		}
 		facts.Usage = usage
 	}
@@ -130,8 +149,23 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		rot.OldCAUsage = status
 		setCARotation(c, rot)
 	}
-	if facts.Usage != nil && now.Before(facts.CollectingUntil) {
-		s.wakeAt(facts.CollectingUntil)
+	if c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil {
+		// Nodes report through annotations, which raise no event here:
+		// look again soon while they hold the gate, else once a minute.
+		next := now.Add(nodeRecheck)
+		if slices.ContainsFunc(deps, func(d oldca.Dependent) bool { return d.Kind == v1alpha1.OldCADependentNode || d.Name == "nodes" }) {
+			next = now.Add(r.managedPollDelay(c, facts.NodesUnreadable))
+		}
+		s.wakeAt(next)
+	}
+	if facts.Usage != nil {
+		// When the collecting ends, and when the record falls silent.
+		if now.Before(facts.CollectingUntil) {
+			s.wakeAt(facts.CollectingUntil)
+		}
+		if silent := facts.Usage.Newest().Add(oldca.Silence); silent.After(now) {
+			s.wakeAt(silent)
+		}
 	}
 	// A user counts until its last use leaves the window: look again then.
 	for _, d := range deps {
@@ -139,10 +173,18 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 			s.wakeAt(d.LastSeen.Add(window + oldca.Settling))
 		}
 	}
-	if facts.NodesUnreadable {
-		s.wakeAt(now.Add(r.managedPollDelay(c, true)))
-	}
 	return nil
+}
+
+// keptNodes are the Node and "Cluster nodes" dependents of u.
+func keptNodes(u *v1alpha1.OldCAUsage) []oldca.Dependent {
+	var kept []oldca.Dependent
+	for _, d := range u.Dependents {
+		if d.Kind == v1alpha1.OldCADependentNode || d.Kind == v1alpha1.OldCADependentCluster && d.Name == "nodes" {
+			kept = append(kept, oldca.Dependent{Kind: d.Kind, Name: d.Name, Message: d.Message})
+		}
+	}
+	return kept
 }
 
 // usageStatus is the status record of deps: the first
@@ -168,7 +210,7 @@ func (r *Reconciler) setOldCAsUnusedCondition(c *v1alpha1.Cluster) {
 		return
 	}
 	cond := metav1.Condition{Type: v1alpha1.ConditionOldCAsUnused, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNoOldCADependents,
-		Message: "nothing Carousel knows of depends on the old CAs: completing the rotation locks no client out"}
+		Message: "nothing Carousel knows of depends on the old CAs any more: completing the rotation locks none of them out"}
 	if !rot.OldCAUsage.AuditEventsReceived {
 		cond.Message += " (no audit events were received from the managed API server: only Nodes and Carousel's certificates were checked)"
 	}
@@ -187,19 +229,42 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// ManagedNodes lists a managed cluster's Nodes through its connection.
+// nodeFacts are the Nodes as the gate judges them: the issuer their node
+// agent reports, and whether the worker rollout takes them for offline (see
+// workerrollout.PlanRollout), with their pool's offlineNodeTimeout.
+func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease) []oldca.Node {
+	seen, newest := workerrollout.Heartbeats(nodes, leases)
+	out := make([]oldca.Node, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool])
+		if pool == nil {
+			pool = &v1alpha1.WorkerPool{}
+		}
+		out = append(out, oldca.Node{Name: n.Name, ClientIssuer: n.Annotations[v1alpha1.AnnotationClientCertificateIssuer],
+			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault()})
+	}
+	return out
+}
+
+// ManagedNodes lists a managed cluster's Nodes and node Leases through its
+// connection.
 func ManagedNodes(clients interface {
 	Client(client.ObjectKey) (client.Client, bool)
-}) func(context.Context, client.ObjectKey) ([]corev1.Node, error) {
-	return func(ctx context.Context, key client.ObjectKey) ([]corev1.Node, error) {
+}) func(context.Context, client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
+	return func(ctx context.Context, key client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
 		remote, ok := clients.Client(key)
 		if !ok {
-			return nil, fmt.Errorf("not connected to the managed cluster %s", key)
+			return nil, nil, fmt.Errorf("not connected to the managed cluster %s", key)
 		}
 		var nodes corev1.NodeList
 		if err := remote.List(ctx, &nodes); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return nodes.Items, nil
+		var leases coordinationv1.LeaseList
+		if err := remote.List(ctx, &leases, client.InNamespace(corev1.NamespaceNodeLease)); err != nil {
+			return nil, nil, err
+		}
+		return nodes.Items, leases.Items, nil
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,9 +64,9 @@ type Reconciler struct {
 	// AuditWebhook, when set, gives every Cluster a Secret with the
 	// kubeconfig with which its API server sends Carousel its audit events.
 	AuditWebhook *AuditWebhook
-	// ManagedNodes lists a managed cluster's Nodes for the old-CA usage
-	// gate; nil leaves Nodes out of it.
-	ManagedNodes func(ctx context.Context, key client.ObjectKey) ([]corev1.Node, error)
+	// ManagedNodes lists a managed cluster's Nodes and node Leases for the
+	// old-CA usage gate; nil leaves Nodes out of it.
+	ManagedNodes func(ctx context.Context, key client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error)
 	// OldCAUsageWindow is how recent a client certificate's use must be for
 	// the old-CA usage gate to count it; zero means DefaultOldCAUsageWindow.
 	OldCAUsageWindow time.Duration
@@ -248,9 +249,16 @@ func automaticStep(c *v1alpha1.Cluster) rotation.AutomaticStep {
 // gateOpen says whether an operation Carousel would set for the Cluster
 // (queued for the maintenance window) passes the old-CA usage gate; an
 // operation that does not parse is left to the webhook to refuse.
-func gateOpen(value string, c *v1alpha1.Cluster) bool {
+func gateOpen(value string, c *v1alpha1.Cluster) bool { return gateClosed(value, c) == nil }
+
+// gateClosed is why the old-CA usage gate holds the operation value; nil
+// when it does not.
+func gateClosed(value string, c *v1alpha1.Cluster) error {
 	op, err := v1alpha1.ParseOperation(value)
-	return err != nil || rotation.OldCAsUnused(op, c) == nil
+	if err != nil {
+		return nil
+	}
+	return rotation.OldCAsUnused(op, c)
 }
 
 // operationPending: a user's operation, now or for the maintenance window,

@@ -53,9 +53,12 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 		switch {
 		case !d.Run:
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.Reason, d.Message
-		case !gateOpen(value, c):
+		case gateClosed(value, c) != nil:
 			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonOldCADependents
-			cond.Message = fmt.Sprintf("%s waits until nothing depends on the old CAs: %s", value, rotation.DescribeOldCAUsage(c.CARotation().OldCAUsage))
+			cond.Message = fmt.Sprintf("%s waits for the old-CA usage gate: %v", value, gateClosed(value, c))
+		default:
+			// The gate opened in this pass: the next one carries it out.
+			next = r.Clock.Now()
 		}
 	}
 	r.setCondition(c, cond)

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 )
 
 // MaxRetryInterval is the longest a Cluster waits after a failed reconcile.
@@ -47,6 +48,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{RateLimiter: retryLimiter()}).
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Secret{}, byClusterLabel).
-		Watches(&corev1.ConfigMap{}, byClusterLabel).
+		// The record of client certificates in use changes once a minute
+		// and is nothing to this controller.
+		Watches(&corev1.ConfigMap{}, byClusterLabel, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
+			return obj.GetName() != credentials.CertificateUsageConfigMapName(obj.GetLabels()[v1alpha1.LabelCluster])
+		}))).
 		Complete(r)
 }
