@@ -328,6 +328,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		} else {
 			Expect(annotate(ctx, v1alpha1.OperationStartCARotationWithoutWorkersRollout)).To(Succeed())
 		}
+		// Until the controller takes the start up, the webhook lets another operation replace it.
+		Eventually(func() v1alpha1.CARotationPhase { return cluster(ctx).CARotationPhase() }).Should(Equal(v1alpha1.RotationPreparingWithoutWorkersRollout))
 		Eventually(func() error { return annotate(ctx, v1alpha1.OperationStartCARotation) }).Should(
 			MatchError(ContainSubstring("cannot start a CA rotation: the rotation is in phase PreparingWithoutWorkersRollout")), "start twice")
 		By("killing the controller manager once the first new CA exists")
