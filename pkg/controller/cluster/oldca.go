@@ -119,7 +119,8 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		Now:             now,
 		CollectingUntil: rot.LastInitiationFinishedTime.Add(oldca.Settling),
 	}
-	if c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil {
+	readsNodes := c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil
+	if readsNodes {
 		nodes, leases, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
 		switch {
 		case err == nil:
@@ -149,7 +150,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		rot.OldCAUsage = status
 		setCARotation(c, rot)
 	}
-	if c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil {
+	if readsNodes {
 		// Nodes report through annotations, which raise no event here:
 		// look again soon while they hold the gate, else once a minute.
 		next := now.Add(nodeRecheck)

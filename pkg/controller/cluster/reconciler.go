@@ -100,7 +100,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	now := r.Clock.Now()
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		if _, pending := c.Annotations[v1alpha1.OperationAnnotation]; !pending &&
-			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run && gateOpen(value, c) {
+			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run && gateClosed(value, c) == nil {
 			return ctrl.Result{}, r.startOperation(ctx, c, value, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out "+value)
 		}
 	}
@@ -246,13 +246,9 @@ func automaticStep(c *v1alpha1.Cluster) rotation.AutomaticStep {
 	return rotation.Automatic(c.Spec.CARotation.Automatic, c.CARotation(), cas, c.CreationTimestamp.Time)
 }
 
-// gateOpen says whether an operation Carousel would set for the Cluster
-// (queued for the maintenance window) passes the old-CA usage gate; an
-// operation that does not parse is left to the webhook to refuse.
-func gateOpen(value string, c *v1alpha1.Cluster) bool { return gateClosed(value, c) == nil }
-
-// gateClosed is why the old-CA usage gate holds the operation value; nil
-// when it does not.
+// gateClosed is why the old-CA usage gate holds an operation Carousel would
+// set for the Cluster (queued for the maintenance window); nil when it does
+// not, or when the value does not parse, which the webhook refuses.
 func gateClosed(value string, c *v1alpha1.Cluster) error {
 	op, err := v1alpha1.ParseOperation(value)
 	if err != nil {

@@ -50,12 +50,12 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		d := maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now())
 		next = d.Next
-		switch {
+		switch held := gateClosed(value, c); {
 		case !d.Run:
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.Reason, d.Message
-		case gateClosed(value, c) != nil:
+		case held != nil:
 			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonOldCADependents
-			cond.Message = fmt.Sprintf("%s waits for the old-CA usage gate: %v", value, gateClosed(value, c))
+			cond.Message = fmt.Sprintf("%s waits for the old-CA usage gate: %v", value, held)
 		default:
 			// The gate opened in this pass: the next one carries it out.
 			next = r.Clock.Now()
