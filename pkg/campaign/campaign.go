@@ -72,6 +72,12 @@ func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Durat
 	case (s.Phase == v1alpha1.RotationFinalizing || s.Phase == v1alpha1.RotationCompleted) && ours:
 		s.State = v1alpha1.CampaignClusterDone
 		return s
+	case s.Phase == v1alpha1.RotationAborting:
+		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "its rotation is being aborted"
+		return s
+	case s.Phase == v1alpha1.RotationAborted && since(rot.LastAbortTriggeredTime):
+		s.State, s.Message = v1alpha1.CampaignClusterSkipped, "its rotation was aborted ("+v1alpha1.OperationAbortCARotation+") since the campaign started"
+		return s
 	case step == v1alpha1.CampaignComplete && s.Phase != v1alpha1.RotationPrepared:
 		s.State, s.Message = v1alpha1.CampaignClusterSkipped, "not rotated since the campaign started: nothing to complete"
 		return s

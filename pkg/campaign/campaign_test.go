@@ -53,6 +53,11 @@ func notReady(reason string) func(*v1alpha1.Cluster) {
 	}
 }
 
+// abortedAt records an abort requested at t.
+func abortedAt(t time.Time) func(*v1alpha1.Cluster) {
+	return func(c *v1alpha1.Cluster) { c.CARotation().LastAbortTriggeredTime = &metav1.Time{Time: t} }
+}
+
 func TestClassify(t *testing.T) {
 	before, during := started.Add(-24*time.Hour), started.Add(10*time.Minute)
 	overdue := now.Add(-deadline - time.Minute)
@@ -93,6 +98,14 @@ func TestClassify(t *testing.T) {
 		{"start: completed since, a rotation prepared before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, before, during),
 			v1alpha1.CampaignClusterDone, false, "", none},
 		{"start: completed during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, during, during), v1alpha1.CampaignClusterDone, false, "", none},
+		{"start: aborting", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborting, during, none, abortedAt(during)),
+			v1alpha1.CampaignClusterWaiting, false, "being aborted", none},
+		{"start: aborted during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborted, during, none, abortedAt(during)),
+			v1alpha1.CampaignClusterSkipped, false, "aborted", none},
+		{"start: aborted before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborted, before, none, abortedAt(before)),
+			v1alpha1.CampaignClusterPending, false, "", none},
+		{"complete: aborted during the campaign", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationAborted, during, none, abortedAt(during)),
+			v1alpha1.CampaignClusterSkipped, false, "aborted", none},
 		{"start: not ready", v1alpha1.CampaignStart, cluster("", none, none, notReady(v1alpha1.ReasonCALost)),
 			v1alpha1.CampaignClusterFailed, false, "not Ready (CALost): secret c-ca-client is missing", none},
 		{"start: no Ready condition yet", v1alpha1.CampaignStart, cluster("", none, none, func(c *v1alpha1.Cluster) { c.Status.Conditions = nil }),

@@ -94,6 +94,10 @@ type CAs struct {
 	Previous *pki.KeyPair
 	// Rotation is the v1alpha1.AnnotationRotation value of the Secret.
 	Rotation string
+	// AbortedRotation is its v1alpha1.AnnotationAbortedRotation value: when
+	// it is Rotation, the rotation was aborted and Current is the old CA
+	// again.
+	AbortedRotation string
 }
 
 // Bundle is the role's trust bundle: the current CA and the previous one if kept.
@@ -121,7 +125,7 @@ func DecodeCASecret(s *corev1.Secret) (*CAs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: current CA: %w", s.Name, err)
 	}
-	cas := &CAs{Current: current, Rotation: s.Annotations[v1alpha1.AnnotationRotation]}
+	cas := &CAs{Current: current, Rotation: s.Annotations[v1alpha1.AnnotationRotation], AbortedRotation: s.Annotations[v1alpha1.AnnotationAbortedRotation]}
 	prevCert, prevKey := s.Data[DataKeyPreviousCertificate], s.Data[DataKeyPreviousPrivateKey]
 	switch {
 	case len(prevCert) == 0 && len(prevKey) == 0:

@@ -27,10 +27,11 @@ func TestValidate(t *testing.T) {
 		{name: "a window", c: cluster(window, "")},
 		{name: "a queued start", c: cluster(window, v1alpha1.OperationStartCARotation)},
 		{name: "a queued complete", c: cluster(window, v1alpha1.OperationCompleteCARotation)},
+		{name: "a queued abort", c: cluster(window, v1alpha1.OperationAbortCARotation)},
 		{name: "a queued start without a window", c: cluster(nil, v1alpha1.OperationStartCARotation),
 			errs: []string{"spec.maintenance.timeWindow: Required value: carousel.dev/maintenance-operation=start-ca-rotation waits for the maintenance window: set one, or set carousel.dev/operation=start-ca-rotation to have it done now"}},
 		{name: "a queued reissue", c: cluster(window, v1alpha1.OperationReissueServiceAccountKey),
-			errs: []string{"metadata.annotations[carousel.dev/maintenance-operation]: Invalid value: \"reissue-service-account-key\": only start-ca-rotation, complete-ca-rotation, rotate-serviceaccount-key-start"}},
+			errs: []string{"metadata.annotations[carousel.dev/maintenance-operation]: Invalid value: \"reissue-service-account-key\": only start-ca-rotation, complete-ca-rotation, abort-ca-rotation, rotate-serviceaccount-key-start"}},
 		{name: "a window too long", c: cluster(&v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "120000+0000", End: "230000+0000"}}, ""),
 			errs: []string{"spec.maintenance.timeWindow: Invalid value", "lasts 11h0m0s"}},
 	} {

@@ -52,7 +52,7 @@ func ParseRequest(value string) (Request, error) {
 		return Request{}, fmt.Errorf("renewal request %q: %w", value, err)
 	}
 	r := Request{Initiated: initiated.UTC(), Phase: v1alpha1.CARotationPhase(phase)}
-	if r.Phase != v1alpha1.RotationPreparing && r.Phase != v1alpha1.RotationFinalizing {
+	if r.Phase != v1alpha1.RotationPreparing && r.Phase != v1alpha1.RotationFinalizing && r.Phase != v1alpha1.RotationAborting {
 		return Request{}, fmt.Errorf("renewal request %q: %q is not a phase that rolls workers", value, phase)
 	}
 	if r.String() != value {

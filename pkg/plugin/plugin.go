@@ -73,11 +73,12 @@ Clusters' namespace.`,
 certificates and rolls the nodes while both the old and the new CAs are trusted, until the Cluster is Prepared;
 "complete" renews the server certificates and drops the old CAs, until it is Completed. Between the two, hand the
 new trust bundles and kubeconfigs to your own clients. "start --without-workers-rollout" prepares the control
-plane only and holds the worker pools, which "rollout-workers" then rolls, as many at a time as you name.`,
+plane only and holds the worker pools, which "rollout-workers" then rolls, as many at a time as you name.
+"abort", before "complete", takes the rotation back to the old CAs and deletes the new ones.`,
 	}
 	rotation.AddCommand(e.operationCommand("start", v1alpha1.OperationStartCARotation, v1alpha1.RotationPrepared),
 		e.rolloutWorkersCommand(), e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
-		e.statusCommand(), e.planCommand())
+		e.abortCommand(), e.statusCommand(), e.planCommand())
 	certs := &cobra.Command{
 		Use:   "certs",
 		Short: "Inspect a Cluster's certificates and keep a copy of its CA keys",

@@ -247,6 +247,38 @@ that is not held.
 	return cmd
 }
 
+// abortCommand is `rotation abort`: it takes a rotation that was not
+// completed back to the old CAs.
+func (e *env) abortCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "abort CLUSTER",
+		Short: fmt.Sprintf("Take a CA rotation that was not completed back to the old CAs (%s=%s)", v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation),
+		Long: fmt.Sprintf(`Abort the CA rotation of CLUSTER by annotating it with %[1]s=%[2]s. In phases %[3]s,
+%[4]s, %[5]s and %[6]s the rotation goes to phase %[7]s: every role's old CA is current again,
+the certificates the new CAs signed are re-issued from the old ones, the control plane and the worker pools that
+moved roll back, and only then are the new CAs, keys included, deleted from every trust bundle. The rotation ends
+in phase %[8]s, from where a new one may start. The admission webhook refuses the abort in any other phase:
+once %[9]s started, the old CAs are on their way out.
+
+Kubeconfigs issued during the rotation ("kubectl carousel kubeconfig") are signed by the new client CA and stop
+working once it is deleted: issue them again after the abort.
+
+--wait follows the Cluster until it is %[8]s.`, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation,
+			v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
+			v1alpha1.RotationPrepared, v1alpha1.RotationAborting, v1alpha1.RotationAborted, v1alpha1.OperationCompleteCARotation),
+		Example: `  # Go back to the old CAs of the Cluster prod, and wait until the new ones are deleted
+  kubectl carousel rotation abort prod -n team-a --wait --timeout 1h`,
+		Args:              oneCluster,
+		ValidArgsFunction: e.completeClusters,
+	}
+	f := addOperationFlags(cmd, string(v1alpha1.RotationAborted))
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return e.requestOperation(cmd.Context(), args[0], v1alpha1.OperationAbortCARotation,
+			followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationAborted}}, f)
+	}
+	return cmd
+}
+
 // completeHeldPools completes the CLUSTER argument, then the names of the
 // Cluster's held pools not named yet.
 func (e *env) completeHeldPools(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {

@@ -37,8 +37,10 @@ func (s AutomaticStep) DueAt(now time.Time) bool {
 //   - in Prepared, complete-ca-rotation, due policy.CompleteAfter after the
 //     rotation became Prepared, and waiting while the old-CA usage gate
 //     (rot.OldCAUsage) names anyone; nothing when CompleteAfter is unset;
-//   - in any other phase, nothing: the rotation is under way, or waits for
-//     held worker pools, which only the user releases.
+//   - in any other phase, nothing: the rotation is under way, waits for
+//     held worker pools, which only the user releases, or was aborted,
+//     which a rotation started by itself would undo: a user starts the
+//     next one.
 //
 // A nil policy schedules nothing.
 func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, cas []v1alpha1.CertificateAuthorityInventory, created time.Time) AutomaticStep {
@@ -60,7 +62,9 @@ func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, c
 			step.Waiting = DescribeOldCAUsage(rot.OldCAUsage)
 		}
 		return step
-	case phase.RotationInProgress():
+	case phase.RotationInProgress(), phase == v1alpha1.RotationAborted:
+		// Aborted: whatever made the rotation due still holds, and starting
+		// it again by itself would undo the user's abort.
 		return AutomaticStep{}
 	}
 	var step AutomaticStep

@@ -50,6 +50,8 @@ func TestAutomatic(t *testing.T) {
 			cas:  []v1alpha1.CertificateAuthorityInventory{{Role: v1alpha1.CARoleVPN}, ca(v1alpha1.CARoleCluster, 0, 1000)},
 			want: v1alpha1.OperationStartCARotation, due: created.AddDate(0, 0, 800), why: []string{"the cluster CA"}},
 		{name: "no CA issued yet, no interval: nothing", policy: &v1alpha1.AutomaticCARotation{}},
+		{name: "aborted: nothing, although the CAs are due", policy: &v1alpha1.AutomaticCARotation{ValidityUsedPercent: ptr.To[int32](1)},
+			rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationAborted, LastAbortTime: at(20)}, cas: fresh},
 		{name: "the interval comes first, from the creation", policy: &v1alpha1.AutomaticCARotation{Interval: &metav1.Duration{Duration: 90 * day}},
 			cas: fresh, want: v1alpha1.OperationStartCARotation, due: created.AddDate(0, 0, 90),
 			why: []string{"the Cluster was created at 2026-01-01T00:00:00Z and never rotated; spec.caRotation.automatic.interval is 2160h0m0s"}},

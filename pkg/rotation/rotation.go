@@ -9,8 +9,8 @@
 // The transitions:
 //
 //	from                      on                                          to                              decided by
-//	none, Completed           start-ca-rotation                           Preparing                       Allowed, ApplyOperation
-//	none, Completed           start-ca-rotation-without-workers-rollout   PreparingWithoutWorkersRollout  Allowed, ApplyOperation: every pool held
+//	none, Completed, Aborted  start-ca-rotation                           Preparing                       Allowed, ApplyOperation
+//	none, Completed, Aborted  start-ca-rotation-without-workers-rollout   PreparingWithoutWorkersRollout  Allowed, ApplyOperation: every pool held
 //	Preparing…                every step of preparing is observed         Prepared                        Decide
 //	                          … and pools are held                        WaitingForWorkersRollout        Decide
 //	PreparingWithout…,        rotate-rollout-workers=<pool>,…             Preparing                       Allowed, ApplyOperation: the pools roll
@@ -18,8 +18,11 @@
 //	WaitingForWorkersRollout  no pool is pending any more                 Prepared                        Decide
 //	Prepared                  complete-ca-rotation                        Finalizing                      Allowed, ApplyOperation
 //	Finalizing                every step of finalizing is observed        Completed                       Decide
+//	Preparing…, Waiting…,     abort-ca-rotation                           Aborting                        Allowed, ApplyOperation
+//	Prepared
+//	Aborting                  every step of aborting is observed          Aborted                         Decide
 //	any                       rollout-workers=<pool>,…                    (same)                          ApplyOperation: pools leave pendingWorkersRollouts
-//	none, Completed           reissue-ca=<role>,…                         (same)                          Allowed; the reconciler forgets the lost CAs
+//	none, Completed, Aborted  reissue-ca=<role>,…                         (same)                          Allowed; the reconciler forgets the lost CAs
 //	any                       reissue-service-account-key                 (same)                          the reconciler writes a new key, if it was lost
 //	any                       reconcile                                   (same)                          nothing is recorded
 //
@@ -29,8 +32,13 @@
 // rotate-rollout-workers names it, which takes the rotation back to
 // Preparing until that pool rolled.
 //
-// The steps of Preparing and Finalizing, in the order they are waited for,
-// are the preparing and finalizing tables in steps.go.
+// Aborting swaps every role's CAs, the old one current again and the new one
+// previous, so that everything is signed by the old CAs while both stay
+// trusted; once nothing uses a certificate from the new CAs they are
+// deleted, as Finalizing deletes the old ones.
+//
+// The steps of Preparing, Finalizing and Aborting, in the order they are
+// waited for, are the preparing, finalizing and aborting tables in steps.go.
 package rotation
 
 import (
@@ -94,6 +102,12 @@ func Allowed(verb v1alpha1.OperationVerb, phases Phases) error {
 		if phase != v1alpha1.RotationPrepared {
 			return fmt.Errorf("cannot complete the CA rotation in phase %s, only in phase %s: %s", PhaseName(phase), v1alpha1.RotationPrepared, NextStep(phase))
 		}
+	case v1alpha1.VerbAbortCARotation:
+		if !phase.BothCAsTrusted() {
+			return fmt.Errorf("cannot abort the CA rotation in phase %s: only a rotation that has not been completed, in phases %s, %s, %s or %s, "+
+				"can go back to its old CAs; %s", PhaseName(phase), v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout,
+				v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared, NextStep(phase))
+		}
 	case v1alpha1.VerbRotateRolloutWorkers:
 		if phase != v1alpha1.RotationPreparingWithoutWorkersRollout && phase != v1alpha1.RotationWaitingForWorkersRollout {
 			return fmt.Errorf("cannot roll held worker pools in phase %s: pools are held only by a rotation started with %s=%s, "+
@@ -149,6 +163,20 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.Phase = v1alpha1.RotationFinalizing
 		next.LastCompletionTriggeredTime = &now
 		next.PendingWorkersRollouts = pendingPools(pools, initiated, false)
+	case v1alpha1.VerbAbortCARotation:
+		initiated := now
+		if next.LastInitiationTime != nil {
+			initiated = *next.LastInitiationTime
+		}
+		// A held pool never moved: its nodes still have the old
+		// credentials, and only the old CAs' trust.
+		held := HeldPools(next)
+		next.Phase = v1alpha1.RotationAborting
+		next.LastAbortTriggeredTime = &now
+		next.PendingWorkersRollouts = pendingPools(slices.DeleteFunc(slices.Clone(pools), func(p v1alpha1.WorkerPool) bool {
+			return slices.Contains(held, p.Name)
+		}), initiated, false)
+		next.KubeRootCAPublishedTime = nil
 	case v1alpha1.VerbRotateRolloutWorkers:
 		if len(op.Pools) == 0 {
 			return nil, fmt.Errorf("%s names no worker pool", v1alpha1.OperationRotateRolloutWorkersPrefix)
@@ -190,6 +218,8 @@ func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
 		return rot.Phase == v1alpha1.RotationPreparingWithoutWorkersRollout
 	case v1alpha1.VerbCompleteCARotation:
 		return rot.Phase == v1alpha1.RotationFinalizing
+	case v1alpha1.VerbAbortCARotation:
+		return rot.Phase == v1alpha1.RotationAborting
 	case v1alpha1.VerbRolloutWorkers:
 		return !slices.ContainsFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
 			return slices.Contains(op.Pools, p.Name)
@@ -216,6 +246,8 @@ func EnterPhase(rot *v1alpha1.CARotation, phase v1alpha1.CARotationPhase, now me
 		next.LastInitiationFinishedTime = &now
 	case v1alpha1.RotationCompleted:
 		next.LastCompletionTime = &now
+	case v1alpha1.RotationAborted:
+		next.LastAbortTime = &now
 	}
 	return next
 }
@@ -307,6 +339,8 @@ func NextStep(phase v1alpha1.CARotationPhase) string {
 		return "complete it with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation
 	case v1alpha1.RotationFinalizing:
 		return "wait until the phase is Completed"
+	case v1alpha1.RotationAborting:
+		return "wait until the phase is Aborted"
 	default:
 		return "start one with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationStartCARotation
 	}

@@ -96,6 +96,30 @@ func TestApplyOperation(t *testing.T) {
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("b")}, false},
 		{"complete while pools are held", &v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: held("a")},
 			v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, nil, true},
+		{"abort in Prepared rolls every pool back",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &t0, LastInitiationFinishedTime: &t1, KubeRootCAPublishedTime: &t1},
+			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastInitiationFinishedTime: &t1, LastAbortTriggeredTime: &t0,
+				PendingWorkersRollouts: pending("a", "b")}, false},
+		{"abort in Preparing rolls back the pools rolling or rolled",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, PendingWorkersRollouts: pending("b")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
+		{"abort leaves out the held pools, which never moved",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, LastInitiationTime: &t0, PendingWorkersRollouts: held("b")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: pending("a")}, false},
+		{"abort in Finalizing: the old CAs are on their way out", &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing},
+			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
+		{"abort when Completed", &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted}, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
+		{"abort twice", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
+		{"abort, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
+		{"start after an abort",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborted, LastInitiationTime: &tEarlier, LastAbortTriggeredTime: &tEarlier, LastAbortTime: &tEarlier},
+			v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, LastAbortTriggeredTime: &tEarlier, LastAbortTime: &tEarlier,
+				PendingWorkersRollouts: pending("a", "b")}, false},
+		{"complete while Aborting", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, nil, true},
 		{"reconcile changes nothing", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.Operation{Verb: v1alpha1.VerbReconcile},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, false},
 		{"reconcile on a cluster never rotated records nothing", nil, v1alpha1.Operation{Verb: v1alpha1.VerbReconcile}, nil, false},
@@ -135,6 +159,8 @@ func TestAlreadyApplied(t *testing.T) {
 		{"start, Preparing written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.OperationStartCARotation, true},
 		{"complete, Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.OperationCompleteCARotation, false},
 		{"complete, Finalizing written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing}, v1alpha1.OperationCompleteCARotation, true},
+		{"abort, Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.OperationAbortCARotation, false},
+		{"abort, Aborting written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, v1alpha1.OperationAbortCARotation, true},
 		{"rollout, pool still pending", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")}, "rollout-workers=a", false},
 		{"rollout, pool already removed", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("b")}, "rollout-workers=a", true},
 		{"reconcile is never recorded", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.OperationReconcile, false},
@@ -285,6 +311,8 @@ func TestEvidenceDue(t *testing.T) {
 func TestNext(t *testing.T) {
 	preparedFacts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
 		Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
+	abortedFacts := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, OldCAsRemoved: true, AllOnNewCA: true,
+		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
 	completedFacts := Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
 		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
 	with := func(f Facts, mutate func(*Facts)) Facts { mutate(&f); return f }
@@ -322,6 +350,20 @@ func TestNext(t *testing.T) {
 		{"old client still accepted", with(completedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForEvidence, true},
 		{"kube-root-ca.crt still carries the old CA", with(completedFacts, func(f *Facts) { f.KubeRootCA = EvidencePending }),
 			v1alpha1.RotationFinalizing, v1alpha1.ReasonWaitingForKubeRootCA, true},
+		{"Aborting done", abortedFacts, v1alpha1.RotationAborted, "", false},
+		{"aborted stays", Facts{Phase: v1alpha1.RotationAborted}, v1alpha1.RotationAborted, "", false},
+		{"old CAs not current yet", with(abortedFacts, func(f *Facts) { f.OldCAsRestored, f.AllOnNewCA, f.OldCAsRemoved = false, false, false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForOldCAsRestored, false},
+		{"clients still on the new CA", with(abortedFacts, func(f *Facts) { f.AllOnNewCA, f.OldCAsRemoved = false, false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForClients, false},
+		{"workers rolling back before the drop", with(abortedFacts, func(f *Facts) { f.PendingWorkerPools, f.OldCAsRemoved = 1, false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForWorkers, true},
+		{"new CAs not dropped yet", with(abortedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},
+		{"consumers rolling after the new CAs' drop", with(abortedFacts, func(f *Facts) { f.ConsumersRolledOut = false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForConsumers, false},
+		{"new client CA still accepted", with(abortedFacts, func(f *Facts) { f.Evidence = EvidencePending }), v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForEvidence, true},
+		{"kube-root-ca.crt still carries the new CA", with(abortedFacts, func(f *Facts) { f.KubeRootCA = EvidencePending }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForKubeRootCA, true},
 		{"an APIService behind in Preparing", with(preparedFacts, func(f *Facts) { f.APIServices = EvidencePending }),
 			v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForAPIServices, true},
 		{"an APIService still trusting the old CA", with(completedFacts, func(f *Facts) { f.APIServices = EvidencePending }),
@@ -346,10 +388,17 @@ func TestCanDropOldCAs(t *testing.T) {
 	if !CanDropOldCAs(ready) {
 		t.Fatal("want the old CAs dropped once servers present the new certificates")
 	}
+	if !CanDropOldCAs(Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true}) {
+		t.Fatal("want the aborted new CAs dropped once everything, worker pools included, is back on the old ones")
+	}
 	for name, f := range map[string]Facts{
-		"in Prepared":           {Phase: v1alpha1.RotationPrepared, AllOnNewCA: true, ConsumersRolledOut: true},
-		"servers not re-issued": {Phase: v1alpha1.RotationFinalizing, ConsumersRolledOut: true},
-		"consumers rolling":     {Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true},
+		"aborting, a pool still to roll back": {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, PendingWorkerPools: 1},
+		"aborting, clients on the new CA":     {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, ConsumersRolledOut: true},
+		"aborting, consumers rolling":         {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true},
+		"aborting, a role not swapped yet":    {Phase: v1alpha1.RotationAborting, AllOnNewCA: true, ConsumersRolledOut: true},
+		"in Prepared":                         {Phase: v1alpha1.RotationPrepared, AllOnNewCA: true, ConsumersRolledOut: true},
+		"servers not re-issued":               {Phase: v1alpha1.RotationFinalizing, ConsumersRolledOut: true},
+		"consumers rolling":                   {Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true},
 	} {
 		if CanDropOldCAs(f) {
 			t.Fatalf("%s: must keep the old CAs", name)

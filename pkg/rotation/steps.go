@@ -16,9 +16,13 @@ type Facts struct {
 	NewCAsPersisted bool
 	// OldCAsRemoved: no role keeps a previous CA.
 	OldCAsRemoved bool
+	// OldCAsRestored (Aborting): every role whose CA Secret holds a CA of
+	// this rotation has its old CA current again, the new one previous.
+	OldCAsRestored bool
 	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
 	ClientsOnNewCA bool
-	// AllOnNewCA: every certificate is signed by the current CA.
+	// AllOnNewCA: every certificate is signed by the current CA (in
+	// Aborting, the old CA restored).
 	AllOnNewCA bool
 	// ConsumersRolledOut: every consumer runs with the credentials written now.
 	ConsumersRolledOut bool
@@ -186,6 +190,37 @@ var finalizing = []step{
 	apiServicesStep("only the new metrics-server CA"),
 }
 
+// aborting goes back to the old CAs. Everything moves to them while both
+// CAs stay trusted; only then are the new CAs deleted, so a kubelet is back
+// on a client certificate from the old client CA before the API server
+// stops accepting the new one.
+var aborting = []step{
+	{reason: v1alpha1.ReasonWaitingForOldCAsRestored, done: func(f Facts) bool { return f.OldCAsRestored },
+		waiting: say("making every role's old CA the current one again"),
+		plan:    []PlanLine{{"make the old CA current again for: %s (the new ones stay trusted)", ListCARoles}}},
+	{reason: v1alpha1.ReasonWaitingForClients, done: func(f Facts) bool { return f.AllOnNewCA },
+		waiting: say("re-issuing from the old CAs the certificates the new CAs signed"),
+		plan:    []PlanLine{{"re-issue from the old CAs: %s", ListClientCertificates}}},
+	{reason: v1alpha1.ReasonWaitingForConsumers, done: func(f Facts) bool { return f.ConsumersRolledOut },
+		waiting: say("waiting for the control-plane workloads to roll out"),
+		plan:    []PlanLine{{"roll: %s", ListConsumers}}},
+	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
+		waiting: poolsToRoll,
+		plan:    []PlanLine{{"roll worker pools back (client and serving certificates from the old CAs), held pools left out:", ListWorkerPools}}},
+	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.OldCAsRemoved },
+		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
+		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
+	{reason: v1alpha1.ReasonWaitingForConsumers, done: func(f Facts) bool { return f.ConsumersRolledOut },
+		waiting: say("waiting for the control-plane workloads to roll out"),
+		plan:    []PlanLine{{"roll again: %s", ListConsumers}}},
+	{reason: v1alpha1.ReasonWaitingForEvidence, done: evidenceIn, managed: true,
+		evidence: CheckOldCADropped,
+		waiting:  say("waiting for the API server to reject the new client CA and serve a certificate from the old cluster CA"),
+		plan:     []PlanLine{{"check that the API server rejects the new client CA and serves a certificate from the old cluster CA", ListNone}}},
+	kubeRootCAStep("only the old cluster CA"),
+	apiServicesStep("only the old metrics-server CA"),
+}
+
 // kubeRootCAStep waits until kube-root-ca.crt carries what in every
 // namespace: pods mount it to trust the API server, so a namespace whose
 // copy lags would break its workloads once the phase's server certificate
@@ -301,6 +336,8 @@ func stepsOf(f Facts) ([]step, v1alpha1.CARotationPhase) {
 		return nil, v1alpha1.RotationPrepared
 	case phase == v1alpha1.RotationFinalizing:
 		return finalizing, v1alpha1.RotationCompleted
+	case phase == v1alpha1.RotationAborting:
+		return aborting, v1alpha1.RotationAborted
 	}
 	return nil, f.Phase
 }
@@ -379,9 +416,17 @@ func Decide(f Facts) Decision {
 
 // CanDropOldCAs reports whether Finalizing may delete the old CAs: every
 // certificate, servers included, is on the new CA and every consumer serves
-// and presents it.
+// and presents it; or whether Aborting may delete the new CAs, which are
+// previous then: every certificate is back on the old CA, every consumer
+// presents it, and every worker pool rolled back.
 func CanDropOldCAs(f Facts) bool {
-	return f.Phase == v1alpha1.RotationFinalizing && f.AllOnNewCA && f.ConsumersRolledOut
+	switch f.Phase {
+	case v1alpha1.RotationFinalizing:
+		return f.AllOnNewCA && f.ConsumersRolledOut
+	case v1alpha1.RotationAborting:
+		return f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut && f.PendingWorkerPools == 0
+	}
+	return false
 }
 
 // Issuer decides which CA of its role signs a certificate.

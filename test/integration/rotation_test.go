@@ -275,6 +275,86 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		waitForPhase(ctx, key, v1alpha1.RotationCompleted)
 	})
 
+	It("aborts a Prepared rotation: back to the old CAs, the new ones deleted only once the worker pools rolled back, and a new rotation starts", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "aborted", v1alpha1.WorkerPool{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual})
+		key := client.ObjectKeyFromObject(c)
+		c = waitForReady(ctx, key)
+		before := loadCAs(ctx, c)
+
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
+		Eventually(func() bool { return getCluster(ctx, key).IsPendingWorkerPool("manual") }).Should(BeTrue())
+		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=manual")).To(Succeed())
+		c = waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+		prepared := loadCAs(ctx, c)
+
+		started := time.Now()
+		Expect(annotate(ctx, c, v1alpha1.OperationAbortCARotation)).To(Succeed())
+		By("keeping the new CAs trusted while the pool, which moved to them, rolls back")
+		Eventually(func(g Gomega) {
+			c = getCluster(ctx, key)
+			g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))
+			g.Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationAborting))
+			g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", "WaitingForWorkerRollout"))
+			cas := loadCAs(ctx, c)
+			for _, role := range v1alpha1.CARoles() {
+				g.Expect(cas[role].Current.Cert.Equal(before[role].Current.Cert)).To(BeTrue(), "role %s: the old CA is current again", role)
+				g.Expect(cas[role].Previous).NotTo(BeNil(), "role %s: the new CA stays until the pool rolled back", role)
+				g.Expect(cas[role].Previous.Cert.Equal(prepared[role].Current.Cert)).To(BeTrue(), "role %s: no third CA", role)
+			}
+			for _, cert := range credentials.Certificates(c) {
+				leaf, _ := loadCertificate(ctx, c, cert)
+				okOld, okNew := verifiesAgainst(leaf, anyUsage(cert), before[cert.SignedBy].Current.Cert, prepared[cert.SignedBy].Current.Cert)
+				g.Expect([]bool{okOld, okNew}).To(Equal([]bool{true, false}), "certificate %s is back on the old CA", cert.Name)
+			}
+		}).Should(Succeed())
+		Expect(c.CARotation().LastAbortTriggeredTime).NotTo(BeNil())
+		Consistently(func() *pki.KeyPair { return loadCAs(ctx, c)[v1alpha1.CARoleClient].Previous }).WithTimeout(2*time.Second).
+			ShouldNot(BeNil(), "the new client CA is kept while a kubelet may still hold a certificate from it")
+
+		Expect(annotate(ctx, c, "rollout-workers=manual")).To(Succeed())
+		c = waitForPhase(ctx, key, v1alpha1.RotationAborted)
+		toAborted := time.Since(started)
+		Expect(c.CARotation().LastAbortTime).NotTo(BeNil())
+		Expect(c.CARotation().PendingWorkersRollouts).To(BeEmpty())
+		for _, role := range v1alpha1.CARoles() {
+			cas := loadCAs(ctx, c)[role]
+			Expect(cas.Current.Cert.Equal(before[role].Current.Cert)).To(BeTrue(), "role %s ends on its old CA", role)
+			Expect(cas.Previous).To(BeNil(), "role %s: the new CA is deleted", role)
+			Expect(kit.Fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(before[role].Current.Cert)}))
+			s := &corev1.Secret{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CASecretName(c.Name, role)}, s)).To(Succeed())
+			Expect(s.Data).To(HaveLen(2), "the CA Secret of %s holds no key of the new CA", role)
+		}
+		for _, inv := range c.Status.Credentials.CertificateAuthorities {
+			Expect(inv.Previous).To(BeNil())
+			Expect(inv.Current.Fingerprint).To(Equal(pki.Fingerprint(before[inv.Role].Current.Cert)))
+		}
+		Eventually(func(g Gomega) []string {
+			var list eventsv1.EventList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var notes []string
+			for _, e := range list.Items {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
+			return notes
+		}).Should(ContainElements(
+			// Events of one reason are aggregated: the first role's stands for all.
+			ContainSubstring(v1alpha1.EventCARestored+": Restored the old cluster CA "+pki.Fingerprint(before[v1alpha1.CARoleCluster].Current.Cert)),
+			ContainSubstring(v1alpha1.EventCARemoved+": Removed aborted new cluster CA "+pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)),
+			ContainSubstring("CA rotation phase Aborting → Aborted")))
+
+		By("starting a new rotation from Aborted, with CAs new again")
+		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
+		Eventually(func() bool { return getCluster(ctx, key).IsPendingWorkerPool("manual") }).Should(BeTrue())
+		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=manual")).To(Succeed())
+		c = waitForPhase(ctx, key, v1alpha1.RotationPrepared)
+		expectPrepared(ctx, c, before)
+		for _, role := range v1alpha1.CARoles() {
+			Expect(loadCAs(ctx, c)[role].Current.Cert.Equal(prepared[role].Current.Cert)).To(BeFalse(), "role %s: the aborted CA is not reused", role)
+		}
+		AddReportEntry("abort-ca-rotation → Aborted (a manual pool, no consumers)", toAborted.String())
+	})
+
 	It("rolls no worker pool when started without workers rollout, then each pool rotate-rollout-workers names", func(ctx SpecContext) {
 		c := createCluster(ctx, ns, "held",
 			v1alpha1.WorkerPool{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual},
@@ -452,8 +532,14 @@ var _ = Describe("Operations refused by the admission webhook", func() {
 			"cannot start a CA rotation: the rotation is in phase Preparing: wait until the phase is Prepared"),
 		Entry("start while Prepared", v1alpha1.RotationPrepared, nil, v1alpha1.OperationStartCARotation,
 			"the rotation is in phase Prepared: complete it with carousel.dev/operation=complete-ca-rotation"),
+		Entry("abort once Finalizing", v1alpha1.RotationFinalizing, nil, v1alpha1.OperationAbortCARotation,
+			"cannot abort the CA rotation in phase Finalizing: only a rotation that has not been completed"),
+		Entry("abort, never rotated", v1alpha1.CARotationPhase(""), nil, v1alpha1.OperationAbortCARotation,
+			"cannot abort the CA rotation in phase none (never rotated)"),
+		Entry("complete while Aborting", v1alpha1.RotationAborting, nil, v1alpha1.OperationCompleteCARotation,
+			"cannot complete the CA rotation in phase Aborting, only in phase Prepared: wait until the phase is Aborted"),
 		Entry("an unknown operation", v1alpha1.CARotationPhase(""), nil, "rotate-everything",
-			`unknown operation "rotate-everything": use one of start-ca-rotation, start-ca-rotation-without-workers-rollout, complete-ca-rotation[=force], rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, rotate-credentials-start, rotate-credentials-complete[=force], reconcile, rollout-workers=<pool>[,<pool>], rotate-rollout-workers=<pool>[,<pool>], reissue-ca=<role>[,<role>] or reissue-service-account-key`),
+			`unknown operation "rotate-everything": use one of start-ca-rotation, start-ca-rotation-without-workers-rollout, complete-ca-rotation[=force], abort-ca-rotation, rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, rotate-credentials-start, rotate-credentials-complete[=force], reconcile, rollout-workers=<pool>[,<pool>], rotate-rollout-workers=<pool>[,<pool>], reissue-ca=<role>[,<role>] or reissue-service-account-key`),
 		Entry("an unknown pool", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-z",
 			`worker pool "pool-z" does not exist (phase Preparing): name pools from spec.workers`),
 		Entry("a pool that is not pending", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-b",

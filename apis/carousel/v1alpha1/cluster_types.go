@@ -522,7 +522,7 @@ type ServiceAccountKeyRotation struct {
 
 // CARotationPhase is a phase of a CA rotation.
 //
-// +kubebuilder:validation:Enum=Preparing;PreparingWithoutWorkersRollout;WaitingForWorkersRollout;Prepared;Finalizing;Completed
+// +kubebuilder:validation:Enum=Preparing;PreparingWithoutWorkersRollout;WaitingForWorkersRollout;Prepared;Finalizing;Completed;Aborting;Aborted
 type CARotationPhase string
 
 // The phases of a CA rotation, in order. A Cluster that was never rotated has
@@ -546,6 +546,13 @@ const (
 	RotationFinalizing CARotationPhase = "Finalizing"
 	// RotationCompleted: only the new CAs remain; the old CA keys are deleted.
 	RotationCompleted CARotationPhase = "Completed"
+	// RotationAborting: abort-ca-rotation took every role back to its old
+	// CA; certificates issued from the new CAs are re-issued from the old
+	// ones and the worker pools rolled back, then the new CAs are deleted.
+	RotationAborting CARotationPhase = "Aborting"
+	// RotationAborted: only the old CAs remain, as before the rotation
+	// started; the new CA keys are deleted. A new rotation may start.
+	RotationAborted CARotationPhase = "Aborted"
 )
 
 // CARotation is the state of a cluster's CA rotation.
@@ -574,6 +581,17 @@ type CARotation struct {
 	//
 	// +optional
 	LastCompletionTime *metav1.Time `json:"lastCompletionTime,omitempty"`
+
+	// LastAbortTriggeredTime is when the abort of the last rotation was
+	// requested (abort-ca-rotation); absent when none was aborted.
+	//
+	// +optional
+	LastAbortTriggeredTime *metav1.Time `json:"lastAbortTriggeredTime,omitempty"`
+
+	// LastAbortTime is when the last aborted rotation became Aborted.
+	//
+	// +optional
+	LastAbortTime *metav1.Time `json:"lastAbortTime,omitempty"`
 
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.

@@ -134,9 +134,11 @@ const (
 	EventServiceAccountKeyRotationPhaseChanged = "ServiceAccountKeyRotationPhaseChanged"
 	EventCAGenerated                           = "CAGenerated"
 	EventCARemoved                             = "CARemoved"
-	EventCertificateIssued                     = "CertificateIssued"
-	EventOperationRefused                      = "OperationRefused"
-	EventCAExpiringSoon                        = "CAExpiringSoon"
+	// EventCARestored: abort-ca-rotation made a role's old CA current again.
+	EventCARestored        = "CARestored"
+	EventCertificateIssued = "CertificateIssued"
+	EventOperationRefused  = "OperationRefused"
+	EventCAExpiringSoon    = "CAExpiringSoon"
 	// EventCARotationRecommended (Warning) accompanies the
 	// CARotationRecommended condition turning True, with its message.
 	EventCARotationRecommended = "CARotationRecommended"
@@ -220,6 +222,12 @@ const (
 	// ReasonWaitingForOldCADrop: servers must present their new certificates
 	// before the old CAs are deleted.
 	ReasonWaitingForOldCADrop RotationReason = "WaitingForOldCARemoval"
+	// ReasonWaitingForOldCAsRestored: Aborting makes every role's old CA the
+	// current one again.
+	ReasonWaitingForOldCAsRestored RotationReason = "WaitingForOldCAsRestored"
+	// ReasonWaitingForNewCADrop: Aborting deletes the new CAs once nothing
+	// uses a certificate they signed.
+	ReasonWaitingForNewCADrop RotationReason = "WaitingForNewCARemoval"
 
 	// ReasonWaitingForNewServiceAccountKey: service-account key Preparing
 	// generates and stores the new key.

@@ -16,7 +16,7 @@ import (
 func FuzzParseOperation(f *testing.F) {
 	for _, seed := range []string{
 		OperationStartCARotation,
-		OperationCompleteCARotation,
+		OperationCompleteCARotation, OperationAbortCARotation,
 		OperationReconcile,
 		"rollout-workers=pool-a",
 		"rollout-workers=pool-a,pool-b,gpu",
@@ -64,7 +64,7 @@ func FuzzParseOperation(f *testing.F) {
 			t.Fatalf("ParseOperation(%q) = %+v, but parsing its String() gives %+v, %v", value, op, again, err)
 		}
 		switch op.Verb {
-		case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey:
+		case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbAbortCARotation, VerbReconcile, VerbReissueServiceAccountKey:
 			if op.Pools != nil || op.Roles != nil {
 				t.Fatalf("ParseOperation(%q): verb %s takes no list, got pools %q, roles %q", value, op.Verb, op.Pools, op.Roles)
 			}

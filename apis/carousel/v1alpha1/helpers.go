@@ -50,7 +50,7 @@ func (p ServiceAccountKeyRotationPhase) RotationInProgress() bool {
 
 // RotationInProgress reports whether a CA rotation has started and not completed.
 func (p CARotationPhase) RotationInProgress() bool {
-	return p.BothCAsTrusted() || p == RotationFinalizing
+	return p.BothCAsTrusted() || p == RotationFinalizing || p == RotationAborting
 }
 
 // Preparing reports whether phase 1 of a CA rotation is at work: Preparing,

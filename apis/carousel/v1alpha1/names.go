@@ -24,6 +24,9 @@ const (
 	// status.credentials.rotation.certificateAuthorities.oldCAUsage names
 	// clients that still depend on the old CAs: they lose access.
 	OperationForceSuffix = "=force"
+	// OperationAbortCARotation takes a rotation in phase 1 or Prepared back
+	// to the old CAs (Aborting, then Aborted).
+	OperationAbortCARotation = string(VerbAbortCARotation)
 	// OperationReconcile asks for an immediate reconcile.
 	OperationReconcile = string(VerbReconcile)
 	// OperationRolloutWorkersPrefix, followed by a comma-separated list of pool
@@ -135,6 +138,12 @@ const (
 	// It is how a restarted reconcile knows that a role's new CA exists
 	// already, and never generates a second one.
 	AnnotationRotation = "carousel.dev/rotation"
+	// AnnotationAbortedRotation on a CA Secret records the lastInitiationTime
+	// of the rotation abort-ca-rotation took it back from: its old CA is
+	// current again, and the new one previous until it is deleted. It is how
+	// a restarted reconcile knows the two were swapped already, and never
+	// swaps them back.
+	AnnotationAbortedRotation = "carousel.dev/aborted-rotation"
 	// AnnotationCredentialsChecksum and AnnotationTrustChecksum on a consumer's
 	// pod template roll it when the credentials it mounts, or the trust
 	// bundles, change.

@@ -20,6 +20,9 @@ const (
 	VerbStartCARotationWithoutWorkersRollout OperationVerb = "start-ca-rotation-without-workers-rollout"
 	// VerbCompleteCARotation starts phase 2 of a CA rotation (Finalizing).
 	VerbCompleteCARotation OperationVerb = "complete-ca-rotation"
+	// VerbAbortCARotation takes a rotation in phase 1, or Prepared, back to
+	// the old CAs (Aborting).
+	VerbAbortCARotation OperationVerb = "abort-ca-rotation"
 	// VerbReconcile asks for an immediate reconcile.
 	VerbReconcile OperationVerb = "reconcile"
 	// VerbRolloutWorkers is rollout-workers=<pool>[,<pool>]: pools rolled by hand.
@@ -93,7 +96,7 @@ type Operation struct {
 // for a given Cluster is decided by rotation.ValidateOperation.
 func ParseOperation(value string) (Operation, error) {
 	switch verb := OperationVerb(value); verb {
-	case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbReconcile, VerbReissueServiceAccountKey,
+	case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout, VerbCompleteCARotation, VerbAbortCARotation, VerbReconcile, VerbReissueServiceAccountKey,
 		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete:
 		return Operation{Verb: verb}, nil
 	}
@@ -124,8 +127,8 @@ func ParseOperation(value string) (Operation, error) {
 		}
 		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
-	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s[%s], %s, %s, %s, %s[%s], %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
-		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationForceSuffix,
+	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s[%s], %s, %s, %s, %s, %s[%s], %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
+		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationForceSuffix, OperationAbortCARotation,
 		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete, OperationForceSuffix, OperationReconcile,
 		OperationRolloutWorkersPrefix, OperationRotateRolloutWorkersPrefix, OperationReissueCAPrefix, VerbReissueServiceAccountKey)
 }

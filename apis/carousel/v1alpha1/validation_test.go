@@ -171,7 +171,7 @@ func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
 }
 
 func TestParseOperationRoundTrip(t *testing.T) {
-	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b", "reissue-ca=etcd", "reissue-ca=client,vpn",
+	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationAbortCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b", "reissue-ca=etcd", "reissue-ca=client,vpn",
 		OperationStartCARotationWithoutWorkersRollout, "rotate-rollout-workers=a", "rotate-rollout-workers=b,a",
 		"complete-ca-rotation=force", "rotate-credentials-complete=force"} {
 		op, err := ParseOperation(v)

@@ -77,6 +77,14 @@ func (in *CARotation) DeepCopyInto(out *CARotation) {
 		in, out := &in.LastCompletionTime, &out.LastCompletionTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LastAbortTriggeredTime != nil {
+		in, out := &in.LastAbortTriggeredTime, &out.LastAbortTriggeredTime
+		*out = (*in).DeepCopy()
+	}
+	if in.LastAbortTime != nil {
+		in, out := &in.LastAbortTime, &out.LastAbortTime
+		*out = (*in).DeepCopy()
+	}
 	if in.PendingWorkersRollouts != nil {
 		in, out := &in.PendingWorkersRollouts, &out.PendingWorkersRollouts
 		*out = make([]PendingWorkersRollout, len(*in))

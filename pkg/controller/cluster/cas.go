@@ -29,7 +29,8 @@ func rotationID(c *v1alpha1.Cluster) string {
 }
 
 // ensureCAs gives every role a CA Secret and, in Preparing, a new CA that
-// belongs to this rotation, keeping the old one as previous. A CA is written
+// belongs to this rotation, keeping the old one as previous; in Aborting it
+// swaps them back (restoreOldCA). A CA is written
 // (and so persisted) in the same step that generates it, before anything is
 // signed with it; a restarted reconcile finds it by its rotation annotation
 // and never generates a second one. A Secret that cannot be read is an error,
@@ -42,9 +43,9 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 		name := credentials.CASecretName(c.Name, role)
 		existing := objs.secrets[name]
 		var (
-			cas     *credentials.CAs
-			data    map[string][]byte
-			created bool
+			cas               *credentials.CAs
+			data              map[string][]byte
+			created, restored bool
 		)
 		if existing == nil {
 			// Checked before a key is generated: a lost, unlabelled or
@@ -73,6 +74,9 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				}
 				cas, data, created = &credentials.CAs{Current: kp, Previous: decoded.Current, Rotation: id}, nil, true
 			}
+			if phase == v1alpha1.RotationAborting && restoreOldCA(cas, id) {
+				data, restored = nil, true
+			}
 		}
 		if data == nil {
 			var err error
@@ -80,10 +84,7 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				return nil, err
 			}
 		}
-		var annotations map[string]string
-		if cas.Rotation != "" {
-			annotations = map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}
-		}
+		annotations := caAnnotations(cas)
 		if err := r.writeSecret(ctx, c, objs, desiredSecret{
 			name: name, labels: credentials.CALabels(c.Name, role), annotations: annotations, data: data,
 		}); err != nil {
@@ -92,9 +93,39 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 		if created {
 			r.event(c, corev1.EventTypeNormal, v1alpha1.EventCAGenerated, "Generated %s CA %s", role, pki.Fingerprint(cas.Current.Cert))
 		}
+		if restored {
+			r.event(c, corev1.EventTypeNormal, v1alpha1.EventCARestored, "Restored the old %s CA %s as current; the aborted new CA %s stays trusted until it is deleted",
+				role, pki.Fingerprint(cas.Current.Cert), pki.Fingerprint(cas.Previous.Cert))
+		}
 		all[role] = cas
 	}
 	return all, nil
+}
+
+// restoreOldCA swaps, in place, the CAs of a role that rotation id gave a
+// new CA, unless they were swapped already: the old CA is current again and
+// the new one previous, still trusted until it is deleted. It reports
+// whether it swapped them. A role whose Secret has no CA of this rotation
+// (the abort came before it got one) keeps its CA as it is.
+func restoreOldCA(cas *credentials.CAs, id string) bool {
+	if id == "" || cas.Rotation != id || cas.AbortedRotation == id || cas.Previous == nil {
+		return false
+	}
+	cas.Current, cas.Previous, cas.AbortedRotation = cas.Previous, cas.Current, id
+	return true
+}
+
+// caAnnotations are the annotations of a role's CA Secret: the rotation
+// that gave it its CA, and the one that was aborted, if any.
+func caAnnotations(cas *credentials.CAs) map[string]string {
+	annotations := map[string]string{}
+	if cas.Rotation != "" {
+		annotations[v1alpha1.AnnotationRotation] = cas.Rotation
+	}
+	if cas.AbortedRotation != "" {
+		annotations[v1alpha1.AnnotationAbortedRotation] = cas.AbortedRotation
+	}
+	return annotations
 }
 
 func (r *Reconciler) newCA(c *v1alpha1.Cluster, role v1alpha1.CARole) (*pki.KeyPair, error) {
@@ -110,7 +141,8 @@ func (r *Reconciler) newCA(c *v1alpha1.Cluster, role v1alpha1.CARole) (*pki.KeyP
 	}, key, now)
 }
 
-// dropOldCAs deletes the previous CA, key and certificate, of every role.
+// dropOldCAs deletes the previous CA, key and certificate, of every role:
+// the old CAs in Finalizing, the aborted new ones in Aborting.
 func (r *Reconciler) dropOldCAs(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs) error {
 	for _, role := range v1alpha1.CARoles() {
 		cas := all[role]
@@ -118,20 +150,23 @@ func (r *Reconciler) dropOldCAs(ctx context.Context, c *v1alpha1.Cluster, objs *
 			continue
 		}
 		old := cas.Previous
-		kept := &credentials.CAs{Current: cas.Current, Rotation: cas.Rotation}
+		kept := &credentials.CAs{Current: cas.Current, Rotation: cas.Rotation, AbortedRotation: cas.AbortedRotation}
 		data, err := credentials.EncodeCASecretData(kept)
 		if err != nil {
 			return err
 		}
 		name := credentials.CASecretName(c.Name, role)
 		if err := r.writeSecret(ctx, c, objs, desiredSecret{
-			name: name, labels: credentials.CALabels(c.Name, role),
-			annotations: map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}, data: data,
+			name: name, labels: credentials.CALabels(c.Name, role), annotations: caAnnotations(kept), data: data,
 		}); err != nil {
 			return err
 		}
 		all[role] = kept
-		r.event(c, corev1.EventTypeNormal, v1alpha1.EventCARemoved, "Removed old %s CA %s", role, pki.Fingerprint(old.Cert))
+		which := "old"
+		if c.CARotationPhase() == v1alpha1.RotationAborting {
+			which = "aborted new"
+		}
+		r.event(c, corev1.EventTypeNormal, v1alpha1.EventCARemoved, "Removed %s %s CA %s", which, role, pki.Fingerprint(old.Cert))
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ var recommendationReasons = []string{v1alpha1.ReasonRotationDue, v1alpha1.Reason
 
 var phases = []v1alpha1.CARotationPhase{
 	v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
-	v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted,
+	v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted, v1alpha1.RotationAborting, v1alpha1.RotationAborted,
 }
 
 var keyPhases = []v1alpha1.ServiceAccountKeyRotationPhase{
@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"namespace", "cluster", "phase"}),
 		phaseLength: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carousel_ca_rotation_phase_duration_seconds",
-			Help:    "How long the Preparing and Finalizing phases of CA rotations took.",
+			Help:    "How long the Preparing, Finalizing and Aborting phases of CA rotations took.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 16),
 		}, []string{"phase"}),
 		recommended: prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -164,6 +164,7 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		Phase:               c.CARotationPhase(),
 		NewCAsPersisted:     allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation == rotationID(c) }),
 		OldCAsRemoved:       allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil }),
+		OldCAsRestored:      allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation != rotationID(c) || x.AbortedRotation == x.Rotation }),
 		ClientsOnNewCA:      s.certs.clientsOnNewCA,
 		AllOnNewCA:          s.certs.allOnNewCA,
 		ConsumersRolledOut:  s.rolledOut,
@@ -221,7 +222,7 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 		// The event is recorded once the status is persisted.
 		setCARotation(c, rotation.EnterPhase(c.CARotation(), d.Phase, r.now()))
 	}
-	if d.Phase == v1alpha1.RotationCompleted {
+	if d.Phase == v1alpha1.RotationCompleted || d.Phase == v1alpha1.RotationAborted {
 		if err := r.deleteSecret(ctx, s.objs, oldClientProbeSecret(c)); err != nil {
 			return err
 		}

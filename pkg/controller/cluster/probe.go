@@ -195,7 +195,7 @@ func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotatio
 		if err == nil && probe == nil {
 			record(rotation.EvidencePassed)
 			return reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable,
-				"the API server serves a certificate from the new cluster CA; the old client CA's rejection was not checked: no probe certificate (the endpoint was set after the old CAs were dropped)"), nil
+				"the API server serves a certificate from the current cluster CA; the dropped client CA's rejection was not checked: no probe certificate (the endpoint was set after it was dropped)"), nil
 		}
 	case rotation.CheckKubeRootCA, rotation.CheckAPIServices:
 		lagging, role := r.Evidence.KubeRootCABehind, v1alpha1.CARoleCluster

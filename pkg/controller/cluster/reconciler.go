@@ -307,6 +307,8 @@ func (r *Reconciler) phaseChanged(c *v1alpha1.Cluster, from, to v1alpha1.CARotat
 		r.Metrics.phaseDuration(v1alpha1.RotationPreparing, rot.LastInitiationTime, rot.LastInitiationFinishedTime)
 	case v1alpha1.RotationCompleted:
 		r.Metrics.phaseDuration(v1alpha1.RotationFinalizing, rot.LastCompletionTriggeredTime, rot.LastCompletionTime)
+	case v1alpha1.RotationAborted:
+		r.Metrics.phaseDuration(v1alpha1.RotationAborting, rot.LastAbortTriggeredTime, rot.LastAbortTime)
 	}
 }
 

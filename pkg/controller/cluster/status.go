@@ -85,8 +85,12 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 	case step.Operation == "":
 		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNothingScheduled
 		cond.Message = fmt.Sprintf("nothing is scheduled while the rotation is in phase %s", rotation.PhaseName(c.CARotationPhase()))
-		if c.CARotationPhase() == "" {
+		switch c.CARotationPhase() {
+		case "":
 			cond.Message = "nothing is scheduled until Carousel has issued the Cluster's CAs"
+		case v1alpha1.RotationAborted:
+			cond.Message = fmt.Sprintf("the last rotation was aborted: nothing is scheduled until a rotation is started with %s=%s",
+				v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)
 		}
 	case step.Waiting != "":
 		cond.Reason = v1alpha1.ReasonOldCADependents

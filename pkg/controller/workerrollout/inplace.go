@@ -99,7 +99,10 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 // may move to the phase's credentials, or "" when they may, with the
 // Cluster's client CAs. In Preparing, nodes move once the managed API server
 // trusts the new client CA, which is when Carousel's own client certificate
-// moved to it; in Finalizing, once the old CAs are dropped from every bundle.
+// moved to it; in Finalizing, once the old CAs are dropped from every bundle;
+// in Aborting, once Carousel's own client certificate is back on the old
+// client CA, which is current again: kubelet certificates are signed by the
+// CA that signed it (package kubeletcsr).
 func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (*credentials.CAs, string, error) {
 	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, r, c)
 	if apierrors.IsNotFound(err) {
@@ -112,6 +115,10 @@ func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, poo
 	case v1alpha1.RotationPreparing:
 		if inUse != clientCAs.Current {
 			return nil, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), nil
+		}
+	case v1alpha1.RotationAborting:
+		if inUse != clientCAs.Current {
+			return nil, fmt.Sprintf("pool %s: waiting until Carousel's own client certificate is back on the old client CA", pool.Name), nil
 		}
 	case v1alpha1.RotationFinalizing:
 		if clientCAs.Previous != nil {

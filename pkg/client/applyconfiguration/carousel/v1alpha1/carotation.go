@@ -38,6 +38,11 @@ type CARotationApplyConfiguration struct {
 	LastCompletionTriggeredTime *v1.Time `json:"lastCompletionTriggeredTime,omitempty"`
 	// LastCompletionTime is when the last rotation became Completed.
 	LastCompletionTime *v1.Time `json:"lastCompletionTime,omitempty"`
+	// LastAbortTriggeredTime is when the abort of the last rotation was
+	// requested (abort-ca-rotation); absent when none was aborted.
+	LastAbortTriggeredTime *v1.Time `json:"lastAbortTriggeredTime,omitempty"`
+	// LastAbortTime is when the last aborted rotation became Aborted.
+	LastAbortTime *v1.Time `json:"lastAbortTime,omitempty"`
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
@@ -102,6 +107,22 @@ func (b *CARotationApplyConfiguration) WithLastCompletionTriggeredTime(value v1.
 // If called multiple times, the LastCompletionTime field is set to the value of the last call.
 func (b *CARotationApplyConfiguration) WithLastCompletionTime(value v1.Time) *CARotationApplyConfiguration {
 	b.LastCompletionTime = &value
+	return b
+}
+
+// WithLastAbortTriggeredTime sets the LastAbortTriggeredTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastAbortTriggeredTime field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithLastAbortTriggeredTime(value v1.Time) *CARotationApplyConfiguration {
+	b.LastAbortTriggeredTime = &value
+	return b
+}
+
+// WithLastAbortTime sets the LastAbortTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastAbortTime field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithLastAbortTime(value v1.Time) *CARotationApplyConfiguration {
+	b.LastAbortTime = &value
 	return b
 }
 
