@@ -27,10 +27,16 @@ type Request struct {
 	Phase     v1alpha1.CARotationPhase
 }
 
-// RequestFor is the request of the rotation's current phase.
+// RequestFor is the request of the rotation's current phase. An abort rolls
+// its pools twice: back to the old credentials, then, once the new CAs are
+// deleted, to trust only the old ones; the second request carries the time
+// the first was done (abortRolledBackTime) instead of the rotation's start.
 func RequestFor(rot *v1alpha1.CARotation) Request {
 	r := Request{Phase: rot.Phase}
-	if rot.LastInitiationTime != nil {
+	switch {
+	case rot.Phase == v1alpha1.RotationAborting && rot.AbortRolledBackTime != nil:
+		r.Initiated = rot.AbortRolledBackTime.Time
+	case rot.LastInitiationTime != nil:
 		r.Initiated = rot.LastInitiationTime.Time
 	}
 	return r

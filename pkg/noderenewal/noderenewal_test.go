@@ -26,6 +26,20 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 }
 
+func TestAnAbortAsksTwice(t *testing.T) {
+	at, back := metav1.NewTime(started), metav1.NewTime(started.Add(time.Hour))
+	first := RequestFor(&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &at})
+	second := RequestFor(&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &at, AbortRolledBackTime: &back})
+	if first.String() != "2026-11-23T09:30:00Z/Aborting" || second.String() != "2026-11-23T10:30:00Z/Aborting" {
+		t.Fatalf("requests %q and %q: want the rotation's start, then the time the pools were back", first, second)
+	}
+	for _, req := range []Request{first, second} {
+		if parsed, err := ParseRequest(req.String()); err != nil || parsed != req {
+			t.Fatalf("ParseRequest(%q) = %+v, %v", req, parsed, err)
+		}
+	}
+}
+
 func TestParseRequestRefuses(t *testing.T) {
 	for _, value := range []string{
 		"", "Preparing", "2026-11-23T09:30:00Z", "2026-11-23T09:30:00Z/", "yesterday/Preparing",

@@ -108,7 +108,7 @@ func TestApplyOperation(t *testing.T) {
 		{"abort leaves out the held pools, which never moved",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, LastInitiationTime: &t0, PendingWorkersRollouts: held("b")},
 			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation},
-			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: pending("a")}, false},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: append(pending("a"), held("b")...)}, false},
 		{"abort in Finalizing: the old CAs are on their way out", &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing},
 			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
 		{"abort when Completed", &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted}, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
@@ -311,7 +311,7 @@ func TestEvidenceDue(t *testing.T) {
 func TestNext(t *testing.T) {
 	preparedFacts := Facts{Phase: v1alpha1.RotationPreparing, NewCAsPersisted: true, ClientsOnNewCA: true, ConsumersRolledOut: true,
 		Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
-	abortedFacts := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, OldCAsRemoved: true, AllOnNewCA: true,
+	abortedFacts := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, RolledBack: true, OldCAsRemoved: true, AllOnNewCA: true,
 		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
 	completedFacts := Facts{Phase: v1alpha1.RotationFinalizing, NewCAsPersisted: true, OldCAsRemoved: true, ClientsOnNewCA: true, AllOnNewCA: true,
 		ConsumersRolledOut: true, Evidence: EvidencePassed, KubeRootCA: EvidencePassed, APIServices: EvidencePassed}
@@ -356,7 +356,13 @@ func TestNext(t *testing.T) {
 			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForOldCAsRestored, false},
 		{"clients still on the new CA", with(abortedFacts, func(f *Facts) { f.AllOnNewCA, f.OldCAsRemoved = false, false }),
 			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForClients, false},
-		{"workers rolling back before the drop", with(abortedFacts, func(f *Facts) { f.PendingWorkerPools, f.OldCAsRemoved = 1, false }),
+		{"workers rolling back before the drop", with(abortedFacts, func(f *Facts) { f.PendingWorkerPools, f.RolledBack, f.OldCAsRemoved = 1, false, false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForWorkers, true},
+		{"workers back, not recorded yet", with(abortedFacts, func(f *Facts) { f.RolledBack, f.OldCAsRemoved = false, false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},
+		{"recorded: the pools roll again once the new CAs are gone", with(abortedFacts, func(f *Facts) { f.PendingWorkerPools, f.OldCAsRemoved = 1, false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},
+		{"workers rolling again after the drop", with(abortedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }),
 			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForWorkers, true},
 		{"new CAs not dropped yet", with(abortedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},
 		{"consumers rolling after the new CAs' drop", with(abortedFacts, func(f *Facts) { f.ConsumersRolledOut = false }),
@@ -388,14 +394,14 @@ func TestCanDropOldCAs(t *testing.T) {
 	if !CanDropOldCAs(ready) {
 		t.Fatal("want the old CAs dropped once servers present the new certificates")
 	}
-	if !CanDropOldCAs(Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true}) {
-		t.Fatal("want the aborted new CAs dropped once everything, worker pools included, is back on the old ones")
+	if !CanDropOldCAs(Facts{Phase: v1alpha1.RotationAborting, RolledBack: true, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, PendingWorkerPools: 1}) {
+		t.Fatal("want the aborted new CAs dropped once the status records everything back on the old ones, the pools' second rollout pending")
 	}
 	for name, f := range map[string]Facts{
-		"aborting, a pool still to roll back": {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, PendingWorkerPools: 1},
-		"aborting, clients on the new CA":     {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, ConsumersRolledOut: true},
-		"aborting, consumers rolling":         {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true},
-		"aborting, a role not swapped yet":    {Phase: v1alpha1.RotationAborting, AllOnNewCA: true, ConsumersRolledOut: true},
+		"aborting, back on the old CAs, not recorded": {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true},
+		"aborting, clients on the new CA":             {Phase: v1alpha1.RotationAborting, RolledBack: true, OldCAsRestored: true, ConsumersRolledOut: true},
+		"aborting, consumers rolling":                 {Phase: v1alpha1.RotationAborting, RolledBack: true, OldCAsRestored: true, AllOnNewCA: true},
+		"aborting, a role not swapped yet":            {Phase: v1alpha1.RotationAborting, RolledBack: true, AllOnNewCA: true, ConsumersRolledOut: true},
 		"in Prepared":                         {Phase: v1alpha1.RotationPrepared, AllOnNewCA: true, ConsumersRolledOut: true},
 		"servers not re-issued":               {Phase: v1alpha1.RotationFinalizing, ConsumersRolledOut: true},
 		"consumers rolling":                   {Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true},
@@ -403,6 +409,40 @@ func TestCanDropOldCAs(t *testing.T) {
 		if CanDropOldCAs(f) {
 			t.Fatalf("%s: must keep the old CAs", name)
 		}
+	}
+}
+
+func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
+	back := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true}
+	if d := Decide(back); !d.RecordRolledBack || d.DropOldCAs {
+		t.Fatalf("back on the old CAs: Decide = %+v, want the roll-back recorded first, nothing dropped", d)
+	}
+	for name, f := range map[string]Facts{
+		"a pool still rolling back": {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, PendingWorkerPools: 1},
+		"recorded already":          {Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, RolledBack: true, PendingWorkerPools: 1},
+		"in Finalizing":             {Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true, ConsumersRolledOut: true},
+	} {
+		if Decide(f).RecordRolledBack {
+			t.Fatalf("%s: nothing to record", name)
+		}
+	}
+	if d := Decide(Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, RolledBack: true, PendingWorkerPools: 1}); !d.DropOldCAs {
+		t.Fatalf("recorded: Decide = %+v, want the new CAs dropped", d)
+	}
+
+	rot := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, PendingWorkersRollouts: held("b")}
+	got := RecordRolledBack(rot, append(pools, v1alpha1.WorkerPool{Name: "c"}), t1)
+	want := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, AbortRolledBackTime: &t1,
+		PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "b", LastInitiationTime: &t0, Held: true},
+			{Name: "a", LastInitiationTime: &t1}, {Name: "c", LastInitiationTime: &t1}}}
+	if !equalRotation(got, want) {
+		t.Fatalf("RecordRolledBack:\ngot  %+v\nwant %+v", got, want)
+	}
+	if len(rot.PendingWorkersRollouts) != 1 || rot.AbortRolledBackTime != nil {
+		t.Fatal("RecordRolledBack modified its input")
+	}
+	if aborted := EnterPhase(got, v1alpha1.RotationAborted, t1); aborted.PendingWorkersRollouts != nil || !aborted.LastAbortTime.Equal(&t1) {
+		t.Fatalf("Aborted: %+v, want the held pools dropped and the time recorded", aborted)
 	}
 }
 

@@ -19,6 +19,9 @@ type Facts struct {
 	// OldCAsRestored (Aborting): every role whose CA Secret holds a CA of
 	// this rotation has its old CA current again, the new one previous.
 	OldCAsRestored bool
+	// RolledBack (Aborting): the status records that every certificate and
+	// worker pool was back on the old CAs (abortRolledBackTime).
+	RolledBack bool
 	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
 	ClientsOnNewCA bool
 	// AllOnNewCA: every certificate is signed by the current CA (in
@@ -125,6 +128,9 @@ type Decision struct {
 	// delete every old CA. The rest of the pass waits for the CA Secrets'
 	// update events.
 	DropOldCAs bool
+	// RecordRolledBack: record, with RecordRolledBack, that an abort's
+	// certificates and worker pools are back on the old CAs.
+	RecordRolledBack bool
 }
 
 // step is one thing a phase waits for, in order: while it is not done the
@@ -191,9 +197,10 @@ var finalizing = []step{
 }
 
 // aborting goes back to the old CAs. Everything moves to them while both
-// CAs stay trusted; only then are the new CAs deleted, so a kubelet is back
-// on a client certificate from the old client CA before the API server
-// stops accepting the new one.
+// CAs stay trusted; only once that is recorded are the new CAs deleted, so a
+// kubelet is back on a client certificate from the old client CA before the
+// API server stops accepting the new one. The pools that moved then roll
+// again, as in Finalizing, for their nodes to stop trusting the new CAs.
 var aborting = []step{
 	{reason: v1alpha1.ReasonWaitingForOldCAsRestored, done: func(f Facts) bool { return f.OldCAsRestored },
 		waiting: say("making every role's old CA the current one again"),
@@ -204,15 +211,19 @@ var aborting = []step{
 	{reason: v1alpha1.ReasonWaitingForConsumers, done: func(f Facts) bool { return f.ConsumersRolledOut },
 		waiting: say("waiting for the control-plane workloads to roll out"),
 		plan:    []PlanLine{{"roll: %s", ListConsumers}}},
-	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
+	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.RolledBack || f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
-		plan:    []PlanLine{{"roll worker pools back (client and serving certificates from the old CAs), held pools left out:", ListWorkerPools}}},
+		plan: []PlanLine{{"roll back the worker pools that moved (client and serving certificates from the old CAs; " +
+			"a pool still held never moved and does not roll):", ListWorkerPools}}},
 	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.OldCAsRemoved },
 		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
 		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForConsumers, done: func(f Facts) bool { return f.ConsumersRolledOut },
 		waiting: say("waiting for the control-plane workloads to roll out"),
 		plan:    []PlanLine{{"roll again: %s", ListConsumers}}},
+	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
+		waiting: poolsToRoll,
+		plan:    []PlanLine{{"roll those worker pools again (kubelets drop the new CAs from their trust)", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForEvidence, done: evidenceIn, managed: true,
 		evidence: CheckOldCADropped,
 		waiting:  say("waiting for the API server to reject the new client CA and serve a certificate from the old cluster CA"),
@@ -404,6 +415,9 @@ func PublicationCheckDue(f Facts) bool {
 // Decide maps what a pass observed to the phase after it, what that phase
 // waits for, and what the reconciler must carry out.
 func Decide(f Facts) Decision {
+	if f.Phase == v1alpha1.RotationAborting && !f.RolledBack && backOnOldCAs(f) {
+		return Decision{Phase: f.Phase, Wait: waitOf(f), RecordRolledBack: true}
+	}
 	if CanDropOldCAs(f) && !f.OldCAsRemoved {
 		return Decision{Phase: f.Phase, Wait: waitOf(f), DropOldCAs: true}
 	}
@@ -417,16 +431,22 @@ func Decide(f Facts) Decision {
 // CanDropOldCAs reports whether Finalizing may delete the old CAs: every
 // certificate, servers included, is on the new CA and every consumer serves
 // and presents it; or whether Aborting may delete the new CAs, which are
-// previous then: every certificate is back on the old CA, every consumer
-// presents it, and every worker pool rolled back.
+// previous then: the status records that every certificate, consumer and
+// worker pool is back on the old CAs (Decision.RecordRolledBack).
 func CanDropOldCAs(f Facts) bool {
 	switch f.Phase {
 	case v1alpha1.RotationFinalizing:
 		return f.AllOnNewCA && f.ConsumersRolledOut
 	case v1alpha1.RotationAborting:
-		return f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut && f.PendingWorkerPools == 0
+		return f.RolledBack && f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut
 	}
 	return false
+}
+
+// backOnOldCAs: an abort's certificates, consumers and worker pools are
+// back on the old CAs.
+func backOnOldCAs(f Facts) bool {
+	return f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut && f.PendingWorkerPools == 0
 }
 
 // Issuer decides which CA of its role signs a certificate.

@@ -275,7 +275,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		waitForPhase(ctx, key, v1alpha1.RotationCompleted)
 	})
 
-	It("aborts a Prepared rotation: back to the old CAs, the new ones deleted only once the worker pools rolled back, and a new rotation starts", func(ctx SpecContext) {
+	It("aborts a Prepared rotation: back to the old CAs, the new ones deleted only once the worker pools rolled back, which roll again, and a new rotation starts", func(ctx SpecContext) {
 		c := createCluster(ctx, ns, "aborted", v1alpha1.WorkerPool{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual})
 		key := client.ObjectKeyFromObject(c)
 		c = waitForReady(ctx, key)
@@ -311,6 +311,15 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		Consistently(func() *pki.KeyPair { return loadCAs(ctx, c)[v1alpha1.CARoleClient].Previous }).WithTimeout(2*time.Second).
 			ShouldNot(BeNil(), "the new client CA is kept while a kubelet may still hold a certificate from it")
 
+		Expect(annotate(ctx, c, "rollout-workers=manual")).To(Succeed())
+		By("deleting the new CAs once the pool is back, then rolling the pool again to drop them from its nodes' trust")
+		Eventually(func(g Gomega) {
+			c = getCluster(ctx, key)
+			g.Expect(c.CARotation().AbortRolledBackTime).NotTo(BeNil())
+			g.Expect(loadCAs(ctx, c)[v1alpha1.CARoleClient].Previous).To(BeNil())
+			g.Expect(c.IsPendingWorkerPool("manual")).To(BeTrue(), "the pool rolls a second time")
+			g.Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationAborting))
+		}).Should(Succeed())
 		Expect(annotate(ctx, c, "rollout-workers=manual")).To(Succeed())
 		c = waitForPhase(ctx, key, v1alpha1.RotationAborted)
 		toAborted := time.Since(started)

@@ -85,6 +85,10 @@ func (in *CARotation) DeepCopyInto(out *CARotation) {
 		in, out := &in.LastAbortTime, &out.LastAbortTime
 		*out = (*in).DeepCopy()
 	}
+	if in.AbortRolledBackTime != nil {
+		in, out := &in.AbortRolledBackTime, &out.AbortRolledBackTime
+		*out = (*in).DeepCopy()
+	}
 	if in.PendingWorkersRollouts != nil {
 		in, out := &in.PendingWorkersRollouts, &out.PendingWorkersRollouts
 		*out = make([]PendingWorkersRollout, len(*in))

@@ -179,6 +179,9 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	if rot := c.CARotation(); rot != nil && rot.KubeRootCAPublishedTime != nil {
 		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
+	if rot := c.CARotation(); rot != nil && rot.AbortRolledBackTime != nil {
+		s.facts.RolledBack = true
+	}
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
 	for check := rotation.EvidenceDue(s.facts); ; {
 		seen, err := r.gatherEvidence(ctx, s, check)
@@ -210,6 +213,13 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
 	d := rotation.Decide(s.facts)
+	if d.RecordRolledBack {
+		// Persisted with the status, before the next pass, a second from
+		// now, deletes the new CAs: the pools' second rollout is never lost
+		// to a crash.
+		setCARotation(c, rotation.RecordRolledBack(c.CARotation(), c.Spec.Workers, r.now()))
+		s.wakeAt(r.Clock.Now())
+	}
 	if d.DropOldCAs {
 		if err := r.ensureOldClientProbe(ctx, c, s.objs, s.cas); err != nil {
 			return err

@@ -101,8 +101,9 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 // trusts the new client CA, which is when Carousel's own client certificate
 // moved to it; in Finalizing, once the old CAs are dropped from every bundle;
 // in Aborting, once Carousel's own client certificate is back on the old
-// client CA, which is current again: kubelet certificates are signed by the
-// CA that signed it (package kubeletcsr).
+// client CA, which is current again (kubelet certificates are signed by the
+// CA that signed it, package kubeletcsr), and, the second time the abort
+// rolls the pool, once the new CAs are deleted.
 func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (*credentials.CAs, string, error) {
 	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, r, c)
 	if apierrors.IsNotFound(err) {
@@ -117,8 +118,11 @@ func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, poo
 			return nil, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), nil
 		}
 	case v1alpha1.RotationAborting:
-		if inUse != clientCAs.Current {
+		if c.CARotation().AbortRolledBackTime == nil && inUse != clientCAs.Current {
 			return nil, fmt.Sprintf("pool %s: waiting until Carousel's own client certificate is back on the old client CA", pool.Name), nil
+		}
+		if c.CARotation().AbortRolledBackTime != nil && clientCAs.Previous != nil {
+			return nil, fmt.Sprintf("pool %s: waiting until the new CAs are deleted", pool.Name), nil
 		}
 	case v1alpha1.RotationFinalizing:
 		if clientCAs.Previous != nil {

@@ -43,6 +43,11 @@ type CARotationApplyConfiguration struct {
 	LastAbortTriggeredTime *v1.Time `json:"lastAbortTriggeredTime,omitempty"`
 	// LastAbortTime is when the last aborted rotation became Aborted.
 	LastAbortTime *v1.Time `json:"lastAbortTime,omitempty"`
+	// AbortRolledBackTime is when, in Aborting, every certificate and
+	// every worker pool that had moved was first seen back on the old CAs.
+	// From then on the new CAs are deleted, and those pools roll once more
+	// so that their nodes stop trusting them. Absent outside an abort.
+	AbortRolledBackTime *v1.Time `json:"abortRolledBackTime,omitempty"`
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
@@ -123,6 +128,14 @@ func (b *CARotationApplyConfiguration) WithLastAbortTriggeredTime(value v1.Time)
 // If called multiple times, the LastAbortTime field is set to the value of the last call.
 func (b *CARotationApplyConfiguration) WithLastAbortTime(value v1.Time) *CARotationApplyConfiguration {
 	b.LastAbortTime = &value
+	return b
+}
+
+// WithAbortRolledBackTime sets the AbortRolledBackTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AbortRolledBackTime field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithAbortRolledBackTime(value v1.Time) *CARotationApplyConfiguration {
+	b.AbortRolledBackTime = &value
 	return b
 }
 
