@@ -402,9 +402,9 @@ func TestCanDropOldCAs(t *testing.T) {
 		"aborting, clients on the new CA":             {Phase: v1alpha1.RotationAborting, RolledBack: true, OldCAsRestored: true, ConsumersRolledOut: true},
 		"aborting, consumers rolling":                 {Phase: v1alpha1.RotationAborting, RolledBack: true, OldCAsRestored: true, AllOnNewCA: true},
 		"aborting, a role not swapped yet":            {Phase: v1alpha1.RotationAborting, RolledBack: true, AllOnNewCA: true, ConsumersRolledOut: true},
-		"in Prepared":                         {Phase: v1alpha1.RotationPrepared, AllOnNewCA: true, ConsumersRolledOut: true},
-		"servers not re-issued":               {Phase: v1alpha1.RotationFinalizing, ConsumersRolledOut: true},
-		"consumers rolling":                   {Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true},
+		"in Prepared":                                 {Phase: v1alpha1.RotationPrepared, AllOnNewCA: true, ConsumersRolledOut: true},
+		"servers not re-issued":                       {Phase: v1alpha1.RotationFinalizing, ConsumersRolledOut: true},
+		"consumers rolling":                           {Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true},
 	} {
 		if CanDropOldCAs(f) {
 			t.Fatalf("%s: must keep the old CAs", name)
