@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -86,37 +87,48 @@ func newClient(kubeconfig []byte) (kubernetes.Interface, error) {
 
 // follower is the admin client of a prober that follows the documented
 // protocol: it uses the admin credential it was handed and picks up the new
-// one (new client certificate, new trust bundle) when the rotation says so,
-// at Prepared and at Completed. It runs in the probers' goroutines, so it
-// asserts nothing: what it cannot read now it reads at the next call.
+// one (new client certificate, new trust bundle) when the rotation says so:
+// at Prepared and at Completed, and, in Aborting and Aborted, whenever
+// Carousel has re-issued it from the old CAs. It runs in the probers'
+// goroutines, so it asserts nothing: what it cannot read now it reads at
+// the next call.
 type follower struct {
-	client kubernetes.Interface
-	seen   v1alpha1.CARotationPhase
+	client     kubernetes.Interface
+	kubeconfig []byte
+	seen       v1alpha1.CARotationPhase
 }
 
 func newFollower(ctx context.Context) *follower {
 	GinkgoHelper()
-	return &follower{client: clientFor(adminKubeconfig(ctx)), seen: cluster(ctx).CARotationPhase()}
+	kubeconfig := adminKubeconfig(ctx)
+	return &follower{client: clientFor(kubeconfig), kubeconfig: kubeconfig, seen: cluster(ctx).CARotationPhase()}
 }
 
 // current returns the client to use now.
 func (f *follower) current(ctx context.Context) kubernetes.Interface {
 	c := &v1alpha1.Cluster{}
-	if tgt.Client.Get(ctx, key(), c) != nil || c.CARotationPhase() == f.seen {
+	if tgt.Client.Get(ctx, key(), c) != nil {
 		return f.client
 	}
-	if phase := c.CARotationPhase(); phase == v1alpha1.RotationPrepared || phase == v1alpha1.RotationCompleted {
+	phase := c.CARotationPhase()
+	aborting := phase == v1alpha1.RotationAborting || phase == v1alpha1.RotationAborted
+	if phase == f.seen && !aborting {
+		return f.client
+	}
+	if phase == v1alpha1.RotationPrepared || phase == v1alpha1.RotationCompleted || aborting {
 		s := &corev1.Secret{}
 		if tgt.Client.Get(ctx, client.ObjectKey{Namespace: tgt.Namespace, Name: credentials.CertificateSecretName(tgt.Name, credentials.CertAdmin)}, s) != nil {
 			return f.client
 		}
-		cs, err := newClient(s.Data[v1alpha1.DataKeyKubeconfig])
-		if err != nil {
-			return f.client
+		if kubeconfig := s.Data[v1alpha1.DataKeyKubeconfig]; !bytes.Equal(kubeconfig, f.kubeconfig) {
+			cs, err := newClient(kubeconfig)
+			if err != nil {
+				return f.client
+			}
+			f.client, f.kubeconfig = cs, kubeconfig
 		}
-		f.client = cs
 	}
-	f.seen = c.CARotationPhase()
+	f.seen = phase
 	return f.client
 }
 
@@ -312,6 +324,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		prepared                          map[v1alpha1.CARole]*credentials.CAs
 		// How long Cluster API took to replace the Replace pool's Machines.
 		replacedPreparing, replacedFinishing time.Duration
+		// The second rotation, aborted in Prepared.
+		preparedAgainIn, abortedIn time.Duration
+		kubeletsAborting            string
 	)
 
 	It("prepares: the control plane first with the pool held, then the pool; both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
@@ -566,6 +581,78 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		expectKubelets(ctx, clientCA, cas(ctx)[v1alpha1.CARoleKubelet].Current.Cert, bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 	})
 
+	It("aborts a second rotation in Prepared: kubelets, workloads and the control plane back on the CAs of before it, the new CAs deleted, after a crash mid-Aborting", func(ctx SpecContext) {
+		current := cas(ctx)
+		trust := [2]pki.Bundle{bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet)}
+		By("starting a second rotation, giving pods a minute to reload kube-root-ca.crt: their API server keeps its certificate until the abort ends")
+		c := cluster(ctx)
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Spec.CARotation.WorkloadTrustReload = &metav1.Duration{Duration: time.Minute}
+		Expect(tgt.Client.Patch(ctx, c, patch)).To(Succeed())
+		start := time.Now()
+		Expect(annotate(ctx, v1alpha1.OperationStartCARotation)).To(Succeed())
+		waitForPhase(ctx, v1alpha1.RotationPrepared)
+		preparedAgainIn = time.Since(start)
+		second := cas(ctx)
+		expectKubelets(ctx, second[v1alpha1.CARoleClient].Current.Cert, second[v1alpha1.CARoleKubelet].Current.Cert,
+			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
+		preparedAdmin := adminKubeconfig(ctx)
+
+		start = time.Now()
+		Expect(annotate(ctx, v1alpha1.OperationAbortCARotation)).To(Succeed())
+		By("killing the controller manager once the first role's old CA is current again")
+		Eventually(func() bool {
+			for _, x := range cas(ctx) {
+				if x.AbortedRotation != "" && x.AbortedRotation == x.Rotation {
+					return true
+				}
+			}
+			return false
+		}).WithTimeout(time.Minute).Should(BeTrue())
+		crashOperator(ctx)
+		waitForPhase(ctx, v1alpha1.RotationAborted)
+		abortedIn = time.Since(start)
+		kubeletsAborting = kubeletRestartsText(start, time.Now())
+
+		after := cas(ctx)
+		for _, role := range v1alpha1.CARoles() {
+			Expect(after[role].Previous).To(BeNil(), "the new %s CA key is gone", role)
+			Expect(after[role].Current.Cert.Equal(current[role].Current.Cert)).To(BeTrue(), "role %s is back on the CA of before the rotation", role)
+			Expect(kit.Fingerprints(bundle(ctx, role))).To(Equal([]string{pki.Fingerprint(current[role].Current.Cert)}), "bundle %s holds only that CA", role)
+		}
+		By("every kubelet back on client and serving certificates from the CAs of before, trusting only them")
+		expectKubelets(ctx, current[v1alpha1.CARoleClient].Current.Cert, current[v1alpha1.CARoleKubelet].Current.Cert, trust[0], trust[1])
+		expectNodesReported(ctx, current[v1alpha1.CARoleClient].Current.Cert)
+		if env != nil {
+			By("the Replace pool: replaced again, each new kubelet on the CAs of before the rotation")
+			machines, _ = expectMachinesReplaced(ctx, machines, v1alpha1.RotationAborting, current[v1alpha1.CARoleClient].Current.Cert, trust[0], trust[1])
+		}
+		newKubeletClient := kubeletClientPair(ctx)
+		for _, n := range runningKubelets() {
+			Expect(kubeletStatus(ctx, n, newKubeletClient, current[v1alpha1.CARoleKubelet].Current.Cert)).To(Equal(http.StatusOK),
+				"kubelet %s accepts the API server's kubelet client certificate", n.Name)
+		}
+		_, err := clientFor(preparedAdmin).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		Expect(err).To(HaveOccurred(), "the admin credential of Prepared, from the deleted client CA, is rejected")
+		Expect(apierrors.IsUnauthorized(err) || isTLSError(err)).To(BeTrue(), "rejected, not just unreachable: %v", err)
+		Expect(evidence.Checker{}.ServesChainTo(ctx, cluster(ctx).Spec.ControlPlane.Endpoint, current[v1alpha1.CARoleCluster].Current.CertPEM())).To(Succeed())
+		expectRootCA(ctx, clientFor(adminKubeconfig(ctx)), trust[0])
+		if pod != nil {
+			Eventually(pod.projectedRootCA).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(
+				Equal(kit.Fingerprints(trust[0])), "the kubelet writes the cluster CA of before the rotation alone into the pod")
+		}
+		recorder.mu.Lock()
+		for _, role := range v1alpha1.CARoles() {
+			Expect(recorder.seen[role]).To(HaveLen(3), "role %s: one new CA for the second rotation, none minted again after the crash", role)
+		}
+		recorder.mu.Unlock()
+		roles.check(ctx, "Aborted")
+		rot := cluster(ctx).CARotation()
+		Expect(rot.LastAbortTriggeredTime).NotTo(BeNil())
+		Expect(rot.LastAbortTime).NotTo(BeNil())
+		Expect(rot.PendingWorkersRollouts).To(BeEmpty())
+	})
+
 	It("served every request of every probe, but the allowed failures, each counted and named with its reason", func() {
 		stop()
 		probe.mu.Lock()
@@ -622,8 +709,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		failed := len(otherFailures) + len(allowed)
 		requests := probe.requests + nodes.heartbeats + nodes.proxied + aggregated.requests + inCluster.requests
 		exercised, missing := roles.exercised()
-		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, failed requests %d of %d, real kubelets %d, roles exercised %d/%d",
-			preparedIn.Seconds(), completedIn.Seconds(), failed, requests, len(kubelets()), exercised, len(v1alpha1.CARoles()))
+		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, prepared again in %.0fs and aborted in %.0fs, "+
+			"failed requests %d of %d, real kubelets %d, roles exercised %d/%d",
+			preparedIn.Seconds(), completedIn.Seconds(), preparedAgainIn.Seconds(), abortedIn.Seconds(), failed, requests, len(kubelets()), exercised, len(v1alpha1.CARoles()))
 		AddReportEntry("probe requests", fmt.Sprintf("API server %d, API server -> kubelet %d, Lease samples %d, aggregated API %d, in-cluster workload %d",
 			probe.requests, nodes.proxied, nodes.heartbeats, aggregated.requests, inCluster.requests))
 		for _, m := range missing {
@@ -631,7 +719,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		AddReportEntry("time in control-plane rollouts", fmt.Sprintf("Preparing %.0fs of %.0fs, Finalizing %.0fs of %.0fs",
 			rolloutsPreparing.Seconds(), preparedIn.Seconds(), rolloutsFinish.Seconds(), completedIn.Seconds()))
-		AddReportEntry("kubelet restarts", fmt.Sprintf("Preparing: %s; Finalizing: %s", kubeletsPreparing, kubeletsFinish))
+		AddReportEntry("kubelet restarts", fmt.Sprintf("Preparing: %s; Finalizing: %s; Aborting: %s", kubeletsPreparing, kubeletsFinish, kubeletsAborting))
 		if env != nil {
 			replaced := fmt.Sprintf("Replace pool of %d Machines replaced by Cluster API in %.0fs (Preparing) and %.0fs (Finalizing)",
 				replaceReplicas, replacedPreparing.Seconds(), replacedFinishing.Seconds())
