@@ -120,6 +120,7 @@ func TestPlanAndExpirationPrintTheirOutputKinds(t *testing.T) {
 		"roll (to trust both): none labelled " + v1alpha1.LabelCluster + "=prod",
 		"    blue (Manual): 2 node(s): n1, n2",
 		"    green (Replace, Cluster API replaces the Machines of MachineDeployment green-md): 1 node(s): m1",
+		"\nInstead of complete-ca-rotation: abort-ca-rotation -> Aborting -> Aborted\n",
 	} {
 		if !strings.Contains(human.String(), want) {
 			t.Errorf("the plan lacks %q:\n%s", want, human.String())
@@ -139,7 +140,8 @@ func TestPlanAndExpirationPrintTheirOutputKinds(t *testing.T) {
 	if err := json.Unmarshal(printed.Bytes(), &decoded); err != nil {
 		t.Fatal(err)
 	}
-	if decoded.APIVersion != "output.carousel.dev/v1alpha1" || decoded.Kind != "RotationPlan" || len(decoded.Phases) != 2 {
+	if decoded.APIVersion != "output.carousel.dev/v1alpha1" || decoded.Kind != "RotationPlan" || len(decoded.Phases) != 3 ||
+		decoded.Phases[2].InsteadOf != v1alpha1.OperationCompleteCARotation {
 		t.Fatalf("printed %s", printed.String())
 	}
 	var clientCertificates []string

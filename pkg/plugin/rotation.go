@@ -468,11 +468,18 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	fmt.Fprintf(tw, "Last initiation finished:\t%s\n", when(rot.LastInitiationFinishedTime))
 	fmt.Fprintf(tw, "Last completion triggered:\t%s\n", when(rot.LastCompletionTriggeredTime))
 	fmt.Fprintf(tw, "Last completion:\t%s\n", when(rot.LastCompletionTime))
+	if rot.LastAbortTriggeredTime != nil {
+		fmt.Fprintf(tw, "Last abort triggered:\t%s\n", when(rot.LastAbortTriggeredTime))
+		fmt.Fprintf(tw, "Last abort:\t%s\n", when(rot.LastAbortTime))
+	}
 	var pending []string
 	for _, p := range rot.PendingWorkersRollouts {
-		if p.Held {
+		switch {
+		case p.Held && rot.Phase == v1alpha1.RotationAborting:
+			pending = append(pending, p.Name+" (held when the abort came: it never moved, and does not roll)")
+		case p.Held:
 			pending = append(pending, p.Name+" (held: kubectl carousel rotation rollout-workers)")
-		} else {
+		default:
 			pending = append(pending, p.Name)
 		}
 	}

@@ -148,7 +148,8 @@ func rotationPlan(cl *v1alpha1.Cluster, consumers []string, pools map[string]out
 	}
 	plan := &outputv1alpha1.RotationPlan{Cluster: cl.Namespace + "/" + cl.Name, Phase: rotation.PhaseName(cl.CARotationPhase())}
 	for _, phase := range rotation.Plan() {
-		out := outputv1alpha1.PhasePlan{Operation: phase.Operation, Through: string(phase.Through), Done: string(phase.Done), Then: phase.Then}
+		out := outputv1alpha1.PhasePlan{Operation: phase.Operation, Through: string(phase.Through), Done: string(phase.Done), Then: phase.Then,
+			InsteadOf: phase.InsteadOf}
 		for _, line := range phase.Lines {
 			step := outputv1alpha1.PlanStep{Description: line.Format, List: lists[line.List].name}
 			switch line.List {
@@ -175,7 +176,11 @@ func rotationPlan(cl *v1alpha1.Cluster, consumers []string, pools map[string]out
 func writePlan(w io.Writer, plan *outputv1alpha1.RotationPlan) {
 	fmt.Fprintf(w, "Cluster %s, now in phase %s.\n", plan.Cluster, plan.Phase)
 	for i, phase := range plan.Phases {
-		fmt.Fprintf(w, "\nPhase %d: %s -> %s -> %s\n", i+1, phase.Operation, phase.Through, phase.Done)
+		if phase.InsteadOf != "" {
+			fmt.Fprintf(w, "\nInstead of %s: %s -> %s -> %s\n", phase.InsteadOf, phase.Operation, phase.Through, phase.Done)
+		} else {
+			fmt.Fprintf(w, "\nPhase %d: %s -> %s -> %s\n", i+1, phase.Operation, phase.Through, phase.Done)
+		}
 		for _, step := range phase.Steps {
 			fmt.Fprintf(w, "  %s\n", step.Description)
 			if step.List == "workerPools" {

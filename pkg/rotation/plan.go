@@ -38,16 +38,23 @@ type PhasePlan struct {
 	Lines []PlanLine
 	// Then is what the user does once the phase is done; empty for none.
 	Then string
+	// InsteadOf is the operation this phase is an alternative to; empty for
+	// a phase that follows the one before.
+	InsteadOf string
 }
 
-// Plan returns the two phases of a rotation as `kubectl carousel rotation
-// plan` prints them, from the steps Decide waits for.
+// Plan returns the two phases of a rotation, and the abort that may replace
+// the second, as `kubectl carousel rotation plan` prints them, from the
+// steps Decide waits for.
 func Plan() []PhasePlan {
 	return []PhasePlan{
 		{Operation: v1alpha1.OperationStartCARotation, Through: v1alpha1.RotationPreparing, Done: v1alpha1.RotationPrepared,
 			Lines: planLines(preparing), Then: "hand the new bundle and kubeconfigs to your own clients"},
 		{Operation: v1alpha1.OperationCompleteCARotation, Through: v1alpha1.RotationFinalizing, Done: v1alpha1.RotationCompleted,
 			Lines: planLines(finalizing)},
+		{Operation: v1alpha1.OperationAbortCARotation, Through: v1alpha1.RotationAborting, Done: v1alpha1.RotationAborted,
+			Lines: planLines(aborting), InsteadOf: v1alpha1.OperationCompleteCARotation,
+			Then: "issue again the kubeconfigs handed out since the rotation started: the new client CA that signed them is deleted"},
 	}
 }
 

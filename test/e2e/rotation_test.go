@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -324,9 +326,10 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		prepared                          map[v1alpha1.CARole]*credentials.CAs
 		// How long Cluster API took to replace the Replace pool's Machines.
 		replacedPreparing, replacedFinishing time.Duration
-		// The second rotation, aborted in Prepared.
+		// The second rotation, aborted in Prepared, and when it was Aborting.
 		preparedAgainIn, abortedIn time.Duration
-		kubeletsAborting            string
+		kubeletsAborting           string
+		aborting                   [2]time.Time
 	)
 
 	It("prepares: the control plane first with the pool held, then the pool; both CAs trusted, clients and nodes on the new CAs, after a crash mid-Preparing", func(ctx SpecContext) {
@@ -611,7 +614,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}).WithTimeout(time.Minute).Should(BeTrue())
 		crashOperator(ctx)
 		waitForPhase(ctx, v1alpha1.RotationAborted)
-		abortedIn = time.Since(start)
+		abortedIn, aborting = time.Since(start), [2]time.Time{start, time.Now()}
 		kubeletsAborting = kubeletRestartsText(start, time.Now())
 
 		after := cas(ctx)
@@ -707,11 +710,19 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		classify(probe.failures, nil)
 		classify(inCluster.failures, nil)
 		failed := len(otherFailures) + len(allowed)
+		var failedAborting []string
+		for _, f := range append(slices.Clone(otherFailures), allowed...) {
+			if !f.at.Before(aborting[0]) && !f.at.After(aborting[1]) {
+				failedAborting = append(failedAborting, cmp.Or(f.reason, "not allowed"))
+			}
+		}
 		requests := probe.requests + nodes.heartbeats + nodes.proxied + aggregated.requests + inCluster.requests
 		exercised, missing := roles.exercised()
-		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, prepared again in %.0fs and aborted in %.0fs, "+
-			"failed requests %d of %d, real kubelets %d, roles exercised %d/%d",
-			preparedIn.Seconds(), completedIn.Seconds(), preparedAgainIn.Seconds(), abortedIn.Seconds(), failed, requests, len(kubelets()), exercised, len(v1alpha1.CARoles()))
+		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, prepared again in %.0fs and aborted in %.0fs "+
+			"(%d failed requests while Aborting), failed requests %d of %d, real kubelets %d, roles exercised %d/%d",
+			preparedIn.Seconds(), completedIn.Seconds(), preparedAgainIn.Seconds(), abortedIn.Seconds(), len(failedAborting), failed, requests,
+			len(kubelets()), exercised, len(v1alpha1.CARoles()))
+		AddReportEntry("failed requests while Aborting", strings.Join(failedAborting, "; "))
 		AddReportEntry("probe requests", fmt.Sprintf("API server %d, API server -> kubelet %d, Lease samples %d, aggregated API %d, in-cluster workload %d",
 			probe.requests, nodes.proxied, nodes.heartbeats, aggregated.requests, inCluster.requests))
 		for _, m := range missing {

@@ -207,6 +207,63 @@ var _ = Describe("kubectl carousel", func() {
 		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
 	})
 
+	It("aborts a rotation with a held pool: --wait follows it to Aborted, and the held pool, which never moved, does not roll", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var writes atomic.Int64
+		startControllers(ns, &writes)
+		createCluster(ctx, ns, "aborted", v1alpha1.WorkerPool{Name: "canary", RolloutStrategy: v1alpha1.RolloutManual},
+			v1alpha1.WorkerPool{Name: "bulk", RolloutStrategy: v1alpha1.RolloutManual})
+		key := client.ObjectKey{Namespace: ns, Name: "aborted"}
+		waitForReady(ctx, key)
+		_, err := kubectlCarousel(ctx, "rotation", "abort", "aborted", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring("cannot abort the CA rotation in phase none (never rotated)")))
+
+		_, err = kubectlCarousel(ctx, "rotation", "start", "aborted", "-n", ns, "--without-workers-rollout", "--wait", "--timeout", "1m")
+		Expect(err).NotTo(HaveOccurred())
+		_, err = kubectlCarousel(ctx, "rotation", "rollout-workers", "aborted", "canary", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() bool {
+			c := getCluster(ctx, key)
+			return c.IsPendingWorkerPool("canary") && !c.IsHeldWorkerPool("canary")
+		}).Should(BeTrue())
+		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=canary")).To(Succeed(), "the Manual pool reported rolled")
+		waitForPhase(ctx, key, v1alpha1.RotationWaitingForWorkersRollout)
+
+		done := make(chan string)
+		go func() {
+			defer GinkgoRecover()
+			out, err := kubectlCarousel(ctx, "rotation", "abort", "aborted", "-n", ns, "--wait", "--timeout", "1m")
+			Expect(err).NotTo(HaveOccurred())
+			done <- out
+		}()
+		for rollout := range 2 { // back to the old credentials, then to the old trust alone
+			Eventually(func(g Gomega) {
+				c := getCluster(ctx, key)
+				g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))
+				g.Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationAborting))
+				g.Expect(c.CARotation().AbortRolledBackTime != nil).To(Equal(rollout == 1), "the second rollout comes once the first is recorded")
+				g.Expect(c.IsPendingWorkerPool("canary")).To(BeTrue())
+				g.Expect(c.IsHeldWorkerPool("bulk")).To(BeTrue(), "the held pool stays held")
+				g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkers)))
+			}).Should(Succeed())
+			out, err := kubectlCarousel(ctx, "rotation", "status", "aborted", "-n", ns)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(MatchRegexp(`Phase:\s+Aborting\n`))
+			Expect(out).To(MatchRegexp(`Last abort triggered:\s+\d{4}-`))
+			Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+[^\n]*\bcanary(, |\n)`))
+			Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+[^\n]*bulk \(held when the abort came: it never moved, and does not roll\)`))
+			Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=canary")).To(Succeed())
+		}
+		var followed string
+		Eventually(done).WithTimeout(time.Minute).Should(Receive(&followed))
+		Expect(followed).To(HavePrefix("cluster " + ns + "/aborted: abort-ca-rotation requested\n"))
+		Expect(followed).To(ContainSubstring("phase Aborting: "))
+		Expect(followed).To(HaveSuffix("phase Aborted\n"))
+		Expect(getCluster(ctx, key).CARotation().PendingWorkersRollouts).To(BeEmpty())
+		_, err = kubectlCarousel(ctx, "rotation", "complete", "aborted", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring("cannot complete the CA rotation in phase Aborted")))
+	})
+
 	It("rotates the CAs and the service-account key together with --scope all, and the key alone with --scope service-account-key", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		var writes atomic.Int64

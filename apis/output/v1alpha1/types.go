@@ -31,6 +31,9 @@ type PhasePlan struct {
 	Steps []PlanStep `json:"steps"`
 	// Then is what the user does once the phase is done.
 	Then string `json:"then,omitempty"`
+	// InsteadOf, when set, is the operation this phase replaces: it is not
+	// a step after the phases before it, but another way out of the last.
+	InsteadOf string `json:"insteadOf,omitempty"`
 }
 
 // PlanStep is one step of a phase.
