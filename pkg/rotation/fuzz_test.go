@@ -18,7 +18,8 @@ import (
 var (
 	fuzzPhases = []v1alpha1.CARotationPhase{
 		"", v1alpha1.RotationPreparing, v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing, v1alpha1.RotationCompleted,
-		v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
+		v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationAborting,
+		v1alpha1.RotationAborted,
 	}
 	// Bit i of a pool mask selects fuzzPools[i].
 	fuzzPools    = []string{"a", "b", "pool-c", "gpu"}
@@ -97,14 +98,17 @@ func pendingNames(rot *v1alpha1.CARotation) []string {
 //     PreparingWithoutWorkersRollout), rotate-rollout-workers (from
 //     PreparingWithoutWorkersRollout or WaitingForWorkersRollout, to
 //     Preparing) and complete-ca-rotation (from Prepared only, to Finalizing)
-//     change the phase; nothing else ever enters Finalizing, and an operation
-//     never enters Prepared, WaitingForWorkersRollout or Completed (only
-//     Next does);
+//     change the phase, and abort-ca-rotation (from phase 1 or Prepared, to
+//     Aborting); nothing else ever enters Finalizing or Aborting, and an
+//     operation never enters Prepared, WaitingForWorkersRollout, Completed
+//     or Aborted (only Next does);
 //   - starting records the start time, clears the last finish and makes every
 //     pool of the spec pending, held exactly when started without workers
 //     rollout; completing records the trigger time and makes every pool
 //     pending, and none held, again for the same start; rollout-workers only
 //     removes pools that were pending and keeps the others in order;
+//     aborting records the trigger time and makes every pool pending, held
+//     exactly when it was held;
 //     rotate-rollout-workers only releases pools that were held, and keeps
 //     every pool pending; reconcile and reissue-ca return the status as it
 //     was;
@@ -142,6 +146,12 @@ func FuzzApplyOperation(f *testing.F) {
 	f.Add(started|statusHeld, uint8(1), uint8(0b0011), uint8(0b0011), "rotate-rollout-workers=b")
 	f.Add(started|statusHeld, uint8(6), uint8(0b0011), uint8(0b0011), v1alpha1.OperationCompleteCARotation)
 	f.Add(started|statusHeld, uint8(6), uint8(0b0011), uint8(0b0011), "rollout-workers=a")
+	f.Add(started|statusInitiationFinished, uint8(2), uint8(0b0011), uint8(0), v1alpha1.OperationAbortCARotation)
+	f.Add(started|statusHeld, uint8(6), uint8(0b0111), uint8(0b0101), v1alpha1.OperationAbortCARotation)
+	f.Add(started, uint8(1), uint8(0b0011), uint8(0b0001), v1alpha1.OperationAbortCARotation)
+	f.Add(started|statusCompletionTriggered, uint8(3), uint8(0b0011), uint8(0), v1alpha1.OperationAbortCARotation)
+	f.Add(started, uint8(7), uint8(0b0011), uint8(0b0011), v1alpha1.OperationAbortCARotation)
+	f.Add(started, uint8(8), uint8(0b0011), uint8(0), v1alpha1.OperationStartCARotation)
 	f.Fuzz(func(t *testing.T, bits, phase, specMask, pendingMask uint8, value string) {
 		rot := fuzzStatus(bits, phase, pendingMask)
 		var spec []v1alpha1.WorkerPool
@@ -200,7 +210,7 @@ func FuzzApplyOperation(f *testing.F) {
 
 // recordedVerbs are the verbs whose operation is recorded in the status.
 var recordedVerbs = []v1alpha1.OperationVerb{v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout,
-	v1alpha1.VerbCompleteCARotation, v1alpha1.VerbRolloutWorkers, v1alpha1.VerbRotateRolloutWorkers}
+	v1alpha1.VerbCompleteCARotation, v1alpha1.VerbAbortCARotation, v1alpha1.VerbRolloutWorkers, v1alpha1.VerbRotateRolloutWorkers}
 
 // checkApplied checks the result of ApplyOperation(rot, op, spec, now).
 func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation, spec []v1alpha1.WorkerPool, now metav1.Time, next *v1alpha1.CARotation, err error) {
@@ -216,7 +226,11 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 	if to == v1alpha1.RotationFinalizing && from != v1alpha1.RotationFinalizing && from != v1alpha1.RotationPrepared {
 		t.Fatalf("%s moved %q to Finalizing", op, from)
 	}
-	if to != from && (to == v1alpha1.RotationPrepared || to == v1alpha1.RotationWaitingForWorkersRollout || to == v1alpha1.RotationCompleted) {
+	if to == v1alpha1.RotationAborting && from != v1alpha1.RotationAborting && !from.BothCAsTrusted() {
+		t.Fatalf("%s moved %q to Aborting", op, from)
+	}
+	if to != from && (to == v1alpha1.RotationPrepared || to == v1alpha1.RotationWaitingForWorkersRollout || to == v1alpha1.RotationCompleted ||
+		to == v1alpha1.RotationAborted) {
 		t.Fatalf("%s moved %q to %s: only Next may", op, from, to)
 	}
 	if rot != nil && next != nil && !equalTime(next.LastCompletionTime, rot.LastCompletionTime) {
@@ -271,6 +285,24 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 		checkPending(t, op, next, specNames, initiated)
 		if held := HeldPools(next); len(held) != 0 {
 			t.Fatalf("complete left pools %v held", held)
+		}
+	case v1alpha1.VerbAbortCARotation:
+		if !from.BothCAsTrusted() || to != v1alpha1.RotationAborting {
+			t.Fatalf("abort moved %q to %q", from, to)
+		}
+		if !equalTime(next.LastAbortTriggeredTime, &now) || !equalTime(next.LastInitiationTime, rot.LastInitiationTime) || next.AbortRolledBackTime != nil {
+			t.Fatalf("abort recorded trigger %v, initiation %v, rolled back %v", next.LastAbortTriggeredTime, next.LastInitiationTime, next.AbortRolledBackTime)
+		}
+		initiated := rot.LastInitiationTime
+		if initiated == nil {
+			initiated = &now
+		}
+		checkPending(t, op, next, specNames, initiated)
+		wasHeld := HeldPools(rot)
+		for _, p := range next.PendingWorkersRollouts {
+			if p.Held != slices.Contains(wasHeld, p.Name) {
+				t.Fatalf("abort of %+v left pool %s held: %v; a pool rolls back exactly when it was not held", rot, p.Name, p.Held)
+			}
 		}
 	case v1alpha1.VerbRolloutWorkers:
 		if to != from {
@@ -334,6 +366,8 @@ const (
 	factClientsOnNewCA
 	factAllOnNewCA
 	factConsumersRolledOut
+	factOldCAsRestored
+	factRolledBack
 )
 
 // fuzzNow is the time of the pass in FuzzNext.
@@ -390,6 +424,12 @@ func FuzzNext(f *testing.F) {
 	f.Add(uint8(6), prepared, 0, uint8(2), uint8(2), uint8(2), uint16(0), int32(-1), uint8(3))
 	f.Add(uint8(6), uint8(0), 0, uint8(2), uint8(2), uint8(2), uint16(0), int32(-1), uint8(0))
 	f.Add(uint8(6), uint8(0), 1, uint8(2), uint8(2), uint8(2), uint16(0), int32(-1), uint8(0))
+	aborted := uint8(factOldCAsRestored | factRolledBack | factOldCAsRemoved | factAllOnNewCA | factConsumersRolledOut)
+	f.Add(uint8(7), aborted, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(7), aborted&^factOldCAsRemoved, 2, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(7), aborted&^factRolledBack, 1, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(8), aborted, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
 	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8, reloadSec uint16, publishedAgoSec int32, heldCount uint8) {
 		facts := Facts{
 			Phase:               fuzzPhase(phase),
@@ -398,6 +438,8 @@ func FuzzNext(f *testing.F) {
 			ClientsOnNewCA:      flags&factClientsOnNewCA != 0,
 			AllOnNewCA:          flags&factAllOnNewCA != 0,
 			ConsumersRolledOut:  flags&factConsumersRolledOut != 0,
+			OldCAsRestored:      flags&factOldCAsRestored != 0,
+			RolledBack:          flags&factRolledBack != 0,
 			PendingWorkerPools:  pendingPools,
 			HeldWorkerPools:     fuzzPools[:int(heldCount)%(len(fuzzPools)+1)],
 			Evidence:            fuzzEvidence[int(evidence)%len(fuzzEvidence)],
@@ -436,6 +478,10 @@ func FuzzNext(f *testing.F) {
 			if !settled || !facts.OldCAsRemoved || !CanDropOldCAs(facts) {
 				t.Fatalf("next(%+v) moved to Completed", facts)
 			}
+		case facts.Phase == v1alpha1.RotationAborting && to == v1alpha1.RotationAborted:
+			if !settled || !facts.OldCAsRemoved || !facts.RolledBack || !CanDropOldCAs(facts) {
+				t.Fatalf("next(%+v) moved to Aborted", facts)
+			}
 		default:
 			t.Fatalf("next(%+v) moved %q to %q", facts, facts.Phase, to)
 		}
@@ -447,7 +493,10 @@ func FuzzNext(f *testing.F) {
 			if wait.Reason == "" || wait.Message == "" {
 				t.Fatalf("next(%+v) waits without saying why: %+v", facts, wait)
 			}
-			if wait.PollManaged != slices.Contains(waitsPolled, wait.Reason) {
+			// An abort re-issues its clients from the old CAs, which the
+			// API server trusts all along: nothing to wait for there.
+			polled := slices.Contains(waitsPolled, wait.Reason) && (facts.Phase != v1alpha1.RotationAborting || wait.Reason != v1alpha1.ReasonWaitingForClients)
+			if wait.PollManaged != polled {
 				t.Fatalf("next(%+v): wait %s polled %v", facts, wait.Reason, wait.PollManaged)
 			}
 			if (wait.Reason == v1alpha1.ReasonWaitingForWorkloadTrust) != (!wait.Until.IsZero() || facts.Phase.Preparing() &&
@@ -489,8 +538,19 @@ func FuzzNext(f *testing.F) {
 			wait.Reason != v1alpha1.ReasonWaitingForWorkers && wait.Reason != v1alpha1.ReasonWaitingForEvidence) {
 			t.Fatalf("PublicationCheckDue(%+v) = true with wait %+v", facts, wait)
 		}
-		if CanDropOldCAs(facts) && (facts.Phase != v1alpha1.RotationFinalizing || !facts.AllOnNewCA || !facts.ConsumersRolledOut) {
+		if CanDropOldCAs(facts) && (facts.Phase != v1alpha1.RotationFinalizing && facts.Phase != v1alpha1.RotationAborting ||
+			!facts.AllOnNewCA || !facts.ConsumersRolledOut) {
 			t.Fatalf("CanDropOldCAs(%+v) = true", facts)
+		}
+		// An abort deletes the new CAs only once the status records that
+		// everything, worker pools included, is back on the old ones; it
+		// records that only when it is so.
+		if facts.Phase == v1alpha1.RotationAborting && CanDropOldCAs(facts) && (!facts.RolledBack || !facts.OldCAsRestored) {
+			t.Fatalf("CanDropOldCAs(%+v) = true before the roll-back is recorded", facts)
+		}
+		if d := Decide(facts); d.RecordRolledBack && (facts.Phase != v1alpha1.RotationAborting || facts.RolledBack || facts.PendingWorkerPools != 0 ||
+			!facts.OldCAsRestored || !facts.AllOnNewCA || !facts.ConsumersRolledOut || d.DropOldCAs) {
+			t.Fatalf("Decide(%+v) = %+v records the roll-back", facts, d)
 		}
 		if CanDropOldCAs(facts) && wait != nil && wait.Reason == v1alpha1.ReasonWaitingForServers {
 			t.Fatalf("next(%+v) waits for servers whose old CAs may be dropped", facts)

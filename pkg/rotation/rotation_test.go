@@ -362,6 +362,8 @@ func TestNext(t *testing.T) {
 			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},
 		{"recorded: the pools roll again once the new CAs are gone", with(abortedFacts, func(f *Facts) { f.PendingWorkerPools, f.OldCAsRemoved = 1, false }),
 			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},
+		{"aborted before any new CA existed: nothing to delete, the roll-back is recorded all the same", with(abortedFacts, func(f *Facts) { f.RolledBack = false }),
+			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},
 		{"workers rolling again after the drop", with(abortedFacts, func(f *Facts) { f.PendingWorkerPools = 1 }),
 			v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForWorkers, true},
 		{"new CAs not dropped yet", with(abortedFacts, func(f *Facts) { f.OldCAsRemoved = false }), v1alpha1.RotationAborting, v1alpha1.ReasonWaitingForNewCADrop, false},

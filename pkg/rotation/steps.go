@@ -215,7 +215,7 @@ var aborting = []step{
 		waiting: poolsToRoll,
 		plan: []PlanLine{{"roll back the worker pools that moved (client and serving certificates from the old CAs; " +
 			"a pool still held never moved and does not roll):", ListWorkerPools}}},
-	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.OldCAsRemoved },
+	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.RolledBack && f.OldCAsRemoved },
 		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
 		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForConsumers, done: func(f Facts) bool { return f.ConsumersRolledOut },
