@@ -42,7 +42,7 @@ func TestDecide(t *testing.T) {
 			spec:   &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "221000+0000"}},
 			reason: v1alpha1.ReasonNoMaintenanceWindow, message: "lasts 10m0s"},
 		{name: "an operation that does not wait", value: v1alpha1.OperationRolloutWorkersPrefix + "a", spec: window, now: inside,
-			reason: v1alpha1.ReasonInvalidMaintenanceOperation, message: "only start-ca-rotation, complete-ca-rotation, abort-ca-rotation, rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, " +
+			reason: v1alpha1.ReasonInvalidMaintenanceOperation, message: "only start-ca-rotation, complete-ca-rotation, rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, " +
 				"rotate-credentials-start and rotate-credentials-complete wait for the maintenance window"},
 		{name: "rotate-credentials-complete inside the window, the key still Preparing", value: string(v1alpha1.VerbRotateCredentialsComplete), spec: window,
 			phase: v1alpha1.RotationPrepared, saPhase: v1alpha1.ServiceAccountKeyPreparing, now: inside, reason: v1alpha1.ReasonMaintenanceOperationNotAllowed,

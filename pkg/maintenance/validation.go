@@ -12,7 +12,8 @@ import (
 
 // Queueable parses value and returns the operation when it may wait for the
 // maintenance window: the operations that start or complete a rotation
-// phase, or abort one (queueable). The others report or repair something now.
+// phase (queueable). An abort is not one: queued, it would outlive the
+// rotation it was meant for and abort the next. The others report or repair something now.
 func Queueable(value string) (v1alpha1.Operation, error) {
 	op, err := v1alpha1.ParseOperation(value)
 	if err != nil {
@@ -27,7 +28,7 @@ func Queueable(value string) (v1alpha1.Operation, error) {
 
 // queueable are the verbs that may wait for the maintenance window.
 var queueable = []v1alpha1.OperationVerb{
-	v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation, v1alpha1.VerbAbortCARotation,
+	v1alpha1.VerbStartCARotation, v1alpha1.VerbCompleteCARotation,
 	v1alpha1.VerbRotateServiceAccountKeyStart, v1alpha1.VerbRotateServiceAccountKeyComplete,
 	v1alpha1.VerbRotateCredentialsStart, v1alpha1.VerbRotateCredentialsComplete,
 }

@@ -150,7 +150,9 @@ func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecre
 		return nil
 	case upCur == invCur && upPrev == "": // the old CA was dropped after the status was written
 		return nil
-	case invPrev == "" && upPrev == invCur && id != "" && cas.Rotation == id: // this rotation's new CA, not yet in the status
+	case invPrev == "" && upPrev == invCur && id != "" && cas.Rotation == id && cl.CARotationPhase().BothCAsTrusted():
+		// this rotation's new CA, not yet in the status; once the rotation is
+		// aborted, a CA the abort deletes is never brought back
 		return nil
 	}
 	return fmt.Errorf("refusing to restore the %s CA: the upload holds CA %s%s, but the Cluster's status records CA %s%s. "+

@@ -89,6 +89,8 @@ func TestCheckUploadedCARefusesACopyOlderThanTheStatus(t *testing.T) {
 			upload: uploadedCA(t, etcd, newCA, oldCA, id), refusing: "would bring back a CA the Cluster no longer uses"},
 		{name: "another rotation's new CA", cluster: clusterRecording(etcd, oldCA, nil, v1alpha1.RotationPreparing, started),
 			upload: uploadedCA(t, etcd, newCA, oldCA, "2025-01-01T00:00:00Z"), refusing: "refusing to restore the etcd CA"},
+		{name: "an aborted rotation's new CA, deleted by the abort", cluster: clusterRecording(etcd, oldCA, nil, v1alpha1.RotationAborting, started),
+			upload: uploadedCA(t, etcd, newCA, oldCA, id), refusing: "would bring back a CA the Cluster no longer uses"},
 		{name: "a CA replaced by reissue-ca", cluster: clusterRecording(etcd, newCA, nil, "", started),
 			upload: uploadedCA(t, etcd, oldCA, nil, ""), refusing: "reissue-ca"},
 	} {

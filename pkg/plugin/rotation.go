@@ -271,7 +271,11 @@ working once it is deleted: issue them again after the abort.
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,
 	}
-	f := addOperationFlags(cmd, string(v1alpha1.RotationAborted))
+	// Never queued for the maintenance window: it would outlive the
+	// rotation it was meant for, and abort the next.
+	f := &operationFlags{}
+	cmd.Flags().BoolVar(&f.wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(v1alpha1.RotationAborted))
+	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.requestOperation(cmd.Context(), args[0], v1alpha1.OperationAbortCARotation,
 			followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationAborted}}, f)
@@ -474,12 +478,9 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	}
 	var pending []string
 	for _, p := range rot.PendingWorkersRollouts {
-		switch {
-		case p.Held && rot.Phase == v1alpha1.RotationAborting:
-			pending = append(pending, p.Name+" (held when the abort came: it never moved, and does not roll)")
-		case p.Held:
+		if p.Held {
 			pending = append(pending, p.Name+" (held: kubectl carousel rotation rollout-workers)")
-		default:
+		} else {
 			pending = append(pending, p.Name)
 		}
 	}

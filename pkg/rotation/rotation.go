@@ -165,22 +165,17 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.LastCompletionTriggeredTime = &now
 		next.PendingWorkersRollouts = pendingPools(pools, initiated, false)
 	case v1alpha1.VerbAbortCARotation:
-		initiated := now
+		// Every pool rolls back, a held one too: its nodes kept their
+		// trust, but a kubelet that renewed its certificate, or a node
+		// that joined, since the API server trusted the new client CA got
+		// certificates from the new CAs (package kubeletcsr).
+		initiated := now // a hand-written status may lack its start time
 		if next.LastInitiationTime != nil {
 			initiated = *next.LastInitiationTime
 		}
-		// A held pool never moved: its nodes still have the old
-		// credentials, and only the old CAs' trust. It stays listed, held,
-		// so that it is not rolled again either once the new CAs are gone
-		// (RecordRolledBack).
-		held := HeldPools(next)
 		next.Phase = v1alpha1.RotationAborting
 		next.LastAbortTriggeredTime = &now
-		next.PendingWorkersRollouts = nil
-		for _, p := range pools {
-			next.PendingWorkersRollouts = append(next.PendingWorkersRollouts,
-				v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &initiated, Held: slices.Contains(held, p.Name)})
-		}
+		next.PendingWorkersRollouts = pendingPools(pools, initiated, false)
 		next.KubeRootCAPublishedTime = nil
 	case v1alpha1.VerbRotateRolloutWorkers:
 		if len(op.Pools) == 0 {
@@ -253,27 +248,19 @@ func EnterPhase(rot *v1alpha1.CARotation, phase v1alpha1.CARotationPhase, now me
 		next.LastCompletionTime = &now
 	case v1alpha1.RotationAborted:
 		next.LastAbortTime = &now
-		next.PendingWorkersRollouts = nil // the held pools, which never moved
 	}
 	return next
 }
 
 // RecordRolledBack returns the rotation status of an abort whose
 // certificates and worker pools are back on the old CAs (Decide said so):
-// the time it was seen, and, pending again, every pool of pools that is not
-// held, to drop the new CAs from its nodes' trust once they are deleted. The
-// time also tells that second rollout from the first (noderenewal). It does
-// not modify rot.
+// the time it was seen, and every pool pending again, to drop the new CAs
+// from its nodes' trust once they are deleted. The time also tells that
+// second rollout from the first (noderenewal). It does not modify rot.
 func RecordRolledBack(rot *v1alpha1.CARotation, pools []v1alpha1.WorkerPool, now metav1.Time) *v1alpha1.CARotation {
 	next := rot.DeepCopy()
 	next.AbortRolledBackTime = &now
-	held := HeldPools(rot)
-	next.PendingWorkersRollouts = slices.DeleteFunc(next.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool { return !p.Held })
-	for _, p := range pools {
-		if !slices.Contains(held, p.Name) {
-			next.PendingWorkersRollouts = append(next.PendingWorkersRollouts, v1alpha1.PendingWorkersRollout{Name: p.Name, LastInitiationTime: &now})
-		}
-	}
+	next.PendingWorkersRollouts = pendingPools(pools, now, false)
 	return next
 }
 

@@ -105,10 +105,14 @@ func TestApplyOperation(t *testing.T) {
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, PendingWorkersRollouts: pending("b")},
 			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation},
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
-		{"abort leaves out the held pools, which never moved",
+		{"abort rolls back a held pool too: its kubelets may have renewed from the new client CA",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout, LastInitiationTime: &t0, PendingWorkersRollouts: held("b")},
 			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation},
-			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: append(pending("a"), held("b")...)}, false},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
+		{"abort of a hand-written status without a start time",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared},
+			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastAbortTriggeredTime: &t0, PendingWorkersRollouts: pending("a", "b")}, false},
 		{"abort in Finalizing: the old CAs are on their way out", &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing},
 			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
 		{"abort when Completed", &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted}, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
@@ -432,19 +436,19 @@ func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
 		t.Fatalf("recorded: Decide = %+v, want the new CAs dropped", d)
 	}
 
-	rot := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, PendingWorkersRollouts: held("b")}
+	rot := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0}
 	got := RecordRolledBack(rot, append(pools, v1alpha1.WorkerPool{Name: "c"}), t1)
 	want := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, AbortRolledBackTime: &t1,
-		PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "b", LastInitiationTime: &t0, Held: true},
-			{Name: "a", LastInitiationTime: &t1}, {Name: "c", LastInitiationTime: &t1}}}
+		PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "a", LastInitiationTime: &t1}, {Name: "b", LastInitiationTime: &t1},
+			{Name: "c", LastInitiationTime: &t1}}}
 	if !equalRotation(got, want) {
 		t.Fatalf("RecordRolledBack:\ngot  %+v\nwant %+v", got, want)
 	}
-	if len(rot.PendingWorkersRollouts) != 1 || rot.AbortRolledBackTime != nil {
+	if len(rot.PendingWorkersRollouts) != 0 || rot.AbortRolledBackTime != nil {
 		t.Fatal("RecordRolledBack modified its input")
 	}
-	if aborted := EnterPhase(got, v1alpha1.RotationAborted, t1); aborted.PendingWorkersRollouts != nil || !aborted.LastAbortTime.Equal(&t1) {
-		t.Fatalf("Aborted: %+v, want the held pools dropped and the time recorded", aborted)
+	if aborted := EnterPhase(rot, v1alpha1.RotationAborted, t1); !aborted.LastAbortTime.Equal(&t1) {
+		t.Fatalf("Aborted: %+v, want the time recorded", aborted)
 	}
 }
 

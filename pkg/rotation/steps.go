@@ -199,8 +199,8 @@ var finalizing = []step{
 // aborting goes back to the old CAs. Everything moves to them while both
 // CAs stay trusted; only once that is recorded are the new CAs deleted, so a
 // kubelet is back on a client certificate from the old client CA before the
-// API server stops accepting the new one. The pools that moved then roll
-// again, as in Finalizing, for their nodes to stop trusting the new CAs.
+// API server stops accepting the new one. The pools then roll again, as in
+// Finalizing, for their nodes to stop trusting the new CAs.
 var aborting = []step{
 	{reason: v1alpha1.ReasonWaitingForOldCAsRestored, done: func(f Facts) bool { return f.OldCAsRestored },
 		waiting: say("making every role's old CA the current one again"),
@@ -213,8 +213,7 @@ var aborting = []step{
 		plan:    []PlanLine{{"roll: %s", ListConsumers}}},
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.RolledBack || f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
-		plan: []PlanLine{{"roll back the worker pools that moved (client and serving certificates from the old CAs; " +
-			"a pool still held never moved and does not roll):", ListWorkerPools}}},
+		plan: []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs):", ListWorkerPools}}},
 	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.RolledBack && f.OldCAsRemoved },
 		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
 		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
@@ -223,7 +222,7 @@ var aborting = []step{
 		plan:    []PlanLine{{"roll again: %s", ListConsumers}}},
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
-		plan:    []PlanLine{{"roll those worker pools again (kubelets drop the new CAs from their trust)", ListNone}}},
+		plan:    []PlanLine{{"roll the worker pools again (kubelets drop the new CAs from their trust)", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForEvidence, done: evidenceIn, managed: true,
 		evidence: CheckOldCADropped,
 		waiting:  say("waiting for the API server to reject the new client CA and serve a certificate from the old cluster CA"),

@@ -42,7 +42,7 @@ var _ = Describe("Maintenance windows", func() {
 		Expect(k8s.Patch(ctx, c, patch)).To(Succeed())
 
 		Expect(tryQueue(v1alpha1.OperationReissueServiceAccountKey)).To(MatchError(ContainSubstring(
-			"only start-ca-rotation, complete-ca-rotation, abort-ca-rotation, rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, rotate-credentials-start and rotate-credentials-complete wait for the maintenance window: set carousel.dev/operation=reissue-service-account-key to have it done now")))
+			"only start-ca-rotation, complete-ca-rotation, rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, rotate-credentials-start and rotate-credentials-complete wait for the maintenance window: set carousel.dev/operation=reissue-service-account-key to have it done now")))
 		Expect(tryQueue(v1alpha1.OperationStartCARotation)).To(Succeed())
 	})
 

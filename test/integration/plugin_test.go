@@ -23,6 +23,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	outputv1alpha1 "github.com/carousel-dev/carousel/apis/output/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
@@ -207,7 +208,7 @@ var _ = Describe("kubectl carousel", func() {
 		waitForPhase(ctx, key, v1alpha1.RotationPrepared)
 	})
 
-	It("aborts a rotation with a held pool: --wait follows it to Aborted, and the held pool, which never moved, does not roll", func(ctx SpecContext) {
+	It("aborts a rotation with a held pool: --wait follows it to Aborted, every pool, the held one too, rolling back and again", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		var writes atomic.Int64
 		startControllers(ns, &writes)
@@ -243,16 +244,16 @@ var _ = Describe("kubectl carousel", func() {
 				g.Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationAborting))
 				g.Expect(c.CARotation().AbortRolledBackTime != nil).To(Equal(rollout == 1), "the second rollout comes once the first is recorded")
 				g.Expect(c.IsPendingWorkerPool("canary")).To(BeTrue())
-				g.Expect(c.IsHeldWorkerPool("bulk")).To(BeTrue(), "the held pool stays held")
+				g.Expect(c.IsPendingWorkerPool("bulk")).To(BeTrue(), "the held pool rolls too: its kubelets may have renewed from the new client CA")
+				g.Expect(rotation.HeldPools(c.CARotation())).To(BeEmpty())
 				g.Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)).To(HaveField("Reason", string(v1alpha1.ReasonWaitingForWorkers)))
 			}).Should(Succeed())
 			out, err := kubectlCarousel(ctx, "rotation", "status", "aborted", "-n", ns)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(MatchRegexp(`Phase:\s+Aborting\n`))
 			Expect(out).To(MatchRegexp(`Last abort triggered:\s+\d{4}-`))
-			Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+[^\n]*\bcanary(, |\n)`))
-			Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+[^\n]*bulk \(held when the abort came: it never moved, and does not roll\)`))
-			Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=canary")).To(Succeed())
+			Expect(out).To(MatchRegexp(`Pending worker rollouts:\s+canary, bulk\n`))
+			Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=canary,bulk")).To(Succeed())
 		}
 		var followed string
 		Eventually(done).WithTimeout(time.Minute).Should(Receive(&followed))

@@ -594,9 +594,9 @@ type CARotation struct {
 	LastAbortTime *metav1.Time `json:"lastAbortTime,omitempty"`
 
 	// AbortRolledBackTime is when, in Aborting, every certificate and
-	// every worker pool that had moved was first seen back on the old CAs.
-	// From then on the new CAs are deleted, and those pools roll once more
-	// so that their nodes stop trusting them. Absent outside an abort.
+	// every worker pool was first seen back on the old CAs. From then on
+	// the new CAs are deleted, and the pools roll once more so that their
+	// nodes stop trusting them. Absent outside an abort.
 	//
 	// +optional
 	AbortRolledBackTime *metav1.Time `json:"abortRolledBackTime,omitempty"`
@@ -708,8 +708,7 @@ type PendingWorkersRollout struct {
 	// Held says that the pool is not rolled yet: the rotation was started
 	// with start-ca-rotation-without-workers-rollout, and the pool rolls with
 	// its strategy once carousel.dev/operation=rotate-rollout-workers=<pool>
-	// names it. In Aborting, a pool still held when the abort came: its
-	// nodes never moved to the new CAs, and it does not roll.
+	// names it.
 	//
 	// +optional
 	Held bool `json:"held,omitempty"`

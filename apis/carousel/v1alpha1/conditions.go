@@ -145,6 +145,10 @@ const (
 	// EventMaintenanceOperationStarted: the maintenance window opened and
 	// the queued operation was moved to the operation annotation.
 	EventMaintenanceOperationStarted = "MaintenanceOperationStarted"
+	// EventMaintenanceOperationDropped: an abort dropped the completion
+	// queued for the maintenance window, which would have completed the
+	// next rotation.
+	EventMaintenanceOperationDropped = "MaintenanceOperationDropped"
 	// EventAutomaticCARotation: spec.caRotation.automatic made an operation
 	// due inside the maintenance window, and it was moved to the operation
 	// annotation; the message says why.

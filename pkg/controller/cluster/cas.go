@@ -74,7 +74,7 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				}
 				cas, data, created = &credentials.CAs{Current: kp, Previous: decoded.Current, Rotation: id}, nil, true
 			}
-			if phase == v1alpha1.RotationAborting && restoreOldCA(cas, id) {
+			if phase == v1alpha1.RotationAborting && restoreOldCA(cas) {
 				data, restored = nil, true
 			}
 		}
@@ -102,16 +102,19 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 	return all, nil
 }
 
-// restoreOldCA swaps, in place, the CAs of a role that rotation id gave a
-// new CA, unless they were swapped already: the old CA is current again and
-// the new one previous, still trusted until it is deleted. It reports
-// whether it swapped them. A role whose Secret has no CA of this rotation
-// (the abort came before it got one) keeps its CA as it is.
-func restoreOldCA(cas *credentials.CAs, id string) bool {
-	if id == "" || cas.Rotation != id || cas.AbortedRotation == id || cas.Previous == nil {
+// restoreOldCA swaps, in place, the CAs of a role in an aborted rotation,
+// unless they were swapped already: the old CA is current again and the new
+// one previous, still trusted until it is deleted. It reports whether it
+// swapped them. The Secret alone decides, not the status: a previous CA
+// exists only during a rotation (Preparing refuses to start over one), so
+// one not marked as aborted for the rotation that made the current CA
+// (AbortedRotation) is the old CA to restore. A role the abort came before
+// has no previous CA and keeps its CA as it is.
+func restoreOldCA(cas *credentials.CAs) bool {
+	if cas.Previous == nil || cas.AbortedRotation == cas.Rotation {
 		return false
 	}
-	cas.Current, cas.Previous, cas.AbortedRotation = cas.Previous, cas.Current, id
+	cas.Current, cas.Previous, cas.AbortedRotation = cas.Previous, cas.Current, cas.Rotation
 	return true
 }
 

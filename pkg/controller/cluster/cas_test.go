@@ -40,13 +40,16 @@ func TestRestoreOldCA(t *testing.T) {
 		{"aborted before this role got a new CA",
 			credentials.CAs{Current: oldCA, Rotation: earlier},
 			credentials.CAs{Current: oldCA, Rotation: earlier}, false},
+		{"a status without the rotation's start does not matter: the Secret says which CA is new",
+			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: earlier},
+			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: earlier, AbortedRotation: earlier}, true},
 		{"an earlier abort's record does not count for this rotation",
 			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: id, AbortedRotation: earlier},
 			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: id, AbortedRotation: id}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.in
-			if swapped := restoreOldCA(&got, id); swapped != tt.wantSwapped || got != tt.want {
+			if swapped := restoreOldCA(&got); swapped != tt.wantSwapped || got != tt.want {
 				t.Fatalf("restoreOldCA = %v, %+v; want %v, %+v", swapped, got, tt.wantSwapped, tt.want)
 			}
 		})

@@ -168,10 +168,26 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	}
 	before := c.DeepCopy()
 	delete(c.Annotations, v1alpha1.OperationAnnotation)
+	queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	dropQueued := err == nil && op.Verb == v1alpha1.VerbAbortCARotation && queuedCompletion(queued)
+	if dropQueued {
+		delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
+	}
 	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("removing the operation annotation: %w", err)
 	}
+	if dropQueued {
+		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
+			"Dropped %s=%s: the rotation it was to complete was aborted", v1alpha1.MaintenanceOperationAnnotation, queued)
+	}
 	return nil
+}
+
+// queuedCompletion: value, queued for the maintenance window, completes a CA
+// rotation. An abort drops it, or it would complete the next rotation.
+func queuedCompletion(value string) bool {
+	op, err := v1alpha1.ParseOperation(value)
+	return err == nil && op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation
 }
 
 // applyOperation records what op changes in the status of both rotations, in

@@ -44,9 +44,9 @@ type CARotationApplyConfiguration struct {
 	// LastAbortTime is when the last aborted rotation became Aborted.
 	LastAbortTime *v1.Time `json:"lastAbortTime,omitempty"`
 	// AbortRolledBackTime is when, in Aborting, every certificate and
-	// every worker pool that had moved was first seen back on the old CAs.
-	// From then on the new CAs are deleted, and those pools roll once more
-	// so that their nodes stop trusting them. Absent outside an abort.
+	// every worker pool was first seen back on the old CAs. From then on
+	// the new CAs are deleted, and the pools roll once more so that their
+	// nodes stop trusting them. Absent outside an abort.
 	AbortRolledBackTime *v1.Time `json:"abortRolledBackTime,omitempty"`
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.

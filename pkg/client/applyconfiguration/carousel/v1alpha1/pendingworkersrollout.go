@@ -34,8 +34,7 @@ type PendingWorkersRolloutApplyConfiguration struct {
 	// Held says that the pool is not rolled yet: the rotation was started
 	// with start-ca-rotation-without-workers-rollout, and the pool rolls with
 	// its strategy once carousel.dev/operation=rotate-rollout-workers=<pool>
-	// names it. In Aborting, a pool still held when the abort came: its
-	// nodes never moved to the new CAs, and it does not roll.
+	// names it.
 	Held *bool `json:"held,omitempty"`
 }
 
