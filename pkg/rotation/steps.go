@@ -213,7 +213,7 @@ var aborting = []step{
 		plan:    []PlanLine{{"roll: %s", ListConsumers}}},
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.RolledBack || f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
-		plan: []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs):", ListWorkerPools}}},
+		plan:    []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs):", ListWorkerPools}}},
 	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.RolledBack && f.OldCAsRemoved },
 		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
 		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
