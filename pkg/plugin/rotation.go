@@ -255,13 +255,14 @@ func (e *env) abortCommand() *cobra.Command {
 		Short: fmt.Sprintf("Take a CA rotation that was not completed back to the old CAs (%s=%s)", v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation),
 		Long: fmt.Sprintf(`Abort the CA rotation of CLUSTER by annotating it with %[1]s=%[2]s. In phases %[3]s,
 %[4]s, %[5]s and %[6]s the rotation goes to phase %[7]s: every role's old CA is current again,
-the certificates the new CAs signed are re-issued from the old ones, the control plane and the worker pools that
-moved roll back, and only then are the new CAs, keys included, deleted from every trust bundle. The rotation ends
-in phase %[8]s, from where a new one may start. The admission webhook refuses the abort in any other phase:
+the certificates the new CAs signed are re-issued from the old ones, the control plane and every worker pool (held
+ones too) roll back, and only then are the new CAs, keys included, deleted from every trust bundle; the pools roll
+once more. The rotation ends in phase %[8]s, from where a new one may start. The admission webhook refuses the abort in any other phase:
 once %[9]s started, the old CAs are on their way out.
 
 Kubeconfigs issued during the rotation ("kubectl carousel kubeconfig") are signed by the new client CA and stop
-working once it is deleted: issue them again after the abort.
+working once it is deleted, which Carousel does not wait for: issue them again as soon as the abort started
+(kubectl carousel kubeconfig signs from the old client CA again once Carousel's own certificate is back on it).
 
 --wait follows the Cluster until it is %[8]s.`, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation,
 			v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,

@@ -65,6 +65,11 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 			}
 			cas, data = decoded, existing.Data
 			if phase.Preparing() && cas.Rotation != id {
+				if id == "" {
+					// A hand-written status: a CA without its rotation could
+					// not be told from the old one by an abort.
+					return nil, fmt.Errorf("the rotation has no lastInitiationTime: refusing to generate a new %s CA that no rotation names", role)
+				}
 				if cas.Previous != nil {
 					return nil, fmt.Errorf("secret %s still holds the previous CA of an earlier rotation; refusing to replace it", name)
 				}
@@ -74,8 +79,13 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				}
 				cas, data, created = &credentials.CAs{Current: kp, Previous: decoded.Current, Rotation: id}, nil, true
 			}
-			if phase == v1alpha1.RotationAborting && restoreOldCA(cas) {
-				data, restored = nil, true
+			if phase == v1alpha1.RotationAborting {
+				if restored, err = restoreOldCA(cas, id); err != nil {
+					return nil, fmt.Errorf("secret %s: %w", name, err)
+				}
+				if restored {
+					data = nil
+				}
 			}
 		}
 		if data == nil {
@@ -102,20 +112,35 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 	return all, nil
 }
 
-// restoreOldCA swaps, in place, the CAs of a role in an aborted rotation,
-// unless they were swapped already: the old CA is current again and the new
-// one previous, still trusted until it is deleted. It reports whether it
-// swapped them. The Secret alone decides, not the status: a previous CA
-// exists only during a rotation (Preparing refuses to start over one), so
-// one not marked as aborted for the rotation that made the current CA
-// (AbortedRotation) is the old CA to restore. A role the abort came before
-// has no previous CA and keeps its CA as it is.
-func restoreOldCA(cas *credentials.CAs) bool {
-	if cas.Previous == nil || cas.AbortedRotation == cas.Rotation {
-		return false
+// restoreOldCA swaps, in place, the CAs of a role in the aborted rotation
+// id, unless they were swapped already: the old CA is current again and the
+// new one previous, still trusted until it is deleted. It reports whether it
+// swapped them. A previous CA exists only during a rotation (Preparing
+// refuses to start over one), and the Secret says which rotation made its
+// current CA (Rotation) and whether that one was aborted (AbortedRotation).
+// A role the abort came before has no previous CA and keeps its CA as it is.
+// A Secret that does not say, or names another rotation than id (restored
+// from a copy of another rotation), is an error: swapping it might bring
+// back a CA no longer in use and delete the one in use.
+func restoreOldCA(cas *credentials.CAs, id string) (bool, error) {
+	switch {
+	case cas.Previous == nil || swapped(cas):
+		return false, nil
+	case cas.Rotation == "":
+		return false, fmt.Errorf("it holds two CAs but no %s annotation: which of them this rotation made is unknown; "+
+			"restore the Secret as it was, or put the annotation back", v1alpha1.AnnotationRotation)
+	case id != "" && cas.Rotation != id:
+		return false, fmt.Errorf("its CAs are from rotation %s, not from the one aborted (%s): refusing to swap them; restore the Secret of this rotation",
+			cas.Rotation, id)
 	}
 	cas.Current, cas.Previous, cas.AbortedRotation = cas.Previous, cas.Current, cas.Rotation
-	return true
+	return true, nil
+}
+
+// swapped: the role's CAs were swapped back by an abort of the rotation
+// that made its current CA.
+func swapped(cas *credentials.CAs) bool {
+	return cas.AbortedRotation != "" && cas.AbortedRotation == cas.Rotation
 }
 
 // caAnnotations are the annotations of a role's CA Secret: the rotation

@@ -169,25 +169,41 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	before := c.DeepCopy()
 	delete(c.Annotations, v1alpha1.OperationAnnotation)
 	queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	dropQueued := err == nil && op.Verb == v1alpha1.VerbAbortCARotation && queuedCompletion(queued)
-	if dropQueued {
+	var drop bool
+	var keep string
+	if err == nil && op.Verb == v1alpha1.VerbAbortCARotation {
+		drop, keep = queuedCompletion(queued)
+	}
+	if drop && keep != "" {
+		c.Annotations[v1alpha1.MaintenanceOperationAnnotation] = keep
+	} else if drop {
 		delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
 	}
 	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("removing the operation annotation: %w", err)
 	}
-	if dropQueued {
+	switch {
+	case drop && keep != "":
+		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
+			"Replaced %s=%s by %s: the CA rotation it was to complete was aborted, the service-account key rotation was not",
+			v1alpha1.MaintenanceOperationAnnotation, queued, keep)
+	case drop:
 		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
 			"Dropped %s=%s: the rotation it was to complete was aborted", v1alpha1.MaintenanceOperationAnnotation, queued)
 	}
 	return nil
 }
 
-// queuedCompletion: value, queued for the maintenance window, completes a CA
-// rotation. An abort drops it, or it would complete the next rotation.
-func queuedCompletion(value string) bool {
+// queuedCompletion reports whether value, queued for the maintenance window,
+// completes a CA rotation, which an abort drops (or it would complete the
+// next rotation), and what of it still applies: the service-account key's
+// completion of a rotate-credentials-complete.
+func queuedCompletion(value string) (completes bool, keep string) {
 	op, err := v1alpha1.ParseOperation(value)
-	return err == nil && op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation
+	if err != nil || op.Verb.CAVerb() != v1alpha1.VerbCompleteCARotation {
+		return false, ""
+	}
+	return true, string(op.Verb.ServiceAccountKeyVerb())
 }
 
 // applyOperation records what op changes in the status of both rotations, in
