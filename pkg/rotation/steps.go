@@ -16,8 +16,9 @@ type Facts struct {
 	NewCAsPersisted bool
 	// OldCAsRemoved: no role keeps a previous CA.
 	OldCAsRemoved bool
-	// OldCAsRestored (Aborting): every role whose CA Secret holds a CA of
-	// this rotation has its old CA current again, the new one previous.
+	// OldCAsRestored (Aborting): every role that keeps a previous CA has
+	// had its two CAs swapped back, the old one current again and the new
+	// one previous.
 	OldCAsRestored bool
 	// RolledBack (Aborting): the status records that every certificate and
 	// worker pool was back on the old CAs (abortRolledBackTime).
