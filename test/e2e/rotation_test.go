@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -710,19 +711,26 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		classify(probe.failures, nil)
 		classify(inCluster.failures, nil)
 		failed := len(otherFailures) + len(allowed)
-		var failedAborting []string
+		// The failures while Aborting, counted by reason.
+		failedAborting, whyAborting := 0, map[string]int{}
 		for _, f := range append(slices.Clone(otherFailures), allowed...) {
 			if !f.at.Before(aborting[0]) && !f.at.After(aborting[1]) {
-				failedAborting = append(failedAborting, cmp.Or(f.reason, "not allowed"))
+				failedAborting++
+				whyAborting[cmp.Or(f.reason, "not allowed")]++
 			}
+		}
+		var reasonsAborting []string
+		for _, why := range slices.Sorted(maps.Keys(whyAborting)) {
+			reasonsAborting = append(reasonsAborting, fmt.Sprintf("%d %s", whyAborting[why], why))
 		}
 		requests := probe.requests + nodes.heartbeats + nodes.proxied + aggregated.requests + inCluster.requests
 		exercised, missing := roles.exercised()
-		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, prepared again in %.0fs and aborted in %.0fs "+
-			"(%d failed requests while Aborting), failed requests %d of %d, real kubelets %d, roles exercised %d/%d",
-			preparedIn.Seconds(), completedIn.Seconds(), preparedAgainIn.Seconds(), abortedIn.Seconds(), len(failedAborting), failed, requests,
-			len(kubelets()), exercised, len(v1alpha1.CARoles()))
-		AddReportEntry("failed requests while Aborting", strings.Join(failedAborting, "; "))
+		summary := fmt.Sprintf("rotation e2e: prepared in %.0fs, completed in %.0fs, failed requests %d of %d, real kubelets %d, roles exercised %d/%d",
+			preparedIn.Seconds(), completedIn.Seconds(), failed, requests, len(kubelets()), exercised, len(v1alpha1.CARoles()))
+		abort := fmt.Sprintf("rotation e2e: a second rotation prepared in %.0fs, aborted in %.0fs, failed requests while Aborting %d (%s)",
+			preparedAgainIn.Seconds(), abortedIn.Seconds(), failedAborting, strings.Join(reasonsAborting, ", "))
+		AddReportEntry("abort", abort)
+		fmt.Println(abort)
 		AddReportEntry("probe requests", fmt.Sprintf("API server %d, API server -> kubelet %d, Lease samples %d, aggregated API %d, in-cluster workload %d",
 			probe.requests, nodes.proxied, nodes.heartbeats, aggregated.requests, inCluster.requests))
 		for _, m := range missing {
