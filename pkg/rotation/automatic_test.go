@@ -117,12 +117,13 @@ func TestAutomatic(t *testing.T) {
 }
 
 // FuzzAutomatic checks, for any phase, CAs and policy, that a start is
-// scheduled only outside a rotation and never later than a CA's share of its
+// scheduled only outside a rotation (and not after an abort), never later than a CA's share of its
 // validity or the interval, and a complete only in Prepared, the soak after
 // it became Prepared, and never while the old-CA usage gate is closed.
 func FuzzAutomatic(f *testing.F) {
 	f.Add(uint8(0), uint8(80), int64(1000), int64(10), int64(0), int64(-1), int64(-1))
 	f.Add(uint8(2), uint8(50), int64(48), int64(0), int64(200), int64(24), int64(7))
+	f.Add(uint8(8), uint8(50), int64(48), int64(0), int64(200), int64(24), int64(7))
 	f.Fuzz(func(t *testing.T, phaseIndex, percent uint8, validityHours, startHours, completedHours, intervalHours, soakHours int64) {
 		base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		hours := func(h int64) time.Duration { return time.Duration(h%(1<<20)) * time.Hour }
@@ -156,7 +157,7 @@ func FuzzAutomatic(f *testing.F) {
 			if step.Operation != v1alpha1.OperationCompleteCARotation || !step.Due.Equal(rot.LastInitiationFinishedTime.Add(policy.CompleteAfter.Duration)) {
 				t.Fatalf("Prepared scheduled %+v", step)
 			}
-		case phase.RotationInProgress():
+		case phase.RotationInProgress(), phase == v1alpha1.RotationAborted:
 			if step.Operation != "" {
 				t.Fatalf("phase %s scheduled %+v", phase, step)
 			}
