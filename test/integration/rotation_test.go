@@ -68,14 +68,17 @@ func expectPrepared(ctx context.Context, c *v1alpha1.Cluster, before map[v1alpha
 	}
 }
 
-// expectCompleted checks what DESIGN.md requires of Completed: only the new
-// CAs remain anywhere, and the old CA keys are gone.
-func expectCompleted(ctx context.Context, c *v1alpha1.Cluster, newCAs map[v1alpha1.CARole]*credentials.CAs) {
+// expectOneCAEach checks what DESIGN.md requires of Completed, and what an
+// abort requires of Aborted: of each role's two CAs, kept[role].Current alone
+// remains anywhere (the status inventory included), and kept[role].Previous,
+// key included, is gone. For Completed kept is the CAs of Prepared; for
+// Aborted, the same swapped back.
+func expectOneCAEach(ctx context.Context, c *v1alpha1.Cluster, kept map[v1alpha1.CARole]*credentials.CAs) {
 	GinkgoHelper()
 	cas := loadCAs(ctx, c)
 	for _, role := range v1alpha1.CARoles() {
-		Expect(cas[role].Previous).To(BeNil(), "role %s dropped its old CA", role)
-		Expect(cas[role].Current.Cert.Equal(newCAs[role].Current.Cert)).To(BeTrue(), "role %s kept the CA minted in Preparing", role)
+		Expect(cas[role].Previous).To(BeNil(), "role %s dropped its other CA", role)
+		Expect(cas[role].Current.Cert.Equal(kept[role].Current.Cert)).To(BeTrue(), "role %s kept the CA it should end on", role)
 		Expect(kit.Fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(cas[role].Current.Cert)}))
 		s := &corev1.Secret{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, s)).To(Succeed())
@@ -83,11 +86,15 @@ func expectCompleted(ctx context.Context, c *v1alpha1.Cluster, newCAs map[v1alph
 	}
 	for _, cert := range credentials.Certificates(c) {
 		leaf, s := loadCertificate(ctx, c, cert)
-		okOld, okNew := verifiesAgainst(leaf, anyUsage(cert), newCAs[cert.SignedBy].Previous.Cert, cas[cert.SignedBy].Current.Cert)
-		Expect([]bool{okOld, okNew}).To(Equal([]bool{false, true}), "certificate %s verifies only against the new CA", cert.Name)
+		okGone, okKept := verifiesAgainst(leaf, anyUsage(cert), kept[cert.SignedBy].Previous.Cert, cas[cert.SignedBy].Current.Cert)
+		Expect([]bool{okGone, okKept}).To(Equal([]bool{false, true}), "certificate %s verifies only against the CA kept", cert.Name)
 		trust, err := pki.ParseBundle(s.Data[v1alpha1.DataKeyCABundle])
 		Expect(err).NotTo(HaveOccurred())
-		Expect(trust).To(HaveLen(1), "the trust bundle next to %s holds only the new CA", cert.Name)
+		Expect(trust).To(HaveLen(1), "the trust bundle next to %s holds only the CA kept", cert.Name)
+	}
+	for _, inv := range c.Status.Credentials.CertificateAuthorities {
+		Expect(inv.Previous).To(BeNil())
+		Expect(inv.Current.Fingerprint).To(Equal(pki.Fingerprint(kept[inv.Role].Current.Cert)))
 	}
 }
 
@@ -213,11 +220,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		toCompleted := time.Since(started)
 		Expect(c.CARotation().LastCompletionTriggeredTime).NotTo(BeNil())
 		Expect(c.CARotation().LastCompletionTime).NotTo(BeNil())
-		expectCompleted(ctx, c, prepared)
-		for _, inv := range c.Status.Credentials.CertificateAuthorities {
-			Expect(inv.Previous).To(BeNil())
-			Expect(inv.Current.Fingerprint).To(Equal(pki.Fingerprint(prepared[inv.Role].Current.Cert)))
-		}
+		expectOneCAEach(ctx, c, prepared)
 
 		Eventually(func(g Gomega) []string {
 			var list eventsv1.EventList
@@ -345,19 +348,11 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		expectNoOpReconciles(ctx, key)
 		Expect(c.CARotation().LastAbortTime).NotTo(BeNil())
 		Expect(c.CARotation().PendingWorkersRollouts).To(BeEmpty())
+		swappedBack := map[v1alpha1.CARole]*credentials.CAs{}
 		for _, role := range v1alpha1.CARoles() {
-			cas := loadCAs(ctx, c)[role]
-			Expect(cas.Current.Cert.Equal(before[role].Current.Cert)).To(BeTrue(), "role %s ends on its old CA", role)
-			Expect(cas.Previous).To(BeNil(), "role %s: the new CA is deleted", role)
-			Expect(kit.Fingerprints(loadBundle(ctx, c, role))).To(Equal([]string{pki.Fingerprint(before[role].Current.Cert)}))
-			s := &corev1.Secret{}
-			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CASecretName(c.Name, role)}, s)).To(Succeed())
-			Expect(s.Data).To(HaveLen(2), "the CA Secret of %s holds no key of the new CA", role)
+			swappedBack[role] = &credentials.CAs{Current: before[role].Current, Previous: prepared[role].Current}
 		}
-		for _, inv := range c.Status.Credentials.CertificateAuthorities {
-			Expect(inv.Previous).To(BeNil())
-			Expect(inv.Current.Fingerprint).To(Equal(pki.Fingerprint(before[inv.Role].Current.Cert)))
-		}
+		expectOneCAEach(ctx, c, swappedBack)
 		Eventually(func(g Gomega) []string {
 			var list eventsv1.EventList
 			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
@@ -666,7 +661,7 @@ var _ = Describe("Crash safety", func() {
 
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
 		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
-		expectCompleted(ctx, getCluster(ctx, key), prepared)
+		expectOneCAEach(ctx, getCluster(ctx, key), prepared)
 
 		for _, role := range v1alpha1.CARoles() {
 			Expect(seen[role]).To(HaveLen(2), "role %s: exactly the old and one new CA ever existed", role)
