@@ -201,14 +201,13 @@ func startShard(name string) *shard {
 
 // signed is how many kubelet client CSRs of cluster the shard signed; 0
 // when it has no such series.
-func (s *shard) signed(cluster string) float64 {
-	GinkgoHelper()
+func (s *shard) signed(g Gomega, cluster string) float64 {
 	resp, err := http.Get("http://" + s.metrics + "/metrics") //nolint:noctx // a loopback read
-	Expect(err).NotTo(HaveOccurred())
+	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = resp.Body.Close() }()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
-	Expect(err).NotTo(HaveOccurred())
+	g.Expect(err).NotTo(HaveOccurred())
 	total := 0.0
 	for _, m := range families["carousel_csr_signed_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
@@ -338,14 +337,14 @@ var _ = Describe("Three shards", func() {
 		before := owners(ctx)
 		expectSignedOnlyBy := func(owner string, want float64) {
 			GinkgoHelper()
+			// A shard counts a CSR once the certificate is written, which is
+			// when the kubelet may already have it: its count is waited for.
+			Eventually(func(g Gomega) {
+				g.Expect(procs[owner].signed(g, managed.Name)).To(Equal(want), "CSRs of %s signed by its shard %s", managed.Name, owner)
+			}).Should(Succeed())
 			for name, s := range procs {
-				if s.cmd.ProcessState != nil {
-					continue // killed
-				}
-				if name == owner {
-					Expect(s.signed(managed.Name)).To(Equal(want), "CSRs of %s signed by its shard %s", managed.Name, name)
-				} else {
-					Expect(s.signed(managed.Name)).To(BeZero(), "CSRs of %s signed by %s, which does not own it", managed.Name, name)
+				if s.cmd.ProcessState == nil && name != owner { // not killed
+					Expect(s.signed(Default, managed.Name)).To(BeZero(), "CSRs of %s signed by %s, which does not own it", managed.Name, name)
 				}
 			}
 		}
