@@ -50,6 +50,7 @@ FUZZ_TARGETS := \
 	pkg/nodeagent:FuzzNextRotation \
 	pkg/noderenewal:FuzzParseRequest \
 	pkg/oldca:FuzzObserve \
+	pkg/oldca:FuzzStranded \
 	pkg/pki:FuzzParseBundle \
 	pkg/rotation:FuzzApplyOperation \
 	pkg/rotation:FuzzAutomatic \

@@ -65,6 +65,13 @@ func CertificateUsageConfigMapName(cluster string) string {
 	return cluster + "-client-certificate-usage"
 }
 
+// IssuedKubeconfigsConfigMapName is the name of the ConfigMap in which
+// kubectl carousel kubeconfig records the kubeconfigs it issues (package
+// oldca).
+func IssuedKubeconfigsConfigMapName(cluster string) string {
+	return cluster + "-issued-kubeconfigs"
+}
+
 // CALabels are the labels of a CA Secret.
 func CALabels(cluster string, role v1alpha1.CARole) map[string]string {
 	return map[string]string{v1alpha1.LabelCluster: cluster, v1alpha1.LabelCA: string(role)}

@@ -12,9 +12,9 @@ import (
 
 // The user-name prefixes of the client certificates Carousel signs besides
 // its certificate Secrets: kubelets (through their CSRs) and kubeconfigs of
-// kubectl carousel kubeconfig. Carousel keeps no record of these
-// certificates, so a user of either is judged by its Node's report and by
-// when its certificate was first seen, never by its name alone.
+// kubectl carousel kubeconfig. A kubelet is judged by its Node's report, a
+// kubeconfig by the plugin's record of it (Kubeconfigs), and either by when
+// its certificate was first seen, never by its name alone.
 const (
 	nodeUserPrefix  = "system:node:"
 	adminUserPrefix = "carousel:admin:"
@@ -42,6 +42,11 @@ type Facts struct {
 	// Certificates are the Cluster's client certificates Carousel keeps in
 	// Secrets.
 	Certificates []Certificate
+	// Kubeconfigs is the record of the kubeconfigs kubectl carousel
+	// issued; nil when there is none. KubeconfigsUnreadable: the record
+	// exists and does not parse.
+	Kubeconfigs           *Kubeconfigs
+	KubeconfigsUnreadable bool
 	// Usage is what the managed API server's audit events showed; nil when
 	// none were received.
 	Usage *Usage
@@ -81,11 +86,14 @@ type Dependent struct {
 	// LastSeen is when a user was last seen authenticating that way; zero
 	// for the other kinds.
 	LastSeen time.Time
+	// Expires is when a kubeconfig stops being one; zero for the other kinds.
+	Expires time.Time
 }
 
 // kindOrder is the order in which dependents are listed.
 var kindOrder = map[v1alpha1.OldCADependentKind]int{
-	v1alpha1.OldCADependentCluster: 0, v1alpha1.OldCADependentNode: 1, v1alpha1.OldCADependentSecret: 2, v1alpha1.OldCADependentUser: 3,
+	v1alpha1.OldCADependentCluster: 0, v1alpha1.OldCADependentNode: 1, v1alpha1.OldCADependentSecret: 2,
+	v1alpha1.OldCADependentKubeconfig: 3, v1alpha1.OldCADependentUser: 4,
 }
 
 // Dependents decides who still depends on the old CAs, by kind and name:
@@ -96,12 +104,17 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //     CA than the new client CA, unless it is offline;
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
-//   - every user seen since f.Since with a certificate that was in use
+//   - every user of kubectl carousel kubeconfig holding an unexpired
+//     kubeconfig from another client CA than the new one (Stranded), and
+//     the record of them itself when it does not parse;
+//   - every user seen since f.Since with a kubeconfig the record says the
+//     new client CA did not sign; with a certificate that was in use
 //     before the rotation started; whose name is one of Carousel's
 //     certificate Secrets' but whose certificate is not one of theirs from
 //     the new client CA; or to whom Carousel issues no certificate at all,
 //     so that only the old client CA can have signed it. A node user whose
-//     Node is listed already is not listed again.
+//     Node is listed already, or a user whose kubeconfig is, is not listed
+//     again.
 func Dependents(f Facts) []Dependent {
 	var deps []Dependent
 	if f.NodesUnreadable {
@@ -133,8 +146,18 @@ func Dependents(f Facts) []Dependent {
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentSecret, Name: c.Secret, Message: fmt.Sprintf(
 			"holds a client certificate of %s that the new client CA did not sign", c.User)})
 	}
+	if f.KubeconfigsUnreadable {
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubeconfigs",
+			Message: "the record of the kubeconfigs kubectl carousel issued does not parse, so Carousel cannot tell which client CA signed them"})
+	}
+	stranded := f.Kubeconfigs.Stranded(f.NewClientIssuer, f.Now)
+	listedUsers := map[string]bool{}
+	for _, d := range stranded {
+		listedUsers[d.Name] = true
+	}
+	deps = append(deps, stranded...)
 	if f.Usage != nil {
-		deps = append(deps, users(f, current, secretOf, listedNodes)...)
+		deps = append(deps, users(f, current, secretOf, listedNodes, listedUsers)...)
 		switch newest := f.Usage.Newest(); {
 		case f.Now.Before(f.CollectingUntil):
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "audit", Message: fmt.Sprintf(
@@ -154,11 +177,12 @@ func Dependents(f Facts) []Dependent {
 
 // users are the users of f.Usage that depend on the old client CA, one
 // Dependent each (the first reason found, the latest time seen).
-func users(f Facts, current map[string][]string, secretOf map[string]string, listedNodes map[string]bool) []Dependent {
+func users(f Facts, current map[string][]string, secretOf map[string]string, listedNodes, listedUsers map[string]bool) []Dependent {
 	byUser := map[string]*Dependent{}
 	var order []string
 	for _, c := range f.Usage.Credentials {
-		if c.LastSeen.Before(f.Since) || listedNodes[strings.TrimPrefix(c.User, nodeUserPrefix)] && strings.HasPrefix(c.User, nodeUserPrefix) {
+		if c.LastSeen.Before(f.Since) || listedUsers[c.User] ||
+			listedNodes[strings.TrimPrefix(c.User, nodeUserPrefix)] && strings.HasPrefix(c.User, nodeUserPrefix) {
 			continue
 		}
 		why := reason(f, c, current, secretOf)
@@ -185,7 +209,13 @@ func users(f Facts, current map[string][]string, secretOf map[string]string, lis
 // or "" when it does not, or Carousel cannot tell.
 func reason(f Facts, c Credential, current map[string][]string, secretOf map[string]string) string {
 	id := "X509SHA256=" + short(c.Fingerprint)
+	issued, recorded := f.Kubeconfigs.Find(c.Fingerprint)
 	switch secret, ours := secretOf[c.User]; {
+	case recorded && (issued.Issuer == f.NewClientIssuer || !f.Now.Before(issued.NotAfter)):
+		return "" // from the new client CA, or no longer valid at all
+	case recorded:
+		return fmt.Sprintf("authenticates with a kubeconfig (%s) that kubectl carousel kubeconfig issued %s from client CA %s, not the new client CA",
+			id, formatTime(issued.IssuedAt), short(issued.Issuer))
 	// lastInitiationTime has whole seconds: the rotation started within the
 	// second after Started, and no certificate of the new client CA is used
 	// that soon (its CA does not exist yet when the start is recorded).

@@ -1,6 +1,7 @@
 package oldca
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -50,6 +51,55 @@ func FuzzObserve(f *testing.F) {
 				if r.LastSeen.Before(now.Add(-Retention)) {
 					t.Fatalf("credential kept past the retention: %+v (now %v)", r, now)
 				}
+			}
+		}
+	})
+}
+
+// FuzzStranded checks Stranded against its definition on any record: a
+// user is listed, once, exactly when it holds a kubeconfig from another CA
+// that has not expired and none from the CA that stays issued after it.
+func FuzzStranded(f *testing.F) {
+	f.Add([]byte{0, 1, 10, 30, 0, 0, 20, 30, 1, 1, 5, 2})
+	f.Add([]byte{2, 1, 0, 255, 2, 0, 0, 255})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const stays = "new"
+		k := &Kubeconfigs{}
+		for len(data) >= 4 {
+			user, fromStays, issued, ttl := data[0]%3, data[1]%2 == 0, data[2], data[3]
+			data = data[4:]
+			i := Kubeconfig{User: string('a' + rune(user)), Issuer: "old", IssuedAt: t0.Add(time.Duration(issued) * time.Minute)}
+			if fromStays {
+				i.Issuer = stays
+			}
+			i.NotAfter = i.IssuedAt.Add(time.Duration(ttl) * time.Minute)
+			i.Fingerprint = fmt.Sprint(len(k.Issued))
+			k.Issued = append(k.Issued, i)
+		}
+		slices.SortStableFunc(k.Issued, func(a, b Kubeconfig) int { return a.IssuedAt.Compare(b.IssuedAt) })
+		now := t0.Add(2 * time.Hour)
+		listed := map[string]bool{}
+		for _, d := range k.Stranded(stays, now) {
+			if listed[d.Name] {
+				t.Fatalf("user %s listed twice", d.Name)
+			}
+			listed[d.Name] = true
+		}
+		for _, user := range []string{"a", "b", "c"} {
+			want := false
+			for _, i := range k.Issued {
+				if i.User != user {
+					continue
+				}
+				switch {
+				case i.Issuer == stays:
+					want = false // moved, past everything before
+				case now.Before(i.NotAfter):
+					want = true
+				}
+			}
+			if listed[user] != want {
+				t.Fatalf("user %s listed %v, want %v: %+v", user, listed[user], want, k.Issued)
 			}
 		}
 	})

@@ -121,12 +121,41 @@ func TestDependents(t *testing.T) {
 		{name: "audit: silent for too long", facts: func(f *Facts) {
 			f.Usage, f.Now, f.CollectingUntil = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 61)}}, at(61).Add(Silence+time.Second), at(62)
 		}, want: []string{"Cluster/audit: the last audit event Carousel recorded from the API server is from 2026-11-26T13:01:00Z"}},
+		{name: "kubeconfigs: one from the old client CA, unexpired, the user not moved", facts: func(f *Facts) {
+			f.Now = at(70)
+			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{
+				{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
+				{User: "carousel:admin:bob", Fingerprint: "k1", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
+				{User: "carousel:admin:bob", Fingerprint: "k2", Issuer: newCA, IssuedAt: at(65), NotAfter: at(600)},
+			}}
+		}, want: []string{"Kubeconfig/carousel:admin:alice: from client CA bbbbbbbbbbbbbbbb"}},
+		{name: "kubeconfigs: the record does not parse", facts: func(f *Facts) { f.KubeconfigsUnreadable = true },
+			want: []string{"Cluster/kubeconfigs: does not parse"}},
+		{name: "audit: a recorded kubeconfig is judged by the record, not by when it was first seen", facts: func(f *Facts) {
+			f.Now = at(90)
+			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{
+				{User: "carousel:admin:bob", Fingerprint: "k1", Issuer: oldCA, IssuedAt: at(30), NotAfter: at(600)},
+				{User: "carousel:admin:bob", Fingerprint: "k2", Issuer: newCA, IssuedAt: at(65), NotAfter: at(600)},
+				{User: "carousel:admin:carol", Fingerprint: "k3", Issuer: oldCA, IssuedAt: at(-100), NotAfter: at(80)},
+				{User: "carousel:admin:dan", Fingerprint: "k4", Issuer: newCA, IssuedAt: at(-100), NotAfter: at(600)},
+			}}
+			// bob moved, but his old kubeconfig is still in use; carol's expired;
+			// dan's first use is before the start, and the record says the new CA signed it (a hand-edited record).
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:bob", "k1", 31, 85), seen("carousel:admin:bob", "k2", 66, 86),
+				seen("carousel:admin:carol", "k3", -90, 75), seen("carousel:admin:dan", "k4", -90, 85)}}
+		}, want: []string{"User/carousel:admin:bob: a kubeconfig (X509SHA256=k1) that kubectl carousel kubeconfig issued 2026-11-26T12:30:00Z from client CA bbbbbbbbbbbbbbbb"}},
+		{name: "audit: a user listed for its kubeconfig is not listed again", facts: func(f *Facts) {
+			f.Now = at(86)
+			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}}}
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:alice", "k0", -29, 85)}}
+		}, want: []string{"Kubeconfig/carousel:admin:alice: "}},
 		{name: "everything at once, in order", facts: func(f *Facts) {
 			f.NodesUnreadable = true
 			f.Nodes = []Node{{Name: "w2", ClientIssuer: oldCA}}
 			f.Certificates = append(f.Certificates, Certificate{Secret: "prod-scheduler", User: "system:kube-scheduler", Fingerprint: "s0"})
+			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}}}
 			f.Usage = &Usage{Credentials: []Credential{seen("zed", "z", 30, 61), seen("alice", "a", 30, 61)}}
-		}, want: []string{"Cluster/nodes: ", "Node/w2: ", "Secret/prod-scheduler: ", "User/alice: ", "User/zed: "}},
+		}, want: []string{"Cluster/nodes: ", "Node/w2: ", "Secret/prod-scheduler: ", "Kubeconfig/carousel:admin:alice: ", "User/alice: ", "User/zed: "}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,5 +187,79 @@ func TestAUserIsListedOnceWithItsLatestUse(t *testing.T) {
 	got := Dependents(f)
 	if len(got) != 1 || !got[0].LastSeen.Equal(at(95)) {
 		t.Fatalf("got %+v, want ci-robot once, last seen at +95m", got)
+	}
+}
+
+func TestKubeconfigsAdd(t *testing.T) {
+	k := &Kubeconfigs{}
+	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "01", IssuedAt: at(0), NotAfter: at(60)}, at(0))
+	k.Add(Kubeconfig{User: "carousel:admin:b", Fingerprint: "02", IssuedAt: at(30), NotAfter: at(90)}, at(30))
+	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "03", IssuedAt: at(60), NotAfter: at(120)}, at(60))
+	var fps []string
+	for _, i := range k.Issued {
+		fps = append(fps, i.Fingerprint)
+	}
+	if !slices.Equal(fps, []string{"02", "03"}) {
+		t.Fatalf("record %v: want the one expired at the time of the last addition forgotten, the others in order", fps)
+	}
+	back, err := ParseKubeconfigs(k.String())
+	if err != nil || back.String() != k.String() {
+		t.Fatalf("the record does not survive storage: %v, %s", err, back)
+	}
+	if _, found := back.Find("02"); !found {
+		t.Fatal("a recorded fingerprint not found")
+	}
+	if _, found := back.Find("01"); found {
+		t.Fatal("a forgotten fingerprint found")
+	}
+	if _, err := ParseKubeconfigs("["); err == nil {
+		t.Fatal("a corrupt record parsed")
+	}
+	if empty, err := ParseKubeconfigs(""); err != nil || len(empty.Issued) != 0 {
+		t.Fatalf("empty data: %v %+v", err, empty)
+	}
+}
+
+func TestStranded(t *testing.T) {
+	const newCA, oldCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"
+	issued := func(user, fp, issuer string, from, until int) Kubeconfig {
+		return Kubeconfig{User: "carousel:admin:" + user, Fingerprint: fp, Issuer: issuer, IssuedAt: at(from), NotAfter: at(until)}
+	}
+	tests := []struct {
+		name   string
+		issued []Kubeconfig
+		want   []string // name: message fragment
+	}{
+		{name: "none"},
+		{name: "from the CA that stays", issued: []Kubeconfig{issued("alice", "01", newCA, 0, 600)}},
+		{name: "from the other CA, unexpired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600)},
+			want: []string{"carousel:admin:alice: (X509SHA256=01), issued 2026-11-26T12:00:00Z from client CA bbbbbbbbbbbbbbbb and valid until 2026-11-26T22:00:00Z: issue it a new one with --name alice"}},
+		{name: "from the other CA, expired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 100)}},
+		{name: "moved: a newer one from the CA that stays", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 600)}},
+		{name: "a newer one for another user moves nobody else", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("bob", "02", newCA, 10, 600)},
+			want: []string{"carousel:admin:alice: X509SHA256=01"}},
+		{name: "moved, then took one from the other CA again: the latest is named, the count says how many",
+			issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 600),
+				issued("alice", "03", oldCA, 20, 600), issued("alice", "04", oldCA, 30, 700)},
+			want: []string{"carousel:admin:alice: (X509SHA256=04), issued 2026-11-26T12:30:00Z from client CA bbbbbbbbbbbbbbbb and valid until 2026-11-26T23:40:00Z (and 1 more before it)"}},
+		{name: "one per user, by name", issued: []Kubeconfig{issued("zed", "01", oldCA, 0, 600), issued("alice", "02", oldCA, 5, 600)},
+			want: []string{"carousel:admin:alice: X509SHA256=02", "carousel:admin:zed: X509SHA256=01"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := (&Kubeconfigs{Issued: tt.issued}).Stranded(newCA, at(120))
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d, want %d: %+v", len(got), len(tt.want), got)
+			}
+			for i, w := range tt.want {
+				name, fragment, _ := strings.Cut(w, ": ")
+				if got[i].Kind != v1alpha1.OldCADependentKubeconfig || got[i].Name != name || !strings.Contains(got[i].Message, fragment) || got[i].Expires.IsZero() {
+					t.Errorf("dependent %d = %+v, want Kubeconfig %s: …%s…, with its expiry", i, got[i], name, fragment)
+				}
+			}
+		})
+	}
+	if got := (*Kubeconfigs)(nil).Stranded(newCA, at(0)); got != nil {
+		t.Fatalf("no record: %+v", got)
 	}
 }

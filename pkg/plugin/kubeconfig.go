@@ -1,17 +1,25 @@
 package plugin
 
 import (
+	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -34,8 +42,13 @@ func (e *env) kubeconfigCommand() *cobra.Command {
 		Short: "Print a short-lived admin kubeconfig of CLUSTER's API server",
 		Long: `Print a kubeconfig for CLUSTER's API server (spec.controlPlane.endpoint) with a fresh key and a certificate of
 the group system:masters, valid for --ttl, signed on this machine by the client CA the API server trusts at
-this point of a rotation, and the cluster CA bundle of now. Nothing is stored: the key exists only in the
-printed kubeconfig. The user name carousel:admin:<--name> shows in the API server's audit log.`,
+this point of a rotation, and the cluster CA bundle of now. The key is not stored: it exists only in the
+printed kubeconfig. The user name carousel:admin:<--name> shows in the API server's audit log.
+
+Before printing, the certificate's user, fingerprint, issuing CA and expiry are added to the ConfigMap
+<CLUSTER>-issued-kubeconfigs. The old-CA usage gate reads it: complete-ca-rotation (and the end of an abort)
+waits while a user holds an unexpired kubeconfig from the client CA that the rotation drops. Running this
+command again with the same --name moves that user to the CA of now.`,
 		Example: `  # Half an hour of admin access to prod's API server
   kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice > prod.kubeconfig
   kubectl --kubeconfig prod.kubeconfig get nodes`,
@@ -81,6 +94,12 @@ printed kubeconfig. The user name carousel:admin:<--name> shows in the API serve
 			if err != nil {
 				return err
 			}
+			fingerprint := sha256.Sum256(kp.Cert.Raw)
+			if err := recordKubeconfig(ctx, c, cl, oldca.Kubeconfig{User: user, Fingerprint: hex.EncodeToString(fingerprint[:]),
+				Issuer: hex.EncodeToString(clientCA.Cert.SubjectKeyId), IssuedAt: e.clock.Now().UTC().Truncate(time.Second),
+				NotAfter: kp.Cert.NotAfter.UTC()}, e.clock.Now()); err != nil {
+				return fmt.Errorf("the kubeconfig was not printed: recording it for the old-CA usage gate: %w", err)
+			}
 			_, err = e.streams.Out.Write(kubeconfig)
 			return err
 		},
@@ -88,4 +107,44 @@ printed kubeconfig. The user name carousel:admin:<--name> shows in the API serve
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, fmt.Sprintf("Validity of the credential, between %s and %s", minKubeconfigTTL, maxKubeconfigTTL))
 	cmd.Flags().StringVar(&name, "name", "kubectl-carousel", "Put into the user name, carousel:admin:<name>, for the audit log")
 	return cmd
+}
+
+// recordKubeconfig adds issued to the Cluster's record of the kubeconfigs
+// the plugin issued (oldca.Kubeconfigs), which the old-CA usage gate reads:
+// a kubeconfig it did not know of would be locked out unseen when a
+// rotation drops the CA that signed it. The record belongs to the Cluster,
+// which the operator reconciles when it changes.
+func recordKubeconfig(ctx context.Context, c client.Client, cl *v1alpha1.Cluster, issued oldca.Kubeconfig, now time.Time) error {
+	key := client.ObjectKey{Namespace: cl.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(cl.Name)}
+	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	return retry.OnError(retry.DefaultRetry, retriable, func() error {
+		cm := &corev1.ConfigMap{}
+		err := c.Get(ctx, key, cm)
+		if apierrors.IsNotFound(err) {
+			record := &oldca.Kubeconfigs{}
+			record.Add(issued, now)
+			// Controlled by the Cluster, but without blockOwnerDeletion, which
+			// needs the update of clusters/finalizers (the edit role does not
+			// grant it) where OwnerReferencesPermissionEnforcement runs.
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+				Labels: map[string]string{v1alpha1.LabelCluster: cl.Name},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster",
+					Name: cl.Name, UID: cl.UID, Controller: ptr.To(true)}}},
+				Data: map[string]string{oldca.KubeconfigsDataKey: record.String()}}
+			return c.Create(ctx, cm)
+		}
+		if err != nil {
+			return err
+		}
+		record, err := oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
+		if err != nil {
+			return fmt.Errorf("ConfigMap %s: %w (repair or delete it)", key, err)
+		}
+		record.Add(issued, now)
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[oldca.KubeconfigsDataKey] = record.String()
+		return c.Update(ctx, cm) // with the resourceVersion read: a conflict reads again
+	})
 }

@@ -261,14 +261,19 @@ once more. The rotation ends in phase %[8]s, from where a new one may start. The
 once %[9]s started, the old CAs are on their way out.
 
 Kubeconfigs issued during the rotation ("kubectl carousel kubeconfig") are signed by the new client CA and stop
-working once it is deleted, which Carousel does not wait for: issue them again as soon as the abort started
-(kubectl carousel kubeconfig signs from the old client CA again once Carousel's own certificate is back on it).
+working once it is deleted. Before deleting it the abort waits (reason %[10]s) for each user holding one to take
+a new one, which kubectl carousel kubeconfig signs from the old client CA once the pools rolled back, or for theirs
+to expire. --force (%[1]s=%[2]s%[11]s) does not wait: given while the abort is under way, it ends the wait.
 
 --wait follows the Cluster until it is %[8]s.`, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation,
 			v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
-			v1alpha1.RotationPrepared, v1alpha1.RotationAborting, v1alpha1.RotationAborted, v1alpha1.OperationCompleteCARotation),
+			v1alpha1.RotationPrepared, v1alpha1.RotationAborting, v1alpha1.RotationAborted, v1alpha1.OperationCompleteCARotation,
+			v1alpha1.ReasonWaitingForKubeconfigHolders, v1alpha1.OperationForceSuffix),
 		Example: `  # Go back to the old CAs of the Cluster prod, and wait until the new ones are deleted
-  kubectl carousel rotation abort prod -n team-a --wait --timeout 1h`,
+  kubectl carousel rotation abort prod -n team-a --wait --timeout 1h
+
+  # Stop waiting for the users who hold kubeconfigs from the new client CA: they lose access
+  kubectl carousel rotation abort prod -n team-a --force`,
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,
 	}
@@ -277,8 +282,11 @@ working once it is deleted, which Carousel does not wait for: issue them again a
 	f := &operationFlags{}
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(v1alpha1.RotationAborted))
 	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
+	force := cmd.Flags().Bool("force", false, "Delete the new CAs without waiting for the users holding kubeconfigs from the new client CA; in phase "+
+		string(v1alpha1.RotationAborting)+", end that wait")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return e.requestOperation(cmd.Context(), args[0], v1alpha1.OperationAbortCARotation,
+		op := v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation, Force: *force}
+		return e.requestOperation(cmd.Context(), args[0], op.String(),
 			followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationAborted}}, f)
 	}
 	return cmd
@@ -476,6 +484,9 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	if rot.LastAbortTriggeredTime != nil {
 		fmt.Fprintf(tw, "Last abort triggered:\t%s\n", when(rot.LastAbortTriggeredTime))
 		fmt.Fprintf(tw, "Last abort:\t%s\n", when(rot.LastAbortTime))
+		if rot.AbortForcedTime != nil {
+			fmt.Fprintf(tw, "Abort forced:\t%s (not waiting for the holders of kubeconfigs from the new client CA)\n", when(rot.AbortForcedTime))
+		}
 	}
 	var pending []string
 	for _, p := range rot.PendingWorkersRollouts {

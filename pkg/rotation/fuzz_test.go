@@ -152,6 +152,8 @@ func FuzzApplyOperation(f *testing.F) {
 	f.Add(started|statusCompletionTriggered, uint8(3), uint8(0b0011), uint8(0), v1alpha1.OperationAbortCARotation)
 	f.Add(started, uint8(7), uint8(0b0011), uint8(0b0011), v1alpha1.OperationAbortCARotation)
 	f.Add(started, uint8(8), uint8(0b0011), uint8(0), v1alpha1.OperationStartCARotation)
+	f.Add(started, uint8(7), uint8(0b0011), uint8(0b0001), v1alpha1.OperationAbortCARotation+v1alpha1.OperationForceSuffix)
+	f.Add(started|statusInitiationFinished, uint8(2), uint8(0b0011), uint8(0), v1alpha1.OperationAbortCARotation+v1alpha1.OperationForceSuffix)
 	f.Fuzz(func(t *testing.T, bits, phase, specMask, pendingMask uint8, value string) {
 		rot := fuzzStatus(bits, phase, pendingMask)
 		var spec []v1alpha1.WorkerPool
@@ -236,6 +238,18 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 	if rot != nil && next != nil && !equalTime(next.LastCompletionTime, rot.LastCompletionTime) {
 		t.Fatalf("%s changed the last completion time", op)
 	}
+	// An abort is forced exactly when its operation says so; forcing the
+	// one under way changes nothing else.
+	if op.Verb == v1alpha1.VerbAbortCARotation && (next.AbortForcedTime != nil) != (op.Force || from == v1alpha1.RotationAborting && rot.AbortForcedTime != nil) {
+		t.Fatalf("%s applied to %+v: abortForcedTime %v", op, rot, next.AbortForcedTime)
+	}
+	if op.Verb == v1alpha1.VerbAbortCARotation && from == v1alpha1.RotationAborting {
+		unforced := next.DeepCopy()
+		unforced.AbortForcedTime = rot.AbortForcedTime
+		if !equalRotation(unforced, rot) {
+			t.Fatalf("%s applied to %+v changed more than its force: %+v", op, rot, next)
+		}
+	}
 	specNames := make([]string, 0, len(spec))
 	for _, p := range spec {
 		specNames = append(specNames, p.Name)
@@ -287,6 +301,9 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 			t.Fatalf("complete left pools %v held", held)
 		}
 	case v1alpha1.VerbAbortCARotation:
+		if from == v1alpha1.RotationAborting && op.Force {
+			break // checked above: only the force changes
+		}
 		if !from.BothCAsTrusted() || to != v1alpha1.RotationAborting {
 			t.Fatalf("abort moved %q to %q", from, to)
 		}
@@ -365,6 +382,7 @@ const (
 	factConsumersRolledOut
 	factOldCAsRestored
 	factRolledBack
+	factAbortForced
 )
 
 // fuzzNow is the time of the pass in FuzzNext.
@@ -427,16 +445,21 @@ func FuzzNext(f *testing.F) {
 	f.Add(uint8(7), aborted&^factOldCAsRemoved, 2, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
 	f.Add(uint8(7), aborted&^factRolledBack, 1, uint8(2), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
 	f.Add(uint8(8), aborted, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
+	f.Add(uint8(7), aborted&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x20))
+	f.Add(uint8(7), aborted&^factOldCAsRemoved|factAbortForced, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x40))
 	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8, reloadSec uint16, publishedAgoSec int32, heldCount uint8) {
 		facts := Facts{
-			Phase:               fuzzPhase(phase),
-			NewCAsPersisted:     flags&factNewCAsPersisted != 0,
-			OldCAsRemoved:       flags&factOldCAsRemoved != 0,
-			ClientsOnNewCA:      flags&factClientsOnNewCA != 0,
-			AllOnNewCA:          flags&factAllOnNewCA != 0,
-			ConsumersRolledOut:  flags&factConsumersRolledOut != 0,
-			OldCAsRestored:      flags&factOldCAsRestored != 0,
-			RolledBack:          flags&factRolledBack != 0,
+			Phase:              fuzzPhase(phase),
+			NewCAsPersisted:    flags&factNewCAsPersisted != 0,
+			OldCAsRemoved:      flags&factOldCAsRemoved != 0,
+			ClientsOnNewCA:     flags&factClientsOnNewCA != 0,
+			AllOnNewCA:         flags&factAllOnNewCA != 0,
+			ConsumersRolledOut: flags&factConsumersRolledOut != 0,
+			OldCAsRestored:     flags&factOldCAsRestored != 0,
+			RolledBack:         flags&factRolledBack != 0,
+			AbortForced:        flags&factAbortForced != 0,
+			// The high bits of heldCount: users holding kubeconfigs from the new client CA.
+			KubeconfigHolders:   slices.Repeat([]string{"carousel:admin:a"}, int(heldCount>>5)),
 			PendingWorkerPools:  pendingPools,
 			HeldWorkerPools:     fuzzPools[:int(heldCount)%(len(fuzzPools)+1)],
 			Evidence:            fuzzEvidence[int(evidence)%len(fuzzEvidence)],
@@ -476,7 +499,10 @@ func FuzzNext(f *testing.F) {
 				t.Fatalf("next(%+v) moved to Completed", facts)
 			}
 		case facts.Phase == v1alpha1.RotationAborting && to == v1alpha1.RotationAborted:
-			if !settled || !facts.OldCAsRemoved || !facts.RolledBack || !CanDropOldCAs(facts) {
+			// Once the new CAs are gone, no kubeconfig from them counts.
+			gone := facts
+			gone.KubeconfigHolders = nil
+			if !settled || !facts.OldCAsRemoved || !facts.RolledBack || !CanDropOldCAs(gone) {
 				t.Fatalf("next(%+v) moved to Aborted", facts)
 			}
 		default:
@@ -544,6 +570,15 @@ func FuzzNext(f *testing.F) {
 		// records that only when it is so.
 		if facts.Phase == v1alpha1.RotationAborting && CanDropOldCAs(facts) && (!facts.RolledBack || !facts.OldCAsRestored) {
 			t.Fatalf("CanDropOldCAs(%+v) = true before the roll-back is recorded", facts)
+		}
+		// Nor while a user holds a kubeconfig from the new client CA only,
+		// unless forced; and the wait for them names them.
+		if facts.Phase == v1alpha1.RotationAborting && CanDropOldCAs(facts) && len(facts.KubeconfigHolders) > 0 && !facts.AbortForced {
+			t.Fatalf("CanDropOldCAs(%+v) = true while kubeconfigs from the new client CA are held", facts)
+		}
+		if wait != nil && wait.Reason == v1alpha1.ReasonWaitingForKubeconfigHolders &&
+			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || !strings.Contains(wait.Message, "carousel:admin:a")) {
+			t.Fatalf("next(%+v) waits for kubeconfig holders: %+v", facts, wait)
 		}
 		if d := Decide(facts); d.RecordRolledBack && (facts.Phase != v1alpha1.RotationAborting || facts.RolledBack || facts.PendingWorkerPools != 0 ||
 			!facts.OldCAsRestored || !facts.AllOnNewCA || !facts.ConsumersRolledOut || d.DropOldCAs) {

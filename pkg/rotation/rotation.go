@@ -128,12 +128,26 @@ func Allowed(verb v1alpha1.OperationVerb, phases Phases) error {
 	return nil
 }
 
+// forcesAbortUnderWay: op is abort-ca-rotation=force while the abort is
+// under way, which Allowed does not know of: it tells the abort not to wait
+// for the users holding kubeconfigs from the new client CA.
+func forcesAbortUnderWay(op v1alpha1.Operation, phases Phases) bool {
+	return op.Verb == v1alpha1.VerbAbortCARotation && op.Force && phases.CA == v1alpha1.RotationAborting
+}
+
 // ApplyOperation returns the rotation status after an operation, or an error
 // when the operation is not allowed now. It does not modify rot.
 func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1alpha1.WorkerPool, now metav1.Time) (*v1alpha1.CARotation, error) {
 	caVerb := op.Verb.CAVerb()
 	if caVerb == "" && op.Verb.ServiceAccountKeyVerb() != "" {
 		return rot, nil // a service-account key operation only
+	}
+	if forcesAbortUnderWay(op, Phases{CA: phaseOf(rot)}) {
+		next := rot.DeepCopy()
+		if next.AbortForcedTime == nil {
+			next.AbortForcedTime = &now
+		}
+		return next, nil
 	}
 	if err := Allowed(caVerb, Phases{CA: phaseOf(rot)}); err != nil {
 		return nil, err
@@ -156,6 +170,7 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.CheckedEndpoint = "" // recorded by TrackEndpoint for this rotation
 		next.KubeRootCAPublishedTime = nil
 		next.AbortRolledBackTime = nil
+		next.AbortForcedTime = nil
 	case v1alpha1.VerbCompleteCARotation:
 		initiated := now // a hand-written Prepared status may lack its start time
 		if next.LastInitiationTime != nil {
@@ -175,6 +190,10 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		}
 		next.Phase = v1alpha1.RotationAborting
 		next.LastAbortTriggeredTime = &now
+		next.AbortForcedTime = nil
+		if op.Force {
+			next.AbortForcedTime = &now
+		}
 		next.PendingWorkersRollouts = pendingPools(pools, initiated, false)
 		next.KubeRootCAPublishedTime = nil
 	case v1alpha1.VerbRotateRolloutWorkers:
@@ -219,7 +238,7 @@ func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
 	case v1alpha1.VerbCompleteCARotation:
 		return rot.Phase == v1alpha1.RotationFinalizing
 	case v1alpha1.VerbAbortCARotation:
-		return rot.Phase == v1alpha1.RotationAborting
+		return rot.Phase == v1alpha1.RotationAborting && (!op.Force || rot.AbortForcedTime != nil)
 	case v1alpha1.VerbRolloutWorkers:
 		return !slices.ContainsFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
 			return slices.Contains(op.Pools, p.Name)

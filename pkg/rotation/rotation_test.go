@@ -117,6 +117,21 @@ func TestApplyOperation(t *testing.T) {
 			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
 		{"abort when Completed", &v1alpha1.CARotation{Phase: v1alpha1.RotationCompleted}, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
 		{"abort twice", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
+		{"abort forced in Prepared: it will not wait for kubeconfig holders",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &t0},
+			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation, Force: true},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, LastAbortTriggeredTime: &t0, AbortForcedTime: &t0,
+				PendingWorkersRollouts: pending("a", "b")}, false},
+		{"abort forced while Aborting stops its wait, and changes nothing else",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &tEarlier, LastAbortTriggeredTime: &tEarlier, PendingWorkersRollouts: pending("b")},
+			v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation, Force: true},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &tEarlier, LastAbortTriggeredTime: &tEarlier, AbortForcedTime: &t0,
+				PendingWorkersRollouts: pending("b")}, false},
+		{"abort forced when Aborted", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborted}, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation, Force: true}, nil, true},
+		{"a start forgets the last abort's force",
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborted, LastAbortTriggeredTime: &tEarlier, AbortForcedTime: &tEarlier, AbortRolledBackTime: &tEarlier},
+			v1alpha1.Operation{Verb: v1alpha1.VerbStartCARotation},
+			&v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &t0, LastAbortTriggeredTime: &tEarlier, PendingWorkersRollouts: pending("a", "b")}, false},
 		{"abort, never rotated", nil, v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation}, nil, true},
 		{"start after an abort",
 			&v1alpha1.CARotation{Phase: v1alpha1.RotationAborted, LastInitiationTime: &tEarlier, LastAbortTriggeredTime: &tEarlier, LastAbortTime: &tEarlier},
@@ -165,6 +180,8 @@ func TestAlreadyApplied(t *testing.T) {
 		{"complete, Finalizing written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing}, v1alpha1.OperationCompleteCARotation, true},
 		{"abort, Prepared", &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared}, v1alpha1.OperationAbortCARotation, false},
 		{"abort, Aborting written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, v1alpha1.OperationAbortCARotation, true},
+		{"forced abort, Aborting not forced yet", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, "abort-ca-rotation=force", false},
+		{"forced abort, forced before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, AbortForcedTime: &t0}, "abort-ca-rotation=force", true},
 		{"rollout, pool still pending", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")}, "rollout-workers=a", false},
 		{"rollout, pool already removed", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("b")}, "rollout-workers=a", true},
 		{"reconcile is never recorded", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.OperationReconcile, false},
@@ -434,6 +451,25 @@ func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
 	}
 	if d := Decide(Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, RolledBack: true, PendingWorkerPools: 1}); !d.DropOldCAs {
 		t.Fatalf("recorded: Decide = %+v, want the new CAs dropped", d)
+	}
+	holders := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, RolledBack: true,
+		KubeconfigHolders: []string{"carousel:admin:a", "carousel:admin:b", "carousel:admin:c", "carousel:admin:d"}}
+	d := Decide(holders)
+	if d.DropOldCAs || d.Wait == nil || d.Wait.Reason != v1alpha1.ReasonWaitingForKubeconfigHolders || d.Wait.PollManaged {
+		t.Fatalf("kubeconfigs from the new client CA held: Decide = %+v, want the new CAs kept, waiting for their holders", d)
+	}
+	if want := "4 user(s) of kubectl carousel kubeconfig hold a kubeconfig from the new client CA, which the abort deletes: " +
+		"carousel:admin:a, carousel:admin:b, carousel:admin:c and 1 more; each takes a new one"; !strings.HasPrefix(d.Wait.Message, want) ||
+		!strings.HasSuffix(d.Wait.Message, "or carousel.dev/operation=abort-ca-rotation=force deletes it now") {
+		t.Fatalf("the wait says %q", d.Wait.Message)
+	}
+	holders.AbortForced = true
+	if d := Decide(holders); !d.DropOldCAs {
+		t.Fatalf("forced: Decide = %+v, want the new CAs dropped", d)
+	}
+	holders.AbortForced, holders.OldCAsRemoved, holders.Evidence, holders.KubeRootCA, holders.APIServices = false, true, EvidencePassed, EvidencePassed, EvidencePassed
+	if d := Decide(holders); d.Phase != v1alpha1.RotationAborted {
+		t.Fatalf("the new CAs gone: Decide = %+v, want Aborted whatever the record says", d)
 	}
 
 	rot := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0}

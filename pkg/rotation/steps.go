@@ -23,6 +23,12 @@ type Facts struct {
 	// RolledBack (Aborting): the status records that every certificate and
 	// worker pool was back on the old CAs (abortRolledBackTime).
 	RolledBack bool
+	// KubeconfigHolders (Aborting) are the users of kubectl carousel
+	// kubeconfig who hold an unexpired kubeconfig from the new client CA
+	// and have taken none from the old one since; AbortForced: the abort
+	// does not wait for them (abort-ca-rotation=force).
+	KubeconfigHolders []string
+	AbortForced       bool
 	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
 	ClientsOnNewCA bool
 	// AllOnNewCA: every certificate is signed by the current CA (in
@@ -215,6 +221,10 @@ var aborting = []step{
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.RolledBack || f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
 		plan:    []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs):", ListWorkerPools}}},
+	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.OldCAsRemoved || !holdersWait(f) },
+		waiting: kubeconfigHolders,
+		plan: []PlanLine{{"wait for the users of kubectl carousel kubeconfig who hold one from the new client CA to take a new one " +
+			"(or for theirs to expire; abort-ca-rotation=force does not wait)", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.RolledBack && f.OldCAsRemoved },
 		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
 		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
@@ -328,6 +338,20 @@ func passedOrSkipped(e Evidence) bool { return e == EvidencePassed || e == Evide
 
 func say(message string) func(Facts) string { return func(Facts) string { return message } }
 
+// holdersWait: an abort keeps the new client CA for the users holding
+// kubeconfigs from it.
+func holdersWait(f Facts) bool { return len(f.KubeconfigHolders) > 0 && !f.AbortForced }
+
+func kubeconfigHolders(f Facts) string {
+	names := strings.Join(f.KubeconfigHolders[:min(len(f.KubeconfigHolders), 3)], ", ")
+	if more := len(f.KubeconfigHolders) - 3; more > 0 {
+		names += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("%d user(s) of kubectl carousel kubeconfig hold a kubeconfig from the new client CA, which the abort deletes: %s; "+
+		"each takes a new one (kubectl carousel kubeconfig --name <name>, now from the old client CA) or waits for it to expire, "+
+		"or %s=%s%s deletes it now", len(f.KubeconfigHolders), names, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
+}
+
 func poolsToRoll(f Facts) string {
 	return fmt.Sprintf("%d worker pool(s) still to roll", f.PendingWorkerPools)
 }
@@ -432,13 +456,15 @@ func Decide(f Facts) Decision {
 // certificate, servers included, is on the new CA and every consumer serves
 // and presents it; or whether Aborting may delete the new CAs, which are
 // previous then: the status records that every certificate, consumer and
-// worker pool is back on the old CAs (Decision.RecordRolledBack).
+// worker pool is back on the old CAs (Decision.RecordRolledBack), and no
+// user holds a kubeconfig from the new client CA only, or the abort was
+// forced.
 func CanDropOldCAs(f Facts) bool {
 	switch f.Phase {
 	case v1alpha1.RotationFinalizing:
 		return f.AllOnNewCA && f.ConsumersRolledOut
 	case v1alpha1.RotationAborting:
-		return f.RolledBack && f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut
+		return f.RolledBack && f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut && !holdersWait(f)
 	}
 	return false
 }

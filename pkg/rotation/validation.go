@@ -36,7 +36,7 @@ func ValidateOperation(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, value, err.Error())}
 	}
 	phase := current.CARotationPhase()
-	if err := Allowed(op.Verb, PhasesOf(current)); err != nil {
+	if err := Allowed(op.Verb, PhasesOf(current)); err != nil && !forcesAbortUnderWay(op, PhasesOf(current)) {
 		return field.ErrorList{field.Forbidden(p, err.Error())}
 	}
 	if err := OldCAsUnused(op, current); err != nil {

@@ -437,6 +437,15 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		roles.check(ctx, "Prepared")
 		By("the old-CA usage gate: every real kubelet reports a client certificate from the new client CA, the powered-off node aside")
+		if runsTutorial() {
+			// The reader takes a new kubeconfig, which moves the one of the step nodes, from the old client CA.
+			out := tutorial.step(ctx, "prepared")
+			Expect(out).To(MatchRegexp(`Phase:\s+Prepared\n`))
+			for _, role := range v1alpha1.CARoles() {
+				Expect(out).To(MatchRegexp(`(?m)^`+string(role)+`\s+[0-9a-f]{16}\s+\S+\s+[0-9a-f]{16}`), "role %s has a current and a previous CA", role)
+			}
+			Expect(out).To(MatchRegexp(`Kubeconfig\s+carousel:admin:kubectl-carousel\s`), "the kubeconfig of the step nodes is on the old client CA")
+		}
 		Eventually(func(g Gomega) {
 			u := cluster(ctx).CARotation().OldCAUsage
 			g.Expect(u).NotTo(BeNil())
@@ -445,13 +454,6 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			g.Expect(cond).NotTo(BeNil())
 			g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
-		if runsTutorial() {
-			out := tutorial.step(ctx, "prepared")
-			Expect(out).To(MatchRegexp(`Phase:\s+Prepared\n`))
-			for _, role := range v1alpha1.CARoles() {
-				Expect(out).To(MatchRegexp(`(?m)^`+string(role)+`\s+[0-9a-f]{16}\s+\S+\s+[0-9a-f]{16}`), "role %s has a current and a previous CA", role)
-			}
-		}
 	})
 
 	It("completes: only the new CAs remain and old credentials are rejected, after a crash mid-Finalizing", func(ctx SpecContext) {

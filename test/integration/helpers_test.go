@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"crypto/x509"
+	"encoding/hex"
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -10,14 +12,17 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
@@ -150,4 +155,27 @@ func (h handDriven) until(ctx context.Context, phase v1alpha1.CARotationPhase) {
 		}
 		g.Expect(got.CARotationPhase()).To(Equal(phase))
 	}).Should(Succeed())
+}
+
+// recordKubeconfig adds to c's record of issued kubeconfigs what kubectl
+// carousel kubeconfig records when it issues user a kubeconfig from the CA
+// issuer, valid for an hour, for a Cluster without an endpoint (which the
+// plugin issues none for). The oldca spec has the plugin itself write it.
+func recordKubeconfig(ctx context.Context, c *v1alpha1.Cluster, user string, issuer *pki.KeyPair) {
+	GinkgoHelper()
+	now := time.Now().UTC().Truncate(time.Second)
+	issued := oldca.Kubeconfig{User: user, Fingerprint: fmt.Sprintf("%x", now.UnixNano()), Issuer: hex.EncodeToString(issuer.Cert.SubjectKeyId),
+		IssuedAt: now, NotAfter: now.Add(time.Hour)}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(c.Name)}}
+	_, err := controllerutil.CreateOrUpdate(ctx, k8s, cm, func() error {
+		record, err := oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
+		if err != nil {
+			return err
+		}
+		record.Add(issued, now)
+		cm.Labels = map[string]string{v1alpha1.LabelCluster: c.Name}
+		cm.Data = map[string]string{oldca.KubeconfigsDataKey: record.String()}
+		return controllerutil.SetControllerReference(c, cm, k8s.Scheme())
+	})
+	Expect(err).NotTo(HaveOccurred())
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -34,19 +35,24 @@ import (
 
 // The old-CA usage gate, on a real managed API server whose audit webhook
 // backend sends its events to the receiver the suite's webhook server
-// serves: clients that followed Carousel's protocol never hold it up, and
-// two that did not (a robot with a certificate someone signed from the old
-// client CA, and an admin kubeconfig of kubectl carousel from before the
-// rotation) refuse complete-ca-rotation by name until they stop, or until
-// it is forced, after which the API server refuses them.
+// serves: clients that followed Carousel's protocol never hold it up (a
+// kubeconfig kubectl carousel issued before the rotation does, by name,
+// until its user takes a new one), and two that did not (a robot with a
+// certificate someone signed from the old client CA, and an admin
+// kubeconfig signed like kubectl carousel's from before the rotation, of
+// which the plugin keeps no record) refuse complete-ca-rotation by name
+// until they stop, or until it is forced, after which the API server
+// refuses them.
 var _ = Describe("The old-CA usage gate", Ordered, func() {
 	var (
-		c      *v1alpha1.Cluster
-		key    client.ObjectKey
-		robot  *rest.Config // signed from the old client CA by hand: Carousel issues this user nothing
-		alice  *rest.Config // what kubectl carousel kubeconfig signed before the rotation
-		writes atomic.Int64
-		users  []func() // stop the clients in use
+		c     *v1alpha1.Cluster
+		key   client.ObjectKey
+		robot *rest.Config // signed from the old client CA by hand: Carousel issues this user nothing
+		// issuedKubeconfigs is the record of the kubeconfigs kubectl carousel issued.
+		issuedKubeconfigs func(context.Context) []oldca.Kubeconfig
+		alice             *rest.Config // what kubectl carousel kubeconfig signed before the rotation
+		writes            atomic.Int64
+		users             []func() // stop the clients in use
 	)
 	const window = 15 * time.Second
 
@@ -59,6 +65,15 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 	}
 	usage := func(ctx context.Context) *v1alpha1.OldCAUsage {
 		return getCluster(ctx, key).CARotation().OldCAUsage
+	}
+	issuedKubeconfigs = func(ctx context.Context) []oldca.Kubeconfig {
+		GinkgoHelper()
+		cm := &corev1.ConfigMap{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(key.Name)}, cm)).To(Succeed())
+		Expect(metav1.IsControlledBy(cm, c)).To(BeTrue(), "the record goes with its Cluster")
+		record, err := oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
+		Expect(err).NotTo(HaveOccurred())
+		return record.Issued
 	}
 	// record is the usage record, for the failure messages.
 	record := func(ctx context.Context) string {
@@ -117,6 +132,15 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		}
 		robot, alice = signed("ci-robot"), signed("carousel:admin:alice")
 		Expect(use(ctx, alice)).To(Succeed()) // the robot's first request comes after the start
+
+		By("handing bob an admin kubeconfig with kubectl carousel, which records it")
+		_, err = kubectlCarousel(ctx, "kubeconfig", key.Name, "-n", key.Namespace, "--name", "bob", "--ttl", "1h")
+		Expect(err).NotTo(HaveOccurred())
+		issued := issuedKubeconfigs(ctx)
+		Expect(issued).To(HaveLen(1))
+		Expect(issued[0].User).To(Equal("carousel:admin:bob"))
+		Expect(issued[0].Issuer).To(Equal(hex.EncodeToString(clientCA.Cert.SubjectKeyId)))
+		Expect(issued[0].NotAfter.Sub(issued[0].IssuedAt)).To(BeNumerically("~", time.Hour, 2*time.Second))
 	})
 
 	// keepUsing has cfg make a request every half second until the returned
@@ -167,6 +191,19 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 	It("lets nothing that followed the protocol hold up a completion", func(ctx SpecContext) {
 		Expect(annotate(ctx, c, v1alpha1.OperationStartCARotation)).To(Succeed())
 		waitForPhaseSlowly(ctx, key, v1alpha1.RotationPrepared)
+
+		By("bob's kubeconfig from before the rotation is named until he takes a new one")
+		Eventually(func(g Gomega) {
+			g.Expect(usage(ctx)).NotTo(BeNil())
+			g.Expect(usage(ctx).Dependents).To(ContainElement(SatisfyAll(
+				HaveField("Kind", v1alpha1.OldCADependentKubeconfig), HaveField("Name", "carousel:admin:bob"),
+				HaveField("Message", ContainSubstring("issue it a new one with --name bob")))))
+		}).Should(Succeed())
+		_, err := kubectlCarousel(ctx, "kubeconfig", key.Name, "-n", key.Namespace, "--name", "bob", "--ttl", "1h")
+		Expect(err).NotTo(HaveOccurred())
+		newClientCA := hex.EncodeToString(loadCAs(ctx, c)[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId)
+		Expect(issuedKubeconfigs(ctx)).To(HaveExactElements(HaveField("Issuer", Not(Equal(newClientCA))), HaveField("Issuer", newClientCA)))
+
 		Eventually(func(g Gomega) {
 			u := usage(ctx)
 			g.Expect(u).NotTo(BeNil())

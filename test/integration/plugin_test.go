@@ -228,7 +228,8 @@ var _ = Describe("kubectl carousel", func() {
 			return c.IsPendingWorkerPool("canary") && !c.IsHeldWorkerPool("canary")
 		}).Should(BeTrue())
 		Expect(annotate(ctx, getCluster(ctx, key), "rollout-workers=canary")).To(Succeed(), "the Manual pool reported rolled")
-		waitForPhase(ctx, key, v1alpha1.RotationWaitingForWorkersRollout)
+		c := waitForPhase(ctx, key, v1alpha1.RotationWaitingForWorkersRollout)
+		recordKubeconfig(ctx, c, "carousel:admin:dave", loadCAs(ctx, c)[v1alpha1.CARoleClient].Current)
 
 		done := make(chan string)
 		go func() {
@@ -238,6 +239,22 @@ var _ = Describe("kubectl carousel", func() {
 			done <- out
 		}()
 		for rollout := range 2 { // back to the old credentials, then to the old trust alone
+			if rollout == 1 {
+				By("waiting for dave, who holds a kubeconfig from the new client CA, until --force")
+				Eventually(func(g Gomega) {
+					cond := meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionCARotation)
+					g.Expect(cond).NotTo(BeNil())
+					g.Expect(cond.Reason).To(Equal(string(v1alpha1.ReasonWaitingForKubeconfigHolders)))
+					g.Expect(cond.Message).To(ContainSubstring(": carousel:admin:dave; "))
+				}).Should(Succeed())
+				out, err := kubectlCarousel(ctx, "rotation", "abort", "aborted", "-n", ns, "--force")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(out).To(ContainSubstring("abort-ca-rotation=force requested"))
+				Eventually(func() *metav1.Time { return getCluster(ctx, key).CARotation().AbortForcedTime }).ShouldNot(BeNil())
+				out, err = kubectlCarousel(ctx, "rotation", "status", "aborted", "-n", ns)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(out).To(MatchRegexp(`Abort forced:\s+\d{4}-`))
+			}
 			Eventually(func(g Gomega) {
 				c := getCluster(ctx, key)
 				g.Expect(c.Annotations).NotTo(HaveKey(v1alpha1.OperationAnnotation))

@@ -286,7 +286,8 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		waitForPhase(ctx, key, v1alpha1.RotationCompleted)
 	})
 
-	It("aborts a Prepared rotation: back to the old CAs, the new ones deleted only once the worker pools rolled back, which roll again, and a new rotation starts", func(ctx SpecContext) {
+	It("aborts a Prepared rotation: back to the old CAs, the new ones deleted only once the worker pools rolled back and no kubeconfig from them is held, "+
+		"which roll again, and a new rotation starts", func(ctx SpecContext) {
 		c := createCluster(ctx, ns, "aborted", v1alpha1.WorkerPool{Name: "manual", RolloutStrategy: v1alpha1.RolloutManual})
 		key := client.ObjectKeyFromObject(c)
 		c = waitForReady(ctx, key)
@@ -305,6 +306,9 @@ var _ = Describe("Credentials and the CA rotation", func() {
 			Begin: later.Format("150405") + "+0000", End: later.Add(time.Hour).Format("150405") + "+0000"}}
 		c.Annotations = map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationCompleteCARotation}
 		Expect(k8s.Patch(ctx, c, patch)).To(Succeed())
+
+		By("handing carol a kubeconfig from the new client CA, as kubectl carousel kubeconfig does in Prepared")
+		recordKubeconfig(ctx, c, "carousel:admin:carol", prepared[v1alpha1.CARoleClient].Current)
 
 		started := time.Now()
 		Expect(annotate(ctx, c, v1alpha1.OperationAbortCARotation)).To(Succeed())
@@ -334,7 +338,21 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		expectNoOpReconciles(ctx, key)
 
 		Expect(annotate(ctx, c, "rollout-workers=manual")).To(Succeed())
-		By("deleting the new CAs once the pool is back, then rolling the pool again to drop them from its nodes' trust")
+		By("keeping the new client CA, once the pool is back, while carol holds a kubeconfig from it")
+		Eventually(func(g Gomega) {
+			c = getCluster(ctx, key)
+			g.Expect(c.CARotation().AbortRolledBackTime).NotTo(BeNil())
+			cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(string(v1alpha1.ReasonWaitingForKubeconfigHolders)))
+			g.Expect(cond.Message).To(ContainSubstring("1 user(s) of kubectl carousel kubeconfig hold a kubeconfig from the new client CA, which the abort deletes: carousel:admin:carol"))
+		}).Should(Succeed())
+		Consistently(func() *pki.KeyPair { return loadCAs(ctx, c)[v1alpha1.CARoleClient].Previous }).WithTimeout(2*time.Second).
+			ShouldNot(BeNil(), "the new client CA is kept while carol's kubeconfig from it is valid")
+		expectNoOpReconciles(ctx, key)
+		By("carol takes a new kubeconfig, which kubectl carousel kubeconfig now signs from the old client CA")
+		recordKubeconfig(ctx, c, "carousel:admin:carol", before[v1alpha1.CARoleClient].Current)
+		By("deleting the new CAs, then rolling the pool again to drop them from its nodes' trust")
 		Eventually(func(g Gomega) {
 			c = getCluster(ctx, key)
 			g.Expect(c.CARotation().AbortRolledBackTime).NotTo(BeNil())

@@ -601,6 +601,14 @@ type CARotation struct {
 	// +optional
 	AbortRolledBackTime *metav1.Time `json:"abortRolledBackTime,omitempty"`
 
+	// AbortForcedTime is when abort-ca-rotation=force told the abort not to
+	// wait for the users of kubectl carousel kubeconfig who hold kubeconfigs
+	// from the new client CA (WaitingForKubeconfigHolders). Absent outside
+	// an abort.
+	//
+	// +optional
+	AbortForcedTime *metav1.Time `json:"abortForcedTime,omitempty"`
+
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.
 	//
@@ -641,7 +649,8 @@ const MaxOldCADependents = 20
 // OldCAUsage is who still depends on the old CAs of a Prepared rotation.
 type OldCAUsage struct {
 	// Dependents are the first MaxOldCADependents dependents: the managed
-	// cluster itself, nodes, certificates, then users, each by name.
+	// cluster itself, nodes, certificates, kubeconfigs, then users, each by
+	// name.
 	//
 	// +optional
 	// +listType=atomic
@@ -661,7 +670,7 @@ type OldCAUsage struct {
 
 // OldCADependentKind says what an OldCADependent is.
 //
-// +kubebuilder:validation:Enum=Node;Secret;User;Cluster
+// +kubebuilder:validation:Enum=Node;Secret;Kubeconfig;User;Cluster
 type OldCADependentKind string
 
 // The kinds of dependents.
@@ -672,6 +681,11 @@ const (
 	// OldCADependentSecret is a certificate Secret of the Cluster whose
 	// certificate the new client CA did not sign.
 	OldCADependentSecret OldCADependentKind = "Secret"
+	// OldCADependentKubeconfig is a user of kubectl carousel kubeconfig
+	// (carousel:admin:<name>) holding a kubeconfig that has not expired,
+	// from another client CA than the one the rotation keeps, and no newer
+	// one from that CA.
+	OldCADependentKubeconfig OldCADependentKind = "Kubeconfig"
 	// OldCADependentUser is a user the managed API server saw authenticate
 	// with a client certificate that the old client CA signed, or can only
 	// have signed.
@@ -684,7 +698,7 @@ const (
 // OldCADependent is one client that still depends on an old CA.
 type OldCADependent struct {
 	Kind OldCADependentKind `json:"kind"`
-	// Name is the Node, Secret or user name.
+	// Name is the Node, Secret or user name (a Kubeconfig's is its user's).
 	Name string `json:"name"`
 	// Message says why it depends on the old CA.
 	Message string `json:"message"`

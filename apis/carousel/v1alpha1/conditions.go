@@ -232,6 +232,11 @@ const (
 	// ReasonWaitingForNewCADrop: Aborting deletes the new CAs once nothing
 	// uses a certificate they signed.
 	ReasonWaitingForNewCADrop RotationReason = "WaitingForNewCARemoval"
+	// ReasonWaitingForKubeconfigHolders: Aborting keeps the new client CA
+	// while users of kubectl carousel kubeconfig hold kubeconfigs from it
+	// and have taken none from the old one since, until theirs expire or
+	// abort-ca-rotation=force.
+	ReasonWaitingForKubeconfigHolders RotationReason = "WaitingForKubeconfigHolders"
 
 	// ReasonWaitingForNewServiceAccountKey: service-account key Preparing
 	// generates and stores the new key.

@@ -22,7 +22,10 @@ const (
 	// OperationForceSuffix, after complete-ca-rotation or
 	// rotate-credentials-complete, completes the rotation although
 	// status.credentials.rotation.certificateAuthorities.oldCAUsage names
-	// clients that still depend on the old CAs: they lose access.
+	// clients that still depend on the old CAs: they lose access. After
+	// abort-ca-rotation (in phase 1, Prepared or Aborting) it deletes the
+	// new CAs without waiting for the users of kubectl carousel kubeconfig
+	// who hold kubeconfigs from the new client CA: they lose access.
 	OperationForceSuffix = "=force"
 	// OperationAbortCARotation takes a rotation in phase 1 or Prepared back
 	// to the old CAs (Aborting, then Aborted).

@@ -87,7 +87,9 @@ type Operation struct {
 	Roles []CARole
 	// Force: a complete-ca-rotation or rotate-credentials-complete
 	// operation with OperationForceSuffix, which completes although clients
-	// still depend on the old CAs.
+	// still depend on the old CAs; or an abort-ca-rotation one, which
+	// deletes the new CAs although kubeconfigs from the new client CA are
+	// held.
 	Force bool
 }
 
@@ -101,7 +103,7 @@ func ParseOperation(value string) (Operation, error) {
 		return Operation{Verb: verb}, nil
 	}
 	if base, forced := strings.CutSuffix(value, OperationForceSuffix); forced &&
-		(OperationVerb(base) == VerbCompleteCARotation || OperationVerb(base) == VerbRotateCredentialsComplete) {
+		(OperationVerb(base) == VerbCompleteCARotation || OperationVerb(base) == VerbRotateCredentialsComplete || OperationVerb(base) == VerbAbortCARotation) {
 		return Operation{Verb: OperationVerb(base), Force: true}, nil
 	}
 	for verb, prefix := range map[OperationVerb]string{VerbRolloutWorkers: OperationRolloutWorkersPrefix, VerbRotateRolloutWorkers: OperationRotateRolloutWorkersPrefix} {
@@ -127,8 +129,8 @@ func ParseOperation(value string) (Operation, error) {
 		}
 		return Operation{Verb: VerbReissueCA, Roles: roles}, nil
 	}
-	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s[%s], %s, %s, %s, %s, %s[%s], %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
-		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationForceSuffix, OperationAbortCARotation,
+	return Operation{}, fmt.Errorf("unknown operation %q: use one of %s, %s, %s[%s], %s[%s], %s, %s, %s, %s[%s], %s, %s<pool>[,<pool>], %s<pool>[,<pool>], %s<role>[,<role>] or %s",
+		value, OperationStartCARotation, OperationStartCARotationWithoutWorkersRollout, OperationCompleteCARotation, OperationForceSuffix, OperationAbortCARotation, OperationForceSuffix,
 		VerbRotateServiceAccountKeyStart, VerbRotateServiceAccountKeyComplete, VerbRotateCredentialsStart, VerbRotateCredentialsComplete, OperationForceSuffix, OperationReconcile,
 		OperationRolloutWorkersPrefix, OperationRotateRolloutWorkersPrefix, OperationReissueCAPrefix, VerbReissueServiceAccountKey)
 }

@@ -184,14 +184,17 @@ func TestParseOperationRoundTrip(t *testing.T) {
 	}
 }
 
-func TestOnlyCompletionsAreForced(t *testing.T) {
-	for _, v := range []string{"start-ca-rotation=force", "reconcile=force", "complete-ca-rotation=forced", "complete-ca-rotation=force=force"} {
+func TestOnlyCompletionsAndAbortsAreForced(t *testing.T) {
+	for _, v := range []string{"start-ca-rotation=force", "reconcile=force", "complete-ca-rotation=forced", "complete-ca-rotation=force=force", "abort-ca-rotation=force=force"} {
 		if op, err := ParseOperation(v); err == nil {
 			t.Errorf("ParseOperation(%q) = %+v, want an error", v, op)
 		}
 	}
-	if op, _ := ParseOperation("complete-ca-rotation=force"); !op.Force || op.Verb != VerbCompleteCARotation {
-		t.Errorf("complete-ca-rotation=force parsed as %+v", op)
+	for value, verb := range map[string]OperationVerb{"complete-ca-rotation=force": VerbCompleteCARotation, "abort-ca-rotation=force": VerbAbortCARotation,
+		"rotate-credentials-complete=force": VerbRotateCredentialsComplete} {
+		if op, _ := ParseOperation(value); !op.Force || op.Verb != verb || op.String() != value {
+			t.Errorf("%s parsed as %+v", value, op)
+		}
 	}
 }
 

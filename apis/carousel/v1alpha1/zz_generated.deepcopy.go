@@ -89,6 +89,10 @@ func (in *CARotation) DeepCopyInto(out *CARotation) {
 		in, out := &in.AbortRolledBackTime, &out.AbortRolledBackTime
 		*out = (*in).DeepCopy()
 	}
+	if in.AbortForcedTime != nil {
+		in, out := &in.AbortForcedTime, &out.AbortForcedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.PendingWorkersRollouts != nil {
 		in, out := &in.PendingWorkersRollouts, &out.PendingWorkersRollouts
 		*out = make([]PendingWorkersRollout, len(*in))

@@ -143,6 +143,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		}
 		facts.Usage = usage
 	}
+	facts.Kubeconfigs, facts.KubeconfigsUnreadable = issuedKubeconfigs(ctx, s)
 	deps := oldca.Dependents(facts)
 	status := usageStatus(deps, facts.Usage != nil)
 	if !equality.Semantic.DeepEqual(status, rot.OldCAUsage) {
@@ -168,13 +169,54 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 			s.wakeAt(silent)
 		}
 	}
-	// A user counts until its last use leaves the window: look again then.
+	// A user counts until its last use leaves the window, a kubeconfig
+	// until it expires: look again then.
 	for _, d := range deps {
 		if !d.LastSeen.IsZero() {
 			s.wakeAt(d.LastSeen.Add(window + oldca.Settling))
 		}
+		if !d.Expires.IsZero() {
+			s.wakeAt(d.Expires)
+		}
 	}
 	return nil
+}
+
+// issuedKubeconfigs is the record of the kubeconfigs kubectl carousel
+// issued for the Cluster; nil when there is none, and true when it does not
+// parse.
+func issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool) {
+	cm := s.objs.configMaps[credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)]
+	if cm == nil {
+		return nil, false
+	}
+	issued, err := oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
+	if err != nil {
+		log.FromContext(ctx).Info("the record of issued kubeconfigs does not parse", "error", err.Error())
+		return nil, true
+	}
+	return issued, false
+}
+
+// kubeconfigHolders are, in Aborting once the client CAs are swapped back
+// and until the new one is deleted, the users holding kubeconfigs from the
+// new client CA only (oldca.Kubeconfigs.Stranded), for whom the abort
+// keeps it; s wakes when the first of them expires.
+func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) []string {
+	clientCAs := s.cas[v1alpha1.CARoleClient]
+	if s.cluster.CARotationPhase() != v1alpha1.RotationAborting || clientCAs == nil || clientCAs.Previous == nil || !swapped(clientCAs) {
+		return nil
+	}
+	issued, unreadable := issuedKubeconfigs(ctx, s)
+	if unreadable {
+		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) + " does not parse: repair or delete it)"}
+	}
+	var users []string
+	for _, d := range issued.Stranded(hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId), r.Clock.Now()) {
+		users = append(users, d.Name)
+		s.wakeAt(d.Expires)
+	}
+	return users
 }
 
 // keptNodes are the Node and "Cluster nodes" dependents of u.

@@ -179,9 +179,10 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	if rot := c.CARotation(); rot != nil && rot.KubeRootCAPublishedTime != nil {
 		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
-	if rot := c.CARotation(); rot != nil && rot.AbortRolledBackTime != nil {
-		s.facts.RolledBack = true
+	if rot := c.CARotation(); rot != nil {
+		s.facts.RolledBack, s.facts.AbortForced = rot.AbortRolledBackTime != nil, rot.AbortForcedTime != nil
 	}
+	s.facts.KubeconfigHolders = r.kubeconfigHolders(ctx, s)
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
 	for check := rotation.EvidenceDue(s.facts); ; {
 		seen, err := r.gatherEvidence(ctx, s, check)

@@ -48,10 +48,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{RateLimiter: retryLimiter()}).
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Secret{}, byClusterLabel).
-		// The record of client certificates in use changes once a minute
-		// and is nothing to this controller.
+		// The records of client certificates in use (which changes once a
+		// minute) and of the kubeconfigs kubectl carousel issued are nothing
+		// to this controller.
 		Watches(&corev1.ConfigMap{}, byClusterLabel, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
-			return obj.GetName() != credentials.CertificateUsageConfigMapName(obj.GetLabels()[v1alpha1.LabelCluster])
+			cluster := obj.GetLabels()[v1alpha1.LabelCluster]
+			return obj.GetName() != credentials.CertificateUsageConfigMapName(cluster) && obj.GetName() != credentials.IssuedKubeconfigsConfigMapName(cluster)
 		}))).
 		Complete(r)
 }

@@ -48,6 +48,11 @@ type CARotationApplyConfiguration struct {
 	// the new CAs are deleted, and the pools roll once more so that their
 	// nodes stop trusting them. Absent outside an abort.
 	AbortRolledBackTime *v1.Time `json:"abortRolledBackTime,omitempty"`
+	// AbortForcedTime is when abort-ca-rotation=force told the abort not to
+	// wait for the users of kubectl carousel kubeconfig who hold kubeconfigs
+	// from the new client CA (WaitingForKubeconfigHolders). Absent outside
+	// an abort.
+	AbortForcedTime *v1.Time `json:"abortForcedTime,omitempty"`
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
@@ -136,6 +141,14 @@ func (b *CARotationApplyConfiguration) WithLastAbortTime(value v1.Time) *CARotat
 // If called multiple times, the AbortRolledBackTime field is set to the value of the last call.
 func (b *CARotationApplyConfiguration) WithAbortRolledBackTime(value v1.Time) *CARotationApplyConfiguration {
 	b.AbortRolledBackTime = &value
+	return b
+}
+
+// WithAbortForcedTime sets the AbortForcedTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AbortForcedTime field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithAbortForcedTime(value v1.Time) *CARotationApplyConfiguration {
+	b.AbortForcedTime = &value
 	return b
 }
 

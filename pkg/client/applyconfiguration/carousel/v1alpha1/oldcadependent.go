@@ -29,7 +29,7 @@ import (
 // OldCADependent is one client that still depends on an old CA.
 type OldCADependentApplyConfiguration struct {
 	Kind *carouselv1alpha1.OldCADependentKind `json:"kind,omitempty"`
-	// Name is the Node, Secret or user name.
+	// Name is the Node, Secret or user name (a Kubeconfig's is its user's).
 	Name *string `json:"name,omitempty"`
 	// Message says why it depends on the old CA.
 	Message *string `json:"message,omitempty"`

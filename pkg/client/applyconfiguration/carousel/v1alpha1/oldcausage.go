@@ -24,7 +24,8 @@ package v1alpha1
 // OldCAUsage is who still depends on the old CAs of a Prepared rotation.
 type OldCAUsageApplyConfiguration struct {
 	// Dependents are the first MaxOldCADependents dependents: the managed
-	// cluster itself, nodes, certificates, then users, each by name.
+	// cluster itself, nodes, certificates, kubeconfigs, then users, each by
+	// name.
 	Dependents []OldCADependentApplyConfiguration `json:"dependents,omitempty"`
 	// Total is how many dependents there are, listed or not.
 	Total *int32 `json:"total,omitempty"`
