@@ -29,8 +29,9 @@ type Facts struct {
 	// the rotation became Prepared and the start of the usage window.
 	Since time.Time
 	// NewClientIssuer is the hex subject key identifier of the new client CA,
-	// as node agents report the issuer of their client certificate.
-	NewClientIssuer string
+	// as node agents report the issuer of their client certificate, and
+	// OldClientIssuer that of the old one.
+	NewClientIssuer, OldClientIssuer string
 	// Nodes are the managed cluster's Nodes.
 	Nodes []Node
 	// NodesUnreadable: the managed cluster's Nodes could not be read, and
@@ -105,11 +106,11 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
 //   - every user of kubectl carousel kubeconfig holding an unexpired
-//     kubeconfig from another client CA than the new one (Stranded), and
-//     the record of them itself when it does not parse;
-//   - every user seen since f.Since with a kubeconfig the record says the
-//     new client CA did not sign; with a certificate that was in use
-//     before the rotation started; whose name is one of Carousel's
+//     kubeconfig from the old client CA (Stranded), and the record of them
+//     itself when it does not parse;
+//   - every user seen since f.Since with a certificate that was in use
+//     before the rotation started; with a kubeconfig the record says
+//     another client CA than the new one signed; whose name is one of Carousel's
 //     certificate Secrets' but whose certificate is not one of theirs from
 //     the new client CA; or to whom Carousel issues no certificate at all,
 //     so that only the old client CA can have signed it. A node user whose
@@ -150,7 +151,7 @@ func Dependents(f Facts) []Dependent {
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubeconfigs",
 			Message: "the record of the kubeconfigs kubectl carousel issued does not parse, so Carousel cannot tell which client CA signed them"})
 	}
-	stranded := f.Kubeconfigs.Stranded(f.NewClientIssuer, f.Now)
+	stranded := f.Kubeconfigs.Stranded(f.OldClientIssuer, f.NewClientIssuer, f.Now)
 	listedUsers := map[string]bool{}
 	for _, d := range stranded {
 		listedUsers[d.Name] = true
@@ -209,18 +210,18 @@ func users(f Facts, current map[string][]string, secretOf map[string]string, lis
 // or "" when it does not, or Carousel cannot tell.
 func reason(f Facts, c Credential, current map[string][]string, secretOf map[string]string) string {
 	id := "X509SHA256=" + short(c.Fingerprint)
+	// The record, which whoever may issue kubeconfigs writes, only ever adds
+	// a reason: it never clears what the audit events show.
 	issued, recorded := f.Kubeconfigs.Find(c.Fingerprint)
 	switch secret, ours := secretOf[c.User]; {
-	case recorded && (issued.Issuer == f.NewClientIssuer || !f.Now.Before(issued.NotAfter)):
-		return "" // from the new client CA, or no longer valid at all
-	case recorded:
-		return fmt.Sprintf("authenticates with a kubeconfig (%s) that kubectl carousel kubeconfig issued %s from client CA %s, not the new client CA",
-			id, formatTime(issued.IssuedAt), short(issued.Issuer))
 	// lastInitiationTime has whole seconds: the rotation started within the
 	// second after Started, and no certificate of the new client CA is used
 	// that soon (its CA does not exist yet when the start is recorded).
 	case c.FirstSeen.Before(f.Started.Add(time.Second)):
 		return fmt.Sprintf("authenticates with a client certificate (%s) that was in use before the rotation started, so the old client CA signed it", id)
+	case recorded && issued.User == c.User && issued.Issuer != f.NewClientIssuer && f.Now.Before(issued.NotAfter):
+		return fmt.Sprintf("authenticates with a kubeconfig (%s) that kubectl carousel kubeconfig issued %s from client CA %s, not the new client CA",
+			id, formatTime(issued.IssuedAt), short(issued.Issuer))
 	case ours && !slices.Contains(current[c.User], c.Fingerprint):
 		return fmt.Sprintf("authenticates with a client certificate (%s) that is not the one from the new client CA in Secret %s: the client has not loaded its renewed credentials", id, secret)
 	case ours, strings.HasPrefix(c.User, nodeUserPrefix), strings.HasPrefix(c.User, adminUserPrefix):

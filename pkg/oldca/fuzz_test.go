@@ -57,49 +57,44 @@ func FuzzObserve(f *testing.F) {
 }
 
 // FuzzStranded checks Stranded against its definition on any record: a
-// user is listed, once, exactly when it holds a kubeconfig from another CA
-// that has not expired and none from the CA that stays issued after it.
+// user is listed, once, exactly when it holds a kubeconfig from the CA
+// dropped that has not expired and none from the CA that stays recorded
+// after it, with the expiry of the last of them.
 func FuzzStranded(f *testing.F) {
 	f.Add([]byte{0, 1, 10, 30, 0, 0, 20, 30, 1, 1, 5, 2})
-	f.Add([]byte{2, 1, 0, 255, 2, 0, 0, 255})
+	f.Add([]byte{2, 1, 0, 255, 2, 0, 0, 255, 2, 2, 3, 200})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		const stays = "new"
+		issuers := []string{"stays", "dropped", "gone"}
 		k := &Kubeconfigs{}
 		for len(data) >= 4 {
-			user, fromStays, issued, ttl := data[0]%3, data[1]%2 == 0, data[2], data[3]
+			user, issuer, issued, ttl := data[0]%3, data[1]%3, data[2], data[3]
 			data = data[4:]
-			i := Kubeconfig{User: string('a' + rune(user)), Issuer: "old", IssuedAt: t0.Add(time.Duration(issued) * time.Minute)}
-			if fromStays {
-				i.Issuer = stays
-			}
+			i := Kubeconfig{User: string('a' + rune(user)), Issuer: issuers[issuer], IssuedAt: t0.Add(time.Duration(issued) * time.Minute),
+				Fingerprint: fmt.Sprint(len(k.Issued))}
 			i.NotAfter = i.IssuedAt.Add(time.Duration(ttl) * time.Minute)
-			i.Fingerprint = fmt.Sprint(len(k.Issued))
 			k.Issued = append(k.Issued, i)
 		}
-		slices.SortStableFunc(k.Issued, func(a, b Kubeconfig) int { return a.IssuedAt.Compare(b.IssuedAt) })
 		now := t0.Add(2 * time.Hour)
-		listed := map[string]bool{}
-		for _, d := range k.Stranded(stays, now) {
-			if listed[d.Name] {
+		listed := map[string]time.Time{}
+		for _, d := range k.Stranded("dropped", "stays", now) {
+			if _, twice := listed[d.Name]; twice {
 				t.Fatalf("user %s listed twice", d.Name)
 			}
-			listed[d.Name] = true
+			listed[d.Name] = d.Expires
 		}
 		for _, user := range []string{"a", "b", "c"} {
-			want := false
+			var until time.Time
 			for _, i := range k.Issued {
-				if i.User != user {
-					continue
-				}
 				switch {
-				case i.Issuer == stays:
-					want = false // moved, past everything before
-				case now.Before(i.NotAfter):
-					want = true
+				case i.User != user:
+				case i.Issuer == "stays":
+					until = time.Time{} // moved, past everything before
+				case i.Issuer == "dropped" && now.Before(i.NotAfter) && i.NotAfter.After(until):
+					until = i.NotAfter
 				}
 			}
-			if listed[user] != want {
-				t.Fatalf("user %s listed %v, want %v: %+v", user, listed[user], want, k.Issued)
+			if got, ok := listed[user]; ok != !until.IsZero() || !got.Equal(until) {
+				t.Fatalf("user %s listed %v until %v, want until %v: %+v", user, ok, got, until, k.Issued)
 			}
 		}
 	})

@@ -25,11 +25,12 @@ type Kubeconfig struct {
 	NotAfter time.Time `json:"notAfter"`
 }
 
-// Kubeconfigs is the record of the kubeconfigs issued that have not
-// expired, in the order they were issued. The plugin keeps it in a ConfigMap
-// per Cluster (credentials.IssuedKubeconfigsConfigMapName), key
-// KubeconfigsDataKey. No kubeconfig lives longer than a day, so it holds a
-// day of them at most.
+// Kubeconfigs is the record of the kubeconfigs issued in the last
+// Retention, in the order they were recorded. The plugin keeps it in a
+// ConfigMap per Cluster (credentials.IssuedKubeconfigsConfigMapName), key
+// KubeconfigsDataKey. No kubeconfig lives longer than a day, so an entry
+// outlives its kubeconfig; and since entries go in the order they came, an
+// entry is never dropped before an earlier one of the same user.
 type Kubeconfigs struct {
 	Issued []Kubeconfig `json:"issued"`
 }
@@ -59,9 +60,11 @@ func (k *Kubeconfigs) String() string {
 	return string(data)
 }
 
-// Add records issued and forgets every kubeconfig expired at now.
+// Add records issued and forgets every kubeconfig issued Retention or
+// longer before now.
 func (k *Kubeconfigs) Add(issued Kubeconfig, now time.Time) {
-	k.Issued = append(slices.DeleteFunc(k.Issued, func(i Kubeconfig) bool { return !now.Before(i.NotAfter) }), issued)
+	cutoff := now.Add(-Retention)
+	k.Issued = append(slices.DeleteFunc(k.Issued, func(i Kubeconfig) bool { return !i.IssuedAt.After(cutoff) }), issued)
 }
 
 // Find returns the recorded kubeconfig whose certificate has fingerprint.
@@ -76,44 +79,49 @@ func (k *Kubeconfigs) Find(fingerprint string) (Kubeconfig, bool) {
 	return k.Issued[i], true
 }
 
-// Stranded are the users holding a kubeconfig that stops working when the
-// client CAs other than issuer are dropped, one Dependent each: a user with
-// a kubeconfig from another CA that has not expired at now, and none from
-// issuer issued after it. A user who has taken a new kubeconfig from
-// issuer is taken to have moved to it, even once that one has expired: its
-// name (--name) is how the record tells users apart. The message names the latest such kubeconfig
-// and says how to move.
-func (k *Kubeconfigs) Stranded(issuer string, now time.Time) []Dependent {
+// Stranded are the users who lose access when the client CA dropped is
+// deleted, one Dependent each: a user holding a kubeconfig from dropped
+// that has not expired at now, and none from stays recorded after it. A
+// user who took a kubeconfig from stays is taken to have moved to it, even
+// once that one expired: its name (--name) is how the record tells users
+// apart. The message names the latest such kubeconfig, and Expires is when
+// the last of them expires.
+func (k *Kubeconfigs) Stranded(dropped, stays string, now time.Time) []Dependent {
 	if k == nil {
 		return nil
 	}
-	latest := map[string]Kubeconfig{} // user -> the latest kubeconfig from another CA
-	count := map[string]int{}
+	type held struct {
+		latest Kubeconfig
+		count  int
+		until  time.Time
+	}
+	byUser := map[string]*held{}
 	for _, i := range k.Issued {
 		switch {
-		case i.Issuer == issuer:
-			if l, ok := latest[i.User]; ok && !i.IssuedAt.Before(l.IssuedAt) {
-				delete(latest, i.User)
-				delete(count, i.User)
+		case i.Issuer == stays:
+			delete(byUser, i.User)
+		case i.Issuer == dropped && now.Before(i.NotAfter):
+			h := byUser[i.User]
+			if h == nil {
+				h = &held{}
+				byUser[i.User] = h
 			}
-		case !now.Before(i.NotAfter):
-		default:
-			if l, ok := latest[i.User]; !ok || !i.IssuedAt.Before(l.IssuedAt) {
-				latest[i.User] = i
+			h.latest, h.count = i, h.count+1
+			if i.NotAfter.After(h.until) {
+				h.until = i.NotAfter
 			}
-			count[i.User]++
 		}
 	}
-	deps := make([]Dependent, 0, len(latest))
-	for user, l := range latest {
+	deps := make([]Dependent, 0, len(byUser))
+	for user, h := range byUser {
 		many := ""
-		if count[user] > 1 {
-			many = fmt.Sprintf(" (and %d more before it)", count[user]-1)
+		if h.count > 1 {
+			many = fmt.Sprintf(" (and %d more before it)", h.count-1)
 		}
-		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentKubeconfig, Name: user, Expires: l.NotAfter, Message: fmt.Sprintf(
-			"holds a kubeconfig from kubectl carousel kubeconfig (X509SHA256=%s), issued %s from client CA %s and valid until %s%s: "+
-				"issue it a new one with --name %s, or wait until it expires",
-			short(l.Fingerprint), formatTime(l.IssuedAt), short(l.Issuer), formatTime(l.NotAfter), many, strings.TrimPrefix(user, adminUserPrefix))})
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentKubeconfig, Name: user, Expires: h.until, Message: fmt.Sprintf(
+			"holds a kubeconfig from kubectl carousel kubeconfig (X509SHA256=%s) issued %s from client CA %s%s, valid until %s: "+
+				"issue it a new one with --name %s, or wait until then",
+			short(h.latest.Fingerprint), formatTime(h.latest.IssuedAt), short(dropped), many, formatTime(h.until), strings.TrimPrefix(user, adminUserPrefix))})
 	}
 	slices.SortFunc(deps, func(a, b Dependent) int { return cmp.Compare(a.Name, b.Name) })
 	return deps

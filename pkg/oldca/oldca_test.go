@@ -57,7 +57,7 @@ func TestObserve(t *testing.T) {
 func TestDependents(t *testing.T) {
 	const newCA, oldCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"
 	base := Facts{
-		Started: at(0), Since: at(60), NewClientIssuer: newCA,
+		Started: at(0), Since: at(60), NewClientIssuer: newCA, OldClientIssuer: oldCA,
 		Certificates: []Certificate{
 			{Secret: "prod-kcm", User: "system:kube-controller-manager", Fingerprint: "kcm1", FromNewCA: true},
 			{Secret: "prod-operator", User: "carousel:operator", Fingerprint: "op1", FromNewCA: true},
@@ -131,19 +131,23 @@ func TestDependents(t *testing.T) {
 		}, want: []string{"Kubeconfig/carousel:admin:alice: from client CA bbbbbbbbbbbbbbbb"}},
 		{name: "kubeconfigs: the record does not parse", facts: func(f *Facts) { f.KubeconfigsUnreadable = true },
 			want: []string{"Cluster/kubeconfigs: does not parse"}},
-		{name: "audit: a recorded kubeconfig is judged by the record, not by when it was first seen", facts: func(f *Facts) {
+		{name: "audit: the record adds what the time of first use cannot tell, and never clears what it does", facts: func(f *Facts) {
 			f.Now = at(90)
 			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{
 				{User: "carousel:admin:bob", Fingerprint: "k1", Issuer: oldCA, IssuedAt: at(30), NotAfter: at(600)},
 				{User: "carousel:admin:bob", Fingerprint: "k2", Issuer: newCA, IssuedAt: at(65), NotAfter: at(600)},
-				{User: "carousel:admin:carol", Fingerprint: "k3", Issuer: oldCA, IssuedAt: at(-100), NotAfter: at(80)},
+				{User: "carousel:admin:carol", Fingerprint: "k3", Issuer: oldCA, IssuedAt: at(30), NotAfter: at(80)},
 				{User: "carousel:admin:dan", Fingerprint: "k4", Issuer: newCA, IssuedAt: at(-100), NotAfter: at(600)},
+				{User: "carousel:admin:erin", Fingerprint: "k5", Issuer: oldCA, IssuedAt: at(30), NotAfter: at(600)},
 			}}
-			// bob moved, but his old kubeconfig is still in use; carol's expired;
-			// dan's first use is before the start, and the record says the new CA signed it (a hand-edited record).
+			// bob moved, but his old kubeconfig is still in use; carol's expired; dan's was in use before the start,
+			// whatever a hand-edited record says; the entry of erin's fingerprint names another user, which the record
+			// cannot vouch for.
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:bob", "k1", 31, 85), seen("carousel:admin:bob", "k2", 66, 86),
-				seen("carousel:admin:carol", "k3", -90, 75), seen("carousel:admin:dan", "k4", -90, 85)}}
-		}, want: []string{"User/carousel:admin:bob: a kubeconfig (X509SHA256=k1) that kubectl carousel kubeconfig issued 2026-11-26T12:30:00Z from client CA bbbbbbbbbbbbbbbb"}},
+				seen("carousel:admin:carol", "k3", 31, 75), seen("carousel:admin:dan", "k4", -90, 85), seen("carousel:admin:frank", "k5", 31, 85)}}
+		}, want: []string{"Kubeconfig/carousel:admin:erin: ",
+			"User/carousel:admin:bob: a kubeconfig (X509SHA256=k1) that kubectl carousel kubeconfig issued 2026-11-26T12:30:00Z from client CA bbbbbbbbbbbbbbbb",
+			"User/carousel:admin:dan: in use before the rotation started"}},
 		{name: "audit: a user listed for its kubeconfig is not listed again", facts: func(f *Facts) {
 			f.Now = at(86)
 			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}}}
@@ -192,15 +196,15 @@ func TestAUserIsListedOnceWithItsLatestUse(t *testing.T) {
 
 func TestKubeconfigsAdd(t *testing.T) {
 	k := &Kubeconfigs{}
-	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "01", IssuedAt: at(0), NotAfter: at(60)}, at(0))
+	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "01", IssuedAt: at(0), NotAfter: at(10)}, at(0))
 	k.Add(Kubeconfig{User: "carousel:admin:b", Fingerprint: "02", IssuedAt: at(30), NotAfter: at(90)}, at(30))
-	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "03", IssuedAt: at(60), NotAfter: at(120)}, at(60))
+	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "03", IssuedAt: at(60), NotAfter: at(120)}, at(0).Add(Retention))
 	var fps []string
 	for _, i := range k.Issued {
 		fps = append(fps, i.Fingerprint)
 	}
 	if !slices.Equal(fps, []string{"02", "03"}) {
-		t.Fatalf("record %v: want the one expired at the time of the last addition forgotten, the others in order", fps)
+		t.Fatalf("record %v: want the one issued the retention before the last addition forgotten, not before, the others in order", fps)
 	}
 	back, err := ParseKubeconfigs(k.String())
 	if err != nil || back.String() != k.String() {
@@ -221,7 +225,7 @@ func TestKubeconfigsAdd(t *testing.T) {
 }
 
 func TestStranded(t *testing.T) {
-	const newCA, oldCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"
+	const newCA, oldCA, goneCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb", "cccccccccccccccccccc"
 	issued := func(user, fp, issuer string, from, until int) Kubeconfig {
 		return Kubeconfig{User: "carousel:admin:" + user, Fingerprint: fp, Issuer: issuer, IssuedAt: at(from), NotAfter: at(until)}
 	}
@@ -232,22 +236,24 @@ func TestStranded(t *testing.T) {
 	}{
 		{name: "none"},
 		{name: "from the CA that stays", issued: []Kubeconfig{issued("alice", "01", newCA, 0, 600)}},
-		{name: "from the other CA, unexpired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600)},
-			want: []string{"carousel:admin:alice: (X509SHA256=01), issued 2026-11-26T12:00:00Z from client CA bbbbbbbbbbbbbbbb and valid until 2026-11-26T22:00:00Z: issue it a new one with --name alice"}},
-		{name: "from the other CA, expired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 100)}},
-		{name: "moved: a newer one from the CA that stays", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 600)}},
+		{name: "from the CA dropped, unexpired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600)},
+			want: []string{"carousel:admin:alice: (X509SHA256=01) issued 2026-11-26T12:00:00Z from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z: issue it a new one with --name alice"}},
+		{name: "from the CA dropped, expired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 100)}},
+		{name: "from a CA deleted before: nothing to lose", issued: []Kubeconfig{issued("alice", "01", goneCA, 0, 600)}},
+		{name: "moved: one from the CA that stays recorded after it, even expired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 20)}},
+		{name: "the record's order decides, not the issuing machines' clocks", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, -60, 600)}},
 		{name: "a newer one for another user moves nobody else", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("bob", "02", newCA, 10, 600)},
 			want: []string{"carousel:admin:alice: X509SHA256=01"}},
-		{name: "moved, then took one from the other CA again: the latest is named, the count says how many",
+		{name: "moved, then took more from the CA dropped: the latest is named, the last to expire gives the time",
 			issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 600),
-				issued("alice", "03", oldCA, 20, 600), issued("alice", "04", oldCA, 30, 700)},
-			want: []string{"carousel:admin:alice: (X509SHA256=04), issued 2026-11-26T12:30:00Z from client CA bbbbbbbbbbbbbbbb and valid until 2026-11-26T23:40:00Z (and 1 more before it)"}},
+				issued("alice", "03", oldCA, 20, 700), issued("alice", "04", oldCA, 30, 650)},
+			want: []string{"carousel:admin:alice: (X509SHA256=04) issued 2026-11-26T12:30:00Z from client CA bbbbbbbbbbbbbbbb (and 1 more before it), valid until 2026-11-26T23:40:00Z"}},
 		{name: "one per user, by name", issued: []Kubeconfig{issued("zed", "01", oldCA, 0, 600), issued("alice", "02", oldCA, 5, 600)},
 			want: []string{"carousel:admin:alice: X509SHA256=02", "carousel:admin:zed: X509SHA256=01"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := (&Kubeconfigs{Issued: tt.issued}).Stranded(newCA, at(120))
+			got := (&Kubeconfigs{Issued: tt.issued}).Stranded(oldCA, newCA, at(120))
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %d, want %d: %+v", len(got), len(tt.want), got)
 			}
@@ -259,7 +265,7 @@ func TestStranded(t *testing.T) {
 			}
 		})
 	}
-	if got := (*Kubeconfigs)(nil).Stranded(newCA, at(0)); got != nil {
+	if got := (*Kubeconfigs)(nil).Stranded(oldCA, newCA, at(0)); got != nil {
 		t.Fatalf("no record: %+v", got)
 	}
 }

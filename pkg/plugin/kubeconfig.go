@@ -2,11 +2,11 @@ package plugin
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os/user"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,9 +46,10 @@ this point of a rotation, and the cluster CA bundle of now. The key is not store
 printed kubeconfig. The user name carousel:admin:<--name> shows in the API server's audit log.
 
 Before printing, the certificate's user, fingerprint, issuing CA and expiry are added to the ConfigMap
-<CLUSTER>-issued-kubeconfigs. The old-CA usage gate reads it: complete-ca-rotation (and the end of an abort)
-waits while a user holds an unexpired kubeconfig from the client CA that the rotation drops. Running this
-command again with the same --name moves that user to the CA of now.`,
+<CLUSTER>-issued-kubeconfigs. The old-CA usage gate reads it: complete-ca-rotation is refused, and an abort
+waits before deleting the new client CA, while a user holds an unexpired kubeconfig from the client CA that is
+dropped. Running this command again with the same --name (by default your login name) moves that user to the
+CA of now.`,
 		Example: `  # Half an hour of admin access to prod's API server
   kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice > prod.kubeconfig
   kubectl --kubeconfig prod.kubeconfig get nodes`,
@@ -94,8 +95,7 @@ command again with the same --name moves that user to the CA of now.`,
 			if err != nil {
 				return err
 			}
-			fingerprint := sha256.Sum256(kp.Cert.Raw)
-			if err := recordKubeconfig(ctx, c, cl, oldca.Kubeconfig{User: user, Fingerprint: hex.EncodeToString(fingerprint[:]),
+			if err := recordKubeconfig(ctx, c, cl, oldca.Kubeconfig{User: user, Fingerprint: pki.Fingerprint(kp.Cert),
 				Issuer: hex.EncodeToString(clientCA.Cert.SubjectKeyId), IssuedAt: e.clock.Now().UTC().Truncate(time.Second),
 				NotAfter: kp.Cert.NotAfter.UTC()}, e.clock.Now()); err != nil {
 				return fmt.Errorf("the kubeconfig was not printed: recording it for the old-CA usage gate: %w", err)
@@ -105,8 +105,19 @@ command again with the same --name moves that user to the CA of now.`,
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, fmt.Sprintf("Validity of the credential, between %s and %s", minKubeconfigTTL, maxKubeconfigTTL))
-	cmd.Flags().StringVar(&name, "name", "kubectl-carousel", "Put into the user name, carousel:admin:<name>, for the audit log")
+	cmd.Flags().StringVar(&name, "name", defaultKubeconfigName(), "Put into the user name, carousel:admin:<name>, for the audit log and the record of issued kubeconfigs")
 	return cmd
+}
+
+// defaultKubeconfigName is the login name of whoever runs the plugin, so
+// that two people's kubeconfigs are told apart in the record of issued
+// kubeconfigs (where a new one moves its user to the CA of now) and in the
+// audit log; kubectl-carousel when it cannot be told.
+func defaultKubeconfigName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "kubectl-carousel"
 }
 
 // recordKubeconfig adds issued to the Cluster's record of the kubeconfigs
@@ -123,13 +134,8 @@ func recordKubeconfig(ctx context.Context, c client.Client, cl *v1alpha1.Cluster
 		if apierrors.IsNotFound(err) {
 			record := &oldca.Kubeconfigs{}
 			record.Add(issued, now)
-			// Controlled by the Cluster, but without blockOwnerDeletion, which
-			// needs the update of clusters/finalizers (the edit role does not
-			// grant it) where OwnerReferencesPermissionEnforcement runs.
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-				Labels: map[string]string{v1alpha1.LabelCluster: cl.Name},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster",
-					Name: cl.Name, UID: cl.UID, Controller: ptr.To(true)}}},
+				Labels: map[string]string{v1alpha1.LabelCluster: cl.Name}, OwnerReferences: []metav1.OwnerReference{controlledBy(cl)}},
 				Data: map[string]string{oldca.KubeconfigsDataKey: record.String()}}
 			return c.Create(ctx, cm)
 		}
@@ -145,6 +151,23 @@ func recordKubeconfig(ctx context.Context, c client.Client, cl *v1alpha1.Cluster
 			cm.Data = map[string]string{}
 		}
 		cm.Data[oldca.KubeconfigsDataKey] = record.String()
+		// The label and the controller are how the operator finds the
+		// record and hears of its changes: put them back if they went.
+		if cm.Labels == nil {
+			cm.Labels = map[string]string{}
+		}
+		cm.Labels[v1alpha1.LabelCluster] = cl.Name
+		if metav1.GetControllerOf(cm) == nil {
+			cm.OwnerReferences = append(cm.OwnerReferences, controlledBy(cl))
+		}
 		return c.Update(ctx, cm) // with the resourceVersion read: a conflict reads again
 	})
+}
+
+// controlledBy is the reference to cl as the controller of an object the
+// plugin writes, without blockOwnerDeletion: setting it needs the update of
+// clusters/finalizers, which the edit role does not grant, where
+// OwnerReferencesPermissionEnforcement runs.
+func controlledBy(cl *v1alpha1.Cluster) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster", Name: cl.Name, UID: cl.UID, Controller: ptr.To(true)}
 }

@@ -262,8 +262,9 @@ once %[9]s started, the old CAs are on their way out.
 
 Kubeconfigs issued during the rotation ("kubectl carousel kubeconfig") are signed by the new client CA and stop
 working once it is deleted. Before deleting it the abort waits (reason %[10]s) for each user holding one to take
-a new one, which kubectl carousel kubeconfig signs from the old client CA once the pools rolled back, or for theirs
-to expire. --force (%[1]s=%[2]s%[11]s) does not wait: given while the abort is under way, it ends the wait.
+a new one with the same --name, which kubectl carousel kubeconfig signs from the old client CA as soon as the abort
+re-issued Carousel's own certificate from it, early in %[7]s; or for theirs to expire. --force
+(%[1]s=%[2]s%[11]s) does not wait: given while the abort is under way, it ends the wait.
 
 --wait follows the Cluster until it is %[8]s.`, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation,
 			v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,

@@ -499,10 +499,7 @@ func FuzzNext(f *testing.F) {
 				t.Fatalf("next(%+v) moved to Completed", facts)
 			}
 		case facts.Phase == v1alpha1.RotationAborting && to == v1alpha1.RotationAborted:
-			// Once the new CAs are gone, no kubeconfig from them counts.
-			gone := facts
-			gone.KubeconfigHolders = nil
-			if !settled || !facts.OldCAsRemoved || !facts.RolledBack || !CanDropOldCAs(gone) {
+			if !settled || !facts.OldCAsRemoved || !facts.RolledBack || !CanDropOldCAs(facts) {
 				t.Fatalf("next(%+v) moved to Aborted", facts)
 			}
 		default:
@@ -571,13 +568,14 @@ func FuzzNext(f *testing.F) {
 		if facts.Phase == v1alpha1.RotationAborting && CanDropOldCAs(facts) && (!facts.RolledBack || !facts.OldCAsRestored) {
 			t.Fatalf("CanDropOldCAs(%+v) = true before the roll-back is recorded", facts)
 		}
-		// Nor while a user holds a kubeconfig from the new client CA only,
-		// unless forced; and the wait for them names them.
-		if facts.Phase == v1alpha1.RotationAborting && CanDropOldCAs(facts) && len(facts.KubeconfigHolders) > 0 && !facts.AbortForced {
-			t.Fatalf("CanDropOldCAs(%+v) = true while kubeconfigs from the new client CA are held", facts)
+		// It records that only once no user holds a kubeconfig from the new
+		// client CA only, or the abort is forced; and the wait for them, which
+		// comes before, names them.
+		if d := Decide(facts); d.RecordRolledBack && len(facts.KubeconfigHolders) > 0 && !facts.AbortForced {
+			t.Fatalf("Decide(%+v) = %+v records the roll-back while kubeconfigs from the new client CA are held", facts, d)
 		}
 		if wait != nil && wait.Reason == v1alpha1.ReasonWaitingForKubeconfigHolders &&
-			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || !strings.Contains(wait.Message, "carousel:admin:a")) {
+			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || facts.RolledBack || !strings.Contains(wait.Message, "carousel:admin:a")) {
 			t.Fatalf("next(%+v) waits for kubeconfig holders: %+v", facts, wait)
 		}
 		if d := Decide(facts); d.RecordRolledBack && (facts.Phase != v1alpha1.RotationAborting || facts.RolledBack || facts.PendingWorkerPools != 0 ||

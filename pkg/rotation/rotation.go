@@ -190,8 +190,7 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		}
 		next.Phase = v1alpha1.RotationAborting
 		next.LastAbortTriggeredTime = &now
-		next.AbortForcedTime = nil
-		if op.Force {
+		if op.Force { // a start cleared the last abort's
 			next.AbortForcedTime = &now
 		}
 		next.PendingWorkersRollouts = pendingPools(pools, initiated, false)
@@ -238,7 +237,9 @@ func AlreadyApplied(rot *v1alpha1.CARotation, op v1alpha1.Operation) bool {
 	case v1alpha1.VerbCompleteCARotation:
 		return rot.Phase == v1alpha1.RotationFinalizing
 	case v1alpha1.VerbAbortCARotation:
-		return rot.Phase == v1alpha1.RotationAborting && (!op.Force || rot.AbortForcedTime != nil)
+		// A force that comes once the abort is over has nothing left to do.
+		return rot.Phase == v1alpha1.RotationAborting && (!op.Force || rot.AbortForcedTime != nil) ||
+			op.Force && rot.Phase == v1alpha1.RotationAborted
 	case v1alpha1.VerbRolloutWorkers:
 		return !slices.ContainsFunc(rot.PendingWorkersRollouts, func(p v1alpha1.PendingWorkersRollout) bool {
 			return slices.Contains(op.Pools, p.Name)

@@ -182,6 +182,8 @@ func TestAlreadyApplied(t *testing.T) {
 		{"abort, Aborting written before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, v1alpha1.OperationAbortCARotation, true},
 		{"forced abort, Aborting not forced yet", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}, "abort-ca-rotation=force", false},
 		{"forced abort, forced before a crash", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, AbortForcedTime: &t0}, "abort-ca-rotation=force", true},
+		{"forced abort, the abort over before the force was taken up", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborted}, "abort-ca-rotation=force", true},
+		{"abort, Aborted: refused, not taken for applied", &v1alpha1.CARotation{Phase: v1alpha1.RotationAborted}, v1alpha1.OperationAbortCARotation, false},
 		{"rollout, pool still pending", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("a")}, "rollout-workers=a", false},
 		{"rollout, pool already removed", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: pending("b")}, "rollout-workers=a", true},
 		{"reconcile is never recorded", &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}, v1alpha1.OperationReconcile, false},
@@ -452,11 +454,14 @@ func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
 	if d := Decide(Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, RolledBack: true, PendingWorkerPools: 1}); !d.DropOldCAs {
 		t.Fatalf("recorded: Decide = %+v, want the new CAs dropped", d)
 	}
-	holders := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true, RolledBack: true,
+	// The holders of kubeconfigs from the new client CA are waited for
+	// before the roll-back is recorded: a Manual pool reported meanwhile
+	// would otherwise skip its second rollout.
+	holders := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true,
 		KubeconfigHolders: []string{"carousel:admin:a", "carousel:admin:b", "carousel:admin:c", "carousel:admin:d"}}
 	d := Decide(holders)
-	if d.DropOldCAs || d.Wait == nil || d.Wait.Reason != v1alpha1.ReasonWaitingForKubeconfigHolders || d.Wait.PollManaged {
-		t.Fatalf("kubeconfigs from the new client CA held: Decide = %+v, want the new CAs kept, waiting for their holders", d)
+	if d.RecordRolledBack || d.DropOldCAs || d.Wait == nil || d.Wait.Reason != v1alpha1.ReasonWaitingForKubeconfigHolders || d.Wait.PollManaged {
+		t.Fatalf("kubeconfigs from the new client CA held: Decide = %+v, want nothing recorded, waiting for their holders", d)
 	}
 	if want := "4 user(s) of kubectl carousel kubeconfig hold a kubeconfig from the new client CA, which the abort deletes: " +
 		"carousel:admin:a, carousel:admin:b, carousel:admin:c and 1 more; each takes a new one"; !strings.HasPrefix(d.Wait.Message, want) ||
@@ -464,12 +469,12 @@ func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
 		t.Fatalf("the wait says %q", d.Wait.Message)
 	}
 	holders.AbortForced = true
-	if d := Decide(holders); !d.DropOldCAs {
-		t.Fatalf("forced: Decide = %+v, want the new CAs dropped", d)
+	if d := Decide(holders); !d.RecordRolledBack {
+		t.Fatalf("forced: Decide = %+v, want the roll-back recorded", d)
 	}
-	holders.AbortForced, holders.OldCAsRemoved, holders.Evidence, holders.KubeRootCA, holders.APIServices = false, true, EvidencePassed, EvidencePassed, EvidencePassed
-	if d := Decide(holders); d.Phase != v1alpha1.RotationAborted {
-		t.Fatalf("the new CAs gone: Decide = %+v, want Aborted whatever the record says", d)
+	holders.AbortForced, holders.RolledBack = false, true
+	if d := Decide(holders); !d.DropOldCAs {
+		t.Fatalf("recorded: Decide = %+v, want the new CAs dropped whatever the record says since", d)
 	}
 
 	rot := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0}

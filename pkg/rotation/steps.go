@@ -136,7 +136,8 @@ type Decision struct {
 	// update events.
 	DropOldCAs bool
 	// RecordRolledBack: record, with RecordRolledBack, that an abort's
-	// certificates and worker pools are back on the old CAs.
+	// certificates and worker pools are back on the old CAs, and no
+	// kubeconfig holder is waited for.
 	RecordRolledBack bool
 }
 
@@ -204,10 +205,11 @@ var finalizing = []step{
 }
 
 // aborting goes back to the old CAs. Everything moves to them while both
-// CAs stay trusted; only once that is recorded are the new CAs deleted, so a
-// kubelet is back on a client certificate from the old client CA before the
-// API server stops accepting the new one. The pools then roll again, as in
-// Finalizing, for their nodes to stop trusting the new CAs.
+// CAs stay trusted, and the users holding kubeconfigs from the new client
+// CA take new ones; only once that is recorded are the new CAs deleted, so
+// a kubelet is back on a client certificate from the old client CA before
+// the API server stops accepting the new one. The pools then roll again, as
+// in Finalizing, for their nodes to stop trusting the new CAs.
 var aborting = []step{
 	{reason: v1alpha1.ReasonWaitingForOldCAsRestored, done: func(f Facts) bool { return f.OldCAsRestored },
 		waiting: say("making every role's old CA the current one again"),
@@ -221,7 +223,7 @@ var aborting = []step{
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.RolledBack || f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
 		plan:    []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs):", ListWorkerPools}}},
-	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.OldCAsRemoved || !holdersWait(f) },
+	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.RolledBack || !holdersWait(f) },
 		waiting: kubeconfigHolders,
 		plan: []PlanLine{{"wait for the users of kubectl carousel kubeconfig who hold one from the new client CA to take a new one " +
 			"(or for theirs to expire; abort-ca-rotation=force does not wait)", ListNone}}},
@@ -439,7 +441,7 @@ func PublicationCheckDue(f Facts) bool {
 // Decide maps what a pass observed to the phase after it, what that phase
 // waits for, and what the reconciler must carry out.
 func Decide(f Facts) Decision {
-	if f.Phase == v1alpha1.RotationAborting && !f.RolledBack && backOnOldCAs(f) {
+	if f.Phase == v1alpha1.RotationAborting && !f.RolledBack && backOnOldCAs(f) && !holdersWait(f) {
 		return Decision{Phase: f.Phase, Wait: waitOf(f), RecordRolledBack: true}
 	}
 	if CanDropOldCAs(f) && !f.OldCAsRemoved {
@@ -456,15 +458,15 @@ func Decide(f Facts) Decision {
 // certificate, servers included, is on the new CA and every consumer serves
 // and presents it; or whether Aborting may delete the new CAs, which are
 // previous then: the status records that every certificate, consumer and
-// worker pool is back on the old CAs (Decision.RecordRolledBack), and no
-// user holds a kubeconfig from the new client CA only, or the abort was
-// forced.
+// worker pool is back on the old CAs, and that no user held a kubeconfig
+// from the new client CA only or the abort was forced
+// (Decision.RecordRolledBack).
 func CanDropOldCAs(f Facts) bool {
 	switch f.Phase {
 	case v1alpha1.RotationFinalizing:
 		return f.AllOnNewCA && f.ConsumersRolledOut
 	case v1alpha1.RotationAborting:
-		return f.RolledBack && f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut && !holdersWait(f)
+		return f.RolledBack && f.OldCAsRestored && f.AllOnNewCA && f.ConsumersRolledOut
 	}
 	return false
 }

@@ -444,7 +444,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			for _, role := range v1alpha1.CARoles() {
 				Expect(out).To(MatchRegexp(`(?m)^`+string(role)+`\s+[0-9a-f]{16}\s+\S+\s+[0-9a-f]{16}`), "role %s has a current and a previous CA", role)
 			}
-			Expect(out).To(MatchRegexp(`Kubeconfig\s+carousel:admin:kubectl-carousel\s`), "the kubeconfig of the step nodes is on the old client CA")
+			Expect(out).To(MatchRegexp(`Kubeconfig\s+carousel:admin:\S+\s`), "the kubeconfig of the step nodes is on the old client CA")
 		}
 		Eventually(func(g Gomega) {
 			u := cluster(ctx).CARotation().OldCAUsage

@@ -378,6 +378,26 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(reachable.Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionControlPlaneReachable),
 			HaveField("Status", metav1.ConditionTrue))), "Prepared was observed: the API server accepted the new client CA")
 
+		By("taking a new admin kubeconfig, from the new client CA: the old-CA usage gate names the one from before until then")
+		Eventually(func(g Gomega) {
+			u := getCluster(ctx, key).CARotation().OldCAUsage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Dependents).To(ConsistOf(And(HaveField("Kind", v1alpha1.OldCADependentKubeconfig), HaveField("Name", "carousel:admin:test"))))
+		}).Should(Succeed())
+		out, err := kubectlCarousel(ctx, "kubeconfig", c.Name, "-n", c.Namespace, "--ttl", "30m", "--name", "test")
+		Expect(err).NotTo(HaveOccurred())
+		cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(out))
+		Expect(err).NotTo(HaveOccurred())
+		adminCerts, err := pki.ParseCertificates(cfg.CertData)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(pki.Verify(adminCerts[0], pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed(),
+			"signed by the new client CA")
+		Eventually(func(g Gomega) {
+			u := getCluster(ctx, key).CARotation().OldCAUsage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Total).To(BeZero(), "%+v", u.Dependents)
+		}).Should(Succeed(), "the new kubeconfig moved the user test to the new client CA")
+
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
 		waitForPhaseSlowly(ctx, key, v1alpha1.RotationCompleted)
 		kc, err := clientcmd.LoadFromFile(filepath.Join(agentDir, "kubeconfig"))

@@ -341,7 +341,7 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		By("keeping the new client CA, once the pool is back, while carol holds a kubeconfig from it")
 		Eventually(func(g Gomega) {
 			c = getCluster(ctx, key)
-			g.Expect(c.CARotation().AbortRolledBackTime).NotTo(BeNil())
+			g.Expect(c.IsPendingWorkerPool("manual")).To(BeFalse())
 			cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
 			g.Expect(cond).NotTo(BeNil())
 			g.Expect(cond.Reason).To(Equal(string(v1alpha1.ReasonWaitingForKubeconfigHolders)))
@@ -349,9 +349,13 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		}).Should(Succeed())
 		Consistently(func() *pki.KeyPair { return loadCAs(ctx, c)[v1alpha1.CARoleClient].Previous }).WithTimeout(2*time.Second).
 			ShouldNot(BeNil(), "the new client CA is kept while carol's kubeconfig from it is valid")
+		Expect(c.CARotation().AbortRolledBackTime).To(BeNil(), "the roll-back is recorded once no one is waited for")
 		expectNoOpReconciles(ctx, key)
 		By("carol takes a new kubeconfig, which kubectl carousel kubeconfig now signs from the old client CA")
-		recordKubeconfig(ctx, c, "carousel:admin:carol", before[v1alpha1.CARoleClient].Current)
+		_, signer, err := credentials.ClientCAInUse(ctx, k8s, c)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(signer.Cert.Equal(before[v1alpha1.CARoleClient].Current.Cert)).To(BeTrue(), "the plugin's signer is the old client CA again")
+		recordKubeconfig(ctx, c, "carousel:admin:carol", signer)
 		By("deleting the new CAs, then rolling the pool again to drop them from its nodes' trust")
 		Eventually(func(g Gomega) {
 			c = getCluster(ctx, key)

@@ -594,7 +594,9 @@ type CARotation struct {
 	LastAbortTime *metav1.Time `json:"lastAbortTime,omitempty"`
 
 	// AbortRolledBackTime is when, in Aborting, every certificate and
-	// every worker pool was first seen back on the old CAs. From then on
+	// every worker pool was first seen back on the old CAs, with no user of
+	// kubectl carousel kubeconfig holding a kubeconfig from the new client
+	// CA only (or the abort forced). From then on
 	// the new CAs are deleted, and the pools roll once more so that their
 	// nodes stop trusting them. Absent outside an abort.
 	//

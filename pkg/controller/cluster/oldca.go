@@ -115,6 +115,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		Started:         rot.LastInitiationTime.Time,
 		Since:           later(rot.LastInitiationFinishedTime.Time, now.Add(-window-oldca.Settling)),
 		NewClientIssuer: hex.EncodeToString(s.cas[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId),
+		OldClientIssuer: previousIssuer(s.cas[v1alpha1.CARoleClient]),
 		Certificates:    s.certs.clients,
 		Now:             now,
 		CollectingUntil: rot.LastInitiationFinishedTime.Add(oldca.Settling),
@@ -198,6 +199,15 @@ func issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool)
 	return issued, false
 }
 
+// previousIssuer is the hex subject key identifier of cas' previous CA;
+// empty when there is none.
+func previousIssuer(cas *credentials.CAs) string {
+	if cas.Previous == nil {
+		return ""
+	}
+	return hex.EncodeToString(cas.Previous.Cert.SubjectKeyId)
+}
+
 // kubeconfigHolders are, in Aborting once the client CAs are swapped back
 // and until the new one is deleted, the users holding kubeconfigs from the
 // new client CA only (oldca.Kubeconfigs.Stranded), for whom the abort
@@ -212,7 +222,7 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) []string {
 		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) + " does not parse: repair or delete it)"}
 	}
 	var users []string
-	for _, d := range issued.Stranded(hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId), r.Clock.Now()) {
+	for _, d := range issued.Stranded(previousIssuer(clientCAs), hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId), r.Clock.Now()) {
 		users = append(users, d.Name)
 		s.wakeAt(d.Expires)
 	}
