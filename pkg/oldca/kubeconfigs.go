@@ -2,7 +2,6 @@ package oldca
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,24 +40,11 @@ const KubeconfigsDataKey = "kubeconfigs.json"
 
 // ParseKubeconfigs reads a record; empty data is an empty record.
 func ParseKubeconfigs(data string) (*Kubeconfigs, error) {
-	k := &Kubeconfigs{}
-	if data == "" {
-		return k, nil
-	}
-	if err := json.Unmarshal([]byte(data), k); err != nil {
-		return nil, fmt.Errorf("parsing the record of issued kubeconfigs: %w", err)
-	}
-	return k, nil
+	return parseRecord[Kubeconfigs](data, "the record of issued kubeconfigs")
 }
 
 // String is the record as stored.
-func (k *Kubeconfigs) String() string {
-	data, err := json.Marshal(k)
-	if err != nil {
-		panic(err) // only strings and times
-	}
-	return string(data)
-}
+func (k *Kubeconfigs) String() string { return storedRecord(k) }
 
 // Add records issued and forgets every kubeconfig issued Retention or
 // longer before now.

@@ -71,19 +71,28 @@ const Retention = 25 * time.Hour
 
 // Parse reads a record; empty data is an empty record.
 func Parse(data string) (*Usage, error) {
-	u := &Usage{}
-	if data == "" {
-		return u, nil
-	}
-	if err := json.Unmarshal([]byte(data), u); err != nil {
-		return nil, fmt.Errorf("parsing the client-certificate usage record: %w", err)
-	}
-	return u, nil
+	return parseRecord[Usage](data, "the client-certificate usage record")
 }
 
 // String is the record as stored.
-func (u *Usage) String() string {
-	data, err := json.Marshal(u)
+func (u *Usage) String() string { return storedRecord(u) }
+
+// parseRecord reads a record of the package, what, as stored in a
+// ConfigMap; empty data is an empty record.
+func parseRecord[T any](data, what string) (*T, error) {
+	record := new(T)
+	if data == "" {
+		return record, nil
+	}
+	if err := json.Unmarshal([]byte(data), record); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", what, err)
+	}
+	return record, nil
+}
+
+// storedRecord is a record of the package as stored in a ConfigMap.
+func storedRecord(record any) string {
+	data, err := json.Marshal(record)
 	if err != nil {
 		panic(err) // only strings and times
 	}

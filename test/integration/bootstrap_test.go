@@ -328,15 +328,23 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(out).To(ContainSubstring("pool-a (InPlace): 1 node(s): " + nodeName))
 	})
 
-	It("hands out a short-lived admin kubeconfig with kubectl carousel", func(ctx SpecContext) {
+	// adminKubeconfig is what kubectl carousel kubeconfig --name test
+	// prints, and its certificate.
+	adminKubeconfig := func(ctx context.Context) (*rest.Config, *x509.Certificate) {
+		GinkgoHelper()
 		out, err := kubectlCarousel(ctx, "kubeconfig", c.Name, "-n", c.Namespace, "--ttl", "30m", "--name", "test")
 		Expect(err).NotTo(HaveOccurred())
 		cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(out))
 		Expect(err).NotTo(HaveOccurred())
 		certs, err := pki.ParseCertificates(cfg.CertData)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(certs[0].Subject.CommonName).To(Equal("carousel:admin:test"))
-		Expect(certs[0].NotAfter.Sub(certs[0].NotBefore)).To(Equal(30*time.Minute + pki.Backdate))
+		return cfg, certs[0]
+	}
+
+	It("hands out a short-lived admin kubeconfig with kubectl carousel", func(ctx SpecContext) {
+		cfg, cert := adminKubeconfig(ctx)
+		Expect(cert.Subject.CommonName).To(Equal("carousel:admin:test"))
+		Expect(cert.NotAfter.Sub(cert.NotBefore)).To(Equal(30*time.Minute + pki.Backdate))
 		Eventually(func() error {
 			_, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
 			return err
@@ -384,13 +392,8 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			g.Expect(u).NotTo(BeNil())
 			g.Expect(u.Dependents).To(ConsistOf(And(HaveField("Kind", v1alpha1.OldCADependentKubeconfig), HaveField("Name", "carousel:admin:test"))))
 		}).Should(Succeed())
-		out, err := kubectlCarousel(ctx, "kubeconfig", c.Name, "-n", c.Namespace, "--ttl", "30m", "--name", "test")
-		Expect(err).NotTo(HaveOccurred())
-		cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(out))
-		Expect(err).NotTo(HaveOccurred())
-		adminCerts, err := pki.ParseCertificates(cfg.CertData)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(pki.Verify(adminCerts[0], pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed(),
+		_, adminCert := adminKubeconfig(ctx)
+		Expect(pki.Verify(adminCert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed(),
 			"signed by the new client CA")
 		Eventually(func(g Gomega) {
 			u := getCluster(ctx, key).CARotation().OldCAUsage
