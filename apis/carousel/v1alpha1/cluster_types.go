@@ -684,9 +684,8 @@ const (
 	// certificate the new client CA did not sign.
 	OldCADependentSecret OldCADependentKind = "Secret"
 	// OldCADependentKubeconfig is a user of kubectl carousel kubeconfig
-	// (carousel:admin:<name>) holding a kubeconfig that has not expired,
-	// from another client CA than the one the rotation keeps, and no newer
-	// one from that CA.
+	// (carousel:admin:<name>) holding a kubeconfig from the old client CA
+	// that has not expired, and none from the new client CA issued since.
 	OldCADependentKubeconfig OldCADependentKind = "Kubeconfig"
 	// OldCADependentUser is a user the managed API server saw authenticate
 	// with a client certificate that the old client CA signed, or can only
