@@ -46,6 +46,7 @@ FUZZ_TARGETS := \
 	pkg/csr:FuzzDecide \
 	pkg/csr:FuzzNext \
 	pkg/csr:FuzzSign \
+	pkg/maintenance:FuzzLeft \
 	pkg/maintenance:FuzzWindow \
 	pkg/nodeagent:FuzzNextRotation \
 	pkg/noderenewal:FuzzParseRequest \

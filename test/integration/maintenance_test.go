@@ -106,6 +106,23 @@ var _ = Describe("Maintenance windows", func() {
 		Expect(queued()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonMaintenanceOperationNotAllowed),
 			HaveField("Message", ContainSubstring("complete-ca-rotation waits until the rotation's phase allows it: cannot complete the CA rotation in phase Completed"))))
 		Expect(getCluster(ctx, key).Annotations).To(HaveKeyWithValue(v1alpha1.MaintenanceOperationAnnotation, v1alpha1.OperationCompleteCARotation))
+
+		By("a rotation started and completed by hand outside the window: the queued complete goes with it, or it would complete the next one")
+		clk.SetTime(opening.Add(26 * time.Hour))
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		driven.until(ctx, v1alpha1.RotationPrepared)
+		Expect(getCluster(ctx, key).Annotations).To(HaveKeyWithValue(v1alpha1.MaintenanceOperationAnnotation, v1alpha1.OperationCompleteCARotation),
+			"a start leaves the completion queued for the rotation it starts")
+		for len(recorder.Events) > 0 {
+			<-recorder.Events
+		}
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		driven.pass(ctx)
+		Expect(getCluster(ctx, key).Annotations).NotTo(HaveKey(v1alpha1.MaintenanceOperationAnnotation))
+		Eventually(recorder.Events).Should(Receive(Equal("Normal " + v1alpha1.EventMaintenanceOperationDropped +
+			" Dropped carousel.dev/maintenance-operation=complete-ca-rotation: carousel.dev/operation=complete-ca-rotation did it, or ended the rotation it was for")))
+		driven.until(ctx, v1alpha1.RotationCompleted)
+		Expect(queued()).To(HaveField("Reason", v1alpha1.ReasonNothingQueued))
 	})
 })
 

@@ -145,9 +145,10 @@ const (
 	// EventMaintenanceOperationStarted: the maintenance window opened and
 	// the queued operation was moved to the operation annotation.
 	EventMaintenanceOperationStarted = "MaintenanceOperationStarted"
-	// EventMaintenanceOperationDropped: an abort dropped the completion
-	// queued for the maintenance window, which would have completed the
-	// next rotation.
+	// EventMaintenanceOperationDropped: an operation carried out by hand
+	// did, or made moot, the one queued for the maintenance window (an
+	// abort, the completion queued), which would have started or completed
+	// the next rotation.
 	EventMaintenanceOperationDropped = "MaintenanceOperationDropped"
 	// EventAutomaticCARotation: spec.caRotation.automatic made an operation
 	// due inside the maintenance window, and it was moved to the operation

@@ -168,42 +168,34 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	}
 	before := c.DeepCopy()
 	delete(c.Annotations, v1alpha1.OperationAnnotation)
-	queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	var drop bool
-	var keep string
-	if err == nil && op.Verb == v1alpha1.VerbAbortCARotation {
-		drop, keep = queuedCompletion(queued)
+	// What the operation did, or made moot, goes from the one queued for the
+	// maintenance window, which would otherwise start or complete the next
+	// rotation.
+	queued, isQueued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	var dropped bool
+	var rest string
+	if err == nil && isQueued {
+		dropped, rest = maintenance.Left(op, queued)
 	}
-	if drop && keep != "" {
-		c.Annotations[v1alpha1.MaintenanceOperationAnnotation] = keep
-	} else if drop {
+	switch {
+	case dropped && rest != "":
+		c.Annotations[v1alpha1.MaintenanceOperationAnnotation] = rest
+	case dropped:
 		delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
 	}
 	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("removing the operation annotation: %w", err)
 	}
 	switch {
-	case drop && keep != "":
+	case dropped && rest != "":
 		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
-			"Replaced %s=%s by %s: the CA rotation it was to complete was aborted, the service-account key rotation was not",
-			v1alpha1.MaintenanceOperationAnnotation, queued, keep)
-	case drop:
+			"Replaced %s=%s by %s: %s=%s did the rest, or ended the rotation it was for",
+			v1alpha1.MaintenanceOperationAnnotation, queued, rest, v1alpha1.OperationAnnotation, value)
+	case dropped:
 		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
-			"Dropped %s=%s: the rotation it was to complete was aborted", v1alpha1.MaintenanceOperationAnnotation, queued)
+			"Dropped %s=%s: %s=%s did it, or ended the rotation it was for", v1alpha1.MaintenanceOperationAnnotation, queued, v1alpha1.OperationAnnotation, value)
 	}
 	return nil
-}
-
-// queuedCompletion reports whether value, queued for the maintenance window,
-// completes a CA rotation, which an abort drops (or it would complete the
-// next rotation), and what of it still applies: the service-account key's
-// completion of a rotate-credentials-complete.
-func queuedCompletion(value string) (completes bool, keep string) {
-	op, err := v1alpha1.ParseOperation(value)
-	if err != nil || op.Verb.CAVerb() != v1alpha1.VerbCompleteCARotation {
-		return false, ""
-	}
-	return true, string(op.Verb.ServiceAccountKeyVerb())
 }
 
 // applyOperation records what op changes in the status of both rotations, in
