@@ -192,7 +192,7 @@ endef
 
 .PHONY: test-integration
 test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etcd.
-	$(GO_TEST) -count=1 -timeout 20m ./test/integration/... $(GINKGO_ARGS)
+	$(GO_TEST) -count=1 -timeout 30m ./test/integration/... $(GINKGO_ARGS)
 
 .PHONY: test-sharding
 test-sharding: envtest build $(HELM) ## Three manager processes as shards of kubernetes-controller-sharding's sharder, with the chart's RBAC: assignment, a killed shard's Clusters picked up, no Cluster written by two shards.

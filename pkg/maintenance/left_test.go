@@ -35,6 +35,14 @@ func TestLeft(t *testing.T) {
 		{credentialsStart, start, true, ""},
 		{keyStart, credentialsStart, true, start},
 		{start, complete, false, complete}, // queued in Completed for the rotation starting now
+		{complete, start, false, start},
+		{abort, credentialsStart, false, credentialsStart},
+		{keyStart, keyStart, true, ""},
+		{keyComplete, keyComplete, true, ""},
+		{keyStart, complete, false, complete},
+		{"rotate-rollout-workers=a", complete, false, complete},
+		{"reissue-service-account-key", keyStart, false, keyStart},
+		{"reissue-ca=etcd", start, false, start},
 		{"reconcile", complete, false, complete},
 		{"rollout-workers=a", complete, false, complete},
 		{complete, "not-an-operation", false, "not-an-operation"},
@@ -51,27 +59,49 @@ func TestLeft(t *testing.T) {
 
 // FuzzLeft checks Left on any pair of operation values: what it leaves is
 // the queued value itself or one of its parts, queueable when the queued
-// value was, nothing when every part went; and what it leaves, the same
-// operation takes nothing more from.
+// value was, nothing when every part went; a part goes exactly when the
+// operation did the same (a start, a completion or an abort of the CA
+// rotation, the same step of the key rotation); and what it leaves, the
+// same operation takes nothing more from.
 func FuzzLeft(f *testing.F) {
 	f.Add("abort-ca-rotation", "rotate-credentials-complete=force")
 	f.Add("rotate-serviceaccount-key-start", "rotate-credentials-start")
 	f.Add("complete-ca-rotation=force", "complete-ca-rotation")
 	f.Add("reconcile", "start-ca-rotation")
+	f.Add("start-ca-rotation-without-workers-rollout", "rotate-credentials-start")
+	f.Add("rotate-credentials-complete", "rotate-serviceaccount-key-complete")
+	f.Add("abort-ca-rotation=force", "start-ca-rotation")
+	f.Add("rollout-workers=a", "complete-ca-rotation=force")
 	f.Fuzz(func(t *testing.T, applied, queued string) {
 		op, err := v1alpha1.ParseOperation(applied)
 		if err != nil {
 			return // never applied
 		}
 		dropped, rest := Left(op, queued)
+		was, parseErr := v1alpha1.ParseOperation(queued)
+		if parseErr == nil {
+			var left v1alpha1.Operation
+			if rest != "" {
+				left, _ = v1alpha1.ParseOperation(rest)
+			}
+			done, qca := op.Verb.CAVerb(), was.Verb.CAVerb()
+			wantCA := qca != "" && (isStart(qca) && isStart(done) ||
+				qca == v1alpha1.VerbCompleteCARotation && (done == v1alpha1.VerbCompleteCARotation || done == v1alpha1.VerbAbortCARotation))
+			wantKey := was.Verb.ServiceAccountKeyVerb() != "" && was.Verb.ServiceAccountKeyVerb() == op.Verb.ServiceAccountKeyVerb()
+			if gotCA := qca != "" && left.Verb.CAVerb() == ""; gotCA != wantCA {
+				t.Fatalf("Left(%s, %s) = %q: CA part dropped %v, want %v", applied, queued, rest, gotCA, wantCA)
+			}
+			if gotKey := was.Verb.ServiceAccountKeyVerb() != "" && left.Verb.ServiceAccountKeyVerb() == ""; gotKey != wantKey {
+				t.Fatalf("Left(%s, %s) = %q: key part dropped %v, want %v", applied, queued, rest, gotKey, wantKey)
+			}
+		}
 		if !dropped {
 			if rest != queued {
 				t.Fatalf("Left(%s, %s) dropped nothing but left %q", applied, queued, rest)
 			}
 			return
 		}
-		was, err := v1alpha1.ParseOperation(queued)
-		if err != nil {
+		if parseErr != nil {
 			t.Fatalf("Left(%s, %q) dropped from a value that does not parse", applied, queued)
 		}
 		if rest == "" {

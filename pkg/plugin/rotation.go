@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/client/clientset/versioned"
+	"github.com/carousel-dev/carousel/pkg/maintenance"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -45,6 +46,9 @@ func addOperationFlags(cmd *cobra.Command, until string) *operationFlags {
 // for the maintenance window, and, with --wait, follows the phases until
 // target.
 func (e *env) requestOperation(ctx context.Context, name, operation string, target followTarget, f *operationFlags) error {
+	if _, err := maintenance.Queueable(operation); f.inWindow && err != nil {
+		return fmt.Errorf("--in-maintenance-window: %w", err) // what the webhook says, before anything is written
+	}
 	c, cl, err := e.clusterArg(ctx, name)
 	if err != nil {
 		return err
@@ -228,8 +232,8 @@ that is not held.
 		Example: `  # Roll the pool canary of the Cluster prod, and wait until it rolled
   kubectl carousel rotation rollout-workers prod canary -n team-a --wait
 
-  # Then the others, in the next maintenance window
-  kubectl carousel rotation rollout-workers prod pool-a pool-b -n team-a --in-maintenance-window`,
+  # Then the others
+  kubectl carousel rotation rollout-workers prod pool-a pool-b -n team-a`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) >= 2 {
 				return nil

@@ -113,6 +113,7 @@ var _ = Describe("Maintenance windows", func() {
 		driven.until(ctx, v1alpha1.RotationPrepared)
 		Expect(getCluster(ctx, key).Annotations).To(HaveKeyWithValue(v1alpha1.MaintenanceOperationAnnotation, v1alpha1.OperationCompleteCARotation),
 			"a start leaves the completion queued for the rotation it starts")
+		Expect(queued()).To(HaveField("Reason", v1alpha1.ReasonWaitingForMaintenanceWindow))
 		for len(recorder.Events) > 0 {
 			<-recorder.Events
 		}

@@ -586,7 +586,7 @@ var _ = Describe("Operations refused by the admission webhook", func() {
 		Entry("complete while Aborting", v1alpha1.RotationAborting, nil, v1alpha1.OperationCompleteCARotation,
 			"cannot complete the CA rotation in phase Aborting, only in phase Prepared: wait until the phase is Aborted"),
 		Entry("an unknown operation", v1alpha1.CARotationPhase(""), nil, "rotate-everything",
-			`unknown operation "rotate-everything": use one of start-ca-rotation, start-ca-rotation-without-workers-rollout, complete-ca-rotation[=force], abort-ca-rotation, rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, rotate-credentials-start, rotate-credentials-complete[=force], reconcile, rollout-workers=<pool>[,<pool>], rotate-rollout-workers=<pool>[,<pool>], reissue-ca=<role>[,<role>] or reissue-service-account-key`),
+			`unknown operation "rotate-everything": use one of start-ca-rotation, start-ca-rotation-without-workers-rollout, complete-ca-rotation[=force], abort-ca-rotation[=force], rotate-serviceaccount-key-start, rotate-serviceaccount-key-complete, rotate-credentials-start, rotate-credentials-complete[=force], reconcile, rollout-workers=<pool>[,<pool>], rotate-rollout-workers=<pool>[,<pool>], reissue-ca=<role>[,<role>] or reissue-service-account-key`),
 		Entry("an unknown pool", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-z",
 			`worker pool "pool-z" does not exist (phase Preparing): name pools from spec.workers`),
 		Entry("a pool that is not pending", v1alpha1.RotationPreparing, []string{"pool-a"}, "rollout-workers=pool-b",

@@ -189,7 +189,7 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	switch {
 	case dropped && rest != "":
 		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
-			"Replaced %s=%s by %s: %s=%s did the rest, or ended the rotation it was for",
+			"Replaced %s=%s by %s: %s=%s did, or made moot, the rest of it",
 			v1alpha1.MaintenanceOperationAnnotation, queued, rest, v1alpha1.OperationAnnotation, value)
 	case dropped:
 		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
