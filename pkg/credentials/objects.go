@@ -72,6 +72,23 @@ func IssuedKubeconfigsConfigMapName(cluster string) string {
 	return cluster + "-issued-kubeconfigs"
 }
 
+// KubeletCertificatesConfigMapName is the name of the ConfigMap in which
+// Carousel records the kubelet client certificates it signs (package oldca).
+func KubeletCertificatesConfigMapName(cluster string) string {
+	return cluster + "-kubelet-client-certificates"
+}
+
+// IsRecord says whether a labelled ConfigMap of the Cluster is one of the
+// records of package oldca, which the old-CA usage gate reads and nothing
+// else of the Cluster depends on.
+func IsRecord(cluster, configMap string) bool {
+	switch configMap {
+	case CertificateUsageConfigMapName(cluster), IssuedKubeconfigsConfigMapName(cluster), KubeletCertificatesConfigMapName(cluster):
+		return true
+	}
+	return false
+}
+
 // CALabels are the labels of a CA Secret.
 func CALabels(cluster string, role v1alpha1.CARole) map[string]string {
 	return map[string]string{v1alpha1.LabelCluster: cluster, v1alpha1.LabelCA: string(role)}

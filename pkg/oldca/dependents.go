@@ -12,9 +12,10 @@ import (
 
 // The user-name prefixes of the client certificates Carousel signs besides
 // its certificate Secrets: kubelets (through their CSRs) and kubeconfigs of
-// kubectl carousel kubeconfig. A kubelet is judged by its Node's report, a
-// kubeconfig by the plugin's record of it (Kubeconfigs), and either by when
-// its certificate was first seen, never by its name alone.
+// kubectl carousel kubeconfig. A kubelet is judged by its Node's report, or
+// without one by the signer's record (KubeletCertificates), a kubeconfig by
+// the plugin's record of it (Kubeconfigs), and either by when its
+// certificate was first seen, never by its name alone.
 const (
 	nodeUserPrefix  = "system:node:"
 	adminUserPrefix = "carousel:admin:"
@@ -48,6 +49,11 @@ type Facts struct {
 	// exists and does not parse.
 	Kubeconfigs           *Kubeconfigs
 	KubeconfigsUnreadable bool
+	// KubeletCertificates is the record of the kubelet client certificates
+	// Carousel signed; nil when there is none. KubeletCertificatesUnreadable:
+	// the record exists and does not parse.
+	KubeletCertificates           *KubeletCertificates
+	KubeletCertificatesUnreadable bool
 	// Usage is what the managed API server's audit events showed; nil when
 	// none were received.
 	Usage *Usage
@@ -102,15 +108,18 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //     the audit events since Prepared are still being collected, or when
 //     none came for Silence;
 //   - every Node whose node agent reports a client certificate from another
-//     CA than the new client CA, unless it is offline;
+//     CA than the new client CA, or, when no node agent reports, whose kubelet
+//     last got an unexpired certificate from the old client CA (its record
+//     KubeletCertificates.Stranded), unless it is offline; and the record
+//     itself when it does not parse;
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
 //   - every user of kubectl carousel kubeconfig holding an unexpired
 //     kubeconfig from the old client CA (Stranded), and the record of them
 //     itself when it does not parse;
 //   - every user seen since f.Since with a certificate that was in use
-//     before the rotation started; with a kubeconfig the record says
-//     another client CA than the new one signed; whose name is one of Carousel's
+//     before the rotation started; with a kubeconfig or kubelet certificate
+//     a record says another client CA than the new one signed; whose name is one of Carousel's
 //     certificate Secrets' but whose certificate is not one of theirs from
 //     the new client CA; or to whom Carousel issues no certificate at all,
 //     so that only the old client CA can have signed it. A node user whose
@@ -127,11 +136,22 @@ func Dependents(f Facts) []Dependent {
 		listedNodes[d.Name] = d.Kind == v1alpha1.OldCADependentNode
 		deps = append(deps, d)
 	}
+	if f.KubeletCertificatesUnreadable {
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubelet-certificates",
+			Message: "the record of the kubelet client certificates Carousel signed does not parse, so Carousel cannot tell which client CA signed those of kubelets without a node agent"})
+	}
 	for _, n := range f.Nodes {
-		if n.ClientIssuer != "" && n.ClientIssuer != f.NewClientIssuer && !n.Offline {
+		why := ""
+		switch {
+		case n.Offline:
+		case n.ClientIssuer == "":
+			why = f.KubeletCertificates.Stranded(n.Name, f.OldClientIssuer, f.Now)
+		case n.ClientIssuer != f.NewClientIssuer:
+			why = fmt.Sprintf("its node agent reports a client certificate from CA %s, not from the new client CA %s", short(n.ClientIssuer), short(f.NewClientIssuer))
+		}
+		if why != "" {
 			listedNodes[n.Name] = true
-			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentNode, Name: n.Name, Message: fmt.Sprintf(
-				"its node agent reports a client certificate from CA %s, not from the new client CA %s", short(n.ClientIssuer), short(f.NewClientIssuer))})
+			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentNode, Name: n.Name, Message: why})
 		}
 	}
 	current := map[string][]string{} // user -> fingerprints of its certificates from the new client CA
@@ -210,9 +230,14 @@ func users(f Facts, current map[string][]string, secretOf map[string]string, lis
 // or "" when it does not, or Carousel cannot tell.
 func reason(f Facts, c Credential, current map[string][]string, secretOf map[string]string) string {
 	id := "X509SHA256=" + short(c.Fingerprint)
-	// The record, which whoever may issue kubeconfigs writes, only ever adds
-	// a reason: it never clears what the audit events show.
+	// The records, of which whoever may issue kubeconfigs writes one, only
+	// ever add a reason: they never clear what the audit events show.
 	issued, recorded := f.Kubeconfigs.Find(c.Fingerprint)
+	what := "a kubeconfig (%s) that kubectl carousel kubeconfig issued"
+	if !recorded {
+		issued, recorded = f.KubeletCertificates.Find(c.Fingerprint)
+		what = "a kubelet client certificate (%s) that Carousel signed"
+	}
 	switch secret, ours := secretOf[c.User]; {
 	// lastInitiationTime has whole seconds: the rotation started within the
 	// second after Started, and no certificate of the new client CA is used
@@ -220,7 +245,7 @@ func reason(f Facts, c Credential, current map[string][]string, secretOf map[str
 	case c.FirstSeen.Before(f.Started.Add(time.Second)):
 		return fmt.Sprintf("authenticates with a client certificate (%s) that was in use before the rotation started, so the old client CA signed it", id)
 	case recorded && issued.User == c.User && issued.Issuer != f.NewClientIssuer && f.Now.Before(issued.NotAfter):
-		return fmt.Sprintf("authenticates with a kubeconfig (%s) that kubectl carousel kubeconfig issued %s from client CA %s, not the new client CA",
+		return fmt.Sprintf("authenticates with "+what+" %s from client CA %s, not the new client CA",
 			id, formatTime(issued.IssuedAt), short(issued.Issuer))
 	case ours && !slices.Contains(current[c.User], c.Fingerprint):
 		return fmt.Sprintf("authenticates with a client certificate (%s) that is not the one from the new client CA in Secret %s: the client has not loaded its renewed credentials", id, secret)

@@ -69,7 +69,7 @@ func FuzzStranded(f *testing.F) {
 		for len(data) >= 4 {
 			user, issuer, issued, ttl := data[0]%3, data[1]%3, data[2], data[3]
 			data = data[4:]
-			i := Kubeconfig{User: string('a' + rune(user)), Issuer: issuers[issuer], IssuedAt: t0.Add(time.Duration(issued) * time.Minute),
+			i := IssuedCertificate{User: string('a' + rune(user)), Issuer: issuers[issuer], IssuedAt: t0.Add(time.Duration(issued) * time.Minute),
 				Fingerprint: fmt.Sprint(len(k.Issued))}
 			i.NotAfter = i.IssuedAt.Add(time.Duration(ttl) * time.Minute)
 			k.Issued = append(k.Issued, i)

@@ -10,11 +10,13 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
-// Kubeconfig is one kubeconfig that kubectl carousel kubeconfig issued: the
-// user its certificate names, the certificate, the client CA that signed it,
-// and when it was issued and expires. The plugin records it before it prints
-// the kubeconfig, so that the gate knows of it whether or not it is used.
-type Kubeconfig struct {
+// IssuedCertificate is one client certificate Carousel issued outside its
+// Secrets, in a kubeconfig of kubectl carousel kubeconfig or to a kubelet: the
+// user it names, its fingerprint, the client CA that signed it, and when it
+// was issued and expires. Each is recorded before it is handed out (the
+// kubeconfig printed, the certificate posted on its CSR), so that the gate
+// knows of it whether or not it is used.
+type IssuedCertificate struct {
 	User string `json:"user"`
 	// Fingerprint is the hex SHA-256 of the certificate's DER, as in Credential.
 	Fingerprint string `json:"sha256"`
@@ -31,7 +33,7 @@ type Kubeconfig struct {
 // outlives its kubeconfig; and since entries go in the order they came, an
 // entry is never dropped before an earlier one of the same user.
 type Kubeconfigs struct {
-	Issued []Kubeconfig `json:"issued"`
+	Issued []IssuedCertificate `json:"issued"`
 }
 
 // KubeconfigsDataKey is the key of the kubeconfig record's ConfigMap that
@@ -48,21 +50,26 @@ func (k *Kubeconfigs) String() string { return storedRecord(k) }
 
 // Add records issued and forgets every kubeconfig issued Retention or
 // longer before now.
-func (k *Kubeconfigs) Add(issued Kubeconfig, now time.Time) {
+func (k *Kubeconfigs) Add(issued IssuedCertificate, now time.Time) {
 	cutoff := now.Add(-Retention)
-	k.Issued = append(slices.DeleteFunc(k.Issued, func(i Kubeconfig) bool { return !i.IssuedAt.After(cutoff) }), issued)
+	k.Issued = append(slices.DeleteFunc(k.Issued, func(i IssuedCertificate) bool { return !i.IssuedAt.After(cutoff) }), issued)
 }
 
 // Find returns the recorded kubeconfig whose certificate has fingerprint.
-func (k *Kubeconfigs) Find(fingerprint string) (Kubeconfig, bool) {
+func (k *Kubeconfigs) Find(fingerprint string) (IssuedCertificate, bool) {
 	if k == nil {
-		return Kubeconfig{}, false
+		return IssuedCertificate{}, false
 	}
-	i := slices.IndexFunc(k.Issued, func(i Kubeconfig) bool { return i.Fingerprint == fingerprint })
+	return find(k.Issued, fingerprint)
+}
+
+// find returns the certificate of issued that has fingerprint.
+func find(issued []IssuedCertificate, fingerprint string) (IssuedCertificate, bool) {
+	i := slices.IndexFunc(issued, func(i IssuedCertificate) bool { return i.Fingerprint == fingerprint })
 	if i < 0 {
-		return Kubeconfig{}, false
+		return IssuedCertificate{}, false
 	}
-	return k.Issued[i], true
+	return issued[i], true
 }
 
 // Stranded are the users who lose access when the client CA dropped is
@@ -77,7 +84,7 @@ func (k *Kubeconfigs) Stranded(dropped, stays string, now time.Time) []Dependent
 		return nil
 	}
 	type held struct {
-		latest Kubeconfig
+		latest IssuedCertificate
 		count  int
 		until  time.Time
 	}

@@ -123,7 +123,7 @@ func TestDependents(t *testing.T) {
 		}, want: []string{"Cluster/audit: the last audit event Carousel recorded from the API server is from 2026-11-26T13:01:00Z"}},
 		{name: "kubeconfigs: one from the old client CA, unexpired, the user not moved", facts: func(f *Facts) {
 			f.Now = at(70)
-			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{
+			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{
 				{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
 				{User: "carousel:admin:bob", Fingerprint: "k1", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
 				{User: "carousel:admin:bob", Fingerprint: "k2", Issuer: newCA, IssuedAt: at(65), NotAfter: at(600)},
@@ -133,7 +133,7 @@ func TestDependents(t *testing.T) {
 			want: []string{"Cluster/kubeconfigs: does not parse"}},
 		{name: "audit: the record adds what the time of first use cannot tell, and never clears what it does", facts: func(f *Facts) {
 			f.Now = at(90)
-			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{
+			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{
 				{User: "carousel:admin:bob", Fingerprint: "k1", Issuer: oldCA, IssuedAt: at(30), NotAfter: at(600)},
 				{User: "carousel:admin:bob", Fingerprint: "k2", Issuer: newCA, IssuedAt: at(65), NotAfter: at(600)},
 				{User: "carousel:admin:carol", Fingerprint: "k3", Issuer: oldCA, IssuedAt: at(30), NotAfter: at(80)},
@@ -150,16 +150,40 @@ func TestDependents(t *testing.T) {
 			"User/carousel:admin:dan: in use before the rotation started"}},
 		{name: "audit: a user listed for its kubeconfig is not listed again", facts: func(f *Facts) {
 			f.Now = at(86)
-			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}}}
+			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}}}
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:alice", "k0", -29, 85)}}
 		}, want: []string{"Kubeconfig/carousel:admin:alice: "}},
 		{name: "everything at once, in order", facts: func(f *Facts) {
 			f.NodesUnreadable = true
 			f.Nodes = []Node{{Name: "w2", ClientIssuer: oldCA}}
 			f.Certificates = append(f.Certificates, Certificate{Secret: "prod-scheduler", User: "system:kube-scheduler", Fingerprint: "s0"})
-			f.Kubeconfigs = &Kubeconfigs{Issued: []Kubeconfig{{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}}}
+			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{{User: "carousel:admin:alice", Fingerprint: "k0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}}}
 			f.Usage = &Usage{Credentials: []Credential{seen("zed", "z", 30, 61), seen("alice", "a", 30, 61)}}
 		}, want: []string{"Cluster/nodes: ", "Node/w2: ", "Secret/prod-scheduler: ", "Kubeconfig/carousel:admin:alice: ", "User/alice: ", "User/zed: "}},
+		{name: "kubelets without a node agent: judged by the last certificate Carousel signed them", facts: func(f *Facts) {
+			f.Now = at(70)
+			f.Nodes = []Node{{Name: "w0"}, {Name: "w1"}, {Name: "w2"}, {Name: "w3"}, {Name: "w4", Offline: true}, {Name: "w5", ClientIssuer: newCA}}
+			f.KubeletCertificates = &KubeletCertificates{Signed: []IssuedCertificate{
+				{User: "system:node:w0", Fingerprint: "n0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
+				{User: "system:node:w1", Fingerprint: "n1", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
+				{User: "system:node:w1", Fingerprint: "n2", Issuer: newCA, IssuedAt: at(20), NotAfter: at(600)}, // moved
+				{User: "system:node:w2", Fingerprint: "n3", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(60)}, // expired
+				{User: "system:node:w4", Fingerprint: "n4", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
+				{User: "system:node:w5", Fingerprint: "n5", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}, // its agent says otherwise
+				{User: "system:node:gone", Fingerprint: "n6", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}, // no Node
+			}}
+		}, want: []string{"Node/w0: the last one Carousel signed it (X509SHA256=n0, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z"}},
+		{name: "audit: a kubelet still on a certificate the record says the old client CA signed", facts: func(f *Facts) {
+			f.Now = at(70)
+			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA}}
+			f.KubeletCertificates = &KubeletCertificates{Signed: []IssuedCertificate{
+				{User: "system:node:w1", Fingerprint: "n1", Issuer: oldCA, IssuedAt: at(20), NotAfter: at(600)},
+				{User: "system:node:w1", Fingerprint: "n2", Issuer: newCA, IssuedAt: at(30), NotAfter: at(600)},
+			}}
+			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w1", "n1", 20, 65), seen("system:node:w1", "n2", 30, 90)}}
+		}, want: []string{"User/system:node:w1: a kubelet client certificate (X509SHA256=n1) that Carousel signed 2026-11-26T12:20:00Z from client CA bbbbbbbbbbbbbbbb"}},
+		{name: "the record of kubelet certificates does not parse", facts: func(f *Facts) { f.KubeletCertificatesUnreadable = true },
+			want: []string{"Cluster/kubelet-certificates: does not parse"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,9 +220,9 @@ func TestAUserIsListedOnceWithItsLatestUse(t *testing.T) {
 
 func TestKubeconfigsAdd(t *testing.T) {
 	k := &Kubeconfigs{}
-	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "01", IssuedAt: at(0), NotAfter: at(10)}, at(0))
-	k.Add(Kubeconfig{User: "carousel:admin:b", Fingerprint: "02", IssuedAt: at(30), NotAfter: at(90)}, at(30))
-	k.Add(Kubeconfig{User: "carousel:admin:a", Fingerprint: "03", IssuedAt: at(60), NotAfter: at(120)}, at(0).Add(Retention))
+	k.Add(IssuedCertificate{User: "carousel:admin:a", Fingerprint: "01", IssuedAt: at(0), NotAfter: at(10)}, at(0))
+	k.Add(IssuedCertificate{User: "carousel:admin:b", Fingerprint: "02", IssuedAt: at(30), NotAfter: at(90)}, at(30))
+	k.Add(IssuedCertificate{User: "carousel:admin:a", Fingerprint: "03", IssuedAt: at(60), NotAfter: at(120)}, at(0).Add(Retention))
 	var fps []string
 	for _, i := range k.Issued {
 		fps = append(fps, i.Fingerprint)
@@ -224,31 +248,73 @@ func TestKubeconfigsAdd(t *testing.T) {
 	}
 }
 
+func TestKubeletCertificatesAdd(t *testing.T) {
+	signed := func(node, fp, issuer string, from, until int) IssuedCertificate {
+		return IssuedCertificate{User: "system:node:" + node, Fingerprint: fp, Issuer: issuer, IssuedAt: at(from), NotAfter: at(until)}
+	}
+	k := &KubeletCertificates{}
+	k.Add([]IssuedCertificate{signed("a", "01", "old", 0, 600), signed("b", "02", "old", 0, 30)}, at(0))
+	k.Add([]IssuedCertificate{signed("a", "03", "new", 10, 600), signed("a", "04", "old", 20, 600)}, at(20))
+	k.Add(nil, at(30))
+	var fps []string
+	for _, i := range k.Signed {
+		fps = append(fps, i.Fingerprint)
+	}
+	if !slices.Equal(fps, []string{"03", "04"}) {
+		t.Fatalf("record %v: want the last of each node and CA, in the order recorded, without the expired one", fps)
+	}
+	if why := k.Stranded("a", "old", at(30)); !strings.Contains(why, "X509SHA256=04") {
+		t.Fatalf("Stranded(a) = %q: want the last certificate, 04 from the old CA, named", why)
+	}
+	if why := k.Stranded("a", "new", at(30)); why != "" {
+		t.Fatalf("Stranded(a) with the other CA dropped = %q, want nothing: its last certificate is from the CA that stays", why)
+	}
+	if why := k.Stranded("b", "old", at(30)); why != "" {
+		t.Fatalf("Stranded(b) = %q, want nothing: its certificate expired", why)
+	}
+	if why := (*KubeletCertificates)(nil).Stranded("a", "", at(30)); why != "" {
+		t.Fatalf("no record: %q", why)
+	}
+	back, err := ParseKubeletCertificates(k.String())
+	if err != nil || back.String() != k.String() {
+		t.Fatalf("the record does not survive storage: %v, %s", err, back)
+	}
+	if _, found := back.Find("03"); !found {
+		t.Fatal("a recorded fingerprint not found")
+	}
+	if _, found := back.Find("01"); found {
+		t.Fatal("a replaced fingerprint found")
+	}
+	if _, err := ParseKubeletCertificates("{"); err == nil {
+		t.Fatal("a corrupt record parsed")
+	}
+}
+
 func TestStranded(t *testing.T) {
 	const newCA, oldCA, goneCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb", "cccccccccccccccccccc"
-	issued := func(user, fp, issuer string, from, until int) Kubeconfig {
-		return Kubeconfig{User: "carousel:admin:" + user, Fingerprint: fp, Issuer: issuer, IssuedAt: at(from), NotAfter: at(until)}
+	issued := func(user, fp, issuer string, from, until int) IssuedCertificate {
+		return IssuedCertificate{User: "carousel:admin:" + user, Fingerprint: fp, Issuer: issuer, IssuedAt: at(from), NotAfter: at(until)}
 	}
 	tests := []struct {
 		name   string
-		issued []Kubeconfig
+		issued []IssuedCertificate
 		want   []string // name: message fragment
 	}{
 		{name: "none"},
-		{name: "from the CA that stays", issued: []Kubeconfig{issued("alice", "01", newCA, 0, 600)}},
-		{name: "from the CA dropped, unexpired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600)},
+		{name: "from the CA that stays", issued: []IssuedCertificate{issued("alice", "01", newCA, 0, 600)}},
+		{name: "from the CA dropped, unexpired", issued: []IssuedCertificate{issued("alice", "01", oldCA, 0, 600)},
 			want: []string{"carousel:admin:alice: (X509SHA256=01) issued 2026-11-26T12:00:00Z from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z: issue it a new one with --name alice"}},
-		{name: "from the CA dropped, expired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 100)}},
-		{name: "from a CA deleted before: nothing to lose", issued: []Kubeconfig{issued("alice", "01", goneCA, 0, 600)}},
-		{name: "moved: one from the CA that stays recorded after it, even expired", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 20)}},
-		{name: "the record's order decides, not the issuing machines' clocks", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, -60, 600)}},
-		{name: "a newer one for another user moves nobody else", issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("bob", "02", newCA, 10, 600)},
+		{name: "from the CA dropped, expired", issued: []IssuedCertificate{issued("alice", "01", oldCA, 0, 100)}},
+		{name: "from a CA deleted before: nothing to lose", issued: []IssuedCertificate{issued("alice", "01", goneCA, 0, 600)}},
+		{name: "moved: one from the CA that stays recorded after it, even expired", issued: []IssuedCertificate{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 20)}},
+		{name: "the record's order decides, not the issuing machines' clocks", issued: []IssuedCertificate{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, -60, 600)}},
+		{name: "a newer one for another user moves nobody else", issued: []IssuedCertificate{issued("alice", "01", oldCA, 0, 600), issued("bob", "02", newCA, 10, 600)},
 			want: []string{"carousel:admin:alice: X509SHA256=01"}},
 		{name: "moved, then took more from the CA dropped: the latest is named, the last to expire gives the time",
-			issued: []Kubeconfig{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 600),
+			issued: []IssuedCertificate{issued("alice", "01", oldCA, 0, 600), issued("alice", "02", newCA, 10, 600),
 				issued("alice", "03", oldCA, 20, 700), issued("alice", "04", oldCA, 30, 650)},
 			want: []string{"carousel:admin:alice: (X509SHA256=04) issued 2026-11-26T12:30:00Z from client CA bbbbbbbbbbbbbbbb (and 1 more before it), valid until 2026-11-26T23:40:00Z"}},
-		{name: "one per user, by name", issued: []Kubeconfig{issued("zed", "01", oldCA, 0, 600), issued("alice", "02", oldCA, 5, 600)},
+		{name: "one per user, by name", issued: []IssuedCertificate{issued("zed", "01", oldCA, 0, 600), issued("alice", "02", oldCA, 5, 600)},
 			want: []string{"carousel:admin:alice: X509SHA256=02", "carousel:admin:zed: X509SHA256=01"}},
 	}
 	for _, tt := range tests {

@@ -162,7 +162,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	connections := &clustercache.Cache{Management: mgr.GetClient(), Scheme: mgr.GetScheme(), QPS: opts.ManagedQPS, Burst: opts.ManagedBurst}
 	if opts.CSRControllers {
 		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration, Concurrency: opts.CSRConcurrency,
-			Metrics: kubeletcsr.NewMetrics(metrics.Registry)}
+			Metrics: kubeletcsr.NewMetrics(metrics.Registry), Recorder: kubeletcsr.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), clk)}
 		if err := csrs.SetupWithManager(mgr); err != nil {
 			return err
 		}

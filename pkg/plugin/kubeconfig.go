@@ -95,7 +95,7 @@ CA of now.`,
 			if err != nil {
 				return err
 			}
-			if err := recordKubeconfig(ctx, c, cl, oldca.Kubeconfig{User: user, Fingerprint: pki.Fingerprint(kp.Cert),
+			if err := recordKubeconfig(ctx, c, cl, oldca.IssuedCertificate{User: user, Fingerprint: pki.Fingerprint(kp.Cert),
 				Issuer: hex.EncodeToString(clientCA.Cert.SubjectKeyId), IssuedAt: e.clock.Now().UTC().Truncate(time.Second),
 				NotAfter: kp.Cert.NotAfter.UTC()}, e.clock.Now()); err != nil {
 				return fmt.Errorf("the kubeconfig was not printed: recording it for the old-CA usage gate: %w", err)
@@ -125,7 +125,7 @@ func defaultKubeconfigName() string {
 // a kubeconfig it did not know of would be locked out unseen when a
 // rotation drops the CA that signed it. The record belongs to the Cluster,
 // which the operator reconciles when it changes.
-func recordKubeconfig(ctx context.Context, c client.Client, cl *v1alpha1.Cluster, issued oldca.Kubeconfig, now time.Time) error {
+func recordKubeconfig(ctx context.Context, c client.Client, cl *v1alpha1.Cluster, issued oldca.IssuedCertificate, now time.Time) error {
 	key := client.ObjectKey{Namespace: cl.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(cl.Name)}
 	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
 	return retry.OnError(retry.DefaultRetry, retriable, func() error {

@@ -164,7 +164,7 @@ func (h handDriven) until(ctx context.Context, phase v1alpha1.CARotationPhase) {
 func recordKubeconfig(ctx context.Context, c *v1alpha1.Cluster, user string, issuer *pki.KeyPair) {
 	GinkgoHelper()
 	now := time.Now().UTC().Truncate(time.Second)
-	issued := oldca.Kubeconfig{User: user, Fingerprint: fmt.Sprintf("%x", now.UnixNano()), Issuer: hex.EncodeToString(issuer.Cert.SubjectKeyId),
+	issued := oldca.IssuedCertificate{User: user, Fingerprint: fmt.Sprintf("%x", now.UnixNano()), Issuer: hex.EncodeToString(issuer.Cert.SubjectKeyId),
 		IssuedAt: now, NotAfter: now.Add(time.Hour)}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(c.Name)}}
 	_, err := controllerutil.CreateOrUpdate(ctx, k8s, cm, func() error {

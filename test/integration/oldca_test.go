@@ -49,7 +49,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		key   client.ObjectKey
 		robot *rest.Config // signed from the old client CA by hand: Carousel issues this user nothing
 		// issuedKubeconfigs is the record of the kubeconfigs kubectl carousel issued.
-		issuedKubeconfigs func(context.Context) []oldca.Kubeconfig
+		issuedKubeconfigs func(context.Context) []oldca.IssuedCertificate
 		alice             *rest.Config // what kubectl carousel kubeconfig signed before the rotation
 		writes            atomic.Int64
 		users             []func() // stop the clients in use
@@ -66,7 +66,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 	usage := func(ctx context.Context) *v1alpha1.OldCAUsage {
 		return getCluster(ctx, key).CARotation().OldCAUsage
 	}
-	issuedKubeconfigs = func(ctx context.Context) []oldca.Kubeconfig {
+	issuedKubeconfigs = func(ctx context.Context) []oldca.IssuedCertificate {
 		GinkgoHelper()
 		cm := &corev1.ConfigMap{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(key.Name)}, cm)).To(Succeed())

@@ -145,6 +145,8 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		facts.Usage = usage
 	}
 	facts.Kubeconfigs, facts.KubeconfigsUnreadable = issuedKubeconfigs(ctx, s)
+	facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = readRecord(ctx, s,
+		credentials.KubeletCertificatesConfigMapName(c.Name), oldca.KubeletCertificatesDataKey, oldca.ParseKubeletCertificates)
 	deps := oldca.Dependents(facts)
 	status := usageStatus(deps, facts.Usage != nil)
 	if !equality.Semantic.DeepEqual(status, rot.OldCAUsage) {
@@ -187,16 +189,23 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 // issued for the Cluster; nil when there is none, and true when it does not
 // parse.
 func issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool) {
-	cm := s.objs.configMaps[credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)]
+	return readRecord(ctx, s, credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name), oldca.KubeconfigsDataKey, oldca.ParseKubeconfigs)
+}
+
+// readRecord is the record of package oldca that the Cluster's ConfigMap
+// configMap keeps under key; nil when there is none, and true when it does
+// not parse.
+func readRecord[T any](ctx context.Context, s *scope, configMap, key string, parse func(string) (*T, error)) (*T, bool) {
+	cm := s.objs.configMaps[configMap]
 	if cm == nil {
 		return nil, false
 	}
-	issued, err := oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
+	record, err := parse(cm.Data[key])
 	if err != nil {
-		log.FromContext(ctx).Info("the record of issued kubeconfigs does not parse", "error", err.Error())
+		log.FromContext(ctx).Info("a record of the old-CA usage gate does not parse", "configMap", configMap, "error", err.Error())
 		return nil, true
 	}
-	return issued, false
+	return record, false
 }
 
 // previousIssuer is the hex subject key identifier of cas' previous CA;

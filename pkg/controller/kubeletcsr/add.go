@@ -51,6 +51,9 @@ type Controllers struct {
 	// the managed clusters; zero means DefaultConcurrency.
 	Concurrency int
 	Metrics     *Metrics
+	// Recorder records the client certificates signed, for the old-CA
+	// usage gate; nil records none.
+	Recorder *Recorder
 
 	controller controller.TypedController[Request]
 	mu         sync.Mutex
@@ -140,7 +143,7 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 	}
 	c := &connected{ctx: conn.Context(), synced: informer.HasSynced,
 		reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
-			maxDuration: cs.MaxDuration, metrics: cs.Metrics}}
+			maxDuration: cs.MaxDuration, metrics: cs.Metrics, recorder: cs.Recorder}}
 	cs.mu.Lock()
 	if cs.clusters == nil {
 		cs.clusters = map[client.ObjectKey]*connected{}

@@ -2,6 +2,7 @@ package kubeletcsr
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/csr"
+	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -36,6 +38,9 @@ type csrReconciler struct {
 	clock       clock.PassiveClock
 	maxDuration time.Duration
 	metrics     *Metrics
+	// recorder records each client certificate before it is posted; nil
+	// records none.
+	recorder *Recorder
 	// approvedAt remembers when this process approved a CSR (by UID), for
 	// the approval-to-signing latency: conditions only keep whole seconds.
 	approvedAt sync.Map
@@ -193,6 +198,9 @@ func (r *csrReconciler) sign(ctx context.Context, c *v1alpha1.Cluster, obj *cert
 	if err == nil {
 		cert, err = csr.Sign(obj, ca, r.maxDuration, r.clock.Now())
 	}
+	if err == nil {
+		err = r.record(ctx, c, obj.Spec.SignerName, cert, ca)
+	}
 	var refused *csr.RefusedError
 	switch {
 	case errors.As(err, &refused):
@@ -220,6 +228,25 @@ func (r *csrReconciler) sign(ctx context.Context, c *v1alpha1.Cluster, obj *cert
 	if len(obj.Status.Certificate) > 0 {
 		at, _ := approvedAt.(time.Time)
 		r.metrics.signed(c, obj, at, r.clock.Now())
+	}
+	return nil
+}
+
+// record has the recorder record a client certificate (a serving one
+// authenticates nobody) before it is posted, with the CA that signed it.
+func (r *csrReconciler) record(ctx context.Context, c *v1alpha1.Cluster, signer string, certPEM []byte, ca *pki.KeyPair) error {
+	if r.recorder == nil || signer != certificatesv1.KubeAPIServerClientKubeletSignerName {
+		return nil
+	}
+	certs, err := pki.ParseCertificates(certPEM)
+	if err != nil {
+		return err
+	}
+	cert := certs[0]
+	err = r.recorder.Record(ctx, c, oldca.IssuedCertificate{User: cert.Subject.CommonName, Fingerprint: pki.Fingerprint(cert),
+		Issuer: hex.EncodeToString(ca.Cert.SubjectKeyId), IssuedAt: r.clock.Now().UTC(), NotAfter: cert.NotAfter.UTC()})
+	if err != nil {
+		return fmt.Errorf("recording the certificate for the old-CA usage gate: %w", err)
 	}
 	return nil
 }

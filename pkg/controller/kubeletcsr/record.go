@@ -1,0 +1,186 @@
+package kubeletcsr
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
+)
+
+// Recorder keeps each Cluster's record of the kubelet client certificates
+// Carousel signs (oldca.KubeletCertificates), which the old-CA usage gate
+// reads to judge kubelets that no node agent reports for. The signer records
+// a certificate before it posts it, so that no kubelet holds one the record
+// lacks.
+//
+// Writes are group commits, one writer per Cluster: the certificates signed
+// for a Cluster while its record is being written go into the next write
+// together, so a storm of bootstrapping kubelets costs a write per batch,
+// not per CSR. The writer keeps the ConfigMap it last wrote and reads it
+// again only after a conflict (another replica wrote it), so a batch costs
+// one request.
+type Recorder struct {
+	client    client.Client // the management cluster
+	apiReader client.Reader // the management cluster, uncached
+	clock     clock.PassiveClock
+
+	mu      sync.Mutex
+	records map[client.ObjectKey]*record
+}
+
+// NewRecorder returns a Recorder that writes with c, reads with apiReader
+// (uncached) and takes the time from clk.
+func NewRecorder(c client.Client, apiReader client.Reader, clk clock.PassiveClock) *Recorder {
+	return &Recorder{client: c, apiReader: apiReader, clock: clk, records: map[client.ObjectKey]*record{}}
+}
+
+// record is one Cluster's record as its writer sees it.
+type record struct {
+	mu      sync.Mutex
+	pending []signed // waiting for the next write
+	writing bool     // a writer runs; only it touches written
+	// written is the ConfigMap as last written or read; nil: read it again.
+	written *corev1.ConfigMap
+}
+
+// signed is a certificate waiting to be recorded, and its signer waiting.
+type signed struct {
+	cluster *v1alpha1.Cluster
+	cert    oldca.IssuedCertificate
+	done    chan error
+}
+
+// recordTimeout bounds one write of a record.
+const recordTimeout = 30 * time.Second
+
+// Record adds cert, signed for the Cluster c, to c's record, and returns
+// once it is written, with the write's error, or when ctx ends.
+func (r *Recorder) Record(ctx context.Context, c *v1alpha1.Cluster, cert oldca.IssuedCertificate) error {
+	key := client.ObjectKeyFromObject(c)
+	r.mu.Lock()
+	rec := r.records[key]
+	if rec == nil {
+		rec = &record{}
+		r.records[key] = rec
+	}
+	r.mu.Unlock()
+	done := make(chan error, 1)
+	rec.mu.Lock()
+	rec.pending = append(rec.pending, signed{cluster: c, cert: cert, done: done})
+	if !rec.writing {
+		rec.writing = true
+		go r.write(key, rec)
+	}
+	rec.mu.Unlock()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// write writes rec's pending certificates, a batch at a time, until none
+// are left. A record no longer written stays in memory without its
+// ConfigMap: it is as small as a Cluster's key.
+func (r *Recorder) write(key client.ObjectKey, rec *record) {
+	for {
+		rec.mu.Lock()
+		batch := rec.pending
+		rec.pending = nil
+		if len(batch) == 0 {
+			rec.writing = false
+			rec.written = nil // not kept while idle: a fleet's records would fill memory
+			rec.mu.Unlock()
+			return
+		}
+		rec.mu.Unlock()
+		certs := make([]oldca.IssuedCertificate, len(batch))
+		for i, s := range batch {
+			certs[i] = s.cert
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) },
+			func() error { return r.merge(ctx, key, rec, batch[len(batch)-1].cluster, certs) })
+		cancel()
+		for _, s := range batch {
+			s.done <- err
+		}
+	}
+}
+
+// merge adds certs to the Cluster's record ConfigMap, creating it
+// (controlled by c) when there is none.
+func (r *Recorder) merge(ctx context.Context, key client.ObjectKey, rec *record, c *v1alpha1.Cluster, certs []oldca.IssuedCertificate) error {
+	name := client.ObjectKey{Namespace: key.Namespace, Name: credentials.KubeletCertificatesConfigMapName(key.Name)}
+	if rec.written == nil {
+		cm := &corev1.ConfigMap{}
+		err := r.apiReader.Get(ctx, name, cm)
+		if apierrors.IsNotFound(err) {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name}}
+			if err := r.fill(cm, c, &oldca.KubeletCertificates{}, certs); err != nil {
+				return err
+			}
+			if err := r.client.Create(ctx, cm); err != nil {
+				return err
+			}
+			rec.written = cm
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rec.written = cm
+	}
+	record, err := oldca.ParseKubeletCertificates(rec.written.Data[oldca.KubeletCertificatesDataKey])
+	if err != nil {
+		// Refusing to sign would stop every kubelet from joining: start the
+		// record over instead. The gate listed the broken record meanwhile.
+		log.FromContext(ctx).Info("the record of signed kubelet certificates does not parse; starting it over", "configMap", name, "error", err.Error())
+		record = &oldca.KubeletCertificates{}
+	}
+	cm := rec.written.DeepCopy()
+	if err := r.fill(cm, c, record, certs); err != nil {
+		return err
+	}
+	if err := r.client.Update(ctx, cm); err != nil { // with the resourceVersion read or written last
+		rec.written = nil
+		return err
+	}
+	rec.written = cm
+	return nil
+}
+
+// fill puts record, with certs added, into cm, and the label and
+// controller by which the Cluster's reconciler finds it and hears of it.
+func (r *Recorder) fill(cm *corev1.ConfigMap, c *v1alpha1.Cluster, record *oldca.KubeletCertificates, certs []oldca.IssuedCertificate) error {
+	if !c.DeletionTimestamp.IsZero() {
+		return errors.New("the Cluster is being deleted")
+	}
+	record.Add(certs, r.clock.Now())
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[oldca.KubeletCertificatesDataKey] = record.String()
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	cm.Labels[v1alpha1.LabelCluster] = c.Name
+	if metav1.GetControllerOf(cm) == nil {
+		return controllerutil.SetControllerReference(c, cm, r.client.Scheme())
+	}
+	return nil
+}

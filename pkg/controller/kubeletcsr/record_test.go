@@ -1,0 +1,181 @@
+package kubeletcsr
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// kubeletRecord reads the Cluster's record of signed kubelet certificates.
+func kubeletRecord(t *testing.T, c client.Reader, cluster *v1alpha1.Cluster) (*corev1.ConfigMap, *oldca.KubeletCertificates) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: cluster.Namespace, Name: credentials.KubeletCertificatesConfigMapName(cluster.Name)}
+	if err := c.Get(context.Background(), key, cm); err != nil {
+		t.Fatalf("the record: %v", err)
+	}
+	record, err := oldca.ParseKubeletCertificates(cm.Data[oldca.KubeletCertificatesDataKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm, record
+}
+
+// TestClientCertificateIsRecordedBeforeItIsPosted: a kubelet never holds a
+// client certificate the record lacks. While the record cannot be written,
+// the CSR stays unsigned (and is retried); once it can, the certificate
+// posted is the one recorded, with the CA that signed it. Serving
+// certificates, which authenticate nobody, are not recorded.
+func TestClientCertificateIsRecordedBeforeItIsPosted(t *testing.T) {
+	f := newFixture(t)
+	client1 := kubeletCSR(t, "client-1", certificatesv1.KubeAPIServerClientKubeletSignerName, testKey(t), testNow.Add(-time.Minute))
+	serving := kubeletCSR(t, "serving-1", certificatesv1.KubeletServingSignerName, testKey(t), testNow.Add(-time.Minute), "worker-1")
+	for _, obj := range []*certificatesv1.CertificateSigningRequest{client1, serving} {
+		obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow)}
+		f.remote = append(f.remote, obj)
+	}
+	refused := errors.New("admission webhook refused the write")
+	var failing atomic.Bool
+	failing.Store(true)
+	r, remote := f.build(&interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*corev1.ConfigMap); ok && failing.Load() {
+			return refused
+		}
+		return c.Create(ctx, obj, opts...)
+	}})
+	management := r.management.(client.Client)
+	r.recorder = NewRecorder(management, management, f.clock)
+
+	if _, err := reconcileCSR(t, r, "client-1"); !errors.Is(err, refused) {
+		t.Fatalf("Reconcile = %v, want the record's error returned for a retry", err)
+	}
+	if got := getCSR(t, remote, "client-1").Status.Certificate; len(got) != 0 {
+		t.Fatal("the certificate was posted though it could not be recorded")
+	}
+	failing.Store(false)
+	if _, err := reconcileCSR(t, r, "client-1"); err != nil {
+		t.Fatal(err)
+	}
+	posted, err := pki.ParseCertificates(getCSR(t, remote, "client-1").Status.Certificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, record := kubeletRecord(t, management, f.cluster)
+	want := oldca.IssuedCertificate{User: "system:node:worker-1", Fingerprint: pki.Fingerprint(posted[0]),
+		Issuer: hex.EncodeToString(f.clientCA.Cert.SubjectKeyId), IssuedAt: testNow, NotAfter: posted[0].NotAfter.UTC()}
+	if len(record.Signed) != 1 || record.Signed[0] != want {
+		t.Fatalf("record %+v, want only %+v", record.Signed, want)
+	}
+	if owner := metav1.GetControllerOf(cm); owner == nil || owner.Name != f.cluster.Name || cm.Labels[v1alpha1.LabelCluster] != f.cluster.Name {
+		t.Fatalf("the record is not labelled and controlled by its Cluster: %v %v", cm.Labels, cm.OwnerReferences)
+	}
+
+	if _, err := reconcileCSR(t, r, "serving-1"); err != nil {
+		t.Fatal(err)
+	}
+	if len(getCSR(t, remote, "serving-1").Status.Certificate) == 0 {
+		t.Fatal("the serving certificate was not signed")
+	}
+	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != 1 {
+		t.Fatalf("a serving certificate was recorded: %+v", record.Signed)
+	}
+}
+
+// TestRecorderWritesConcurrentCertificatesTogether: the certificates signed
+// while a write is under way go into one next write, and one written by
+// another replica meanwhile is kept.
+func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
+	f := newFixture(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var writes atomic.Int32
+	r, _ := f.build(&interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				writes.Add(1)
+				close(entered)
+				<-release
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				writes.Add(1)
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	management := r.management.(client.Client)
+	rec := NewRecorder(management, management, f.clock)
+	cert := func(i int) oldca.IssuedCertificate {
+		return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
+			IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
+	}
+	const n = 10
+	errs := make(chan error, n+1)
+	go func() { errs <- rec.Record(context.Background(), f.cluster, cert(0)) }()
+	<-entered
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		wg.Go(func() { errs <- rec.Record(context.Background(), f.cluster, cert(i)) })
+	}
+	// Every one of them is queued behind the write under way.
+	rec.mu.Lock()
+	queue := rec.records[client.ObjectKeyFromObject(f.cluster)]
+	rec.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		queue.mu.Lock()
+		queued := len(queue.pending)
+		queue.mu.Unlock()
+		if queued == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d certificates queued", queued, n)
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	wg.Wait()
+	for range n + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := writes.Load(); got != 2 {
+		t.Fatalf("%d writes for %d certificates signed during one write, want 2: the first, then the rest together", got, n+1)
+	}
+	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+1 {
+		t.Fatalf("record has %d certificates, want %d", len(record.Signed), n+1)
+	}
+
+	// Another replica's write, then this one's: both stay.
+	cm, record := kubeletRecord(t, management, f.cluster)
+	record.Add([]oldca.IssuedCertificate{cert(100)}, testNow)
+	cm.Data[oldca.KubeletCertificatesDataKey] = record.String()
+	if err := management.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Record(context.Background(), f.cluster, cert(101)); err != nil {
+		t.Fatal(err)
+	}
+	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+3 {
+		t.Fatalf("record has %d certificates, want %d: another replica's was lost", len(record.Signed), n+3)
+	}
+}
