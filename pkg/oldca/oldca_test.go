@@ -169,7 +169,7 @@ func TestDependents(t *testing.T) {
 				{User: "system:node:w1", Fingerprint: "n2", Issuer: newCA, IssuedAt: at(20), NotAfter: at(600)}, // moved
 				{User: "system:node:w2", Fingerprint: "n3", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(60)}, // expired
 				{User: "system:node:w4", Fingerprint: "n4", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
-				{User: "system:node:w5", Fingerprint: "n5", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}, // its agent says otherwise
+				{User: "system:node:w5", Fingerprint: "n5", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},   // its agent says otherwise
 				{User: "system:node:gone", Fingerprint: "n6", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}, // no Node
 			}}
 		}, want: []string{"Node/w0: the last one Carousel signed it (X509SHA256=n0, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z"}},
