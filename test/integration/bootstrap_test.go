@@ -37,6 +37,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
+	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
@@ -51,6 +52,10 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		agent    *nodeagent.Manager
 		agentCtx context.Context // the agent's background work runs until the container ends
 		writes   atomic.Int64
+		// bare is a node whose kubelet no node agent reports for, with its
+		// files in bareDir.
+		bare    *nodeagent.Node
+		bareDir string
 	)
 	const nodeName = "worker-1"
 
@@ -80,7 +85,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		agentCtx, stopAgent = context.WithCancel(context.Background())
 		DeferCleanup(stopAgent)
 		admin = kubernetes.NewForConfigOrDie(cfg)
-		agentDir = GinkgoT().TempDir()
+		agentDir, bareDir = GinkgoT().TempDir(), GinkgoT().TempDir()
 	})
 
 	It("publishes the bootstrap RBAC, cluster-info and a bootstrap token", func(ctx SpecContext) {
@@ -187,6 +192,28 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		after, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(after.Items).To(HaveLen(len(csrs.Items)))
+	})
+
+	It("records each kubelet client certificate it signs, with its CA, before the kubelet gets it", func(ctx SpecContext) {
+		clientCA := loadCAs(ctx, c)[v1alpha1.CARoleClient].Current.Cert
+		Expect(signedKubeletCertificates(ctx, c)).To(ContainElement(And(HaveField("User", "system:node:"+nodeName),
+			HaveField("Fingerprint", pki.Fingerprint(agent.Current().Cert)), HaveField("Issuer", hex.EncodeToString(clientCA.SubjectKeyId)))),
+			"the agent's renewed certificate is the last one recorded for its node")
+
+		By("bootstrapping a node whose kubelet no node agent reports for: it registers and heartbeats, and never reports its certificate")
+		dir := bareDir
+		s := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(dir, "bootstrap-kubeconfig"), s.Data[v1alpha1.DataKeyKubeconfig], 0o600)).To(Succeed())
+		kubelet := nodeagent.NewManager(nodeagent.Config{NodeName: "bare-1", CertDir: filepath.Join(dir, "pki"),
+			KubeconfigPath: filepath.Join(dir, "kubeconfig"), BootstrapKubeconfigPath: filepath.Join(dir, "bootstrap-kubeconfig"),
+			Clock: clock.RealClock{}, StartupTimeout: time.Minute})
+		Expect(kubelet.Start(ctx)).To(Succeed())
+		bare = &nodeagent.Node{Manager: kubelet, Pool: "unmanaged", Address: "127.0.0.1", HeartbeatInterval: 10 * time.Second, Logf: stderrf}
+		Expect(bare.Register(ctx)).To(Succeed())
+		Eventually(bare.Heartbeat).WithContext(ctx).Should(Succeed())
+		Expect(signedKubeletCertificates(ctx, c)).To(ContainElement(And(HaveField("User", "system:node:bare-1"),
+			HaveField("Fingerprint", pki.Fingerprint(kubelet.Current().Cert)), HaveField("Issuer", hex.EncodeToString(clientCA.SubjectKeyId)))))
 	})
 
 	It("approves a serving certificate for an address the node added later under servingAddresses NodeStatus, not under FirstSeen", func(ctx SpecContext) {
@@ -386,6 +413,17 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(reachable.Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionControlPlaneReachable),
 			HaveField("Status", metav1.ConditionTrue))), "Prepared was observed: the API server accepted the new client CA")
 
+		By("the old-CA usage gate names the node without a node agent, by the certificate Carousel signed its kubelet, until the Node goes")
+		Expect(bare.Heartbeat(ctx)).To(Succeed(), "a node that is online")
+		Eventually(func(g Gomega) {
+			u := getCluster(ctx, key).CARotation().OldCAUsage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Dependents).To(ContainElement(And(HaveField("Kind", v1alpha1.OldCADependentNode), HaveField("Name", "bare-1"),
+				HaveField("Message", ContainSubstring("no node agent reports its kubelet's client certificate, and the last one Carousel signed it (X509SHA256="+
+					pki.Fingerprint(bare.Manager.Current().Cert)[:16])))))
+		}).Should(Succeed())
+		Expect(admin.CoreV1().Nodes().Delete(ctx, "bare-1", metav1.DeleteOptions{})).To(Succeed())
+
 		By("taking a new admin kubeconfig, from the new client CA: the old-CA usage gate names the one from before until then")
 		Eventually(func(g Gomega) {
 			u := getCluster(ctx, key).CARotation().OldCAUsage
@@ -426,6 +464,17 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(pki.Verify(returning.Current().Cert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
 	})
 })
+
+// signedKubeletCertificates is the Cluster's record of the kubelet client
+// certificates Carousel signed.
+func signedKubeletCertificates(ctx context.Context, c *v1alpha1.Cluster) []oldca.IssuedCertificate {
+	GinkgoHelper()
+	cm := &corev1.ConfigMap{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)}, cm)).To(Succeed())
+	record, err := oldca.ParseKubeletCertificates(cm.Data[oldca.KubeletCertificatesDataKey])
+	Expect(err).NotTo(HaveOccurred())
+	return record.Signed
+}
 
 // expectPublishedTrust checks what Carousel publishes for nodes in the
 // managed cluster against the management cluster's bundles:
