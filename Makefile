@@ -52,6 +52,7 @@ FUZZ_TARGETS := \
 	pkg/noderenewal:FuzzParseRequest \
 	pkg/oldca:FuzzObserve \
 	pkg/oldca:FuzzStranded \
+	pkg/oldca:FuzzKubeletCertificates \
 	pkg/pki:FuzzParseBundle \
 	pkg/rotation:FuzzApplyOperation \
 	pkg/rotation:FuzzAutomatic \

@@ -99,3 +99,44 @@ func FuzzStranded(f *testing.F) {
 		}
 	})
 }
+
+// FuzzKubeletCertificates checks the kubelet record on any sequence of
+// batches: it holds exactly the last certificate added of each node and CA
+// that has not expired at the last addition, in the order they were added.
+func FuzzKubeletCertificates(f *testing.F) {
+	f.Add([]byte{0, 1, 10, 30, 0, 0, 20, 30, 1, 1, 5, 2})
+	f.Add([]byte{2, 1, 0, 255, 2, 1, 0, 1, 2, 2, 3, 200})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		k := &KubeletCertificates{}
+		var added []IssuedCertificate
+		now := t0
+		for len(data) >= 4 {
+			node, issuer, batch, ttl := data[0]%3, data[1]%3, data[2]%4, data[3]
+			data = data[4:]
+			c := IssuedCertificate{User: nodeUserPrefix + string('a'+rune(node)), Issuer: string('x' + rune(issuer)),
+				Fingerprint: fmt.Sprint(len(added)), IssuedAt: now}
+			c.NotAfter = now.Add(time.Duration(ttl) * time.Minute)
+			added = append(added, c)
+			k.Add([]IssuedCertificate{c}, now)
+			now = now.Add(time.Duration(batch) * time.Minute)
+		}
+		var want []IssuedCertificate
+		for i, c := range added {
+			later := slices.ContainsFunc(added[i+1:], func(l IssuedCertificate) bool { return l.User == c.User && l.Issuer == c.Issuer })
+			if !later && c.NotAfter.After(lastAddition(added)) {
+				want = append(want, c)
+			}
+		}
+		if !slices.Equal(k.Signed, want) && !(len(k.Signed) == 0 && len(want) == 0) {
+			t.Fatalf("record %+v, want %+v", k.Signed, want)
+		}
+	})
+}
+
+// lastAddition is when the last of added was added.
+func lastAddition(added []IssuedCertificate) time.Time {
+	if len(added) == 0 {
+		return t0
+	}
+	return added[len(added)-1].IssuedAt
+}

@@ -678,7 +678,8 @@ type OldCADependentKind string
 // The kinds of dependents.
 const (
 	// OldCADependentNode is a Node whose node agent reports a client
-	// certificate that the new client CA did not sign.
+	// certificate that the new client CA did not sign, or, without a node
+	// agent, whose kubelet last got a certificate from the old client CA.
 	OldCADependentNode OldCADependentKind = "Node"
 	// OldCADependentSecret is a certificate Secret of the Cluster whose
 	// certificate the new client CA did not sign.
