@@ -136,9 +136,14 @@ func Dependents(f Facts) []Dependent {
 		listedNodes[d.Name] = d.Kind == v1alpha1.OldCADependentNode
 		deps = append(deps, d)
 	}
-	if f.KubeletCertificatesUnreadable {
+	switch k := f.KubeletCertificates; {
+	case f.KubeletCertificatesUnreadable:
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubelet-certificates",
 			Message: "the record of the kubelet client certificates Carousel signed does not parse, so Carousel cannot tell which client CA signed those of kubelets without a node agent"})
+	case k != nil && k.UnrecordedUntil != nil && f.Now.Before(*k.UnrecordedUntil):
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubelet-certificates", Expires: *k.UnrecordedUntil, Message: fmt.Sprintf(
+			"the record of the kubelet client certificates Carousel signed had no room for some, valid until %s, so Carousel cannot tell which client CA "+
+				"signed those of kubelets without a node agent: complete with force once they run on certificates from the new client CA", formatTime(*k.UnrecordedUntil))})
 	}
 	for _, n := range f.Nodes {
 		why := ""

@@ -17,9 +17,22 @@ import (
 // A kubelet uses the last certificate it got, so the last entry of a user is
 // the one it holds; the last one of each other CA stays for the audit
 // events, which may show the kubelet still on it. An entry goes once expired.
+//
+// The record never grows past MaxKubeletCertificatesBytes: a full record
+// could not be written, and the CSRs could not be signed. Past it, it keeps
+// only the last entry of each user, and past that it forgets the oldest
+// entries, and until the last of them expires (UnrecordedUntil) it does not
+// vouch for the kubelets without a node agent.
 type KubeletCertificates struct {
 	Signed []IssuedCertificate `json:"signed"`
+	// UnrecordedUntil is when the last certificate the record had no room
+	// for expires; nil when it forgot none that is still valid.
+	UnrecordedUntil *time.Time `json:"unrecordedUntil,omitempty"`
 }
+
+// MaxKubeletCertificatesBytes bounds the record as stored, under the 1 MiB
+// of a ConfigMap with room to spare: some 3,500 certificates.
+const MaxKubeletCertificatesBytes = 768 << 10
 
 // KubeletCertificatesDataKey is the key of the kubelet certificate record's
 // ConfigMap that holds the record.
@@ -34,12 +47,39 @@ func ParseKubeletCertificates(data string) (*KubeletCertificates, error) {
 func (k *KubeletCertificates) String() string { return storedRecord(k) }
 
 // Add records signed, in order, each replacing the entry of its user and
-// CA, and forgets every certificate expired at now.
+// CA, forgets every certificate expired at now, and keeps the record within
+// MaxKubeletCertificatesBytes.
 func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) {
 	for _, s := range signed {
 		k.Signed = append(slices.DeleteFunc(k.Signed, func(i IssuedCertificate) bool { return i.User == s.User && i.Issuer == s.Issuer }), s)
 	}
 	k.Signed = slices.DeleteFunc(k.Signed, func(i IssuedCertificate) bool { return !now.Before(i.NotAfter) })
+	if k.UnrecordedUntil != nil && !now.Before(*k.UnrecordedUntil) {
+		k.UnrecordedUntil = nil
+	}
+	if len(k.String()) <= MaxKubeletCertificatesBytes {
+		return
+	}
+	last := map[string]int{}
+	for i, c := range k.Signed {
+		last[c.User] = i
+	}
+	var kept []IssuedCertificate
+	for i, c := range k.Signed {
+		if last[c.User] == i {
+			kept = append(kept, c)
+		}
+	}
+	k.Signed = kept
+	over := len(k.String()) - MaxKubeletCertificatesBytes
+	for over > 0 && len(k.Signed) > 0 {
+		oldest := k.Signed[0]
+		k.Signed = k.Signed[1:]
+		over -= len(storedRecord(oldest)) + 1 // and its comma
+		if k.UnrecordedUntil == nil || oldest.NotAfter.After(*k.UnrecordedUntil) {
+			k.UnrecordedUntil = &oldest.NotAfter
+		}
+	}
 }
 
 // Find returns the recorded certificate that has fingerprint.

@@ -1,6 +1,7 @@
 package oldca
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -287,6 +288,43 @@ func TestKubeletCertificatesAdd(t *testing.T) {
 	}
 	if _, err := ParseKubeletCertificates("{"); err == nil {
 		t.Fatal("a corrupt record parsed")
+	}
+}
+
+func TestKubeletCertificatesStayWithinTheirBound(t *testing.T) {
+	pad := strings.Repeat("x", 3100) // node names that fill the record with a few hundred entries
+	batch := func(issuer string, from, to, until int) []IssuedCertificate {
+		var b []IssuedCertificate
+		for i := from; i < to; i++ {
+			b = append(b, IssuedCertificate{User: fmt.Sprintf("system:node:%s-%03d", pad, i), Fingerprint: fmt.Sprint(i), Issuer: issuer,
+				IssuedAt: at(0), NotAfter: at(until)})
+		}
+		return b
+	}
+	k := &KubeletCertificates{}
+	k.Add(batch("old", 0, 100, 600), at(0))
+	k.Add(batch("new", 0, 100, 600), at(1))
+	k.Add(batch("new", 100, 150, 600), at(2))
+	if len(k.Signed) != 150 || slices.ContainsFunc(k.Signed, func(c IssuedCertificate) bool { return c.Issuer == "old" }) || k.UnrecordedUntil != nil {
+		t.Fatalf("past the bound: %d entries, unrecorded until %v; want the 100 superseded old-CA ones forgotten, and nothing else", len(k.Signed), k.UnrecordedUntil)
+	}
+	k.Add(batch("new", 150, 300, 700), at(3))
+	if size := len(k.String()); size > MaxKubeletCertificatesBytes {
+		t.Fatalf("the record holds %d bytes, more than %d", size, MaxKubeletCertificatesBytes)
+	}
+	if last := k.Signed[len(k.Signed)-1]; last.Fingerprint != "299" || k.Signed[0].Fingerprint == "0" {
+		t.Fatalf("kept %s to %s: want the oldest forgotten, the newest kept", k.Signed[0].Fingerprint, last.Fingerprint)
+	}
+	if k.UnrecordedUntil == nil || !k.UnrecordedUntil.Equal(at(600)) {
+		t.Fatalf("unrecorded until %v, want the expiry of the last certificate forgotten, %v", k.UnrecordedUntil, at(600))
+	}
+	deps := Dependents(Facts{Now: at(10), KubeletCertificates: k})
+	if len(deps) != 1 || deps[0].Name != "kubelet-certificates" || !deps[0].Expires.Equal(at(600)) || !strings.Contains(deps[0].Message, "had no room") {
+		t.Fatalf("gate %+v: want the record named until the certificates it forgot expire", deps)
+	}
+	k.Add(nil, at(600))
+	if k.UnrecordedUntil != nil {
+		t.Fatalf("unrecorded until %v after the forgotten certificates expired", k.UnrecordedUntil)
 	}
 }
 

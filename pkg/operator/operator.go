@@ -161,8 +161,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	recorder := mgr.GetEventRecorder("carousel-controller-manager")
 	connections := &clustercache.Cache{Management: mgr.GetClient(), Scheme: mgr.GetScheme(), QPS: opts.ManagedQPS, Burst: opts.ManagedBurst}
 	if opts.CSRControllers {
+		csrMetrics := kubeletcsr.NewMetrics(metrics.Registry)
 		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration, Concurrency: opts.CSRConcurrency,
-			Metrics: kubeletcsr.NewMetrics(metrics.Registry), Recorder: kubeletcsr.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), clk)}
+			Metrics: csrMetrics, Recorder: kubeletcsr.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), clk, csrMetrics)}
 		if err := csrs.SetupWithManager(mgr); err != nil {
 			return err
 		}

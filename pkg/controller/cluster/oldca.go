@@ -13,6 +13,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,8 +146,11 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		facts.Usage = usage
 	}
 	facts.Kubeconfigs, facts.KubeconfigsUnreadable = issuedKubeconfigs(ctx, s)
-	facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = readRecord(ctx, s,
-		credentials.KubeletCertificatesConfigMapName(c.Name), oldca.KubeletCertificatesDataKey, oldca.ParseKubeletCertificates)
+	kubelets, err := r.kubeletCertificates(ctx, c)
+	if err != nil {
+		return err
+	}
+	facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, oldca.KubeletCertificatesDataKey, oldca.ParseKubeletCertificates)
 	deps := oldca.Dependents(facts)
 	status := usageStatus(deps, facts.Usage != nil)
 	if !equality.Semantic.DeepEqual(status, rot.OldCAUsage) {
@@ -189,20 +193,33 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 // issued for the Cluster; nil when there is none, and true when it does not
 // parse.
 func issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool) {
-	return readRecord(ctx, s, credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name), oldca.KubeconfigsDataKey, oldca.ParseKubeconfigs)
+	return parseRecord(ctx, s.objs.configMaps[credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)], oldca.KubeconfigsDataKey, oldca.ParseKubeconfigs)
 }
 
-// readRecord is the record of package oldca that the Cluster's ConfigMap
-// configMap keeps under key; nil when there is none, and true when it does
-// not parse.
-func readRecord[T any](ctx context.Context, s *scope, configMap, key string, parse func(string) (*T, error)) (*T, bool) {
-	cm := s.objs.configMaps[configMap]
+// kubeletCertificates is the ConfigMap of the Cluster's record of signed
+// kubelet certificates, read past the cache, which does not hold it (see
+// kubeletcsr.Recorder); nil when there is none.
+func (r *Reconciler) kubeletCertificates(ctx context.Context, c *v1alpha1.Cluster) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the record of signed kubelet certificates: %w", err)
+	}
+	return cm, nil
+}
+
+// parseRecord is the record of package oldca that cm keeps under key; nil
+// when cm is nil, and true when it does not parse.
+func parseRecord[T any](ctx context.Context, cm *corev1.ConfigMap, key string, parse func(string) (*T, error)) (*T, bool) {
 	if cm == nil {
 		return nil, false
 	}
 	record, err := parse(cm.Data[key])
 	if err != nil {
-		log.FromContext(ctx).Info("a record of the old-CA usage gate does not parse", "configMap", configMap, "error", err.Error())
+		log.FromContext(ctx).Info("a record of the old-CA usage gate does not parse", "configMap", cm.Name, "error", err.Error())
 		return nil, true
 	}
 	return record, false

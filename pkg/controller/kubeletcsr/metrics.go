@@ -21,6 +21,7 @@ type Metrics struct {
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	backlog   *backlog
+	batches   prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -48,6 +49,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"signer"})),
 		backlog: promutil.Register(reg, newBacklog()),
+		batches: promutil.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "carousel_kubelet_certificate_record_batch_size",
+			Help: "Kubelet client certificates per write of a Cluster's record of signed certificates: _count is the writes, _sum the certificates.",
+			// The writes of one Cluster are one at a time, so a batch is at
+			// most the CSR workers (16 by default).
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		})),
+	}
+}
+
+// recorded counts a write of a record with n certificates.
+func (m *Metrics) recorded(n int) {
+	if m != nil {
+		m.batches.Observe(float64(n))
 	}
 }
 

@@ -26,6 +26,13 @@ import (
 // a certificate before it posts it, so that no kubelet holds one the record
 // lacks.
 //
+// The record's ConfigMap is controlled by its Cluster, for the garbage
+// collector, and has no carousel.dev/cluster label: the manager neither
+// caches it nor hears of its writes (up to one per batch of CSRs, of a
+// record that grows with the nodes). The gate reads it when it looks, in
+// Prepared, when the signer signs from the new client CA only, so a write it
+// has not seen can only clear a node, never add one.
+//
 // Writes are group commits, one writer per Cluster: the certificates signed
 // for a Cluster while its record is being written go into the next write
 // together, so a storm of bootstrapping kubelets costs a write per batch,
@@ -36,15 +43,17 @@ type Recorder struct {
 	client    client.Client // the management cluster
 	apiReader client.Reader // the management cluster, uncached
 	clock     clock.PassiveClock
+	metrics   *Metrics
 
 	mu      sync.Mutex
 	records map[client.ObjectKey]*record
 }
 
 // NewRecorder returns a Recorder that writes with c, reads with apiReader
-// (uncached) and takes the time from clk.
-func NewRecorder(c client.Client, apiReader client.Reader, clk clock.PassiveClock) *Recorder {
-	return &Recorder{client: c, apiReader: apiReader, clock: clk, records: map[client.ObjectKey]*record{}}
+// (uncached), takes the time from clk and counts its writes in metrics
+// (which may be nil).
+func NewRecorder(c client.Client, apiReader client.Reader, clk clock.PassiveClock, metrics *Metrics) *Recorder {
+	return &Recorder{client: c, apiReader: apiReader, clock: clk, metrics: metrics, records: map[client.ObjectKey]*record{}}
 }
 
 // record is one Cluster's record as its writer sees it.
@@ -116,6 +125,9 @@ func (r *Recorder) write(key client.ObjectKey, rec *record) {
 		err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) },
 			func() error { return r.merge(ctx, key, rec, batch[len(batch)-1].cluster, certs) })
 		cancel()
+		if err == nil {
+			r.metrics.recorded(len(batch))
+		}
 		for _, s := range batch {
 			s.done <- err
 		}
@@ -164,8 +176,8 @@ func (r *Recorder) merge(ctx context.Context, key client.ObjectKey, rec *record,
 	return nil
 }
 
-// fill puts record, with certs added, into cm, and the label and
-// controller by which the Cluster's reconciler finds it and hears of it.
+// fill puts record, with certs added, into cm, and the Cluster as its
+// controller.
 func (r *Recorder) fill(cm *corev1.ConfigMap, c *v1alpha1.Cluster, record *oldca.KubeletCertificates, certs []oldca.IssuedCertificate) error {
 	if !c.DeletionTimestamp.IsZero() {
 		return errors.New("the Cluster is being deleted")
@@ -175,10 +187,6 @@ func (r *Recorder) fill(cm *corev1.ConfigMap, c *v1alpha1.Cluster, record *oldca
 		cm.Data = map[string]string{}
 	}
 	cm.Data[oldca.KubeletCertificatesDataKey] = record.String()
-	if cm.Labels == nil {
-		cm.Labels = map[string]string{}
-	}
-	cm.Labels[v1alpha1.LabelCluster] = c.Name
 	if metav1.GetControllerOf(cm) == nil {
 		return controllerutil.SetControllerReference(c, cm, r.client.Scheme())
 	}
