@@ -76,7 +76,7 @@ network namespace, where its kubelets listen on 192.0.2.x).
 
   watch:     %[4]s get clusters.carousel.dev -n %[5]s -w
   start:     %[4]s annotate %[6]s carousel.dev/operation=start-ca-rotation
-  complete:  %[4]s annotate %[6]s carousel.dev/operation=complete-ca-rotation   (once the phase is Prepared)
+  complete:  %[4]s annotate %[6]s carousel.dev/operation=complete-ca-rotation   (once Prepared, and condition OldCAsUnused is True)
   nodes:     %[4]s --kubeconfig %[3]s get nodes
   metrics:   %[4]s --kubeconfig %[3]s top nodes   (through the aggregator and metrics-server)
 `, workDir, env.ManagementKubeconfig, managed, kubectl, env.Namespace, cluster)

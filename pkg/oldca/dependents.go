@@ -93,7 +93,8 @@ type Dependent struct {
 	// LastSeen is when a user was last seen authenticating that way; zero
 	// for the other kinds.
 	LastSeen time.Time
-	// Expires is when a kubeconfig stops being one; zero for the other kinds.
+	// Expires is when a kubeconfig stops being one, or the certificates a
+	// record of kubelet certificates lost expire; zero otherwise.
 	Expires time.Time
 }
 
@@ -137,6 +138,8 @@ func Dependents(f Facts) []Dependent {
 		deps = append(deps, d)
 	}
 	switch k := f.KubeletCertificates; {
+	case !UnreportedNodes(f.Nodes):
+		// No kubelet is judged by the record.
 	case f.KubeletCertificatesUnreadable:
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubelet-certificates",
 			Message: "the record of the kubelet client certificates Carousel signed does not parse, so Carousel cannot tell which client CA signed those of kubelets without a node agent"})
@@ -199,6 +202,13 @@ func Dependents(f Facts) []Dependent {
 		return cmp.Or(cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind]), strings.Compare(a.Name, b.Name))
 	})
 	return deps
+}
+
+// UnreportedNodes says whether some online Node has no node agent that
+// reports its kubelet's client certificate: only those are judged by the
+// record of signed kubelet certificates (besides the audit events).
+func UnreportedNodes(nodes []Node) bool {
+	return slices.ContainsFunc(nodes, func(n Node) bool { return n.ClientIssuer == "" && !n.Offline })
 }
 
 // users are the users of f.Usage that depend on the old client CA, one

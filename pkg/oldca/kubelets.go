@@ -71,14 +71,21 @@ func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) {
 		}
 	}
 	k.Signed = kept
-	over := len(k.String()) - MaxKubeletCertificatesBytes
-	for over > 0 && len(k.Signed) > 0 {
+	forgetOldest := func() {
 		oldest := k.Signed[0]
 		k.Signed = k.Signed[1:]
-		over -= len(storedRecord(oldest)) + 1 // and its comma
 		if k.UnrecordedUntil == nil || oldest.NotAfter.After(*k.UnrecordedUntil) {
 			k.UnrecordedUntil = &oldest.NotAfter
 		}
+	}
+	// Counted entry by entry (each with its comma), then checked whole:
+	// unrecordedUntil may have come in.
+	for over := len(k.String()) - MaxKubeletCertificatesBytes; over > 0 && len(k.Signed) > 0; {
+		over -= len(storedRecord(k.Signed[0])) + 1
+		forgetOldest()
+	}
+	for len(k.Signed) > 0 && len(k.String()) > MaxKubeletCertificatesBytes {
+		forgetOldest()
 	}
 }
 

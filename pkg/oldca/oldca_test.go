@@ -183,8 +183,12 @@ func TestDependents(t *testing.T) {
 			}}
 			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w1", "n1", 20, 65), seen("system:node:w1", "n2", 30, 90)}}
 		}, want: []string{"User/system:node:w1: a kubelet client certificate (X509SHA256=n1) that Carousel signed 2026-11-26T12:20:00Z from client CA bbbbbbbbbbbbbbbb"}},
-		{name: "the record of kubelet certificates does not parse", facts: func(f *Facts) { f.KubeletCertificatesUnreadable = true },
-			want: []string{"Cluster/kubelet-certificates: does not parse"}},
+		{name: "the record of kubelet certificates does not parse, and a node has no node agent", facts: func(f *Facts) {
+			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0"}, {Name: "w1", ClientIssuer: newCA}}, true
+		}, want: []string{"Cluster/kubelet-certificates: does not parse"}},
+		{name: "the record of kubelet certificates does not parse, and every online node has a node agent", facts: func(f *Facts) {
+			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0", Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -318,7 +322,7 @@ func TestKubeletCertificatesStayWithinTheirBound(t *testing.T) {
 	if k.UnrecordedUntil == nil || !k.UnrecordedUntil.Equal(at(600)) {
 		t.Fatalf("unrecorded until %v, want the expiry of the last certificate forgotten, %v", k.UnrecordedUntil, at(600))
 	}
-	deps := Dependents(Facts{Now: at(10), KubeletCertificates: k})
+	deps := Dependents(Facts{Now: at(10), KubeletCertificates: k, Nodes: []Node{{Name: "without-agent"}}})
 	if len(deps) != 1 || deps[0].Name != "kubelet-certificates" || !deps[0].Expires.Equal(at(600)) || !strings.Contains(deps[0].Message, "had no room") {
 		t.Fatalf("gate %+v: want the record named until the certificates it forgot expire", deps)
 	}

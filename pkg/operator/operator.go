@@ -163,7 +163,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.CSRControllers {
 		csrMetrics := kubeletcsr.NewMetrics(metrics.Registry)
 		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration, Concurrency: opts.CSRConcurrency,
-			Metrics: csrMetrics, Recorder: kubeletcsr.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), clk, csrMetrics)}
+			Metrics: csrMetrics, Recorder: kubeletcsr.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), clk, opts.CSRMaxDuration, csrMetrics)}
 		if err := csrs.SetupWithManager(mgr); err != nil {
 			return err
 		}

@@ -427,6 +427,23 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		_, err := clientFor(oldAdmin).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "old credentials still work in Prepared")
+		if env != nil {
+			By("the old-CA usage gate hears of that use from the managed API server's audit events")
+			kc, err := clientcmd.Load(oldAdmin)
+			Expect(err).NotTo(HaveOccurred())
+			var used *x509.Certificate
+			for _, user := range kc.AuthInfos {
+				certs, err := pki.ParseCertificates(user.ClientCertificateData)
+				Expect(err).NotTo(HaveOccurred())
+				used = certs[0]
+			}
+			Eventually(func(g Gomega) {
+				u := cluster(ctx).CARotation().OldCAUsage
+				g.Expect(u).NotTo(BeNil())
+				g.Expect(u.Dependents).To(ContainElement(And(HaveField("Kind", v1alpha1.OldCADependentUser), HaveField("Name", used.Subject.CommonName),
+					HaveField("Message", ContainSubstring("X509SHA256="+pki.Fingerprint(used)[:16])))))
+			}).WithTimeout(time.Minute).Should(Succeed())
+		}
 		newAdmin := clientFor(adminKubeconfig(ctx))
 		_, err = newAdmin.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "newly issued credentials work")
@@ -446,14 +463,20 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			}
 			Expect(out).To(MatchRegexp(`Kubeconfig\s+carousel:admin:\S+\s`), "the kubeconfig of the step nodes is on the old client CA")
 		}
+		// The audit events of the first minutes of Prepared are collected for
+		// two, and the journey's own uses of old credentials count for one
+		// more (--old-ca-usage-window).
 		Eventually(func(g Gomega) {
 			u := cluster(ctx).CARotation().OldCAUsage
 			g.Expect(u).NotTo(BeNil())
 			g.Expect(u.Total).To(BeZero(), "%+v", u.Dependents)
+			if env != nil {
+				g.Expect(u.AuditEventsReceived).To(BeTrue(), "the managed API server of the local environment sends its audit events to Carousel")
+			}
 			cond := meta.FindStatusCondition(cluster(ctx).Status.Conditions, v1alpha1.ConditionOldCAsUnused)
 			g.Expect(cond).NotTo(BeNil())
 			g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
-		}).Should(Succeed())
+		}).WithTimeout(6 * time.Minute).Should(Succeed())
 	})
 
 	It("completes: only the new CAs remain and old credentials are rejected, after a crash mid-Finalizing", func(ctx SpecContext) {

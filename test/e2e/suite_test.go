@@ -85,7 +85,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		// Kubelet certificates of 4 minutes (valid from 5 minutes back, so
 		// 9 minutes long): each kubelet rotates its own at 70-90 % of that,
 		// 78 s to 186 s after it got it, through the selfnodeclient path.
-		OperatorFlags: []string{"--csr-max-duration=" + kubeletCertificateValidity.String()},
+		// The journey itself uses old credentials in Prepared, to show they
+		// still work: the old-CA usage gate, which hears of it through the
+		// managed API server's audit events, lets go of them a minute later.
+		OperatorFlags: []string{"--csr-max-duration=" + kubeletCertificateValidity.String(), "--old-ca-usage-window=1m"},
 		Logf: func(format string, args ...any) {
 			GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)
 		},

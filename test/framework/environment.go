@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +105,12 @@ type Environment struct {
 
 	operator    *process
 	operatorRun OperatorRun
+	// webhookAddress is operatorRun.WebhookAddress, for the forwarder of
+	// the audit webhook, which reads it while the operator restarts.
+	webhookAddress atomic.Pointer[string]
+	// auditWebhook: the managed API server sends its audit events to the
+	// manager (binary runs with a network namespace; see auditWebhookURL).
+	auditWebhook bool
 	// operatorMetrics is where the running operator serves its metrics.
 	operatorMetrics string
 	stopPlatform    context.CancelFunc
@@ -179,6 +186,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		}
 	}
 
+	e.auditWebhook = opts.Install == nil && !opts.StandInNodes
 	if err := e.StartOperator(ctx); err != nil {
 		return e, err
 	}
@@ -190,6 +198,13 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		e.logf("creating the managed cluster's network namespace (%s)", strings.Join(addresses, ", "))
 		if e.Netns, err = NewNetns(ctx, opts.WorkDir, addresses...); err != nil {
 			return e, err
+		}
+		if e.auditWebhook {
+			ln, err := e.Netns.Listen("tcp", auditWebhookAddress)
+			if err != nil {
+				return e, err
+			}
+			e.Netns.ForwardOut(ln, func() string { return *e.webhookAddress.Load() })
 		}
 	}
 	if err := e.startManagedCluster(ctx); err != nil {
@@ -298,6 +313,13 @@ func (e *Environment) StartOperator(ctx context.Context) error {
 			"--webhook-host=" + w.LocalServingHost, "--webhook-cert-dir=" + w.LocalServingCertDir,
 			"--managed-poll-interval=1s", "--apiservice-resync=2s",
 		}
+		if e.auditWebhook {
+			ca := filepath.Join(e.WorkDir, "webhook-ca.crt")
+			if err := os.WriteFile(ca, w.LocalServingCAData, 0o600); err != nil {
+				return err
+			}
+			e.operatorRun.Args = append(e.operatorRun.Args, "--audit-webhook-url="+auditWebhookURL, "--audit-webhook-ca-file="+ca)
+		}
 		e.operatorRun.Args = append(e.operatorRun.Args, e.OperatorFlags...)
 	}
 	const name = "carousel-controller-manager"
@@ -320,11 +342,22 @@ func (e *Environment) operatorArgs(ctx context.Context, ports []int) ([]string, 
 	if err := e.moveWebhooks(ctx, old, port); err != nil {
 		return nil, err
 	}
-	e.operatorRun.WebhookAddress = net.JoinHostPort(host, port)
+	address := net.JoinHostPort(host, port)
+	e.operatorRun.WebhookAddress = address
+	e.webhookAddress.Store(&address)
 	e.operatorMetrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
 	return withFlags(e.operatorRun.Args,
 		"--webhook-port="+port, "--metrics-bind-address="+e.operatorMetrics, "--health-probe-bind-address=127.0.0.1:0"), nil
 }
+
+// auditWebhookAddress is where, inside the network namespace, the managed
+// API servers reach the manager's webhook server (forwarded out to it), and
+// auditWebhookURL the audit receiver there. The webhook's serving
+// certificate is valid for 127.0.0.1.
+const (
+	auditWebhookAddress = "127.0.0.1:9444"
+	auditWebhookURL     = "https://" + auditWebhookAddress + "/audit"
+)
 
 // OperatorMetricsAddress is the host:port the running operator serves its
 // metrics on.
@@ -403,7 +436,7 @@ func (e *Environment) KillOperator() {
 
 func (e *Environment) startManagedCluster(ctx context.Context) error {
 	e.ControlPlane = &ManagedControlPlane{BinDir: e.KubeBinDir, Dir: filepath.Join(e.WorkDir, "managed"), ControllerManager: true,
-		MetricsServer: e.Netns != nil, Tunnel: e.Netns != nil, EtcdMembers: etcdMembers, APIServerReplicas: apiServerReplicas, Netns: e.Netns}
+		MetricsServer: e.Netns != nil, Tunnel: e.Netns != nil, AuditWebhook: e.auditWebhook, EtcdMembers: etcdMembers, APIServerReplicas: apiServerReplicas, Netns: e.Netns}
 	if err := e.ControlPlane.ReservePorts(); err != nil {
 		return err
 	}

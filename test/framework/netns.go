@@ -204,6 +204,30 @@ func (n *Netns) Forward(ln net.Listener, target string) {
 	}()
 }
 
+// ForwardOut serves ln, a listener inside the namespace, by copying each
+// connection to the address target returns then, in the test's namespace,
+// until Close: a server of the host (the manager's webhook, which moves on
+// each start) that processes in the namespace reach at ln's address.
+func (n *Netns) ForwardOut(ln net.Listener, target func() string) {
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = conn.Close() }()
+				upstream, err := (&net.Dialer{Timeout: 10 * time.Second}).Dial("tcp", target())
+				if err != nil {
+					return
+				}
+				defer func() { _ = upstream.Close() }()
+				pipe(conn, upstream)
+			}()
+		}
+	}()
+}
+
 func (n *Netns) pipe(conn net.Conn, target string) {
 	defer func() { _ = conn.Close() }()
 	upstream, err := n.DialContext(context.Background(), "tcp", target)

@@ -146,11 +146,14 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		facts.Usage = usage
 	}
 	facts.Kubeconfigs, facts.KubeconfigsUnreadable = issuedKubeconfigs(ctx, s)
-	kubelets, err := r.kubeletCertificates(ctx, c)
-	if err != nil {
-		return err
+	if oldca.UnreportedNodes(facts.Nodes) || facts.Usage != nil {
+		// Up to 768 KiB, read only when something is judged by it.
+		kubelets, err := r.kubeletCertificates(ctx, c)
+		if err != nil {
+			return err
+		}
+		facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, oldca.KubeletCertificatesDataKey, oldca.ParseKubeletCertificates)
 	}
-	facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, oldca.KubeletCertificatesDataKey, oldca.ParseKubeletCertificates)
 	deps := oldca.Dependents(facts)
 	status := usageStatus(deps, facts.Usage != nil)
 	if !equality.Semantic.DeepEqual(status, rot.OldCAUsage) {

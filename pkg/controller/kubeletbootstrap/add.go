@@ -49,9 +49,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Secret{}, byClusterLabel).
 		// The records of the old-CA usage gate (of client certificates in
-		// use, which changes once a minute; of the kubeconfigs kubectl
-		// carousel issued; of the kubelet certificates signed, which changes
-		// with every batch of CSRs) are nothing to this controller.
+		// use, which changes once a minute, and of the kubeconfigs kubectl
+		// carousel issued) are nothing to this controller.
 		Watches(&corev1.ConfigMap{}, byClusterLabel, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
 			return !credentials.IsRecord(obj.GetLabels()[v1alpha1.LabelCluster], obj.GetName())
 		}))).

@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "carousel_kubelet_certificate_record_batch_size",
 			Help: "Kubelet client certificates per write of a Cluster's record of signed certificates: _count is the writes, _sum the certificates.",
 			// The writes of one Cluster are one at a time, so a batch is at
-			// most the CSR workers (16 by default).
+			// most the CSR workers (64 by default).
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		})),
 	}

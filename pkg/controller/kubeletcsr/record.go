@@ -3,6 +3,7 @@ package kubeletcsr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,24 +37,28 @@ import (
 // Writes are group commits, one writer per Cluster: the certificates signed
 // for a Cluster while its record is being written go into the next write
 // together, so a storm of bootstrapping kubelets costs a write per batch,
-// not per CSR. The writer keeps the ConfigMap it last wrote and reads it
-// again only after a conflict (another replica wrote it), so a batch costs
-// one request.
+// not per CSR. While batches follow each other, the writer keeps the
+// ConfigMap it last wrote and reads it again only after a conflict (another
+// replica wrote it), so a batch costs one request; the first of a burst
+// reads it first.
 type Recorder struct {
 	client    client.Client // the management cluster
 	apiReader client.Reader // the management cluster, uncached
 	clock     clock.PassiveClock
-	metrics   *Metrics
+	// maxValidity is the longest validity of a certificate the signer
+	// issues: how long a record started over cannot vouch for kubelets.
+	maxValidity time.Duration
+	metrics     *Metrics
 
 	mu      sync.Mutex
 	records map[client.ObjectKey]*record
 }
 
 // NewRecorder returns a Recorder that writes with c, reads with apiReader
-// (uncached), takes the time from clk and counts its writes in metrics
-// (which may be nil).
-func NewRecorder(c client.Client, apiReader client.Reader, clk clock.PassiveClock, metrics *Metrics) *Recorder {
-	return &Recorder{client: c, apiReader: apiReader, clock: clk, metrics: metrics, records: map[client.ObjectKey]*record{}}
+// (uncached), takes the time from clk, records certificates valid for at
+// most maxValidity and counts its writes in metrics (which may be nil).
+func NewRecorder(c client.Client, apiReader client.Reader, clk clock.PassiveClock, maxValidity time.Duration, metrics *Metrics) *Recorder {
+	return &Recorder{client: c, apiReader: apiReader, clock: clk, maxValidity: maxValidity, metrics: metrics, records: map[client.ObjectKey]*record{}}
 }
 
 // record is one Cluster's record as its writer sees it.
@@ -142,8 +147,15 @@ func (r *Recorder) merge(ctx context.Context, key client.ObjectKey, rec *record,
 		cm := &corev1.ConfigMap{}
 		err := r.apiReader.Get(ctx, name, cm)
 		if apierrors.IsNotFound(err) {
+			// Owned by the Cluster as it is now: a cached one may be a
+			// deleted Cluster of the same name, whose garbage collection
+			// would take the new record along.
+			fresh := &v1alpha1.Cluster{}
+			if err := r.apiReader.Get(ctx, key, fresh); err != nil {
+				return fmt.Errorf("reading the Cluster: %w", err)
+			}
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name}}
-			if err := r.fill(cm, c, &oldca.KubeletCertificates{}, certs); err != nil {
+			if err := r.fill(cm, fresh, &oldca.KubeletCertificates{}, certs); err != nil {
 				return err
 			}
 			if err := r.client.Create(ctx, cm); err != nil {
@@ -160,9 +172,11 @@ func (r *Recorder) merge(ctx context.Context, key client.ObjectKey, rec *record,
 	record, err := oldca.ParseKubeletCertificates(rec.written.Data[oldca.KubeletCertificatesDataKey])
 	if err != nil {
 		// Refusing to sign would stop every kubelet from joining: start the
-		// record over instead. The gate listed the broken record meanwhile.
+		// record over instead, which cannot vouch for the certificates it
+		// lost until the last of them can have expired.
 		log.FromContext(ctx).Info("the record of signed kubelet certificates does not parse; starting it over", "configMap", name, "error", err.Error())
-		record = &oldca.KubeletCertificates{}
+		lost := r.clock.Now().Add(r.maxValidity).UTC()
+		record = &oldca.KubeletCertificates{UnrecordedUntil: &lost}
 	}
 	cm := rec.written.DeepCopy()
 	if err := r.fill(cm, c, record, certs); err != nil {

@@ -61,7 +61,7 @@ func TestClientCertificateIsRecordedBeforeItIsPosted(t *testing.T) {
 		return c.Create(ctx, obj, opts...)
 	}})
 	management := r.management.(client.Client)
-	r.recorder = NewRecorder(management, management, f.clock, nil)
+	r.recorder = NewRecorder(management, management, f.clock, 24*time.Hour, nil)
 
 	if _, err := reconcileCSR(t, r, "client-1"); !errors.Is(err, refused) {
 		t.Fatalf("Reconcile = %v, want the record's error returned for a retry", err)
@@ -125,7 +125,7 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 		},
 	})
 	management := r.management.(client.Client)
-	rec := NewRecorder(management, management, f.clock, nil)
+	rec := NewRecorder(management, management, f.clock, 24*time.Hour, nil)
 	cert := func(i int) oldca.IssuedCertificate {
 		return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
 			IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
@@ -180,5 +180,28 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 	}
 	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+3 {
 		t.Fatalf("record has %d certificates, want %d: another replica's was lost", len(record.Signed), n+3)
+	}
+}
+
+// TestRecorderStartsABrokenRecordOver: a record that does not parse does
+// not stop kubelets from joining. It is started over, and it says that it
+// cannot vouch for what it lost until the longest-lived certificate signed
+// before can have expired.
+func TestRecorderStartsABrokenRecordOver(t *testing.T) {
+	f := newFixture(t)
+	f.management = append(f.management, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace,
+		Name: credentials.KubeletCertificatesConfigMapName(f.cluster.Name)}, Data: map[string]string{oldca.KubeletCertificatesDataKey: "{"}})
+	r, _ := f.build(nil)
+	management := r.management.(client.Client)
+	cert := oldca.IssuedCertificate{User: "system:node:w0", Fingerprint: "01", Issuer: "ca", IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
+	if err := NewRecorder(management, management, f.clock, 24*time.Hour, nil).Record(context.Background(), f.cluster, cert); err != nil {
+		t.Fatal(err)
+	}
+	_, record := kubeletRecord(t, management, f.cluster)
+	if len(record.Signed) != 1 || record.Signed[0] != cert {
+		t.Fatalf("record %+v, want only the new certificate", record.Signed)
+	}
+	if record.UnrecordedUntil == nil || !record.UnrecordedUntil.Equal(testNow.Add(24*time.Hour)) {
+		t.Fatalf("unrecorded until %v, want %v: a certificate signed just before the record broke may be valid until then", record.UnrecordedUntil, testNow.Add(24*time.Hour))
 	}
 }
