@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -40,7 +41,10 @@ var providerCRDs []byte
 // (MachineProvider).
 type ClusterAPI struct {
 	Provider *MachineProvider
-	manager  *process
+	// mu guards manager, which restartManager replaces; managerSpec starts it.
+	mu          sync.Mutex
+	manager     *process
+	managerSpec child
 	// webhooks holds the serving certificate's directory, removed by Stop.
 	webhooks envtest.WebhookInstallOptions
 }
@@ -73,7 +77,7 @@ func (e *Environment) StartClusterAPI(ctx context.Context) error {
 	}
 	address := net.JoinHostPort(webhooks.LocalServingHost, strconv.Itoa(webhooks.LocalServingPort))
 	e.logf("starting Cluster API's controller manager (webhooks on %s)", address)
-	e.ClusterAPI.manager, err = startChild(ctx, child{
+	e.ClusterAPI.managerSpec = child{
 		name: "cluster-api-manager", binary: filepath.Join(e.KubeBinDir, "cluster-api-manager"),
 		logPath: filepath.Join(e.WorkDir, "cluster-api-manager.log"),
 		args: fixedArgs("--kubeconfig="+e.ManagementKubeconfig, "--webhook-port="+strconv.Itoa(webhooks.LocalServingPort),
@@ -90,8 +94,8 @@ func (e *Environment) StartClusterAPI(ctx context.Context) error {
 			return true, nil
 		},
 		timeout: 2 * time.Minute,
-	})
-	if err != nil {
+	}
+	if e.ClusterAPI.manager, err = startChild(ctx, e.ClusterAPI.managerSpec); err != nil {
 		return err
 	}
 	e.logf("starting the test provider: a real kubelet per Machine")
@@ -202,8 +206,29 @@ func (c *ClusterAPI) Stop() {
 	if c.Provider != nil {
 		c.Provider.Stop()
 	}
+	c.mu.Lock()
 	stop(c.manager)
+	c.manager = nil
+	c.mu.Unlock()
 	_ = c.webhooks.Cleanup()
+}
+
+// restartManager restarts Cluster API's controller manager, unless Stop
+// stopped it. Its ClusterCache keeps a workload cluster's connection, and the
+// credentials it was made with, until they are refused
+// (kubernetes-sigs/cluster-api#12399): a platform that renews the kubeconfig
+// Secret restarts it, as a reloader of the Deployment would, so that it moves
+// to the new credentials before the old ones are dropped.
+func (c *ClusterAPI) restartManager(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.manager == nil {
+		return nil
+	}
+	stop(c.manager)
+	var err error
+	c.manager, err = startChild(ctx, c.managerSpec)
+	return err
 }
 
 // CreateMachineDeployment creates, in the Cluster's namespace, the Cluster API

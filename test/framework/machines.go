@@ -205,12 +205,19 @@ func (p *MachineProvider) initializeControlPlane(ctx context.Context, obj *unstr
 		return 0, err
 	}
 	kubeconfig := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: obj.GetName() + "-kubeconfig"}}
-	if _, err := controllerutil.CreateOrPatch(ctx, p.Client, kubeconfig, func() error {
+	renewed, err := controllerutil.CreateOrPatch(ctx, p.Client, kubeconfig, func() error {
 		kubeconfig.Labels = map[string]string{clusterAPIGroup + "/cluster-name": obj.GetName()}
 		kubeconfig.Data = map[string][]byte{"value": admin.Data[v1alpha1.DataKeyKubeconfig]}
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return 0, err
+	}
+	if renewed == controllerutil.OperationResultUpdated {
+		p.logf("Carousel renewed the admin kubeconfig: restarting Cluster API's controller manager, which keeps a connection's credentials until they are refused")
+		if err := p.ClusterAPI.restartManager(ctx); err != nil {
+			return 0, fmt.Errorf("restarting Cluster API's controller manager: %w", err)
+		}
 	}
 	if initialized, _, _ := unstructured.NestedBool(obj.Object, "status", "initialization", "controlPlaneInitialized"); initialized {
 		return poll, nil
