@@ -218,14 +218,10 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 
 	It("approves a serving certificate for an address the node added later under servingAddresses NodeStatus, not under FirstSeen", func(ctx SpecContext) {
 		setServing := func(ctx context.Context, mode v1alpha1.ApprovalMode, addresses v1alpha1.ServingAddressPolicy) {
-			latest := getCluster(ctx, key)
-			latest.Spec.KubeletBootstrap.CSRApproval.Serving = mode
-			latest.Spec.KubeletBootstrap.CSRApproval.ServingAddresses = addresses
-			Expect(k8s.Update(ctx, latest)).To(Succeed())
-			// The CSR controller reads the Cluster from the manager's cache; the
-			// Cluster controller reports what that cache has seen.
-			Eventually(func() int64 { return getCluster(ctx, key).Status.ObservedGeneration }).WithContext(ctx).
-				Should(BeNumerically(">=", latest.Generation))
+			updateClusterSpec(ctx, key, func(spec *v1alpha1.ClusterSpec) {
+				spec.KubeletBootstrap.CSRApproval.Serving = mode
+				spec.KubeletBootstrap.CSRApproval.ServingAddresses = addresses
+			})
 		}
 		requestServing := func(ctx context.Context, name string, ip string) (*x509.Certificate, error) {
 			k, err := pki.GenerateKey(pki.ECDSAP256)
@@ -323,9 +319,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 
 	It("with manual approval: a refresh times out with advice, and an approved request it cannot sign fails", func(ctx SpecContext) {
 		setApproval := func(ctx context.Context, mode v1alpha1.ApprovalMode) {
-			latest := getCluster(ctx, key)
-			latest.Spec.KubeletBootstrap.CSRApproval.Client = mode
-			Expect(k8s.Update(ctx, latest)).To(Succeed())
+			updateClusterSpec(ctx, key, func(spec *v1alpha1.ClusterSpec) { spec.KubeletBootstrap.CSRApproval.Client = mode })
 		}
 		setApproval(ctx, v1alpha1.ApprovalManual)
 		DeferCleanup(func(ctx SpecContext) { setApproval(ctx, v1alpha1.ApprovalAuto) })

@@ -39,6 +39,19 @@ func getCluster(ctx context.Context, key client.ObjectKey) *v1alpha1.Cluster {
 	return kit.GetCluster(ctx, k8s, key)
 }
 
+// updateClusterSpec changes a Cluster's spec and waits until the manager's
+// cache has it: controllers that read the Cluster from that cache (the CSR
+// controller among them) act on the new spec only from then on. The Cluster
+// controller reports what the cache has seen in status.observedGeneration.
+func updateClusterSpec(ctx context.Context, key client.ObjectKey, change func(*v1alpha1.ClusterSpec)) {
+	GinkgoHelper()
+	latest := getCluster(ctx, key)
+	change(&latest.Spec)
+	Expect(k8s.Update(ctx, latest)).To(Succeed())
+	Eventually(func() int64 { return getCluster(ctx, key).Status.ObservedGeneration }).WithContext(ctx).
+		Should(BeNumerically(">=", latest.Generation))
+}
+
 func waitForPhase(ctx context.Context, key client.ObjectKey, phase v1alpha1.CARotationPhase) *v1alpha1.Cluster {
 	GinkgoHelper()
 	return kit.WaitForPhase(ctx, k8s, key, phase, kit.Quick)
