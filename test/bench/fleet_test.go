@@ -319,21 +319,10 @@ type process struct {
 // childProcess finds the child process of this one named name (its comm).
 func childProcess(b *testing.B, name string) *process {
 	b.Helper()
-	stats, err := filepath.Glob("/proc/[0-9]*/stat")
-	check(b, err)
-	for _, path := range stats {
-		stat, err := os.ReadFile(path)
-		if err != nil {
-			continue // it ended
+	for _, s := range children(b) {
+		if s.comm == name {
+			return &process{pid: s.pid}
 		}
-		comm, rest, ok := strings.Cut(string(stat[strings.IndexByte(string(stat), '(')+1:]), ") ")
-		fields := strings.Fields(rest)
-		if !ok || comm != name || len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
-		check(b, err)
-		return &process{pid: pid}
 	}
 	b.Fatalf("no child process %s", name)
 	return nil
@@ -450,16 +439,9 @@ func (p *process) stop() {
 // cpu is the CPU time, user and system, the process has used so far.
 func (p *process) cpu(b *testing.B) time.Duration {
 	b.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	s, err := readProcStat(p.pid)
 	check(b, err)
-	// The fields after the command name, which is in parentheses; utime and
-	// stime are the 14th and 15th fields of the line, in clock ticks (100/s).
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	utime, err := strconv.ParseInt(fields[11], 10, 64)
-	check(b, err)
-	stime, err := strconv.ParseInt(fields[12], 10, 64)
-	check(b, err)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return s.cpu
 }
 
 // peakRSS is the process's peak resident memory (VmHWM), in bytes.

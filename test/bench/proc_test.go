@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// procStat is what /proc/<pid>/stat says of a process.
+type procStat struct {
+	pid, ppid int
+	comm      string        // the command name
+	cpu       time.Duration // user and system CPU time used so far
+}
+
+// readProcStat reads /proc/<pid>/stat.
+func readProcStat(pid int) (procStat, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	// The command name is in parentheses and may hold anything; the fields
+	// after it start with the state (the 3rd field of the line): the parent
+	// is the 4th, utime and stime the 14th and 15th, in clock ticks (100/s).
+	open, closing := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+	if open < 0 || closing < open {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(stat[closing+1:]))
+	if len(fields) < 13 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(fields))
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		return procStat{}, err
+	}
+	utime, err := strconv.ParseInt(fields[11], 10, 64)
+	if err != nil {
+		return procStat{}, err
+	}
+	stime, err := strconv.ParseInt(fields[12], 10, 64)
+	if err != nil {
+		return procStat{}, err
+	}
+	return procStat{pid: pid, ppid: ppid, comm: string(stat[open+1 : closing]), cpu: time.Duration(utime+stime) * 10 * time.Millisecond}, nil
+}
+
+// children are the processes this one started that still run.
+func children(b *testing.B) []procStat {
+	b.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	check(b, err)
+	var found []procStat
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		check(b, err)
+		s, err := readProcStat(pid)
+		if err == nil && s.ppid == os.Getpid() { // an error: it ended
+			found = append(found, s)
+		}
+	}
+	return found
+}
+
+// cpuUse is the CPU time used so far by this process (what the benchmark
+// runs in it) and by its children, summed by command name.
+func cpuUse(b *testing.B) map[string]time.Duration {
+	b.Helper()
+	self, err := readProcStat(os.Getpid())
+	check(b, err)
+	use := map[string]time.Duration{"this process": self.cpu}
+	for _, s := range children(b) {
+		use[s.comm] += s.cpu
+	}
+	return use
+}
