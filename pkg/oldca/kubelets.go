@@ -1,7 +1,10 @@
 package oldca
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 )
@@ -30,26 +33,75 @@ type KubeletCertificates struct {
 	UnrecordedUntil *time.Time `json:"unrecordedUntil,omitempty"`
 }
 
-// MaxKubeletCertificatesBytes bounds the record as stored, under the 1 MiB
-// of a ConfigMap with room to spare: some 3,500 certificates.
+// MaxKubeletCertificatesBytes bounds the record's JSON, so that even
+// uncompressed it stays under the 1 MiB of a ConfigMap with room to spare:
+// some 3,500 certificates.
 const MaxKubeletCertificatesBytes = 768 << 10
 
-// KubeletCertificatesDataKey is the key of the kubelet certificate record's
-// ConfigMap that holds the record.
-const KubeletCertificatesDataKey = "kubelets.json"
+// KubeletCertificatesDataKey is the key, in binaryData, of the kubelet
+// certificate record's ConfigMap that holds the record: its JSON (String),
+// gzip-compressed (CompressKubeletCertificates).
+const KubeletCertificatesDataKey = "kubelets.json.gz"
 
-// ParseKubeletCertificates reads a record; empty data is an empty record.
+// kubeletCertificatesWhat names the record in errors.
+const kubeletCertificatesWhat = "the record of signed kubelet client certificates"
+
+// ParseKubeletCertificates reads a record's JSON (String); empty data is an
+// empty record.
 func ParseKubeletCertificates(data string) (*KubeletCertificates, error) {
-	return parseRecord[KubeletCertificates](data, "the record of signed kubelet client certificates")
+	return parseRecord[KubeletCertificates](data, kubeletCertificatesWhat)
 }
 
-// String is the record as stored.
+// DecodeKubeletCertificates reads a record as stored; no data is an empty
+// record. What decompresses past MaxKubeletCertificatesBytes is refused
+// unread: the record never grows past it, and the ConfigMap is writable by
+// whoever may edit ConfigMaps in the Cluster's namespace.
+func DecodeKubeletCertificates(stored []byte) (*KubeletCertificates, error) {
+	if len(stored) == 0 {
+		return &KubeletCertificates{}, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(stored))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing %s: %w", kubeletCertificatesWhat, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(zr, MaxKubeletCertificatesBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing %s: %w", kubeletCertificatesWhat, err)
+	}
+	if len(data) > MaxKubeletCertificatesBytes {
+		return nil, fmt.Errorf("%s decompresses to more than %d bytes", kubeletCertificatesWhat, MaxKubeletCertificatesBytes)
+	}
+	return ParseKubeletCertificates(string(data))
+}
+
+// CompressKubeletCertificates is a record's JSON (String, or what Add
+// returns) as stored: gzip-compressed. The record is rewritten whole on each
+// batch of CSRs signed; compressed, its hex digests and node names take
+// about a fifth of the bytes, and the management cluster's API server and
+// etcd handle a fifth of them on each write.
+func CompressKubeletCertificates(record string) []byte {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if err == nil {
+		_, err = zw.Write([]byte(record))
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err != nil {
+		panic(err) // a valid level, written to memory
+	}
+	return buf.Bytes()
+}
+
+// String is the record's JSON.
 func (k *KubeletCertificates) String() string { return storedRecord(k) }
 
 // Add records signed, in order, each replacing the entry of its user and
 // CA, forgets every certificate expired at now, and keeps the record within
-// MaxKubeletCertificatesBytes.
-func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) {
+// MaxKubeletCertificatesBytes. It returns the record's JSON (String), which
+// it had to encode to measure it.
+func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) string {
 	for _, s := range signed {
 		k.Signed = append(slices.DeleteFunc(k.Signed, func(i IssuedCertificate) bool { return i.User == s.User && i.Issuer == s.Issuer }), s)
 	}
@@ -57,8 +109,8 @@ func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) {
 	if k.UnrecordedUntil != nil && !now.Before(*k.UnrecordedUntil) {
 		k.UnrecordedUntil = nil
 	}
-	if len(k.String()) <= MaxKubeletCertificatesBytes {
-		return
+	if stored := k.String(); len(stored) <= MaxKubeletCertificatesBytes {
+		return stored
 	}
 	last := map[string]int{}
 	for i, c := range k.Signed {
@@ -84,7 +136,11 @@ func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) {
 		over -= len(storedRecord(k.Signed[0])) + 1
 		forgetOldest()
 	}
-	for len(k.Signed) > 0 && len(k.String()) > MaxKubeletCertificatesBytes {
+	for {
+		stored := k.String()
+		if len(k.Signed) == 0 || len(stored) <= MaxKubeletCertificatesBytes {
+			return stored
+		}
 		forgetOldest()
 	}
 }

@@ -1,6 +1,7 @@
 package oldca
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strings"
@@ -280,7 +281,7 @@ func TestKubeletCertificatesAdd(t *testing.T) {
 	if why := (*KubeletCertificates)(nil).Stranded("a", "", at(30)); why != "" {
 		t.Fatalf("no record: %q", why)
 	}
-	back, err := ParseKubeletCertificates(k.String())
+	back, err := DecodeKubeletCertificates(CompressKubeletCertificates(k.String()))
 	if err != nil || back.String() != k.String() {
 		t.Fatalf("the record does not survive storage: %v, %s", err, back)
 	}
@@ -292,6 +293,31 @@ func TestKubeletCertificatesAdd(t *testing.T) {
 	}
 	if _, err := ParseKubeletCertificates("{"); err == nil {
 		t.Fatal("a corrupt record parsed")
+	}
+}
+
+// TestDecodeKubeletCertificates: no data is an empty record; what is not
+// gzip, or decompresses past the bound (the ConfigMap is writable by anyone
+// who edits the namespace's ConfigMaps), is an error, not memory spent; the
+// digests and node names of a large record compress well.
+func TestDecodeKubeletCertificates(t *testing.T) {
+	if k, err := DecodeKubeletCertificates(nil); err != nil || len(k.Signed) != 0 || k.UnrecordedUntil != nil {
+		t.Fatalf("no data: %+v, %v; want an empty record", k, err)
+	}
+	if _, err := DecodeKubeletCertificates([]byte(`{"signed":[]}`)); err == nil {
+		t.Fatal("uncompressed JSON decoded")
+	}
+	bomb := CompressKubeletCertificates(`{"signed":[],"x":"` + strings.Repeat("0", MaxKubeletCertificatesBytes) + `"}`)
+	if _, err := DecodeKubeletCertificates(bomb); err == nil || !strings.Contains(err.Error(), "decompresses to more than") {
+		t.Fatalf("%d bytes that decompress past the bound: %v, want refused", len(bomb), err)
+	}
+	k := &KubeletCertificates{}
+	for i := range 1000 {
+		k.Add([]IssuedCertificate{{User: fmt.Sprintf("system:node:worker-%04d", i), Fingerprint: fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i), byte(i >> 8)})),
+			Issuer: strings.Repeat("ab", 20), IssuedAt: t0, NotAfter: t0.Add(time.Hour)}}, t0)
+	}
+	if stored, json := len(CompressKubeletCertificates(k.String())), len(k.String()); stored*3 > json {
+		t.Fatalf("1,000 entries: %d bytes stored for %d of JSON, want less than a third", stored, json)
 	}
 }
 

@@ -104,18 +104,18 @@ func BenchmarkKubeletBootstrap(b *testing.B) {
 	for b.Loop() {
 		// The first CSRs the API servers see cost them more (caches, etcd's
 		// first writes): a first round, not counted, takes that on.
-		bootstrapAll(b, bootstrapCfg, "warm-up")
-		carousel := bootstrapAll(b, bootstrapCfg, "carousel")
+		bootstrapAll(b, bootstrapCfg, cp.Dir, "warm-up")
+		carousel := bootstrapAll(b, bootstrapCfg, cp.Dir, "carousel")
 		writes, recorded := recordWrites(b)
 		stopCarousel()
 		stopCarousel = func() {}
 
 		stopCeiling := startBareSigner(b, adminCfg, clientCA.Current)
-		ceiling := bootstrapAll(b, bootstrapCfg, "ceiling")
+		ceiling := bootstrapAll(b, bootstrapCfg, cp.Dir, "ceiling")
 		stopCeiling()
 
 		stopKCM := startKubeControllerManager(b, ctx, k8s, c, cp, assets)
-		kcm := bootstrapAll(b, bootstrapCfg, "kcm")
+		kcm := bootstrapAll(b, bootstrapCfg, cp.Dir, "kcm")
 		stopKCM()
 
 		b.ReportMetric(carousel.rate, "carousel-csr/s")
@@ -139,8 +139,8 @@ type bootstrapRun struct {
 	rate float64 // certificates per second
 	// cpu is the CPU time used during the run, by command name: "this
 	// process" (the kubelets' requests, and Carousel's controllers when
-	// they run), the two API servers together, the two etcds together,
-	// kube-controller-manager.
+	// they run), the API server and etcd of the management cluster and
+	// those of the managed one, kube-controller-manager.
 	cpu map[string]time.Duration
 }
 
@@ -165,7 +165,7 @@ func perCSR(d time.Duration) float64 {
 // once and wait for its certificate. The kubelets of each run connect anew,
 // as new kubelets do: a client of its own dialer shares no connection with
 // an earlier run's (client-go does not cache its transport).
-func bootstrapAll(b *testing.B, cfg *rest.Config, run string) bootstrapRun {
+func bootstrapAll(b *testing.B, cfg *rest.Config, managedDir, run string) bootstrapRun {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Dial = (&net.Dialer{}).DialContext
 	cs := kubernetes.NewForConfigOrDie(cfg)
@@ -177,7 +177,7 @@ func bootstrapAll(b *testing.B, cfg *rest.Config, run string) bootstrapRun {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cpuBefore, start := cpuUse(b), time.Now()
+	cpuBefore, start := cpuUse(b, managedDir), time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, kubelets)
 	for i := range kubelets {
@@ -191,7 +191,7 @@ func bootstrapAll(b *testing.B, cfg *rest.Config, run string) bootstrapRun {
 		})
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuUse(b)
+	elapsed, cpu := time.Since(start), cpuUse(b, managedDir)
 	close(errs)
 	for err := range errs {
 		check(b, err)

@@ -67,14 +67,24 @@ func children(b *testing.B) []procStat {
 }
 
 // cpuUse is the CPU time used so far by this process (what the benchmark
-// runs in it) and by its children, summed by command name.
-func cpuUse(b *testing.B) map[string]time.Duration {
+// runs in it) and by its children, summed by command name; the name of a
+// child whose command line holds managedDir (the managed control plane's
+// directory) says "managed".
+func cpuUse(b *testing.B, managedDir string) map[string]time.Duration {
 	b.Helper()
 	self, err := readProcStat(os.Getpid())
 	check(b, err)
 	use := map[string]time.Duration{"this process": self.cpu}
 	for _, s := range children(b) {
-		use[s.comm] += s.cpu
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.pid))
+		if err != nil {
+			continue // it ended
+		}
+		name := s.comm
+		if strings.Contains(string(cmdline), managedDir) {
+			name += " (managed)"
+		}
+		use[name] += s.cpu
 	}
 	return use
 }

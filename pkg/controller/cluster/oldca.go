@@ -152,7 +152,9 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		if err != nil {
 			return err
 		}
-		facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, oldca.KubeletCertificatesDataKey, oldca.ParseKubeletCertificates)
+		facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, func(cm *corev1.ConfigMap) (*oldca.KubeletCertificates, error) {
+			return oldca.DecodeKubeletCertificates(cm.BinaryData[oldca.KubeletCertificatesDataKey])
+		})
 	}
 	deps := oldca.Dependents(facts)
 	status := usageStatus(deps, facts.Usage != nil)
@@ -196,7 +198,9 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 // issued for the Cluster; nil when there is none, and true when it does not
 // parse.
 func issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool) {
-	return parseRecord(ctx, s.objs.configMaps[credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)], oldca.KubeconfigsDataKey, oldca.ParseKubeconfigs)
+	return parseRecord(ctx, s.objs.configMaps[credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)], func(cm *corev1.ConfigMap) (*oldca.Kubeconfigs, error) {
+		return oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
+	})
 }
 
 // kubeletCertificates is the ConfigMap of the Cluster's record of signed
@@ -214,13 +218,13 @@ func (r *Reconciler) kubeletCertificates(ctx context.Context, c *v1alpha1.Cluste
 	return cm, nil
 }
 
-// parseRecord is the record of package oldca that cm keeps under key; nil
+// parseRecord is the record of package oldca that read finds in cm; nil
 // when cm is nil, and true when it does not parse.
-func parseRecord[T any](ctx context.Context, cm *corev1.ConfigMap, key string, parse func(string) (*T, error)) (*T, bool) {
+func parseRecord[T any](ctx context.Context, cm *corev1.ConfigMap, read func(*corev1.ConfigMap) (*T, error)) (*T, bool) {
 	if cm == nil {
 		return nil, false
 	}
-	record, err := parse(cm.Data[key])
+	record, err := read(cm)
 	if err != nil {
 		log.FromContext(ctx).Info("a record of the old-CA usage gate does not parse", "configMap", cm.Name, "error", err.Error())
 		return nil, true

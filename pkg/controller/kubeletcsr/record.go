@@ -68,6 +68,9 @@ type record struct {
 	writing bool     // a writer runs; only it touches written
 	// written is the ConfigMap as last written or read; nil: read it again.
 	written *corev1.ConfigMap
+	// parsed is the record written holds, kept so that a batch does not
+	// parse what the last one wrote; nil: parse it from written.
+	parsed *oldca.KubeletCertificates
 }
 
 // signed is a certificate waiting to be recorded, and its signer waiting.
@@ -117,7 +120,7 @@ func (r *Recorder) write(key client.ObjectKey, rec *record) {
 		rec.pending = nil
 		if len(batch) == 0 {
 			rec.writing = false
-			rec.written = nil // not kept while idle: a fleet's records would fill memory
+			rec.written, rec.parsed = nil, nil // not kept while idle: a fleet's records would fill memory
 			rec.mu.Unlock()
 			return
 		}
@@ -155,52 +158,54 @@ func (r *Recorder) merge(ctx context.Context, key client.ObjectKey, rec *record,
 				return fmt.Errorf("reading the Cluster: %w", err)
 			}
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name}}
-			if err := r.fill(cm, fresh, &oldca.KubeletCertificates{}, certs); err != nil {
+			record := &oldca.KubeletCertificates{}
+			if err := r.fill(cm, fresh, record, certs); err != nil {
 				return err
 			}
 			if err := r.client.Create(ctx, cm); err != nil {
 				return err
 			}
-			rec.written = cm
+			rec.written, rec.parsed = cm, record
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		rec.written = cm
+		rec.written, rec.parsed = cm, nil
 	}
-	record, err := oldca.ParseKubeletCertificates(rec.written.Data[oldca.KubeletCertificatesDataKey])
-	if err != nil {
-		// Refusing to sign would stop every kubelet from joining: start the
-		// record over instead, which cannot vouch for the certificates it
-		// lost until the last of them can have expired.
-		log.FromContext(ctx).Info("the record of signed kubelet certificates does not parse; starting it over", "configMap", name, "error", err.Error())
-		lost := r.clock.Now().Add(r.maxValidity).UTC()
-		record = &oldca.KubeletCertificates{UnrecordedUntil: &lost}
+	record := rec.parsed
+	if record == nil {
+		var err error
+		if record, err = oldca.DecodeKubeletCertificates(rec.written.BinaryData[oldca.KubeletCertificatesDataKey]); err != nil {
+			// Refusing to sign would stop every kubelet from joining: start
+			// the record over instead, which cannot vouch for the
+			// certificates it lost until the last of them can have expired.
+			log.FromContext(ctx).Info("the record of signed kubelet certificates does not parse; starting it over", "configMap", name, "error", err.Error())
+			lost := r.clock.Now().Add(r.maxValidity).UTC()
+			record = &oldca.KubeletCertificates{UnrecordedUntil: &lost}
+		}
 	}
 	cm := rec.written.DeepCopy()
-	if err := r.fill(cm, c, record, certs); err != nil {
+	err := r.fill(cm, c, record, certs)
+	if err == nil {
+		err = r.client.Update(ctx, cm) // with the resourceVersion read or written last
+	}
+	if err != nil {
+		// record may hold certs, which were not written: read it again.
+		rec.written, rec.parsed = nil, nil
 		return err
 	}
-	if err := r.client.Update(ctx, cm); err != nil { // with the resourceVersion read or written last
-		rec.written = nil
-		return err
-	}
-	rec.written = cm
+	rec.written, rec.parsed = cm, record
 	return nil
 }
 
-// fill puts record, with certs added, into cm, and the Cluster as its
+// fill adds certs to record and puts it into cm, with the Cluster as its
 // controller.
 func (r *Recorder) fill(cm *corev1.ConfigMap, c *v1alpha1.Cluster, record *oldca.KubeletCertificates, certs []oldca.IssuedCertificate) error {
 	if !c.DeletionTimestamp.IsZero() {
 		return errors.New("the Cluster is being deleted")
 	}
-	record.Add(certs, r.clock.Now())
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
-	}
-	cm.Data[oldca.KubeletCertificatesDataKey] = record.String()
+	cm.BinaryData = map[string][]byte{oldca.KubeletCertificatesDataKey: oldca.CompressKubeletCertificates(record.Add(certs, r.clock.Now()))}
 	if metav1.GetControllerOf(cm) == nil {
 		return controllerutil.SetControllerReference(c, cm, r.client.Scheme())
 	}

@@ -31,7 +31,7 @@ func kubeletRecord(t *testing.T, c client.Reader, cluster *v1alpha1.Cluster) (*c
 	if err := c.Get(context.Background(), key, cm); err != nil {
 		t.Fatalf("the record: %v", err)
 	}
-	record, err := oldca.ParseKubeletCertificates(cm.Data[oldca.KubeletCertificatesDataKey])
+	record, err := oldca.DecodeKubeletCertificates(cm.BinaryData[oldca.KubeletCertificatesDataKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 	// Another replica's write, then this one's: both stay.
 	cm, record := kubeletRecord(t, management, f.cluster)
 	record.Add([]oldca.IssuedCertificate{cert(100)}, testNow)
-	cm.Data[oldca.KubeletCertificatesDataKey] = record.String()
+	cm.BinaryData[oldca.KubeletCertificatesDataKey] = oldca.CompressKubeletCertificates(record.String())
 	if err := management.Update(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 func TestRecorderStartsABrokenRecordOver(t *testing.T) {
 	f := newFixture(t)
 	f.management = append(f.management, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace,
-		Name: credentials.KubeletCertificatesConfigMapName(f.cluster.Name)}, Data: map[string]string{oldca.KubeletCertificatesDataKey: "{"}})
+		Name: credentials.KubeletCertificatesConfigMapName(f.cluster.Name)}, BinaryData: map[string][]byte{oldca.KubeletCertificatesDataKey: []byte("{")}})
 	r, _ := f.build(nil)
 	management := r.management.(client.Client)
 	cert := oldca.IssuedCertificate{User: "system:node:w0", Fingerprint: "01", Issuer: "ca", IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
