@@ -43,6 +43,29 @@ const MaxKubeletCertificatesBytes = 768 << 10
 // gzip-compressed (CompressKubeletCertificates).
 const KubeletCertificatesDataKey = "kubelets.json.gz"
 
+// ReadKubeletCertificates reads the record from its ConfigMap's data and
+// binaryData. A ConfigMap that has the JSON of development builds before
+// 0.1.0 (data key kubelets.json) and no record as stored now is an error:
+// read as empty, it would vouch for kubelets it forgot.
+func ReadKubeletCertificates(data map[string]string, binaryData map[string][]byte) (*KubeletCertificates, error) {
+	if _, old := data[oldKubeletCertificatesDataKey]; old && len(binaryData[KubeletCertificatesDataKey]) == 0 {
+		return nil, fmt.Errorf("%s is stored as a development build stored it (data key %s)", kubeletCertificatesWhat, oldKubeletCertificatesDataKey)
+	}
+	return DecodeKubeletCertificates(binaryData[KubeletCertificatesDataKey])
+}
+
+// oldKubeletCertificatesDataKey is where development builds before 0.1.0
+// stored the record's JSON, in data.
+const oldKubeletCertificatesDataKey = "kubelets.json"
+
+// StoreKubeletCertificates puts record, the JSON of a record (String, or
+// what Add returns), into data and binaryData as ReadKubeletCertificates
+// reads it, and drops what development builds stored.
+func StoreKubeletCertificates(record string, data map[string]string, binaryData map[string][]byte) {
+	delete(data, oldKubeletCertificatesDataKey)
+	binaryData[KubeletCertificatesDataKey] = CompressKubeletCertificates(record)
+}
+
 // kubeletCertificatesWhat names the record in errors.
 const kubeletCertificatesWhat = "the record of signed kubelet client certificates"
 

@@ -307,17 +307,48 @@ func TestDecodeKubeletCertificates(t *testing.T) {
 	if _, err := DecodeKubeletCertificates([]byte(`{"signed":[]}`)); err == nil {
 		t.Fatal("uncompressed JSON decoded")
 	}
-	bomb := CompressKubeletCertificates(`{"signed":[],"x":"` + strings.Repeat("0", MaxKubeletCertificatesBytes) + `"}`)
+	padded := func(n int) string { // a record's JSON of n bytes
+		const open, end = `{"signed":[],"x":"`, `"}`
+		return open + strings.Repeat("0", n-len(open)-len(end)) + end
+	}
+	if _, err := DecodeKubeletCertificates(CompressKubeletCertificates(padded(MaxKubeletCertificatesBytes))); err != nil {
+		t.Fatalf("a record of the largest size: %v", err)
+	}
+	bomb := CompressKubeletCertificates(padded(MaxKubeletCertificatesBytes + 1))
 	if _, err := DecodeKubeletCertificates(bomb); err == nil || !strings.Contains(err.Error(), "decompresses to more than") {
 		t.Fatalf("%d bytes that decompress past the bound: %v, want refused", len(bomb), err)
 	}
-	k := &KubeletCertificates{}
-	for i := range 1000 {
-		k.Add([]IssuedCertificate{{User: fmt.Sprintf("system:node:worker-%04d", i), Fingerprint: fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i), byte(i >> 8)})),
-			Issuer: strings.Repeat("ab", 20), IssuedAt: t0, NotAfter: t0.Add(time.Hour)}}, t0)
+	stored := CompressKubeletCertificates(`{"signed":[]}`)
+	if _, err := DecodeKubeletCertificates(stored[:len(stored)-4]); err == nil {
+		t.Fatal("a truncated record decoded")
 	}
-	if stored, json := len(CompressKubeletCertificates(k.String())), len(k.String()); stored*3 > json {
-		t.Fatalf("1,000 entries: %d bytes stored for %d of JSON, want less than a third", stored, json)
+	var signed []IssuedCertificate
+	for i := range 1000 {
+		signed = append(signed, IssuedCertificate{User: fmt.Sprintf("system:node:worker-%04d", i), Fingerprint: fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i), byte(i >> 8)})),
+			Issuer: strings.Repeat("ab", 20), IssuedAt: t0, NotAfter: t0.Add(time.Hour)})
+	}
+	json := (&KubeletCertificates{}).Add(signed, t0)
+	if stored := len(CompressKubeletCertificates(json)); stored*3 > len(json) {
+		t.Fatalf("1,000 entries: %d bytes stored for %d of JSON, want less than a third", stored, len(json))
+	}
+}
+
+// TestReadKubeletCertificates: a ConfigMap as development builds wrote it,
+// the JSON in data, does not read as an empty record; storing drops it.
+func TestReadKubeletCertificates(t *testing.T) {
+	data := map[string]string{oldKubeletCertificatesDataKey: `{"signed":[]}`}
+	binaryData := map[string][]byte{}
+	if _, err := ReadKubeletCertificates(data, binaryData); err == nil {
+		t.Fatal("a record in the old format read")
+	}
+	record := &KubeletCertificates{Signed: []IssuedCertificate{{User: "system:node:a", Fingerprint: "01", Issuer: "x", IssuedAt: t0, NotAfter: t0.Add(time.Hour)}}}
+	StoreKubeletCertificates(record.String(), data, binaryData)
+	if _, old := data[oldKubeletCertificatesDataKey]; old {
+		t.Fatal("the old format kept")
+	}
+	back, err := ReadKubeletCertificates(data, binaryData)
+	if err != nil || back.String() != record.String() {
+		t.Fatalf("read back %v, %v; want %s", back, err, record)
 	}
 }
 

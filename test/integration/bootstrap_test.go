@@ -465,7 +465,7 @@ func signedKubeletCertificates(ctx context.Context, c *v1alpha1.Cluster) []oldca
 	GinkgoHelper()
 	cm := &corev1.ConfigMap{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)}, cm)).To(Succeed())
-	record, err := oldca.DecodeKubeletCertificates(cm.BinaryData[oldca.KubeletCertificatesDataKey])
+	record, err := oldca.ReadKubeletCertificates(cm.Data, cm.BinaryData)
 	Expect(err).NotTo(HaveOccurred())
 	return record.Signed
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,9 +46,12 @@ func getCluster(ctx context.Context, key client.ObjectKey) *v1alpha1.Cluster {
 // controller reports what the cache has seen in status.observedGeneration.
 func updateClusterSpec(ctx context.Context, key client.ObjectKey, change func(*v1alpha1.ClusterSpec)) {
 	GinkgoHelper()
-	latest := getCluster(ctx, key)
-	change(&latest.Spec)
-	Expect(k8s.Update(ctx, latest)).To(Succeed())
+	latest := &v1alpha1.Cluster{}
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		latest = getCluster(ctx, key)
+		change(&latest.Spec)
+		return k8s.Update(ctx, latest)
+	})).To(Succeed())
 	Eventually(func() int64 { return getCluster(ctx, key).Status.ObservedGeneration }).WithContext(ctx).
 		Should(BeNumerically(">=", latest.Generation))
 }

@@ -153,7 +153,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 			return err
 		}
 		facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, func(cm *corev1.ConfigMap) (*oldca.KubeletCertificates, error) {
-			return oldca.DecodeKubeletCertificates(cm.BinaryData[oldca.KubeletCertificatesDataKey])
+			return oldca.ReadKubeletCertificates(cm.Data, cm.BinaryData)
 		})
 	}
 	deps := oldca.Dependents(facts)

@@ -176,7 +176,7 @@ func (r *Recorder) merge(ctx context.Context, key client.ObjectKey, rec *record,
 	record := rec.parsed
 	if record == nil {
 		var err error
-		if record, err = oldca.DecodeKubeletCertificates(rec.written.BinaryData[oldca.KubeletCertificatesDataKey]); err != nil {
+		if record, err = oldca.ReadKubeletCertificates(rec.written.Data, rec.written.BinaryData); err != nil {
 			// Refusing to sign would stop every kubelet from joining: start
 			// the record over instead, which cannot vouch for the
 			// certificates it lost until the last of them can have expired.
@@ -205,7 +205,10 @@ func (r *Recorder) fill(cm *corev1.ConfigMap, c *v1alpha1.Cluster, record *oldca
 	if !c.DeletionTimestamp.IsZero() {
 		return errors.New("the Cluster is being deleted")
 	}
-	cm.BinaryData = map[string][]byte{oldca.KubeletCertificatesDataKey: oldca.CompressKubeletCertificates(record.Add(certs, r.clock.Now()))}
+	if cm.BinaryData == nil {
+		cm.BinaryData = map[string][]byte{}
+	}
+	oldca.StoreKubeletCertificates(record.Add(certs, r.clock.Now()), cm.Data, cm.BinaryData)
 	if metav1.GetControllerOf(cm) == nil {
 		return controllerutil.SetControllerReference(c, cm, r.client.Scheme())
 	}

@@ -31,7 +31,7 @@ func kubeletRecord(t *testing.T, c client.Reader, cluster *v1alpha1.Cluster) (*c
 	if err := c.Get(context.Background(), key, cm); err != nil {
 		t.Fatalf("the record: %v", err)
 	}
-	record, err := oldca.DecodeKubeletCertificates(cm.BinaryData[oldca.KubeletCertificatesDataKey])
+	record, err := oldca.ReadKubeletCertificates(cm.Data, cm.BinaryData)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +103,17 @@ func TestClientCertificateIsRecordedBeforeItIsPosted(t *testing.T) {
 
 // TestRecorderWritesConcurrentCertificatesTogether: the certificates signed
 // while a write is under way go into one next write, and one written by
-// another replica meanwhile is kept.
+// another replica meanwhile is kept, whether it comes between the writes of
+// one burst (when the writer keeps the record it parsed) or after.
 func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 	f := newFixture(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var writes atomic.Int32
+	cert := func(i int) oldca.IssuedCertificate {
+		return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
+			IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
+	}
+	var otherReplica sync.Once
 	r, _ := f.build(&interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if _, ok := obj.(*corev1.ConfigMap); ok {
@@ -118,18 +124,32 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if _, ok := obj.(*corev1.ConfigMap); ok {
-				writes.Add(1)
+			cm, ok := obj.(*corev1.ConfigMap)
+			if !ok {
+				return c.Update(ctx, obj, opts...)
+			}
+			writes.Add(1)
+			var err error
+			otherReplica.Do(func() { // writes first, between the two writes of the burst
+				other := &corev1.ConfigMap{}
+				if err = c.Get(ctx, client.ObjectKeyFromObject(cm), other); err != nil {
+					return
+				}
+				var record *oldca.KubeletCertificates
+				if record, err = oldca.ReadKubeletCertificates(other.Data, other.BinaryData); err != nil {
+					return
+				}
+				oldca.StoreKubeletCertificates(record.Add([]oldca.IssuedCertificate{cert(50)}, testNow), other.Data, other.BinaryData)
+				err = c.Update(ctx, other)
+			})
+			if err != nil {
+				return err
 			}
 			return c.Update(ctx, obj, opts...)
 		},
 	})
 	management := r.management.(client.Client)
 	rec := NewRecorder(management, management, f.clock, 24*time.Hour, nil)
-	cert := func(i int) oldca.IssuedCertificate {
-		return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
-			IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
-	}
 	const n = 10
 	errs := make(chan error, n+1)
 	go func() { errs <- rec.Record(context.Background(), f.cluster, cert(0)) }()
@@ -161,25 +181,26 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := writes.Load(); got != 2 {
-		t.Fatalf("%d writes for %d certificates signed during one write, want 2: the first, then the rest together", got, n+1)
+	if got := writes.Load(); got != 3 {
+		t.Fatalf("%d writes for %d certificates signed during one write, want 3: the first, then the rest together, "+
+			"which conflicted with another replica's write and was made again", got, n+1)
 	}
-	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+1 {
-		t.Fatalf("record has %d certificates, want %d", len(record.Signed), n+1)
+	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+2 {
+		t.Fatalf("record has %d certificates, want %d: %d signed here and another replica's", len(record.Signed), n+2, n+1)
 	}
 
 	// Another replica's write, then this one's: both stay.
 	cm, record := kubeletRecord(t, management, f.cluster)
 	record.Add([]oldca.IssuedCertificate{cert(100)}, testNow)
-	cm.BinaryData[oldca.KubeletCertificatesDataKey] = oldca.CompressKubeletCertificates(record.String())
+	oldca.StoreKubeletCertificates(record.String(), cm.Data, cm.BinaryData)
 	if err := management.Update(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.Record(context.Background(), f.cluster, cert(101)); err != nil {
 		t.Fatal(err)
 	}
-	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+3 {
-		t.Fatalf("record has %d certificates, want %d: another replica's was lost", len(record.Signed), n+3)
+	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+4 {
+		t.Fatalf("record has %d certificates, want %d: another replica's was lost", len(record.Signed), n+4)
 	}
 }
 
