@@ -5,7 +5,6 @@ package csr
 
 import (
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"slices"
@@ -308,16 +307,12 @@ func validate(req *certificatesv1.CertificateSigningRequest) (*x509.CertificateR
 
 // parse decodes the PEM request and checks its signature.
 func parse(req *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, Decision) {
-	block, _ := pem.Decode(req.Spec.Request)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, deny(ReasonBadRequest, "spec.request is not a PEM CERTIFICATE REQUEST")
-	}
-	parsed, err := x509.ParseCertificateRequest(block.Bytes)
+	parsed, err := pki.ParseCertificateRequest(req.Spec.Request)
 	if err == nil {
 		err = parsed.CheckSignature()
 	}
 	if err != nil {
-		return nil, deny(ReasonBadRequest, "invalid certificate request: %v", err)
+		return nil, deny(ReasonBadRequest, "spec.request is not a valid certificate request: %v", err)
 	}
 	return parsed, Decision{}
 }

@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"net"
 	"testing"
@@ -38,7 +37,7 @@ func request(t *testing.T, k crypto.Signer, signer, user string, groups []string
 		t.Fatal(err)
 	}
 	return &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
-		Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
+		Request: pki.EncodeCertificateRequest(der), SignerName: signer,
 		Username: user, Groups: groups, Usages: usages,
 	}}
 }

@@ -132,7 +132,7 @@ func (in fuzzRequest) build(keys fuzzSigners) (*certificatesv1.CertificateSignin
 		obj.Spec.Request = in.raw
 		return obj, true
 	case 2:
-		obj.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: in.raw})
+		obj.Spec.Request = pki.EncodeCertificateRequest(in.raw)
 		return obj, true
 	}
 	tmpl := &x509.CertificateRequest{
@@ -156,7 +156,7 @@ func (in fuzzRequest) build(keys fuzzSigners) (*certificatesv1.CertificateSignin
 	if err != nil {
 		return nil, false
 	}
-	obj.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	obj.Spec.Request = pki.EncodeCertificateRequest(der)
 	return obj, true
 }
 

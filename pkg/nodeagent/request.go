@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -23,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
 // ErrDenied and ErrFailed say how a CSR ended without a certificate.
@@ -54,7 +55,7 @@ func ClientCSR(name, node string, key crypto.Signer, duration time.Duration) (*c
 	csr := &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			Request:    pki.EncodeCertificateRequest(der),
 			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
 			Usages:     usages,
 		},
@@ -101,7 +102,7 @@ func ServingCSR(name, node string, key crypto.Signer, addresses []corev1.NodeAdd
 	return &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			Request:    pki.EncodeCertificateRequest(der),
 			SignerName: certificatesv1.KubeletServingSignerName,
 			Usages:     usages,
 		},
@@ -143,13 +144,9 @@ func RequestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certi
 
 // sameKey checks that an existing CSR asks for our key.
 func sameKey(csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) error {
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return errors.New("the existing CSR holds no request")
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
+	req, err := pki.ParseCertificateRequest(csr.Spec.Request)
 	if err != nil {
-		return err
+		return fmt.Errorf("the existing CSR: %w", err)
 	}
 	if eq, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !eq.Equal(req.PublicKey) {
 		return errors.New("an existing CSR of that name is for another key")

@@ -3,8 +3,6 @@ package nodeagent
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -128,11 +126,7 @@ func refuse(csr *certificatesv1.CertificateSigningRequest, typ certificatesv1.Re
 }
 
 func parseCSR(csr *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, error) {
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return nil, fmt.Errorf("CSR %s holds no request", csr.Name)
-	}
-	return x509.ParseCertificateRequest(block.Bytes)
+	return pki.ParseCertificateRequest(csr.Spec.Request)
 }
 
 // awaitWaiters waits (in real time, for the goroutines under test) until at

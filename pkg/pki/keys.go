@@ -32,8 +32,9 @@ func KeyAlgorithms() []KeyAlgorithm {
 
 // PEM block types.
 const (
-	pemTypeCertificate = "CERTIFICATE"
-	pemTypePrivateKey  = "PRIVATE KEY"
+	pemTypeCertificate        = "CERTIFICATE"
+	pemTypePrivateKey         = "PRIVATE KEY"
+	pemTypeCertificateRequest = "CERTIFICATE REQUEST"
 )
 
 // keysGenerated counts the keys GenerateKey returned; see KeysGenerated.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"maps"
 	"net"
@@ -260,13 +259,9 @@ func approveAndSign(ctx context.Context, api certificatesclient.CertificateSigni
 	if err != nil {
 		return err
 	}
-	block, _ := pem.Decode(approved.Spec.Request)
-	if block == nil {
-		return fmt.Errorf("CSR %s holds no request", csr.Name)
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
+	req, err := pki.ParseCertificateRequest(approved.Spec.Request)
 	if err != nil {
-		return err
+		return fmt.Errorf("CSR %s: %w", csr.Name, err)
 	}
 	cert, err := ca.Issue(pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, req.PublicKey, time.Now())

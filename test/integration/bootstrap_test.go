@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"maps"
 	"net"
@@ -234,7 +233,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			csr := &certificatesv1.CertificateSigningRequest{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec: certificatesv1.CertificateSigningRequestSpec{
-					Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+					Request:    pki.EncodeCertificateRequest(der),
 					SignerName: certificatesv1.KubeletServingSignerName,
 					Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
 				},
@@ -311,7 +310,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
 			Subject: pkix.Name{CommonName: "system:node:worker-2", Organization: []string{"system:masters"}}}, k)
 		Expect(err).NotTo(HaveOccurred())
-		csr.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+		csr.Spec.Request = pki.EncodeCertificateRequest(der)
 		_, err = nodeagent.RequestCertificate(ctx, bootstrapper, csr, k)
 		Expect(err).To(MatchError(nodeagent.ErrDenied))
 		Expect(err).To(MatchError(ContainSubstring(`CarouselInvalidSubject: the organization must be exactly "system:nodes"`)))

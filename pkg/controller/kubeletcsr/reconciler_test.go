@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -191,7 +190,7 @@ func kubeletCSR(t *testing.T, name, signer string, key crypto.Signer, created ti
 	return &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: k8stypes.UID("uid-" + name), CreationTimestamp: metav1.NewTime(created)},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
+			Request: pki.EncodeCertificateRequest(der), SignerName: signer,
 			Username: "system:node:worker-1", Groups: []string{"system:nodes", "system:authenticated"}, Usages: usages,
 		},
 	}
