@@ -31,7 +31,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -279,12 +278,11 @@ func (r *Receiver) afterFunc(d time.Duration, f func()) {
 func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
 	reader := r.Reader
 	var deferred []oldca.Credential
-	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) },
-		func() (err error) {
-			deferred, err = r.merge(ctx, reader, key, seen, resolution)
-			reader = r.APIReader // the cache was behind
-			return err
-		})
+	err := credentials.WriteRecord(func() (err error) {
+		deferred, err = r.merge(ctx, reader, key, seen, resolution)
+		reader = r.APIReader // the cache was behind
+		return err
+	})
 	return deferred, err
 }
 

@@ -3,6 +3,7 @@ package credentials
 import (
 	"bytes"
 	"crypto/x509"
+	"errors"
 	"net"
 	"os"
 	"slices"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -204,5 +207,34 @@ func TestReferenceDocumentsEveryCertificate(t *testing.T) {
 				t.Errorf("the row of %s lacks %q", cert.Name, want)
 			}
 		}
+	}
+}
+
+func TestWriteRecordRetriesOnlyALostRace(t *testing.T) {
+	configMaps := schema.GroupResource{Resource: "configmaps"}
+	for name, tc := range map[string]struct {
+		failures []error // what the first runs return
+		runs     int
+		wantErr  bool
+	}{
+		"written at once":                    {runs: 1},
+		"a conflict, then read again":        {failures: []error{apierrors.NewConflict(configMaps, "r", errors.New("changed"))}, runs: 2},
+		"created meanwhile, then read again": {failures: []error{apierrors.NewAlreadyExists(configMaps, "r")}, runs: 2},
+		"forbidden":                          {failures: []error{apierrors.NewForbidden(configMaps, "r", errors.New("no"))}, runs: 1, wantErr: true},
+		"a broken record":                    {failures: []error{errors.New("does not parse")}, runs: 1, wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			runs := 0
+			err := WriteRecord(func() error {
+				runs++
+				if runs <= len(tc.failures) {
+					return tc.failures[runs-1]
+				}
+				return nil
+			})
+			if runs != tc.runs || (err != nil) != tc.wantErr {
+				t.Fatalf("WriteRecord ran the write %d times and returned %v, want %d runs and an error: %t", runs, err, tc.runs, tc.wantErr)
+			}
+		})
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -87,6 +89,14 @@ func IsRecord(cluster, configMap string) bool {
 		return true
 	}
 	return false
+}
+
+// WriteRecord runs write, a read-modify-write of one of the records
+// (IsRecord), again while it loses a race to another writer: its update
+// conflicts, or its create finds the ConfigMap another writer just created.
+// Each run must read the ConfigMap afresh.
+func WriteRecord(write func() error) error {
+	return retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, write)
 }
 
 // CALabels are the labels of a CA Secret.

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -127,8 +126,7 @@ func defaultKubeconfigName() string {
 // which the operator reconciles when it changes.
 func recordKubeconfig(ctx context.Context, c client.Client, cl *v1alpha1.Cluster, issued oldca.IssuedCertificate, now time.Time) error {
 	key := client.ObjectKey{Namespace: cl.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(cl.Name)}
-	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
-	return retry.OnError(retry.DefaultRetry, retriable, func() error {
+	return credentials.WriteRecord(func() error {
 		cm := &corev1.ConfigMap{}
 		err := c.Get(ctx, key, cm)
 		if apierrors.IsNotFound(err) {

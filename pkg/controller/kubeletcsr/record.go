@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -130,8 +129,7 @@ func (r *Recorder) write(key client.ObjectKey, rec *record) {
 			certs[i] = s.cert
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-		err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) },
-			func() error { return r.merge(ctx, key, rec, batch[len(batch)-1].cluster, certs) })
+		err := credentials.WriteRecord(func() error { return r.merge(ctx, key, rec, batch[len(batch)-1].cluster, certs) })
 		cancel()
 		if err == nil {
 			r.metrics.recorded(len(batch))
