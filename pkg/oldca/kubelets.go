@@ -40,7 +40,7 @@ const MaxKubeletCertificatesBytes = 768 << 10
 
 // KubeletCertificatesDataKey is the key, in binaryData, of the kubelet
 // certificate record's ConfigMap that holds the record: its JSON (String),
-// gzip-compressed (CompressKubeletCertificates).
+// gzip-compressed (compressKubeletCertificates).
 const KubeletCertificatesDataKey = "kubelets.json.gz"
 
 // ReadKubeletCertificates reads the record from its ConfigMap's data and
@@ -51,7 +51,7 @@ func ReadKubeletCertificates(data map[string]string, binaryData map[string][]byt
 	if _, old := data[oldKubeletCertificatesDataKey]; old && len(binaryData[KubeletCertificatesDataKey]) == 0 {
 		return nil, fmt.Errorf("%s is stored as a development build stored it (data key %s)", kubeletCertificatesWhat, oldKubeletCertificatesDataKey)
 	}
-	return DecodeKubeletCertificates(binaryData[KubeletCertificatesDataKey])
+	return decodeKubeletCertificates(binaryData[KubeletCertificatesDataKey])
 }
 
 // oldKubeletCertificatesDataKey is where development builds before 0.1.0
@@ -63,7 +63,7 @@ const oldKubeletCertificatesDataKey = "kubelets.json"
 // reads it, and drops what development builds stored.
 func StoreKubeletCertificates(record string, data map[string]string, binaryData map[string][]byte) {
 	delete(data, oldKubeletCertificatesDataKey)
-	binaryData[KubeletCertificatesDataKey] = CompressKubeletCertificates(record)
+	binaryData[KubeletCertificatesDataKey] = compressKubeletCertificates(record)
 }
 
 // kubeletCertificatesWhat names the record in errors.
@@ -75,11 +75,11 @@ func ParseKubeletCertificates(data string) (*KubeletCertificates, error) {
 	return parseRecord[KubeletCertificates](data, kubeletCertificatesWhat)
 }
 
-// DecodeKubeletCertificates reads a record as stored; no data is an empty
+// decodeKubeletCertificates reads a record as stored; no data is an empty
 // record. What decompresses past MaxKubeletCertificatesBytes is refused
 // unread: the record never grows past it, and the ConfigMap is writable by
 // whoever may edit ConfigMaps in the Cluster's namespace.
-func DecodeKubeletCertificates(stored []byte) (*KubeletCertificates, error) {
+func decodeKubeletCertificates(stored []byte) (*KubeletCertificates, error) {
 	if len(stored) == 0 {
 		return &KubeletCertificates{}, nil
 	}
@@ -97,12 +97,12 @@ func DecodeKubeletCertificates(stored []byte) (*KubeletCertificates, error) {
 	return ParseKubeletCertificates(string(data))
 }
 
-// CompressKubeletCertificates is a record's JSON (String, or what Add
+// compressKubeletCertificates is a record's JSON (String, or what Add
 // returns) as stored: gzip-compressed. The record is rewritten whole on each
 // batch of CSRs signed; compressed, its hex digests and node names take
 // about a fifth of the bytes, and the management cluster's API server and
 // etcd handle a fifth of them on each write.
-func CompressKubeletCertificates(record string) []byte {
+func compressKubeletCertificates(record string) []byte {
 	var buf bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	if err == nil {

@@ -281,7 +281,7 @@ func TestKubeletCertificatesAdd(t *testing.T) {
 	if why := (*KubeletCertificates)(nil).Stranded("a", "", at(30)); why != "" {
 		t.Fatalf("no record: %q", why)
 	}
-	back, err := DecodeKubeletCertificates(CompressKubeletCertificates(k.String()))
+	back, err := decodeKubeletCertificates(compressKubeletCertificates(k.String()))
 	if err != nil || back.String() != k.String() {
 		t.Fatalf("the record does not survive storage: %v, %s", err, back)
 	}
@@ -301,25 +301,25 @@ func TestKubeletCertificatesAdd(t *testing.T) {
 // who edits the namespace's ConfigMaps), is an error, not memory spent; the
 // digests and node names of a large record compress well.
 func TestDecodeKubeletCertificates(t *testing.T) {
-	if k, err := DecodeKubeletCertificates(nil); err != nil || len(k.Signed) != 0 || k.UnrecordedUntil != nil {
+	if k, err := decodeKubeletCertificates(nil); err != nil || len(k.Signed) != 0 || k.UnrecordedUntil != nil {
 		t.Fatalf("no data: %+v, %v; want an empty record", k, err)
 	}
-	if _, err := DecodeKubeletCertificates([]byte(`{"signed":[]}`)); err == nil {
+	if _, err := decodeKubeletCertificates([]byte(`{"signed":[]}`)); err == nil {
 		t.Fatal("uncompressed JSON decoded")
 	}
 	padded := func(n int) string { // a record's JSON of n bytes
 		const open, end = `{"signed":[],"x":"`, `"}`
 		return open + strings.Repeat("0", n-len(open)-len(end)) + end
 	}
-	if _, err := DecodeKubeletCertificates(CompressKubeletCertificates(padded(MaxKubeletCertificatesBytes))); err != nil {
+	if _, err := decodeKubeletCertificates(compressKubeletCertificates(padded(MaxKubeletCertificatesBytes))); err != nil {
 		t.Fatalf("a record of the largest size: %v", err)
 	}
-	bomb := CompressKubeletCertificates(padded(MaxKubeletCertificatesBytes + 1))
-	if _, err := DecodeKubeletCertificates(bomb); err == nil || !strings.Contains(err.Error(), "decompresses to more than") {
+	bomb := compressKubeletCertificates(padded(MaxKubeletCertificatesBytes + 1))
+	if _, err := decodeKubeletCertificates(bomb); err == nil || !strings.Contains(err.Error(), "decompresses to more than") {
 		t.Fatalf("%d bytes that decompress past the bound: %v, want refused", len(bomb), err)
 	}
-	stored := CompressKubeletCertificates(`{"signed":[]}`)
-	if _, err := DecodeKubeletCertificates(stored[:len(stored)-4]); err == nil {
+	stored := compressKubeletCertificates(`{"signed":[]}`)
+	if _, err := decodeKubeletCertificates(stored[:len(stored)-4]); err == nil {
 		t.Fatal("a truncated record decoded")
 	}
 	var signed []IssuedCertificate
@@ -328,7 +328,7 @@ func TestDecodeKubeletCertificates(t *testing.T) {
 			Issuer: strings.Repeat("ab", 20), IssuedAt: t0, NotAfter: t0.Add(time.Hour)})
 	}
 	json := (&KubeletCertificates{}).Add(signed, t0)
-	if stored := len(CompressKubeletCertificates(json)); stored*3 > len(json) {
+	if stored := len(compressKubeletCertificates(json)); stored*3 > len(json) {
 		t.Fatalf("1,000 entries: %d bytes stored for %d of JSON, want less than a third", stored, len(json))
 	}
 }
