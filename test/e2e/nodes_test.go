@@ -199,6 +199,10 @@ type failure struct {
 	reason string
 }
 
+// inFlight is when the request was under way: from when it was sent until
+// it failed.
+func (f failure) inFlight() framework.Window { return framework.Window{Start: f.sent, End: f.at} }
+
 // nodeProbe follows the protocol (see follower) and, every interval,
 // asks the API server for every node's kubelet healthz through the node
 // proxy (API server -> kubelet on the kubelet CA, both ways) and reads every
@@ -314,15 +318,16 @@ func (p *nodeProbe) record(ctx context.Context, count *int, failures *[]failure,
 	}
 }
 
-// duringKubeletRestart reports whether f happened while its node's kubelet
-// was restarting (widened by grace).
+// duringKubeletRestart reports whether f was under way while its node's
+// kubelet was restarting (widened by grace): a request the restart broke
+// can fail well after it on a loaded machine.
 func duringKubeletRestart(f failure) bool {
 	for _, n := range kubelets() {
 		if n.Name != f.node {
 			continue
 		}
 		for _, w := range n.Restarts() {
-			if w.Contains(f.at, grace) || w.Contains(f.sent, grace) {
+			if w.Overlaps(f.inFlight(), grace) {
 				return true
 			}
 		}

@@ -38,6 +38,12 @@ func (w Window) Contains(t time.Time, grace time.Duration) bool {
 	return !t.Before(w.Start.Add(-grace)) && !t.After(w.End.Add(grace))
 }
 
+// Overlaps reports whether o shares a moment with the window widened by
+// grace on both sides.
+func (w Window) Overlaps(o Window, grace time.Duration) bool {
+	return !o.End.Before(w.Start.Add(-grace)) && !o.Start.After(w.End.Add(grace))
+}
+
 // Platform plays the hosting platform for a managed control plane: the
 // workloads Carousel rolls are a StatefulSet (etcd) and Deployments
 // (kube-apiserver and, when the control plane runs them, kube-controller-manager,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestWorkloadMounts checks which platform workloads mount each credential
@@ -109,5 +110,28 @@ func TestRestartCrashed(t *testing.T) {
 	}
 	if !slices.Equal(restarted, []string{"exited"}) {
 		t.Errorf("restarted %v, want only the workload that exited", restarted)
+	}
+}
+
+func TestWindowOverlaps(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 11, 27, 6, 0, s, 0, time.UTC) }
+	w := Window{Start: at(10), End: at(20)}
+	for name, tc := range map[string]struct {
+		o     Window
+		grace time.Duration
+		want  bool
+	}{
+		"inside":                      {Window{at(12), at(13)}, 0, true},
+		"spanning it":                 {Window{at(5), at(25)}, 0, true},
+		"starting in it":              {Window{at(19), at(40)}, 0, true},
+		"ending in it":                {Window{at(1), at(10)}, 0, true},
+		"before it":                   {Window{at(1), at(8)}, 0, false},
+		"before it, within the grace": {Window{at(1), at(8)}, 2 * time.Second, true},
+		"after it":                    {Window{at(23), at(30)}, 2 * time.Second, false},
+		"a moment after it":           {Window{at(21), at(21)}, 2 * time.Second, true},
+	} {
+		if got := w.Overlaps(tc.o, tc.grace); got != tc.want {
+			t.Errorf("%s: Overlaps = %t, want %t", name, got, tc.want)
+		}
 	}
 }

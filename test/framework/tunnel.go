@@ -194,16 +194,16 @@ func (m *ManagedControlPlane) RestartTunnelAgents(ctx context.Context) error {
 // stopTunnelAgent drains an agent and stops it. The connections it still
 // carries then end: a keep-alive connection of the API server's (to
 // metrics-server, say) lives on until it breaks, and a request on it at that
-// moment fails. TunnelAgentStops records when.
+// moment fails. TunnelAgentStops records when the agent had ended, whether
+// it ended while draining or was ended after it.
 func (m *ManagedControlPlane) stopTunnelAgent(a *tunnelAgent) {
 	_ = a.p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.p.done:
-		return
 	case <-time.After(tunnelAgentDrain):
+		stop(a.p)
 	}
 	m.tunnelAgentStops.add()
-	stop(a.p)
 }
 
 // TunnelAgentStops returns when the platform ended a drained agent.
