@@ -94,7 +94,8 @@ func IsRecord(cluster, configMap string) bool {
 // WriteRecord runs write, a read-modify-write of one of the records
 // (IsRecord), again while it loses a race to another writer: its update
 // conflicts, or its create finds the ConfigMap another writer just created.
-// Each run must read the ConfigMap afresh.
+// A run after a lost race must read the ConfigMap from the API server, not
+// from what it read or wrote before, nor from a cache.
 func WriteRecord(write func() error) error {
 	return retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, write)
 }

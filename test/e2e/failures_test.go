@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/carousel-dev/carousel/test/framework"
 )
 
 // TestClosedWhileInFlight: a request is cut by an agent's end when the end
@@ -26,6 +28,42 @@ func TestClosedWhileInFlight(t *testing.T) {
 		f := failure{sent: stop.Add(tc.sent), at: stop.Add(tc.at), err: tc.err}
 		if got := closedWhileInFlight(f, []time.Time{stop.Add(-time.Hour), stop}, tunnelCutTolerance); got != tc.want {
 			t.Errorf("%s: closedWhileInFlight = %t, want %t", name, got, tc.want)
+		}
+	}
+}
+
+// TestKubeletRestartExcuses: a call under way during its kubelet's restart
+// is excused however late it failed; a late heartbeat only if the kubelet
+// had renewed until the restart began.
+func TestKubeletRestartExcuses(t *testing.T) {
+	start := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	restarts := []framework.Window{{Start: start, End: start.Add(3 * time.Second)}}
+	refused := errors.New("dial tcp 192.0.2.11:10250: connect: connection refused")
+	late := errors.New("lease of demo-node-1 last renewed 7s ago")
+	for name, tc := range map[string]struct {
+		f    failure
+		late bool // a Lease sample rather than a call
+		want bool
+	}{
+		"a call refused in the restart":             {f: failure{sent: start.Add(time.Second), at: start.Add(time.Second)}, want: true},
+		"a call sent before it, failed long after":  {f: failure{sent: start.Add(-time.Second), at: start.Add(20 * time.Second)}, want: true},
+		"a call a moment after it":                  {f: failure{sent: start.Add(4 * time.Second), at: start.Add(4 * time.Second)}, want: true},
+		"a call well after it":                      {f: failure{sent: start.Add(8 * time.Second), at: start.Add(8 * time.Second)}, want: false},
+		"a late heartbeat in the restart":           {f: failure{sent: start.Add(3 * time.Second), at: start.Add(3 * time.Second), renewed: start.Add(-time.Second)}, late: true, want: true},
+		"a heartbeat late since before the restart": {f: failure{sent: start.Add(3 * time.Second), at: start.Add(3 * time.Second), renewed: start.Add(-20 * time.Second)}, late: true, want: false},
+		"a heartbeat still late after it":           {f: failure{sent: start.Add(9 * time.Second), at: start.Add(9 * time.Second), renewed: start.Add(-time.Second)}, late: true, want: false},
+		"a Lease sample without a renewal":          {f: failure{sent: start.Add(time.Second), at: start.Add(time.Second)}, late: true, want: false},
+	} {
+		var got bool
+		if tc.late {
+			tc.f.err = late
+			got = heartbeatLateFromRestart(tc.f, restarts)
+		} else {
+			tc.f.err = refused
+			got = duringKubeletRestart(tc.f, restarts)
+		}
+		if got != tc.want {
+			t.Errorf("%s: excused = %t, want %t", name, got, tc.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -197,6 +198,9 @@ type failure struct {
 	err      error
 	// reason says why the failure is allowed; empty for one that is not.
 	reason string
+	// renewed is, for a Lease sample that found a heartbeat late, when the
+	// Lease was last renewed.
+	renewed time.Time
 }
 
 // inFlight is when the request was under way: from when it was sent until
@@ -229,6 +233,7 @@ func (p *nodeProbe) run(ctx context.Context, admin *follower, nodes []string) {
 		for _, n := range nodes {
 			sent := time.Now()
 			body, err := current.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n, "proxy", "healthz").DoRaw(ctx)
+			answered := time.Now()
 			if err != nil && len(body) > 0 {
 				err = fmt.Errorf("%w: %.300s", err, body)
 			}
@@ -237,7 +242,7 @@ func (p *nodeProbe) run(ctx context.Context, admin *follower, nodes []string) {
 				// counts its outages.
 				continue
 			}
-			p.record(ctx, &p.proxied, &p.proxyFailures, n, sent, err, "")
+			p.record(ctx, &p.proxied, &p.proxyFailures, failure{sent: sent, at: answered, node: n, err: err})
 		}
 		p.sampleLeases(ctx, current, nodes)
 		select {
@@ -283,7 +288,7 @@ func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, n
 				if leaseRenewedSince(ctx, cs, n, now.Add(-heartbeatDeadline)) {
 					reason = "the API server answered from a view without the Lease, which was there, renewed in time, a moment later"
 				}
-				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, now, err, reason)
+				p.record(ctx, &p.heartbeats, &p.staleHeartbeat, failure{sent: now, at: now, node: n, err: err, reason: reason})
 				continue
 			}
 			renewed[n] = l.Spec.RenewTime.Time
@@ -292,7 +297,7 @@ func (p *nodeProbe) sampleLeases(ctx context.Context, cs kubernetes.Interface, n
 		if age := now.Sub(renewed[n]); age > heartbeatDeadline {
 			err = fmt.Errorf("lease of %s last renewed %s ago", n, age.Round(time.Millisecond))
 		}
-		p.record(ctx, &p.heartbeats, &p.staleHeartbeat, n, now, err, "")
+		p.record(ctx, &p.heartbeats, &p.staleHeartbeat, failure{sent: now, at: now, node: n, err: err, renewed: renewed[n]})
 	}
 }
 
@@ -307,32 +312,42 @@ func leaseRenewedSince(ctx context.Context, cs kubernetes.Interface, node string
 	return err == nil
 }
 
-// record counts a request and, when err is set, its failure; reason, when
-// set, says why the failure is allowed.
-func (p *nodeProbe) record(ctx context.Context, count *int, failures *[]failure, node string, sent time.Time, err error, reason string) {
+// record counts a request and, when r.err is set, files it as a failure.
+func (p *nodeProbe) record(ctx context.Context, count *int, failures *[]failure, r failure) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	*count++
-	if err != nil && ctx.Err() == nil {
-		*failures = append(*failures, failure{sent: sent, at: time.Now(), node: node, err: err, reason: reason})
+	if r.err != nil && ctx.Err() == nil {
+		*failures = append(*failures, r)
 	}
 }
 
-// duringKubeletRestart reports whether f was under way while its node's
-// kubelet was restarting (widened by grace): a request the restart broke
+// duringKubeletRestart reports whether f was under way during one of its
+// node's kubelet restarts (widened by grace): a request the restart broke
 // can fail well after it on a loaded machine.
-func duringKubeletRestart(f failure) bool {
+func duringKubeletRestart(f failure, restarts []framework.Window) bool {
+	return slices.ContainsFunc(restarts, func(w framework.Window) bool { return w.Overlaps(f.inFlight(), grace) })
+}
+
+// heartbeatLateFromRestart reports whether f, a Lease sample that found a
+// heartbeat late, was taken during one of its node's kubelet restarts
+// (widened by grace) and the kubelet had renewed until the restart began:
+// a kubelet that had stopped renewing before, refused by the API server
+// say, is not excused by a restart that followed.
+func heartbeatLateFromRestart(f failure, restarts []framework.Window) bool {
+	return !f.renewed.IsZero() && slices.ContainsFunc(restarts, func(w framework.Window) bool {
+		return w.Overlaps(f.inFlight(), grace) && !f.renewed.Before(w.Start.Add(-framework.NodeLeaseDuration/4-grace))
+	})
+}
+
+// kubeletRestartsOf is when the kubelet of node restarted.
+func kubeletRestartsOf(node string) []framework.Window {
 	for _, n := range kubelets() {
-		if n.Name != f.node {
-			continue
-		}
-		for _, w := range n.Restarts() {
-			if w.Overlaps(f.inFlight(), grace) {
-				return true
-			}
+		if n.Name == node {
+			return n.Restarts()
 		}
 	}
-	return false
+	return nil
 }
 
 // kubeletRestarts sums, over all nodes, the kubelet restarts between from

@@ -733,7 +733,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		classify(nodes.proxyFailures, allowedKubeletCallFailure)
 		classify(aggregated.failures, cutByTunnelAgentStop)
-		classify(nodes.staleHeartbeat, kubeletRestarted)
+		classify(nodes.staleHeartbeat, allowedLateHeartbeat)
 		classify(probe.failures, nil)
 		classify(inCluster.failures, nil)
 		failed := len(otherFailures) + len(allowed)
@@ -773,7 +773,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
 		for _, f := range otherFailures {
-			AddReportEntry("failed request", fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
+			failed := fmt.Sprintf("sent %s, failed %s, node %q: %v", f.sent.Format("15:04:05.000"), f.at.Format("15:04:05.000"), f.node, f.err)
+			AddReportEntry("failed request", failed)
+			fmt.Println("rotation e2e: failed request, not allowed:", failed)
 		}
 		for _, f := range allowed {
 			AddReportEntry("allowed failure: "+f.reason, fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
@@ -953,18 +955,22 @@ func kubeletRestartsText(from, to time.Time) string {
 // allowedKubeletCallFailure says why a failed API server -> kubelet call is
 // allowed, or "" if it is not.
 func allowedKubeletCallFailure(f failure) string {
-	return cmp.Or(kubeletRestarted(f), cutByTunnelAgentStop(f))
+	if duringKubeletRestart(f, kubeletRestartsOf(f.node)) {
+		return kubeletRestartedReason
+	}
+	return cutByTunnelAgentStop(f)
 }
 
-// kubeletRestarted says, for a failure while its node's kubelet restarted
-// (a call to it, or a Lease sample that found its last heartbeat too old),
-// that it is allowed; otherwise "".
-func kubeletRestarted(f failure) string {
-	if duringKubeletRestart(f) {
-		return "the kubelet restarted"
+// allowedLateHeartbeat says why a Lease sample that found a heartbeat late
+// is allowed, or "" if it is not.
+func allowedLateHeartbeat(f failure) string {
+	if heartbeatLateFromRestart(f, kubeletRestartsOf(f.node)) {
+		return kubeletRestartedReason
 	}
 	return ""
 }
+
+const kubeletRestartedReason = "the kubelet restarted"
 
 // cutByTunnelAgentStop says, for a request through the tunnel that failed
 // because its connection broke as the platform ended a drained agent (see

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -290,7 +291,10 @@ func (n *KubeletNode) startKubelet() error {
 
 // supervise starts the kubelet again each time it exits, until Stop, and
 // records each restart from the exit until the kubelet serves HTTPS again
-// (with a serving certificate, which it may first have to ask for).
+// (with a serving certificate, which it may first have to ask for), or
+// exits again, when the next restart goes on from there. A kubelet that
+// runs but does not serve within two minutes records no restart: what
+// failed meanwhile is not excused by one.
 func (n *KubeletNode) supervise() {
 	defer close(n.supervised)
 	for {
@@ -311,7 +315,10 @@ func (n *KubeletNode) supervise() {
 		if err != nil {
 			return
 		}
-		_ = await(context.Background(), "the kubelet of "+n.Name+" to serve", 50*time.Millisecond, 2*time.Minute, n.Serving, p)
+		err = await(context.Background(), "the kubelet of "+n.Name+" to serve", 50*time.Millisecond, 2*time.Minute, n.Serving, p)
+		if exited := (*ExitError)(nil); err != nil && !errors.As(err, &exited) {
+			continue
+		}
 		n.mu.Lock()
 		n.restarts = append(n.restarts, Window{Start: down, End: time.Now()})
 		n.mu.Unlock()

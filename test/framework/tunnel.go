@@ -206,7 +206,7 @@ func (m *ManagedControlPlane) stopTunnelAgent(a *tunnelAgent) {
 	m.tunnelAgentStops.add()
 }
 
-// TunnelAgentStops returns when the platform ended a drained agent.
+// TunnelAgentStops returns when each drained agent had ended.
 func (m *ManagedControlPlane) TunnelAgentStops() []time.Time { return m.tunnelAgentStops.all() }
 
 // startTunnelAgent starts agent replica i in slot and waits until it is
