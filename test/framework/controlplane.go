@@ -422,15 +422,6 @@ func (m *ManagedControlPlane) startAPIServerReplica(ctx context.Context, i int) 
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--authorization-mode=Node,RBAC", "--enable-bootstrap-token-auth", "--enable-admission-plugins=NodeRestriction",
 		"--cert-dir=" + m.file(name+"-certs"),
-		// A replica taken out of service keeps the connections it has until
-		// it stops. Stopping, it answers a request that still comes on one
-		// with 429, Retry-After and Connection: close, which clients retry
-		// on a new connection (to a replica in service), until its requests
-		// in flight are done. Without it, a long-running request (a node
-		// proxy call, say) let in after those were done met an audit
-		// backend already shut down, and failed with 500 "failed to store
-		// audit event".
-		"--shutdown-send-retry-after",
 	}
 	if files.err != nil {
 		return files.err
@@ -556,9 +547,8 @@ func (m *ManagedControlPlane) Stop() {
 
 // RestartAPIServer rolls the API server replicas onto the files as they are
 // now, one at a time, as a Deployment with maxUnavailable 0 does: each is
-// taken out of service, stopped (it finishes the requests it has, asks its
-// clients to retry the ones they still send it, and closes its connections,
-// whose clients reconnect to a replica in service), started
+// taken out of service, stopped (it finishes the requests it has and closes
+// its connections, whose clients reconnect to a replica in service), started
 // again and put back in service once ready, then serves next to the replicas
 // not rolled yet for apiServerRollOverlap before the next is taken out, as a
 // Deployment's new and old pods both stand behind its Service for a while.

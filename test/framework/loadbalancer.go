@@ -17,8 +17,7 @@ import (
 // same backend every time.) A backend
 // taken out of service gets no new connection; those it has stay open until
 // either side closes them, as on a real one, where the API server's graceful
-// shutdown ends them (Connection: close on a 429 with Retry-After, see
-// --shutdown-send-retry-after, then GOAWAY) and its clients reconnect.
+// shutdown ends them (GOAWAY) and its clients reconnect.
 type loadBalancer struct {
 	dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// random picks the backend; nil uses math/rand/v2's global source.
