@@ -67,26 +67,3 @@ func TestKubeletRestartExcuses(t *testing.T) {
 		}
 	}
 }
-
-// TestAuditRefusedDuringRollout: only a refusal for want of an audit
-// backend, and only while the platform rolled the control plane.
-func TestAuditRefusedDuringRollout(t *testing.T) {
-	start := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
-	rollouts := []framework.Window{{Start: start, End: start.Add(time.Minute)}}
-	refused := errors.New(`an error on the server ("Internal Server Error: \"/api/v1/nodes/demo-node-1/proxy/healthz?timeout=5s\": failed to store audit event") has prevented the request from succeeding`)
-	for name, tc := range map[string]struct {
-		at   time.Duration // from the rollout's start
-		err  error
-		want bool
-	}{
-		"refused during the rollout":   {30 * time.Second, refused, true},
-		"refused long after it":        {5 * time.Minute, refused, false},
-		"another error during it":      {30 * time.Second, errors.New("Internal Server Error: etcdserver: request timed out"), false},
-		"a certificate refused during": {30 * time.Second, errors.New("x509: certificate signed by unknown authority"), false},
-	} {
-		f := failure{sent: start.Add(tc.at - 100*time.Millisecond), at: start.Add(tc.at), err: tc.err}
-		if got := auditRefusedDuringRollout(f, rollouts); got != tc.want {
-			t.Errorf("%s: auditRefusedDuringRollout = %t, want %t", name, got, tc.want)
-		}
-	}
-}

@@ -709,10 +709,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		// the platform mounts credentials with subPath (framework's
 		// podFiles).
 		// So are Lease samples that found no Lease where it was a moment
-		// later (see sampleLeases), and requests a stopping API server
-		// replica let in after its audit backend had shut down (see
-		// auditShutDown). A certificate a kubelet or the API server refused
-		// is never allowed.
+		// later (see sampleLeases). A certificate a kubelet or the API
+		// server refused is never allowed.
 		for _, f := range nodes.proxyFailures {
 			Expect(f.err.Error()).NotTo(MatchRegexp(`x509|bad certificate|unknown authority|certificate required`),
 				"API server -> kubelet %s at %s failed on a certificate", f.node, f.at.Format("15:04:05.000"))
@@ -733,11 +731,11 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 				}
 			}
 		}
-		classify(nodes.proxyFailures, func(f failure) string { return cmp.Or(allowedKubeletCallFailure(f), auditShutDown(f)) })
-		classify(aggregated.failures, func(f failure) string { return cmp.Or(cutByTunnelAgentStop(f), auditShutDown(f)) })
+		classify(nodes.proxyFailures, allowedKubeletCallFailure)
+		classify(aggregated.failures, cutByTunnelAgentStop)
 		classify(nodes.staleHeartbeat, allowedLateHeartbeat)
-		classify(probe.failures, auditShutDown)
-		classify(inCluster.failures, auditShutDown)
+		classify(probe.failures, nil)
+		classify(inCluster.failures, nil)
 		failed := len(otherFailures) + len(allowed)
 		// The failures while Aborting, counted by reason.
 		failedAborting, whyAborting := 0, map[string]int{}
@@ -783,7 +781,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			AddReportEntry("allowed failure: "+f.reason, fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
 		}
 		fmt.Printf("rotation e2e: of the failed requests, %d are allowed (see the report): a kubelet restarted, a tunnel agent "+
-			"carrying the connection stopped, a stopping API server replica could not audit it, or the API server answered from a view without a Lease that was there a moment later\n", len(allowed))
+			"carrying the connection stopped, or the API server answered from a view without a Lease that was there a moment later\n", len(allowed))
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")
@@ -982,31 +980,6 @@ func cutByTunnelAgentStop(f failure) string {
 		return "a tunnel agent carrying it stopped"
 	}
 	return ""
-}
-
-// auditShutDown says, for a request that an API server replica failed
-// with 500 "failed to store audit event" while the platform rolled the
-// control plane, that it is allowed; otherwise "". kube-apiserver v1.36
-// shuts its audit backend down once its non-long-running requests in
-// flight are done, and can still take requests on the connections it has
-// then (k8s.io/apiserver's RunWithContext); a batch webhook backend, shut
-// down, refuses the event, and the audit filter fails the request. A node
-// proxy call is long-running, so nothing waits for it. The replica's
-// --shutdown-send-retry-after closes that gap, with a 429 and Retry-After: 5,
-// which clients that time out after 5 s, like these probes, cannot wait out.
-func auditShutDown(f failure) string {
-	if env != nil && auditRefusedDuringRollout(f, env.Platform.Rollouts()) {
-		return "a stopping API server replica had shut its audit backend down"
-	}
-	return ""
-}
-
-// auditRefusedDuringRollout reports whether f is an API server's refusal to
-// serve a request it could not audit, under way during one of rollouts
-// (widened by grace).
-func auditRefusedDuringRollout(f failure, rollouts []framework.Window) bool {
-	return strings.Contains(f.err.Error(), "failed to store audit event") &&
-		slices.ContainsFunc(rollouts, func(w framework.Window) bool { return w.Overlaps(f.inFlight(), grace) })
 }
 
 // tunnelCutTolerance widens a request's flight when matched against a

@@ -486,11 +486,15 @@ rules:
 `
 
 // everyRequestAuditPolicy has the API server record who made every request
-// (and no request or response body), when it starts and ends, for the
-// audit webhook.
+// (and no request or response body) for the audit webhook: once it ends,
+// and a long-running one also once its response starts. It omits
+// RequestReceived, the one stage whose event an API server must store
+// before it serves the request: a stopping kube-apiserver shuts its audit
+// backend down without waiting for long-running requests, and fails one
+// that arrives then with 500 "failed to store audit event".
 const everyRequestAuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["ResponseStarted"]
+omitStages: ["RequestReceived"]
 omitManagedFields: true
 rules:
 - level: Metadata
