@@ -485,14 +485,15 @@ rules:
 - level: None
 `
 
-// everyRequestAuditPolicy has the API server record who made every request
-// (and no request or response body) for the audit webhook: once it ends,
+// EveryRequestAuditPolicy, the policy docs/reference/cluster-api.md asks of
+// a managed API server for the old-CA usage gate, has it record who made
+// every request (and no request or response body) for the audit webhook: once it ends,
 // and a long-running one also once its response starts. It omits
 // RequestReceived, the one stage whose event an API server must store
 // before it serves the request: a stopping kube-apiserver shuts its audit
 // backend down without waiting for long-running requests, and fails one
 // that arrives then with 500 "failed to store audit event".
-const everyRequestAuditPolicy = `apiVersion: audit.k8s.io/v1
+const EveryRequestAuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 omitManagedFields: true
@@ -501,11 +502,11 @@ rules:
 `
 
 // writeAuditPolicy writes the audit policy, nodeLeaseAuditPolicy or, for the
-// audit webhook, everyRequestAuditPolicy, and returns its path.
+// audit webhook, EveryRequestAuditPolicy, and returns its path.
 func (m *ManagedControlPlane) writeAuditPolicy() (string, error) {
 	path, policy := m.file("audit-policy.yaml"), nodeLeaseAuditPolicy
 	if m.AuditWebhook {
-		policy = everyRequestAuditPolicy
+		policy = EveryRequestAuditPolicy
 	}
 	return path, writeFileAtomic(path, []byte(policy))
 }
