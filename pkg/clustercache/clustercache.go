@@ -180,13 +180,14 @@ func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*C
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = c.Scheme
 		o.Cache = CacheOptions()
+		o.MapperProvider = restMapper
 	})
 	if err != nil {
 		return nil, err
 	}
 	// The direct client shares the cluster's HTTP client and REST mapper: one
-	// connection pool and one copy of the managed API server's discovery per
-	// managed cluster, not two.
+	// connection pool per managed cluster, and one discovery of its API
+	// server should a kind outside managedKinds ever need one.
 	direct, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: cl.GetHTTPClient(), Mapper: cl.GetRESTMapper()})
 	if err != nil {
 		return nil, err

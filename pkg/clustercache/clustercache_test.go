@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -88,10 +89,12 @@ func TestCacheHoldsCarouselsBootstrapTokensOnly(t *testing.T) {
 	}
 }
 
-// The direct client and the cache of a connection share one discovery of
-// the managed API server: each copy costs the manager memory per managed
-// cluster.
-func TestConnectionDiscoversOnce(t *testing.T) {
+// A connection maps the kinds Carousel uses in a managed cluster without
+// discovering its API server: the whole aggregated discovery, kept per
+// managed cluster, was half of what a connection cost the manager. Another
+// kind is still mapped, through one discovery shared by the direct client
+// and the cache.
+func TestConnectionMapsManagedKindsWithoutDiscovery(t *testing.T) {
 	var discoveries atomic.Int32
 	server := managedAPIServer(t, &discoveries)
 	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
@@ -105,12 +108,45 @@ func TestConnectionDiscoversOnce(t *testing.T) {
 	if err := conn.Client.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "s"}, &corev1.Secret{}); err != nil {
 		t.Fatalf("the direct client: %v", err)
 	}
-	if _, err := conn.Cluster.GetRESTMapper().RESTMapping(schema.GroupKind{Kind: "Secret"}, "v1"); err != nil {
-		t.Fatalf("the cache's mapper: %v", err)
+	mapper := conn.Cluster.GetRESTMapper()
+	for _, k := range managedKinds {
+		m, err := mapper.RESTMapping(k.gvk.GroupKind(), k.gvk.Version)
+		if err != nil {
+			t.Fatalf("%s: %v", k.gvk, err)
+		}
+		if m.Resource.Resource != k.resource || (m.Scope.Name() == meta.RESTScopeNameNamespace) != k.namespaced {
+			t.Errorf("%s maps to %s, scope %s", k.gvk, m.Resource, m.Scope.Name())
+		}
+		namespaced, err := conn.Client.IsObjectNamespaced(objectOf(t, k.gvk))
+		if err != nil || namespaced != k.namespaced {
+			t.Errorf("the direct client: %s namespaced %t (%v), want %t", k.gvk, namespaced, err, k.namespaced)
+		}
+	}
+	if got := discoveries.Load(); got != 0 {
+		t.Fatalf("%d discovery requests for the kinds Carousel uses, want none", got)
+	}
+
+	for range 2 {
+		if _, err := conn.Client.IsObjectNamespaced(&corev1.Pod{}); err != nil {
+			t.Fatalf("a kind outside the table: %v", err)
+		}
+		if _, err := mapper.RESTMapping(schema.GroupKind{Kind: "Pod"}, "v1"); err != nil {
+			t.Fatalf("a kind outside the table, through the cache's mapper: %v", err)
+		}
 	}
 	if got := discoveries.Load(); got != 2 { // /api and /apis, once
 		t.Fatalf("%d discovery requests, want 2: the direct client and the cache each discovered the API server", got)
 	}
+}
+
+// objectOf is a new, empty object of the scheme's type for gvk.
+func objectOf(t *testing.T, gvk schema.GroupVersionKind) client.Object {
+	t.Helper()
+	obj, err := scheme.New().New(gvk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj.(client.Object)
 }
 
 // Two reconcilers may connect a Cluster at once, after its credentials
@@ -172,7 +208,7 @@ func managedAPIServer(t *testing.T, discoveries *atomic.Int32) *httptest.Server 
 		case "/api/v1":
 			_ = json.NewEncoder(w).Encode(metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: "v1",
 				APIResources: []metav1.APIResource{{Name: "secrets", Namespaced: true, Kind: "Secret", Verbs: metav1.Verbs{"get"}},
-					{Name: "nodes", Kind: "Node", Verbs: metav1.Verbs{"get"}}}})
+					{Name: "nodes", Kind: "Node", Verbs: metav1.Verbs{"get"}}, {Name: "pods", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}}}})
 		case "/api/v1/namespaces/kube-system/secrets/s":
 			_ = json.NewEncoder(w).Encode(&corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
 				ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "s"}})
