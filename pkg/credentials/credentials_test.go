@@ -238,3 +238,34 @@ func TestWriteRecordRetriesOnlyALostRace(t *testing.T) {
 		})
 	}
 }
+
+// TestBeforeRotation: the CA a role had before the rotation, whichever way
+// an abort left its Secret.
+func TestBeforeRotation(t *testing.T) {
+	now := time.Now()
+	newCA := func(name string) *pki.KeyPair {
+		key, _ := pki.GenerateKey(pki.ECDSAP256)
+		ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	ca0, ca1 := newCA("CA0"), newCA("CA1")
+	const rotation, earlier = "2026-11-27T09:00:00Z", "2026-11-20T09:00:00Z"
+	for name, tc := range map[string]struct {
+		cas  *CAs
+		want *pki.KeyPair
+	}{
+		"no rotation": {&CAs{Current: ca0}, ca0},
+		"the abort came before the role's new CA": {&CAs{Current: ca0, Rotation: earlier}, ca0},
+		"preparing, or aborting before the swap":  {&CAs{Current: ca1, Previous: ca0, Rotation: rotation}, ca0},
+		"aborting, swapped back":                  {&CAs{Current: ca0, Previous: ca1, Rotation: rotation, AbortedRotation: rotation}, ca0},
+		"aborting, the new CA deleted":            {&CAs{Current: ca0, Rotation: rotation, AbortedRotation: rotation}, ca0},
+		"an earlier rotation was aborted":         {&CAs{Current: ca1, Previous: ca0, Rotation: rotation, AbortedRotation: earlier}, ca0},
+	} {
+		if got := tc.cas.BeforeRotation(); got != tc.want {
+			t.Errorf("%s: BeforeRotation = %s, want %s", name, got.Cert.Subject.CommonName, tc.want.Cert.Subject.CommonName)
+		}
+	}
+}

@@ -143,6 +143,23 @@ func (c *CAs) Bundle() pki.Bundle {
 	return pki.NewBundle(c.Current.Cert, c.Previous.Cert)
 }
 
+// Restored reports whether an abort of the rotation that made the current
+// CA swapped the role's CAs back: the old CA is current again, the new one
+// previous until it is deleted.
+func (c *CAs) Restored() bool {
+	return c.AbortedRotation != "" && c.AbortedRotation == c.Rotation
+}
+
+// BeforeRotation is, during a rotation that is not finalizing, the CA the
+// role had before it: the previous one, unless an abort made it current
+// again (Restored) or the role never got a new one (no previous CA).
+func (c *CAs) BeforeRotation() *pki.KeyPair {
+	if c.Previous == nil || c.Restored() {
+		return c.Current
+	}
+	return c.Previous
+}
+
 // Issuer returns the one of the role's CAs that signed cert, nil when
 // neither did.
 func (c *CAs) Issuer(cert *x509.Certificate) *pki.KeyPair {

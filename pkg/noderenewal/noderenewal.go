@@ -28,9 +28,10 @@ type Request struct {
 }
 
 // RequestFor is the request of the rotation's current phase. An abort rolls
-// its pools twice: back to the old credentials, then, once the new CAs are
-// deleted, to trust only the old ones; the second request carries the time
-// the first was done (abortRolledBackTime) instead of the rotation's start.
+// in-place pools once, back to the old credentials and to trusting only the
+// old CAs; a pool still pending once that is recorded (abortRolledBackTime)
+// rolls a second time, and that request carries the record's time instead
+// of the rotation's start.
 func RequestFor(rot *v1alpha1.CARotation) Request {
 	r := Request{Phase: rot.Phase}
 	switch {

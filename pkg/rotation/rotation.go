@@ -274,14 +274,23 @@ func EnterPhase(rot *v1alpha1.CARotation, phase v1alpha1.CARotationPhase, now me
 
 // RecordRolledBack returns the rotation status of an abort whose
 // certificates and worker pools are back on the old CAs (Decide said so):
-// the time it was seen, and every pool pending again, to drop the new CAs
-// from its nodes' trust once they are deleted. The time also tells that
-// second rollout from the first (noderenewal). It does not modify rot.
+// the time it was seen, and every pool but the in-place ones pending again,
+// to drop the new CAs from its nodes' trust once they are deleted. In-place
+// nodes dropped them in the roll that just ended, which gave them the old
+// CAs' trust alone (credentials.NodeTrust); a Replace or Manual pool's new
+// machines bootstrap from the published bundles, which keep the new CAs
+// until then. The time also tells that second rollout from the first
+// (noderenewal). It does not modify rot.
 func RecordRolledBack(rot *v1alpha1.CARotation, pools []v1alpha1.WorkerPool, now metav1.Time) *v1alpha1.CARotation {
 	next := rot.DeepCopy()
 	next.AbortRolledBackTime = &now
-	next.PendingWorkersRollouts = pendingPools(pools, now, false)
+	next.PendingWorkersRollouts = pendingPools(slices.DeleteFunc(slices.Clone(pools), inPlace), now, false)
 	return next
+}
+
+// inPlace: the pool's node agents renew their nodes in place.
+func inPlace(p v1alpha1.WorkerPool) bool {
+	return p.RolloutStrategy == "" || p.RolloutStrategy == v1alpha1.RolloutInPlace
 }
 
 // RecordKubeRootCAPublished returns the rotation status with the time

@@ -477,15 +477,18 @@ func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
 		t.Fatalf("recorded: Decide = %+v, want the new CAs dropped whatever the record says since", d)
 	}
 
+	// In-place nodes trusted the old CAs alone from the first roll on; the
+	// other pools roll again to drop the new ones.
 	rot := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0}
-	got := RecordRolledBack(rot, append(pools, v1alpha1.WorkerPool{Name: "c"}), t1)
+	mixed := []v1alpha1.WorkerPool{{Name: "a", RolloutStrategy: v1alpha1.RolloutReplace}, {Name: "b", RolloutStrategy: v1alpha1.RolloutInPlace},
+		{Name: "c", RolloutStrategy: v1alpha1.RolloutManual}, {Name: "d"}}
+	got := RecordRolledBack(rot, mixed, t1)
 	want := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &t0, AbortRolledBackTime: &t1,
-		PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "a", LastInitiationTime: &t1}, {Name: "b", LastInitiationTime: &t1},
-			{Name: "c", LastInitiationTime: &t1}}}
+		PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "a", LastInitiationTime: &t1}, {Name: "c", LastInitiationTime: &t1}}}
 	if !equalRotation(got, want) {
 		t.Fatalf("RecordRolledBack:\ngot  %+v\nwant %+v", got, want)
 	}
-	if len(rot.PendingWorkersRollouts) != 0 || rot.AbortRolledBackTime != nil {
+	if len(rot.PendingWorkersRollouts) != 0 || rot.AbortRolledBackTime != nil || len(mixed) != 4 || mixed[1].Name != "b" {
 		t.Fatal("RecordRolledBack modified its input")
 	}
 	if aborted := EnterPhase(rot, v1alpha1.RotationAborted, t1); !aborted.LastAbortTime.Equal(&t1) {

@@ -222,7 +222,8 @@ var aborting = []step{
 		plan:    []PlanLine{{"roll: %s", ListConsumers}}},
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.RolledBack || f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
-		plan:    []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs):", ListWorkerPools}}},
+		plan: []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs; " +
+			"in-place nodes also trust the old CAs alone from then on):", ListWorkerPools}}},
 	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.RolledBack || !holdersWait(f) },
 		waiting: kubeconfigHolders,
 		plan: []PlanLine{{"wait for the users of kubectl carousel kubeconfig who hold one from the new client CA to take a new one " +
@@ -235,7 +236,7 @@ var aborting = []step{
 		plan:    []PlanLine{{"roll again: %s", ListConsumers}}},
 	{reason: v1alpha1.ReasonWaitingForWorkers, done: func(f Facts) bool { return f.PendingWorkerPools == 0 }, managed: true,
 		waiting: poolsToRoll,
-		plan:    []PlanLine{{"roll the worker pools again (kubelets drop the new CAs from their trust)", ListNone}}},
+		plan:    []PlanLine{{"roll the Replace and Manual worker pools again (their kubelets drop the new CAs from their trust)", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForEvidence, done: evidenceIn, managed: true,
 		evidence: CheckOldCADropped,
 		waiting:  say("waiting for the API server to reject the new client CA and serve a certificate from the old cluster CA"),

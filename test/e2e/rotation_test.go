@@ -642,6 +642,11 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		waitForPhase(ctx, v1alpha1.RotationAborted)
 		abortedIn, aborting = time.Since(start), [2]time.Time{start, time.Now()}
 		kubeletsAborting = kubeletRestartsText(start, time.Now())
+		for _, n := range kubelets() {
+			_, restarts := within(n.Restarts(), aborting[0], aborting[1])
+			Expect(restarts).To(BeNumerically("<=", 1), "kubelet %s restarted %d times while Aborting: the one roll of its in-place pool "+
+				"takes it back to the old CAs' certificates and to trusting them alone", n.Name, restarts)
+		}
 
 		after := cas(ctx)
 		for _, role := range v1alpha1.CARoles() {

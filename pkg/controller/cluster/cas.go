@@ -124,7 +124,7 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 // back a CA no longer in use and delete the one in use.
 func restoreOldCA(cas *credentials.CAs, id string) (bool, error) {
 	switch {
-	case cas.Previous == nil || swapped(cas):
+	case cas.Previous == nil || cas.Restored():
 		return false, nil
 	case cas.Rotation == "":
 		return false, fmt.Errorf("it holds two CAs but no %s annotation: which of them this rotation made is unknown; "+
@@ -135,12 +135,6 @@ func restoreOldCA(cas *credentials.CAs, id string) (bool, error) {
 	}
 	cas.Current, cas.Previous, cas.AbortedRotation = cas.Previous, cas.Current, cas.Rotation
 	return true, nil
-}
-
-// swapped: the role's CAs were swapped back by an abort of the rotation
-// that made its current CA.
-func swapped(cas *credentials.CAs) bool {
-	return cas.AbortedRotation != "" && cas.AbortedRotation == cas.Rotation
 }
 
 // caAnnotations are the annotations of a role's CA Secret: the rotation

@@ -247,7 +247,7 @@ func previousIssuer(cas *credentials.CAs) string {
 // keeps it; s wakes when the first of them expires.
 func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) []string {
 	clientCAs := s.cas[v1alpha1.CARoleClient]
-	if s.cluster.CARotationPhase() != v1alpha1.RotationAborting || clientCAs == nil || clientCAs.Previous == nil || !swapped(clientCAs) {
+	if s.cluster.CARotationPhase() != v1alpha1.RotationAborting || clientCAs == nil || clientCAs.Previous == nil || !clientCAs.Restored() {
 		return nil
 	}
 	issued, unreadable := issuedKubeconfigs(ctx, s)

@@ -164,7 +164,7 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		Phase:               c.CARotationPhase(),
 		NewCAsPersisted:     allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation == rotationID(c) }),
 		OldCAsRemoved:       allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil }),
-		OldCAsRestored:      allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil || swapped(x) }),
+		OldCAsRestored:      allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil || x.Restored() }),
 		ClientsOnNewCA:      s.certs.clientsOnNewCA,
 		AllOnNewCA:          s.certs.allOnNewCA,
 		ConsumersRolledOut:  s.rolledOut,

@@ -27,6 +27,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
 // Reconciler reconciles the bootstrap objects of Clusters' managed clusters.
@@ -98,7 +99,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := ensure(ctx, conn.Client, info); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := ensure(ctx, conn.Client, bootstrap.NodeTrust(bundles.cluster, bundles.kubelet)); err != nil {
+	nodeTrust, err := credentials.NodeTrust(ctx, r.Client, c, noderenewal.Trust{Cluster: bundles.cluster, Kubelet: bundles.kubelet})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := ensure(ctx, conn.Client, bootstrap.NodeTrust(nodeTrust.Cluster, nodeTrust.Kubelet)); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.publishKubeconfig(ctx, c, bundles.cluster, tokens); err != nil {

@@ -13,9 +13,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
@@ -53,6 +55,9 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	}
 	if err != nil {
 		return false, "", err
+	}
+	if wait, err := trustPublished(ctx, remote, pool, trust); err != nil || wait != "" {
+		return false, wait, err
 	}
 	kubeletCAs, err := credentials.ReadCAs(ctx, p.Management, c, v1alpha1.CARoleKubelet)
 	if err != nil {
@@ -159,8 +164,8 @@ func Heartbeats(nodes []corev1.Node, leases []coordinationv1.Lease) (seen map[st
 }
 
 // trust reads the bundles a node of c must end up with from the management
-// cluster: the cluster CA bundle (the kubelet's kubeconfigs) and the kubelet
-// CA bundle (the kubelet's clientCAFile).
+// cluster (credentials.NodeTrust): the cluster CA bundle (the kubelet's
+// kubeconfigs) and the kubelet CA bundle (the kubelet's clientCAFile).
 func (p *InPlaceRollout) trust(ctx context.Context, c *v1alpha1.Cluster) (noderenewal.Trust, error) {
 	cluster, err := p.bundle(ctx, c, v1alpha1.CARoleCluster)
 	if err != nil {
@@ -170,7 +175,25 @@ func (p *InPlaceRollout) trust(ctx context.Context, c *v1alpha1.Cluster) (nodere
 	if err != nil {
 		return noderenewal.Trust{}, err
 	}
-	return noderenewal.Trust{Cluster: cluster, Kubelet: kubelet}, nil
+	return credentials.NodeTrust(ctx, p.Management, c, noderenewal.Trust{Cluster: cluster, Kubelet: kubelet})
+}
+
+// trustPublished says what a pool's rollout waits for until the managed
+// cluster's kube-system/carousel-node-trust, which the node agents read,
+// holds want, or "" once it does: a node asked before would install the
+// bundles of before, answer with them, and be asked again, restarting its
+// kubelet twice.
+func trustPublished(ctx context.Context, remote client.Reader, pool v1alpha1.WorkerPool, want noderenewal.Trust) (string, error) {
+	cm := &corev1.ConfigMap{}
+	err := remote.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstrap.NodeTrustConfigMap}, cm)
+	if client.IgnoreNotFound(err) != nil {
+		return "", fmt.Errorf("reading the node trust bundles of the managed cluster: %w", err)
+	}
+	if cm.Data[bootstrap.NodeTrustKeyClusterCA] != string(want.Cluster) || cm.Data[bootstrap.NodeTrustKeyKubeletCA] != string(want.Kubelet) {
+		return fmt.Sprintf("pool %s: waiting for Carousel to publish the phase's node trust bundles in %s/%s", pool.Name,
+			metav1.NamespaceSystem, bootstrap.NodeTrustConfigMap), nil
+	}
+	return "", nil
 }
 
 func (p *InPlaceRollout) bundle(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole) ([]byte, error) {

@@ -1,8 +1,11 @@
 package workerrollout
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,8 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
+	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
 func bundleConfigMap(c *v1alpha1.Cluster, role v1alpha1.CARole, data string) client.Object {
@@ -56,5 +61,83 @@ func TestTrustReadsBothBundles(t *testing.T) {
 				t.Fatalf("trust = {%q, %q}, want {%q, %q}", got.Cluster, got.Kubelet, tt.want.Cluster, tt.want.Kubelet)
 			}
 		})
+	}
+}
+
+// TestTrustInAbortingIsTheOldCAsAlone: in Aborting, nodes are to trust each
+// role's CA of before the rotation alone, from the CA Secrets, while the
+// published bundles still hold both CAs; whether or not the abort has
+// swapped the CAs back yet.
+func TestTrustInAbortingIsTheOldCAsAlone(t *testing.T) {
+	const rotation = "2026-11-27T09:00:00Z"
+	newCA := func(name string) *pki.KeyPair {
+		key, _ := pki.GenerateKey(pki.ECDSAP256)
+		ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	old := map[v1alpha1.CARole]*pki.KeyPair{v1alpha1.CARoleCluster: newCA("cluster CA0"), v1alpha1.CARoleKubelet: newCA("kubelet CA0")}
+	next := map[v1alpha1.CARole]*pki.KeyPair{v1alpha1.CARoleCluster: newCA("cluster CA1"), v1alpha1.CARoleKubelet: newCA("kubelet CA1")}
+	for _, swapped := range []bool{false, true} {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+			CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting}}}
+		objects := []client.Object{bundleConfigMap(c, v1alpha1.CARoleCluster, "cluster CA0+CA1"), bundleConfigMap(c, v1alpha1.CARoleKubelet, "kubelet CA0+CA1")}
+		for role := range old {
+			cas := &credentials.CAs{Current: next[role], Previous: old[role], Rotation: rotation}
+			if swapped {
+				cas = &credentials.CAs{Current: old[role], Previous: next[role], Rotation: rotation, AbortedRotation: rotation}
+			}
+			data, err := credentials.EncodeCASecretData(cas)
+			if err != nil {
+				t.Fatal(err)
+			}
+			annotations := map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}
+			if cas.AbortedRotation != "" {
+				annotations[v1alpha1.AnnotationAbortedRotation] = cas.AbortedRotation
+			}
+			objects = append(objects, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role),
+				Annotations: annotations}, Data: data})
+		}
+		p := &InPlaceRollout{Management: fake.NewClientBuilder().WithObjects(objects...).Build()}
+		got, err := p.trust(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Cluster, old[v1alpha1.CARoleCluster].CertPEM()) || !bytes.Equal(got.Kubelet, old[v1alpha1.CARoleKubelet].CertPEM()) {
+			t.Errorf("swapped %t: trust = {%q, %q}, want the old CAs alone", swapped, got.Cluster, got.Kubelet)
+		}
+	}
+}
+
+// TestTrustPublished: a pool's nodes are asked only once the node trust
+// ConfigMap in the managed cluster holds what they are to end up with.
+func TestTrustPublished(t *testing.T) {
+	want := noderenewal.Trust{Cluster: []byte("cluster CA0"), Kubelet: []byte("kubelet CA0")}
+	published := func(cluster, kubelet string) client.Object {
+		return bootstrap.NodeTrust([]byte(cluster), []byte(kubelet))
+	}
+	for name, tc := range map[string]struct {
+		objects  []client.Object
+		wantWait bool
+	}{
+		"published":                    {[]client.Object{published("cluster CA0", "kubelet CA0")}, false},
+		"the bundles of before":        {[]client.Object{published("cluster CA0+CA1", "kubelet CA0+CA1")}, true},
+		"the kubelet bundle of before": {[]client.Object{published("cluster CA0", "kubelet CA0+CA1")}, true},
+		"not published yet":            {nil, true},
+	} {
+		remote := fake.NewClientBuilder().WithObjects(tc.objects...).Build()
+		wait, err := trustPublished(context.Background(), remote, v1alpha1.WorkerPool{Name: "edge"}, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (wait != "") != tc.wantWait {
+			t.Errorf("%s: wait %q, want a wait: %t", name, wait, tc.wantWait)
+		}
+		if wait != "" && !strings.Contains(wait, "pool edge") {
+			t.Errorf("%s: the wait does not name the pool: %q", name, wait)
+		}
 	}
 }

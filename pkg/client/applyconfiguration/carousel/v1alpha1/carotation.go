@@ -47,8 +47,10 @@ type CARotationApplyConfiguration struct {
 	// every worker pool was first seen back on the old CAs, with no user of
 	// kubectl carousel kubeconfig holding a kubeconfig from the new client
 	// CA only (or the abort forced). From then on
-	// the new CAs are deleted, and the pools roll once more so that their
-	// nodes stop trusting them. Absent outside an abort.
+	// the new CAs are deleted, and the Replace and Manual pools roll once
+	// more so that their nodes stop trusting them (in-place nodes trust the
+	// old CAs alone from their first roll of the abort). Absent outside an
+	// abort.
 	AbortRolledBackTime *v1.Time `json:"abortRolledBackTime,omitempty"`
 	// AbortForcedTime is when abort-ca-rotation=force told the abort not to
 	// wait for the users of kubectl carousel kubeconfig who hold kubeconfigs
