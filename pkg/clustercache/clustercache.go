@@ -12,7 +12,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -140,7 +143,7 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 	if existing != nil && existing.digest == digest {
 		return existing, nil
 	}
-	conn, err := c.start(key, cfg, digest)
+	conn, err := c.start(ctx, key, cfg, digest)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +171,7 @@ func configDigest(cfg *rest.Config) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*Connection, error) {
+func (c *Cache) start(ctx context.Context, key client.ObjectKey, cfg *rest.Config, digest string) (*Connection, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = c.QPS, c.Burst
 	if cfg.QPS == 0 {
@@ -177,8 +180,16 @@ func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*C
 	if cfg.Burst == 0 {
 		cfg.Burst = DefaultBurst
 	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := reachable(ctx, cfg, httpClient); err != nil {
+		return nil, err
+	}
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = c.Scheme
+		o.HTTPClient = httpClient
 		o.Cache = CacheOptions()
 		o.MapperProvider = restMapper
 	})
@@ -203,6 +214,28 @@ func (c *Cache) start(key client.ObjectKey, cfg *rest.Config, digest string) (*C
 		}
 	}
 	return conn, nil
+}
+
+// reachTimeout bounds how long a connect waits for the managed API server
+// to answer.
+const reachTimeout = 10 * time.Second
+
+// reachable asks the managed API server for its version. A connect to one
+// that does not answer, or refuses Carousel's certificate, fails at once and
+// its caller retries it with backoff; otherwise the connection's informers
+// would retry on their own until their cache gave up syncing. (Mapping the
+// first kind through discovery used to fail it the same way.)
+func reachable(ctx context.Context, cfg *rest.Config, httpClient *http.Client) error {
+	d, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	if err := d.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return fmt.Errorf("reaching the managed API server at %s: %w", cfg.Host, err)
+	}
+	return nil
 }
 
 // CacheOptions is what a connection caches of its managed cluster: what the

@@ -99,7 +99,7 @@ func TestConnectionMapsManagedKindsWithoutDiscovery(t *testing.T) {
 	server := managedAPIServer(t, &discoveries)
 	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 	c := &Cache{Scheme: scheme.New()}
-	conn, err := c.start(client.ObjectKey{Namespace: "fleet", Name: "a"}, cfg, "digest")
+	conn, err := c.start(t.Context(), client.ObjectKey{Namespace: "fleet", Name: "a"}, cfg, "digest")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +136,25 @@ func TestConnectionMapsManagedKindsWithoutDiscovery(t *testing.T) {
 	}
 	if got := discoveries.Load(); got != 2 { // /api and /apis, once
 		t.Fatalf("%d discovery requests, want 2: the direct client and the cache each discovered the API server", got)
+	}
+}
+
+// A connect to a managed API server that does not answer fails, and keeps
+// no connection: its caller retries it with backoff.
+func TestConnectFailsWhenTheAPIServerDoesNotAnswer(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	server.Close()
+	c := &Cache{Scheme: scheme.New(), OnConnect: []OnConnect{func(client.ObjectKey, *Connection) error {
+		t.Error("hooks ran for a connection that cannot reach its API server")
+		return nil
+	}}}
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	if _, err := c.connect(t.Context(), key, cfg); err == nil || !strings.Contains(err.Error(), "reaching the managed API server") {
+		t.Fatalf("connect = %v, want the API server named unreachable", err)
+	}
+	if _, ok := c.Client(key); ok {
+		t.Fatal("a connection was kept")
 	}
 }
 
@@ -209,6 +228,8 @@ func managedAPIServer(t *testing.T, discoveries *atomic.Int32) *httptest.Server 
 			_ = json.NewEncoder(w).Encode(metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: "v1",
 				APIResources: []metav1.APIResource{{Name: "secrets", Namespaced: true, Kind: "Secret", Verbs: metav1.Verbs{"get"}},
 					{Name: "nodes", Kind: "Node", Verbs: metav1.Verbs{"get"}}, {Name: "pods", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}}}})
+		case "/version":
+			_ = json.NewEncoder(w).Encode(map[string]string{"major": "1", "minor": "36", "gitVersion": "v1.36.3"})
 		case "/api/v1/namespaces/kube-system/secrets/s":
 			_ = json.NewEncoder(w).Encode(&corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
 				ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "s"}})
