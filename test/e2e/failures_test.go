@@ -24,6 +24,9 @@ func TestClosedWhileInFlight(t *testing.T) {
 		"sent well after it":                 {5 * time.Second, 5100 * time.Millisecond, eof, false},
 		"over well before it":                {-10 * time.Second, -9 * time.Second, eof, false},
 		"in flight, but refused a handshake": {-time.Second, time.Second, errors.New("x509: certificate signed by unknown authority"), false},
+		"cut after the answer's headers": {-80 * time.Millisecond, 0, errors.New(`Get "https://127.0.0.1:45281/apis/metrics.k8s.io/v1beta1/nodes?timeout=5s": ` +
+			"stream error: stream ID 201; INTERNAL_ERROR; received from peer"), true},
+		"an answer cut well after it": {10 * time.Second, 10100 * time.Millisecond, errors.New("stream error: stream ID 201; INTERNAL_ERROR; received from peer"), false},
 	} {
 		f := failure{sent: stop.Add(tc.sent), at: stop.Add(tc.at), err: tc.err}
 		if got := closedWhileInFlight(f, []time.Time{stop.Add(-time.Hour), stop}, tunnelCutTolerance); got != tc.want {

@@ -778,7 +778,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		}
 		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
 		for _, f := range otherFailures {
-			failed := fmt.Sprintf("sent %s, failed %s, node %q: %v", f.sent.Format("15:04:05.000"), f.at.Format("15:04:05.000"), f.node, f.err)
+			failed := fmt.Sprintf("sent %s, failed %s, node %q: %v (tunnel agents ended nearby: %s)", f.sent.Format("15:04:05.000"),
+				f.at.Format("15:04:05.000"), f.node, f.err, tunnelAgentStopsNear(f, 10*time.Second))
 			AddReportEntry("failed request", failed)
 			fmt.Println("rotation e2e: failed request, not allowed:", failed)
 		}
@@ -987,6 +988,21 @@ func cutByTunnelAgentStop(f failure) string {
 	return ""
 }
 
+// tunnelAgentStopsNear lists the tunnel agents' ends within d of f's
+// flight, to tell a failure that no rule allows from one that missed a rule.
+func tunnelAgentStopsNear(f failure, d time.Duration) string {
+	if env == nil {
+		return "none"
+	}
+	var near []string
+	for _, t := range env.ControlPlane.TunnelAgentStops() {
+		if f.inFlight().Contains(t, d) {
+			near = append(near, t.Format("15:04:05.000"))
+		}
+	}
+	return cmp.Or(strings.Join(near, ", "), "none")
+}
+
 // tunnelCutTolerance widens a request's flight when matched against a
 // tunnel agent's end: the API server may send a request on a connection
 // whose agent has just ended before it hears of the end, and the end is
@@ -1004,9 +1020,13 @@ func closedWhileInFlight(f failure, instants []time.Time, tolerance time.Duratio
 	return slices.ContainsFunc(instants, func(t time.Time) bool { return f.inFlight().Contains(t, tolerance) })
 }
 
-// closedConnection is how an API server -> kubelet call fails when the API
-// server closed the connection under it.
-var closedConnection = regexp.MustCompile(`use of closed network connection|error trying to reach service: (unexpected )?EOF`)
+// closedConnection is how a request through the tunnel fails when the
+// connection under it closed: before the answer's headers, the API server
+// says it could not reach the service; after them, its reverse proxy aborts
+// the response (http.ErrAbortHandler), which an HTTP/2 client sees as the
+// stream reset with INTERNAL_ERROR.
+var closedConnection = regexp.MustCompile(`use of closed network connection|error trying to reach service: (unexpected )?EOF|` +
+	`stream error: stream ID \d+; INTERNAL_ERROR; received from peer`)
 
 // rolloutTime sums the platform's rollouts of the control plane between
 // from and to.
