@@ -485,10 +485,10 @@ rules:
 - level: None
 `
 
-// EveryRequestAuditPolicy, the policy docs/reference/cluster-api.md asks of
-// a managed API server for the old-CA usage gate, has it record who made
-// every request (and no request or response body) for the audit webhook: once it ends,
-// and a long-running one also once its response starts. It omits
+// EveryRequestAuditPolicy is the policy docs/reference/cluster-api.md asks of
+// a managed API server for the old-CA usage gate. It records, for the audit
+// webhook, who made every request (and no request or response body) once the
+// request ends, and a long-running one's also once its response starts. It omits
 // RequestReceived, the one stage whose event an API server must store
 // before it serves the request: a stopping kube-apiserver shuts its audit
 // backend down without waiting for long-running requests, and fails one
