@@ -284,13 +284,8 @@ func EnterPhase(rot *v1alpha1.CARotation, phase v1alpha1.CARotationPhase, now me
 func RecordRolledBack(rot *v1alpha1.CARotation, pools []v1alpha1.WorkerPool, now metav1.Time) *v1alpha1.CARotation {
 	next := rot.DeepCopy()
 	next.AbortRolledBackTime = &now
-	next.PendingWorkersRollouts = pendingPools(slices.DeleteFunc(slices.Clone(pools), inPlace), now, false)
+	next.PendingWorkersRollouts = pendingPools(slices.DeleteFunc(slices.Clone(pools), func(p v1alpha1.WorkerPool) bool { return p.RollsInPlace() }), now, false)
 	return next
-}
-
-// inPlace: the pool's node agents renew their nodes in place.
-func inPlace(p v1alpha1.WorkerPool) bool {
-	return p.RolloutStrategy == "" || p.RolloutStrategy == v1alpha1.RolloutInPlace
 }
 
 // RecordKubeRootCAPublished returns the rotation status with the time

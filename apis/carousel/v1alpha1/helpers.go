@@ -101,6 +101,12 @@ func (s *ClusterSpec) WorkerPool(name string) *WorkerPool {
 	return nil
 }
 
+// RollsInPlace reports whether the pool's node agents renew its nodes in
+// place: the InPlace strategy, the default.
+func (p *WorkerPool) RollsInPlace() bool {
+	return p.RolloutStrategy == "" || p.RolloutStrategy == RolloutInPlace
+}
+
 // MaxUnavailableOrDefault returns the pool's maxUnavailable, or DefaultMaxUnavailable when unset.
 func (p *WorkerPool) MaxUnavailableOrDefault() intstr.IntOrString {
 	if p.MaxUnavailable != nil {

@@ -260,7 +260,7 @@ func validateWorkers(pools []WorkerPool, p *field.Path) field.ErrorList {
 // validateInPlaceSettings checks the fields only the InPlace strategy uses.
 func validateInPlaceSettings(pool WorkerPool, p *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
-	inPlace := pool.RolloutStrategy == "" || pool.RolloutStrategy == RolloutInPlace
+	inPlace := pool.RollsInPlace()
 	if mu := pool.MaxUnavailable; mu != nil {
 		if !inPlace {
 			allErrs = append(allErrs, field.Forbidden(p.Child("maxUnavailable"), "only the InPlace strategy renews nodes a few at a time"))
