@@ -480,7 +480,11 @@ rules:
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
   - level: None
 `), 0o600))
-	env.ControlPlane.GetAPIServer().Configure().Set("audit-policy-file", policy).Set("audit-log-path", log)
+	// The log is never rotated (by default it is at 100 MB, which a fleet of
+	// 1,000 passes during its second rotation), so that counting its lines
+	// counts every write.
+	env.ControlPlane.GetAPIServer().Configure().Set("audit-policy-file", policy).Set("audit-log-path", log).
+		Set("audit-log-maxsize", "1000000")
 	return func() []write {
 		b.Helper()
 		data, err := os.ReadFile(log)
