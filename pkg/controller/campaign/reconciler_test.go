@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,5 +117,54 @@ func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	reconcileWave(t, r)
 	if len(patched) != 2 {
 		t.Errorf("patched %v: a, unchanged since its refusal, was asked again", patched)
+	}
+}
+
+// lendingReader lists Clusters the way the cache does when asked not to copy
+// them: each item shares its maps, slices and pointers with the object the
+// cache keeps.
+type lendingReader struct {
+	client.Reader
+	kept []*v1alpha1.Cluster
+}
+
+func (l lendingReader) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	clusters := list.(*v1alpha1.ClusterList)
+	for _, c := range l.kept {
+		clusters.Items = append(clusters.Items, *c)
+	}
+	return nil
+}
+
+// A pass reads the Clusters the cache lends it without copying them, so it
+// must change none of them, even the one it starts.
+func TestAPassChangesNoClusterTheCacheLends(t *testing.T) {
+	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		return c.Patch(ctx, obj, p, opts...)
+	})
+	kept := []*v1alpha1.Cluster{readyCluster("a"), readyCluster("b"), readyCluster("c")}
+	for _, c := range kept {
+		if err := r.Client.Get(context.Background(), client.ObjectKeyFromObject(c), c); err != nil {
+			t.Fatal(err)
+		}
+		c.Annotations = map[string]string{"team": "platform"} // a map the pass could write into
+	}
+	before := make([]*v1alpha1.Cluster, len(kept))
+	for i, c := range kept {
+		before[i] = c.DeepCopy()
+	}
+	r.Clusters = lendingReader{kept: kept}
+	reconcileWave(t, r)
+	started := &v1alpha1.Cluster{}
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: "fleet", Name: "a"}, started); err != nil {
+		t.Fatal(err)
+	}
+	if started.Annotations[v1alpha1.OperationAnnotation] == "" {
+		t.Fatal("the pass started no Cluster")
+	}
+	for i, c := range kept {
+		if !equality.Semantic.DeepEqual(c, before[i]) {
+			t.Errorf("the pass changed the cache's Cluster %s: annotations %v, want %v", c.Name, c.Annotations, before[i].Annotations)
+		}
 	}
 }
