@@ -1,16 +1,19 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +51,9 @@ import (
 // Cluster until all are Prepared and from complete-ca-rotation until all are
 // Completed, the same two steps once more through one RotationCampaign of
 // FLEET_CAMPAIGN_MAX_CONCURRENT (100% by default: a number or a
-// percentage), and the manager's peak resident memory. FLEET_MANAGER_FLAGS
+// percentage), and the manager's peak resident memory; and, per Cluster in
+// the creation and in each phase, its Cluster reconciles and its writes by
+// verb and resource. FLEET_MANAGER_FLAGS
 // adds flags to the manager's, FLEET_MANAGER_ENV variables to its
 // environment (GOMEMLIMIT=460MiB, say). With FLEET_PROFILE_DIR set, it writes there
 // the manager's CPU profile of the first createProfileWindow of the
@@ -94,7 +99,21 @@ func BenchmarkFleet(b *testing.B) {
 		check(b, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
 
 		perCluster := func(writes int) float64 { return float64(writes) / float64(n) }
-		cpuBefore, writesBefore, apiCPUBefore := proc.cpu(b), writes(), apiserver.cpu(b)
+		// steps says, per Cluster, what the manager did in each step since
+		// mark: its CPU, its Cluster reconciles and its writes by kind.
+		type mark struct {
+			cpu                time.Duration
+			writes, reconciles int
+		}
+		markNow := func() mark { return mark{proc.cpu(b), writes(), proc.reconciles(b)} }
+		var steps []string
+		step := func(name string, since mark) {
+			steps = append(steps, fmt.Sprintf("%s: %.1f ms manager CPU, %.1f Cluster reconciles, writes %s", name,
+				float64((proc.cpu(b)-since.cpu).Microseconds())/1000/float64(n), perCluster(proc.reconciles(b)-since.reconciles),
+				writeKinds(managerWrites()[since.writes:], n)))
+		}
+		created := markNow()
+		cpuBefore, writesBefore, apiCPUBefore := created.cpu, created.writes, apiserver.cpu(b)
 		var creating errgroup.Group
 		if profiles != "" {
 			creating.Go(func() error {
@@ -109,6 +128,7 @@ func BenchmarkFleet(b *testing.B) {
 		toReady := time.Since(start)
 		cpuPerCluster := (proc.cpu(b) - cpuBefore) / time.Duration(n)
 		readyWrites, readyAPICPU := writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
+		step("to Ready", created)
 		check(b, creating.Wait())
 
 		cpuBefore, writesBefore, reconcilesBefore := proc.cpu(b), writes(), proc.reconciles(b)
@@ -123,17 +143,23 @@ func BenchmarkFleet(b *testing.B) {
 			fmt.Println("write in the idle window:", w, f.eventOf(ctx, w))
 		}
 
-		writesBefore, apiCPUBefore, start = writes(), apiserver.cpu(b), time.Now()
+		preparing := markNow()
+		writesBefore, apiCPUBefore, start = preparing.writes, apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
 		toPrepared, preparingWrites, preparingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
-		writesBefore, apiCPUBefore, start = writes(), apiserver.cpu(b), time.Now()
+		step("start→Prepared", preparing)
+		finalizing := markNow()
+		writesBefore, apiCPUBefore, start = finalizing.writes, apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationCompleteCARotation)
 		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
 		toCompleted, finalizingWrites, finalizingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
+		step("complete→Completed", finalizing)
 
 		// The same rotation once more, driven by one RotationCampaign in waves of FLEET_CAMPAIGN_MAX_CONCURRENT.
+		campaigned := markNow()
 		waves := f.campaign(b, ctx, intstr.Parse(campaignConcurrency))
+		step("a RotationCampaign's start→Completed", campaigned)
 		peak := proc.peakRSS(b)
 		if profiles != "" {
 			check(b, proc.profile("heap", filepath.Join(profiles, "completed.heap.pprof")))
@@ -161,7 +187,31 @@ func BenchmarkFleet(b *testing.B) {
 			toCompleted.Seconds(), perCluster(finalizingWrites), busy(finalizingAPICPU, toCompleted),
 			campaignConcurrency, waves.toPrepared.Seconds(), waves.toCompleted.Seconds(), perCluster(waves.writes),
 			float64(peak)/(1<<20))
+		for _, s := range steps {
+			fmt.Println("per Cluster, " + s)
+		}
 	}
+}
+
+// writeKinds counts writes by verb and resource, per Cluster of a fleet of
+// n, most first: "21.0 create secrets, 2.0 patch clusters/status".
+func writeKinds(writes []write, n int) string {
+	counts := map[string]int{}
+	for _, w := range writes {
+		kind := w.verb + " " + w.ref.Resource
+		if w.ref.Subresource != "" {
+			kind += "/" + w.ref.Subresource
+		}
+		counts[kind]++
+	}
+	kinds := slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
+		return cmp.Or(counts[b]-counts[a], strings.Compare(a, b))
+	})
+	parts := make([]string, len(kinds))
+	for i, kind := range kinds {
+		parts[i] = fmt.Sprintf("%.1f %s", float64(counts[kind])/float64(n), kind)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // createProfileWindow is how much of the fleet's creation a CPU profile
