@@ -384,9 +384,13 @@ var _ = Describe("Credentials and the CA rotation", func() {
 			}
 			return notes
 		}).Should(ContainElements(
-			// Events of one reason are aggregated: the first role's stands for all.
-			ContainSubstring(v1alpha1.EventCARestored+": Restored the old cluster CA "+pki.Fingerprint(before[v1alpha1.CARoleCluster].Current.Cert)),
-			ContainSubstring(v1alpha1.EventCARemoved+": Removed aborted new cluster CA "+pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)),
+			// One event names every role's CA.
+			SatisfyAll(HavePrefix(v1alpha1.EventCARestored+": Restored the old CAs as current"),
+				ContainSubstring("cluster CA "+pki.Fingerprint(before[v1alpha1.CARoleCluster].Current.Cert)),
+				ContainSubstring("vpn CA "+pki.Fingerprint(before[v1alpha1.CARoleVPN].Current.Cert))),
+			SatisfyAll(HavePrefix(v1alpha1.EventCARemoved+": Removed the aborted new CAs"),
+				ContainSubstring("cluster CA "+pki.Fingerprint(prepared[v1alpha1.CARoleCluster].Current.Cert)),
+				ContainSubstring("vpn CA "+pki.Fingerprint(prepared[v1alpha1.CARoleVPN].Current.Cert))),
 			ContainSubstring("CA rotation phase Aborting → Aborted"),
 			ContainSubstring(v1alpha1.EventMaintenanceOperationDropped+": Dropped carousel.dev/maintenance-operation=complete-ca-rotation")))
 

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,11 @@ func rotationID(c *v1alpha1.Cluster) string {
 func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *objects) (map[v1alpha1.CARole]*credentials.CAs, error) {
 	phase, id := c.CARotationPhase(), rotationID(c)
 	all := make(map[v1alpha1.CARole]*credentials.CAs, len(v1alpha1.CARoles()))
+	var generated, restoredOld caList
+	defer func() {
+		r.caEvent(c, v1alpha1.EventCAGenerated, "Generated", generated)
+		r.caEvent(c, v1alpha1.EventCARestored, "Restored the old CAs as current (the aborted new ones stay trusted until they are deleted):", restoredOld)
+	}()
 	for _, role := range v1alpha1.CARoles() {
 		name := credentials.CASecretName(c.Name, role)
 		existing := objs.secrets[name]
@@ -101,11 +107,10 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 			return nil, err
 		}
 		if created {
-			r.event(c, corev1.EventTypeNormal, v1alpha1.EventCAGenerated, "Generated %s CA %s", role, pki.Fingerprint(cas.Current.Cert))
+			generated.add(role, cas.Current)
 		}
 		if restored {
-			r.event(c, corev1.EventTypeNormal, v1alpha1.EventCARestored, "Restored the old %s CA %s as current; the aborted new CA %s stays trusted until it is deleted",
-				role, pki.Fingerprint(cas.Current.Cert), pki.Fingerprint(cas.Previous.Cert))
+			restoredOld.add(role, cas.Current)
 		}
 		all[role] = cas
 	}
@@ -166,6 +171,14 @@ func (r *Reconciler) newCA(c *v1alpha1.Cluster, role v1alpha1.CARole) (*pki.KeyP
 // dropOldCAs deletes the previous CA, key and certificate, of every role:
 // the old CAs in Finalizing, the aborted new ones in Aborting.
 func (r *Reconciler) dropOldCAs(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs) error {
+	var removed caList
+	defer func() {
+		which := "old"
+		if c.CARotationPhase() == v1alpha1.RotationAborting {
+			which = "aborted new"
+		}
+		r.caEvent(c, v1alpha1.EventCARemoved, "Removed the "+which+" CAs:", removed)
+	}()
 	for _, role := range v1alpha1.CARoles() {
 		cas := all[role]
 		if cas.Previous == nil {
@@ -184,13 +197,29 @@ func (r *Reconciler) dropOldCAs(ctx context.Context, c *v1alpha1.Cluster, objs *
 			return err
 		}
 		all[role] = kept
-		which := "old"
-		if c.CARotationPhase() == v1alpha1.RotationAborting {
-			which = "aborted new"
-		}
-		r.event(c, corev1.EventTypeNormal, v1alpha1.EventCARemoved, "Removed %s %s CA %s", which, role, pki.Fingerprint(old.Cert))
+		removed.add(role, old)
 	}
 	return nil
+}
+
+// caList names the CAs one step of a reconcile acted on, a role and a
+// fingerprint each, for one event. The events library (k8s.io/client-go
+// tools/events) keys an event by its type, reason, action, regarding and
+// related objects, not by its note: a second event of one reason about the
+// same version of a Cluster only counts up the first one's series, so one
+// event per role would show the first role alone. Seven roles' names and
+// fingerprints stay within an event note's 1 kB.
+type caList []string
+
+func (l *caList) add(role v1alpha1.CARole, ca *pki.KeyPair) {
+	*l = append(*l, fmt.Sprintf("%s CA %s", role, pki.Fingerprint(ca.Cert)))
+}
+
+// caEvent records one event for the CAs of list, if any, after what.
+func (r *Reconciler) caEvent(c *v1alpha1.Cluster, reason, what string, list caList) {
+	if len(list) > 0 {
+		r.event(c, corev1.EventTypeNormal, reason, "%s %s", what, strings.Join(list, ", "))
+	}
 }
 
 // ensureServiceAccountKey creates the service-account signing key with the

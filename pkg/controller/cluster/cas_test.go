@@ -1,12 +1,21 @@
 package cluster
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 func TestRestoreOldCA(t *testing.T) {
@@ -66,5 +75,63 @@ func TestRestoreOldCA(t *testing.T) {
 				t.Fatalf("restoreOldCA = %v, %+v; want %v, %+v", swapped, got, tt.wantSwapped, tt.want)
 			}
 		})
+	}
+}
+
+// A step that generates or removes the CAs of several roles records one
+// event naming each of them: the events library would fold one event per
+// role into the first one's series and show that role alone.
+func TestOneEventNamesEveryCAOfAStep(t *testing.T) {
+	ctx := context.Background()
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "events", Namespace: "default", UID: "events-uid"},
+		Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}}
+	recorder := events.NewFakeRecorder(100)
+	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(scheme.New()).Build(), Clock: clock.RealClock{}, Recorder: recorder}
+	objs := &objects{secrets: map[string]*corev1.Secret{}, configMaps: map[string]*corev1.ConfigMap{}}
+	recorded := func() []string {
+		var out []string
+		for len(recorder.Events) > 0 {
+			out = append(out, <-recorder.Events)
+		}
+		return out
+	}
+	expectOneNaming := func(got []string, reason string, cas map[v1alpha1.CARole]*pki.KeyPair) {
+		t.Helper()
+		if len(got) != 1 || !strings.HasPrefix(got[0], corev1.EventTypeNormal+" "+reason+" ") {
+			t.Fatalf("events %q, want one %s", got, reason)
+		}
+		for role, ca := range cas {
+			if want := string(role) + " CA " + pki.Fingerprint(ca.Cert); !strings.Contains(got[0], want) {
+				t.Errorf("event %q does not name %s", got[0], want)
+			}
+		}
+		if len(got[0]) > 1024 {
+			t.Errorf("the note is %d bytes, over an event's 1 kB", len(got[0]))
+		}
+	}
+
+	all, err := r.ensureCAs(ctx, c, objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	generated := map[v1alpha1.CARole]*pki.KeyPair{}
+	for role, cas := range all {
+		generated[role] = cas.Current
+	}
+	expectOneNaming(recorded(), v1alpha1.EventCAGenerated, generated)
+
+	// Each role keeps a previous CA: the front-proxy one, which is all the
+	// removal needs to name.
+	previous := generated[v1alpha1.CARoleFrontProxy]
+	for role := range all {
+		all[role] = &credentials.CAs{Current: generated[role], Previous: previous}
+	}
+	if err := r.dropOldCAs(ctx, c, objs, all); err != nil {
+		t.Fatal(err)
+	}
+	got := recorded()
+	expectOneNaming(got, v1alpha1.EventCARemoved, map[v1alpha1.CARole]*pki.KeyPair{v1alpha1.CARoleCluster: previous, v1alpha1.CARoleVPN: previous})
+	if n := strings.Count(got[0], " CA "); n != len(v1alpha1.CARoles()) {
+		t.Errorf("event %q names %d CAs, want one per role", got[0], n)
 	}
 }
