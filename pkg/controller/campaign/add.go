@@ -4,10 +4,14 @@ package campaign
 
 import (
 	"context"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -24,15 +28,53 @@ import (
 const ControllerName = "rotationcampaign"
 
 // SetupWithManager registers the controller: it reconciles a campaign when
-// its spec changes and when a Cluster of its namespace changes. In a shard
+// its spec changes and soon after a Cluster of its namespace changes
+// (clusterChangesBatch). In a shard
 // it reconciles only the campaigns assigned to it, and hands over those the
 // sharder drains; the Clusters of other shards reach it through Resync.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, shard sharding.Shard) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.RotationCampaign{}, builder.WithPredicates(shard.Predicate())).
-		Watches(&v1alpha1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.campaignsOfNamespace)).
+		Watches(&v1alpha1.Cluster{}, afterClusterChanges{r.campaignsOfNamespace}).
 		Complete(shard.Reconciler(mgr.GetClient(), &v1alpha1.RotationCampaign{}, r))
+}
+
+// clusterChangesBatch is how long after a Cluster changed its campaigns are
+// looked at. A pass reads every Cluster a campaign selects, and while a fleet
+// rotates its Clusters change many times a second: the changes of that moment
+// then make one pass, not one pass each.
+const clusterChangesBatch = time.Second
+
+// afterClusterChanges enqueues the campaigns that map names for a Cluster
+// that changed, clusterChangesBatch later; a campaign already waiting keeps
+// its earlier turn.
+type afterClusterChanges struct {
+	campaigns handler.MapFunc
+}
+
+var _ handler.EventHandler = afterClusterChanges{}
+
+func (h afterClusterChanges) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.add(ctx, e.Object, q)
+}
+
+func (h afterClusterChanges) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.add(ctx, e.ObjectNew, q)
+}
+
+func (h afterClusterChanges) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.add(ctx, e.Object, q)
+}
+
+func (h afterClusterChanges) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.add(ctx, e.Object, q)
+}
+
+func (h afterClusterChanges) add(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	for _, req := range h.campaigns(ctx, obj) {
+		q.AddAfter(req, clusterChangesBatch)
+	}
 }
 
 // campaignsOfNamespace maps a Cluster to every campaign of its namespace,
