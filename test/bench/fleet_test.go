@@ -52,8 +52,8 @@ import (
 // Completed, the same two steps once more through one RotationCampaign of
 // FLEET_CAMPAIGN_MAX_CONCURRENT (100% by default: a number or a
 // percentage), and the manager's peak resident memory; and, per Cluster in
-// the creation and in each phase, its Cluster reconciles and its writes by
-// verb and resource. FLEET_MANAGER_FLAGS
+// each step (the creation, each phase, the campaign), the manager's CPU, its
+// Cluster reconciles and its writes by verb and resource. FLEET_MANAGER_FLAGS
 // adds flags to the manager's, FLEET_MANAGER_ENV variables to its
 // environment (GOMEMLIMIT=460MiB, say). With FLEET_PROFILE_DIR set, it writes there
 // the manager's CPU profile of the first createProfileWindow of the

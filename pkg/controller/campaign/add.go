@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,10 +27,10 @@ import (
 const ControllerName = "rotationcampaign"
 
 // SetupWithManager registers the controller: it reconciles a campaign when
-// its spec changes and soon after a Cluster of its namespace changes
-// (clusterChangesBatch). In a shard
-// it reconciles only the campaigns assigned to it, and hands over those the
-// sharder drains; the Clusters of other shards reach it through Resync.
+// its spec changes and a moment after a Cluster of its namespace changes
+// (clusterChangesBatch). In a shard it reconciles only the campaigns
+// assigned to it, and hands over those the sharder drains; the Clusters of
+// other shards reach it through Resync.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, shard sharding.Shard) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
