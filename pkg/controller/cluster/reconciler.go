@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -343,8 +344,26 @@ func (r *Reconciler) now() metav1.Time {
 
 func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, format string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(c, nil, eventType, reason, "Reconcile", format, args...)
+		r.Recorder.Eventf(c, nil, eventType, reason, "Reconcile", "%s", eventNote(fmt.Sprintf(format, args...)))
 	}
+}
+
+// maxEventNote is the longest note the API server takes in an
+// events.k8s.io/v1 Event; a longer one is refused and the event lost.
+const maxEventNote = 1024
+
+// eventNote is note, cut to maxEventNote bytes at a character boundary and
+// ending in "…" when it was longer.
+func eventNote(note string) string {
+	if len(note) <= maxEventNote {
+		return note
+	}
+	const ellipsis = "…"
+	cut := maxEventNote - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + ellipsis
 }
 
 func (r *Reconciler) setReadyCondition(c *v1alpha1.Cluster, err error) {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -35,7 +36,7 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 	if len(pending) == 0 {
 		return nil, nil
 	}
-	var waiting, done []string
+	var waiting, done, unwaited []string
 	for _, p := range pending {
 		if p.Held {
 			continue // until rotate-rollout-workers names it
@@ -60,11 +61,16 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 		if ok {
 			done = append(done, p.Name)
 			if msg != "" {
-				r.event(c, corev1.EventTypeWarning, v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes, "%s", msg)
+				unwaited = append(unwaited, msg)
 			}
 		} else {
 			waiting = append(waiting, msg)
 		}
+	}
+	// One event names every such pool: events of one reason about one
+	// version of the Cluster fold into the first one's series.
+	if len(unwaited) > 0 {
+		r.event(c, corev1.EventTypeWarning, v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes, "%s", strings.Join(unwaited, "; "))
 	}
 	if rot := rotation.WorkersRolledOut(c.CARotation(), done); rot != c.CARotation() {
 		setCARotation(c, rot)

@@ -1,0 +1,80 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// rolledWithout is a WorkerRollout that finds every pool rolled without the
+// offline node it names.
+type rolledWithout map[string]string
+
+func (r rolledWithout) Rollout(_ context.Context, _ *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
+	return true, "pool " + pool.Name + ": rolled without " + r[pool.Name], nil
+}
+
+// TestOneEventNamesEveryPoolRolledWithoutOfflineNodes: pools finished in one
+// reconcile without their offline nodes are one event naming them all, as the
+// events library folds a second event of the same reason about the same
+// Cluster version into the first one's series, note and all.
+func TestOneEventNamesEveryPoolRolledWithoutOfflineNodes(t *testing.T) {
+	offline := rolledWithout{"pool-a": "node-a", "pool-b": "node-b"}
+	c := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{
+		{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace}, {Name: "pool-b", RolloutStrategy: v1alpha1.RolloutInPlace}}}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+		Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "pool-a"}, {Name: "pool-b"}}}}}
+	recorder := events.NewFakeRecorder(10)
+	r := &Reconciler{Recorder: recorder, WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]WorkerRollout{v1alpha1.RolloutInPlace: offline}}
+
+	waiting, err := r.rollWorkers(context.Background(), c)
+	if err != nil || len(waiting) != 0 {
+		t.Fatalf("rollWorkers = %q, %v; want every pool rolled", waiting, err)
+	}
+	if pending := pendingPools(c); len(pending) != 0 {
+		t.Errorf("pools %v still pending", pending)
+	}
+	var got []string
+	for len(recorder.Events) > 0 {
+		got = append(got, <-recorder.Events)
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], corev1.EventTypeWarning+" "+v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes+" ") {
+		t.Fatalf("events %q, want one %s", got, v1alpha1.EventWorkerPoolRolledWithoutOfflineNodes)
+	}
+	for _, node := range offline {
+		if !strings.Contains(got[0], node) {
+			t.Errorf("event %q does not name %s", got[0], node)
+		}
+	}
+}
+
+func TestEventNoteFitsAnEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name, note string
+		cut        bool
+	}{
+		{"short", "pool a: rolled", false},
+		{"at the limit", strings.Repeat("a", maxEventNote), false},
+		{"one byte over", strings.Repeat("a", maxEventNote+1), true},
+		{"a character across the limit", strings.Repeat("a", maxEventNote-4) + strings.Repeat("é", 10), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := eventNote(tc.note)
+			if len(got) > maxEventNote || !utf8.ValidString(got) {
+				t.Fatalf("eventNote is %d bytes (valid UTF-8: %t), want at most %d", len(got), utf8.ValidString(got), maxEventNote)
+			}
+			if cut := got != tc.note; cut != tc.cut {
+				t.Fatalf("cut = %t, want %t", cut, tc.cut)
+			}
+			if tc.cut && (!strings.HasSuffix(got, "…") || !strings.HasPrefix(tc.note, strings.TrimSuffix(got, "…"))) {
+				t.Errorf("eventNote = %q, want a prefix of the note and an ellipsis", got)
+			}
+		})
+	}
+}
