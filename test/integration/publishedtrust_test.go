@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
@@ -37,7 +38,9 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		// managed reads and writes APIServices in the managed cluster.
 		managed client.Client
 	)
-	const apiService = "v1alpha1.wardle.example.com"
+	// apiService is the APIService the specs follow; Carousel writes
+	// otherAPIService's caBundle in the same pass.
+	const apiService, otherAPIService = "v1alpha1.wardle.example.com", "v1beta1.wardle.example.com"
 
 	// apiServiceBundle returns the fingerprints of the APIService's caBundle,
 	// nil while it skips verification.
@@ -75,13 +78,35 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		By("registering an aggregated API whose server certificate the metrics-server CA signs")
 		managed, err = client.New(cfg, client.Options{Scheme: scheme.New()})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(managed.Create(ctx, &apiregistrationv1.APIService{
-			ObjectMeta: metav1.ObjectMeta{Name: apiService, Labels: map[string]string{v1alpha1.LabelCABundle: string(v1alpha1.CARoleMetricsServer)}},
-			Spec: apiregistrationv1.APIServiceSpec{Group: "wardle.example.com", Version: "v1alpha1", GroupPriorityMinimum: 1000, VersionPriority: 15,
-				Service: &apiregistrationv1.ServiceReference{Namespace: metav1.NamespaceSystem, Name: "metrics-server"}, InsecureSkipTLSVerify: true},
-		})).To(Succeed())
+		for _, version := range []string{"v1alpha1", "v1beta1"} {
+			Expect(managed.Create(ctx, &apiregistrationv1.APIService{
+				ObjectMeta: metav1.ObjectMeta{Name: version + ".wardle.example.com", Labels: map[string]string{v1alpha1.LabelCABundle: string(v1alpha1.CARoleMetricsServer)}},
+				Spec: apiregistrationv1.APIServiceSpec{Group: "wardle.example.com", Version: version, GroupPriorityMinimum: 1000, VersionPriority: 15,
+					Service: &apiregistrationv1.ServiceReference{Namespace: metav1.NamespaceSystem, Name: "metrics-server"}, InsecureSkipTLSVerify: true},
+			})).To(Succeed())
+		}
 		Eventually(apiServiceBundle).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Equal(kit.Fingerprints(loadBundle(ctx, c, v1alpha1.CARoleMetricsServer))),
 			"Carousel writes the metrics-server bundle, and verification back on")
+	})
+
+	It("records an event for each APIService whose caBundle it wrote, related to it", func(ctx SpecContext) {
+		Eventually(func(g Gomega) {
+			var list eventsv1.EventList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(c.Namespace))).To(Succeed())
+			var notes, related []string
+			for _, e := range list.Items {
+				if e.Regarding.Name == c.Name && e.Reason == v1alpha1.EventAPIServiceCABundleUpdated {
+					notes = append(notes, e.Note)
+					if e.Related != nil {
+						related = append(related, e.Related.Name)
+					}
+				}
+			}
+			g.Expect(notes).To(ConsistOf(ContainSubstring("APIService "+apiService+" "), ContainSubstring("APIService "+otherAPIService+" ")))
+			g.Expect(related).To(ConsistOf(apiService, otherAPIService))
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(time.Second).Should(Succeed(),
+			"the second event is not folded into the first one's series")
+		Expect(managed.Delete(ctx, &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: otherAPIService}})).To(Succeed())
 	})
 
 	// expectWaitingForKubeRootCA waits until the rotation, still in phase,

@@ -33,7 +33,8 @@ type Reconciler struct {
 	Client client.Client // the management cluster
 	// Connections reach the managed clusters.
 	Connections *clustercache.Cache
-	// Recorder records an event on the Cluster for each caBundle written; nil records none.
+	// Recorder records an event on the Cluster for each caBundle written,
+	// related to the APIService; nil records none.
 	Recorder events.EventRecorder
 	// Resync is how often a managed cluster is looked at again: its
 	// APIServices raise no events here. Zero means DefaultResync.
@@ -89,7 +90,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return r.retry(ctx, resync, err)
 		}
 		if r.Recorder != nil {
-			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventAPIServiceCABundleUpdated, "Update",
+			// The APIService is the related object: without one, the events
+			// library would fold this event into the series of an earlier
+			// one about the same version of the Cluster, and its note with it.
+			r.Recorder.Eventf(c, service, corev1.EventTypeNormal, v1alpha1.EventAPIServiceCABundleUpdated, "Update",
 				"APIService %s of the managed cluster now trusts the metrics-server CA bundle", service.Name)
 		}
 	}

@@ -122,12 +122,7 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		} else if err != nil {
 			return false, "", err
 		}
-		note := "set %s of MachineDeployment %s to %s for phase %s: Cluster API replaces every Machine created before it"
-		if write == WriteBack {
-			note = "set %s of MachineDeployment %s back to %s, where Carousel had set it for phase %s (another writer moved it earlier or cleared it)"
-		}
-		p.Recorder.Eventf(c, nil, corev1.EventTypeNormal, v1alpha1.EventMachineDeploymentRolled, "Reconcile", "pool %s: "+note,
-			pool.Name, strings.Join(fieldPath, "."), pool.MachineDeployment, after.UTC().Format(time.RFC3339), c.CARotation().Phase)
+		p.recordRolled(c, pool.Name, md, fieldPath, after, write)
 	}
 
 	machines := &unstructured.UnstructuredList{}
@@ -163,6 +158,19 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		}
 	}
 	return false, message, nil
+}
+
+// recordRolled records that the rollout time of md, pool's MachineDeployment,
+// was set to after. The MachineDeployment is the event's related object, or
+// the events library would fold the event of a second pool rolled while the
+// Cluster is unchanged into the first one's series, note and all.
+func (p *ReplaceRollout) recordRolled(c *v1alpha1.Cluster, pool string, md *unstructured.Unstructured, fieldPath []string, after time.Time, write RolloutWrite) {
+	note := "set %s of MachineDeployment %s to %s for phase %s: Cluster API replaces every Machine created before it"
+	if write == WriteBack {
+		note = "set %s of MachineDeployment %s back to %s, where Carousel had set it for phase %s (another writer moved it earlier or cleared it)"
+	}
+	p.Recorder.Eventf(c, md, corev1.EventTypeNormal, v1alpha1.EventMachineDeploymentRolled, "Reconcile", "pool %s: "+note,
+		pool, strings.Join(fieldPath, "."), md.GetName(), after.UTC().Format(time.RFC3339), c.CARotation().Phase)
 }
 
 // replacementHeld says why Cluster API replaces no Machine of md now, or ""

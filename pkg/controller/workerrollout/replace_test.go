@@ -2,16 +2,22 @@ package workerrollout
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // TestRollWritesTheVersionsField: the rollout time goes where the served
@@ -93,5 +99,54 @@ func TestMachineDeploymentHeld(t *testing.T) {
 				t.Errorf("machineDeploymentHeld = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestEachMachineDeploymentRolledIsAnEvent: two pools rolled while the
+// Cluster does not change are two events, each naming its MachineDeployment,
+// through client-go's events library, which folds an event into an earlier
+// one's series when their type, reason, action, regarding and related object
+// are the same.
+func TestEachMachineDeploymentRolledIsAnEvent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := kubefake.NewClientset()
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: sink.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
+	defer broadcaster.Shutdown()
+	p := &ReplaceRollout{Recorder: broadcaster.NewRecorder(scheme.New(), "carousel")}
+
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "edge", UID: "edge-uid", ResourceVersion: "7"}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+		CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}}}
+	at := time.Date(2026, 11, 27, 16, 0, 0, 0, time.UTC)
+	for _, name := range []string{"edge-pool-a", "edge-pool-b"} {
+		md := &unstructured.Unstructured{}
+		md.SetGroupVersionKind(schema.GroupVersionKind{Group: clusterAPIGroup, Version: "v1beta2", Kind: kindMachineDeployment})
+		md.SetNamespace(c.Namespace)
+		md.SetName(name)
+		md.SetResourceVersion("3")
+		p.recordRolled(c, strings.TrimPrefix(name, "edge-"), md, rolloutAfterField["v1beta2"], at, WriteRoll)
+	}
+
+	var notes []string
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := sink.EventsV1().Events(c.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		notes = notes[:0]
+		for _, e := range list.Items {
+			notes = append(notes, e.Note)
+		}
+		return len(notes) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("events %q, want one for each MachineDeployment: %v", notes, err)
+	}
+	for _, name := range []string{"edge-pool-a", "edge-pool-b"} {
+		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "MachineDeployment "+name+" to") }) {
+			t.Errorf("no event names MachineDeployment %s: %q", name, notes)
+		}
 	}
 }
