@@ -71,8 +71,9 @@ func clusterLabel(obj client.Object) []string {
 // workload labelled with its name changes. Every Secret and ConfigMap the
 // Cluster owns carries that label, and the cache holds no other: the label
 // finds the Cluster without the REST mapping that an owner handler looks up
-// for each event (8 % of what the manager allocated in a rotating fleet). options sets, for one, how
-// many Clusters are reconciled at once (never one Cluster twice at once).
+// for each event (8 % of what the manager allocated in a rotating fleet).
+// options sets, for one, how many Clusters are reconciled at once (never one
+// Cluster twice at once).
 // It indexes the cached objects by Cluster, which loadObjects then uses. In
 // a shard it reconciles only the Clusters assigned to it, and hands over
 // those the sharder drains.

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"slices"
 	"sync"
 	"time"
 
@@ -84,7 +83,7 @@ func (m *Metrics) observe(c *v1alpha1.Cluster, all map[v1alpha1.CARole]*credenti
 	}
 	m.clusters.update(c, func(r *clusterRecord) {
 		r.observed = true
-		r.cas = r.cas[:0]
+		r.cas = make([]caExpiry, 0, 2*len(all))
 		for _, role := range v1alpha1.CARoles() {
 			cas := all[role]
 			if cas == nil {
@@ -95,7 +94,7 @@ func (m *Metrics) observe(c *v1alpha1.Cluster, all map[v1alpha1.CARole]*credenti
 				r.cas = append(r.cas, caExpiry{role: role, generation: "previous", notAfter: cas.Previous.Cert.NotAfter.Unix()})
 			}
 		}
-		r.certs = r.certs[:0]
+		r.certs = make([]certExpiry, 0, len(certNotAfter))
 		for name, notAfter := range certNotAfter {
 			r.certs = append(r.certs, certExpiry{name: name, notAfter: notAfter.Unix()})
 		}
@@ -173,7 +172,9 @@ type certExpiry struct {
 	notAfter int64
 }
 
-// update stores the record of c that change makes of a copy of the last one.
+// update stores the record of c that change makes of a copy of the last
+// one. The copy shares the last one's slices: change replaces a slice, never
+// writes into it.
 func (g *clusterGauges) update(c *v1alpha1.Cluster, change func(*clusterRecord)) {
 	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 	g.mu.Lock()
@@ -181,7 +182,6 @@ func (g *clusterGauges) update(c *v1alpha1.Cluster, change func(*clusterRecord))
 	next := &clusterRecord{}
 	if last := g.byCluster[key]; last != nil {
 		*next = *last
-		next.cas, next.certs = slices.Clone(last.cas), slices.Clone(last.certs)
 	}
 	change(next)
 	g.byCluster[key] = next
