@@ -49,6 +49,8 @@ type Recorder struct {
 	maxValidity time.Duration
 	metrics     *Metrics
 
+	// mu guards records, the Clusters with certificates being written; it
+	// is taken before a record's own lock.
 	mu      sync.Mutex
 	records map[client.ObjectKey]*record
 }
@@ -86,14 +88,13 @@ const recordTimeout = 30 * time.Second
 // once it is written, with the write's error, or when ctx ends.
 func (r *Recorder) Record(ctx context.Context, c *v1alpha1.Cluster, cert oldca.IssuedCertificate) error {
 	key := client.ObjectKeyFromObject(c)
-	r.mu.Lock()
+	done := make(chan error, 1)
+	r.mu.Lock() // held until queued: the writer drops an idle record under it
 	rec := r.records[key]
 	if rec == nil {
 		rec = &record{}
 		r.records[key] = rec
 	}
-	r.mu.Unlock()
-	done := make(chan error, 1)
 	rec.mu.Lock()
 	rec.pending = append(rec.pending, signed{cluster: c, cert: cert, done: done})
 	if !rec.writing {
@@ -101,6 +102,7 @@ func (r *Recorder) Record(ctx context.Context, c *v1alpha1.Cluster, cert oldca.I
 		go r.write(key, rec)
 	}
 	rec.mu.Unlock()
+	r.mu.Unlock()
 	select {
 	case err := <-done:
 		return err
@@ -110,20 +112,25 @@ func (r *Recorder) Record(ctx context.Context, c *v1alpha1.Cluster, cert oldca.I
 }
 
 // write writes rec's pending certificates, a batch at a time, until none
-// are left. A record no longer written stays in memory without its
-// ConfigMap: it is as small as a Cluster's key.
+// are left, and then drops rec: an idle record keeps nothing in memory, not
+// even its Cluster's key, so a fleet whose Clusters come and go does not
+// fill it. The next certificate signed for the Cluster starts a new record,
+// which reads the ConfigMap first.
 func (r *Recorder) write(key client.ObjectKey, rec *record) {
 	for {
+		r.mu.Lock()
 		rec.mu.Lock()
 		batch := rec.pending
 		rec.pending = nil
 		if len(batch) == 0 {
 			rec.writing = false
-			rec.written, rec.parsed = nil, nil // not kept while idle: a fleet's records would fill memory
+			delete(r.records, key)
 			rec.mu.Unlock()
+			r.mu.Unlock()
 			return
 		}
 		rec.mu.Unlock()
+		r.mu.Unlock()
 		certs := make([]oldca.IssuedCertificate, len(batch))
 		for i, s := range batch {
 			certs[i] = s.cert

@@ -226,3 +226,39 @@ func TestRecorderStartsABrokenRecordOver(t *testing.T) {
 		t.Fatalf("unrecorded until %v, want %v: a certificate signed just before the record broke may be valid until then", record.UnrecordedUntil, testNow.Add(24*time.Hour))
 	}
 }
+
+// TestRecorderForgetsIdleClusters: once a Cluster's certificates are
+// written, the recorder keeps nothing of it, so that a fleet whose Clusters
+// come and go does not grow it; the next certificate for the Cluster is
+// added to what its record holds.
+func TestRecorderForgetsIdleClusters(t *testing.T) {
+	f := newFixture(t)
+	r, _ := f.build(nil)
+	management := r.management.(client.Client)
+	rec := NewRecorder(management, management, f.clock, 24*time.Hour, nil)
+	cert := func(i int) oldca.IssuedCertificate {
+		return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
+			IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
+	}
+	for i := range 2 {
+		if err := rec.Record(context.Background(), f.cluster, cert(i)); err != nil {
+			t.Fatal(err)
+		}
+		// The writer drops the record after it has answered.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			rec.mu.Lock()
+			held := len(rec.records)
+			rec.mu.Unlock()
+			if held == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after write %d the recorder still holds %d records, want none", i+1, held)
+			}
+			runtime.Gosched()
+		}
+	}
+	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != 2 {
+		t.Fatalf("record has %d certificates, want 2", len(record.Signed))
+	}
+}
