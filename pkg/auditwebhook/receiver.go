@@ -73,7 +73,11 @@ type Receiver struct {
 	// Requests counts the requests by answer; nil counts nothing.
 	Requests *prometheus.CounterVec
 
-	state sync.Map // client.ObjectKey -> *clusterState: one merge at a time per Cluster in a replica
+	// mu guards states: one merge at a time per Cluster in a replica. A
+	// Cluster's state is dropped once nobody uses it and nothing of it is
+	// left to write, so a fleet whose Clusters come and go does not fill it.
+	mu     sync.Mutex
+	states map[client.ObjectKey]*clusterState
 }
 
 // NewRequestsCounter is the receiver's request counter, by HTTP status code.
@@ -198,11 +202,43 @@ func Credentials(events []auditv1.Event) []oldca.Credential {
 
 // clusterState is what a replica holds for one Cluster between batches.
 type clusterState struct {
+	// users is how many merges use or wait for it; guarded by Receiver.mu.
+	users int
+
 	mu sync.Mutex
 	// pending are the sightings whose lastSeen advanced by less than
 	// oldca.Resolution; they are written once flushScheduled fires.
 	pending        []oldca.Credential
 	flushScheduled bool
+}
+
+// lock returns key's state, locked, created when there is none.
+func (r *Receiver) lock(key client.ObjectKey) *clusterState {
+	r.mu.Lock()
+	st := r.states[key]
+	if st == nil {
+		if r.states == nil {
+			r.states = map[client.ObjectKey]*clusterState{}
+		}
+		st = &clusterState{}
+		r.states[key] = st
+	}
+	st.users++
+	r.mu.Unlock()
+	st.mu.Lock()
+	return st
+}
+
+// unlock unlocks key's state st, and drops it when it was the last user and
+// st holds nothing to write.
+func (r *Receiver) unlock(key client.ObjectKey, st *clusterState) {
+	idle := len(st.pending) == 0 && !st.flushScheduled
+	st.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st.users--; st.users == 0 && idle {
+		delete(r.states, key)
+	}
 }
 
 // maxUserName bounds a user name taken from an audit event: the sender
@@ -236,10 +272,8 @@ func isHex(s string) bool {
 // when the record changed; small advances of lastSeen are written
 // oldca.Resolution later, in one write.
 func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldca.Credential) error {
-	value, _ := r.state.LoadOrStore(key, &clusterState{})
-	st := value.(*clusterState)
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	st := r.lock(key)
+	defer r.unlock(key, st)
 	deferred, err := r.mergeRetrying(ctx, key, seen, oldca.Resolution)
 	if err != nil {
 		return err
@@ -247,21 +281,21 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 	st.pending = append(st.pending, deferred...)
 	if len(st.pending) > 0 && !st.flushScheduled {
 		st.flushScheduled = true
-		r.afterFunc(oldca.Resolution, func() { r.flush(key, st) })
+		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
 	}
 	return nil
 }
 
 // flush writes a Cluster's pending sightings; after a failure it tries again
-// oldca.Resolution later.
-func (r *Receiver) flush(key client.ObjectKey, st *clusterState) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+// oldca.Resolution later. The state is kept while a flush is scheduled.
+func (r *Receiver) flush(key client.ObjectKey) {
+	st := r.lock(key)
+	defer r.unlock(key, st)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := r.mergeRetrying(ctx, key, st.pending, 0); err != nil {
 		log.FromContext(ctx).Error(err, "writing the client certificates seen in use", "cluster", key)
-		r.afterFunc(oldca.Resolution, func() { r.flush(key, st) })
+		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
 		return
 	}
 	st.pending, st.flushScheduled = nil, false

@@ -214,3 +214,26 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 		t.Fatalf("lastSeen = %v, want +150s", got)
 	}
 }
+
+// TestTheReceiverForgetsIdleClusters: the receiver keeps a Cluster's state
+// only while sightings of it wait to be written, so that a fleet whose
+// Clusters come and go does not grow it.
+func TestTheReceiverForgetsIdleClusters(t *testing.T) {
+	s := newSetup(t)
+	held := func() int {
+		s.receiver.mu.Lock()
+		defer s.receiver.mu.Unlock()
+		return len(s.receiver.states)
+	}
+	sighting := func(after time.Duration) []byte { return batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after))) }
+	if w := s.post("/audit/team-a/prod", "s3cret", sighting(0)); w.Code != http.StatusOK || held() != 0 {
+		t.Fatalf("a batch written at once: %d, %d Clusters held, want 200 and none", w.Code, held())
+	}
+	if w := s.post("/audit/team-a/prod", "s3cret", sighting(20*time.Second)); w.Code != http.StatusOK || held() != 1 {
+		t.Fatalf("a sighting left for later: %d, %d Clusters held, want 200 and the one", w.Code, held())
+	}
+	s.clock.Step(time.Minute)
+	g := gomega.NewWithT(t)
+	g.Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "the sighting written a minute later")
+	g.Eventually(held).Should(gomega.BeZero(), "the Cluster forgotten once nothing of it waits")
+}
