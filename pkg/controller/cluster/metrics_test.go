@@ -2,11 +2,15 @@ package cluster
 
 import (
 	"crypto/x509"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -97,4 +101,38 @@ carousel_service_account_key_rotation_phase{cluster="edge",namespace="team-a",ph
 carousel_ca_rotation_recommended{cluster="edge",namespace="team-a",reason="CompletionDue"} 0
 carousel_ca_rotation_recommended{cluster="edge",namespace="team-a",reason="RotationDue"} 0
 `)
+}
+
+// BenchmarkScrapeClusterGauges measures one scrape of the per-Cluster gauges
+// of a fleet of 1,000 Clusters in the middle of a rotation (two CAs a role,
+// the key rotated, a recommendation: 41 series a Cluster), through the
+// handler the manager serves /metrics with.
+func BenchmarkScrapeClusterGauges(b *testing.B) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	ca := &pki.KeyPair{Cert: &x509.Certificate{NotAfter: time.Unix(2_000_000_000, 0)}}
+	all := map[v1alpha1.CARole]*credentials.CAs{}
+	for _, role := range v1alpha1.CARoles() {
+		all[role] = &credentials.CAs{Current: ca, Previous: ca}
+	}
+	certs := map[string]time.Time{}
+	for _, cert := range credentials.Certificates(&v1alpha1.Cluster{}) {
+		certs[cert.Name] = time.Unix(1_900_000_000, 0)
+	}
+	for i := range 1000 {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: fmt.Sprintf("c-%04d", i)}}
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+			CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared},
+			ServiceAccountKey:      &v1alpha1.ServiceAccountKeyRotation{Phase: v1alpha1.ServiceAccountKeyPrepared}}}
+		m.observe(c, all, certs)
+		m.recommendation(c, &rotation.Recommendation{Reason: v1alpha1.ReasonCompletionDue})
+	}
+	handler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	var size int
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		size = w.Body.Len()
+	}
+	b.ReportMetric(float64(size), "bytes/scrape")
 }
