@@ -43,6 +43,7 @@ FUZZ_TARGETS := \
 	pkg/controller/workerrollout:FuzzPlanReplace \
 	pkg/controller/workerrollout:FuzzRolloutTime \
 	pkg/controller/workerrollout:FuzzPlanRollout \
+	pkg/credentials:FuzzKubeconfig \
 	pkg/csr:FuzzDecide \
 	pkg/csr:FuzzNext \
 	pkg/csr:FuzzSign \

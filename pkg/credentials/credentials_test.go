@@ -144,44 +144,6 @@ func TestKubeconfigIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestKubeconfigKeeping checks that KubeconfigKeeping always returns what
-// Kubeconfig renders, and returns the current bytes themselves only when they
-// are exactly that.
-func TestKubeconfigKeeping(t *testing.T) {
-	render := func(server string) []byte {
-		out, err := Kubeconfig("prod", server, []byte("ca"), []byte("cert"), []byte("key"), "carousel:admin")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	rendered := render("https://api:6443")
-	tampered := bytes.Replace(rendered, []byte("api:6443"), []byte("evil:6443"), 1)
-	for _, tt := range []struct {
-		name     string
-		current  []byte
-		server   string
-		wantKept bool
-	}{
-		{"no current kubeconfig", nil, "https://api:6443", false},
-		{"current is the rendering", rendered, "https://api:6443", true},
-		{"current is the rendering, asked again", rendered, "https://api:6443", true},
-		{"current was changed by hand", tampered, "https://api:6443", false},
-		{"the server changed", rendered, "https://api.example:6443", false},
-	} {
-		got, err := KubeconfigKeeping(tt.current, "prod", tt.server, []byte("ca"), []byte("cert"), []byte("key"), "carousel:admin")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := render(tt.server); !bytes.Equal(got, want) {
-			t.Errorf("%s: got\n%s\nwant what Kubeconfig renders:\n%s", tt.name, got, want)
-		}
-		if kept := len(got) > 0 && len(tt.current) > 0 && &got[0] == &tt.current[0]; kept != tt.wantKept {
-			t.Errorf("%s: returned current = %v, want %v", tt.name, kept, tt.wantKept)
-		}
-	}
-}
-
 // TestReferenceDocumentsEveryCertificate keeps docs/reference/certificates.md
 // true to the catalogue: every certificate has a row with its subject,
 // signing CA and renewal phase.

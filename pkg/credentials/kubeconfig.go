@@ -1,14 +1,13 @@
 package credentials
 
 import (
-	"crypto/sha256"
+	"encoding/base64"
+	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/lru"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
 // APIServerURL is the server a kubeconfig points at: the Cluster's endpoint,
@@ -22,13 +21,78 @@ func APIServerURL(c *v1alpha1.Cluster) string {
 
 // Kubeconfig renders a kubeconfig with one cluster, user and context. The
 // output is deterministic, so an unchanged credential renders unchanged bytes.
+//
+// The bytes are clientcmd.Write's. When every name is a plain YAML scalar
+// and no field is empty (every kubeconfig the operator keeps), they are
+// written directly: clientcmd.Write encodes the config to JSON, decodes that
+// and encodes it again as YAML, some 75 kB of garbage for a 3 kB kubeconfig,
+// and the operator renders one for each of four certificates whenever a
+// trust bundle or certificate changes (8 % of what a 1,000-Cluster fleet
+// allocates through two rotations). FuzzKubeconfig holds both to the same
+// bytes; any other input goes through clientcmd.Write.
 func Kubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []byte, user string) ([]byte, error) {
+	if plainScalar(clusterName) && plainScalar(server) && plainScalar(user) && len(caBundle) > 0 && len(certPEM) > 0 && len(keyPEM) > 0 {
+		return renderKubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user), nil
+	}
+	return writeKubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user)
+}
+
+// writeKubeconfig is Kubeconfig through clientcmd.Write.
+func writeKubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []byte, user string) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[clusterName] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caBundle}
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
 	cfg.Contexts[clusterName] = &clientcmdapi.Context{Cluster: clusterName, AuthInfo: user}
 	cfg.CurrentContext = clusterName
 	return clientcmd.Write(*cfg)
+}
+
+// renderKubeconfig writes what clientcmd.Write makes of Kubeconfig's config,
+// whose names are plain scalars and whose fields are all set: the keys in
+// the order sigs.k8s.io/yaml sorts them, the data in standard base64.
+func renderKubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []byte, user string) []byte {
+	b64 := base64.StdEncoding
+	out := make([]byte, 0, 320+3*len(clusterName)+len(server)+2*len(user)+
+		b64.EncodedLen(len(caBundle))+b64.EncodedLen(len(certPEM))+b64.EncodedLen(len(keyPEM)))
+	out = append(out, "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: "...)
+	out = b64.AppendEncode(out, caBundle)
+	out = append(append(out, "\n    server: "...), server...)
+	out = append(append(out, "\n  name: "...), clusterName...)
+	out = append(append(out, "\ncontexts:\n- context:\n    cluster: "...), clusterName...)
+	out = append(append(out, "\n    user: "...), user...)
+	out = append(append(out, "\n  name: "...), clusterName...)
+	out = append(append(out, "\ncurrent-context: "...), clusterName...)
+	out = append(append(out, "\nkind: Config\nusers:\n- name: "...), user...)
+	out = append(out, "\n  user:\n    client-certificate-data: "...)
+	out = b64.AppendEncode(out, certPEM)
+	out = append(out, "\n    client-key-data: "...)
+	out = b64.AppendEncode(out, keyPEM)
+	return append(out, '\n')
+}
+
+// plainScalar reports whether YAML writes s as it is, unquoted: it starts
+// with a letter, has only letters, digits and . / _ - : (not last), and is
+// no word YAML 1.1 reads as a boolean or null. This is narrower than what
+// YAML allows, which is enough: anything else goes through clientcmd.Write.
+func plainScalar(s string) bool {
+	if s == "" || s[len(s)-1] == ':' {
+		return false
+	}
+	for i := range len(s) {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i == 0:
+			return false
+		case '0' <= c && c <= '9', c == '.', c == '/', c == '_', c == '-', c == ':':
+		default:
+			return false
+		}
+	}
+	switch strings.ToLower(s) {
+	case "y", "n", "yes", "no", "on", "off", "true", "false", "null":
+		return false
+	}
+	return true
 }
 
 // TokenKubeconfig renders a kubeconfig for server, trusted with caBundle,
@@ -42,26 +106,3 @@ func TokenKubeconfig(clusterName, server string, caBundle []byte, token, user st
 	cfg.CurrentContext = clusterName
 	return clientcmd.Write(*cfg)
 }
-
-// KubeconfigKeeping is Kubeconfig, except that it returns current when
-// current is what Kubeconfig renders for these inputs. It remembers the
-// SHA-256 of what it rendered for each inputs' SHA-256, so that a reconcile
-// of an unchanged credential hashes some kilobytes where rendering would
-// encode them to JSON and convert that to YAML.
-func KubeconfigKeeping(current []byte, clusterName, server string, caBundle, certPEM, keyPEM []byte, user string) ([]byte, error) {
-	key := pki.Digest([]byte(clusterName), []byte(server), caBundle, certPEM, keyPEM, []byte(user))
-	if rendered, ok := renderedKubeconfigs.Get(key); ok && rendered.([sha256.Size]byte) == sha256.Sum256(current) {
-		return current, nil
-	}
-	out, err := Kubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user)
-	if err != nil {
-		return nil, err
-	}
-	renderedKubeconfigs.Add(key, sha256.Sum256(out))
-	return out, nil
-}
-
-// renderedKubeconfigs maps the digest of Kubeconfig's inputs to the digest of
-// its output: room for the four kubeconfigs of a thousand Clusters through
-// a rotation, some 200 bytes each.
-var renderedKubeconfigs = lru.New(1 << 14)

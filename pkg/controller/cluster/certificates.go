@@ -86,11 +86,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		}
 		data[v1alpha1.DataKeyCABundle] = trust[cert.PeerTrust]
 		if cert.Kubeconfig {
-			var current []byte
-			if existing != nil {
-				current = existing.Data[v1alpha1.DataKeyKubeconfig]
-			}
-			kubeconfig, err := credentials.KubeconfigKeeping(current, c.Name, credentials.APIServerURL(c), trust[v1alpha1.CARoleCluster],
+			kubeconfig, err := credentials.Kubeconfig(c.Name, credentials.APIServerURL(c), trust[v1alpha1.CARoleCluster],
 				data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey], cert.CommonName)
 			if err != nil {
 				return facts, err
