@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"slices"
 	"strings"
@@ -456,5 +457,28 @@ func TestSignedBy(t *testing.T) {
 		if got := SignedBy(tt.leaf, tt.ca); got != tt.want {
 			t.Errorf("%s: SignedBy = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestEncodeCertificates: the PEM blocks are pem.EncodeToMemory's, one after
+// the other, and certificatePEMSize leaves room for each, whatever its length.
+func TestEncodeCertificates(t *testing.T) {
+	var certs []*x509.Certificate
+	var want []byte
+	for n := range 1500 {
+		cert := &x509.Certificate{Raw: bytes.Repeat([]byte{byte(n)}, n)}
+		block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+		if len(block) > certificatePEMSize(n) {
+			t.Fatalf("a certificate of %d bytes encodes to %d, more than the %d its size leaves", n, len(block), certificatePEMSize(n))
+		}
+		if n%97 == 0 {
+			certs, want = append(certs, cert), append(want, block...)
+		}
+	}
+	if got := EncodeCertificates(certs...); !bytes.Equal(got, want) {
+		t.Fatalf("EncodeCertificates of %d certificates differs from their PEM blocks", len(certs))
+	}
+	if got := EncodeCertificates(); len(got) != 0 {
+		t.Fatalf("no certificates encode to %q", got)
 	}
 }
