@@ -1,6 +1,17 @@
 package main
 
-import "go.uber.org/zap/zapcore"
+import (
+	"github.com/go-logr/logr"
+	gozap "go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// newLogger is the manager's logger, as its --zap-* flags set it up, with
+// lazyFields.
+func newLogger(flags *zap.Options, opts ...zap.Opts) logr.Logger {
+	return zap.New(append([]zap.Opts{zap.UseFlagOptions(flags), zap.RawZapOpts(gozap.WrapCore(lazyFields))}, opts...)...)
+}
 
 // lazyFields makes a logger's With encode its fields only once the logger
 // writes a line. controller-runtime derives a logger with a Cluster's name

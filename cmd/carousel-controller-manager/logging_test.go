@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	gozap "go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
@@ -24,7 +23,7 @@ func (e *encodings) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 // line it writes, and that line carries all of them.
 func TestLoggersEncodeFieldsOnlyWhenTheyWrite(t *testing.T) {
 	var out bytes.Buffer
-	log := zap.New(zap.WriteTo(&out), zap.RawZapOpts(gozap.WrapCore(lazyFields)))
+	log := newLogger(&zap.Options{}, zap.WriteTo(&out))
 	cluster := &encodings{}
 	reconcile := log.WithValues("Cluster", cluster).WithValues("reconcileID", "r-1")
 	reconcile.V(1).Info("cache behind the API server; retrying")

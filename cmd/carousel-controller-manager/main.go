@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
-	gozap "go.uber.org/zap"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,7 +101,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "carousel-controller-manager: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.RawZapOpts(gozap.WrapCore(lazyFields))))
+	ctrl.SetLogger(newLogger(&zapOpts))
 	log := ctrl.Log.WithName("setup")
 	info := version.Get()
 	log.Info("starting carousel-controller-manager", "version", info.Version, "revision", info.Revision, "go", info.GoVersion)
