@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/pem"
@@ -278,26 +277,17 @@ func Fingerprint(cert *x509.Certificate) string {
 }
 
 // EncodeCertificates encodes certificates as consecutive PEM blocks, into
-// one buffer sized for them all: pem.EncodeToMemory grows its buffer line
-// by line, which made half of what encoding bundles allocated.
+// one buffer sized for them all (see appendPEM).
 func EncodeCertificates(certs ...*x509.Certificate) []byte {
 	size := 0
 	for _, c := range certs {
-		size += certificatePEMSize(len(c.Raw))
+		size += pemSize(pemTypeCertificate, len(c.Raw))
 	}
-	var out bytes.Buffer
-	out.Grow(size)
+	out := make([]byte, 0, size)
 	for _, c := range certs {
-		_ = pem.Encode(&out, &pem.Block{Type: pemTypeCertificate, Bytes: c.Raw}) // a bytes.Buffer takes every write
+		out = appendPEM(out, pemTypeCertificate, c.Raw)
 	}
-	return out.Bytes()
-}
-
-// certificatePEMSize bounds the PEM block of a certificate of n bytes of
-// DER: its base64 in lines of 64 characters between a BEGIN and an END line.
-func certificatePEMSize(n int) int {
-	encoded := base64.StdEncoding.EncodedLen(n)
-	return encoded + encoded/64 + 1 + 2*len("-----BEGIN "+pemTypeCertificate+"-----\n")
+	return out
 }
 
 // ParseCertificates parses every PEM block in data. Text between blocks is

@@ -101,7 +101,7 @@ func EncodePrivateKey(key crypto.Signer) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding private key: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: pemTypePrivateKey, Bytes: der}), nil
+	return appendPEM(make([]byte, 0, pemSize(pemTypePrivateKey, len(der))), pemTypePrivateKey, der), nil
 }
 
 // ParsePrivateKey parses the first private-key PEM block in data: PKCS #8,

@@ -460,19 +460,26 @@ func TestSignedBy(t *testing.T) {
 	}
 }
 
-// TestEncodeCertificates: the PEM blocks are pem.EncodeToMemory's, one after
-// the other, and certificatePEMSize leaves room for each, whatever its length.
-func TestEncodeCertificates(t *testing.T) {
+// TestAppendPEM: appendPEM writes encoding/pem's bytes, whatever the
+// length, pemSize says how many, and EncodeCertificates puts the blocks one
+// after the other.
+func TestAppendPEM(t *testing.T) {
 	var certs []*x509.Certificate
 	var want []byte
 	for n := range 1500 {
-		cert := &x509.Certificate{Raw: bytes.Repeat([]byte{byte(n)}, n)}
-		block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
-		if len(block) > certificatePEMSize(n) {
-			t.Fatalf("a certificate of %d bytes encodes to %d, more than the %d its size leaves", n, len(block), certificatePEMSize(n))
+		der := bytes.Repeat([]byte{byte(n)}, n)
+		for _, typ := range []string{"CERTIFICATE", "PRIVATE KEY"} {
+			block := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+			if got := appendPEM([]byte("before"), typ, der); !bytes.Equal(got, append([]byte("before"), block...)) {
+				t.Fatalf("%s of %d bytes:\n%s\nwant\n%s", typ, n, got, block)
+			}
+			if pemSize(typ, n) != len(block) {
+				t.Fatalf("pemSize(%s, %d) = %d, want %d", typ, n, pemSize(typ, n), len(block))
+			}
 		}
 		if n%97 == 0 {
-			certs, want = append(certs, cert), append(want, block...)
+			cert := &x509.Certificate{Raw: der}
+			certs, want = append(certs, cert), append(want, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
 		}
 	}
 	if got := EncodeCertificates(certs...); !bytes.Equal(got, want) {
