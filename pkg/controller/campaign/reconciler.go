@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/campaign"
+	"github.com/carousel-dev/carousel/pkg/metapatch"
 )
 
 // Reconciler carries out what package campaign decides for a
@@ -270,7 +271,7 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 		patched.Annotations = map[string]string{}
 	}
 	patched.Annotations[v1alpha1.OperationAnnotation] = string(campaign.Operation(step))
-	err = r.Client.Patch(ctx, patched, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{}))
+	err = r.Client.Patch(ctx, patched, metapatch.AnnotationsFrom(c.Annotations))
 	switch {
 	case err == nil:
 		*c = *patched

