@@ -230,15 +230,16 @@ func (r *Receiver) lock(key client.ObjectKey) *clusterState {
 }
 
 // unlock unlocks key's state st, and drops it when it was the last user and
-// st holds nothing to write.
+// st holds nothing to write. It decides under both locks: a user that came
+// in meanwhile may have queued sightings. (lock never holds Receiver.mu
+// while it waits for a state's.)
 func (r *Receiver) unlock(key client.ObjectKey, st *clusterState) {
-	idle := len(st.pending) == 0 && !st.flushScheduled
-	st.mu.Unlock()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st.users--; st.users == 0 && idle {
+	if st.users--; st.users == 0 && len(st.pending) == 0 && !st.flushScheduled {
 		delete(r.states, key)
 	}
+	r.mu.Unlock()
+	st.mu.Unlock()
 }
 
 // maxUserName bounds a user name taken from an audit event: the sender
@@ -287,13 +288,18 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 }
 
 // flush writes a Cluster's pending sightings; after a failure it tries again
-// oldca.Resolution later. The state is kept while a flush is scheduled.
+// oldca.Resolution later, unless the Cluster is gone, whose sightings no gate
+// needs. The state is kept while a flush is scheduled.
 func (r *Receiver) flush(key client.ObjectKey) {
 	st := r.lock(key)
 	defer r.unlock(key, st)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := r.mergeRetrying(ctx, key, st.pending, 0); err != nil {
+		if apierrors.IsNotFound(r.APIReader.Get(ctx, key, &v1alpha1.Cluster{})) {
+			st.pending, st.flushScheduled = nil, false
+			return
+		}
 		log.FromContext(ctx).Error(err, "writing the client certificates seen in use", "cluster", key)
 		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
 		return

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,4 +238,56 @@ func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 	g := gomega.NewWithT(t)
 	g.Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "the sighting written a minute later")
 	g.Eventually(held).Should(gomega.BeZero(), "the Cluster forgotten once nothing of it waits")
+
+	// A Cluster deleted while a sighting waits: its flush finds it gone and
+	// drops the sighting, instead of trying again every minute for ever.
+	if w := s.post("/audit/team-a/prod", "s3cret", sighting(50*time.Second)); w.Code != http.StatusOK || held() != 1 {
+		t.Fatalf("a sighting left for later: %d, %d Clusters held, want 200 and the one", w.Code, held())
+	}
+	ctx := context.Background()
+	usage := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.CertificateUsageConfigMapName("prod")}}
+	for _, obj := range []client.Object{usage, &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}} {
+		if err := s.client.Delete(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.clock.Step(time.Minute)
+	g.Eventually(held).Should(gomega.BeZero(), "the deleted Cluster forgotten at its flush")
+}
+
+// TestTheReceiverKeepsSightingsOfConcurrentBatches: batches of one Cluster
+// that arrive together, some written at once and some left for later, lose
+// none of the sightings left for later.
+func TestTheReceiverKeepsSightingsOfConcurrentBatches(t *testing.T) {
+	s := newSetup(t)
+	const n = 8
+	user := func(i int) string { return fmt.Sprintf("u%d", i) }
+	seen := func(i int, at time.Duration) []byte {
+		return batch(event(user(i), "X509SHA256="+fp(fmt.Sprintf("%02x", i)), t0.Add(at)))
+	}
+	for i := range n {
+		if w := s.post("/audit/team-a/prod", "s3cret", seen(i, 0)); w.Code != http.StatusOK {
+			t.Fatalf("first sighting: %d", w.Code)
+		}
+	}
+	for round := 1; round <= 20; round++ {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { s.post("/audit/team-a/prod", "s3cret", seen(i, time.Duration(round)*time.Second)) }) // left for later
+			wg.Go(func() { s.post("/audit/team-a/prod", "s3cret", seen(100*round+i, 0)) })                      // new: written at once
+		}
+		wg.Wait()
+		s.clock.Step(time.Minute)
+		gomega.NewWithT(t).Eventually(func() []string {
+			var behind []string
+			for _, c := range s.usage(t).Credentials {
+				for i := range n {
+					if c.User == user(i) && c.LastSeen.Before(t0.Add(time.Duration(round)*time.Second)) {
+						behind = append(behind, c.User)
+					}
+				}
+			}
+			return behind
+		}).Should(gomega.BeEmpty(), "round %d: sightings left for later and never written", round)
+	}
 }

@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"bytes"
 	"encoding/base64"
 	"strings"
 
@@ -23,15 +24,15 @@ func APIServerURL(c *v1alpha1.Cluster) string {
 // output is deterministic, so an unchanged credential renders unchanged bytes.
 //
 // The bytes are clientcmd.Write's. When every name is a plain YAML scalar
-// and no field is empty (every kubeconfig the operator keeps), they are
-// written directly: clientcmd.Write encodes the config to JSON, decodes that
+// and the data are PEM (the operator's kubeconfigs, unless a Cluster's name
+// reads in YAML as a number, boolean or null), they are written directly: clientcmd.Write encodes the config to JSON, decodes that
 // and encodes it again as YAML, some 75 kB of garbage for a 3 kB kubeconfig,
 // and the operator renders one for each of four certificates whenever a
 // trust bundle or certificate changes (8 % of what a 1,000-Cluster fleet
 // allocates through two rotations). FuzzKubeconfig holds both to the same
 // bytes; any other input goes through clientcmd.Write.
 func Kubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []byte, user string) ([]byte, error) {
-	if plainScalar(clusterName) && plainScalar(server) && plainScalar(user) && len(caBundle) > 0 && len(certPEM) > 0 && len(keyPEM) > 0 {
+	if plainScalar(clusterName) && plainScalar(server) && plainScalar(user) && isPEM(caBundle) && isPEM(certPEM) && isPEM(keyPEM) {
 		return renderKubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user), nil
 	}
 	return writeKubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user)
@@ -48,7 +49,7 @@ func writeKubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []byt
 }
 
 // renderKubeconfig writes what clientcmd.Write makes of Kubeconfig's config,
-// whose names are plain scalars and whose fields are all set: the keys in
+// whose names are plain scalars and whose data are PEM: the keys in
 // the order sigs.k8s.io/yaml sorts them, the data in standard base64.
 func renderKubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []byte, user string) []byte {
 	b64 := base64.StdEncoding
@@ -69,6 +70,11 @@ func renderKubeconfig(clusterName, server string, caBundle, certPEM, keyPEM []by
 	out = b64.AppendEncode(out, keyPEM)
 	return append(out, '\n')
 }
+
+// isPEM: data starts as PEM does, so its base64 starts "LS0tLS1CRUdJTi",
+// which YAML writes unquoted whatever follows; other data could encode to
+// what YAML reads as a number or boolean ("1234", "true"), which it quotes.
+func isPEM(data []byte) bool { return bytes.HasPrefix(data, []byte("-----BEGIN ")) }
 
 // plainScalar reports whether YAML writes s as it is, unquoted: it starts
 // with a letter, has only letters, digits and . / _ - : (not last), and is

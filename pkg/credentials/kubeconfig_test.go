@@ -19,6 +19,7 @@ func FuzzKubeconfig(f *testing.F) {
 		f.Add(name, "https://api:6443", name, pem, pem, pem)
 	}
 	f.Add("prod", "https://[::1]:6443", "u", []byte{}, pem, pem)
+	f.Add("prod", "https://api:6443", "u", []byte{0xd7, 0x6d, 0xf8}, pem, pem) // base64 "1234", which YAML quotes
 	f.Fuzz(func(t *testing.T, clusterName, server, user string, caBundle, certPEM, keyPEM []byte) {
 		got, err := Kubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user)
 		want, wantErr := writeKubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user)

@@ -8,6 +8,7 @@ package metapatch
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,7 +18,8 @@ import (
 // before to what the object passed to Patch holds: a key added or changed
 // is set, a key gone is removed (null). The patch carries the object's
 // resourceVersion, so that it fails with a conflict when the object changed
-// since it was read, as MergeFromWithOptimisticLock does.
+// since it was read, as MergeFromWithOptimisticLock does; an object without
+// one is an error, not a write without the check.
 func AnnotationsFrom(before map[string]string) client.Patch { return annotations{before: before} }
 
 type annotations struct{ before map[string]string }
@@ -25,6 +27,9 @@ type annotations struct{ before map[string]string }
 func (annotations) Type() types.PatchType { return types.MergePatchType }
 
 func (p annotations) Data(obj client.Object) ([]byte, error) {
+	if obj.GetResourceVersion() == "" {
+		return nil, fmt.Errorf("patching the annotations of %s: it has no resourceVersion to patch on", obj.GetName())
+	}
 	after := obj.GetAnnotations()
 	changed := map[string]*string{}
 	for k := range p.before {

@@ -30,6 +30,9 @@ func TestAnnotationsFromData(t *testing.T) {
 			t.Errorf("%s: %s, %v; want %s", tt.name, got, err, tt.want)
 		}
 	}
+	if _, err := AnnotationsFrom(nil).Data(&corev1.ConfigMap{}); err == nil {
+		t.Error("an object without a resourceVersion patched without the check")
+	}
 }
 
 // TestAnnotationsFromPatches: the API's merge of the patch leaves the
