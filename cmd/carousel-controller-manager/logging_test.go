@@ -12,7 +12,7 @@ import (
 // encodings counts how often a logged value is encoded.
 type encodings struct{ n int }
 
-func (e *encodings) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+func (e *encodings) MarshalLogObject(enc zapcore.ObjectEncoder) error { //nolint:unparam // zapcore.ObjectMarshaler
 	e.n++
 	enc.AddString("name", "c-0001")
 	return nil

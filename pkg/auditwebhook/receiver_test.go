@@ -80,11 +80,10 @@ func newSetup(t *testing.T) setup {
 	return setup{receiver: &Receiver{Reader: c, APIReader: c, Client: c, Clock: clk}, client: c, writes: writes, clock: clk}
 }
 
-func (s setup) post(path, token string, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+// post sends a batch to the prod Cluster's path, with its token.
+func (s setup) post(body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/prod", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer s3cret")
 	w := httptest.NewRecorder()
 	s.receiver.ServeHTTP(w, req)
 	return w
@@ -169,7 +168,7 @@ func TestCredentials(t *testing.T) {
 
 func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 	s := newSetup(t)
-	w := s.post("/audit/team-a/prod", "s3cret", batch(
+	w := s.post(batch(
 		event("system:kube-scheduler", "X509SHA256="+strings.ToUpper(fp("aa01")), t0.Add(-2*time.Second)),
 		event("system:kube-scheduler", "X509SHA256="+fp("aa01"), t0.Add(-time.Second)),
 		event("system:serviceaccount:kube-system:default", "JTI=1234", t0),
@@ -199,7 +198,7 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 
 	s.clock.Step(20 * time.Second)
 	for _, after := range []time.Duration{20 * time.Second, 30 * time.Second} {
-		if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK || s.writes.Load() != 1 {
+		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK || s.writes.Load() != 1 {
 			t.Fatalf("a client seen again within a minute: %d, %d writes, want 200 and no write yet", w.Code, s.writes.Load())
 		}
 	}
@@ -209,7 +208,7 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 		t.Fatalf("lastSeen = %v, want the last sighting, +30s", got)
 	}
 	s.clock.Step(time.Minute)
-	if w := s.post("/audit/team-a/prod", "s3cret", batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(150*time.Second)))); w.Code != http.StatusOK || s.writes.Load() != 3 {
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(150*time.Second)))); w.Code != http.StatusOK || s.writes.Load() != 3 {
 		t.Fatalf("a client seen again two minutes later: %d, %d writes, want 200 and one more write at once", w.Code, s.writes.Load())
 	}
 	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(150*time.Second + time.Millisecond)) {
@@ -228,10 +227,10 @@ func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 		return len(s.receiver.states)
 	}
 	sighting := func(after time.Duration) []byte { return batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after))) }
-	if w := s.post("/audit/team-a/prod", "s3cret", sighting(0)); w.Code != http.StatusOK || held() != 0 {
+	if w := s.post(sighting(0)); w.Code != http.StatusOK || held() != 0 {
 		t.Fatalf("a batch written at once: %d, %d Clusters held, want 200 and none", w.Code, held())
 	}
-	if w := s.post("/audit/team-a/prod", "s3cret", sighting(20*time.Second)); w.Code != http.StatusOK || held() != 1 {
+	if w := s.post(sighting(20 * time.Second)); w.Code != http.StatusOK || held() != 1 {
 		t.Fatalf("a sighting left for later: %d, %d Clusters held, want 200 and the one", w.Code, held())
 	}
 	s.clock.Step(time.Minute)
@@ -241,7 +240,7 @@ func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 
 	// A Cluster deleted while a sighting waits: its flush finds it gone and
 	// drops the sighting, instead of trying again every minute for ever.
-	if w := s.post("/audit/team-a/prod", "s3cret", sighting(50*time.Second)); w.Code != http.StatusOK || held() != 1 {
+	if w := s.post(sighting(50 * time.Second)); w.Code != http.StatusOK || held() != 1 {
 		t.Fatalf("a sighting left for later: %d, %d Clusters held, want 200 and the one", w.Code, held())
 	}
 	ctx := context.Background()
@@ -266,15 +265,15 @@ func TestTheReceiverKeepsSightingsOfConcurrentBatches(t *testing.T) {
 		return batch(event(user(i), "X509SHA256="+fp(fmt.Sprintf("%02x", i)), t0.Add(at)))
 	}
 	for i := range n {
-		if w := s.post("/audit/team-a/prod", "s3cret", seen(i, 0)); w.Code != http.StatusOK {
+		if w := s.post(seen(i, 0)); w.Code != http.StatusOK {
 			t.Fatalf("first sighting: %d", w.Code)
 		}
 	}
 	for round := 1; round <= 20; round++ {
 		var wg sync.WaitGroup
 		for i := range n {
-			wg.Go(func() { s.post("/audit/team-a/prod", "s3cret", seen(i, time.Duration(round)*time.Second)) }) // left for later
-			wg.Go(func() { s.post("/audit/team-a/prod", "s3cret", seen(100*round+i, 0)) })                      // new: written at once
+			wg.Go(func() { s.post(seen(i, time.Duration(round)*time.Second)) }) // left for later
+			wg.Go(func() { s.post(seen(100*round+i, 0)) })                      // new: written at once
 		}
 		wg.Wait()
 		s.clock.Step(time.Minute)

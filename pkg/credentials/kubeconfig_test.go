@@ -36,7 +36,7 @@ func TestOperatorKubeconfigsAreRenderedDirectly(t *testing.T) {
 		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod-eu-1"}}
 		c.Spec.ControlPlane.Endpoint = endpoint
 		for _, cert := range Certificates(c) {
-			if cert.Kubeconfig && !(plainScalar(c.Name) && plainScalar(APIServerURL(c)) && plainScalar(cert.CommonName)) {
+			if cert.Kubeconfig && (!plainScalar(c.Name) || !plainScalar(APIServerURL(c)) || !plainScalar(cert.CommonName)) {
 				t.Errorf("the %s kubeconfig for server %q goes through clientcmd.Write", cert.Name, APIServerURL(c))
 			}
 		}
