@@ -38,6 +38,12 @@ func kubeletRecord(t *testing.T, c client.Reader, cluster *v1alpha1.Cluster) (*c
 	return cm, record
 }
 
+// nodeCert is the i-th kubelet client certificate of a test's record.
+func nodeCert(i int) oldca.IssuedCertificate {
+	return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
+		IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
+}
+
 // TestClientCertificateIsRecordedBeforeItIsPosted: a kubelet never holds a
 // client certificate the record lacks. While the record cannot be written,
 // the CSR stays unsigned (and is retried); once it can, the certificate
@@ -109,10 +115,6 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 	f := newFixture(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var writes atomic.Int32
-	cert := func(i int) oldca.IssuedCertificate {
-		return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
-			IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
-	}
 	var otherReplica sync.Once
 	r, _ := f.build(&interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
@@ -139,7 +141,7 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 				if record, err = oldca.ReadKubeletCertificates(other.Data, other.BinaryData); err != nil {
 					return
 				}
-				oldca.StoreKubeletCertificates(record.Add([]oldca.IssuedCertificate{cert(50)}, testNow), other.Data, other.BinaryData)
+				oldca.StoreKubeletCertificates(record.Add([]oldca.IssuedCertificate{nodeCert(50)}, testNow), other.Data, other.BinaryData)
 				err = c.Update(ctx, other)
 			})
 			if err != nil {
@@ -152,11 +154,11 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 	rec := NewRecorder(management, management, f.clock, 24*time.Hour, nil)
 	const n = 10
 	errs := make(chan error, n+1)
-	go func() { errs <- rec.Record(context.Background(), f.cluster, cert(0)) }()
+	go func() { errs <- rec.Record(context.Background(), f.cluster, nodeCert(0)) }()
 	<-entered
 	var wg sync.WaitGroup
 	for i := 1; i <= n; i++ {
-		wg.Go(func() { errs <- rec.Record(context.Background(), f.cluster, cert(i)) })
+		wg.Go(func() { errs <- rec.Record(context.Background(), f.cluster, nodeCert(i)) })
 	}
 	// Every one of them is queued behind the write under way.
 	rec.mu.Lock()
@@ -191,12 +193,12 @@ func TestRecorderWritesConcurrentCertificatesTogether(t *testing.T) {
 
 	// Another replica's write, then this one's: both stay.
 	cm, record := kubeletRecord(t, management, f.cluster)
-	record.Add([]oldca.IssuedCertificate{cert(100)}, testNow)
+	record.Add([]oldca.IssuedCertificate{nodeCert(100)}, testNow)
 	oldca.StoreKubeletCertificates(record.String(), cm.Data, cm.BinaryData)
 	if err := management.Update(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Record(context.Background(), f.cluster, cert(101)); err != nil {
+	if err := rec.Record(context.Background(), f.cluster, nodeCert(101)); err != nil {
 		t.Fatal(err)
 	}
 	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != n+4 {
@@ -236,12 +238,8 @@ func TestRecorderForgetsIdleClusters(t *testing.T) {
 	r, _ := f.build(nil)
 	management := r.management.(client.Client)
 	rec := NewRecorder(management, management, f.clock, 24*time.Hour, nil)
-	cert := func(i int) oldca.IssuedCertificate {
-		return oldca.IssuedCertificate{User: fmt.Sprintf("system:node:w%d", i), Fingerprint: fmt.Sprint(i), Issuer: "ca",
-			IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
-	}
 	for i := range 2 {
-		if err := rec.Record(context.Background(), f.cluster, cert(i)); err != nil {
+		if err := rec.Record(context.Background(), f.cluster, nodeCert(i)); err != nil {
 			t.Fatal(err)
 		}
 		// The writer drops the record after it has answered.
