@@ -6,8 +6,22 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	apiservicehelper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+
+	"github.com/carousel-dev/carousel/test/framework"
 )
 
 // metricsPath lists the nodes' metrics, which the aggregator proxies to
@@ -73,3 +87,153 @@ func servedCertificate(ctx context.Context, address string) (*x509.Certificate, 
 // metricsServerRuns reports whether the environment runs metrics-server; an
 // existing management cluster's managed clusters are not ours to look into.
 func metricsServerRuns() bool { return env != nil && env.ControlPlane.MetricsServer }
+
+// apiServiceOutages records, from a watch, when the metrics APIService was
+// unavailable. While its Available condition is false, every API server
+// answers requests for metrics.k8s.io itself, with 503 "service
+// unavailable", and does not try metrics-server: the condition is the
+// aggregator's availability check's verdict, which it reaches with five
+// discovery requests sent at once over one connection, through the tunnel.
+// If that connection breaks as a tunnel agent ends, all five fail and the
+// APIService is unavailable until the check, requeued at once, passes.
+type apiServiceOutages struct {
+	mu      sync.Mutex
+	outages []apiServiceOutage
+}
+
+// apiServiceOutage is a time the APIService was unavailable, as the watch
+// saw it: from the event that set Available false until the one that set it
+// true again (End is zero while it lasts), with the check's reason and
+// message.
+type apiServiceOutage struct {
+	framework.Window
+	reason, message string
+}
+
+func (o apiServiceOutage) String() string {
+	end := "ongoing"
+	if !o.End.IsZero() {
+		end = o.End.Format("15:04:05.000")
+	}
+	return fmt.Sprintf("%s to %s: %s: %s", o.Start.Format("15:04:05.000"), end, o.reason, o.message)
+}
+
+// run watches the APIService until ctx ends, as the admin client of f
+// (a follower of its own), resuming each watch that ends where it left off.
+func (a *apiServiceOutages) run(ctx context.Context, f *follower) {
+	resourceVersion := ""
+	for ctx.Err() == nil {
+		f.current(ctx)
+		resourceVersion = a.watch(ctx, f.kubeconfig, resourceVersion)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// watch records the APIService's changes after resourceVersion (its state
+// now, if empty) until the watch ends, and returns the resource version to
+// resume from.
+func (a *apiServiceOutages) watch(ctx context.Context, kubeconfig []byte, resourceVersion string) string {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return resourceVersion
+	}
+	cs, err := aggregatorclient.NewForConfig(cfg)
+	if err != nil {
+		return resourceVersion
+	}
+	w, err := cs.ApiregistrationV1().APIServices().Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", framework.MetricsAPIService).String(), ResourceVersion: resourceVersion,
+	})
+	if err != nil {
+		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+			return ""
+		}
+		return resourceVersion
+	}
+	defer w.Stop()
+	for event := range w.ResultChan() {
+		switch s, ok := event.Object.(*apiregistrationv1.APIService); {
+		case event.Type == watch.Error:
+			if err := apierrors.FromObject(event.Object); apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+				return ""
+			}
+			return resourceVersion
+		case ok:
+			resourceVersion = s.ResourceVersion
+			a.observe(apiservicehelper.GetAPIServiceConditionByType(s, apiregistrationv1.Available), time.Now())
+		}
+	}
+	return resourceVersion
+}
+
+// observe opens an outage when the APIService turns unavailable at now, and
+// ends it when it turns available.
+func (a *apiServiceOutages) observe(available *apiregistrationv1.APIServiceCondition, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	last := len(a.outages) - 1
+	open := last >= 0 && a.outages[last].End.IsZero()
+	switch up := available != nil && available.Status == apiregistrationv1.ConditionTrue; {
+	case !up && !open:
+		outage := apiServiceOutage{Window: framework.Window{Start: now}}
+		if available != nil {
+			outage.reason, outage.message = available.Reason, available.Message
+		}
+		a.outages = append(a.outages, outage)
+	case up && open:
+		a.outages[last].End = now
+	}
+}
+
+func (a *apiServiceOutages) all() []apiServiceOutage {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.outages)
+}
+
+// apiServiceUnavailable is the answer of an API server that holds the
+// APIService unavailable, as the aggregated API probe reports it.
+var apiServiceUnavailable = regexp.MustCompile(`^the server is currently unable to handle the request: service unavailable\s*$`)
+
+// refusedCertificate is how a TLS handshake that one side refused reads.
+var refusedCertificate = regexp.MustCompile(`x509|bad certificate|unknown authority|certificate required|tls:`)
+
+// availabilityCheckTimeout is how long the aggregator's availability check
+// waits for its discovery requests: a connection cut under them can take
+// that long to fail.
+const availabilityCheckTimeout = 6 * time.Second
+
+const heldUnavailableReason = "a tunnel agent's end cut the aggregator's availability check, which held the APIService unavailable"
+
+// heldUnavailableAfterTunnelCut says, for a request for the aggregated API
+// that an API server answered itself because the APIService was
+// unavailable, that it is allowed when the availability check that made it
+// unavailable failed as a tunnel agent ended: the APIService turned
+// unavailable within the check's timeout of an agent's end, for a reason
+// other than a refused certificate, and was still unavailable (give or
+// take tolerance, the API servers see it through their own informers) while
+// the request was under way. Otherwise "".
+func heldUnavailableAfterTunnelCut(f failure, outages []apiServiceOutage, stops []time.Time, tolerance time.Duration) string {
+	if !apiServiceUnavailable.MatchString(f.err.Error()) || !apierrors.IsServiceUnavailable(f.err) {
+		return ""
+	}
+	for _, o := range outages {
+		if o.reason != "FailedDiscoveryCheck" || refusedCertificate.MatchString(o.message) {
+			continue
+		}
+		held := o.Window
+		if held.End.IsZero() {
+			held.End = f.at
+		}
+		cutByStop := slices.ContainsFunc(stops, func(stop time.Time) bool {
+			return framework.Window{Start: stop, End: stop.Add(availabilityCheckTimeout)}.Contains(o.Start, tolerance)
+		})
+		if cutByStop && held.Overlaps(f.inFlight(), tolerance) {
+			return heldUnavailableReason
+		}
+	}
+	return ""
+}

@@ -221,6 +221,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		nodes      = &nodeProbe{}
 		aggregated = &requestProbe{interval: 300 * time.Millisecond, request: readNodeMetrics}
 		inCluster  = &requestProbe{interval: 300 * time.Millisecond, request: whoAmI}
+		outages    = &apiServiceOutages{}
 		pod        *workload
 		roles      = &roleCheckpoints{passed: map[v1alpha1.CARole][]string{}}
 		recorder   = &caRecorder{seen: map[v1alpha1.CARole]map[string]bool{}}
@@ -265,6 +266,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		go recorder.run(probeCtx)
 		if metricsServerRuns() {
 			go aggregated.run(probeCtx, newFollower(ctx).current)
+			go outages.run(probeCtx, newFollower(ctx))
 		}
 		if env != nil {
 			By("starting the in-cluster workload on a kubelet that stays on through the rotation")
@@ -708,7 +710,10 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		// then, are counted like every other failed request, and allowed;
 		// no two kubelets of the pool ever restarted at once
 		// (maxUnavailable). So are requests through the tunnel cut when a
-		// drained agent stopped (see allowedKubeletCallFailure). A running
+		// drained agent stopped (see allowedKubeletCallFailure), and
+		// requests for the aggregated API answered "service unavailable"
+		// because the agent's end cut the aggregator's availability check
+		// (see heldUnavailableAfterTunnelCut). A running
 		// API server never reloads its kubelet client certificate, which
 		// would close its kubelet connections under the calls in flight:
 		// the platform mounts credentials with subPath (framework's
@@ -737,7 +742,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			}
 		}
 		classify(nodes.proxyFailures, allowedKubeletCallFailure)
-		classify(aggregated.failures, cutByTunnelAgentStop)
+		classify(aggregated.failures, func(f failure) string {
+			return cmp.Or(cutByTunnelAgentStop(f), heldUnavailableAfterTunnelCut(f, outages.all(), tunnelAgentStops(), tunnelCutTolerance))
+		})
 		classify(nodes.staleHeartbeat, allowedLateHeartbeat)
 		classify(probe.failures, nil)
 		classify(inCluster.failures, nil)
@@ -777,6 +784,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			fmt.Printf("rotation e2e: %s\n", replaced)
 		}
 		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
+		for _, o := range outages.all() {
+			AddReportEntry("metrics APIService unavailable", o.String())
+		}
 		for _, f := range otherFailures {
 			failed := fmt.Sprintf("sent %s, failed %s, node %q: %v (tunnel agents ended nearby: %s)", f.sent.Format("15:04:05.000"),
 				f.at.Format("15:04:05.000"), f.node, f.err, tunnelAgentStopsNear(f, 10*time.Second))
@@ -787,7 +797,8 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			AddReportEntry("allowed failure: "+f.reason, fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), f.node, f.err))
 		}
 		fmt.Printf("rotation e2e: of the failed requests, %d are allowed (see the report): a kubelet restarted, a tunnel agent "+
-			"carrying the connection stopped, or the API server answered from a view without a Lease that was there a moment later\n", len(allowed))
+			"carrying the connection or the aggregator's availability check stopped, or the API server answered from a view without a Lease "+
+			"that was there a moment later\n", len(allowed))
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")
@@ -982,20 +993,26 @@ const kubeletRestartedReason = "the kubelet restarted"
 // because its connection broke as the platform ended a drained agent (see
 // framework's stopTunnelAgent), that it is allowed; otherwise "".
 func cutByTunnelAgentStop(f failure) string {
-	if env != nil && closedWhileInFlight(f, env.ControlPlane.TunnelAgentStops(), tunnelCutTolerance) {
+	if closedWhileInFlight(f, tunnelAgentStops(), tunnelCutTolerance) {
 		return "a tunnel agent carrying it stopped"
 	}
 	return ""
 }
 
+// tunnelAgentStops are when the tunnel's drained agents ended, if the suite
+// runs the control plane.
+func tunnelAgentStops() []time.Time {
+	if env == nil {
+		return nil
+	}
+	return env.ControlPlane.TunnelAgentStops()
+}
+
 // tunnelAgentStopsNear lists the tunnel agents' ends within d of f's
 // flight, to tell a failure that no rule allows from one that missed a rule.
 func tunnelAgentStopsNear(f failure, d time.Duration) string {
-	if env == nil {
-		return "none"
-	}
 	var near []string
-	for _, t := range env.ControlPlane.TunnelAgentStops() {
+	for _, t := range tunnelAgentStops() {
 		if f.inFlight().Contains(t, d) {
 			near = append(near, t.Format("15:04:05.000"))
 		}
