@@ -99,6 +99,9 @@ func metricsServerRuns() bool { return env != nil && env.ControlPlane.MetricsSer
 type apiServiceOutages struct {
 	mu      sync.Mutex
 	outages []apiServiceOutage
+	// seen counts the states the watch saw, the first one included: none
+	// would mean a watch that never worked, which sees no outage either.
+	seen int
 }
 
 // apiServiceOutage is a time the APIService was unavailable, as the watch
@@ -174,6 +177,7 @@ func (a *apiServiceOutages) watch(ctx context.Context, kubeconfig []byte, resour
 func (a *apiServiceOutages) observe(available *apiregistrationv1.APIServiceCondition, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.seen++
 	last := len(a.outages) - 1
 	open := last >= 0 && a.outages[last].End.IsZero()
 	switch up := available != nil && available.Status == apiregistrationv1.ConditionTrue; {
@@ -192,6 +196,13 @@ func (a *apiServiceOutages) all() []apiServiceOutage {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.outages)
+}
+
+// statesSeen is how many states of the APIService the watch saw.
+func (a *apiServiceOutages) statesSeen() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seen
 }
 
 // apiServiceUnavailable is the answer of an API server that holds the

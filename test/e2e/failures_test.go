@@ -143,4 +143,7 @@ func TestAPIServiceOutages(t *testing.T) {
 	if got := a.all(); !slices.Equal(got, want) {
 		t.Errorf("outages = %v, want %v", got, want)
 	}
+	if got := a.statesSeen(); got != 6 {
+		t.Errorf("states seen = %d, want 6", got)
+	}
 }

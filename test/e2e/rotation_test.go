@@ -784,8 +784,12 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			fmt.Printf("rotation e2e: %s\n", replaced)
 		}
 		AddReportEntry("Lease lists that lacked a node's Lease (read by name instead)", nodes.listsWithoutLease)
+		if metricsServerRuns() {
+			fmt.Printf("rotation e2e: the metrics APIService: %d states watched, unavailable %d times\n", outages.statesSeen(), len(outages.all()))
+		}
 		for _, o := range outages.all() {
 			AddReportEntry("metrics APIService unavailable", o.String())
+			fmt.Println("rotation e2e: metrics APIService unavailable", o)
 		}
 		for _, f := range otherFailures {
 			failed := fmt.Sprintf("sent %s, failed %s, node %q: %v (tunnel agents ended nearby: %s)", f.sent.Format("15:04:05.000"),
@@ -802,6 +806,9 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")
+		if metricsServerRuns() {
+			Expect(outages.statesSeen()).To(BeNumerically(">", 0), "the watch of the metrics APIService saw nothing: its outages are unknown")
+		}
 	})
 
 	It("rotated the Cluster left to its policy on its own: started in its maintenance window once a CA had used 1% of its validity, completed after a soak of 0s", func(ctx SpecContext) {
