@@ -14,6 +14,9 @@ import (
 // objects are the management-cluster objects that belong to one Cluster, as
 // read from the cache at the start of a reconcile.
 type objects struct {
+	// secrets are the cache's own objects, not copies (see loadObjects):
+	// read them, never change them or what they hold; writeSecret writes a
+	// copy and puts it in their place.
 	secrets      map[string]*corev1.Secret
 	configMaps   map[string]*corev1.ConfigMap
 	deployments  []appsv1.Deployment
@@ -34,7 +37,14 @@ func (r *Reconciler) loadObjects(ctx context.Context, c *v1alpha1.Cluster) (*obj
 		deployments appsv1.DeploymentList
 		sets        appsv1.StatefulSetList
 	)
-	for _, list := range []client.ObjectList{&secrets, &configMaps, &deployments, &sets} {
+	// The Secrets are most of what a reconcile reads (their data, a few
+	// certificates and keys each) and it only reads them: it takes the
+	// cache's objects as they are instead of a deep copy of each one, every
+	// time.
+	if err := r.Client.List(ctx, &secrets, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		return nil, fmt.Errorf("listing %T: %w", &secrets, err)
+	}
+	for _, list := range []client.ObjectList{&configMaps, &deployments, &sets} {
 		if err := r.Client.List(ctx, list, opts...); err != nil {
 			return nil, fmt.Errorf("listing %T: %w", list, err)
 		}

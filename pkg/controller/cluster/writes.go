@@ -45,7 +45,9 @@ func (r *Reconciler) writeSecret(ctx context.Context, c *v1alpha1.Cluster, objs 
 		s = existing.DeepCopy()
 	}
 	s.Labels, s.Annotations = mergeMeta(s.Labels, want.labels), mergeMeta(s.Annotations, want.annotations)
-	s.Data = want.data
+	// A map of its own: want.data may be the cached Secret's (a fix of its
+	// labels or owner only), and the write decodes the answer into it.
+	s.Data = maps.Clone(want.data)
 	if err := r.createOrUpdate(ctx, c, s, existing != nil); err != nil {
 		return err
 	}
