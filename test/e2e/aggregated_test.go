@@ -209,8 +209,9 @@ func (a *apiServiceOutages) statesSeen() int {
 // APIService unavailable, as the aggregated API probe reports it.
 var apiServiceUnavailable = regexp.MustCompile(`^the server is currently unable to handle the request: service unavailable\s*$`)
 
-// refusedCertificate is how a TLS handshake that one side refused reads.
-var refusedCertificate = regexp.MustCompile(`x509|bad certificate|unknown authority|certificate required|tls:`)
+// refusedCertificate is how a TLS handshake that one side refused over a
+// certificate reads, in any failure the journey may allow.
+var refusedCertificate = regexp.MustCompile(`x509|bad certificate|unknown authority|certificate required`)
 
 // availabilityCheckTimeout is how long the aggregator's availability check
 // waits for its discovery requests: a connection cut under them can take

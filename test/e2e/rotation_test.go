@@ -722,7 +722,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		// later (see sampleLeases). A certificate a kubelet or the API
 		// server refused is never allowed.
 		for _, f := range nodes.proxyFailures {
-			Expect(f.err.Error()).NotTo(MatchRegexp(`x509|bad certificate|unknown authority|certificate required`),
+			Expect(f.err.Error()).NotTo(MatchRegexp(refusedCertificate.String()),
 				"API server -> kubelet %s at %s failed on a certificate", f.node, f.at.Format("15:04:05.000"))
 		}
 		Expect(overlappingRestarts()).To(BeEmpty(), "kubelets of the pool restarted at the same time")
