@@ -38,7 +38,9 @@ const ControllerName = "cluster"
 // Deployments and StatefulSets to the objects labelled carousel.dev/cluster,
 // so that the operator neither holds nor watches the rest of the management
 // cluster's Secrets, and drops every cached object's managedFields, which
-// nothing reads (a fleet caches some thirty objects per Cluster).
+// nothing reads (a fleet caches some thirty objects per Cluster). A leaf
+// certificate Secret's trust bundle and kubeconfig are cached as digests
+// (cacheSecret): read them from the API server.
 func CacheOptions() cache.Options {
 	managed, err := labels.NewRequirement(v1alpha1.LabelCluster, selection.Exists, nil)
 	if err != nil {
@@ -46,7 +48,7 @@ func CacheOptions() cache.Options {
 	}
 	selector := labels.NewSelector().Add(*managed)
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}:      {Label: selector},
+		&corev1.Secret{}:      {Label: selector, Transform: cacheSecret},
 		&corev1.ConfigMap{}:   {Label: selector},
 		&appsv1.Deployment{}:  {Label: selector},
 		&appsv1.StatefulSet{}: {Label: selector},

@@ -16,7 +16,9 @@ import (
 type objects struct {
 	// secrets are the cache's own objects, not copies (see loadObjects):
 	// read them, never change them or what they hold; writeSecret writes a
-	// copy and puts it in their place.
+	// copy and puts it in their place. A leaf certificate's trust bundle and
+	// kubeconfig are digests (cacheSecret) until writeSecret has put the
+	// Secret with its whole data in their place.
 	secrets      map[string]*corev1.Secret
 	configMaps   map[string]*corev1.ConfigMap
 	deployments  []appsv1.Deployment

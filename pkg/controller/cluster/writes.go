@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,13 +30,18 @@ type desiredSecret struct {
 
 // writeSecret makes the named Secret hold exactly the desired labels,
 // annotations and data, owned by the Cluster, and records the result in objs.
-// It writes nothing when the Secret already does. An update carries the
-// resourceVersion that was read, so a write based on a stale read fails
-// instead of overwriting a newer object.
+// It writes nothing when the Secret already does, and then records the
+// Secret with the desired data: the cache holds derived values as digests
+// (cacheSecret), and what reads objs after, the consumers' checksums, needs
+// them whole. An update carries the resourceVersion that was read, so a
+// write based on a stale read fails instead of overwriting a newer object.
 func (r *Reconciler) writeSecret(ctx context.Context, c *v1alpha1.Cluster, objs *objects, want desiredSecret) error {
 	existing := objs.secrets[want.name]
 	if existing != nil && hasMeta(existing.Labels, want.labels) && hasMeta(existing.Annotations, want.annotations) &&
-		ownedBy(existing, c) && maps.EqualFunc(existing.Data, want.data, bytes.Equal) {
+		ownedBy(existing, c) && maps.EqualFunc(existing.Data, want.data, sameValue) {
+		whole := *existing
+		whole.Data = want.data
+		objs.secrets[want.name] = &whole
 		return nil
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: want.name, Namespace: c.Namespace}, Type: corev1.SecretTypeOpaque}

@@ -1,0 +1,161 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// secretTransform is the transform the manager's cache applies to Secrets.
+func secretTransform(t *testing.T) func(any) (any, error) {
+	t.Helper()
+	for obj, by := range CacheOptions().ByObject {
+		if _, ok := obj.(*corev1.Secret); ok && by.Transform != nil {
+			return by.Transform
+		}
+	}
+	t.Fatal("CacheOptions sets no transform of Secrets")
+	return nil
+}
+
+func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
+	transform := secretTransform(t)
+	leaf := func() *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "prod-admin", Labels: map[string]string{v1alpha1.LabelCluster: "prod", v1alpha1.LabelCertificate: "admin"},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "carousel-controller-manager"}}},
+			Data: map[string][]byte{"tls.crt": []byte("certificate"), "tls.key": []byte("key"), "ca.crt": []byte("bundle"), "kubeconfig": []byte("kubeconfig")},
+		}
+	}
+	got, err := transform(leaf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := got.(*corev1.Secret)
+	if cached.ManagedFields != nil {
+		t.Errorf("cached managedFields = %v, want none", cached.ManagedFields)
+	}
+	if string(cached.Data["tls.crt"]) != "certificate" || string(cached.Data["tls.key"]) != "key" {
+		t.Errorf("the certificate and key changed: %q, %q", cached.Data["tls.crt"], cached.Data["tls.key"])
+	}
+	for _, k := range []string{"ca.crt", "kubeconfig"} {
+		if string(cached.Data[k]) == string(leaf().Data[k]) || len(cached.Data[k]) != len(digestMarker)+32 {
+			t.Errorf("cached %s = %q, want its digest", k, cached.Data[k])
+		}
+		if !sameValue(cached.Data[k], leaf().Data[k]) {
+			t.Errorf("the cached %s is not the same value as the Secret's", k)
+		}
+		if sameValue(cached.Data[k], []byte("another")) {
+			t.Errorf("the cached %s is the same value as another", k)
+		}
+	}
+
+	// Whoever writes the Secret cannot make the cache hold a digest of their
+	// choosing: what they write is digested too.
+	forged := leaf()
+	forged.Data["kubeconfig"] = digestOf([]byte("kubeconfig"))
+	got, err = transform(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sameValue(got.(*corev1.Secret).Data["kubeconfig"], []byte("kubeconfig")) {
+		t.Error("a written digest passes for the value it digests")
+	}
+
+	ca := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-cluster", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
+		Data: map[string][]byte{"ca.crt": []byte("bundle")}}
+	got, err = transform(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.(*corev1.Secret).Data["ca.crt"]) != "bundle" {
+		t.Error("a Secret that is not a leaf certificate's was digested")
+	}
+}
+
+// TestUnchangedClusterReadThroughTheCacheWritesNothing reconciles a Cluster
+// whose credentials are in place, reading its Secrets as the manager's cache
+// holds them: nothing is written, the consumer keeps its checksum, and a
+// derived value changed behind the operator's back, even to a digest, is
+// written back.
+func TestUnchangedClusterReadThroughTheCacheWritesNothing(t *testing.T) {
+	c := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet", UID: "prod-uid"},
+		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
+	}
+	kcm := credentials.CertificateSecretName(c.Name, credentials.CertKubeControllerManager)
+	consumer := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-kube-controller-manager", Namespace: c.Namespace, Labels: map[string]string{v1alpha1.LabelCluster: c.Name}},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: kcm}}},
+		}}}},
+	}
+	api := newFakeAPI(t, c, consumer)
+	r := &Reconciler{Client: api, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}
+	ctx, req := context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}
+	reconcile := func() {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 { // the first pass issues everything, the next ones settle the status
+		reconcile()
+	}
+	checksum := func() string {
+		t.Helper()
+		d := &appsv1.Deployment{}
+		if err := api.Get(ctx, client.ObjectKeyFromObject(consumer), d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Spec.Template.Annotations[v1alpha1.AnnotationCredentialsChecksum]
+	}
+	readKubeconfig := func() []byte {
+		t.Helper()
+		s := &corev1.Secret{}
+		if err := api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: kcm}, s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Data[v1alpha1.DataKeyKubeconfig]
+	}
+	stamped, kubeconfig := checksum(), readKubeconfig()
+	if stamped == "" || len(kubeconfig) == 0 {
+		t.Fatalf("the settled Cluster has no consumer checksum (%q) or kubeconfig (%d bytes)", stamped, len(kubeconfig))
+	}
+
+	api.throughCache.Store(true)
+	keys, settled := pki.KeysGenerated(), api.writes.Load()
+	reconcile()
+	if generated, written := pki.KeysGenerated()-keys, api.writes.Load()-settled; generated != 0 || written != 0 {
+		t.Errorf("reading through the cache, an unchanged Cluster's reconcile generated %d keys and made %d writes", generated, written)
+	}
+	if got := checksum(); got != stamped {
+		t.Errorf("the consumer's checksum moved from %s to %s", stamped, got)
+	}
+
+	for _, changed := range [][]byte{[]byte("changed"), digestOf(kubeconfig)} {
+		s := &corev1.Secret{}
+		if err := api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: kcm}, s); err != nil {
+			t.Fatal(err)
+		}
+		s.Data[v1alpha1.DataKeyKubeconfig] = changed
+		if err := api.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		reconcile()
+		if got := readKubeconfig(); string(got) != string(kubeconfig) {
+			t.Errorf("a kubeconfig changed to %q is %q after a reconcile, want it written back", changed, got)
+		}
+	}
+}
