@@ -105,12 +105,22 @@ func BenchmarkFleet(b *testing.B) {
 			cpu                time.Duration
 			writes, reconciles int
 		}
-		markNow := func() mark { return mark{proc.cpu(b), writes(), proc.reconciles(b)} }
+		// Each step's peak RSS is its own: reading one starts the next.
+		var peak int64
+		stepPeakRSS := func() int64 {
+			rss := proc.peakRSSSinceLastReading(b)
+			peak = max(peak, rss)
+			return rss
+		}
+		markNow := func() mark {
+			stepPeakRSS()
+			return mark{proc.cpu(b), writes(), proc.reconciles(b)}
+		}
 		var steps []string
 		step := func(name string, since mark) {
-			steps = append(steps, fmt.Sprintf("%s: %.1f ms manager CPU, %.1f Cluster reconciles, writes %s", name,
+			steps = append(steps, fmt.Sprintf("%s: %.1f ms manager CPU, %.1f Cluster reconciles, peak RSS %.0f MiB, writes %s", name,
 				float64((proc.cpu(b)-since.cpu).Microseconds())/1000/float64(n), perCluster(proc.reconciles(b)-since.reconciles),
-				writeKinds(managerWrites()[since.writes:], n)))
+				float64(stepPeakRSS())/(1<<20), writeKinds(managerWrites()[since.writes:], n)))
 		}
 		created := markNow()
 		cpuBefore, writesBefore, apiCPUBefore := created.cpu, created.writes, apiserver.cpu(b)
@@ -160,7 +170,7 @@ func BenchmarkFleet(b *testing.B) {
 		campaigned := markNow()
 		waves := f.campaign(b, ctx, intstr.Parse(campaignConcurrency))
 		step("a RotationCampaign's start→Completed", campaigned)
-		peak := proc.peakRSS(b)
+		stepPeakRSS()
 		if profiles != "" {
 			check(b, proc.profile("heap", filepath.Join(profiles, "completed.heap.pprof")))
 		}
@@ -494,8 +504,10 @@ func (p *process) cpu(b *testing.B) time.Duration {
 	return s.cpu
 }
 
-// peakRSS is the process's peak resident memory (VmHWM), in bytes.
-func (p *process) peakRSS(b *testing.B) int64 {
+// peakRSSSinceLastReading is the process's peak resident memory (VmHWM), in
+// bytes, since it started or since the last reading: each reading resets the
+// peak to the memory resident now (clear_refs 5, see proc(5)).
+func (p *process) peakRSSSinceLastReading(b *testing.B) int64 {
 	b.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
 	check(b, err)
@@ -503,6 +515,7 @@ func (p *process) peakRSS(b *testing.B) int64 {
 		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
 			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			check(b, err)
+			check(b, os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0))
 			return kib << 10
 		}
 	}
