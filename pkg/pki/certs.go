@@ -17,8 +17,6 @@ import (
 	"math/big"
 	"net"
 	"time"
-
-	"k8s.io/utils/lru"
 )
 
 // Backdate is how far before "now" a certificate's validity starts, so that
@@ -64,7 +62,7 @@ func ParseKeyPair(certPEM, keyPEM []byte) (*KeyPair, error) {
 // rest of the check together.
 func ParsePairedCertificate(certPEM, keyPEM []byte) (*x509.Certificate, error) {
 	key := Digest(certPEM, keyPEM)
-	if _, matched := matchedPairs.Get(key); matched {
+	if _, matched := matchedPairs.get(key); matched {
 		certs, err := ParseCertificates(certPEM)
 		if err != nil {
 			return nil, err
@@ -75,14 +73,14 @@ func ParsePairedCertificate(certPEM, keyPEM []byte) (*x509.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	matchedPairs.Add(key, struct{}{})
+	matchedPairs.add(key, struct{}{})
 	return kp.Cert, nil
 }
 
 // matchedPairs holds the digests of the certificate and key pairs that
 // ParsePairedCertificate found to match: room for every leaf certificate of
-// a thousand Clusters through a rotation, some 200 bytes each.
-var matchedPairs = lru.New(1 << 15)
+// a thousand Clusters through a rotation in its younger half.
+var matchedPairs = newMemo[struct{}](1 << 16)
 
 // Digest is the SHA-256 of fields, each preceded by its length, so that two
 // different lists of fields never share a digest by where they split.
@@ -337,15 +335,15 @@ func SignedBy(cert, ca *x509.Certificate) bool {
 		return false
 	}
 	key := Digest(cert.Raw, ca.Raw)
-	if verdict, ok := signatureVerdicts.Get(key); ok {
-		return verdict.(bool)
+	if verdict, ok := signatureVerdicts.get(key); ok {
+		return verdict
 	}
 	verdict := cert.CheckSignatureFrom(ca) == nil
-	signatureVerdicts.Add(key, verdict)
+	signatureVerdicts.add(key, verdict)
 	return verdict
 }
 
-// signatureVerdicts holds SignedBy's last verdicts: enough for every leaf
-// certificate of a thousand Clusters against both CAs of a rotation, some
-// 200 bytes each.
-var signatureVerdicts = lru.New(1 << 16)
+// signatureVerdicts holds SignedBy's last verdicts: in its younger half,
+// enough for every leaf certificate of a thousand Clusters against both CAs
+// of a rotation.
+var signatureVerdicts = newMemo[bool](1 << 17)
