@@ -9,10 +9,11 @@ import (
 // digests added or looked up and at most size. It keeps two generations of
 // maps: a hit in the older one moves the entry to the newer, and once the
 // newer holds size/2 entries it becomes the older and the older is dropped.
-// An entry costs its digest and value in a map, some 40 bytes for a bool,
-// where an LRU list (k8s.io/utils/lru) boxes the digest and links an element
-// for each entry: about 130 bytes, 13 MB for the two memos of a fleet of a
-// thousand Clusters.
+// An entry costs its digest and value in a map, 50 bytes of heap for a
+// bool, where an LRU list (k8s.io/utils/lru) boxes the digest and links an
+// element for each entry: 146 bytes (both measured with 13,000 to 52,000
+// entries). A fleet of a thousand Clusters through two rotations fills them
+// with tens of thousands.
 type memo[V any] struct {
 	mu         sync.Mutex
 	half       int
