@@ -70,7 +70,7 @@ func BenchmarkReconcileUnchanged(b *testing.B) {
 		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default", UID: "bench-uid"},
 		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
 	}
-	api := newFakeAPI(b, c)
+	api := newFakeAPI(c)
 	api.throughCache.Store(true)
 	r := &Reconciler{Client: api, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}
 	ctx, req := context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}

@@ -101,7 +101,7 @@ func TestUnchangedClusterReadThroughTheCacheWritesNothing(t *testing.T) {
 			{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: kcm}}},
 		}}}},
 	}
-	api := newFakeAPI(t, c, consumer)
+	api := newFakeAPI(c, consumer)
 	r := &Reconciler{Client: api, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}
 	ctx, req := context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}
 	reconcile := func() {

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"sync/atomic"
-	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,8 +23,7 @@ type fakeAPI struct {
 	throughCache atomic.Bool
 }
 
-func newFakeAPI(tb testing.TB, c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
-	tb.Helper()
+func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 	api := &fakeAPI{}
 	count := func() { api.writes.Add(1) }
 	builder := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(append(objs, c)...).WithStatusSubresource(c).WithInterceptorFuncs(interceptor.Funcs{
