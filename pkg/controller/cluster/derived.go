@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 )
 
 // derivedKeys are the data of a leaf certificate Secret that the reconciler
@@ -17,44 +18,61 @@ import (
 // and the reconciler only ever compares them with what it rendered.
 var derivedKeys = [...]string{v1alpha1.DataKeyCABundle, v1alpha1.DataKeyKubeconfig}
 
-// digestMarker starts a derived value the cache holds as its SHA-256. The NUL
-// byte keeps it apart from anything the reconciler renders (PEM and YAML).
-const digestMarker = "\x00sha256:"
+// digestKey is the key under which the cache holds the SHA-256 of a derived
+// value instead of the value. The API server never sends such a key (a data
+// key has no ':'), so no one who writes the Secret can set one, and the
+// transform knows a value it has already digested.
+func digestKey(key string) string { return "sha256:" + key }
 
 var stripManagedFields = cache.TransformStripManagedFields()
 
 // cacheSecret is the cache's transform of Secrets: it drops managedFields, as
 // for every cached object, and keeps each derived value of a leaf
-// certificate Secret as its digest. It always digests what the API server
-// sent, whatever that looks like, so no value written to the Secret can pass
-// for the digest of another; applied twice (which informers do not do), a
-// value compares unequal and is written once more.
+// certificate Secret as its digest, under digestKey. It is idempotent, as an
+// informer's transform must be: a watch-list sync applies it twice.
 func cacheSecret(obj any) (any, error) {
 	obj, err := stripManagedFields(obj)
 	if err != nil {
 		return obj, err
 	}
-	if s, ok := obj.(*corev1.Secret); ok && s.Labels[v1alpha1.LabelCertificate] != "" {
-		for _, k := range derivedKeys {
-			if v, ok := s.Data[k]; ok {
-				s.Data[k] = digestOf(v)
-			}
+	s, ok := obj.(*corev1.Secret)
+	if !ok || !isLeafCertificateSecret(s) {
+		return obj, nil
+	}
+	for _, k := range derivedKeys {
+		if v, ok := s.Data[k]; ok {
+			sum := sha256.Sum256(v)
+			s.Data[digestKey(k)] = sum[:]
+			delete(s.Data, k)
 		}
 	}
 	return obj, nil
 }
 
-func digestOf(v []byte) []byte {
-	sum := sha256.Sum256(v)
-	return append([]byte(digestMarker), sum[:]...)
+// isLeafCertificateSecret reports whether s is named and labelled as the
+// Secret of one of a Cluster's leaf certificates.
+func isLeafCertificateSecret(s *corev1.Secret) bool {
+	cluster, cert := s.Labels[v1alpha1.LabelCluster], s.Labels[v1alpha1.LabelCertificate]
+	return cluster != "" && cert != "" && s.Name == credentials.CertificateSecretName(cluster, cert)
 }
 
-// sameValue reports whether a Secret's value as read, which the cache may
-// hold as its digest, is want.
-func sameValue(have, want []byte) bool {
-	if digest, ok := bytes.CutPrefix(have, []byte(digestMarker)); ok && len(digest) == sha256.Size {
-		sum := sha256.Sum256(want)
-		return bytes.Equal(digest, sum[:])
+// sameData reports whether a Secret's data as read, which the cache may hold
+// digested (cacheSecret), is want.
+func sameData(have, want map[string][]byte) bool {
+	if len(have) != len(want) {
+		return false
 	}
-	return bytes.Equal(have, want)
+	for k, v := range want {
+		if got, ok := have[k]; ok {
+			if !bytes.Equal(got, v) {
+				return false
+			}
+			continue
+		}
+		digest, ok := have[digestKey(k)]
+		if sum := sha256.Sum256(v); !ok || !bytes.Equal(digest, sum[:]) {
+			return false
+		}
+	}
+	return true
 }

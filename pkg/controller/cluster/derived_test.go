@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"maps"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -31,18 +35,26 @@ func secretTransform(t *testing.T) func(any) (any, error) {
 
 func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 	transform := secretTransform(t)
+	leafData := func() map[string][]byte {
+		return map[string][]byte{"tls.crt": []byte("certificate"), "tls.key": []byte("key"), "ca.crt": []byte("bundle"), "kubeconfig": []byte("kubeconfig")}
+	}
 	leaf := func() *corev1.Secret {
 		return &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: "prod-admin", Labels: map[string]string{v1alpha1.LabelCluster: "prod", v1alpha1.LabelCertificate: "admin"},
 				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "carousel-controller-manager"}}},
-			Data: map[string][]byte{"tls.crt": []byte("certificate"), "tls.key": []byte("key"), "ca.crt": []byte("bundle"), "kubeconfig": []byte("kubeconfig")},
+			Data: leafData(),
 		}
 	}
-	got, err := transform(leaf())
-	if err != nil {
-		t.Fatal(err)
+	cache := func(s *corev1.Secret) *corev1.Secret {
+		t.Helper()
+		got, err := transform(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.(*corev1.Secret)
 	}
-	cached := got.(*corev1.Secret)
+
+	cached := cache(leaf())
 	if cached.ManagedFields != nil {
 		t.Errorf("cached managedFields = %v, want none", cached.ManagedFields)
 	}
@@ -50,37 +62,46 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 		t.Errorf("the certificate and key changed: %q, %q", cached.Data["tls.crt"], cached.Data["tls.key"])
 	}
 	for _, k := range []string{"ca.crt", "kubeconfig"} {
-		if string(cached.Data[k]) == string(leaf().Data[k]) || len(cached.Data[k]) != len(digestMarker)+32 {
-			t.Errorf("cached %s = %q, want its digest", k, cached.Data[k])
+		if _, ok := cached.Data[k]; ok || len(cached.Data[digestKey(k)]) != sha256.Size {
+			t.Errorf("cached data = %q, want %s as its digest only", cached.Data, k)
 		}
-		if !sameValue(cached.Data[k], leaf().Data[k]) {
-			t.Errorf("the cached %s is not the same value as the Secret's", k)
-		}
-		if sameValue(cached.Data[k], []byte("another")) {
-			t.Errorf("the cached %s is the same value as another", k)
+	}
+	if !sameData(cached.Data, leafData()) {
+		t.Error("the cached data is not the same as the Secret's")
+	}
+	if again := cache(cached.DeepCopy()); !equality.Semantic.DeepEqual(again, cached) {
+		t.Errorf("transformed twice, the Secret is cached as %q, want %q", again.Data, cached.Data)
+	}
+
+	for name, want := range map[string]func(map[string][]byte){
+		"another kubeconfig": func(d map[string][]byte) { d["kubeconfig"] = []byte("another") },
+		"no kubeconfig":      func(d map[string][]byte) { delete(d, "kubeconfig") },
+		"a key more":         func(d map[string][]byte) { d["extra"] = nil },
+		"another key":        func(d map[string][]byte) { d["tls.key"] = []byte("another") },
+	} {
+		data := leafData()
+		want(data)
+		if sameData(cached.Data, data) {
+			t.Errorf("the cached data is the same as with %s", name)
 		}
 	}
 
 	// Whoever writes the Secret cannot make the cache hold a digest of their
-	// choosing: what they write is digested too.
+	// choosing: what they write is digested.
 	forged := leaf()
-	forged.Data["kubeconfig"] = digestOf([]byte("kubeconfig"))
-	got, err = transform(forged)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sameValue(got.(*corev1.Secret).Data["kubeconfig"], []byte("kubeconfig")) {
+	sum := sha256.Sum256([]byte("kubeconfig"))
+	forged.Data["kubeconfig"] = sum[:]
+	if sameData(cache(forged).Data, leafData()) {
 		t.Error("a written digest passes for the value it digests")
 	}
 
-	ca := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-cluster", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
-		Data: map[string][]byte{"ca.crt": []byte("bundle")}}
-	got, err = transform(ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got.(*corev1.Secret).Data["ca.crt"]) != "bundle" {
-		t.Error("a Secret that is not a leaf certificate's was digested")
+	for _, other := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-cluster", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}}, Data: leafData()},
+		{ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-cluster", Labels: map[string]string{v1alpha1.LabelCluster: "prod", v1alpha1.LabelCertificate: "admin"}}, Data: leafData()},
+	} {
+		if got := cache(other); !maps.EqualFunc(got.Data, leafData(), bytes.Equal) {
+			t.Errorf("%s labelled %v, not a leaf certificate's Secret, is cached with %q", other.Name, other.Labels, got.Data)
+		}
 	}
 }
 
@@ -144,7 +165,8 @@ func TestUnchangedClusterReadThroughTheCacheWritesNothing(t *testing.T) {
 		t.Errorf("the consumer's checksum moved from %s to %s", stamped, got)
 	}
 
-	for _, changed := range [][]byte{[]byte("changed"), digestOf(kubeconfig)} {
+	digest := sha256.Sum256(kubeconfig)
+	for _, changed := range [][]byte{[]byte("changed"), digest[:]} {
 		s := &corev1.Secret{}
 		if err := api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: kcm}, s); err != nil {
 			t.Fatal(err)

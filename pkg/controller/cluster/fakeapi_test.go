@@ -16,7 +16,8 @@ import (
 
 // fakeAPI is an in-memory management cluster indexed as the manager's cache
 // is, which counts the writes made to it. With throughCache set it lists
-// Secrets as the manager's cache holds them (cacheSecret).
+// Secrets as the manager's cache holds them (cacheSecret), transformed twice
+// as a watch-list sync does.
 type fakeAPI struct {
 	client.WithWatch
 	writes       atomic.Int64
@@ -33,8 +34,10 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 			}
 			if secrets, ok := list.(*corev1.SecretList); ok && api.throughCache.Load() {
 				for i := range secrets.Items {
-					if _, err := cacheSecret(&secrets.Items[i]); err != nil {
-						return err
+					for range 2 {
+						if _, err := cacheSecret(&secrets.Items[i]); err != nil {
+							return err
+						}
 					}
 				}
 			}

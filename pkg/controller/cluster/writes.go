@@ -38,7 +38,7 @@ type desiredSecret struct {
 func (r *Reconciler) writeSecret(ctx context.Context, c *v1alpha1.Cluster, objs *objects, want desiredSecret) error {
 	existing := objs.secrets[want.name]
 	if existing != nil && hasMeta(existing.Labels, want.labels) && hasMeta(existing.Annotations, want.annotations) &&
-		ownedBy(existing, c) && maps.EqualFunc(existing.Data, want.data, sameValue) {
+		ownedBy(existing, c) && sameData(existing.Data, want.data) {
 		whole := *existing
 		whole.Data = want.data
 		objs.secrets[want.name] = &whole
