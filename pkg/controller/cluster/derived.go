@@ -16,19 +16,20 @@ import (
 // role's bundle ConfigMap) and the kubeconfig (the cluster bundle, the
 // certificate and its key). They are half of a fleet's cached Secret data,
 // and the reconciler only ever compares them with what it rendered.
-var derivedKeys = [...]string{v1alpha1.DataKeyCABundle, v1alpha1.DataKeyKubeconfig}
-
-// digestKey is the key under which the cache holds the SHA-256 of a derived
-// value instead of the value. The API server never sends such a key (a data
-// key has no ':'), so no one who writes the Secret can set one, and the
-// transform knows a value it has already digested.
-func digestKey(key string) string { return "sha256:" + key }
+// Each has the key under which the cache holds its SHA-256 instead of the
+// value. The API server never sends such a key (a data key has no ':'), so no
+// one who writes the Secret can set one, and the transform knows a value it
+// has already digested.
+var derivedKeys = map[string]string{
+	v1alpha1.DataKeyCABundle:   "sha256:" + v1alpha1.DataKeyCABundle,
+	v1alpha1.DataKeyKubeconfig: "sha256:" + v1alpha1.DataKeyKubeconfig,
+}
 
 var stripManagedFields = cache.TransformStripManagedFields()
 
 // cacheSecret is the cache's transform of Secrets: it drops managedFields, as
 // for every cached object, and keeps each derived value of a leaf
-// certificate Secret as its digest, under digestKey. It is idempotent, as an
+// certificate Secret as its digest (derivedKeys). It is idempotent, as an
 // informer's transform must be: a watch-list sync applies it twice.
 func cacheSecret(obj any) (any, error) {
 	obj, err := stripManagedFields(obj)
@@ -39,10 +40,10 @@ func cacheSecret(obj any) (any, error) {
 	if !ok || !isLeafCertificateSecret(s) {
 		return obj, nil
 	}
-	for _, k := range derivedKeys {
+	for k, digestKey := range derivedKeys {
 		if v, ok := s.Data[k]; ok {
 			sum := sha256.Sum256(v)
-			s.Data[digestKey(k)] = sum[:]
+			s.Data[digestKey] = sum[:]
 			delete(s.Data, k)
 		}
 	}
@@ -69,7 +70,7 @@ func sameData(have, want map[string][]byte) bool {
 			}
 			continue
 		}
-		digest, ok := have[digestKey(k)]
+		digest, ok := have[derivedKeys[k]]
 		if sum := sha256.Sum256(v); !ok || !bytes.Equal(digest, sum[:]) {
 			return false
 		}

@@ -62,7 +62,7 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 		t.Errorf("the certificate and key changed: %q, %q", cached.Data["tls.crt"], cached.Data["tls.key"])
 	}
 	for _, k := range []string{"ca.crt", "kubeconfig"} {
-		if _, ok := cached.Data[k]; ok || len(cached.Data[digestKey(k)]) != sha256.Size {
+		if _, ok := cached.Data[k]; ok || len(cached.Data["sha256:"+k]) != sha256.Size {
 			t.Errorf("cached data = %q, want %s as its digest only", cached.Data, k)
 		}
 	}
