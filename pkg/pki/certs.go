@@ -204,7 +204,26 @@ func (kp *KeyPair) Issue(tmpl LeafTemplate, pub crypto.PublicKey, now time.Time)
 		BasicConstraintsValid: true,
 		SubjectKeyId:          ski,
 	}
-	return createCertificate(template, kp.Cert, pub, kp.Key)
+	cert, err := createCertificate(template, kp.Cert, pub, kp.Key)
+	if err != nil {
+		return nil, err
+	}
+	if mayCertify(kp.Cert) {
+		// CreateCertificate checked that kp.Key is the key of kp.Cert and
+		// that the signature it made verifies, so SignedBy need not check
+		// it again when the certificate comes back from the API server.
+		signatureVerdicts.add(Digest(cert.Raw, kp.Cert.Raw), true)
+	}
+	return cert, nil
+}
+
+// mayCertify reports whether CheckSignatureFrom accepts ca as an issuer
+// whatever the signature: a CA certificate whose key usage, if it has one,
+// allows signing certificates, with a public key of a known algorithm.
+func mayCertify(ca *x509.Certificate) bool {
+	return ca.BasicConstraintsValid && ca.IsCA &&
+		(ca.KeyUsage == 0 || ca.KeyUsage&x509.KeyUsageCertSign != 0) &&
+		ca.PublicKeyAlgorithm != x509.UnknownPublicKeyAlgorithm
 }
 
 // IssueKeyPair generates a key of the given algorithm and issues a leaf
@@ -329,7 +348,8 @@ func Verify(cert *x509.Certificate, roots Bundle, usage x509.ExtKeyUsage, now ti
 // key as its authority and the CA's signature on it checks. The signature's
 // verdict is remembered by the Digest of both certificates: the operator asks it
 // of the same unchanged certificates on every reconcile, and hashing them
-// costs a fraction of checking an ECDSA or RSA signature.
+// costs a fraction of checking an ECDSA or RSA signature. A certificate
+// Issue made is remembered as signed from the start.
 func SignedBy(cert, ca *x509.Certificate) bool {
 	if !bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId) {
 		return false

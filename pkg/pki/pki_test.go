@@ -6,7 +6,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net"
 	"slices"
 	"strings"
@@ -457,6 +459,46 @@ func TestSignedBy(t *testing.T) {
 		if got := SignedBy(tt.leaf, tt.ca); got != tt.want {
 			t.Errorf("%s: SignedBy = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestIssueRemembersItsSignature: a certificate Issue made is known to
+// SignedBy without a second check of its signature, unless the issuer is a
+// certificate CheckSignatureFrom would refuse as a CA whatever the
+// signature: then SignedBy still says no.
+func TestIssueRemembersItsSignature(t *testing.T) {
+	tmpl := LeafTemplate{CommonName: "leaf", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}
+	ca := testCA(t, ECDSAP256, 24*time.Hour)
+	leaf, err := ca.Issue(tmpl, testKey(t, ECDSAP256).Public(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if verdict, ok := signatureVerdicts.get(Digest(leaf.Raw, ca.Cert.Raw)); !ok || !verdict {
+		t.Errorf("the verdict on a certificate just issued is %v (remembered: %v), want true", verdict, ok)
+	}
+
+	// A CA certificate that may not sign certificates (no keyCertSign).
+	key := testKey(t, ECDSAP256)
+	noCertSign := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "no-cert-sign"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, noCertSign, noCertSign, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := &KeyPair{Cert: parsed, Key: key}
+	leaf, err = issuer.Issue(tmpl, testKey(t, ECDSAP256).Public(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if SignedBy(leaf, issuer.Cert) {
+		t.Error("SignedBy accepts a certificate issued by a CA whose key usage forbids signing certificates")
 	}
 }
 
