@@ -122,11 +122,14 @@ func startWebhook() {
 // never finishes deleting the namespaces of earlier specs) and counts every
 // write in writes.
 func startControllers(namespace string, writes *atomic.Int64) ctrl.Manager {
-	return startControllersWith(namespace, writes, nil)
+	mgr, _ := startControllersWith(namespace, writes, nil)
+	return mgr
 }
 
-// startControllersWith is startControllers with the options changed by change.
-func startControllersWith(namespace string, writes *atomic.Int64, change func(*operator.Options)) ctrl.Manager {
+// startControllersWith is startControllers with the options changed by
+// change. It also returns a function that stops the manager before the spec
+// ends.
+func startControllersWith(namespace string, writes *atomic.Int64, change func(*operator.Options)) (ctrl.Manager, func()) {
 	mgrOpts := operator.ManagerOptions()
 	mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	mgrOpts.Metrics = metricsserver.Options{BindAddress: "0"}
@@ -156,11 +159,12 @@ func startControllersWith(namespace string, writes *atomic.Int64, change func(*o
 		defer close(done)
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
-	DeferCleanup(func() {
+	stop := func() {
 		cancel()
 		Eventually(done).Should(BeClosed())
-	})
-	return mgr
+	}
+	DeferCleanup(stop)
+	return mgr, stop
 }
 
 // newNamespace creates a namespace for one spec and deletes it afterwards.
