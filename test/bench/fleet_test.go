@@ -58,7 +58,8 @@ import (
 // environment (GOMEMLIMIT=460MiB, say). With FLEET_PROFILE_DIR set, it writes there
 // the manager's CPU profile of the first createProfileWindow of the
 // Clusters' creation (create.cpu.pprof), of the idle window (idle.cpu.pprof), and its heap
-// profile once all are Completed (completed.heap.pprof), read through
+// profiles once half the Clusters are Prepared (preparing.heap.pprof) and
+// once all are Completed (completed.heap.pprof), read through
 // --pprof-bind-address. `make bench-fleet` runs it; the figures are in
 // docs/development.md.
 func BenchmarkFleet(b *testing.B) {
@@ -156,8 +157,20 @@ func BenchmarkFleet(b *testing.B) {
 		preparing := markNow()
 		writesBefore, apiCPUBefore, start = preparing.writes, apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
-		f.waitFor(b, ctx, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
+		prepared := func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared }
+		var halfway errgroup.Group
+		if profiles != "" {
+			// The peak is in the rotations: what is live halfway through one.
+			halfway.Go(func() error {
+				if err := f.waitForSome(ctx, n/2, prepared); err != nil {
+					return err
+				}
+				return proc.profile("heap", filepath.Join(profiles, "preparing.heap.pprof"))
+			})
+		}
+		f.waitFor(b, ctx, prepared)
 		toPrepared, preparingWrites, preparingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
+		check(b, halfway.Wait())
 		step("start→Prepared", preparing)
 		finalizing := markNow()
 		writesBefore, apiCPUBefore, start = finalizing.writes, apiserver.cpu(b), time.Now()
@@ -315,7 +328,12 @@ func (f *fleet) each(b *testing.B, do func(i int) error) {
 // waitFor looks at the cached Clusters until every one satisfies done.
 func (f *fleet) waitFor(b *testing.B, ctx context.Context, done func(*v1alpha1.Cluster) bool) {
 	b.Helper()
-	check(b, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+	check(b, f.waitForSome(ctx, f.n, done))
+}
+
+// waitForSome waits until at least want Clusters are done.
+func (f *fleet) waitForSome(ctx context.Context, want int, done func(*v1alpha1.Cluster) bool) error {
+	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.ClusterList
 		if err := f.cache.List(ctx, &list, client.InNamespace(f.ns)); err != nil {
 			return false, err
@@ -326,8 +344,8 @@ func (f *fleet) waitFor(b *testing.B, ctx context.Context, done func(*v1alpha1.C
 				count++
 			}
 		}
-		return count == f.n, nil
-	}))
+		return count >= want, nil
+	})
 }
 
 // management is a benchmark's management cluster: one envtest API server
