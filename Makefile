@@ -39,6 +39,7 @@ BENCH_TIME ?= 1s
 # `make fuzz` fuzzes each for FUZZ_TIME; both fail when this list and the Fuzz functions differ.
 FUZZ_TARGETS := \
 	apis/carousel/v1alpha1:FuzzParseOperation \
+	pkg/auditwebhook:FuzzDecodingMatchesTheAuditTypes \
 	pkg/campaign:FuzzPlan \
 	pkg/controller/workerrollout:FuzzPlanReplace \
 	pkg/controller/workerrollout:FuzzRolloutTime \
@@ -220,8 +221,8 @@ bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt
 # FLEET_CAMPAIGN_MAX_CONCURRENT (100%) the waves of the RotationCampaign that rotates the fleet a second time;
 # FLEET_MANAGER_FLAGS adds flags to the manager's (for example --cluster-concurrency=1), FLEET_MANAGER_ENV variables to its
 # environment (for example GOMEMLIMIT=460MiB); FLEET_PROFILE_DIR, if set, gets
-# the manager's CPU profiles of the fleet's first 20 s and of the idle window, and its heap profile at the end
-# (go tool pprof reads them).
+# the manager's CPU profiles of the fleet's first 20 s and of the idle window, and its heap profiles halfway
+# through the first rotation and at the end (go tool pprof reads them).
 .PHONY: bench-fleet
 bench-fleet: envtest build ## One manager and a fleet of Clusters: time to Ready, CPU per Cluster, idle writes and CPU, a rotation of all, peak RSS (bin/bench-fleet.txt).
 	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 60m ./test/bench/ | tee $(BIN)/bench-fleet.txt

@@ -4,8 +4,9 @@
 // records which client certificates they saw in use: the input of the
 // old-CA usage gate (package oldca).
 //
-// Every replica of the manager serves it on the webhook server. A batch is
-// decoded with k8s.io/apiserver's audit types, reduced to the client
+// Every replica of the manager serves it on the webhook server. Of a batch,
+// only the fields of k8s.io/apiserver's audit types that say who made each
+// request and when are decoded (eventList); they are reduced to the client
 // certificates it shows (user and X509SHA256 credential ID), and merged
 // into the Cluster's usage ConfigMap, which is written at once when a
 // certificate is new or was seen a minute or more after it was last
@@ -13,6 +14,7 @@
 package auditwebhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/hex"
@@ -53,6 +55,22 @@ const DataKeyToken = "token"
 // maxBatchBytes bounds a request's body; the API server's default batch
 // (400 events) is well below it.
 const maxBatchBytes = 16 << 20
+
+// bodies holds the buffers batches are read into: every managed API server
+// sends one every few seconds, and json.Unmarshal copies what it keeps. A
+// json.Decoder grew a new buffer for each batch: a batch of 400 allocated
+// 1.6 MiB where it now allocates 0.6 MiB, and took 22% longer
+// (BenchmarkReceiveBatch).
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putBody returns a buffer to bodies, unless an uncommonly large batch grew
+// it: the pool would keep it between collections.
+func putBody(b *bytes.Buffer) {
+	if b.Cap() <= 4<<20 {
+		b.Reset()
+		bodies.Put(b)
+	}
+}
 
 // x509CredentialPrefix starts the credential ID of a client certificate.
 const x509CredentialPrefix = "X509SHA256="
@@ -114,14 +132,19 @@ func (r *Receiver) serve(req *http.Request) (int, string) {
 	if code, msg := r.authenticate(ctx, key, req.Header.Get("Authorization")); code != http.StatusOK {
 		return code, msg
 	}
-	var batch auditv1.EventList
-	if err := json.NewDecoder(http.MaxBytesReader(nil, req.Body, maxBatchBytes)).Decode(&batch); err != nil {
+	body := bodies.Get().(*bytes.Buffer)
+	defer putBody(body)
+	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, maxBatchBytes)); err != nil {
+		return http.StatusBadRequest, "reading the audit events: " + err.Error()
+	}
+	var batch eventList
+	if err := json.Unmarshal(body.Bytes(), &batch); err != nil {
 		return http.StatusBadRequest, "decoding the audit events: " + err.Error()
 	}
 	if gv := auditv1.SchemeGroupVersion.String(); batch.APIVersion != gv || batch.Kind != "EventList" {
 		return http.StatusBadRequest, fmt.Sprintf("expected an EventList of %s, got a %s of %s", gv, batch.Kind, batch.APIVersion)
 	}
-	seen := Credentials(batch.Items)
+	seen := credentialsIn(batch.Items)
 	if len(seen) == 0 {
 		return http.StatusOK, ""
 	}
@@ -155,9 +178,33 @@ func (r *Receiver) authenticate(ctx context.Context, key client.ObjectKey, heade
 	return http.StatusOK, ""
 }
 
-// Credentials are the client certificates events show in use, one per user
+// eventList is what the receiver reads of an audit.k8s.io/v1 EventList:
+// its type and, of each event, the fields of auditEvent, under the JSON names
+// of auditv1.EventList (FuzzDecodingMatchesTheAuditTypes). The rest of each
+// event (its request URI, object reference, source IPs, user agent, groups,
+// response status, annotations) is skipped, not allocated: a batch of 400
+// takes 27% less time and 31% less memory than as an auditv1.EventList
+// (BenchmarkReceiveBatch). Each managed API server sends an event for every
+// request it serves.
+type eventList struct {
+	metav1.TypeMeta `json:",inline"`
+	Items           []auditEvent `json:"items"`
+}
+
+// auditEvent is what the receiver reads of an audit event: who made the request,
+// and when it was received and reached the event's stage.
+type auditEvent struct {
+	User struct {
+		Username string              `json:"username"`
+		Extra    map[string][]string `json:"extra"`
+	} `json:"user"`
+	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
+	StageTimestamp           metav1.MicroTime `json:"stageTimestamp"`
+}
+
+// credentialsIn are the client certificates events show in use, one per user
 // and fingerprint, with the first and last time each request was received.
-func Credentials(events []auditv1.Event) []oldca.Credential {
+func credentialsIn(events []auditEvent) []oldca.Credential {
 	type id struct{ user, fingerprint string }
 	byID := map[id]*oldca.Credential{}
 	var out []*oldca.Credential

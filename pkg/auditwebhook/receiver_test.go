@@ -52,6 +52,17 @@ func batch(events ...auditv1.Event) []byte {
 	return data
 }
 
+// credentialsOf decodes events as the receiver does a batch of them and
+// returns the client certificates they show in use.
+func credentialsOf(t testing.TB, events ...auditv1.Event) []oldca.Credential {
+	t.Helper()
+	var list eventList
+	if err := json.Unmarshal(batch(events...), &list); err != nil {
+		t.Fatal(err)
+	}
+	return credentialsIn(list.Items)
+}
+
 type setup struct {
 	receiver *Receiver
 	client   client.Client
@@ -59,7 +70,7 @@ type setup struct {
 	clock    *clocktesting.FakeClock
 }
 
-func newSetup(t *testing.T) setup {
+func newSetup(t testing.TB) setup {
 	t.Helper()
 	cluster := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod", UID: "uid-prod"}}
 	secret := func(cl, token string) *corev1.Secret {
@@ -122,6 +133,8 @@ func TestTheReceiverRefuses(t *testing.T) {
 		{name: "another Cluster's token", path: "/audit/team-a/prod", token: "other", body: good, code: http.StatusUnauthorized},
 		{name: "a Cluster without a Secret", path: "/audit/team-a/ghost", token: "s3cret", body: good, code: http.StatusUnauthorized},
 		{name: "a body that is not JSON", path: "/audit/team-a/prod", token: "s3cret", body: []byte("{"), code: http.StatusBadRequest},
+		{name: "a body larger than a batch may be", path: "/audit/team-a/prod", token: "s3cret", body: bytes.Repeat([]byte(" "), maxBatchBytes+1),
+			code: http.StatusBadRequest, message: "request body too large"},
 		{name: "an object that is not an EventList", path: "/audit/team-a/prod", token: "s3cret", body: []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`),
 			code: http.StatusBadRequest, message: "expected an EventList of audit.k8s.io/v1"},
 	} {
@@ -150,7 +163,7 @@ func TestCredentials(t *testing.T) {
 	watch := event("operator", "X509SHA256="+fp("ee"), t0)
 	watch.StageTimestamp = metav1.NewMicroTime(t0.Add(40 * time.Minute)) // a watch that ran for 40 minutes
 	odd := event("bad\x1b[31mname", "X509SHA256="+fp("dd"), t0)
-	got := Credentials([]auditv1.Event{watch, odd, event("x", "X509SHA256=zz", t0), event("long", "X509SHA256="+fp("ab"), t0)})
+	got := credentialsOf(t, watch, odd, event("x", "X509SHA256=zz", t0), event("long", "X509SHA256="+fp("ab"), t0))
 	if len(got) != 3 {
 		t.Fatalf("got %+v, want the watch, the odd name and the long one (a malformed fingerprint dropped)", got)
 	}
@@ -161,7 +174,7 @@ func TestCredentials(t *testing.T) {
 		t.Errorf("control characters kept in %q", got[1].User)
 	}
 	long := event(strings.Repeat("é", 200), "X509SHA256="+fp("ab"), t0)
-	if name := Credentials([]auditv1.Event{long})[0].User; len(name) > maxUserName || !utf8.ValidString(name) {
+	if name := credentialsOf(t, long)[0].User; len(name) > maxUserName || !utf8.ValidString(name) {
 		t.Errorf("a long user name kept as %d bytes, valid UTF-8 %v", len(name), utf8.ValidString(name))
 	}
 }

@@ -1,0 +1,50 @@
+package auditwebhook
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+)
+
+// FuzzDecodingMatchesTheAuditTypes: whatever body decodes as an
+// auditv1.EventList decodes as the receiver's eventList too, to the same
+// type and the same client certificates in use.
+func FuzzDecodingMatchesTheAuditTypes(f *testing.F) {
+	watch := event("operator", "X509SHA256="+fp("ee"), t0)
+	watch.StageTimestamp.Time = t0.Add(40 * time.Minute)
+	f.Add(batch(event("ci", "X509SHA256="+fp("ab"), t0), watch, event("pod", "JTI=1234", t0), event("", "X509SHA256="+fp("cd"), t0)))
+	f.Add([]byte(`{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[{"user":{"username":"a","extra":{"authentication.kubernetes.io/credential-id":["X509SHA256=` +
+		fp("01") + `","X509SHA256=` + fp("02") + `"]}},"stageTimestamp":"2026-11-26T12:00:00.000001Z","objectRef":{"resource":"pods"}}]}`))
+	f.Add([]byte(`{"items":[{"USER":{"UserName":"b","Extra":{"Authentication.Kubernetes.io/Credential-ID":["X509SHA256=` + fp("03") + `"]}}}]}`))
+	f.Add([]byte(`{"items":[{"user":null},{"user":{"extra":null}},{"requestReceivedTimestamp":null}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var full auditv1.EventList
+		if json.Unmarshal(body, &full) != nil {
+			return
+		}
+		var lean eventList
+		if err := json.Unmarshal(body, &lean); err != nil {
+			t.Fatalf("an EventList the audit types decode is refused: %v", err)
+		}
+		if lean.TypeMeta != full.TypeMeta {
+			t.Fatalf("type %+v, the audit types read %+v", lean.TypeMeta, full.TypeMeta)
+		}
+		fromFull := make([]auditEvent, len(full.Items))
+		for i, e := range full.Items {
+			fromFull[i].User.Username = e.User.Username
+			if e.User.Extra != nil {
+				fromFull[i].User.Extra = map[string][]string{}
+				for k, v := range e.User.Extra {
+					fromFull[i].User.Extra[k] = v
+				}
+			}
+			fromFull[i].RequestReceivedTimestamp, fromFull[i].StageTimestamp = e.RequestReceivedTimestamp, e.StageTimestamp
+		}
+		if got, want := credentialsIn(lean.Items), credentialsIn(fromFull); !reflect.DeepEqual(got, want) {
+			t.Fatalf("client certificates %+v, from the audit types %+v", got, want)
+		}
+	})
+}
