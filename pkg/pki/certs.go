@@ -204,30 +204,14 @@ func (kp *KeyPair) Issue(tmpl LeafTemplate, pub crypto.PublicKey, now time.Time)
 		BasicConstraintsValid: true,
 		SubjectKeyId:          ski,
 	}
-	cert, err := createCertificate(template, kp.Cert, pub, kp.Key)
-	if err != nil {
-		return nil, err
-	}
-	if mayCertify(kp.Cert) {
-		// CreateCertificate checked that kp.Key is the key of kp.Cert and
-		// that the signature it made verifies, so SignedBy need not check
-		// it again when the certificate comes back from the API server.
-		signatureVerdicts.add(Digest(cert.Raw, kp.Cert.Raw), true)
-	}
-	return cert, nil
-}
-
-// mayCertify reports whether CheckSignatureFrom accepts ca as an issuer
-// whatever the signature: a CA certificate whose key usage, if it has one,
-// allows signing certificates, with a public key of a known algorithm.
-func mayCertify(ca *x509.Certificate) bool {
-	return ca.BasicConstraintsValid && ca.IsCA &&
-		(ca.KeyUsage == 0 || ca.KeyUsage&x509.KeyUsageCertSign != 0) &&
-		ca.PublicKeyAlgorithm != x509.UnknownPublicKeyAlgorithm
+	return createCertificate(template, kp.Cert, pub, kp.Key)
 }
 
 // IssueKeyPair generates a key of the given algorithm and issues a leaf
-// certificate for it.
+// certificate for it. The operator keeps the pairs it issues and asks
+// SignedBy of them at every reconcile, so the verdict on the new
+// certificate is remembered from the start (not so for Issue, whose
+// certificates, a kubelet's for one, are not asked about).
 func (kp *KeyPair) IssueKeyPair(tmpl LeafTemplate, alg KeyAlgorithm, now time.Time) (*KeyPair, error) {
 	key, err := GenerateKey(alg)
 	if err != nil {
@@ -237,7 +221,23 @@ func (kp *KeyPair) IssueKeyPair(tmpl LeafTemplate, alg KeyAlgorithm, now time.Ti
 	if err != nil {
 		return nil, err
 	}
+	if mayCertify(kp.Cert) {
+		// CreateCertificate checked that kp.Key is the key of kp.Cert's
+		// public key and that the signature it made verifies with it.
+		signatureVerdicts.add(Digest(cert.Raw, kp.Cert.Raw), true)
+	}
 	return &KeyPair{Cert: cert, Key: key}, nil
+}
+
+// mayCertify reports whether CheckSignatureFrom accepts ca as an issuer
+// whatever the signature: a parsed CA certificate (with its DER and public
+// key) whose key usage, if it has one, allows signing certificates, with a
+// public key of a known algorithm.
+func mayCertify(ca *x509.Certificate) bool {
+	return len(ca.Raw) > 0 && ca.PublicKey != nil &&
+		ca.BasicConstraintsValid && ca.IsCA &&
+		(ca.KeyUsage == 0 || ca.KeyUsage&x509.KeyUsageCertSign != 0) &&
+		ca.PublicKeyAlgorithm != x509.UnknownPublicKeyAlgorithm
 }
 
 func createCertificate(template, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) (*x509.Certificate, error) {
@@ -349,7 +349,7 @@ func Verify(cert *x509.Certificate, roots Bundle, usage x509.ExtKeyUsage, now ti
 // verdict is remembered by the Digest of both certificates: the operator asks it
 // of the same unchanged certificates on every reconcile, and hashing them
 // costs a fraction of checking an ECDSA or RSA signature. A certificate
-// Issue made is remembered as signed from the start.
+// IssueKeyPair made is remembered as signed from the start.
 func SignedBy(cert, ca *x509.Certificate) bool {
 	if !bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId) {
 		return false

@@ -429,10 +429,16 @@ func TestSignedBy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := ca.IssueKeyPair(LeafTemplate{CommonName: "leaf", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, ECDSAP256, now)
+	// Issue, not IssueKeyPair: SignedBy checks this one's signature itself.
+	leafKey, err := GenerateKey(ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
+	leafCert, err := ca.Issue(LeafTemplate{CommonName: "leaf", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, leafKey.Public(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &KeyPair{Cert: leafCert, Key: leafKey}
 	// Same key identifier as ca, but another key: only the signature tells them apart.
 	impostor := *other.Cert
 	impostor.SubjectKeyId = ca.Cert.SubjectKeyId
@@ -462,19 +468,31 @@ func TestSignedBy(t *testing.T) {
 	}
 }
 
-// TestIssueRemembersItsSignature: a certificate Issue made is known to
-// SignedBy without a second check of its signature, unless the issuer is a
-// certificate CheckSignatureFrom would refuse as a CA whatever the
-// signature: then SignedBy still says no.
-func TestIssueRemembersItsSignature(t *testing.T) {
+// TestIssueKeyPairRemembersItsSignature: a certificate IssueKeyPair made is
+// known to SignedBy without a second check of its signature, unless the
+// issuer is a certificate CheckSignatureFrom would refuse as a CA whatever
+// the signature: then SignedBy still says no. Issue's certificates (a
+// kubelet's) are not remembered: SignedBy is not asked about them.
+func TestIssueKeyPairRemembersItsSignature(t *testing.T) {
 	tmpl := LeafTemplate{CommonName: "leaf", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}
+	remembered := func(cert, ca *x509.Certificate) bool {
+		verdict, ok := signatureVerdicts.get(Digest(cert.Raw, ca.Raw))
+		return ok && verdict
+	}
 	ca := testCA(t, ECDSAP256, 24*time.Hour)
-	leaf, err := ca.Issue(tmpl, testKey(t, ECDSAP256).Public(), now)
+	leaf, err := ca.IssueKeyPair(tmpl, ECDSAP256, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if verdict, ok := signatureVerdicts.get(Digest(leaf.Raw, ca.Cert.Raw)); !ok || !verdict {
-		t.Errorf("the verdict on a certificate just issued is %v (remembered: %v), want true", verdict, ok)
+	if !remembered(leaf.Cert, ca.Cert) {
+		t.Error("the verdict on a certificate IssueKeyPair just made is not remembered")
+	}
+	kubelet, err := ca.Issue(tmpl, testKey(t, ECDSAP256).Public(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if remembered(kubelet, ca.Cert) {
+		t.Error("the verdict on a certificate Issue made for another's key is remembered")
 	}
 
 	// A CA certificate that may not sign certificates (no keyCertSign).
@@ -493,12 +511,27 @@ func TestIssueRemembersItsSignature(t *testing.T) {
 		t.Fatal(err)
 	}
 	issuer := &KeyPair{Cert: parsed, Key: key}
-	leaf, err = issuer.Issue(tmpl, testKey(t, ECDSAP256).Public(), now)
+	leaf, err = issuer.IssueKeyPair(tmpl, ECDSAP256, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if SignedBy(leaf, issuer.Cert) {
+	if SignedBy(leaf.Cert, issuer.Cert) {
 		t.Error("SignedBy accepts a certificate issued by a CA whose key usage forbids signing certificates")
+	}
+
+	// A CA certificate never parsed: no DER to remember it by, no public key
+	// that CreateCertificate would have compared with the signer's.
+	unparsed := &KeyPair{Cert: &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "unparsed"}, SubjectKeyId: []byte{1, 2, 3},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), PublicKeyAlgorithm: x509.ECDSA,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+	}, Key: key}
+	leaf, err = unparsed.IssueKeyPair(tmpl, ECDSAP256, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if remembered(leaf.Cert, unparsed.Cert) {
+		t.Error("the verdict on a certificate issued by a CA never parsed is remembered")
 	}
 }
 
