@@ -158,11 +158,13 @@ func BenchmarkFleet(b *testing.B) {
 		writesBefore, apiCPUBefore, start = preparing.writes, apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
 		prepared := func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared }
-		var halfway errgroup.Group
+		halfwayCtx, stopHalfway := context.WithCancel(ctx)
+		defer stopHalfway() // a Fatal in waitFor leaves it waiting otherwise
+		halfway, halfwayCtx := errgroup.WithContext(halfwayCtx)
 		if profiles != "" {
 			// The peak is in the rotations: what is live halfway through one.
 			halfway.Go(func() error {
-				if err := f.waitForSome(ctx, n/2, prepared); err != nil {
+				if err := f.waitForSome(halfwayCtx, (n+1)/2, prepared); err != nil {
 					return err
 				}
 				return proc.profile("heap", filepath.Join(profiles, "preparing.heap.pprof"))
