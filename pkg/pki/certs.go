@@ -222,8 +222,8 @@ func (kp *KeyPair) IssueKeyPair(tmpl LeafTemplate, alg KeyAlgorithm, now time.Ti
 		return nil, err
 	}
 	if mayCertify(kp.Cert) {
-		// CreateCertificate checked that kp.Key is the key of kp.Cert's
-		// public key and that the signature it made verifies with it.
+		// CreateCertificate checked that kp.Key matches kp.Cert's public
+		// key and that the signature it made verifies with it.
 		signatureVerdicts.add(Digest(cert.Raw, kp.Cert.Raw), true)
 	}
 	return &KeyPair{Cert: cert, Key: key}, nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -56,7 +57,10 @@ users: [{name: api-server, user: {}}]
 contexts: [{name: default, context: {cluster: refusing, user: api-server}}]
 current-context: default
 `), 0o600)).To(Succeed())
-		env := &envtest.Environment{}
+		// In blocking mode every request the API server makes of itself while
+		// it starts waits for the refused webhook and its retries: beside the
+		// e2e lane on two cores that took more than envtest's 20 s once.
+		env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute}
 		Expect(framework.DieWithTestProcess(env, os.Getenv("KUBEBUILDER_ASSETS"), dir)).To(Succeed())
 		env.ControlPlane.GetAPIServer().Configure().
 			Set("audit-policy-file", policy).
