@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -52,19 +51,9 @@ func clusterReconciles(results ...string) float64 {
 	families, err := metrics.Registry.Gather()
 	Expect(err).NotTo(HaveOccurred())
 	var total float64
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["controller"] == clustercontroller.ControllerName && slices.Contains(results, labels["result"]) {
-				total += m.GetCounter().GetValue()
-			}
-		}
+	for _, result := range results {
+		labels := map[string]string{"controller": clustercontroller.ControllerName, "result": result}
+		total += max(0, metricValue(families, "controller_runtime_reconcile_total", labels)) // -1: no such series yet
 	}
 	return total
 }
