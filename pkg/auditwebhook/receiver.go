@@ -10,7 +10,10 @@
 // certificates it shows (user and X509SHA256 credential ID), and merged
 // into the Cluster's usage ConfigMap, which is written at once when a
 // certificate is new or was seen a minute or more after it was last
-// recorded, and otherwise a minute later, once for all of them.
+// recorded, and otherwise a minute later, once for all of them. A replica
+// reads and records a bounded number of batches at once, of each Cluster and
+// of all (MaxBatchesInFlightPerCluster, MaxBatchesInFlight), and answers
+// the rest 429, which the API server sends again.
 package auditwebhook
 
 import (
@@ -72,6 +75,22 @@ func putBody(b *bytes.Buffer) {
 	}
 }
 
+// The batches a replica reads and records at once are bounded: one Cluster's
+// by MaxBatchesInFlightPerCluster, all of them by MaxBatchesInFlight. A
+// holder of one Cluster's token can then take neither the memory (a batch is
+// read whole, up to maxBatchBytes) nor the turns of the rest of the fleet. A
+// batch beyond either bound is answered 429 Too Many Requests, which the API
+// server's webhook backend sends again after its backoff
+// (--audit-webhook-initial-backoff). An API server sends a batch at a time
+// unless its answers lag; one with three replicas, three.
+const (
+	MaxBatchesInFlightPerCluster = 4
+	MaxBatchesInFlight           = 32
+)
+
+// retryAfter is the Retry-After of a batch refused for the bounds, in seconds.
+const retryAfter = "1"
+
 // x509CredentialPrefix starts the credential ID of a client certificate.
 const x509CredentialPrefix = "X509SHA256="
 
@@ -96,6 +115,40 @@ type Receiver struct {
 	// left to write, so a fleet whose Clusters come and go does not fill it.
 	mu     sync.Mutex
 	states map[client.ObjectKey]*clusterState
+
+	inFlight batchesInFlight
+}
+
+// batchesInFlight counts the batches being read and recorded, by Cluster.
+type batchesInFlight struct {
+	mu        sync.Mutex
+	total     int
+	byCluster map[client.ObjectKey]int
+}
+
+// admit counts a batch of key's in, unless that would exceed a bound.
+func (b *batchesInFlight) admit(key client.ObjectKey) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.total >= MaxBatchesInFlight || b.byCluster[key] >= MaxBatchesInFlightPerCluster {
+		return false
+	}
+	if b.byCluster == nil {
+		b.byCluster = map[client.ObjectKey]int{}
+	}
+	b.total++
+	b.byCluster[key]++
+	return true
+}
+
+// done counts an admitted batch of key's out.
+func (b *batchesInFlight) done(key client.ObjectKey) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total--
+	if b.byCluster[key]--; b.byCluster[key] == 0 {
+		delete(b.byCluster, key)
+	}
 }
 
 // NewRequestsCounter is the receiver's request counter, by HTTP status code.
@@ -111,6 +164,9 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	code, msg := r.serve(req)
 	if r.Requests != nil {
 		r.Requests.WithLabelValues(fmt.Sprint(code)).Inc()
+	}
+	if code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	if code != http.StatusOK {
 		http.Error(w, msg, code)
@@ -132,6 +188,10 @@ func (r *Receiver) serve(req *http.Request) (int, string) {
 	if code, msg := r.authenticate(ctx, key, req.Header.Get("Authorization")); code != http.StatusOK {
 		return code, msg
 	}
+	if !r.inFlight.admit(key) {
+		return http.StatusTooManyRequests, "too many batches of this Cluster, or of all Clusters, at once; send it again"
+	}
+	defer r.inFlight.done(key)
 	body := bodies.Get().(*bytes.Buffer)
 	defer putBody(body)
 	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, maxBatchBytes)); err != nil {

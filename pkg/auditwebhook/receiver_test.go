@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,6 +102,17 @@ func (s setup) post(body []byte) *httptest.ResponseRecorder {
 	return w
 }
 
+// postUntilAdmitted posts a batch again while it is refused for the batches in
+// flight, as the API server's webhook backend does.
+func (s setup) postUntilAdmitted(body []byte) *httptest.ResponseRecorder {
+	for {
+		if w := s.post(body); w.Code != http.StatusTooManyRequests {
+			return w
+		}
+		runtime.Gosched()
+	}
+}
+
 func (s setup) usage(t *testing.T) *oldca.Usage {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
@@ -156,6 +169,102 @@ func TestTheReceiverRefuses(t *testing.T) {
 	}
 	if s.writes.Load() != 0 {
 		t.Fatalf("a refused request wrote %d objects", s.writes.Load())
+	}
+}
+
+// heldBatch is a batch the receiver has admitted and is still reading: its
+// body comes through a pipe, which finish completes.
+type heldBatch struct {
+	body   *io.PipeWriter
+	answer chan *httptest.ResponseRecorder
+}
+
+// holdBatch sends a batch to cluster's path with token, and returns once the
+// receiver reads its body.
+func (s setup) holdBatch(t *testing.T, cluster, token string) heldBatch {
+	t.Helper()
+	r, w := io.Pipe()
+	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/"+cluster, r)
+	req.Header.Set("Authorization", "Bearer "+token)
+	h := heldBatch{body: w, answer: make(chan *httptest.ResponseRecorder, 1)}
+	go func() {
+		rec := httptest.NewRecorder()
+		s.receiver.ServeHTTP(rec, req)
+		_ = r.Close() // a refused batch's body is not read
+		h.answer <- rec
+	}()
+	// A pipe's write returns once the receiver has read it, or fails once
+	// the receiver has answered without reading.
+	if _, err := w.Write([]byte(" ")); err != nil {
+		rec := <-h.answer
+		t.Fatalf("a batch of %s was answered %d %q before its body was read", cluster, rec.Code, rec.Body.String())
+	}
+	return h
+}
+
+// finish sends the batch and returns the receiver's answer.
+func (h heldBatch) finish(rest []byte) *httptest.ResponseRecorder {
+	_, _ = h.body.Write(rest)
+	_ = h.body.Close()
+	return <-h.answer
+}
+
+func TestTheReceiverBoundsTheBatchesInFlight(t *testing.T) {
+	s := newSetup(t)
+	good := batch(event("ci", "X509SHA256="+fp("ab"), t0))
+	expectRefused := func(w *httptest.ResponseRecorder, what string) {
+		t.Helper()
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+			t.Fatalf("%s: answered %d %q with Retry-After %q, want 429 with a Retry-After", what, w.Code, w.Body.String(), w.Header().Get("Retry-After"))
+		}
+	}
+	expectAccepted := func(w *httptest.ResponseRecorder, what string) {
+		t.Helper()
+		if w.Code != http.StatusOK {
+			t.Fatalf("%s: answered %d %q, want 200", what, w.Code, w.Body.String())
+		}
+	}
+
+	var prod []heldBatch
+	for range MaxBatchesInFlightPerCluster {
+		prod = append(prod, s.holdBatch(t, "prod", "s3cret"))
+	}
+	expectRefused(s.post(good), "a batch of a Cluster with as many in flight as it may have")
+	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/staging", bytes.NewReader(good))
+	req.Header.Set("Authorization", "Bearer other")
+	other := httptest.NewRecorder()
+	s.receiver.ServeHTTP(other, req)
+	if other.Code == http.StatusTooManyRequests {
+		t.Fatalf("another Cluster's batch was refused for prod's: %q", other.Body.String())
+	}
+	expectAccepted(prod[0].finish(good), "a batch in flight")
+	expectAccepted(s.post(good), "a batch of a Cluster that has one in flight fewer")
+
+	// The bound of all Clusters: as many Clusters as it takes, each with as
+	// many batches in flight as it may have.
+	held := prod[1:]
+	for i := 0; len(held) < MaxBatchesInFlight; i++ {
+		name, token := fmt.Sprintf("c%d", i), fmt.Sprintf("token-%d", i)
+		if err := s.client.Create(context.Background(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.AuditWebhookSecretName(name), Labels: map[string]string{v1alpha1.LabelCluster: name}},
+			Data:       map[string][]byte{DataKeyToken: []byte(token)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < MaxBatchesInFlightPerCluster && len(held) < MaxBatchesInFlight; j++ {
+			held = append(held, s.holdBatch(t, name, token))
+		}
+	}
+	req = httptest.NewRequest(http.MethodPost, "/audit/team-a/staging", bytes.NewReader(good))
+	req.Header.Set("Authorization", "Bearer other")
+	other = httptest.NewRecorder()
+	s.receiver.ServeHTTP(other, req)
+	expectRefused(other, "a batch of a Cluster with none in flight, while all Clusters have as many as they may")
+	for _, h := range held {
+		expectAccepted(h.finish(batch()), "a batch in flight")
+	}
+	if s.receiver.inFlight.total != 0 || len(s.receiver.inFlight.byCluster) != 0 {
+		t.Fatalf("with every batch answered, %d are counted in flight: %v", s.receiver.inFlight.total, s.receiver.inFlight.byCluster)
 	}
 }
 
@@ -285,8 +394,8 @@ func TestTheReceiverKeepsSightingsOfConcurrentBatches(t *testing.T) {
 	for round := 1; round <= 20; round++ {
 		var wg sync.WaitGroup
 		for i := range n {
-			wg.Go(func() { s.post(seen(i, time.Duration(round)*time.Second)) }) // left for later
-			wg.Go(func() { s.post(seen(100*round+i, 0)) })                      // new: written at once
+			wg.Go(func() { s.postUntilAdmitted(seen(i, time.Duration(round)*time.Second)) }) // left for later
+			wg.Go(func() { s.postUntilAdmitted(seen(100*round+i, 0)) })                      // new: written at once
 		}
 		wg.Wait()
 		s.clock.Step(time.Minute)

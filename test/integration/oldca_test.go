@@ -2,13 +2,17 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/auditwebhook"
@@ -48,6 +53,8 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		c     *v1alpha1.Cluster
 		key   client.ObjectKey
 		robot *rest.Config // signed from the old client CA by hand: Carousel issues this user nothing
+		// signed is a client certificate for user from the current client CA, by hand.
+		signed func(ctx context.Context, user string) *rest.Config
 		// issuedKubeconfigs is the record of the kubeconfigs kubectl carousel issued.
 		issuedKubeconfigs func(context.Context) []oldca.IssuedCertificate
 		alice             *rest.Config // what kubectl carousel kubeconfig signed before the rotation
@@ -121,8 +128,8 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		runControlPlane(ctx, c, cp)
 
 		By("signing two client certificates from the client CA outside Carousel's certificate Secrets")
-		clientCA := loadCAs(ctx, c)[v1alpha1.CARoleClient].Current
-		signed := func(user string) *rest.Config {
+		signed = func(ctx context.Context, user string) *rest.Config {
+			clientCA := loadCAs(ctx, c)[v1alpha1.CARoleClient].Current
 			kp, err := clientCA.IssueKeyPair(pki.LeafTemplate{CommonName: user, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour},
 				pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), time.Now())
 			Expect(err).NotTo(HaveOccurred())
@@ -130,7 +137,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred())
 			return &rest.Config{Host: cp.Endpoint(), TLSClientConfig: rest.TLSClientConfig{CertData: kp.CertPEM(), KeyData: keyPEM}}
 		}
-		robot, alice = signed("ci-robot"), signed("carousel:admin:alice")
+		robot, alice = signed(ctx, "ci-robot"), signed(ctx, "carousel:admin:alice")
 		Expect(use(ctx, alice)).To(Succeed()) // the robot's first request comes after the start
 
 		By("handing bob an admin kubeconfig with kubectl carousel, which records it")
@@ -139,7 +146,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		issued := issuedKubeconfigs(ctx)
 		Expect(issued).To(HaveLen(1))
 		Expect(issued[0].User).To(Equal("carousel:admin:bob"))
-		Expect(issued[0].Issuer).To(Equal(hex.EncodeToString(clientCA.Cert.SubjectKeyId)))
+		Expect(issued[0].Issuer).To(Equal(hex.EncodeToString(loadCAs(ctx, c)[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId)))
 		Expect(issued[0].NotAfter.Sub(issued[0].IssuedAt)).To(BeNumerically("~", time.Hour, 2*time.Second))
 	})
 
@@ -261,5 +268,85 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		Expect(usage(ctx)).To(BeNil())
 		Expect(meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionOldCAsUnused)).To(BeNil())
 		Eventually(func() error { return use(ctx, robot) }).Should(Satisfy(apierrors.IsUnauthorized))
+	})
+
+	It("refuses a Cluster's batches beyond its bound in flight, and records what the API server sends again", func(ctx SpecContext) {
+		secret := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.AuditWebhookSecretName(key.Name)}, secret)).To(Succeed())
+		kubeconfig, err := clientcmd.Load(secret.Data[v1alpha1.DataKeyKubeconfig])
+		Expect(err).NotTo(HaveOccurred())
+		url := kubeconfig.Clusters[kubeconfig.Contexts[kubeconfig.CurrentContext].Cluster].Server
+		roots := x509.NewCertPool()
+		Expect(roots.AppendCertsFromPEM(testEnv.WebhookInstallOptions.LocalServingCAData)).To(BeTrue())
+		webhook := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+		const emptyBatch = `{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[]}`
+		// send posts body as the API server does, and returns the answer's status.
+		send := func(body io.Reader) (int, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+			if err != nil {
+				return 0, err
+			}
+			req.Header.Set("Authorization", "Bearer "+string(secret.Data[auditwebhook.DataKeyToken]))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := webhook.Do(req)
+			if err != nil {
+				return 0, err
+			}
+			_ = resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+		refused := func() float64 {
+			families, err := metrics.Registry.Gather()
+			Expect(err).NotTo(HaveOccurred())
+			return max(0, metricValue(families, "carousel_audit_webhook_requests_total", map[string]string{"code": strconv.Itoa(http.StatusTooManyRequests)}))
+		}
+
+		By("holding as many batches of the Cluster in flight as the receiver admits: their bodies never end")
+		var held []*io.PipeWriter
+		answers := make(chan int, auditwebhook.MaxBatchesInFlightPerCluster)
+		for range auditwebhook.MaxBatchesInFlightPerCluster {
+			body, w := io.Pipe()
+			held = append(held, w)
+			go func() {
+				code, err := send(body)
+				if err != nil {
+					code = -1
+				}
+				answers <- code
+			}()
+			_, err := w.Write([]byte(" "))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Eventually(func() (int, error) { return send(strings.NewReader(emptyBatch)) }).
+			Should(Equal(http.StatusTooManyRequests), "a batch beyond the bound is refused")
+
+		By("using the API server as a new user meanwhile: its audit batches are refused too")
+		atUse := refused()
+		Expect(use(ctx, signed(ctx, "carousel:admin:carol"))).To(Succeed())
+		// The API server sends a batch within its batch max wait (a second)
+		// of an event, and a refused one again after its backoff (a second,
+		// then longer): two more refusals make it likely that carol's went
+		// out while the bound held.
+		Eventually(refused).WithTimeout(time.Minute).Should(BeNumerically(">=", atUse+2))
+
+		By("answering the held batches, after which the API server's next attempt is recorded")
+		for _, w := range held {
+			_, _ = w.Write([]byte(emptyBatch))
+			Expect(w.Close()).To(Succeed())
+		}
+		for range held {
+			Eventually(answers).Should(Receive(Equal(http.StatusOK)))
+		}
+		Eventually(func(g Gomega) {
+			cm := &corev1.ConfigMap{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm)).To(Succeed())
+			u, err := oldca.Parse(cm.Data[oldca.DataKey])
+			g.Expect(err).NotTo(HaveOccurred())
+			var users []string
+			for _, cred := range u.Credentials {
+				users = append(users, cred.User)
+			}
+			g.Expect(users).To(ContainElement("carousel:admin:carol"))
+		}).Should(Succeed())
 	})
 })
