@@ -70,7 +70,11 @@ var _ = Describe("The local environment", func() {
 		Expect(err).NotTo(HaveOccurred())
 		dir := GinkgoT().TempDir()
 		child := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // the test binary itself
-		child.Env = append(os.Environ(), sandboxChildEnv+"="+dir)
+		// envtest makes its directories (etcd's data, the API server's
+		// certificates, the webhook's serving certificate) in the temporary
+		// directory and removes them when stopped: a killed child's are left
+		// in dir, which this test removes.
+		child.Env = append(os.Environ(), sandboxChildEnv+"="+dir, "TMPDIR="+dir)
 		out, err := os.Create(filepath.Join(dir, "child.log"))
 		Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = out.Close() }()
@@ -87,6 +91,9 @@ var _ = Describe("The local environment", func() {
 			log, _ := os.ReadFile(filepath.Join(dir, "child.log"))
 			return "the child starts the environment with a kubelet; its log:\n" + string(log)
 		})
+		for _, pattern := range []string{"k8s_test_framework_*", "envtest-serving-certs-*"} {
+			Expect(filepath.Glob(filepath.Join(dir, pattern))).NotTo(BeEmpty(), "the child's envtest makes its %s in its TMPDIR", pattern)
+		}
 		started := descendants(child.Process.Pid)
 		var names []string
 		for _, name := range started {
