@@ -18,6 +18,7 @@ package auditwebhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/hex"
@@ -79,14 +80,21 @@ func putBody(b *bytes.Buffer) {
 // by MaxBatchesInFlightPerCluster, all of them by MaxBatchesInFlight. A
 // holder of one Cluster's token can then take neither the memory (a batch is
 // read whole, up to maxBatchBytes) nor the turns of the rest of the fleet. A
-// batch beyond either bound is answered 429 Too Many Requests, which the API
-// server's webhook backend sends again after its backoff
-// (--audit-webhook-initial-backoff). An API server sends a batch at a time
-// unless its answers lag; one with three replicas, three.
+// batch beyond either bound is answered 429 Too Many Requests with
+// Retry-After, which kube-apiserver's client honours (up to ten times) before
+// its webhook backend backs off and starts over
+// (--audit-webhook-initial-backoff). Its batch mode sends each batch when it
+// is full or its wait is over, without waiting for the answer to the one
+// before; the receiver answers in milliseconds, so a Cluster reaches the bound
+// only when the receiver is slow, or a sender floods it.
 const (
 	MaxBatchesInFlightPerCluster = 4
 	MaxBatchesInFlight           = 32
 )
+
+// defaultBodyTimeout is kube-apiserver's timeout of a request of its audit
+// webhook: a batch it sends arrives within it.
+const defaultBodyTimeout = 30 * time.Second
 
 // retryAfter is the Retry-After of a batch refused for the bounds, in seconds.
 const retryAfter = "1"
@@ -109,6 +117,9 @@ type Receiver struct {
 	Clock clock.PassiveClock
 	// Requests counts the requests by answer; nil counts nothing.
 	Requests *prometheus.CounterVec
+	// BodyTimeout bounds the reading of an admitted batch's body; zero is
+	// defaultBodyTimeout.
+	BodyTimeout time.Duration
 
 	// mu guards states: one merge at a time per Cluster in a replica. A
 	// Cluster's state is dropped once nobody uses it and nothing of it is
@@ -161,7 +172,7 @@ func NewRequestsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 
 // ServeHTTP receives one batch of a Cluster's audit events.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	code, msg := r.serve(req)
+	code, msg := r.serve(w, req)
 	if r.Requests != nil {
 		r.Requests.WithLabelValues(fmt.Sprint(code)).Inc()
 	}
@@ -175,7 +186,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(code)
 }
 
-func (r *Receiver) serve(req *http.Request) (int, string) {
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string) {
 	if req.Method != http.MethodPost {
 		return http.StatusMethodNotAllowed, "POST a batch of audit events (audit.k8s.io/v1 EventList)"
 	}
@@ -192,6 +203,10 @@ func (r *Receiver) serve(req *http.Request) (int, string) {
 		return http.StatusTooManyRequests, "too many batches of this Cluster, or of all Clusters, at once; send it again"
 	}
 	defer r.inFlight.done(key)
+	// A body sent slowly would keep its place among the batches in flight.
+	// Where the connection cannot take a deadline (a test's recorder) there
+	// is none.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(cmp.Or(r.BodyTimeout, defaultBodyTimeout)))
 	body := bodies.Get().(*bytes.Buffer)
 	defer putBody(body)
 	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, maxBatchBytes)); err != nil {

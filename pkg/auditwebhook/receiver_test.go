@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,19 +94,34 @@ func newSetup(t testing.TB) setup {
 
 // post sends a batch to the prod Cluster's path, with its token.
 func (s setup) post(body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/prod", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer s3cret")
+	return s.postTo("prod", "s3cret", body)
+}
+
+// postTo sends a batch to a Cluster's path in team-a, with token.
+func (s setup) postTo(cluster, token string, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/"+cluster, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
 	w := httptest.NewRecorder()
 	s.receiver.ServeHTTP(w, req)
 	return w
 }
 
 // postUntilAdmitted posts a batch again while it is refused for the batches in
-// flight, as the API server's webhook backend does.
-func (s setup) postUntilAdmitted(body []byte) {
-	for s.post(body).Code == http.StatusTooManyRequests {
-		runtime.Gosched()
+// flight, as the API server does, for at most ten seconds.
+func (s setup) postUntilAdmitted(t *testing.T, body []byte) {
+	for deadline := time.Now().Add(10 * time.Second); s.post(body).Code == http.StatusTooManyRequests; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Error("a batch was refused for the batches in flight for ten seconds")
+			return
+		}
 	}
+}
+
+// count is how many batches are in flight.
+func (b *batchesInFlight) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
 }
 
 func (s setup) usage(t *testing.T) *oldca.Usage {
@@ -227,13 +241,10 @@ func TestTheReceiverBoundsTheBatchesInFlight(t *testing.T) {
 		prod = append(prod, s.holdBatch(t, "prod", "s3cret"))
 	}
 	expectRefused(s.post(good), "a batch of a Cluster with as many in flight as it may have")
-	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/staging", bytes.NewReader(good))
-	req.Header.Set("Authorization", "Bearer other")
-	other := httptest.NewRecorder()
-	s.receiver.ServeHTTP(other, req)
-	if other.Code == http.StatusTooManyRequests {
-		t.Fatalf("another Cluster's batch was refused for prod's: %q", other.Body.String())
+	if w := s.postTo("prod", "guess", good); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a batch with a wrong token, while prod has as many in flight as it may: answered %d, want 401 first", w.Code)
 	}
+	expectAccepted(s.postTo("staging", "other", batch()), "another Cluster's batch")
 	expectAccepted(prod[0].finish(good), "a batch in flight")
 	expectAccepted(s.post(good), "a batch of a Cluster that has one in flight fewer")
 
@@ -252,16 +263,46 @@ func TestTheReceiverBoundsTheBatchesInFlight(t *testing.T) {
 			held = append(held, s.holdBatch(t, name, token))
 		}
 	}
-	req = httptest.NewRequest(http.MethodPost, "/audit/team-a/staging", bytes.NewReader(good))
-	req.Header.Set("Authorization", "Bearer other")
-	other = httptest.NewRecorder()
-	s.receiver.ServeHTTP(other, req)
-	expectRefused(other, "a batch of a Cluster with none in flight, while all Clusters have as many as they may")
+	expectRefused(s.postTo("staging", "other", batch()), "a batch of a Cluster with none in flight, while all Clusters have as many as they may")
 	for _, h := range held {
 		expectAccepted(h.finish(batch()), "a batch in flight")
 	}
-	if s.receiver.inFlight.total != 0 || len(s.receiver.inFlight.byCluster) != 0 {
-		t.Fatalf("with every batch answered, %d are counted in flight: %v", s.receiver.inFlight.total, s.receiver.inFlight.byCluster)
+	if n := s.receiver.inFlight.count(); n != 0 || len(s.receiver.inFlight.byCluster) != 0 {
+		t.Fatalf("with every batch answered, %d are counted in flight: %v", n, s.receiver.inFlight.byCluster)
+	}
+}
+
+// TestTheReceiverGivesABodyItsTime: a batch whose body does not arrive in
+// time is answered, and leaves its place among the batches in flight.
+func TestTheReceiverGivesABodyItsTime(t *testing.T) {
+	s := newSetup(t)
+	s.receiver.BodyTimeout = 100 * time.Millisecond
+	server := httptest.NewServer(s.receiver)
+	defer server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, w := io.Pipe()
+	go func() {
+		_, _ = w.Write([]byte(" ")) // and nothing more, until the test gives up
+		<-ctx.Done()
+		_ = w.CloseWithError(ctx.Err())
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, server.URL+"/audit/team-a/prod", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := server.Client().Do(req)
+	if err != nil {
+		t.Fatalf("a body that stops coming: %v, want an answer once its time is over", err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(answer), "timeout") {
+		t.Fatalf("a body that stops coming: answered %d %q, want 400 for its timeout", resp.StatusCode, answer)
+	}
+	if n := s.receiver.inFlight.count(); n != 0 {
+		t.Fatalf("%d batches counted in flight once the slow one was answered", n)
 	}
 }
 
@@ -391,8 +432,8 @@ func TestTheReceiverKeepsSightingsOfConcurrentBatches(t *testing.T) {
 	for round := 1; round <= 20; round++ {
 		var wg sync.WaitGroup
 		for i := range n {
-			wg.Go(func() { s.postUntilAdmitted(seen(i, time.Duration(round)*time.Second)) }) // left for later
-			wg.Go(func() { s.postUntilAdmitted(seen(100*round+i, 0)) })                      // new: written at once
+			wg.Go(func() { s.postUntilAdmitted(t, seen(i, time.Duration(round)*time.Second)) }) // left for later
+			wg.Go(func() { s.postUntilAdmitted(t, seen(100*round+i, 0)) })                      // new: written at once
 		}
 		wg.Wait()
 		s.clock.Step(time.Minute)

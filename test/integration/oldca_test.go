@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +82,23 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		record, err := oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
 		Expect(err).NotTo(HaveOccurred())
 		return record.Issued
+	}
+	// recordedUsers are the users of the client certificates the usage
+	// record holds.
+	recordedUsers := func(ctx context.Context) ([]string, error) {
+		cm := &corev1.ConfigMap{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm); err != nil {
+			return nil, err
+		}
+		u, err := oldca.Parse(cm.Data[oldca.DataKey])
+		if err != nil {
+			return nil, err
+		}
+		var users []string
+		for _, cred := range u.Credentials {
+			users = append(users, cred.User)
+		}
+		return users, nil
 	}
 	// record is the usage record, for the failure messages.
 	record := func(ctx context.Context) string {
@@ -181,18 +199,8 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 	})
 
 	It("records the client certificates the API server sees in use, from its audit events", func(ctx SpecContext) {
-		Eventually(func(g Gomega) {
-			cm := &corev1.ConfigMap{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm)).To(Succeed())
-			u, err := oldca.Parse(cm.Data[oldca.DataKey])
-			g.Expect(err).NotTo(HaveOccurred())
-			var users []string
-			for _, cred := range u.Credentials {
-				users = append(users, cred.User)
-			}
-			// Carousel's own client, and the kubeconfig signed by hand.
-			g.Expect(users).To(ContainElements("carousel:admin:alice", "carousel:operator"))
-		}).Should(Succeed())
+		// Carousel's own client, and the kubeconfig signed by hand.
+		Eventually(recordedUsers).WithContext(ctx).Should(ContainElements("carousel:admin:alice", "carousel:operator"))
 	})
 
 	It("lets nothing that followed the protocol hold up a completion", func(ctx SpecContext) {
@@ -280,20 +288,19 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		Expect(roots.AppendCertsFromPEM(testEnv.WebhookInstallOptions.LocalServingCAData)).To(BeTrue())
 		webhook := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
 		const emptyBatch = `{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[]}`
-		// send posts body as the API server does, and returns the answer's status.
-		send := func(body io.Reader) (int, error) {
+		// send posts body with the Cluster's token, as its API server does,
+		// and returns the answer's status (0 when there is none).
+		send := func(body io.Reader) int {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
-			if err != nil {
-				return 0, err
-			}
+			Expect(err).NotTo(HaveOccurred())
 			req.Header.Set("Authorization", "Bearer "+string(secret.Data[auditwebhook.DataKeyToken]))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := webhook.Do(req)
 			if err != nil {
-				return 0, err
+				return 0
 			}
 			_ = resp.Body.Close()
-			return resp.StatusCode, nil
+			return resp.StatusCode
 		}
 		refused := func() float64 {
 			families, err := metrics.Registry.Gather()
@@ -301,52 +308,48 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 			return max(0, metricValue(families, "carousel_audit_webhook_requests_total", map[string]string{"code": strconv.Itoa(http.StatusTooManyRequests)}))
 		}
 
-		By("holding as many batches of the Cluster in flight as the receiver admits: their bodies never end")
-		var held []*io.PipeWriter
-		answers := make(chan int, auditwebhook.MaxBatchesInFlightPerCluster)
-		for range auditwebhook.MaxBatchesInFlightPerCluster {
-			body, w := io.Pipe()
-			held = append(held, w)
-			go func() {
-				code, err := send(body)
-				if err != nil {
-					code = -1
-				}
-				answers <- code
-			}()
-			_, err := w.Write([]byte(" "))
-			Expect(err).NotTo(HaveOccurred())
+		By("holding as many batches of the Cluster in flight as the receiver admits: their bodies do not end")
+		// A held batch may be refused itself while one of the API server's is
+		// in flight: it is sent again until the bound holds with all of them.
+		type heldBatch struct {
+			body   *io.PipeWriter
+			answer chan int
 		}
-		Eventually(func() (int, error) { return send(strings.NewReader(emptyBatch)) }).
-			Should(Equal(http.StatusTooManyRequests), "a batch beyond the bound is refused")
+		hold := func() heldBatch {
+			r, w := io.Pipe()
+			h := heldBatch{body: w, answer: make(chan int, 1)}
+			go func() { h.answer <- send(r) }()
+			_, _ = w.Write([]byte(" ")) // fails only when it was answered without being read
+			return h
+		}
+		var held []heldBatch
+		Eventually(func(g Gomega) {
+			for len(held) < auditwebhook.MaxBatchesInFlightPerCluster {
+				held = append(held, hold())
+			}
+			g.Expect(send(strings.NewReader(emptyBatch))).To(Equal(http.StatusTooManyRequests), "a batch beyond the bound is refused")
+			held = slices.DeleteFunc(held, func(h heldBatch) bool { return len(h.answer) > 0 })
+			g.Expect(held).To(HaveLen(auditwebhook.MaxBatchesInFlightPerCluster), "every held batch is still in flight")
+		}).WithContext(ctx).Should(Succeed())
 
-		By("using the API server as a new user meanwhile: its audit batches are refused too")
+		By("using the API server as a new user meanwhile: while the bound holds, its batches are refused and none is recorded")
 		atUse := refused()
 		Expect(use(ctx, signed(ctx, "carousel:admin:carol"))).To(Succeed())
-		// The API server sends a batch within its batch max wait (a second)
-		// of an event, and a refused one again after its backoff (a second,
-		// then longer): two more refusals make it likely that carol's went
-		// out while the bound held.
-		Eventually(refused).WithTimeout(time.Minute).Should(BeNumerically(">=", atUse+2))
+		// The API server sends a batch at most a second (its batch max wait)
+		// after an event, and a refused one again a second later (the
+		// Retry-After), ten times, before its backoff.
+		Consistently(recordedUsers).WithContext(ctx).WithTimeout(3 * time.Second).ShouldNot(ContainElement("carousel:admin:carol"))
+		Expect(refused()).To(BeNumerically(">=", atUse+3), "the API server's batches were refused while the bound held")
+		for _, h := range held {
+			Expect(h.answer).NotTo(Receive(), "a held batch was answered while it was held")
+		}
 
-		By("answering the held batches, after which the API server's next attempt is recorded")
-		for _, w := range held {
-			_, _ = w.Write([]byte(emptyBatch))
-			Expect(w.Close()).To(Succeed())
+		By("answering the held batches: the API server's next attempt is admitted and recorded")
+		for _, h := range held {
+			_, _ = h.body.Write([]byte(emptyBatch))
+			Expect(h.body.Close()).To(Succeed())
+			Eventually(h.answer).Should(Receive(Equal(http.StatusOK)))
 		}
-		for range held {
-			Eventually(answers).Should(Receive(Equal(http.StatusOK)))
-		}
-		Eventually(func(g Gomega) {
-			cm := &corev1.ConfigMap{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm)).To(Succeed())
-			u, err := oldca.Parse(cm.Data[oldca.DataKey])
-			g.Expect(err).NotTo(HaveOccurred())
-			var users []string
-			for _, cred := range u.Credentials {
-				users = append(users, cred.User)
-			}
-			g.Expect(users).To(ContainElement("carousel:admin:carol"))
-		}).Should(Succeed())
+		Eventually(recordedUsers).WithContext(ctx).Should(ContainElement("carousel:admin:carol"))
 	})
 })
