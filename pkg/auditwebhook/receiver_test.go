@@ -214,8 +214,8 @@ func (s setup) holdBatch(t *testing.T, cluster, token string) heldBatch {
 }
 
 // finish sends the batch and returns the receiver's answer.
-func (h heldBatch) finish(rest []byte) *httptest.ResponseRecorder {
-	_, _ = h.body.Write(rest)
+func (h heldBatch) finish(batch []byte) *httptest.ResponseRecorder {
+	_, _ = h.body.Write(batch)
 	_ = h.body.Close()
 	return <-h.answer
 }
