@@ -53,6 +53,7 @@ FUZZ_TARGETS := \
 	pkg/nodeagent:FuzzNextRotation \
 	pkg/noderenewal:FuzzParseRequest \
 	pkg/oldca:FuzzObserve \
+	pkg/oldca:FuzzMaxJSONStringBytes \
 	pkg/oldca:FuzzStranded \
 	pkg/oldca:FuzzKubeletCertificates \
 	pkg/pki:FuzzParseBundle \

@@ -460,8 +460,10 @@ func (r *Receiver) merge(ctx context.Context, reader client.Reader, key client.O
 	}
 	usage, err := oldca.Parse(cm.Data[oldca.DataKey])
 	if err != nil {
+		// What it held is lost: the gate does not vouch for a rotation
+		// that started within the retention of now.
 		log.FromContext(ctx).Info("the usage record does not parse; starting it over", "error", err.Error())
-		usage = &oldca.Usage{}
+		usage = &oldca.Usage{Unrecorded: &now}
 	}
 	changed, deferred := usage.Observe(seen, now, resolution)
 	if !changed {

@@ -376,6 +376,33 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 	}
 }
 
+// TestTheReceiverStartsACorruptRecordOverAsUnrecorded: what a record that
+// does not parse held is lost, and the record says so, so that the gate
+// does not vouch for a rotation that started within the retention.
+func TestTheReceiverStartsACorruptRecordOverAsUnrecorded(t *testing.T) {
+	s := newSetup(t)
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: "team-a", Name: credentials.CertificateUsageConfigMapName("prod")}
+	if err := s.client.Get(context.Background(), key, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[oldca.DataKey] = "{"
+	if err := s.client.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Step(10 * time.Second)
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(10*time.Second)))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	u := s.usage(t)
+	if u.Unrecorded == nil || !u.Unrecorded.Equal(t0.Add(10*time.Second)) || len(u.Credentials) != 1 {
+		t.Fatalf("started over as %+v, unrecorded %v; want ci recorded, and nothing known before %v", u.Credentials, u.Unrecorded, t0.Add(10*time.Second))
+	}
+}
+
 // TestTheReceiverForgetsIdleClusters: the receiver keeps a Cluster's state
 // only while sightings of it wait to be written, so that a fleet whose
 // Clusters come and go does not grow it.

@@ -106,8 +106,9 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 
 // Dependents decides who still depends on the old CAs, by kind and name:
 //   - the managed cluster itself when its Nodes could not be read, while
-//     the audit events since Prepared are still being collected, or when
-//     none came for Silence;
+//     the audit events since Prepared are still being collected, when
+//     none came for Silence, or when the usage record left a sighting out
+//     within Retention of the rotation's start, or since (Usage.Unrecorded);
 //   - every Node whose node agent reports a client certificate from another
 //     CA than the new client CA, or, when no node agent reports, whose kubelet
 //     last got an unexpired certificate from the old client CA (its record
@@ -187,6 +188,16 @@ func Dependents(f Facts) []Dependent {
 	deps = append(deps, stranded...)
 	if f.Usage != nil {
 		deps = append(deps, users(f, current, secretOf, listedNodes, listedUsers)...)
+		// A sighting left out within the retention before the start may be
+		// of a certificate in use then, which the record would later take
+		// for one first seen after the start; one left out since, of a user
+		// the record does not name at all.
+		if left := f.Usage.Unrecorded; left != nil && !left.Before(f.Started.Add(-Retention)) {
+			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "client-certificate-usage", Message: fmt.Sprintf(
+				"the record of the client certificates the API server saw in use had no room for some, seen until %s, within %.0f hours of the rotation's start "+
+					"or after it, so Carousel cannot tell whether they depend on the old client CA: complete with force once their clients "+
+					"use certificates from the new client CA", formatTime(*left), Retention.Hours())})
+		}
 		switch newest := f.Usage.Newest(); {
 		case f.Now.Before(f.CollectingUntil):
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "audit", Message: fmt.Sprintf(

@@ -1,6 +1,7 @@
 package oldca
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -52,6 +53,23 @@ func FuzzObserve(f *testing.F) {
 					t.Fatalf("credential kept past the retention: %+v (now %v)", r, now)
 				}
 			}
+		}
+	})
+}
+
+// FuzzMaxJSONStringBytes checks that the usage record's bound counts at
+// least the bytes encoding/json writes for any user name or fingerprint.
+func FuzzMaxJSONStringBytes(f *testing.F) {
+	for _, s := range []string{"system:node:w0", `<&>"\`, "\x00\x7f\u2028\u00e9", "\xff\xc3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		encoded, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(encoded) - 2; n > maxJSONStringBytes(s) {
+			t.Fatalf("%q encodes to %d bytes, more than the %d counted", s, n, maxJSONStringBytes(s))
 		}
 	})
 }

@@ -123,6 +123,18 @@ func TestDependents(t *testing.T) {
 		{name: "audit: silent for too long", facts: func(f *Facts) {
 			f.Usage, f.Now, f.CollectingUntil = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 61)}}, at(61).Add(Silence+time.Second), at(62)
 		}, want: []string{"Cluster/audit: the last audit event Carousel recorded from the API server is from 2026-11-26T13:01:00Z"}},
+		{name: "audit: the record left sightings out until the retention before the start", facts: func(f *Facts) {
+			left := at(0).Add(-Retention)
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
+		}, want: []string{"Cluster/client-certificate-usage: had no room for some, seen until 2026-11-25T11:00:00Z, within 25 hours of the rotation's start"}},
+		{name: "audit: the record left sightings out after the start", facts: func(f *Facts) {
+			left := at(80)
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
+		}, want: []string{"Cluster/client-certificate-usage: seen until 2026-11-26T13:20:00Z"}},
+		{name: "audit: the record left sightings out only longer than the retention before the start", facts: func(f *Facts) {
+			left := at(0).Add(-Retention - time.Second)
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
+		}},
 		{name: "kubeconfigs: one from the old client CA, unexpired, the user not moved", facts: func(f *Facts) {
 			f.Now = at(70)
 			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{
@@ -208,6 +220,82 @@ func TestDependents(t *testing.T) {
 				if (got[i].Kind == v1alpha1.OldCADependentUser) == got[i].LastSeen.IsZero() {
 					t.Errorf("dependent %d: lastSeen %v, want it set for users only", i, got[i].LastSeen)
 				}
+			}
+		})
+	}
+}
+
+func TestUsageStaysWithinItsBound(t *testing.T) {
+	kubelet := func(i int) Credential {
+		sum := sha256.Sum256([]byte{byte(i), byte(i >> 8)})
+		return Credential{User: fmt.Sprintf("system:node:ip-10-0-%d-%d.ec2.internal", i/256, i%256), Fingerprint: fmt.Sprintf("%x", sum),
+			FirstSeen: at(0), LastSeen: at(0)}
+	}
+	var batch []Credential
+	for i := range 5000 {
+		batch = append(batch, kubelet(i))
+	}
+	u := &Usage{}
+	if changed, _ := u.Observe(batch, at(0), Resolution); !changed {
+		t.Fatal("a batch of new credentials did not change the record")
+	}
+	stored := len(u.String())
+	if stored > MaxUsageBytes || stored < MaxUsageBytes*8/10 {
+		t.Fatalf("the record holds %d bytes (%d credentials); want at most %d, and not a fifth less", stored, len(u.Credentials), MaxUsageBytes)
+	}
+	t.Logf("%d kubelet credentials in %d bytes", len(u.Credentials), stored)
+	if u.Unrecorded == nil || !u.Unrecorded.Equal(at(0).Add(Resolution)) {
+		t.Fatalf("unrecorded %v, want the last sighting left out, a resolution later: %v", u.Unrecorded, at(0).Add(Resolution))
+	}
+	recorded, left := u.Credentials[0], kubelet(4999)
+	if _, found := slices.BinarySearchFunc(u.Credentials, left, compare); found {
+		t.Fatalf("the last credential of the batch was recorded past the bound")
+	}
+
+	recorded.LastSeen, left.LastSeen = at(2), at(0).Add(30*time.Second)
+	if changed, _ := u.Observe([]Credential{recorded, left}, at(2), Resolution); !changed || !u.Credentials[0].LastSeen.Equal(at(2)) {
+		t.Fatalf("a full record did not take a later sighting of a credential it holds: %+v", u.Credentials[0])
+	}
+	if !u.Unrecorded.Equal(at(1)) {
+		t.Fatalf("unrecorded %v after a sighting left out within the resolution of it, want it unchanged", u.Unrecorded)
+	}
+	left.LastSeen = at(3)
+	if changed, _ := u.Observe([]Credential{left}, at(3), Resolution); !changed || !u.Unrecorded.Equal(at(4)) {
+		t.Fatalf("a sighting left out a resolution later: changed %v, unrecorded %v; want it written, until %v", changed, u.Unrecorded, at(4))
+	}
+
+	fresh := kubelet(6000)
+	fresh.FirstSeen, fresh.LastSeen = at(1).Add(Retention), at(1).Add(Retention)
+	u.Observe([]Credential{fresh}, fresh.LastSeen, Resolution)
+	if len(u.Credentials) != 2 || u.Credentials[1].User != fresh.User {
+		t.Fatalf("record %+v: want the credentials that aged out gone, and their room taken by a new one", u.Credentials)
+	}
+	back, err := Parse(u.String())
+	if err != nil || back.String() != u.String() || !back.Unrecorded.Equal(at(4)) {
+		t.Fatalf("the record does not survive storage: %v, %s", err, back)
+	}
+}
+
+func TestUsageCountsTheBytesOfAnyName(t *testing.T) {
+	for _, tc := range []struct{ name, user string }{
+		{"plain", "carousel:admin:alice"},
+		{"escaped by encoding/json", `<a&b>"\` + "\x01"},
+		{"multi-byte", "système:nœud:ü\u2028\u2029"},
+		{"invalid UTF-8", "\xff\xfe\xc3"},
+		{"the longest the receiver keeps", strings.Repeat("<", 253)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &Usage{}
+			for i := 0; u.Unrecorded == nil; i += 100 {
+				var batch []Credential
+				for j := i; j < i+100; j++ {
+					batch = append(batch, Credential{User: fmt.Sprintf("%s-%d", tc.user, j), Fingerprint: fmt.Sprint(j),
+						FirstSeen: time.Date(2026, 1, 2, 3, 4, 5, 999999999, time.FixedZone("", -7*3600)), LastSeen: at(0)})
+				}
+				u.Observe(batch, at(0), 0)
+			}
+			if n := len(u.String()); n > MaxUsageBytes {
+				t.Fatalf("the record holds %d bytes, more than %d", n, MaxUsageBytes)
 			}
 		})
 	}

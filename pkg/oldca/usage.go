@@ -31,9 +31,23 @@ type Credential struct {
 
 // Usage is the record of the client certificates seen in use, sorted by
 // user, then fingerprint.
+//
+// The record never grows past MaxUsageBytes: a full record could not be
+// written, and every later sighting would be lost with it. Past it, a
+// credential not recorded yet is left out, and Unrecorded says until when
+// it left sightings out; the gate does not vouch for a rotation that
+// started within Retention of that time (Dependents).
 type Usage struct {
 	Credentials []Credential `json:"credentials"`
+	// Unrecorded is a time no sighting the record left out, or lost when it
+	// was started over, is later than; nil when it never left one out.
+	Unrecorded *time.Time `json:"unrecorded,omitempty"`
 }
+
+// MaxUsageBytes bounds the record's JSON, so that it stays under the 1 MiB
+// of a ConfigMap with room to spare: some 3,500 credentials of kubelets
+// named like system:node:ip-10-0-12-34.ec2.internal (TestUsageStaysWithinItsBound).
+const MaxUsageBytes = 768 << 10
 
 // DataKey is the key of a usage ConfigMap that holds the record.
 const DataKey = "usage.json"
@@ -99,22 +113,45 @@ func storedRecord(record any) string {
 	return string(data)
 }
 
-// Observe merges seen (each with the first and last time of a batch) into
-// the record and drops what was last seen before now-Retention. It says
+// Observe drops what was last seen before now-Retention and merges seen
+// (each with the first and last time of a batch) into the record. It says
 // whether the record changed: a credential not recorded yet, one seen
 // earlier than recorded, one seen resolution or more after its recorded
-// lastSeen, or one that aged out. A lastSeen that advances by less than
-// resolution is applied only when the record changes anyway; otherwise it
-// is returned as deferred, for a later Observe with no resolution to write,
-// so that the record is at most resolution behind.
+// lastSeen, one that aged out, or one left out resolution or more after
+// Unrecorded. A lastSeen that advances by less than resolution is applied
+// only when the record changes anyway; otherwise it is returned as
+// deferred, for a later Observe with no resolution to write, so that the
+// record is at most resolution behind.
+//
+// A credential not recorded yet is left out when its entry could take the
+// record past MaxUsageBytes; Unrecorded then moves to its lastSeen plus
+// resolution, so that a full record in constant use is written a minute
+// apart too.
 func (u *Usage) Observe(seen []Credential, now time.Time, resolution time.Duration) (changed bool, deferred []Credential) {
 	cutoff := now.Add(-Retention)
+	kept := slices.DeleteFunc(u.Credentials, func(c Credential) bool { return c.LastSeen.Before(cutoff) })
+	if len(kept) != len(u.Credentials) {
+		changed = true
+	}
+	u.Credentials = kept
+	size := -1 // the record's size bound, counted at the first new credential
 	for _, s := range seen {
 		if s.LastSeen.Before(cutoff) {
 			continue
 		}
 		i, found := slices.BinarySearchFunc(u.Credentials, s, compare)
 		if !found {
+			if size < 0 {
+				size = u.maxStoredBytes()
+			}
+			if size+maxStoredBytes(s) > MaxUsageBytes {
+				if u.Unrecorded == nil || s.LastSeen.After(*u.Unrecorded) {
+					until := s.LastSeen.Add(resolution)
+					u.Unrecorded, changed = &until, true
+				}
+				continue
+			}
+			size += maxStoredBytes(s)
 			u.Credentials = slices.Insert(u.Credentials, i, s)
 			changed = true
 			continue
@@ -133,16 +170,55 @@ func (u *Usage) Observe(seen []Credential, now time.Time, resolution time.Durati
 			deferred = append(deferred, s)
 		}
 	}
-	kept := slices.DeleteFunc(u.Credentials, func(c Credential) bool { return c.LastSeen.Before(cutoff) })
-	if len(kept) != len(u.Credentials) {
-		changed = true
-	}
-	u.Credentials = kept
 	if changed && len(deferred) > 0 {
 		u.Observe(deferred, now, 0)
 		deferred = nil
 	}
 	return changed, deferred
+}
+
+// The most bytes of the stored record's JSON besides its entries (with
+// Unrecorded), of an entry besides its strings (with its comma), and of a
+// time (time.RFC3339Nano, with a zone offset, quoted).
+const (
+	maxRecordOverhead = len(`{"credentials":null,"unrecorded":}`) + maxTimeBytes
+	maxEntryOverhead  = len(`{"user":"","sha256":"","firstSeen":,"lastSeen":},`) + 2*maxTimeBytes
+	maxTimeBytes      = len(`"2006-01-02T15:04:05.999999999-07:00"`)
+)
+
+// maxStoredBytes is the most bytes the record's JSON can take; it counts
+// what it does not encode (maxStoredBytes of each entry) instead of
+// encoding it, since Observe needs it for every batch of a new credential.
+func (u *Usage) maxStoredBytes() int {
+	n := maxRecordOverhead
+	for _, c := range u.Credentials {
+		n += maxStoredBytes(c)
+	}
+	return n
+}
+
+// maxStoredBytes is the most bytes c can take in the record's JSON.
+func maxStoredBytes(c Credential) int {
+	return maxEntryOverhead + maxJSONStringBytes(c.User) + maxJSONStringBytes(c.Fingerprint)
+}
+
+// maxJSONStringBytes is the most bytes encoding/json writes for s, quotes
+// left out: a byte of a control character, of <, > or &, or of anything not
+// ASCII counts six (encoding/json writes the first as \u00XX, a byte of
+// invalid UTF-8 as \ufffd, and U+2028 and U+2029 escaped).
+func maxJSONStringBytes(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b < 0x20 || b == '<' || b == '>' || b == '&' || b >= 0x80:
+			n += 6
+		case b == '"' || b == '\\':
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 func compare(a, b Credential) int {
