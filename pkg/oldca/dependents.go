@@ -188,15 +188,12 @@ func Dependents(f Facts) []Dependent {
 	deps = append(deps, stranded...)
 	if f.Usage != nil {
 		deps = append(deps, users(f, current, secretOf, listedNodes, listedUsers)...)
-		// A sighting left out within the retention before the start may be
-		// of a certificate in use then, which the record would later take
-		// for one first seen after the start; one left out since, of a user
-		// the record does not name at all.
+		// What it left out may look first seen after the start, or not be there.
 		if left := f.Usage.Unrecorded; left != nil && !left.Before(f.Started.Add(-Retention)) {
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "client-certificate-usage", Message: fmt.Sprintf(
-				"the record of the client certificates the API server saw in use had no room for some, seen until %s, within %.0f hours of the rotation's start "+
-					"or after it, so Carousel cannot tell whether they depend on the old client CA: complete with force once their clients "+
-					"use certificates from the new client CA", formatTime(*left), Retention.Hours())})
+				"the record of the client certificates the API server saw in use left some out (it had no room for them, or was started over), "+
+					"the last by %s, within %.0f hours of the rotation's start or after it, so Carousel cannot tell whether they depend on the "+
+					"old client CA: complete with force once their clients use certificates from the new client CA", formatTime(*left), Retention.Hours())})
 		}
 		switch newest := f.Usage.Newest(); {
 		case f.Now.Before(f.CollectingUntil):

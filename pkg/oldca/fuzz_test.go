@@ -8,15 +8,24 @@ import (
 	"time"
 )
 
-// FuzzObserve checks the record's promises on any sequence of sightings:
-// it stays sorted with one entry per credential, an entry's firstSeen never
-// follows its lastSeen, nothing older than the retention stays, the same
-// batch observed twice changes nothing the second time, and what it defers
-// reaches the record once written.
+// FuzzObserve checks the record's promises on any sequence of sightings,
+// under a bound of a few entries (the first byte): it stays sorted with one
+// entry per credential and within its bound, an entry's firstSeen never
+// follows its lastSeen, nothing older than the retention stays, a sighting
+// left out is no later than Unrecorded, the same batch observed twice
+// changes nothing the second time, and what it defers reaches the record
+// once written.
 func FuzzObserve(f *testing.F) {
-	f.Add([]byte{0, 1, 10, 3, 1, 2, 200, 4, 2, 0, 90, 1})
-	f.Add([]byte{5, 5, 5, 5, 5, 5, 255, 255})
+	f.Add([]byte{255, 0, 1, 10, 3, 1, 2, 200, 4, 2, 0, 90, 1})
+	f.Add([]byte{255, 5, 5, 5, 5, 5, 5, 255, 255})
+	f.Add([]byte{40, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4})
+	f.Add([]byte("\xff00\xc801000")) // testdata's input from before the bound, with room to spare
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		maxBytes := maxRecordOverhead + int(data[0])*5 // up to 10 entries of the one-letter names below
+		data = data[1:]
 		u := &Usage{}
 		now := t0
 		for len(data) >= 4 {
@@ -29,12 +38,19 @@ func FuzzObserve(f *testing.F) {
 				now = c.LastSeen
 			}
 			batch := []Credential{c}
-			_, deferred := u.Observe(batch, now, Resolution)
-			if changed, _ := u.Observe(batch, now, Resolution); changed {
+			_, deferred := u.observe(batch, now, Resolution, maxBytes)
+			if changed, _ := u.observe(batch, now, Resolution, maxBytes); changed {
 				t.Fatalf("the same batch observed twice changed the record the second time: %+v", c)
 			}
+			if _, recorded := slices.BinarySearchFunc(u.Credentials, c, compare); !recorded && !c.LastSeen.Before(now.Add(-Retention)) &&
+				(u.Unrecorded == nil || c.LastSeen.After(*u.Unrecorded)) {
+				t.Fatalf("a sighting left out, %+v, is later than unrecorded, %v", c, u.Unrecorded)
+			}
+			if n := len(u.String()); n > maxBytes {
+				t.Fatalf("the record holds %d bytes, more than its bound, %d", n, maxBytes)
+			}
 			if len(deferred) > 0 {
-				u.Observe(deferred, now, 0)
+				u.observe(deferred, now, 0, maxBytes)
 				if i, ok := slices.BinarySearchFunc(u.Credentials, c, compare); !ok || u.Credentials[i].LastSeen.Before(c.LastSeen) {
 					t.Fatalf("a deferred sighting, written, did not reach the record: %+v", c)
 				}

@@ -123,15 +123,15 @@ func TestDependents(t *testing.T) {
 		{name: "audit: silent for too long", facts: func(f *Facts) {
 			f.Usage, f.Now, f.CollectingUntil = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 61)}}, at(61).Add(Silence+time.Second), at(62)
 		}, want: []string{"Cluster/audit: the last audit event Carousel recorded from the API server is from 2026-11-26T13:01:00Z"}},
-		{name: "audit: the record left sightings out until the retention before the start", facts: func(f *Facts) {
+		{name: "usage record: it left sightings out until the retention before the start", facts: func(f *Facts) {
 			left := at(0).Add(-Retention)
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
-		}, want: []string{"Cluster/client-certificate-usage: had no room for some, seen until 2026-11-25T11:00:00Z, within 25 hours of the rotation's start"}},
-		{name: "audit: the record left sightings out after the start", facts: func(f *Facts) {
+		}, want: []string{"Cluster/client-certificate-usage: left some out (it had no room for them, or was started over), the last by 2026-11-25T11:00:00Z, within 25 hours of the rotation's start"}},
+		{name: "usage record: it left sightings out after the start", facts: func(f *Facts) {
 			left := at(80)
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
-		}, want: []string{"Cluster/client-certificate-usage: seen until 2026-11-26T13:20:00Z"}},
-		{name: "audit: the record left sightings out only longer than the retention before the start", facts: func(f *Facts) {
+		}, want: []string{"Cluster/client-certificate-usage: the last by 2026-11-26T13:20:00Z"}},
+		{name: "usage record: it left sightings out only longer than the retention before the start", facts: func(f *Facts) {
 			left := at(0).Add(-Retention - time.Second)
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
 		}},
@@ -263,6 +263,11 @@ func TestUsageStaysWithinItsBound(t *testing.T) {
 	if changed, _ := u.Observe([]Credential{left}, at(3), Resolution); !changed || !u.Unrecorded.Equal(at(4)) {
 		t.Fatalf("a sighting left out a resolution later: changed %v, unrecorded %v; want it written, until %v", changed, u.Unrecorded, at(4))
 	}
+	future := left
+	future.LastSeen = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+	if changed, _ := u.Observe([]Credential{future}, at(3).Add(30*time.Second), Resolution); changed || !u.Unrecorded.Equal(at(4)) {
+		t.Fatalf("a sighting left out with a lastSeen in the future moved unrecorded to %v; want it taken as seen by now, within the resolution of %v", u.Unrecorded, at(4))
+	}
 
 	fresh := kubelet(6000)
 	fresh.FirstSeen, fresh.LastSeen = at(1).Add(Retention), at(1).Add(Retention)
@@ -282,7 +287,7 @@ func TestUsageCountsTheBytesOfAnyName(t *testing.T) {
 		{"escaped by encoding/json", `<a&b>"\` + "\x01"},
 		{"multi-byte", "système:nœud:ü\u2028\u2029"},
 		{"invalid UTF-8", "\xff\xfe\xc3"},
-		{"the longest the receiver keeps", strings.Repeat("<", 253)},
+		{"as long as the receiver keeps", strings.Repeat("<", 248)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := &Usage{}

@@ -117,17 +117,23 @@ func storedRecord(record any) string {
 // (each with the first and last time of a batch) into the record. It says
 // whether the record changed: a credential not recorded yet, one seen
 // earlier than recorded, one seen resolution or more after its recorded
-// lastSeen, one that aged out, or one left out resolution or more after
-// Unrecorded. A lastSeen that advances by less than resolution is applied
+// lastSeen, one that aged out, or one left out later than Unrecorded.
+// A lastSeen that advances by less than resolution is applied
 // only when the record changes anyway; otherwise it is returned as
 // deferred, for a later Observe with no resolution to write, so that the
 // record is at most resolution behind.
 //
 // A credential not recorded yet is left out when its entry could take the
-// record past MaxUsageBytes; Unrecorded then moves to its lastSeen plus
-// resolution, so that a full record in constant use is written a minute
-// apart too.
+// record past MaxUsageBytes; when its lastSeen (now at the latest: it was
+// seen by then, whatever a clock says) is later than Unrecorded, Unrecorded
+// moves to it plus resolution, so that a full record in constant use is
+// written a minute apart too.
 func (u *Usage) Observe(seen []Credential, now time.Time, resolution time.Duration) (changed bool, deferred []Credential) {
+	return u.observe(seen, now, resolution, MaxUsageBytes)
+}
+
+// observe is Observe with the record's bound, maxBytes, as a parameter.
+func (u *Usage) observe(seen []Credential, now time.Time, resolution time.Duration, maxBytes int) (changed bool, deferred []Credential) {
 	cutoff := now.Add(-Retention)
 	kept := slices.DeleteFunc(u.Credentials, func(c Credential) bool { return c.LastSeen.Before(cutoff) })
 	if len(kept) != len(u.Credentials) {
@@ -142,16 +148,20 @@ func (u *Usage) Observe(seen []Credential, now time.Time, resolution time.Durati
 		i, found := slices.BinarySearchFunc(u.Credentials, s, compare)
 		if !found {
 			if size < 0 {
-				size = u.maxStoredBytes()
+				size = u.storedBytesBound()
 			}
-			if size+maxStoredBytes(s) > MaxUsageBytes {
-				if u.Unrecorded == nil || s.LastSeen.After(*u.Unrecorded) {
-					until := s.LastSeen.Add(resolution)
+			if size+entryBytesBound(s) > maxBytes {
+				last := s.LastSeen
+				if last.After(now) {
+					last = now
+				}
+				if u.Unrecorded == nil || last.After(*u.Unrecorded) {
+					until := last.Add(resolution)
 					u.Unrecorded, changed = &until, true
 				}
 				continue
 			}
-			size += maxStoredBytes(s)
+			size += entryBytesBound(s)
 			u.Credentials = slices.Insert(u.Credentials, i, s)
 			changed = true
 			continue
@@ -171,7 +181,7 @@ func (u *Usage) Observe(seen []Credential, now time.Time, resolution time.Durati
 		}
 	}
 	if changed && len(deferred) > 0 {
-		u.Observe(deferred, now, 0)
+		u.observe(deferred, now, 0, maxBytes)
 		deferred = nil
 	}
 	return changed, deferred
@@ -186,19 +196,19 @@ const (
 	maxTimeBytes      = len(`"2006-01-02T15:04:05.999999999-07:00"`)
 )
 
-// maxStoredBytes is the most bytes the record's JSON can take; it counts
-// what it does not encode (maxStoredBytes of each entry) instead of
-// encoding it, since Observe needs it for every batch of a new credential.
-func (u *Usage) maxStoredBytes() int {
+// storedBytesBound is the most bytes the record's JSON can take, counted
+// instead of encoded (entryBytesBound of each entry): Observe needs it for
+// every batch with a new credential.
+func (u *Usage) storedBytesBound() int {
 	n := maxRecordOverhead
 	for _, c := range u.Credentials {
-		n += maxStoredBytes(c)
+		n += entryBytesBound(c)
 	}
 	return n
 }
 
-// maxStoredBytes is the most bytes c can take in the record's JSON.
-func maxStoredBytes(c Credential) int {
+// entryBytesBound is the most bytes c can take in the record's JSON.
+func entryBytesBound(c Credential) int {
 	return maxEntryOverhead + maxJSONStringBytes(c.User) + maxJSONStringBytes(c.Fingerprint)
 }
 
