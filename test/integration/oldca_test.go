@@ -200,7 +200,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 
 	It("records the client certificates the API server sees in use, from its audit events", func(ctx SpecContext) {
 		// Carousel's own client, and the kubeconfig signed by hand.
-		Eventually(recordedUsers).WithContext(ctx).Should(ContainElements("carousel:admin:alice", "carousel:operator"))
+		Eventually(recordedUsers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(ContainElements("carousel:admin:alice", "carousel:operator"))
 	})
 
 	It("lets nothing that followed the protocol hold up a completion", func(ctx SpecContext) {
@@ -278,7 +278,10 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		Eventually(func() error { return use(ctx, robot) }).Should(Satisfy(apierrors.IsUnauthorized))
 	})
 
-	It("refuses a Cluster's batches beyond its bound in flight, and records what the API server sends again", func(ctx SpecContext) {
+	// sender posts a batch to the Cluster's receiver with its token, as its
+	// API server does, and returns the answer's status (0 when there is
+	// none).
+	sender := func(ctx context.Context) (send func(body io.Reader) int) {
 		secret := &corev1.Secret{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.AuditWebhookSecretName(key.Name)}, secret)).To(Succeed())
 		kubeconfig, err := clientcmd.Load(secret.Data[v1alpha1.DataKeyKubeconfig])
@@ -287,10 +290,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		roots := x509.NewCertPool()
 		Expect(roots.AppendCertsFromPEM(testEnv.WebhookInstallOptions.LocalServingCAData)).To(BeTrue())
 		webhook := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
-		const emptyBatch = `{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[]}`
-		// send posts body with the Cluster's token, as its API server does,
-		// and returns the answer's status (0 when there is none).
-		send := func(body io.Reader) int {
+		return func(body io.Reader) int {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
 			Expect(err).NotTo(HaveOccurred())
 			req.Header.Set("Authorization", "Bearer "+string(secret.Data[auditwebhook.DataKeyToken]))
@@ -302,6 +302,11 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 			_ = resp.Body.Close()
 			return resp.StatusCode
 		}
+	}
+
+	It("refuses a Cluster's batches beyond its bound in flight, and records what the API server sends again", func(ctx SpecContext) {
+		send := sender(ctx)
+		const emptyBatch = `{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[]}`
 		refused := func() float64 {
 			families, err := metrics.Registry.Gather()
 			Expect(err).NotTo(HaveOccurred())
@@ -330,7 +335,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 			g.Expect(send(strings.NewReader(emptyBatch))).To(Equal(http.StatusTooManyRequests), "a batch beyond the bound is refused")
 			held = slices.DeleteFunc(held, func(h heldBatch) bool { return len(h.answer) > 0 })
 			g.Expect(held).To(HaveLen(auditwebhook.MaxBatchesInFlightPerCluster), "every held batch is still in flight")
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 
 		By("using the API server as a new user meanwhile: while the bound holds, its batches are refused and none is recorded")
 		atUse := refused()
@@ -350,6 +355,40 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 			Expect(h.body.Close()).To(Succeed())
 			Eventually(h.answer).Should(Receive(Equal(http.StatusOK)))
 		}
-		Eventually(recordedUsers).WithContext(ctx).Should(ContainElement("carousel:admin:carol"))
+		// The API server's webhook backend may be in its backoff by then: five rounds, some two minutes.
+		Eventually(recordedUsers).WithContext(ctx).WithTimeout(3 * time.Minute).Should(ContainElement("carousel:admin:carol"))
+	})
+
+	It("keeps the usage record within its bound, and does not vouch for a rotation that started while it had no room", func(ctx SpecContext) {
+		By("sending a batch of 6,000 client certificates in use, more than a ConfigMap's 1 MiB could record")
+		var events []string
+		seen := time.Now().UTC().Format(metav1.RFC3339Micro)
+		for i := range 6000 {
+			events = append(events, fmt.Sprintf(`{"user":{"username":"system:node:filler-%04d","extra":{"authentication.kubernetes.io/credential-id":["X509SHA256=%064x"]}},`+
+				`"requestReceivedTimestamp":%q,"stageTimestamp":%q}`, i, i, seen, seen))
+		}
+		full := `{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[` + strings.Join(events, ",") + `]}`
+		send := sender(ctx)
+		Eventually(func() int { return send(strings.NewReader(full)) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(http.StatusOK), "the batch is recorded")
+		cm := &corev1.ConfigMap{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm)).To(Succeed())
+		Expect(len(cm.Data[oldca.DataKey])).To(BeNumerically("<=", oldca.MaxUsageBytes))
+		u, err := oldca.Parse(cm.Data[oldca.DataKey])
+		Expect(err).NotTo(HaveOccurred())
+		Expect(u.Unrecorded).NotTo(BeNil(), "the record says it left sightings out")
+		Expect(len(u.Credentials)).To(BeNumerically(">", 3000))
+
+		By("starting a rotation: Prepared, the gate names the record and refuses the completion")
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		waitForPhaseSlowly(ctx, key, v1alpha1.RotationPrepared)
+		Eventually(func(g Gomega) {
+			g.Expect(usage(ctx)).NotTo(BeNil())
+			g.Expect(usage(ctx).Dependents).To(ContainElement(SatisfyAll(
+				HaveField("Kind", v1alpha1.OldCADependentCluster), HaveField("Name", "client-certificate-usage"),
+				HaveField("Message", ContainSubstring("it had no room for them")))))
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		err = annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("Cluster client-certificate-usage"))
 	})
 })
