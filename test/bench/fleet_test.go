@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -53,11 +55,13 @@ import (
 // FLEET_CAMPAIGN_MAX_CONCURRENT (100% by default: a number or a
 // percentage), and the manager's peak resident memory; and, per Cluster in
 // each step (the creation, each phase, the campaign), the manager's CPU, its
-// Cluster reconciles and its writes by verb and resource. FLEET_MANAGER_FLAGS
-// adds flags to the manager's, FLEET_MANAGER_ENV variables to its
+// Cluster reconciles and its writes by verb and resource; and, for each
+// step, where the machine's CPU went, the API server's requests a second and
+// the shortest the step could be with the API server alone on the machine.
+// FLEET_MANAGER_FLAGS adds flags to the manager's, FLEET_MANAGER_ENV variables to its
 // environment (GOMEMLIMIT=460MiB, say). With FLEET_PROFILE_DIR set, it writes there
-// the manager's CPU profile of the first createProfileWindow of the
-// Clusters' creation (create.cpu.pprof), of the idle window (idle.cpu.pprof), and its heap
+// the manager's and the API server's CPU profiles of the first createProfileWindow of the
+// Clusters' creation (create.cpu.pprof, apiserver-create.cpu.pprof), the manager's of the idle window (idle.cpu.pprof), and its heap
 // profiles once half the Clusters are Prepared (preparing.heap.pprof) and
 // once all are Completed (completed.heap.pprof), read through
 // --pprof-bind-address. `make bench-fleet` runs it; the figures are in
@@ -105,6 +109,7 @@ func BenchmarkFleet(b *testing.B) {
 		type mark struct {
 			cpu                time.Duration
 			writes, reconciles int
+			load               load
 		}
 		// Each step's peak RSS is its own: reading one starts the next.
 		var peak int64
@@ -115,13 +120,14 @@ func BenchmarkFleet(b *testing.B) {
 		}
 		markNow := func() mark {
 			stepPeakRSS()
-			return mark{proc.cpu(b), writes(), proc.reconciles(b)}
+			return mark{proc.cpu(b), writes(), proc.reconciles(b), mgmt.load(b)}
 		}
-		var steps []string
+		var steps, loads []string
 		step := func(name string, since mark) {
 			steps = append(steps, fmt.Sprintf("%s: %.1f ms manager CPU, %.1f Cluster reconciles, peak RSS %.0f MiB, writes %s", name,
 				float64((proc.cpu(b)-since.cpu).Microseconds())/1000/float64(n), perCluster(proc.reconciles(b)-since.reconciles),
 				float64(stepPeakRSS())/(1<<20), writeKinds(managerWrites()[since.writes:], n)))
+			loads = append(loads, name+": "+mgmt.load(b).since(since.load, n))
 		}
 		created := markNow()
 		cpuBefore, writesBefore, apiCPUBefore := created.cpu, created.writes, apiserver.cpu(b)
@@ -129,6 +135,9 @@ func BenchmarkFleet(b *testing.B) {
 		if profiles != "" {
 			creating.Go(func() error {
 				return proc.profile(fmt.Sprintf("profile?seconds=%d", int(createProfileWindow.Seconds())), filepath.Join(profiles, "create.cpu.pprof"))
+			})
+			creating.Go(func() error {
+				return mgmt.profile(ctx, createProfileWindow, filepath.Join(profiles, "apiserver-create.cpu.pprof"))
 			})
 		}
 		start := time.Now()
@@ -214,6 +223,9 @@ func BenchmarkFleet(b *testing.B) {
 			float64(peak)/(1<<20))
 		for _, s := range steps {
 			fmt.Println("per Cluster, " + s)
+		}
+		for _, l := range loads {
+			fmt.Println("the machine, " + l)
 		}
 	}
 }
@@ -358,6 +370,63 @@ type management struct {
 	cfg        *rest.Config
 	k8s        client.Client
 	kubeconfig string
+	// rest reads the API server's metrics.
+	rest rest.Interface
+}
+
+// load is what the machine had done by a moment: the time its CPUs were
+// busy and in all, the CPU time of this process and of its children by
+// command name (cpuUse), and the requests the API server had served.
+type load struct {
+	at          time.Time
+	busy, total int64 // clock ticks of all CPUs
+	cpu         map[string]time.Duration
+	requests    float64
+}
+
+// load reads what the machine has done so far.
+func (m *management) load(b *testing.B) load {
+	b.Helper()
+	busy, total, err := machineCPU()
+	check(b, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	metrics, err := m.rest.Get().AbsPath("/metrics").Stream(ctx)
+	check(b, err)
+	defer func() { _ = metrics.Close() }()
+	families, err := parseMetrics(metrics)
+	check(b, err)
+	return load{at: time.Now(), busy: busy, total: total, cpu: cpuUse(b, ""), requests: sum(families["apiserver_request_total"], nil)}
+}
+
+// profile writes the API server's CPU profile of the next window to path.
+func (m *management) profile(ctx context.Context, window time.Duration, path string) error {
+	profile, err := m.rest.Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(window.Seconds()))).
+		Timeout(window + time.Minute).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("the API server's CPU profile: %w", err)
+	}
+	return os.WriteFile(path, profile, 0o600)
+}
+
+// since says where the machine's CPU went from before to l, in a step of a
+// fleet of n Clusters: how busy its CPUs were, each process's share (in %
+// of one CPU), the requests the API server served a second, and its CPU per
+// Cluster, with the shortest the step could have taken had the API server
+// had every CPU to itself: the bound it sets for any manager that makes the
+// same requests.
+func (l load) since(before load, n int) string {
+	wall, cpus := l.at.Sub(before.at), runtime.NumCPU()
+	names := slices.SortedFunc(maps.Keys(l.cpu), func(a, b string) int { return cmp.Compare(l.cpu[b]-before.cpu[b], l.cpu[a]-before.cpu[a]) })
+	shares := make([]string, 0, len(names))
+	for _, name := range names {
+		shares = append(shares, fmt.Sprintf("%s %.0f", name, 100*(l.cpu[name]-before.cpu[name]).Seconds()/wall.Seconds()))
+	}
+	api := l.cpu["kube-apiserver"] - before.cpu["kube-apiserver"]
+	return fmt.Sprintf("%.1f s, its %d CPUs %.0f%% busy; CPU in %% of one: %s; API server %.0f requests/s, %.1f ms of CPU a Cluster: "+
+		"with every CPU its own, at least %.1f s for the step",
+		wall.Seconds(), cpus, 100*float64(l.busy-before.busy)/float64(max(1, l.total-before.total)), strings.Join(shares, ", "),
+		(l.requests-before.requests)/wall.Seconds(), float64(api.Microseconds())/1000/float64(n), api.Seconds()/float64(cpus))
 }
 
 // startManagement starts the management cluster; configure, if not nil,
@@ -375,6 +444,9 @@ func startManagement(b *testing.B, configure func(*envtest.Environment)) *manage
 	m.cfg.QPS, m.cfg.Burst = 1000, 1000
 	m.k8s, err = client.New(m.cfg, client.Options{Scheme: scheme.New()})
 	check(b, err)
+	cs, err := kubernetes.NewForConfig(m.cfg)
+	check(b, err)
+	m.rest = cs.Discovery().RESTClient()
 	user, err := m.env.AddUser(envtest.User{Name: managerUser, Groups: []string{"system:masters"}}, nil)
 	check(b, err)
 	kubeconfig, err := user.KubeConfig()

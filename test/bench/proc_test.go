@@ -69,7 +69,7 @@ func children(b *testing.B) []procStat {
 // cpuUse is the CPU time used so far by this process (what the benchmark
 // runs in it) and by its children, summed by command name; the name of a
 // child whose command line holds managedDir (the managed control plane's
-// directory) says "managed".
+// directory), when it is not empty, says "managed".
 func cpuUse(b *testing.B, managedDir string) map[string]time.Duration {
 	b.Helper()
 	self, err := readProcStat(os.Getpid())
@@ -81,10 +81,38 @@ func cpuUse(b *testing.B, managedDir string) map[string]time.Duration {
 			continue // it ended
 		}
 		name := s.comm
-		if strings.Contains(string(cmdline), managedDir) {
+		if managedDir != "" && strings.Contains(string(cmdline), managedDir) {
 			name += " (managed)"
 		}
 		use[name] += s.cpu
 	}
 	return use
+}
+
+// machineCPU is the time all CPUs of the machine have been busy (any state
+// but idle and waiting for I/O) and in all, so far, in clock ticks, from the
+// first line of /proc/stat (see proc(5)).
+func machineCPU() (busy, total int64, err error) {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: first line %q", line)
+	}
+	// user nice system idle iowait irq softirq steal [guest guest_nice,
+	// already counted in user and nice].
+	for i, f := range fields[1:min(len(fields), 9)] {
+		ticks, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		total += ticks
+		if i != 3 && i != 4 {
+			busy += ticks
+		}
+	}
+	return busy, total, nil
 }
