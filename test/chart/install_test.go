@@ -110,7 +110,7 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		pod := &corev1.Pod{}
 		Eventually(func(ctx context.Context) error {
 			return env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-test-webhook"}, pod)
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(Succeed(), "helm test creates its Pod (its own timeout is 2m)")
 		Expect(pod.Spec.Containers).To(HaveLen(1))
 		container := pod.Spec.Containers[0]
 		Expect(container.Image).To(HaveSuffix(":" + chartAppVersion()))

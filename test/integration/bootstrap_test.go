@@ -162,7 +162,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		By("acting as the node: register, heartbeat")
 		node := &nodeagent.Node{Manager: agent, Pool: "pool-a", Address: "127.0.0.1", HeartbeatInterval: 10 * time.Second, Logf: stderrf}
 		Expect(node.Register(ctx)).To(Succeed())
-		Eventually(node.Heartbeat).WithContext(ctx).Should(Succeed(), "the platform may be restarting the API server")
+		Eventually(node.Heartbeat).WithContext(ctx).WithTimeout(2*time.Minute).Should(Succeed(), "the platform may be restarting the API server")
 		registered, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(registered.Labels).To(HaveKeyWithValue(v1alpha1.LabelPool, "pool-a"))
@@ -171,7 +171,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		go func() { _ = node.WatchRenewals(agentCtx) }()
 
 		By("renewing its own identity")
-		Eventually(agent.Renew).WithContext(ctx).WithArguments([]byte(nil)).Should(Succeed())
+		Eventually(agent.Renew).WithContext(ctx).WithTimeout(2 * time.Minute).WithArguments([]byte(nil)).Should(Succeed())
 		Expect(agent.Current().Cert.SerialNumber).NotTo(Equal(first.SerialNumber))
 		csrs, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
@@ -210,7 +210,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(kubelet.Start(ctx)).To(Succeed())
 		bare = &nodeagent.Node{Manager: kubelet, Pool: "unmanaged", Address: "127.0.0.1", HeartbeatInterval: 10 * time.Second, Logf: stderrf}
 		Expect(bare.Register(ctx)).To(Succeed())
-		Eventually(bare.Heartbeat).WithContext(ctx).Should(Succeed())
+		Eventually(bare.Heartbeat).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 		Expect(signedKubeletCertificates(ctx, c)).To(ContainElement(And(HaveField("User", "system:node:bare-1"),
 			HaveField("Fingerprint", pki.Fingerprint(kubelet.Current().Cert)), HaveField("Issuer", hex.EncodeToString(clientCA.SubjectKeyId)))))
 	})

@@ -52,7 +52,7 @@ func updateClusterSpec(ctx context.Context, key client.ObjectKey, change func(*v
 		change(&latest.Spec)
 		return k8s.Update(ctx, latest)
 	})).To(Succeed())
-	Eventually(func() int64 { return getCluster(ctx, key).Status.ObservedGeneration }).WithContext(ctx).
+	Eventually(func() int64 { return getCluster(ctx, key).Status.ObservedGeneration }).WithContext(ctx).WithTimeout(2 * time.Minute).
 		Should(BeNumerically(">=", latest.Generation))
 }
 

@@ -77,7 +77,7 @@ var _ = Describe("The webhook's self-issued serving certificate", func() {
 		Expect(servedIssuer(rotator)).NotTo(Equal(first))
 		// The minute on the fake clock is what lets the API server pick up the
 		// bundle; here it may take it a moment more.
-		Eventually(func(ctx context.Context) error { return apiServerReaches(ctx, ns) }).WithContext(ctx).Should(Succeed())
+		Eventually(func(ctx context.Context) error { return apiServerReaches(ctx, ns) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 
 		By("a sync with nothing to do writes nothing")
 		writes.Store(0)
