@@ -222,10 +222,11 @@ bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt
 # FLEET_CAMPAIGN_MAX_CONCURRENT (100%) the waves of the RotationCampaign that rotates the fleet a second time;
 # FLEET_MANAGER_FLAGS adds flags to the manager's (for example --cluster-concurrency=1), FLEET_MANAGER_ENV variables to its
 # environment (for example GOMEMLIMIT=460MiB); FLEET_PROFILE_DIR, if set, gets
-# the manager's CPU profiles of the fleet's first 20 s and of the idle window, and its heap profiles halfway
-# through the first rotation and at the end (go tool pprof reads them).
+# the manager's CPU profiles of the fleet's first 20 s and of the idle window, the API server's of the fleet's first
+# 20 s and of the first rotation's, and the manager's heap profiles halfway through the first rotation and at the
+# end (go tool pprof reads them).
 .PHONY: bench-fleet
-bench-fleet: envtest build ## One manager and a fleet of Clusters: time to Ready, CPU per Cluster, idle writes and CPU, a rotation of all, peak RSS (bin/bench-fleet.txt).
+bench-fleet: envtest build ## One manager and a fleet of Clusters: time to Ready, CPU per Cluster, idle writes and CPU, a rotation of all, peak RSS, where the machine's CPU went (bin/bench-fleet.txt).
 	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 60m ./test/bench/ | tee $(BIN)/bench-fleet.txt
 
 # CONNECTIONS (20) Clusters whose endpoints are real control planes, an etcd and a kube-apiserver each.

@@ -44,6 +44,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -60,7 +61,9 @@ import (
 // each step (the creation, each phase, the campaign), the manager's CPU, its
 // Cluster reconciles and its writes by verb and resource; and, for each
 // step, where the machine's CPU went, the API server's requests a second and
-// the shortest the step could be with the API server alone on the machine.
+// the shortest the step could be with the API server alone on the machine;
+// last, what one request of each kind a phase is made of costs the API
+// server (requestCosts).
 // FLEET_MANAGER_FLAGS adds flags to the manager's, FLEET_MANAGER_ENV variables to its
 // environment (GOMEMLIMIT=460MiB, say). With FLEET_PROFILE_DIR set, it writes there
 // the manager's and the API server's CPU profiles of the first createProfileWindow of the
@@ -208,6 +211,8 @@ func BenchmarkFleet(b *testing.B) {
 		if profiles != "" {
 			check(b, proc.profile("heap", filepath.Join(profiles, "completed.heap.pprof")))
 		}
+		proc.stop()
+		costs := f.requestCosts(b, ctx, mgmt, apiserver)
 
 		b.ReportMetric(float64(n)/toReady.Seconds(), "clusters-ready/s")
 		b.ReportMetric(float64(cpuPerCluster.Microseconds())/1000, "cpu-ms/cluster")
@@ -237,6 +242,7 @@ func BenchmarkFleet(b *testing.B) {
 		for _, l := range loads {
 			fmt.Println("the machine, " + l)
 		}
+		fmt.Println("the API server's CPU per request as the manager's, one at a time with the manager stopped: " + costs)
 	}
 }
 
@@ -319,6 +325,60 @@ func (f *fleet) campaign(b *testing.B, ctx context.Context, maxConcurrent intstr
 }
 
 func (f *fleet) name(i int) string { return fmt.Sprintf("c-%04d", i) }
+
+// requestCosts measures the API server's CPU for one request of each kind
+// that a phase is made of, sent one at a time as the manager's user to the
+// first Cluster and its objects once the manager has stopped: a merge patch
+// of the Cluster's status and of its annotations (a custom resource, which
+// the API server handles as JSON against its schema), and an update of one
+// of its CA Secrets and of a trust-bundle ConfigMap (a change of an
+// annotation, the same bytes through the same path as a change of data).
+func (f *fleet) requestCosts(b *testing.B, ctx context.Context, mgmt *management, apiserver *process) string {
+	b.Helper()
+	const requests = 500
+	cfg, err := clientcmd.BuildConfigFromFlags("", mgmt.kubeconfig)
+	check(b, err)
+	cfg.QPS = -1
+	manager, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	check(b, err)
+	name := f.name(0)
+	secret, configMap := &corev1.Secret{}, &corev1.ConfigMap{}
+	check(b, manager.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: credentials.CASecretName(name, v1alpha1.CARoleClient)}, secret))
+	check(b, manager.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: credentials.BundleConfigMapName(name, v1alpha1.CARoleClient)}, configMap))
+	cluster := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
+	mergePatch := func(format string, i int) client.Patch {
+		return client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, format, i))
+	}
+	const annotation = "carousel.dev/bench-request-cost"
+	kinds := []struct {
+		name string
+		do   func(i int) error
+	}{
+		{"Cluster status patch", func(i int) error {
+			return manager.Status().Patch(ctx, cluster, mergePatch(`{"status":{"observedGeneration":%d}}`, 1_000_000+i))
+		}},
+		{"Cluster patch", func(i int) error {
+			return manager.Patch(ctx, cluster, mergePatch(`{"metadata":{"annotations":{"`+annotation+`":"%d"}}}`, i))
+		}},
+		{"Secret update", func(i int) error {
+			metav1.SetMetaDataAnnotation(&secret.ObjectMeta, annotation, strconv.Itoa(i))
+			return manager.Update(ctx, secret)
+		}},
+		{"ConfigMap update", func(i int) error {
+			metav1.SetMetaDataAnnotation(&configMap.ObjectMeta, annotation, strconv.Itoa(i))
+			return manager.Update(ctx, configMap)
+		}},
+	}
+	costs := make([]string, len(kinds))
+	for k, kind := range kinds {
+		before := apiserver.cpu(b)
+		for i := range requests {
+			check(b, kind.do(i))
+		}
+		costs[k] = fmt.Sprintf("%s %.1f ms", kind.name, float64((apiserver.cpu(b)-before).Microseconds())/1000/requests)
+	}
+	return strings.Join(costs, ", ")
+}
 
 // create creates the Clusters, a few at a time, as a fleet's tooling would.
 func (f *fleet) create(b *testing.B, ctx context.Context) {
