@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -175,11 +174,17 @@ func BenchmarkFleet(b *testing.B) {
 
 		preparing := markNow()
 		writesBefore, apiCPUBefore, start = preparing.writes, apiserver.cpu(b), time.Now()
-		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
 		prepared := func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared }
 		halfwayCtx, stopHalfway := context.WithCancel(ctx)
 		defer stopHalfway() // a Fatal in waitFor leaves it waiting otherwise
 		halfway, halfwayCtx := errgroup.WithContext(halfwayCtx)
+		if profiles != "" {
+			// From the first annotation on.
+			halfway.Go(func() error {
+				return mgmt.profile(halfwayCtx, createProfileWindow, filepath.Join(profiles, "apiserver-preparing.cpu.pprof"))
+			})
+		}
+		f.annotate(b, ctx, v1alpha1.OperationStartCARotation)
 		if profiles != "" {
 			// The peak is in the rotations: what is live halfway through one.
 			halfway.Go(func() error {
@@ -188,14 +193,11 @@ func BenchmarkFleet(b *testing.B) {
 				}
 				return proc.profile("heap", filepath.Join(profiles, "preparing.heap.pprof"))
 			})
-			halfway.Go(func() error {
-				return mgmt.profile(halfwayCtx, createProfileWindow, filepath.Join(profiles, "apiserver-preparing.cpu.pprof"))
-			})
 		}
 		f.waitFor(b, ctx, prepared)
 		toPrepared, preparingWrites, preparingAPICPU := time.Since(start), writes()-writesBefore, apiserver.cpu(b)-apiCPUBefore
-		check(b, halfway.Wait())
 		step("start→Prepared", preparing)
+		check(b, halfway.Wait())
 		finalizing := markNow()
 		writesBefore, apiCPUBefore, start = finalizing.writes, apiserver.cpu(b), time.Now()
 		f.annotate(b, ctx, v1alpha1.OperationCompleteCARotation)
@@ -211,7 +213,9 @@ func BenchmarkFleet(b *testing.B) {
 		if profiles != "" {
 			check(b, proc.profile("heap", filepath.Join(profiles, "completed.heap.pprof")))
 		}
+		// Nothing else watches or writes while the costs are measured.
 		proc.stop()
+		stopCache()
 		costs := f.requestCosts(b, ctx, mgmt, apiserver)
 
 		b.ReportMetric(float64(n)/toReady.Seconds(), "clusters-ready/s")
@@ -442,7 +446,7 @@ type management struct {
 	cfg        *rest.Config
 	k8s        client.Client
 	kubeconfig string
-	// rest reads the API server's metrics.
+	// rest reads the API server's metrics and profiles.
 	rest rest.Interface
 }
 
@@ -451,16 +455,16 @@ type management struct {
 // command name (cpuUse), and the requests the API server had served.
 type load struct {
 	at          time.Time
+	cpus        int
 	busy, total int64 // clock ticks of all CPUs
 	cpu         map[string]time.Duration
 	requests    float64
 }
 
-// load reads what the machine has done so far.
+// load reads what the machine has done so far: the API server's requests,
+// then the rest together.
 func (m *management) load(b *testing.B) load {
 	b.Helper()
-	busy, total, err := machineCPU()
-	check(b, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	metrics, err := m.rest.Get().AbsPath("/metrics").Stream(ctx)
@@ -468,7 +472,10 @@ func (m *management) load(b *testing.B) load {
 	defer func() { _ = metrics.Close() }()
 	families, err := parseMetrics(metrics)
 	check(b, err)
-	return load{at: time.Now(), busy: busy, total: total, cpu: cpuUse(b, ""), requests: sum(families["apiserver_request_total"], nil)}
+	l := load{at: time.Now(), cpu: cpuUse(b, ""), requests: sum(families["apiserver_request_total"], nil)}
+	l.cpus, l.busy, l.total, err = machineCPU()
+	check(b, err)
+	return l
 }
 
 // profile writes the API server's CPU profile of the next window to path.
@@ -488,7 +495,7 @@ func (m *management) profile(ctx context.Context, window time.Duration, path str
 // had every CPU to itself: the bound it sets for any manager that makes the
 // same requests.
 func (l load) since(before load, n int) string {
-	wall, cpus := l.at.Sub(before.at), runtime.NumCPU()
+	wall, cpus := l.at.Sub(before.at), l.cpus
 	names := slices.SortedFunc(maps.Keys(l.cpu), func(a, b string) int { return cmp.Compare(l.cpu[b]-before.cpu[b], l.cpu[a]-before.cpu[a]) })
 	shares := make([]string, 0, len(names))
 	for _, name := range names {

@@ -89,30 +89,36 @@ func cpuUse(b *testing.B, managedDir string) map[string]time.Duration {
 	return use
 }
 
-// machineCPU is the time all CPUs of the machine have been busy (any state
-// but idle and waiting for I/O) and in all, so far, in clock ticks, from the
-// first line of /proc/stat (see proc(5)).
-func machineCPU() (busy, total int64, err error) {
+// machineCPU is how many CPUs the machine has, and the time they have all
+// been busy (any state but idle and waiting for I/O; time a hypervisor gave
+// to others counts as busy: this machine could not use it) and in all, so
+// far, in clock ticks, from /proc/stat (see proc(5)).
+func machineCPU() (cpus int, busy, total int64, err error) {
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	line, _, _ := strings.Cut(string(stat), "\n")
-	fields := strings.Fields(line)
+	lines := strings.Split(string(stat), "\n")
+	fields := strings.Fields(lines[0])
 	if len(fields) < 5 || fields[0] != "cpu" {
-		return 0, 0, fmt.Errorf("/proc/stat: first line %q", line)
+		return 0, 0, 0, fmt.Errorf("/proc/stat: first line %q", lines[0])
+	}
+	for _, line := range lines[1:] {
+		if strings.HasPrefix(line, "cpu") {
+			cpus++
+		}
 	}
 	// user nice system idle iowait irq softirq steal [guest guest_nice,
 	// already counted in user and nice].
 	for i, f := range fields[1:min(len(fields), 9)] {
 		ticks, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+			return 0, 0, 0, fmt.Errorf("/proc/stat: %w", err)
 		}
 		total += ticks
 		if i != 3 && i != 4 {
 			busy += ticks
 		}
 	}
-	return busy, total, nil
+	return cpus, busy, total, nil
 }

@@ -82,7 +82,7 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 			c := &v1alpha1.Cluster{}
 			err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: env.Name}, c)
 			return c.Annotations, err
-		}).WithContext(ctx).ShouldNot(HaveKey(v1alpha1.OperationAnnotation))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).ShouldNot(HaveKey(v1alpha1.OperationAnnotation))
 	}, NodeTimeout(10*time.Minute))
 
 	It("passes the checks of the install how-to", func(ctx SpecContext) {
