@@ -104,11 +104,12 @@ const x509CredentialPrefix = "X509SHA256="
 
 // Receiver is the http.Handler of the audit webhook.
 type Receiver struct {
-	// Reader reads the audit-webhook Secrets and the usage ConfigMaps (the
-	// manager's cache holds both: they carry carousel.dev/cluster).
+	// Reader reads the audit-webhook Secrets (the manager's cache holds them:
+	// they carry carousel.dev/cluster).
 	Reader client.Reader
 	// APIReader reads past the cache: the Cluster, which a shard's cache may
-	// not hold, and a usage ConfigMap after a conflict.
+	// not hold, and the usage ConfigMaps, whose data the manager's cache does
+	// not hold (a record grows with the clients of the managed cluster).
 	APIReader client.Reader
 	// Client writes the usage ConfigMaps.
 	Client client.Client
@@ -437,21 +438,26 @@ func (r *Receiver) afterFunc(d time.Duration, f func()) {
 	time.AfterFunc(d, f)
 }
 
+// mergeRetrying merges seen into the record, reading it again after a
+// conflict. The first read is served from the API server's watch cache
+// (resourceVersion "0"), as fresh as an informer's, which costs the API
+// server no read of etcd; a conflict means it was behind, and the next read
+// is of the latest.
 func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
-	reader := r.Reader
+	read := []client.GetOption{&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}}
 	var deferred []oldca.Credential
 	err := credentials.WriteRecord(func() (err error) {
-		deferred, err = r.merge(ctx, reader, key, seen, resolution)
-		reader = r.APIReader // the cache was behind
+		deferred, err = r.merge(ctx, key, seen, resolution, read...)
+		read = nil // the watch cache was behind
 		return err
 	})
 	return deferred, err
 }
 
-func (r *Receiver) merge(ctx context.Context, reader client.Reader, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
+func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration, read ...client.GetOption) ([]oldca.Credential, error) {
 	now := r.Clock.Now()
 	cm := &corev1.ConfigMap{}
-	err := reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm, read...)
 	if apierrors.IsNotFound(err) {
 		return nil, r.create(ctx, key, seen, now)
 	}
@@ -469,7 +475,6 @@ func (r *Receiver) merge(ctx context.Context, reader client.Reader, key client.O
 	if !changed {
 		return deferred, nil
 	}
-	cm = cm.DeepCopy()
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}

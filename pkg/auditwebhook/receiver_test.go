@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,6 +374,39 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 	}
 	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(150*time.Second + time.Millisecond)) {
 		t.Fatalf("lastSeen = %v, want +150s", got)
+	}
+}
+
+// metadataOnly reads ConfigMaps as the manager's cache holds the usage
+// records: without their data.
+type metadataOnly struct{ client.Reader }
+
+func (m metadataOnly) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := m.Reader.Get(ctx, key, obj, opts...)
+	if cm, ok := obj.(*corev1.ConfigMap); ok {
+		cm.Data, cm.BinaryData = nil, nil
+	}
+	return err
+}
+
+// TestTheReceiverReadsTheRecordPastTheCache: the manager's cache holds no
+// usage record's data, so a batch is merged into the record as the API
+// server holds it, and what it held stays.
+func TestTheReceiverReadsTheRecordPastTheCache(t *testing.T) {
+	s := newSetup(t)
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	s.receiver.Reader = metadataOnly{s.client}
+	if w := s.post(batch(event("deploy", "X509SHA256="+fp("dd"), t0))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	var users []string
+	for _, c := range s.usage(t).Credentials {
+		users = append(users, c.User)
+	}
+	if !slices.Equal(users, []string{"ci", "deploy"}) {
+		t.Errorf("recorded users %v, want ci, recorded before, and deploy", users)
 	}
 }
 

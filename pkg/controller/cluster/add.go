@@ -40,7 +40,8 @@ const ControllerName = "cluster"
 // cluster's Secrets, and drops every cached object's managedFields, which
 // nothing reads (a fleet caches some thirty objects per Cluster). A leaf
 // certificate Secret's trust bundle and kubeconfig are cached as digests
-// (cacheSecret): read them from the API server.
+// (cacheSecret), and the records of the old-CA usage gate without their data
+// (cacheConfigMap): read them from the API server.
 func CacheOptions() cache.Options {
 	managed, err := labels.NewRequirement(v1alpha1.LabelCluster, selection.Exists, nil)
 	if err != nil {
@@ -49,7 +50,7 @@ func CacheOptions() cache.Options {
 	selector := labels.NewSelector().Add(*managed)
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Secret{}:      {Label: selector, Transform: cacheSecret},
-		&corev1.ConfigMap{}:   {Label: selector},
+		&corev1.ConfigMap{}:   {Label: selector, Transform: cacheConfigMap},
 		&appsv1.Deployment{}:  {Label: selector},
 		&appsv1.StatefulSet{}: {Label: selector},
 	}}

@@ -50,6 +50,25 @@ func cacheSecret(obj any) (any, error) {
 	return obj, nil
 }
 
+// cacheConfigMap is the cache's transform of ConfigMaps: it drops
+// managedFields, as for every cached object, and the data of the Cluster's
+// records of package oldca (credentials.IsRecord). A record grows with the
+// clients of the managed cluster (the usage record up to
+// oldca.MaxUsageBytes) and is read only while a rotation is Prepared or
+// Aborting, so the reconciler and the audit receiver read it from the API
+// server; the cache keeps its metadata, so that a write still queues the
+// Cluster. Idempotent, as cacheSecret.
+func cacheConfigMap(obj any) (any, error) {
+	obj, err := stripManagedFields(obj)
+	if err != nil {
+		return obj, err
+	}
+	if cm, ok := obj.(*corev1.ConfigMap); ok && credentials.IsRecord(cm.Labels[v1alpha1.LabelCluster], cm.Name) {
+		cm.Data, cm.BinaryData = nil, nil
+	}
+	return obj, nil
+}
+
 // isLeafCertificateSecret reports whether s is named and labelled as the
 // Secret of one of a Cluster's leaf certificates.
 func isLeafCertificateSecret(s *corev1.Secret) bool {

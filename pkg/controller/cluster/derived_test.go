@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"maps"
+	"reflect"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -21,20 +22,62 @@ import (
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
-// secretTransform is the transform the manager's cache applies to Secrets.
-func secretTransform(t *testing.T) func(any) (any, error) {
+// cacheTransform is the transform the manager's cache applies to objects of
+// kind's type.
+func cacheTransform(t *testing.T, kind client.Object) func(any) (any, error) {
 	t.Helper()
 	for obj, by := range CacheOptions().ByObject {
-		if _, ok := obj.(*corev1.Secret); ok && by.Transform != nil {
+		if reflect.TypeOf(obj) == reflect.TypeOf(kind) && by.Transform != nil {
 			return by.Transform
 		}
 	}
-	t.Fatal("CacheOptions sets no transform of Secrets")
+	t.Fatalf("CacheOptions sets no transform of %T", kind)
 	return nil
 }
 
+func TestCacheConfigMapKeepsNoRecordData(t *testing.T) {
+	transform := cacheTransform(t, &corev1.ConfigMap{})
+	configMap := func(name, cluster string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "7", Labels: map[string]string{v1alpha1.LabelCluster: cluster},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "carousel-controller-manager"}}},
+			Data:       map[string]string{"record.json": "{}"},
+			BinaryData: map[string][]byte{"record.json.gz": []byte("gzip")},
+		}
+	}
+	cache := func(cm *corev1.ConfigMap) *corev1.ConfigMap {
+		t.Helper()
+		got, err := transform(cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.(*corev1.ConfigMap)
+	}
+	for _, name := range []string{credentials.CertificateUsageConfigMapName("prod"), credentials.IssuedKubeconfigsConfigMapName("prod")} {
+		cached := cache(configMap(name, "prod"))
+		if cached.Data != nil || cached.BinaryData != nil || cached.ManagedFields != nil {
+			t.Errorf("the record %s is cached with data %q, binary data %q and managedFields %v, want none", name, cached.Data, cached.BinaryData, cached.ManagedFields)
+		}
+		if cached.ResourceVersion != "7" || cached.Labels[v1alpha1.LabelCluster] != "prod" {
+			t.Errorf("the record %s is cached without its metadata: %+v", name, cached.ObjectMeta)
+		}
+		if again := cache(cached.DeepCopy()); !equality.Semantic.DeepEqual(again, cached) {
+			t.Errorf("transformed twice, the record %s is cached as %+v, want %+v", name, again, cached)
+		}
+	}
+	for _, other := range []*corev1.ConfigMap{
+		configMap(credentials.BundleConfigMapName("prod", v1alpha1.CARoleCluster), "prod"),
+		configMap(credentials.CertificateUsageConfigMapName("prod"), "staging"), // not prod's record
+	} {
+		if got := cache(other); len(got.Data) != 1 || len(got.BinaryData) != 1 || got.ManagedFields != nil {
+			t.Errorf("%s labelled %v is cached with data %q, binary data %q and managedFields %v, want its data and no managedFields",
+				other.Name, other.Labels, got.Data, got.BinaryData, got.ManagedFields)
+		}
+	}
+}
+
 func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
-	transform := secretTransform(t)
+	transform := cacheTransform(t, &corev1.Secret{})
 	leafData := func() map[string][]byte {
 		return map[string][]byte{"tls.crt": []byte("certificate"), "tls.key": []byte("key"), "ca.crt": []byte("bundle"), "kubeconfig": []byte("kubeconfig")}
 	}

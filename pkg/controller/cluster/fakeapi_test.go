@@ -16,8 +16,9 @@ import (
 
 // fakeAPI is an in-memory management cluster indexed as the manager's cache
 // is, which counts the writes made to it. With throughCache set it lists
-// Secrets as the manager's cache holds them (cacheSecret), transformed twice
-// as a watch-list sync does.
+// Secrets and ConfigMaps as the manager's cache holds them (cacheSecret,
+// cacheConfigMap), transformed twice as a watch-list sync does; a Get reads
+// them as the API server holds them.
 type fakeAPI struct {
 	client.WithWatch
 	writes       atomic.Int64
@@ -32,12 +33,26 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 			if err := cl.List(ctx, list, opts...); err != nil {
 				return err
 			}
-			if secrets, ok := list.(*corev1.SecretList); ok && api.throughCache.Load() {
-				for i := range secrets.Items {
-					for range 2 {
-						if _, err := cacheSecret(&secrets.Items[i]); err != nil {
-							return err
-						}
+			if !api.throughCache.Load() {
+				return nil
+			}
+			var cached []any
+			transform := cacheSecret
+			switch l := list.(type) {
+			case *corev1.SecretList:
+				for i := range l.Items {
+					cached = append(cached, &l.Items[i])
+				}
+			case *corev1.ConfigMapList:
+				for i := range l.Items {
+					cached = append(cached, &l.Items[i])
+				}
+				transform = cacheConfigMap
+			}
+			for _, obj := range cached {
+				for range 2 {
+					if _, err := transform(obj); err != nil {
+						return err
 					}
 				}
 			}

@@ -135,7 +135,11 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 			facts.NodesUnreadable = true
 		}
 	}
-	if cm := s.objs.configMaps[credentials.CertificateUsageConfigMapName(c.Name)]; cm != nil {
+	cm, err := r.record(ctx, s, credentials.CertificateUsageConfigMapName(c.Name))
+	if err != nil {
+		return err
+	}
+	if cm != nil {
 		usage, err := oldca.Parse(cm.Data[oldca.DataKey])
 		if err != nil {
 			// An empty record, which the gate takes for a silent audit
@@ -145,7 +149,9 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		}
 		facts.Usage = usage
 	}
-	facts.Kubeconfigs, facts.KubeconfigsUnreadable = issuedKubeconfigs(ctx, s)
+	if facts.Kubeconfigs, facts.KubeconfigsUnreadable, err = r.issuedKubeconfigs(ctx, s); err != nil {
+		return err
+	}
 	if oldca.UnreportedNodes(facts.Nodes) || facts.Usage != nil {
 		// Up to 768 KiB, read only when something is judged by it.
 		kubelets, err := r.kubeletCertificates(ctx, c)
@@ -197,23 +203,44 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 // issuedKubeconfigs is the record of the kubeconfigs kubectl carousel
 // issued for the Cluster; nil when there is none, and true when it does not
 // parse.
-func issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool) {
-	return parseRecord(ctx, s.objs.configMaps[credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)], func(cm *corev1.ConfigMap) (*oldca.Kubeconfigs, error) {
+func (r *Reconciler) issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool, error) {
+	cm, err := r.record(ctx, s, credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name))
+	if err != nil {
+		return nil, false, err
+	}
+	record, unreadable := parseRecord(ctx, cm, func(cm *corev1.ConfigMap) (*oldca.Kubeconfigs, error) {
 		return oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
 	})
+	return record, unreadable, nil
+}
+
+// record is the ConfigMap of one of the Cluster's records that the cache
+// lists, read from the API server: the cache holds a record's metadata only
+// (cacheConfigMap). nil when there is none.
+func (r *Reconciler) record(ctx context.Context, s *scope, name string) (*corev1.ConfigMap, error) {
+	if s.objs.configMaps[name] == nil {
+		return nil, nil
+	}
+	return r.readRecord(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name})
 }
 
 // kubeletCertificates is the ConfigMap of the Cluster's record of signed
-// kubelet certificates, read past the cache, which does not hold it (see
+// kubelet certificates, which the cache does not list (see
 // kubeletcsr.Recorder); nil when there is none.
 func (r *Reconciler) kubeletCertificates(ctx context.Context, c *v1alpha1.Cluster) (*corev1.ConfigMap, error) {
+	return r.readRecord(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)})
+}
+
+// readRecord reads the ConfigMap of a record from the API server; nil when
+// there is none.
+func (r *Reconciler) readRecord(ctx context.Context, key client.ObjectKey) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
-	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)}, cm)
+	err := r.apiReader().Get(ctx, key, cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading the record of signed kubelet certificates: %w", err)
+		return nil, fmt.Errorf("reading the record %s: %w", key.Name, err)
 	}
 	return cm, nil
 }
@@ -245,21 +272,24 @@ func previousIssuer(cas *credentials.CAs) string {
 // and until the new one is deleted, the users holding kubeconfigs from the
 // new client CA only (oldca.Kubeconfigs.Stranded), for whom the abort
 // keeps it; s wakes when the first of them expires.
-func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) []string {
+func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string, error) {
 	clientCAs := s.cas[v1alpha1.CARoleClient]
 	if s.cluster.CARotationPhase() != v1alpha1.RotationAborting || clientCAs == nil || clientCAs.Previous == nil || !clientCAs.Restored() {
-		return nil
+		return nil, nil
 	}
-	issued, unreadable := issuedKubeconfigs(ctx, s)
+	issued, unreadable, err := r.issuedKubeconfigs(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	if unreadable {
-		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) + " does not parse: repair or delete it)"}
+		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) + " does not parse: repair or delete it)"}, nil
 	}
 	var users []string
 	for _, d := range issued.Stranded(previousIssuer(clientCAs), hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId), r.Clock.Now()) {
 		users = append(users, d.Name)
 		s.wakeAt(d.Expires)
 	}
-	return users
+	return users, nil
 }
 
 // keptNodes are the Node and "Cluster nodes" dependents of u.

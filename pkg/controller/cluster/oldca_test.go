@@ -1,14 +1,25 @@
 package cluster
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
 
@@ -38,5 +49,89 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOffline(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("node %d = %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestOldCAUsageGateReadsTheRecordsPastTheCache brings a Cluster to Prepared
+// and lets the gate judge it from its records as the manager's cache lists
+// them, without their data (cacheConfigMap): the gate reads them from the
+// API server, and finds in them a recent audit event and a kubeconfig that
+// the old client CA signed.
+func TestOldCAUsageGateReadsTheRecordsPastTheCache(t *testing.T) {
+	c := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet", UID: "prod-uid"},
+		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
+	}
+	api := newFakeAPI(c)
+	clk := clocktesting.NewFakeClock(time.Now())
+	r := &Reconciler{Client: api, Clock: clk, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}
+	ctx, key := context.Background(), client.ObjectKeyFromObject(c)
+	reconcile := func() {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+		if err := api.Get(ctx, key, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		reconcile()
+	}
+	c.Annotations = map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationStartCARotation}
+	if err := api.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; c.CARotationPhase() != v1alpha1.RotationPrepared; i++ {
+		if i == 10 {
+			t.Fatalf("the rotation is %s after %d reconciles, want Prepared", c.CARotationPhase(), i)
+		}
+		reconcile()
+	}
+	clk.Step(oldca.Settling + time.Minute) // past the collecting
+	now := clk.Now()
+
+	secret := func(name string) *corev1.Secret {
+		t.Helper()
+		s := &corev1.Secret{}
+		if err := api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	block, _ := pem.Decode(secret(credentials.CertificateSecretName(c.Name, credentials.CertOperator)).Data[v1alpha1.DataKeyCertificate])
+	if block == nil {
+		t.Fatal("the operator's certificate is not PEM")
+	}
+	operator := sha256.Sum256(block.Bytes)
+	clientCAs, err := credentials.DecodeCASecret(secret(credentials.CASecretName(c.Name, v1alpha1.CARoleClient)))
+	if err != nil || clientCAs.Previous == nil {
+		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", clientCAs, err)
+	}
+	usage := &oldca.Usage{Credentials: []oldca.Credential{{User: "carousel:operator", Fingerprint: hex.EncodeToString(operator[:]), FirstSeen: now, LastSeen: now}}}
+	kubeconfigs := &oldca.Kubeconfigs{Issued: []oldca.IssuedCertificate{{User: "carousel:admin:alice", Fingerprint: strings.Repeat("ab", sha256.Size),
+		Issuer: hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId), IssuedAt: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}}}
+	for name, data := range map[string]map[string]string{
+		credentials.CertificateUsageConfigMapName(c.Name):  {oldca.DataKey: usage.String()},
+		credentials.IssuedKubeconfigsConfigMapName(c.Name): {oldca.KubeconfigsDataKey: kubeconfigs.String()},
+	} {
+		if err := api.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name,
+			Labels: map[string]string{v1alpha1.LabelCluster: c.Name}}, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	api.throughCache.Store(true)
+	reconcile()
+	got := c.CARotation().OldCAUsage
+	if got == nil || !got.AuditEventsReceived {
+		t.Fatalf("old-CA usage = %+v, want the audit events received", got)
+	}
+	var names []string
+	for _, d := range got.Dependents {
+		names = append(names, d.Name)
+	}
+	if !slices.Equal(names, []string{"carousel:admin:alice"}) {
+		t.Errorf("dependents of the old CAs = %v (%+v), want the holder of the old-CA kubeconfig only: the audit events are recent", names, got.Dependents)
 	}
 }

@@ -182,7 +182,11 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	if rot := c.CARotation(); rot != nil {
 		s.facts.RolledBack, s.facts.AbortForced = rot.AbortRolledBackTime != nil, rot.AbortForcedTime != nil
 	}
-	s.facts.KubeconfigHolders = r.kubeconfigHolders(ctx, s)
+	holders, err := r.kubeconfigHolders(ctx, s)
+	if err != nil {
+		return err
+	}
+	s.facts.KubeconfigHolders = holders
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
 	for check := rotation.EvidenceDue(s.facts); ; {
 		seen, err := r.gatherEvidence(ctx, s, check)
