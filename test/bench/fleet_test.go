@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +47,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	clustercontroller "github.com/carousel-dev/carousel/pkg/controller/cluster"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -70,7 +74,10 @@ import (
 // rotation's start (apiserver-preparing.cpu.pprof), the manager's of the idle window (idle.cpu.pprof), and its heap
 // profiles once half the Clusters are Prepared (preparing.heap.pprof) and
 // once all are Completed (completed.heap.pprof), read through
-// --pprof-bind-address. `make bench-fleet` runs it; the figures are in
+// --pprof-bind-address. Last, it gives every Cluster a record of
+// FLEET_USAGE_CREDENTIALS (200 by default; 0 skips it) client certificates in
+// use, as the audit receiver keeps one, and reports what the records added
+// to the manager's live heap. `make bench-fleet` runs it; the figures are in
 // docs/development.md.
 func BenchmarkFleet(b *testing.B) {
 	assets, manager := os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
@@ -80,6 +87,7 @@ func BenchmarkFleet(b *testing.B) {
 	n := envOr(b, "FLEET_CLUSTERS", 1000, strconv.Atoi)
 	campaignConcurrency := envOr(b, "FLEET_CAMPAIGN_MAX_CONCURRENT", "100%", func(s string) (string, error) { return s, nil })
 	idle := envOr(b, "FLEET_IDLE", time.Minute, time.ParseDuration)
+	usageCredentials := envOr(b, "FLEET_USAGE_CREDENTIALS", 200, strconv.Atoi)
 	ctx := context.Background()
 	ctrl.SetLogger(logr.Discard())
 
@@ -100,7 +108,10 @@ func BenchmarkFleet(b *testing.B) {
 	}
 
 	profiles := os.Getenv("FLEET_PROFILE_DIR")
-	proc := startManager(b, manager, mgmt.kubeconfig, profiles != "")
+	if profiles != "" {
+		check(b, os.MkdirAll(profiles, 0o755))
+	}
+	proc := startManager(b, manager, mgmt.kubeconfig, profiles != "" || usageCredentials > 0)
 	defer proc.stop()
 	// The API server shares the two cores: its CPU says when it is the limit.
 	apiserver := childProcess(b, "kube-apiserver")
@@ -213,6 +224,10 @@ func BenchmarkFleet(b *testing.B) {
 		if profiles != "" {
 			check(b, proc.profile("heap", filepath.Join(profiles, "completed.heap.pprof")))
 		}
+		var records recordCost
+		if usageCredentials > 0 {
+			records = f.usageRecords(b, ctx, proc, usageCredentials)
+		}
 		// Nothing else watches or writes while the costs are measured.
 		proc.stop()
 		stopCache()
@@ -247,6 +262,11 @@ func BenchmarkFleet(b *testing.B) {
 			fmt.Println("the machine, " + l)
 		}
 		fmt.Println("the API server's CPU per request as the manager's, one at a time with the manager stopped: " + costs)
+		if usageCredentials > 0 {
+			fmt.Printf("a record of %d client certificates in use per Cluster (%.1f KiB each): the manager's live heap %+.1f MiB, "+
+				"%.1f KiB per Cluster; %d writes, peak RSS %.0f MiB\n", usageCredentials, float64(records.bytes)/1024,
+				records.heap/(1<<20), records.heap/1024/float64(n), records.writes, float64(records.peakRSS)/(1<<20))
+		}
 	}
 }
 
@@ -400,6 +420,52 @@ func (f *fleet) annotate(b *testing.B, ctx context.Context, operation string) {
 			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.OperationAnnotation, operation)))
 		return f.k8s.Patch(ctx, c, patch)
 	})
+}
+
+// recordCost is what the records of the old-CA usage gate cost the
+// manager: the growth of its live heap, the writes it made for them and its
+// peak RSS meanwhile; and the size of one record.
+type recordCost struct {
+	heap    float64
+	writes  int
+	peakRSS int64
+	bytes   int
+}
+
+// usageRecords gives every Cluster a record of credentials client
+// certificates in use, as the audit receiver writes one for a managed API
+// server that serves as many (a cluster of some 100 nodes in a rotation has
+// two per kubelet), and measures what the manager's live heap gained once it
+// reconciled every Cluster for its record.
+func (f *fleet) usageRecords(b *testing.B, ctx context.Context, proc *process, credentialsInUse int) recordCost {
+	b.Helper()
+	proc.peakRSSSinceLastReading(b)
+	before, reconciles, writes := proc.sample(b), proc.reconciles(b), f.writes()
+	now := time.Now().UTC()
+	var size atomic.Int64
+	f.each(b, func(i int) error {
+		seen := make([]oldca.Credential, credentialsInUse)
+		for j := range seen {
+			certificate := sha256.Sum256(fmt.Appendf(nil, "%d/%d", i, j))
+			seen[j] = oldca.Credential{User: fmt.Sprintf("system:node:ip-10-0-%d-%d.ec2.internal", j/250, j%250),
+				Fingerprint: hex.EncodeToString(certificate[:]), FirstSeen: now, LastSeen: now}
+		}
+		usage := &oldca.Usage{}
+		usage.Observe(seen, now, 0)
+		record := usage.String()
+		size.Store(int64(len(record)))
+		return f.k8s.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credentials.CertificateUsageConfigMapName(f.name(i)),
+				Labels: map[string]string{v1alpha1.LabelCluster: f.name(i)}},
+			Data: map[string]string{oldca.DataKey: record},
+		})
+	})
+	// Each record queues its Cluster once; the fleet is at rest.
+	check(b, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		return proc.reconciles(b) >= reconciles+f.n && sum(proc.metrics(b)["workqueue_depth"], map[string]string{"name": clustercontroller.ControllerName}) == 0, nil
+	}))
+	after := proc.sample(b)
+	return recordCost{heap: after.heap - before.heap, writes: f.writes() - writes, peakRSS: proc.peakRSSSinceLastReading(b), bytes: int(size.Load())}
 }
 
 // each runs do for every Cluster, 16 at a time, and fails on the first error.
