@@ -40,6 +40,7 @@ BENCH_TIME ?= 1s
 FUZZ_TARGETS := \
 	apis/carousel/v1alpha1:FuzzParseOperation \
 	pkg/auditwebhook:FuzzDecodingMatchesTheAuditTypes \
+	pkg/auditwebhook:FuzzKnownSightingsDeferOnlyWhatObserveDefers \
 	pkg/campaign:FuzzPlan \
 	pkg/controller/workerrollout:FuzzPlanReplace \
 	pkg/controller/workerrollout:FuzzRolloutTime \

@@ -109,7 +109,8 @@ type Receiver struct {
 	Reader client.Reader
 	// APIReader reads past the cache: the Cluster, which a shard's cache may
 	// not hold, and the usage ConfigMaps, whose data the manager's cache does
-	// not hold (a record grows with the clients of the managed cluster).
+	// not hold (a record grows with the clients of the managed cluster), when
+	// a batch may change them (knownSightings).
 	APIReader client.Reader
 	// Client writes the usage ConfigMaps.
 	Client client.Client
@@ -333,6 +334,9 @@ type clusterState struct {
 	// oldca.Resolution; they are written once flushScheduled fires.
 	pending        []oldca.Credential
 	flushScheduled bool
+	// known is what the record held when it was last read or written
+	// through this state; nil after a failure.
+	known knownSightings
 }
 
 // lock returns key's state, locked, created when there is none.
@@ -394,15 +398,22 @@ func isHex(s string) bool {
 
 // record merges seen into the Cluster's usage ConfigMap, writing it only
 // when the record changed; small advances of lastSeen are written
-// oldca.Resolution later, in one write.
+// oldca.Resolution later, in one write. A batch of nothing but such advances
+// of sightings the state knows waits for that write without reading the
+// record.
 func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldca.Credential) error {
 	st := r.lock(key)
 	defer r.unlock(key, st)
-	deferred, err := r.mergeRetrying(ctx, key, seen, oldca.Resolution)
-	if err != nil {
-		return err
+	if st.known.defersAll(seen, oldca.Resolution) {
+		// What Observe would defer, without reading the record.
+		st.pending = append(st.pending, seen...)
+	} else {
+		deferred, err := r.mergeRetrying(ctx, key, st, seen, oldca.Resolution)
+		if err != nil {
+			return err
+		}
+		st.pending = append(st.pending, deferred...)
 	}
-	st.pending = append(st.pending, deferred...)
 	if len(st.pending) > 0 && !st.flushScheduled {
 		st.flushScheduled = true
 		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
@@ -418,7 +429,7 @@ func (r *Receiver) flush(key client.ObjectKey) {
 	defer r.unlock(key, st)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.mergeRetrying(ctx, key, st.pending, 0); err != nil {
+	if _, err := r.mergeRetrying(ctx, key, st, st.pending, 0); err != nil {
 		if apierrors.IsNotFound(r.APIReader.Get(ctx, key, &v1alpha1.Cluster{})) {
 			st.pending, st.flushScheduled = nil, false
 			return
@@ -440,29 +451,40 @@ func (r *Receiver) afterFunc(d time.Duration, f func()) {
 
 // mergeRetrying merges seen into the record, reading it again after a
 // conflict. The first read is served from the API server's watch cache
-// (resourceVersion "0"), as fresh as an informer's, which costs the API
-// server no read of etcd; a conflict means it was behind, and the next read
-// is of the latest.
-func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
+// (resourceVersion "0"), which costs it no read of etcd but may be behind.
+// That is safe: the record only grows (its entries are added, their
+// lastSeen moves on) until they expire, so what a stale read already holds
+// the latest holds too, and a write based on it conflicts and reads the
+// latest.
+// st.known becomes what the record holds once written, nil after a failure.
+func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, st *clusterState, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
 	read := []client.GetOption{&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}}
 	var deferred []oldca.Credential
+	var usage *oldca.Usage
 	err := credentials.WriteRecord(func() (err error) {
-		deferred, err = r.merge(ctx, key, seen, resolution, read...)
-		read = nil // the watch cache was behind
+		deferred, usage, err = r.merge(ctx, key, seen, resolution, read...)
+		read = nil // the latest, after a conflict
 		return err
 	})
+	st.known = nil
+	if err == nil {
+		st.known = knownFrom(usage)
+	}
 	return deferred, err
 }
 
-func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration, read ...client.GetOption) ([]oldca.Credential, error) {
+// merge merges seen into the record and returns what it deferred and what
+// the record now holds.
+func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration, read ...client.GetOption) ([]oldca.Credential, *oldca.Usage, error) {
 	now := r.Clock.Now()
 	cm := &corev1.ConfigMap{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm, read...)
 	if apierrors.IsNotFound(err) {
-		return nil, r.create(ctx, key, seen, now)
+		usage, err := r.create(ctx, key, seen, now)
+		return nil, usage, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	usage, err := oldca.Parse(cm.Data[oldca.DataKey])
 	if err != nil {
@@ -473,22 +495,23 @@ func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, seen []oldca
 	}
 	changed, deferred := usage.Observe(seen, now, resolution)
 	if !changed {
-		return deferred, nil
+		return deferred, usage, nil
 	}
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
 	cm.Data[oldca.DataKey] = usage.String()
-	return nil, r.Client.Update(ctx, cm) // carries the resourceVersion read: a conflict reads again
+	return nil, usage, r.Client.Update(ctx, cm) // carries the resourceVersion read: a conflict reads again
 }
 
-func (r *Receiver) create(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, now time.Time) error {
+// create creates the record of seen, and returns what it holds.
+func (r *Receiver) create(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, now time.Time) (*oldca.Usage, error) {
 	cluster := &v1alpha1.Cluster{}
 	if err := r.APIReader.Get(ctx, key, cluster); err != nil {
-		return fmt.Errorf("reading the Cluster: %w", err)
+		return nil, fmt.Errorf("reading the Cluster: %w", err)
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
-		return errors.New("the Cluster is being deleted")
+		return nil, errors.New("the Cluster is being deleted")
 	}
 	usage := &oldca.Usage{}
 	usage.Observe(seen, now, 0)
@@ -500,7 +523,7 @@ func (r *Receiver) create(ctx context.Context, key client.ObjectKey, seen []oldc
 		Data: map[string]string{oldca.DataKey: usage.String()},
 	}
 	if err := controllerutil.SetControllerReference(cluster, cm, r.Client.Scheme()); err != nil {
-		return err
+		return nil, err
 	}
-	return r.Client.Create(ctx, cm)
+	return usage, r.Client.Create(ctx, cm)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/onsi/gomega"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -407,6 +409,99 @@ func TestTheReceiverReadsTheRecordPastTheCache(t *testing.T) {
 	}
 	if !slices.Equal(users, []string{"ci", "deploy"}) {
 		t.Errorf("recorded users %v, want ci, recorded before, and deploy", users)
+	}
+}
+
+// TestTheReceiverReadsTheLatestRecordAfterAConflict: a batch reads the
+// record from the API server's watch cache first, which may be behind; its
+// write then conflicts, and the next read is of the latest.
+func TestTheReceiverReadsTheLatestRecordAfterAConflict(t *testing.T) {
+	s := newSetup(t)
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	var reads []string
+	var conflicted bool
+	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				get := &client.GetOptions{}
+				get.ApplyOptions(opts)
+				rv := "latest"
+				if get.Raw != nil && get.Raw.ResourceVersion != "" {
+					rv = get.Raw.ResourceVersion
+				}
+				reads = append(reads, rv)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	s.receiver.Client = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if !conflicted {
+				conflicted = true
+				return apierrors.NewConflict(corev1.Resource("configmaps"), obj.GetName(), errors.New("the watch cache was behind"))
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	if w := s.post(batch(event("deploy", "X509SHA256="+fp("dd"), t0))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	if !slices.Equal(reads, []string{"0", "latest"}) {
+		t.Errorf("the record was read at resource versions %v, want 0 (the watch cache), then the latest after the conflict", reads)
+	}
+	if n := len(s.usage(t).Credentials); n != 2 {
+		t.Errorf("recorded %d credentials after the conflict, want 2", n)
+	}
+}
+
+// TestTheReceiverReadsTheRecordOnlyWhenABatchMayChangeIt: while a Cluster
+// has sightings waiting to be written, a batch that only advances known
+// clients' lastSeen by less than a minute is deferred without reading the
+// record (which the manager's cache does not hold); the deferred write reads
+// it, and so does a batch with a new client, or with nothing waiting.
+func TestTheReceiverReadsTheRecordOnlyWhenABatchMayChangeIt(t *testing.T) {
+	s := newSetup(t)
+	var reads atomic.Int64
+	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				reads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	post := func(events ...auditv1.Event) {
+		t.Helper()
+		if w := s.post(batch(events...)); w.Code != http.StatusOK {
+			t.Fatalf("answered %d %q", w.Code, w.Body.String())
+		}
+	}
+	post(event("ci", "X509SHA256="+fp("cc"), t0))
+	if n := reads.Load(); n != 1 {
+		t.Fatalf("%d reads of the record for the first batch, want 1", n)
+	}
+	for _, after := range []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second} {
+		post(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))
+	}
+	// The first of them reads: nothing was waiting, and the state went.
+	if n, w := reads.Load(), s.writes.Load(); n != 2 || w != 1 {
+		t.Fatalf("after three batches that only advance lastSeen: %d reads, %d writes, want 2 and 1", n, w)
+	}
+	post(event("ci", "X509SHA256="+fp("cc"), t0.Add(-time.Second))) // first seen earlier: a change
+	if n := reads.Load(); n != 3 {
+		t.Fatalf("%d reads after a batch with an earlier first sighting, want 3", n)
+	}
+	s.clock.Step(oldca.Resolution)
+	gomega.NewWithT(t).Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(3), "the deferred advances written a minute later")
+	if got := s.usage(t).Credentials[0]; !got.LastSeen.Equal(t0.Add(30*time.Second+time.Millisecond)) || !got.FirstSeen.Equal(t0.Add(-time.Second)) {
+		t.Errorf("recorded %+v, want first seen -1s and last seen +30s", got)
+	}
+	before := reads.Load()
+	post(event("deploy", "X509SHA256="+fp("dd"), t0.Add(40*time.Second)))
+	if n := reads.Load() - before; n != 1 {
+		t.Errorf("%d reads for a batch with a new client, want 1", n)
 	}
 }
 

@@ -54,9 +54,10 @@ func cacheSecret(obj any) (any, error) {
 // managedFields, as for every cached object, and the data of the Cluster's
 // records of package oldca (credentials.IsRecord). A record grows with the
 // clients of the managed cluster (the usage record up to
-// oldca.MaxUsageBytes) and is read only while a rotation is Prepared or
-// Aborting, so the reconciler and the audit receiver read it from the API
-// server; the cache keeps its metadata, so that a write still queues the
+// oldca.MaxUsageBytes), the gate reads it only while a rotation is Prepared
+// (or an abort keeps the new client CA), and the audit receiver, which
+// writes the usage record, reads it when a batch may change it: both read
+// it from the API server. The cache keeps its metadata, so that a write still queues the
 // Cluster. Idempotent, as cacheSecret.
 func cacheConfigMap(obj any) (any, error) {
 	obj, err := stripManagedFields(obj)

@@ -15,43 +15,61 @@ import (
 )
 
 // fakeAPI is an in-memory management cluster indexed as the manager's cache
-// is, which counts the writes made to it. With throughCache set it lists
+// is, which counts the writes made to it. With throughCache set it reads
 // Secrets and ConfigMaps as the manager's cache holds them (cacheSecret,
-// cacheConfigMap), transformed twice as a watch-list sync does; a Get reads
-// them as the API server holds them.
+// cacheConfigMap), transformed twice as a watch-list sync does: it lists
+// both so, and gets ConfigMaps so. apiServer reads them as they are.
 type fakeAPI struct {
 	client.WithWatch
+	apiServer    client.Reader
 	writes       atomic.Int64
 	throughCache atomic.Bool
 }
 
 func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
-	api := &fakeAPI{}
+	builder := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(append(objs, c)...).WithStatusSubresource(c)
+	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &appsv1.Deployment{}, &appsv1.StatefulSet{}} {
+		builder = builder.WithIndex(obj, clusterIndex, clusterLabel)
+	}
+	apiServer := builder.Build()
+	api := &fakeAPI{apiServer: apiServer}
 	count := func() { api.writes.Add(1) }
-	builder := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(append(objs, c)...).WithStatusSubresource(c).WithInterceptorFuncs(interceptor.Funcs{
+	// cached applies transform to obj twice, when the cache is read.
+	cached := func(transform func(any) (any, error), obj any) error {
+		if !api.throughCache.Load() {
+			return nil
+		}
+		for range 2 {
+			if _, err := transform(obj); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	api.WithWatch = interceptor.NewClient(apiServer, interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := cl.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
+				return cached(cacheConfigMap, cm)
+			}
+			return nil
+		},
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			if err := cl.List(ctx, list, opts...); err != nil {
 				return err
 			}
-			if !api.throughCache.Load() {
-				return nil
-			}
-			var cached []any
-			transform := cacheSecret
 			switch l := list.(type) {
 			case *corev1.SecretList:
 				for i := range l.Items {
-					cached = append(cached, &l.Items[i])
+					if err := cached(cacheSecret, &l.Items[i]); err != nil {
+						return err
+					}
 				}
 			case *corev1.ConfigMapList:
 				for i := range l.Items {
-					cached = append(cached, &l.Items[i])
-				}
-				transform = cacheConfigMap
-			}
-			for _, obj := range cached {
-				for range 2 {
-					if _, err := transform(obj); err != nil {
+					if err := cached(cacheConfigMap, &l.Items[i]); err != nil {
 						return err
 					}
 				}
@@ -75,9 +93,5 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
-	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &appsv1.Deployment{}, &appsv1.StatefulSet{}} {
-		builder = builder.WithIndex(obj, clusterIndex, clusterLabel)
-	}
-	api.WithWatch = builder.Build()
 	return api
 }

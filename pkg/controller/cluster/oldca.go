@@ -216,12 +216,15 @@ func (r *Reconciler) issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Ku
 
 // record is the ConfigMap of one of the Cluster's records that the cache
 // lists, read from the API server: the cache holds a record's metadata only
-// (cacheConfigMap). nil when there is none.
+// (cacheConfigMap). The read is of a version no older than the cache's,
+// which the API server serves from its watch cache. nil when there is none.
 func (r *Reconciler) record(ctx context.Context, s *scope, name string) (*corev1.ConfigMap, error) {
-	if s.objs.configMaps[name] == nil {
+	cached := s.objs.configMaps[name]
+	if cached == nil {
 		return nil, nil
 	}
-	return r.readRecord(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name})
+	return r.readRecord(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name},
+		&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: cached.ResourceVersion}})
 }
 
 // kubeletCertificates is the ConfigMap of the Cluster's record of signed
@@ -233,9 +236,9 @@ func (r *Reconciler) kubeletCertificates(ctx context.Context, c *v1alpha1.Cluste
 
 // readRecord reads the ConfigMap of a record from the API server; nil when
 // there is none.
-func (r *Reconciler) readRecord(ctx context.Context, key client.ObjectKey) (*corev1.ConfigMap, error) {
+func (r *Reconciler) readRecord(ctx context.Context, key client.ObjectKey, opts ...client.GetOption) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
-	err := r.apiReader().Get(ctx, key, cm)
+	err := r.apiReader().Get(ctx, key, cm, opts...)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

@@ -64,7 +64,7 @@ func TestOldCAUsageGateReadsTheRecordsPastTheCache(t *testing.T) {
 	}
 	api := newFakeAPI(c)
 	clk := clocktesting.NewFakeClock(time.Now())
-	r := &Reconciler{Client: api, Clock: clk, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}
+	r := &Reconciler{Client: api, APIReader: api.apiServer, Clock: clk, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}
 	ctx, key := context.Background(), client.ObjectKeyFromObject(c)
 	reconcile := func() {
 		t.Helper()

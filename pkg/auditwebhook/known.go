@@ -1,0 +1,54 @@
+package auditwebhook
+
+import (
+	"crypto/sha256"
+	"time"
+
+	"github.com/carousel-dev/carousel/pkg/oldca"
+)
+
+// knownSightings is what a Cluster's usage record held when a replica last
+// read or wrote it: each credential's first and last sighting, by a digest
+// of its user and fingerprint. It is a fifth of the record's size, and lets
+// a batch that would only defer small advances of lastSeen (most batches of
+// a busy cluster) skip reading the record, which the manager's cache does
+// not hold.
+type knownSightings map[credentialID]sighting
+
+// credentialID digests a credential's user and fingerprint.
+type credentialID [16]byte
+
+// sighting is a credential's first and last sighting, in Unix nanoseconds.
+type sighting struct{ first, last int64 }
+
+func idOf(c oldca.Credential) credentialID {
+	sum := sha256.Sum256([]byte(c.User + "\x00" + c.Fingerprint))
+	return credentialID(sum[:16])
+}
+
+// knownFrom is what u holds.
+func knownFrom(u *oldca.Usage) knownSightings {
+	known := make(knownSightings, len(u.Credentials))
+	for _, c := range u.Credentials {
+		known[idOf(c)] = sighting{first: c.FirstSeen.UnixNano(), last: c.LastSeen.UnixNano()}
+	}
+	return known
+}
+
+// defersAll reports whether oldca.Usage.Observe, given seen and resolution,
+// would surely change nothing in a record that holds what k holds, and at
+// most defer advances of lastSeen: every credential of seen is known, not
+// first seen earlier, and seen last less than resolution after its known
+// lastSeen. A nil k knows nothing.
+func (k knownSightings) defersAll(seen []oldca.Credential, resolution time.Duration) bool {
+	if k == nil {
+		return false
+	}
+	for _, c := range seen {
+		s, ok := k[idOf(c)]
+		if !ok || c.FirstSeen.UnixNano() < s.first || c.LastSeen.UnixNano()-s.last >= resolution.Nanoseconds() {
+			return false
+		}
+	}
+	return true
+}

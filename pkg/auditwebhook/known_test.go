@@ -1,0 +1,55 @@
+package auditwebhook
+
+import (
+	"testing"
+	"time"
+
+	"github.com/carousel-dev/carousel/pkg/oldca"
+)
+
+// FuzzKnownSightingsDeferOnlyWhatObserveDefers checks the promise a batch
+// skipped without reading the record rests on: when knownFrom(u) says a
+// batch only defers, Observe on u changes nothing (and so defers every
+// advance it makes).
+func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
+	f.Add(false, int64(0), int64(10), int64(0), int64(20))  // an advance of 10 s: deferred
+	f.Add(false, int64(0), int64(10), int64(0), int64(70))  // of a minute: a change
+	f.Add(false, int64(0), int64(10), int64(-1), int64(10)) // first seen earlier: a change
+	f.Add(true, int64(0), int64(10), int64(0), int64(10))   // another client: a change
+	f.Add(false, int64(0), int64(10), int64(5), int64(5))   // nothing new
+	f.Add(false, int64(0), int64(0), int64(0), int64(oldca.Resolution/time.Second)-1)
+	f.Fuzz(func(t *testing.T, otherClient bool, first, last, seenFirst, seenLast int64) {
+		const bound = int64(48 * time.Hour / time.Second)
+		for _, v := range []int64{first, last, seenFirst, seenLast} {
+			if v < -bound || v > bound {
+				t.Skip()
+			}
+		}
+		at := func(s int64) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+		recorded := oldca.Credential{User: "ci", Fingerprint: fp("cc"), FirstSeen: at(first), LastSeen: at(max(first, last))}
+		seen := oldca.Credential{User: "ci", Fingerprint: fp("cc"), FirstSeen: at(seenFirst), LastSeen: at(max(seenFirst, seenLast))}
+		if otherClient {
+			seen.User = "deploy"
+		}
+		// Observed when the last sighting arrived: nothing in the record ages out.
+		now := recorded.LastSeen
+		if seen.LastSeen.After(now) {
+			now = seen.LastSeen
+		}
+		if now.Sub(recorded.LastSeen) >= oldca.Retention {
+			t.Skip()
+		}
+		u := &oldca.Usage{Credentials: []oldca.Credential{recorded}}
+		defers := knownFrom(u).defersAll([]oldca.Credential{seen}, oldca.Resolution)
+		if changed, _ := u.Observe([]oldca.Credential{seen}, now, oldca.Resolution); defers && changed {
+			t.Errorf("the known sightings defer %+v, which changes the record of %+v", seen, recorded)
+		}
+	})
+}
+
+func TestKnownSightingsOfNothing(t *testing.T) {
+	var none knownSightings
+	if none.defersAll([]oldca.Credential{{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0}}, oldca.Resolution) {
+		t.Error("sightings never read defer a batch")
+	}
+}
