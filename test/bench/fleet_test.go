@@ -231,7 +231,7 @@ func BenchmarkFleet(b *testing.B) {
 		// Nothing else watches or writes while the costs are measured.
 		proc.stop()
 		stopCache()
-		costs := f.requestCosts(b, ctx, mgmt, apiserver)
+		costs := f.requestCosts(b, ctx, mgmt, apiserver, usageCredentials > 0)
 
 		b.ReportMetric(float64(n)/toReady.Seconds(), "clusters-ready/s")
 		b.ReportMetric(float64(cpuPerCluster.Microseconds())/1000, "cpu-ms/cluster")
@@ -356,8 +356,10 @@ func (f *fleet) name(i int) string { return fmt.Sprintf("c-%04d", i) }
 // of the Cluster's status and of its annotations (a custom resource, which
 // the API server handles as JSON against its schema), and an update of one
 // of its CA Secrets and of a trust-bundle ConfigMap (a change of an
-// annotation, the same bytes through the same path as a change of data).
-func (f *fleet) requestCosts(b *testing.B, ctx context.Context, mgmt *management, apiserver *process) string {
+// annotation, the same bytes through the same path as a change of data);
+// with records, a read of the first Cluster's usage record from the API
+// server's watch cache and one of the latest.
+func (f *fleet) requestCosts(b *testing.B, ctx context.Context, mgmt *management, apiserver *process, records bool) string {
 	b.Helper()
 	const requests = 500
 	cfg, err := clientcmd.BuildConfigFromFlags("", mgmt.kubeconfig)
@@ -374,10 +376,11 @@ func (f *fleet) requestCosts(b *testing.B, ctx context.Context, mgmt *management
 		return client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, format, i))
 	}
 	const annotation = "carousel.dev/bench-request-cost"
-	kinds := []struct {
-		name string
+	type request struct {
+		kind string
 		do   func(i int) error
-	}{
+	}
+	kinds := []request{
 		{"Cluster status patch", func(i int) error {
 			return manager.Status().Patch(ctx, cluster, mergePatch(`{"status":{"observedGeneration":%d}}`, 1_000_000+i))
 		}},
@@ -393,13 +396,23 @@ func (f *fleet) requestCosts(b *testing.B, ctx context.Context, mgmt *management
 			return manager.Update(ctx, configMap)
 		}},
 	}
+	if records {
+		// What the audit receiver reads for each batch, and the gate for each
+		// reconcile while a rotation is Prepared.
+		usage := client.ObjectKey{Namespace: f.ns, Name: credentials.CertificateUsageConfigMapName(name)}
+		kinds = append(kinds, request{"usage record read from the watch cache", func(int) error {
+			return manager.Get(ctx, usage, &corev1.ConfigMap{}, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+		}}, request{"usage record read of the latest", func(int) error {
+			return manager.Get(ctx, usage, &corev1.ConfigMap{})
+		}})
+	}
 	costs := make([]string, len(kinds))
 	for k, kind := range kinds {
 		before := apiserver.cpu(b)
 		for i := range requests {
 			check(b, kind.do(i))
 		}
-		costs[k] = fmt.Sprintf("%s %.1f ms", kind.name, float64((apiserver.cpu(b)-before).Microseconds())/1000/requests)
+		costs[k] = fmt.Sprintf("%s %.1f ms", kind.kind, float64((apiserver.cpu(b)-before).Microseconds())/1000/requests)
 	}
 	return strings.Join(costs, ", ")
 }
@@ -433,10 +446,11 @@ type recordCost struct {
 }
 
 // usageRecords gives every Cluster a record of credentials client
-// certificates in use, as the audit receiver writes one for a managed API
-// server that serves as many (a cluster of some 100 nodes in a rotation has
-// two per kubelet), and measures what the manager's live heap gained once it
-// reconciled every Cluster for its record.
+// certificates in use, as the audit receiver writes one (owned by the
+// Cluster) for a managed API server that serves as many (a cluster of some
+// 100 nodes in a rotation has two per kubelet), and measures what the
+// manager's live heap gained once it reconciled every Cluster for its record
+// and fell quiet.
 func (f *fleet) usageRecords(b *testing.B, ctx context.Context, proc *process, credentialsInUse int) recordCost {
 	b.Helper()
 	proc.peakRSSSinceLastReading(b)
@@ -454,15 +468,33 @@ func (f *fleet) usageRecords(b *testing.B, ctx context.Context, proc *process, c
 		usage.Observe(seen, now, 0)
 		record := usage.String()
 		size.Store(int64(len(record)))
+		cluster := &v1alpha1.Cluster{}
+		if err := f.cache.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name(i)}, cluster); err != nil {
+			return err
+		}
 		return f.k8s.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credentials.CertificateUsageConfigMapName(f.name(i)),
-				Labels: map[string]string{v1alpha1.LabelCluster: f.name(i)}},
+				Labels:          map[string]string{v1alpha1.LabelCluster: f.name(i)},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cluster, v1alpha1.SchemeGroupVersion.WithKind("Cluster"))}},
 			Data: map[string]string{oldca.DataKey: record},
 		})
 	})
-	// Each record queues its Cluster once; the fleet is at rest.
-	check(b, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-		return proc.reconciles(b) >= reconciles+f.n && sum(proc.metrics(b)["workqueue_depth"], map[string]string{"name": clustercontroller.ControllerName}) == 0, nil
+	// Each record queues its Cluster once (a few may join a wake-up already
+	// queued): wait for nearly as many reconciles, and then for the Cluster
+	// controller to have nothing queued, nothing running and no reconcile
+	// for quiet.
+	const quiet = 2 * time.Second
+	last, since := -1, time.Now()
+	check(b, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		metrics := proc.metrics(b)
+		controller := map[string]string{"controller": clustercontroller.ControllerName}
+		done := int(sum(metrics["controller_runtime_reconcile_total"], controller))
+		if done != last {
+			last, since = done, time.Now()
+		}
+		return done-reconciles >= f.n*9/10 && time.Since(since) >= quiet &&
+			sum(metrics["workqueue_depth"], map[string]string{"name": clustercontroller.ControllerName}) == 0 &&
+			sum(metrics["controller_runtime_active_workers"], controller) == 0, nil
 	}))
 	after := proc.sample(b)
 	return recordCost{heap: after.heap - before.heap, writes: f.writes() - writes, peakRSS: proc.peakRSSSinceLastReading(b), bytes: int(size.Load())}
