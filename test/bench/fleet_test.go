@@ -397,8 +397,9 @@ func (f *fleet) requestCosts(b *testing.B, ctx context.Context, mgmt *management
 		}},
 	}
 	if records {
-		// What the audit receiver reads for each batch, and the gate for each
-		// reconcile while a rotation is Prepared.
+		// What the audit receiver reads for a batch that may change the
+		// record, and the gate for each reconcile while a rotation is
+		// Prepared (at the cache's resourceVersion, from the watch cache too).
 		usage := client.ObjectKey{Namespace: f.ns, Name: credentials.CertificateUsageConfigMapName(name)}
 		kinds = append(kinds, request{"usage record read from the watch cache", func(int) error {
 			return manager.Get(ctx, usage, &corev1.ConfigMap{}, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
