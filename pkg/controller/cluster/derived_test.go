@@ -22,21 +22,24 @@ import (
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
-// cacheTransform is the transform the manager's cache applies to objects of
-// kind's type.
-func cacheTransform(t *testing.T, kind client.Object) func(any) (any, error) {
+// asCached is obj as the manager's cache holds it: changed by the
+// transform CacheOptions sets for its type.
+func asCached[T client.Object](t *testing.T, obj T) T {
 	t.Helper()
-	for obj, by := range CacheOptions().ByObject {
-		if reflect.TypeOf(obj) == reflect.TypeOf(kind) && by.Transform != nil {
-			return by.Transform
+	for kind, by := range CacheOptions().ByObject {
+		if reflect.TypeOf(kind) == reflect.TypeOf(obj) && by.Transform != nil {
+			got, err := by.Transform(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got.(T)
 		}
 	}
-	t.Fatalf("CacheOptions sets no transform of %T", kind)
-	return nil
+	t.Fatalf("CacheOptions sets no transform of %T", obj)
+	return obj
 }
 
 func TestCacheConfigMapKeepsNoRecordData(t *testing.T) {
-	transform := cacheTransform(t, &corev1.ConfigMap{})
 	configMap := func(name, cluster string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "7", Labels: map[string]string{v1alpha1.LabelCluster: cluster},
@@ -45,23 +48,15 @@ func TestCacheConfigMapKeepsNoRecordData(t *testing.T) {
 			BinaryData: map[string][]byte{"record.json.gz": []byte("gzip")},
 		}
 	}
-	cache := func(cm *corev1.ConfigMap) *corev1.ConfigMap {
-		t.Helper()
-		got, err := transform(cm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.(*corev1.ConfigMap)
-	}
 	for _, name := range []string{credentials.CertificateUsageConfigMapName("prod"), credentials.IssuedKubeconfigsConfigMapName("prod")} {
-		cached := cache(configMap(name, "prod"))
+		cached := asCached(t, configMap(name, "prod"))
 		if cached.Data != nil || cached.BinaryData != nil || cached.ManagedFields != nil {
 			t.Errorf("the record %s is cached with data %q, binary data %q and managedFields %v, want none", name, cached.Data, cached.BinaryData, cached.ManagedFields)
 		}
 		if cached.ResourceVersion != "7" || cached.Labels[v1alpha1.LabelCluster] != "prod" {
 			t.Errorf("the record %s is cached without its metadata: %+v", name, cached.ObjectMeta)
 		}
-		if again := cache(cached.DeepCopy()); !equality.Semantic.DeepEqual(again, cached) {
+		if again := asCached(t, cached.DeepCopy()); !equality.Semantic.DeepEqual(again, cached) {
 			t.Errorf("transformed twice, the record %s is cached as %+v, want %+v", name, again, cached)
 		}
 	}
@@ -69,7 +64,7 @@ func TestCacheConfigMapKeepsNoRecordData(t *testing.T) {
 		configMap(credentials.BundleConfigMapName("prod", v1alpha1.CARoleCluster), "prod"),
 		configMap(credentials.CertificateUsageConfigMapName("prod"), "staging"), // not prod's record
 	} {
-		if got := cache(other); len(got.Data) != 1 || len(got.BinaryData) != 1 || got.ManagedFields != nil {
+		if got := asCached(t, other); len(got.Data) != 1 || len(got.BinaryData) != 1 || got.ManagedFields != nil {
 			t.Errorf("%s labelled %v is cached with data %q, binary data %q and managedFields %v, want its data and no managedFields",
 				other.Name, other.Labels, got.Data, got.BinaryData, got.ManagedFields)
 		}
@@ -77,7 +72,6 @@ func TestCacheConfigMapKeepsNoRecordData(t *testing.T) {
 }
 
 func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
-	transform := cacheTransform(t, &corev1.Secret{})
 	leafData := func() map[string][]byte {
 		return map[string][]byte{"tls.crt": []byte("certificate"), "tls.key": []byte("key"), "ca.crt": []byte("bundle"), "kubeconfig": []byte("kubeconfig")}
 	}
@@ -88,16 +82,8 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 			Data: leafData(),
 		}
 	}
-	cache := func(s *corev1.Secret) *corev1.Secret {
-		t.Helper()
-		got, err := transform(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.(*corev1.Secret)
-	}
 
-	cached := cache(leaf())
+	cached := asCached(t, leaf())
 	if cached.ManagedFields != nil {
 		t.Errorf("cached managedFields = %v, want none", cached.ManagedFields)
 	}
@@ -112,7 +98,7 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 	if !sameData(cached.Data, leafData()) {
 		t.Error("the cached data is not the same as the Secret's")
 	}
-	if again := cache(cached.DeepCopy()); !equality.Semantic.DeepEqual(again, cached) {
+	if again := asCached(t, cached.DeepCopy()); !equality.Semantic.DeepEqual(again, cached) {
 		t.Errorf("transformed twice, the Secret is cached as %q, want %q", again.Data, cached.Data)
 	}
 
@@ -134,7 +120,7 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 	forged := leaf()
 	sum := sha256.Sum256([]byte("kubeconfig"))
 	forged.Data["kubeconfig"] = sum[:]
-	if sameData(cache(forged).Data, leafData()) {
+	if sameData(asCached(t, forged).Data, leafData()) {
 		t.Error("a written digest passes for the value it digests")
 	}
 
@@ -142,7 +128,7 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-cluster", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}}, Data: leafData()},
 		{ObjectMeta: metav1.ObjectMeta{Name: "prod-ca-cluster", Labels: map[string]string{v1alpha1.LabelCluster: "prod", v1alpha1.LabelCertificate: "admin"}}, Data: leafData()},
 	} {
-		if got := cache(other); !maps.EqualFunc(got.Data, leafData(), bytes.Equal) {
+		if got := asCached(t, other); !maps.EqualFunc(got.Data, leafData(), bytes.Equal) {
 			t.Errorf("%s labelled %v, not a leaf certificate's Secret, is cached with %q", other.Name, other.Labels, got.Data)
 		}
 	}
