@@ -41,6 +41,7 @@ FUZZ_TARGETS := \
 	apis/carousel/v1alpha1:FuzzParseOperation \
 	pkg/auditwebhook:FuzzDecodingMatchesTheAuditTypes \
 	pkg/auditwebhook:FuzzKnownSightingsDeferOnlyWhatObserveDefers \
+	pkg/auditwebhook:FuzzPendingSightingsWriteWhatEachBatchWould \
 	pkg/campaign:FuzzPlan \
 	pkg/controller/workerrollout:FuzzPlanReplace \
 	pkg/controller/workerrollout:FuzzRolloutTime \

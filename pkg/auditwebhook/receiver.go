@@ -332,7 +332,7 @@ type clusterState struct {
 	mu sync.Mutex
 	// pending are the sightings whose lastSeen advanced by less than
 	// oldca.Resolution; they are written once flushScheduled fires.
-	pending        []oldca.Credential
+	pending        pendingSightings
 	flushScheduled bool
 	// known is what the record held when it was last read or written
 	// through this state; nil after a failure.
@@ -406,13 +406,13 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 	defer r.unlock(key, st)
 	if st.known.defersAll(seen, oldca.Resolution) {
 		// What Observe would defer, without reading the record.
-		st.pending = append(st.pending, seen...)
+		st.pending.add(seen)
 	} else {
 		deferred, err := r.mergeRetrying(ctx, key, st, seen, oldca.Resolution)
 		if err != nil {
 			return err
 		}
-		st.pending = append(st.pending, deferred...)
+		st.pending.add(deferred)
 	}
 	if len(st.pending) > 0 && !st.flushScheduled {
 		st.flushScheduled = true
@@ -429,7 +429,7 @@ func (r *Receiver) flush(key client.ObjectKey) {
 	defer r.unlock(key, st)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.mergeRetrying(ctx, key, st, st.pending, 0); err != nil {
+	if _, err := r.mergeRetrying(ctx, key, st, st.pending.list(), 0); err != nil {
 		if apierrors.IsNotFound(r.APIReader.Get(ctx, key, &v1alpha1.Cluster{})) {
 			st.pending, st.flushScheduled = nil, false
 			return
