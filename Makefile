@@ -219,6 +219,7 @@ bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt
 	$(GO_TEST) -run '^$$' -bench BenchmarkKubeletBootstrap -benchtime 1x -timeout 20m ./test/bench/ | tee $(BIN)/bench-bootstrap.txt
 	$(MAKE) --no-print-directory bench-fleet
 	$(MAKE) --no-print-directory bench-connections
+	$(MAKE) --no-print-directory bench-audit
 
 # FLEET_CLUSTERS (1000) Clusters and the manager binary on one API server; FLEET_IDLE (1m) is the idle window;
 # FLEET_CAMPAIGN_MAX_CONCURRENT (100%) the waves of the RotationCampaign that rotates the fleet a second time;
@@ -235,6 +236,12 @@ bench-fleet: envtest build ## One manager and a fleet of Clusters: time to Ready
 .PHONY: bench-connections
 bench-connections: envtest build ## What one managed-cluster connection costs the manager (heap, RSS, goroutines, watches), projected to 1,000 (bin/bench-connections.txt).
 	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkManagedConnections -benchtime 1x -timeout 30m ./test/bench/ | tee $(BIN)/bench-connections.txt
+
+# AUDIT_CLUSTERS (200) Clusters of AUDIT_CLIENTS (150) clients each send AUDIT_BATCHES_PER_SECOND (40) batches of
+# 400 audit events in all for AUDIT_WINDOW (2m).
+.PHONY: bench-audit
+bench-audit: envtest build ## A fleet's audit traffic through one manager's receiver: CPU per batch, live heap, reads and writes of the usage records (bin/bench-audit.txt).
+	CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -run '^$$' -bench BenchmarkAuditTraffic -benchtime 1x -timeout 20m ./test/bench/ | tee $(BIN)/bench-audit.txt
 
 .PHONY: chart-test
 chart-test: envtest build $(HELM) ## Helm chart: lint, values schema, install on a real API server and a rotation run as the chart's ServiceAccount.

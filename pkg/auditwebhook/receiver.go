@@ -423,10 +423,17 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 
 // flush writes a Cluster's pending sightings; after a failure it tries again
 // oldca.Resolution later, unless the Cluster is gone, whose sightings no gate
-// needs. The state is kept while a flush is scheduled.
+// needs. The state is kept while a flush is scheduled: after a write, one
+// more comes oldca.Resolution later, so that what the state knows of the
+// record it wrote lets the batches of that minute wait without a read; the
+// flush that finds nothing waiting lets the state go.
 func (r *Receiver) flush(key client.ObjectKey) {
 	st := r.lock(key)
 	defer r.unlock(key, st)
+	if len(st.pending) == 0 {
+		st.flushScheduled = false
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := r.mergeRetrying(ctx, key, st, st.pending.list(), 0); err != nil {
@@ -438,7 +445,8 @@ func (r *Receiver) flush(key client.ObjectKey) {
 		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
 		return
 	}
-	st.pending, st.flushScheduled = nil, false
+	st.pending = nil
+	r.afterFunc(oldca.Resolution, func() { r.flush(key) })
 }
 
 func (r *Receiver) afterFunc(d time.Duration, f func()) {

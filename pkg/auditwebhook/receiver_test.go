@@ -505,6 +505,61 @@ func TestTheReceiverReadsTheRecordOnlyWhenABatchMayChangeIt(t *testing.T) {
 	}
 }
 
+// TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite: the batches that
+// follow a write of waiting sightings by less than a minute wait for the next
+// one without a read, on what the receiver wrote; when no batch comes, the
+// next look writes nothing and reads nothing.
+func TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite(t *testing.T) {
+	s := newSetup(t)
+	var reads atomic.Int64
+	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				reads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	g := gomega.NewWithT(t)
+	post := func(after time.Duration) {
+		t.Helper()
+		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
+			t.Fatalf("answered %d %q", w.Code, w.Body.String())
+		}
+	}
+	// Each write of waiting sightings schedules a look a minute later:
+	// step the clock once it has.
+	nextMinute := func() {
+		t.Helper()
+		g.Eventually(s.clock.HasWaiters).Should(gomega.BeTrue(), "a look scheduled")
+		s.clock.Step(oldca.Resolution)
+	}
+	post(0)                // a new client: read, written at once
+	post(10 * time.Second) // read: nothing known, left for later
+	nextMinute()
+	g.Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "the sighting left for later written")
+	readsAfterWrite := reads.Load()
+	post(65 * time.Second) // 55 s after what was written: left for later, no read
+	if n := reads.Load() - readsAfterWrite; n != 0 {
+		t.Fatalf("%d reads for a batch in the minute after a write, want none", n)
+	}
+	nextMinute()
+	g.Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(3), "the sighting of that minute written")
+	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(65*time.Second + time.Millisecond)) {
+		t.Errorf("last seen %v, want %v", got, t0.Add(65*time.Second+time.Millisecond))
+	}
+	readsAfterWrite = reads.Load()
+	nextMinute() // no batch in the minute: nothing to write
+	g.Eventually(func() int {
+		s.receiver.mu.Lock()
+		defer s.receiver.mu.Unlock()
+		return len(s.receiver.states)
+	}).Should(gomega.BeZero(), "the Cluster forgotten")
+	if r, w := reads.Load()-readsAfterWrite, s.writes.Load(); r != 0 || w != 3 {
+		t.Errorf("a look with nothing waiting: %d reads, %d writes in all; want none and 3", r, w)
+	}
+}
+
 // TestTheReceiverStartsACorruptRecordOverAsUnrecorded: what a record that
 // does not parse held is lost, and the record says so, so that the gate
 // does not vouch for a rotation that started within the retention.
@@ -533,8 +588,8 @@ func TestTheReceiverStartsACorruptRecordOverAsUnrecorded(t *testing.T) {
 }
 
 // TestTheReceiverForgetsIdleClusters: the receiver keeps a Cluster's state
-// only while sightings of it wait to be written, so that a fleet whose
-// Clusters come and go does not grow it.
+// only while sightings of it wait to be written, and for a minute after it
+// wrote them, so that a fleet whose Clusters come and go does not grow it.
 func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 	s := newSetup(t)
 	held := func() int {
@@ -552,7 +607,12 @@ func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 	s.clock.Step(time.Minute)
 	g := gomega.NewWithT(t)
 	g.Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "the sighting written a minute later")
-	g.Eventually(held).Should(gomega.BeZero(), "the Cluster forgotten once nothing of it waits")
+	g.Eventually(s.clock.HasWaiters).Should(gomega.BeTrue(), "a look a minute after the write")
+	if n := held(); n != 1 {
+		t.Fatalf("%d Clusters held in the minute after a write, want the one", n)
+	}
+	s.clock.Step(time.Minute)
+	g.Eventually(held).Should(gomega.BeZero(), "the Cluster forgotten once nothing of it waited for a minute")
 
 	// A Cluster deleted while a sighting waits: its flush finds it gone and
 	// drops the sighting, instead of trying again every minute for ever.

@@ -671,9 +671,9 @@ func childProcess(b *testing.B, name string) *process {
 	return nil
 }
 
-// startManager starts the manager binary at path; with pprof, it serves its
-// profiles on a loopback port.
-func startManager(b *testing.B, path, kubeconfig string, pprof bool) *process {
+// startManager starts the manager binary at path, with flags besides the
+// benchmark's own; with pprof, it serves its profiles on a loopback port.
+func startManager(b *testing.B, path, kubeconfig string, pprof bool, flags ...string) *process {
 	b.Helper()
 	logs, err := os.Create(filepath.Join(b.TempDir(), "manager.log"))
 	check(b, err)
@@ -684,6 +684,7 @@ func startManager(b *testing.B, path, kubeconfig string, pprof bool) *process {
 		p.pprof = loopbackAddress(b)
 		args = append(args, "--pprof-bind-address="+p.pprof)
 	}
+	args = append(args, flags...)
 	p.cmd = exec.Command(path, append(args, strings.Fields(os.Getenv("FLEET_MANAGER_FLAGS"))...)...)
 	p.cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("FLEET_MANAGER_ENV"))...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
