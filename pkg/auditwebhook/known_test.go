@@ -7,10 +7,11 @@ import (
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
 
-// FuzzKnownSightingsDeferOnlyWhatObserveDefers checks the promise a batch
+// FuzzKnownSightingsDeferOnlyWhatObserveDefers checks the promises a batch
 // skipped without reading the record rests on: when knownFrom(u) says a
 // batch only defers, Observe on u changes nothing (and so defers every
-// advance it makes).
+// advance it makes); when it says u holds the batch, Observe with no
+// resolution (a flush's) changes nothing either.
 func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 	f.Add(false, int64(0), int64(10), int64(0), int64(20))  // an advance of 10 s: deferred
 	f.Add(false, int64(0), int64(10), int64(0), int64(70))  // of a minute: a change
@@ -40,16 +41,22 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 			t.Skip()
 		}
 		u := &oldca.Usage{Credentials: []oldca.Credential{recorded}}
-		defers := knownFrom(u).defersAll([]oldca.Credential{seen}, oldca.Resolution)
+		known := knownFrom(u)
+		defers, holds := known.defersAll([]oldca.Credential{seen}, oldca.Resolution), known.holds([]oldca.Credential{seen})
 		if changed, _ := u.Observe([]oldca.Credential{seen}, now, oldca.Resolution); defers && changed {
 			t.Errorf("the known sightings defer %+v, which changes the record of %+v", seen, recorded)
+		}
+		u = &oldca.Usage{Credentials: []oldca.Credential{recorded}}
+		if changed, _ := u.Observe([]oldca.Credential{seen}, now, 0); holds && changed {
+			t.Errorf("the known sightings hold %+v, which a flush writes into the record of %+v", seen, recorded)
 		}
 	})
 }
 
 func TestKnownSightingsOfNothing(t *testing.T) {
 	var none knownSightings
-	if none.defersAll([]oldca.Credential{{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0}}, oldca.Resolution) {
-		t.Error("sightings never read defer a batch")
+	seen := []oldca.Credential{{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0}}
+	if none.defersAll(seen, oldca.Resolution) || none.holds(seen) {
+		t.Error("sightings never read defer or hold a batch")
 	}
 }

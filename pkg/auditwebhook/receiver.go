@@ -434,9 +434,16 @@ func (r *Receiver) flush(key client.ObjectKey) {
 		st.flushScheduled = false
 		return
 	}
+	seen := st.pending.list()
+	if st.known.holds(seen) {
+		// A batch that changed the record wrote them meanwhile.
+		st.pending = nil
+		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.mergeRetrying(ctx, key, st, st.pending.list(), 0); err != nil {
+	if _, err := r.mergeRetrying(ctx, key, st, seen, 0); err != nil {
 		if apierrors.IsNotFound(r.APIReader.Get(ctx, key, &v1alpha1.Cluster{})) {
 			st.pending, st.flushScheduled = nil, false
 			return

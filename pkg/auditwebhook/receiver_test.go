@@ -560,6 +560,38 @@ func TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite(t *testing.T) {
 	}
 }
 
+// TestTheReceiverReadsNothingForSightingsWrittenMeanwhile: sightings left
+// for later that a batch with a change wrote in the meantime cost their
+// flush no read and no write.
+func TestTheReceiverReadsNothingForSightingsWrittenMeanwhile(t *testing.T) {
+	s := newSetup(t)
+	var reads atomic.Int64
+	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				reads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	for _, after := range []time.Duration{0, 10 * time.Second, 70 * time.Second} { // written, left for later, written
+		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
+			t.Fatalf("answered %d %q", w.Code, w.Body.String())
+		}
+	}
+	if w := s.writes.Load(); w != 2 {
+		t.Fatalf("%d writes, want the first batch's and the third's", w)
+	}
+	readsBefore := reads.Load()
+	g := gomega.NewWithT(t)
+	g.Eventually(s.clock.HasWaiters).Should(gomega.BeTrue(), "a flush scheduled")
+	s.clock.Step(oldca.Resolution)
+	g.Eventually(s.clock.HasWaiters).Should(gomega.BeTrue(), "a look a minute after the flush")
+	if r, w := reads.Load()-readsBefore, s.writes.Load(); r != 0 || w != 2 {
+		t.Errorf("the flush of a sighting written meanwhile: %d reads, %d writes in all; want none and 2", r, w)
+	}
+}
+
 // TestTheReceiverStartsACorruptRecordOverAsUnrecorded: what a record that
 // does not parse held is lost, and the record says so, so that the gate
 // does not vouch for a rotation that started within the retention.
