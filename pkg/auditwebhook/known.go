@@ -53,17 +53,17 @@ func (k knownSightings) defersAll(seen []oldca.Credential, resolution time.Durat
 	return true
 }
 
-// holds reports whether a record that holds what k holds already holds seen:
-// every credential of seen is known, first seen no earlier and last seen no
-// later than k knows, so that oldca.Usage.Observe with no resolution would
-// change nothing. A nil k knows nothing.
-func (k knownSightings) holds(seen []oldca.Credential) bool {
+// holds reports whether a record that holds what k holds already holds
+// what waits: every credential of p is known, first seen no earlier and last
+// seen no later than k knows, so that oldca.Usage.Observe with no resolution
+// would change nothing. A nil k knows nothing.
+func (k knownSightings) holds(p pendingSightings) bool {
 	if k == nil {
 		return false
 	}
-	for _, c := range seen {
-		s, ok := k[idOf(c)]
-		if !ok || c.FirstSeen.UnixNano() < s.first || c.LastSeen.UnixNano() > s.last {
+	for id, s := range p {
+		known, ok := k[id]
+		if !ok || s.first < known.first || s.last > known.last {
 			return false
 		}
 	}

@@ -42,7 +42,9 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 		}
 		u := &oldca.Usage{Credentials: []oldca.Credential{recorded}}
 		known := knownFrom(u)
-		defers, holds := known.defersAll([]oldca.Credential{seen}, oldca.Resolution), known.holds([]oldca.Credential{seen})
+		var waiting pendingSightings
+		waiting.add([]oldca.Credential{seen})
+		defers, holds := known.defersAll([]oldca.Credential{seen}, oldca.Resolution), known.holds(waiting)
 		if changed, _ := u.Observe([]oldca.Credential{seen}, now, oldca.Resolution); defers && changed {
 			t.Errorf("the known sightings defer %+v, which changes the record of %+v", seen, recorded)
 		}
@@ -56,7 +58,9 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 func TestKnownSightingsOfNothing(t *testing.T) {
 	var none knownSightings
 	seen := []oldca.Credential{{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0}}
-	if none.defersAll(seen, oldca.Resolution) || none.holds(seen) {
+	var waiting pendingSightings
+	waiting.add(seen)
+	if none.defersAll(seen, oldca.Resolution) || none.holds(waiting) {
 		t.Error("sightings never read defer or hold a batch")
 	}
 }

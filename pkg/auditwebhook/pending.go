@@ -1,27 +1,28 @@
 package auditwebhook
 
 import (
-	"cmp"
-	"slices"
-	"strings"
+	"time"
 
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
 
 // pendingSightings are the sightings of a Cluster that wait for its next
-// write of the record: for each credential, the earliest first and the
-// latest last sighting of the batches since that write. A managed API
+// write of the record: for each credential, by its digest, the earliest first
+// and the latest last sighting of the batches since that write. A managed API
 // server sends up to ten batches a second, most of them the same clients a
-// few seconds later, so a list of every batch's sightings would grow with
-// the batches for the minute they wait; folded, it is bounded by the clients
-// in use.
+// few seconds later, so a list of every batch's sightings would grow with the
+// batches for the minute they wait; folded, it is bounded by the clients in
+// use, at the size of the known sightings.
 //
-// The record's write of them is the same either way: with no resolution,
-// Observe keeps, of a credential's sightings, the earliest first and the
-// latest last (FuzzPendingSightingsWriteWhatEachBatchWould).
-type pendingSightings map[pendingKey]oldca.Credential
-
-type pendingKey struct{ user, fingerprint string }
+// Only sightings of credentials the record holds wait (what Observe defers,
+// or what the known sightings say it would), so the record names each of
+// them when they are written; one it no longer names (a record started over,
+// or deleted, meanwhile) is lost, and the record says until when it lost
+// sightings (oldca.Usage.LeaveOut). The record's write of them is the one of
+// each batch's sightings in turn: with no resolution, Observe keeps, of a
+// credential's sightings, the earliest first and the latest last
+// (FuzzPendingSightingsWriteWhatEachBatchWould).
+type pendingSightings map[credentialID]sighting
 
 // add folds seen in.
 func (p *pendingSightings) add(seen []oldca.Credential) {
@@ -31,31 +32,39 @@ func (p *pendingSightings) add(seen []oldca.Credential) {
 	if *p == nil {
 		*p = make(pendingSightings, len(seen))
 	}
-	for _, s := range seen {
-		k := pendingKey{s.User, s.Fingerprint}
-		c, ok := (*p)[k]
-		if !ok {
-			(*p)[k] = s
-			continue
+	for _, c := range seen {
+		id, s := idOf(c), sighting{first: c.FirstSeen.UnixNano(), last: c.LastSeen.UnixNano()}
+		if had, ok := (*p)[id]; ok {
+			s = sighting{first: min(s.first, had.first), last: max(s.last, had.last)}
 		}
-		if s.FirstSeen.Before(c.FirstSeen) {
-			c.FirstSeen = s.FirstSeen
-		}
-		if s.LastSeen.After(c.LastSeen) {
-			c.LastSeen = s.LastSeen
-		}
-		(*p)[k] = c
+		(*p)[id] = s
 	}
 }
 
-// list is what waits, in the record's order.
-func (p pendingSightings) list() []oldca.Credential {
-	out := make([]oldca.Credential, 0, len(p))
-	for _, c := range p {
-		out = append(out, c)
+// in is what waits as sightings of the credentials u holds, in u's order,
+// and the latest last sighting of those u does not hold (zero when it holds
+// them all).
+func (p pendingSightings) in(u *oldca.Usage) (seen []oldca.Credential, lost time.Time) {
+	found := 0
+	for _, c := range u.Credentials {
+		if s, ok := p[idOf(c)]; ok {
+			found++
+			seen = append(seen, oldca.Credential{User: c.User, Fingerprint: c.Fingerprint,
+				FirstSeen: time.Unix(0, s.first).UTC(), LastSeen: time.Unix(0, s.last).UTC()})
+		}
 	}
-	slices.SortFunc(out, func(a, b oldca.Credential) int {
-		return cmp.Or(strings.Compare(a.User, b.User), strings.Compare(a.Fingerprint, b.Fingerprint))
-	})
-	return out
+	if found == len(p) {
+		return seen, time.Time{}
+	}
+	var latest int64
+	held := make(map[credentialID]bool, found)
+	for _, c := range u.Credentials {
+		held[idOf(c)] = true
+	}
+	for id, s := range p {
+		if !held[id] {
+			latest = max(latest, s.last)
+		}
+	}
+	return seen, time.Unix(0, latest).UTC()
 }

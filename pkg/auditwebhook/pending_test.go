@@ -1,9 +1,12 @@
 package auditwebhook
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,14 +18,17 @@ import (
 )
 
 // FuzzPendingSightingsWriteWhatEachBatchWould: the record written from the
-// folded sightings is the one written from every batch's sightings in turn.
+// folded sightings of the credentials it holds is the one written from every
+// batch's sightings in turn, and a sighting of one it does not hold (lost
+// meanwhile) leaves it saying so, until the sighting's last time at least.
 // Each three bytes of sightings are a sighting: which of four clients, and
-// its first and last second; the record holds the first client from
+// its first and last second; the record holds the first three from
 // recordedFirst to recordedLast.
 func FuzzPendingSightingsWriteWhatEachBatchWould(f *testing.F) {
 	f.Add(int8(0), int8(10), []byte{0, 12, 20, 0, 5, 30, 1, 0, 0, 1, 3, 2})
 	f.Add(int8(0), int8(0), []byte{})
 	f.Add(int8(-5), int8(50), []byte{2, 60, 70, 2, 50, 55, 3, 127, 127, 0, 128, 1})
+	f.Add(int8(0), int8(10), []byte{3, 5, 9, 3, 1, 2, 0, 11, 12})
 	f.Fuzz(func(t *testing.T, recordedFirst, recordedLast int8, sightings []byte) {
 		at := func(b int8) time.Time { return t0.Add(time.Duration(b) * time.Second) }
 		// A sighting's last is never before its first.
@@ -31,30 +37,67 @@ func FuzzPendingSightingsWriteWhatEachBatchWould(f *testing.F) {
 			i := b % 4
 			return fmt.Sprintf("u%d", i%3), fp(fmt.Sprintf("%02x", i)) // two fingerprints of u0
 		}
-		var seen []oldca.Credential
+		first, last := span(recordedFirst, recordedLast)
+		record := func() *oldca.Usage {
+			u := &oldca.Usage{}
+			for i := range byte(3) {
+				user, fingerprint := client(i)
+				u.Credentials = append(u.Credentials, oldca.Credential{User: user, Fingerprint: fingerprint, FirstSeen: first, LastSeen: last})
+			}
+			slices.SortFunc(u.Credentials, func(a, b oldca.Credential) int {
+				return cmp.Or(strings.Compare(a.User, b.User), strings.Compare(a.Fingerprint, b.Fingerprint))
+			})
+			return u
+		}
+		now := at(127)
+		var held []oldca.Credential
+		var pending pendingSightings
+		var lastLost time.Time
 		for i := 0; i+2 < len(sightings); i += 3 {
 			user, fingerprint := client(sightings[i])
 			first, last := span(int8(sightings[i+1]), int8(sightings[i+2]))
-			seen = append(seen, oldca.Credential{User: user, Fingerprint: fingerprint, FirstSeen: first, LastSeen: last})
+			s := oldca.Credential{User: user, Fingerprint: fingerprint, FirstSeen: first, LastSeen: last}
+			pending.add([]oldca.Credential{s})
+			if sightings[i]%4 == 3 {
+				lastLost = latest(lastLost, last)
+				continue
+			}
+			held = append(held, s)
 		}
-		user, fingerprint := client(0)
-		first, last := span(recordedFirst, recordedLast)
-		record := func() *oldca.Usage {
-			return &oldca.Usage{Credentials: []oldca.Credential{{User: user, Fingerprint: fingerprint, FirstSeen: first, LastSeen: last}}}
-		}
-		now := at(127)
-		var pending pendingSightings
-		pending.add(seen)
 		if len(pending) > 4 {
 			t.Fatalf("%d sightings of four clients wait", len(pending))
 		}
 		each, folded := record(), record()
-		changedEach, _ := each.Observe(seen, now, 0)
-		changedFolded, _ := folded.Observe(pending.list(), now, 0)
-		if changedEach != changedFolded || !reflect.DeepEqual(each, folded) {
-			t.Fatalf("from each sighting: %v %+v; from the folded ones: %v %+v", changedEach, each, changedFolded, folded)
+		each.Observe(held, now, 0)
+		seen, lost := pending.in(folded)
+		folded.Observe(seen, now, 0)
+		if !lost.IsZero() {
+			folded.LeaveOut(lost, now, 0)
+		}
+		if !reflect.DeepEqual(each.Credentials, folded.Credentials) {
+			t.Fatalf("from each sighting: %+v; from the folded ones: %+v", each.Credentials, folded.Credentials)
+		}
+		switch {
+		case lastLost.IsZero() && folded.Unrecorded != nil:
+			t.Fatalf("nothing lost, and the record says it lost sightings until %v", folded.Unrecorded)
+		case !lastLost.IsZero() && (folded.Unrecorded == nil || folded.Unrecorded.Before(earliest(lastLost, now))):
+			t.Fatalf("a sighting until %v lost, and the record says it lost sightings until %v", lastLost, folded.Unrecorded)
 		}
 	})
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // TestTheReceiverKeepsOneSightingOfAClientForLater: a busy Cluster's

@@ -408,7 +408,9 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 		// What Observe would defer, without reading the record.
 		st.pending.add(seen)
 	} else {
-		deferred, err := r.mergeRetrying(ctx, key, st, seen, oldca.Resolution)
+		deferred, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
+			return u.Observe(seen, now, oldca.Resolution)
+		})
 		if err != nil {
 			return err
 		}
@@ -434,8 +436,7 @@ func (r *Receiver) flush(key client.ObjectKey) {
 		st.flushScheduled = false
 		return
 	}
-	seen := st.pending.list()
-	if st.known.holds(seen) {
+	if st.known.holds(st.pending) {
 		// A batch that changed the record wrote them meanwhile.
 		st.pending = nil
 		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
@@ -443,7 +444,15 @@ func (r *Receiver) flush(key client.ObjectKey) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.mergeRetrying(ctx, key, st, seen, 0); err != nil {
+	write := func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
+		seen, lost := st.pending.in(u)
+		changed, _ := u.Observe(seen, now, 0)
+		if !lost.IsZero() {
+			changed = u.LeaveOut(lost, now, 0) || changed
+		}
+		return changed, nil
+	}
+	if _, err := r.mergeRetrying(ctx, key, st, write); err != nil {
 		if apierrors.IsNotFound(r.APIReader.Get(ctx, key, &v1alpha1.Cluster{})) {
 			st.pending, st.flushScheduled = nil, false
 			return
@@ -472,12 +481,12 @@ func (r *Receiver) afterFunc(d time.Duration, f func()) {
 // the latest holds too, and a write based on it conflicts and reads the
 // latest.
 // st.known becomes what the record holds once written, nil after a failure.
-func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, st *clusterState, seen []oldca.Credential, resolution time.Duration) ([]oldca.Credential, error) {
+func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, st *clusterState, observe observeFunc) ([]oldca.Credential, error) {
 	read := []client.GetOption{&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}}
 	var deferred []oldca.Credential
 	var usage *oldca.Usage
 	err := credentials.WriteRecord(func() (err error) {
-		deferred, usage, err = r.merge(ctx, key, seen, resolution, read...)
+		deferred, usage, err = r.merge(ctx, key, observe, read...)
 		read = nil // the latest, after a conflict
 		return err
 	})
@@ -488,14 +497,18 @@ func (r *Receiver) mergeRetrying(ctx context.Context, key client.ObjectKey, st *
 	return deferred, err
 }
 
-// merge merges seen into the record and returns what it deferred and what
-// the record now holds.
-func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, resolution time.Duration, read ...client.GetOption) ([]oldca.Credential, *oldca.Usage, error) {
+// observeFunc merges sightings into a record, as oldca.Usage.Observe does:
+// it says whether the record changed, and returns what it deferred.
+type observeFunc func(u *oldca.Usage, now time.Time) (changed bool, deferred []oldca.Credential)
+
+// merge merges sightings into the record with observe and returns what it
+// deferred and what the record now holds.
+func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, observe observeFunc, read ...client.GetOption) ([]oldca.Credential, *oldca.Usage, error) {
 	now := r.Clock.Now()
 	cm := &corev1.ConfigMap{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}, cm, read...)
 	if apierrors.IsNotFound(err) {
-		usage, err := r.create(ctx, key, seen, now)
+		usage, err := r.create(ctx, key, observe, now)
 		return nil, usage, err
 	}
 	if err != nil {
@@ -508,7 +521,7 @@ func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, seen []oldca
 		log.FromContext(ctx).Info("the usage record does not parse; starting it over", "error", err.Error())
 		usage = &oldca.Usage{Unrecorded: &now}
 	}
-	changed, deferred := usage.Observe(seen, now, resolution)
+	changed, deferred := observe(usage, now)
 	if !changed {
 		return deferred, usage, nil
 	}
@@ -519,8 +532,9 @@ func (r *Receiver) merge(ctx context.Context, key client.ObjectKey, seen []oldca
 	return nil, usage, r.Client.Update(ctx, cm) // carries the resourceVersion read: a conflict reads again
 }
 
-// create creates the record of seen, and returns what it holds.
-func (r *Receiver) create(ctx context.Context, key client.ObjectKey, seen []oldca.Credential, now time.Time) (*oldca.Usage, error) {
+// create creates the record of what observe merges into an empty one, and
+// returns what it holds.
+func (r *Receiver) create(ctx context.Context, key client.ObjectKey, observe observeFunc, now time.Time) (*oldca.Usage, error) {
 	cluster := &v1alpha1.Cluster{}
 	if err := r.APIReader.Get(ctx, key, cluster); err != nil {
 		return nil, fmt.Errorf("reading the Cluster: %w", err)
@@ -529,7 +543,7 @@ func (r *Receiver) create(ctx context.Context, key client.ObjectKey, seen []oldc
 		return nil, errors.New("the Cluster is being deleted")
 	}
 	usage := &oldca.Usage{}
-	usage.Observe(seen, now, 0)
+	observe(usage, now) // nothing to defer: every sighting is new
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name),

@@ -592,6 +592,35 @@ func TestTheReceiverReadsNothingForSightingsWrittenMeanwhile(t *testing.T) {
 	}
 }
 
+// TestTheReceiverSaysItLostSightingsOfACredentialTheRecordDropped: a
+// sighting left for later names its credential by digest only, so when the
+// record no longer holds the credential at the write (it was started over
+// meanwhile), the record says until when it lost sightings instead.
+func TestTheReceiverSaysItLostSightingsOfACredentialTheRecordDropped(t *testing.T) {
+	s := newSetup(t)
+	for _, after := range []time.Duration{0, 10 * time.Second} { // written, left for later
+		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
+			t.Fatalf("answered %d %q", w.Code, w.Body.String())
+		}
+	}
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: "team-a", Name: credentials.CertificateUsageConfigMapName("prod")}
+	if err := s.client.Get(context.Background(), key, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[oldca.DataKey] = (&oldca.Usage{}).String()
+	if err := s.client.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	writes := s.writes.Load()
+	s.clock.Step(oldca.Resolution)
+	gomega.NewWithT(t).Eventually(s.writes.Load).Should(gomega.BeNumerically(">", writes), "the flush writes")
+	u := s.usage(t)
+	if lost := t0.Add(10*time.Second + time.Millisecond); len(u.Credentials) != 0 || u.Unrecorded == nil || u.Unrecorded.Before(lost) {
+		t.Errorf("the record holds %+v, lost sightings until %v; want nothing, and sightings lost until %v at least", u.Credentials, u.Unrecorded, lost)
+	}
+}
+
 // TestTheReceiverStartsACorruptRecordOverAsUnrecorded: what a record that
 // does not parse held is lost, and the record says so, so that the gate
 // does not vouch for a rotation that started within the retention.

@@ -151,14 +151,7 @@ func (u *Usage) observe(seen []Credential, now time.Time, resolution time.Durati
 				size = u.storedBytesBound()
 			}
 			if size+entryBytesBound(s) > maxBytes {
-				last := s.LastSeen
-				if last.After(now) {
-					last = now
-				}
-				if u.Unrecorded == nil || last.After(*u.Unrecorded) {
-					until := last.Add(resolution)
-					u.Unrecorded, changed = &until, true
-				}
+				changed = u.LeaveOut(s.LastSeen, now, resolution) || changed
 				continue
 			}
 			size += entryBytesBound(s)
@@ -185,6 +178,22 @@ func (u *Usage) observe(seen []Credential, now time.Time, resolution time.Durati
 		deferred = nil
 	}
 	return changed, deferred
+}
+
+// LeaveOut records that a sighting last seen at last (now at the latest: it
+// was seen by then, whatever a clock says) is not in the record: Unrecorded
+// moves to last plus resolution when that is later. It says whether the
+// record changed.
+func (u *Usage) LeaveOut(last, now time.Time, resolution time.Duration) bool {
+	if last.After(now) {
+		last = now
+	}
+	if u.Unrecorded != nil && !last.After(*u.Unrecorded) {
+		return false
+	}
+	until := last.Add(resolution)
+	u.Unrecorded = &until
+	return true
 }
 
 // The most bytes of the stored record's JSON besides its entries (with
