@@ -418,7 +418,7 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 	}
 	if len(st.pending) > 0 && !st.flushScheduled {
 		st.flushScheduled = true
-		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
+		r.flushLater(key)
 	}
 	return nil
 }
@@ -439,7 +439,7 @@ func (r *Receiver) flush(key client.ObjectKey) {
 	if st.known.holds(st.pending) {
 		// A batch that changed the record wrote them meanwhile.
 		st.pending = nil
-		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
+		r.flushLater(key)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -458,19 +458,21 @@ func (r *Receiver) flush(key client.ObjectKey) {
 			return
 		}
 		log.FromContext(ctx).Error(err, "writing the client certificates seen in use", "cluster", key)
-		r.afterFunc(oldca.Resolution, func() { r.flush(key) })
+		r.flushLater(key)
 		return
 	}
 	st.pending = nil
-	r.afterFunc(oldca.Resolution, func() { r.flush(key) })
+	r.flushLater(key)
 }
 
-func (r *Receiver) afterFunc(d time.Duration, f func()) {
+// flushLater flushes key's sightings oldca.Resolution from now.
+func (r *Receiver) flushLater(key client.ObjectKey) {
+	flush := func() { r.flush(key) }
 	if clk, ok := r.Clock.(clock.WithDelayedExecution); ok {
-		clk.AfterFunc(d, func() { go f() }) // a fake clock calls it while it holds its lock
+		clk.AfterFunc(oldca.Resolution, func() { go flush() }) // a fake clock calls it while it holds its lock
 		return
 	}
-	time.AfterFunc(d, f)
+	time.AfterFunc(oldca.Resolution, flush)
 }
 
 // mergeRetrying merges seen into the record, reading it again after a
