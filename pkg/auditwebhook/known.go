@@ -69,3 +69,15 @@ func (k knownSightings) holds(p pendingSightings) bool {
 	}
 	return true
 }
+
+// advances is what of seen moves a known credential's last sighting on: what
+// Observe defers of a batch that defersAll lets wait.
+func (k knownSightings) advances(seen []oldca.Credential) []oldca.Credential {
+	var out []oldca.Credential
+	for _, c := range seen {
+		if s, ok := k[idOf(c)]; !ok || c.LastSeen.UnixNano() > s.last {
+			out = append(out, c)
+		}
+	}
+	return out
+}

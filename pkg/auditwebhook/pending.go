@@ -45,26 +45,21 @@ func (p *pendingSightings) add(seen []oldca.Credential) {
 // and the latest last sighting of those u does not hold (zero when it holds
 // them all).
 func (p pendingSightings) in(u *oldca.Usage) (seen []oldca.Credential, lost time.Time) {
-	found := 0
+	held := make(map[credentialID]bool, len(p))
 	for _, c := range u.Credentials {
-		if s, ok := p[idOf(c)]; ok {
-			found++
-			seen = append(seen, oldca.Credential{User: c.User, Fingerprint: c.Fingerprint,
-				FirstSeen: time.Unix(0, s.first).UTC(), LastSeen: time.Unix(0, s.last).UTC()})
+		id := idOf(c)
+		s, ok := p[id]
+		if !ok || held[id] { // a record edited by hand may name one twice
+			continue
 		}
-	}
-	if found == len(p) {
-		return seen, time.Time{}
-	}
-	var latest int64
-	held := make(map[credentialID]bool, found)
-	for _, c := range u.Credentials {
-		held[idOf(c)] = true
+		held[id] = true
+		seen = append(seen, oldca.Credential{User: c.User, Fingerprint: c.Fingerprint,
+			FirstSeen: time.Unix(0, s.first).UTC(), LastSeen: time.Unix(0, s.last).UTC()})
 	}
 	for id, s := range p {
-		if !held[id] {
-			latest = max(latest, s.last)
+		if !held[id] && (lost.IsZero() || s.last > lost.UnixNano()) {
+			lost = time.Unix(0, s.last).UTC()
 		}
 	}
-	return seen, time.Unix(0, latest).UTC()
+	return seen, lost
 }

@@ -124,8 +124,9 @@ type Receiver struct {
 	BodyTimeout time.Duration
 
 	// mu guards states: one merge at a time per Cluster in a replica. A
-	// Cluster's state is dropped once nobody uses it and nothing of it is
-	// left to write, so a fleet whose Clusters come and go does not fill it.
+	// Cluster's state is dropped once nobody uses it, nothing of it is left
+	// to write and no flush is scheduled (one is, for a minute after each
+	// write), so a fleet whose Clusters come and go does not fill it.
 	mu     sync.Mutex
 	states map[client.ObjectKey]*clusterState
 
@@ -331,7 +332,8 @@ type clusterState struct {
 
 	mu sync.Mutex
 	// pending are the sightings whose lastSeen advanced by less than
-	// oldca.Resolution; they are written once flushScheduled fires.
+	// oldca.Resolution; they are written when the scheduled flush comes,
+	// which after a write schedules the next one a minute later.
 	pending        pendingSightings
 	flushScheduled bool
 	// known is what the record held when it was last read or written
@@ -406,7 +408,7 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 	defer r.unlock(key, st)
 	if st.known.defersAll(seen, oldca.Resolution) {
 		// What Observe would defer, without reading the record.
-		st.pending.add(seen)
+		st.pending.add(st.known.advances(seen))
 	} else {
 		deferred, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
 			return u.Observe(seen, now, oldca.Resolution)
@@ -465,14 +467,15 @@ func (r *Receiver) flush(key client.ObjectKey) {
 	r.flushLater(key)
 }
 
-// flushLater flushes key's sightings oldca.Resolution from now.
+// flushLater flushes key's sightings oldca.Resolution from now, by r.Clock
+// when it can run functions later (the real one can, and a fake one in
+// tests), else by the real clock.
 func (r *Receiver) flushLater(key client.ObjectKey) {
-	flush := func() { r.flush(key) }
-	if clk, ok := r.Clock.(clock.WithDelayedExecution); ok {
-		clk.AfterFunc(oldca.Resolution, func() { go flush() }) // a fake clock calls it while it holds its lock
-		return
+	clk, ok := r.Clock.(clock.WithDelayedExecution)
+	if !ok {
+		clk = clock.RealClock{}
 	}
-	time.AfterFunc(oldca.Resolution, flush)
+	clk.AfterFunc(oldca.Resolution, func() { go r.flush(key) }) // a fake clock calls it while it holds its lock
 }
 
 // mergeRetrying merges seen into the record, reading it again after a

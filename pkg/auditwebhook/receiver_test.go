@@ -82,15 +82,22 @@ func newSetup(t testing.TB) setup {
 			Labels: map[string]string{v1alpha1.LabelCluster: cl}}, Data: map[string][]byte{DataKeyToken: []byte(token)}}
 	}
 	writes := &atomic.Int64{}
-	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-		writes.Add(1)
-		return c.Create(ctx, obj, opts...)
+	// Counted once made, so that a test that waits for a count may read what was written.
+	counted := func(err error) error {
+		if err == nil {
+			writes.Add(1)
+		}
+		return err
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(cluster, secret("prod", "s3cret"), secret("staging", "other")).
-		WithInterceptorFuncs(interceptor.Funcs{Create: count, Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			writes.Add(1)
-			return c.Update(ctx, obj, opts...)
-		}}).Build()
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				return counted(c.Create(ctx, obj, opts...))
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				return counted(c.Update(ctx, obj, opts...))
+			},
+		}).Build()
 	clk := clocktesting.NewFakeClock(t0)
 	return setup{receiver: &Receiver{Reader: c, APIReader: c, Client: c, Clock: clk}, client: c, writes: writes, clock: clk}
 }
@@ -118,6 +125,21 @@ func (s setup) postUntilAdmitted(t *testing.T, body []byte) {
 			return
 		}
 	}
+}
+
+// countRecordReads has the receiver read through a client that counts its
+// reads of ConfigMaps (the record), and returns the count.
+func (s setup) countRecordReads() *atomic.Int64 {
+	var reads atomic.Int64
+	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				reads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	return &reads
 }
 
 // count is how many batches are in flight.
@@ -463,15 +485,7 @@ func TestTheReceiverReadsTheLatestRecordAfterAConflict(t *testing.T) {
 // it, and so does a batch with a new client, or with nothing waiting.
 func TestTheReceiverReadsTheRecordOnlyWhenABatchMayChangeIt(t *testing.T) {
 	s := newSetup(t)
-	var reads atomic.Int64
-	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*corev1.ConfigMap); ok {
-				reads.Add(1)
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
+	reads := s.countRecordReads()
 	post := func(events ...auditv1.Event) {
 		t.Helper()
 		if w := s.post(batch(events...)); w.Code != http.StatusOK {
@@ -511,15 +525,7 @@ func TestTheReceiverReadsTheRecordOnlyWhenABatchMayChangeIt(t *testing.T) {
 // next look writes nothing and reads nothing.
 func TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite(t *testing.T) {
 	s := newSetup(t)
-	var reads atomic.Int64
-	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*corev1.ConfigMap); ok {
-				reads.Add(1)
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
+	reads := s.countRecordReads()
 	g := gomega.NewWithT(t)
 	post := func(after time.Duration) {
 		t.Helper()
@@ -565,15 +571,7 @@ func TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite(t *testing.T) {
 // flush no read and no write.
 func TestTheReceiverReadsNothingForSightingsWrittenMeanwhile(t *testing.T) {
 	s := newSetup(t)
-	var reads atomic.Int64
-	s.receiver.APIReader = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*corev1.ConfigMap); ok {
-				reads.Add(1)
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
+	reads := s.countRecordReads()
 	for _, after := range []time.Duration{0, 10 * time.Second, 70 * time.Second} { // written, left for later, written
 		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
 			t.Fatalf("answered %d %q", w.Code, w.Body.String())

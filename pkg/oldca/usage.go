@@ -181,9 +181,9 @@ func (u *Usage) observe(seen []Credential, now time.Time, resolution time.Durati
 }
 
 // LeaveOut records that a sighting last seen at last (now at the latest: it
-// was seen by then, whatever a clock says) is not in the record: Unrecorded
-// moves to last plus resolution when that is later. It says whether the
-// record changed.
+// was seen by then, whatever a clock says) is not in the record: when last
+// is later than Unrecorded (or there is none), Unrecorded moves to last plus
+// resolution. It says whether the record changed.
 func (u *Usage) LeaveOut(last, now time.Time, resolution time.Duration) bool {
 	if last.After(now) {
 		last = now
