@@ -22,14 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/auditwebhook"
 	"github.com/carousel-dev/carousel/pkg/credentials"
-	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // BenchmarkAuditTraffic measures the audit receiver under a fleet's
@@ -47,10 +45,7 @@ import (
 // AUDIT_PROFILE_DIR set, the manager's heap profile at the end goes there
 // (audit.heap.pprof).
 func BenchmarkAuditTraffic(b *testing.B) {
-	assets, manager := os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
-	if assets == "" || manager == "" {
-		b.Skip("needs the test control plane and the manager binary: run it through `make bench-audit`")
-	}
+	_, manager := controlPlaneAndManager(b, "bench-audit")
 	n := envOr(b, "AUDIT_CLUSTERS", 200, strconv.Atoi)
 	clients := envOr(b, "AUDIT_CLIENTS", 150, strconv.Atoi)
 	rate := envOr(b, "AUDIT_BATCHES_PER_SECOND", 40.0, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
@@ -75,14 +70,8 @@ func BenchmarkAuditTraffic(b *testing.B) {
 		"--webhook-cert-dir="+serving.LocalServingCertDir, "--audit-webhook-url="+base, "--audit-webhook-ca-file="+caFile)
 	defer proc.stop()
 
-	clusters, err := cache.New(mgmt.cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{&v1alpha1.Cluster{}: {}}})
-	check(b, err)
-	cacheCtx, stopCache := context.WithCancel(ctx)
+	clusters, stopCache := mgmt.watchClusters(b, ctx)
 	defer stopCache()
-	go func() { _ = clusters.Start(cacheCtx) }()
-	if !clusters.WaitForCacheSync(ctx) {
-		b.Fatal("the Clusters' cache did not sync")
-	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(serving.LocalServingCAData) {
 		b.Fatal("envtest's webhook CA does not parse")
@@ -288,15 +277,8 @@ func (s auditStep) String() string {
 // resource ("GET configmaps").
 func (m *management) requests(b *testing.B) requestCounts {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	metrics, err := m.rest.Get().AbsPath("/metrics").Stream(ctx)
-	check(b, err)
-	defer func() { _ = metrics.Close() }()
-	families, err := parseMetrics(metrics)
-	check(b, err)
 	counts := requestCounts{}
-	if family := families["apiserver_request_total"]; family != nil {
+	if family := m.metrics(b)["apiserver_request_total"]; family != nil {
 		for _, m := range family.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {

@@ -39,10 +39,7 @@ import (
 // server serves beyond an identical control plane that no Cluster names.
 // `make bench-connections` runs it.
 func BenchmarkManagedConnections(b *testing.B) {
-	assets, manager := os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
-	if assets == "" || manager == "" {
-		b.Skip("needs the test control plane and the manager binary: run it through `make bench-connections`")
-	}
+	assets, manager := controlPlaneAndManager(b, "bench-connections")
 	n := envOr(b, "CONNECTIONS", 20, strconv.Atoi)
 	if n < 2 {
 		b.Fatalf("CONNECTIONS=%d: measure at least two connections", n)

@@ -80,10 +80,7 @@ import (
 // to the manager's live heap. `make bench-fleet` runs it; the figures are in
 // docs/development.md.
 func BenchmarkFleet(b *testing.B) {
-	assets, manager := os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
-	if assets == "" || manager == "" {
-		b.Skip("needs the test control plane and the manager binary: run it through `make bench-fleet`")
-	}
+	_, manager := controlPlaneAndManager(b, "bench-fleet")
 	n := envOr(b, "FLEET_CLUSTERS", 1000, strconv.Atoi)
 	campaignConcurrency := envOr(b, "FLEET_CAMPAIGN_MAX_CONCURRENT", "100%", func(s string) (string, error) { return s, nil })
 	idle := envOr(b, "FLEET_IDLE", time.Minute, time.ParseDuration)
@@ -96,16 +93,8 @@ func BenchmarkFleet(b *testing.B) {
 	defer mgmt.stop()
 	writes := func() int { return len(managerWrites()) }
 	k8s := mgmt.k8s
-	// The harness follows the Clusters through one watch: listing a thousand
-	// of them over and over would load the API server it measures.
-	clusters, err := cache.New(mgmt.cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{&v1alpha1.Cluster{}: {}}})
-	check(b, err)
-	cacheCtx, stopCache := context.WithCancel(ctx)
+	clusters, stopCache := mgmt.watchClusters(b, ctx)
 	defer stopCache()
-	go func() { _ = clusters.Start(cacheCtx) }()
-	if !clusters.WaitForCacheSync(ctx) {
-		b.Fatal("the Clusters' cache did not sync")
-	}
 
 	profiles := os.Getenv("FLEET_PROFILE_DIR")
 	if profiles != "" {
@@ -564,6 +553,17 @@ type load struct {
 // then the rest together.
 func (m *management) load(b *testing.B) load {
 	b.Helper()
+	l := load{requests: sum(m.metrics(b)["apiserver_request_total"], nil)}
+	l.at, l.cpu = time.Now(), cpuUse(b, "")
+	var err error
+	l.cpus, l.busy, l.total, err = machineCPU()
+	check(b, err)
+	return l
+}
+
+// metrics reads the API server's metrics.
+func (m *management) metrics(b *testing.B) map[string]*dto.MetricFamily {
+	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	metrics, err := m.rest.Get().AbsPath("/metrics").Stream(ctx)
@@ -571,10 +571,7 @@ func (m *management) load(b *testing.B) load {
 	defer func() { _ = metrics.Close() }()
 	families, err := parseMetrics(metrics)
 	check(b, err)
-	l := load{at: time.Now(), cpu: cpuUse(b, ""), requests: sum(families["apiserver_request_total"], nil)}
-	l.cpus, l.busy, l.total, err = machineCPU()
-	check(b, err)
-	return l
+	return families
 }
 
 // profile writes the API server's CPU profile of the next window to path.
@@ -648,6 +645,35 @@ func startManagement(b *testing.B, configure func(*envtest.Environment)) *manage
 }
 
 func (m *management) stop() { _ = m.env.Stop() }
+
+// watchClusters starts a cache of the management cluster's Clusters: the
+// harness follows them through one watch, since listing a thousand of them
+// over and over would load the API server it measures. stop stops it.
+func (m *management) watchClusters(b *testing.B, ctx context.Context) (clusters cache.Cache, stop func()) {
+	b.Helper()
+	clusters, err := cache.New(m.cfg, cache.Options{Scheme: scheme.New(), ByObject: map[client.Object]cache.ByObject{&v1alpha1.Cluster{}: {}}})
+	check(b, err)
+	cacheCtx, stop := context.WithCancel(ctx)
+	go func() { _ = clusters.Start(cacheCtx) }()
+	if !clusters.WaitForCacheSync(ctx) {
+		stop()
+		b.Fatal("the Clusters' cache did not sync")
+	}
+	return clusters, stop
+}
+
+// controlPlaneAndManager are the test control plane's directory and the
+// manager binary a benchmark runs, from KUBEBUILDER_ASSETS and
+// CAROUSEL_MANAGER; without them it is skipped, pointing at the make target
+// that sets them.
+func controlPlaneAndManager(b *testing.B, target string) (assets, manager string) {
+	b.Helper()
+	assets, manager = os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("CAROUSEL_MANAGER")
+	if assets == "" || manager == "" {
+		b.Skip("needs the test control plane and the manager binary: run it through `make " + target + "`")
+	}
+	return assets, manager
+}
 
 // process is a process the benchmark started, by its PID.
 type process struct {
