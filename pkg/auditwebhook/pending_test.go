@@ -12,7 +12,6 @@ import (
 
 	"github.com/onsi/gomega"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
@@ -95,12 +94,8 @@ func TestTheReceiverLeavesNothingWaitingForABatchSentAgain(t *testing.T) {
 			t.Fatalf("answered %d %q", w.Code, w.Body.String())
 		}
 	}
-	key := client.ObjectKey{Namespace: "team-a", Name: "prod"}
-	st := s.receiver.lock(key)
-	waiting := len(st.pending)
-	s.receiver.unlock(key, st)
-	if waiting != 1 {
-		t.Errorf("%d sightings wait, want ci's alone", waiting)
+	if n := s.waiting(); n != 1 {
+		t.Errorf("%d sightings wait, want ci's alone", n)
 	}
 }
 
@@ -151,18 +146,17 @@ func TestTheReceiverKeepsOneSightingOfAClientForLater(t *testing.T) {
 	for i := range batches {
 		post(time.Duration(i) * time.Second)
 	}
-	waiting := func() int {
-		st := s.receiver.lock(client.ObjectKey{Namespace: "team-a", Name: "prod"})
-		defer s.receiver.unlock(client.ObjectKey{Namespace: "team-a", Name: "prod"}, st)
-		return len(st.pending)
-	}
-	if n := waiting(); n != clients {
+	if n := s.waiting(); n != clients {
 		t.Fatalf("%d sightings wait after %d batches of %d clients, want one a client", n, batches, clients)
 	}
 	s.clock.Step(oldca.Resolution)
 	g := gomega.NewWithT(t)
 	g.Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "the sightings left for later written a minute later")
-	for _, c := range s.usage(t).Credentials {
+	recorded := s.usage(t).Credentials
+	if len(recorded) != clients {
+		t.Fatalf("%d clients recorded, want %d", len(recorded), clients)
+	}
+	for _, c := range recorded {
 		if want := t0.Add((batches-1)*time.Second + time.Millisecond); !c.LastSeen.Equal(want) || !c.FirstSeen.Equal(t0) {
 			t.Errorf("%s recorded from %v to %v, want from %v to %v", c.User, c.FirstSeen, c.LastSeen, t0, want)
 		}

@@ -142,6 +142,14 @@ func (s setup) countRecordReads() *atomic.Int64 {
 	return &reads
 }
 
+// waiting is how many sightings of the prod Cluster wait for its next write.
+func (s setup) waiting() int {
+	key := client.ObjectKey{Namespace: "team-a", Name: "prod"}
+	st := s.receiver.lock(key)
+	defer s.receiver.unlock(key, st)
+	return len(st.pending)
+}
+
 // count is how many batches are in flight.
 func (b *batchesInFlight) count() int {
 	b.mu.Lock()
