@@ -35,22 +35,27 @@ func knownFrom(u *oldca.Usage) knownSightings {
 	return known
 }
 
-// defersAll reports whether oldca.Usage.Observe, given seen and resolution,
+// deferred reports whether oldca.Usage.Observe, given seen and resolution,
 // would surely change nothing in a record that holds what k holds, and at
 // most defer advances of lastSeen: every credential of seen is known, not
 // first seen earlier, and seen last less than resolution after its known
-// lastSeen. A nil k knows nothing.
-func (k knownSightings) defersAll(seen []oldca.Credential, resolution time.Duration) bool {
+// lastSeen. If so, it returns what Observe would defer: the sightings that
+// move a known last sighting on. A nil k knows nothing.
+func (k knownSightings) deferred(seen []oldca.Credential, resolution time.Duration) (advances []oldca.Credential, ok bool) {
 	if k == nil {
-		return false
+		return nil, false
 	}
 	for _, c := range seen {
-		s, ok := k[idOf(c)]
-		if !ok || c.FirstSeen.UnixNano() < s.first || c.LastSeen.UnixNano()-s.last >= resolution.Nanoseconds() {
-			return false
+		s, known := k[idOf(c)]
+		first, last := c.FirstSeen.UnixNano(), c.LastSeen.UnixNano()
+		if !known || first < s.first || last-s.last >= resolution.Nanoseconds() {
+			return nil, false
+		}
+		if last > s.last {
+			advances = append(advances, c)
 		}
 	}
-	return true
+	return advances, true
 }
 
 // holds reports whether a record that holds what k holds already holds
@@ -68,16 +73,4 @@ func (k knownSightings) holds(p pendingSightings) bool {
 		}
 	}
 	return true
-}
-
-// advances is what of seen moves a known credential's last sighting on: what
-// Observe defers of a batch that defersAll lets wait.
-func (k knownSightings) advances(seen []oldca.Credential) []oldca.Credential {
-	var out []oldca.Credential
-	for _, c := range seen {
-		if s, ok := k[idOf(c)]; !ok || c.LastSeen.UnixNano() > s.last {
-			out = append(out, c)
-		}
-	}
-	return out
 }

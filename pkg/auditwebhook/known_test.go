@@ -44,9 +44,14 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 		known := knownFrom(u)
 		var waiting pendingSightings
 		waiting.add([]oldca.Credential{seen})
-		defers, holds := known.defersAll([]oldca.Credential{seen}, oldca.Resolution), known.holds(waiting)
-		if changed, _ := u.Observe([]oldca.Credential{seen}, now, oldca.Resolution); defers && changed {
+		advances, defers := known.deferred([]oldca.Credential{seen}, oldca.Resolution)
+		holds := known.holds(waiting)
+		changed, deferred := u.Observe([]oldca.Credential{seen}, now, oldca.Resolution)
+		if defers && changed {
 			t.Errorf("the known sightings defer %+v, which changes the record of %+v", seen, recorded)
+		}
+		if defers && !changed && len(advances) != len(deferred) {
+			t.Errorf("the known sightings defer %+v of %+v, Observe %+v", advances, seen, deferred)
 		}
 		u = &oldca.Usage{Credentials: []oldca.Credential{recorded}}
 		if changed, _ := u.Observe([]oldca.Credential{seen}, now, 0); holds && changed {
@@ -60,7 +65,7 @@ func TestKnownSightingsOfNothing(t *testing.T) {
 	seen := []oldca.Credential{{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0}}
 	var waiting pendingSightings
 	waiting.add(seen)
-	if none.defersAll(seen, oldca.Resolution) || none.holds(waiting) {
+	if _, defers := none.deferred(seen, oldca.Resolution); defers || none.holds(waiting) {
 		t.Error("sightings never read defer or hold a batch")
 	}
 }

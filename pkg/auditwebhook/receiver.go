@@ -406,9 +406,9 @@ func isHex(s string) bool {
 func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldca.Credential) error {
 	st := r.lock(key)
 	defer r.unlock(key, st)
-	if st.known.defersAll(seen, oldca.Resolution) {
+	if advances, ok := st.known.deferred(seen, oldca.Resolution); ok {
 		// What Observe would defer, without reading the record.
-		st.pending.add(st.known.advances(seen))
+		st.pending.add(advances)
 	} else {
 		deferred, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
 			return u.Observe(seen, now, oldca.Resolution)

@@ -142,6 +142,22 @@ func (s setup) countRecordReads() *atomic.Int64 {
 	return &reads
 }
 
+// postSighting sends the prod Cluster a batch that shows ci's certificate in
+// use after t0, and fails the test unless it is recorded.
+func (s setup) postSighting(t *testing.T, after time.Duration) {
+	t.Helper()
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+}
+
+// clustersHeld is how many Clusters the receiver keeps a state of.
+func (s setup) clustersHeld() int {
+	s.receiver.mu.Lock()
+	defer s.receiver.mu.Unlock()
+	return len(s.receiver.states)
+}
+
 // waiting is how many sightings of the prod Cluster wait for its next write.
 func (s setup) waiting() int {
 	key := client.ObjectKey{Namespace: "team-a", Name: "prod"}
@@ -535,12 +551,6 @@ func TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite(t *testing.T) {
 	s := newSetup(t)
 	reads := s.countRecordReads()
 	g := gomega.NewWithT(t)
-	post := func(after time.Duration) {
-		t.Helper()
-		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
-			t.Fatalf("answered %d %q", w.Code, w.Body.String())
-		}
-	}
 	// Each write of waiting sightings schedules a look a minute later:
 	// step the clock once it has.
 	nextMinute := func() {
@@ -548,12 +558,12 @@ func TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite(t *testing.T) {
 		g.Eventually(s.clock.HasWaiters).Should(gomega.BeTrue(), "a look scheduled")
 		s.clock.Step(oldca.Resolution)
 	}
-	post(0)                // a new client: read, written at once
-	post(10 * time.Second) // read: nothing known, left for later
+	s.postSighting(t, 0)              // a new client: read, written at once
+	s.postSighting(t, 10*time.Second) // read: nothing known, left for later
 	nextMinute()
 	g.Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(2), "the sighting left for later written")
 	readsAfterWrite := reads.Load()
-	post(65 * time.Second) // 55 s after what was written: left for later, no read
+	s.postSighting(t, 65*time.Second) // 55 s after what was written: left for later, no read
 	if n := reads.Load() - readsAfterWrite; n != 0 {
 		t.Fatalf("%d reads for a batch in the minute after a write, want none", n)
 	}
@@ -564,11 +574,7 @@ func TestTheReceiverReadsNoRecordInTheMinuteAfterItsWrite(t *testing.T) {
 	}
 	readsAfterWrite = reads.Load()
 	nextMinute() // no batch in the minute: nothing to write
-	g.Eventually(func() int {
-		s.receiver.mu.Lock()
-		defer s.receiver.mu.Unlock()
-		return len(s.receiver.states)
-	}).Should(gomega.BeZero(), "the Cluster forgotten")
+	g.Eventually(s.clustersHeld).Should(gomega.BeZero(), "the Cluster forgotten")
 	if r, w := reads.Load()-readsAfterWrite, s.writes.Load(); r != 0 || w != 3 {
 		t.Errorf("a look with nothing waiting: %d reads, %d writes in all; want none and 3", r, w)
 	}
@@ -581,9 +587,7 @@ func TestTheReceiverReadsNothingForSightingsWrittenMeanwhile(t *testing.T) {
 	s := newSetup(t)
 	reads := s.countRecordReads()
 	for _, after := range []time.Duration{0, 10 * time.Second, 70 * time.Second} { // written, left for later, written
-		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
-			t.Fatalf("answered %d %q", w.Code, w.Body.String())
-		}
+		s.postSighting(t, after)
 	}
 	if w := s.writes.Load(); w != 2 {
 		t.Fatalf("%d writes, want the first batch's and the third's", w)
@@ -605,9 +609,7 @@ func TestTheReceiverReadsNothingForSightingsWrittenMeanwhile(t *testing.T) {
 func TestTheReceiverSaysItLostSightingsOfACredentialTheRecordDropped(t *testing.T) {
 	s := newSetup(t)
 	for _, after := range []time.Duration{0, 10 * time.Second} { // written, left for later
-		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
-			t.Fatalf("answered %d %q", w.Code, w.Body.String())
-		}
+		s.postSighting(t, after)
 	}
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: "team-a", Name: credentials.CertificateUsageConfigMapName("prod")}
@@ -659,11 +661,7 @@ func TestTheReceiverStartsACorruptRecordOverAsUnrecorded(t *testing.T) {
 // wrote them, so that a fleet whose Clusters come and go does not grow it.
 func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 	s := newSetup(t)
-	held := func() int {
-		s.receiver.mu.Lock()
-		defer s.receiver.mu.Unlock()
-		return len(s.receiver.states)
-	}
+	held := s.clustersHeld
 	sighting := func(after time.Duration) []byte { return batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after))) }
 	if w := s.post(sighting(0)); w.Code != http.StatusOK || held() != 0 {
 		t.Fatalf("a batch written at once: %d, %d Clusters held, want 200 and none", w.Code, held())

@@ -103,27 +103,24 @@ func BenchmarkAuditTraffic(b *testing.B) {
 		before := settled()
 		proc.peakRSSSinceLastReading(b)
 		traffic := &auditTraffic{client: sender, senders: senders, rate: rate}
-		var warm, measured auditStep
-		for _, step := range []struct {
-			*auditStep
-			d time.Duration
-		}{{&warm, warmup}, {&measured, window}} {
+		step := func(d time.Duration) auditStep {
 			m := markAudit(b, mgmt, proc, f)
-			answers := traffic.send(b, ctx, step.d)
-			*step.auditStep = m.since(b, mgmt, proc, f, answers)
+			return m.since(b, mgmt, proc, f, traffic.send(b, ctx, d))
 		}
+		warm, measured := step(warmup), step(window)
 		after := settled() // the sightings of the last minute still wait
+		heapPerCluster := (after.heap - before.heap) / 1024 / float64(n)
 		if profiles != "" {
 			check(b, os.MkdirAll(profiles, 0o755))
 			check(b, proc.profile("heap", filepath.Join(profiles, "audit.heap.pprof")))
 		}
 		fmt.Printf("audit traffic of %d Clusters of %d clients each, %.0f batches of 400 events a second: the manager's live heap %.1f → %.1f MiB "+
-			"(%+.1f KiB a Cluster), peak RSS %.0f MiB\n", n, clients, rate, before.heapMiB(), after.heapMiB(), (after.heap-before.heap)/1024/float64(n),
+			"(%+.1f KiB a Cluster), peak RSS %.0f MiB\n", n, clients, rate, before.heapMiB(), after.heapMiB(), heapPerCluster,
 			float64(proc.peakRSSSinceLastReading(b))/(1<<20))
 		fmt.Println("the first " + warmup.String() + " (every record created): " + warm.String())
 		fmt.Println("the next " + window.String() + ": " + measured.String())
 		b.ReportMetric(measured.cpuPerBatch(), "cpu-ms/batch")
-		b.ReportMetric((after.heap-before.heap)/1024/float64(n), "heap-KiB/cluster")
+		b.ReportMetric(heapPerCluster, "heap-KiB/cluster")
 		b.ReportMetric(measured.perClusterMinute(measured.requests["GET configmaps"]), "record-reads/cluster-min")
 	}
 }
@@ -139,8 +136,8 @@ type auditSender struct {
 const auditTimestamp = "2006-01-02T15:04:05.000000Z"
 
 // auditBatchTemplate is a batch of 400 events at the Metadata level, as
-// kube-apiserver writes them, from clients kubelets of cluster with client
-// certificates of their own, in turn.
+// kube-apiserver writes them, from the clients (kubelets, each with a client
+// certificate of its own) of cluster in turn.
 func auditBatchTemplate(cluster string, clients int) []byte {
 	var buf bytes.Buffer
 	buf.WriteString(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[`)
