@@ -21,11 +21,9 @@ import (
 // both so, and gets ConfigMaps so. apiServer reads them as they are.
 type fakeAPI struct {
 	client.WithWatch
-	apiServer client.Reader
-	writes    atomic.Int64
-	// statusPatches counts the writes of the Clusters' status.
-	statusPatches atomic.Int64
-	throughCache  atomic.Bool
+	apiServer    client.Reader
+	writes       atomic.Int64
+	throughCache atomic.Bool
 }
 
 func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
@@ -92,9 +90,6 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 		},
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			count()
-			if _, ok := obj.(*v1alpha1.Cluster); ok && sub == "status" {
-				api.statusPatches.Add(1)
-			}
 			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})

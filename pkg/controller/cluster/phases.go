@@ -42,9 +42,6 @@ type scope struct {
 	managedCheckFailed bool
 	// decision is nil until the decide phase ran to its end.
 	decision *rotation.Decision
-	// droppedCAs: the decide phase dropped the CAs a rotation no longer
-	// keeps; the pass runs its phases again from the CAs on.
-	droppedCAs bool
 	// keyDecision is what the service-account key rotation waits for; nil
 	// outside one.
 	keyDecision *rotation.ServiceAccountKeyDecision
@@ -90,23 +87,10 @@ func (r *Reconciler) phases() []phase {
 }
 
 // reconcileCredentials runs the phases in order, stopping at the first error.
-// Once the decide phase has dropped CAs, it runs them once more from the CAs
-// on, over the objects as written: the bundles lose the dropped CAs, the
-// consumers roll, and the phase is decided in the same pass, not in one the
-// CA Secrets' update events start (a Cluster reconcile and a status write
-// fewer). What the first run saw of the managed cluster is kept. A second
-// drop in one pass (none is expected) is left to the next pass.
 func (r *Reconciler) reconcileCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
-	phases, again := r.phases(), false
-	for i := 0; i < len(phases); i++ {
-		if err := phases[i].run(ctx, s); err != nil {
+	for _, p := range r.phases() {
+		if err := p.run(ctx, s); err != nil {
 			return ctrl.Result{}, err
-		}
-		if s.droppedCAs && !again {
-			again = true
-			*s = scope{cluster: s.cluster, objs: s.objs, reachability: s.reachability,
-				managedCheckFailed: s.managedCheckFailed, wakeUp: s.wakeUp}
-			i = 0 // the next phase is the CAs, after the load
 		}
 	}
 	return r.requeue(s), nil
@@ -245,11 +229,9 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 		if err := r.ensureOldClientProbe(ctx, c, s.objs, s.cas); err != nil {
 			return err
 		}
-		if err := r.dropOldCAs(ctx, c, s.objs, s.cas); err != nil {
-			return err
-		}
-		s.droppedCAs = true
-		return nil
+		// The CA Secrets' update events start the next pass, which writes
+		// the single-CA bundles and rolls the consumers again.
+		return r.dropOldCAs(ctx, c, s.objs, s.cas)
 	}
 	if d.Phase != s.facts.Phase {
 		// The event is recorded once the status is persisted.
