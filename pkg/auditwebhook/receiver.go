@@ -222,7 +222,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	if gv := auditv1.SchemeGroupVersion.String(); batch.APIVersion != gv || batch.Kind != "EventList" {
 		return http.StatusBadRequest, fmt.Sprintf("expected an EventList of %s, got a %s of %s", gv, batch.Kind, batch.APIVersion)
 	}
-	seen := credentialsIn(batch.Items)
+	seen := credentialsIn(batch.Items, r.Clock.Now())
 	if len(seen) == 0 {
 		return http.StatusOK, ""
 	}
@@ -282,7 +282,12 @@ type auditEvent struct {
 
 // credentialsIn are the client certificates events show in use, one per user
 // and fingerprint, with the first and last time each request was received.
-func credentialsIn(events []auditEvent) []oldca.Credential {
+// The times are the sender's; each is taken as now at the latest (the batch
+// has arrived, whatever the sender's clock says) and the Unix epoch at the
+// earliest. A time ahead of now would make the record look fresh after the
+// audit events stopped (oldca.Silence), and one outside the years 1678–2262
+// would wrap as the sightings are kept, in Unix nanoseconds.
+func credentialsIn(events []auditEvent, now time.Time) []oldca.Credential {
 	type id struct{ user, fingerprint string }
 	byID := map[id]*oldca.Credential{}
 	var out []*oldca.Credential
@@ -297,6 +302,7 @@ func credentialsIn(events []auditEvent) []oldca.Credential {
 		if last.Before(first) {
 			last = first
 		}
+		first, last = sightingTime(first, now), sightingTime(last, now)
 		name := userName(e.User.Username)
 		for _, cred := range e.User.Extra[user.CredentialIDKey] {
 			fingerprint, ok := strings.CutPrefix(cred, x509CredentialPrefix)
@@ -323,6 +329,17 @@ func credentialsIn(events []auditEvent) []oldca.Credential {
 		creds[i] = *c
 	}
 	return creds
+}
+
+// sightingTime is t within the Unix epoch and now.
+func sightingTime(t, now time.Time) time.Time {
+	if t.After(now) {
+		return now
+	}
+	if epoch := time.Unix(0, 0); t.Before(epoch) {
+		return epoch
+	}
+	return t
 }
 
 // clusterState is what a replica holds for one Cluster between batches.

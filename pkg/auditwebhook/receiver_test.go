@@ -36,6 +36,9 @@ import (
 
 var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 
+// arrival is when the tests' receivers take their first batch.
+var arrival = t0.Add(time.Hour)
+
 // fp is a fingerprint as the API server writes one: 64 hex digits.
 func fp(prefix string) string { return prefix + strings.Repeat("0", 64-len(prefix)) }
 
@@ -56,15 +59,15 @@ func batch(events ...auditv1.Event) []byte {
 	return data
 }
 
-// credentialsOf decodes events as the receiver does a batch of them and
-// returns the client certificates they show in use.
-func credentialsOf(t testing.TB, events ...auditv1.Event) []oldca.Credential {
+// credentialsOf decodes events as the receiver does a batch of them that
+// arrives at arrival and returns the client certificates they show in use.
+func credentialsOf(t testing.TB, arrival time.Time, events ...auditv1.Event) []oldca.Credential {
 	t.Helper()
 	var list eventList
 	if err := json.Unmarshal(batch(events...), &list); err != nil {
 		t.Fatal(err)
 	}
-	return credentialsIn(list.Items)
+	return credentialsIn(list.Items, arrival)
 }
 
 type setup struct {
@@ -98,7 +101,9 @@ func newSetup(t testing.TB) setup {
 				return counted(c.Update(ctx, obj, opts...))
 			},
 		}).Build()
-	clk := clocktesting.NewFakeClock(t0)
+	// The batches arrive after the events they carry: the tests' events are
+	// from within the hour after t0.
+	clk := clocktesting.NewFakeClock(arrival)
 	return setup{receiver: &Receiver{Reader: c, APIReader: c, Client: c, Clock: clk}, client: c, writes: writes, clock: clk}
 }
 
@@ -359,7 +364,7 @@ func TestCredentials(t *testing.T) {
 	watch := event("operator", "X509SHA256="+fp("ee"), t0)
 	watch.StageTimestamp = metav1.NewMicroTime(t0.Add(40 * time.Minute)) // a watch that ran for 40 minutes
 	odd := event("bad\x1b[31mname", "X509SHA256="+fp("dd"), t0)
-	got := credentialsOf(t, watch, odd, event("x", "X509SHA256=zz", t0), event("long", "X509SHA256="+fp("ab"), t0))
+	got := credentialsOf(t, t0.Add(time.Hour), watch, odd, event("x", "X509SHA256=zz", t0), event("long", "X509SHA256="+fp("ab"), t0))
 	if len(got) != 3 {
 		t.Fatalf("got %+v, want the watch, the odd name and the long one (a malformed fingerprint dropped)", got)
 	}
@@ -370,8 +375,51 @@ func TestCredentials(t *testing.T) {
 		t.Errorf("control characters kept in %q", got[1].User)
 	}
 	long := event(strings.Repeat("é", 200), "X509SHA256="+fp("ab"), t0)
-	if name := credentialsOf(t, long)[0].User; len(name) > maxUserName || !utf8.ValidString(name) {
+	if name := credentialsOf(t, t0, long)[0].User; len(name) > maxUserName || !utf8.ValidString(name) {
 		t.Errorf("a long user name kept as %d bytes, valid UTF-8 %v", len(name), utf8.ValidString(name))
+	}
+}
+
+// A sighting is taken as made when its batch arrived at the latest, and in
+// the Unix epoch at the earliest, whatever the sender's clock says.
+func TestSightingTimesAreWithinTheEpochAndTheArrival(t *testing.T) {
+	epoch := time.Unix(0, 0)
+	for _, tc := range []struct {
+		name                string
+		received, stage     time.Time
+		wantFirst, wantLast time.Time
+	}{
+		{"on time", t0.Add(-time.Minute), t0.Add(-time.Second), t0.Add(-time.Minute), t0.Add(-time.Second)},
+		{"a watch still open", t0.Add(-time.Hour), t0, t0.Add(-time.Hour), t0},
+		{"a clock an hour ahead", t0.Add(time.Hour), t0.Add(time.Hour + time.Second), t0, t0},
+		{"a stage ahead of the arrival", t0.Add(-time.Minute), t0.Add(time.Minute), t0.Add(-time.Minute), t0},
+		{"past the year 2262", time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2300, 1, 1, 0, 0, 1, 0, time.UTC), t0, t0},
+		{"before the year 1678", time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), t0.Add(-time.Second), epoch, t0.Add(-time.Second)},
+		{"no times at all", time.Time{}, time.Time{}, epoch, epoch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := event("ci", "X509SHA256="+fp("cc"), tc.received)
+			e.StageTimestamp = metav1.NewMicroTime(tc.stage)
+			if tc.received.IsZero() {
+				e.RequestReceivedTimestamp = metav1.MicroTime{}
+			}
+			got := credentialsOf(t, t0, e)
+			if len(got) != 1 || !got[0].FirstSeen.Equal(tc.wantFirst) || !got[0].LastSeen.Equal(tc.wantLast) {
+				t.Fatalf("got %+v, want first seen %v, last seen %v", got, tc.wantFirst, tc.wantLast)
+			}
+		})
+	}
+}
+
+// A batch from an API server whose clock is ahead is recorded as seen when
+// it arrived: the record does not look fresh after the events stop.
+func TestTheReceiverRecordsNoSightingAheadOfItsArrival(t *testing.T) {
+	s := newSetup(t)
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), arrival.Add(3*time.Hour)))); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	if newest := s.usage(t).Newest(); !newest.Equal(arrival) {
+		t.Fatalf("the record's newest sighting is %v, want the batch's arrival %v", newest, arrival)
 	}
 }
 
@@ -651,8 +699,8 @@ func TestTheReceiverStartsACorruptRecordOverAsUnrecorded(t *testing.T) {
 		t.Fatalf("answered %d %q", w.Code, w.Body.String())
 	}
 	u := s.usage(t)
-	if u.Unrecorded == nil || !u.Unrecorded.Equal(t0.Add(10*time.Second)) || len(u.Credentials) != 1 {
-		t.Fatalf("started over as %+v, unrecorded %v; want ci recorded, and nothing known before %v", u.Credentials, u.Unrecorded, t0.Add(10*time.Second))
+	if u.Unrecorded == nil || !u.Unrecorded.Equal(s.clock.Now()) || len(u.Credentials) != 1 {
+		t.Fatalf("started over as %+v, unrecorded %v; want ci recorded, and nothing known before %v", u.Credentials, u.Unrecorded, s.clock.Now())
 	}
 }
 
