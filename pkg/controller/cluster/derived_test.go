@@ -12,9 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -140,29 +137,15 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 // derived value changed behind the operator's back, even to a digest, is
 // written back.
 func TestUnchangedClusterReadThroughTheCacheWritesNothing(t *testing.T) {
-	c := &v1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet", UID: "prod-uid"},
-		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
-	}
-	kcm := credentials.CertificateSecretName(c.Name, credentials.CertKubeControllerManager)
+	kcm := credentials.CertificateSecretName("prod", credentials.CertKubeControllerManager)
 	consumer := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "prod-kube-controller-manager", Namespace: c.Namespace, Labels: map[string]string{v1alpha1.LabelCluster: c.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-kube-controller-manager", Namespace: "fleet", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
 		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
 			{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: kcm}}},
 		}}}},
 	}
-	api := newFakeAPI(c, consumer)
-	r := &Reconciler{Client: api, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}
-	ctx, req := context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}
-	reconcile := func() {
-		t.Helper()
-		if _, err := r.Reconcile(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 3 { // the first pass issues everything, the next ones settle the status
-		reconcile()
-	}
+	sc := newSettledCluster(t, consumer)
+	api, c, ctx, reconcile := sc.api, sc.cluster(), context.Background(), sc.reconcile
 	checksum := func() string {
 		t.Helper()
 		d := &appsv1.Deployment{}

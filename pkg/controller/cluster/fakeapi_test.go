@@ -3,14 +3,21 @@ package cluster
 import (
 	"context"
 	"sync/atomic"
+	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -21,9 +28,11 @@ import (
 // both so, and gets ConfigMaps so. apiServer reads them as they are.
 type fakeAPI struct {
 	client.WithWatch
-	apiServer    client.Reader
-	writes       atomic.Int64
-	throughCache atomic.Bool
+	apiServer client.Reader
+	writes    atomic.Int64
+	// statusPatches counts the writes of the Clusters' status.
+	statusPatches atomic.Int64
+	throughCache  atomic.Bool
 }
 
 func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
@@ -90,8 +99,79 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 		},
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			count()
+			if _, ok := obj.(*v1alpha1.Cluster); ok && sub == "status" {
+				api.statusPatches.Add(1)
+			}
 			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
 	return api
+}
+
+// settledCluster is a Cluster without an endpoint (so no check of a managed
+// cluster is ever due) on a fakeAPI, reconciled by a Reconciler with the
+// manager's default recommendation policy until its credentials are issued
+// and its status settled.
+type settledCluster struct {
+	t   *testing.T
+	api *fakeAPI
+	r   *Reconciler
+	key client.ObjectKey
+}
+
+func newSettledCluster(t *testing.T, objs ...client.Object) *settledCluster {
+	t.Helper()
+	c := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet", UID: "prod-uid"},
+		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
+	}
+	api := newFakeAPI(c, objs...)
+	sc := &settledCluster{t: t, api: api, key: client.ObjectKeyFromObject(c),
+		r: &Reconciler{Client: api, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true,
+			Recommendations: rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour}}}
+	for range 3 { // the first pass issues everything, the next ones settle the status
+		sc.reconcile()
+	}
+	return sc
+}
+
+func (sc *settledCluster) reconcile() {
+	sc.t.Helper()
+	if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err != nil {
+		sc.t.Fatal(err)
+	}
+}
+
+func (sc *settledCluster) cluster() *v1alpha1.Cluster {
+	sc.t.Helper()
+	c := &v1alpha1.Cluster{}
+	if err := sc.api.Get(context.Background(), sc.key, c); err != nil {
+		sc.t.Fatal(err)
+	}
+	return c
+}
+
+// annotate sets the operation annotation, as a user does.
+func (sc *settledCluster) annotate(operation string) {
+	sc.t.Helper()
+	c := sc.cluster()
+	metav1.SetMetaDataAnnotation(&c.ObjectMeta, v1alpha1.OperationAnnotation, operation)
+	if err := sc.api.Update(context.Background(), c); err != nil {
+		sc.t.Fatal(err)
+	}
+}
+
+// passesUntil reconciles until the Cluster is in phase want and returns the
+// status writes that took; it fails the test after ten passes.
+func (sc *settledCluster) passesUntil(want v1alpha1.CARotationPhase) (statusPatches int64) {
+	sc.t.Helper()
+	before := sc.api.statusPatches.Load()
+	for range 10 {
+		sc.reconcile()
+		if sc.cluster().CARotationPhase() == want {
+			return sc.api.statusPatches.Load() - before
+		}
+	}
+	sc.t.Fatalf("phase %s after 10 passes, want %s", sc.cluster().CARotationPhase(), want)
+	return 0
 }

@@ -234,6 +234,11 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 	if equality.Semantic.DeepEqual(before.Status, c.Status) {
 		return nil
 	}
+	// With the phase it enters, what the next pass would make of it: that
+	// pass then has no status write of its own when it changes nothing else
+	// (the one that drops the old CAs in Finalizing). When they change by
+	// themselves, the pass after the annotation's removal looks again.
+	r.setScheduleConditions(c)
 	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording operation %s: %w", value, err)
 	}

@@ -34,10 +34,19 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 		r.setServiceAccountKeyRotationCondition(c, s.keyDecision)
 		r.setOldCAsUnusedCondition(c)
 	}
-	s.wakeAt(r.setRecommendationCondition(c))
-	s.wakeAt(r.setMaintenanceCondition(c))
-	s.wakeAt(r.setAutomaticCondition(c))
+	for _, t := range r.setScheduleConditions(c) {
+		s.wakeAt(t)
+	}
 	c.Status.ObservedGeneration = c.Generation
+}
+
+// setScheduleConditions sets the conditions that follow from the rotations'
+// phases, the spec, the annotations and the clock alone:
+// CARotationRecommended, MaintenanceOperationQueued and
+// AutomaticCARotationScheduled. It returns when each changes by itself next
+// (zero: never).
+func (r *Reconciler) setScheduleConditions(c *v1alpha1.Cluster) []time.Time {
+	return []time.Time{r.setRecommendationCondition(c), r.setMaintenanceCondition(c), r.setAutomaticCondition(c)}
 }
 
 // setMaintenanceCondition says whether an operation queued for the
