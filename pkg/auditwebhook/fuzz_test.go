@@ -2,6 +2,7 @@ package auditwebhook
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -43,7 +44,9 @@ func FuzzDecodingMatchesTheAuditTypes(f *testing.F) {
 			}
 			fromFull[i].RequestReceivedTimestamp, fromFull[i].StageTimestamp = e.RequestReceivedTimestamp, e.StageTimestamp
 		}
-		if got, want := credentialsIn(lean.Items, t0), credentialsIn(fromFull, t0); !reflect.DeepEqual(got, want) {
+		// Arriving in 2262, the batch keeps every time the decoders read.
+		arrival := time.Unix(0, math.MaxInt64)
+		if got, want := credentialsIn(lean.Items, arrival), credentialsIn(fromFull, arrival); !reflect.DeepEqual(got, want) {
 			t.Fatalf("client certificates %+v, from the audit types %+v", got, want)
 		}
 	})

@@ -195,7 +195,7 @@ func Dependents(f Facts) []Dependent {
 					"the last by %s, within %.0f hours of the rotation's start or after it, so Carousel cannot tell whether they depend on the "+
 					"old client CA: complete with force once their clients use certificates from the new client CA", formatTime(*left), Retention.Hours())})
 		}
-		switch newest := f.Usage.Newest(); {
+		switch newest := f.Usage.Newest(f.Now); {
 		case f.Now.Before(f.CollectingUntil):
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "audit", Message: fmt.Sprintf(
 				"the audit events of the API server's requests since the rotation became Prepared are still being collected, until %s",

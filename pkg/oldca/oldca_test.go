@@ -47,6 +47,11 @@ func TestObserve(t *testing.T) {
 		t.Fatalf("credentials not seen for the retention were kept: %+v", u.Credentials)
 	}
 	observe(at(3), Credential{User: "a", Fingerprint: "01", FirstSeen: at(3), LastSeen: at(3)})
+	// Times later than now, recorded by a clock ahead, are taken as now.
+	ahead := &Usage{Credentials: []Credential{{User: "a", Fingerprint: "01", FirstSeen: at(60), LastSeen: at(90)}}}
+	if changed, _ := ahead.Observe(nil, at(3), Resolution); !changed || !ahead.Credentials[0].FirstSeen.Equal(at(3)) || !ahead.Credentials[0].LastSeen.Equal(at(3)) {
+		t.Fatalf("a record with times ahead of now: changed %v, %+v; want both times now", changed, ahead.Credentials[0])
+	}
 	back, err := Parse(u.String())
 	if err != nil || back.String() != u.String() {
 		t.Fatalf("the record does not survive storage: %v, %s", err, back)
@@ -123,6 +128,11 @@ func TestDependents(t *testing.T) {
 		{name: "audit: silent for too long", facts: func(f *Facts) {
 			f.Usage, f.Now, f.CollectingUntil = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 61)}}, at(61).Add(Silence+time.Second), at(62)
 		}, want: []string{"Cluster/audit: the last audit event Carousel recorded from the API server is from 2026-11-26T13:01:00Z"}},
+		{name: "audit: a use recorded by a clock ahead does not keep the record fresh", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 61), seen("carousel:operator", "op2", 10, 600)}}
+			f.Now, f.CollectingUntil = at(61).Add(Silence+time.Second), at(62)
+		}, want: []string{"Cluster/audit: the last audit event Carousel recorded from the API server is from 2026-11-26T13:01:00Z",
+			"User/carousel:operator: not the one from the new client CA"}},
 		{name: "usage record: it left sightings out until the retention before the start", facts: func(f *Facts) {
 			left := at(0).Add(-Retention)
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
@@ -194,7 +204,7 @@ func TestDependents(t *testing.T) {
 				{User: "system:node:w1", Fingerprint: "n1", Issuer: oldCA, IssuedAt: at(20), NotAfter: at(600)},
 				{User: "system:node:w1", Fingerprint: "n2", Issuer: newCA, IssuedAt: at(30), NotAfter: at(600)},
 			}}
-			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w1", "n1", 20, 65), seen("system:node:w1", "n2", 30, 90)}}
+			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w1", "n1", 20, 65), seen("system:node:w1", "n2", 30, 69)}}
 		}, want: []string{"User/system:node:w1: a kubelet client certificate (X509SHA256=n1) that Carousel signed 2026-11-26T12:20:00Z from client CA bbbbbbbbbbbbbbbb"}},
 		{name: "the record of kubelet certificates does not parse, and a node has no node agent", facts: func(f *Facts) {
 			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0"}, {Name: "w1", ClientIssuer: newCA}}, true

@@ -68,11 +68,13 @@ const Settling = Resolution + time.Minute
 // all the time, and the record trails them by Settling at most.
 const Silence = 2 * Settling
 
-// Newest is when the latest use in the record was seen; zero when it is empty.
-func (u *Usage) Newest() time.Time {
+// Newest is when the latest use in the record was seen, by now; zero when
+// there is none. A use recorded later than now (by a clock ahead) says
+// nothing of whether uses are still being recorded.
+func (u *Usage) Newest(now time.Time) time.Time {
 	var newest time.Time
 	for _, c := range u.Credentials {
-		if c.LastSeen.After(newest) {
+		if c.LastSeen.After(newest) && !c.LastSeen.After(now) {
 			newest = c.LastSeen
 		}
 	}
@@ -134,6 +136,17 @@ func (u *Usage) Observe(seen []Credential, now time.Time, resolution time.Durati
 
 // observe is Observe with the record's bound, maxBytes, as a parameter.
 func (u *Usage) observe(seen []Credential, now time.Time, resolution time.Duration, maxBytes int) (changed bool, deferred []Credential) {
+	// A time later than now (recorded by a clock ahead, or by hand) is taken
+	// as now: it was seen by then.
+	for i := range u.Credentials {
+		c := &u.Credentials[i]
+		if c.FirstSeen.After(now) {
+			c.FirstSeen, changed = now, true
+		}
+		if c.LastSeen.After(now) {
+			c.LastSeen, changed = now, true
+		}
+	}
 	cutoff := now.Add(-Retention)
 	kept := slices.DeleteFunc(u.Credentials, func(c Credential) bool { return c.LastSeen.Before(cutoff) })
 	if len(kept) != len(u.Credentials) {

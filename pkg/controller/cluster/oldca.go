@@ -183,7 +183,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		if now.Before(facts.CollectingUntil) {
 			s.wakeAt(facts.CollectingUntil)
 		}
-		if silent := facts.Usage.Newest().Add(oldca.Silence); silent.After(now) {
+		if silent := facts.Usage.Newest(now).Add(oldca.Silence); silent.After(now) {
 			s.wakeAt(silent)
 		}
 	}
