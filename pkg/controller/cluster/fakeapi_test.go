@@ -30,7 +30,7 @@ type fakeAPI struct {
 	client.WithWatch
 	apiServer client.Reader
 	writes    atomic.Int64
-	// statusPatches counts the writes of the Clusters' status.
+	// statusPatches counts the writes of the Clusters' status made.
 	statusPatches atomic.Int64
 	throughCache  atomic.Bool
 }
@@ -99,10 +99,11 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 		},
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			count()
-			if _, ok := obj.(*v1alpha1.Cluster); ok && sub == "status" {
+			err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			if _, ok := obj.(*v1alpha1.Cluster); ok && sub == "status" && err == nil {
 				api.statusPatches.Add(1)
 			}
-			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			return err
 		},
 	})
 	return api
@@ -131,6 +132,10 @@ func newSettledCluster(t *testing.T, objs ...client.Object) *settledCluster {
 			Recommendations: rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour}}}
 	for range 3 { // the first pass issues everything, the next ones settle the status
 		sc.reconcile()
+	}
+	writes := api.writes.Load()
+	if sc.reconcile(); api.writes.Load() != writes {
+		t.Fatalf("the Cluster is not settled after three passes: the fourth made %d writes", api.writes.Load()-writes)
 	}
 	return sc
 }
@@ -161,9 +166,9 @@ func (sc *settledCluster) annotate(operation string) {
 	}
 }
 
-// passesUntil reconciles until the Cluster is in phase want and returns the
-// status writes that took; it fails the test after ten passes.
-func (sc *settledCluster) passesUntil(want v1alpha1.CARotationPhase) (statusPatches int64) {
+// statusWritesUntil reconciles until the Cluster is in phase want and
+// returns the status writes that took; it fails the test after ten passes.
+func (sc *settledCluster) statusWritesUntil(want v1alpha1.CARotationPhase) (statusPatches int64) {
 	sc.t.Helper()
 	before := sc.api.statusPatches.Load()
 	for range 10 {

@@ -234,11 +234,12 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 	if equality.Semantic.DeepEqual(before.Status, c.Status) {
 		return nil
 	}
-	// With the phase it enters, what the next pass would make of it: that
-	// pass then has no status write of its own when it changes nothing else
-	// (the one that drops the old CAs in Finalizing). When they change by
-	// themselves, the pass after the annotation's removal looks again.
-	r.setScheduleConditions(c)
+	// With the phase it enters, the recommendation the next pass would make
+	// of it (it follows from the rotation's status and the clock alone): that
+	// pass then has no status write of its own when it changes nothing else,
+	// as the one that drops the old CAs in Finalizing. The pass after the
+	// annotation's removal looks again, and schedules the next change.
+	r.setRecommendationCondition(c)
 	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording operation %s: %w", value, err)
 	}

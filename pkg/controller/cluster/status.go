@@ -16,8 +16,9 @@ import (
 )
 
 // updateStatus turns what a pass observed into the Cluster's conditions and
-// CA inventory; it is the only place that writes a condition. err is how
-// the pass ended. What a pass did not get to observe keeps its condition.
+// CA inventory; besides it, only applyOperation sets a condition
+// (CARotationRecommended). err is how the pass ended. What a pass did not
+// get to observe keeps its condition.
 func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error) {
 	c := s.cluster
 	r.setReadyCondition(c, err)
@@ -34,19 +35,10 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 		r.setServiceAccountKeyRotationCondition(c, s.keyDecision)
 		r.setOldCAsUnusedCondition(c)
 	}
-	for _, t := range r.setScheduleConditions(c) {
-		s.wakeAt(t)
-	}
+	s.wakeAt(r.setRecommendationCondition(c))
+	s.wakeAt(r.setMaintenanceCondition(c))
+	s.wakeAt(r.setAutomaticCondition(c))
 	c.Status.ObservedGeneration = c.Generation
-}
-
-// setScheduleConditions sets the conditions that follow from the rotations'
-// phases, the spec, the annotations and the clock alone:
-// CARotationRecommended, MaintenanceOperationQueued and
-// AutomaticCARotationScheduled. It returns when each changes by itself next
-// (zero: never).
-func (r *Reconciler) setScheduleConditions(c *v1alpha1.Cluster) []time.Time {
-	return []time.Time{r.setRecommendationCondition(c), r.setMaintenanceCondition(c), r.setAutomaticCondition(c)}
 }
 
 // setMaintenanceCondition says whether an operation queued for the

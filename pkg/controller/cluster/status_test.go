@@ -8,13 +8,13 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
-// The status write that records an operation also sets the conditions that
-// follow from the phase it enters, so that the passes after it write the
-// status only when they change something else: a Cluster with nothing to
+// The status write that records an operation also sets the recommendation
+// for the phase it enters, so that the passes after it write the status only
+// when they change something else: a Cluster with nothing to
 // wait for goes from the operation to the end of each phase in two status
 // writes, and to the end of an abort in three: the rollback is recorded
 // before the new CAs are dropped.
-func TestAnOperationsStatusWriteSetsThePhasesConditions(t *testing.T) {
+func TestAnOperationsStatusWriteSetsItsPhasesRecommendation(t *testing.T) {
 	sc := newSettledCluster(t)
 	for _, step := range []struct {
 		operation   string
@@ -27,14 +27,14 @@ func TestAnOperationsStatusWriteSetsThePhasesConditions(t *testing.T) {
 		{v1alpha1.OperationAbortCARotation, v1alpha1.RotationAborting, v1alpha1.RotationAborted, 2},
 	} {
 		sc.annotate(step.operation)
-		if got := sc.passesUntil(step.taken); got != 1 {
+		if got := sc.statusWritesUntil(step.taken); got != 1 {
 			t.Fatalf("%s taken up in %d status writes, want 1", step.operation, got)
 		}
 		want := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionCARotationRecommended)
 		if want == nil || want.Message != "nothing is due" {
 			t.Errorf("in %s the recommendation is %+v, want nothing due", step.taken, want)
 		}
-		if got := sc.passesUntil(step.done); got != step.writes {
+		if got := sc.statusWritesUntil(step.done); got != step.writes {
 			t.Errorf("%s: %d status writes from %s to %s, want %d", step.operation, got, step.taken, step.done, step.writes)
 		}
 	}
