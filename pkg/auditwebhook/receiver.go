@@ -331,7 +331,7 @@ func credentialsIn(events []auditEvent, now time.Time) []oldca.Credential {
 	return creds
 }
 
-// sightingTime is t within the Unix epoch and now.
+// sightingTime is t, no earlier than the Unix epoch and no later than now.
 func sightingTime(t, now time.Time) time.Time {
 	if t.After(now) {
 		return now
