@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -145,17 +143,4 @@ func labelArgs(labels map[string]string) string {
 		out = append(out, k+"="+labels[k])
 	}
 	return strings.Join(out, " ")
-}
-
-// reportBlocked records a Warning event when the Ready condition newly turns
-// to a blocked reason.
-func (r *Reconciler) reportBlocked(c *v1alpha1.Cluster, before *v1alpha1.Cluster, err error) {
-	var b *blockedError
-	if !errors.As(err, &b) {
-		return
-	}
-	if prev := meta.FindStatusCondition(before.Status.Conditions, v1alpha1.ConditionReady); prev != nil && prev.Reason == b.reason && prev.Message == b.message {
-		return
-	}
-	r.event(c, corev1.EventTypeWarning, b.reason, "%s", b.message)
 }

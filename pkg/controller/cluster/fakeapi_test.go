@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -32,7 +34,10 @@ type fakeAPI struct {
 	writes    atomic.Int64
 	// statusPatches counts the writes of the Clusters' status made.
 	statusPatches atomic.Int64
-	throughCache  atomic.Bool
+	// statusConflicts is how many of the next writes of a Cluster's status
+	// fail with a conflict, as when the Cluster changed since it was read.
+	statusConflicts atomic.Int64
+	throughCache    atomic.Bool
 }
 
 func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
@@ -99,14 +104,31 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 		},
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			count()
+			_, isCluster := obj.(*v1alpha1.Cluster)
+			if isCluster && sub == "status" && api.conflictDue() {
+				return apierrors.NewConflict(v1alpha1.SchemeGroupVersion.WithResource("clusters").GroupResource(), obj.GetName(), errors.New("changed since read"))
+			}
 			err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
-			if _, ok := obj.(*v1alpha1.Cluster); ok && sub == "status" && err == nil {
+			if isCluster && sub == "status" && err == nil {
 				api.statusPatches.Add(1)
 			}
 			return err
 		},
 	})
 	return api
+}
+
+// conflictDue takes one of the status conflicts still to come, if any.
+func (api *fakeAPI) conflictDue() bool {
+	for {
+		n := api.statusConflicts.Load()
+		if n <= 0 {
+			return false
+		}
+		if api.statusConflicts.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 // settledCluster is a Cluster without an endpoint (so no check of a managed

@@ -140,7 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		case err != nil:
 			result, retErr = ctrl.Result{}, errors.Join(retErr, fmt.Errorf("patching status: %w", err))
 		default:
-			r.phasesChanged(c, before)
+			r.statusWritten(c, before)
 		}
 	}()
 	result, err := r.reconcileCredentials(ctx, s)
@@ -247,7 +247,7 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAReissueAccepted,
 			"Operation %q accepted: a lost CA Secret of these roles is replaced by a new CA", value)
 	}
-	r.phasesChanged(c, before)
+	r.statusWritten(c, before)
 	return nil
 }
 
@@ -318,9 +318,15 @@ func credentialsRotation(c *v1alpha1.Cluster) *v1alpha1.CredentialsRotation {
 	return c.Status.Credentials.Rotation
 }
 
-// phasesChanged records the phase changes of both rotations from before to
-// c, once persisted.
-func (r *Reconciler) phasesChanged(c, before *v1alpha1.Cluster) {
+// statusWritten announces, once the status write that records them has
+// succeeded, what changed from before to c: the phases of both rotations, and
+// the conditions that newly call on the user (newConditionWarnings). A write
+// that fails announces nothing, so the pass that retries it after a conflict
+// does not announce the same change twice.
+func (r *Reconciler) statusWritten(c, before *v1alpha1.Cluster) {
+	for _, w := range newConditionWarnings(before.Status.Conditions, c.Status.Conditions) {
+		r.event(c, corev1.EventTypeWarning, w.reason, "%s", w.message)
+	}
 	if from, to := before.CARotationPhase(), c.CARotationPhase(); from != to {
 		r.phaseChanged(c, from, to)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,7 +21,6 @@ import (
 func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error) {
 	c := s.cluster
 	r.setReadyCondition(c, err)
-	r.reportBlocked(c, before, err)
 	switch {
 	case s.reachability != nil:
 		r.setCondition(c, *s.reachability)
@@ -39,6 +37,34 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 	s.wakeAt(r.setMaintenanceCondition(c))
 	s.wakeAt(r.setAutomaticCondition(c))
 	c.Status.ObservedGeneration = c.Generation
+}
+
+// conditionWarning is a Warning event a condition's change calls for.
+type conditionWarning struct{ reason, message string }
+
+// newConditionWarnings are the Warning events for the conditions that call
+// on the user in now and did not in before: CAExpiringSoon and
+// CARotationRecommended turned True, and Ready turned to a blocked reason
+// (every reason of a False Ready but ReconcileFailed) or to another message
+// of one.
+func newConditionWarnings(before, now []metav1.Condition) []conditionWarning {
+	var out []conditionWarning
+	if ready := meta.FindStatusCondition(now, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse &&
+		ready.Reason != v1alpha1.ReasonReconcileFailed {
+		if prev := meta.FindStatusCondition(before, v1alpha1.ConditionReady); prev == nil || prev.Reason != ready.Reason || prev.Message != ready.Message {
+			out = append(out, conditionWarning{ready.Reason, ready.Message})
+		}
+	}
+	for _, t := range []struct{ condition, reason string }{
+		{v1alpha1.ConditionCAExpiring, v1alpha1.EventCAExpiringSoon},
+		{v1alpha1.ConditionCARotationRecommended, v1alpha1.EventCARotationRecommended},
+	} {
+		if cond := meta.FindStatusCondition(now, t.condition); cond != nil && cond.Status == metav1.ConditionTrue &&
+			!meta.IsStatusConditionTrue(before, t.condition) {
+			out = append(out, conditionWarning{t.reason, cond.Message})
+		}
+	}
+	return out
 }
 
 // setMaintenanceCondition says whether an operation queued for the
@@ -127,9 +153,6 @@ func (r *Reconciler) setRecommendationCondition(c *v1alpha1.Cluster) time.Time {
 	switch {
 	case rec != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, rec.Reason, rec.Message
-		if !meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionCARotationRecommended) {
-			r.event(c, corev1.EventTypeWarning, v1alpha1.EventCARotationRecommended, "%s", rec.Message)
-		}
 	case !next.IsZero():
 		cond.Message = "nothing is due before " + next.UTC().Format(time.RFC3339)
 	}
@@ -174,9 +197,6 @@ func (r *Reconciler) updateInventory(c *v1alpha1.Cluster, all map[v1alpha1.CARol
 		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonCAExpiring
 		cond.Message = fmt.Sprintf("the %s CA expires at %s: start a CA rotation with %s=%s",
 			earliestRole, earliest.UTC().Format("2006-01-02T15:04:05Z"), v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)
-		if !meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionCAExpiring) {
-			r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAExpiringSoon, "%s", cond.Message)
-		}
 	}
 	r.setCondition(c, cond)
 }

@@ -1,9 +1,15 @@
 package cluster
 
 import (
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
@@ -37,5 +43,83 @@ func TestAnOperationsStatusWriteSetsItsPhasesRecommendation(t *testing.T) {
 		if got := sc.statusWritesUntil(step.done); got != step.writes {
 			t.Errorf("%s: %d status writes from %s to %s, want %d", step.operation, got, step.taken, step.done, step.writes)
 		}
+	}
+}
+
+// A condition that newly calls on the user is announced by one Warning event,
+// once the status write that records it has succeeded: a write that conflicts
+// (the Cluster changed since it was read) announces nothing, and the pass
+// that retries it announces it once.
+func TestAConditionsWarningIsEmittedOnceItsStatusIsWritten(t *testing.T) {
+	sc := newSettledCluster(t)
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	recorder := events.NewFakeRecorder(100)
+	// Prepared for longer than the policy's warning, and every CA within
+	// the expiry warning.
+	sc.r.Recorder, sc.r.CAExpiryWarning = recorder, 20*365*24*time.Hour
+	sc.r.Clock = clocktesting.NewFakeClock(time.Now().Add(sc.r.Recommendations.PreparedWarning + time.Hour))
+	sc.api.statusConflicts.Store(1)
+	sc.reconcile() // its status write conflicts
+	if got := sc.statusWritesUntil(v1alpha1.RotationPrepared); got != 1 {
+		t.Fatalf("the pass after the conflict wrote the status %d times, want 1", got)
+	}
+	sc.reconcile() // writes nothing: the conditions are recorded
+	close(recorder.Events)
+	got := map[string]int{}
+	for e := range recorder.Events {
+		got[strings.Fields(e)[1]]++
+	}
+	for _, reason := range []string{v1alpha1.EventCARotationRecommended, v1alpha1.EventCAExpiringSoon} {
+		if got[reason] != 1 {
+			t.Errorf("%d %s events, want 1 (all events: %v)", got[reason], reason, got)
+		}
+	}
+	for _, condition := range []string{v1alpha1.ConditionCARotationRecommended, v1alpha1.ConditionCAExpiring} {
+		if !meta.IsStatusConditionTrue(sc.cluster().Status.Conditions, condition) {
+			t.Errorf("%s is not True", condition)
+		}
+	}
+}
+
+func TestNewConditionWarnings(t *testing.T) {
+	ready := func(status metav1.ConditionStatus, reason, message string) metav1.Condition {
+		return metav1.Condition{Type: v1alpha1.ConditionReady, Status: status, Reason: reason, Message: message}
+	}
+	condition := func(condition string, status metav1.ConditionStatus, message string) metav1.Condition {
+		return metav1.Condition{Type: condition, Status: status, Reason: "Any", Message: message}
+	}
+	lost := ready(metav1.ConditionFalse, v1alpha1.ReasonCALost, "the client CA's Secret is gone")
+	recommended := condition(v1alpha1.ConditionCARotationRecommended, metav1.ConditionTrue, "start a CA rotation")
+	expiring := condition(v1alpha1.ConditionCAExpiring, metav1.ConditionTrue, "the cluster CA expires")
+	for _, tc := range []struct {
+		name        string
+		before, now []metav1.Condition
+		want        []conditionWarning
+	}{
+		{name: "nothing recorded yet", want: nil},
+		{name: "a blocked Ready, newly", before: []metav1.Condition{ready(metav1.ConditionTrue, v1alpha1.ReasonCredentialsIssued, "issued")},
+			now: []metav1.Condition{lost}, want: []conditionWarning{{v1alpha1.ReasonCALost, lost.Message}}},
+		{name: "a blocked Ready on the first status", now: []metav1.Condition{lost}, want: []conditionWarning{{v1alpha1.ReasonCALost, lost.Message}}},
+		{name: "the same blocked Ready", before: []metav1.Condition{lost}, now: []metav1.Condition{lost}},
+		{name: "a blocked Ready with another message", before: []metav1.Condition{lost},
+			now:  []metav1.Condition{ready(metav1.ConditionFalse, v1alpha1.ReasonCALost, "the etcd CA's Secret is gone")},
+			want: []conditionWarning{{v1alpha1.ReasonCALost, "the etcd CA's Secret is gone"}}},
+		{name: "a failed reconcile is not a blocked Ready", now: []metav1.Condition{ready(metav1.ConditionFalse, v1alpha1.ReasonReconcileFailed, "timeout")}},
+		{name: "a recommendation and an expiry, newly", before: []metav1.Condition{
+			condition(v1alpha1.ConditionCARotationRecommended, metav1.ConditionFalse, "nothing is due"),
+		}, now: []metav1.Condition{recommended, expiring}, want: []conditionWarning{
+			{v1alpha1.EventCAExpiringSoon, expiring.Message}, {v1alpha1.EventCARotationRecommended, recommended.Message},
+		}},
+		{name: "a recommendation still True, with another message", before: []metav1.Condition{recommended},
+			now: []metav1.Condition{condition(v1alpha1.ConditionCARotationRecommended, metav1.ConditionTrue, "complete it")}},
+		{name: "a recommendation gone", before: []metav1.Condition{recommended},
+			now: []metav1.Condition{condition(v1alpha1.ConditionCARotationRecommended, metav1.ConditionFalse, "nothing is due")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := newConditionWarnings(tc.before, tc.now); !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
