@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -30,7 +31,8 @@ func blocked(reason, format string, args ...any) error {
 }
 
 // confirmCAMissing is asked before a role's CA is generated because the cache
-// holds no Secret for it. It reads the API server itself: a Secret the cache
+// holds no Secret for it (on a new Cluster, after its create found one:
+// createIsTheCheck). It reads the API server itself: a Secret the cache
 // has not seen yet is errStaleCache; a Secret that lost Carousel's labels is
 // invisible to the cache and must be relabelled, not replaced; and a CA that
 // the status inventory lists was lost, and is replaced only through the
@@ -52,6 +54,18 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 	return blocked(v1alpha1.ReasonCALost,
 		"secret %s holding the %s CA is missing; everything it signed depends on it. Restore it (kubectl carousel certs restore), or accept a new %s CA, which every kubelet and kubeconfig signed by or trusting the old one must then be given: kubectl annotate cluster.carousel.dev -n %s %s %s=%s%s",
 		name, role, role, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationReissueCAPrefix, role)
+}
+
+// createIsTheCheck reports whether a Secret the cache does not hold may be
+// generated without reading the API server first: on a Cluster that no pass
+// has recorded a status for (it has no Ready condition), a new one. Its
+// create is then the check: the API server refuses it when a Secret is there
+// (not cached yet, or unlabelled), and only then is it read to say which. That
+// spares each new Cluster a read per CA and one for the service-account key.
+// Once a pass has recorded its status, the read comes first, so that a Secret
+// found unlabelled costs no key in the passes that retry.
+func createIsTheCheck(c *v1alpha1.Cluster) bool {
+	return meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady) == nil
 }
 
 // confirmServiceAccountKeyMissing is confirmCAMissing for the

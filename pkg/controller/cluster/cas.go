@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -54,10 +55,13 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 			created, restored bool
 		)
 		if existing == nil {
-			// Checked before a key is generated: a lost, unlabelled or
-			// not-yet-cached CA is never replaced.
-			if err := r.confirmCAMissing(ctx, c, role); err != nil {
-				return nil, err
+			// A lost, unlabelled or not-yet-cached CA is never replaced:
+			// checked before a key is generated, or on a new Cluster by
+			// the create (createIsTheCheck).
+			if !createIsTheCheck(c) || inventoryLists(c, role) {
+				if err := r.confirmCAMissing(ctx, c, role); err != nil {
+					return nil, err
+				}
 			}
 			kp, err := r.newCA(c, role)
 			if err != nil {
@@ -104,6 +108,10 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 		if err := r.writeSecret(ctx, c, objs, desiredSecret{
 			name: name, labels: credentials.CALabels(c.Name, role), annotations: annotations, data: data,
 		}); err != nil {
+			if existing == nil && errors.Is(err, errStaleCache) {
+				// The create found a Secret there: say what it is.
+				err = cmp.Or(r.confirmCAMissing(ctx, c, role), err)
+			}
 			return nil, err
 		}
 		if created {
@@ -231,14 +239,21 @@ func (r *Reconciler) ensureServiceAccountKey(ctx context.Context, c *v1alpha1.Cl
 	if existing != nil {
 		return r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name), data: existing.Data})
 	}
-	if err := r.confirmServiceAccountKeyMissing(ctx, c); err != nil {
-		return err
+	if !createIsTheCheck(c) || credentialsIssued(c) {
+		if err := r.confirmServiceAccountKeyMissing(ctx, c); err != nil {
+			return err
+		}
 	}
 	data, err := newServiceAccountKey(c)
 	if err != nil {
 		return err
 	}
-	return r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name), data: data})
+	err = r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name), data: data})
+	if errors.Is(err, errStaleCache) {
+		// The create found a Secret there: say what it is.
+		err = cmp.Or(r.confirmServiceAccountKeyMissing(ctx, c), err)
+	}
+	return err
 }
 
 // newServiceAccountKey is the data of a new service-account key Secret.

@@ -3,13 +3,18 @@ package cluster
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -133,5 +138,66 @@ func TestOneEventNamesEveryCAOfAStep(t *testing.T) {
 	expectOneNaming(got, v1alpha1.EventCARemoved, map[v1alpha1.CARole]*pki.KeyPair{v1alpha1.CARoleCluster: previous, v1alpha1.CARoleVPN: previous})
 	if n := strings.Count(got[0], " CA "); n != len(v1alpha1.CARoles()) {
 		t.Errorf("event %q names %d CAs, want one per role", got[0], n)
+	}
+}
+
+// readCounter counts the Secrets read through it.
+type readCounter struct {
+	client.Reader
+	secrets atomic.Int64
+}
+
+func (r *readCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Secret); ok {
+		r.secrets.Add(1)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A new Cluster's first pass lets the creates of its CA and service-account
+// key Secrets check that none is there: it reads none of them from the API
+// server. A Secret that is there unlabelled is found by its create, and the
+// passes after the one that recorded it read it before they generate a key,
+// so that they generate none.
+func TestANewClustersCreatesAreTheCheckThatItsSecretsAreMissing(t *testing.T) {
+	ctx := context.Background()
+	newCluster := func(name string) *v1alpha1.Cluster {
+		return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", UID: types.UID(name + "-uid")},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}}
+	}
+	reconcilerOn := func(api *fakeAPI) (*Reconciler, *readCounter) {
+		reads := &readCounter{Reader: api.apiServer}
+		return &Reconciler{Client: api, APIReader: reads, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}, reads
+	}
+
+	c := newCluster("new")
+	r, reads := reconcilerOn(newFakeAPI(c))
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.secrets.Load(); n != 0 {
+		t.Errorf("the first pass of a new Cluster read %d Secrets from the API server, want 0", n)
+	}
+
+	c = newCluster("unlabelled")
+	unlabelled := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleCluster)}}
+	api := newFakeAPI(c, unlabelled)
+	r, _ = reconcilerOn(api)
+	for pass := range 3 {
+		keys := pki.KeysGenerated()
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		if err == nil || !strings.Contains(err.Error(), "lacks Carousel's labels") {
+			t.Fatalf("pass %d: %v, want the Secret found unlabelled", pass, err)
+		}
+		if n := pki.KeysGenerated() - keys; pass > 0 && n != 0 {
+			t.Errorf("pass %d generated %d keys once the Secret was found unlabelled, want 0", pass, n)
+		}
+	}
+	got := &v1alpha1.Cluster{}
+	if err := api.Get(ctx, client.ObjectKeyFromObject(c), got); err != nil {
+		t.Fatal(err)
+	}
+	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCASecretUnlabelled {
+		t.Errorf("Ready is %+v, want %s", ready, v1alpha1.ReasonCASecretUnlabelled)
 	}
 }
