@@ -32,7 +32,7 @@ func blocked(reason, format string, args ...any) error {
 
 // confirmCAMissing is asked before a role's CA is generated because the cache
 // holds no Secret for it (on a new Cluster, after its create found one:
-// createIsTheCheck). It reads the API server itself: a Secret the cache
+// readFirst). It reads the API server itself: a Secret the cache
 // has not seen yet is errStaleCache; a Secret that lost Carousel's labels is
 // invisible to the cache and must be relabelled, not replaced; and a CA that
 // the status inventory lists was lost, and is replaced only through the
@@ -56,16 +56,18 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 		name, role, role, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationReissueCAPrefix, role)
 }
 
-// createIsTheCheck reports whether a Secret the cache does not hold may be
-// generated without reading the API server first: on a Cluster that no pass
-// has recorded a status for (it has no Ready condition), a new one. Its
-// create is then the check: the API server refuses it when a Secret is there
-// (not cached yet, or unlabelled), and only then is it read to say which. That
-// spares each new Cluster a read per CA and one for the service-account key.
-// Once a pass has recorded its status, the read comes first, so that a Secret
-// found unlabelled costs no key in the passes that retry.
-func createIsTheCheck(c *v1alpha1.Cluster) bool {
-	return meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady) == nil
+// readFirst reports whether a Secret the cache does not hold is read from the
+// API server before its key is generated (confirmCAMissing,
+// confirmServiceAccountKeyMissing): when the status says its key was issued,
+// and on every Cluster a pass has recorded a status for (it has a Ready
+// condition). On a new Cluster the create is the check instead: the API server
+// refuses it when a Secret is there (not cached yet, or unlabelled), the key
+// generated for it is dropped unstored, and the Secret is read then to say
+// which. That spares each new Cluster a read per CA and one for the
+// service-account key; once a pass has recorded its status, a Secret found
+// unlabelled costs no key in the passes that retry.
+func readFirst(c *v1alpha1.Cluster, issued bool) bool {
+	return issued || meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady) != nil
 }
 
 // confirmServiceAccountKeyMissing is confirmCAMissing for the

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -57,8 +56,8 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 		if existing == nil {
 			// A lost, unlabelled or not-yet-cached CA is never replaced:
 			// checked before a key is generated, or on a new Cluster by
-			// the create (createIsTheCheck).
-			if !createIsTheCheck(c) || inventoryLists(c, role) {
+			// the create (readFirst).
+			if readFirst(c, inventoryLists(c, role)) {
 				if err := r.confirmCAMissing(ctx, c, role); err != nil {
 					return nil, err
 				}
@@ -110,7 +109,9 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 		}); err != nil {
 			if existing == nil && errors.Is(err, errStaleCache) {
 				// The create found a Secret there: say what it is.
-				err = cmp.Or(r.confirmCAMissing(ctx, c, role), err)
+				if confirmErr := r.confirmCAMissing(ctx, c, role); confirmErr != nil {
+					err = confirmErr
+				}
 			}
 			return nil, err
 		}
@@ -239,7 +240,7 @@ func (r *Reconciler) ensureServiceAccountKey(ctx context.Context, c *v1alpha1.Cl
 	if existing != nil {
 		return r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name), data: existing.Data})
 	}
-	if !createIsTheCheck(c) || credentialsIssued(c) {
+	if readFirst(c, credentialsIssued(c)) {
 		if err := r.confirmServiceAccountKeyMissing(ctx, c); err != nil {
 			return err
 		}
@@ -251,7 +252,9 @@ func (r *Reconciler) ensureServiceAccountKey(ctx context.Context, c *v1alpha1.Cl
 	err = r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name), data: data})
 	if errors.Is(err, errStaleCache) {
 		// The create found a Secret there: say what it is.
-		err = cmp.Or(r.confirmServiceAccountKeyMissing(ctx, c), err)
+		if confirmErr := r.confirmServiceAccountKeyMissing(ctx, c); confirmErr != nil {
+			err = confirmErr
+		}
 	}
 	return err
 }

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,60 +143,147 @@ func TestOneEventNamesEveryCAOfAStep(t *testing.T) {
 // readCounter counts the Secrets read through it.
 type readCounter struct {
 	client.Reader
-	secrets atomic.Int64
+	secrets int
 }
 
 func (r *readCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*corev1.Secret); ok {
-		r.secrets.Add(1)
+		r.secrets++
 	}
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 // A new Cluster's first pass lets the creates of its CA and service-account
 // key Secrets check that none is there: it reads none of them from the API
-// server. A Secret that is there unlabelled is found by its create, and the
-// passes after the one that recorded it read it before they generate a key,
-// so that they generate none.
+// server.
 func TestANewClustersCreatesAreTheCheckThatItsSecretsAreMissing(t *testing.T) {
-	ctx := context.Background()
-	newCluster := func(name string) *v1alpha1.Cluster {
-		return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", UID: types.UID(name + "-uid")},
-			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}}
-	}
-	reconcilerOn := func(api *fakeAPI) (*Reconciler, *readCounter) {
-		reads := &readCounter{Reader: api.apiServer}
-		return &Reconciler{Client: api, APIReader: reads, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}, reads
-	}
-
 	c := newCluster("new")
 	r, reads := reconcilerOn(newFakeAPI(c))
-	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
 		t.Fatal(err)
 	}
-	if n := reads.secrets.Load(); n != 0 {
+	if n := reads.secrets; n != 0 {
 		t.Errorf("the first pass of a new Cluster read %d Secrets from the API server, want 0", n)
 	}
+}
 
-	c = newCluster("unlabelled")
-	unlabelled := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleCluster)}}
-	api := newFakeAPI(c, unlabelled)
-	r, _ = reconcilerOn(api)
-	for pass := range 3 {
-		keys := pki.KeysGenerated()
-		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
-		if err == nil || !strings.Contains(err.Error(), "lacks Carousel's labels") {
-			t.Fatalf("pass %d: %v, want the Secret found unlabelled", pass, err)
-		}
-		if n := pki.KeysGenerated() - keys; pass > 0 && n != 0 {
-			t.Errorf("pass %d generated %d keys once the Secret was found unlabelled, want 0", pass, n)
-		}
+// A Secret there unlabelled on a new Cluster is found by its create: the key
+// generated for it is dropped, the Secret left as it is, and the passes
+// after the one that recorded it read it before they generate a key, so that
+// they generate none.
+func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
+	for _, tc := range []struct {
+		secret, want string
+		ca           bool // the Secret of the cluster CA, which no event may then announce
+	}{
+		{credentials.CASecretName("unlabelled", v1alpha1.CARoleCluster), "holds the cluster CA but lacks Carousel's labels", true},
+		{credentials.ServiceAccountKeySecretName("unlabelled"), "holds the service-account key but lacks Carousel's labels", false},
+	} {
+		t.Run(tc.secret, func(t *testing.T) {
+			ctx := context.Background()
+			c := newCluster("unlabelled")
+			unlabelled := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: tc.secret},
+				Data: map[string][]byte{"note": []byte("restored by hand")}}
+			api := newFakeAPI(c, unlabelled.DeepCopy())
+			r, _ := reconcilerOn(api)
+			recorder := events.NewFakeRecorder(100)
+			r.Recorder = recorder
+			for pass := range 3 {
+				keys := pki.KeysGenerated()
+				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("pass %d: %v, want %q", pass, err, tc.want)
+				}
+				if n := pki.KeysGenerated() - keys; pass > 0 && n != 0 {
+					t.Errorf("pass %d generated %d keys once the Secret was found unlabelled, want 0", pass, n)
+				}
+			}
+			got := &corev1.Secret{}
+			if err := api.Get(ctx, client.ObjectKeyFromObject(unlabelled), got); err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Labels) != 0 || len(got.OwnerReferences) != 0 || string(got.Data["note"]) != "restored by hand" || len(got.Data) != 1 {
+				t.Errorf("the unlabelled Secret was changed: %+v", got)
+			}
+			for len(recorder.Events) > 0 {
+				if e := <-recorder.Events; tc.ca && strings.Contains(e, " "+v1alpha1.EventCAGenerated+" ") && strings.Contains(e, "cluster CA") {
+					t.Errorf("an event announces a cluster CA: %s", e)
+				}
+			}
+			cluster := &v1alpha1.Cluster{}
+			if err := api.Get(ctx, client.ObjectKeyFromObject(c), cluster); err != nil {
+				t.Fatal(err)
+			}
+			if ready := meta.FindStatusCondition(cluster.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse {
+				t.Errorf("Ready is %+v, want False", ready)
+			}
+		})
+	}
+}
+
+// A Secret there and labelled that the cache has not seen yet is found by its
+// create on a new Cluster: the pass is retried, and says nothing of the
+// Cluster's credentials (no Ready condition).
+func TestANewClustersPassOnAStaleCacheIsRetried(t *testing.T) {
+	c := newCluster("stale")
+	name := credentials.CASecretName(c.Name, v1alpha1.CARoleCluster)
+	api := newFakeAPI(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: credentials.CALabels(c.Name, v1alpha1.CARoleCluster)}})
+	api.uncached = map[string]bool{name: true}
+	r, _ := reconcilerOn(api)
+	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	if err != nil || result.RequeueAfter == 0 {
+		t.Fatalf("result %+v, error %v; want a retry", result, err)
 	}
 	got := &v1alpha1.Cluster{}
-	if err := api.Get(ctx, client.ObjectKeyFromObject(c), got); err != nil {
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(c), got); err != nil {
 		t.Fatal(err)
 	}
-	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCASecretUnlabelled {
-		t.Errorf("Ready is %+v, want %s", ready, v1alpha1.ReasonCASecretUnlabelled)
+	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready != nil {
+		t.Errorf("a pass that stopped on a stale cache set Ready: %+v", ready)
 	}
+}
+
+// A Cluster whose status lists its credentials as issued reads a missing
+// Secret before it generates anything, even without a Ready condition (a
+// status written back without its conditions): a lost CA or service-account
+// key is reported, never replaced.
+func TestAnIssuedSecretIsReadBeforeAnyKeyWithoutAReadyCondition(t *testing.T) {
+	for _, tc := range []struct {
+		secret func(cluster string) string
+		want   string
+	}{
+		{func(cluster string) string { return credentials.CASecretName(cluster, v1alpha1.CARoleEtcd) }, "holding the etcd CA is missing"},
+		{credentials.ServiceAccountKeySecretName, "holding the service-account key is missing"},
+	} {
+		sc := newSettledCluster(t)
+		ctx := context.Background()
+		c := sc.cluster()
+		meta.RemoveStatusCondition(&c.Status.Conditions, v1alpha1.ConditionReady)
+		if err := sc.api.Status().Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := sc.api.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: tc.secret(c.Name)}}); err != nil {
+			t.Fatal(err)
+		}
+		keys := pki.KeysGenerated()
+		_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, want %q", err, tc.want)
+		}
+		if n := pki.KeysGenerated() - keys; n != 0 {
+			t.Errorf("%d keys generated, want 0", n)
+		}
+	}
+}
+
+func newCluster(name string) *v1alpha1.Cluster {
+	return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", UID: types.UID(name + "-uid")},
+		Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}}
+}
+
+// reconcilerOn is a Reconciler on api that reads the API server through a
+// readCounter.
+func reconcilerOn(api *fakeAPI) (*Reconciler, *readCounter) {
+	reads := &readCounter{Reader: api.apiServer}
+	return &Reconciler{Client: api, APIReader: reads, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}, reads
 }

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,10 +36,40 @@ type fakeAPI struct {
 	writes    atomic.Int64
 	// statusPatches counts the writes of the Clusters' status made.
 	statusPatches atomic.Int64
-	// statusConflicts is how many of the next writes of a Cluster's status
-	// fail with a conflict, as when the Cluster changed since it was read.
-	statusConflicts atomic.Int64
-	throughCache    atomic.Bool
+	throughCache  atomic.Bool
+
+	mu sync.Mutex
+	// statusWriteErrors are the errors the next writes of a Cluster's status
+	// fail with, one each.
+	statusWriteErrors []error
+	// uncached names the Secrets the cache has not seen yet: lists leave
+	// them out.
+	uncached map[string]bool
+}
+
+// failStatusWrites has the next writes of a Cluster's status fail with errs,
+// one each.
+func (api *fakeAPI) failStatusWrites(errs ...error) {
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	api.statusWriteErrors = append(api.statusWriteErrors, errs...)
+}
+
+func (api *fakeAPI) statusWriteError() error {
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(api.statusWriteErrors) == 0 {
+		return nil
+	}
+	err := api.statusWriteErrors[0]
+	api.statusWriteErrors = api.statusWriteErrors[1:]
+	return err
+}
+
+// conflict is the error of a write based on a Cluster that changed since it
+// was read.
+func conflict(c client.Object) error {
+	return apierrors.NewConflict(v1alpha1.SchemeGroupVersion.WithResource("clusters").GroupResource(), c.GetName(), errors.New("changed since read"))
 }
 
 func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
@@ -76,6 +108,9 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 			}
 			switch l := list.(type) {
 			case *corev1.SecretList:
+				api.mu.Lock()
+				l.Items = slices.DeleteFunc(l.Items, func(s corev1.Secret) bool { return api.uncached[s.Name] })
+				api.mu.Unlock()
 				for i := range l.Items {
 					if err := cached(cacheSecret, &l.Items[i]); err != nil {
 						return err
@@ -105,8 +140,10 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			count()
 			_, isCluster := obj.(*v1alpha1.Cluster)
-			if isCluster && sub == "status" && api.conflictDue() {
-				return apierrors.NewConflict(v1alpha1.SchemeGroupVersion.WithResource("clusters").GroupResource(), obj.GetName(), errors.New("changed since read"))
+			if isCluster && sub == "status" {
+				if err := api.statusWriteError(); err != nil {
+					return err
+				}
 			}
 			err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			if isCluster && sub == "status" && err == nil {
@@ -116,19 +153,6 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 		},
 	})
 	return api
-}
-
-// conflictDue takes one of the status conflicts still to come, if any.
-func (api *fakeAPI) conflictDue() bool {
-	for {
-		n := api.statusConflicts.Load()
-		if n <= 0 {
-			return false
-		}
-		if api.statusConflicts.CompareAndSwap(n, n-1) {
-			return true
-		}
-	}
 }
 
 // settledCluster is a Cluster without an endpoint (so no check of a managed

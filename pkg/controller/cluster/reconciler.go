@@ -121,11 +121,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	before := c.DeepCopy()
 	s := &scope{cluster: c}
+	var passErr error // how the pass ended, for the status: unlike retErr, errStaleCache too
 	defer func() {
 		if deferredStart && retErr == nil && result.RequeueAfter > time.Second {
 			result.RequeueAfter = time.Second
 		}
-		r.updateStatus(s, before, retErr)
+		r.updateStatus(s, before, passErr)
 		if retErr == nil {
 			result = lookAgainBy(result, s.wakeUp, r.Clock.Now())
 		}
@@ -143,19 +144,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			r.statusWritten(c, before)
 		}
 	}()
-	result, err := r.reconcileCredentials(ctx, s)
-	if errors.Is(err, errStaleCache) {
-		log.FromContext(ctx).V(1).Info("cache behind the API server; retrying", "error", err.Error())
+	result, passErr = r.reconcileCredentials(ctx, s)
+	if errors.Is(passErr, errStaleCache) {
+		log.FromContext(ctx).V(1).Info("cache behind the API server; retrying", "error", passErr.Error())
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
-	return result, err
+	return result, passErr
 }
 
 // handleOperation records an operation in the status first and removes the
 // annotation second, so a crash in between is recognised by
 // rotation.AlreadyApplied and the operation is not applied twice. Both writes
 // carry the resourceVersion that was read: a decision taken on a stale read
-// fails instead of being persisted.
+// fails instead of being persisted. An operation is refused (a Warning event,
+// and the annotation removed) only for what it asks; one whose write failed
+// keeps its annotation and is tried again.
 func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) error {
 	value := c.Annotations[v1alpha1.OperationAnnotation]
 	op, err := v1alpha1.ParseOperation(value)
@@ -164,6 +167,9 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 		// dependents found after it was admitted.
 		if err = rotation.OldCAsUnused(op, c); err == nil {
 			err = r.applyOperation(ctx, c, op)
+			if err != nil && !errors.As(err, new(refusal)) {
+				return err // a write failed: the annotation stays
+			}
 		}
 	}
 	if err != nil {
@@ -201,18 +207,25 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	return nil
 }
 
+// refusal is an operation's refusal by applyOperation: the rotations' phases
+// do not allow what it asks.
+type refusal struct{ error }
+
+func (r refusal) Unwrap() error { return r.error }
+
 // applyOperation records what op changes in the status of both rotations, in
-// one write, and carries out what it does besides.
+// one write, and carries out what it does besides. It returns a refusal when
+// the phases do not allow op, and any other error when a write failed.
 func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op v1alpha1.Operation) error {
 	value := op.String()
 	next, err := rotation.ApplyOperation(c.CARotation(), op, c.Spec.Workers, r.now())
 	if err != nil {
-		return err
+		return refusal{err}
 	}
 	nextKey := c.ServiceAccountKeyRotation()
 	if !rotation.ServiceAccountKeyAlreadyApplied(nextKey, op.Verb) {
 		if nextKey, err = rotation.ApplyServiceAccountKeyOperation(nextKey, op.Verb, r.now()); err != nil {
-			return err
+			return refusal{err}
 		}
 	}
 	before := c.DeepCopy()
@@ -385,9 +398,13 @@ func (r *Reconciler) setReadyCondition(c *v1alpha1.Cluster, err error) {
 		Message: "every CA, trust bundle, certificate and kubeconfig is issued"}
 	var b *blockedError
 	switch {
+	case errors.Is(err, errStaleCache):
+		// The pass stopped short on a cache behind the API server, and is
+		// retried: it says nothing of the credentials.
+		return
 	case errors.As(err, &b):
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, b.reason, b.message
-	case err != nil && !errors.Is(err, errStaleCache):
+	case err != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonReconcileFailed, err.Error()
 	}
 	r.setCondition(c, cond)

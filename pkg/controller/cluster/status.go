@@ -144,8 +144,9 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 }
 
 // setRecommendationCondition says whether the manager's policy recommends
-// starting or completing a CA rotation, with a Warning event when it turns
-// so, and returns when it will if nothing else changes (zero: never).
+// starting or completing a CA rotation (a Warning event announces it once
+// written: statusWritten), and returns when it will if nothing else changes
+// (zero: never).
 func (r *Reconciler) setRecommendationCondition(c *v1alpha1.Cluster) time.Time {
 	rec, next := rotation.Recommend(c.CARotation(), c.CreationTimestamp.Time, r.Recommendations, r.Clock.Now())
 	cond := metav1.Condition{Type: v1alpha1.ConditionCARotationRecommended, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNothingDue,

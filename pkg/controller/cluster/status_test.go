@@ -1,15 +1,19 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
@@ -59,12 +63,18 @@ func TestAConditionsWarningIsEmittedOnceItsStatusIsWritten(t *testing.T) {
 	// the expiry warning.
 	sc.r.Recorder, sc.r.CAExpiryWarning = recorder, 20*365*24*time.Hour
 	sc.r.Clock = clocktesting.NewFakeClock(time.Now().Add(sc.r.Recommendations.PreparedWarning + time.Hour))
-	sc.api.statusConflicts.Store(1)
+	sc.api.failStatusWrites(conflict(sc.cluster()))
 	sc.reconcile() // its status write conflicts
+	if n := len(recorder.Events); n != 0 {
+		t.Errorf("the pass whose status write conflicted emitted %d events, want none", n)
+	}
 	if got := sc.statusWritesUntil(v1alpha1.RotationPrepared); got != 1 {
 		t.Fatalf("the pass after the conflict wrote the status %d times, want 1", got)
 	}
-	sc.reconcile() // writes nothing: the conditions are recorded
+	writes := sc.api.writes.Load()
+	if sc.reconcile(); sc.api.writes.Load() != writes {
+		t.Errorf("the pass after the conditions were recorded made %d writes, want none", sc.api.writes.Load()-writes)
+	}
 	close(recorder.Events)
 	got := map[string]int{}
 	for e := range recorder.Events {
@@ -121,5 +131,54 @@ func TestNewConditionWarnings(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// An operation whose status write failed keeps its annotation, and no event
+// says it was refused: the next pass takes it up. One the phase does not
+// allow is refused: a Warning event, and its annotation removed.
+func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
+	sc := newSettledCluster(t)
+	recorder := events.NewFakeRecorder(100)
+	sc.r.Recorder = recorder
+	refusals := func() (n int) {
+		for len(recorder.Events) > 0 {
+			if strings.Fields(<-recorder.Events)[1] == v1alpha1.EventOperationRefused {
+				n++
+			}
+		}
+		return n
+	}
+	phase := sc.cluster().CARotationPhase()
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	for _, failure := range []error{conflict(sc.cluster()), apierrors.NewTooManyRequests("the API server is busy", 1),
+		apierrors.NewInternalError(errors.New("etcdserver: request timed out"))} {
+		sc.api.failStatusWrites(failure)
+		if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err == nil {
+			t.Errorf("%v: the pass returned no error", failure)
+		}
+		c := sc.cluster()
+		if _, kept := c.Annotations[v1alpha1.OperationAnnotation]; !kept || c.CARotationPhase() != phase {
+			t.Fatalf("%v: annotation kept %t, phase %q; want it kept and the operation not taken up", failure, kept, c.CARotationPhase())
+		}
+		if n := refusals(); n != 0 {
+			t.Errorf("%v: %d OperationRefused events, want none", failure, n)
+		}
+	}
+	if got := sc.statusWritesUntil(v1alpha1.RotationPreparing); got != 1 {
+		t.Errorf("the operation taken up in %d status writes, want 1", got)
+	}
+	if n := refusals(); n != 0 {
+		t.Errorf("%d OperationRefused events, want none", n)
+	}
+
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	sc.annotate(v1alpha1.OperationStartCARotation) // a rotation is under way
+	sc.reconcile()
+	if _, kept := sc.cluster().Annotations[v1alpha1.OperationAnnotation]; kept {
+		t.Error("a refused operation's annotation is kept")
+	}
+	if n := refusals(); n != 1 {
+		t.Errorf("%d OperationRefused events for start-ca-rotation in Prepared, want 1", n)
 	}
 }

@@ -16,8 +16,10 @@ import (
 )
 
 // errStaleCache means a create found the object already there: the cache has
-// not seen an earlier write yet. The reconcile is retried once it has, so that
-// nothing is generated twice.
+// not seen an earlier write yet, or the object lost the labels by which the
+// cache selects it; the callers that generated a key for it read the API
+// server to tell which (readFirst). The reconcile is retried, so that nothing
+// is generated twice.
 var errStaleCache = errors.New("the cache is behind the API server; retrying")
 
 // desiredSecret is the content a Secret must have.
