@@ -138,7 +138,11 @@ const (
 	EventCARestored        = "CARestored"
 	EventCertificateIssued = "CertificateIssued"
 	EventOperationRefused  = "OperationRefused"
-	EventCAExpiringSoon    = "CAExpiringSoon"
+	// EventOperationNotRecorded (Warning): the write that records an
+	// operation failed for another reason than a conflict; the annotation
+	// stays, and the operation is tried again.
+	EventOperationNotRecorded = "OperationNotRecorded"
+	EventCAExpiringSoon       = "CAExpiringSoon"
 	// EventCARotationRecommended (Warning) accompanies the
 	// CARotationRecommended condition turning True, with its message.
 	EventCARotationRecommended = "CARotationRecommended"

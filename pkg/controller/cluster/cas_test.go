@@ -174,9 +174,9 @@ func TestANewClustersCreatesAreTheCheckThatItsSecretsAreMissing(t *testing.T) {
 func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
 	for _, tc := range []struct {
 		secret, want string
-		ca           bool // the Secret of the cluster CA, which no event may then announce
+		ca           bool // the Secret of the vpn CA, which no event may then announce
 	}{
-		{credentials.CASecretName("unlabelled", v1alpha1.CARoleCluster), "holds the cluster CA but lacks Carousel's labels", true},
+		{credentials.CASecretName("unlabelled", v1alpha1.CARoleVPN), "holds the vpn CA but lacks Carousel's labels", true},
 		{credentials.ServiceAccountKeySecretName("unlabelled"), "holds the service-account key but lacks Carousel's labels", false},
 	} {
 		t.Run(tc.secret, func(t *testing.T) {
@@ -206,8 +206,8 @@ func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
 				t.Errorf("the unlabelled Secret was changed: %+v", got)
 			}
 			for len(recorder.Events) > 0 {
-				if e := <-recorder.Events; tc.ca && strings.Contains(e, " "+v1alpha1.EventCAGenerated+" ") && strings.Contains(e, "cluster CA") {
-					t.Errorf("an event announces a cluster CA: %s", e)
+				if e := <-recorder.Events; tc.ca && strings.Contains(e, " "+v1alpha1.EventCAGenerated+" ") && strings.Contains(e, "vpn CA") {
+					t.Errorf("an event announces a vpn CA: %s", e)
 				}
 			}
 			cluster := &v1alpha1.Cluster{}
@@ -223,23 +223,55 @@ func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
 
 // A Secret there and labelled that the cache has not seen yet is found by its
 // create on a new Cluster: the pass is retried, and says nothing of the
-// Cluster's credentials (no Ready condition).
+// Cluster's credentials (no Ready condition). The pass after it, once the
+// Secret is gone, issues them.
 func TestANewClustersPassOnAStaleCacheIsRetried(t *testing.T) {
+	ctx := context.Background()
 	c := newCluster("stale")
-	name := credentials.CASecretName(c.Name, v1alpha1.CARoleCluster)
-	api := newFakeAPI(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: credentials.CALabels(c.Name, v1alpha1.CARoleCluster)}})
-	api.uncached = map[string]bool{name: true}
+	c.Generation = 2
+	there := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleVPN),
+		Labels: credentials.CALabels(c.Name, v1alpha1.CARoleVPN)}}
+	api := newFakeAPI(c, there.DeepCopy())
+	api.uncached = map[string]bool{there.Name: true}
 	r, _ := reconcilerOn(api)
-	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	recorder := events.NewFakeRecorder(100)
+	r.Recorder = recorder
+	status := func() v1alpha1.ClusterStatus {
+		got := &v1alpha1.Cluster{}
+		if err := api.Get(ctx, client.ObjectKeyFromObject(c), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status
+	}
+	ready := func() *metav1.Condition { return meta.FindStatusCondition(status().Conditions, v1alpha1.ConditionReady) }
+	result, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 	if err != nil || result.RequeueAfter == 0 {
 		t.Fatalf("result %+v, error %v; want a retry", result, err)
 	}
-	got := &v1alpha1.Cluster{}
-	if err := api.Get(context.Background(), client.ObjectKeyFromObject(c), got); err != nil {
+	if got := ready(); got != nil {
+		t.Errorf("a pass that stopped on a stale cache set Ready: %+v", got)
+	}
+	if got := status().ObservedGeneration; got != 0 {
+		t.Errorf("a pass that stopped on a stale cache observed generation %d", got)
+	}
+	for len(recorder.Events) > 0 {
+		if e := <-recorder.Events; strings.Contains(e, " "+v1alpha1.EventCAGenerated+" ") && strings.Contains(e, "vpn CA") {
+			t.Errorf("an event announces the vpn CA, whose key was dropped: %s", e)
+		}
+	}
+
+	if err := api.Delete(ctx, there); err != nil {
 		t.Fatal(err)
 	}
-	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready != nil {
-		t.Errorf("a pass that stopped on a stale cache set Ready: %+v", ready)
+	api.uncached = nil
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(); got == nil || got.Status != metav1.ConditionTrue {
+		t.Errorf("Ready is %+v after the cache caught up, want True", got)
+	}
+	if got := status().ObservedGeneration; got != c.Generation {
+		t.Errorf("observed generation %d after the cache caught up, want %d", got, c.Generation)
 	}
 }
 

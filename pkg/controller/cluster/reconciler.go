@@ -114,7 +114,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	deferredStart := c.Annotations[v1alpha1.OperationAnnotation] == v1alpha1.OperationStartCARotation && !credentialsIssued(c)
 	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
-		return ctrl.Result{}, r.handleOperation(ctx, c)
+		err := r.handleOperation(ctx, c)
+		if apierrors.IsConflict(err) {
+			// Decided on a stale read; the newer Cluster is reconciled again.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, err
 	}
 	// A rotation starts from issued credentials: a start on a Cluster that
 	// has none yet waits (annotation kept) until this pass has issued them.
@@ -168,7 +173,12 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 		if err = rotation.OldCAsUnused(op, c); err == nil {
 			err = r.applyOperation(ctx, c, op)
 			if err != nil && !errors.As(err, new(refusal)) {
-				return err // a write failed: the annotation stays
+				// A write failed: the annotation stays, and the
+				// operation is tried again.
+				if !apierrors.IsConflict(err) {
+					r.event(c, corev1.EventTypeWarning, v1alpha1.EventOperationNotRecorded, "Operation %q not recorded yet, retrying: %v", value, err)
+				}
+				return err
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -36,7 +37,9 @@ func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error)
 	s.wakeAt(r.setRecommendationCondition(c))
 	s.wakeAt(r.setMaintenanceCondition(c))
 	s.wakeAt(r.setAutomaticCondition(c))
-	c.Status.ObservedGeneration = c.Generation
+	if !errors.Is(err, errStaleCache) { // a pass retried says nothing of the spec
+		c.Status.ObservedGeneration = c.Generation
+	}
 }
 
 // conditionWarning is a Warning event a condition's change calls for.

@@ -135,41 +135,49 @@ func TestNewConditionWarnings(t *testing.T) {
 }
 
 // An operation whose status write failed keeps its annotation, and no event
-// says it was refused: the next pass takes it up. One the phase does not
-// allow is refused: a Warning event, and its annotation removed.
+// says it was refused: the next pass takes it up. A conflict (the Cluster
+// changed since it was read) is retried in a second; any other failure with
+// an error, and a Warning event that says it. One the phase does not allow
+// is refused: a Warning event, and its annotation removed.
 func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	sc := newSettledCluster(t)
 	recorder := events.NewFakeRecorder(100)
 	sc.r.Recorder = recorder
-	refusals := func() (n int) {
+	recorded := func() map[string]int {
+		out := map[string]int{}
 		for len(recorder.Events) > 0 {
-			if strings.Fields(<-recorder.Events)[1] == v1alpha1.EventOperationRefused {
-				n++
-			}
+			out[strings.Fields(<-recorder.Events)[1]]++
 		}
-		return n
+		return out
 	}
 	phase := sc.cluster().CARotationPhase()
 	sc.annotate(v1alpha1.OperationStartCARotation)
-	for _, failure := range []error{conflict(sc.cluster()), apierrors.NewTooManyRequests("the API server is busy", 1),
-		apierrors.NewInternalError(errors.New("etcdserver: request timed out"))} {
-		sc.api.failStatusWrites(failure)
-		if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err == nil {
-			t.Errorf("%v: the pass returned no error", failure)
+	for _, failure := range []struct {
+		err         error
+		notRecorded int // OperationNotRecorded events
+	}{
+		{conflict(sc.cluster()), 0},
+		{apierrors.NewTooManyRequests("the API server is busy", 1), 1},
+		{apierrors.NewInternalError(errors.New("etcdserver: request timed out")), 1},
+	} {
+		sc.api.failStatusWrites(failure.err)
+		result, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key})
+		if apierrors.IsConflict(failure.err) != (err == nil && result.RequeueAfter == time.Second) || !apierrors.IsConflict(failure.err) && err == nil {
+			t.Errorf("%v: result %+v, error %v; want a retry in a second after a conflict, an error otherwise", failure.err, result, err)
 		}
 		c := sc.cluster()
 		if _, kept := c.Annotations[v1alpha1.OperationAnnotation]; !kept || c.CARotationPhase() != phase {
-			t.Fatalf("%v: annotation kept %t, phase %q; want it kept and the operation not taken up", failure, kept, c.CARotationPhase())
+			t.Fatalf("%v: annotation kept %t, phase %q; want it kept and the operation not taken up", failure.err, kept, c.CARotationPhase())
 		}
-		if n := refusals(); n != 0 {
-			t.Errorf("%v: %d OperationRefused events, want none", failure, n)
+		if got := recorded(); got[v1alpha1.EventOperationRefused] != 0 || got[v1alpha1.EventOperationNotRecorded] != failure.notRecorded {
+			t.Errorf("%v: events %v, want no OperationRefused and %d OperationNotRecorded", failure.err, got, failure.notRecorded)
 		}
 	}
 	if got := sc.statusWritesUntil(v1alpha1.RotationPreparing); got != 1 {
 		t.Errorf("the operation taken up in %d status writes, want 1", got)
 	}
-	if n := refusals(); n != 0 {
-		t.Errorf("%d OperationRefused events, want none", n)
+	if got := recorded(); got[v1alpha1.EventOperationRefused] != 0 {
+		t.Errorf("events %v, want no OperationRefused", got)
 	}
 
 	sc.statusWritesUntil(v1alpha1.RotationPrepared)
@@ -178,7 +186,7 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	if _, kept := sc.cluster().Annotations[v1alpha1.OperationAnnotation]; kept {
 		t.Error("a refused operation's annotation is kept")
 	}
-	if n := refusals(); n != 1 {
-		t.Errorf("%d OperationRefused events for start-ca-rotation in Prepared, want 1", n)
+	if got := recorded(); got[v1alpha1.EventOperationRefused] != 1 {
+		t.Errorf("events %v, want one OperationRefused for start-ca-rotation in Prepared", got)
 	}
 }
