@@ -243,7 +243,9 @@ func TestANewClustersPassOnAStaleCacheIsRetried(t *testing.T) {
 		}
 		return got.Status
 	}
-	ready := func() *metav1.Condition { return meta.FindStatusCondition(status().Conditions, v1alpha1.ConditionReady) }
+	ready := func() *metav1.Condition {
+		return meta.FindStatusCondition(status().Conditions, v1alpha1.ConditionReady)
+	}
 	result, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 	if err != nil || result.RequeueAfter == 0 {
 		t.Fatalf("result %+v, error %v; want a retry", result, err)

@@ -131,7 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if deferredStart && retErr == nil && result.RequeueAfter > time.Second {
 			result.RequeueAfter = time.Second
 		}
-		r.updateStatus(s, before, passErr)
+		r.updateStatus(s, passErr)
 		if retErr == nil {
 			result = lookAgainBy(result, s.wakeUp, r.Clock.Now())
 		}

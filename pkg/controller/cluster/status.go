@@ -19,7 +19,7 @@ import (
 // CA inventory; besides it, only applyOperation sets a condition
 // (CARotationRecommended). err is how the pass ended. What a pass did not
 // get to observe keeps its condition.
-func (r *Reconciler) updateStatus(s *scope, before *v1alpha1.Cluster, err error) {
+func (r *Reconciler) updateStatus(s *scope, err error) {
 	c := s.cluster
 	r.setReadyCondition(c, err)
 	switch {
