@@ -45,6 +45,8 @@ type fakeAPI struct {
 	// uncached names the Secrets the cache has not seen yet: lists leave
 	// them out.
 	uncached map[string]bool
+	// listPanics has every list panic, as a bug in a pass would.
+	listPanics bool
 }
 
 // failStatusWrites has the next writes of a Cluster's status fail with errs,
@@ -103,6 +105,12 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 			return nil
 		},
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			api.mu.Lock()
+			panics := api.listPanics
+			api.mu.Unlock()
+			if panics {
+				panic("a bug in the pass")
+			}
 			if err := cl.List(ctx, list, opts...); err != nil {
 				return err
 			}

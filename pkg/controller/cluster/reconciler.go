@@ -126,7 +126,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	before := c.DeepCopy()
 	s := &scope{cluster: c}
-	var passErr error // how the pass ended, for the status: unlike retErr, errStaleCache too
+	// How the pass ended, for the status: unlike retErr, errStaleCache too,
+	// and errPanicked while a panic unwinds the pass.
+	passErr := errPanicked
 	defer func() {
 		if deferredStart && retErr == nil && result.RequeueAfter > time.Second {
 			result.RequeueAfter = time.Second
@@ -216,6 +218,10 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	}
 	return nil
 }
+
+// errPanicked is how a pass ended that a panic unwound: the status it writes
+// on the way out says so, not that the credentials are issued.
+var errPanicked = errors.New("the pass stopped in a panic")
 
 // refusal is an operation's refusal by applyOperation: the rotations' phases
 // do not allow what it asks.

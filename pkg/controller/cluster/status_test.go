@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
@@ -188,5 +189,30 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	}
 	if got := recorded(); got[v1alpha1.EventOperationRefused] != 1 {
 		t.Errorf("events %v, want one OperationRefused for start-ca-rotation in Prepared", got)
+	}
+}
+
+// A pass that a panic unwinds writes, on its way out, a Ready condition that
+// says so, not that the credentials are issued.
+func TestAPanickedPassDoesNotSayReady(t *testing.T) {
+	c := newCluster("panics")
+	api := newFakeAPI(c)
+	api.listPanics = true
+	r, _ := reconcilerOn(api)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the pass did not panic")
+			}
+		}()
+		_, _ = r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	}()
+	got := &v1alpha1.Cluster{}
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(c), got); err != nil {
+		t.Fatal(err)
+	}
+	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse ||
+		ready.Message != errPanicked.Error() {
+		t.Errorf("Ready is %+v after a panic, want False: %s", ready, errPanicked)
 	}
 }
