@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -68,6 +69,21 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 // unlabelled costs no key in the passes that retry.
 func readFirst(c *v1alpha1.Cluster, issued bool) bool {
 	return issued || meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady) != nil
+}
+
+// foundByCreate is err, the outcome of creating a key's Secret the cache did
+// not hold, unless the API server refused the create because a Secret is
+// there (errStaleCache): confirm (confirmCAMissing,
+// confirmServiceAccountKeyMissing) then says what it is, if it says more than
+// that the cache is behind.
+func foundByCreate(err error, confirm func() error) error {
+	if !errors.Is(err, errStaleCache) {
+		return err
+	}
+	if confirmErr := confirm(); confirmErr != nil {
+		return confirmErr
+	}
+	return err
 }
 
 // confirmServiceAccountKeyMissing is confirmCAMissing for the

@@ -107,11 +107,8 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 		if err := r.writeSecret(ctx, c, objs, desiredSecret{
 			name: name, labels: credentials.CALabels(c.Name, role), annotations: annotations, data: data,
 		}); err != nil {
-			if existing == nil && errors.Is(err, errStaleCache) {
-				// The create found a Secret there: say what it is.
-				if confirmErr := r.confirmCAMissing(ctx, c, role); confirmErr != nil {
-					err = confirmErr
-				}
+			if existing == nil {
+				err = foundByCreate(err, func() error { return r.confirmCAMissing(ctx, c, role) })
 			}
 			return nil, err
 		}
@@ -250,13 +247,7 @@ func (r *Reconciler) ensureServiceAccountKey(ctx context.Context, c *v1alpha1.Cl
 		return err
 	}
 	err = r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name), data: data})
-	if errors.Is(err, errStaleCache) {
-		// The create found a Secret there: say what it is.
-		if confirmErr := r.confirmServiceAccountKeyMissing(ctx, c); confirmErr != nil {
-			err = confirmErr
-		}
-	}
-	return err
+	return foundByCreate(err, func() error { return r.confirmServiceAccountKeyMissing(ctx, c) })
 }
 
 // newServiceAccountKey is the data of a new service-account key Secret.

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -138,19 +137,6 @@ func TestOneEventNamesEveryCAOfAStep(t *testing.T) {
 	if n := strings.Count(got[0], " CA "); n != len(v1alpha1.CARoles()) {
 		t.Errorf("event %q names %d CAs, want one per role", got[0], n)
 	}
-}
-
-// readCounter counts the Secrets read through it.
-type readCounter struct {
-	client.Reader
-	secrets int
-}
-
-func (r *readCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, ok := obj.(*corev1.Secret); ok {
-		r.secrets++
-	}
-	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 // A new Cluster's first pass lets the creates of its CA and service-account
@@ -308,16 +294,4 @@ func TestAnIssuedSecretIsReadBeforeAnyKeyWithoutAReadyCondition(t *testing.T) {
 			t.Errorf("%d keys generated, want 0", n)
 		}
 	}
-}
-
-func newCluster(name string) *v1alpha1.Cluster {
-	return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", UID: types.UID(name + "-uid")},
-		Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}}
-}
-
-// reconcilerOn is a Reconciler on api that reads the API server through a
-// readCounter.
-func reconcilerOn(api *fakeAPI) (*Reconciler, *readCounter) {
-	reads := &readCounter{Reader: api.apiServer}
-	return &Reconciler{Client: api, APIReader: reads, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}, reads
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -176,14 +178,11 @@ type settledCluster struct {
 
 func newSettledCluster(t *testing.T, objs ...client.Object) *settledCluster {
 	t.Helper()
-	c := &v1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet", UID: "prod-uid"},
-		Spec:       v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
-	}
+	c := newCluster("prod")
 	api := newFakeAPI(c, objs...)
-	sc := &settledCluster{t: t, api: api, key: client.ObjectKeyFromObject(c),
-		r: &Reconciler{Client: api, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true,
-			Recommendations: rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour}}}
+	r, _ := reconcilerOn(api)
+	r.Recommendations = rotation.RecommendationPolicy{RotationInterval: 90 * 24 * time.Hour, PreparedWarning: 7 * 24 * time.Hour}
+	sc := &settledCluster{t: t, api: api, key: client.ObjectKeyFromObject(c), r: r}
 	for range 3 { // the first pass issues everything, the next ones settle the status
 		sc.reconcile()
 	}
@@ -233,4 +232,40 @@ func (sc *settledCluster) statusWritesUntil(want v1alpha1.CARotationPhase) (stat
 	}
 	sc.t.Fatalf("phase %s after 10 passes, want %s", sc.cluster().CARotationPhase(), want)
 	return 0
+}
+
+// newCluster is a Cluster without an endpoint, so that no check of a managed
+// cluster is ever due.
+func newCluster(name string) *v1alpha1.Cluster {
+	return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", UID: types.UID(name + "-uid")},
+		Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}}
+}
+
+// reconcilerOn is a Reconciler on api that reads the API server through a
+// readCounter.
+func reconcilerOn(api *fakeAPI) (*Reconciler, *readCounter) {
+	reads := &readCounter{Reader: api.apiServer}
+	return &Reconciler{Client: api, APIReader: reads, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}, reads
+}
+
+// readCounter counts the Secrets read through it.
+type readCounter struct {
+	client.Reader
+	secrets int
+}
+
+func (r *readCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Secret); ok {
+		r.secrets++
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// eventReasons takes the events recorded so far and counts them by reason.
+func eventReasons(recorder *events.FakeRecorder) map[string]int {
+	out := map[string]int{}
+	for len(recorder.Events) > 0 {
+		out[strings.Fields(<-recorder.Events)[1]]++
+	}
+	return out
 }

@@ -414,10 +414,6 @@ func (r *Reconciler) setReadyCondition(c *v1alpha1.Cluster, err error) {
 		Message: "every CA, trust bundle, certificate and kubeconfig is issued"}
 	var b *blockedError
 	switch {
-	case errors.Is(err, errStaleCache):
-		// The pass stopped short on a cache behind the API server, and is
-		// retried: it says nothing of the credentials.
-		return
 	case errors.As(err, &b):
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, b.reason, b.message
 	case err != nil:

@@ -18,10 +18,15 @@ import (
 // updateStatus turns what a pass observed into the Cluster's conditions and
 // CA inventory; besides it, only applyOperation sets a condition
 // (CARotationRecommended). err is how the pass ended. What a pass did not
-// get to observe keeps its condition.
+// get to observe keeps its condition. A pass that stopped on a cache behind
+// the API server (errStaleCache), and is retried, says nothing of the
+// credentials or of the spec: Ready and observedGeneration stay as they were.
 func (r *Reconciler) updateStatus(s *scope, err error) {
 	c := s.cluster
-	r.setReadyCondition(c, err)
+	stale := errors.Is(err, errStaleCache)
+	if !stale {
+		r.setReadyCondition(c, err)
+	}
 	switch {
 	case s.reachability != nil:
 		r.setCondition(c, *s.reachability)
@@ -37,7 +42,7 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	s.wakeAt(r.setRecommendationCondition(c))
 	s.wakeAt(r.setMaintenanceCondition(c))
 	s.wakeAt(r.setAutomaticCondition(c))
-	if !errors.Is(err, errStaleCache) { // a pass retried says nothing of the spec
+	if !stale {
 		c.Status.ObservedGeneration = c.Generation
 	}
 }

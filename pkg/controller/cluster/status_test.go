@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -76,11 +75,7 @@ func TestAConditionsWarningIsEmittedOnceItsStatusIsWritten(t *testing.T) {
 	if sc.reconcile(); sc.api.writes.Load() != writes {
 		t.Errorf("the pass after the conditions were recorded made %d writes, want none", sc.api.writes.Load()-writes)
 	}
-	close(recorder.Events)
-	got := map[string]int{}
-	for e := range recorder.Events {
-		got[strings.Fields(e)[1]]++
-	}
+	got := eventReasons(recorder)
 	for _, reason := range []string{v1alpha1.EventCARotationRecommended, v1alpha1.EventCAExpiringSoon} {
 		if got[reason] != 1 {
 			t.Errorf("%d %s events, want 1 (all events: %v)", got[reason], reason, got)
@@ -144,13 +139,6 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	sc := newSettledCluster(t)
 	recorder := events.NewFakeRecorder(100)
 	sc.r.Recorder = recorder
-	recorded := func() map[string]int {
-		out := map[string]int{}
-		for len(recorder.Events) > 0 {
-			out[strings.Fields(<-recorder.Events)[1]]++
-		}
-		return out
-	}
 	phase := sc.cluster().CARotationPhase()
 	sc.annotate(v1alpha1.OperationStartCARotation)
 	for _, failure := range []struct {
@@ -170,14 +158,14 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 		if _, kept := c.Annotations[v1alpha1.OperationAnnotation]; !kept || c.CARotationPhase() != phase {
 			t.Fatalf("%v: annotation kept %t, phase %q; want it kept and the operation not taken up", failure.err, kept, c.CARotationPhase())
 		}
-		if got := recorded(); got[v1alpha1.EventOperationRefused] != 0 || got[v1alpha1.EventOperationNotRecorded] != failure.notRecorded {
+		if got := eventReasons(recorder); got[v1alpha1.EventOperationRefused] != 0 || got[v1alpha1.EventOperationNotRecorded] != failure.notRecorded {
 			t.Errorf("%v: events %v, want no OperationRefused and %d OperationNotRecorded", failure.err, got, failure.notRecorded)
 		}
 	}
 	if got := sc.statusWritesUntil(v1alpha1.RotationPreparing); got != 1 {
 		t.Errorf("the operation taken up in %d status writes, want 1", got)
 	}
-	if got := recorded(); got[v1alpha1.EventOperationRefused] != 0 {
+	if got := eventReasons(recorder); got[v1alpha1.EventOperationRefused] != 0 {
 		t.Errorf("events %v, want no OperationRefused", got)
 	}
 
@@ -187,7 +175,7 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	if _, kept := sc.cluster().Annotations[v1alpha1.OperationAnnotation]; kept {
 		t.Error("a refused operation's annotation is kept")
 	}
-	if got := recorded(); got[v1alpha1.EventOperationRefused] != 1 {
+	if got := eventReasons(recorder); got[v1alpha1.EventOperationRefused] != 1 {
 		t.Errorf("events %v, want one OperationRefused for start-ca-rotation in Prepared", got)
 	}
 }
