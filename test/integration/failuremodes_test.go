@@ -249,6 +249,45 @@ var _ = Describe("Failure modes", func() {
 		Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
 	})
 
+	It("stops, saying what to do, on an object it writes that lost its label or is someone else's", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "taken")
+		key := client.ObjectKeyFromObject(c)
+		r := reconcilerWith(nil)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		kubeconfig := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, kubeconfig)).To(Succeed())
+		delete(kubeconfig.Labels, v1alpha1.LabelCluster)
+		Expect(k8s.Update(ctx, kubeconfig)).To(Succeed())
+		for range 2 {
+			_, err = reconcileOnce(ctx, r, key)
+			Expect(err).To(MatchError(ContainSubstring("kubectl label --overwrite secret -n " + ns + " " + kubeconfig.Name + " carousel.dev/cluster=taken")))
+		}
+		Expect(readyCondition(ctx, key)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonObjectUnlabelled)))
+		expectWarning(v1alpha1.ReasonObjectUnlabelled)
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(kubeconfig), kubeconfig)).To(Succeed())
+		Expect(kubeconfig.Labels).NotTo(HaveKey(v1alpha1.LabelCluster), "the object is left as it is")
+
+		// Someone else's ConfigMap under the name of one of the Cluster's.
+		Expect(k8s.Delete(ctx, kubeconfig)).To(Succeed())
+		bundle := &corev1.ConfigMap{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleEtcd)}, bundle)).To(Succeed())
+		Expect(k8s.Delete(ctx, bundle)).To(Succeed())
+		theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: bundle.Name}, Data: map[string]string{"theirs": "yes"}}
+		Expect(k8s.Create(ctx, theirs)).To(Succeed())
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).To(MatchError(ContainSubstring("configmap " + bundle.Name + " is in the way")))
+		Expect(readyCondition(ctx, key)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonNameTaken)))
+		expectWarning(v1alpha1.ReasonNameTaken)
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(theirs), theirs)).To(Succeed())
+		Expect(theirs.Data).To(Equal(map[string]string{"theirs": "yes"}), "the object is left as it is")
+
+		Expect(k8s.Delete(ctx, theirs)).To(Succeed())
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
+	})
+
 	It("does not replace a CA deleted outside a rotation until reissue-ca is asked for", func(ctx SpecContext) {
 		c := createCluster(ctx, ns, "lost")
 		key := client.ObjectKeyFromObject(c)

@@ -124,6 +124,15 @@ const (
 	// ReasonServiceAccountKeyUnlabelled (Ready) means the service-account key
 	// Secret exists but lacks Carousel's labels.
 	ReasonServiceAccountKeyUnlabelled = "ServiceAccountKeyUnlabelled"
+	// ReasonObjectUnlabelled (Ready) means a Secret or ConfigMap Carousel
+	// wrote for the Cluster (it is the Cluster's controller) lost its
+	// carousel.dev/cluster label, so the operator's cache cannot see it and
+	// cannot write it again.
+	ReasonObjectUnlabelled = "ObjectUnlabelled"
+	// ReasonNameTaken (Ready) means a Secret or ConfigMap that Carousel did
+	// not write for the Cluster holds a name Carousel writes one of the
+	// Cluster's objects under. Carousel does not take it over.
+	ReasonNameTaken = "NameTaken"
 )
 
 // Event reasons Carousel records on a Cluster.

@@ -72,18 +72,18 @@ func readFirst(c *v1alpha1.Cluster, issued bool) bool {
 }
 
 // foundByCreate is err, the outcome of creating a key's Secret the cache did
-// not hold, unless the API server refused the create because a Secret is
-// there (errStaleCache): confirm (confirmCAMissing,
-// confirmServiceAccountKeyMissing) then says what it is, if it says more than
-// that the cache is behind.
+// not hold, unless the create found a Secret without the Cluster's label
+// there (whatHoldsTheName): confirm (confirmCAMissing,
+// confirmServiceAccountKeyMissing) then says what it is. A Secret that may
+// hold a key is to be relabelled, never moved out of the way.
 func foundByCreate(err error, confirm func() error) error {
-	if !errors.Is(err, errStaleCache) {
+	if errors.Is(err, errStaleCache) || !nameTaken(err) {
 		return err
 	}
 	if confirmErr := confirm(); confirmErr != nil {
 		return confirmErr
 	}
-	return err
+	return errStaleCache // gone since the create: retried
 }
 
 // confirmServiceAccountKeyMissing is confirmCAMissing for the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -283,7 +282,12 @@ func (r *Reconciler) reissueServiceAccountKey(ctx context.Context, c *v1alpha1.C
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: credentials.ClusterLabels(c.Name)},
 		Type: corev1.SecretTypeOpaque, Data: data}
-	if err := r.createOrUpdate(ctx, c, s, false); err != nil && !errors.Is(err, errStaleCache) {
+	switch err := r.createOrUpdate(ctx, c, s, false); {
+	case nameTaken(err):
+		// A Secret was put there since the read: nothing to replace. The
+		// pass reports it if it lacks the Cluster's label.
+		return nil
+	case err != nil:
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, v1alpha1.EventServiceAccountKeyReissued,

@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -293,5 +295,77 @@ func TestAnIssuedSecretIsReadBeforeAnyKeyWithoutAReadyCondition(t *testing.T) {
 		if n := pki.KeysGenerated() - keys; n != 0 {
 			t.Errorf("%d keys generated, want 0", n)
 		}
+	}
+}
+
+// reissue-service-account-key announces a new key (a Warning event, as every
+// token signed by the lost one stops being valid) only when it wrote one: a
+// create that failed keeps the operation for the next pass, and a Secret put
+// back since the operation read that there was none is left as the key.
+func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// meanwhile runs before the create of the service-account key's
+		// Secret, the lost key's Secret at hand.
+		meanwhile func(context.Context, client.WithWatch, *corev1.Secret) error
+		// recorded: the operation's annotation is gone after the pass.
+		recorded bool
+	}{
+		{"the create fails", func(context.Context, client.WithWatch, *corev1.Secret) error {
+			return apierrors.NewInternalError(errors.New("etcd is down"))
+		}, false},
+		{"the Secret is restored meanwhile", func(ctx context.Context, cl client.WithWatch, lost *corev1.Secret) error {
+			restored := lost.DeepCopy()
+			restored.ResourceVersion = ""
+			return cl.Create(ctx, restored)
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			sc := newSettledCluster(t)
+			recorder := events.NewFakeRecorder(100)
+			sc.r.Recorder = recorder
+			name := credentials.ServiceAccountKeySecretName(sc.key.Name)
+			lost := &corev1.Secret{}
+			if err := sc.api.Get(ctx, client.ObjectKey{Namespace: sc.key.Namespace, Name: name}, lost); err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.api.Delete(ctx, lost); err != nil {
+				t.Fatal(err)
+			}
+			sc.annotate(v1alpha1.OperationReissueServiceAccountKey)
+			sc.api.beforeCreate = func(ctx context.Context, cl client.WithWatch, obj client.Object) error {
+				if obj.GetName() != name {
+					return nil
+				}
+				sc.api.beforeCreate = nil
+				return tc.meanwhile(ctx, cl, lost)
+			}
+			_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			if _, pending := sc.cluster().Annotations[v1alpha1.OperationAnnotation]; pending == tc.recorded || (err == nil) != tc.recorded {
+				t.Fatalf("annotation pending %t, error %v; want the operation recorded: %t", pending, err, tc.recorded)
+			}
+			got := eventReasons(recorder)
+			if got[v1alpha1.EventServiceAccountKeyReissued] != 0 {
+				t.Errorf("a new key was announced in the pass that wrote none: %v", got)
+			}
+			if want := map[bool]int{false: 1, true: 0}[tc.recorded]; got[v1alpha1.EventOperationNotRecorded] != want {
+				t.Errorf("%d %s events, want %d", got[v1alpha1.EventOperationNotRecorded], v1alpha1.EventOperationNotRecorded, want)
+			}
+
+			sc.reconcile()
+			got = eventReasons(recorder)
+			s := &corev1.Secret{}
+			if err := sc.api.Get(ctx, client.ObjectKeyFromObject(lost), s); err != nil {
+				t.Fatal(err)
+			}
+			restored := string(s.Data[credentials.DataKeyServiceAccountKey]) == string(lost.Data[credentials.DataKeyServiceAccountKey])
+			if wrote := !tc.recorded; restored == wrote || got[v1alpha1.EventServiceAccountKeyReissued] != map[bool]int{false: 0, true: 1}[wrote] {
+				t.Errorf("the key restored %t, events %v after the next pass; want a new key announced: %t", restored, got, wrote)
+			}
+			if !meta.IsStatusConditionTrue(sc.cluster().Status.Conditions, v1alpha1.ConditionReady) {
+				t.Errorf("Ready is %+v, want True", meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady))
+			}
+		})
 	}
 }

@@ -49,6 +49,9 @@ type fakeAPI struct {
 	uncached map[string]bool
 	// listPanics has every list panic, as a bug in a pass would.
 	listPanics bool
+	// beforeCreate, if set, runs before each create, on the API server's
+	// own client; the create fails with its error, if any.
+	beforeCreate func(context.Context, client.WithWatch, client.Object) error
 }
 
 // failStatusWrites has the next writes of a Cluster's status fail with errs,
@@ -137,6 +140,14 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 		},
 		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			count()
+			api.mu.Lock()
+			hook := api.beforeCreate
+			api.mu.Unlock()
+			if hook != nil {
+				if err := hook(ctx, cl, obj); err != nil {
+					return err
+				}
+			}
 			return cl.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {

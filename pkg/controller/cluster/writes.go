@@ -5,21 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
-// errStaleCache means a create found the object already there: the cache has
-// not seen an earlier write yet, or the object lost the labels by which the
-// cache selects it; the callers that generated a key for it read the API
-// server to tell which (readFirst). The reconcile is retried, so that nothing
-// is generated twice.
+// errStaleCache means a create found the Cluster's own object already there:
+// the cache has not seen an earlier write yet (whatHoldsTheName). The
+// reconcile is retried, so that nothing is generated twice.
 var errStaleCache = errors.New("the cache is behind the API server; retrying")
 
 // desiredSecret is the content a Secret must have.
@@ -92,12 +92,52 @@ func (r *Reconciler) createOrUpdate(ctx context.Context, c *v1alpha1.Cluster, ob
 	}
 	err := r.Client.Create(ctx, obj)
 	if apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating %s: %w", obj.GetName(), errStaleCache)
+		return r.whatHoldsTheName(ctx, c, obj)
 	}
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", obj.GetName(), err)
 	}
 	return nil
+}
+
+// whatHoldsTheName says why the API server refused to create obj, whose name
+// is taken, from the metadata of what holds it: the Cluster's own object,
+// which the cache has not seen yet (errStaleCache: the pass is retried), or
+// one without the Cluster's carousel.dev/cluster label, which the cache never
+// shows, so that no retry gets past it: that blocks the Cluster until a
+// person relabels it (ObjectUnlabelled: Carousel wrote it) or moves it out
+// of the way (NameTaken: Carousel did not, and does not take it over).
+func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, obj client.Object) error {
+	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
+	if err != nil {
+		return err
+	}
+	found := &metav1.PartialObjectMetadata{}
+	found.SetGroupVersionKind(gvk)
+	err = r.apiReader().Get(ctx, client.ObjectKeyFromObject(obj), found)
+	switch {
+	case apierrors.IsNotFound(err), err == nil && found.Labels[v1alpha1.LabelCluster] == c.Name:
+		return fmt.Errorf("creating %s: %w", obj.GetName(), errStaleCache)
+	case err != nil:
+		return fmt.Errorf("creating %s, whose name is taken: reading what holds it: %w", obj.GetName(), err)
+	}
+	kind, name := strings.ToLower(gvk.Kind), obj.GetName()
+	if ownedBy(found, c) {
+		return blocked(v1alpha1.ReasonObjectUnlabelled,
+			"%s %s, which Carousel wrote for this Cluster, lacks the label %s=%s, so the operator cannot see it; put it back: kubectl label --overwrite %s -n %s %s %s=%s",
+			kind, name, v1alpha1.LabelCluster, c.Name, kind, c.Namespace, name, v1alpha1.LabelCluster, c.Name)
+	}
+	return blocked(v1alpha1.ReasonNameTaken,
+		"%s %s is in the way: Carousel writes one of this Cluster's objects under that name, and this one is not the Cluster's (no label %s=%s, no owner reference to it), so Carousel does not take it over. If it is a copy of Carousel's (restored without its labels), delete it and Carousel writes it again; if it is someone else's, rename it",
+		kind, name, v1alpha1.LabelCluster, c.Name)
+}
+
+// nameTaken reports whether err is a create that found its name taken
+// (whatHoldsTheName).
+func nameTaken(err error) bool {
+	var b *blockedError
+	return errors.Is(err, errStaleCache) ||
+		errors.As(err, &b) && (b.reason == v1alpha1.ReasonObjectUnlabelled || b.reason == v1alpha1.ReasonNameTaken)
 }
 
 func ownedBy(obj metav1.Object, c *v1alpha1.Cluster) bool {

@@ -2,16 +2,22 @@ package cluster
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -46,5 +52,99 @@ func TestWriteSecretLeavesTheReadSecretAsItWas(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(read, cached) {
 		t.Errorf("writing changed the Secret that was read:\n got %+v\nwant %+v", read, cached)
+	}
+}
+
+// An object that the cache cannot see (it lacks the carousel.dev/cluster
+// label) holds the name of one Carousel writes for the Cluster: the pass stops
+// with a reason a person can act on, announced once, instead of being retried
+// each second as a pass on a cache behind the API server is, and leaves the
+// object as it is. Once it is relabelled, or moved out of the way, the next
+// pass issues everything.
+func TestAnObjectTheCacheCannotSeeBlocksTheCluster(t *testing.T) {
+	c := newCluster("taken")
+	owner := metav1.OwnerReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster", Name: c.Name, UID: c.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	relabel := func(ctx context.Context, api *fakeAPI, obj client.Object) error {
+		obj.SetLabels(map[string]string{v1alpha1.LabelCluster: c.Name})
+		return api.Update(ctx, obj)
+	}
+	remove := func(ctx context.Context, api *fakeAPI, obj client.Object) error { return api.Delete(ctx, obj) }
+	for _, tc := range []struct {
+		name   string
+		obj    client.Object
+		reason string
+		want   string
+		clear  func(context.Context, *fakeAPI, client.Object) error
+	}{
+		{
+			name: "a Secret Carousel wrote, unlabelled",
+			obj: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator),
+				OwnerReferences: []metav1.OwnerReference{owner}}, Data: map[string][]byte{"note": []byte("by hand")}},
+			reason: v1alpha1.ReasonObjectUnlabelled,
+			want:   "put it back: kubectl label --overwrite secret -n fleet " + credentials.CertificateSecretName(c.Name, credentials.CertOperator) + " carousel.dev/cluster=taken",
+			clear:  relabel,
+		},
+		{
+			name: "someone else's ConfigMap",
+			obj: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleCluster),
+				Labels: map[string]string{"app": "theirs"}}, Data: map[string]string{"note": "theirs"}},
+			reason: v1alpha1.ReasonNameTaken,
+			want:   "configmap " + credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleCluster) + " is in the way",
+			clear:  remove,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			api := newFakeAPI(c.DeepCopy(), tc.obj.DeepCopyObject().(client.Object))
+			r, _ := reconcilerOn(api)
+			recorder := events.NewFakeRecorder(100)
+			r.Recorder = recorder
+			key := client.ObjectKeyFromObject(c)
+			var firstPassWrites int64
+			for pass := range 3 {
+				if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("pass %d: %v, want %q", pass, err, tc.want)
+				}
+				if pass == 0 {
+					firstPassWrites = api.statusPatches.Load()
+				}
+			}
+			if n := api.statusPatches.Load() - firstPassWrites; n != 0 {
+				t.Errorf("the passes after the first wrote the status %d times, want 0", n)
+			}
+			got := &v1alpha1.Cluster{}
+			if err := api.Get(ctx, key, got); err != nil {
+				t.Fatal(err)
+			}
+			if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil ||
+				ready.Status != metav1.ConditionFalse || ready.Reason != tc.reason {
+				t.Errorf("Ready is %+v, want False %s", ready, tc.reason)
+			}
+			if n := eventReasons(recorder)[tc.reason]; n != 1 {
+				t.Errorf("%d %s events, want 1", n, tc.reason)
+			}
+			there := tc.obj.DeepCopyObject().(client.Object)
+			if err := api.Get(ctx, client.ObjectKeyFromObject(tc.obj), there); err != nil {
+				t.Fatal(err)
+			}
+			there.SetResourceVersion(tc.obj.GetResourceVersion())
+			if !equality.Semantic.DeepEqual(there, tc.obj) {
+				t.Errorf("the object in the way was changed: %+v", there)
+			}
+
+			if err := tc.clear(ctx, api, there); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+				t.Fatal(err)
+			}
+			if err := api.Get(ctx, key, got); err != nil {
+				t.Fatal(err)
+			}
+			if !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
+				t.Errorf("Ready is %+v once the object is out of the way, want True", meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady))
+			}
+		})
 	}
 }
