@@ -178,6 +178,25 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	if got := eventReasons(recorder); got[v1alpha1.EventOperationRefused] != 1 {
 		t.Errorf("events %v, want one OperationRefused for start-ca-rotation in Prepared", got)
 	}
+
+	// The old-CA usage gate closed: a completion would lock a client out.
+	c := sc.cluster()
+	c.CARotation().OldCAUsage = &v1alpha1.OldCAUsage{Total: 1, Dependents: []v1alpha1.OldCADependent{
+		{Kind: v1alpha1.OldCADependentNode, Name: "worker-1", Message: "its kubelet's client certificate is from the old client CA"}}}
+	if err := sc.api.Status().Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	sc.annotate(v1alpha1.OperationCompleteCARotation)
+	if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err != nil {
+		t.Fatal(err)
+	}
+	c = sc.cluster()
+	if _, kept := c.Annotations[v1alpha1.OperationAnnotation]; kept || c.CARotationPhase() != v1alpha1.RotationPrepared {
+		t.Errorf("annotation kept %t, phase %q; want the completion refused, in Prepared", kept, c.CARotationPhase())
+	}
+	if got := eventReasons(recorder); got[v1alpha1.EventOperationRefused] != 1 || got[v1alpha1.EventOperationNotRecorded] != 0 {
+		t.Errorf("events %v, want one OperationRefused for a completion the old-CA usage gate holds", got)
+	}
 }
 
 // A pass that a panic unwinds writes, on its way out, a Ready condition that
