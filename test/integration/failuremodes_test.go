@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,18 @@ func (f *flakyAPIServer) APIServicesBehind(ctx context.Context, endpoint string,
 }
 func (f *flakyAPIServer) TokenSecretsBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte, _ string) ([]string, error) {
 	return f.KubeRootCABehind(ctx, endpoint, serverTrust, certPEM, keyPEM, nil)
+}
+
+// rejectionRecorder is a flakyAPIServer that keeps the certificates it was
+// asked to check are rejected.
+type rejectionRecorder struct {
+	flakyAPIServer
+	probes [][]byte
+}
+
+func (f *rejectionRecorder) ClientRejected(_ context.Context, _ string, _, certPEM, _ []byte) error {
+	f.probes = append(f.probes, certPEM)
+	return nil
 }
 
 var _ = Describe("Failure modes", func() {
@@ -181,6 +194,47 @@ var _ = Describe("Failure modes", func() {
 		Expect(k8s.Get(ctx, probe, &corev1.Secret{})).To(WithTransform(apierrors.IsNotFound, BeTrue()), "the probe is gone once Preparing ended")
 	})
 
+	It("probes the dropped client CA's rejection with a certificate that CA signed, not one left from before", func(ctx SpecContext) {
+		c := createCluster(ctx, ns, "old-probe")
+		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
+		key := client.ObjectKeyFromObject(c)
+		apiServer := &rejectionRecorder{}
+		r := reconcilerWith(apiServer)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+
+		// A probe Secret of the Cluster's from a CA long gone, as a
+		// rotation whose Completed pass did not get to delete it leaves.
+		gone, err := pki.GenerateKey(pki.ECDSAP256)
+		Expect(err).NotTo(HaveOccurred())
+		goneCA, err := pki.NewCA(pki.CATemplate{CommonName: "a client CA long gone", Validity: time.Hour}, gone, time.Now())
+		Expect(err).NotTo(HaveOccurred())
+		left, err := goneCA.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:old-client-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			Validity: time.Hour}, pki.ECDSAP256, time.Now())
+		Expect(err).NotTo(HaveOccurred())
+		leftKey, err := left.KeyPEM()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8s.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, "old-client-probe"),
+				Labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelCertificate: "old-client-probe"}},
+			Data: map[string][]byte{v1alpha1.DataKeyCertificate: left.CertPEM(), v1alpha1.DataKeyPrivateKey: leftKey},
+		})).To(Succeed())
+
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		reconcileUntilPrepared(ctx, r, key)
+		oldClientCA := loadCAs(ctx, getCluster(ctx, key))[v1alpha1.CARoleClient].Previous
+		Expect(oldClientCA).NotTo(BeNil())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
+		handDriven{r: r, key: key, step: clk.Step}.until(ctx, v1alpha1.RotationCompleted)
+
+		Expect(apiServer.probes).NotTo(BeEmpty(), "the dropped client CA's rejection was checked")
+		for _, certPEM := range apiServer.probes {
+			certs, err := pki.ParseCertificates(certPEM)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(pki.SignedBy(certs[0], oldClientCA.Cert)).To(BeTrue(), "the probe is from the client CA that was dropped")
+		}
+	})
+
 	It("holds a rotation whose endpoint was removed past the webhook instead of skipping its checks", func(ctx SpecContext) {
 		c := createCluster(ctx, ns, "unchecked")
 		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
@@ -265,6 +319,9 @@ var _ = Describe("Failure modes", func() {
 		}
 		Expect(readyCondition(ctx, key)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonObjectUnlabelled)))
 		expectWarning(v1alpha1.ReasonObjectUnlabelled)
+		for len(recorder.Events) > 0 {
+			Expect(<-recorder.Events).NotTo(HavePrefix("Warning "+v1alpha1.ReasonObjectUnlabelled), "announced once")
+		}
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(kubeconfig), kubeconfig)).To(Succeed())
 		Expect(kubeconfig.Labels).NotTo(HaveKey(v1alpha1.LabelCluster), "the object is left as it is")
 

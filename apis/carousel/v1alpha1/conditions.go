@@ -125,13 +125,14 @@ const (
 	// Secret exists but lacks Carousel's labels.
 	ReasonServiceAccountKeyUnlabelled = "ServiceAccountKeyUnlabelled"
 	// ReasonObjectUnlabelled (Ready) means a Secret or ConfigMap Carousel
-	// wrote for the Cluster (it is the Cluster's controller) lost its
-	// carousel.dev/cluster label, so the operator's cache cannot see it and
-	// cannot write it again.
+	// wrote for the Cluster (the Cluster is its controller) lacks the
+	// Cluster's carousel.dev/cluster label, so the operator's cache cannot
+	// see it and its create is refused.
 	ReasonObjectUnlabelled = "ObjectUnlabelled"
-	// ReasonNameTaken (Ready) means a Secret or ConfigMap that Carousel did
-	// not write for the Cluster holds a name Carousel writes one of the
-	// Cluster's objects under. Carousel does not take it over.
+	// ReasonNameTaken (Ready) means a Secret or ConfigMap without the
+	// Cluster's label, which the Cluster does not control, holds a name
+	// Carousel writes one of the Cluster's objects under. Carousel does not
+	// take it over.
 	ReasonNameTaken = "NameTaken"
 )
 

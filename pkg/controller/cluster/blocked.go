@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -77,13 +76,13 @@ func readFirst(c *v1alpha1.Cluster, issued bool) bool {
 // confirmServiceAccountKeyMissing) then says what it is. A Secret that may
 // hold a key is to be relabelled, never moved out of the way.
 func foundByCreate(err error, confirm func() error) error {
-	if errors.Is(err, errStaleCache) || !nameTaken(err) {
+	if !nameTaken(err) {
 		return err
 	}
 	if confirmErr := confirm(); confirmErr != nil {
 		return confirmErr
 	}
-	return errStaleCache // gone since the create: retried
+	return fmt.Errorf("%w (its Secret was gone when read)", errStaleCache)
 }
 
 // confirmServiceAccountKeyMissing is confirmCAMissing for the
@@ -116,7 +115,7 @@ func (r *Reconciler) confirmAbsent(ctx context.Context, c *v1alpha1.Cluster, nam
 		return fmt.Errorf("secret %s: %w", name, errStaleCache)
 	case err == nil:
 		return blocked(unlabelledReason,
-			"secret %s holds %s but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s",
+			"secret %s holds %s but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s --overwrite",
 			name, holding, c.Namespace, name, labelArgs(labels))
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading secret %s: %w", name, err)

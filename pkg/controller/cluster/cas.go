@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -283,7 +284,7 @@ func (r *Reconciler) reissueServiceAccountKey(ctx context.Context, c *v1alpha1.C
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: credentials.ClusterLabels(c.Name)},
 		Type: corev1.SecretTypeOpaque, Data: data}
 	switch err := r.createOrUpdate(ctx, c, s, false); {
-	case nameTaken(err):
+	case errors.Is(err, errStaleCache), nameTaken(err):
 		// A Secret was put there since the read: nothing to replace. The
 		// pass reports it if it lacks the Cluster's label.
 		return nil

@@ -310,15 +310,22 @@ func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
 		meanwhile func(context.Context, client.WithWatch, *corev1.Secret) error
 		// recorded: the operation's annotation is gone after the pass.
 		recorded bool
+		// blocked is the reason of Ready after the next pass; "" for True.
+		blocked string
 	}{
 		{"the create fails", func(context.Context, client.WithWatch, *corev1.Secret) error {
 			return apierrors.NewInternalError(errors.New("etcd is down"))
-		}, false},
+		}, false, ""},
 		{"the Secret is restored meanwhile", func(ctx context.Context, cl client.WithWatch, lost *corev1.Secret) error {
 			restored := lost.DeepCopy()
 			restored.ResourceVersion = ""
 			return cl.Create(ctx, restored)
-		}, true},
+		}, true, ""},
+		{"the Secret is restored meanwhile, unlabelled", func(ctx context.Context, cl client.WithWatch, lost *corev1.Secret) error {
+			restored := lost.DeepCopy()
+			restored.ResourceVersion, restored.Labels = "", nil
+			return cl.Create(ctx, restored)
+		}, true, v1alpha1.ReasonServiceAccountKeyUnlabelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -353,7 +360,10 @@ func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
 				t.Errorf("%d %s events, want %d", got[v1alpha1.EventOperationNotRecorded], v1alpha1.EventOperationNotRecorded, want)
 			}
 
-			sc.reconcile()
+			_, err = sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			if (err != nil) != (tc.blocked != "") {
+				t.Errorf("the next pass: %v; want it blocked: %q", err, tc.blocked)
+			}
 			got = eventReasons(recorder)
 			s := &corev1.Secret{}
 			if err := sc.api.Get(ctx, client.ObjectKeyFromObject(lost), s); err != nil {
@@ -363,8 +373,9 @@ func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
 			if wrote := !tc.recorded; restored == wrote || got[v1alpha1.EventServiceAccountKeyReissued] != map[bool]int{false: 0, true: 1}[wrote] {
 				t.Errorf("the key restored %t, events %v after the next pass; want a new key announced: %t", restored, got, wrote)
 			}
-			if !meta.IsStatusConditionTrue(sc.cluster().Status.Conditions, v1alpha1.ConditionReady) {
-				t.Errorf("Ready is %+v, want True", meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady))
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); tc.blocked == "" && ready.Status != metav1.ConditionTrue ||
+				tc.blocked != "" && ready.Reason != tc.blocked {
+				t.Errorf("Ready is %+v, want True or blocked: %q", ready, tc.blocked)
 			}
 		})
 	}

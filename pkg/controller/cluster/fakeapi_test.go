@@ -259,13 +259,16 @@ func reconcilerOn(api *fakeAPI) (*Reconciler, *readCounter) {
 	return &Reconciler{Client: api, APIReader: reads, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), indexedByCluster: true}, reads
 }
 
-// readCounter counts the Secrets read through it.
+// readCounter counts the Secrets read through it, whole or their metadata.
 type readCounter struct {
 	client.Reader
 	secrets int
 }
 
 func (r *readCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Kind == "Secret" {
+		r.secrets++
+	}
 	if _, ok := obj.(*corev1.Secret); ok {
 		r.secrets++
 	}

@@ -25,30 +25,15 @@ func oldClientProbeSecret(c *v1alpha1.Cluster) string {
 	return credentials.CertificateSecretName(c.Name, oldClientProbe)
 }
 
-// ensureOldClientProbe signs the probe certificate with the old client CA,
-// when there is an endpoint to probe.
+// ensureOldClientProbe keeps the probe certificate, signed by the old client
+// CA, when there is an endpoint to probe.
 func (r *Reconciler) ensureOldClientProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs) error {
 	old := all[v1alpha1.CARoleClient].Previous
-	if c.Spec.ControlPlane.Endpoint == "" || old == nil || objs.secrets[oldClientProbeSecret(c)] != nil {
+	if c.Spec.ControlPlane.Endpoint == "" || old == nil {
 		return nil
 	}
-	kp, err := old.IssueKeyPair(pki.LeafTemplate{
-		CommonName: "carousel:old-client-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		Validity: c.Spec.Certificates.LeafValidityOrDefault(),
-	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), r.Clock.Now())
-	if err != nil {
-		return err
-	}
-	keyPEM, err := kp.KeyPEM()
-	if err != nil {
-		return err
-	}
-	return r.writeSecret(ctx, c, objs, desiredSecret{
-		name: oldClientProbeSecret(c),
-		labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelCertificate: oldClientProbe,
-			v1alpha1.LabelSignedBy: string(v1alpha1.CARoleClient)},
-		data: map[string][]byte{v1alpha1.DataKeyCertificate: kp.CertPEM(), v1alpha1.DataKeyPrivateKey: keyPEM},
-	})
+	_, err := r.ensureProbe(ctx, c, objs, old, oldClientProbe)
+	return err
 }
 
 // deleteSecret deletes one of the Cluster's Secrets, if it exists.
@@ -100,7 +85,7 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 			return true, nil, nil
 		}
 	}
-	probe, err := r.ensureTrustProbe(ctx, c, objs, clientCAs.Current)
+	probe, err := r.ensureProbe(ctx, c, objs, clientCAs.Current, trustProbeCert)
 	if err != nil {
 		return false, nil, err
 	}
@@ -115,12 +100,13 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 // condition says how); the reconcile goes on and polls with backoff.
 var errManagedCheckFailed = errors.New("a check of the managed cluster failed")
 
-// ensureTrustProbe returns the Secret holding the trust probe, issuing one
-// only when there is none from ca (the Secret lives in the Cluster's
-// namespace: a pair that does not chain to ca, or whose key does not match,
-// is replaced).
-func (r *Reconciler) ensureTrustProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, ca *pki.KeyPair) (*corev1.Secret, error) {
-	name := trustProbeSecret(c)
+// ensureProbe returns the Secret holding the probe certificate of that name,
+// issuing one only when there is none from ca that is still valid (the Secret
+// lives in the Cluster's namespace: a pair that does not chain to ca, such as
+// one left from an earlier rotation, or whose key does not match, is
+// replaced). Its user, carousel:<name>, has no permissions.
+func (r *Reconciler) ensureProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, ca *pki.KeyPair, probe string) (*corev1.Secret, error) {
+	name := credentials.CertificateSecretName(c.Name, probe)
 	if s := objs.secrets[name]; s != nil {
 		if kp, err := pki.ParseKeyPair(s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey]); err == nil &&
 			pki.SignedBy(kp.Cert, ca.Cert) && r.Clock.Now().Before(kp.Cert.NotAfter) {
@@ -128,7 +114,7 @@ func (r *Reconciler) ensureTrustProbe(ctx context.Context, c *v1alpha1.Cluster, 
 		}
 	}
 	kp, err := ca.IssueKeyPair(pki.LeafTemplate{
-		CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		CommonName: "carousel:" + probe, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		Validity: c.Spec.Certificates.LeafValidityOrDefault(),
 	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), r.Clock.Now())
 	if err != nil {
@@ -140,7 +126,7 @@ func (r *Reconciler) ensureTrustProbe(ctx context.Context, c *v1alpha1.Cluster, 
 	}
 	if err := r.writeSecret(ctx, c, objs, desiredSecret{
 		name: name,
-		labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelCertificate: trustProbeCert,
+		labels: map[string]string{v1alpha1.LabelCluster: c.Name, v1alpha1.LabelCertificate: probe,
 			v1alpha1.LabelSignedBy: string(v1alpha1.CARoleClient)},
 		data: map[string][]byte{v1alpha1.DataKeyCertificate: kp.CertPEM(), v1alpha1.DataKeyPrivateKey: keyPEM},
 	}); err != nil {

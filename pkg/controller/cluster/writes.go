@@ -102,11 +102,12 @@ func (r *Reconciler) createOrUpdate(ctx context.Context, c *v1alpha1.Cluster, ob
 
 // whatHoldsTheName says why the API server refused to create obj, whose name
 // is taken, from the metadata of what holds it: the Cluster's own object,
-// which the cache has not seen yet (errStaleCache: the pass is retried), or
-// one without the Cluster's carousel.dev/cluster label, which the cache never
-// shows, so that no retry gets past it: that blocks the Cluster until a
-// person relabels it (ObjectUnlabelled: Carousel wrote it) or moves it out
-// of the way (NameTaken: Carousel did not, and does not take it over).
+// which the cache has not seen yet, or one on its way out (errStaleCache: the
+// pass is retried), or one without the Cluster's carousel.dev/cluster label,
+// which the cache never shows, so that no retry gets past it. That blocks the
+// Cluster until a person relabels or deletes it (ObjectUnlabelled: the
+// Cluster is its controller) or moves it out of the way (NameTaken: Carousel
+// does not take over an unlabelled object it did not write).
 func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, obj client.Object) error {
 	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
 	if err != nil {
@@ -116,28 +117,28 @@ func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, 
 	found.SetGroupVersionKind(gvk)
 	err = r.apiReader().Get(ctx, client.ObjectKeyFromObject(obj), found)
 	switch {
-	case apierrors.IsNotFound(err), err == nil && found.Labels[v1alpha1.LabelCluster] == c.Name:
+	case apierrors.IsNotFound(err), err == nil && (found.Labels[v1alpha1.LabelCluster] == c.Name || found.DeletionTimestamp != nil):
 		return fmt.Errorf("creating %s: %w", obj.GetName(), errStaleCache)
 	case err != nil:
 		return fmt.Errorf("creating %s, whose name is taken: reading what holds it: %w", obj.GetName(), err)
 	}
 	kind, name := strings.ToLower(gvk.Kind), obj.GetName()
+	lookAgain := fmt.Sprintf("kubectl annotate cluster.carousel.dev -n %s %s %s=%s", c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationReconcile)
 	if ownedBy(found, c) {
 		return blocked(v1alpha1.ReasonObjectUnlabelled,
-			"%s %s, which Carousel wrote for this Cluster, lacks the label %s=%s, so the operator cannot see it; put it back: kubectl label --overwrite %s -n %s %s %s=%s",
-			kind, name, v1alpha1.LabelCluster, c.Name, kind, c.Namespace, name, v1alpha1.LabelCluster, c.Name)
+			"%s %s, which Carousel wrote for this Cluster, lacks the label %s=%s, so the operator cannot see it; put it back: kubectl label --overwrite %s -n %s %s %s=%s (or delete it, and Carousel writes it again; to have it look at once then: %s)",
+			kind, name, v1alpha1.LabelCluster, c.Name, kind, c.Namespace, name, v1alpha1.LabelCluster, c.Name, lookAgain)
 	}
 	return blocked(v1alpha1.ReasonNameTaken,
-		"%s %s is in the way: Carousel writes one of this Cluster's objects under that name, and this one is not the Cluster's (no label %s=%s, no owner reference to it), so Carousel does not take it over. If it is a copy of Carousel's (restored without its labels), delete it and Carousel writes it again; if it is someone else's, rename it",
-		kind, name, v1alpha1.LabelCluster, c.Name)
+		"%s %s is in the way: Carousel writes one of this Cluster's objects under that name, and this one lacks the label %s=%s and is not controlled by the Cluster, so Carousel does not take it over. Delete it if it is a copy of Carousel's, rename it if it is someone else's; then, to have Carousel look at once: %s",
+		kind, name, v1alpha1.LabelCluster, c.Name, lookAgain)
 }
 
-// nameTaken reports whether err is a create that found its name taken
-// (whatHoldsTheName).
+// nameTaken reports whether err stopped a Cluster on a create whose name an
+// object the cache cannot see holds (whatHoldsTheName).
 func nameTaken(err error) bool {
 	var b *blockedError
-	return errors.Is(err, errStaleCache) ||
-		errors.As(err, &b) && (b.reason == v1alpha1.ReasonObjectUnlabelled || b.reason == v1alpha1.ReasonNameTaken)
+	return errors.As(err, &b) && (b.reason == v1alpha1.ReasonObjectUnlabelled || b.reason == v1alpha1.ReasonNameTaken)
 }
 
 func ownedBy(obj metav1.Object, c *v1alpha1.Cluster) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -86,6 +87,14 @@ func TestAnObjectTheCacheCannotSeeBlocksTheCluster(t *testing.T) {
 			clear:  relabel,
 		},
 		{
+			name: "another Cluster's Secret",
+			obj: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, credentials.CertKubeControllerManager),
+				Labels: map[string]string{v1alpha1.LabelCluster: "taken-too"}}, Data: map[string][]byte{"note": []byte("theirs")}},
+			reason: v1alpha1.ReasonNameTaken,
+			want:   "lacks the label carousel.dev/cluster=taken and is not controlled by the Cluster",
+			clear:  remove,
+		},
+		{
 			name: "someone else's ConfigMap",
 			obj: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleCluster),
 				Labels: map[string]string{"app": "theirs"}}, Data: map[string]string{"note": "theirs"}},
@@ -146,5 +155,49 @@ func TestAnObjectTheCacheCannotSeeBlocksTheCluster(t *testing.T) {
 				t.Errorf("Ready is %+v once the object is out of the way, want True", meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady))
 			}
 		})
+	}
+}
+
+// An object on its way out (deleted, a finalizer holding it) that holds the
+// name of one Carousel writes is waited for, as a cache behind the API server
+// is: nobody needs to act on it.
+func TestAnObjectOnItsWayOutIsWaitedFor(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster("waits")
+	going := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleEtcd),
+		Finalizers: []string{"example.com/hold"}}}
+	api := newFakeAPI(c.DeepCopy(), going.DeepCopy())
+	if err := api.Delete(ctx, going); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := reconcilerOn(api)
+	key := client.ObjectKeyFromObject(c)
+	result, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	if err != nil || result.RequeueAfter != time.Second {
+		t.Fatalf("result %+v, error %v; want a retry in a second", result, err)
+	}
+	got := &v1alpha1.Cluster{}
+	if err := api.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready != nil {
+		t.Errorf("Ready is %+v while the object goes, want none yet", ready)
+	}
+
+	if err := api.Get(ctx, client.ObjectKeyFromObject(going), going); err != nil {
+		t.Fatal(err)
+	}
+	going.Finalizers = nil
+	if err := api.Update(ctx, going); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Errorf("Ready is %+v once the object is gone, want True", meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady))
 	}
 }
