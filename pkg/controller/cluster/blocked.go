@@ -52,8 +52,8 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 			name, role, phase)
 	}
 	return blocked(v1alpha1.ReasonCALost,
-		"secret %s holding the %s CA is missing; everything it signed depends on it. Restore it (kubectl carousel certs restore), or accept a new %s CA, which every kubelet and kubeconfig signed by or trusting the old one must then be given: kubectl annotate cluster.carousel.dev -n %s %s %s=%s%s",
-		name, role, role, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationReissueCAPrefix, role)
+		"secret %s holding the %s CA is missing; everything it signed depends on it. Restore it (kubectl carousel certs restore), or accept a new %s CA, which every kubelet and kubeconfig signed by or trusting the old one must then be given: %s",
+		name, role, role, operationCommand(c, v1alpha1.OperationReissueCAPrefix+string(role)))
 }
 
 // readFirst reports whether a Secret the cache does not hold is read from the
@@ -62,8 +62,9 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 // and on every Cluster a pass has recorded a status for (it has a Ready
 // condition). On a new Cluster the create is the check instead: the API server
 // refuses it when a Secret is there (not cached yet, or unlabelled), the key
-// generated for it is dropped unstored, and the Secret is read then to say
-// which. That spares each new Cluster a read per CA and one for the
+// generated for it is dropped unstored, and what holds the name is read then
+// to say which (its metadata; the Secret itself when it lacks the Cluster's
+// label: foundByCreate). That spares each new Cluster a read per CA and one for the
 // service-account key; once a pass has recorded its status, a Secret found
 // unlabelled costs no key in the passes that retry.
 func readFirst(c *v1alpha1.Cluster, issued bool) bool {
@@ -98,15 +99,16 @@ func (r *Reconciler) confirmServiceAccountKeyMissing(ctx context.Context, c *v1a
 		return nil
 	}
 	return blocked(v1alpha1.ReasonServiceAccountKeyLost,
-		"secret %s holding the service-account key is missing; every ServiceAccount token depends on it. Restore it (kubectl carousel certs restore), or accept a new key, which invalidates every token signed by the old one: kubectl annotate cluster.carousel.dev -n %s %s %s=%s",
-		name, c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.VerbReissueServiceAccountKey)
+		"secret %s holding the service-account key is missing; every ServiceAccount token depends on it. Restore it (kubectl carousel certs restore), or accept a new key, which invalidates every token signed by the old one: %s",
+		name, operationCommand(c, v1alpha1.OperationReissueServiceAccountKey))
 }
 
 // confirmAbsent reads the API server for a Secret the cache does not hold,
 // and returns nil only when it is not there. One the cache has not seen yet
-// is errStaleCache. One that lost its labels (the cache filters on them) is
-// blocked with unlabelledReason, a message naming what it holds, and the
-// kubectl label command that puts them back.
+// is errStaleCache. One that another Cluster's label claims, or another
+// owner controls, is NameTaken (notTheClusters). One that lost its labels
+// (the cache filters on them) is blocked with unlabelledReason, a message
+// naming what it holds, and the kubectl label command that puts them back.
 func (r *Reconciler) confirmAbsent(ctx context.Context, c *v1alpha1.Cluster, name string, labels map[string]string, holding, unlabelledReason string) error {
 	s := &corev1.Secret{}
 	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
@@ -114,8 +116,11 @@ func (r *Reconciler) confirmAbsent(ctx context.Context, c *v1alpha1.Cluster, nam
 	case err == nil && hasMeta(s.Labels, labels):
 		return fmt.Errorf("secret %s: %w", name, errStaleCache)
 	case err == nil:
+		if err := notTheClusters("secret", s, c); err != nil {
+			return err
+		}
 		return blocked(unlabelledReason,
-			"secret %s holds %s but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s --overwrite",
+			"secret %s holds %s but lacks Carousel's labels, so the operator cannot see it; put them back: kubectl label secret -n %s %s %s",
 			name, holding, c.Namespace, name, labelArgs(labels))
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading secret %s: %w", name, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -271,11 +270,21 @@ func newServiceAccountKey(c *v1alpha1.Cluster) (map[string][]byte, error) {
 }
 
 // reissueServiceAccountKey carries out reissue-service-account-key: it writes
-// a new key when, and only when, the API server holds none.
+// a new key when, and only when, the API server holds none. A Secret being
+// deleted, or one written between the read and the create, has the
+// operation tried again (it is not recorded): the next try finds the key that
+// is there, or none.
 func (r *Reconciler) reissueServiceAccountKey(ctx context.Context, c *v1alpha1.Cluster) error {
 	name := credentials.ServiceAccountKeySecretName(c.Name)
-	if err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		return err // nil: there is a key, nothing to replace
+	there := &metav1.PartialObjectMetadata{}
+	there.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	switch err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, there); {
+	case err == nil && there.DeletionTimestamp == nil:
+		return nil // there is a key, nothing to replace
+	case err == nil:
+		return fmt.Errorf("secret %s is being deleted (finalizers %v); waiting for it to go", name, there.Finalizers)
+	case !apierrors.IsNotFound(err):
+		return err
 	}
 	data, err := newServiceAccountKey(c)
 	if err != nil {
@@ -283,13 +292,8 @@ func (r *Reconciler) reissueServiceAccountKey(ctx context.Context, c *v1alpha1.C
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: credentials.ClusterLabels(c.Name)},
 		Type: corev1.SecretTypeOpaque, Data: data}
-	switch err := r.createOrUpdate(ctx, c, s, false); {
-	case errors.Is(err, errStaleCache), nameTaken(err):
-		// A Secret was put there since the read: nothing to replace. The
-		// pass reports it if it lacks the Cluster's label.
-		return nil
-	case err != nil:
-		return err
+	if err := r.createOrUpdate(ctx, c, s, false); err != nil {
+		return fmt.Errorf("writing the new key: %w", err)
 	}
 	r.event(c, corev1.EventTypeWarning, v1alpha1.EventServiceAccountKeyReissued,
 		"Operation %q accepted: a new service-account key; tokens signed by the lost one are no longer valid", v1alpha1.VerbReissueServiceAccountKey)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -163,14 +164,18 @@ func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
 	for _, tc := range []struct {
 		secret, want string
 		ca           bool // the Secret of the vpn CA, which no event may then announce
+		// labels: another Cluster's, whose objects' names collide.
+		labels map[string]string
 	}{
-		{credentials.CASecretName("unlabelled", v1alpha1.CARoleVPN), "holds the vpn CA but lacks Carousel's labels", true},
-		{credentials.ServiceAccountKeySecretName("unlabelled"), "holds the service-account key but lacks Carousel's labels", false},
+		{credentials.CASecretName("unlabelled", v1alpha1.CARoleVPN), "holds the vpn CA but lacks Carousel's labels", true, nil},
+		{credentials.ServiceAccountKeySecretName("unlabelled"), "holds the service-account key but lacks Carousel's labels", false, nil},
+		{credentials.CASecretName("unlabelled", v1alpha1.CARoleVPN), "belongs to Cluster unlabelled-ca (label carousel.dev/cluster=unlabelled-ca)", true,
+			map[string]string{v1alpha1.LabelCluster: "unlabelled-ca", v1alpha1.LabelCertificate: "vpn"}},
 	} {
-		t.Run(tc.secret, func(t *testing.T) {
+		t.Run(tc.want, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster("unlabelled")
-			unlabelled := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: tc.secret},
+			unlabelled := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: tc.secret, Labels: tc.labels},
 				Data: map[string][]byte{"note": []byte("restored by hand")}}
 			api := newFakeAPI(c, unlabelled.DeepCopy())
 			r, _ := reconcilerOn(api)
@@ -190,7 +195,7 @@ func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
 			if err := api.Get(ctx, client.ObjectKeyFromObject(unlabelled), got); err != nil {
 				t.Fatal(err)
 			}
-			if len(got.Labels) != 0 || len(got.OwnerReferences) != 0 || string(got.Data["note"]) != "restored by hand" || len(got.Data) != 1 {
+			if !maps.Equal(got.Labels, tc.labels) || len(got.OwnerReferences) != 0 || string(got.Data["note"]) != "restored by hand" || len(got.Data) != 1 {
 				t.Errorf("the unlabelled Secret was changed: %+v", got)
 			}
 			for len(recorder.Events) > 0 {
@@ -300,32 +305,34 @@ func TestAnIssuedSecretIsReadBeforeAnyKeyWithoutAReadyCondition(t *testing.T) {
 
 // reissue-service-account-key announces a new key (a Warning event, as every
 // token signed by the lost one stops being valid) only when it wrote one: a
-// create that failed keeps the operation for the next pass, and a Secret put
-// back since the operation read that there was none is left as the key.
+// create that failed, or that found a Secret put back since the operation
+// read that there was none, keeps the operation for the next try, which
+// writes a key or finds the one put back.
 func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// meanwhile runs before the create of the service-account key's
 		// Secret, the lost key's Secret at hand.
 		meanwhile func(context.Context, client.WithWatch, *corev1.Secret) error
-		// recorded: the operation's annotation is gone after the pass.
-		recorded bool
-		// blocked is the reason of Ready after the next pass; "" for True.
+		// wrote: the next try writes a new key.
+		wrote bool
+		// blocked is the reason of Ready after the pass that follows; ""
+		// for True.
 		blocked string
 	}{
 		{"the create fails", func(context.Context, client.WithWatch, *corev1.Secret) error {
 			return apierrors.NewInternalError(errors.New("etcd is down"))
-		}, false, ""},
+		}, true, ""},
 		{"the Secret is restored meanwhile", func(ctx context.Context, cl client.WithWatch, lost *corev1.Secret) error {
 			restored := lost.DeepCopy()
 			restored.ResourceVersion = ""
 			return cl.Create(ctx, restored)
-		}, true, ""},
+		}, false, ""},
 		{"the Secret is restored meanwhile, unlabelled", func(ctx context.Context, cl client.WithWatch, lost *corev1.Secret) error {
 			restored := lost.DeepCopy()
 			restored.ResourceVersion, restored.Labels = "", nil
 			return cl.Create(ctx, restored)
-		}, true, v1alpha1.ReasonServiceAccountKeyUnlabelled},
+		}, false, v1alpha1.ReasonServiceAccountKeyUnlabelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -341,41 +348,40 @@ func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
 				t.Fatal(err)
 			}
 			sc.annotate(v1alpha1.OperationReissueServiceAccountKey)
+			sc.api.mu.Lock()
 			sc.api.beforeCreate = func(ctx context.Context, cl client.WithWatch, obj client.Object) error {
 				if obj.GetName() != name {
 					return nil
 				}
-				sc.api.beforeCreate = nil
+				sc.api.beforeCreate = nil // under api.mu: see the Create interceptor
 				return tc.meanwhile(ctx, cl, lost)
 			}
+			sc.api.mu.Unlock()
 			_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
-			if _, pending := sc.cluster().Annotations[v1alpha1.OperationAnnotation]; pending == tc.recorded || (err == nil) != tc.recorded {
-				t.Fatalf("annotation pending %t, error %v; want the operation recorded: %t", pending, err, tc.recorded)
+			if _, pending := sc.cluster().Annotations[v1alpha1.OperationAnnotation]; !pending || err == nil {
+				t.Fatalf("annotation pending %t, error %v; want the operation kept for the next try", pending, err)
 			}
-			got := eventReasons(recorder)
-			if got[v1alpha1.EventServiceAccountKeyReissued] != 0 {
-				t.Errorf("a new key was announced in the pass that wrote none: %v", got)
-			}
-			if want := map[bool]int{false: 1, true: 0}[tc.recorded]; got[v1alpha1.EventOperationNotRecorded] != want {
-				t.Errorf("%d %s events, want %d", got[v1alpha1.EventOperationNotRecorded], v1alpha1.EventOperationNotRecorded, want)
+			if got := eventReasons(recorder); got[v1alpha1.EventServiceAccountKeyReissued] != 0 || got[v1alpha1.EventOperationNotRecorded] != 1 {
+				t.Errorf("events %v, want one %s and no new key announced", got, v1alpha1.EventOperationNotRecorded)
 			}
 
-			_, err = sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
-			if (err != nil) != (tc.blocked != "") {
-				t.Errorf("the next pass: %v; want it blocked: %q", err, tc.blocked)
+			sc.reconcile() // the next try
+			if _, pending := sc.cluster().Annotations[v1alpha1.OperationAnnotation]; pending {
+				t.Error("the operation is still pending after its second try")
 			}
-			got = eventReasons(recorder)
 			s := &corev1.Secret{}
 			if err := sc.api.Get(ctx, client.ObjectKeyFromObject(lost), s); err != nil {
 				t.Fatal(err)
 			}
 			restored := string(s.Data[credentials.DataKeyServiceAccountKey]) == string(lost.Data[credentials.DataKeyServiceAccountKey])
-			if wrote := !tc.recorded; restored == wrote || got[v1alpha1.EventServiceAccountKeyReissued] != map[bool]int{false: 0, true: 1}[wrote] {
-				t.Errorf("the key restored %t, events %v after the next pass; want a new key announced: %t", restored, got, wrote)
+			if got := eventReasons(recorder); restored == tc.wrote || got[v1alpha1.EventServiceAccountKeyReissued] != map[bool]int{false: 0, true: 1}[tc.wrote] {
+				t.Errorf("the key restored %t, events %v; want a new key written and announced: %t", restored, got, tc.wrote)
 			}
-			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); tc.blocked == "" && ready.Status != metav1.ConditionTrue ||
-				tc.blocked != "" && ready.Reason != tc.blocked {
-				t.Errorf("Ready is %+v, want True or blocked: %q", ready, tc.blocked)
+
+			_, err = sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); (err != nil) != (tc.blocked != "") ||
+				tc.blocked == "" && ready.Status != metav1.ConditionTrue || tc.blocked != "" && ready.Reason != tc.blocked {
+				t.Errorf("the pass after: error %v, Ready %+v; want True or blocked: %q", err, ready, tc.blocked)
 			}
 		})
 	}

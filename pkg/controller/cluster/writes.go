@@ -17,9 +17,11 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
-// errStaleCache means a create found the Cluster's own object already there:
-// the cache has not seen an earlier write yet (whatHoldsTheName). The
-// reconcile is retried, so that nothing is generated twice.
+// errStaleCache means that the cache is behind the API server: a create found
+// the Cluster's own object there, or what it found was gone when read
+// (whatHoldsTheName), or a Secret the cache does not hold is there and
+// labelled (confirmAbsent). The reconcile is retried, so that nothing is
+// generated twice.
 var errStaleCache = errors.New("the cache is behind the API server; retrying")
 
 // desiredSecret is the content a Secret must have.
@@ -102,12 +104,13 @@ func (r *Reconciler) createOrUpdate(ctx context.Context, c *v1alpha1.Cluster, ob
 
 // whatHoldsTheName says why the API server refused to create obj, whose name
 // is taken, from the metadata of what holds it: the Cluster's own object,
-// which the cache has not seen yet, or one on its way out (errStaleCache: the
-// pass is retried), or one without the Cluster's carousel.dev/cluster label,
-// which the cache never shows, so that no retry gets past it. That blocks the
-// Cluster until a person relabels or deletes it (ObjectUnlabelled: the
-// Cluster is its controller) or moves it out of the way (NameTaken: Carousel
-// does not take over an unlabelled object it did not write).
+// which the cache has not seen yet, or one gone since (errStaleCache: the
+// pass is retried in a second); one on its way out, which is waited for with
+// the controller's backoff; or one without the Cluster's carousel.dev/cluster
+// label, which the cache never shows, so that no retry gets past it. That
+// blocks the Cluster until a person relabels or deletes it (ObjectUnlabelled:
+// the Cluster is its controller) or moves it out of the way (NameTaken:
+// Carousel does not take over an unlabelled object it did not write).
 func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, obj client.Object) error {
 	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
 	if err != nil {
@@ -116,22 +119,49 @@ func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, 
 	found := &metav1.PartialObjectMetadata{}
 	found.SetGroupVersionKind(gvk)
 	err = r.apiReader().Get(ctx, client.ObjectKeyFromObject(obj), found)
-	switch {
-	case apierrors.IsNotFound(err), err == nil && (found.Labels[v1alpha1.LabelCluster] == c.Name || found.DeletionTimestamp != nil):
-		return fmt.Errorf("creating %s: %w", obj.GetName(), errStaleCache)
-	case err != nil:
-		return fmt.Errorf("creating %s, whose name is taken: reading what holds it: %w", obj.GetName(), err)
-	}
 	kind, name := strings.ToLower(gvk.Kind), obj.GetName()
-	lookAgain := fmt.Sprintf("kubectl annotate cluster.carousel.dev -n %s %s %s=%s", c.Namespace, c.Name, v1alpha1.OperationAnnotation, v1alpha1.OperationReconcile)
+	switch {
+	case apierrors.IsNotFound(err), err == nil && found.Labels[v1alpha1.LabelCluster] == c.Name:
+		return fmt.Errorf("creating %s: %w", name, errStaleCache)
+	case err != nil:
+		return fmt.Errorf("creating %s, whose name is taken: reading what holds it: %w", name, err)
+	case found.DeletionTimestamp != nil:
+		return fmt.Errorf("creating %s: the %s that holds the name is being deleted (finalizers %v); waiting for it to go", name, kind, found.Finalizers)
+	}
+	if err := notTheClusters(kind, found, c); err != nil {
+		return err
+	}
 	if ownedBy(found, c) {
 		return blocked(v1alpha1.ReasonObjectUnlabelled,
 			"%s %s, which Carousel wrote for this Cluster, lacks the label %s=%s, so the operator cannot see it; put it back: kubectl label --overwrite %s -n %s %s %s=%s (or delete it, and Carousel writes it again; to have it look at once then: %s)",
-			kind, name, v1alpha1.LabelCluster, c.Name, kind, c.Namespace, name, v1alpha1.LabelCluster, c.Name, lookAgain)
+			kind, name, v1alpha1.LabelCluster, c.Name, kind, c.Namespace, name, v1alpha1.LabelCluster, c.Name, operationCommand(c, v1alpha1.OperationReconcile))
 	}
 	return blocked(v1alpha1.ReasonNameTaken,
-		"%s %s is in the way: Carousel writes one of this Cluster's objects under that name, and this one lacks the label %s=%s and is not controlled by the Cluster, so Carousel does not take it over. Delete it if it is a copy of Carousel's, rename it if it is someone else's; then, to have Carousel look at once: %s",
-		kind, name, v1alpha1.LabelCluster, c.Name, lookAgain)
+		"%s %s is in the way: Carousel writes one of this Cluster's objects under that name, and this one lacks the label %s=%s and has no controller, so Carousel does not take it over. Delete it if it is a copy of Carousel's, recreate it under another name if it is someone else's; then, to have Carousel look at once: %s",
+		kind, name, v1alpha1.LabelCluster, c.Name, operationCommand(c, v1alpha1.OperationReconcile))
+}
+
+// notTheClusters is the NameTaken stop for an object that holds the name of
+// one of c's and is another's: one that another Cluster's label claims (the
+// names of the two Clusters' objects collide), or one that another owner
+// controls. It is nil for an object neither claims.
+func notTheClusters(kind string, found metav1.Object, c *v1alpha1.Cluster) error {
+	if other := found.GetLabels()[v1alpha1.LabelCluster]; other != "" && other != c.Name {
+		return blocked(v1alpha1.ReasonNameTaken,
+			"%s %s belongs to Cluster %s (label %s=%s): the names of the two Clusters' objects collide, and Carousel does not take it over; recreate one of the two Clusters under a name whose objects' names do not collide, or in another namespace",
+			kind, found.GetName(), other, v1alpha1.LabelCluster, other)
+	}
+	if ref := metav1.GetControllerOf(found); ref != nil && ref.UID != c.UID {
+		return blocked(v1alpha1.ReasonNameTaken,
+			"%s %s is in the way: Carousel writes one of this Cluster's objects under that name, and this one is controlled by %s %s, so Carousel does not take it over; recreate it under another name",
+			kind, found.GetName(), ref.Kind, ref.Name)
+	}
+	return nil
+}
+
+// operationCommand is the kubectl command that asks for operation on c.
+func operationCommand(c *v1alpha1.Cluster, operation string) string {
+	return fmt.Sprintf("kubectl annotate cluster.carousel.dev -n %s %s %s=%s", c.Namespace, c.Name, v1alpha1.OperationAnnotation, operation)
 }
 
 // nameTaken reports whether err stopped a Cluster on a create whose name an
