@@ -129,10 +129,10 @@ const (
 	// Cluster's carousel.dev/cluster label, so the operator's cache cannot
 	// see it and its create is refused.
 	ReasonObjectUnlabelled = "ObjectUnlabelled"
-	// ReasonNameTaken (Ready) means a Secret or ConfigMap without the
-	// Cluster's label, which the Cluster does not control, holds a name
-	// Carousel writes one of the Cluster's objects under. Carousel does not
-	// take it over.
+	// ReasonNameTaken (Ready) means a Secret or ConfigMap that is not the
+	// Cluster's (another Cluster's label, another controller, or neither the
+	// Cluster's label nor a controller) holds a name Carousel writes one of
+	// the Cluster's objects under. Carousel does not take it over.
 	ReasonNameTaken = "NameTaken"
 )
 

@@ -64,8 +64,8 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 // refuses it when a Secret is there (not cached yet, or unlabelled), the key
 // generated for it is dropped unstored, and what holds the name is read then
 // to say which (its metadata; the Secret itself when it lacks the Cluster's
-// label: foundByCreate). That spares each new Cluster a read per CA and one for the
-// service-account key; once a pass has recorded its status, a Secret found
+// label: foundByCreate). That spares each new Cluster a read per CA and one
+// for the service-account key; once a pass has recorded its status, a Secret found
 // unlabelled costs no key in the passes that retry.
 func readFirst(c *v1alpha1.Cluster, issued bool) bool {
 	return issued || meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady) != nil
@@ -74,8 +74,9 @@ func readFirst(c *v1alpha1.Cluster, issued bool) bool {
 // foundByCreate is err, the outcome of creating a key's Secret the cache did
 // not hold, unless the create found a Secret without the Cluster's label
 // there (whatHoldsTheName): confirm (confirmCAMissing,
-// confirmServiceAccountKeyMissing) then says what it is. A Secret that may
-// hold a key is to be relabelled, never moved out of the way.
+// confirmServiceAccountKeyMissing) then says what it is: one that may hold
+// the Cluster's key is to be relabelled, never deleted; one that another
+// Cluster or owner claims stays NameTaken.
 func foundByCreate(err error, confirm func() error) error {
 	if !nameTaken(err) {
 		return err
