@@ -309,24 +309,24 @@ var _ = Describe("Failure modes", func() {
 		r := reconcilerWith(nil)
 		_, err := reconcileOnce(ctx, r, key)
 		Expect(err).NotTo(HaveOccurred())
-		kubeconfig := &corev1.Secret{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, kubeconfig)).To(Succeed())
-		delete(kubeconfig.Labels, v1alpha1.LabelCluster)
-		Expect(k8s.Update(ctx, kubeconfig)).To(Succeed())
+		operatorCert := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, operatorCert)).To(Succeed())
+		delete(operatorCert.Labels, v1alpha1.LabelCluster)
+		Expect(k8s.Update(ctx, operatorCert)).To(Succeed())
 		for range 2 {
 			_, err = reconcileOnce(ctx, r, key)
-			Expect(err).To(MatchError(ContainSubstring("kubectl label --overwrite secret -n " + ns + " " + kubeconfig.Name + " carousel.dev/cluster=taken")))
+			Expect(err).To(MatchError(ContainSubstring("kubectl label --overwrite secret -n " + ns + " " + operatorCert.Name + " carousel.dev/cluster=taken")))
 		}
 		Expect(readyCondition(ctx, key)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonObjectUnlabelled)))
 		expectWarning(v1alpha1.ReasonObjectUnlabelled)
 		for len(recorder.Events) > 0 {
 			Expect(<-recorder.Events).NotTo(HavePrefix("Warning "+v1alpha1.ReasonObjectUnlabelled), "announced once")
 		}
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(kubeconfig), kubeconfig)).To(Succeed())
-		Expect(kubeconfig.Labels).NotTo(HaveKey(v1alpha1.LabelCluster), "the object is left as it is")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(operatorCert), operatorCert)).To(Succeed())
+		Expect(operatorCert.Labels).NotTo(HaveKey(v1alpha1.LabelCluster), "the object is left as it is")
 
 		// Someone else's ConfigMap under the name of one of the Cluster's.
-		Expect(k8s.Delete(ctx, kubeconfig)).To(Succeed())
+		Expect(k8s.Delete(ctx, operatorCert)).To(Succeed())
 		bundle := &corev1.ConfigMap{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleEtcd)}, bundle)).To(Succeed())
 		Expect(k8s.Delete(ctx, bundle)).To(Succeed())
