@@ -43,6 +43,7 @@ FUZZ_TARGETS := \
 	pkg/auditwebhook:FuzzKnownSightingsDeferOnlyWhatObserveDefers \
 	pkg/auditwebhook:FuzzPendingSightingsWriteWhatEachBatchWould \
 	pkg/campaign:FuzzPlan \
+	pkg/controller/cluster:FuzzNameHolder \
 	pkg/controller/workerrollout:FuzzPlanReplace \
 	pkg/controller/workerrollout:FuzzRolloutTime \
 	pkg/controller/workerrollout:FuzzPlanRollout \

@@ -118,13 +118,22 @@ func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, 
 	}
 	found := &metav1.PartialObjectMetadata{}
 	found.SetGroupVersionKind(gvk)
-	err = r.apiReader().Get(ctx, client.ObjectKeyFromObject(obj), found)
-	kind, name := strings.ToLower(gvk.Kind), obj.GetName()
-	switch {
-	case apierrors.IsNotFound(err), err == nil && found.Labels[v1alpha1.LabelCluster] == c.Name:
-		return fmt.Errorf("creating %s: %w", name, errStaleCache)
+	switch err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(obj), found); {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("creating %s: %w", obj.GetName(), errStaleCache)
 	case err != nil:
-		return fmt.Errorf("creating %s, whose name is taken: reading what holds it: %w", name, err)
+		return fmt.Errorf("creating %s, whose name is taken: reading what holds it: %w", obj.GetName(), err)
+	}
+	return nameHolder(strings.ToLower(gvk.Kind), found, c)
+}
+
+// nameHolder is whatHoldsTheName's verdict on found, the object of that kind
+// that holds the name of one of c's.
+func nameHolder(kind string, found *metav1.PartialObjectMetadata, c *v1alpha1.Cluster) error {
+	name := found.Name
+	switch {
+	case found.Labels[v1alpha1.LabelCluster] == c.Name:
+		return fmt.Errorf("creating %s: %w", name, errStaleCache)
 	case found.DeletionTimestamp != nil:
 		return fmt.Errorf("creating %s: the %s that holds the name is being deleted (finalizers %v); waiting for it to go", name, kind, found.Finalizers)
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -199,4 +201,104 @@ func expectAPassIssuesEverything(t *testing.T, r *Reconciler, api *fakeAPI, key 
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
 		t.Errorf("Ready is %+v after the pass, want True", meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady))
 	}
+}
+
+func TestNameHolder(t *testing.T) {
+	c := newCluster("prod")
+	controller := func(kind, name string, uid types.UID) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: "v1", Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}}
+	}
+	deleting := ptr.To(metav1.Now())
+	for _, tc := range []struct {
+		name   string
+		meta   metav1.ObjectMeta
+		stale  bool   // errStaleCache: retried in a second
+		reason string // the blocked reason; "" for neither stale nor blocked
+		want   string // in the message
+	}{
+		{name: "the Cluster's own", meta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LabelCluster: "prod"}}, stale: true},
+		{name: "the Cluster's own, being deleted", stale: true,
+			meta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LabelCluster: "prod"}, DeletionTimestamp: deleting, Finalizers: []string{"x"}}},
+		{name: "unlabelled, being deleted", meta: metav1.ObjectMeta{DeletionTimestamp: deleting, Finalizers: []string{"example.com/hold"}},
+			want: "is being deleted (finalizers [example.com/hold])"},
+		{name: "another Cluster's", meta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LabelCluster: "prod-ca"}},
+			reason: v1alpha1.ReasonNameTaken, want: "belongs to Cluster prod-ca"},
+		{name: "another Cluster's, controlled by this one", reason: v1alpha1.ReasonNameTaken, want: "belongs to Cluster prod-ca",
+			meta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LabelCluster: "prod-ca"}, OwnerReferences: controller("Cluster", "prod", c.UID)}},
+		{name: "another owner's", meta: metav1.ObjectMeta{OwnerReferences: controller("Deployment", "web", "web-uid")},
+			reason: v1alpha1.ReasonNameTaken, want: "is controlled by Deployment web"},
+		{name: "a Cluster of the same name's, deleted since", meta: metav1.ObjectMeta{OwnerReferences: controller("Cluster", "prod", "earlier-uid")},
+			reason: v1alpha1.ReasonNameTaken, want: "is controlled by Cluster prod"},
+		{name: "the Cluster's, unlabelled", meta: metav1.ObjectMeta{OwnerReferences: controller("Cluster", "prod", c.UID)},
+			reason: v1alpha1.ReasonObjectUnlabelled, want: "kubectl label --overwrite secret -n fleet prod-admin carousel.dev/cluster=prod"},
+		{name: "no label, no controller", meta: metav1.ObjectMeta{Labels: map[string]string{"app": "theirs"}},
+			reason: v1alpha1.ReasonNameTaken, want: "has no controller"},
+		{name: "owned by the Cluster, not as its controller", reason: v1alpha1.ReasonNameTaken, want: "has no controller",
+			meta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Cluster", Name: "prod", UID: c.UID}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			found := &metav1.PartialObjectMetadata{ObjectMeta: tc.meta}
+			found.Namespace, found.Name = c.Namespace, "prod-admin"
+			err := nameHolder("secret", found, c)
+			var b *blockedError
+			switch {
+			case err == nil:
+				t.Fatal("no verdict")
+			case errors.Is(err, errStaleCache) != tc.stale:
+				t.Errorf("%v: stale %t, want %t", err, !tc.stale, tc.stale)
+			case errors.As(err, &b) != (tc.reason != "") || b != nil && b.reason != tc.reason:
+				t.Errorf("%v: want the reason %q", err, tc.reason)
+			case !strings.Contains(err.Error(), tc.want):
+				t.Errorf("%v: want %q in it", err, tc.want)
+			}
+			if nameTaken(err) != (tc.reason != "") {
+				t.Errorf("nameTaken is %t for %v", nameTaken(err), err)
+			}
+		})
+	}
+}
+
+// FuzzNameHolder checks nameHolder's verdict on any holder: the cache is
+// behind exactly when the holder carries the Cluster's label; otherwise one
+// on its way out is waited for, and any other stops the Cluster, as
+// ObjectUnlabelled only when the Cluster controls it and no other Cluster's
+// label claims it.
+func FuzzNameHolder(f *testing.F) {
+	f.Add("prod", false, "Cluster", true, true)
+	f.Add("", true, "", false, false)
+	f.Add("prod-ca", false, "Cluster", true, true)
+	f.Add("", false, "Deployment", true, false)
+	f.Add("", false, "Cluster", false, true)
+	c := newCluster("prod")
+	f.Fuzz(func(t *testing.T, label string, deleting bool, ownerKind string, controller, sameUID bool) {
+		found := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "prod-admin"}}
+		if label != "" {
+			found.Labels = map[string]string{v1alpha1.LabelCluster: label}
+		}
+		if deleting {
+			found.DeletionTimestamp = ptr.To(metav1.Now())
+		}
+		uid := types.UID("another-uid")
+		if sameUID {
+			uid = c.UID
+		}
+		if ownerKind != "" {
+			found.OwnerReferences = []metav1.OwnerReference{{Kind: ownerKind, Name: "owner", UID: uid, Controller: ptr.To(controller)}}
+		}
+		err := nameHolder("secret", found, c)
+		var b *blockedError
+		blockedBy := errors.As(err, &b)
+		switch {
+		case err == nil:
+			t.Fatal("no verdict")
+		case errors.Is(err, errStaleCache) != (label == c.Name):
+			t.Fatalf("%v: stale, with the label %q", err, label)
+		case blockedBy != (label != c.Name && !deleting):
+			t.Fatalf("%v: blocked %t, label %q, being deleted %t", err, blockedBy, label, deleting)
+		case blockedBy && b.reason == v1alpha1.ReasonObjectUnlabelled && (!controller || !sameUID || label != ""):
+			t.Fatalf("%v: ObjectUnlabelled for a holder the Cluster does not control, or another Cluster's label claims", err)
+		case blockedBy != nameTaken(err):
+			t.Fatalf("%v: nameTaken %t", err, nameTaken(err))
+		}
+	})
 }
