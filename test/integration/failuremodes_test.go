@@ -95,6 +95,31 @@ var _ = Describe("Failure modes", func() {
 		GinkgoHelper()
 		Eventually(recorder.Events).Should(Receive(HavePrefix("Warning " + reason)))
 	}
+	// issued creates a Cluster, with endpoint if not empty, and runs, with a
+	// Reconciler that checks the managed cluster through checker, the pass
+	// that issues its credentials.
+	issued := func(ctx context.Context, name, endpoint string, checker clustercontroller.EvidenceChecker) (*v1alpha1.Cluster, client.ObjectKey, *clustercontroller.Reconciler) {
+		GinkgoHelper()
+		c := createCluster(ctx, ns, name)
+		if endpoint != "" {
+			Expect(k8s.Patch(ctx, withEndpoint(c, endpoint), client.MergeFrom(c))).To(Succeed())
+		}
+		key := client.ObjectKeyFromObject(c)
+		r := reconcilerWith(checker)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		return c, key, r
+	}
+	// unlabel takes the carousel.dev/cluster label off the Secret name, as
+	// a hand edit does, and returns it as it is then.
+	unlabel := func(ctx context.Context, name string) *corev1.Secret {
+		GinkgoHelper()
+		s := &corev1.Secret{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
+		delete(s.Labels, v1alpha1.LabelCluster)
+		Expect(k8s.Update(ctx, s)).To(Succeed())
+		return s
+	}
 
 	It("issues the credentials of a Cluster created with start-ca-rotation, then rotates", func(ctx SpecContext) {
 		var writes atomic.Int64
@@ -113,15 +138,10 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("keeps polling an API server that failed once in Preparing, backing off while it stays down", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "flaky")
-		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
-		key := client.ObjectKeyFromObject(c)
 		apiServer := &flakyAPIServer{}
-		r := reconcilerWith(apiServer)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
+		_, key, r := issued(ctx, "flaky", "https://127.0.0.1:6443", apiServer)
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
-		_, err = reconcileOnce(ctx, r, key) // records Preparing
+		_, err := reconcileOnce(ctx, r, key) // records Preparing
 		Expect(err).NotTo(HaveOccurred())
 
 		apiServer.down.Store(true)
@@ -140,22 +160,17 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("generates no key on a pass that changes nothing while the trust probe keeps failing", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "probe")
-		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
-		key := client.ObjectKeyFromObject(c)
 		apiServer := &flakyAPIServer{}
 		apiServer.down.Store(true)
-		r := reconcilerWith(apiServer)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
+		_, key, r := issued(ctx, "probe", "https://127.0.0.1:6443", apiServer)
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
 		for range 3 { // the operation, the new CAs, the first probe
-			_, err = reconcileOnce(ctx, r, key)
+			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).NotTo(HaveOccurred())
 		}
 		before := pki.KeysGenerated()
 		for range 3 {
-			_, err = reconcileOnce(ctx, r, key)
+			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).NotTo(HaveOccurred())
 		}
 		Expect(pki.KeysGenerated() - before).To(BeZero())
@@ -163,16 +178,12 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("keeps the trust probe through restarts and drops it when Preparing ends", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "probe-kept")
-		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
-		key := client.ObjectKeyFromObject(c)
 		apiServer := &flakyAPIServer{}
 		apiServer.down.Store(true)
-		_, err := reconcileOnce(ctx, reconcilerWith(apiServer), key)
-		Expect(err).NotTo(HaveOccurred())
+		c, key, _ := issued(ctx, "probe-kept", "https://127.0.0.1:6443", apiServer)
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
 		for range 3 { // the operation, the new CAs, the first probe
-			_, err = reconcileOnce(ctx, reconcilerWith(apiServer), key)
+			_, err := reconcileOnce(ctx, reconcilerWith(apiServer), key)
 			Expect(err).NotTo(HaveOccurred())
 		}
 		probe := client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, "trust-probe")}
@@ -181,7 +192,7 @@ var _ = Describe("Failure modes", func() {
 		before := pki.KeysGenerated()
 		clk.Step(45 * time.Minute) // past the half-life of the probe kept in memory before
 		for range 3 {
-			_, err = reconcileOnce(ctx, reconcilerWith(apiServer), key) // a new reconciler each time: a restarted operator
+			_, err := reconcileOnce(ctx, reconcilerWith(apiServer), key) // a new reconciler each time: a restarted operator
 			Expect(err).NotTo(HaveOccurred())
 		}
 		Expect(pki.KeysGenerated() - before).To(BeZero())
@@ -189,19 +200,14 @@ var _ = Describe("Failure modes", func() {
 		apiServer.down.Store(false)
 		r := reconcilerWith(apiServer)
 		reconcileUntilPrepared(ctx, r, key)
-		_, err = reconcileOnce(ctx, r, key)
+		_, err := reconcileOnce(ctx, r, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8s.Get(ctx, probe, &corev1.Secret{})).To(WithTransform(apierrors.IsNotFound, BeTrue()), "the probe is gone once Preparing ended")
 	})
 
 	It("probes the dropped client CA's rejection with a certificate that CA signed, not one left from before", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "old-probe")
-		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
-		key := client.ObjectKeyFromObject(c)
 		apiServer := &rejectionRecorder{}
-		r := reconcilerWith(apiServer)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
+		c, key, r := issued(ctx, "old-probe", "https://127.0.0.1:6443", apiServer)
 
 		// A probe Secret of the Cluster's from a CA long gone, as a
 		// rotation whose Completed pass did not get to delete it leaves.
@@ -236,22 +242,17 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("holds a rotation whose endpoint was removed past the webhook instead of skipping its checks", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "unchecked")
-		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
-		key := client.ObjectKeyFromObject(c)
 		apiServer := &flakyAPIServer{}
 		apiServer.down.Store(true) // Preparing holds until the endpoint is gone
-		r := reconcilerWith(apiServer)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
+		_, key, r := issued(ctx, "unchecked", "https://127.0.0.1:6443", apiServer)
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
 		for range 3 { // the operation, the new CAs and the endpoint the checks run against, the first probe
-			_, err = reconcileOnce(ctx, r, key)
+			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).NotTo(HaveOccurred())
 		}
 		Expect(getCluster(ctx, key).CARotation().CheckedEndpoint).To(Equal("https://127.0.0.1:6443"))
 
-		c = getCluster(ctx, key)
+		c := getCluster(ctx, key)
 		Expect(k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))).To(MatchError(ContainSubstring("cannot be removed while the CA rotation is in phase Preparing")),
 			"the webhook refuses it")
 		bypassWebhook(ctx, ns)
@@ -262,7 +263,7 @@ var _ = Describe("Failure modes", func() {
 		apiServer.down.Store(false) // nothing left that could fail a check: only the missing endpoint holds it
 
 		for range 5 {
-			_, err = reconcileOnce(ctx, r, key)
+			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).NotTo(HaveOccurred())
 		}
 		c = getCluster(ctx, key)
@@ -276,19 +277,12 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("stops, without generating keys, when a CA Secret loses its labels", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "unlabelled")
-		key := client.ObjectKeyFromObject(c)
-		r := reconcilerWith(nil)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
-		s := &corev1.Secret{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleKubelet)}, s)).To(Succeed())
-		delete(s.Labels, v1alpha1.LabelCluster)
-		Expect(k8s.Update(ctx, s)).To(Succeed())
+		c, key, r := issued(ctx, "unlabelled", "", nil)
+		s := unlabel(ctx, credentials.CASecretName(c.Name, v1alpha1.CARoleKubelet))
 
 		before := pki.KeysGenerated()
 		for range 3 {
-			_, err = reconcileOnce(ctx, r, key)
+			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).To(MatchError(ContainSubstring("lacks Carousel's labels")))
 		}
 		Expect(pki.KeysGenerated() - before).To(BeZero())
@@ -298,23 +292,16 @@ var _ = Describe("Failure modes", func() {
 
 		s.Labels[v1alpha1.LabelCluster] = c.Name
 		Expect(k8s.Update(ctx, s)).To(Succeed())
-		_, err = reconcileOnce(ctx, r, key)
+		_, err := reconcileOnce(ctx, r, key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(readyCondition(ctx, key)).To(HaveField("Status", metav1.ConditionTrue))
 	})
 
 	It("stops, saying what to do, on an object it writes that lost its label or is someone else's", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "taken")
-		key := client.ObjectKeyFromObject(c)
-		r := reconcilerWith(nil)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
-		operatorCert := &corev1.Secret{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)}, operatorCert)).To(Succeed())
-		delete(operatorCert.Labels, v1alpha1.LabelCluster)
-		Expect(k8s.Update(ctx, operatorCert)).To(Succeed())
+		c, key, r := issued(ctx, "taken", "", nil)
+		operatorCert := unlabel(ctx, credentials.CertificateSecretName(c.Name, credentials.CertOperator))
 		for range 2 {
-			_, err = reconcileOnce(ctx, r, key)
+			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).To(MatchError(ContainSubstring("kubectl label --overwrite secret -n " + ns + " " + operatorCert.Name + " carousel.dev/cluster=taken")))
 		}
 		Expect(readyCondition(ctx, key)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonObjectUnlabelled)))
@@ -332,7 +319,7 @@ var _ = Describe("Failure modes", func() {
 		Expect(k8s.Delete(ctx, bundle)).To(Succeed())
 		theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: bundle.Name}, Data: map[string]string{"theirs": "yes"}}
 		Expect(k8s.Create(ctx, theirs)).To(Succeed())
-		_, err = reconcileOnce(ctx, r, key)
+		_, err := reconcileOnce(ctx, r, key)
 		Expect(err).To(MatchError(ContainSubstring("configmap " + bundle.Name + " is in the way")))
 		Expect(readyCondition(ctx, key)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonNameTaken)))
 		expectWarning(v1alpha1.ReasonNameTaken)
@@ -346,18 +333,14 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("does not replace a CA deleted outside a rotation until reissue-ca is asked for", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "lost")
-		key := client.ObjectKeyFromObject(c)
-		r := reconcilerWith(nil)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
+		c, key, r := issued(ctx, "lost", "", nil)
 		etcd := client.ObjectKey{Namespace: ns, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleEtcd)}
 		lost := &corev1.Secret{}
 		Expect(k8s.Get(ctx, etcd, lost)).To(Succeed())
 		Expect(k8s.Delete(ctx, lost)).To(Succeed())
 
 		before := pki.KeysGenerated()
-		_, err = reconcileOnce(ctx, r, key)
+		_, err := reconcileOnce(ctx, r, key)
 		Expect(err).To(MatchError(ContainSubstring("secret lost-ca-etcd holding the etcd CA is missing")))
 		Expect(pki.KeysGenerated() - before).To(BeZero())
 		Expect(k8s.Get(ctx, etcd, &corev1.Secret{})).NotTo(Succeed(), "no replacement CA was minted")
@@ -378,11 +361,7 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("neither replaces a lost service-account key nor loops on an unlabelled one until reissue-service-account-key", func(ctx SpecContext) {
-		c := createCluster(ctx, ns, "sakey")
-		key := client.ObjectKeyFromObject(c)
-		r := reconcilerWith(nil)
-		_, err := reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
+		c, key, r := issued(ctx, "sakey", "", nil)
 		saKey := client.ObjectKey{Namespace: ns, Name: credentials.ServiceAccountKeySecretName(c.Name)}
 		original := &corev1.Secret{}
 		Expect(k8s.Get(ctx, saKey, original)).To(Succeed())
@@ -392,14 +371,14 @@ var _ = Describe("Failure modes", func() {
 		Expect(k8s.Update(ctx, unlabelled)).To(Succeed())
 		before := pki.KeysGenerated()
 		for range 3 {
-			_, err = reconcileOnce(ctx, r, key)
+			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).To(MatchError(ContainSubstring("holds the service-account key but lacks Carousel's labels")))
 		}
 		Expect(pki.KeysGenerated()-before).To(BeZero(), "no key is generated while the Secret is only unlabelled")
 		expectWarning(v1alpha1.ReasonServiceAccountKeyUnlabelled)
 
 		Expect(k8s.Delete(ctx, unlabelled)).To(Succeed())
-		_, err = reconcileOnce(ctx, r, key)
+		_, err := reconcileOnce(ctx, r, key)
 		Expect(err).To(MatchError(ContainSubstring("holding the service-account key is missing")))
 		Expect(pki.KeysGenerated() - before).To(BeZero())
 		Expect(k8s.Get(ctx, saKey, &corev1.Secret{})).NotTo(Succeed(), "no replacement key was written")

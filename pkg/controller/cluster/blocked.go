@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,11 +61,12 @@ func (r *Reconciler) confirmCAMissing(ctx context.Context, c *v1alpha1.Cluster, 
 // and on every Cluster a pass has recorded a status for (it has a Ready
 // condition). On a new Cluster the create is the check instead: the API server
 // refuses it when a Secret is there (not cached yet, or unlabelled), the key
-// generated for it is dropped unstored, and what holds the name is read then
-// to say which (its metadata; the Secret itself when it lacks the Cluster's
-// label: foundByCreate). That spares each new Cluster a read per CA and one
-// for the service-account key; once a pass has recorded its status, a Secret found
-// unlabelled costs no key in the passes that retry.
+// generated for it is dropped unstored, and the metadata of what holds the
+// name is read then to say which (whatHoldsTheName; again by confirm when it
+// lacks the Cluster's label: foundByCreate). That spares each new Cluster a
+// read per CA and one for the service-account key; once a pass has recorded
+// its status, a Secret found unlabelled costs no key in the passes that
+// retry.
 func readFirst(c *v1alpha1.Cluster, issued bool) bool {
 	return issued || meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady) != nil
 }
@@ -104,15 +104,14 @@ func (r *Reconciler) confirmServiceAccountKeyMissing(ctx context.Context, c *v1a
 		name, operationCommand(c, v1alpha1.OperationReissueServiceAccountKey))
 }
 
-// confirmAbsent reads the API server for a Secret the cache does not hold,
-// and returns nil only when it is not there. One the cache has not seen yet
+// confirmAbsent reads the API server for the metadata of a Secret the cache
+// does not hold, and returns nil only when it is not there. One the cache has not seen yet
 // is errStaleCache. One that another Cluster's label claims, or another
 // owner controls, is NameTaken (notTheClusters). One that lost its labels
 // (the cache filters on them) is blocked with unlabelledReason, a message
 // naming what it holds, and the kubectl label command that puts them back.
 func (r *Reconciler) confirmAbsent(ctx context.Context, c *v1alpha1.Cluster, name string, labels map[string]string, holding, unlabelledReason string) error {
-	s := &corev1.Secret{}
-	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
+	s, err := r.readMetadata(ctx, secretKind, client.ObjectKey{Namespace: c.Namespace, Name: name})
 	switch {
 	case err == nil && hasMeta(s.Labels, labels):
 		return fmt.Errorf("secret %s: %w", name, errStaleCache)

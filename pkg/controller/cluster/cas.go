@@ -276,9 +276,7 @@ func newServiceAccountKey(c *v1alpha1.Cluster) (map[string][]byte, error) {
 // is there, or none.
 func (r *Reconciler) reissueServiceAccountKey(ctx context.Context, c *v1alpha1.Cluster) error {
 	name := credentials.ServiceAccountKeySecretName(c.Name)
-	there := &metav1.PartialObjectMetadata{}
-	there.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	switch err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, there); {
+	switch there, err := r.readMetadata(ctx, secretKind, client.ObjectKey{Namespace: c.Namespace, Name: name}); {
 	case err == nil && there.DeletionTimestamp == nil:
 		return nil // there is a key, nothing to replace
 	case err == nil:

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -116,9 +117,8 @@ func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, 
 	if err != nil {
 		return err
 	}
-	found := &metav1.PartialObjectMetadata{}
-	found.SetGroupVersionKind(gvk)
-	switch err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(obj), found); {
+	found, err := r.readMetadata(ctx, gvk, client.ObjectKeyFromObject(obj))
+	switch {
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("creating %s: %w", obj.GetName(), errStaleCache)
 	case err != nil:
@@ -126,6 +126,18 @@ func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, 
 	}
 	return nameHolder(strings.ToLower(gvk.Kind), found, c)
 }
+
+// readMetadata reads the metadata of the object of kind gvk at key from the
+// API server, past the cache (which shows only the Clusters' labelled
+// objects), without its data: no key leaves the API server for it.
+func (r *Reconciler) readMetadata(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*metav1.PartialObjectMetadata, error) {
+	found := &metav1.PartialObjectMetadata{}
+	found.SetGroupVersionKind(gvk)
+	return found, r.apiReader().Get(ctx, key, found)
+}
+
+// secretKind is the GroupVersionKind of Secrets, for readMetadata.
+var secretKind = corev1.SchemeGroupVersion.WithKind("Secret")
 
 // nameHolder is whatHoldsTheName's verdict on found, the object of that kind
 // that holds the name of one of c's.
