@@ -127,6 +127,9 @@ func (o Options) Validate() error {
 	if o.CSRConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--csr-concurrency=%d: handle at least one CSR at a time", o.CSRConcurrency))
 	}
+	if o.CSRMaxDuration <= 0 {
+		errs = append(errs, fmt.Errorf("--csr-max-duration=%s: must be positive", o.CSRMaxDuration))
+	}
 	if o.OldCAUsageWindow <= 0 {
 		errs = append(errs, fmt.Errorf("--old-ca-usage-window=%s: must be positive", o.OldCAUsageWindow))
 	}

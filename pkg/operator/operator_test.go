@@ -3,6 +3,7 @@ package operator
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -33,6 +34,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"an audit webhook without the webhook server", func(o *Options) {
 			o.AuditWebhookURL, o.AuditWebhookCAFile, o.Webhook = "https://carousel/audit", "/ca.crt", false
 		}, "needs --webhook=true"},
+		{"kubelet certificates shorter than a CSR may ask for (the e2e suite's, to see kubelets renew)", func(o *Options) { o.CSRMaxDuration = 4 * time.Minute }, ""},
+		{"no kubelet certificate validity", func(o *Options) { o.CSRMaxDuration = 0 }, "--csr-max-duration=0s: must be positive"},
+		{"a negative kubelet certificate validity", func(o *Options) { o.CSRMaxDuration = -time.Hour }, "--csr-max-duration=-1h0m0s"},
 		{"no old-CA usage window", func(o *Options) { o.OldCAUsageWindow = 0 }, "--old-ca-usage-window=0s: must be positive"},
 		{"every error at once", func(o *Options) { o.ClusterConcurrency, o.CSRConcurrency = 0, 0 }, "--cluster-concurrency=0: reconcile at least one Cluster at a time\n--csr-concurrency=0"},
 	} {
