@@ -19,8 +19,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -154,39 +157,63 @@ func sameKey(csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) e
 	return nil
 }
 
-// WaitForCertificate watches a CSR until it has a certificate (returned as
-// PEM), or is denied or failed.
+// WaitForCertificate waits until the CSR has a certificate (returned as PEM),
+// or is denied or failed (ErrDenied, ErrFailed), as client-go's
+// csr.WaitForCertificate does, whose errors do not say which: through an
+// informer on the one CSR, which lists again when its watch cannot resume (a
+// restarted API server, a resource version out of its watch cache) and backs
+// off between attempts. Watching again at once from the CSR's own resource
+// version would loop without pause while the API server answers that it is
+// too old. A CSR deleted, or replaced by another of its name, before it is
+// signed is an error: the caller asks again.
 func WaitForCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest) ([]byte, error) {
+	if cert, done, err := outcome(csr); done {
+		return cert, err
+	}
 	api := cs.CertificatesV1().CertificateSigningRequests()
 	name := csr.Name
-	for {
-		if cert, done, err := outcome(csr); done {
-			return cert, err
-		}
-		w, err := api.Watch(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("metadata.name", csr.Name).String(), ResourceVersion: csr.ResourceVersion,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("watching CSR %s: %w", csr.Name, err)
-		}
-		for ev := range w.ResultChan() {
-			if obj, ok := ev.Object.(*certificatesv1.CertificateSigningRequest); ok && ev.Type != watch.Deleted {
-				csr = obj
-				if cert, done, err := outcome(csr); done {
-					w.Stop()
-					return cert, err
-				}
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return api.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return api.Watch(ctx, opts)
+		},
+	}, cs)
+	gone := fmt.Errorf("CSR %s was deleted before it was signed", name)
+	var cert []byte
+	var refused error
+	_, err := watchtools.UntilWithSync(ctx, lw, &certificatesv1.CertificateSigningRequest{},
+		func(store cache.Store) (bool, error) {
+			if _, exists, err := store.GetByKey(name); err != nil || !exists {
+				return false, errors.Join(gone, err)
 			}
-		}
-		w.Stop()
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("waiting for CSR %s to be approved and signed: %w", name, err)
-		}
-		// The watch ended (timeout, a restarted API server): read again and resume.
-		if csr, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return nil, fmt.Errorf("CSR %s: %w", name, err)
-		}
+			return false, nil
+		},
+		func(ev watch.Event) (bool, error) {
+			obj, ok := ev.Object.(*certificatesv1.CertificateSigningRequest)
+			switch {
+			case !ok || obj.Name != name:
+				return false, nil
+			case ev.Type == watch.Deleted:
+				return false, gone
+			case obj.UID != csr.UID:
+				return false, fmt.Errorf("CSR %s was replaced by another of that name before it was signed", name)
+			}
+			var done bool
+			cert, done, refused = outcome(obj)
+			return done, nil
+		})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("waiting for CSR %s to be approved and signed: %w", name, ctx.Err())
+	case err != nil:
+		return nil, err
 	}
+	return cert, refused
 }
 
 func outcome(csr *certificatesv1.CertificateSigningRequest) ([]byte, bool, error) {
