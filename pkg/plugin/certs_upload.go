@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -63,25 +61,6 @@ type certsUpload struct {
 	// secrets is nil for a legacy upload, which holds only legacyFiles.
 	secrets     []uploadedSecret
 	legacyFiles map[string][]byte
-}
-
-// files are what `certs download` writes: <role>-ca-<key> for a CA Secret's
-// data, the bare key (sa.key, sa.pub) for the service-account key.
-func (u *certsUpload) files() map[string][]byte {
-	if u.secrets == nil {
-		return u.legacyFiles
-	}
-	files := map[string][]byte{}
-	for _, s := range u.secrets {
-		for key, data := range s.Data {
-			if s.Role == "" {
-				files[key] = data
-			} else {
-				files[fmt.Sprintf("%s-ca-%s", s.Role, key)] = data
-			}
-		}
-	}
-	return files
 }
 
 // sealCertificates encrypts the Secrets under key, bound to the Cluster (as
@@ -264,8 +243,9 @@ deleted with its bootstrap token when --ttl passes, as kubeadm's "upload-certs" 
 			if err := c.Create(ctx, copySecret); err != nil {
 				return fmt.Errorf("storing the encrypted copy: %w", err)
 			}
+			files, _ := (&certsUpload{secrets: uploaded}).files()
 			fmt.Fprintf(e.streams.Out, "Uploaded %d Secrets (%d files) of %s/%s as upload %s, deleted with its token at %s.\n",
-				len(uploaded), len((&certsUpload{secrets: uploaded}).files()), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
+				len(uploaded), len(files), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
 			fmt.Fprintf(e.streams.Out, "Certificate key (shown once, stored nowhere):\n%s\n", sealing.EncodeKey(key))
 			fmt.Fprintf(e.streams.Out, "Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n", cl.Name, cl.Namespace, id)
 			fmt.Fprintf(e.streams.Out, "Recreate a lost CA Secret with:\n  kubectl carousel certs restore %s -n %s --upload-id %s --certificate-key <key>\n", cl.Name, cl.Namespace, id)
@@ -339,60 +319,4 @@ func expiredUploads(items []corev1.Secret, now time.Time) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-func (e *env) downloadCommand() *cobra.Command {
-	var id, keyHex, dir string
-	cmd := &cobra.Command{
-		Use:   "download CLUSTER",
-		Short: "Decrypt an uploaded copy of CLUSTER's CA keys into a directory",
-		Long: `Decrypt the copy of CLUSTER's CA keys that "certs upload" stored, with the upload ID and the certificate key
-it printed, and write each certificate and key into a file of --dir (mode 0600), as kubeadm names them
-(for example client-ca-tls.crt, client-ca-tls.key, sa.key).`,
-		Example: `  # Write the uploaded keys of prod into ./prod-pki
-  kubectl carousel certs download prod -n team-a --upload-id abc123 --certificate-key <64 hex digits> --dir prod-pki`,
-		Args:              oneCluster,
-		ValidArgsFunction: e.completeClusters,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			key, err := parseCertificateKey(keyHex)
-			if err != nil {
-				return err
-			}
-			c, ns, err := e.client()
-			if err != nil {
-				return err
-			}
-			upload, err := e.openUpload(ctx, c, ns, args[0], id, key)
-			if err != nil {
-				return err
-			}
-			files := upload.files()
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return err
-			}
-			names := make([]string, 0, len(files))
-			for name := range files {
-				names = append(names, name)
-			}
-			slices.Sort(names)
-			for _, name := range names {
-				if strings.ContainsAny(name, `/\`) {
-					return fmt.Errorf("refusing file name %q", name)
-				}
-				if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o600); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(e.streams.Out, "Wrote %d files to %s: %s\n", len(names), dir, strings.Join(names, ", "))
-			e.sweepUploads(ctx, c)
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&id, "upload-id", "", "The upload ID that \"certs upload\" printed")
-	cmd.Flags().StringVar(&keyHex, "certificate-key", "", "The certificate key that \"certs upload\" printed")
-	cmd.Flags().StringVar(&dir, "dir", ".", "Directory to write the files into")
-	_ = cmd.MarkFlagRequired("upload-id")
-	_ = cmd.MarkFlagRequired("certificate-key")
-	return cmd
 }

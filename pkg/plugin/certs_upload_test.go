@@ -40,7 +40,7 @@ func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
 	if !reflect.DeepEqual(got.secrets, secrets) {
 		t.Errorf("opened Secrets = %+v, want %+v", got.secrets, secrets)
 	}
-	if files := got.files(); len(files) != 2 || string(files["cluster-ca-tls.key"]) != "secret" || string(files["sa.key"]) != "also secret" {
+	if files, ignored := got.files(); len(ignored) != 0 || len(files) != 2 || string(files["cluster-ca-tls.key"]) != "secret" || string(files["sa.key"]) != "also secret" {
 		t.Errorf("files = %q", files)
 	}
 	other, _ := sealing.NewKey()
@@ -66,7 +66,7 @@ func TestSealedCertificatesOpenOnlyWithTheirKeyAndCluster(t *testing.T) {
 func TestLegacyUploadsOpenAsFilesWithoutSecrets(t *testing.T) {
 	key, _ := sealing.NewKey()
 	// What kubectl carousel sealed before uploads recorded whole Secrets. A
-	// file may even be called "format".
+	// file may even be called "format" (from a data key someone added).
 	legacy := map[string][]byte{"cluster-ca-tls.key": []byte("k"), "sa.key": []byte("s"), "format": []byte("2")}
 	plain, _ := json.Marshal(legacy)
 	sealed, err := sealing.Seal(plain, key, "team-a/prod")
@@ -80,8 +80,9 @@ func TestLegacyUploadsOpenAsFilesWithoutSecrets(t *testing.T) {
 	if got.secrets != nil {
 		t.Errorf("a legacy upload has Secrets: %+v", got.secrets)
 	}
-	if !reflect.DeepEqual(got.files(), legacy) {
-		t.Errorf("files = %q, want %q", got.files(), legacy)
+	files, ignored := got.files()
+	if want := map[string][]byte{"cluster-ca-tls.key": []byte("k"), "sa.key": []byte("s")}; !reflect.DeepEqual(files, want) || !reflect.DeepEqual(ignored, []string{"format"}) {
+		t.Errorf("files = %q, ignored %q; want %q, ignored format", files, ignored, want)
 	}
 
 	if _, err := decodePayload([]byte(`{"format":3,"secrets":[]}`)); err == nil || !strings.Contains(err.Error(), "format 3") {

@@ -344,6 +344,12 @@ var _ = Describe("kubectl carousel", func() {
 		startControllers(ns, &writes)
 		c := createCluster(ctx, ns, "copied")
 		waitForReady(ctx, client.ObjectKeyFromObject(c))
+		By("a namespace writer adding a data key to the service-account key Secret: a file name on the downloader's machine")
+		saKey := &corev1.Secret{}
+		saName := client.ObjectKey{Namespace: ns, Name: credentials.ServiceAccountKeySecretName("copied")}
+		Expect(k8s.Get(ctx, saName, saKey)).To(Succeed())
+		saKey.Data["prod.kubeconfig"] = []byte("users: [{name: u, user: {exec: {command: /tmp/evil}}}]")
+		Expect(k8s.Update(ctx, saKey)).To(Succeed())
 
 		out, err := kubectlCarousel(ctx, "certs", "upload", "copied", "-n", ns, "--ttl", "1h")
 		Expect(err).NotTo(HaveOccurred())
@@ -364,6 +370,17 @@ var _ = Describe("kubectl carousel", func() {
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: credentials.CASecretName("copied", v1alpha1.CARoleClient)}, clientCA)).To(Succeed())
 		Expect(os.ReadFile(filepath.Join(dir, "client-ca-tls.key"))).To(Equal(clientCA.Data[v1alpha1.DataKeyPrivateKey]))
 		Expect(filepath.Join(dir, "sa.key")).To(BeARegularFile())
+		Expect(k8s.Get(ctx, saName, saKey)).To(Succeed())
+		Expect(saKey.Data).To(HaveKey("prod.kubeconfig"), "the upload read it")
+		Expect(filepath.Join(dir, "prod.kubeconfig")).NotTo(BeAnExistingFile(), "a data key Carousel does not write names no file")
+
+		By("downloading into a directory that has one of the files: nothing is written")
+		mine := GinkgoT().TempDir()
+		Expect(os.WriteFile(filepath.Join(mine, "sa.key"), []byte("mine"), 0o644)).To(Succeed())
+		_, err = kubectlCarousel(ctx, "certs", "download", "copied", "-n", ns, "--upload-id", id[1], "--certificate-key", key[1], "--dir", mine)
+		Expect(err).To(MatchError(ContainSubstring("already has sa.key; download replaces no file")))
+		Expect(os.ReadFile(filepath.Join(mine, "sa.key"))).To(Equal([]byte("mine")))
+		Expect(filepath.Join(mine, "client-ca-tls.key")).NotTo(BeAnExistingFile())
 
 		wrong := strings.Repeat("0", 64)
 		_, err = kubectlCarousel(ctx, "certs", "download", "copied", "-n", ns, "--upload-id", id[1], "--certificate-key", wrong, "--dir", dir)
