@@ -49,8 +49,8 @@ Before printing, the certificate's user, fingerprint, issuing CA and expiry are 
 waits before deleting the new client CA, while a user holds an unexpired kubeconfig from the client CA that is
 dropped. Running this command again with the same --name (by default your login name) moves that user to the
 CA of now.`,
-		Example: `  # Half an hour of admin access to prod's API server
-  kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice > prod.kubeconfig
+		Example: `  # Half an hour of admin access to prod's API server, in a file only you may read (it holds the key)
+  (umask 077; kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice > prod.kubeconfig)
   kubectl --kubeconfig prod.kubeconfig get nodes`,
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,

@@ -218,3 +218,22 @@ func TestOperationOf(t *testing.T) {
 		t.Errorf("operationOf(keys) error = %v", err)
 	}
 }
+
+// Only the operations maintenance.Queueable lets wait for the window offer
+// --in-maintenance-window.
+func TestOnlyOperationsThatCanWaitForTheMaintenanceWindowOfferIt(t *testing.T) {
+	root := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}, clock.RealClock{})
+	for path, want := range map[string]bool{"rotation start": true, "rotation complete": true, "rotation rollout-workers": false} {
+		cmd, _, err := root.Find(strings.Fields(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cmd.Flags().Lookup("in-maintenance-window") != nil; got != want {
+			t.Errorf("%s offers --in-maintenance-window: %v, want %v", path, got, want)
+		}
+	}
+	err := run("rotation", "start", "prod", "--without-workers-rollout", "--in-maintenance-window", "--kubeconfig", filepath.Join(t.TempDir(), "none"))
+	if err == nil || !strings.Contains(err.Error(), "--in-maintenance-window: only") {
+		t.Errorf("start --without-workers-rollout --in-maintenance-window: err = %v", err)
+	}
+}

@@ -26,17 +26,20 @@ import (
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
-// operationFlags are the flags every operation command has: --wait,
-// --timeout and --in-maintenance-window.
+// operationFlags are the flags every operation command has: --wait and
+// --timeout, and --in-maintenance-window for those that can wait for the
+// window (maintenance.Queueable).
 type operationFlags struct {
 	wait, inWindow bool
 	timeout        time.Duration
 }
 
-func addOperationFlags(cmd *cobra.Command, until string) *operationFlags {
+func addOperationFlags(cmd *cobra.Command, until string, queueable bool) *operationFlags {
 	f := &operationFlags{}
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+until)
-	cmd.Flags().BoolVar(&f.inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
+	if queueable {
+		cmd.Flags().BoolVar(&f.inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
+	}
 	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
 	return f
 }
@@ -156,7 +159,7 @@ time either changes, until the rotation is %[3]s or --timeout passes.`, operatio
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,
 	}
-	f := addOperationFlags(cmd, string(target))
+	f := addOperationFlags(cmd, string(target), true)
 	complete := operation == v1alpha1.OperationCompleteCARotation
 	keyOperation, _, _ := operationOf(scopeServiceAccountKey, complete, nil)
 	allOperation, _, _ := operationOf(scopeAll, complete, nil)
@@ -175,13 +178,14 @@ signing key (%[3]s), %[4]s both at once (%[5]s).`, scopeCA, scopeServiceAccountK
 
 With --without-workers-rollout the operation is %[1]s: Carousel prepares the control plane and holds
 every worker pool, which it rolls only once "kubectl carousel rotation rollout-workers" names it; the rotation
-then waits in phase %[2]s (--wait ends there) until no pool is held.`, v1alpha1.OperationStartCARotationWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout)
+then waits in phase %[2]s (--wait ends there) until no pool is held. It does not wait for the maintenance
+window: it cannot be combined with --in-maintenance-window.`, v1alpha1.OperationStartCARotationWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout)
 		cmd.Example += `
 
   # Prepare the control plane now, and roll the worker pools later, one at a time
   kubectl carousel rotation start prod -n team-a --without-workers-rollout --wait`
 		cmd.Flags().BoolVar(&withoutWorkers, "without-workers-rollout", false,
-			"Prepare the control plane only, and hold every worker pool until rollout-workers names it")
+			"Prepare the control plane only, and hold every worker pool until rollout-workers names it (not with --in-maintenance-window)")
 	}
 	var force bool
 	if complete {
@@ -242,7 +246,7 @@ that is not held.
 		},
 		ValidArgsFunction: e.completeHeldPools,
 	}
-	f := addOperationFlags(cmd, string(v1alpha1.RotationWaitingForWorkersRollout)+" or "+string(v1alpha1.RotationPrepared))
+	f := addOperationFlags(cmd, string(v1alpha1.RotationWaitingForWorkersRollout)+" or "+string(v1alpha1.RotationPrepared), false)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		op := v1alpha1.Operation{Verb: v1alpha1.VerbRotateRolloutWorkers, Pools: args[1:]}
 		return e.requestOperation(cmd.Context(), args[0], op.String(),
