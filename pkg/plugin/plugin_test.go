@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -235,5 +237,71 @@ func TestOnlyOperationsThatCanWaitForTheMaintenanceWindowOfferIt(t *testing.T) {
 	err := run("rotation", "start", "prod", "--without-workers-rollout", "--in-maintenance-window", "--kubeconfig", filepath.Join(t.TempDir(), "none"))
 	if err == nil || !strings.Contains(err.Error(), "--in-maintenance-window: only") {
 		t.Errorf("start --without-workers-rollout --in-maintenance-window: err = %v", err)
+	}
+}
+
+func TestAnOperationIsRefusedWhenItIsGoneAndLeftNoTrace(t *testing.T) {
+	at := metav1.Unix(1_800_000_000, 0)
+	prepared := func(change func(*v1alpha1.Cluster)) *v1alpha1.Cluster {
+		cl := &v1alpha1.Cluster{Status: v1alpha1.ClusterStatus{Credentials: &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+			CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &at,
+				OldCAUsage: &v1alpha1.OldCAUsage{}}}}}}
+		change(cl)
+		return cl
+	}
+	complete := request{operation: v1alpha1.OperationCompleteCARotation, record: operationRecord(prepared(func(*v1alpha1.Cluster) {}))}
+	toCompleted := followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationCompleted}}
+	for _, tt := range []struct {
+		name   string
+		req    request
+		target followTarget
+		now    *v1alpha1.Cluster
+		want   bool
+	}{
+		{"not taken yet", complete, toCompleted, prepared(func(cl *v1alpha1.Cluster) {
+			cl.Annotations = map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationCompleteCARotation}
+		}), false},
+		{"gone, the rotation as it was", complete, toCompleted, prepared(func(*v1alpha1.Cluster) {}), true},
+		{"gone, only the old-CA usage list changed", complete, toCompleted, prepared(func(cl *v1alpha1.Cluster) {
+			cl.CARotation().OldCAUsage = &v1alpha1.OldCAUsage{Dependents: []v1alpha1.OldCADependent{{Name: "n1", Message: "an old-CA client certificate"}}}
+		}), true},
+		{"gone, the rotation Finalizing", complete, toCompleted, prepared(func(cl *v1alpha1.Cluster) {
+			cl.CARotation().Phase, cl.CARotation().LastCompletionTriggeredTime = v1alpha1.RotationFinalizing, &at
+		}), false},
+		{"a forced abort that ended the wait, the phase unchanged", request{operation: "abort-ca-rotation=force", record: operationRecord(prepared(func(cl *v1alpha1.Cluster) {
+			cl.CARotation().Phase = v1alpha1.RotationAborting
+		}))}, followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationAborted}}, prepared(func(cl *v1alpha1.Cluster) {
+			cl.CARotation().Phase, cl.CARotation().AbortForcedTime = v1alpha1.RotationAborting, &at
+		}), false},
+		{"gone, the target reached", complete, followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}}, prepared(func(*v1alpha1.Cluster) {}), false},
+		{"a first rotation, refused", request{operation: v1alpha1.OperationStartCARotation, record: operationRecord(&v1alpha1.Cluster{})},
+			followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}}, &v1alpha1.Cluster{}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.req.refusedBy(tt.now, tt.target); got != tt.want {
+				t.Errorf("refusedBy = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTheRefusalIsTheNewestEventAboutTheOperation(t *testing.T) {
+	event := func(message string, at int64, series int64) corev1.Event {
+		ev := corev1.Event{Message: message, LastTimestamp: metav1.Unix(at, 0)}
+		if series > 0 {
+			ev.Series = &corev1.EventSeries{Count: 2, LastObservedTime: metav1.NewMicroTime(time.Unix(series, 0))}
+		}
+		return ev
+	}
+	events := []corev1.Event{
+		event(`Operation "complete-ca-rotation" refused in phase "Prepared": an old one`, 100, 0),
+		event(`Operation "complete-ca-rotation=force" refused in phase "Finalizing": another operation`, 300, 0),
+		event(`Operation "complete-ca-rotation" refused in phase "Prepared": seen again since`, 50, 200),
+	}
+	if got := newestRefusal(events, "complete-ca-rotation"); !strings.HasSuffix(got, "seen again since") {
+		t.Errorf("newestRefusal = %q", got)
+	}
+	if got := newestRefusal(events, "start-ca-rotation"); got != "" {
+		t.Errorf("newestRefusal of an operation without an event = %q", got)
 	}
 }

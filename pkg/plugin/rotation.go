@@ -5,19 +5,25 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -47,32 +53,134 @@ func addOperationFlags(cmd *cobra.Command, until string, queueable bool) *operat
 // requestOperation sets the operation annotation of the Cluster name (the
 // admission webhook says when the operation is not allowed), or queues it
 // for the maintenance window, and, with --wait, follows the phases until
-// target.
+// target. It replaces no other operation requested or queued (someone
+// else's, say, that Carousel has not taken yet): the patch carries the
+// resourceVersion it checked.
 func (e *env) requestOperation(ctx context.Context, name, operation string, target followTarget, f *operationFlags) error {
 	if _, err := maintenance.Queueable(operation); f.inWindow && err != nil {
 		return fmt.Errorf("--in-maintenance-window: %w", err) // what the webhook says, before anything is written
-	}
-	c, cl, err := e.clusterArg(ctx, name)
-	if err != nil {
-		return err
-	}
-	patch := client.MergeFrom(cl.DeepCopy())
-	if cl.Annotations == nil {
-		cl.Annotations = map[string]string{}
 	}
 	annotation, done := v1alpha1.OperationAnnotation, "requested"
 	if f.inWindow {
 		annotation, done = v1alpha1.MaintenanceOperationAnnotation, "queued for the maintenance window"
 	}
-	cl.Annotations[annotation] = operation
-	if err := c.Patch(ctx, cl, patch); err != nil {
+	var cl *v1alpha1.Cluster
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var c client.Client
+		var err error
+		if c, cl, err = e.clusterArg(ctx, name); err != nil {
+			return err
+		}
+		if pending, ok := cl.Annotations[annotation]; ok && pending != operation {
+			return fmt.Errorf("cluster %s/%s has %s=%s, which Carousel has not taken yet; wait for it, or remove it first: kubectl annotate cluster %s -n %s %s-",
+				cl.Namespace, name, annotation, pending, name, cl.Namespace, annotation)
+		}
+		patch := client.MergeFromWithOptions(cl.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if cl.Annotations == nil {
+			cl.Annotations = map[string]string{}
+		}
+		cl.Annotations[annotation] = operation
+		return c.Patch(ctx, cl, patch)
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.streams.Out, "cluster %s/%s: %s %s\n", cl.Namespace, name, operation, done)
 	if !f.wait {
 		return nil
 	}
-	return e.follow(ctx, cl.Namespace, name, target, f.timeout)
+	var req *request
+	if !f.inWindow {
+		req = &request{operation: operation, record: operationRecord(cl)}
+	}
+	return e.follow(ctx, cl.Namespace, name, target, f.timeout, req)
+}
+
+// request is an operation requested of a Cluster, with the Cluster's
+// operationRecord then.
+type request struct {
+	operation string
+	record    *v1alpha1.CredentialsRotation
+}
+
+// operationRecord is where an operation Carousel applies leaves its trace:
+// the state of the Cluster's rotations (a phase, a time, a pool released),
+// without the old-CA usage list, which changes by itself.
+func operationRecord(cl *v1alpha1.Cluster) *v1alpha1.CredentialsRotation {
+	if cl.Status.Credentials == nil || cl.Status.Credentials.Rotation == nil {
+		return nil
+	}
+	r := cl.Status.Credentials.Rotation.DeepCopy()
+	if r.CertificateAuthorities != nil {
+		r.CertificateAuthorities.OldCAUsage = nil
+	}
+	return r
+}
+
+// refusedBy reports whether the operation req asked of cl is gone, target
+// not reached and the operationRecord as it was: Carousel refused it. It
+// records what an operation does in the status before it removes the
+// annotation, and emits an OperationRefused event when it refuses one. A
+// rotation that moved on by itself in between hides a refusal, which --wait
+// then reports only at its timeout.
+func (req request) refusedBy(cl *v1alpha1.Cluster, target followTarget) bool {
+	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
+	return !requested && !rotationReached(cl, target) && equality.Semantic.DeepEqual(req.record, operationRecord(cl))
+}
+
+// refusalEventWait is how long --wait looks for the event that says why an
+// operation was refused: Carousel emits it as it removes the annotation,
+// and events are sent apart from the Cluster's writes.
+const refusalEventWait = 10 * time.Second
+
+// refusal is the error of an operation Carousel refused: with the message of
+// the newest OperationRefused event of cl for it, or, without one (or the
+// right to list events), where to look.
+func (e *env) refusal(ctx context.Context, cfg *rest.Config, cl *v1alpha1.Cluster, req request) error {
+	refused := fmt.Sprintf("cluster %s/%s: Carousel refused %s and removed it", cl.Namespace, cl.Name, req.operation)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", refused, err)
+	}
+	selector := fields.Set{"involvedObject.uid": string(cl.UID), "reason": v1alpha1.EventOperationRefused}.AsSelector().String()
+	var reason string
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, refusalEventWait, true, func(ctx context.Context) (bool, error) {
+		events, err := cs.CoreV1().Events(cl.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		reason = newestRefusal(events.Items, req.operation)
+		return reason != "", nil
+	})
+	if reason == "" {
+		return fmt.Errorf("%s; its OperationRefused event says why: kubectl get events -n %s --field-selector involvedObject.name=%s,reason=%s",
+			refused, cl.Namespace, cl.Name, v1alpha1.EventOperationRefused)
+	}
+	return fmt.Errorf("%s: %s", refused, reason)
+}
+
+// newestRefusal is the message of the newest of events about operation
+// (its message names it, quoted), or empty.
+func newestRefusal(events []corev1.Event, operation string) string {
+	var newest time.Time
+	var message string
+	for _, ev := range events {
+		if !strings.Contains(ev.Message, strconv.Quote(operation)) {
+			continue
+		}
+		at := slices.MaxFunc([]time.Time{ev.CreationTimestamp.Time, ev.LastTimestamp.Time, ev.EventTime.Time, seriesLast(ev.Series)}, time.Time.Compare)
+		if message == "" || at.After(newest) {
+			newest, message = at, ev.Message
+		}
+	}
+	return message
+}
+
+func seriesLast(s *corev1.EventSeries) time.Time {
+	if s == nil {
+		return time.Time{}
+	}
+	return s.LastObservedTime.Time
 }
 
 // followTarget is where --wait stops: the CA rotation in one of the phases
@@ -322,8 +430,10 @@ func (e *env) completeHeldPools(cmd *cobra.Command, args []string, toComplete st
 }
 
 // follow watches the Cluster and prints the phase and what it waits for
-// whenever either changes, until target.
-func (e *env) follow(ctx context.Context, ns, name string, target followTarget, timeout time.Duration) error {
+// whenever either changes, until target. With req, the operation just
+// requested, it ends as soon as Carousel refuses it, with the reason its
+// event gives.
+func (e *env) follow(ctx context.Context, ns, name string, target followTarget, timeout time.Duration, req *request) error {
 	cfg, _, err := e.config()
 	if err != nil {
 		return err
@@ -363,6 +473,9 @@ func (e *env) follow(ctx context.Context, ns, name string, target followTarget, 
 		if line != last {
 			fmt.Fprintln(e.streams.Out, line)
 			last = line
+		}
+		if req != nil && req.refusedBy(cl, target) {
+			return false, e.refusal(ctx, cfg, cl, *req)
 		}
 		return rotationReached(cl, target), nil
 	})

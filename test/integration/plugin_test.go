@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -324,6 +325,53 @@ var _ = Describe("kubectl carousel", func() {
 		_, err = kubectlCarousel(ctx, "rotation", "start", "both", "-n", ns, "--scope", "all")
 		Expect(err).To(MatchError(ContainSubstring("cannot start a service-account key rotation: the rotation is in phase Prepared")))
 		Expect(getCluster(ctx, key).CARotationPhase()).To(Equal(v1alpha1.RotationCompleted))
+	})
+
+	It("ends --wait when Carousel refuses the operation, with its reason, and replaces no operation not taken yet", func(ctx SpecContext) {
+		// No controller runs in this namespace: the spec does what Carousel
+		// does when it refuses an operation the webhook admitted (the old-CA
+		// usage gate finding a dependent after admission, say).
+		ns := newNamespace(ctx)
+		c := createCluster(ctx, ns, "refused")
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+			Phase: v1alpha1.RotationPrepared, LastInitiationTime: ptr.To(metav1.Now()), OldCAUsage: &v1alpha1.OldCAUsage{}}}}
+		Expect(k8s.Status().Update(ctx, c)).To(Succeed())
+
+		type result struct {
+			out string
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			defer GinkgoRecover()
+			out, err := kubectlCarousel(ctx, "rotation", "complete", "refused", "-n", ns, "--wait", "--timeout", "5m")
+			done <- result{out, err}
+		}()
+		Eventually(func() map[string]string { return getCluster(ctx, client.ObjectKeyFromObject(c)).Annotations }).
+			Should(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation))
+
+		By("asking for another operation before Carousel took the first")
+		_, err := kubectlCarousel(ctx, "rotation", "abort", "refused", "-n", ns)
+		Expect(err).To(MatchError(ContainSubstring("has carousel.dev/operation=complete-ca-rotation, which Carousel has not taken yet")))
+		Expect(getCluster(ctx, client.ObjectKeyFromObject(c)).Annotations).To(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation))
+
+		By("refusing the completion as Carousel does: a Warning event, then the annotation removed")
+		reason := `Operation "complete-ca-rotation" refused in phase "Prepared": node n1 still uses a client certificate from the old client CA`
+		Expect(k8s.Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: ns, GenerateName: "refused."},
+			InvolvedObject: corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster", Namespace: ns, Name: c.Name, UID: c.UID},
+			Reason:         v1alpha1.EventOperationRefused, Message: reason, Type: corev1.EventTypeWarning,
+			LastTimestamp: metav1.Now(), Source: corev1.EventSource{Component: "carousel"},
+		})).To(Succeed())
+		latest := getCluster(ctx, client.ObjectKeyFromObject(c))
+		patch := client.MergeFrom(latest.DeepCopy())
+		delete(latest.Annotations, v1alpha1.OperationAnnotation)
+		Expect(k8s.Patch(ctx, latest, patch)).To(Succeed())
+
+		var r result
+		Eventually(done).WithTimeout(30*time.Second).Should(Receive(&r), "--wait ends well before its --timeout")
+		Expect(r.err).To(MatchError("cluster " + ns + "/refused: Carousel refused complete-ca-rotation and removed it: " + reason))
+		Expect(r.out).To(ContainSubstring("phase Prepared"))
 	})
 
 	It("refuses a kubeconfig without an endpoint and a TTL out of bounds", func(ctx SpecContext) {
