@@ -13,8 +13,10 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
@@ -53,6 +55,7 @@ type renewalStep struct {
 func (r *renewal) renewalSteps() []renewalStep {
 	steps := []renewalStep{
 		{"read the node trust bundles", r.readTrust},
+		{checkServerStep, r.checkServer},
 		{"install the trust bundles", r.installTrust},
 		{"renew the client certificate", r.renewClient},
 	}
@@ -77,6 +80,7 @@ func (r *renewal) renewalSteps() []renewalStep {
 func (r *renewal) resyncSteps() []renewalStep {
 	return []renewalStep{
 		{"read the node trust bundles", r.readTrust},
+		{checkServerStep, r.checkServer},
 		{"install the trust bundles", r.installTrust},
 		{"renew the kubelet's serving certificate", r.renewUntrustedServing},
 		{"restart the kubelet", r.restartKubelet},
@@ -136,6 +140,43 @@ func (r *renewal) readTrust(ctx context.Context) error {
 	r.logf("read the node trust bundles", "cluster bundle %s, kubelet bundle %s", noderenewal.Digest(r.trust.Cluster), noderenewal.Digest(r.trust.Kubelet))
 	return nil
 }
+
+const checkServerStep = "check the API server against the cluster bundle"
+
+// checkServer makes one request of the API server with the kubeconfig as it
+// is, but trusting the published cluster bundle alone, before installTrust
+// writes that bundle into the kubeconfigs: one that does not verify the
+// certificate the API server serves (published before the API server
+// serves a certificate from the new cluster CA, or simply wrong) would cut
+// the kubelet and the agent off the API server, and so from the corrected
+// bundle too. Any answer of the API server, a refusal included, proves the
+// handshake; only a failed connection stops the renewal, which is tried
+// again later.
+func (r *renewal) checkServer(ctx context.Context) error {
+	m := r.n.Manager
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.cfg.KubeconfigPath)
+	if err != nil {
+		return err
+	}
+	cfg.CAData, cfg.CAFile = r.trust.Cluster, ""
+	if cfg.Timeout == 0 {
+		cfg.Timeout = checkServerTimeout
+	}
+	cs, err := m.newClient(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = cs.Discovery().ServerVersion()
+	if err != nil && !errors.As(err, new(apierrors.APIStatus)) {
+		return fmt.Errorf("the API server at %s, with only the published cluster bundle %s trusted: %w; not installing it",
+			cfg.Host, noderenewal.Digest(r.trust.Cluster), err)
+	}
+	r.logf(checkServerStep, "the API server at %s serves a certificate the bundle verifies", cfg.Host)
+	return nil
+}
+
+// checkServerTimeout bounds checkServer's request.
+const checkServerTimeout = 30 * time.Second
 
 // installTrust writes the cluster bundle into the kubeconfig and the
 // bootstrap kubeconfig, and (in ModeKubelet) the kubelet bundle into the

@@ -2,9 +2,13 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -289,7 +293,7 @@ func TestRenewKubelet(t *testing.T) {
 			if err != nil || state != servingTrusted {
 				t.Errorf("the serving certificate is %s against the new kubelet bundle (%v, %v)", state, why, err)
 			}
-			for _, step := range []string{"read the node trust bundles", "install the trust bundles", "renew the client certificate",
+			for _, step := range []string{"read the node trust bundles", checkServerStep, "install the trust bundles", "renew the client certificate",
 				"renew the kubelet's serving certificate", "restart the kubelet", "wait for the kubelet", "report on the Node"} {
 				if !tn.logged(step) {
 					t.Errorf("no log line for step %q in %q", step, tn.logs)
@@ -535,5 +539,109 @@ func TestRenewKubeletChecksWhatTheKubeletServes(t *testing.T) {
 	}
 	if _, pending := noderenewal.Pending(node.Annotations); !pending {
 		t.Error("the request was answered")
+	}
+}
+
+// A cluster bundle that does not verify what the API server serves is not
+// installed: nothing is written, no CSR made, the kubelet not restarted,
+// and the renewal goes through once the API server is verified.
+func TestRenewalInstallsNoClusterBundleThatDoesNotVerifyTheAPIServer(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationFinalizing)
+	kubeconfigs := map[string][]byte{}
+	for _, name := range []string{"kubeconfig", "bootstrap-kubeconfig"} {
+		data, err := os.ReadFile(tn.path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubeconfigs[name] = data
+	}
+	untrusted := true
+	tn.cs.PrependReactor("get", "version", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if untrusted {
+			return true, nil, fmt.Errorf("Get %q: tls: failed to verify certificate: %w", testServer+"/version", x509.UnknownAuthorityError{})
+		}
+		return false, nil, nil
+	})
+
+	err := tn.node.renew(context.Background(), tn.req)
+	if err == nil || !strings.Contains(err.Error(), checkServerStep+": the API server at "+testServer+", with only the published cluster bundle") ||
+		!strings.Contains(err.Error(), "not installing it") {
+		t.Fatalf("renew = %v", err)
+	}
+	for name, before := range kubeconfigs {
+		if after, err := os.ReadFile(tn.path(name)); err != nil || string(after) != string(before) {
+			t.Errorf("%s changed (%v)", name, err)
+		}
+	}
+	if csrs, restarts := tn.counts(); csrs != 0 || restarts != 0 {
+		t.Errorf("%d CSRs and %d restarts, want none", csrs, restarts)
+	}
+
+	untrusted = false
+	if err := tn.node.renew(context.Background(), tn.req); err != nil {
+		t.Fatal(err)
+	}
+	tn.assertRenewed()
+}
+
+// checkServer against real TLS servers on the loopback: a refusal is an
+// answer, and proves the handshake; a certificate the bundle does not
+// verify is not.
+func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
+	now := time.Now()
+	cluster0, cluster1 := newTestCA(t, "cluster-ca-0", now), newTestCA(t, "cluster-ca-1", now)
+	apiServer := func(ca *pki.KeyPair, status int) string {
+		key, err := pki.GenerateKey(pki.ECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := ca.Issue(pki.LeafTemplate{CommonName: "kube-apiserver", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+			Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: time.Hour}, key.Public(), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			if status == http.StatusOK {
+				fmt.Fprint(w, `{"major":"1","minor":"36","gitVersion":"v1.36.3"}`)
+				return
+			}
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":%d}`, status)
+		}))
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}}
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	for _, tt := range []struct {
+		name    string
+		serving *pki.KeyPair
+		status  int
+		bundle  []byte
+		wantErr string
+	}{
+		{"Preparing: both CAs, the old one serving", cluster0, http.StatusOK, append(cluster0.CertPEM(), cluster1.CertPEM()...), ""},
+		{"Finalizing: the new CA alone, serving", cluster1, http.StatusOK, cluster1.CertPEM(), ""},
+		{"a refusal is an answer", cluster1, http.StatusUnauthorized, cluster1.CertPEM(), ""},
+		{"the new CA alone, the old one still serving", cluster0, http.StatusOK, cluster1.CertPEM(), "certificate signed by unknown authority"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := clientcmdapi.NewConfig()
+			cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: apiServer(tt.serving, tt.status), CertificateAuthorityData: cluster0.CertPEM()}
+			cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{}
+			cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+			cfg.CurrentContext = "x"
+			if err := clientcmd.WriteToFile(*cfg, filepath.Join(dir, "kubeconfig")); err != nil {
+				t.Fatal(err)
+			}
+			r := &renewal{n: &Node{Manager: NewManager(Config{KubeconfigPath: filepath.Join(dir, "kubeconfig")}), Logf: t.Logf},
+				trust: noderenewal.Trust{Cluster: tt.bundle}}
+			err := r.checkServer(context.Background())
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("checkServer = %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }
