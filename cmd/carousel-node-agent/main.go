@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/utils/clock"
 
+	"github.com/carousel-dev/carousel/pkg/csr"
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/version"
@@ -59,6 +61,10 @@ func (o *options) mode() nodeagent.Mode {
 func (o *options) validate() error {
 	if o.node == "" {
 		return errors.New("--node-name is required")
+	}
+	// What a CSR's spec.expirationSeconds (an int32) may ask for.
+	if maxTTL := time.Duration(math.MaxInt32) * time.Second; o.ttl != 0 && (o.ttl < csr.MinDuration || o.ttl > maxTTL) {
+		return fmt.Errorf("--certificate-ttl=%s: 0 (the signer decides) or from %s to %s, what a CSR may ask for", o.ttl, csr.MinDuration, maxTTL)
 	}
 	if o.mode() == nodeagent.ModeStandIn {
 		if o.address == "" {

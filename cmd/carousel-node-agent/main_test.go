@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 )
@@ -30,6 +31,11 @@ func TestValidate(t *testing.T) {
 		{"stand-in with a --node-ip that is no IP", with(standIn(), func(o *options) { o.address = "node-1" }), "not an IP address"},
 		{"--node-ip in kubelet mode", with(kubelet(), func(o *options) { o.address = "10.0.0.5" }), "are for --register-node"},
 		{"--pool in kubelet mode", with(kubelet(), func(o *options) { o.pool = "a" }), "are for --register-node"},
+		{"a certificate TTL", with(kubelet(), func(o *options) { o.ttl = 24 * time.Hour }), ""},
+		{"a certificate TTL of the shortest a CSR may ask for", with(standIn(), func(o *options) { o.ttl = 10 * time.Minute }), ""},
+		{"a certificate TTL the API server refuses", with(standIn(), func(o *options) { o.ttl = time.Minute }),
+			"--certificate-ttl=1m0s: 0 (the signer decides) or from 10m0s to 596523h14m7s, what a CSR may ask for"},
+		{"a certificate TTL beyond expirationSeconds", with(kubelet(), func(o *options) { o.ttl = 100 * 365 * 24 * time.Hour }), "--certificate-ttl=876000h0m0s"},
 		{"no restart command", with(kubelet(), func(o *options) { o.kubeletRestartCommand = nil }), "--kubelet-restart-command is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
