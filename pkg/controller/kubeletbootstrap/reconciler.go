@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
@@ -146,9 +147,12 @@ func (r *Reconciler) bundles(ctx context.Context, c *v1alpha1.Cluster) (trustBun
 	return b, err
 }
 
-// ensureTokens deletes expired bootstrap tokens and issues a new one when
-// none has a third of its life left. It returns the live tokens and when
-// they need looking at again.
+// ensureTokens deletes expired bootstrap tokens, and those labelled as the
+// Cluster's that do not parse, and issues a new one when none has a third of
+// its life left. It returns the live tokens and when they need looking at
+// again. A token Secret without a readable expiration never expires for the
+// API server, and the CSR approver would take it for one of Carousel's: it
+// must not stay.
 func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client) ([]bootstrap.Token, time.Time, error) {
 	var secrets corev1.SecretList
 	if err := remote.List(ctx, &secrets, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{v1alpha1.LabelBootstrapToken: c.Name}); err != nil {
@@ -156,8 +160,15 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 	}
 	var tokens []bootstrap.Token
 	for i := range secrets.Items {
-		if t, err := bootstrap.ParseTokenSecret(&secrets.Items[i]); err == nil {
+		s := &secrets.Items[i]
+		t, err := bootstrap.ParseTokenSecret(s)
+		if err == nil {
 			tokens = append(tokens, t)
+			continue
+		}
+		log.FromContext(ctx).Info("Deleting a Secret labelled as a bootstrap token of the Cluster's that holds no valid one (without a readable expiration it would never expire)", "secret", s.Name, "reason", err.Error())
+		if err := remote.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			return nil, time.Time{}, fmt.Errorf("deleting bootstrap token Secret %s, which does not parse: %w", s.Name, err)
 		}
 	}
 	now, ttl := r.Clock.Now(), c.Spec.KubeletBootstrap.TokenTTLOrDefault()

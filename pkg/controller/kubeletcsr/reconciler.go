@@ -163,10 +163,17 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	return false, nil
 }
 
+// isCarouselToken reports whether token id is one Carousel issued for the
+// cluster: labelled for it, and a token with an expiration, as Carousel
+// writes them (one without never expires; the token reconciler deletes it).
 func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string) bool {
 	s := &corev1.Secret{}
-	err := r.remote.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id}, s)
-	return err == nil && s.Labels[v1alpha1.LabelBootstrapToken] == cluster
+	if err := r.remote.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id}, s); err != nil ||
+		s.Labels[v1alpha1.LabelBootstrapToken] != cluster {
+		return false
+	}
+	_, err := bootstrap.ParseTokenSecret(s)
+	return err == nil
 }
 
 func (r *csrReconciler) node(ctx context.Context, name string) (csr.NodeInfo, bool) {

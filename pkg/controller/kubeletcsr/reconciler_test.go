@@ -634,3 +634,27 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 		}
 	}
 }
+
+// A token Secret labelled for the cluster but without a readable expiration
+// (which the API server would honour for ever) is not one of Carousel's.
+func TestACarouselTokenIsLabelledAndExpires(t *testing.T) {
+	token := func(cluster, id string, data map[string]string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id,
+			Labels: map[string]string{v1alpha1.LabelBootstrapToken: cluster}}, Data: map[string][]byte{}}
+		for k, v := range data {
+			s.Data[k] = []byte(v)
+		}
+		return s
+	}
+	valid := map[string]string{"token-id": "abcdef", "token-secret": "0123456789abcdef", "expiration": testNow.Add(time.Hour).Format(time.RFC3339)}
+	noExpiration := map[string]string{"token-id": "ghijkl", "token-secret": "0123456789abcdef"}
+	remote := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(
+		token("prod", "abcdef", valid), token("prod", "ghijkl", noExpiration), token("other", "mnopqr", valid),
+	).Build()
+	r := &csrReconciler{remote: remote}
+	for id, want := range map[string]bool{"abcdef": true, "ghijkl": false, "mnopqr": false, "stuvwx": false} {
+		if got := r.isCarouselToken(context.Background(), "prod", id); got != want {
+			t.Errorf("isCarouselToken(%s) = %v, want %v", id, got, want)
+		}
+	}
+}
