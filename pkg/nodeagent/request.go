@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	certificatesv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
@@ -187,12 +188,7 @@ func WaitForCertificate(ctx context.Context, cs kubernetes.Interface, csr *certi
 	var cert []byte
 	var refused error
 	_, err := watchtools.UntilWithSync(ctx, lw, &certificatesv1.CertificateSigningRequest{},
-		func(store cache.Store) (bool, error) {
-			if _, exists, err := store.GetByKey(name); err != nil || !exists {
-				return false, errors.Join(gone, err)
-			}
-			return false, nil
-		},
+		stillThere(ctx, api, name, gone),
 		func(ev watch.Event) (bool, error) {
 			obj, ok := ev.Object.(*certificatesv1.CertificateSigningRequest)
 			switch {
@@ -214,6 +210,22 @@ func WaitForCertificate(ctx context.Context, cs kubernetes.Interface, csr *certi
 		return nil, err
 	}
 	return cert, refused
+}
+
+// stillThere is WaitForCertificate's precondition: the CSR name is in the
+// informer's first sync, or else still on the API server (a list served
+// from the watch cache may not hold a CSR just created; only a read of the
+// latest says it is gone).
+func stillThere(ctx context.Context, api certificatesv1client.CertificateSigningRequestInterface, name string, gone error) watchtools.PreconditionFunc {
+	return func(store cache.Store) (bool, error) {
+		if _, exists, err := store.GetByKey(name); err == nil && exists {
+			return false, nil
+		}
+		if _, err := api.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return false, gone
+		}
+		return false, nil
+	}
 }
 
 func outcome(csr *certificatesv1.CertificateSigningRequest) ([]byte, bool, error) {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
 func pendingCSR() *certificatesv1.CertificateSigningRequest {
@@ -127,5 +128,20 @@ func TestWaitingForACertificateOfACSRGoneOrReplacedEnds(t *testing.T) {
 	if _, err := WaitForCertificate(expired, fake.NewClientset(pendingCSR()), pendingCSR()); !errors.Is(err, context.Canceled) ||
 		!strings.Contains(err.Error(), "waiting for CSR node-csr-1 to be approved and signed") {
 		t.Errorf("canceled: err = %v", err)
+	}
+}
+
+// A list served from the API server's watch cache may not hold a CSR just
+// created: the wait goes on unless a read of the latest finds it gone.
+func TestACSRMissingFromTheFirstListIsGoneOnlyIfTheAPIServerSaysSo(t *testing.T) {
+	gone := errors.New("gone")
+	empty := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	api := fake.NewClientset(pendingCSR()).CertificatesV1().CertificateSigningRequests()
+	if done, err := stillThere(context.Background(), api, "node-csr-1", gone)(empty); done || err != nil {
+		t.Errorf("a CSR the API server has: %v, %v; want the wait to go on", done, err)
+	}
+	api = fake.NewClientset().CertificatesV1().CertificateSigningRequests()
+	if done, err := stillThere(context.Background(), api, "node-csr-1", gone)(empty); done || !errors.Is(err, gone) {
+		t.Errorf("a CSR the API server has not: %v, %v; want it gone", done, err)
 	}
 }

@@ -63,12 +63,13 @@ func (u *certsUpload) files() (files map[string][]byte, ignored []string) {
 	}
 	for _, s := range u.secrets {
 		for key, data := range s.Data {
-			switch {
-			case s.Role != "" && slices.Contains(caFileKeys, key):
-				files[caFileName(s.Role, key)] = data
-			case s.Role == "" && slices.Contains(serviceAccountFileKeys, key):
-				files[key] = data
-			default:
+			name, ok := key, slices.Contains(serviceAccountFileKeys, key)
+			if s.Role != "" {
+				name, ok = caFileName(s.Role, key), slices.Contains(caFileKeys, key)
+			}
+			if ok && downloadable(name) {
+				files[name] = data
+			} else {
 				ignored = append(ignored, s.Name+"/"+key)
 			}
 		}
@@ -79,8 +80,9 @@ func (u *certsUpload) files() (files map[string][]byte, ignored []string) {
 
 // writeNewFiles writes each file into dir (made with mode 0700 if missing)
 // with mode 0600, and none if one of them exists: download never replaces a
-// file, nor writes through a link (O_EXCL). It returns the names written, in
-// order.
+// file, nor writes through a link (O_EXCL, which also stops it at a file
+// that appears after the check, leaving those written before). It returns
+// the names written, in order.
 func writeNewFiles(dir string, files map[string][]byte) ([]string, error) {
 	names := slices.Sorted(maps.Keys(files))
 	if err := os.MkdirAll(dir, 0o700); err != nil {

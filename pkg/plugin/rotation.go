@@ -17,10 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
@@ -64,6 +65,10 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 	if f.inWindow {
 		annotation, done = v1alpha1.MaintenanceOperationAnnotation, "queued for the maintenance window"
 	}
+	var req *request
+	if f.wait && !f.inWindow {
+		req = e.newRequest(ctx, name, operation)
+	}
 	var cl *v1alpha1.Cluster
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var c client.Client
@@ -72,7 +77,7 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 			return err
 		}
 		if pending, ok := cl.Annotations[annotation]; ok && pending != operation {
-			return fmt.Errorf("cluster %s/%s has %s=%s, which Carousel has not taken yet; wait for it, or remove it first: kubectl annotate cluster %s -n %s %s-",
+			return fmt.Errorf("cluster %s/%s has %s=%s, which Carousel has not taken yet; wait for it, or remove it first: kubectl annotate clusters.carousel.dev %s -n %s %s-",
 				cl.Namespace, name, annotation, pending, name, cl.Namespace, annotation)
 		}
 		patch := client.MergeFromWithOptions(cl.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -89,18 +94,55 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 	if !f.wait {
 		return nil
 	}
-	var req *request
-	if !f.inWindow {
-		req = &request{operation: operation, record: operationRecord(cl)}
+	if req != nil {
+		req.record = operationRecord(cl)
 	}
 	return e.follow(ctx, cl.Namespace, name, target, f.timeout, req)
 }
 
-// request is an operation requested of a Cluster, with the Cluster's
-// operationRecord then.
+// request is an operation requested of a Cluster, for --wait to tell when
+// Carousel refuses it: the Cluster's operationRecord once it was requested,
+// and its OperationRefused events before.
 type request struct {
 	operation string
 	record    *v1alpha1.CredentialsRotation
+	events    corev1client.EventInterface
+	before    map[types.UID]string // resourceVersion by UID
+	// looked is set once --wait looked for a refusal.
+	looked bool
+}
+
+// newRequest is the request of operation on the Cluster name, or nil when
+// its events cannot be listed (then --wait ends only at its target or
+// timeout).
+func (e *env) newRequest(ctx context.Context, name, operation string) *request {
+	cfg, ns, err := e.config()
+	if err != nil {
+		return nil
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil
+	}
+	req := &request{operation: operation, events: cs.CoreV1().Events(ns), before: map[types.UID]string{}}
+	events, err := req.refusals(ctx, name)
+	if err != nil {
+		return nil
+	}
+	for _, ev := range events {
+		req.before[ev.UID] = ev.ResourceVersion
+	}
+	return req
+}
+
+// refusals lists the OperationRefused events of the Cluster name.
+func (req *request) refusals(ctx context.Context, name string) ([]corev1.Event, error) {
+	list, err := req.events.List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "Cluster", "involvedObject.name": name, "reason": v1alpha1.EventOperationRefused}.AsSelector().String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // operationRecord is where an operation Carousel applies leaves its trace:
@@ -117,13 +159,14 @@ func operationRecord(cl *v1alpha1.Cluster) *v1alpha1.CredentialsRotation {
 	return r
 }
 
-// refusedBy reports whether the operation req asked of cl is gone, target
-// not reached and the operationRecord as it was: Carousel refused it. It
-// records what an operation does in the status before it removes the
-// annotation, and emits an OperationRefused event when it refuses one. A
-// rotation that moved on by itself in between hides a refusal, which --wait
-// then reports only at its timeout.
-func (req request) refusedBy(cl *v1alpha1.Cluster, target followTarget) bool {
+// mayBeRefusedBy reports whether the operation req asked of cl is gone,
+// target not reached and the operationRecord as it was: Carousel refused
+// it, or had already applied it (as a second forced abort), which an
+// OperationRefused event tells apart (Carousel records what an operation
+// does in the status before it removes the annotation, and emits the event
+// when it refuses one). A rotation that moved on by itself in between hides
+// a refusal, which --wait then reports only at its timeout.
+func (req *request) mayBeRefusedBy(cl *v1alpha1.Cluster, target followTarget) bool {
 	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
 	return !requested && !rotationReached(cl, target) && equality.Semantic.DeepEqual(req.record, operationRecord(cl))
 }
@@ -133,39 +176,37 @@ func (req request) refusedBy(cl *v1alpha1.Cluster, target followTarget) bool {
 // and events are sent apart from the Cluster's writes.
 const refusalEventWait = 10 * time.Second
 
-// refusal is the error of an operation Carousel refused: with the message of
-// the newest OperationRefused event of cl for it, or, without one (or the
-// right to list events), where to look.
-func (e *env) refusal(ctx context.Context, cfg *rest.Config, cl *v1alpha1.Cluster, req request) error {
-	refused := fmt.Sprintf("cluster %s/%s: Carousel refused %s and removed it", cl.Namespace, cl.Name, req.operation)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("%s: %w", refused, err)
+// refusal is the error of the operation Carousel refused, with the message
+// of the OperationRefused event it emitted for it since the request, once
+// (mayBeRefusedBy); nil when no such event comes.
+func (req *request) refusal(ctx context.Context, cl *v1alpha1.Cluster) error {
+	if req.looked {
+		return nil
 	}
-	selector := fields.Set{"involvedObject.uid": string(cl.UID), "reason": v1alpha1.EventOperationRefused}.AsSelector().String()
+	req.looked = true
 	var reason string
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, refusalEventWait, true, func(ctx context.Context) (bool, error) {
-		events, err := cs.CoreV1().Events(cl.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+		events, err := req.refusals(ctx, cl.Name)
 		if err != nil {
 			return false, err
 		}
-		reason = newestRefusal(events.Items, req.operation)
+		reason = newRefusal(events, req.operation, req.before)
 		return reason != "", nil
 	})
 	if reason == "" {
-		return fmt.Errorf("%s; its OperationRefused event says why: kubectl get events -n %s --field-selector involvedObject.name=%s,reason=%s",
-			refused, cl.Namespace, cl.Name, v1alpha1.EventOperationRefused)
+		return nil
 	}
-	return fmt.Errorf("%s: %s", refused, reason)
+	return fmt.Errorf("cluster %s/%s: Carousel refused %s and removed it: %s", cl.Namespace, cl.Name, req.operation, reason)
 }
 
-// newestRefusal is the message of the newest of events about operation
-// (its message names it, quoted), or empty.
-func newestRefusal(events []corev1.Event, operation string) string {
+// newRefusal is the message of the newest of events about operation (its
+// message names it, quoted) that is not in before, or changed since
+// (another of the same series), or empty.
+func newRefusal(events []corev1.Event, operation string, before map[types.UID]string) string {
 	var newest time.Time
 	var message string
 	for _, ev := range events {
-		if !strings.Contains(ev.Message, strconv.Quote(operation)) {
+		if rv, seen := before[ev.UID]; seen && rv == ev.ResourceVersion || !strings.Contains(ev.Message, strconv.Quote(operation)) {
 			continue
 		}
 		at := slices.MaxFunc([]time.Time{ev.CreationTimestamp.Time, ev.LastTimestamp.Time, ev.EventTime.Time, seriesLast(ev.Series)}, time.Time.Compare)
@@ -474,8 +515,10 @@ func (e *env) follow(ctx context.Context, ns, name string, target followTarget, 
 			fmt.Fprintln(e.streams.Out, line)
 			last = line
 		}
-		if req != nil && req.refusedBy(cl, target) {
-			return false, e.refusal(ctx, cfg, cl, *req)
+		if req != nil && req.mayBeRefusedBy(cl, target) {
+			if err := req.refusal(ctx, cl); err != nil {
+				return false, err
+			}
 		}
 		return rotationReached(cl, target), nil
 	})

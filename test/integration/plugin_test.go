@@ -372,6 +372,26 @@ var _ = Describe("kubectl carousel", func() {
 		Eventually(done).WithTimeout(30*time.Second).Should(Receive(&r), "--wait ends well before its --timeout")
 		Expect(r.err).To(MatchError("cluster " + ns + "/refused: Carousel refused complete-ca-rotation and removed it: " + reason))
 		Expect(r.out).To(ContainSubstring("phase Prepared"))
+
+		By("an operation removed without an event (Carousel had applied it already) is followed on, whatever earlier refusals say")
+		go func() {
+			defer GinkgoRecover()
+			out, err := kubectlCarousel(ctx, "rotation", "complete", "refused", "-n", ns, "--wait", "--timeout", "5m")
+			done <- result{out, err}
+		}()
+		Eventually(func() map[string]string { return getCluster(ctx, client.ObjectKeyFromObject(c)).Annotations }).
+			Should(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation))
+		latest = getCluster(ctx, client.ObjectKeyFromObject(c))
+		patch = client.MergeFrom(latest.DeepCopy())
+		delete(latest.Annotations, v1alpha1.OperationAnnotation)
+		Expect(k8s.Patch(ctx, latest, patch)).To(Succeed())
+		Consistently(done).WithTimeout(12*time.Second).ShouldNot(Receive(), "it looks for a refusal for 10s, and goes on following")
+		latest = getCluster(ctx, client.ObjectKeyFromObject(c))
+		latest.Status.Credentials.Rotation.CertificateAuthorities.Phase = v1alpha1.RotationCompleted
+		Expect(k8s.Status().Update(ctx, latest)).To(Succeed())
+		Eventually(done).WithTimeout(30 * time.Second).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.out).To(ContainSubstring("phase Completed"))
 	})
 
 	It("refuses a kubeconfig without an endpoint and a TTL out of bounds", func(ctx SpecContext) {
