@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -192,16 +191,19 @@ func rotationID(cl *v1alpha1.Cluster) string {
 }
 
 // restoredSecret is the Secret to create for an uploaded one: as uploaded,
-// controlled by the Cluster as the operator's own Secrets are.
+// controlled by the Cluster as the operator's own Secrets are, without
+// blockOwnerDeletion (controlledBy): the rights restore needs are those to
+// get and create Secrets.
 func restoredSecret(cl *v1alpha1.Cluster, s uploadedSecret) *corev1.Secret {
 	typ := s.Type
 	if typ == "" {
 		typ = corev1.SecretTypeOpaque
 	}
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: s.Name, Labels: maps.Clone(s.Labels), Annotations: maps.Clone(s.Annotations)},
-		Type:       typ,
-		Data:       maps.Clone(s.Data),
+		ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: s.Name, Labels: maps.Clone(s.Labels), Annotations: maps.Clone(s.Annotations),
+			OwnerReferences: []metav1.OwnerReference{controlledBy(cl)}},
+		Type: typ,
+		Data: maps.Clone(s.Data),
 	}
 }
 
@@ -271,9 +273,6 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 			for _, step := range steps {
 				if step.action == restoreCreate {
 					s := restoredSecret(cl, step.secret)
-					if err := controllerutil.SetControllerReference(cl, s, c.Scheme()); err != nil {
-						return err
-					}
 					err := c.Create(ctx, s)
 					switch {
 					case apierrors.IsAlreadyExists(err):

@@ -52,7 +52,9 @@ func expectRestored(ctx context.Context, key client.ObjectKey, lost *corev1.Secr
 	Expect(s.Labels).To(Equal(lost.Labels))
 	Expect(s.Annotations).To(Equal(lost.Annotations))
 	Expect(s.Data).To(Equal(lost.Data))
-	Expect(s.OwnerReferences).To(Equal(lost.OwnerReferences), "controlled by the Cluster, as the operator's own Secrets are")
+	Expect(metav1.GetControllerOf(s)).To(And(HaveField("Kind", "Cluster"), HaveField("UID", metav1.GetControllerOf(lost).UID)),
+		"controlled by the Cluster, as the operator's own Secrets are")
+	Expect(metav1.GetControllerOf(s).BlockOwnerDeletion).To(BeNil(), "which needs no right to update the Cluster's finalizers")
 }
 
 func readyOf(ctx context.Context, key client.ObjectKey) *metav1.Condition {
