@@ -228,6 +228,11 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bootstrap kubeconfig: %w", err)
 	}
+	// The bundle may be a certificate-authority file: the kubeconfig
+	// written after the bootstrap holds its data.
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return fmt.Errorf("bootstrap kubeconfig: %w", err)
+	}
 	cs, err := m.newClient(cfg)
 	if err != nil {
 		return err
@@ -319,7 +324,9 @@ func (m *Manager) use(kp *pki.KeyPair, server string, ca []byte) error {
 }
 
 // serverAndCA reads the server and trust bundle from the written kubeconfig,
-// or else from the bootstrap kubeconfig.
+// or else from the bootstrap kubeconfig: certificate-authority-data, or the
+// certificate-authority file it names (as the kubelet writes it after TLS
+// bootstrapping).
 func (m *Manager) serverAndCA() (string, []byte, error) {
 	for _, path := range []string{m.cfg.KubeconfigPath, m.cfg.BootstrapKubeconfigPath} {
 		if path == "" {
@@ -328,11 +335,11 @@ func (m *Manager) serverAndCA() (string, []byte, error) {
 		if _, err := os.Stat(path); err != nil {
 			continue
 		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		info, err := readKubeconfig(path)
 		if err != nil {
 			return "", nil, err
 		}
-		return cfg.Host, cfg.CAData, nil
+		return info.Server, info.CA, nil
 	}
 	return "", nil, errors.New("neither a kubeconfig nor a bootstrap kubeconfig to find the API server in")
 }

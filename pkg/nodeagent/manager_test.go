@@ -10,6 +10,8 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -267,5 +269,51 @@ func TestRefreshAgainAfterADenial(t *testing.T) {
 		if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "new seed") {
 			t.Fatalf("refresh %d = %v, want the denial and a hint to take a new seed", run, err)
 		}
+	}
+}
+
+// A kubeconfig that names its trust bundle by file (as the kubelet's may,
+// copied from a bootstrap kubeconfig) gives the bundle in the file.
+func TestTheTrustBundleOfAKubeconfigMayBeAFile(t *testing.T) {
+	dir := t.TempDir()
+	mustWriteFile(t, filepath.Join(dir, "pki", "ca.crt"), string(testCA.CertPEM()), 0o644)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://192.0.2.10:6443", CertificateAuthority: "pki/ca.crt"}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{}
+	cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "x"
+	if err := clientcmd.WriteToFile(*cfg, filepath.Join(dir, "kubeconfig")); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Config{KubeconfigPath: filepath.Join(dir, "kubeconfig")})
+	server, ca, err := m.serverAndCA()
+	if err != nil || server != "https://192.0.2.10:6443" || string(ca) != string(testCA.CertPEM()) {
+		t.Errorf("serverAndCA = %q, %d bytes of bundle, %v; want the server and the file's bundle", server, len(ca), err)
+	}
+}
+
+// A bootstrap kubeconfig that names its trust bundle by file: the kubeconfig
+// the stand-in writes after bootstrapping holds the bundle.
+func TestABootstrapWithABundleInAFileWritesTheBundle(t *testing.T) {
+	dir := t.TempDir()
+	mustWriteFile(t, filepath.Join(dir, "ca.crt"), string(testCA.CertPEM()), 0o644)
+	mustWriteFile(t, filepath.Join(dir, "bootstrap-kubeconfig"), `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://192.0.2.10:6443", certificate-authority: ca.crt}}]
+users: [{name: u, user: {token: abcdef.0123456789abcdef}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, 0o600)
+	clk := clocktesting.NewFakeClock(time.Now())
+	signer := newFakeSigner(func(_ int, csr *certificatesv1.CertificateSigningRequest) { approve(t, csr, time.Hour, clk.Now()) })
+	m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"),
+		BootstrapKubeconfigPath: filepath.Join(dir, "bootstrap-kubeconfig"), Clock: clk, StartupTimeout: time.Minute})
+	m.newClient = signer.client
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	info, err := readKubeconfig(filepath.Join(dir, "kubeconfig"))
+	if err != nil || info.Server != "https://192.0.2.10:6443" || string(info.CA) != string(testCA.CertPEM()) {
+		t.Errorf("the written kubeconfig: %q, %d bytes of bundle, %v; want the server and the bundle", info.Server, len(info.CA), err)
 	}
 }
