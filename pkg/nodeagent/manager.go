@@ -91,8 +91,9 @@ type Manager struct {
 	// manager's clock; zero until it does.
 	renewed time.Time
 
-	// renewing serialises renewals (rotation, in-place renewal, refresh):
-	// they share the pending key and the kubeconfig.
+	// renewing serialises renewals (rotation, in-place renewal, refresh)
+	// within the process, lockRenewals across processes: they share the
+	// pending key and the kubeconfig.
 	renewing sync.Mutex
 }
 
@@ -222,8 +223,11 @@ func refusalOf(err error) refusal {
 
 // bootstrap requests a certificate with the bootstrap token.
 func (m *Manager) bootstrap(ctx context.Context) error {
-	m.renewing.Lock()
-	defer m.renewing.Unlock()
+	unlock, err := m.lockRenewals()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	cfg, err := clientcmd.BuildConfigFromFlags("", m.cfg.BootstrapKubeconfigPath)
 	if err != nil {
 		return fmt.Errorf("bootstrap kubeconfig: %w", err)
@@ -243,8 +247,11 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 // Renew requests a new certificate now with the current credentials. A
 // non-nil caBundle replaces the trust bundle in the kubeconfig.
 func (m *Manager) Renew(ctx context.Context, caBundle []byte) error {
-	m.renewing.Lock()
-	defer m.renewing.Unlock()
+	unlock, err := m.lockRenewals()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	server, ca, err := m.serverAndCA()
 	if err != nil {
 		return err

@@ -113,8 +113,11 @@ func (m *Manager) RenewKubelet(ctx context.Context) error {
 	if m.cfg.Mode != ModeKubelet {
 		return errors.New("RenewKubelet is for ModeKubelet")
 	}
-	m.renewing.Lock()
-	defer m.renewing.Unlock()
+	unlock, err := m.lockRenewals()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := m.Reload(); err != nil {
 		return err
 	}
@@ -135,8 +138,11 @@ func (m *Manager) RenewKubeletServing(ctx context.Context) (*pki.KeyPair, error)
 	if m.cfg.Mode != ModeKubelet {
 		return nil, errors.New("RenewKubeletServing is for ModeKubelet")
 	}
-	m.renewing.Lock()
-	defer m.renewing.Unlock()
+	unlock, err := m.lockRenewals()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	cs := m.Client()
 	node, err := cs.CoreV1().Nodes().Get(ctx, m.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {

@@ -42,8 +42,11 @@ func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Du
 	if err := m.use(kp, server, ca); err != nil {
 		return err
 	}
-	m.renewing.Lock()
-	defer m.renewing.Unlock()
+	unlock, err := m.lockRenewals()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	name := RefreshCSRName(m.cfg.NodeName, seed)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -1,0 +1,73 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/carousel-dev/carousel/pkg/pki"
+)
+
+// Two processes renewing in one cert dir (the agent and a refresh-certs run,
+// two Managers here, each with its own lock file description) take turns:
+// the second fails at once, before generating a key or creating a CSR, and
+// goes through once the first is done.
+func TestRenewalsOfTwoProcessesInOneCertDirTakeTurns(t *testing.T) {
+	dir := t.TempDir()
+	certDir := filepath.Join(dir, "pki")
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &Store{Dir: certDir}
+	if _, err := store.Update(issue(t, key), key, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://192.0.2.10:6443", CertificateAuthorityData: testCA.CertPEM()}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()}
+	cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "x"
+	if err := clientcmd.WriteToFile(*cfg, filepath.Join(dir, "kubeconfig")); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	signer := newFakeSigner(func(_ int, csr *certificatesv1.CertificateSigningRequest) { approve(t, csr, time.Hour, clk.Now()) })
+	newManager := func() *Manager {
+		m := NewManager(Config{Mode: ModeKubelet, NodeName: "w1", CertDir: certDir, KubeconfigPath: filepath.Join(dir, "kubeconfig"), Clock: clk})
+		m.newClient = signer.client
+		return m
+	}
+	agent, refresh := newManager(), newManager()
+
+	unlock, err := agent.lockRenewals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = refresh.Refresh(context.Background(), "seed1", time.Hour, time.Minute)
+	if !errors.Is(err, ErrRenewing) {
+		t.Fatalf("Refresh while the agent renews = %v, want ErrRenewing", err)
+	}
+	if created := signer.Created(); len(created) != 0 {
+		t.Errorf("CSRs created while the agent renews: %s", csrNames(created))
+	}
+	if _, err := os.Stat(store.pendingKeyPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a pending key while the agent renews: %v", err)
+	}
+
+	unlock()
+	if err := refresh.Refresh(context.Background(), "seed1", time.Hour, time.Minute); err != nil {
+		t.Fatalf("Refresh once the agent is done = %v", err)
+	}
+	if created := signer.Created(); len(created) != 1 {
+		t.Errorf("CSRs created: %s, want the refresh's", csrNames(created))
+	}
+}
