@@ -62,9 +62,8 @@ func (o *options) validate() error {
 	if o.node == "" {
 		return errors.New("--node-name is required")
 	}
-	// What a CSR's spec.expirationSeconds (an int32) may ask for.
-	if maxTTL := time.Duration(math.MaxInt32) * time.Second; o.ttl != 0 && (o.ttl < csr.MinDuration || o.ttl > maxTTL) {
-		return fmt.Errorf("--certificate-ttl=%s: 0 (the signer decides) or from %s to %s, what a CSR may ask for", o.ttl, csr.MinDuration, maxTTL)
+	if err := checkTTL("--certificate-ttl", o.ttl); err != nil {
+		return err
 	}
 	if o.mode() == nodeagent.ModeStandIn {
 		if o.address == "" {
@@ -81,6 +80,15 @@ func (o *options) validate() error {
 	}
 	if len(o.kubeletRestartCommand) == 0 {
 		return errors.New("--kubelet-restart-command is empty")
+	}
+	return nil
+}
+
+// checkTTL checks a validity flag: 0 (the signer decides) or what a CSR's
+// spec.expirationSeconds (an int32) may ask for.
+func checkTTL(flag string, ttl time.Duration) error {
+	if maxTTL := time.Duration(math.MaxInt32) * time.Second; ttl != 0 && (ttl < csr.MinDuration || ttl > maxTTL) {
+		return fmt.Errorf("%s=%s: 0 (the signer decides) or from %s to %s, what a CSR may ask for", flag, ttl, csr.MinDuration, maxTTL)
 	}
 	return nil
 }
@@ -259,6 +267,9 @@ func newRefreshCommand(o *options) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if seed == "" {
 				return errors.New("--seed is required: take it from 'refresh-certs plan'")
+			}
+			if err := checkTTL("--ttl", ttl); err != nil {
+				return err
 			}
 			m, err := o.manager(nil)
 			if err != nil {

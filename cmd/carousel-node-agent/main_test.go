@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -78,5 +79,16 @@ func TestDefaults(t *testing.T) {
 	}
 	if got := flag("kubelet-config"); got != "/var/lib/kubelet/config.yaml" {
 		t.Errorf("--kubelet-config defaults to %s", got)
+	}
+}
+
+// refresh-certs run checks its --ttl before it reads or requests anything.
+func TestRefreshRunRefusesATTLNoCSRMayAskFor(t *testing.T) {
+	cmd := newRefreshCommand(&options{node: "w1", certDir: t.TempDir()})
+	cmd.SetArgs([]string{"run", "--seed", "abc", "--ttl", "1m"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--ttl=1m0s: 0 (the signer decides) or from 10m0s") {
+		t.Errorf("refresh-certs run --ttl 1m = %v", err)
 	}
 }

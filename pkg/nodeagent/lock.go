@@ -17,11 +17,12 @@ const renewalLockFile = ".carousel-node-agent.lock"
 // ErrRenewing says that another process renews in the cert dir.
 var ErrRenewing = errors.New("another process renews in this cert dir (the node agent, or refresh-certs run); try again once it is done")
 
-// lockRenewals serialises m's renewals within the process (renewing) and
-// with other processes (a non-blocking flock of renewalLockFile, which the
-// kernel releases if the process dies): it fails at once with ErrRenewing
-// rather than waiting for a renewal that may itself wait for a CSR's
-// approval. Call the returned function to unlock.
+// lockRenewals serialises m's renewals within the process (renewing: a
+// renewal waits for the one under way) and with other processes (a
+// non-blocking flock of renewalLockFile, which the kernel releases if the
+// process dies): there it fails at once with ErrRenewing rather than wait
+// for a renewal that may itself wait for a CSR's approval. Call the
+// returned function to unlock.
 func (m *Manager) lockRenewals() (func(), error) {
 	m.renewing.Lock()
 	if err := os.MkdirAll(m.cfg.CertDir, 0o700); err != nil {

@@ -18,9 +18,15 @@ import (
 
 // Two processes renewing in one cert dir (the agent and a refresh-certs run,
 // two Managers here, each with its own lock file description) take turns:
-// the second fails at once, before generating a key or creating a CSR, and
-// goes through once the first is done.
+// the second fails at once, before it reads or writes anything, generates a
+// key or creates a CSR, and goes through once the first is done.
 func TestRenewalsOfTwoProcessesInOneCertDirTakeTurns(t *testing.T) {
+	for _, mode := range []Mode{ModeKubelet, ModeStandIn} {
+		t.Run(string(mode), func(t *testing.T) { testRenewalsTakeTurns(t, mode) })
+	}
+}
+
+func testRenewalsTakeTurns(t *testing.T, mode Mode) {
 	dir := t.TempDir()
 	certDir := filepath.Join(dir, "pki")
 	key, err := pki.GenerateKey(pki.ECDSAP256)
@@ -42,12 +48,16 @@ func TestRenewalsOfTwoProcessesInOneCertDirTakeTurns(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	signer := newFakeSigner(func(_ int, csr *certificatesv1.CertificateSigningRequest) { approve(t, csr, time.Hour, clk.Now()) })
 	newManager := func() *Manager {
-		m := NewManager(Config{Mode: ModeKubelet, NodeName: "w1", CertDir: certDir, KubeconfigPath: filepath.Join(dir, "kubeconfig"), Clock: clk})
+		m := NewManager(Config{Mode: mode, NodeName: "w1", CertDir: certDir, KubeconfigPath: filepath.Join(dir, "kubeconfig"), Clock: clk})
 		m.newClient = signer.client
 		return m
 	}
 	agent, refresh := newManager(), newManager()
 
+	kubeconfig, err := os.ReadFile(filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	unlock, err := agent.lockRenewals()
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +71,9 @@ func TestRenewalsOfTwoProcessesInOneCertDirTakeTurns(t *testing.T) {
 	}
 	if _, err := os.Stat(store.pendingKeyPath()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a pending key while the agent renews: %v", err)
+	}
+	if now, err := os.ReadFile(filepath.Join(dir, "kubeconfig")); err != nil || string(now) != string(kubeconfig) {
+		t.Errorf("the kubeconfig was written while the agent renews (%v)", err)
 	}
 
 	unlock()

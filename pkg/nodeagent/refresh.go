@@ -28,6 +28,13 @@ func Plan(w io.Writer, node, seed string, ttl, timeout time.Duration) {
 // credentials, as the CSR RefreshCSRName(node, seed), and waits at most
 // timeout for it. A denied, failed or unanswered CSR is an error that says so.
 func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Duration) error {
+	// Before anything is read: use writes the kubeconfig (in ModeStandIn),
+	// which a renewal of another process may be writing.
+	unlock, err := m.lockRenewals()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	kp, err := m.store.Current()
 	if err != nil {
 		return err
@@ -42,11 +49,6 @@ func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Du
 	if err := m.use(kp, server, ca); err != nil {
 		return err
 	}
-	unlock, err := m.lockRenewals()
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	name := RefreshCSRName(m.cfg.NodeName, seed)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

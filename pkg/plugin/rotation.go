@@ -138,7 +138,8 @@ func (e *env) newRequest(ctx context.Context, name, operation string) *request {
 // refusals lists the OperationRefused events of the Cluster name.
 func (req *request) refusals(ctx context.Context, name string) ([]corev1.Event, error) {
 	list, err := req.events.List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
-		"involvedObject.kind": "Cluster", "involvedObject.name": name, "reason": v1alpha1.EventOperationRefused}.AsSelector().String()})
+		"involvedObject.apiVersion": v1alpha1.SchemeGroupVersion.String(), "involvedObject.kind": "Cluster", "involvedObject.name": name,
+		"reason": v1alpha1.EventOperationRefused}.AsSelector().String()})
 	if err != nil {
 		return nil, err
 	}
