@@ -342,13 +342,24 @@ var _ = Describe("kubectl carousel", func() {
 			err error
 		}
 		done := make(chan result, 1)
-		go func() {
-			defer GinkgoRecover()
-			out, err := kubectlCarousel(ctx, "rotation", "complete", "refused", "-n", ns, "--wait", "--timeout", "5m")
-			done <- result{out, err}
-		}()
-		Eventually(func() map[string]string { return getCluster(ctx, client.ObjectKeyFromObject(c)).Annotations }).
-			Should(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation))
+		// completeAndWait runs rotation complete --wait until the annotation is set; its result comes on done.
+		completeAndWait := func() {
+			go func() {
+				defer GinkgoRecover()
+				out, err := kubectlCarousel(ctx, "rotation", "complete", "refused", "-n", ns, "--wait", "--timeout", "5m")
+				done <- result{out, err}
+			}()
+			Eventually(func() map[string]string { return getCluster(ctx, client.ObjectKeyFromObject(c)).Annotations }).
+				Should(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation))
+		}
+		// takeOperation removes the annotation, as Carousel does once it applied or refused the operation.
+		takeOperation := func() {
+			latest := getCluster(ctx, client.ObjectKeyFromObject(c))
+			patch := client.MergeFrom(latest.DeepCopy())
+			delete(latest.Annotations, v1alpha1.OperationAnnotation)
+			Expect(k8s.Patch(ctx, latest, patch)).To(Succeed())
+		}
+		completeAndWait()
 
 		By("asking for another operation before Carousel took the first")
 		_, err := kubectlCarousel(ctx, "rotation", "abort", "refused", "-n", ns)
@@ -363,10 +374,7 @@ var _ = Describe("kubectl carousel", func() {
 			Reason:         v1alpha1.EventOperationRefused, Message: reason, Type: corev1.EventTypeWarning,
 			LastTimestamp: metav1.Now(), Source: corev1.EventSource{Component: "carousel"},
 		})).To(Succeed())
-		latest := getCluster(ctx, client.ObjectKeyFromObject(c))
-		patch := client.MergeFrom(latest.DeepCopy())
-		delete(latest.Annotations, v1alpha1.OperationAnnotation)
-		Expect(k8s.Patch(ctx, latest, patch)).To(Succeed())
+		takeOperation()
 
 		var r result
 		Eventually(done).WithTimeout(30*time.Second).Should(Receive(&r), "--wait ends well before its --timeout")
@@ -374,19 +382,10 @@ var _ = Describe("kubectl carousel", func() {
 		Expect(r.out).To(ContainSubstring("phase Prepared"))
 
 		By("an operation removed without an event (Carousel had applied it already) is followed on, whatever earlier refusals say")
-		go func() {
-			defer GinkgoRecover()
-			out, err := kubectlCarousel(ctx, "rotation", "complete", "refused", "-n", ns, "--wait", "--timeout", "5m")
-			done <- result{out, err}
-		}()
-		Eventually(func() map[string]string { return getCluster(ctx, client.ObjectKeyFromObject(c)).Annotations }).
-			Should(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation))
-		latest = getCluster(ctx, client.ObjectKeyFromObject(c))
-		patch = client.MergeFrom(latest.DeepCopy())
-		delete(latest.Annotations, v1alpha1.OperationAnnotation)
-		Expect(k8s.Patch(ctx, latest, patch)).To(Succeed())
+		completeAndWait()
+		takeOperation()
 		Consistently(done).WithTimeout(12*time.Second).ShouldNot(Receive(), "it looks for a refusal for 10s, and goes on following")
-		latest = getCluster(ctx, client.ObjectKeyFromObject(c))
+		latest := getCluster(ctx, client.ObjectKeyFromObject(c))
 		latest.Status.Credentials.Rotation.CertificateAuthorities.Phase = v1alpha1.RotationCompleted
 		Expect(k8s.Status().Update(ctx, latest)).To(Succeed())
 		Eventually(done).WithTimeout(30 * time.Second).Should(Receive(&r))
