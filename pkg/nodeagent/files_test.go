@@ -212,3 +212,17 @@ func assertFile(t *testing.T, path, data string, perm os.FileMode) {
 		t.Fatalf("%s holds %q with mode %v, want %q with %v", path, got, info.Mode().Perm(), data, perm)
 	}
 }
+
+// writeTestKubeconfig writes a kubeconfig at path whose current context is
+// cluster with user.
+func writeTestKubeconfig(t *testing.T, path string, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["default-cluster"] = cluster
+	cfg.AuthInfos["default-auth"] = user
+	cfg.Contexts["default-context"] = &clientcmdapi.Context{Cluster: "default-cluster", AuthInfo: "default-auth"}
+	cfg.CurrentContext = "default-context"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -277,14 +276,8 @@ func TestRefreshAgainAfterADenial(t *testing.T) {
 func TestTheTrustBundleOfAKubeconfigMayBeAFile(t *testing.T) {
 	dir := t.TempDir()
 	mustWriteFile(t, filepath.Join(dir, "pki", "ca.crt"), string(testCA.CertPEM()), 0o644)
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://192.0.2.10:6443", CertificateAuthority: "pki/ca.crt"}
-	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{}
-	cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	cfg.CurrentContext = "x"
-	if err := clientcmd.WriteToFile(*cfg, filepath.Join(dir, "kubeconfig")); err != nil {
-		t.Fatal(err)
-	}
+	writeTestKubeconfig(t, filepath.Join(dir, "kubeconfig"), &clientcmdapi.Cluster{Server: "https://192.0.2.10:6443", CertificateAuthority: "pki/ca.crt"},
+		&clientcmdapi.AuthInfo{})
 	m := NewManager(Config{KubeconfigPath: filepath.Join(dir, "kubeconfig")})
 	server, ca, err := m.serverAndCA()
 	if err != nil || server != "https://192.0.2.10:6443" || string(ca) != string(testCA.CertPEM()) {

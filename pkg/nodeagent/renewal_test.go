@@ -146,14 +146,7 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 func (tn *testNode) path(name string) string { return filepath.Join(tn.dir, name) }
 
 func (tn *testNode) writeKubeconfig(name string, ca []byte, user *clientcmdapi.AuthInfo) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["default-cluster"] = &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: ca}
-	cfg.AuthInfos["default-auth"] = user
-	cfg.Contexts["default-context"] = &clientcmdapi.Context{Cluster: "default-cluster", AuthInfo: "default-auth"}
-	cfg.CurrentContext = "default-context"
-	if err := clientcmd.WriteToFile(*cfg, tn.path(name)); err != nil {
-		tn.t.Fatal(err)
-	}
+	writeTestKubeconfig(tn.t, tn.path(name), &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: ca}, user)
 }
 
 func (tn *testNode) logf(format string, args ...any) {
@@ -460,14 +453,8 @@ func TestStartWaitsForTheKubelet(t *testing.T) {
 	if _, err := store.Update(issue(t, key), key, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: testCA.CertPEM()}
-	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()}
-	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	cfg.CurrentContext = "c"
-	if err := clientcmd.WriteToFile(*cfg, filepath.Join(dir, "kubeconfig")); err != nil {
-		t.Fatal(err)
-	}
+	writeTestKubeconfig(t, filepath.Join(dir, "kubeconfig"), &clientcmdapi.Cluster{Server: testServer, CertificateAuthorityData: testCA.CertPEM()},
+		&clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()})
 	clk.Step(kubeletBackoff.Cap * 2)
 	select {
 	case err := <-done:
@@ -628,14 +615,8 @@ func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg := clientcmdapi.NewConfig()
-			cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: apiServer(tt.serving, tt.status), CertificateAuthorityData: cluster0.CertPEM()}
-			cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{}
-			cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-			cfg.CurrentContext = "x"
-			if err := clientcmd.WriteToFile(*cfg, filepath.Join(dir, "kubeconfig")); err != nil {
-				t.Fatal(err)
-			}
+			writeTestKubeconfig(t, filepath.Join(dir, "kubeconfig"),
+				&clientcmdapi.Cluster{Server: apiServer(tt.serving, tt.status), CertificateAuthorityData: cluster0.CertPEM()}, &clientcmdapi.AuthInfo{})
 			r := &renewal{n: &Node{Manager: NewManager(Config{KubeconfigPath: filepath.Join(dir, "kubeconfig")}), Logf: t.Logf},
 				trust: noderenewal.Trust{Cluster: tt.bundle}}
 			err := r.checkServer(context.Background())
