@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,9 +42,16 @@ type csrReconciler struct {
 	// recorder records each client certificate before it is posted; nil
 	// records none.
 	recorder *Recorder
-	// approvedAt remembers when this process approved a CSR (by UID), for
-	// the approval-to-signing latency: conditions only keep whole seconds.
-	approvedAt sync.Map
+	// approvedAt remembers when this process approved a CSR, for the
+	// approval-to-signing latency (conditions only keep whole seconds): by
+	// name, so that a CSR gone before it is signed takes its entry with it.
+	approvedAt sync.Map // name -> approvalRecord
+}
+
+// approvalRecord is when this process approved the CSR of UID uid.
+type approvalRecord struct {
+	uid types.UID
+	at  time.Time
 }
 
 func ours(signer string) bool {
@@ -54,6 +62,9 @@ func ours(signer string) bool {
 func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := &certificatesv1.CertificateSigningRequest{}
 	if err := r.remote.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.approvedAt.Delete(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !ours(obj.Spec.SignerName) {
@@ -137,7 +148,6 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 			return false, fmt.Errorf("pinning the addresses of node %s: %w", d.Pin.Node, err)
 		}
 	}
-	r.metrics.decided(c, obj.Spec.SignerName, d)
 	var condition certificatesv1.RequestConditionType
 	switch d.Verdict {
 	case csr.Approve:
@@ -157,8 +167,10 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 		}
 		return false, fmt.Errorf("recording %s on %s: %w", condition, obj.Name, err)
 	}
+	// Counted once written: a write that conflicts is decided again.
+	r.metrics.decided(c, obj.Spec.SignerName, d)
 	if condition == certificatesv1.CertificateApproved {
-		r.approvedAt.Store(obj.UID, r.clock.Now())
+		r.approvedAt.Store(obj.Name, approvalRecord{uid: obj.UID, at: r.clock.Now()})
 	}
 	return false, nil
 }
@@ -231,9 +243,12 @@ func (r *csrReconciler) sign(ctx context.Context, c *v1alpha1.Cluster, obj *cert
 		}
 		return fmt.Errorf("recording the certificate of %s: %w", obj.Name, err)
 	}
-	approvedAt, _ := r.approvedAt.LoadAndDelete(obj.UID)
+	approved, _ := r.approvedAt.LoadAndDelete(obj.Name)
 	if len(obj.Status.Certificate) > 0 {
-		at, _ := approvedAt.(time.Time)
+		var at time.Time
+		if a, ok := approved.(approvalRecord); ok && a.uid == obj.UID {
+			at = a.at
+		}
 		r.metrics.signed(c, obj, at, r.clock.Now())
 	}
 	return nil

@@ -30,6 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -120,6 +123,8 @@ type fixture struct {
 	kubeletCA  *pki.KeyPair
 	management []client.Object
 	remote     []client.Object
+	// remoteFuncs, when set, intercept the managed cluster's client.
+	remoteFuncs *interceptor.Funcs
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -199,8 +204,12 @@ func kubeletCSR(t *testing.T, name, signer string, key crypto.Signer, created ti
 // build returns the reconciler and the managed cluster's client; funcs, when
 // set, intercept the management cluster's client.
 func (f *fixture) build(funcs *interceptor.Funcs) (*csrReconciler, client.Client) {
-	remote := fake.NewClientBuilder().WithScheme(f.scheme).WithObjects(f.remote...).
-		WithStatusSubresource(&certificatesv1.CertificateSigningRequest{}).Build()
+	rb := fake.NewClientBuilder().WithScheme(f.scheme).WithObjects(f.remote...).
+		WithStatusSubresource(&certificatesv1.CertificateSigningRequest{})
+	if f.remoteFuncs != nil {
+		rb = rb.WithInterceptorFuncs(*f.remoteFuncs)
+	}
+	remote := rb.Build()
 	mb := fake.NewClientBuilder().WithScheme(f.scheme).WithObjects(f.management...)
 	if funcs != nil {
 		mb = mb.WithInterceptorFuncs(*funcs)
@@ -657,4 +666,45 @@ func TestACarouselTokenIsLabelledAndExpires(t *testing.T) {
 			t.Errorf("isCarouselToken(%s) = %v, want %v", id, got, want)
 		}
 	}
+}
+
+// TestADecisionIsCountedOnceItIsWritten approves a CSR whose first approval
+// write conflicts: carousel_csr_decisions_total counts the approval once, and
+// a CSR deleted after its approval but before its signing leaves no entry in
+// the approval times.
+func TestADecisionIsCountedOnceItIsWritten(t *testing.T) {
+	f := newFixture(t)
+	f.remote = append(f.remote, kubeletCSR(t, "c", certificatesv1.KubeAPIServerClientKubeletSignerName, testKey(t), testNow))
+	conflicts := 1
+	f.remoteFuncs = &interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		if sub == "approval" && conflicts > 0 {
+			conflicts--
+			return apierrors.NewConflict(schema.GroupResource{Group: certificatesv1.GroupName, Resource: "certificatesigningrequests"}, obj.GetName(), errors.New("changed"))
+		}
+		return c.SubResource(sub).Update(ctx, obj, opts...)
+	}}
+	r, remote := f.build(nil)
+	r.metrics = NewMetrics(prometheus.NewRegistry())
+	for range 2 {
+		if _, err := reconcileCSR(t, r, "c"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, approved := hasCondition(getCSR(t, remote, "c"), certificatesv1.CertificateApproved); !approved {
+		t.Fatal("not approved")
+	}
+	if got := testutil.ToFloat64(r.metrics.decisions); got != 1 {
+		t.Errorf("carousel_csr_decisions_total = %v, want 1 for one approval written", got)
+	}
+
+	if err := remote.Delete(context.Background(), getCSR(t, remote, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reconcileCSR(t, r, "c"); err != nil {
+		t.Fatal(err)
+	}
+	r.approvedAt.Range(func(name, _ any) bool {
+		t.Errorf("the approval time of %v is kept after its CSR is gone", name)
+		return true
+	})
 }
