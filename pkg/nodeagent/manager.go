@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -31,6 +33,15 @@ const (
 
 // DefaultMinRenewalInterval is the default Config.MinRenewalInterval.
 const DefaultMinRenewalInterval = 5 * time.Minute
+
+// CertificateWaitTimeout bounds how long an attempt of the agent (to
+// bootstrap, rotate, or renew in place) waits for its CSR to be approved and
+// signed, as client-go's certificate manager bounds one of the kubelet's.
+// The CSR and its pending key stay: the next attempt, after the backoff,
+// waits on the same CSR. Unbounded, a CSR left for an administrator held
+// the renewal lock, and with it every other renewal, and kept the agent from
+// watching its Node (so from seeing its credentials refused).
+const CertificateWaitTimeout = 15 * time.Minute
 
 // Mode says who owns the node's client certificate and kubeconfig.
 type Mode string
@@ -241,7 +252,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.renewWith(ctx, cs, cfg.Host, cfg.CAData, "", m.cfg.CertificateTTL)
+	return m.renewWith(ctx, cs, cfg.Host, cfg.CAData, "", m.cfg.CertificateTTL, CertificateWaitTimeout)
 }
 
 // Renew requests a new certificate now with the current credentials. A
@@ -259,14 +270,14 @@ func (m *Manager) Renew(ctx context.Context, caBundle []byte) error {
 	if caBundle != nil {
 		ca = caBundle
 	}
-	return m.renewWith(ctx, m.Client(), server, ca, "", m.cfg.CertificateTTL)
+	return m.renewWith(ctx, m.Client(), server, ca, "", m.cfg.CertificateTTL, CertificateWaitTimeout)
 }
 
-// renewWith requests a certificate for the pending key through cs. The CSR
-// is named name, or from the key when name is empty. A denied or failed CSR
-// discards the pending key: the next attempt asks, with a new CSR, for a
-// fresh key.
-func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server string, ca []byte, name string, ttl time.Duration) error {
+// renewWith requests a certificate for the pending key through cs, and
+// waits at most wait for it. The CSR is named name, or from the key when
+// name is empty. A denied or failed CSR discards the pending key: the next
+// attempt asks, with a new CSR, for a fresh key.
+func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server string, ca []byte, name string, ttl, wait time.Duration) error {
 	if cs == nil {
 		return errors.New("no client certificate yet: run the agent first so that it bootstraps")
 	}
@@ -283,7 +294,7 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	if err != nil {
 		return err
 	}
-	certPEM, err := RequestCertificate(ctx, cs, csr, key)
+	certPEM, err := m.requestCertificate(ctx, cs, csr, key, wait)
 	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
 		// The answer is final, and a CSR named after this key would find it
 		// again: start over with another key.
@@ -307,6 +318,23 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	m.renewed = now
 	m.mu.Unlock()
 	return nil
+}
+
+// requestCertificate is RequestCertificate with its wait for an answer
+// bounded by wait, on the manager's clock. A CSR answered as it is created
+// (or found) sets no timer.
+func (m *Manager) requestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest,
+	key crypto.Signer, wait time.Duration) ([]byte, error) {
+	created, err := createOrFind(ctx, cs, csr, key)
+	if err != nil {
+		return nil, err
+	}
+	if _, answered, _ := outcome(created); !answered {
+		var cancel context.CancelFunc
+		ctx, cancel = withClockTimeout(ctx, m.cfg.Clock, wait)
+		defer cancel()
+	}
+	return WaitForCertificate(ctx, cs, created)
 }
 
 // use writes the kubeconfig for kp (in ModeStandIn; the kubelet owns it in

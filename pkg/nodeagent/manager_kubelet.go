@@ -125,7 +125,7 @@ func (m *Manager) RenewKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.renewWith(ctx, m.Client(), info.Server, info.CA, "", m.cfg.CertificateTTL)
+	return m.renewWith(ctx, m.Client(), info.Server, info.CA, "", m.cfg.CertificateTTL, CertificateWaitTimeout)
 }
 
 // RenewKubeletServing requests, in ModeKubelet and as the node, a serving
@@ -161,7 +161,7 @@ func (m *Manager) RenewKubeletServing(ctx context.Context) (*pki.KeyPair, error)
 	if err != nil {
 		return nil, err
 	}
-	certPEM, err := RequestCertificate(ctx, cs, csr, key)
+	certPEM, err := m.requestCertificate(ctx, cs, csr, key, CertificateWaitTimeout)
 	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
 		if derr := store.DiscardPendingKey(); derr != nil {
 			return nil, errors.Join(err, derr)

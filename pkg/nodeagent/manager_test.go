@@ -148,7 +148,7 @@ func TestRunSpacesRenewals(t *testing.T) {
 			m.newClient = signer.client
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := m.renewWith(ctx, signer, "https://127.0.0.1:6443", nil, "", 0); err != nil {
+			if err := m.renewWith(ctx, signer, "https://127.0.0.1:6443", nil, "", 0, CertificateWaitTimeout); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan struct{})
@@ -260,7 +260,7 @@ func TestRefreshAgainAfterADenial(t *testing.T) {
 	})
 	m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"), Clock: clk})
 	m.newClient = signer.client
-	if err := m.renewWith(context.Background(), signer, "https://127.0.0.1:6443", nil, "", 0); err != nil {
+	if err := m.renewWith(context.Background(), signer, "https://127.0.0.1:6443", nil, "", 0, CertificateWaitTimeout); err != nil {
 		t.Fatal(err)
 	}
 	for run := range 2 {

@@ -50,9 +50,7 @@ func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Du
 		return err
 	}
 	name := RefreshCSRName(m.cfg.NodeName, seed)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	err = m.renewWith(ctx, m.Client(), server, ca, name, ttl)
+	err = m.renewWith(ctx, m.Client(), server, ca, name, ttl, timeout)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("timed out after %s waiting for CSR %s to be approved and signed; approve it with: kubectl certificate approve %s", timeout, name, name)

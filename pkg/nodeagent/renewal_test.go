@@ -52,6 +52,7 @@ type testNode struct {
 	csrs       int   // CSRs created
 	restarts   int   // successful restarts
 	failCSR    int   // CSR creations still to fail
+	unanswered int   // CSR creations still to leave pending
 	failReport int   // Node patches still to fail
 	restartErr error // returned by the next restart, then cleared
 	unhealthy  bool  // healthz fails
@@ -110,6 +111,10 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 		}
 		tn.csrs++
 		csr := a.(k8stesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
+		if tn.unanswered > 0 {
+			tn.unanswered--
+			return false, nil, nil
+		}
 		if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
 			sign(t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
 		} else {
@@ -330,6 +335,65 @@ func (tn *testNode) loggedLine(parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout leaves
+// the CSRs of an in-place renewal pending: each renewal gives up after
+// CertificateWaitTimeout (so that the agent watches its Node again and
+// other renewals get the lock), and the next one waits on the same CSR
+// instead of asking again with another key.
+func TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		renew func(context.Context, *Manager) error
+	}{
+		{"client", func(ctx context.Context, m *Manager) error { return m.RenewKubelet(ctx) }},
+		{"serving", func(ctx context.Context, m *Manager) error { _, err := m.RenewKubeletServing(ctx); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := newTestNode(t, v1alpha1.RotationPreparing)
+			tn.set(func() { tn.unanswered = 1 })
+			m := tn.node.Manager
+			done := make(chan error, 1)
+			go func() { done <- tc.renew(context.Background(), m) }()
+			awaitWaiters(t, tn.clk, 1)
+			tn.clk.Step(CertificateWaitTimeout - time.Second)
+			select {
+			case err := <-done:
+				t.Fatalf("the renewal ended before CertificateWaitTimeout: %v", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			tn.clk.Step(time.Second)
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("renewal = %v, want the wait for the CSR timed out", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the renewal still waits for its CSR after CertificateWaitTimeout")
+			}
+
+			csrs, err := tn.cs.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+			if err != nil || len(csrs.Items) != 1 {
+				t.Fatalf("%d CSRs (%v), want the one left pending", len(csrs.Items), err)
+			}
+			pending := &csrs.Items[0]
+			if pending.Spec.SignerName == certificatesv1.KubeletServingSignerName {
+				sign(t, pending, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
+			} else {
+				approve(t, pending, time.Hour, tn.clk.Now())
+			}
+			if _, err := tn.cs.CertificatesV1().CertificateSigningRequests().UpdateStatus(context.Background(), pending, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.renew(context.Background(), m); err != nil {
+				t.Fatalf("the next renewal = %v, want the certificate of the CSR approved since", err)
+			}
+			if csrs, err := tn.cs.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{}); err != nil || len(csrs.Items) != 1 {
+				t.Errorf("%d CSRs after the next renewal (%v), want it to have waited on the same one", len(csrs.Items), err)
+			}
+		})
+	}
 }
 
 // TestRenewKubeletResumes fails a renewal at a step, as a crash or an

@@ -126,6 +126,18 @@ func ServingCSR(name, node string, key crypto.Signer, addresses []corev1.NodeAdd
 // left by a key already discarded is reported as such rather than as a
 // conflict.
 func RequestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) ([]byte, error) {
+	created, err := createOrFind(ctx, cs, csr, key)
+	if err != nil {
+		return nil, err
+	}
+	return WaitForCertificate(ctx, cs, created)
+}
+
+// createOrFind creates csr, or finds the CSR of that name that an earlier
+// attempt created for key. A CSR of that name for another key is an error:
+// its refusal when it was refused.
+func createOrFind(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest,
+	key crypto.Signer) (*certificatesv1.CertificateSigningRequest, error) {
 	api := cs.CertificatesV1().CertificateSigningRequests()
 	created, err := api.Create(ctx, csr, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -143,7 +155,7 @@ func RequestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certi
 	if err != nil {
 		return nil, fmt.Errorf("CSR %s: %w", csr.Name, err)
 	}
-	return WaitForCertificate(ctx, cs, created)
+	return created, nil
 }
 
 // sameKey checks that an existing CSR asks for our key.
@@ -205,7 +217,7 @@ func WaitForCertificate(ctx context.Context, cs kubernetes.Interface, csr *certi
 		})
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("waiting for CSR %s to be approved and signed: %w", name, ctx.Err())
+		return nil, fmt.Errorf("waiting for CSR %s to be approved and signed: %w", name, context.Cause(ctx))
 	case err != nil:
 		return nil, err
 	}
