@@ -317,15 +317,19 @@ func parse(req *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequ
 	return parsed, Decision{}
 }
 
-// checkUsages requires the one extended usage, allows digital signature and,
-// for RSA keys, key encipherment, and refuses everything else.
+// checkUsages requires the one extended usage and digital signature, as
+// the upstream signers of these signer names do, allows key encipherment
+// for RSA keys only (kubelets since 1.27 ask for it only then; upstream
+// also takes it with other keys), and refuses everything else.
 func checkUsages(usages []certificatesv1.KeyUsage, parsed *x509.CertificateRequest, required certificatesv1.KeyUsage) string {
 	allowed := []certificatesv1.KeyUsage{required, certificatesv1.UsageDigitalSignature}
 	if parsed.PublicKeyAlgorithm == x509.RSA {
 		allowed = append(allowed, certificatesv1.UsageKeyEncipherment)
 	}
-	if !slices.Contains(usages, required) {
-		return fmt.Sprintf("the usages must include %q", required)
+	for _, u := range []certificatesv1.KeyUsage{required, certificatesv1.UsageDigitalSignature} {
+		if !slices.Contains(usages, u) {
+			return fmt.Sprintf("the usages must include %q", u)
+		}
 	}
 	for _, u := range usages {
 		if !slices.Contains(allowed, u) {

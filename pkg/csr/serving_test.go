@@ -117,6 +117,13 @@ func TestDecideServingAddressPolicies(t *testing.T) {
 			}
 		})
 	}
+	t.Run("server auth without digital signature", func(t *testing.T) {
+		req := request(t, ec, signer, "system:node:worker-1", nodes, []certificatesv1.KeyUsage{certificatesv1.UsageServerAuth},
+			x509.CertificateRequest{Subject: nodeSubject, DNSNames: []string{"worker-1.example"}})
+		if got := Decide(req, policy); got.Verdict != Deny || got.Reason != ReasonBadUsages {
+			t.Fatalf("Decide = %+v, want a denial for its usages", got)
+		}
+	})
 	t.Run("manual serving approval pins nothing", func(t *testing.T) {
 		p := policy
 		p.AutoApproveServing, p.FirstSeenAddresses = false, true
