@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -76,14 +75,4 @@ func checkServing(path string, bundle []byte, now time.Time) (state servingState
 		return servingUntrusted, err, nil
 	}
 	return servingTrusted, nil, nil
-}
-
-// removeServingPair removes the kubelet's current serving pair (the
-// symlink; the pair it points at stays), so that the kubelet asks for a new
-// one when it starts.
-func removeServingPair(certDir string) error {
-	if err := os.Remove(filepath.Join(certDir, servingCurrentFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return syncDir(certDir)
 }

@@ -87,24 +87,3 @@ func TestCheckServing(t *testing.T) {
 		t.Error("a bundle that does not parse is no error")
 	}
 }
-
-func TestRemoveServingPairKeepsThePair(t *testing.T) {
-	dir := t.TempDir()
-	now := time.Now()
-	writeServingPair(t, dir, newTestCA(t, "kubelet-ca", now), now)
-	target, err := os.Readlink(filepath.Join(dir, servingCurrentFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // again, as after a crash
-		if err := removeServingPair(dir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := os.Lstat(filepath.Join(dir, servingCurrentFile)); !os.IsNotExist(err) {
-		t.Fatalf("the symlink is still there: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, target)); err != nil {
-		t.Fatalf("the pair it pointed at is gone: %v", err)
-	}
-}
