@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -43,8 +44,43 @@ func (m *Manager) lockRenewals() (func(), error) {
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
+	removeLeftoverTemporaryFiles(m.cfg.CertDir)
 	return func() {
 		_ = f.Close() // releases the lock
 		m.renewing.Unlock()
 	}, nil
+}
+
+// removeLeftoverTemporaryFiles removes, from the cert dir, the temporary
+// files (writeTemp: ".<name>.<random digits>") of pairs and pending keys
+// that a process killed in the middle of a write left behind: each holds a
+// private key that nothing would ever use or remove. It runs with the
+// renewal lock held, under which alone pairs and pending keys are written,
+// so no such write is under way in this process or another. The kubelet
+// names its own files otherwise. Best effort: a file that cannot be removed
+// is left for the next renewal.
+func removeLeftoverTemporaryFiles(certDir string) {
+	entries, err := os.ReadDir(certDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && isTemporaryFile(e.Name()) {
+			_ = os.Remove(filepath.Join(certDir, e.Name()))
+		}
+	}
+}
+
+// isTemporaryFile reports whether name is that of a temporary file writeTemp
+// made in the cert dir for a pair or a pending key.
+func isTemporaryFile(name string) bool {
+	if !strings.HasPrefix(name, ".") {
+		return false
+	}
+	dot := strings.LastIndexByte(name, '.')
+	target, suffix := name[1:max(dot, 1)], name[dot+1:]
+	if suffix == "" || strings.Trim(suffix, "0123456789") != "" {
+		return false
+	}
+	return strings.HasPrefix(target, ClientStore+"-") || strings.HasPrefix(target, ServingStore+"-")
 }

@@ -77,3 +77,47 @@ func testRenewalsTakeTurns(t *testing.T, mode Mode) {
 		t.Errorf("CSRs created: %s, want the refresh's", csrNames(created))
 	}
 }
+
+// A renewal removes the temporary files of pairs and pending keys that a
+// process killed in the middle of a write left in the cert dir (each holds a
+// key), and nothing else.
+func TestARenewalRemovesTheTemporaryFilesOfAKilledWrite(t *testing.T) {
+	certDir := t.TempDir()
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &Store{Dir: certDir}
+	if _, err := store.Update(issue(t, key), key, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var leftovers []string
+	for _, prefix := range []string{".kubelet-client-pending.key", ".kubelet-server-pending.key", ".kubelet-client-2026-11-29-12-00-00.pem"} {
+		tmp, err := writeTemp(certDir, prefix, []byte("a key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leftovers = append(leftovers, tmp)
+	}
+	kept := []string{store.CurrentPath(), filepath.Join(certDir, ".carousel-node-agent-renewal.json.123"),
+		filepath.Join(certDir, ".kubelet-client-pending.key.tmp"), filepath.Join(certDir, ".other.123"), filepath.Join(certDir, "kubelet.crt")}
+	for _, path := range kept[1:] {
+		mustWriteFile(t, path, "kept", 0o600)
+	}
+
+	unlock, err := NewManager(Config{CertDir: certDir}).lockRenewals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	for _, path := range leftovers {
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there (%v)", filepath.Base(path), err)
+		}
+	}
+	for _, path := range kept {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("%s: %v, want it kept", filepath.Base(path), err)
+		}
+	}
+}
