@@ -223,6 +223,12 @@ func TestSign(t *testing.T) {
 	if _, err := Sign(masters, ca, time.Hour, now); !errors.As(err, &refused) || refused.Reason != ReasonBadSubject {
 		t.Fatalf("signing a kubelet client certificate for system:masters because someone approved it: %v, want a refusal", err)
 	}
+	clientAuthOnly := request(t, key(t, pki.ECDSAP256), certificatesv1.KubeAPIServerClientKubeletSignerName, "alice", nil,
+		[]certificatesv1.KeyUsage{certificatesv1.UsageClientAuth}, x509.CertificateRequest{Subject: nodeSubject})
+	clientAuthOnly.Status.Conditions = req.Status.Conditions
+	if _, err := Sign(clientAuthOnly, ca, time.Hour, now); !errors.As(err, &refused) || refused.Reason != ReasonBadUsages {
+		t.Fatalf("signing a request without digital signature because someone approved it: %v, want a refusal", err)
+	}
 	if _, err := Sign(req, ca, time.Hour, now.Add(49*time.Hour)); err == nil || errors.As(err, &refused) {
 		t.Fatalf("signing with an expired CA: %v, want an error that is not the request's", err)
 	}

@@ -55,10 +55,10 @@ func (m *Manager) lockRenewals() (func(), error) {
 // files (writeTemp: ".<name>.<random digits>") of pairs and pending keys
 // that a process killed in the middle of a write left behind: each holds a
 // private key that nothing would ever use or remove. It runs with the
-// renewal lock held, under which alone pairs and pending keys are written,
-// so no such write is under way in this process or another. The kubelet
-// names its own files otherwise. Best effort: a file that cannot be removed
-// is left for the next renewal.
+// renewal lock held, under which alone such temporary files are written
+// (Store.PendingKey, Store.Update), so none is being written in this
+// process or another. The kubelet names its own files otherwise. Best
+// effort: a file that cannot be removed is left for the next renewal.
 func removeLeftoverTemporaryFiles(certDir string) {
 	entries, err := os.ReadDir(certDir)
 	if err != nil {

@@ -50,9 +50,11 @@ func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Du
 		return err
 	}
 	name := RefreshCSRName(m.cfg.NodeName, seed)
+	ctx, cancel := withClockTimeout(ctx, m.cfg.Clock, timeout)
+	defer cancel()
 	err = m.renewWith(ctx, m.Client(), server, ca, name, ttl, timeout)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	case err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded):
 		return fmt.Errorf("timed out after %s waiting for CSR %s to be approved and signed; approve it with: kubectl certificate approve %s", timeout, name, name)
 	case errors.Is(err, ErrDenied), errors.Is(err, ErrFailed):
 		return fmt.Errorf("refresh failed: %w; a refused CSR is final: take a new seed from 'refresh-certs plan'", err)

@@ -115,11 +115,7 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 			tn.unanswered--
 			return false, nil, nil
 		}
-		if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
-			sign(t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
-		} else {
-			approve(t, csr, time.Hour, tn.clk.Now())
-		}
+		tn.answer(csr)
 		return false, nil, nil // stored, with its certificate, by the tracker
 	})
 	tn.cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -146,6 +142,16 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 	// the code under test to wait on the clock count from none.
 	awaitNoWaiters(t, tn.clk)
 	return tn
+}
+
+// answer approves and signs csr as Carousel does: a serving one with the new
+// kubelet CA, a client one with testCA.
+func (tn *testNode) answer(csr *certificatesv1.CertificateSigningRequest) {
+	if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
+		sign(tn.t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
+	} else {
+		approve(tn.t, csr, time.Hour, tn.clk.Now())
+	}
 }
 
 func (tn *testNode) path(name string) string { return filepath.Join(tn.dir, name) }
@@ -378,11 +384,7 @@ func TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout(t *testin
 				t.Fatalf("%d CSRs (%v), want the one left pending", len(csrs.Items), err)
 			}
 			pending := &csrs.Items[0]
-			if pending.Spec.SignerName == certificatesv1.KubeletServingSignerName {
-				sign(t, pending, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
-			} else {
-				approve(t, pending, time.Hour, tn.clk.Now())
-			}
+			tn.answer(pending)
 			if _, err := tn.cs.CertificatesV1().CertificateSigningRequests().UpdateStatus(context.Background(), pending, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}

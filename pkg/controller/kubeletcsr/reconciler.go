@@ -167,7 +167,8 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 		}
 		return false, fmt.Errorf("recording %s on %s: %w", condition, obj.Name, err)
 	}
-	// Counted once written: a write that conflicts is decided again.
+	// Counted once written: a write that conflicts is decided again. (One
+	// that succeeded on the server but reached us as an error goes uncounted.)
 	r.metrics.decided(c, obj.Spec.SignerName, d)
 	if condition == certificatesv1.CertificateApproved {
 		r.approvedAt.Store(obj.Name, approvalRecord{uid: obj.UID, at: r.clock.Now()})
