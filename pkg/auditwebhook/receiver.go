@@ -60,6 +60,17 @@ const DataKeyToken = "token"
 // (400 events) is well below it.
 const maxBatchBytes = 16 << 20
 
+// maxBatchElements bounds the array elements and object members of a batch,
+// counted as its commas: every element or member after the first of its
+// array or object follows one (and a comma in a string only counts one too
+// many). What a batch decodes to grows with them, not with its bytes: the
+// shortest event ("{},") decodes to some 24 times its size, so maxBatchBytes
+// alone would let one batch of empty events take some 400 MiB. Under this
+// bound a batch decodes to at most some 10 MiB besides its strings. A batch
+// of kube-apiserver's default 400 events at the Metadata level has some
+// 10,000 commas.
+const maxBatchElements = 100_000
+
 // bodies holds the buffers batches are read into: every managed API server
 // sends one every few seconds, and json.Unmarshal copies what it keeps. A
 // json.Decoder grew a new buffer for each batch: a batch of 400 allocated
@@ -214,6 +225,9 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	defer putBody(body)
 	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, maxBatchBytes)); err != nil {
 		return http.StatusBadRequest, "reading the audit events: " + err.Error()
+	}
+	if bytes.Count(body.Bytes(), []byte{','}) >= maxBatchElements {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("a batch may hold at most %d array elements and object members (send fewer events at once)", maxBatchElements)
 	}
 	var batch eventList
 	if err := json.Unmarshal(body.Bytes(), &batch); err != nil {

@@ -213,6 +213,9 @@ func TestTheReceiverRefuses(t *testing.T) {
 		{name: "a body that is not JSON", path: "/audit/team-a/prod", token: "s3cret", body: []byte("{"), code: http.StatusBadRequest},
 		{name: "a body larger than a batch may be", path: "/audit/team-a/prod", token: "s3cret", body: bytes.Repeat([]byte(" "), maxBatchBytes+1),
 			code: http.StatusBadRequest, message: "request body too large"},
+		{name: "a batch of more elements than a batch may have", path: "/audit/team-a/prod", token: "s3cret",
+			body: []byte(`{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[` + strings.Repeat("{},", maxBatchElements) + `{}]}`),
+			code: http.StatusRequestEntityTooLarge, message: "at most 100000 array elements"},
 		{name: "an object that is not an EventList", path: "/audit/team-a/prod", token: "s3cret", body: []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`),
 			code: http.StatusBadRequest, message: "expected an EventList of audit.k8s.io/v1"},
 	} {
