@@ -299,6 +299,10 @@ const (
 	ReasonCampaignStepDone = "StepDone"
 	// ReasonCampaignNoClusterSelected (False): the selector picks no Cluster.
 	ReasonCampaignNoClusterSelected = "NoClusterSelected"
+	// ReasonCampaignInvalidSpec (False): the spec fails the checks the
+	// admission webhook makes (stored while the webhook was off, or failing
+	// open); the message says which. The campaign starts nothing.
+	ReasonCampaignInvalidSpec = "InvalidSpec"
 )
 
 // Event reasons Carousel records on a RotationCampaign.

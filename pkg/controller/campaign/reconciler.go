@@ -73,6 +73,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	now := r.Clock.Now()
+	// The webhook refuses such a spec, but it may be off or fail open: an
+	// empty selector would select every Cluster of the namespace.
+	if errs := v1alpha1.ValidateRotationCampaign(rc); len(errs) > 0 {
+		return ctrl.Result{}, r.writeInvalid(ctx, rc, errs.ToAggregate().Error(), now)
+	}
 	step := rc.Spec.StepOrDefault()
 	// The times the step's decisions count from are stored before any
 	// Cluster is started, so that a restart counts from the same ones.
@@ -105,9 +110,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, c := range clusters {
 		byName[c.Name] = c
 	}
-	// A refused Cluster counts as failed from then on, so planning again
-	// fills its place with the next one, or halts; it ends because each
-	// refusal fails one more Cluster.
+	// A refused Cluster counts as failed from then on, so the wave is
+	// planned again at once: that fills its place with the next Cluster,
+	// or halts when the refusal used up the failure budget, before any
+	// more of the wave starts. It ends because each refusal fails one more
+	// Cluster.
 	var d campaign.Decision
 	var started []string
 	for refusals := true; refusals; {
@@ -120,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 			if refused {
 				refusals = true
-				continue
+				break
 			}
 			started = append(started, name)
 		}
@@ -292,6 +299,24 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 // writeStatus writes d into the campaign's status, and the time a step
 // finished, when they changed; it records an event when the campaign halts
 // or finishes a step.
+// writeInvalid records that the campaign's spec is invalid, and why, in its
+// Progressing condition; it starts nothing until the spec is mended.
+func (r *Reconciler) writeInvalid(ctx context.Context, rc *v1alpha1.RotationCampaign, why string, now time.Time) error {
+	before := rc.DeepCopy()
+	rc.Status.ObservedGeneration = rc.Generation
+	meta.SetStatusCondition(&rc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionCampaignProgressing,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonCampaignInvalidSpec, ObservedGeneration: rc.Generation,
+		LastTransitionTime: metav1.NewTime(now), Message: "the campaign starts nothing until its spec is mended: " + why})
+	if equality.Semantic.DeepEqual(before.Status, rc.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, rc, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("writing the campaign's status: %w", err)
+	}
+	r.Recorder.Eventf(rc, nil, corev1.EventTypeWarning, v1alpha1.ReasonCampaignInvalidSpec, "Rotate", "%s", why)
+	return nil
+}
+
 func (r *Reconciler) writeStatus(ctx context.Context, rc *v1alpha1.RotationCampaign, d campaign.Decision, now time.Time) error {
 	before := rc.DeepCopy()
 	st := &rc.Status

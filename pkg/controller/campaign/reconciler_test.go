@@ -120,6 +120,66 @@ func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	}
 }
 
+// A refusal that uses up the failure budget halts the campaign before the
+// rest of its wave starts.
+func TestARefusalThatUsesUpTheFailureBudgetStartsNoMoreOfTheWave(t *testing.T) {
+	var patched []string
+	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		patched = append(patched, obj.GetName())
+		if obj.GetName() == "a" {
+			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New("the cluster says no"))
+		}
+		return c.Patch(ctx, obj, p, opts...)
+	})
+	rc := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Spec.MaxConcurrent, rc.Spec.MaxFailures = ptr.To(intstr.FromInt32(3)), ptr.To(intstr.FromInt32(0))
+	if err := r.Client.Update(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	rc = reconcileWave(t, r)
+	if len(patched) != 1 || patched[0] != "a" {
+		t.Fatalf("patched %v, want only a: its refusal used up a failure budget of 0", patched)
+	}
+	if rc.Status.Phase != v1alpha1.CampaignHalted {
+		t.Errorf("phase %s, want Halted", rc.Status.Phase)
+	}
+}
+
+// A campaign stored with an empty selector (the webhook off) selects every
+// Cluster for the label selector it is: the controller starts none, and says
+// why.
+func TestACampaignWithAnInvalidSpecStartsNothing(t *testing.T) {
+	var patched []string
+	r, recorder := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		patched = append(patched, obj.GetName())
+		return c.Patch(ctx, obj, p, opts...)
+	})
+	rc := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Spec.Selector = metav1.LabelSelector{}
+	if err := r.Client.Update(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		rc = reconcileWave(t, r)
+	}
+	if len(patched) != 0 {
+		t.Fatalf("patched %v, want none", patched)
+	}
+	cond := meta.FindStatusCondition(rc.Status.Conditions, v1alpha1.ConditionCampaignProgressing)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != v1alpha1.ReasonCampaignInvalidSpec || !strings.Contains(cond.Message, "spec.selector") {
+		t.Errorf("Progressing = %+v, want False InvalidSpec naming spec.selector", cond)
+	}
+	if len(recorder.Events) != 1 {
+		t.Errorf("%d events, want one warning for the two passes", len(recorder.Events))
+	}
+}
+
 // lendingReader lists Clusters the way the cache does when asked not to copy
 // them: each item shares its maps, slices and pointers with the object the
 // cache keeps.
