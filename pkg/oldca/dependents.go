@@ -262,6 +262,12 @@ func reason(f Facts, c Credential, current map[string][]string, secretOf map[str
 		what = "a kubelet client certificate (%s) that Carousel signed"
 	}
 	switch secret, ours := secretOf[c.User]; {
+	// The certificate of a Secret that verifies against the new client CA
+	// (which no one can make without its key) depends on nothing old,
+	// whenever a managed API server's clock behind says it was first used.
+	// The records cannot vouch for one: they are not checked that way.
+	case ours && slices.Contains(current[c.User], c.Fingerprint):
+		return ""
 	// lastInitiationTime has whole seconds: the rotation started within the
 	// second after Started, and no certificate of the new client CA is used
 	// that soon (its CA does not exist yet when the start is recorded).

@@ -109,6 +109,9 @@ func TestDependents(t *testing.T) {
 		{name: "audit: a certificate first used in the second of the start, which lastInitiationTime truncates", facts: func(f *Facts) {
 			f.Usage = &Usage{Credentials: []Credential{{User: "carousel:admin:bob", Fingerprint: "k0", FirstSeen: at(0).Add(900 * time.Millisecond), LastSeen: at(70)}}}
 		}, want: []string{"User/carousel:admin:bob: in use before the rotation started"}},
+		{name: "audit: a certificate from the new client CA that a managed API server's clock behind saw before the start", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm1", -5, 90)}}
+		}},
 		{name: "audit: kubelets and kubeconfigs first seen after the start cannot be judged by name", facts: func(f *Facts) {
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:bob", "k1", 30, 70), seen("system:node:w5", "n1", 20, 65)}}
 		}},
