@@ -33,11 +33,16 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	case s.facts.Evidence != "" && meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable) == nil:
 		r.setCondition(c, *reachability(metav1.ConditionUnknown, v1alpha1.ReasonEndpointReachable, "no check due in this step"))
 	}
+	if err != nil && !stale {
+		forgetOldCAUsage(c)
+	}
+	if s.decision != nil || err != nil && !stale {
+		r.setOldCAsUnusedCondition(c)
+	}
 	if s.decision != nil {
 		r.updateInventory(c, s.cas)
 		r.setRotationCondition(c, s.decision.Phase, s.decision.Wait, s.waitingPools)
 		r.setServiceAccountKeyRotationCondition(c, s.keyDecision)
-		r.setOldCAsUnusedCondition(c)
 	}
 	s.wakeAt(r.setRecommendationCondition(c))
 	s.wakeAt(r.setMaintenanceCondition(c))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // The status write that records an operation also sets the recommendation
@@ -196,6 +198,45 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	}
 	if got := eventReasons(recorder); got[v1alpha1.EventOperationRefused] != 1 || got[v1alpha1.EventOperationNotRecorded] != 0 {
 		t.Errorf("events %v, want one OperationRefused for a completion the old-CA usage gate holds", got)
+	}
+}
+
+// A pass that fails before the old-CA usage gate judges drops the gate's
+// earlier verdict: a client seen since may depend on the old CAs, and a
+// completion waits for a pass that judges again.
+func TestAFailedPassLeavesNoOldCAUsageVerdictToCompleteOn(t *testing.T) {
+	sc := newSettledCluster(t)
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	c := sc.cluster()
+	c.CARotation().OldCAUsage = &v1alpha1.OldCAUsage{} // nothing depends on the old CAs, as a pass found
+	if err := sc.api.Status().Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	// The next pass fails in the certificates phase: a Secret to write again
+	// cannot be created.
+	secrets := &corev1.SecretList{}
+	if err := sc.api.List(context.Background(), secrets, client.InNamespace(c.Namespace), client.HasLabels{v1alpha1.LabelCertificate}); err != nil || len(secrets.Items) == 0 {
+		t.Fatalf("no certificate Secret to delete (%v)", err)
+	}
+	if err := sc.api.Delete(context.Background(), &secrets.Items[0]); err != nil {
+		t.Fatal(err)
+	}
+	sc.api.mu.Lock()
+	sc.api.beforeCreate = func(context.Context, client.WithWatch, client.Object) error {
+		return errors.New("etcdserver: request timed out")
+	}
+	sc.api.mu.Unlock()
+	if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err == nil {
+		t.Fatal("the pass did not fail")
+	}
+	c = sc.cluster()
+	if c.CARotation().OldCAUsage != nil || meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionOldCAsUnused) != nil {
+		t.Errorf("oldCAUsage %+v and OldCAsUnused %+v after a failed pass, want neither", c.CARotation().OldCAUsage,
+			meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionOldCAsUnused))
+	}
+	if err := rotation.OldCAsUnused(v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, c); err == nil {
+		t.Error("a completion would be let through on the verdict of an earlier pass")
 	}
 }
 
