@@ -51,8 +51,10 @@ type Reconciler struct {
 // them as pending and starts more than the budget; and, per Cluster, the
 // webhook's refusal of the operation, until the Cluster changes.
 type memory struct {
-	mu      sync.Mutex
-	started map[types.NamespacedName]sets.Set[string]
+	mu sync.Mutex
+	// started are the Clusters this process started, by campaign: each
+	// with the resourceVersion the start was patched onto.
+	started map[types.NamespacedName]map[string]string
 	refused map[types.UID]refusal
 }
 
@@ -177,10 +179,12 @@ func (r *Reconciler) recordWave(rc *v1alpha1.RotationCampaign, step v1alpha1.Cam
 }
 
 // amend corrects what the cache shows of campaign's Clusters with what this
-// process did: a Cluster it started whose annotation the cache does not
-// show yet is in progress, not pending; one the webhook refused, unchanged
-// since, has failed. Clusters the cache shows taking the operation, and
-// changed refused ones, are forgotten.
+// process did: a Cluster it started that the cache still shows as it was
+// before the start is in progress, not pending; one the cache shows pending
+// in a later version dropped the operation (the Cluster controller refused
+// it after the webhook let it in) and has failed, as one the webhook
+// refused has, until it changes again. Clusters the cache shows taking the
+// operation, and changed refused ones, are forgotten.
 func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cluster, standings []campaign.Standing) []campaign.Standing {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -189,11 +193,15 @@ func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cl
 	for i, c := range clusters {
 		s := &standings[i]
 		selected.Insert(c.Name)
-		if started.Has(c.Name) {
-			if s.State == v1alpha1.CampaignClusterPending {
+		if startedOn, ok := started[c.Name]; ok {
+			switch {
+			case s.State != v1alpha1.CampaignClusterPending:
+				delete(started, c.Name)
+			case c.ResourceVersion == startedOn:
 				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested"
-			} else {
-				started.Delete(c.Name)
+			default:
+				delete(started, c.Name)
+				m.refuseLocked(c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
 			}
 		}
 		if refused, ok := m.refused[c.UID]; ok {
@@ -206,27 +214,33 @@ func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cl
 	}
 	for name := range started {
 		if !selected.Has(name) {
-			started.Delete(name)
+			delete(started, name)
 		}
 	}
 	return standings
 }
 
-func (m *memory) remember(campaignKey types.NamespacedName, cluster string) {
+// remember records that this process started cluster, patching the
+// operation onto its resourceVersion startedOn.
+func (m *memory) remember(campaignKey types.NamespacedName, cluster, startedOn string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.started == nil {
-		m.started = map[types.NamespacedName]sets.Set[string]{}
+		m.started = map[types.NamespacedName]map[string]string{}
 	}
 	if m.started[campaignKey] == nil {
-		m.started[campaignKey] = sets.New[string]()
+		m.started[campaignKey] = map[string]string{}
 	}
-	m.started[campaignKey].Insert(cluster)
+	m.started[campaignKey][cluster] = startedOn
 }
 
 func (m *memory) refuse(c *v1alpha1.Cluster, message string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.refuseLocked(c, message)
+}
+
+func (m *memory) refuseLocked(c *v1alpha1.Cluster, message string) {
 	if m.refused == nil {
 		m.refused = map[types.UID]refusal{}
 	}
@@ -273,6 +287,7 @@ func (r *Reconciler) selected(ctx context.Context, rc *v1alpha1.RotationCampaign
 // remembered until the Cluster changes; it reports refused, not an error.
 // c becomes what the API server returned, or stays as it was.
 func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c *v1alpha1.Cluster, step v1alpha1.CampaignStep) (refused bool, err error) {
+	startedOn := c.ResourceVersion
 	patched := c.DeepCopy()
 	if patched.Annotations == nil {
 		patched.Annotations = map[string]string{}
@@ -282,7 +297,7 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 	switch {
 	case err == nil:
 		*c = *patched
-		r.memory.remember(client.ObjectKeyFromObject(rc), c.Name)
+		r.memory.remember(client.ObjectKeyFromObject(rc), c.Name, startedOn)
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
 		return false, nil
 	case apierrors.IsConflict(err):

@@ -120,6 +120,38 @@ func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	}
 }
 
+// A Cluster whose controller drops the operation the webhook let in (the
+// old-CA usage gate found a dependent since) fails, and the next Cluster
+// takes its place; before, it held its place as "requested" for ever.
+func TestAClusterThatDropsTheOperationFailsAndTheNextOneStarts(t *testing.T) {
+	var patched []string
+	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		patched = append(patched, obj.GetName())
+		return c.Patch(ctx, obj, p, opts...)
+	})
+	reconcileWave(t, r)
+	a := &v1alpha1.Cluster{}
+	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "a"}, a); err != nil {
+		t.Fatal(err)
+	}
+	delete(a.Annotations, v1alpha1.OperationAnnotation) // as the Cluster controller refusing it does
+	if err := r.Client.Update(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	rc := reconcileWave(t, r)
+	if len(patched) != 2 || patched[0] != "a" || patched[1] != "b" {
+		t.Fatalf("patched %v, want a, then b in its place", patched)
+	}
+	if rc.Status.Clusters.Failed != 1 || len(rc.Status.Blocking) == 0 || rc.Status.Blocking[0].Name != "a" ||
+		!strings.Contains(rc.Status.Blocking[0].Message, "dropped the operation") {
+		t.Errorf("counts %+v, blocking %+v; want a failed for dropping the operation", rc.Status.Clusters, rc.Status.Blocking)
+	}
+	reconcileWave(t, r)
+	if len(patched) != 2 {
+		t.Errorf("patched %v: a, unchanged since it dropped the operation, was asked again", patched)
+	}
+}
+
 // A refusal that uses up the failure budget halts the campaign before the
 // rest of its wave starts.
 func TestARefusalThatUsesUpTheFailureBudgetStartsNoMoreOfTheWave(t *testing.T) {
