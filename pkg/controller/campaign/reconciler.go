@@ -92,7 +92,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if step == v1alpha1.CampaignComplete && rc.Status.CompleteStepTime == nil {
 			rc.Status.CompleteStepTime = &stamp
 		}
-		if err := r.Client.Status().Patch(ctx, rc, client.MergeFrom(before)); err != nil {
+		// Only onto what was read: a stale read without a start time must
+		// not move the first one.
+		if err := r.Client.Status().Patch(ctx, rc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("recording when the %s step began: %w", step, err)
 		}
 	}

@@ -152,6 +152,38 @@ func TestAClusterThatDropsTheOperationFailsAndTheNextOneStarts(t *testing.T) {
 	}
 }
 
+// A pass on a stale read of the campaign, from before its start time was
+// recorded, does not move that time: the decisions count from it.
+func TestAStaleReadDoesNotMoveTheStartTime(t *testing.T) {
+	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		return c.Patch(ctx, obj, p, opts...)
+	})
+	key := types.NamespacedName{Namespace: "fleet", Name: "wave"}
+	stale := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(context.Background(), key, stale); err != nil {
+		t.Fatal(err)
+	}
+	first := reconcileWave(t, r).Status.StartTime
+	r.Clock.(*clocktesting.FakeClock).Step(time.Hour)
+	stored := r.Client
+	r.Client = interceptor.NewClient(stored.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if rc, ok := obj.(*v1alpha1.RotationCampaign); ok {
+				stale.DeepCopyInto(rc)
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		}})
+	_, _ = r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	rc := &v1alpha1.RotationCampaign{}
+	if err := stored.Get(context.Background(), key, rc); err != nil {
+		t.Fatal(err)
+	}
+	if !rc.Status.StartTime.Equal(first) {
+		t.Errorf("start time %s, want the first one, %s", rc.Status.StartTime, first)
+	}
+}
+
 // A refusal that uses up the failure budget halts the campaign before the
 // rest of its wave starts.
 func TestARefusalThatUsesUpTheFailureBudgetStartsNoMoreOfTheWave(t *testing.T) {
