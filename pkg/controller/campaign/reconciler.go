@@ -94,7 +94,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		// Only onto what was read: a stale read without a start time must
 		// not move the first one.
-		if err := r.Client.Status().Patch(ctx, rc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		err := r.Client.Status().Patch(ctx, rc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case apierrors.IsConflict(err):
+			// Read before a change: the newer campaign is looked at again.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("recording when the %s step began: %w", step, err)
 		}
 	}
@@ -185,8 +190,9 @@ func (r *Reconciler) recordWave(rc *v1alpha1.RotationCampaign, step v1alpha1.Cam
 // before the start is in progress, not pending; one the cache shows pending
 // in a later version dropped the operation (the Cluster controller refused
 // it after the webhook let it in) and has failed, as one the webhook
-// refused has, until it changes again. Clusters the cache shows taking the
-// operation, and changed refused ones, are forgotten.
+// refused has, until it changes again. A started Cluster is remembered
+// while its annotation is there, and forgotten once the cache shows it
+// taken up; changed refused ones are forgotten.
 func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cluster, standings []campaign.Standing) []campaign.Standing {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -196,14 +202,16 @@ func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cl
 		s := &standings[i]
 		selected.Insert(c.Name)
 		if startedOn, ok := started[c.Name]; ok {
+			_, requested := c.Annotations[v1alpha1.OperationAnnotation]
 			switch {
-			case s.State != v1alpha1.CampaignClusterPending:
-				delete(started, c.Name)
-			case c.ResourceVersion == startedOn:
+			case s.State == v1alpha1.CampaignClusterPending && c.ResourceVersion == startedOn:
 				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested"
-			default:
+			case s.State == v1alpha1.CampaignClusterPending:
 				delete(started, c.Name)
 				m.refuseLocked(c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
+			case !requested:
+				// Taken up: the rotation shows it from now on.
+				delete(started, c.Name)
 			}
 		}
 		if refused, ok := m.refused[c.UID]; ok {

@@ -130,6 +130,7 @@ func TestAClusterThatDropsTheOperationFailsAndTheNextOneStarts(t *testing.T) {
 		return c.Patch(ctx, obj, p, opts...)
 	})
 	reconcileWave(t, r)
+	reconcileWave(t, r) // the campaign sees a's annotation
 	a := &v1alpha1.Cluster{}
 	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "a"}, a); err != nil {
 		t.Fatal(err)
@@ -174,7 +175,9 @@ func TestAStaleReadDoesNotMoveTheStartTime(t *testing.T) {
 			}
 			return c.Get(ctx, k, obj, opts...)
 		}})
-	_, _ = r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	if res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil || res.RequeueAfter != time.Second {
+		t.Errorf("a pass on a stale read: %+v, %v; want it to look again in a second", res, err)
+	}
 	rc := &v1alpha1.RotationCampaign{}
 	if err := stored.Get(context.Background(), key, rc); err != nil {
 		t.Fatal(err)
