@@ -342,11 +342,11 @@ func (r *Reconciler) setOldCAsUnusedCondition(c *v1alpha1.Cluster) {
 }
 
 // forgetOldCAUsage drops the old-CA usage gate's verdict from the status
-// when a pass failed (the gate's phase, the last, judges only in a pass
-// that gets that far): who depends on the old CAs may have changed since the
-// pass that judged, for example a client the audit events show since, and a
-// completion must not be let through on that verdict. A completion is
-// refused until a pass judges again.
+// when a pass failed for more than a conflict (the gate's phase, the last,
+// judges only in a pass that gets that far): who depends on the old CAs may
+// have changed since the pass that judged, for example a client the audit
+// events show since, and a completion must not be let through on that
+// verdict. A completion is refused until a pass judges again.
 func forgetOldCAUsage(c *v1alpha1.Cluster) {
 	if rot := c.CARotation(); rot != nil && rot.OldCAUsage != nil {
 		rot = rot.DeepCopy()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -33,10 +34,13 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	case s.facts.Evidence != "" && meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable) == nil:
 		r.setCondition(c, *reachability(metav1.ConditionUnknown, v1alpha1.ReasonEndpointReachable, "no check due in this step"))
 	}
-	if err != nil && !stale {
+	// A pass that ends on a conflict, or a cache behind, is looked at again
+	// at once; one that fails otherwise leaves no verdict of the old-CA
+	// usage gate to complete on.
+	if failed := err != nil && !stale && !apierrors.IsConflict(err); failed {
 		forgetOldCAUsage(c)
-	}
-	if s.decision != nil || err != nil && !stale {
+		r.setOldCAsUnusedCondition(c)
+	} else if s.decision != nil {
 		r.setOldCAsUnusedCondition(c)
 	}
 	if s.decision != nil {

@@ -201,9 +201,9 @@ func TestAnOperationIsRefusedForWhatItAsksNotForAFailedWrite(t *testing.T) {
 	}
 }
 
-// A pass that fails before the old-CA usage gate judges drops the gate's
-// earlier verdict: a client seen since may depend on the old CAs, and a
-// completion waits for a pass that judges again.
+// A pass that fails before the old-CA usage gate judges, for more than a
+// conflict, drops the gate's earlier verdict: a client seen since may depend
+// on the old CAs, and a completion waits for a pass that judges again.
 func TestAFailedPassLeavesNoOldCAUsageVerdictToCompleteOn(t *testing.T) {
 	sc := newSettledCluster(t)
 	sc.annotate(v1alpha1.OperationStartCARotation)
@@ -222,11 +222,20 @@ func TestAFailedPassLeavesNoOldCAUsageVerdictToCompleteOn(t *testing.T) {
 	if err := sc.api.Delete(context.Background(), &secrets.Items[0]); err != nil {
 		t.Fatal(err)
 	}
-	sc.api.mu.Lock()
-	sc.api.beforeCreate = func(context.Context, client.WithWatch, client.Object) error {
-		return errors.New("etcdserver: request timed out")
+	failCreates := func(err error) {
+		sc.api.mu.Lock()
+		defer sc.api.mu.Unlock()
+		sc.api.beforeCreate = func(context.Context, client.WithWatch, client.Object) error { return err }
 	}
-	sc.api.mu.Unlock()
+	// A conflict is looked at again at once: the verdict stays.
+	failCreates(conflict(c))
+	if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); !apierrors.IsConflict(err) {
+		t.Fatalf("the pass ended with %v, want the conflict", err)
+	}
+	if c = sc.cluster(); c.CARotation().OldCAUsage == nil {
+		t.Error("a pass that ended on a conflict dropped the verdict")
+	}
+	failCreates(errors.New("etcdserver: request timed out"))
 	if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err == nil {
 		t.Fatal("the pass did not fail")
 	}
