@@ -21,17 +21,23 @@ func FuzzDecodingMatchesTheAuditTypes(f *testing.F) {
 		fp("01") + `","X509SHA256=` + fp("02") + `"]}},"stageTimestamp":"2026-11-26T12:00:00.000001Z","objectRef":{"resource":"pods"}}]}`))
 	f.Add([]byte(`{"items":[{"USER":{"UserName":"b","Extra":{"Authentication.Kubernetes.io/Credential-ID":["X509SHA256=` + fp("03") + `"]}}}]}`))
 	f.Add([]byte(`{"items":[{"user":null},{"user":{"extra":null}},{"requestReceivedTimestamp":null}]}`))
+	f.Add([]byte(`{"items":[{"user":{"username":"c","extra":{"a":["x"],"authentication.kubernetes.io/credential-id":["X509SHA256=` + fp("04") +
+		`"],"\u0061uthentication.kubernetes.io/credential-id":["X509SHA256=` + fp("05") + `"]}}}],"items":null,"ITEMS":[{"user":{"extra":{}}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var full auditv1.EventList
-		if json.Unmarshal(body, &full) != nil {
+		if json.Unmarshal(body, &full) != nil || len(full.Items) > maxEventsPerBatch {
 			return
 		}
 		var lean eventList
 		if err := json.Unmarshal(body, &lean); err != nil {
 			t.Fatalf("an EventList the audit types decode is refused: %v", err)
 		}
-		if lean.TypeMeta != full.TypeMeta {
-			t.Fatalf("type %+v, the audit types read %+v", lean.TypeMeta, full.TypeMeta)
+		large, err := decodeLargeBatch(body)
+		if err != nil {
+			t.Fatalf("an EventList the audit types decode is refused as a large batch: %v", err)
+		}
+		if lean.TypeMeta != full.TypeMeta || large.TypeMeta != full.TypeMeta {
+			t.Fatalf("type %+v, as a large batch %+v, the audit types read %+v", lean.TypeMeta, large.TypeMeta, full.TypeMeta)
 		}
 		fromFull := make([]auditEvent, len(full.Items))
 		for i, e := range full.Items {
@@ -46,8 +52,12 @@ func FuzzDecodingMatchesTheAuditTypes(f *testing.F) {
 		}
 		// Arriving in 2262, the batch keeps every time the decoders read.
 		arrival := time.Unix(0, math.MaxInt64)
-		if got, want := credentialsIn(lean.Items, arrival), credentialsIn(fromFull, arrival); !reflect.DeepEqual(got, want) {
+		want := credentialsIn(fromFull, arrival)
+		if got := credentialsIn(lean.Items, arrival); !reflect.DeepEqual(got, want) {
 			t.Fatalf("client certificates %+v, from the audit types %+v", got, want)
+		}
+		if got := credentialsIn(large.Items, arrival); !reflect.DeepEqual(got, want) {
+			t.Fatalf("client certificates as a large batch %+v, from the audit types %+v", got, want)
 		}
 	})
 }

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -60,16 +61,23 @@ const DataKeyToken = "token"
 // (400 events) is well below it.
 const maxBatchBytes = 16 << 20
 
-// maxBatchElements bounds the array elements and object members of a batch,
-// counted as its commas: every element or member after the first of its
-// array or object follows one (and a comma in a string only counts one too
-// many). What a batch decodes to grows with them, not with its bytes: the
-// shortest event ("{},") decodes to some 24 times its size, so maxBatchBytes
-// alone would let one batch of empty events take some 400 MiB. Under this
-// bound a batch decodes to at most some 10 MiB besides its strings. A batch
-// of kube-apiserver's default 400 events at the Metadata level has some
-// 10,000 commas.
-const maxBatchElements = 100_000
+// A batch decodes to more than its bytes: the shortest event ("{},") to some
+// 24 times its size, so a batch of maxBatchBytes could take some 400 MiB at
+// once. One of fewer than smallBatchCommas commas, which every array element
+// and object member after the first of its array or object follows (a comma
+// in a string only counts one too many), is decoded at once, to at most some
+// 10 MiB besides its strings: kube-apiserver's default batch, 400 events at
+// the Metadata level, has some 10,000. A larger one, such as a batch whose
+// policy records request bodies, is decoded one event at a time, keeping of
+// each only what the receiver reads (largeEvents), and refused with 413 past
+// maxEventsPerBatch events.
+const (
+	smallBatchCommas  = 100_000
+	maxEventsPerBatch = 10_000
+)
+
+// errTooManyEvents refuses a batch of more than maxEventsPerBatch events.
+var errTooManyEvents = fmt.Errorf("a batch may hold at most %d events: send fewer at once (--audit-webhook-batch-max-size)", maxEventsPerBatch)
 
 // bodies holds the buffers batches are read into: every managed API server
 // sends one every few seconds, and json.Unmarshal copies what it keeps. A
@@ -226,11 +234,11 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, maxBatchBytes)); err != nil {
 		return http.StatusBadRequest, "reading the audit events: " + err.Error()
 	}
-	if bytes.Count(body.Bytes(), []byte{','}) >= maxBatchElements {
-		return http.StatusRequestEntityTooLarge, fmt.Sprintf("a batch may hold at most %d array elements and object members (send fewer events at once)", maxBatchElements)
-	}
-	var batch eventList
-	if err := json.Unmarshal(body.Bytes(), &batch); err != nil {
+	batch, err := decodeBatch(body.Bytes())
+	switch {
+	case errors.Is(err, errTooManyEvents):
+		return http.StatusRequestEntityTooLarge, err.Error()
+	case err != nil:
 		return http.StatusBadRequest, "decoding the audit events: " + err.Error()
 	}
 	if gv := auditv1.SchemeGroupVersion.String(); batch.APIVersion != gv || batch.Kind != "EventList" {
@@ -281,6 +289,125 @@ func (r *Receiver) authenticate(ctx context.Context, key client.ObjectKey, heade
 type eventList struct {
 	metav1.TypeMeta `json:",inline"`
 	Items           []auditEvent `json:"items"`
+}
+
+// decodeBatch decodes a batch at once when it is small (smallBatchCommas),
+// else one event at a time.
+func decodeBatch(body []byte) (eventList, error) {
+	var batch eventList
+	if bytes.Count(body, []byte{','}) < smallBatchCommas {
+		return batch, json.Unmarshal(body, &batch)
+	}
+	return decodeLargeBatch(body)
+}
+
+func decodeLargeBatch(body []byte) (eventList, error) {
+	var large struct {
+		metav1.TypeMeta `json:",inline"`
+		Items           largeEvents `json:"items"`
+	}
+	err := json.Unmarshal(body, &large)
+	return eventList{TypeMeta: large.TypeMeta, Items: large.Items}, err
+}
+
+// largeEvents are the events of a large batch, decoded one at a time, each
+// keeping of its extra only the credential IDs (credentialIDs): at most
+// maxEventsPerBatch, else errTooManyEvents.
+type largeEvents []auditEvent
+
+func (e *largeEvents) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	switch tok, err := dec.Token(); {
+	case err != nil:
+		return err
+	case tok == nil:
+		*e = nil
+		return nil
+	case tok != json.Delim('['):
+		return &json.UnmarshalTypeError{Value: "non-array", Type: reflect.TypeFor[largeEvents]()}
+	}
+	// As json.Unmarshal does for a slice, the events of an earlier "items"
+	// (a key given twice) are decoded into, not replaced.
+	earlier := *e
+	items := earlier[:0]
+	for dec.More() {
+		if len(items) == maxEventsPerBatch {
+			return errTooManyEvents
+		}
+		var ev largeEvent
+		if i := len(items); i < len(earlier) {
+			ev = asLargeEvent(earlier[i])
+		}
+		if err := dec.Decode(&ev); err != nil {
+			return err
+		}
+		items = append(items, ev.auditEvent())
+	}
+	*e = items
+	return nil
+}
+
+// largeEvent is an event of a large batch as it is decoded.
+type largeEvent struct {
+	User struct {
+		Username string        `json:"username"`
+		Extra    credentialIDs `json:"extra"`
+	} `json:"user"`
+	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
+	StageTimestamp           metav1.MicroTime `json:"stageTimestamp"`
+}
+
+func asLargeEvent(e auditEvent) largeEvent {
+	ev := largeEvent{RequestReceivedTimestamp: e.RequestReceivedTimestamp, StageTimestamp: e.StageTimestamp}
+	ev.User.Username, ev.User.Extra = e.User.Username, e.User.Extra[user.CredentialIDKey]
+	return ev
+}
+
+func (ev largeEvent) auditEvent() auditEvent {
+	e := auditEvent{RequestReceivedTimestamp: ev.RequestReceivedTimestamp, StageTimestamp: ev.StageTimestamp}
+	e.User.Username = ev.User.Username
+	if ev.User.Extra != nil {
+		e.User.Extra = map[string][]string{user.CredentialIDKey: ev.User.Extra}
+	}
+	return e
+}
+
+// credentialIDs is what a large batch's event keeps of its user.extra: the
+// values of its credential ID key (user.CredentialIDKey), matched exactly and
+// the last of duplicates kept, as a map's key is. The other keys are skipped,
+// not kept.
+type credentialIDs []string
+
+func (c *credentialIDs) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	switch tok, err := dec.Token(); {
+	case err != nil:
+		return err
+	case tok == nil:
+		*c = nil
+		return nil
+	case tok != json.Delim('{'):
+		return &json.UnmarshalTypeError{Value: "non-object", Type: reflect.TypeFor[credentialIDs]()}
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if key != user.CredentialIDKey {
+			var skipped json.RawMessage
+			if err := dec.Decode(&skipped); err != nil {
+				return err
+			}
+			continue
+		}
+		var ids []string
+		if err := dec.Decode(&ids); err != nil {
+			return err
+		}
+		*c = ids
+	}
+	return nil
 }
 
 // auditEvent is what the receiver reads of an audit event: who made the request,

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -213,9 +215,9 @@ func TestTheReceiverRefuses(t *testing.T) {
 		{name: "a body that is not JSON", path: "/audit/team-a/prod", token: "s3cret", body: []byte("{"), code: http.StatusBadRequest},
 		{name: "a body larger than a batch may be", path: "/audit/team-a/prod", token: "s3cret", body: bytes.Repeat([]byte(" "), maxBatchBytes+1),
 			code: http.StatusBadRequest, message: "request body too large"},
-		{name: "a batch of more elements than a batch may have", path: "/audit/team-a/prod", token: "s3cret",
-			body: []byte(`{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[` + strings.Repeat("{},", maxBatchElements) + `{}]}`),
-			code: http.StatusRequestEntityTooLarge, message: "at most 100000 array elements"},
+		{name: "a batch of more events than a batch may have", path: "/audit/team-a/prod", token: "s3cret",
+			body: []byte(`{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[` + strings.Repeat("{},", max(maxEventsPerBatch, smallBatchCommas)) + `{}]}`),
+			code: http.StatusRequestEntityTooLarge, message: "at most 10000 events"},
 		{name: "an object that is not an EventList", path: "/audit/team-a/prod", token: "s3cret", body: []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`),
 			code: http.StatusBadRequest, message: "expected an EventList of audit.k8s.io/v1"},
 	} {
@@ -473,6 +475,29 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 	}
 	if got := s.usage(t).Credentials[0].LastSeen; !got.Equal(t0.Add(150*time.Second + time.Millisecond)) {
 		t.Fatalf("lastSeen = %v, want +150s", got)
+	}
+}
+
+// A batch of events that carry their request bodies (a policy at the
+// Request level) has more commas than a small batch may: it is decoded one
+// event at a time, and its client certificates recorded all the same.
+func TestTheReceiverRecordsTheClientCertificatesOfALargeBatch(t *testing.T) {
+	s := newSetup(t)
+	events := make([]auditv1.Event, 400)
+	for i := range events {
+		events[i] = event("system:node:worker-"+strconv.Itoa(i%20), "X509SHA256="+fp(fmt.Sprintf("%02x", i%20)), t0)
+		events[i].Level = auditv1.LevelRequest
+		events[i].RequestObject = &runtime.Unknown{Raw: []byte(`{"items":[` + strings.Repeat(`1,`, smallBatchCommas/len(events)) + `1]}`)}
+	}
+	body := batch(events...)
+	if commas := bytes.Count(body, []byte{','}); commas < smallBatchCommas {
+		t.Fatalf("the batch has %d commas, fewer than a large one", commas)
+	}
+	if w := s.post(body); w.Code != http.StatusOK {
+		t.Fatalf("answered %d %q", w.Code, w.Body.String())
+	}
+	if got := s.usage(t).Credentials; len(got) != 20 {
+		t.Fatalf("recorded %d client certificates, want the 20 in use", len(got))
 	}
 }
 
