@@ -316,15 +316,10 @@ func decodeLargeBatch(body []byte) (eventList, error) {
 type largeEvents []auditEvent
 
 func (e *largeEvents) UnmarshalJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	switch tok, err := dec.Token(); {
-	case err != nil:
-		return err
-	case tok == nil:
+	dec, null, err := openJSON(data, '[', reflect.TypeFor[largeEvents]())
+	if err != nil || null {
 		*e = nil
-		return nil
-	case tok != json.Delim('['):
-		return &json.UnmarshalTypeError{Value: "non-array", Type: reflect.TypeFor[largeEvents]()}
+		return err
 	}
 	// As json.Unmarshal does for a slice, the events of an earlier "items"
 	// (a key given twice) are decoded into, not replaced.
@@ -379,15 +374,10 @@ func (ev largeEvent) auditEvent() auditEvent {
 type credentialIDs []string
 
 func (c *credentialIDs) UnmarshalJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	switch tok, err := dec.Token(); {
-	case err != nil:
-		return err
-	case tok == nil:
+	dec, null, err := openJSON(data, '{', reflect.TypeFor[credentialIDs]())
+	if err != nil || null {
 		*c = nil
-		return nil
-	case tok != json.Delim('{'):
-		return &json.UnmarshalTypeError{Value: "non-object", Type: reflect.TypeFor[credentialIDs]()}
+		return err
 	}
 	for dec.More() {
 		key, err := dec.Token()
@@ -408,6 +398,22 @@ func (c *credentialIDs) UnmarshalJSON(data []byte) error {
 		*c = ids
 	}
 	return nil
+}
+
+// openJSON reads the first token of data, an array or object (open is '['
+// or '{') that a value of typ decodes, or null, and returns the decoder of
+// the rest.
+func openJSON(data []byte, open json.Delim, typ reflect.Type) (dec *json.Decoder, null bool, err error) {
+	dec = json.NewDecoder(bytes.NewReader(data))
+	switch tok, err := dec.Token(); {
+	case err != nil:
+		return nil, false, err
+	case tok == nil:
+		return nil, true, nil
+	case tok != open:
+		return nil, false, &json.UnmarshalTypeError{Value: fmt.Sprintf("%v", tok), Type: typ}
+	}
+	return dec, false, nil
 }
 
 // auditEvent is what the receiver reads of an audit event: who made the request,

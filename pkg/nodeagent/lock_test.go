@@ -28,14 +28,7 @@ func TestRenewalsOfTwoProcessesInOneCertDirTakeTurns(t *testing.T) {
 func testRenewalsTakeTurns(t *testing.T, mode Mode) {
 	dir := t.TempDir()
 	certDir := filepath.Join(dir, "pki")
-	key, err := pki.GenerateKey(pki.ECDSAP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := &Store{Dir: certDir}
-	if _, err := store.Update(issue(t, key), key, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	store := storeWithAPair(t, certDir)
 	writeTestKubeconfig(t, filepath.Join(dir, "kubeconfig"), &clientcmdapi.Cluster{Server: "https://192.0.2.10:6443", CertificateAuthorityData: testCA.CertPEM()},
 		&clientcmdapi.AuthInfo{ClientCertificate: store.CurrentPath(), ClientKey: store.CurrentPath()})
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -83,14 +76,7 @@ func testRenewalsTakeTurns(t *testing.T, mode Mode) {
 // key), and nothing else.
 func TestARenewalRemovesTheTemporaryFilesOfAKilledWrite(t *testing.T) {
 	certDir := t.TempDir()
-	key, err := pki.GenerateKey(pki.ECDSAP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := &Store{Dir: certDir}
-	if _, err := store.Update(issue(t, key), key, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	store := storeWithAPair(t, certDir)
 	var leftovers []string
 	for _, prefix := range []string{".kubelet-client-pending.key", ".kubelet-server-pending.key", ".kubelet-client-2026-11-29-12-00-00.pem"} {
 		tmp, err := writeTemp(certDir, prefix, []byte("a key"))
@@ -120,4 +106,18 @@ func TestARenewalRemovesTheTemporaryFilesOfAKilledWrite(t *testing.T) {
 			t.Errorf("%s: %v, want it kept", filepath.Base(path), err)
 		}
 	}
+}
+
+// storeWithAPair is the client store in certDir with a current pair.
+func storeWithAPair(t *testing.T, certDir string) *Store {
+	t.Helper()
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &Store{Dir: certDir}
+	if _, err := store.Update(issue(t, key), key, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }

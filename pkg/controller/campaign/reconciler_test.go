@@ -84,17 +84,23 @@ func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 	}
 }
 
-// A refused Cluster fails, is not asked again while it does not change, and
-// the same pass starts the next one in its place.
-func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
-	var patched []string
-	r, recorder := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		patched = append(patched, obj.GetName())
+// refusingA is a fixture's patch of Clusters that refuses a's, as the Cluster
+// webhook would, and adds the name of every Cluster patched to patched.
+func refusingA(patched *[]string) func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	return func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		*patched = append(*patched, obj.GetName())
 		if obj.GetName() == "a" {
 			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New("the cluster says no"))
 		}
 		return c.Patch(ctx, obj, p, opts...)
-	})
+	}
+}
+
+// A refused Cluster fails, is not asked again while it does not change, and
+// the same pass starts the next one in its place.
+func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
+	var patched []string
+	r, recorder := fixture(t, refusingA(&patched))
 	rc := reconcileWave(t, r)
 	if len(patched) != 2 || patched[0] != "a" || patched[1] != "b" {
 		t.Fatalf("patched %v, want a (refused), then b in the same pass", patched)
@@ -191,13 +197,7 @@ func TestAStaleReadDoesNotMoveTheStartTime(t *testing.T) {
 // rest of its wave starts.
 func TestARefusalThatUsesUpTheFailureBudgetStartsNoMoreOfTheWave(t *testing.T) {
 	var patched []string
-	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		patched = append(patched, obj.GetName())
-		if obj.GetName() == "a" {
-			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New("the cluster says no"))
-		}
-		return c.Patch(ctx, obj, p, opts...)
-	})
+	r, _ := fixture(t, refusingA(&patched))
 	rc := &v1alpha1.RotationCampaign{}
 	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
 		t.Fatal(err)
