@@ -321,9 +321,6 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 	return false, fmt.Errorf("starting %s on cluster %s: %w", campaign.Operation(step), c.Name, err)
 }
 
-// writeStatus writes d into the campaign's status, and the time a step
-// finished, when they changed; it records an event when the campaign halts
-// or finishes a step.
 // writeInvalid records that the campaign's spec is invalid, and why, in its
 // Progressing condition; it starts nothing until the spec is mended.
 func (r *Reconciler) writeInvalid(ctx context.Context, rc *v1alpha1.RotationCampaign, why string, now time.Time) error {
@@ -342,6 +339,9 @@ func (r *Reconciler) writeInvalid(ctx context.Context, rc *v1alpha1.RotationCamp
 	return nil
 }
 
+// writeStatus writes d into the campaign's status, and the time a step
+// finished, when they changed; it records an event when the campaign halts
+// or finishes a step.
 func (r *Reconciler) writeStatus(ctx context.Context, rc *v1alpha1.RotationCampaign, d campaign.Decision, now time.Time) error {
 	before := rc.DeepCopy()
 	st := &rc.Status

@@ -37,7 +37,7 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	// A pass that ends on a conflict, or a cache behind, is looked at again
 	// at once; one that fails otherwise leaves no verdict of the old-CA
 	// usage gate to complete on.
-	if failed := err != nil && !stale && !apierrors.IsConflict(err); failed {
+	if err != nil && !stale && !apierrors.IsConflict(err) {
 		forgetOldCAUsage(c)
 		r.setOldCAsUnusedCondition(c)
 	} else if s.decision != nil {
