@@ -255,6 +255,9 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 }
 
 func stepDoneMessage(step v1alpha1.CampaignStep, n v1alpha1.CampaignClusterCounts) string {
+	if n.Done == 0 {
+		return fmt.Sprintf("nothing to do: none of the %d selected Clusters was rotated since the campaign started, so all are skipped", n.Selected)
+	}
 	msg := fmt.Sprintf("every selected Cluster (%d) is Prepared: set spec.step to Complete to complete their rotations", n.Selected)
 	if step == v1alpha1.CampaignComplete {
 		msg = fmt.Sprintf("every selected Cluster (%d) is Completed", n.Selected)

@@ -196,6 +196,7 @@ func TestPlan(t *testing.T) {
 		{"paused starts none", v1alpha1.RotationCampaignSpec{Paused: true, MaxConcurrent: n(5)}, "IPP", nil, v1alpha1.CampaignPaused, v1alpha1.ReasonCampaignPaused, "1 rotating, 2 pending"},
 		{"start done", v1alpha1.RotationCampaignSpec{}, "DD", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, "every selected Cluster (2) is Prepared: set spec.step to Complete"},
 		{"complete done, skipped named", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "DSD", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "(3) is Completed; 1 were not rotated"},
+		{"complete done with every Cluster skipped", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "SS", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "nothing to do: none of the 2 selected Clusters was rotated"},
 		{"done even when paused", v1alpha1.RotationCampaignSpec{Paused: true}, "D", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, ""},
 		{"complete step in progress", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: pct("100%")}, "PWP", []string{"c00", "c02"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "complete-ca-rotation: 0 of 3"},
 		{"no Cluster selected is not done", v1alpha1.RotationCampaignSpec{}, "", nil, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignNoClusterSelected, "picks no Cluster"},
