@@ -274,9 +274,8 @@ func (m *Manager) Renew(ctx context.Context, caBundle []byte) error {
 }
 
 // renewWith requests a certificate for the pending key through cs, and
-// waits at most wait for it. The CSR is named name, or from the key when
-// name is empty. A denied or failed CSR discards the pending key: the next
-// attempt asks, with a new CSR, for a fresh key.
+// waits at most wait for it (requestCertificate). The CSR is named name, or
+// from the key when name is empty.
 func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server string, ca []byte, name string, ttl, wait time.Duration) error {
 	if cs == nil {
 		return errors.New("no client certificate yet: run the agent first so that it bootstraps")
@@ -294,15 +293,7 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	if err != nil {
 		return err
 	}
-	certPEM, err := m.requestCertificate(ctx, cs, csr, key, wait)
-	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
-		// The answer is final, and a CSR named after this key would find it
-		// again: start over with another key.
-		if derr := m.store.DiscardPendingKey(); derr != nil {
-			return errors.Join(err, derr)
-		}
-		return err
-	}
+	certPEM, err := m.requestCertificate(ctx, cs, m.store, csr, key, wait)
 	if err != nil {
 		return err
 	}
@@ -320,10 +311,25 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	return nil
 }
 
-// requestCertificate is RequestCertificate with its wait for an answer
-// bounded by wait, on the manager's clock. A CSR answered as it is created
-// (or found) sets no timer.
-func (m *Manager) requestCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest,
+// requestCertificate is RequestCertificate for the pending key of store,
+// with its wait for an answer bounded by wait, on the manager's clock (a CSR
+// answered as it is created, or found, sets no timer). A denied or failed
+// CSR discards the pending key: the answer is final, and a CSR named after
+// that key would find it again, so the next attempt starts over with
+// another key.
+func (m *Manager) requestCertificate(ctx context.Context, cs kubernetes.Interface, store *Store,
+	csr *certificatesv1.CertificateSigningRequest, key crypto.Signer, wait time.Duration) ([]byte, error) {
+	certPEM, err := m.awaitCertificate(ctx, cs, csr, key, wait)
+	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
+		if derr := store.DiscardPendingKey(); derr != nil {
+			return nil, errors.Join(err, derr)
+		}
+	}
+	return certPEM, err
+}
+
+// awaitCertificate creates or finds csr and waits at most wait for its answer.
+func (m *Manager) awaitCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest,
 	key crypto.Signer, wait time.Duration) ([]byte, error) {
 	created, err := createOrFind(ctx, cs, csr, key)
 	if err != nil {

@@ -161,13 +161,7 @@ func (m *Manager) RenewKubeletServing(ctx context.Context) (*pki.KeyPair, error)
 	if err != nil {
 		return nil, err
 	}
-	certPEM, err := m.requestCertificate(ctx, cs, csr, key, CertificateWaitTimeout)
-	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
-		if derr := store.DiscardPendingKey(); derr != nil {
-			return nil, errors.Join(err, derr)
-		}
-		return nil, err
-	}
+	certPEM, err := m.requestCertificate(ctx, cs, store, csr, key, CertificateWaitTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -329,14 +329,23 @@ func (r *Reconciler) writeInvalid(ctx context.Context, rc *v1alpha1.RotationCamp
 	meta.SetStatusCondition(&rc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionCampaignProgressing,
 		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonCampaignInvalidSpec, ObservedGeneration: rc.Generation,
 		LastTransitionTime: metav1.NewTime(now), Message: "the campaign starts nothing until its spec is mended: " + why})
-	if equality.Semantic.DeepEqual(before.Status, rc.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, rc, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("writing the campaign's status: %w", err)
+	if written, err := r.patchStatus(ctx, rc, before); !written || err != nil {
+		return err
 	}
 	r.Recorder.Eventf(rc, nil, corev1.EventTypeWarning, v1alpha1.ReasonCampaignInvalidSpec, "Rotate", "%s", why)
 	return nil
+}
+
+// patchStatus writes rc's status when it differs from before's, and says
+// whether it did.
+func (r *Reconciler) patchStatus(ctx context.Context, rc, before *v1alpha1.RotationCampaign) (bool, error) {
+	if equality.Semantic.DeepEqual(before.Status, rc.Status) {
+		return false, nil
+	}
+	if err := r.Client.Status().Patch(ctx, rc, client.MergeFrom(before)); err != nil {
+		return false, fmt.Errorf("writing the campaign's status: %w", err)
+	}
+	return true, nil
 }
 
 // writeStatus writes d into the campaign's status, and the time a step
@@ -357,11 +366,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, rc *v1alpha1.RotationCampa
 	case d.Phase == v1alpha1.CampaignCompleted && st.CompletedTime == nil:
 		st.CompletedTime = &stamp
 	}
-	if equality.Semantic.DeepEqual(before.Status, rc.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, rc, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("writing the campaign's status: %w", err)
+	if written, err := r.patchStatus(ctx, rc, before); !written || err != nil {
+		return err
 	}
 	if d.Phase != before.Status.Phase {
 		switch d.Phase {
