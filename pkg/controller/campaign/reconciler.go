@@ -48,14 +48,16 @@ type Reconciler struct {
 
 // memory holds, per campaign, the Clusters it set the operation on whose
 // annotation its cache does not show yet, so that a stale view never counts
-// them as pending and starts more than the budget; and, per Cluster, the
-// webhook's refusal of the operation, until the Cluster changes.
+// them as pending and starts more than the budget; and the Clusters that
+// refused the operation, until they change. A campaign's memory goes with
+// it, and a Cluster's when the campaign no longer selects it.
 type memory struct {
 	mu sync.Mutex
 	// started are the Clusters this process started, by campaign: each
 	// with the resourceVersion the start was patched onto.
 	started map[types.NamespacedName]map[string]string
-	refused map[types.UID]refusal
+	// refused are the Clusters that refused, by campaign, then UID.
+	refused map[types.NamespacedName]map[types.UID]refusal
 }
 
 type refusal struct {
@@ -196,11 +198,12 @@ func (r *Reconciler) recordWave(rc *v1alpha1.RotationCampaign, step v1alpha1.Cam
 func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cluster, standings []campaign.Standing) []campaign.Standing {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	started := m.started[campaignKey]
-	selected := sets.New[string]()
+	started, refused := m.started[campaignKey], m.refused[campaignKey]
+	selected, selectedUIDs := sets.New[string](), sets.New[types.UID]()
 	for i, c := range clusters {
 		s := &standings[i]
 		selected.Insert(c.Name)
+		selectedUIDs.Insert(c.UID)
 		if startedOn, ok := started[c.Name]; ok {
 			_, requested := c.Annotations[v1alpha1.OperationAnnotation]
 			switch {
@@ -208,23 +211,28 @@ func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cl
 				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested"
 			case s.State == v1alpha1.CampaignClusterPending:
 				delete(started, c.Name)
-				m.refuseLocked(c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
+				refused = m.refuseLocked(campaignKey, c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
 			case !requested:
 				// Taken up: the rotation shows it from now on.
 				delete(started, c.Name)
 			}
 		}
-		if refused, ok := m.refused[c.UID]; ok {
-			if refused.resourceVersion != c.ResourceVersion {
-				delete(m.refused, c.UID)
+		if r, ok := refused[c.UID]; ok {
+			if r.resourceVersion != c.ResourceVersion {
+				delete(refused, c.UID)
 			} else if s.State == v1alpha1.CampaignClusterPending {
-				s.State, s.Message = v1alpha1.CampaignClusterFailed, "refused: "+refused.message
+				s.State, s.Message = v1alpha1.CampaignClusterFailed, "refused: "+r.message
 			}
 		}
 	}
 	for name := range started {
 		if !selected.Has(name) {
 			delete(started, name)
+		}
+	}
+	for uid := range refused {
+		if !selectedUIDs.Has(uid) {
+			delete(refused, uid)
 		}
 	}
 	return standings
@@ -244,23 +252,30 @@ func (m *memory) remember(campaignKey types.NamespacedName, cluster, startedOn s
 	m.started[campaignKey][cluster] = startedOn
 }
 
-func (m *memory) refuse(c *v1alpha1.Cluster, message string) {
+func (m *memory) refuse(campaignKey types.NamespacedName, c *v1alpha1.Cluster, message string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.refuseLocked(c, message)
+	m.refuseLocked(campaignKey, c, message)
 }
 
-func (m *memory) refuseLocked(c *v1alpha1.Cluster, message string) {
+// refuseLocked records that c refused campaignKey's operation, and returns
+// the campaign's refusals.
+func (m *memory) refuseLocked(campaignKey types.NamespacedName, c *v1alpha1.Cluster, message string) map[types.UID]refusal {
 	if m.refused == nil {
-		m.refused = map[types.UID]refusal{}
+		m.refused = map[types.NamespacedName]map[types.UID]refusal{}
 	}
-	m.refused[c.UID] = refusal{resourceVersion: c.ResourceVersion, message: message}
+	if m.refused[campaignKey] == nil {
+		m.refused[campaignKey] = map[types.UID]refusal{}
+	}
+	m.refused[campaignKey][c.UID] = refusal{resourceVersion: c.ResourceVersion, message: message}
+	return m.refused[campaignKey]
 }
 
 func (m *memory) forget(campaignKey types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.started, campaignKey)
+	delete(m.refused, campaignKey)
 }
 
 // selected lists the campaign's Clusters that are not being deleted.
@@ -313,7 +328,7 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 	case apierrors.IsConflict(err):
 		return false, fmt.Errorf("cluster %s changed since it was looked at: looking again: %w", c.Name, err)
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		r.memory.refuse(c, err.Error())
+		r.memory.refuse(client.ObjectKeyFromObject(rc), c, err.Error())
 		r.Recorder.Eventf(rc, c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Rotate",
 			"cluster %s refused %s: %v", c.Name, campaign.Operation(step), err)
 		return true, nil

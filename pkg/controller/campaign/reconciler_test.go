@@ -126,6 +126,30 @@ func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	}
 }
 
+// The refusal of a Cluster the campaign no longer selects (deleted, or
+// relabelled) is forgotten, and so are a deleted campaign's.
+func TestRefusalsAreForgottenWithTheirClusterOrCampaign(t *testing.T) {
+	var patched []string
+	r, _ := fixture(t, refusingA(&patched))
+	reconcileWave(t, r)
+	key := types.NamespacedName{Namespace: "fleet", Name: "wave"}
+	if len(r.memory.refused[key]) != 1 {
+		t.Fatalf("refusals %v, want a's", r.memory.refused)
+	}
+	if err := r.Client.Delete(context.Background(), readyCluster("a")); err != nil {
+		t.Fatal(err)
+	}
+	reconcileWave(t, r)
+	if len(r.memory.refused[key]) != 0 {
+		t.Errorf("refusals %v after a was deleted, want none", r.memory.refused)
+	}
+	r.memory.refuse(key, readyCluster("b"), "no")
+	r.Forget(ctrl.Request{NamespacedName: key})
+	if len(r.memory.refused) != 0 {
+		t.Errorf("refusals %v after the campaign was forgotten, want none", r.memory.refused)
+	}
+}
+
 // A Cluster whose controller drops the operation the webhook let in (the
 // old-CA usage gate found a dependent since) fails, and the next Cluster
 // takes its place; before, it held its place as "requested" for ever.
