@@ -57,6 +57,11 @@ type Facts struct {
 	// Usage is what the managed API server's audit events showed; nil when
 	// none were received.
 	Usage *Usage
+	// UsageLost: the usage record there when the rotation started is gone,
+	// or is another one (deleted, then created again by the next batch), so
+	// what it held of the time before, the first use of each certificate,
+	// is lost.
+	UsageLost bool
 	// Now, and CollectingUntil: until then (Settling after the rotation
 	// became Prepared), uses since Prepared may not be in Usage yet.
 	Now, CollectingUntil time.Time
@@ -108,7 +113,8 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //   - the managed cluster itself when its Nodes could not be read, while
 //     the audit events since Prepared are still being collected, when
 //     none came for Silence, or when the usage record left a sighting out
-//     within Retention of the rotation's start, or since (Usage.Unrecorded);
+//     within Retention of the rotation's start, or since (Usage.Unrecorded),
+//     or when the record was lost since the start (UsageLost);
 //   - every Node whose node agent reports a client certificate from another
 //     CA than the new client CA, or, when no node agent reports, whose kubelet
 //     last got an unexpired certificate from the old client CA (its record
@@ -186,10 +192,17 @@ func Dependents(f Facts) []Dependent {
 		listedUsers[d.Name] = true
 	}
 	deps = append(deps, stranded...)
+	if f.UsageLost {
+		// Without the first uses it held, a certificate in use before the
+		// start looks first seen after it.
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "client-certificate-usage", Message: "the record of the client " +
+			"certificates the API server saw in use, as it was when the rotation started, was deleted since, and what it held with it, so " +
+			"Carousel cannot tell whether they depend on the old client CA: complete with force once their clients use certificates from the new client CA"})
+	}
 	if f.Usage != nil {
 		deps = append(deps, users(f, current, secretOf, listedNodes, listedUsers)...)
 		// What it left out may look first seen after the start, or not be there.
-		if left := f.Usage.Unrecorded; left != nil && !left.Before(f.Started.Add(-Retention)) {
+		if left := f.Usage.Unrecorded; left != nil && !left.Before(f.Started.Add(-Retention)) && !f.UsageLost {
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "client-certificate-usage", Message: fmt.Sprintf(
 				"the record of the client certificates the API server saw in use left some out (it had no room for them, or was started over), "+
 					"the last by %s, within %.0f hours of the rotation's start or after it, so Carousel cannot tell whether they depend on the "+

@@ -148,6 +148,13 @@ func TestDependents(t *testing.T) {
 			left := at(0).Add(-Retention - time.Second)
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
 		}},
+		{name: "usage record: deleted since the start, not created again", facts: func(f *Facts) { f.UsageLost = true },
+			want: []string{"Cluster/client-certificate-usage: as it was when the rotation started, was deleted since"}},
+		{name: "usage record: created again since the start, and what it holds is still judged", facts: func(f *Facts) {
+			left := at(80)
+			f.UsageLost = true
+			f.Usage = &Usage{Credentials: []Credential{seen("ci-robot", "c1", 85, 90), seen("carousel:admin:bob", "k0", 85, 90)}, Unrecorded: &left}
+		}, want: []string{"Cluster/client-certificate-usage: as it was when the rotation started, was deleted since", "User/ci-robot: "}},
 		{name: "kubeconfigs: one from the old client CA, unexpired, the user not moved", facts: func(f *Facts) {
 			f.Now = at(70)
 			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{

@@ -269,6 +269,31 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		}).WithTimeout(window + oldca.Settling + time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 
+	It("does not vouch for the rotation once the usage record it started with is deleted", func(ctx SpecContext) {
+		usageKey := client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}
+		started := &corev1.ConfigMap{}
+		Expect(k8s.Get(ctx, usageKey, started)).To(Succeed())
+		Expect(getCluster(ctx, key).CARotation().UsageRecordUID).To(Equal(started.UID), "the start recorded the record it judges by")
+
+		By("deleting the record: the robot's requests have the receiver create it again, without the first uses it held")
+		Expect(k8s.Delete(ctx, started)).To(Succeed())
+		Eventually(func(g Gomega) {
+			again := &corev1.ConfigMap{}
+			g.Expect(k8s.Get(ctx, usageKey, again)).To(Succeed())
+			g.Expect(again.UID).NotTo(Equal(started.UID))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+		Eventually(func(g Gomega) {
+			u := usage(ctx)
+			g.Expect(u.Dependents).To(ContainElements(
+				SatisfyAll(HaveField("Kind", v1alpha1.OldCADependentCluster), HaveField("Name", "client-certificate-usage"),
+					HaveField("Message", ContainSubstring("as it was when the rotation started, was deleted since"))),
+				HaveField("Name", "ci-robot")), "the gate %+v from the record %s", u, record(ctx))
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		err := annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("Cluster client-certificate-usage"))
+	})
+
 	It("completes when forced, and the API server then refuses the old-CA client", func(ctx SpecContext) {
 		_, err := kubectlCarousel(ctx, "rotation", "complete", key.Name, "-n", key.Namespace, "--force")
 		Expect(err).NotTo(HaveOccurred())

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -637,6 +638,17 @@ type CARotation struct {
 	//
 	// +optional
 	CheckedEndpoint string `json:"checkedEndpoint,omitempty"`
+
+	// UsageRecordUID is the UID of the Cluster's record of the client
+	// certificates its API server saw in use (the ConfigMap
+	// <cluster>-client-certificate-usage) when the rotation started; empty
+	// when there was none. A record with another UID was started over during
+	// the rotation, without what the old-CA usage gate judges by: the gate
+	// then names the managed cluster itself, and only a forced
+	// complete-ca-rotation passes.
+	//
+	// +optional
+	UsageRecordUID types.UID `json:"usageRecordUID,omitempty"`
 
 	// OldCAUsage names, while the rotation is Prepared, who still depends
 	// on the old CAs: complete-ca-rotation is refused while it names

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -139,6 +140,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
+	facts.UsageLost = rot.UsageRecordUID != "" && (cm == nil || cm.UID != rot.UsageRecordUID)
 	if cm != nil {
 		usage, err := oldca.Parse(cm.Data[oldca.DataKey])
 		if err != nil {
@@ -225,6 +227,20 @@ func (r *Reconciler) record(ctx context.Context, s *scope, name string) (*corev1
 	}
 	return r.readRecord(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name},
 		&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: cached.ResourceVersion}})
+}
+
+// usageRecordUID is the UID of the Cluster's usage record in the cache;
+// empty when there is none.
+func (r *Reconciler) usageRecordUID(ctx context.Context, c *v1alpha1.Cluster) (types.UID, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateUsageConfigMapName(c.Name)}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("reading the usage record: %w", err)
+	}
+	return cm.UID, nil
 }
 
 // kubeletCertificates is the ConfigMap of the Cluster's record of signed

@@ -238,6 +238,13 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 	if err != nil {
 		return refusal{err}
 	}
+	switch op.Verb.CAVerb() {
+	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
+		// The old-CA usage gate judges by this record's history alone.
+		if next.UsageRecordUID, err = r.usageRecordUID(ctx, c); err != nil {
+			return err
+		}
+	}
 	nextKey := c.ServiceAccountKeyRotation()
 	if !rotation.ServiceAccountKeyAlreadyApplied(nextKey, op.Verb) {
 		if nextKey, err = rotation.ApplyServiceAccountKeyOperation(nextKey, op.Verb, r.now()); err != nil {

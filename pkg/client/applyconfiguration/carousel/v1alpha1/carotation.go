@@ -21,6 +21,7 @@ package v1alpha1
 import (
 	carouselv1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	types "k8s.io/apimachinery/pkg/types"
 )
 
 // CARotationApplyConfiguration represents a declarative configuration of the CARotation type for use
@@ -71,6 +72,14 @@ type CARotationApplyConfiguration struct {
 	// endpoint removed from the spec holds the rotation instead of skipping its
 	// checks. Empty when the rotation runs without an endpoint.
 	CheckedEndpoint *string `json:"checkedEndpoint,omitempty"`
+	// UsageRecordUID is the UID of the Cluster's record of the client
+	// certificates its API server saw in use (the ConfigMap
+	// <cluster>-client-certificate-usage) when the rotation started; empty
+	// when there was none. A record with another UID was started over during
+	// the rotation, without what the old-CA usage gate judges by: the gate
+	// then names the managed cluster itself, and only a forced
+	// complete-ca-rotation passes.
+	UsageRecordUID *types.UID `json:"usageRecordUID,omitempty"`
 	// OldCAUsage names, while the rotation is Prepared, who still depends
 	// on the old CAs: complete-ca-rotation is refused while it names
 	// anyone, unless forced (complete-ca-rotation=force). Absent in the
@@ -182,6 +191,14 @@ func (b *CARotationApplyConfiguration) WithKubeRootCAPublishedTime(value v1.Time
 // If called multiple times, the CheckedEndpoint field is set to the value of the last call.
 func (b *CARotationApplyConfiguration) WithCheckedEndpoint(value string) *CARotationApplyConfiguration {
 	b.CheckedEndpoint = &value
+	return b
+}
+
+// WithUsageRecordUID sets the UsageRecordUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the UsageRecordUID field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithUsageRecordUID(value types.UID) *CARotationApplyConfiguration {
+	b.UsageRecordUID = &value
 	return b
 }
 
