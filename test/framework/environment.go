@@ -275,7 +275,9 @@ func (e *Environment) configureManagement() error {
 	}
 	apiServer := e.Management.ControlPlane.GetAPIServer()
 	apiServer.Address, apiServer.Port = "127.0.0.1", strconv.Itoa(ports[2]) // of SecureServing
-	apiServer.Configure().Enable("permit-port-sharing")
+	// As OpenShift's: an object that blocks its owner's deletion may only
+	// be written by who may update the owner's finalizers.
+	apiServer.Configure().Enable("permit-port-sharing").Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
 	apiServer.Out, apiServer.Err = apiServerLog, apiServerLog
 	return nil
 }

@@ -27,6 +27,10 @@ import (
 // and one object.
 // +kubebuilder:rbac:groups=carousel.dev,resources=clusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=carousel.dev,resources=clusters/status,verbs=get;update;patch
+// The objects a Cluster controls block its deletion (blockOwnerDeletion),
+// which the OwnerReferencesPermissionEnforcement admission plugin allows
+// only to who may update its finalizers.
+// +kubebuilder:rbac:groups=carousel.dev,resources=clusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
