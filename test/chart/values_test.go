@@ -1,6 +1,11 @@
 package chart
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
@@ -42,6 +47,35 @@ var _ = Describe("The chart's values", func() {
 		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).NotTo(ContainSubstring("audit-webhook"))
+	})
+
+	It("renders, for the default values, the manager's arguments the chart reference lists", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")
+		Expect(err).NotTo(HaveOccurred(), out)
+		var rendered []string
+		for _, doc := range strings.Split(out, "---\n") {
+			if strings.Contains(doc, "\nkind: Deployment\n") {
+				for _, m := range regexp.MustCompile(`(?m)^ {12}- (--\S+)$`).FindAllStringSubmatch(doc, -1) {
+					rendered = append(rendered, m[1])
+				}
+			}
+		}
+		reference, err := os.ReadFile(filepath.Join(root, "docs", "reference", "helm-chart.md"))
+		Expect(err).NotTo(HaveOccurred())
+		listed := regexp.MustCompile("(?s)For the default values in namespace\n`carousel-system`:\n\n```\n(.*?)\n```").FindSubmatch(reference)
+		Expect(listed).To(HaveLen(2), "docs/reference/helm-chart.md lists the default arguments")
+		Expect(rendered).To(Equal(strings.Split(string(listed[1]), "\n")))
+	})
+
+	It("adds webhook.extraDNSNames to the webhook's serving certificate, self-issued or cert-manager's", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.extraDNSNames={carousel.example.com}")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("- --webhook-dns-names=carousel-webhook,carousel-webhook.carousel-system,carousel-webhook.carousel-system.svc," +
+			"carousel-webhook.carousel-system.svc.cluster.local,carousel.example.com\n"))
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.extraDNSNames={carousel.example.com}",
+			"--set", "webhook.certManager.enabled=true")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("- carousel-webhook.carousel-system.svc.cluster.local\n    - carousel.example.com\n"))
 	})
 
 	It("runs sharded replicas as shards of its ControllerRing, each named after its Pod, and refuses sharding with leader election", func() {
@@ -98,6 +132,7 @@ var _ = Describe("The chart's values", func() {
 		Entry("no replica", "replicaCount=0", "replicaCount"),
 		Entry("a name that is no DNS label", "fullnameOverride=1abc", "fullnameOverride"),
 		Entry("an audit webhook URL over plain HTTP", "auditWebhook.url=http://carousel/audit", "/auditWebhook/url"),
+		Entry("a webhook DNS name that is not one", "webhook.extraDNSNames={carousel.example.com/audit}", "/webhook/extraDNSNames/0"),
 	)
 
 	DescribeTable("refused by the templates", func(release string, set []string, message string) {

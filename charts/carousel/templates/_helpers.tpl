@@ -97,7 +97,8 @@ Whether Carousel issues its own webhook certificate (webhook on, cert-manager of
 {{- end }}
 
 {{/*
-DNS names of the webhook Service, as a list in YAML.
+DNS names of the webhook's serving certificate, as a list in YAML: the webhook Service's, then
+webhook.extraDNSNames.
 */}}
 {{- define "carousel.webhookDNSNames" -}}
 {{- $svc := include "carousel.webhookServiceName" . }}
@@ -106,6 +107,9 @@ DNS names of the webhook Service, as a list in YAML.
 - {{ $svc }}.{{ $ns }}
 - {{ $svc }}.{{ $ns }}.svc
 - {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{- range .Values.webhook.extraDNSNames }}
+- {{ . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -123,14 +127,14 @@ guarantees the format.
 {{- printf "%.0f" $total }}
 {{- end }}
 
-{{/*
-Checks across values that values.schema.json cannot express.
-*/}}
 {{/* The name of the ControllerRing the replicas are shards of. */}}
 {{- define "carousel.controllerRing" -}}
 {{- .Values.sharding.controllerRing | default (include "carousel.fullname" .) }}
 {{- end }}
 
+{{/*
+Checks across values that values.schema.json cannot express.
+*/}}
 {{- define "carousel.validate" -}}
 {{- $svc := include "carousel.webhookServiceName" . }}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $svc) }}
