@@ -293,6 +293,15 @@ func Fingerprint(cert *x509.Certificate) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// ShortFingerprint is the start of a fingerprint, enough to tell it apart
+// in a message.
+func ShortFingerprint(fingerprint string) string {
+	if len(fingerprint) > 16 {
+		return fingerprint[:16]
+	}
+	return fingerprint
+}
+
 // EncodeCertificates encodes certificates as consecutive PEM blocks, into
 // one buffer sized for them all (see appendPEM).
 func EncodeCertificates(certs ...*x509.Certificate) []byte {

@@ -239,7 +239,7 @@ func writeCampaignStatus(w io.Writer, rc *v1alpha1.RotationCampaign) {
 	}
 	_ = tw.Flush()
 	if more := n.Failed + n.InProgress + n.Waiting - int32(len(st.Blocking)); more > 0 {
-		fmt.Fprintf(w, "(%d more; kubectl get clusters.carousel.dev -l '%s')\n", more, metav1.FormatLabelSelector(&rc.Spec.Selector))
+		fmt.Fprintf(w, "(%d more; kubectl get clusters.carousel.dev -n %s -l '%s')\n", more, rc.Namespace, metav1.FormatLabelSelector(&rc.Spec.Selector))
 	}
 }
 

@@ -19,13 +19,6 @@ import (
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
-func short(fingerprint string) string {
-	if len(fingerprint) > 16 {
-		return fingerprint[:16]
-	}
-	return fingerprint
-}
-
 // checkExpirationCommand is `certs check-expiration`, a table like kubeadm's.
 func (e *env) checkExpirationCommand() *cobra.Command {
 	cmd := &cobra.Command{

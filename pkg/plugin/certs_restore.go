@@ -157,14 +157,14 @@ func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecre
 	return fmt.Errorf("refusing to restore the %s CA: the upload holds CA %s%s, but the Cluster's status records CA %s%s. "+
 		"The copy was made before a later rotation or reissue, and restoring it would bring back a CA the Cluster no longer uses; "+
 		"restore from a newer upload, leave this role out with --role, or accept a new CA (reissue-ca, outside a rotation)",
-		role, short(upCur), previousNote(upPrev), short(invCur), previousNote(invPrev))
+		role, pki.ShortFingerprint(upCur), previousNote(upPrev), pki.ShortFingerprint(invCur), previousNote(invPrev))
 }
 
 func previousNote(fingerprint string) string {
 	if fingerprint == "" {
 		return ""
 	}
-	return " (previous " + short(fingerprint) + ")"
+	return " (previous " + pki.ShortFingerprint(fingerprint) + ")"
 }
 
 // inventoryOf returns the status inventory entry of a role.
@@ -215,9 +215,9 @@ func describeUploaded(s uploadedSecret) string {
 	if err != nil {
 		return string(s.Role) + " CA"
 	}
-	out := fmt.Sprintf("%s CA %s", s.Role, short(pki.Fingerprint(cas.Current.Cert)))
+	out := fmt.Sprintf("%s CA %s", s.Role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)))
 	if cas.Previous != nil {
-		out += fmt.Sprintf(", previous %s", short(pki.Fingerprint(cas.Previous.Cert)))
+		out += fmt.Sprintf(", previous %s", pki.ShortFingerprint(pki.Fingerprint(cas.Previous.Cert)))
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func TestCheckUploadedCARefusesACopyOlderThanTheStatus(t *testing.T) {
 		{name: "nothing recorded for the role", cluster: clusterRecording(v1alpha1.CARoleClient, oldCA, nil, "", started),
 			upload: uploadedCA(t, etcd, newCA, nil, "")},
 		{name: "a copy from before the rotation", cluster: clusterRecording(etcd, newCA, oldCA, v1alpha1.RotationPrepared, started),
-			upload: uploadedCA(t, etcd, oldCA, nil, ""), refusing: "the upload holds CA " + short(pki.Fingerprint(oldCA.Cert)) + ", but the Cluster's status records CA " + short(pki.Fingerprint(newCA.Cert)) + " (previous "},
+			upload: uploadedCA(t, etcd, oldCA, nil, ""), refusing: "the upload holds CA " + pki.ShortFingerprint(pki.Fingerprint(oldCA.Cert)) + ", but the Cluster's status records CA " + pki.ShortFingerprint(pki.Fingerprint(newCA.Cert)) + " (previous "},
 		{name: "a copy from the middle of a completed rotation", cluster: clusterRecording(etcd, newCA, nil, v1alpha1.RotationCompleted, started),
 			upload: uploadedCA(t, etcd, newCA, oldCA, id), refusing: "would bring back a CA the Cluster no longer uses"},
 		{name: "another rotation's new CA", cluster: clusterRecording(etcd, oldCA, nil, v1alpha1.RotationPreparing, started),

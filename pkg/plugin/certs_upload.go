@@ -176,6 +176,14 @@ func uploadLive(token *corev1.Secret, now time.Time) bool {
 	return err == nil && now.Before(expires)
 }
 
+// Bounds of `certs upload --ttl`: a copy that has expired already opens
+// nothing, and one kept for days would be a backup of every CA key in
+// kube-system, which it is not meant to be.
+const (
+	minUploadTTL = 10 * time.Minute
+	maxUploadTTL = 24 * time.Hour
+)
+
 func (e *env) uploadCommand() *cobra.Command {
 	var ttl time.Duration
 	cmd := &cobra.Command{
@@ -192,6 +200,9 @@ deleted with its bootstrap token when --ttl passes, as kubeadm's "upload-certs" 
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ttl < minUploadTTL || ttl > maxUploadTTL {
+				return fmt.Errorf("--ttl must be between %s and %s", minUploadTTL, maxUploadTTL)
+			}
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])
 			if err != nil {
@@ -252,7 +263,7 @@ deleted with its bootstrap token when --ttl passes, as kubeadm's "upload-certs" 
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", 2*time.Hour, "How long the encrypted copy is kept")
+	cmd.Flags().DurationVar(&ttl, "ttl", 2*time.Hour, fmt.Sprintf("How long the encrypted copy is kept, between %s and %s", minUploadTTL, maxUploadTTL))
 	return cmd
 }
 

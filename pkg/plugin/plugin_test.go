@@ -317,3 +317,17 @@ func TestTheRefusalIsTheNewestEventAboutTheOperationSinceTheRequest(t *testing.T
 		t.Errorf("newRefusal with no refusal since the request = %q", got)
 	}
 }
+
+// The hint at the Clusters a campaign's status does not list names the
+// campaign's namespace: the current context's may be another.
+func TestCampaignStatusPointsAtTheClustersItDoesNotList(t *testing.T) {
+	rc := &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "wave"},
+		Spec: v1alpha1.RotationCampaignSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"fleet": "blue"}}},
+		Status: v1alpha1.RotationCampaignStatus{Clusters: v1alpha1.CampaignClusterCounts{Failed: 3},
+			Blocking: []v1alpha1.CampaignCluster{{Name: "a", State: v1alpha1.CampaignClusterFailed, Message: "refused"}}}}
+	var out bytes.Buffer
+	writeCampaignStatus(&out, rc)
+	if want := "(2 more; kubectl get clusters.carousel.dev -n team-a -l 'fleet=blue')\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("status ends\n%s\nwant it to end %q", out.String(), want)
+	}
+}

@@ -30,6 +30,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/client/clientset/versioned"
 	"github.com/carousel-dev/carousel/pkg/maintenance"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -693,10 +694,10 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 		for _, inv := range cl.Status.Credentials.CertificateAuthorities {
 			cur, curAfter, prev, prevAfter := "-", "-", "-", "-"
 			if inv.Current != nil {
-				cur, curAfter = short(inv.Current.Fingerprint), inv.Current.NotAfter.UTC().Format(time.RFC3339)
+				cur, curAfter = pki.ShortFingerprint(inv.Current.Fingerprint), inv.Current.NotAfter.UTC().Format(time.RFC3339)
 			}
 			if inv.Previous != nil {
-				prev, prevAfter = short(inv.Previous.Fingerprint), inv.Previous.NotAfter.UTC().Format(time.RFC3339)
+				prev, prevAfter = pki.ShortFingerprint(inv.Previous.Fingerprint), inv.Previous.NotAfter.UTC().Format(time.RFC3339)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", inv.Role, cur, curAfter, prev, prevAfter)
 		}

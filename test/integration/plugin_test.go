@@ -418,6 +418,14 @@ var _ = Describe("kubectl carousel", func() {
 		saKey.Data["prod.kubeconfig"] = []byte("users: [{name: u, user: {exec: {command: /tmp/evil}}}]")
 		Expect(k8s.Update(ctx, saKey)).To(Succeed())
 
+		for _, ttl := range []string{"0s", "48h"} {
+			_, err := kubectlCarousel(ctx, "certs", "upload", "copied", "-n", ns, "--ttl", ttl)
+			Expect(err).To(MatchError(ContainSubstring("--ttl must be between 10m0s and 24h0m0s")), ttl)
+		}
+		uploads := &corev1.SecretList{}
+		Expect(k8s.List(ctx, uploads, client.InNamespace("kube-system"), client.MatchingLabels{v1alpha1.LabelCertsUpload: string(c.UID)})).To(Succeed())
+		Expect(uploads.Items).To(BeEmpty(), "nothing is written for a refused --ttl")
+
 		out, err := kubectlCarousel(ctx, "certs", "upload", "copied", "-n", ns, "--ttl", "1h")
 		Expect(err).NotTo(HaveOccurred())
 		id := regexp.MustCompile(`as upload ([a-z0-9]{6}),`).FindStringSubmatch(out)
