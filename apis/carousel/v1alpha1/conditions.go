@@ -108,9 +108,12 @@ const (
 	// removed from the spec during a CA rotation that had recorded one; the
 	// rotation holds until an endpoint is set again.
 	ReasonEndpointRemoved = "EndpointRemoved"
-	// ReasonCALost (Ready) means a CA Secret the status inventory lists is gone
-	// outside a rotation. Carousel does not replace it by itself: restore it,
-	// or accept a new CA with the reissue-ca operation.
+	// ReasonCALost (Ready) means a CA Secret the status inventory lists is
+	// gone, or holds neither as current nor as previous the CA the inventory
+	// records as current (it was put back from an older copy). Carousel
+	// neither replaces it nor goes back to the older CA by itself: restore
+	// it, or, outside a rotation, accept a new CA (or the older one) with the
+	// reissue-ca operation.
 	ReasonCALost = "CALost"
 	// ReasonCASecretUnlabelled (Ready) means a CA Secret exists but lacks
 	// Carousel's labels, so the operator's cache cannot see it.

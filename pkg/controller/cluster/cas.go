@@ -72,6 +72,9 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				return nil, err
 			}
 			cas, data = decoded, existing.Data
+			if err := holdsRecordedCA(c, role, name, cas); err != nil {
+				return nil, err
+			}
 			if phase.Preparing() && cas.Rotation != id {
 				if id == "" {
 					// A hand-written status: a CA without its rotation could
@@ -120,6 +123,44 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 		all[role] = cas
 	}
 	return all, nil
+}
+
+// holdsRecordedCA refuses a role's CA Secret that holds, neither as current
+// nor as previous, the CA the status inventory records as current: it was
+// put back from a copy older than that CA (a backup from before the last
+// rotation, say). Taken as it is, it would have Preparing generate a second
+// new CA, or drop from the trust bundles the CA the certificates carry. Every
+// Secret Carousel writes holds it: the status is written after the Secret,
+// so a Secret one step ahead keeps it as previous (a new CA generated, an
+// abort's swap) or as current (the old CA dropped).
+func holdsRecordedCA(c *v1alpha1.Cluster, role v1alpha1.CARole, name string, cas *credentials.CAs) error {
+	recorded := recordedCA(c, role)
+	if recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint ||
+		cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint {
+		return nil
+	}
+	next := "restore the Secret from a copy made since (kubectl carousel certs restore refuses an older one)"
+	if !c.CARotationPhase().RotationInProgress() {
+		next += ", or accept the CA it holds in place of the recorded one: " + operationCommand(c, v1alpha1.OperationReissueCAPrefix+string(role))
+	}
+	return blocked(v1alpha1.ReasonCALost,
+		"secret %s holds %s CA %s, but the status records %s, valid from %s, as the current one: it was put back from an older copy. "+
+			"Carousel neither generates another CA nor goes back to an older one: %s",
+		name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(recorded.Fingerprint), recorded.NotBefore.UTC().Format(time.RFC3339), next)
+}
+
+// recordedCA is the current CA of role in the status inventory; nil when it
+// lists none.
+func recordedCA(c *v1alpha1.Cluster, role v1alpha1.CARole) *v1alpha1.CertificateInfo {
+	if c.Status.Credentials == nil {
+		return nil
+	}
+	for _, inv := range c.Status.Credentials.CertificateAuthorities {
+		if inv.Role == role {
+			return inv.Current
+		}
+	}
+	return nil
 }
 
 // restoreOldCA swaps, in place, the CAs of a role in the aborted rotation

@@ -386,3 +386,60 @@ func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
 		})
 	}
 }
+
+// A CA Secret put back from a copy made before the rotation's new CA, once
+// the status records that CA, is refused: in Preparing it is not rotated a
+// second time (another new CA would strand what the first one signed), in
+// Prepared its old CA does not replace the new one in the trust bundles.
+// The pass generates no key and leaves the Secret as it was.
+func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
+	for _, phase := range []v1alpha1.CARotationPhase{v1alpha1.RotationPreparing, v1alpha1.RotationPrepared} {
+		t.Run(string(phase), func(t *testing.T) {
+			ctx := context.Background()
+			sc := newSettledCluster(t)
+			key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient)}
+			before := &corev1.Secret{}
+			if err := sc.api.Get(ctx, key, before); err != nil {
+				t.Fatal(err)
+			}
+			sc.annotate(v1alpha1.OperationStartCARotation)
+			sc.statusWritesUntil(v1alpha1.RotationPrepared)
+			if phase == v1alpha1.RotationPreparing { // the copy put back before the rotation went on
+				c := sc.cluster()
+				rot := c.CARotation().DeepCopy()
+				rot.Phase, rot.LastInitiationFinishedTime = phase, nil
+				setCARotation(c, rot)
+				if err := sc.api.Status().Update(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			restored := &corev1.Secret{}
+			if err := sc.api.Get(ctx, key, restored); err != nil {
+				t.Fatal(err)
+			}
+			restored.Data, restored.Annotations = before.Data, before.Annotations
+			if err := sc.api.Update(ctx, restored); err != nil {
+				t.Fatal(err)
+			}
+
+			keys := pki.KeysGenerated()
+			_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			if err == nil || !strings.Contains(err.Error(), "it was put back from an older copy") {
+				t.Fatalf("the pass ended with %v, want the Secret refused", err)
+			}
+			if n := pki.KeysGenerated() - keys; n != 0 {
+				t.Errorf("the pass generated %d keys, want 0", n)
+			}
+			after := &corev1.Secret{}
+			if err := sc.api.Get(ctx, key, after); err != nil {
+				t.Fatal(err)
+			}
+			if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+				t.Error("the Secret put back was rewritten")
+			}
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+				t.Errorf("Ready is %+v, want CALost", ready)
+			}
+		})
+	}
+}
