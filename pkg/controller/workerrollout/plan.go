@@ -40,8 +40,8 @@ type Plan struct {
 // OfflineNode is a node the rollout does not wait for.
 type OfflineNode struct {
 	Name string
-	// For is how much older its heartbeat is than the newest.
-	For time.Duration
+	// LastSeen is its last heartbeat; zero when it has none.
+	LastSeen time.Time
 }
 
 // Done reports whether the pool is rolled: every node renewed or offline.
@@ -66,7 +66,7 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 			continue
 		}
 		if away := newest.Sub(n.LastSeen); away > offlineAfter {
-			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, For: away})
+			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
 			continue
 		}
 		if n.Action == noderenewal.Wait {
@@ -109,9 +109,14 @@ func (p Plan) Message(pool string, offlineAfter time.Duration) string {
 	if len(p.Offline) == 0 {
 		return b.String()
 	}
+	// Each node's last heartbeat, not how long ago it was: the message goes
+	// into the status, which a pass writes only when it changes.
 	names := make([]string, len(p.Offline))
 	for i, o := range p.Offline {
-		names[i] = fmt.Sprintf("%s (%s behind)", o.Name, o.For.Round(time.Second))
+		names[i] = o.Name + " (no Lease)"
+		if !o.LastSeen.IsZero() {
+			names[i] = fmt.Sprintf("%s (last Lease renewal %s)", o.Name, o.LastSeen.UTC().Format(time.RFC3339))
+		}
 	}
 	fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
 		"if it comes back after the old CAs were dropped", offlineAfter, strings.Join(names, ", "))
