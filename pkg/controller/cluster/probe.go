@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,8 +92,7 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 		return false, nil, err
 	}
 	if err := r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey]); err != nil {
-		return false, reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, "the API server does not accept the new client CA yet: "+err.Error()),
-			errManagedCheckFailed
+		return false, unreachable("the API server does not accept the new client CA yet: ", err), errManagedCheckFailed
 	}
 	return true, nil, nil
 }
@@ -139,6 +140,19 @@ func (r *Reconciler) ensureProbe(ctx context.Context, c *v1alpha1.Cluster, objs 
 // updateStatus stamps it.
 func reachability(status metav1.ConditionStatus, reason, message string) *metav1.Condition {
 	return &metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: status, Reason: reason, Message: message}
+}
+
+// unreachable is the condition of a check that failed with err. Its message
+// leaves out a connection's local address, which a read or write error names
+// with the ephemeral port it used: a pass writes the status only when the
+// message changes, and a check that keeps failing the same way must not
+// write it on every poll.
+func unreachable(prefix string, err error) *metav1.Condition {
+	message := err.Error()
+	if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Source != nil {
+		message = strings.Replace(message, opErr.Source.String()+"->", "", 1)
+	}
+	return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, prefix+message)
 }
 
 // endpointRemovedCondition says that the rotation holds because its endpoint
@@ -207,7 +221,7 @@ func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotatio
 	}
 	if err != nil {
 		record(rotation.EvidencePending)
-		return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()), errManagedCheckFailed
+		return unreachable("", err), errManagedCheckFailed
 	}
 	record(rotation.EvidencePassed)
 	return reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server behaves as the phase requires"), nil

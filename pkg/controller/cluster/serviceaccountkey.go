@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -95,7 +93,7 @@ func (r *Reconciler) reissueTokenSecrets(ctx context.Context, s *scope, key *cre
 	behind, err := r.Evidence.TokenSecretsBehind(ctx, endpoint, s.trust[v1alpha1.CARoleCluster],
 		operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey], keyID)
 	if err != nil {
-		return rotation.EvidencePending, nil, s.observe(reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, err.Error()), errManagedCheckFailed)
+		return rotation.EvidencePending, nil, s.observe(unreachable("", err), errManagedCheckFailed)
 	}
 	if len(behind) > 0 {
 		return rotation.EvidencePending, behind, nil
