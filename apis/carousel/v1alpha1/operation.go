@@ -30,7 +30,8 @@ const (
 	// VerbRotateRolloutWorkers is rotate-rollout-workers=<pool>[,<pool>]:
 	// held pools roll with their strategy.
 	VerbRotateRolloutWorkers OperationVerb = "rotate-rollout-workers"
-	// VerbReissueCA is reissue-ca=<role>[,<role>]: new CAs for lost CA Secrets.
+	// VerbReissueCA is reissue-ca=<role>[,<role>]: new CAs for lost CA
+	// Secrets, or the CA a Secret put back from an older copy holds.
 	VerbReissueCA OperationVerb = "reissue-ca"
 	// VerbReissueServiceAccountKey accepts a new service-account signing key
 	// when its Secret was lost: every token signed by the lost key stops

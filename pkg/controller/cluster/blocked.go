@@ -137,15 +137,7 @@ func (r *Reconciler) apiReader() client.Reader {
 
 // inventoryLists reports whether the status records a CA of the role.
 func inventoryLists(c *v1alpha1.Cluster, role v1alpha1.CARole) bool {
-	if c.Status.Credentials == nil {
-		return false
-	}
-	for _, inv := range c.Status.Credentials.CertificateAuthorities {
-		if inv.Role == role && inv.Current != nil {
-			return true
-		}
-	}
-	return false
+	return recordedCA(c, role) != nil
 }
 
 // forgetCAs drops roles from the status inventory: a reissue-ca operation.

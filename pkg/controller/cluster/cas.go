@@ -72,7 +72,7 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				return nil, err
 			}
 			cas, data = decoded, existing.Data
-			if err := holdsRecordedCA(c, role, name, cas); err != nil {
+			if err := r.holdsRecordedCA(ctx, c, role, existing, cas); err != nil {
 				return nil, err
 			}
 			if phase.Preparing() && cas.Rotation != id {
@@ -132,21 +132,30 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 // new CA, or drop from the trust bundles the CA the certificates carry. Every
 // Secret Carousel writes holds it: the status is written after the Secret,
 // so a Secret one step ahead keeps it as previous (a new CA generated, an
-// abort's swap) or as current (the old CA dropped).
-func holdsRecordedCA(c *v1alpha1.Cluster, role v1alpha1.CARole, name string, cas *credentials.CAs) error {
+// abort's swap) or as current (the old CA dropped). A cache that shows the
+// Secret older than the API server does is behind: errStaleCache.
+func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs) error {
 	recorded := recordedCA(c, role)
 	if recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint ||
 		cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint {
 		return nil
 	}
-	next := "restore the Secret from a copy made since (kubectl carousel certs restore refuses an older one)"
+	there, err := r.readMetadata(ctx, secretKind, client.ObjectKeyFromObject(secret))
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && there.ResourceVersion != secret.ResourceVersion:
+		return fmt.Errorf("secret %s: %w", secret.Name, errStaleCache)
+	case err != nil:
+		return err
+	}
+	next := "delete it, then restore it from an upload made since (kubectl carousel certs restore, which refuses an older one)"
 	if !c.CARotationPhase().RotationInProgress() {
-		next += ", or accept the CA it holds in place of the recorded one: " + operationCommand(c, v1alpha1.OperationReissueCAPrefix+string(role))
+		next += "; without one, keep the CA it holds in place of the recorded one: " + operationCommand(c, v1alpha1.OperationReissueCAPrefix+string(role))
 	}
 	return blocked(v1alpha1.ReasonCALost,
 		"secret %s holds %s CA %s, but the status records %s, valid from %s, as the current one: it was put back from an older copy. "+
 			"Carousel neither generates another CA nor goes back to an older one: %s",
-		name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(recorded.Fingerprint), recorded.NotBefore.UTC().Format(time.RFC3339), next)
+		secret.Name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(recorded.Fingerprint),
+		recorded.NotBefore.UTC().Format(time.RFC3339), next)
 }
 
 // recordedCA is the current CA of role in the status inventory; nil when it

@@ -413,6 +413,18 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			keys := pki.KeysGenerated()
+			// A cache that still shows the Secret as it was before the
+			// rotation is behind, not the Secret: the pass is retried.
+			sc.api.behind = map[string]*corev1.Secret{key.Name: before}
+			if result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key}); err != nil || result.RequeueAfter != time.Second {
+				t.Fatalf("the pass on a cache behind ended with %v, %+v; want it retried in a second", err, result)
+			}
+			sc.api.behind = nil
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason == v1alpha1.ReasonCALost {
+				t.Errorf("on a cache behind, Ready is %+v, want it as it was", ready)
+			}
+
 			restored := &corev1.Secret{}
 			if err := sc.api.Get(ctx, key, restored); err != nil {
 				t.Fatal(err)
@@ -422,7 +434,6 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			keys := pki.KeysGenerated()
 			_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
 			if err == nil || !strings.Contains(err.Error(), "it was put back from an older copy") {
 				t.Fatalf("the pass ended with %v, want the Secret refused", err)

@@ -44,9 +44,12 @@ type fakeAPI struct {
 	// statusWriteErrors are the errors the next writes of a Cluster's status
 	// fail with, one each.
 	statusWriteErrors []error
-	// uncached names the Secrets the cache has not seen yet: lists leave
-	// them out.
+	// uncached names the Secrets and ConfigMaps the cache has not seen yet:
+	// lists of Secrets leave them out, gets of ConfigMaps do not find them.
 	uncached map[string]bool
+	// behind are Secrets as a cache behind the API server shows them: lists
+	// give them instead of the API server's, by name.
+	behind map[string]*corev1.Secret
 	// listPanics has every list panic, as a bug in a pass would.
 	listPanics bool
 	// beforeCreate, if set, runs before each create, on the API server's
@@ -101,6 +104,12 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 	}
 	api.WithWatch = interceptor.NewClient(apiServer, interceptor.Funcs{
 		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			api.mu.Lock()
+			uncached := api.uncached[key.Name]
+			api.mu.Unlock()
+			if _, ok := obj.(*corev1.ConfigMap); ok && uncached {
+				return apierrors.NewNotFound(corev1.Resource("configmaps"), key.Name)
+			}
 			if err := cl.Get(ctx, key, obj, opts...); err != nil {
 				return err
 			}
@@ -123,6 +132,11 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 			case *corev1.SecretList:
 				api.mu.Lock()
 				l.Items = slices.DeleteFunc(l.Items, func(s corev1.Secret) bool { return api.uncached[s.Name] })
+				for i := range l.Items {
+					if old := api.behind[l.Items[i].Name]; old != nil {
+						l.Items[i] = *old.DeepCopy()
+					}
+				}
 				api.mu.Unlock()
 				for i := range l.Items {
 					if err := cached(cacheSecret, &l.Items[i]); err != nil {

@@ -229,18 +229,19 @@ func (r *Reconciler) record(ctx context.Context, s *scope, name string) (*corev1
 		&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: cached.ResourceVersion}})
 }
 
-// usageRecordUID is the UID of the Cluster's usage record in the cache;
-// empty when there is none.
+// usageRecordUID is the UID of the Cluster's usage record; empty when there
+// is none. It is read from the API server, not the cache, which may not show
+// a record the first audit batch created just before: the gate would then
+// miss that record's deletion.
 func (r *Reconciler) usageRecordUID(ctx context.Context, c *v1alpha1.Cluster) (types.UID, error) {
-	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateUsageConfigMapName(c.Name)}, cm)
+	record, err := r.readMetadata(ctx, configMapKind, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateUsageConfigMapName(c.Name)})
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("reading the usage record: %w", err)
 	}
-	return cm.UID, nil
+	return record.UID, nil
 }
 
 // kubeletCertificates is the ConfigMap of the Cluster's record of signed

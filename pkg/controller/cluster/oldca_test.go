@@ -135,3 +135,18 @@ func TestOldCAUsageGateReadsTheRecordsPastTheCache(t *testing.T) {
 		t.Errorf("dependents of the old CAs = %v (%+v), want the holder of the old-CA kubeconfig only: the audit events are recent", names, got.Dependents)
 	}
 }
+
+// A start records the usage record the API server holds, also one the cache
+// does not show yet (the first audit batch created it just before): the
+// gate would otherwise miss that record's deletion.
+func TestAStartRecordsTheUsageRecordTheCacheDoesNotShowYet(t *testing.T) {
+	record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.CertificateUsageConfigMapName("prod"), UID: "record-uid",
+		Labels: map[string]string{v1alpha1.LabelCluster: "prod"}}}
+	sc := newSettledCluster(t, record)
+	sc.api.uncached = map[string]bool{record.Name: true}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPreparing)
+	if got := sc.cluster().CARotation().UsageRecordUID; got != record.UID {
+		t.Errorf("usageRecordUID %q, want the record's %q", got, record.UID)
+	}
+}

@@ -281,7 +281,7 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 	}
 	if op.Verb == v1alpha1.VerbReissueCA {
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventCAReissueAccepted,
-			"Operation %q accepted: a lost CA Secret of these roles is replaced by a new CA", value)
+			"Operation %q accepted: a lost CA Secret of these roles is replaced by a new CA, and one put back from an older copy keeps the CA it holds", value)
 	}
 	r.statusWritten(c, before)
 	return nil

@@ -136,8 +136,12 @@ func (r *Reconciler) readMetadata(ctx context.Context, gvk schema.GroupVersionKi
 	return found, r.apiReader().Get(ctx, key, found)
 }
 
-// secretKind is the GroupVersionKind of Secrets, for readMetadata.
-var secretKind = corev1.SchemeGroupVersion.WithKind("Secret")
+// secretKind and configMapKind are the GroupVersionKinds of Secrets and
+// ConfigMaps, for readMetadata.
+var (
+	secretKind    = corev1.SchemeGroupVersion.WithKind("Secret")
+	configMapKind = corev1.SchemeGroupVersion.WithKind("ConfigMap")
+)
 
 // nameHolder is whatHoldsTheName's verdict on found, the object of that kind
 // that holds the name of one of c's.

@@ -40,7 +40,7 @@ type Plan struct {
 // OfflineNode is a node the rollout does not wait for.
 type OfflineNode struct {
 	Name string
-	// LastSeen is its last heartbeat; zero when it has none.
+	// LastSeen is when it last showed it is alive (see Heartbeats).
 	LastSeen time.Time
 }
 
@@ -113,10 +113,7 @@ func (p Plan) Message(pool string, offlineAfter time.Duration) string {
 	// into the status, which a pass writes only when it changes.
 	names := make([]string, len(p.Offline))
 	for i, o := range p.Offline {
-		names[i] = o.Name + " (no Lease)"
-		if !o.LastSeen.IsZero() {
-			names[i] = fmt.Sprintf("%s (last Lease renewal %s)", o.Name, o.LastSeen.UTC().Format(time.RFC3339))
-		}
+		names[i] = fmt.Sprintf("%s (last seen %s)", o.Name, o.LastSeen.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
 		"if it comes back after the old CAs were dropped", offlineAfter, strings.Join(names, ", "))

@@ -134,13 +134,13 @@ func TestPlanMessage(t *testing.T) {
 			name:  "waiting, with an offline node",
 			nodes: []NodeState{node("a", noderenewal.Wait, 0), node("b", noderenewal.Ask, 90*time.Minute)},
 			want: "pool workers: 0 of 2 nodes renewed their credentials, 1 renewing, 1 offline (Lease over 10m0s behind the newest node Lease, not waited for: " +
-				"b (last Lease renewal 2026-11-23T10:30:00Z)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
+				"b (last seen 2026-11-23T10:30:00Z)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
 		},
 		{
 			name:  "done without offline nodes",
 			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.Wait, 11*time.Minute)},
 			want: "pool workers: rolled without 2 offline node(s) (Lease over 10m0s behind the newest node Lease, not waited for: " +
-				"b (last Lease renewal 2026-11-23T11:49:00Z), c (last Lease renewal 2026-11-23T11:00:00Z)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
+				"b (last seen 2026-11-23T11:49:00Z), c (last seen 2026-11-23T11:00:00Z)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
