@@ -84,20 +84,25 @@ func ParseTokenSecret(s *corev1.Secret) (Token, error) {
 	return t, nil
 }
 
-// TokenPlan says which tokens to delete (expired) and whether to create a new
-// one: when none has more than a third of ttl left.
-func TokenPlan(tokens []Token, ttl time.Duration, now time.Time) (expired []Token, create bool) {
+// TokenPlan sorts tokens into those to keep and those to delete: the
+// expired ones, and the ones valid for longer than ttl (and a minute for a
+// clock that went back) from now, whose expiration was written for a longer
+// TTL than the Cluster now has, or not by Carousel (it is in the managed
+// cluster, which its tenant writes). It says whether to create a new token:
+// when no kept one has more than a third of ttl left.
+func TokenPlan(tokens []Token, ttl time.Duration, now time.Time) (keep, drop []Token, create bool) {
 	create = true
 	for _, t := range tokens {
-		if !now.Before(t.Expires) {
-			expired = append(expired, t)
+		if !now.Before(t.Expires) || t.Expires.After(now.Add(ttl+time.Minute)) {
+			drop = append(drop, t)
 			continue
 		}
+		keep = append(keep, t)
 		if t.Expires.Sub(now) > ttl/3 {
 			create = false
 		}
 	}
-	return expired, create
+	return keep, drop, create
 }
 
 // Live returns the tokens that have not expired at now, in their order.

@@ -51,22 +51,29 @@ func TestTokenPlan(t *testing.T) {
 	ttl := 24 * time.Hour
 	tok := func(left time.Duration) Token { return Token{ID: left.String(), Expires: now.Add(left)} }
 	tests := []struct {
-		name        string
-		tokens      []Token
-		wantExpired int
-		wantCreate  bool
+		name       string
+		tokens     []Token
+		wantDrop   int
+		wantCreate bool
 	}{
 		{"none", nil, 0, true},
 		{"a fresh one", []Token{tok(20 * time.Hour)}, 0, false},
+		{"one just made, by a clock a little ahead", []Token{tok(ttl + 30*time.Second)}, 0, false},
 		{"one with less than a third left", []Token{tok(7 * time.Hour)}, 0, true},
 		{"an expired one and a fresh one", []Token{tok(-time.Minute), tok(23 * time.Hour)}, 1, false},
 		{"expiring exactly now", []Token{tok(0)}, 1, true},
+		{"one made for a longer TTL than the Cluster's now, or not by Carousel", []Token{tok(7 * 24 * time.Hour), tok(7 * time.Hour)}, 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			expired, create := TokenPlan(tt.tokens, ttl, now)
-			if len(expired) != tt.wantExpired || create != tt.wantCreate {
-				t.Fatalf("TokenPlan = %d expired, create %v; want %d, %v", len(expired), create, tt.wantExpired, tt.wantCreate)
+			keep, drop, create := TokenPlan(tt.tokens, ttl, now)
+			if len(drop) != tt.wantDrop || len(keep)+len(drop) != len(tt.tokens) || create != tt.wantCreate {
+				t.Fatalf("TokenPlan = keep %v, drop %v, create %v; want %d dropped, create %v", keep, drop, create, tt.wantDrop, tt.wantCreate)
+			}
+			for _, k := range keep {
+				if !now.Before(k.Expires) || k.Expires.Sub(now) > ttl+time.Minute {
+					t.Errorf("kept %v, which expires %s from now", k, k.Expires.Sub(now))
+				}
 			}
 		})
 	}

@@ -110,9 +110,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.publishKubeconfig(ctx, c, bundles.cluster, tokens); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Come back for the next token, and at least every minute to reconnect
-	// a dropped connection: the managed cluster raises no events here.
-	return ctrl.Result{RequeueAfter: min(next.Sub(r.Clock.Now()), time.Minute)}, nil
+	return ctrl.Result{RequeueAfter: lookAgainIn(next, r.Clock.Now())}, nil
+}
+
+// lookAgainIn is how long until the pass after one that found the next
+// token due at next: then, and at least every minute to reconnect a dropped
+// connection (the managed cluster raises no events here). Never less than a
+// second: controller-runtime takes a RequeueAfter that is not positive for
+// no requeue at all, which a pass that outlasted next would have asked for,
+// and no token would then be made until something else changed.
+func lookAgainIn(next, now time.Time) time.Duration {
+	return max(min(next.Sub(now), time.Minute), time.Second)
 }
 
 // trustBundles are the Cluster's trust bundles that Carousel publishes in the
@@ -147,7 +155,8 @@ func (r *Reconciler) bundles(ctx context.Context, c *v1alpha1.Cluster) (trustBun
 	return b, err
 }
 
-// ensureTokens deletes expired bootstrap tokens, and those labelled as the
+// ensureTokens deletes expired bootstrap tokens, those valid for longer than
+// the Cluster's token TTL (bootstrap.TokenPlan), and those labelled as the
 // Cluster's that do not parse, and issues a new one when none has a third of
 // its life left. It returns the live tokens and when they need looking at
 // again. A token Secret without a readable expiration never expires for the
@@ -172,10 +181,13 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 		}
 	}
 	now, ttl := r.Clock.Now(), c.Spec.KubeletBootstrap.TokenTTLOrDefault()
-	expired, create := bootstrap.TokenPlan(tokens, ttl, now)
-	for _, t := range expired {
+	keep, drop, create := bootstrap.TokenPlan(tokens, ttl, now)
+	for _, t := range drop {
+		if now.Before(t.Expires) {
+			log.FromContext(ctx).Info("Deleting a bootstrap token valid for longer than the Cluster's token TTL", "token", t.ID, "expires", t.Expires, "ttl", ttl)
+		}
 		if err := remote.Delete(ctx, bootstrap.TokenSecret(c.Name, t)); client.IgnoreNotFound(err) != nil {
-			return nil, time.Time{}, fmt.Errorf("deleting expired bootstrap token %s: %w", t.ID, err)
+			return nil, time.Time{}, fmt.Errorf("deleting bootstrap token %s (expired, or valid for longer than the token TTL): %w", t.ID, err)
 		}
 	}
 	if create {
@@ -186,11 +198,10 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 		if err := remote.Create(ctx, bootstrap.TokenSecret(c.Name, t)); err != nil {
 			return nil, time.Time{}, fmt.Errorf("creating a bootstrap token: %w", err)
 		}
-		tokens = append(tokens, t)
+		keep = append(keep, t)
 	}
-	live := bootstrap.Live(tokens, now)
-	newest, _ := bootstrap.Newest(live, now)
-	return live, newest.Expires.Add(-ttl / 3), nil
+	newest, _ := bootstrap.Newest(keep, now)
+	return keep, newest.Expires.Add(-ttl / 3), nil
 }
 
 // publishKubeconfig writes the bootstrap kubeconfig with the newest token

@@ -61,3 +61,23 @@ func TestATokenLabelledForTheClusterThatDoesNotParseIsDeleted(t *testing.T) {
 		}
 	}
 }
+
+// A pass is followed by another when the next token is due, at least every
+// minute, and always: one that outlasted the moment the next token was due
+// must not end the requeues, which would stop new tokens.
+func TestLookAgainIn(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		next time.Time
+		want time.Duration
+	}{
+		{now.Add(10 * time.Second), 10 * time.Second},
+		{now.Add(2 * time.Hour), time.Minute},
+		{now, time.Second},
+		{now.Add(-3 * time.Second), time.Second},
+	} {
+		if got := lookAgainIn(tt.next, now); got != tt.want {
+			t.Errorf("lookAgainIn(now%+v) = %s, want %s", tt.next.Sub(now), got, tt.want)
+		}
+	}
+}
