@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -30,8 +31,15 @@ func (c Checker) TokenSecretsBehind(ctx context.Context, endpoint string, server
 	if err != nil {
 		return nil, err
 	}
+	return tokenSecretsBehind(ctx, cs, keyID)
+}
+
+// tokenSecretsBehind is TokenSecretsBehind on cs. After a token it could
+// not remove, it removes no more, and fails.
+func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID string) ([]string, error) {
 	var behind []string
-	err = eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	var removeErr error
+	err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		opts.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeServiceAccountToken)).String()
 		return cs.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts)
 	}, func(s *corev1.Secret) {
@@ -43,11 +51,11 @@ func (c Checker) TokenSecretsBehind(ctx context.Context, endpoint string, server
 		if len(token) == 0 {
 			return // the token controller has yet to fill it
 		}
-		if err == nil {
-			err = removeToken(ctx, cs, s)
+		if removeErr == nil {
+			removeErr = removeToken(ctx, cs, s)
 		}
 	})
-	if err != nil {
+	if err = cmp.Or(err, removeErr); err != nil {
 		return nil, fmt.Errorf("re-issuing service-account token Secrets: %w", err)
 	}
 	slices.Sort(behind)

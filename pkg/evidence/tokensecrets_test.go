@@ -1,8 +1,17 @@
 package evidence
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
+	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestTokenKeyID(t *testing.T) {
@@ -17,5 +26,29 @@ func TestTokenKeyID(t *testing.T) {
 		if got := TokenKeyID([]byte(tc.token)); got != tc.want {
 			t.Errorf("%s: TokenKeyID = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A token the check cannot remove (an admission webhook refuses the update,
+// say) fails the check, which then removes no more: it is not reported as a
+// Secret still behind, for ever, with no word of why.
+func TestATokenThatCannotBeRemovedFailsTheCheck(t *testing.T) {
+	stale := []byte(base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"ES256","kid":"old"}`)) + ".e30.sig")
+	tokenSecret := func(ns string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "token"}, Type: corev1.SecretTypeServiceAccountToken,
+			Data: map[string][]byte{corev1.ServiceAccountTokenKey: stale}}
+	}
+	cs := fake.NewClientset(tokenSecret("a"), tokenSecret("b"))
+	updates := 0
+	cs.PrependReactor("update", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		updates++
+		return true, nil, errors.New("admission webhook refused the update")
+	})
+	behind, err := tokenSecretsBehind(context.Background(), cs, "new")
+	if err == nil || !strings.Contains(err.Error(), "admission webhook refused the update") {
+		t.Fatalf("tokenSecretsBehind = %v, %v; want the refusal", behind, err)
+	}
+	if updates != 1 {
+		t.Errorf("%d updates, want 1: none after the first that failed", updates)
 	}
 }
