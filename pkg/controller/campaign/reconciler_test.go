@@ -88,10 +88,18 @@ func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 // webhook would, and adds the name of every Cluster patched to patched.
 func refusingA(patched *[]string) func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 	return func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		*patched = append(*patched, obj.GetName())
 		if obj.GetName() == "a" {
+			*patched = append(*patched, obj.GetName())
 			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New("the cluster says no"))
 		}
+		return recordingPatches(patched)(ctx, c, obj, p, opts...)
+	}
+}
+
+// recordingPatches records the name of each Cluster patched, and patches it.
+func recordingPatches(patched *[]string) func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	return func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		*patched = append(*patched, obj.GetName())
 		return c.Patch(ctx, obj, p, opts...)
 	}
 }
@@ -155,10 +163,7 @@ func TestRefusalsAreForgottenWithTheirClusterOrCampaign(t *testing.T) {
 // takes its place; before, it held its place as "requested" for ever.
 func TestAClusterThatDropsTheOperationFailsAndTheNextOneStarts(t *testing.T) {
 	var patched []string
-	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		patched = append(patched, obj.GetName())
-		return c.Patch(ctx, obj, p, opts...)
-	})
+	r, _ := fixture(t, recordingPatches(&patched))
 	reconcileWave(t, r)
 	reconcileWave(t, r) // the campaign sees a's annotation
 	a := &v1alpha1.Cluster{}
@@ -244,10 +249,7 @@ func TestARefusalThatUsesUpTheFailureBudgetStartsNoMoreOfTheWave(t *testing.T) {
 // why.
 func TestACampaignWithAnInvalidSpecStartsNothing(t *testing.T) {
 	var patched []string
-	r, recorder := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		patched = append(patched, obj.GetName())
-		return c.Patch(ctx, obj, p, opts...)
-	})
+	r, recorder := fixture(t, recordingPatches(&patched))
 	rc := &v1alpha1.RotationCampaign{}
 	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
 		t.Fatal(err)
