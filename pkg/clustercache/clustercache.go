@@ -66,9 +66,46 @@ type Cache struct {
 
 	mu    sync.Mutex
 	conns map[client.ObjectKey]*Connection
-	// connecting serialises the connects of one Cluster, so that the last
-	// connection made is the one kept, and the one its hooks saw last.
-	connecting sync.Map // client.ObjectKey -> *sync.Mutex
+	// connecting serialises the connects and disconnects of one Cluster, so
+	// that the last connection made is the one kept, and the one its hooks
+	// saw last, and a Disconnect ends a connect in flight too.
+	connecting keyLocks
+}
+
+// keyLocks holds a mutex per key for as long as someone holds or waits for
+// it, so that the keys of Clusters long gone cost nothing.
+type keyLocks struct {
+	mu    sync.Mutex
+	locks map[client.ObjectKey]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int // holding or waiting
+}
+
+// lock locks key's mutex and returns what unlocks it.
+func (l *keyLocks) lock(key client.ObjectKey) (unlock func()) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[client.ObjectKey]*keyLock{}
+	}
+	kl := l.locks[key]
+	if kl == nil {
+		kl = &keyLock{}
+		l.locks[key] = kl
+	}
+	kl.users++
+	l.mu.Unlock()
+	kl.Lock()
+	return func() {
+		kl.Unlock()
+		l.mu.Lock()
+		if kl.users--; kl.users == 0 {
+			delete(l.locks, key)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // Connection is one managed cluster: a cache of what the kubelet CSR
@@ -106,7 +143,8 @@ func (conn *Connection) Run(start func(context.Context) error) {
 // Connect returns the connection to a Cluster's managed cluster, (re)making
 // it when what it connects with changed: Carousel's client certificate is
 // renewed during a rotation, the cluster CA bundle changes, the endpoint
-// moves. Everything it reads lives in the Cluster's namespace, which a
+// moves (the connection to the old endpoint then ends, whether or not the
+// new one can be made). Everything it reads lives in the Cluster's namespace, which a
 // tenant may write, so the connection is built from data only (see
 // credentials.RESTConfig), never from the operator Secret's kubeconfig.
 func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection, error) {
@@ -134,14 +172,17 @@ func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection,
 
 func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Config) (*Connection, error) {
 	digest := configDigest(cfg)
-	keyMu, _ := c.connecting.LoadOrStore(key, &sync.Mutex{})
-	keyMu.(*sync.Mutex).Lock()
-	defer keyMu.(*sync.Mutex).Unlock()
+	defer c.connecting.lock(key)()
 	c.mu.Lock()
 	existing := c.conns[key]
 	c.mu.Unlock()
 	if existing != nil && existing.digest == digest {
 		return existing, nil
+	}
+	if existing != nil && existing.Config.Host != cfg.Host {
+		// The managed cluster moved: what answers at the old endpoint is no
+		// longer it, so the old connection ends even if the new one fails.
+		c.disconnectLocked(key)
 	}
 	conn, err := c.start(ctx, key, cfg, digest)
 	if err != nil {
@@ -287,8 +328,15 @@ func (c *Cache) Client(key client.ObjectKey) (client.Client, bool) {
 	return conn.Client, true
 }
 
-// Disconnect ends the connection to a managed cluster, if there is one.
+// Disconnect ends the connection to a managed cluster, if there is one,
+// and one a connect in flight makes.
 func (c *Cache) Disconnect(key client.ObjectKey) {
+	defer c.connecting.lock(key)()
+	c.disconnectLocked(key)
+}
+
+// disconnectLocked is Disconnect with key's lock held.
+func (c *Cache) disconnectLocked(key client.ObjectKey) {
 	c.mu.Lock()
 	conn := c.conns[key]
 	delete(c.conns, key)

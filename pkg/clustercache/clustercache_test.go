@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -178,10 +179,13 @@ func TestConcurrentConnectsKeepTheLastHooked(t *testing.T) {
 	var hooked *Connection
 	var c *Cache
 	c = &Cache{Scheme: scheme.New(), OnConnect: []OnConnect{func(_ client.ObjectKey, conn *Connection) error {
-		if m, ok := c.connecting.Load(key); !ok || m.(*sync.Mutex).TryLock() {
+		c.connecting.mu.Lock()
+		kl := c.connecting.locks[key]
+		c.connecting.mu.Unlock()
+		if kl == nil || kl.TryLock() {
 			t.Error("hooks run while another connect of the Cluster may run")
-			if ok {
-				m.(*sync.Mutex).Unlock()
+			if kl != nil {
+				kl.Unlock()
 			}
 		}
 		mu.Lock()
@@ -211,11 +215,108 @@ func TestConcurrentConnectsKeepTheLastHooked(t *testing.T) {
 	}
 }
 
-// managedAPIServer serves what a connection reads of a managed API server:
-// discovery (counted in discoveries) and one Secret.
+// A Disconnect (the Cluster deleted, or handed to another shard) while a
+// connect of the same Cluster waits for its API server ends the connection
+// that connect makes: none is left behind, with the CSR approval its hooks
+// started.
+func TestADisconnectEndsAConnectInFlight(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseVersion := func() { releaseOnce.Do(func() { close(release) }) }
+	api := managedAPIHandler(new(atomic.Int32))
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/version" {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(server.Close)
+	t.Cleanup(releaseVersion) // before Close, which waits for the handlers
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	c := &Cache{Scheme: scheme.New()}
+	t.Cleanup(func() { c.Disconnect(key) })
+
+	connected := make(chan *Connection, 1)
+	go func() {
+		conn, err := c.connect(t.Context(), key, &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+		if err != nil {
+			t.Error(err)
+		}
+		connected <- conn
+	}()
+	<-arrived
+	disconnected := make(chan struct{})
+	go func() {
+		c.Disconnect(key)
+		close(disconnected)
+	}()
+	// Let the connect go on once the Disconnect has returned or waits for it.
+	for waiting := false; !waiting; {
+		select {
+		case <-disconnected:
+			waiting = true
+		case <-time.After(time.Millisecond):
+			c.connecting.mu.Lock()
+			waiting = c.connecting.locks[key] != nil && c.connecting.locks[key].users > 1
+			c.connecting.mu.Unlock()
+		}
+	}
+	releaseVersion()
+	conn := <-connected
+	<-disconnected
+	if _, ok := c.Client(key); ok {
+		t.Fatal("the connection made while the Cluster was disconnected is kept")
+	}
+	if conn != nil && conn.Context().Err() == nil {
+		t.Fatal("the connection made while the Cluster was disconnected still runs")
+	}
+	c.connecting.mu.Lock()
+	defer c.connecting.mu.Unlock()
+	if len(c.connecting.locks) != 0 {
+		t.Fatalf("%d per-Cluster locks kept after every connect and disconnect ended", len(c.connecting.locks))
+	}
+}
+
+// A Cluster whose endpoint moved is no longer served at the old one: a
+// connect to the new endpoint that fails leaves no connection to the old.
+func TestAConnectToAMovedEndpointEndsTheOldConnectionWhenItFails(t *testing.T) {
+	old := managedAPIServer(t, new(atomic.Int32))
+	moved := managedAPIServer(t, new(atomic.Int32))
+	moved.Close()
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	c := &Cache{Scheme: scheme.New()}
+	defer c.Disconnect(key)
+	first, err := c.connect(t.Context(), key, &rest.Config{Host: old.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.connect(t.Context(), key, &rest.Config{Host: moved.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}); err == nil {
+		t.Fatal("a connect to an endpoint that does not answer succeeded")
+	}
+	if _, ok := c.Client(key); ok {
+		t.Fatal("the connection to the old endpoint is still handed out")
+	}
+	if first.Context().Err() == nil {
+		t.Fatal("the connection to the old endpoint still runs")
+	}
+}
+
+// managedAPIServer serves managedAPIHandler over TLS.
 func managedAPIServer(t *testing.T, discoveries *atomic.Int32) *httptest.Server {
 	t.Helper()
-	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	server := httptest.NewTLSServer(managedAPIHandler(discoveries))
+	t.Cleanup(server.Close)
+	return server
+}
+
+// managedAPIHandler serves what a connection reads of a managed API server:
+// discovery (counted in discoveries) and one Secret.
+func managedAPIHandler(discoveries *atomic.Int32) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
 		case "/api":
@@ -236,7 +337,5 @@ func managedAPIServer(t *testing.T, discoveries *atomic.Int32) *httptest.Server 
 		default:
 			http.NotFound(w, r)
 		}
-	}))
-	t.Cleanup(server.Close)
-	return server
+	})
 }
