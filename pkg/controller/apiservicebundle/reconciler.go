@@ -70,15 +70,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if resync == 0 {
 		resync = DefaultResync
 	}
-	// Carousel's client certificate may not be issued yet, and the managed
-	// API server may be down (it restarts in every phase): look again soon,
+	// The kubelet-bootstrap controller alone connects and disconnects, so
+	// that a Cluster handed to another shard, or deleted, keeps no
+	// connection this controller made meanwhile. Until it has connected
+	// (Carousel's client certificate may not be issued yet, the managed API
+	// server may be down: it restarts in every phase), look again soon
 	// rather than after the growing backoff of a failed reconcile.
-	conn, err := r.Connections.Connect(ctx, c)
-	if err != nil {
-		return r.retry(ctx, resync, err)
+	managed, ok := r.Connections.Client(req.NamespacedName)
+	if !ok {
+		return ctrl.Result{RequeueAfter: resync / 10}, nil
 	}
 	var list apiregistrationv1.APIServiceList
-	if err := conn.Client.List(ctx, &list, evidence.MetricsServerAPIServices); err != nil {
+	if err := managed.List(ctx, &list, evidence.MetricsServerAPIServices); err != nil {
 		return r.retry(ctx, resync, fmt.Errorf("listing the managed cluster's APIServices: %w", err))
 	}
 	for i := range list.Items {
@@ -86,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !evidence.APIServiceBehind(service, want) {
 			continue
 		}
-		if err := write(ctx, conn.Client, service, want); err != nil {
+		if err := write(ctx, managed, service, want); err != nil {
 			return r.retry(ctx, resync, err)
 		}
 		if r.Recorder != nil {
