@@ -175,7 +175,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(connections); err != nil {
 		return err
 	}
-	bootstrapper := &kubeletbootstrap.Reconciler{Client: mgr.GetClient(), Clock: clk, Connections: connections,
+	bootstrapper := &kubeletbootstrap.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk, Connections: connections,
 		Recorder: recorder, CleanupTimeout: opts.ManagedCleanupTimeout}
 	if err := bootstrapper.SetupWithManager(mgr); err != nil {
 		return err

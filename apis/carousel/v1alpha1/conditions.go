@@ -196,6 +196,10 @@ const (
 	// bundle into an APIService of the managed cluster labelled
 	// carousel.dev/ca-bundle=metrics-server.
 	EventAPIServiceCABundleUpdated = "APIServiceCABundleUpdated"
+	// EventBootstrapKubeconfigNotWritten (Warning) names a Secret that holds
+	// the name of the Cluster's bootstrap kubeconfig without the Cluster's
+	// label, which Carousel therefore cannot see or update.
+	EventBootstrapKubeconfigNotWritten = "BootstrapKubeconfigNotWritten"
 )
 
 // RotationReason is the reason of the CARotationInProgress condition: the

@@ -58,7 +58,7 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 			log.FromContext(ctx).Info("cleanup of the managed cluster failed; retrying", "error", err.Error())
 			return ctrl.Result{RequeueAfter: min(cleanupRetry, timeout-waited)}, nil
 		}
-		r.event(c, corev1.EventTypeWarning, v1alpha1.EventManagedCleanupAbandoned,
+		r.event(c, corev1.EventTypeWarning, v1alpha1.EventManagedCleanupAbandoned, "Cleanup",
 			"Released after %s without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s, kube-public/%s, kube-system/%s and the Roles and RoleBindings %s in kube-public and %s in kube-system by hand",
 			timeout, err, v1alpha1.LabelBootstrapToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient,
 			bootstrapapi.ConfigMapClusterInfo, bootstrap.NodeTrustConfigMap, bootstrap.ClusterInfoRole, bootstrap.NodeTrustRole)

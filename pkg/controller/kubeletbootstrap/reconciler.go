@@ -34,7 +34,10 @@ import (
 // Reconciler reconciles the bootstrap objects of Clusters' managed clusters.
 type Reconciler struct {
 	Client client.Client // the management cluster
-	Clock  clock.PassiveClock
+	// APIReader reads the management cluster past the cache, which shows
+	// only the Secrets labelled with a Cluster; nil reads through Client.
+	APIReader client.Reader
+	Clock     clock.PassiveClock
 	// Connections reach the managed clusters.
 	Connections *clustercache.Cache
 	// Recorder records events on Clusters; nil records none.
@@ -217,12 +220,42 @@ func (r *Reconciler) publishKubeconfig(ctx context.Context, c *v1alpha1.Cluster,
 	if err := ctrl.SetControllerReference(c, published, r.Client.Scheme()); err != nil {
 		return err
 	}
-	return ensure(ctx, r.Client, published)
+	err = ensure(ctx, r.Client, published)
+	if apierrors.IsAlreadyExists(err) {
+		return r.kubeconfigNameTaken(ctx, c, published.Name)
+	}
+	return err
 }
 
-func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, format string, args ...any) {
+// kubeconfigNameTaken says why the bootstrap kubeconfig Secret, which the
+// cache does not show, could not be created: the cache has not seen it yet
+// (the next pass finds it), or it lacks the Cluster's label, which the cache
+// filters on, so that Carousel would never update it and new nodes would
+// start with an expired token. Carousel does not take over an unlabelled
+// Secret: a Warning event names it and how to put the label back.
+func (r *Reconciler) kubeconfigNameTaken(ctx context.Context, c *v1alpha1.Cluster, name string) error {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	found := &metav1.PartialObjectMetadata{}
+	found.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, found)
+	switch {
+	case apierrors.IsNotFound(err), err == nil && found.Labels[v1alpha1.LabelCluster] == c.Name:
+		return fmt.Errorf("creating secret %s: the cache is behind the API server; retrying", name)
+	case err != nil:
+		return fmt.Errorf("creating secret %s, whose name is taken: reading what holds it: %w", name, err)
+	}
+	r.event(c, corev1.EventTypeWarning, v1alpha1.EventBootstrapKubeconfigNotWritten, "Publish",
+		"Secret %s lacks the label %s=%s, so Carousel cannot see or update it, and new nodes that start with it will fail once its token expires: if it is Carousel's, put the label back (kubectl label --overwrite secret -n %s %s %s=%s); otherwise move it out of the way",
+		name, v1alpha1.LabelCluster, c.Name, c.Namespace, name, v1alpha1.LabelCluster, c.Name)
+	return fmt.Errorf("secret %s holds the bootstrap kubeconfig's name without the label %s=%s", name, v1alpha1.LabelCluster, c.Name)
+}
+
+func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, action, format string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(c, nil, eventType, reason, "Cleanup", format, args...)
+		r.Recorder.Eventf(c, nil, eventType, reason, action, format, args...)
 	}
 }
 
@@ -232,7 +265,7 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 	err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
 		}
 		return nil

@@ -2,6 +2,7 @@ package kubeletbootstrap
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,12 +10,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // tokenSecret is a bootstrap-token Secret as the API server returns it,
@@ -79,5 +85,62 @@ func TestLookAgainIn(t *testing.T) {
 		if got := lookAgainIn(tt.next, now); got != tt.want {
 			t.Errorf("lookAgainIn(now%+v) = %s, want %s", tt.next.Sub(now), got, tt.want)
 		}
+	}
+}
+
+// The manager's cache shows only the Secrets labelled with a Cluster, so a
+// bootstrap kubeconfig Secret that lost the label (or one someone else put
+// under its name) is not found, and its create is refused AlreadyExists. It
+// was then never updated: new nodes started with an expired token, and
+// nothing said why. Now the pass fails, and, unless the cache is merely
+// behind, a Warning event says how to put the label back.
+func TestABootstrapKubeconfigSecretTheCacheCannotSeeIsReported(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "a", UID: "uid-a"},
+		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://192.0.2.1:6443"}}}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	token := bootstrap.Token{ID: "abcdef", Secret: "0123456789abcdef", Expires: now.Add(time.Hour)}
+	name := credentials.BootstrapKubeconfigSecretName(c.Name)
+	for _, tt := range []struct {
+		name      string
+		labels    map[string]string
+		wantErr   string
+		wantEvent bool
+	}{
+		{"the label removed", nil, "without the label carousel.dev/cluster=a", true},
+		{"another Cluster's label", map[string]string{v1alpha1.LabelCluster: "b"}, "without the label carousel.dev/cluster=a", true},
+		{"the cache behind", map[string]string{v1alpha1.LabelCluster: c.Name}, "the cache is behind", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			held := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: tt.labels},
+				Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: []byte("stale")}}
+			live := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c, held).Build()
+			cached := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c, held).WithInterceptorFuncs(interceptor.Funcs{
+				Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*corev1.Secret); ok && key.Name == name {
+						return apierrors.NewNotFound(corev1.Resource("secrets"), name) // as the cache, which has not seen it
+					}
+					return cl.Get(ctx, key, obj, opts...)
+				}}).Build()
+			recorder := events.NewFakeRecorder(10)
+			r := &Reconciler{Client: cached, APIReader: live, Clock: clocktesting.NewFakePassiveClock(now), Recorder: recorder}
+
+			err := r.publishKubeconfig(t.Context(), c, []byte("bundle"), []bootstrap.Token{token})
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("publishKubeconfig = %v, want an error containing %q", err, tt.wantErr)
+			}
+			select {
+			case e := <-recorder.Events:
+				if !tt.wantEvent {
+					t.Fatalf("event %q for a cache that is only behind", e)
+				}
+				if !strings.Contains(e, v1alpha1.EventBootstrapKubeconfigNotWritten) || !strings.Contains(e, "kubectl label --overwrite secret -n fleet "+name+" carousel.dev/cluster=a") {
+					t.Fatalf("event %q does not say how to put the label back", e)
+				}
+			default:
+				if tt.wantEvent {
+					t.Fatal("no event")
+				}
+			}
+		})
 	}
 }
