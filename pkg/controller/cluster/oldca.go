@@ -127,7 +127,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		nodes, leases, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
 		switch {
 		case err == nil:
-			facts.Nodes = nodeFacts(c, nodes, leases)
+			facts.Nodes = nodeFacts(c, nodes, leases, now)
 		case rot.OldCAUsage != nil:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
@@ -382,8 +382,8 @@ func later(a, b time.Time) time.Time {
 // nodeFacts are the Nodes as the gate judges them: the issuer their node
 // agent reports, and whether the worker rollout takes them for offline (see
 // workerrollout.PlanRollout), with their pool's offlineNodeTimeout.
-func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease) []oldca.Node {
-	seen, newest := workerrollout.Heartbeats(nodes, leases)
+func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, now time.Time) []oldca.Node {
+	seen, newest := workerrollout.Heartbeats(nodes, leases, now)
 	out := make([]oldca.Node, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]

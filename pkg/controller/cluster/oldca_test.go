@@ -38,10 +38,13 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOffline(t *testing.T) {
 	}
 	away := v1alpha1.DefaultOfflineNodeTimeout + time.Minute
 	got := nodeFacts(c,
-		[]corev1.Node{node("up", "default", "aa"), node("gone", "default", "bb"), node("waited-for", "patient", "bb"), node("no-pool", "", "bb")},
-		[]coordinationv1.Lease{lease("up", 0), lease("gone", away), lease("waited-for", away), lease("no-pool", away)})
+		[]corev1.Node{node("up", "default", "aa"), node("gone", "default", "bb"), node("waited-for", "patient", "bb"), node("no-pool", "", "bb"),
+			node("ahead", "default", "aa")},
+		[]coordinationv1.Lease{lease("up", 0), lease("gone", away), lease("waited-for", away), lease("no-pool", away),
+			lease("ahead", -time.Hour)}, // its node's clock an hour ahead: it puts no other node behind
+		now)
 	want := []oldca.Node{{Name: "up", ClientIssuer: "aa"}, {Name: "gone", ClientIssuer: "bb", Offline: true},
-		{Name: "waited-for", ClientIssuer: "bb"}, {Name: "no-pool", ClientIssuer: "bb", Offline: true}}
+		{Name: "waited-for", ClientIssuer: "bb"}, {Name: "no-pool", ClientIssuer: "bb", Offline: true}, {Name: "ahead", ClientIssuer: "aa"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -36,6 +37,9 @@ import (
 type InPlaceRollout struct {
 	Connections *clustercache.Cache // reaches the managed clusters
 	Management  client.Reader       // reads the Cluster's CAs and bundles
+	// Clock bounds the nodes' heartbeats (see Heartbeats); nil is the real
+	// clock.
+	Clock clock.PassiveClock
 }
 
 // Rollout implements the cluster controller's WorkerRollout.
@@ -76,7 +80,11 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if err := remote.List(ctx, &leases, client.InNamespace(corev1.NamespaceNodeLease)); err != nil {
 		return false, "", fmt.Errorf("listing the node Leases: %w", err)
 	}
-	seen, newest := Heartbeats(nodes.Items, leases.Items)
+	var clk clock.PassiveClock = clock.RealClock{}
+	if p.Clock != nil {
+		clk = p.Clock
+	}
+	seen, newest := Heartbeats(nodes.Items, leases.Items, clk.Now())
 	states := make([]NodeState, len(nodes.Items))
 	byName := make(map[string]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
@@ -142,8 +150,14 @@ func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, poo
 // node without one, when the Node was created. newest is the newest
 // renewTime of any Lease there, the moment the rollout measures every
 // node's silence against: an API server that was down, or a controller
-// whose clock is off, leaves every Lease as old and takes no node offline.
-func Heartbeats(nodes []corev1.Node, leases []coordinationv1.Lease) (seen map[string]time.Time, newest time.Time) {
+// whose clock is behind, leaves every Lease as old and takes no node
+// offline. A kubelet writes renewTime from its node's clock, so a time
+// later than now (the controller's clock) counts as now: one node whose
+// clock runs ahead, or one Lease written with a time to come, would
+// otherwise put every other node behind, and the rollout would go on
+// without them. A controller whose clock is behind then sees no node
+// offline, which holds the rollout rather than leaving a node out.
+func Heartbeats(nodes []corev1.Node, leases []coordinationv1.Lease, now time.Time) (seen map[string]time.Time, newest time.Time) {
 	seen = make(map[string]time.Time, len(nodes))
 	for _, n := range nodes {
 		seen[n.Name] = n.CreationTimestamp.Time
@@ -153,6 +167,9 @@ func Heartbeats(nodes []corev1.Node, leases []coordinationv1.Lease) (seen map[st
 			continue
 		}
 		renewed := l.Spec.RenewTime.Time
+		if renewed.After(now) {
+			renewed = now
+		}
 		if renewed.After(newest) {
 			newest = renewed
 		}

@@ -178,8 +178,9 @@ func TestHeartbeats(t *testing.T) {
 		leaseAt("c", nil),                      // no renewTime yet: created counts
 		leaseAt("d", at(-time.Hour)),           // renewed before the Node was created (a Node of that name before it): created counts
 		leaseAt("other-pool", at(time.Second)), // the newest heartbeat, of a node outside the pool
+		leaseAt("ahead", at(time.Hour)),        // a node whose clock runs an hour ahead: taken as renewed now
 	}
-	seen, newest := Heartbeats(nodes, leases)
+	seen, newest := Heartbeats(nodes, leases, *at(time.Second))
 	want := map[string]time.Time{"a": *at(-5 * time.Second), "b": *at(-20 * time.Minute), "c": t0.Add(-time.Minute), "d": t0}
 	if len(seen) != len(want) {
 		t.Fatalf("seen = %v, want %v", seen, want)
@@ -192,7 +193,7 @@ func TestHeartbeats(t *testing.T) {
 	if !newest.Equal(*at(time.Second)) {
 		t.Errorf("newest = %s, want %s", newest, *at(time.Second))
 	}
-	// Measured against the newest heartbeat, not against a clock: only b is
+	// Measured against the newest heartbeat, not a time to come: only b is
 	// more than offlineAfter behind.
 	var states []NodeState
 	for _, n := range []string{"a", "b", "c", "d"} {
