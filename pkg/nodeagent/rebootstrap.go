@@ -173,6 +173,11 @@ type rebootstrap struct {
 // caller watches again. A failed attempt is counted, logged and waited out
 // with retry.
 func (n *Node) rebootstrapTakesOver(ctx context.Context, w watch.Interface, watchErr error, retry *backoff) bool {
+	if watchErr == nil {
+		// The API server took the kubelet's credentials: a refusal seen
+		// before does not count towards RefusalGrace any more.
+		n.refusedSince = time.Time{}
+	}
 	if n.Kubelet == nil || (watchErr == nil && !rebootstrapUnfinished(n.Manager.cfg.CertDir)) {
 		return false
 	}
@@ -232,6 +237,7 @@ func (n *Node) rebootstrapIfRefused(ctx context.Context) (bool, error) {
 	if err := rb.run(ctx, first); err != nil {
 		return false, err
 	}
+	n.refusedSince = time.Time{}
 	return true, nil
 }
 

@@ -637,6 +637,31 @@ func TestRebootstrapWaitsForALastingRefusal(t *testing.T) {
 	}
 }
 
+// TestAWatchTheAPIServerTakesStartsTheRefusalCountAgain: a refusal (an old
+// API server replica, still draining, that does not know the new client
+// CA), then hours of watches the API server took: the next refusal is a
+// first one, not one that has lasted hours, and moves nothing aside.
+func TestAWatchTheAPIServerTakesStartsTheRefusalCountAgain(t *testing.T) {
+	on := newOffNode(t)
+	on.node.RefusalGrace = 10 * time.Second
+	before := on.read("kubeconfig")
+	retry := newBackoff(renewalBackoff)
+	refused := errors.New("watching the Node: Unauthorized")
+	if on.node.rebootstrapTakesOver(context.Background(), nil, refused, retry) {
+		t.Fatal("re-bootstrapped on the first refusal")
+	}
+	w := watch.NewFake()
+	defer w.Stop()
+	if on.node.rebootstrapTakesOver(context.Background(), w, nil, retry) {
+		t.Fatal("took over after a watch the API server took")
+	}
+	on.clk.Step(time.Hour)
+	if on.node.rebootstrapTakesOver(context.Background(), nil, refused, retry) {
+		t.Fatalf("re-bootstrapped on the first refusal after an hour of watches; log: %q", on.logLines())
+	}
+	on.assertUntouched(before)
+}
+
 // TestRebootstrapResumesBetweenTheMoves: an agent that died after it moved
 // the client pair aside and before the kubeconfig leaves a kubelet that
 // bootstraps anyway (its kubeconfig names a pair that is not there); the
