@@ -210,8 +210,11 @@ func (r *renewal) installTrust(context.Context) error {
 			r.logf(step, "%s already has the %s", t.path, t.what)
 			continue
 		}
-		// Recorded first: a crash after the write must still restart the kubelet.
+		// Recorded first: a crash after the write must still restart the
+		// kubelet. A restart of an earlier attempt of this request came
+		// before this write, so the kubelet restarts again.
 		*t.changed = true
+		r.progress.Restarted = false
 		if err := r.progress.save(r.certDir()); err != nil {
 			return err
 		}

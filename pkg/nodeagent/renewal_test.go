@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -405,17 +406,22 @@ func TestRenewKubeletResumes(t *testing.T) {
 	for _, tt := range []struct {
 		name           string
 		fail           func(*testNode)
+		between        func(*testing.T, *testNode) // after the first attempt
 		wantCSRs       int
 		wantRestarts   int
 		wantFirstError string
 	}{
 		// The bundles are written; the second attempt finds nothing to
 		// write but must still restart the kubelet, which has not loaded them.
-		{"the CSR fails after the bundles are installed", func(tn *testNode) { tn.failCSR = 1 }, 2, 1, "renew the client certificate"},
+		{"the CSR fails after the bundles are installed", func(tn *testNode) { tn.failCSR = 1 }, nil, 2, 1, "renew the client certificate"},
 		// The certificates are stored: the second attempt does not ask again.
-		{"the restart fails", func(tn *testNode) { tn.restartErr = errors.New("systemctl: exit status 1") }, 2, 1, "restart the kubelet"},
+		{"the restart fails", func(tn *testNode) { tn.restartErr = errors.New("systemctl: exit status 1") }, nil, 2, 1, "restart the kubelet"},
 		// Everything is done but the report: no second CSR or restart.
-		{"the report fails", func(tn *testNode) { tn.failReport = 1 }, 2, 1, "report on the Node"},
+		{"the report fails", func(tn *testNode) { tn.failReport = 1 }, nil, 2, 1, "report on the Node"},
+		// The published cluster bundle changed after the restart: the second
+		// attempt writes it, and restarts the kubelet again, which would
+		// otherwise report a bundle it never loaded.
+		{"the report fails, then the cluster bundle changes", func(tn *testNode) { tn.failReport = 1 }, republishClusterBundle, 2, 2, "report on the Node"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tn := newTestNode(t, v1alpha1.RotationFinalizing)
@@ -423,6 +429,9 @@ func TestRenewKubeletResumes(t *testing.T) {
 			err := tn.node.renew(context.Background(), tn.req)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.wantFirstError) {
 				t.Fatalf("first attempt: %v, want an error at %q", err, tt.wantFirstError)
+			}
+			if tt.between != nil {
+				tt.between(t, tn)
 			}
 			if err := tn.node.renew(context.Background(), tn.req); err != nil {
 				t.Fatal(err)
@@ -432,6 +441,21 @@ func TestRenewKubeletResumes(t *testing.T) {
 				t.Errorf("%d CSRs and %d restarts, want %d and %d", csrs, restarts, tt.wantCSRs, tt.wantRestarts)
 			}
 		})
+	}
+}
+
+// republishClusterBundle publishes another cluster bundle in the node trust
+// ConfigMap (the old one and one more CA).
+func republishClusterBundle(t *testing.T, tn *testNode) {
+	cms := tn.cs.CoreV1().ConfigMaps(metav1.NamespaceSystem)
+	cm, err := cms.Get(context.Background(), bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.trust.Cluster = append(slices.Clip(tn.trust.Cluster), testCA.CertPEM()...)
+	cm.Data[bootstrap.NodeTrustKeyClusterCA] = string(tn.trust.Cluster)
+	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
