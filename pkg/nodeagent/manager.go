@@ -408,9 +408,11 @@ func (m *Manager) Run(ctx context.Context) {
 			continue
 		}
 		err := m.Renew(ctx, nil)
-		if err != nil && (apierrors.IsUnauthorized(err) || !m.cfg.Clock.Now().Before(m.Current().Cert.NotAfter)) {
-			// The API server no longer takes this certificate (it expired,
-			// or the node missed a CA rotation): start over with the token.
+		if err != nil && (refusalOf(err) != notRefused || !m.cfg.Clock.Now().Before(m.Current().Cert.NotAfter)) {
+			// The API server no longer takes this certificate, or serves one
+			// the kubeconfig does not trust (the certificate expired, or the
+			// node missed a CA rotation): start over with the token, as
+			// Start does.
 			err = m.bootstrap(ctx)
 		}
 		if err == nil {

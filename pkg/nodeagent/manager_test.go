@@ -2,7 +2,10 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +13,10 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	certificatesv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
+	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -309,4 +316,66 @@ current-context: c
 	if err != nil || info.Server != "https://192.0.2.10:6443" || string(info.CA) != string(testCA.CertPEM()) {
 		t.Errorf("the written kubeconfig: %q, %d bytes of bundle, %v; want the server and the bundle", info.Server, len(info.CA), err)
 	}
+}
+
+// TestRunBootstrapsAgainWhenTheServerIsNoLongerTrusted: a stand-in agent
+// that missed a CA rotation finds the API server serving a certificate from
+// the new cluster CA, which its kubeconfig does not trust. The renewal fails
+// in the TLS handshake, before any 401; the agent starts over with its
+// bootstrap kubeconfig at once, as Start does, instead of failing until its
+// certificate expires.
+func TestRunBootstrapsAgainWhenTheServerIsNoLongerTrusted(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	signer := newFakeSigner(func(_ int, csr *certificatesv1.CertificateSigningRequest) { approve(t, csr, time.Hour, clk.Now()) })
+	dir := t.TempDir()
+	m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"),
+		BootstrapKubeconfigPath: writeBootstrapKubeconfig(t, dir), Clock: clk})
+	m.newClient = func(cfg *rest.Config) (kubernetes.Interface, error) {
+		if cfg.BearerToken != "" { // the bootstrap kubeconfig's, with the new bundle
+			return signer, nil
+		}
+		return untrustedServer{}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := m.renewWith(ctx, signer, "https://127.0.0.1:6443", nil, "", 0, CertificateWaitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	notAfter := m.Current().Cert.NotAfter
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for len(signer.Created()) < 2 {
+		if !clk.Now().Before(notAfter) {
+			t.Fatalf("no bootstrap before the certificate expired at %s", notAfter)
+		}
+		awaitWaiters(t, clk, 1)
+		clk.Step(10 * time.Second)
+	}
+}
+
+// untrustedServer is a managed API server whose certificate the client does
+// not trust: every CSR create fails in the TLS handshake.
+type untrustedServer struct{ kubernetes.Interface }
+
+func (untrustedServer) CertificatesV1() certificatesv1client.CertificatesV1Interface {
+	return untrustedCertificatesV1{}
+}
+
+type untrustedCertificatesV1 struct {
+	certificatesv1client.CertificatesV1Interface
+}
+
+func (untrustedCertificatesV1) CertificateSigningRequests() certificatesv1client.CertificateSigningRequestInterface {
+	return untrustedCSRs{}
+}
+
+type untrustedCSRs struct {
+	certificatesv1client.CertificateSigningRequestInterface
+}
+
+func (untrustedCSRs) Create(context.Context, *certificatesv1.CertificateSigningRequest, metav1.CreateOptions) (*certificatesv1.CertificateSigningRequest, error) {
+	return nil, &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/apis/certificates.k8s.io/v1/certificatesigningrequests",
+		Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}
 }
