@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // Standing is where one Cluster stands in a campaign's step.
@@ -35,12 +36,18 @@ type Standing struct {
 	FailsAt time.Time
 }
 
-// Classify says where c stands in a campaign at step that began at started
-// (status.startTime), whose Clusters may each take deadline for their phase,
-// at now. A rotation counts as the campaign's when it was started, or its
-// completion requested, since started: a Cluster Prepared before the
-// campaign is not rotated again, and is completed at the Complete step.
-func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Duration, c *v1alpha1.Cluster, now time.Time) Standing {
+// Classify says where c stands in a campaign at step, at now. The campaign
+// began at started (status.startTime), its Complete step at completeStep
+// (status.completeStepTime; zero before it), and its Clusters may each take
+// deadline for their phase. A rotation counts as the campaign's when it was
+// started, or its completion requested, since started: a Cluster Prepared
+// before the campaign is not rotated again, and is completed at the
+// Complete step. One started after the Complete step began (by hand, or
+// spec.caRotation.automatic, while the campaign completes others or after
+// it is done) is not: the campaign leaves its completion to whoever
+// started it. A Prepared Cluster whose old-CA usage gate would refuse the
+// completion waits for it, rather than being refused.
+func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadline time.Duration, c *v1alpha1.Cluster, now time.Time) Standing {
 	s := Standing{Name: c.Name, Phase: c.CARotationPhase()}
 	rot := c.CARotation()
 	if rot == nil {
@@ -53,6 +60,12 @@ func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Durat
 		return s
 	}
 	switch {
+	case step == v1alpha1.CampaignComplete && s.Phase.BothCAsTrusted() && !completeStep.IsZero() &&
+		rot.LastInitiationTime != nil && rot.LastInitiationTime.After(completeStep):
+		s.State, s.Message = v1alpha1.CampaignClusterSkipped, fmt.Sprintf(
+			"its rotation started at %s, after the campaign's Complete step began: the campaign does not complete it",
+			rot.LastInitiationTime.UTC().Format(time.RFC3339))
+		return s
 	case s.Phase.BothCAsTrusted() && s.Phase != v1alpha1.RotationPrepared:
 		s = rotating(s, c, timeOf(rot.LastInitiationTime), deadline, now)
 		if step == v1alpha1.CampaignComplete && s.State == v1alpha1.CampaignClusterInProgress {
@@ -85,6 +98,10 @@ func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Durat
 	// Not rotating, and the step's operation is next.
 	ready := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady)
 	value, otherOperation := c.Annotations[v1alpha1.OperationAnnotation]
+	var gate error
+	if step == v1alpha1.CampaignComplete {
+		gate = rotation.OldCAsUnused(v1alpha1.Operation{Verb: Operation(step)}, c)
+	}
 	switch {
 	case ready == nil || ready.ObservedGeneration < c.Generation && ready.Status != metav1.ConditionFalse:
 		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "its credentials are not issued yet (no current Ready condition)"
@@ -93,6 +110,11 @@ func Classify(step v1alpha1.CampaignStep, started time.Time, deadline time.Durat
 	case otherOperation:
 		// Setting the step's operation would replace it.
 		s.State, s.Message = v1alpha1.CampaignClusterWaiting, fmt.Sprintf("another operation is pending (%s=%s)", v1alpha1.OperationAnnotation, value)
+	case gate != nil:
+		// The Cluster webhook would refuse the completion: the gate's verdict
+		// is not in yet (or its audit events are still being collected), or
+		// something still depends on the old CAs.
+		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "the old-CA usage gate holds the completion: "+gate.Error()
 	default:
 		s.State = v1alpha1.CampaignClusterPending
 	}

@@ -15,9 +15,10 @@ import (
 )
 
 var (
-	started  = time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	now      = started.Add(30 * time.Minute)
-	deadline = time.Hour
+	started      = time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	completeStep = started.Add(20 * time.Minute)
+	now          = started.Add(30 * time.Minute)
+	deadline     = time.Hour
 )
 
 // cluster builds a Ready Cluster in phase, its last rotation initiated at
@@ -53,6 +54,17 @@ func notReady(reason string) func(*v1alpha1.Cluster) {
 	}
 }
 
+// oldCAUsage records the old-CA usage gate's verdict: total dependents.
+func oldCAUsage(total int32) func(*v1alpha1.Cluster) {
+	return func(c *v1alpha1.Cluster) {
+		usage := &v1alpha1.OldCAUsage{Total: total}
+		if total > 0 {
+			usage.Dependents = []v1alpha1.OldCADependent{{Kind: v1alpha1.OldCADependentNode, Name: "w1", Message: "its client certificate is from the old client CA"}}
+		}
+		c.CARotation().OldCAUsage = usage
+	}
+}
+
 // abortedAt records an abort requested at t.
 func abortedAt(t time.Time) func(*v1alpha1.Cluster) {
 	return func(c *v1alpha1.Cluster) { c.CARotation().LastAbortTriggeredTime = &metav1.Time{Time: t} }
@@ -60,6 +72,7 @@ func abortedAt(t time.Time) func(*v1alpha1.Cluster) {
 
 func TestClassify(t *testing.T) {
 	before, during := started.Add(-24*time.Hour), started.Add(10*time.Minute)
+	afterCompleteStep := completeStep.Add(time.Minute)
 	overdue := now.Add(-deadline - time.Minute)
 	none := time.Time{}
 	tests := []struct {
@@ -113,7 +126,20 @@ func TestClassify(t *testing.T) {
 		{"start: Ready for an older generation", v1alpha1.CampaignStart, cluster("", none, none, func(c *v1alpha1.Cluster) { c.Generation = 2 }),
 			v1alpha1.CampaignClusterWaiting, false, "not issued yet", none},
 
-		{"complete: prepared", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none), v1alpha1.CampaignClusterPending, false, "", none},
+		{"complete: prepared", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none, oldCAUsage(0)), v1alpha1.CampaignClusterPending, false, "", none},
+		{"complete: prepared before the campaign", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, before, none, oldCAUsage(0)), v1alpha1.CampaignClusterPending, false, "", none},
+		// The Cluster webhook would refuse the completion: waiting, not a
+		// refusal that counts as failed and may halt the campaign.
+		{"complete: prepared, the old-CA usage gate's verdict not in yet", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none),
+			v1alpha1.CampaignClusterWaiting, false, "the old-CA usage gate holds the completion: the old-CA usage gate has not yet worked out", none},
+		{"complete: prepared, a node still on the old client CA", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none, oldCAUsage(1)),
+			v1alpha1.CampaignClusterWaiting, false, "the old-CA usage gate holds the completion: ", none},
+		// Started by someone else (automatic rotation, by hand) after the
+		// campaign's Complete step began, or after it was done.
+		{"complete: prepared by a rotation started after the Complete step began", v1alpha1.CampaignComplete,
+			cluster(v1alpha1.RotationPrepared, afterCompleteStep, none, oldCAUsage(0)), v1alpha1.CampaignClusterSkipped, false, "after the campaign's Complete step began", none},
+		{"complete: preparing a rotation started after the Complete step began", v1alpha1.CampaignComplete,
+			cluster(v1alpha1.RotationPreparing, afterCompleteStep, none), v1alpha1.CampaignClusterSkipped, false, "after the campaign's Complete step began", none},
 		{"complete: requested", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none, annotated("complete-ca-rotation")),
 			v1alpha1.CampaignClusterInProgress, true, "requested: complete-ca-rotation", none},
 		{"complete: a start request is not the complete", v1alpha1.CampaignComplete, cluster("", none, none, annotated("start-ca-rotation")),
@@ -129,7 +155,7 @@ func TestClassify(t *testing.T) {
 		{"complete: completed", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationCompleted, during, during), v1alpha1.CampaignClusterDone, false, "", none},
 		{"complete: completed since, a rotation prepared before the campaign", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationCompleted, before, during),
 			v1alpha1.CampaignClusterDone, false, "", none},
-		{"complete: prepared, with another operation pending", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none, annotated("rollout-workers=a")),
+		{"complete: prepared, with another operation pending", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPrepared, during, none, oldCAUsage(0), annotated("rollout-workers=a")),
 			v1alpha1.CampaignClusterWaiting, false, "another operation is pending", none},
 		{"complete: completed before the campaign", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationCompleted, before, before),
 			v1alpha1.CampaignClusterSkipped, false, "not rotated since the campaign started", none},
@@ -139,7 +165,7 @@ func TestClassify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Classify(tt.step, started, deadline, tt.c, now)
+			got := Classify(tt.step, started, completeStep, deadline, tt.c, now)
 			if got.State != tt.state || got.Rotating != tt.rotating || !got.FailsAt.Equal(tt.failsAt) {
 				t.Errorf("got state %s, rotating %t, failsAt %s; want %s, %t, %s", got.State, got.Rotating, got.FailsAt, tt.state, tt.rotating, tt.failsAt)
 			}

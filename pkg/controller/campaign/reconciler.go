@@ -110,10 +110,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var completeStep time.Time
+	if rc.Status.CompleteStepTime != nil {
+		completeStep = rc.Status.CompleteStepTime.Time
+	}
 	classify := func() []campaign.Standing {
 		standings := make([]campaign.Standing, 0, len(clusters))
 		for _, c := range clusters {
-			standings = append(standings, campaign.Classify(step, rc.Status.StartTime.Time, rc.Spec.ProgressDeadlineOrDefault(), c, now))
+			standings = append(standings, campaign.Classify(step, rc.Status.StartTime.Time, completeStep, rc.Spec.ProgressDeadlineOrDefault(), c, now))
 		}
 		return r.memory.amend(req.NamespacedName, clusters, standings)
 	}
