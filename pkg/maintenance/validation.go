@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -44,16 +45,44 @@ func queueableList() string {
 // Validate checks, for the admission webhook, a Cluster's maintenance
 // window and its queued maintenance operation.
 func Validate(c *v1alpha1.Cluster) field.ErrorList {
+	return append(validateWindow(c), validateQueued(c)...)
+}
+
+// ValidateUpdate is Validate for an update, of what it changes only: a
+// window or a queued operation stored while the webhook was off, or under
+// looser rules, must not block the writes that leave it alone, the Cluster
+// controller's own among them (removing carousel.dev/operation). Removing
+// the window checks the queued operation, which then waits for none.
+func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	var errs field.ErrorList
-	windowPath := field.NewPath("spec", "maintenance", "timeWindow")
+	windowChanged := !equality.Semantic.DeepEqual(newC.Spec.Maintenance, oldC.Spec.Maintenance)
+	if windowChanged {
+		errs = validateWindow(newC)
+	}
+	newQueued, newOK := newC.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	oldQueued, oldOK := oldC.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	if windowChanged || newOK != oldOK || newQueued != oldQueued {
+		errs = append(errs, validateQueued(newC)...)
+	}
+	return errs
+}
+
+var windowPath = field.NewPath("spec", "maintenance", "timeWindow")
+
+func validateWindow(c *v1alpha1.Cluster) field.ErrorList {
 	if m := c.Spec.Maintenance; m != nil {
 		if _, err := ParseWindow(m.TimeWindow.Begin, m.TimeWindow.End); err != nil {
-			errs = append(errs, field.Invalid(windowPath, m.TimeWindow, err.Error()))
+			return field.ErrorList{field.Invalid(windowPath, m.TimeWindow, err.Error())}
 		}
 	}
+	return nil
+}
+
+func validateQueued(c *v1alpha1.Cluster) field.ErrorList {
+	var errs field.ErrorList
 	value, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
 	if !ok {
-		return errs
+		return nil
 	}
 	p := field.NewPath("metadata", "annotations").Key(v1alpha1.MaintenanceOperationAnnotation)
 	if _, err := Queueable(value); err != nil {

@@ -56,3 +56,43 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// An update is checked for what it changes: a window or queued operation
+// stored while the webhook was off (or under looser rules) does not block
+// the writes that leave it alone, such as the Cluster controller removing
+// carousel.dev/operation from a Cluster in a rotation.
+func TestValidateUpdateChecksWhatChanges(t *testing.T) {
+	tooShort := &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "221000+0000"}}
+	window := &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}
+	cluster := func(spec *v1alpha1.MaintenanceSpec, annotations map[string]string) *v1alpha1.Cluster {
+		return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: annotations}, Spec: v1alpha1.ClusterSpec{Maintenance: spec}}
+	}
+	queued := func(value string) map[string]string {
+		return map[string]string{v1alpha1.MaintenanceOperationAnnotation: value, v1alpha1.OperationAnnotation: v1alpha1.OperationReconcile}
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *v1alpha1.Cluster
+		want     string // empty: admitted
+	}{
+		{"an invalid window left alone", cluster(tooShort, queued(v1alpha1.OperationStartCARotation)), cluster(tooShort, nil), ""},
+		{"an invalid queued operation left alone", cluster(window, queued(v1alpha1.OperationAbortCARotation)),
+			cluster(window, map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationAbortCARotation}), ""},
+		{"an invalid window written", cluster(window, nil), cluster(tooShort, nil), "spec.maintenance.timeWindow"},
+		{"an invalid queued operation written", cluster(window, nil),
+			cluster(window, map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationAbortCARotation}), "only start-ca-rotation"},
+		{"an empty queued operation added", cluster(window, nil), cluster(window, map[string]string{v1alpha1.MaintenanceOperationAnnotation: ""}), "maintenance-operation"},
+		{"the window removed under a queued operation", cluster(window, queued(v1alpha1.OperationStartCARotation)),
+			cluster(nil, queued(v1alpha1.OperationStartCARotation)), "waits for the maintenance window"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := ValidateUpdate(tc.new, tc.old).ToAggregate()
+			switch {
+			case tc.want == "" && errs != nil:
+				t.Fatalf("refused: %v", errs)
+			case tc.want != "" && (errs == nil || !strings.Contains(errs.Error(), tc.want)):
+				t.Fatalf("got %v, want a refusal naming %q", errs, tc.want)
+			}
+		})
+	}
+}

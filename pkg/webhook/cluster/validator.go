@@ -50,7 +50,7 @@ func (Validator) ValidateCreate(_ context.Context, c *v1alpha1.Cluster) (admissi
 // recommendation as a warning, unless the change carries the operation that
 // follows it.
 func (v Validator) ValidateUpdate(_ context.Context, oldC, newC *v1alpha1.Cluster) (admission.Warnings, error) {
-	if err := invalid(newC, slices.Concat(v1alpha1.ValidateClusterUpdate(newC, oldC), rotation.ValidateUpdate(newC, oldC), maintenance.Validate(newC))); err != nil {
+	if err := invalid(newC, slices.Concat(v1alpha1.ValidateClusterUpdate(newC, oldC), rotation.ValidateUpdate(newC, oldC), maintenance.ValidateUpdate(newC, oldC))); err != nil {
 		return nil, err
 	}
 	clk := v.Clock
