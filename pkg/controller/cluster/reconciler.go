@@ -152,11 +152,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 	}()
 	result, passErr = r.reconcileCredentials(ctx, s)
-	if errors.Is(passErr, errStaleCache) {
+	if staleRead(passErr) {
 		log.FromContext(ctx).V(1).Info("cache behind the API server; retrying", "error", passErr.Error())
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return result, passErr
+}
+
+// staleRead says whether a pass ended because what it read was behind the
+// API server: errStaleCache, or a write that carried a resourceVersion the
+// object has moved on from (a Secret or a consumer's Deployment the cache
+// had not caught up with, routine while a rotation rolls them). Such a pass
+// is retried in a second and says nothing of the Cluster's health.
+func staleRead(err error) bool {
+	return errors.Is(err, errStaleCache) || apierrors.IsConflict(err)
 }
 
 // handleOperation records an operation in the status first and removes the

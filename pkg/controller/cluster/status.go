@@ -1,12 +1,10 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -20,11 +18,12 @@ import (
 // CA inventory; besides it, only applyOperation sets a condition
 // (CARotationRecommended). err is how the pass ended. What a pass did not
 // get to observe keeps its condition. A pass that stopped on a cache behind
-// the API server (errStaleCache), and is retried, says nothing of the
+// the API server (errStaleCache, or a write that conflicted: an object
+// changed since the cache showed it), and is retried, says nothing of the
 // credentials or of the spec: Ready and observedGeneration stay as they were.
 func (r *Reconciler) updateStatus(s *scope, err error) {
 	c := s.cluster
-	stale := errors.Is(err, errStaleCache)
+	stale := staleRead(err)
 	if !stale {
 		r.setReadyCondition(c, err)
 	}
@@ -37,7 +36,7 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	// A pass that ends on a conflict, or a cache behind, is looked at again
 	// at once; one that fails otherwise leaves no verdict of the old-CA
 	// usage gate to complete on.
-	if err != nil && !stale && !apierrors.IsConflict(err) {
+	if err != nil && !stale {
 		forgetOldCAUsage(c)
 		r.setOldCAsUnusedCondition(c)
 	} else if s.decision != nil {

@@ -227,10 +227,10 @@ func TestAFailedPassLeavesNoOldCAUsageVerdictToCompleteOn(t *testing.T) {
 		defer sc.api.mu.Unlock()
 		sc.api.beforeCreate = func(context.Context, client.WithWatch, client.Object) error { return err }
 	}
-	// A conflict is looked at again at once: the verdict stays.
+	// A conflict is looked at again in a second: the verdict stays.
 	failCreates(conflict(c))
-	if _, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); !apierrors.IsConflict(err) {
-		t.Fatalf("the pass ended with %v, want the conflict", err)
+	if result, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err != nil || result.RequeueAfter != time.Second {
+		t.Fatalf("the pass ended with %v, %+v; want the conflict retried in a second", err, result)
 	}
 	if c = sc.cluster(); c.CARotation().OldCAUsage == nil {
 		t.Error("a pass that ended on a conflict dropped the verdict")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -301,4 +302,43 @@ func FuzzNameHolder(f *testing.F) {
 			t.Fatalf("%v: nameTaken %t", err, nameTaken(err))
 		}
 	})
+}
+
+// A write that conflicts (the cache showed a Secret, or a consumer's
+// Deployment, one version behind the API server: routine while a rotation
+// rolls them) is a stale read, not a failure: the pass is retried in a
+// second, and Ready stays as it was, with no status write. It used to turn
+// Ready False (ReconcileFailed, "the object has been modified") until the
+// next pass turned it back: two status writes, and a campaign counting the
+// Cluster failed meanwhile.
+func TestAConflictingWriteLeavesReadyAsItWas(t *testing.T) {
+	ctx := context.Background()
+	sc := newSettledCluster(t)
+	key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CertificateSecretName(sc.key.Name, credentials.CertOperator)}
+	live := &corev1.Secret{}
+	if err := sc.api.Get(ctx, key, live); err != nil {
+		t.Fatal(err)
+	}
+	// The cache's copy: an older version, with a trust bundle the pass then
+	// writes over, on a resourceVersion the API server does not hold.
+	behind := live.DeepCopy()
+	behind.ResourceVersion = live.ResourceVersion + "0"
+	behind.Data = map[string][]byte{}
+	for k, v := range live.Data {
+		behind.Data[k] = v
+	}
+	behind.Data[v1alpha1.DataKeyCABundle] = []byte("a bundle from before")
+	sc.api.behind = map[string]*corev1.Secret{key.Name: behind}
+	statusPatches := sc.api.statusPatches.Load()
+
+	result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+	if err != nil || result.RequeueAfter != time.Second {
+		t.Fatalf("the pass whose write conflicted ended with %v, %+v; want it retried in a second", err, result)
+	}
+	if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+		t.Errorf("after a conflicting write, Ready is %+v, want it True as it was", ready)
+	}
+	if n := sc.api.statusPatches.Load() - statusPatches; n != 0 {
+		t.Errorf("%d status writes for a pass that read a cache behind", n)
+	}
 }
