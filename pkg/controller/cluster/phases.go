@@ -282,7 +282,11 @@ func (r *Reconciler) requeue(s *scope) ctrl.Result {
 	switch w := s.decision.Wait; {
 	case w == nil:
 	case w.PollManaged:
-		result.RequeueAfter = r.managedPollDelay(s.cluster, s.managedCheckFailed)
+		// Not later than a time that came before: the service-account
+		// key's, or a renewal's.
+		if delay := r.managedPollDelay(s.cluster, s.managedCheckFailed); result.RequeueAfter <= 0 || delay < result.RequeueAfter {
+			result.RequeueAfter = delay
+		}
 	case !w.Until.IsZero():
 		result = lookAgainBy(result, w.Until, r.Clock.Now())
 	}

@@ -273,3 +273,31 @@ func TestAPanickedPassDoesNotSayReady(t *testing.T) {
 		t.Errorf("Ready is %+v after a panic, want False: %s", ready, errPanicked)
 	}
 }
+
+// A phase that polls the managed cluster, backed off to minutes while its
+// checks fail, does not push back a time that came before it: the
+// service-account key rotation's (workloadTokenRefresh), due in 30 s.
+func TestAManagedPollKeepsAnEarlierTimeToLookAgain(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	r := &Reconciler{Clock: clocktesting.NewFakeClock(now)}
+	c := newCluster("prod")
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: metav1.ConditionFalse,
+		Reason: "Unreachable", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))})
+	for _, tt := range []struct {
+		name string
+		key  *rotation.ServiceAccountKeyDecision
+		want time.Duration
+	}{
+		{"the key due in 30s", &rotation.ServiceAccountKeyDecision{Until: now.Add(30 * time.Second)}, 30 * time.Second},
+		{"nothing sooner", nil, DefaultMaxManagedPollInterval},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &scope{cluster: c, managedCheckFailed: true, keyDecision: tt.key,
+				decision: &rotation.Decision{Wait: &rotation.Wait{PollManaged: true}}}
+			s.certs.nextRenewal = now.Add(24 * time.Hour)
+			if got := r.requeue(s).RequeueAfter; got != tt.want {
+				t.Errorf("looks again after %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
