@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -121,19 +122,24 @@ var _ = Describe("Failure modes", func() {
 		return s
 	}
 
-	It("issues the credentials of a Cluster created with start-ca-rotation, then rotates", func(ctx SpecContext) {
+	It("issues the credentials of a Cluster created with any operation that starts a CA rotation, then rotates", func(ctx SpecContext) {
 		var writes atomic.Int64
 		startControllers(ns, &writes)
-		c := &v1alpha1.Cluster{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eager",
-				Annotations: map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationStartCARotation}},
-			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
+		starts := []string{v1alpha1.OperationStartCARotation, v1alpha1.OperationStartCARotationWithoutWorkersRollout, string(v1alpha1.VerbRotateCredentialsStart)}
+		for i, start := range starts {
+			c := &v1alpha1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("eager-%d", i),
+					Annotations: map[string]string{v1alpha1.OperationAnnotation: start}},
+				Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"},
+			}
+			Expect(k8s.Create(ctx, c)).To(Succeed(), "the webhook admits %s on create", start)
 		}
-		Expect(k8s.Create(ctx, c)).To(Succeed(), "the webhook admits a start on create")
-		c = waitForPhase(ctx, client.ObjectKeyFromObject(c), v1alpha1.RotationPrepared)
-		Expect(meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
-		for role, cas := range loadCAs(ctx, c) {
-			Expect(cas.Previous).NotTo(BeNil(), "role %s rotated from a CA issued first", role)
+		for i, start := range starts {
+			c := waitForPhase(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("eager-%d", i)}, v1alpha1.RotationPrepared)
+			Expect(meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+			for role, cas := range loadCAs(ctx, c) {
+				Expect(cas.Previous).NotTo(BeNil(), "%s: role %s rotated from a CA issued first", start, role)
+			}
 		}
 	})
 
