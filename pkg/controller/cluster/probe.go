@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,14 +144,20 @@ func reachability(status metav1.ConditionStatus, reason, message string) *metav1
 }
 
 // unreachable is the condition of a check that failed with err. Its message
-// leaves out a connection's local address, which a read or write error names
-// with the ephemeral port it used: a pass writes the status only when the
-// message changes, and a check that keeps failing the same way must not
-// write it on every poll.
+// leaves out what changes from one failure to the next: a connection's local
+// address, which a read or write error names with the ephemeral port it
+// used, and the current time, which Go's error for a certificate outside its
+// validity names. A pass writes the status only when the message changes,
+// and a check that keeps failing the same way must not write it on every
+// poll.
 func unreachable(prefix string, err error) *metav1.Condition {
 	message := err.Error()
 	if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Source != nil {
 		message = strings.Replace(message, opErr.Source.String()+"->", "", 1)
+	}
+	if invalid := (x509.CertificateInvalidError{}); errors.As(err, &invalid) && invalid.Reason == x509.Expired && invalid.Cert != nil {
+		message = strings.Replace(message, invalid.Error(), fmt.Sprintf("x509: the certificate served is valid from %s until %s, not now",
+			invalid.Cert.NotBefore.UTC().Format(time.RFC3339), invalid.Cert.NotAfter.UTC().Format(time.RFC3339)), 1)
 	}
 	return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, prefix+message)
 }
