@@ -75,9 +75,14 @@ func ParseServiceAccountKey(data map[string][]byte) (*ServiceAccountKey, error) 
 			return nil, fmt.Errorf("%s: %w", DataKeyServiceAccountNextKey, err)
 		}
 	}
-	for name, key := range map[string]crypto.Signer{DataKeyServiceAccountKey: k.Signing, DataKeyServiceAccountNextKey: k.Next} {
-		if key != nil && !k.verifies(key.Public()) {
-			return nil, fmt.Errorf("%s does not hold the public key of %s", DataKeyServiceAccountPublicKey, name)
+	// In a fixed order: the error becomes the Ready condition's message,
+	// which must not change from one pass to the next.
+	for _, key := range []struct {
+		name   string
+		signer crypto.Signer
+	}{{DataKeyServiceAccountKey, k.Signing}, {DataKeyServiceAccountNextKey, k.Next}} {
+		if key.signer != nil && !k.verifies(key.signer.Public()) {
+			return nil, fmt.Errorf("%s does not hold the public key of %s", DataKeyServiceAccountPublicKey, key.name)
 		}
 	}
 	if k.Next == nil && len(k.Verifying) > 2 {

@@ -61,3 +61,20 @@ func TestParseServiceAccountKeyRefusesASigningKeyThatDoesNotVerify(t *testing.T)
 		t.Fatal("the error quotes key material")
 	}
 }
+
+// A Secret whose sa.pub holds neither the signing key's public key nor the
+// next one's gives the same error every time: it becomes the Ready
+// condition's message, which must not change from one pass to the next.
+func TestParseServiceAccountKeyNamesTheSameKeyEachTime(t *testing.T) {
+	a, _ := NewServiceAccountKey(pki.ECDSAP256)
+	b, _ := NewServiceAccountKey(pki.ECDSAP256)
+	next, _ := pki.GenerateKey(pki.ECDSAP256)
+	data, _ := a.Staged(next).Data()
+	other, _ := b.Data()
+	data[DataKeyServiceAccountPublicKey] = other[DataKeyServiceAccountPublicKey]
+	for range 50 {
+		if _, err := ParseServiceAccountKey(data); err == nil || err.Error() != "sa.pub does not hold the public key of sa.key" {
+			t.Fatalf("error = %v, want the signing key named, every time", err)
+		}
+	}
+}
