@@ -35,7 +35,9 @@ import (
 type Reconciler struct {
 	Client client.Client // the management cluster
 	// APIReader reads the management cluster past the cache, which shows
-	// only the Secrets labelled with a Cluster; nil reads through Client.
+	// only the Secrets labelled with a Cluster: what holds the bootstrap
+	// kubeconfig's name when the cache shows nothing there. Nil reads
+	// nothing: such a pass fails with the create's error alone.
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	// Connections reach the managed clusters.
@@ -234,13 +236,12 @@ func (r *Reconciler) publishKubeconfig(ctx context.Context, c *v1alpha1.Cluster,
 // start with an expired token. Carousel does not take over an unlabelled
 // Secret: a Warning event names it and how to put the label back.
 func (r *Reconciler) kubeconfigNameTaken(ctx context.Context, c *v1alpha1.Cluster, name string) error {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
+	if r.APIReader == nil {
+		return fmt.Errorf("creating secret %s: its name is taken by a Secret the cache does not show", name)
 	}
 	found := &metav1.PartialObjectMetadata{}
 	found.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err := reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, found)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, found)
 	switch {
 	case apierrors.IsNotFound(err), err == nil && found.Labels[v1alpha1.LabelCluster] == c.Name:
 		return fmt.Errorf("creating secret %s: the cache is behind the API server; retrying", name)
