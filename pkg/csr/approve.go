@@ -114,6 +114,10 @@ const (
 	ReasonUnexpectedSANs   = "CarouselUnexpectedSANs"
 	ReasonUnsupportedKey   = "CarouselUnsupportedKey"
 	ReasonIdentityMismatch = "CarouselIdentityMismatch"
+	// ReasonOtherBootstrapToken leaves pending, until it changes, a request
+	// made with a bootstrap token outside the Cluster's token group (kubeadm's,
+	// or another tool's): no cache catching up makes it Carousel's.
+	ReasonOtherBootstrapToken = "OtherBootstrapToken"
 
 	// ReasonForeignToken, ReasonUnknownNode, ReasonNodeWithoutAddresses and
 	// ReasonPinUnavailable leave a request pending for now: the token, the
@@ -184,7 +188,12 @@ func decideClient(req *certificatesv1.CertificateSigningRequest, p Policy) Decis
 	switch {
 	case strings.HasPrefix(req.Spec.Username, BootstrapUserPrefix):
 		tokenID := strings.TrimPrefix(req.Spec.Username, BootstrapUserPrefix)
-		if !slices.Contains(req.Spec.Groups, p.BootstrapGroup) || p.IsCarouselToken == nil || !p.IsCarouselToken(tokenID) {
+		if !slices.Contains(req.Spec.Groups, p.BootstrapGroup) {
+			// The API server sets the groups from the token's Secret: not
+			// one of Carousel's, and not about to be.
+			return Decision{Verdict: Ignore, Reason: ReasonOtherBootstrapToken, Message: "requested with a bootstrap token outside " + p.BootstrapGroup + ", not one of Carousel's"}
+		}
+		if p.IsCarouselToken == nil || !p.IsCarouselToken(tokenID) {
 			return Decision{Verdict: Ignore, Reason: ReasonForeignToken, Message: "not requested with one of Carousel's bootstrap tokens", Retry: RetrySoon}
 		}
 		return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "first bootstrap with a Carousel bootstrap token"}

@@ -80,7 +80,7 @@ func TestDecideClient(t *testing.T) {
 		{"RSA with key encipherment", rsaKey, "system:node:worker-1", nodes,
 			append(clientUsages, certificatesv1.UsageKeyEncipherment), nodeSubject, nil, false, Approve, ReasonApproved},
 		{"someone else's bootstrap token", ec, "system:bootstrap:zzzzzz", bootstrap, clientUsages, nodeSubject, nil, false, Ignore, "ForeignBootstrapToken"},
-		{"a Carousel token ID without Carousel's group", ec, "system:bootstrap:abcdef", []string{"system:bootstrappers"}, clientUsages, nodeSubject, nil, false, Ignore, "ForeignBootstrapToken"},
+		{"a Carousel token ID without Carousel's group", ec, "system:bootstrap:abcdef", []string{"system:bootstrappers"}, clientUsages, nodeSubject, nil, false, Ignore, ReasonOtherBootstrapToken},
 		{"an ordinary user", ec, "alice", []string{"system:authenticated"}, clientUsages, nodeSubject, nil, false, Ignore, "OtherRequester"},
 		{"another node's identity", ec, "system:node:worker-2", nodes, clientUsages, nodeSubject, nil, false, Deny, ReasonIdentityMismatch},
 		{"manual approval", ec, "system:bootstrap:abcdef", bootstrap, clientUsages, nodeSubject, nil, true, Ignore, "ManualApproval"},

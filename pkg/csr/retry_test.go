@@ -29,7 +29,7 @@ func legacyTransient(d Decision) bool {
 // allReasons is every reason Decide gives; TestDecisionRetry covers each.
 var allReasons = []string{
 	ReasonApproved, ReasonBadRequest, ReasonBadSubject, ReasonBadUsages, ReasonUnexpectedSANs, ReasonUnsupportedKey, ReasonIdentityMismatch,
-	ReasonForeignToken, ReasonUnknownNode, ReasonNodeWithoutAddresses, ReasonPinUnavailable,
+	ReasonForeignToken, ReasonUnknownNode, ReasonNodeWithoutAddresses, ReasonPinUnavailable, ReasonOtherBootstrapToken,
 	"ManualApproval", "OtherRequester", "OtherSigner",
 }
 
@@ -85,8 +85,10 @@ func TestDecisionRetry(t *testing.T) {
 			Deny, ReasonIdentityMismatch, RetryOnUpdate, false},
 		{"foreign bootstrap token", client, "system:bootstrap:zzzzzz", bootstrap, clientUsages, x509.CertificateRequest{Subject: nodeSubject}, false, false, nil,
 			Ignore, ReasonForeignToken, RetrySoon, true},
-		{"Carousel token without Carousel's group", client, "system:bootstrap:abcdef", []string{"system:bootstrappers"}, clientUsages, x509.CertificateRequest{Subject: nodeSubject}, false, false, nil,
-			Ignore, ReasonForeignToken, RetrySoon, true},
+		// Its groups come from its token's Secret: no cache catching up makes
+		// it Carousel's, so it is not looked at again every few seconds.
+		{"a token outside Carousel's group", client, "system:bootstrap:abcdef", []string{"system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"},
+			clientUsages, x509.CertificateRequest{Subject: nodeSubject}, false, false, nil, Ignore, ReasonOtherBootstrapToken, RetryOnUpdate, false},
 		{"no token check configured", client, "system:bootstrap:abcdef", bootstrap, clientUsages, x509.CertificateRequest{Subject: nodeSubject}, false, false,
 			func(p *Policy) { p.IsCarouselToken = nil }, Ignore, ReasonForeignToken, RetrySoon, true},
 		{"unknown node", serving, "system:node:worker-1", nodes, servingUsages, x509.CertificateRequest{Subject: nodeSubject, DNSNames: []string{"worker-1.example"}}, false, false,
