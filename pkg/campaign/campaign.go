@@ -151,13 +151,19 @@ func requestedCAVerb(c *v1alpha1.Cluster) v1alpha1.OperationVerb {
 	if err != nil {
 		return ""
 	}
-	switch v := op.Verb.CAVerb(); v {
-	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
+	switch {
+	case op.Verb.StartsCARotation():
 		return v1alpha1.VerbStartCARotation
-	case v1alpha1.VerbCompleteCARotation:
-		return v
+	case op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation:
+		return v1alpha1.VerbCompleteCARotation
 	}
 	return ""
+}
+
+// StartRequested reports whether c's operation annotation starts a CA
+// rotation (OperationVerb.StartsCARotation) that is not taken up yet.
+func StartRequested(c *v1alpha1.Cluster) bool {
+	return requestedCAVerb(c) == v1alpha1.VerbStartCARotation
 }
 
 // Operation is the operation a campaign at step sets on a Cluster.

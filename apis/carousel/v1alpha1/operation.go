@@ -65,6 +65,17 @@ func (v OperationVerb) CAVerb() OperationVerb {
 	return v
 }
 
+// StartsCARotation reports whether the verb starts a CA rotation:
+// start-ca-rotation, start-ca-rotation-without-workers-rollout or
+// rotate-credentials-start.
+func (v OperationVerb) StartsCARotation() bool {
+	switch v.CAVerb() {
+	case VerbStartCARotation, VerbStartCARotationWithoutWorkersRollout:
+		return true
+	}
+	return false
+}
+
 // ServiceAccountKeyVerb is what the verb asks of the service-account key
 // rotation: rotate-serviceaccount-key-start or -complete, alone or as part of
 // a rotate-credentials verb; empty for every other verb.

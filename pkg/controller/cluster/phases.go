@@ -284,9 +284,7 @@ func (r *Reconciler) requeue(s *scope) ctrl.Result {
 	case w.PollManaged:
 		// Not later than a time that came before: the service-account
 		// key's, or a renewal's.
-		if delay := r.managedPollDelay(s.cluster, s.managedCheckFailed); result.RequeueAfter <= 0 || delay < result.RequeueAfter {
-			result.RequeueAfter = delay
-		}
+		result = lookAgainBy(result, r.Clock.Now().Add(r.managedPollDelay(s.cluster, s.managedCheckFailed)), r.Clock.Now())
 	case !w.Until.IsZero():
 		result = lookAgainBy(result, w.Until, r.Clock.Now())
 	}
@@ -294,12 +292,13 @@ func (r *Reconciler) requeue(s *scope) ctrl.Result {
 }
 
 // lookAgainBy shortens result so that the Cluster is looked at again by at,
-// but not within the second; a zero at leaves result as it is.
+// but not within the second; a zero at leaves result as it is, and a result
+// without a positive RequeueAfter (none, or a renewal already past) takes at.
 func lookAgainBy(result ctrl.Result, at, now time.Time) ctrl.Result {
 	if at.IsZero() {
 		return result
 	}
-	if d := max(at.Sub(now), time.Second); result.RequeueAfter == 0 || d < result.RequeueAfter {
+	if d := max(at.Sub(now), time.Second); result.RequeueAfter <= 0 || d < result.RequeueAfter {
 		result.RequeueAfter = d
 	}
 	return result

@@ -112,7 +112,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, r.startOperation(ctx, c, step.Operation, v1alpha1.EventAutomaticCARotation,
 			fmt.Sprintf("Maintenance window open: carrying out %s: %s", step.Operation, step.Why))
 	}
-	deferredStart := startsACARotation(c) && !credentialsIssued(c)
+	requested, err := v1alpha1.ParseOperation(c.Annotations[v1alpha1.OperationAnnotation])
+	deferredStart := err == nil && requested.Verb.StartsCARotation() && !credentialsIssued(c)
 	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
 		err := r.handleOperation(ctx, c)
 		if apierrors.IsConflict(err) {
@@ -157,21 +158,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return result, passErr
-}
-
-// startsACARotation says whether c's operation annotation starts a CA
-// rotation: start-ca-rotation, start-ca-rotation-without-workers-rollout or
-// rotate-credentials-start.
-func startsACARotation(c *v1alpha1.Cluster) bool {
-	op, err := v1alpha1.ParseOperation(c.Annotations[v1alpha1.OperationAnnotation])
-	if err != nil {
-		return false
-	}
-	switch op.Verb.CAVerb() {
-	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
-		return true
-	}
-	return false
 }
 
 // staleRead says whether a pass ended because what it read was behind the

@@ -155,8 +155,9 @@ func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, poo
 // later than now (the controller's clock) counts as now: one node whose
 // clock runs ahead, or one Lease written with a time to come, would
 // otherwise put every other node behind, and the rollout would go on
-// without them. A controller whose clock is behind then sees no node
-// offline, which holds the rollout rather than leaving a node out.
+// without them. A controller whose clock is behind only takes longer to
+// see a node offline (by its lag), which holds the rollout rather than
+// leaving a node out.
 func Heartbeats(nodes []corev1.Node, leases []coordinationv1.Lease, now time.Time) (seen map[string]time.Time, newest time.Time) {
 	seen = make(map[string]time.Time, len(nodes))
 	for _, n := range nodes {
