@@ -177,8 +177,9 @@ type RotationCampaignStatus struct {
 	// +optional
 	PreparedTime *metav1.Time `json:"preparedTime,omitempty"`
 
-	// CompleteStepTime is when the campaign first saw spec.step Complete. A
-	// rotation started after it is not the campaign's to complete.
+	// CompleteStepTime is when the campaign first saw spec.step Complete
+	// with no selected Cluster's start pending. A rotation started after it
+	// is not the campaign's to complete.
 	//
 	// +optional
 	CompleteStepTime *metav1.Time `json:"completeStepTime,omitempty"`

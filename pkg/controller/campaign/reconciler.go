@@ -54,10 +54,15 @@ type Reconciler struct {
 type memory struct {
 	mu sync.Mutex
 	// started are the Clusters this process started, by campaign: each
-	// with the resourceVersion the start was patched onto.
-	started map[types.NamespacedName]map[string]string
+	// with the resourceVersion the start was patched onto, and the step.
+	started map[types.NamespacedName]map[string]request
 	// refused are the Clusters that refused, by campaign, then UID.
 	refused map[types.NamespacedName]map[types.UID]refusal
+}
+
+type request struct {
+	startedOn string
+	step      v1alpha1.CampaignStep
 }
 
 type refusal struct {
@@ -83,15 +88,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.writeInvalid(ctx, rc, errs.ToAggregate().Error(), now)
 	}
 	step := rc.Spec.StepOrDefault()
+	clusters, err := r.selected(ctx, rc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// The times the step's decisions count from are stored before any
-	// Cluster is started, so that a restart counts from the same ones.
-	if rc.Status.StartTime == nil || (step == v1alpha1.CampaignComplete && rc.Status.CompleteStepTime == nil) {
+	// Cluster is started, so that a restart counts from the same ones. The
+	// Complete step's, after which a rotation started is not the campaign's
+	// (campaign.Classify), waits until none of the selected Clusters has a
+	// start pending, the campaign's own included: one taken up late is the
+	// campaign's all the same.
+	stampComplete := step == v1alpha1.CampaignComplete && rc.Status.CompleteStepTime == nil &&
+		!r.memory.starting(req.NamespacedName) && !slices.ContainsFunc(clusters, campaign.StartRequested)
+	if rc.Status.StartTime == nil || stampComplete {
 		before := rc.DeepCopy()
 		stamp := metav1.NewTime(now)
 		if rc.Status.StartTime == nil {
 			rc.Status.StartTime = &stamp
 		}
-		if step == v1alpha1.CampaignComplete && rc.Status.CompleteStepTime == nil {
+		if stampComplete {
 			rc.Status.CompleteStepTime = &stamp
 		}
 		// Only onto what was read: a stale read without a start time must
@@ -106,10 +121,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 
-	clusters, err := r.selected(ctx, rc)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	var completeStep time.Time
 	if rc.Status.CompleteStepTime != nil {
 		completeStep = rc.Status.CompleteStepTime.Time
@@ -208,7 +219,8 @@ func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cl
 		s := &standings[i]
 		selected.Insert(c.Name)
 		selectedUIDs.Insert(c.UID)
-		if startedOn, ok := started[c.Name]; ok {
+		if req, ok := started[c.Name]; ok {
+			startedOn := req.startedOn
 			_, requested := c.Annotations[v1alpha1.OperationAnnotation]
 			switch {
 			case s.State == v1alpha1.CampaignClusterPending && c.ResourceVersion == startedOn:
@@ -242,18 +254,31 @@ func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cl
 	return standings
 }
 
-// remember records that this process started cluster, patching the
+// starting reports whether a Cluster this process started at the
+// campaign's Start step has not been seen to take the start up yet.
+func (m *memory) starting(campaignKey types.NamespacedName) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, req := range m.started[campaignKey] {
+		if req.step == v1alpha1.CampaignStart {
+			return true
+		}
+	}
+	return false
+}
+
+// remember records that this process started cluster at step, patching the
 // operation onto its resourceVersion startedOn.
-func (m *memory) remember(campaignKey types.NamespacedName, cluster, startedOn string) {
+func (m *memory) remember(campaignKey types.NamespacedName, cluster, startedOn string, step v1alpha1.CampaignStep) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.started == nil {
-		m.started = map[types.NamespacedName]map[string]string{}
+		m.started = map[types.NamespacedName]map[string]request{}
 	}
 	if m.started[campaignKey] == nil {
-		m.started[campaignKey] = map[string]string{}
+		m.started[campaignKey] = map[string]request{}
 	}
-	m.started[campaignKey][cluster] = startedOn
+	m.started[campaignKey][cluster] = request{startedOn: startedOn, step: step}
 }
 
 func (m *memory) refuse(campaignKey types.NamespacedName, c *v1alpha1.Cluster, message string) {
@@ -326,7 +351,7 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 	switch {
 	case err == nil:
 		*c = *patched
-		r.memory.remember(client.ObjectKeyFromObject(rc), c.Name, startedOn)
+		r.memory.remember(client.ObjectKeyFromObject(rc), c.Name, startedOn, step)
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
 		return false, nil
 	case apierrors.IsConflict(err):

@@ -38,8 +38,9 @@ type RotationCampaignStatusApplyConfiguration struct {
 	StartTime *v1.Time `json:"startTime,omitempty"`
 	// PreparedTime is when every selected Cluster was first seen Prepared.
 	PreparedTime *v1.Time `json:"preparedTime,omitempty"`
-	// CompleteStepTime is when the campaign first saw spec.step Complete. A
-	// rotation started after it is not the campaign's to complete.
+	// CompleteStepTime is when the campaign first saw spec.step Complete
+	// with no selected Cluster's start pending. A rotation started after it
+	// is not the campaign's to complete.
 	CompleteStepTime *v1.Time `json:"completeStepTime,omitempty"`
 	// CompletedTime is when every selected Cluster was first seen Completed.
 	CompletedTime *v1.Time `json:"completedTime,omitempty"`
