@@ -45,14 +45,15 @@ func queueableList() string {
 // Validate checks, for the admission webhook, a Cluster's maintenance
 // window and its queued maintenance operation.
 func Validate(c *v1alpha1.Cluster) field.ErrorList {
-	return append(validateWindow(c), validateQueued(c)...)
+	return slices.Concat(validateWindow(c), validateQueueable(c), requireWindow(c))
 }
 
 // ValidateUpdate is Validate for an update, of what it changes only: a
 // window or a queued operation stored while the webhook was off, or under
 // looser rules, must not block the writes that leave it alone, the Cluster
-// controller's own among them (removing carousel.dev/operation). Removing
-// the window checks the queued operation, which then waits for none.
+// controller's own among them (removing carousel.dev/operation, and cutting
+// a queued rotate-credentials-start to what is left of it). A queued
+// operation needs a window when it is added, or the window is removed.
 func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	var errs field.ErrorList
 	windowChanged := !equality.Semantic.DeepEqual(newC.Spec.Maintenance, oldC.Spec.Maintenance)
@@ -61,8 +62,11 @@ func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	}
 	newQueued, newOK := newC.Annotations[v1alpha1.MaintenanceOperationAnnotation]
 	oldQueued, oldOK := oldC.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	if windowChanged || newOK != oldOK || newQueued != oldQueued {
-		errs = append(errs, validateQueued(newC)...)
+	if newOK != oldOK || newQueued != oldQueued {
+		errs = append(errs, validateQueueable(newC)...)
+	}
+	if windowChanged || !oldOK {
+		errs = append(errs, requireWindow(newC)...)
 	}
 	return errs
 }
@@ -78,19 +82,26 @@ func validateWindow(c *v1alpha1.Cluster) field.ErrorList {
 	return nil
 }
 
-func validateQueued(c *v1alpha1.Cluster) field.ErrorList {
-	var errs field.ErrorList
+// validateQueueable checks that the queued operation, if any, may wait for
+// the window (Queueable).
+func validateQueueable(c *v1alpha1.Cluster) field.ErrorList {
 	value, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
 	if !ok {
 		return nil
 	}
-	p := field.NewPath("metadata", "annotations").Key(v1alpha1.MaintenanceOperationAnnotation)
 	if _, err := Queueable(value); err != nil {
-		errs = append(errs, field.Invalid(p, value, err.Error()))
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "annotations").Key(v1alpha1.MaintenanceOperationAnnotation), value, err.Error())}
 	}
-	if c.Spec.Maintenance == nil {
-		errs = append(errs, field.Required(windowPath, fmt.Sprintf("%s=%s waits for the maintenance window: set one, or set %s=%s to have it done now",
-			v1alpha1.MaintenanceOperationAnnotation, value, v1alpha1.OperationAnnotation, value)))
+	return nil
+}
+
+// requireWindow checks that a queued operation, if any, has a window to
+// wait for.
+func requireWindow(c *v1alpha1.Cluster) field.ErrorList {
+	value, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	if !ok || c.Spec.Maintenance != nil {
+		return nil
 	}
-	return errs
+	return field.ErrorList{field.Required(windowPath, fmt.Sprintf("%s=%s waits for the maintenance window: set one, or set %s=%s to have it done now",
+		v1alpha1.MaintenanceOperationAnnotation, value, v1alpha1.OperationAnnotation, value))}
 }

@@ -82,6 +82,11 @@ func TestValidateUpdateChecksWhatChanges(t *testing.T) {
 		{"an invalid queued operation written", cluster(window, nil),
 			cluster(window, map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationAbortCARotation}), "only start-ca-rotation"},
 		{"an empty queued operation added", cluster(window, nil), cluster(window, map[string]string{v1alpha1.MaintenanceOperationAnnotation: ""}), "maintenance-operation"},
+		// The Cluster controller cuts a queued rotate-credentials-start to
+		// what is left of it, with a window removed while the webhook was off.
+		{"a queued operation cut to its remainder without a window", cluster(nil, queued(string(v1alpha1.VerbRotateCredentialsStart))),
+			cluster(nil, map[string]string{v1alpha1.MaintenanceOperationAnnotation: string(v1alpha1.VerbRotateServiceAccountKeyStart)}), ""},
+		{"a queued operation added without a window", cluster(nil, nil), cluster(nil, queued(v1alpha1.OperationStartCARotation)), "waits for the maintenance window"},
 		{"the window removed under a queued operation", cluster(window, queued(v1alpha1.OperationStartCARotation)),
 			cluster(nil, queued(v1alpha1.OperationStartCARotation)), "waits for the maintenance window"},
 	} {
