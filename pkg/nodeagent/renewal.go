@@ -212,9 +212,12 @@ func (r *renewal) installTrust(context.Context) error {
 		}
 		// Recorded first: a crash after the write must still restart the
 		// kubelet. A restart of an earlier attempt of this request came
-		// before this write, so the kubelet restarts again.
+		// before this write: for a file the kubelet loads only at start
+		// (RestartReasons), it restarts again.
 		*t.changed = true
-		r.progress.Restarted = false
+		if t.changed == &r.progress.Changes.KubeconfigCA {
+			r.progress.Restarted = false
+		}
 		if err := r.progress.save(r.certDir()); err != nil {
 			return err
 		}

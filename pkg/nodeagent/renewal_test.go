@@ -421,7 +421,9 @@ func TestRenewKubeletResumes(t *testing.T) {
 		// The published cluster bundle changed after the restart: the second
 		// attempt writes it, and restarts the kubelet again, which would
 		// otherwise report a bundle it never loaded.
-		{"the report fails, then the cluster bundle changes", func(tn *testNode) { tn.failReport = 1 }, republishClusterBundle, 2, 2, "report on the Node"},
+		{"the report fails, then the cluster bundle changes", func(tn *testNode) { tn.failReport = 1 }, republish(bootstrap.NodeTrustKeyClusterCA), 2, 2, "report on the Node"},
+		// The kubelet reloads its clientCAFile by itself: no second restart.
+		{"the report fails, then the kubelet bundle changes", func(tn *testNode) { tn.failReport = 1 }, republish(bootstrap.NodeTrustKeyKubeletCA), 2, 1, "report on the Node"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tn := newTestNode(t, v1alpha1.RotationFinalizing)
@@ -444,18 +446,24 @@ func TestRenewKubeletResumes(t *testing.T) {
 	}
 }
 
-// republishClusterBundle publishes another cluster bundle in the node trust
-// ConfigMap (the old one and one more CA).
-func republishClusterBundle(t *testing.T, tn *testNode) {
-	cms := tn.cs.CoreV1().ConfigMaps(metav1.NamespaceSystem)
-	cm, err := cms.Get(context.Background(), bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.trust.Cluster = append(slices.Clip(tn.trust.Cluster), testCA.CertPEM()...)
-	cm.Data[bootstrap.NodeTrustKeyClusterCA] = string(tn.trust.Cluster)
-	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+// republish publishes another bundle under key of the node trust ConfigMap
+// (the old one and one more CA).
+func republish(key string) func(*testing.T, *testNode) {
+	return func(t *testing.T, tn *testNode) {
+		cms := tn.cs.CoreV1().ConfigMaps(metav1.NamespaceSystem)
+		cm, err := cms.Get(context.Background(), bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle := &tn.trust.Cluster
+		if key == bootstrap.NodeTrustKeyKubeletCA {
+			bundle = &tn.trust.Kubelet
+		}
+		*bundle = append(slices.Clip(*bundle), testCA.CertPEM()...)
+		cm.Data[key] = string(*bundle)
+		if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
