@@ -222,6 +222,12 @@ func (r *Reconciler) publishKubeconfig(ctx context.Context, c *v1alpha1.Cluster,
 	if err := ctrl.SetControllerReference(c, published, r.Client.Scheme()); err != nil {
 		return err
 	}
+	// The cache shows every Secret with the label, another Cluster's too:
+	// such a one is not taken over.
+	existing := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(published), existing); err == nil && existing.Labels[v1alpha1.LabelCluster] != c.Name {
+		return r.kubeconfigNameHeld(c, existing)
+	}
 	err = ensure(ctx, r.Client, published)
 	if apierrors.IsAlreadyExists(err) {
 		return r.kubeconfigNameTaken(ctx, c, published.Name)
@@ -232,9 +238,7 @@ func (r *Reconciler) publishKubeconfig(ctx context.Context, c *v1alpha1.Cluster,
 // kubeconfigNameTaken says why the bootstrap kubeconfig Secret, which the
 // cache does not show, could not be created: the cache has not seen it yet
 // (the next pass finds it), or it lacks the Cluster's label, which the cache
-// filters on, so that Carousel would never update it and new nodes would
-// start with an expired token. Carousel does not take over an unlabelled
-// Secret: a Warning event names it and how to put the label back.
+// filters on (kubeconfigNameHeld).
 func (r *Reconciler) kubeconfigNameTaken(ctx context.Context, c *v1alpha1.Cluster, name string) error {
 	if r.APIReader == nil {
 		return fmt.Errorf("creating secret %s: its name is taken by a Secret the cache does not show", name)
@@ -248,10 +252,23 @@ func (r *Reconciler) kubeconfigNameTaken(ctx context.Context, c *v1alpha1.Cluste
 	case err != nil:
 		return fmt.Errorf("creating secret %s, whose name is taken: reading what holds it: %w", name, err)
 	}
+	return r.kubeconfigNameHeld(c, found)
+}
+
+// kubeconfigNameHeld reports a Secret that holds the name of c's bootstrap
+// kubeconfig without c's label: one that lost it, which Carousel would never
+// see or update (new nodes would start with an expired token), or one
+// another Cluster's label claims. Carousel takes neither over: a Warning
+// event names it and what to do.
+func (r *Reconciler) kubeconfigNameHeld(c *v1alpha1.Cluster, held metav1.Object) error {
+	why := fmt.Sprintf("lacks the label %s=%s", v1alpha1.LabelCluster, c.Name)
+	if other := held.GetLabels()[v1alpha1.LabelCluster]; other != "" {
+		why = fmt.Sprintf("is labelled for Cluster %s (%s=%s)", other, v1alpha1.LabelCluster, other)
+	}
 	r.event(c, corev1.EventTypeWarning, v1alpha1.EventBootstrapKubeconfigNotWritten, "Publish",
-		"Secret %s lacks the label %s=%s, so Carousel cannot see or update it, and new nodes that start with it will fail once its token expires: if it is Carousel's, put the label back (kubectl label --overwrite secret -n %s %s %s=%s); otherwise move it out of the way",
-		name, v1alpha1.LabelCluster, c.Name, c.Namespace, name, v1alpha1.LabelCluster, c.Name)
-	return fmt.Errorf("secret %s holds the bootstrap kubeconfig's name without the label %s=%s", name, v1alpha1.LabelCluster, c.Name)
+		"Secret %s, under the name of this Cluster's bootstrap kubeconfig, %s, so Carousel does not write it, and new nodes that start with it will fail once its token expires: if it is this Cluster's, put the label back (kubectl label --overwrite secret -n %s %s %s=%s); otherwise move it out of the way",
+		held.GetName(), why, c.Namespace, held.GetName(), v1alpha1.LabelCluster, c.Name)
+	return fmt.Errorf("secret %s holds the bootstrap kubeconfig's name and %s", held.GetName(), why)
 }
 
 func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, action, format string, args ...any) {

@@ -103,24 +103,30 @@ func TestABootstrapKubeconfigSecretTheCacheCannotSeeIsReported(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		labels    map[string]string
+		behind    bool // the cache has not seen the Secret yet
 		wantErr   string
-		wantEvent bool
+		wantEvent string
 	}{
-		{"the label removed", nil, "without the label carousel.dev/cluster=a", true},
-		{"another Cluster's label", map[string]string{v1alpha1.LabelCluster: "b"}, "without the label carousel.dev/cluster=a", true},
-		{"the cache behind", map[string]string{v1alpha1.LabelCluster: c.Name}, "the cache is behind", false},
+		{"the label removed", nil, false, "lacks the label carousel.dev/cluster=a", "lacks the label"},
+		{"another Cluster's label", map[string]string{v1alpha1.LabelCluster: "b"}, false, "is labelled for Cluster b", "is labelled for Cluster b"},
+		{"the cache behind", map[string]string{v1alpha1.LabelCluster: c.Name}, true, "the cache is behind", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			held := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: tt.labels},
 				Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: []byte("stale")}}
 			live := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c, held).Build()
-			cached := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c, held).WithInterceptorFuncs(interceptor.Funcs{
+			cached := interceptor.NewClient(live, interceptor.Funcs{
+				// As the manager's cache, which holds the Secrets that have the
+				// label, whatever its value, once it has seen them.
 				Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-					if _, ok := obj.(*corev1.Secret); ok && key.Name == name {
-						return apierrors.NewNotFound(corev1.Resource("secrets"), name) // as the cache, which has not seen it
+					if err := cl.Get(ctx, key, obj, opts...); err != nil {
+						return err
 					}
-					return cl.Get(ctx, key, obj, opts...)
-				}}).Build()
+					if _, labelled := obj.GetLabels()[v1alpha1.LabelCluster]; obj.GetName() == name && (!labelled || tt.behind) {
+						return apierrors.NewNotFound(corev1.Resource("secrets"), name)
+					}
+					return nil
+				}})
 			recorder := events.NewFakeRecorder(10)
 			r := &Reconciler{Client: cached, APIReader: live, Clock: clocktesting.NewFakePassiveClock(now), Recorder: recorder}
 
@@ -130,16 +136,21 @@ func TestABootstrapKubeconfigSecretTheCacheCannotSeeIsReported(t *testing.T) {
 			}
 			select {
 			case e := <-recorder.Events:
-				if !tt.wantEvent {
+				if tt.wantEvent == "" {
 					t.Fatalf("event %q for a cache that is only behind", e)
 				}
-				if !strings.Contains(e, v1alpha1.EventBootstrapKubeconfigNotWritten) || !strings.Contains(e, "kubectl label --overwrite secret -n fleet "+name+" carousel.dev/cluster=a") {
-					t.Fatalf("event %q does not say how to put the label back", e)
+				if !strings.Contains(e, v1alpha1.EventBootstrapKubeconfigNotWritten) || !strings.Contains(e, tt.wantEvent) ||
+					!strings.Contains(e, "kubectl label --overwrite secret -n fleet "+name+" carousel.dev/cluster=a") {
+					t.Fatalf("event %q does not say %q and how to put the label back", e, tt.wantEvent)
 				}
 			default:
-				if tt.wantEvent {
+				if tt.wantEvent != "" {
 					t.Fatal("no event")
 				}
+			}
+			got := &corev1.Secret{}
+			if err := live.Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: name}, got); err != nil || string(got.Data[v1alpha1.DataKeyKubeconfig]) != "stale" {
+				t.Errorf("the Secret holding the name was written over (%v)", err)
 			}
 		})
 	}
