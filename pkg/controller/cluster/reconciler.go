@@ -77,6 +77,9 @@ type Reconciler struct {
 	// indexedByCluster says that Client reads from a cache indexed by
 	// clusterIndex (set by SetupWithManager).
 	indexedByCluster bool
+	// staleReads bounds the one-second retries of passes that read a cache
+	// behind the API server.
+	staleReads staleReads
 }
 
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
@@ -84,7 +87,10 @@ const DefaultMaxManagedPollInterval = 5 * time.Minute
 
 // Forget drops the metrics' series of a Cluster that is gone, or no longer
 // this shard's.
-func (r *Reconciler) Forget(req ctrl.Request) { r.Metrics.forget(req.Namespace, req.Name) }
+func (r *Reconciler) Forget(req ctrl.Request) {
+	r.Metrics.forget(req.Namespace, req.Name)
+	r.staleReads.forget(req.NamespacedName)
+}
 
 // Reconcile brings one Cluster's credentials to the state its phase requires.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
@@ -118,8 +124,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		err := r.handleOperation(ctx, c)
 		if apierrors.IsConflict(err) {
 			// Decided on a stale read; the newer Cluster is reconciled again.
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+			return r.staleReads.retry(req.NamespacedName, now, err)
 		}
+		r.staleReads.forget(req.NamespacedName)
 		return ctrl.Result{}, err
 	}
 	// A rotation starts from issued credentials: a start on a Cluster that
@@ -130,6 +137,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	// How the pass ended, for the status: unlike retErr, errStaleCache too,
 	// and errPanicked while a panic unwinds the pass.
 	passErr := errPanicked
+	// Whether the pass ended on a stale read, within StaleReadLimit or past it.
+	stale := false
 	defer func() {
 		if deferredStart && retErr == nil && result.RequeueAfter > time.Second {
 			result.RequeueAfter = time.Second
@@ -138,24 +147,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if retErr == nil {
 			result = lookAgainBy(result, s.wakeUp, r.Clock.Now())
 		}
-		if equality.Semantic.DeepEqual(before.Status, c.Status) {
-			return
+		if !equality.Semantic.DeepEqual(before.Status, c.Status) {
+			err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+			switch {
+			case apierrors.IsConflict(err):
+				// Decided on a stale read; the newer Cluster is reconciled again.
+				stale = true
+				result, retErr = r.staleReads.retry(req.NamespacedName, now, err)
+			case err != nil:
+				result, retErr = ctrl.Result{}, errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+			default:
+				r.statusWritten(c, before)
+			}
 		}
-		err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-		switch {
-		case apierrors.IsConflict(err):
-			// Decided on a stale read; the newer Cluster is reconciled again.
-			result, retErr = ctrl.Result{RequeueAfter: time.Second}, nil
-		case err != nil:
-			result, retErr = ctrl.Result{}, errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-		default:
-			r.statusWritten(c, before)
+		if !stale {
+			r.staleReads.forget(req.NamespacedName)
 		}
 	}()
 	result, passErr = r.reconcileCredentials(ctx, s)
 	if staleRead(passErr) {
+		stale = true
 		log.FromContext(ctx).V(1).Info("cache behind the API server; retrying", "error", passErr.Error())
-		return ctrl.Result{RequeueAfter: time.Second}, nil
+		result, retErr = r.staleReads.retry(req.NamespacedName, now, passErr)
+		if retErr != nil {
+			// Past StaleReadLimit: the pass failed, and the status says so.
+			passErr = retErr
+		}
+		return result, retErr
 	}
 	return result, passErr
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -340,5 +342,57 @@ func TestAConflictingWriteLeavesReadyAsItWas(t *testing.T) {
 	}
 	if n := sc.api.statusPatches.Load() - statusPatches; n != 0 {
 		t.Errorf("%d status writes for a pass that read a cache behind", n)
+	}
+}
+
+// A cache that never catches up is retried every second for StaleReadLimit,
+// Ready as it was, and from then on reported: Ready False, and an error that
+// hands the retries to the controller's backoff. A pass that gets through
+// starts the count again.
+func TestACacheBehindForOverAMinuteIsReported(t *testing.T) {
+	ctx := context.Background()
+	sc := newSettledCluster(t)
+	clock := clocktesting.NewFakePassiveClock(time.Now())
+	sc.r.Clock = clock
+	key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CertificateSecretName(sc.key.Name, credentials.CertOperator)}
+	live := &corev1.Secret{}
+	if err := sc.api.Get(ctx, key, live); err != nil {
+		t.Fatal(err)
+	}
+	behind := live.DeepCopy()
+	behind.ResourceVersion = live.ResourceVersion + "0"
+	behind.Data = maps.Clone(live.Data)
+	behind.Data[v1alpha1.DataKeyCABundle] = []byte("a bundle from before")
+
+	pass := func(after time.Duration) (ctrl.Result, *metav1.Condition, error) {
+		t.Helper()
+		clock.SetTime(clock.Now().Add(after))
+		result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		return result, meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady), err
+	}
+	sc.api.behind = map[string]*corev1.Secret{key.Name: behind}
+	for _, after := range []time.Duration{0, 30 * time.Second, StaleReadLimit - 30*time.Second - time.Millisecond} {
+		if result, ready, err := pass(after); err != nil || result.RequeueAfter != time.Second || ready.Status != metav1.ConditionTrue {
+			t.Fatalf("a stale pass within %s ended with %v, %+v, Ready %s; want it retried in a second, Ready True", StaleReadLimit, err, result, ready.Status)
+		}
+	}
+	result, ready, err := pass(time.Millisecond)
+	if err == nil || result.RequeueAfter != 0 {
+		t.Errorf("a pass %s after the first stale one ended with %v, %+v; want an error, for the controller's backoff", StaleReadLimit, err, result)
+	}
+	if ready.Status != metav1.ConditionFalse || ready.Reason != v1alpha1.ReasonReconcileFailed || !strings.Contains(ready.Message, "behind the API server for over 1m0s") {
+		t.Errorf("a cache behind for %s leaves Ready %s %s %q; want False ReconcileFailed, saying so", StaleReadLimit, ready.Status, ready.Reason, ready.Message)
+	}
+	if _, _, err := pass(time.Second); err == nil {
+		t.Error("the next stale pass is retried in a second again; want the error kept until a pass gets through")
+	}
+
+	sc.api.behind = nil
+	if _, ready, err := pass(time.Second); err != nil || ready.Status != metav1.ConditionTrue {
+		t.Fatalf("once the cache caught up the pass ended with %v, Ready %s; want no error, Ready True", err, ready.Status)
+	}
+	sc.api.behind = map[string]*corev1.Secret{key.Name: behind}
+	if result, _, err := pass(time.Second); err != nil || result.RequeueAfter != time.Second {
+		t.Errorf("a stale pass after one that got through ended with %v, %+v; want the count started again: retried in a second", err, result)
 	}
 }

@@ -1,0 +1,56 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// StaleReadLimit is how long a Cluster's passes may keep ending on a stale
+// read (staleRead, or a Cluster write that conflicted) and be retried every
+// second with Ready as it was. A cache that catches up takes well under a
+// second; one that has not caught up in a minute (a watch that stopped
+// delivering, a writer that changes the object at every pass) is a failure:
+// the pass reports it, in Ready when it can, and the controller's backoff
+// takes over from the one-second retries.
+const StaleReadLimit = time.Minute
+
+// staleReads remembers, per Cluster, since when its passes have ended on a
+// stale read without a pass between that did not.
+type staleReads struct {
+	mu    sync.Mutex
+	since map[types.NamespacedName]time.Time
+}
+
+// retry is how a pass that ended on a stale read at now ends: looked at again
+// in a second until the Cluster's passes have done so for StaleReadLimit, and
+// from then on with an error that no longer counts as a stale read, so that
+// the status reports it and the controller backs off.
+func (s *staleReads) retry(key types.NamespacedName, now time.Time, cause error) (ctrl.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since, ok := s.since[key]
+	if !ok {
+		if s.since == nil {
+			s.since = map[types.NamespacedName]time.Time{}
+		}
+		s.since[key], since = now, now
+	}
+	if now.Sub(since) < StaleReadLimit {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	// The cause's text, not the cause: past the limit the error is the pass's
+	// failure, no longer a stale read.
+	return ctrl.Result{}, fmt.Errorf("what this manager reads has been behind the API server for over %s: %s", StaleReadLimit, cause.Error())
+}
+
+// forget ends the Cluster's run of stale reads: a pass got past them, or the
+// Cluster is gone or no longer this shard's.
+func (s *staleReads) forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.since, key)
+}
