@@ -124,6 +124,16 @@ func (n *Node) Heartbeat(ctx context.Context) error {
 // with the credentials on disk (the kubelet rotates them).
 const watchTimeout = 5 * time.Minute
 
+// shortWatch is how long a watch of the Node must last, when it brings no
+// renewal, for the next to start at once. One that the API server or a proxy
+// in between ends sooner (a replica shutting down, a proxy that closes every
+// stream) counts as a failed watch: the next waits with backoff, so that a
+// node's agent does not watch in a tight loop.
+const shortWatch = time.Minute
+
+// errWatchEnded is how a watch that ended within shortWatch is logged.
+var errWatchEnded = fmt.Errorf("the watch ended within %s", shortWatch)
+
 // WatchRenewals carries out every renewal Carousel requests on the Node until
 // ctx ends: it reads the current trust bundles from
 // kube-system/carousel-node-trust over its already-trusted connection,
@@ -149,7 +159,7 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			n.retryAfter(ctx, rewatch.next(), "watching node "+name, err)
 			continue
 		}
-		rewatch.reset()
+		opened, renewing := n.Manager.cfg.Clock.Now(), false
 		for ev := range w.ResultChan() {
 			node, ok := ev.Object.(*corev1.Node)
 			if !ok {
@@ -159,6 +169,7 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			if !pending {
 				continue
 			}
+			renewing = true
 			start := n.Manager.cfg.Clock.Now()
 			if err := n.renew(ctx, request); err != nil {
 				n.Manager.cfg.Metrics.renewError()
@@ -172,6 +183,11 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			break
 		}
 		w.Stop()
+		if !renewing && ctx.Err() == nil && n.Manager.cfg.Clock.Since(opened) < shortWatch {
+			n.retryAfter(ctx, rewatch.next(), "watching node "+name, errWatchEnded)
+			continue
+		}
+		rewatch.reset()
 	}
 	return ctx.Err()
 }

@@ -767,3 +767,59 @@ func TestRebootstrapResumes(t *testing.T) {
 		})
 	}
 }
+
+// TestAWatchThatEndsAtOnceIsWatchedAgainWithBackoff: a watch of the Node that
+// the API server (or a proxy in between) ends at once, before any renewal, is
+// a failed one: the next waits with backoff, not in a tight loop. One that
+// lasted shortWatch is followed by the next at once.
+func TestAWatchThatEndsAtOnceIsWatchedAgainWithBackoff(t *testing.T) {
+	on := newOffNode(t)
+	on.set(func() { on.refused = nil }) // the API server takes the kubelet's credentials
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- on.node.WatchRenewals(ctx) }()
+	defer func() {
+		cancel()
+		on.mu.Lock()
+		for _, w := range on.watchers {
+			w.Stop()
+		}
+		on.mu.Unlock()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("WatchRenewals = %v, want it canceled", err)
+		}
+	}()
+	// endWatch waits for the next watch and ends it, as the API server does,
+	// once it has lasted lasted.
+	endWatch := func(lasted time.Duration) {
+		t.Helper()
+		select {
+		case <-on.watches:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no watch of the Node after 10s; log: %q", on.logLines())
+		}
+		on.clk.Step(lasted)
+		on.mu.Lock()
+		on.watchers[len(on.watchers)-1].Stop()
+		on.mu.Unlock()
+	}
+
+	endWatch(0)
+	deadline := time.Now().Add(10 * time.Second)
+	for on.clk.Waiters() == 0 {
+		if len(on.watches) > 0 || time.Now().After(deadline) {
+			t.Fatalf("after a watch that ended at once, %d more watches and no wait on the clock", len(on.watches))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	on.awaitLogged("watching node w1: the watch ended within 1m0s (retrying in ")
+	on.clk.Step(longestFirstDelay(renewalBackoff))
+
+	// The second watch lasts shortWatch: the third follows at once.
+	endWatch(shortWatch)
+	select {
+	case <-on.watches:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a watch that lasted %s is not followed by the next at once; log: %q", shortWatch, on.logLines())
+	}
+}
