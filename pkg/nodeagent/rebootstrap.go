@@ -379,9 +379,17 @@ func (m *Manager) checkBootstrapKubeconfig(ctx context.Context) error {
 // kubelet that finds its kubeconfig and no pair bootstraps as well, one that
 // finds its pair and no kubeconfig does not (see the top of this file).
 // Nothing else is moved, and no key is deleted: the pair's file stays where
-// the symlink pointed, and the serving pair stays until it is replaced.
+// the symlink pointed, and the serving pair stays until it is replaced. It
+// holds the renewal lock (lockRenewals), so that it never moves what a
+// `refresh-certs run` is writing: while one runs it fails with ErrRenewing,
+// before anything is recorded or moved, and is tried again.
 func (rb *rebootstrap) moveCredentialsAside(context.Context) error {
 	m := rb.n.Manager
+	unlock, err := m.lockRenewals()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	// Recorded first: a crash after a move must still restart the kubelet.
 	// A move starts the re-bootstrap over.
 	*rb.progress = progress{Request: rebootstrapRecord, CredentialsMovedAside: true}

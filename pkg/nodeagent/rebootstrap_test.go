@@ -823,3 +823,28 @@ func TestAWatchThatEndsAtOnceIsWatchedAgainWithBackoff(t *testing.T) {
 		t.Fatalf("a watch that lasted %s is not followed by the next at once; log: %q", shortWatch, on.logLines())
 	}
 }
+
+// TestRebootstrapWaitsForARenewalOfAnotherProcess: while another process (a
+// `refresh-certs run`) holds the renewal lock, a refused kubelet's credentials
+// are not moved aside and nothing is recorded; once it is done, the next
+// attempt re-bootstraps.
+func TestRebootstrapWaitsForARenewalOfAnotherProcess(t *testing.T) {
+	on := newOffNode(t)
+	refused, pairs := on.read("kubeconfig"), on.pairs()
+	other := NewManager(on.node.Manager.cfg)
+	unlock, err := other.lockRenewals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebootstrapped, err := on.node.rebootstrapIfRefused(context.Background())
+	if rebootstrapped || !errors.Is(err, ErrRenewing) {
+		t.Fatalf("rebootstrapIfRefused while another process renews = %v, %v; want ErrRenewing", rebootstrapped, err)
+	}
+	on.assertUntouched(refused)
+
+	unlock()
+	if rebootstrapped, err := on.node.rebootstrapIfRefused(context.Background()); !rebootstrapped || err != nil {
+		t.Fatalf("rebootstrapIfRefused once the other process is done = %v, %v; log: %q", rebootstrapped, err, on.logLines())
+	}
+	on.assertRebootstrapped(refused, pairs)
+}
