@@ -25,7 +25,8 @@ type Standing struct {
 	Name  string
 	State v1alpha1.CampaignClusterState
 	// Rotating is true while the Cluster's phase for the step is requested
-	// or under way, failed or not: it takes one of maxConcurrent's places.
+	// or under way, failed or not, and, at the Complete step, while its
+	// first phase still is: it takes one of maxConcurrent's places.
 	Rotating bool
 	// Message says why the Cluster is in its state; empty for Pending and Done.
 	Message string
@@ -70,8 +71,10 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 		s = rotating(s, c, timeOf(rot.LastInitiationTime), deadline, now)
 		if step == v1alpha1.CampaignComplete && s.State == v1alpha1.CampaignClusterInProgress {
 			// Its first phase is not over: it is completed once it is
-			// Prepared, and holds no place until then.
-			s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, false, "not Prepared yet: "+s.Message
+			// Prepared. It rotates meanwhile (rolls its workers), so it
+			// holds its place: maxConcurrent bounds the Clusters rotating
+			// at once, in either phase.
+			s.State, s.Message = v1alpha1.CampaignClusterWaiting, "not Prepared yet: "+s.Message
 		}
 		return s
 	case s.Phase == v1alpha1.RotationPrepared && step == v1alpha1.CampaignStart:

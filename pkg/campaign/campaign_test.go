@@ -144,8 +144,8 @@ func TestClassify(t *testing.T) {
 			v1alpha1.CampaignClusterInProgress, true, "requested: complete-ca-rotation", none},
 		{"complete: a start request is not the complete", v1alpha1.CampaignComplete, cluster("", none, none, annotated("start-ca-rotation")),
 			v1alpha1.CampaignClusterSkipped, false, "nothing to complete", none},
-		{"complete: still preparing waits, holding no place", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPreparing, during, none),
-			v1alpha1.CampaignClusterWaiting, false, "not Prepared yet: Preparing", during.Add(deadline)},
+		{"complete: still preparing waits, holding its place", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPreparing, during, none),
+			v1alpha1.CampaignClusterWaiting, true, "not Prepared yet: Preparing", during.Add(deadline)},
 		{"complete: preparing past the deadline", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationPreparing, overdue, none),
 			v1alpha1.CampaignClusterFailed, true, "exceeded its progress deadline", none},
 		{"complete: finalizing", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationFinalizing, during, during.Add(time.Minute)),
@@ -179,13 +179,15 @@ func TestClassify(t *testing.T) {
 func standings(spec string) []Standing {
 	// spec: one letter per Cluster, named c00, c01, ...: P pending, W waiting,
 	// I in progress, D done, S skipped, F failed (not rotating), X failed
-	// while rotating.
+	// while rotating, R waiting while rotating (still preparing at the
+	// Complete step).
 	states := map[rune]Standing{
 		'P': {State: v1alpha1.CampaignClusterPending}, 'W': {State: v1alpha1.CampaignClusterWaiting},
 		'I': {State: v1alpha1.CampaignClusterInProgress, Rotating: true, Phase: v1alpha1.RotationPreparing},
 		'D': {State: v1alpha1.CampaignClusterDone, Phase: v1alpha1.RotationPrepared}, 'S': {State: v1alpha1.CampaignClusterSkipped},
 		'F': {State: v1alpha1.CampaignClusterFailed, Message: "not Ready"},
 		'X': {State: v1alpha1.CampaignClusterFailed, Rotating: true, Phase: v1alpha1.RotationPreparing, Message: "exceeded"},
+		'R': {State: v1alpha1.CampaignClusterWaiting, Rotating: true, Phase: v1alpha1.RotationPreparing},
 	}
 	var out []Standing
 	// Reverse order: Plan sorts by name.
@@ -225,6 +227,7 @@ func TestPlan(t *testing.T) {
 		{"complete done with every Cluster skipped", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "SS", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "nothing to do: none of the 2 selected Clusters was rotated"},
 		{"done even when paused", v1alpha1.RotationCampaignSpec{Paused: true}, "D", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, ""},
 		{"complete step in progress", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: pct("100%")}, "PWP", []string{"c00", "c02"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "complete-ca-rotation: 0 of 3"},
+		{"a Cluster still preparing at the Complete step keeps its place", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: n(2)}, "RPP", []string{"c01"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "2 rotating (at most 2 at once), 1 pending, 1 waiting"},
 		{"no Cluster selected is not done", v1alpha1.RotationCampaignSpec{}, "", nil, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignNoClusterSelected, "picks no Cluster"},
 	}
 	for _, tt := range tests {
