@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -153,21 +154,31 @@ budgets.`
 	}
 }
 
-// patchCampaign reads the campaign name, changes it with mutate and patches
-// it (the webhook refuses what it must).
+// patchCampaign changes the campaign name with mutate (patchCampaignWith).
 func (e *env) patchCampaign(ctx context.Context, name string, mutate func(*v1alpha1.RotationCampaign)) (client.Client, client.ObjectKey, error) {
 	c, ns, err := e.client()
 	if err != nil {
 		return nil, client.ObjectKey{}, err
 	}
 	key := client.ObjectKey{Namespace: ns, Name: name}
-	rc := &v1alpha1.RotationCampaign{}
-	if err := c.Get(ctx, key, rc); err != nil {
-		return nil, key, err
-	}
-	patch := client.MergeFrom(rc.DeepCopy())
-	mutate(rc)
-	return c, key, c.Patch(ctx, rc, patch)
+	return c, key, patchCampaignWith(ctx, c, key, mutate)
+}
+
+// patchCampaignWith reads the campaign key, changes it with mutate and patches
+// what changed (the webhook refuses what it must). The patch carries the
+// resourceVersion read, and a conflict reads again: a patch is the difference
+// from what was read, so one made on a stale read (paused there already, and
+// resumed since) would otherwise leave out the change asked for.
+func patchCampaignWith(ctx context.Context, c client.Client, key client.ObjectKey, mutate func(*v1alpha1.RotationCampaign)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rc := &v1alpha1.RotationCampaign{}
+		if err := c.Get(ctx, key, rc); err != nil {
+			return err
+		}
+		patch := client.MergeFromWithOptions(rc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		mutate(rc)
+		return c.Patch(ctx, rc, patch)
+	})
 }
 
 func (e *env) campaignStatusCommand() *cobra.Command {
