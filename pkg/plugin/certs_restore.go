@@ -109,9 +109,14 @@ func planRestore(cl *v1alpha1.Cluster, uploaded []uploadedSecret, roles []v1alph
 	if withServiceAccountKey {
 		// An upload made while the Cluster had no service-account key has none.
 		if i := slices.IndexFunc(uploaded, func(s uploadedSecret) bool { return s.Role == "" }); i >= 0 {
-			step, _, err := decide(uploaded[i], credentials.ServiceAccountKeySecretName(cl.Name))
+			step, create, err := decide(uploaded[i], credentials.ServiceAccountKeySecretName(cl.Name))
 			if err != nil {
 				return nil, err
+			}
+			if create {
+				if err := checkUploadedServiceAccountKey(cl, uploaded[i]); err != nil {
+					return nil, err
+				}
 			}
 			steps = append(steps, step)
 		}
@@ -158,6 +163,34 @@ func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecre
 		"The copy was made before a later rotation or reissue, and restoring it would bring back a CA the Cluster no longer uses; "+
 		"restore from a newer upload, leave this role out with --role, or accept a new CA (reissue-ca, outside a rotation)",
 		role, pki.ShortFingerprint(upCur), previousNote(upPrev), pki.ShortFingerprint(invCur), previousNote(invPrev))
+}
+
+// checkUploadedServiceAccountKey refuses an uploaded service-account key
+// Secret made before the Cluster's last key rotation began: the rotation's
+// new key may sign tokens already, and restoring the copy would bring back
+// the old key alone (and, mid-rotation, make the operator generate another
+// new one), so that every token the lost key signed stops being valid. A key
+// Secret carries the rotation's carousel.dev/rotation annotation from the
+// moment the rotation stages its new key on, which the status records as
+// lastInitiationTime. The status records no key ID, so a key replaced with
+// reissue-service-account-key after the upload is not caught here.
+func checkUploadedServiceAccountKey(cl *v1alpha1.Cluster, s uploadedSecret) error {
+	rot := cl.ServiceAccountKeyRotation()
+	if rot == nil || rot.LastInitiationTime == nil {
+		return nil // never rotated: nothing recorded to compare with
+	}
+	id := rot.LastInitiationTime.UTC().Format(time.RFC3339)
+	if s.Annotations[v1alpha1.AnnotationRotation] == id {
+		return nil
+	}
+	made := "before any"
+	if upload := s.Annotations[v1alpha1.AnnotationRotation]; upload != "" {
+		made = "in the one of " + upload + ", before the"
+	}
+	return fmt.Errorf("refusing to restore the service-account key: the copy was made %s service-account key rotation the Cluster's status records (started %s, %s), "+
+		"whose new key may sign tokens already; restoring it would bring back a key the Cluster no longer uses. "+
+		"Restore from a newer upload, leave the key out with --role, or accept a new key (reissue-service-account-key), which invalidates every token the lost key signed",
+		made, id, rot.Phase)
 }
 
 func previousNote(fingerprint string) string {

@@ -184,3 +184,54 @@ func TestRestoredSecretIsTheUploadedOne(t *testing.T) {
 		t.Errorf("a Secret uploaded without a type is restored as %q", got)
 	}
 }
+
+// A service-account key copied before the key rotation the status records
+// last would bring back the old key alone, while the rotation's new key may
+// sign tokens already: it is refused. A copy made in that rotation (the
+// Secret carries its annotation from the staging of the new key on) is not.
+func TestPlanRestoreRefusesAServiceAccountKeyOlderThanTheStatus(t *testing.T) {
+	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	id := started.Format(time.RFC3339)
+	keyRotation := func(phase v1alpha1.ServiceAccountKeyRotationPhase) *v1alpha1.Cluster {
+		cl := clusterRecording(v1alpha1.CARoleCluster, nil, nil, "", started)
+		cl.Status.Credentials.Rotation = &v1alpha1.CredentialsRotation{ServiceAccountKey: &v1alpha1.ServiceAccountKeyRotation{
+			Phase: phase, LastInitiationTime: &metav1.Time{Time: started}}}
+		return cl
+	}
+	upload := func(rotation string) uploadedSecret {
+		s := uploadedSecret{Name: "prod-service-account-key", Type: corev1.SecretTypeOpaque, Labels: credentials.ClusterLabels("prod"),
+			Data: map[string][]byte{credentials.DataKeyServiceAccountKey: []byte("sa")}}
+		if rotation != "" {
+			s.Annotations = map[string]string{v1alpha1.AnnotationRotation: rotation}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name     string
+		cluster  *v1alpha1.Cluster
+		upload   uploadedSecret
+		refusing string // empty: restorable
+	}{
+		{"never rotated", clusterRecording(v1alpha1.CARoleCluster, nil, nil, "", started), upload(""), ""},
+		{"copied in the rotation, which is completed", keyRotation(v1alpha1.ServiceAccountKeyCompleted), upload(id), ""},
+		{"copied in the rotation, which is preparing", keyRotation(v1alpha1.ServiceAccountKeyPreparing), upload(id), ""},
+		{"copied before any rotation, restored once it completed", keyRotation(v1alpha1.ServiceAccountKeyCompleted), upload(""),
+			"the copy was made before any service-account key rotation the Cluster's status records (started " + id + ", Completed)"},
+		{"copied before the rotation, restored while it prepares", keyRotation(v1alpha1.ServiceAccountKeyPreparing), upload(""), "refusing to restore the service-account key"},
+		{"copied in an earlier rotation", keyRotation(v1alpha1.ServiceAccountKeyPrepared), upload("2025-01-01T00:00:00Z"),
+			"made in the one of 2025-01-01T00:00:00Z, before the service-account key rotation"},
+	} {
+		_, err := planRestore(tc.cluster, []uploadedSecret{tc.upload}, nil, true, nil)
+		switch {
+		case tc.refusing == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.refusing != "" && (err == nil || !strings.Contains(err.Error(), tc.refusing)):
+			t.Errorf("%s: err = %v, want it to contain %q", tc.name, err, tc.refusing)
+		}
+		// A key Secret that exists is kept whatever the copy: nothing to refuse.
+		existing := map[string]*corev1.Secret{"prod-service-account-key": {Data: map[string][]byte{credentials.DataKeyServiceAccountKey: []byte("live")}}}
+		if steps, err := planRestore(tc.cluster, []uploadedSecret{tc.upload}, nil, true, existing); err != nil || len(steps) != 1 || steps[0].action != keepDiffers {
+			t.Errorf("%s, the key Secret there: %+v, %v; want it kept", tc.name, steps, err)
+		}
+	}
+}
