@@ -109,23 +109,33 @@ rules:
 	applyChartRBAC(context.Background())
 })
 
-// applyChartRBAC creates the chart's RBAC as helm renders it with sharding
-// on, its bindings given to the group of the shards: the shards run with
-// exactly the chart's permissions.
-func applyChartRBAC(ctx context.Context) {
+// chartObjects renders a template of the chart as helm does with sharding
+// on, and returns its objects.
+func chartObjects(template string) []*unstructured.Unstructured {
 	GinkgoHelper()
 	helm := os.Getenv("HELM")
 	Expect(helm).NotTo(BeEmpty(), "run the suite with `make test-sharding`, which builds helm")
 	out, err := exec.Command(helm, "template", "carousel", filepath.Join("..", "..", "charts", "carousel"), "--namespace", releaseNamespace,
 		"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "sharding.controllerRing="+ring,
-		"--show-only", "templates/rbac.yaml").Output()
+		"--show-only", template).Output()
 	Expect(err).NotTo(HaveOccurred())
-	applied := 0
+	var objs []*unstructured.Unstructured
 	for doc := range strings.SplitSeq(string(out), "\n---") {
 		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil || obj.GetKind() == "" {
-			continue
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err == nil && obj.GetKind() != "" {
+			objs = append(objs, obj)
 		}
+	}
+	return objs
+}
+
+// applyChartRBAC creates the chart's RBAC as helm renders it with sharding
+// on, its bindings given to the group of the shards: the shards run with
+// exactly the chart's permissions.
+func applyChartRBAC(ctx context.Context) {
+	GinkgoHelper()
+	applied := 0
+	for _, obj := range chartObjects("templates/rbac.yaml") {
 		if strings.HasSuffix(obj.GetKind(), "Binding") {
 			obj.Object["subjects"] = []any{map[string]any{"kind": "Group", "name": "carousel-shards", "apiGroup": "rbac.authorization.k8s.io"}}
 		}
@@ -295,14 +305,16 @@ func clusterWrites() []clusterWrite {
 var _ = Describe("Three shards", func() {
 	It("split the Clusters, pick up a killed shard's Clusters, never write one Cluster from two shards, and run a campaign across all", func(ctx SpecContext) {
 		startSharder()
-		controllerRing := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "sharding.timebertt.dev/v1alpha1", "kind": "ControllerRing", "metadata": map[string]any{"name": ring},
-			"spec": map[string]any{"resources": []any{
-				map[string]any{"group": v1alpha1.GroupName, "resource": "clusters"},
-				map[string]any{"group": v1alpha1.GroupName, "resource": "rotationcampaigns"},
-			}},
-		}}
-		Expect(k8s.Create(ctx, controllerRing)).To(Succeed())
+		// The chart's ControllerRing, as helm renders it.
+		rings := 0
+		for _, obj := range chartObjects("templates/controllerring.yaml") {
+			if obj.GetKind() == "ControllerRing" {
+				Expect(obj.GetName()).To(Equal(ring))
+				Expect(k8s.Create(ctx, obj)).To(Succeed())
+				rings++
+			}
+		}
+		Expect(rings).To(Equal(1), "the chart renders one ControllerRing")
 		procs := map[string]*shard{}
 		var names []string
 		for i := range shards {
@@ -324,6 +336,15 @@ var _ = Describe("Three shards", func() {
 				g.Expect(meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue(), c.Name)
 			}
 		}).WithTimeout(3 * time.Minute).Should(Succeed())
+		By("a Cluster in kube-system, which the sharder leaves out unless the ring selects it, is assigned and issued too")
+		system := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "system"},
+			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3"}}
+		Expect(k8s.Create(ctx, system)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(system), system)).To(Succeed())
+			g.Expect(system.Labels).To(HaveKeyWithValue(shardingv1alpha1.LabelShard(ring), BeElementOf(names)))
+			g.Expect(meta.IsStatusConditionTrue(system.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+		}).WithTimeout(time.Minute).Should(Succeed())
 		By("a Cluster with a real managed API server: its kubelet CSRs are signed by its shard alone")
 		plane := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: filepath.Join(workDir, "plane")}
 		Expect(plane.ReservePorts()).To(Succeed())
