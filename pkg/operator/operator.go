@@ -144,6 +144,11 @@ func (o Options) Validate() error {
 			errs = append(errs, errors.New("--audit-webhook-url needs --webhook=true: the webhook server receives the audit events"))
 		}
 	}
+	if d := o.Shard.LeaseDuration; o.Shard.Enabled() && d != 0 && (d < time.Second || d%time.Second != 0) {
+		// A Lease holds its duration in whole seconds: 500ms would be 0,
+		// and the sharder would take the shard for dead after every renewal.
+		errs = append(errs, fmt.Errorf("--shard-lease-duration=%s: a whole number of seconds, at least 1s (a Lease holds it in seconds)", d))
+	}
 	if o.ManagedQPS <= 0 || o.ManagedBurst < 1 {
 		errs = append(errs, fmt.Errorf("--managed-kube-api-qps=%g --managed-kube-api-burst=%d: both must be positive", o.ManagedQPS, o.ManagedBurst))
 	}

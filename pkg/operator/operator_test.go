@@ -38,6 +38,11 @@ func TestOptionsValidate(t *testing.T) {
 		{"no kubelet certificate validity", func(o *Options) { o.CSRMaxDuration = 0 }, "--csr-max-duration=0s: must be positive"},
 		{"a negative kubelet certificate validity", func(o *Options) { o.CSRMaxDuration = -time.Hour }, "--csr-max-duration=-1h0m0s"},
 		{"no old-CA usage window", func(o *Options) { o.OldCAUsageWindow = 0 }, "--old-ca-usage-window=0s: must be positive"},
+		{"a shard Lease of 15s", func(o *Options) { o.Shard.ControllerRing, o.Shard.LeaseDuration = "fleet", 15*time.Second }, ""},
+		{"a shard Lease shorter than a second", func(o *Options) { o.Shard.ControllerRing, o.Shard.LeaseDuration = "fleet", 500*time.Millisecond },
+			"--shard-lease-duration=500ms: a whole number of seconds, at least 1s"},
+		{"a shard Lease of a fraction of seconds", func(o *Options) { o.Shard.ControllerRing, o.Shard.LeaseDuration = "fleet", 1500*time.Millisecond },
+			"--shard-lease-duration=1.5s"},
 		{"every error at once", func(o *Options) { o.ClusterConcurrency, o.CSRConcurrency = 0, 0 }, "--cluster-concurrency=0: reconcile at least one Cluster at a time\n--csr-concurrency=0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -87,6 +87,10 @@ var _ = Describe("The chart's values", func() {
 			ContainSubstring("kind: ControllerRing\nmetadata:\n  name: fleet\n"), Not(ContainSubstring("--leader-elect"))))
 		_, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "sharding.enabled=true")
 		Expect(err).To(MatchError(ContainSubstring("sharding.enabled=true replaces leader election")))
+		// A Lease holds its duration in whole seconds.
+		_, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "leaderElection.enabled=false",
+			"--set", "sharding.enabled=true", "--set", "sharding.leaseDuration=500ms")
+		Expect(err).To(MatchError(ContainSubstring("leaseDuration")))
 	})
 
 	It("renders without a cluster, for the Kubernetes version the tests run", func() {
