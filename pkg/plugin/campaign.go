@@ -31,6 +31,7 @@ and starts phase 1 on at most --max-concurrent Clusters at once, the next ones a
 every Cluster is Prepared and your clients trust the new CAs, "complete" moves it to phase 2, which completes
 each Cluster the same way. More failed Clusters than --max-failures halt it; "pause" and "resume" stop and
 restart it by hand. Each Cluster's own webhook still judges every operation the campaign requests.`,
+		RunE: groupCommand,
 	}
 	cmd.AddCommand(e.campaignStartCommand(), e.campaignCompleteCommand(),
 		e.campaignPauseCommand("pause", true), e.campaignPauseCommand("resume", false), e.campaignStatusCommand())

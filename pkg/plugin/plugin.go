@@ -6,6 +6,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,6 +76,7 @@ certificates and rolls the nodes while both the old and the new CAs are trusted,
 new trust bundles and kubeconfigs to your own clients. "start --without-workers-rollout" prepares the control
 plane only and holds the worker pools, which "rollout-workers" then rolls, as many at a time as you name.
 "abort", before "complete", takes the rotation back to the old CAs and deletes the new ones.`,
+		RunE: groupCommand,
 	}
 	rotation.AddCommand(e.operationCommand("start", v1alpha1.OperationStartCARotation, v1alpha1.RotationPrepared),
 		e.rolloutWorkersCommand(), e.operationCommand("complete", v1alpha1.OperationCompleteCARotation, v1alpha1.RotationCompleted),
@@ -84,6 +86,7 @@ plane only and holds the worker pools, which "rollout-workers" then rolls, as ma
 		Short: "Inspect a Cluster's certificates and keep a copy of its CA keys",
 		Long: `Check when a Cluster's certificates and CAs expire, store an encrypted copy of its CA keys for a short time,
 fetch that copy, and recreate missing CA Secrets from it.`,
+		RunE: groupCommand,
 	}
 	certs.AddCommand(e.checkExpirationCommand(), e.uploadCommand(), e.downloadCommand(), e.restoreCommand())
 	root.AddCommand(rotation, e.campaignCommand(), certs, e.kubeconfigCommand(), &cobra.Command{
@@ -94,6 +97,23 @@ fetch that copy, and recreate missing CA Secrets from it.`,
 		},
 	})
 	return root
+}
+
+// groupCommand runs a group of subcommands (rotation, certs, campaign) named
+// alone: it prints the group's help. An argument is a subcommand the group
+// does not have, which cobra only refuses at the root; a mistyped one
+// (`rotation cmplete`) must fail, as kubectl's own groups do, not print the
+// help and succeed.
+func groupCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	cmd.SuggestionsMinimumDistance = cmp.Or(cmd.SuggestionsMinimumDistance, 2) // cobra's default at the root
+	if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(suggestions, "\n\t")
+	}
+	return fmt.Errorf("%s\nRun '%s --help' for usage", msg, cmd.CommandPath())
 }
 
 // errNoKubeconfig says what to do when nothing names the management cluster,

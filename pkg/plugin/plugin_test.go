@@ -47,6 +47,31 @@ func TestACommandWithoutItsClusterSaysHowToCallIt(t *testing.T) {
 	}
 }
 
+// A subcommand a group does not have fails, naming the one meant; the group
+// alone prints its help.
+func TestAMistypedSubcommandFails(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rotation", "cmplete", "prod"}, `unknown command "cmplete" for "kubectl carousel rotation"` + "\n\nDid you mean this?\n\tcomplete"},
+		{[]string{"certs", "uplaod", "prod"}, `unknown command "uplaod" for "kubectl carousel certs"`},
+		{[]string{"campaign", "pasue", "wave"}, `unknown command "pasue" for "kubectl carousel campaign"` + "\n\nDid you mean this?\n\tpause"},
+	} {
+		if err := run(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: err = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+	for _, group := range []string{"rotation", "certs", "campaign"} {
+		var out bytes.Buffer
+		cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out}, clock.RealClock{})
+		cmd.SetArgs([]string{group})
+		if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), "Available Commands:") {
+			t.Errorf("%s alone: %v, output %q; want its help", group, err, out.String())
+		}
+	}
+}
+
 func TestWithoutAKubeconfigItSaysWhatToPointAtTheManagementCluster(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -77,7 +102,7 @@ func TestHelpNamesTheCommandUsersTypeAndEveryCommandExplainsItself(t *testing.T)
 			t.Errorf("%s has no Long description", cmd.CommandPath())
 		}
 		// Runnable commands show how to call them; the groups list their commands.
-		if cmd.Runnable() && cmd.Example == "" && cmd.Name() != "version" {
+		if cmd.Runnable() && !cmd.HasSubCommands() && cmd.Example == "" && cmd.Name() != "version" {
 			t.Errorf("%s has no Examples", cmd.CommandPath())
 		}
 		// pflag takes a `quoted` word of a usage for the value's name: "--upload-id certs upload" in the help.
