@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/utils/clock"
 
 	"github.com/carousel-dev/carousel/pkg/plugin"
@@ -15,7 +16,9 @@ import (
 func main() {
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	if err := plugin.NewCommand(streams, clock.RealClock{}).Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		// Escaped as the command's own output is: an error can quote a
+		// managed API server's answer.
+		_ = printers.WriteEscaped(os.Stderr, fmt.Sprintln("error:", err))
 		os.Exit(1)
 	}
 }

@@ -35,6 +35,7 @@ type env struct {
 
 // NewCommand returns the plugin's root command.
 func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Command {
+	streams = escapedStreams(streams)
 	e := &env{flags: genericclioptions.NewConfigFlags(true), streams: streams, clock: clk}
 	root := &cobra.Command{
 		Use:   "carousel",

@@ -1,0 +1,71 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/clock"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+)
+
+// A condition message that quotes a managed API server's answer reaches the
+// admin's terminal with its escape sequences escaped: here one that would
+// write to the clipboard (OSC 52) and one that would clear the screen.
+func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
+	hostile := "the API server answered: \x1b]52;c;Y3VybCBldmlsfHNo\a\x1b[2J\rall fine"
+	cl := &v1alpha1.Cluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
+		Status: v1alpha1.ClusterStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ConditionControlPlaneReachable,
+			Status: metav1.ConditionFalse, Reason: "Unreachable", Message: hostile}}}}
+	api := httptest.NewServer(fakeDiscoveryAnd(t, "/apis/carousel.dev/v1alpha1/namespaces/team-a/clusters/prod", cl))
+	defer api.Close()
+
+	var out bytes.Buffer
+	cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out}, clock.RealClock{})
+	cmd.SetArgs([]string{"rotation", "status", "prod", "-n", "team-a", "--server", api.URL})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	switch got := out.String(); {
+	case !strings.Contains(got, "the API server answered: "):
+		t.Fatalf("the condition is not shown:\n%s", got)
+	case strings.ContainsAny(got, "\x1b\r"):
+		t.Errorf("an escape sequence reaches the terminal: %q", got)
+	case !strings.Contains(got, `^[]52;c;Y3VybCBldmlsfHNo`+"\a"+`^[[2J\rall fine`):
+		t.Errorf("the message is not shown escaped: %q", got)
+	}
+}
+
+// fakeDiscoveryAnd plays an API server that serves Carousel's API group and
+// obj at path.
+func fakeDiscoveryAnd(t *testing.T, path string, obj any) http.Handler {
+	t.Helper()
+	gv := v1alpha1.SchemeGroupVersion
+	responses := map[string]any{
+		"/api": metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}},
+		"/apis": metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList"}, Groups: []metav1.APIGroup{{Name: gv.Group,
+			Versions:         []metav1.GroupVersionForDiscovery{{GroupVersion: gv.String(), Version: gv.Version}},
+			PreferredVersion: metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version}}}},
+		"/apis/" + gv.String(): metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList"}, GroupVersion: gv.String(),
+			APIResources: []metav1.APIResource{{Name: "clusters", Namespaced: true, Kind: "Cluster", Verbs: metav1.Verbs{"get", "list"}}}},
+		path: obj,
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := responses[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(body); err != nil {
+			t.Error(err)
+		}
+	})
+}
