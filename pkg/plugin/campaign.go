@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -256,15 +257,25 @@ func writeCampaignStatus(w io.Writer, rc *v1alpha1.RotationCampaign) {
 }
 
 // followCampaign prints the campaign's progress whenever it changes, until
-// it is in phase target, or halted.
+// it is in phase target, or halted. A read that fails for a while (an API
+// server restarting, a connection reset) is reported and tried again; one
+// that says the campaign is gone, or may not be read, ends the wait.
 func (e *env) followCampaign(ctx context.Context, c client.Client, key client.ObjectKey, target v1alpha1.CampaignPhase, timeout time.Duration) error {
-	var last string
+	var last, lastErr string
 	var phase v1alpha1.CampaignPhase
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, cmp.Or(e.campaignPoll, 2*time.Second), timeout, true, func(ctx context.Context) (bool, error) {
 		rc := &v1alpha1.RotationCampaign{}
 		if err := c.Get(ctx, key, rc); err != nil {
-			return false, err
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+				return false, err
+			}
+			if err.Error() != lastErr {
+				fmt.Fprintf(e.streams.ErrOut, "reading rotationcampaign %s: %v (trying again)\n", key, err)
+				lastErr = err.Error()
+			}
+			return false, nil
 		}
+		lastErr = ""
 		phase = rc.Status.Phase
 		line := string(phase)
 		if cond := meta.FindStatusCondition(rc.Status.Conditions, v1alpha1.ConditionCampaignProgressing); cond != nil && cond.ObservedGeneration == rc.Generation {

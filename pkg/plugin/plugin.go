@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,9 @@ type env struct {
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
 	clock   clock.Clock
+	// campaignPoll is how often --wait reads a campaign; zero means every
+	// 2 s.
+	campaignPoll time.Duration
 }
 
 // NewCommand returns the plugin's root command.
