@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -253,6 +254,34 @@ func TestRunbooks(t *testing.T) {
 		if name := e.Name(); name != "README.md" && !pages[name] {
 			t.Errorf("docs/runbooks/%s is the runbook of no alert", name)
 		}
+	}
+}
+
+// TestTheChartReferenceListsEveryAlert: docs/reference/helm-chart.md has a
+// row for each alert of the chart, and no other, and says how many there are.
+func TestTheChartReferenceListsEveryAlert(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/reference/helm-chart.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `(Carousel[A-Za-z]+)` \\|").FindAllSubmatch(doc, -1)
+	listed := map[string]bool{}
+	for _, row := range rows {
+		listed[string(row[1])] = true
+	}
+	all := alerts(t, render(t))
+	for _, a := range all {
+		if !listed[a.Alert] {
+			t.Errorf("docs/reference/helm-chart.md has no row for %s", a.Alert)
+		}
+		delete(listed, a.Alert)
+	}
+	for name := range listed {
+		t.Errorf("docs/reference/helm-chart.md lists %s, which the chart does not have", name)
+	}
+	words := []string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
+	if len(all) >= len(words) || !bytes.Contains(doc, []byte("\n"+words[len(all)]+" alerts, ")) {
+		t.Errorf("docs/reference/helm-chart.md does not say the PrometheusRule has %d alerts", len(all))
 	}
 }
 
