@@ -1,12 +1,15 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"os/user"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,8 +50,8 @@ printed kubeconfig. The user name carousel:admin:<--name> shows in the API serve
 Before printing, the certificate's user, fingerprint, issuing CA and expiry are added to the ConfigMap
 <CLUSTER>-issued-kubeconfigs. The old-CA usage gate reads it: complete-ca-rotation is refused, and an abort
 waits before deleting the new client CA, while a user holds an unexpired kubeconfig from the client CA that is
-dropped. Running this command again with the same --name (by default your login name) moves that user to the
-CA of now.`,
+dropped. Running this command again with the same --name (by default <your login name>@<this machine's host
+name>) moves that user to the CA of now.`,
 		Example: `  # Half an hour of admin access to prod's API server, in a file only you may read (it holds the key)
   (umask 077; kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice > prod.kubeconfig)
   kubectl --kubeconfig prod.kubeconfig get nodes`,
@@ -108,15 +111,29 @@ CA of now.`,
 	return cmd
 }
 
-// defaultKubeconfigName is the login name of whoever runs the plugin, so
-// that two people's kubeconfigs are told apart in the record of issued
-// kubeconfigs (where a new one moves its user to the CA of now) and in the
-// audit log; kubectl-carousel when it cannot be told.
+// defaultKubeconfigName is whoever runs the plugin, where:
+// kubeconfigName of the login name and the host name.
 func defaultKubeconfigName() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username
+	var login string
+	if u, err := user.Current(); err == nil {
+		login = u.Username
 	}
-	return "kubectl-carousel"
+	host, _ := os.Hostname()
+	return kubeconfigName(login, host)
+}
+
+// kubeconfigName is <login>@<host>, so that two people's kubeconfigs are
+// told apart in the record of issued kubeconfigs, where a new one moves its
+// user to the CA of now, and in the audit log: the login alone (root on two
+// machines, or in two containers) would let one person's new kubeconfig
+// hide another's from the old-CA usage gate. The host is its first label;
+// kubectl-carousel stands for a login that cannot be told.
+func kubeconfigName(login, host string) string {
+	login = cmp.Or(login, "kubectl-carousel")
+	if host, _, _ = strings.Cut(host, "."); host == "" {
+		return login
+	}
+	return login + "@" + host
 }
 
 // recordKubeconfig adds issued to the Cluster's record of the kubeconfigs

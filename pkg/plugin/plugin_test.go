@@ -356,3 +356,18 @@ func TestCampaignStatusPointsAtTheClustersItDoesNotList(t *testing.T) {
 		t.Errorf("status ends\n%s\nwant it to end %q", out.String(), want)
 	}
 }
+
+// The default --name tells the same login on two machines apart: one
+// person's new kubeconfig must not move another's user to the CA of now.
+func TestTheDefaultKubeconfigNameIsTheLoginOnItsHost(t *testing.T) {
+	for _, tt := range []struct{ login, host, want string }{
+		{"root", "bastion-a", "root@bastion-a"},
+		{"root", "bastion-b.corp.example", "root@bastion-b"},
+		{"alice", "", "alice"},
+		{"", "bastion-a", "kubectl-carousel@bastion-a"},
+	} {
+		if got := kubeconfigName(tt.login, tt.host); got != tt.want {
+			t.Errorf("kubeconfigName(%q, %q) = %q, want %q", tt.login, tt.host, got, tt.want)
+		}
+	}
+}
