@@ -74,8 +74,13 @@ func (c Checker) ServesChainTo(ctx context.Context, endpoint string, roots []byt
 		return err
 	}
 	resp, err := c.client(&tls.Config{RootCAs: bundle.CertPool(), MinVersion: tls.VersionTLS12}).Do(req)
-	if err != nil {
+	var unverified *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &unverified):
 		return fmt.Errorf("the API server's certificate does not verify against the new cluster CA: %w", err)
+	case err != nil:
+		// Unreachable, or a replica restarting: nothing said of its certificate.
+		return fmt.Errorf("reaching the API server to check its certificate: %w", err)
 	}
 	_ = resp.Body.Close()
 	return nil
@@ -142,7 +147,8 @@ func (c Checker) whoAmI(ctx context.Context, endpoint string, serverTrust, certP
 func apiURL(endpoint, path string) string { return strings.TrimSuffix(endpoint, "/") + path }
 
 func (c Checker) client(cfg *tls.Config) *http.Client {
-	return &http.Client{Timeout: c.timeout(), Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+	// The proxy of the environment, as for the checks through client-go.
+	return &http.Client{Timeout: c.timeout(), Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true, Proxy: http.ProxyFromEnvironment}}
 }
 
 // restConfig is a client configuration for the API server at endpoint, as
