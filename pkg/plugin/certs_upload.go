@@ -118,9 +118,13 @@ func decodePayload(plain []byte) (*certsUpload, error) {
 func uploadSecrets(secrets map[string]*corev1.Secret, cl *v1alpha1.Cluster) ([]uploadedSecret, error) {
 	var out []uploadedSecret
 	for _, role := range v1alpha1.CARoles() {
-		s := secrets[credentials.CASecretName(cl.Name, role)]
+		name := credentials.CASecretName(cl.Name, role)
+		s := secrets[name]
 		if s == nil {
-			return nil, fmt.Errorf("the %s CA Secret is missing", role)
+			// secrets holds those with the Cluster's label: one that lost
+			// it is not lost (the Ready condition says which it is).
+			return nil, fmt.Errorf("the %s CA Secret %s is missing, or lacks the label %s=%s (the Cluster's Ready condition says which, and how to put the label back)",
+				role, name, v1alpha1.LabelCluster, cl.Name)
 		}
 		out = append(out, asUploaded(s, role))
 	}

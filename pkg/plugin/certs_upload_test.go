@@ -14,6 +14,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/sealing"
 )
 
@@ -151,5 +152,22 @@ func TestParseRoles(t *testing.T) {
 	}
 	if _, _, err := parseRoles([]string{"etcd", "sa"}); err == nil || !strings.Contains(err.Error(), `unknown role "sa" in --role: the CA roles are cluster, client, kubelet`) {
 		t.Errorf("unknown role: err = %v", err)
+	}
+}
+
+// An upload names a CA Secret it cannot find, and that it may have lost its
+// label rather than be gone (a CA that lost its label is not lost).
+func TestUploadNamesACASecretItCannotFind(t *testing.T) {
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	secrets := map[string]*corev1.Secret{}
+	for _, role := range v1alpha1.CARoles() {
+		if role != v1alpha1.CARoleEtcd {
+			name := credentials.CASecretName("prod", role)
+			secrets[name] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		}
+	}
+	_, err := uploadSecrets(secrets, cl)
+	if want := "the etcd CA Secret prod-ca-etcd is missing, or lacks the label carousel.dev/cluster=prod"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("uploadSecrets = %v, want %q", err, want)
 	}
 }
