@@ -174,17 +174,13 @@ func (r *Reconciler) Forget(req ctrl.Request) {
 }
 
 // next is when the campaign is looked at again without a change: when a
-// rotating Cluster would fail its deadline, and every Resync in a shard
-// (six times that once the step is done) until the campaign is Completed,
-// after which nothing a Cluster does makes it act again (a rotation started
-// since is not its), so that an old campaign does not list its Clusters for
-// ever.
+// rotating Cluster would fail its deadline, and every Resync in a shard.
 func (r *Reconciler) next(d campaign.Decision, now time.Time) ctrl.Result {
 	var after []time.Duration
 	if !d.RecheckAt.IsZero() {
 		after = append(after, d.RecheckAt.Sub(now))
 	}
-	if r.Resync > 0 && d.Phase != v1alpha1.CampaignCompleted {
+	if r.Resync > 0 {
 		resync := r.Resync
 		if d.Progressing.Reason == v1alpha1.ReasonCampaignStepDone {
 			resync *= 6

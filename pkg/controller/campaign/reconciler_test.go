@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/campaign"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -381,27 +380,5 @@ func TestACampaignStartTakenUpAfterTheCompleteStepBeganIsCompleted(t *testing.T)
 	}
 	if rc.Status.CompleteStepTime == nil || !rc.Status.CompleteStepTime.Time.Equal(clk.Now().Truncate(time.Second)) {
 		t.Errorf("completeStepTime %v, want the pass that found no start pending (%s)", rc.Status.CompleteStepTime, clk.Now())
-	}
-}
-
-// In a shard a campaign is looked at again every Resync while Clusters are
-// left, six times as long once its step is done, and not at all once it is
-// Completed; a rotating Cluster's deadline comes first.
-func TestAShardLooksAgainAtACampaignUntilItIsCompleted(t *testing.T) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	r := &Reconciler{Resync: 10 * time.Second}
-	for _, tt := range []struct {
-		name string
-		d    campaign.Decision
-		want time.Duration
-	}{
-		{"progressing", campaign.Decision{Phase: v1alpha1.CampaignStarting, Progressing: metav1.Condition{Reason: v1alpha1.ReasonCampaignProgressing}}, 10 * time.Second},
-		{"a deadline sooner", campaign.Decision{Phase: v1alpha1.CampaignStarting, RecheckAt: now.Add(3 * time.Second)}, 3 * time.Second},
-		{"prepared: a Cluster labelled later is started", campaign.Decision{Phase: v1alpha1.CampaignPrepared, Progressing: metav1.Condition{Reason: v1alpha1.ReasonCampaignStepDone}}, time.Minute},
-		{"completed", campaign.Decision{Phase: v1alpha1.CampaignCompleted, Progressing: metav1.Condition{Reason: v1alpha1.ReasonCampaignStepDone}}, 0},
-	} {
-		if got := r.next(tt.d, now).RequeueAfter; got != tt.want {
-			t.Errorf("%s: looked at again after %s, want %s", tt.name, got, tt.want)
-		}
 	}
 }
