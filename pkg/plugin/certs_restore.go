@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // restoreAction is what `certs restore` does with one uploaded Secret.
@@ -176,12 +177,9 @@ func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecre
 // reissue-service-account-key after the upload is not caught here.
 func checkUploadedServiceAccountKey(cl *v1alpha1.Cluster, s uploadedSecret) error {
 	rot := cl.ServiceAccountKeyRotation()
-	if rot == nil || rot.LastInitiationTime == nil {
-		return nil // never rotated: nothing recorded to compare with
-	}
-	id := rot.LastInitiationTime.UTC().Format(time.RFC3339)
-	if s.Annotations[v1alpha1.AnnotationRotation] == id {
-		return nil
+	id := rotation.LastServiceAccountKeyRotationID(rot)
+	if id == "" || s.Annotations[v1alpha1.AnnotationRotation] == id {
+		return nil // never rotated, or a copy made since the last rotation
 	}
 	made := "before any"
 	if upload := s.Annotations[v1alpha1.AnnotationRotation]; upload != "" {

@@ -284,7 +284,19 @@ func EnterServiceAccountKeyPhase(rot *v1alpha1.ServiceAccountKeyRotation, phase 
 // ServiceAccountKeyRotationID identifies a service-account key rotation: its
 // lastInitiationTime; empty outside a rotation.
 func ServiceAccountKeyRotationID(rot *v1alpha1.ServiceAccountKeyRotation) string {
-	if rot == nil || !rot.Phase.RotationInProgress() || rot.LastInitiationTime == nil {
+	if rot == nil || !rot.Phase.RotationInProgress() {
+		return ""
+	}
+	return LastServiceAccountKeyRotationID(rot)
+}
+
+// LastServiceAccountKeyRotationID is the ID of the last service-account key
+// rotation, under way or not; empty when the key was never rotated. The key
+// Secret carries it (AnnotationRotation) from the rotation's staging of its
+// new key on, and a key reissued after it: a copy of the Secret without it
+// was made before that rotation.
+func LastServiceAccountKeyRotationID(rot *v1alpha1.ServiceAccountKeyRotation) string {
+	if rot == nil || rot.LastInitiationTime == nil {
 		return ""
 	}
 	return rot.LastInitiationTime.UTC().Format(time.RFC3339)

@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 // rotationID identifies the rotation under way by its lastInitiationTime; it
@@ -340,6 +341,15 @@ func (r *Reconciler) reissueServiceAccountKey(ctx context.Context, c *v1alpha1.C
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: credentials.ClusterLabels(c.Name)},
 		Type: corev1.SecretTypeOpaque, Data: data}
+	if rot := c.ServiceAccountKeyRotation(); rot == nil || !rot.Phase.RotationInProgress() {
+		// Newer than the last key rotation, as a key that rotation staged:
+		// kubectl carousel certs restore takes a copy of it
+		// (LastServiceAccountKeyRotationID). A rotation under way stages a
+		// key of its own, which the annotation would say it had done.
+		if id := rotation.LastServiceAccountKeyRotationID(rot); id != "" {
+			s.Annotations = map[string]string{v1alpha1.AnnotationRotation: id}
+		}
+	}
 	if err := r.createOrUpdate(ctx, c, s, false); err != nil {
 		return fmt.Errorf("writing the new key: %w", err)
 	}

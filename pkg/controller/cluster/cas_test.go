@@ -454,3 +454,44 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A key reissued after a service-account key rotation carries that
+// rotation's ID, as a key the rotation staged does, so that kubectl carousel
+// certs restore takes a copy of it (a copy without the ID was made before the
+// rotation); one reissued while a rotation is under way does not, which would
+// say that the rotation had staged its new key.
+func TestAReissuedServiceAccountKeyIsMarkedNewerThanTheLastKeyRotation(t *testing.T) {
+	started := metav1.NewTime(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		phase v1alpha1.ServiceAccountKeyRotationPhase
+		want  string
+	}{
+		{"", ""},
+		{v1alpha1.ServiceAccountKeyCompleted, "2026-11-01T12:00:00Z"},
+		{v1alpha1.ServiceAccountKeyPrepared, ""},
+	} {
+		ctx := context.Background()
+		sc := newSettledCluster(t)
+		if tc.phase != "" {
+			c := sc.cluster()
+			c.Status.Credentials.Rotation = &v1alpha1.CredentialsRotation{ServiceAccountKey: &v1alpha1.ServiceAccountKeyRotation{
+				Phase: tc.phase, LastInitiationTime: &started}}
+			if err := sc.api.Status().Update(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.ServiceAccountKeySecretName(sc.key.Name)}
+		if err := sc.api.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
+			t.Fatal(err)
+		}
+		sc.annotate(v1alpha1.OperationReissueServiceAccountKey)
+		sc.reconcile()
+		s := &corev1.Secret{}
+		if err := sc.api.Get(ctx, key, s); err != nil {
+			t.Fatalf("key rotation %q: no key reissued: %v", tc.phase, err)
+		}
+		if got := s.Annotations[v1alpha1.AnnotationRotation]; got != tc.want {
+			t.Errorf("key rotation %q: the reissued key's %s is %q, want %q", tc.phase, v1alpha1.AnnotationRotation, got, tc.want)
+		}
+	}
+}
