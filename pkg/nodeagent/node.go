@@ -128,8 +128,10 @@ const watchTimeout = 5 * time.Minute
 // renewal, for the next to start at once. One that the API server or a proxy
 // in between ends sooner (a replica shutting down, a proxy that closes every
 // stream) counts as a failed watch: the next waits with backoff, so that a
-// node's agent does not watch in a tight loop.
-const shortWatch = time.Minute
+// node's agent does not watch in a tight loop. It is well under the idle
+// timeouts of proxies (30 s and more), which end a quiet watch as a matter
+// of course.
+const shortWatch = 10 * time.Second
 
 // errWatchEnded is how a watch that ended within shortWatch is logged.
 var errWatchEnded = fmt.Errorf("the watch ended within %s", shortWatch)

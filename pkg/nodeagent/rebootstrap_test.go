@@ -812,7 +812,7 @@ func TestAWatchThatEndsAtOnceIsWatchedAgainWithBackoff(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	on.awaitLogged("watching node w1: the watch ended within 1m0s (retrying in ")
+	on.awaitLogged("watching node w1: the watch ended within 10s (retrying in ")
 	on.clk.Step(longestFirstDelay(renewalBackoff))
 
 	// The second watch lasts shortWatch: the third follows at once.
