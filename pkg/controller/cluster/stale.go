@@ -15,7 +15,8 @@ import (
 // second; one that has not caught up in a minute (a watch that stopped
 // delivering, a writer that changes the object at every pass) is a failure:
 // the pass reports it, in Ready when it can, and the controller's backoff
-// takes over from the one-second retries.
+// (from 5 ms, doubling, to some 17 minutes) takes over from the one-second
+// retries.
 const StaleReadLimit = time.Minute
 
 // staleReads remembers, per Cluster, since when its passes have ended on a
