@@ -26,12 +26,13 @@ type IssuedCertificate struct {
 	NotAfter time.Time `json:"notAfter"`
 }
 
-// Kubeconfigs is the record of the kubeconfigs issued in the last
-// Retention, in the order they were recorded. The plugin keeps it in a
-// ConfigMap per Cluster (credentials.IssuedKubeconfigsConfigMapName), key
-// KubeconfigsDataKey. No kubeconfig lives longer than a day, so an entry
-// outlives its kubeconfig; and since entries go in the order they came, an
-// entry is never dropped before an earlier one of the same user.
+// Kubeconfigs is the record of the kubeconfigs issued, in the order they were
+// recorded, until ExpiredKubeconfigKept past their expiry. The plugin keeps
+// it in a ConfigMap per Cluster (credentials.IssuedKubeconfigsConfigMapName),
+// key KubeconfigsDataKey. An entry outlives its kubeconfig. Dropping by
+// expiry may leave an earlier, longer-lived entry of a user after a later
+// one is gone: that user then counts as holding it (Stranded), the side that
+// keeps a client from being locked out.
 type Kubeconfigs struct {
 	Issued []IssuedCertificate `json:"issued"`
 }
@@ -48,11 +49,18 @@ func ParseKubeconfigs(data string) (*Kubeconfigs, error) {
 // String is the record as stored.
 func (k *Kubeconfigs) String() string { return storedRecord(k) }
 
-// Add records issued and forgets every kubeconfig issued Retention or
-// longer before now.
+// ExpiredKubeconfigKept is how long past its expiry a kubeconfig stays in the
+// record. now is the clock of whoever writes the record, the plugin on
+// someone's workstation: a day lets that clock run up to a day ahead without
+// dropping a kubeconfig that is still valid, which the gate would then not
+// see.
+const ExpiredKubeconfigKept = 24 * time.Hour
+
+// Add records issued and forgets every kubeconfig that expired
+// ExpiredKubeconfigKept or longer before now.
 func (k *Kubeconfigs) Add(issued IssuedCertificate, now time.Time) {
-	cutoff := now.Add(-Retention)
-	k.Issued = append(slices.DeleteFunc(k.Issued, func(i IssuedCertificate) bool { return !i.IssuedAt.After(cutoff) }), issued)
+	cutoff := now.Add(-ExpiredKubeconfigKept)
+	k.Issued = append(slices.DeleteFunc(k.Issued, func(i IssuedCertificate) bool { return !i.NotAfter.After(cutoff) }), issued)
 }
 
 // Find returns the recorded kubeconfig whose certificate has fingerprint.

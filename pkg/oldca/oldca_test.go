@@ -347,7 +347,7 @@ func TestKubeconfigsAdd(t *testing.T) {
 		fps = append(fps, i.Fingerprint)
 	}
 	if !slices.Equal(fps, []string{"02", "03"}) {
-		t.Fatalf("record %v: want the one issued the retention before the last addition forgotten, not before, the others in order", fps)
+		t.Fatalf("record %v: want the one expired a day before the last addition forgotten, the others in order", fps)
 	}
 	back, err := ParseKubeconfigs(k.String())
 	if err != nil || back.String() != k.String() {
@@ -545,5 +545,23 @@ func TestStranded(t *testing.T) {
 	}
 	if got := (*Kubeconfigs)(nil).Stranded(oldCA, newCA, at(0)); got != nil {
 		t.Fatalf("no record: %+v", got)
+	}
+}
+
+// A kubeconfig recorded by a plugin whose clock runs hours ahead drops no
+// other user's kubeconfig that is still valid: the gate still names it.
+func TestAClockAheadDropsNoValidKubeconfig(t *testing.T) {
+	k := &Kubeconfigs{}
+	k.Add(IssuedCertificate{User: "carousel:admin:alice", Fingerprint: "01", Issuer: "old", IssuedAt: at(0), NotAfter: at(24 * 60)}, at(0))
+	// At real time +23h, from a laptop two hours ahead.
+	k.Add(IssuedCertificate{User: "carousel:admin:carol", Fingerprint: "02", Issuer: "new", IssuedAt: at(25 * 60), NotAfter: at(26 * 60)}, at(25*60))
+	stranded := k.Stranded("old", "new", at(23*60))
+	if len(stranded) != 1 || !strings.Contains(stranded[0].Name, "alice") {
+		t.Errorf("stranded %+v, want alice, whose kubeconfig is valid for another hour", stranded)
+	}
+	// A day past its expiry, by the writer's clock, it goes.
+	k.Add(IssuedCertificate{User: "carousel:admin:carol", Fingerprint: "03", Issuer: "new", IssuedAt: at(48 * 60), NotAfter: at(49 * 60)}, at(48*60))
+	if _, found := k.Find("01"); found {
+		t.Error("a kubeconfig expired a day before the addition is still recorded")
 	}
 }
