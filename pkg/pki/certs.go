@@ -318,8 +318,11 @@ func EncodeCertificates(certs ...*x509.Certificate) []byte {
 
 // ParseCertificates parses every PEM block in data. Text between blocks is
 // ignored; a block of another type, a block that does not parse, or no
-// certificate at all is an error.
+// certificate at all is an error. So is a block that does not decode (bad
+// base64, no END line), which encoding/pem skips: a bundle of two CAs whose
+// second is cut off must not pass for a bundle of the first alone.
 func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
+	begun := bytes.Count(data, []byte("-----BEGIN "))
 	var certs []*x509.Certificate
 	for {
 		var block *pem.Block
@@ -338,6 +341,9 @@ func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
 	}
 	if len(certs) == 0 {
 		return nil, errors.New("no certificate PEM block found")
+	}
+	if begun != len(certs) {
+		return nil, fmt.Errorf("%d of %d PEM blocks do not decode (bad base64, or no END line)", begun-len(certs), begun)
 	}
 	return certs, nil
 }

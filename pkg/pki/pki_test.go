@@ -383,11 +383,19 @@ func TestBundle(t *testing.T) {
 
 func TestParseBundleErrors(t *testing.T) {
 	key, _ := EncodePrivateKey(testKey(t, ECDSAP256))
+	valid := testCA(t, ECDSAP256, time.Hour).CertPEM()
+	if _, err := ParseBundle(slices.Concat(valid, valid)); err != nil {
+		t.Fatalf("a bundle of two valid certificates: %v", err)
+	}
 	for name, data := range map[string][]byte{
 		"empty":         nil,
 		"text":          []byte("not a pem"),
 		"private key":   key,
 		"corrupt block": []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+		// encoding/pem skips a block that does not decode: the bundle
+		// would pass for its valid certificates alone.
+		"a block of bad base64 between two certificates": slices.Concat(valid, []byte("-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n"), valid),
+		"a certificate cut off after a valid one":        slices.Concat(valid, valid[:len(valid)/2]),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseBundle(data); err == nil {
