@@ -298,16 +298,14 @@ func (on *offNode) restartAgent() {
 	}
 }
 
-// watchRenewals runs WatchRenewals until it watches the Node with no
-// re-bootstrap unfinished, then stops it. When the test sets step, it runs
-// it (on the test goroutine) while WatchRenewals runs, before waiting.
-func (on *offNode) watchRenewals(step func()) {
+// startWatchRenewals runs WatchRenewals until stop, which ends its context
+// and its watches and waits for it to return.
+func (on *offNode) startWatchRenewals() (stop func()) {
 	t := on.t
-	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- on.node.WatchRenewals(ctx) }()
-	defer func() {
+	return func() {
 		cancel()
 		on.mu.Lock()
 		for _, w := range on.watchers {
@@ -322,7 +320,17 @@ func (on *offNode) watchRenewals(step func()) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("WatchRenewals does not return after its context ended")
 		}
-	}()
+	}
+}
+
+// watchRenewals runs WatchRenewals until it watches the Node with no
+// re-bootstrap unfinished, then stops it. When the test sets step, it runs
+// it (on the test goroutine) while WatchRenewals runs, before waiting.
+func (on *offNode) watchRenewals(step func()) {
+	t := on.t
+	t.Helper()
+	stop := on.startWatchRenewals()
+	defer stop()
 	if step != nil {
 		step()
 	}
@@ -775,20 +783,8 @@ func TestRebootstrapResumes(t *testing.T) {
 func TestAWatchThatEndsAtOnceIsWatchedAgainWithBackoff(t *testing.T) {
 	on := newOffNode(t)
 	on.set(func() { on.refused = nil }) // the API server takes the kubelet's credentials
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- on.node.WatchRenewals(ctx) }()
-	defer func() {
-		cancel()
-		on.mu.Lock()
-		for _, w := range on.watchers {
-			w.Stop()
-		}
-		on.mu.Unlock()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("WatchRenewals = %v, want it canceled", err)
-		}
-	}()
+	stop := on.startWatchRenewals()
+	defer stop()
 	// endWatch waits for the next watch and ends it, as the API server does,
 	// once it has lasted lasted.
 	endWatch := func(lasted time.Duration) {

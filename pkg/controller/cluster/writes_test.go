@@ -306,6 +306,24 @@ func FuzzNameHolder(f *testing.F) {
 	})
 }
 
+// operatorSecretBehind is what a cache behind the API server shows of the
+// settled Cluster's operator certificate Secret (fakeAPI.behind): an older
+// version, with a trust bundle a pass then writes over, on a resourceVersion
+// the API server does not hold, so that every write of it conflicts.
+func operatorSecretBehind(t *testing.T, sc *settledCluster) map[string]*corev1.Secret {
+	t.Helper()
+	key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CertificateSecretName(sc.key.Name, credentials.CertOperator)}
+	live := &corev1.Secret{}
+	if err := sc.api.Get(context.Background(), key, live); err != nil {
+		t.Fatal(err)
+	}
+	behind := live.DeepCopy()
+	behind.ResourceVersion = live.ResourceVersion + "0"
+	behind.Data = maps.Clone(live.Data)
+	behind.Data[v1alpha1.DataKeyCABundle] = []byte("a bundle from before")
+	return map[string]*corev1.Secret{key.Name: behind}
+}
+
 // A write that conflicts (the cache showed a Secret, or a consumer's
 // Deployment, one version behind the API server: routine while a rotation
 // rolls them) is a stale read, not a failure: the pass is retried in a
@@ -316,21 +334,7 @@ func FuzzNameHolder(f *testing.F) {
 func TestAConflictingWriteLeavesReadyAsItWas(t *testing.T) {
 	ctx := context.Background()
 	sc := newSettledCluster(t)
-	key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CertificateSecretName(sc.key.Name, credentials.CertOperator)}
-	live := &corev1.Secret{}
-	if err := sc.api.Get(ctx, key, live); err != nil {
-		t.Fatal(err)
-	}
-	// The cache's copy: an older version, with a trust bundle the pass then
-	// writes over, on a resourceVersion the API server does not hold.
-	behind := live.DeepCopy()
-	behind.ResourceVersion = live.ResourceVersion + "0"
-	behind.Data = map[string][]byte{}
-	for k, v := range live.Data {
-		behind.Data[k] = v
-	}
-	behind.Data[v1alpha1.DataKeyCABundle] = []byte("a bundle from before")
-	sc.api.behind = map[string]*corev1.Secret{key.Name: behind}
+	sc.api.behind = operatorSecretBehind(t, sc)
 	statusPatches := sc.api.statusPatches.Load()
 
 	result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
@@ -354,15 +358,7 @@ func TestACacheBehindForOverAMinuteIsReported(t *testing.T) {
 	sc := newSettledCluster(t)
 	clock := clocktesting.NewFakePassiveClock(time.Now())
 	sc.r.Clock = clock
-	key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CertificateSecretName(sc.key.Name, credentials.CertOperator)}
-	live := &corev1.Secret{}
-	if err := sc.api.Get(ctx, key, live); err != nil {
-		t.Fatal(err)
-	}
-	behind := live.DeepCopy()
-	behind.ResourceVersion = live.ResourceVersion + "0"
-	behind.Data = maps.Clone(live.Data)
-	behind.Data[v1alpha1.DataKeyCABundle] = []byte("a bundle from before")
+	behind := operatorSecretBehind(t, sc)
 
 	pass := func(after time.Duration) (ctrl.Result, *metav1.Condition, error) {
 		t.Helper()
@@ -370,7 +366,7 @@ func TestACacheBehindForOverAMinuteIsReported(t *testing.T) {
 		result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
 		return result, meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady), err
 	}
-	sc.api.behind = map[string]*corev1.Secret{key.Name: behind}
+	sc.api.behind = behind
 	for _, after := range []time.Duration{0, 30 * time.Second, StaleReadLimit - 30*time.Second - time.Millisecond} {
 		if result, ready, err := pass(after); err != nil || result.RequeueAfter != time.Second || ready.Status != metav1.ConditionTrue {
 			t.Fatalf("a stale pass within %s ended with %v, %+v, Ready %s; want it retried in a second, Ready True", StaleReadLimit, err, result, ready.Status)
@@ -391,7 +387,7 @@ func TestACacheBehindForOverAMinuteIsReported(t *testing.T) {
 	if _, ready, err := pass(time.Second); err != nil || ready.Status != metav1.ConditionTrue {
 		t.Fatalf("once the cache caught up the pass ended with %v, Ready %s; want no error, Ready True", err, ready.Status)
 	}
-	sc.api.behind = map[string]*corev1.Secret{key.Name: behind}
+	sc.api.behind = behind
 	if result, _, err := pass(time.Second); err != nil || result.RequeueAfter != time.Second {
 		t.Errorf("a stale pass after one that got through ended with %v, %+v; want the count started again: retried in a second", err, result)
 	}
