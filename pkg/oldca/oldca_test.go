@@ -164,7 +164,7 @@ func TestDependents(t *testing.T) {
 			}}
 		}, want: []string{"Kubeconfig/carousel:admin:alice: from client CA bbbbbbbbbbbbbbbb"}},
 		{name: "kubeconfigs: the record does not parse", facts: func(f *Facts) { f.KubeconfigsUnreadable = true },
-			want: []string{"Cluster/kubeconfigs: does not parse"}},
+			want: []string{"Cluster/kubeconfigs: repair it, or complete with force once every user of kubectl carousel kubeconfig has taken a new one; do not delete it"}},
 		{name: "audit: the record adds what the time of first use cannot tell, and never clears what it does", facts: func(f *Facts) {
 			f.Now = at(90)
 			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{

@@ -302,7 +302,8 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string,
 		return nil, err
 	}
 	if unreadable {
-		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) + " does not parse: repair or delete it)"}, nil
+		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
+			" does not parse: repair it; deleted, the abort would forget the kubeconfigs from the new client CA it recorded)"}, nil
 	}
 	var users []string
 	for _, d := range issued.Stranded(previousIssuer(clientCAs), hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId), r.Clock.Now()) {
