@@ -46,14 +46,16 @@ type Facts struct {
 	Certificates []Certificate
 	// Kubeconfigs is the record of the kubeconfigs kubectl carousel
 	// issued; nil when there is none. KubeconfigsUnreadable: the record
-	// exists and does not parse.
-	Kubeconfigs           *Kubeconfigs
-	KubeconfigsUnreadable bool
+	// exists and does not parse. KubeconfigsLost: the record there when the
+	// rotation started, or first seen since, is gone or another one.
+	Kubeconfigs                            *Kubeconfigs
+	KubeconfigsUnreadable, KubeconfigsLost bool
 	// KubeletCertificates is the record of the kubelet client certificates
 	// Carousel signed; nil when there is none. KubeletCertificatesUnreadable:
-	// the record exists and does not parse.
-	KubeletCertificates           *KubeletCertificates
-	KubeletCertificatesUnreadable bool
+	// the record exists and does not parse. KubeletCertificatesLost: as
+	// KubeconfigsLost.
+	KubeletCertificates                                    *KubeletCertificates
+	KubeletCertificatesUnreadable, KubeletCertificatesLost bool
 	// Usage is what the managed API server's audit events showed; nil when
 	// none were received.
 	Usage *Usage
@@ -119,12 +121,12 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //     CA than the new client CA, or, when no node agent reports, whose kubelet
 //     last got an unexpired certificate from the old client CA (its record
 //     KubeletCertificates.Stranded), unless it is offline; and the record
-//     itself when it does not parse;
+//     itself when it does not parse or was lost since the start;
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
 //   - every user of kubectl carousel kubeconfig holding an unexpired
 //     kubeconfig from the old client CA (Stranded), and the record of them
-//     itself when it does not parse;
+//     itself when it does not parse or was lost since the start;
 //   - every user seen since f.Since with a certificate that was in use
 //     before the rotation started; with a kubeconfig or kubelet certificate
 //     a record says another client CA than the new one signed; whose name is one of Carousel's
@@ -147,6 +149,10 @@ func Dependents(f Facts) []Dependent {
 	switch k := f.KubeletCertificates; {
 	case !UnreportedNodes(f.Nodes):
 		// No kubelet is judged by the record.
+	case f.KubeletCertificatesLost:
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubelet-certificates", Message: "the record of the kubelet " +
+			"client certificates Carousel signed, that the rotation judges by was deleted since, and what it held with it, so Carousel " +
+			"cannot tell which client CA signed those of kubelets without a node agent: complete with force once they run on certificates from the new client CA"})
 	case f.KubeletCertificatesUnreadable:
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubelet-certificates",
 			Message: "the record of the kubelet client certificates Carousel signed does not parse, so Carousel cannot tell which client CA signed those of kubelets without a node agent"})
@@ -182,7 +188,12 @@ func Dependents(f Facts) []Dependent {
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentSecret, Name: c.Secret, Message: fmt.Sprintf(
 			"holds a client certificate of %s that the new client CA did not sign", c.User)})
 	}
-	if f.KubeconfigsUnreadable {
+	switch {
+	case f.KubeconfigsLost:
+		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubeconfigs", Message: "the record of the kubeconfigs " +
+			"kubectl carousel issued, that the rotation judges by was deleted since, and what it held with it, so Carousel cannot tell " +
+			"who holds one from the old client CA: complete with force once every user of kubectl carousel kubeconfig has taken a new one"})
+	case f.KubeconfigsUnreadable:
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubeconfigs",
 			Message: "the record of the kubeconfigs kubectl carousel issued does not parse, so Carousel cannot tell which client CA signed them: " +
 				"repair it, or complete with force once every user of kubectl carousel kubeconfig has taken a new one; do not delete it, " +

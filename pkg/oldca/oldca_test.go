@@ -222,6 +222,16 @@ func TestDependents(t *testing.T) {
 		{name: "the record of kubelet certificates does not parse, and every online node has a node agent", facts: func(f *Facts) {
 			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0", Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
 		}},
+		{name: "the record of kubelet certificates was lost since the start, and a node has no node agent", facts: func(f *Facts) {
+			f.Nodes, f.KubeletCertificatesLost, f.KubeletCertificatesUnreadable = []Node{{Name: "w0"}}, true, true
+		}, want: []string{"Cluster/kubelet-certificates: that the rotation judges by was deleted since"}},
+		{name: "the record of kubelet certificates was lost since the start, and every online node has a node agent", facts: func(f *Facts) {
+			f.Nodes, f.KubeletCertificatesLost = []Node{{Name: "w0", Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
+		}},
+		{name: "kubeconfigs: the record was lost since the start, and another one holds none from the old client CA", facts: func(f *Facts) {
+			f.KubeconfigsLost, f.KubeconfigsUnreadable = true, true
+			f.Kubeconfigs = &Kubeconfigs{Issued: []IssuedCertificate{{User: "carousel:admin:bob", Fingerprint: "k2", Issuer: newCA, IssuedAt: at(65), NotAfter: at(600)}}}
+		}, want: []string{"Cluster/kubeconfigs: that the rotation judges by was deleted since, and what it held with it"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

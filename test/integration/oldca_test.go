@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
@@ -292,6 +293,37 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		err := annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)
 		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("Cluster client-certificate-usage"))
+	})
+
+	It("reads the kubeconfig record it started with when it lost its label, and does not vouch for its kubeconfigs once it is deleted", func(ctx SpecContext) {
+		recordKey := client.ObjectKey{Namespace: key.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(key.Name)}
+		started := &corev1.ConfigMap{}
+		Expect(k8s.Get(ctx, recordKey, started)).To(Succeed())
+		Expect(getCluster(ctx, key).CARotation().KubeconfigRecordUID).To(Equal(started.UID), "the start recorded the record it judges by")
+
+		By("taking the record's label, which hides it from the manager's cache, and recording in it a kubeconfig of carol's from the old client CA")
+		record, err := oldca.ParseKubeconfigs(started.Data[oldca.KubeconfigsDataKey])
+		Expect(err).NotTo(HaveOccurred())
+		now := time.Now()
+		record.Issued = append(record.Issued, oldca.IssuedCertificate{User: "carousel:admin:carol", Fingerprint: strings.Repeat("cd", sha256.Size),
+			Issuer: hex.EncodeToString(loadCAs(ctx, c)[v1alpha1.CARoleClient].Previous.Cert.SubjectKeyId), IssuedAt: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)})
+		delete(started.Labels, v1alpha1.LabelCluster)
+		started.Data[oldca.KubeconfigsDataKey] = record.String()
+		Expect(k8s.Update(ctx, started)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(usage(ctx).Dependents).To(ContainElement(SatisfyAll(HaveField("Kind", v1alpha1.OldCADependentKubeconfig), HaveField("Name", "carousel:admin:carol"))))
+			g.Expect(usage(ctx).Dependents).NotTo(ContainElement(HaveField("Name", "kubeconfigs")))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+
+		By("deleting it: the gate can no longer tell who holds a kubeconfig from the old client CA")
+		Expect(k8s.Delete(ctx, started)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(usage(ctx).Dependents).To(ContainElement(SatisfyAll(HaveField("Kind", v1alpha1.OldCADependentCluster), HaveField("Name", "kubeconfigs"),
+				HaveField("Message", ContainSubstring("that the rotation judges by was deleted since")))))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+		err = annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("Cluster kubeconfigs"))
 	})
 
 	It("completes when forced, and the API server then refuses the old-CA client", func(ctx SpecContext) {

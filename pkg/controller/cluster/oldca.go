@@ -136,11 +136,12 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 			facts.NodesUnreadable = true
 		}
 	}
-	cm, err := r.record(ctx, s, credentials.CertificateUsageConfigMapName(c.Name))
+	usageRecord := credentials.CertificateUsageConfigMapName(c.Name)
+	cm, err := r.record(ctx, s, usageRecord)
 	if err != nil {
 		return err
 	}
-	facts.UsageLost = rot.UsageRecordUID != "" && (cm == nil || cm.UID != rot.UsageRecordUID)
+	facts.UsageLost = trackRecord(c, usageRecord, cm)
 	if cm != nil {
 		usage, err := oldca.Parse(cm.Data[oldca.DataKey])
 		if err != nil {
@@ -151,7 +152,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		}
 		facts.Usage = usage
 	}
-	if facts.Kubeconfigs, facts.KubeconfigsUnreadable, err = r.issuedKubeconfigs(ctx, s); err != nil {
+	if facts.Kubeconfigs, facts.KubeconfigsUnreadable, facts.KubeconfigsLost, err = r.issuedKubeconfigs(ctx, s); err != nil {
 		return err
 	}
 	if oldca.UnreportedNodes(facts.Nodes) || facts.Usage != nil {
@@ -160,13 +161,14 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		if err != nil {
 			return err
 		}
+		facts.KubeletCertificatesLost = trackRecord(c, credentials.KubeletCertificatesConfigMapName(c.Name), kubelets)
 		facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, func(cm *corev1.ConfigMap) (*oldca.KubeletCertificates, error) {
 			return oldca.ReadKubeletCertificates(cm.Data, cm.BinaryData)
 		})
 	}
 	deps := oldca.Dependents(facts)
 	status := usageStatus(deps, facts.Usage != nil)
-	if !equality.Semantic.DeepEqual(status, rot.OldCAUsage) {
+	if rot = c.CARotation(); !equality.Semantic.DeepEqual(status, rot.OldCAUsage) { // trackRecord may have changed it
 		rot = rot.DeepCopy()
 		rot.OldCAUsage = status
 		setCARotation(c, rot)
@@ -203,45 +205,115 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 }
 
 // issuedKubeconfigs is the record of the kubeconfigs kubectl carousel
-// issued for the Cluster; nil when there is none, and true when it does not
-// parse.
-func (r *Reconciler) issuedKubeconfigs(ctx context.Context, s *scope) (*oldca.Kubeconfigs, bool, error) {
-	cm, err := r.record(ctx, s, credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name))
+// issued for the Cluster; nil when there is none. unreadable: it does not
+// parse; lost: it is not the record the rotation judges by (trackRecord).
+func (r *Reconciler) issuedKubeconfigs(ctx context.Context, s *scope) (record *oldca.Kubeconfigs, unreadable, lost bool, err error) {
+	name := credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)
+	cm, err := r.record(ctx, s, name)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
-	record, unreadable := parseRecord(ctx, cm, func(cm *corev1.ConfigMap) (*oldca.Kubeconfigs, error) {
+	record, unreadable = parseRecord(ctx, cm, func(cm *corev1.ConfigMap) (*oldca.Kubeconfigs, error) {
 		return oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
 	})
-	return record, unreadable, nil
+	return record, unreadable, trackRecord(s.cluster, name, cm), nil
 }
 
 // record is the ConfigMap of one of the Cluster's records that the cache
 // lists, read from the API server: the cache holds a record's metadata only
 // (cacheConfigMap). The read is of a version no older than the cache's,
 // which the API server serves from its watch cache. nil when there is none.
+// A record the rotation judges by (recordUID) is read by name when the cache
+// does not list it: it may have lost its label, which would hide what it
+// holds from the gate.
 func (r *Reconciler) record(ctx context.Context, s *scope, name string) (*corev1.ConfigMap, error) {
+	key := client.ObjectKey{Namespace: s.cluster.Namespace, Name: name}
 	cached := s.objs.configMaps[name]
-	if cached == nil {
-		return nil, nil
+	switch rot := s.cluster.CARotation(); {
+	case cached != nil:
+		return r.readRecord(ctx, key, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: cached.ResourceVersion}})
+	case rot != nil && *recordUID(rot, s.cluster.Name, name) != "":
+		return r.readRecord(ctx, key)
 	}
-	return r.readRecord(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name},
-		&client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: cached.ResourceVersion}})
+	return nil, nil
 }
 
-// usageRecordUID is the UID of the Cluster's usage record; empty when there
-// is none. It is read from the API server, not the cache, which may not show
-// a record the first audit batch created just before: the gate would then
-// miss that record's deletion.
-func (r *Reconciler) usageRecordUID(ctx context.Context, c *v1alpha1.Cluster) (types.UID, error) {
-	record, err := r.readMetadata(ctx, configMapKind, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CertificateUsageConfigMapName(c.Name)})
-	switch {
-	case apierrors.IsNotFound(err):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("reading the usage record: %w", err)
+// recordUID is the field of rot that keeps the UID of the Cluster's record
+// name, one of those of package oldca (credentials.IsRecord).
+func recordUID(rot *v1alpha1.CARotation, cluster, name string) *types.UID {
+	switch name {
+	case credentials.CertificateUsageConfigMapName(cluster):
+		return &rot.UsageRecordUID
+	case credentials.IssuedKubeconfigsConfigMapName(cluster):
+		return &rot.KubeconfigRecordUID
+	case credentials.KubeletCertificatesConfigMapName(cluster):
+		return &rot.KubeletRecordUID
 	}
-	return record.UID, nil
+	panic("not a record of the old-CA usage gate: " + name)
+}
+
+// recordRecordUIDs keeps in rot, a rotation starting, the UIDs of the
+// Cluster's records of package oldca, read from the API server, not the
+// cache, which may not show a record created just before (by the first
+// audit batch, say): the gate would then miss that record's deletion.
+func (r *Reconciler) recordRecordUIDs(ctx context.Context, c *v1alpha1.Cluster, rot *v1alpha1.CARotation) error {
+	for _, name := range []string{credentials.CertificateUsageConfigMapName(c.Name), credentials.IssuedKubeconfigsConfigMapName(c.Name),
+		credentials.KubeletCertificatesConfigMapName(c.Name)} {
+		record, err := r.readMetadata(ctx, configMapKind, client.ObjectKey{Namespace: c.Namespace, Name: name})
+		switch {
+		case apierrors.IsNotFound(err):
+			*recordUID(rot, c.Name, name) = ""
+		case err != nil:
+			return fmt.Errorf("reading the record %s: %w", name, err)
+		default:
+			*recordUID(rot, c.Name, name) = record.UID
+		}
+	}
+	return nil
+}
+
+// trackRecord says whether the record name, found as cm (nil when there is
+// none), is lost to the rotation: the rotation judges by a record of that
+// name (its UID kept since the start, or since first seen) that is gone or
+// is not cm. What the gate, and an abort, read in a lost record's place
+// misses what the lost one held: entries from before the rotation, or from
+// before the record was started over. A record first seen while the
+// rotation runs, up to Prepared or in Aborting, becomes the one it judges by.
+func trackRecord(c *v1alpha1.Cluster, name string, cm *corev1.ConfigMap) (lost bool) {
+	rot := c.CARotation()
+	if rot == nil {
+		return false
+	}
+	switch kept := *recordUID(rot, c.Name, name); {
+	case kept != "":
+		return cm == nil || cm.UID != kept
+	case cm != nil && tracksRecords(rot.Phase):
+		rot = rot.DeepCopy()
+		*recordUID(rot, c.Name, name) = cm.UID
+		setCARotation(c, rot)
+	}
+	return false
+}
+
+// tracksRecords says whether a rotation in phase keeps the UID of a record
+// first seen (trackRecord).
+func tracksRecords(phase v1alpha1.CARotationPhase) bool {
+	switch phase {
+	case v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
+		v1alpha1.RotationPrepared, v1alpha1.RotationAborting:
+		return true
+	}
+	return false
+}
+
+// recordsPhase keeps, while the rotation runs, the UID of a record the
+// cache lists first seen (trackRecord); the kubelet certificate record,
+// which the cache does not list, is tracked where the gate reads it.
+func (r *Reconciler) recordsPhase(_ context.Context, s *scope) error {
+	for _, name := range []string{credentials.CertificateUsageConfigMapName(s.cluster.Name), credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)} {
+		trackRecord(s.cluster, name, s.objs.configMaps[name])
+	}
+	return nil
 }
 
 // kubeletCertificates is the ConfigMap of the Cluster's record of signed
@@ -297,9 +369,13 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string,
 	if s.cluster.CARotationPhase() != v1alpha1.RotationAborting || clientCAs == nil || clientCAs.Previous == nil || !clientCAs.Restored() {
 		return nil, nil
 	}
-	issued, unreadable, err := r.issuedKubeconfigs(ctx, s)
+	issued, unreadable, lost, err := r.issuedKubeconfigs(ctx, s)
 	if err != nil {
 		return nil, err
+	}
+	if lost {
+		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
+			" was deleted since the rotation started, and the kubeconfigs from the new client CA it recorded with it: force the abort once every user has taken a new one)"}, nil
 	}
 	if unreadable {
 		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +

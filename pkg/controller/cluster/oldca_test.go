@@ -12,7 +12,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -139,17 +142,164 @@ func TestOldCAUsageGateReadsTheRecordsPastTheCache(t *testing.T) {
 	}
 }
 
-// A start records the usage record the API server holds, also one the cache
-// does not show yet (the first audit batch created it just before): the
-// gate would otherwise miss that record's deletion.
-func TestAStartRecordsTheUsageRecordTheCacheDoesNotShowYet(t *testing.T) {
-	record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.CertificateUsageConfigMapName("prod"), UID: "record-uid",
-		Labels: map[string]string{v1alpha1.LabelCluster: "prod"}}}
-	sc := newSettledCluster(t, record)
-	sc.api.uncached = map[string]bool{record.Name: true}
+// A start records the records the API server holds, also one the cache
+// does not show yet (the first audit batch created it just before) or does
+// not list (it lost its label): the gate would otherwise miss that record's
+// deletion.
+func TestAStartRecordsTheRecordsTheCacheDoesNotShow(t *testing.T) {
+	record := func(name string, uid types.UID) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: name, UID: uid}}
+	}
+	usage := record(credentials.CertificateUsageConfigMapName("prod"), "usage-uid")
+	usage.Labels = map[string]string{v1alpha1.LabelCluster: "prod"}
+	kubeconfigs := record(credentials.IssuedKubeconfigsConfigMapName("prod"), "kubeconfigs-uid")
+	kubelets := record(credentials.KubeletCertificatesConfigMapName("prod"), "kubelets-uid")
+	sc := newSettledCluster(t, usage, kubeconfigs, kubelets)
+	sc.api.uncached = map[string]bool{usage.Name: true}
 	sc.annotate(v1alpha1.OperationStartCARotation)
 	sc.statusWritesUntil(v1alpha1.RotationPreparing)
-	if got := sc.cluster().CARotation().UsageRecordUID; got != record.UID {
-		t.Errorf("usageRecordUID %q, want the record's %q", got, record.UID)
+	rot := sc.cluster().CARotation()
+	if got := []types.UID{rot.UsageRecordUID, rot.KubeconfigRecordUID, rot.KubeletRecordUID}; !slices.Equal(got, []types.UID{usage.UID, kubeconfigs.UID, kubelets.UID}) {
+		t.Errorf("the UIDs of the usage, kubeconfig and kubelet records: %q, want %q", got, []types.UID{usage.UID, kubeconfigs.UID, kubelets.UID})
+	}
+}
+
+func TestTrackRecord(t *testing.T) {
+	name := credentials.IssuedKubeconfigsConfigMapName("prod")
+	record := func(uid types.UID) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: name, UID: uid}}
+	}
+	tests := []struct {
+		name     string
+		phase    v1alpha1.CARotationPhase
+		kept     types.UID
+		found    *corev1.ConfigMap
+		wantLost bool
+		wantKept types.UID
+	}{
+		{name: "the record the rotation started with", phase: v1alpha1.RotationPrepared, kept: "a", found: record("a"), wantKept: "a"},
+		{name: "it is gone", phase: v1alpha1.RotationPrepared, kept: "a", wantLost: true, wantKept: "a"},
+		{name: "it is another one", phase: v1alpha1.RotationPrepared, kept: "a", found: record("b"), wantLost: true, wantKept: "a"},
+		{name: "it is another one, in an abort", phase: v1alpha1.RotationAborting, kept: "a", found: record("b"), wantLost: true, wantKept: "a"},
+		{name: "none then, none now", phase: v1alpha1.RotationPrepared},
+		{name: "none then, one created in Preparing", phase: v1alpha1.RotationPreparing, found: record("b"), wantKept: "b"},
+		{name: "none then, one created while the workers wait", phase: v1alpha1.RotationWaitingForWorkersRollout, found: record("b"), wantKept: "b"},
+		{name: "none then, one created in an abort", phase: v1alpha1.RotationAborting, found: record("b"), wantKept: "b"},
+		{name: "none then, one created once Completed: nothing judges by it", phase: v1alpha1.RotationCompleted, found: record("b")},
+		{name: "no rotation", found: record("b")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster("prod")
+			if tt.phase != "" {
+				setCARotation(c, &v1alpha1.CARotation{Phase: tt.phase, KubeconfigRecordUID: tt.kept})
+			}
+			before, rotBefore := c.DeepCopy(), c.CARotation()
+			if lost := trackRecord(c, name, tt.found); lost != tt.wantLost {
+				t.Errorf("lost = %v, want %v", lost, tt.wantLost)
+			}
+			if tt.phase == "" {
+				if !equality.Semantic.DeepEqual(c, before) {
+					t.Errorf("the Cluster without a rotation changed: %+v", c.Status)
+				}
+				return
+			}
+			if got := c.CARotation().KubeconfigRecordUID; got != tt.wantKept {
+				t.Errorf("kubeconfigRecordUID = %q, want %q", got, tt.wantKept)
+			}
+			if tt.wantKept == tt.kept && c.CARotation() != rotBefore {
+				t.Errorf("the rotation's status was replaced with nothing new to keep")
+			}
+		})
+	}
+}
+
+// A kubeconfig record first created in Prepared becomes the one the
+// rotation judges by: while it is there, also without its label (which
+// hides it from the cache), the gate reads it; once it is deleted, the gate
+// names the managed cluster, and an abort waits for the holders it can no
+// longer tell until forced.
+func TestAKubeconfigRecordLostDuringTheRotationIsNotForgotten(t *testing.T) {
+	sc := newSettledCluster(t)
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	ctx, c := context.Background(), sc.cluster()
+	clientCAs := &corev1.Secret{}
+	if err := sc.api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleClient)}, clientCAs); err != nil {
+		t.Fatal(err)
+	}
+	cas, err := credentials.DecodeCASecret(clientCAs)
+	if err != nil || cas.Previous == nil {
+		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", cas, err)
+	}
+	now := time.Now()
+	kubeconfigs := &oldca.Kubeconfigs{Issued: []oldca.IssuedCertificate{{User: "carousel:admin:alice", Fingerprint: strings.Repeat("ab", sha256.Size),
+		Issuer: hex.EncodeToString(cas.Previous.Cert.SubjectKeyId), IssuedAt: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}}}
+	record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(c.Name), UID: "kubeconfigs-uid",
+		Labels: map[string]string{v1alpha1.LabelCluster: c.Name}}, Data: map[string]string{oldca.KubeconfigsDataKey: kubeconfigs.String()}}
+	if err := sc.api.apiServer.(client.Client).Create(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	dependents := func() []string {
+		t.Helper()
+		sc.reconcile()
+		var got []string
+		for _, d := range sc.cluster().CARotation().OldCAUsage.Dependents {
+			got = append(got, string(d.Kind)+"/"+d.Name)
+		}
+		return got
+	}
+	alice := []string{"Kubeconfig/carousel:admin:alice"}
+	if got := dependents(); !slices.Equal(got, alice) {
+		t.Fatalf("dependents %v, want %v", got, alice)
+	}
+	if got := sc.cluster().CARotation().KubeconfigRecordUID; got != record.UID {
+		t.Fatalf("kubeconfigRecordUID %q, want that of the record first seen in Prepared, %q", got, record.UID)
+	}
+
+	record.Labels = nil
+	if err := sc.api.apiServer.(client.Client).Update(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	if got := dependents(); !slices.Equal(got, alice) {
+		t.Errorf("with the record unlabelled: dependents %v, want %v", got, alice)
+	}
+
+	if err := sc.api.apiServer.(client.Client).Delete(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	if got := dependents(); !slices.Equal(got, []string{"Cluster/kubeconfigs"}) {
+		t.Errorf("with the record deleted: dependents %v, want Cluster/kubeconfigs", got)
+	}
+
+	sc.annotate(v1alpha1.OperationAbortCARotation)
+	for range 5 {
+		sc.reconcile()
+	}
+	c = sc.cluster()
+	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+	if c.CARotationPhase() != v1alpha1.RotationAborting || cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeconfigHolders) ||
+		!strings.Contains(cond.Message, "was deleted since the rotation started") {
+		t.Errorf("the abort is %s: %+v; want it Aborting, waiting for the holders of kubeconfigs the deleted record held", c.CARotationPhase(), cond)
+	}
+}
+
+// A record the cache lists is kept as the one the rotation judges by in the
+// first pass that sees it, in every phase of the rotation, not only where
+// the gate or an abort reads it: one created and deleted in Preparing is
+// not forgotten.
+func TestRecordsFirstSeenInPreparingAreKept(t *testing.T) {
+	c := newCluster("prod")
+	setCARotation(c, &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing})
+	usage, kubeconfigs := credentials.CertificateUsageConfigMapName(c.Name), credentials.IssuedKubeconfigsConfigMapName(c.Name)
+	s := &scope{cluster: c, objs: &objects{configMaps: map[string]*corev1.ConfigMap{
+		usage:       {ObjectMeta: metav1.ObjectMeta{Name: usage, UID: "usage-uid"}},
+		kubeconfigs: {ObjectMeta: metav1.ObjectMeta{Name: kubeconfigs, UID: "kubeconfigs-uid"}},
+	}}}
+	if err := (&Reconciler{}).recordsPhase(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if rot := c.CARotation(); rot.UsageRecordUID != "usage-uid" || rot.KubeconfigRecordUID != "kubeconfigs-uid" {
+		t.Errorf("usageRecordUID %q, kubeconfigRecordUID %q; want the records' UIDs", rot.UsageRecordUID, rot.KubeconfigRecordUID)
 	}
 }

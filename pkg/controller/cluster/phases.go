@@ -71,6 +71,7 @@ type phase struct {
 func (r *Reconciler) phases() []phase {
 	return []phase{
 		{"load objects", r.loadPhase},
+		{"old-CA records", r.recordsPhase},
 		{"CAs", r.caPhase},
 		{"trust bundles", r.bundlePhase},
 		{"endpoint", r.endpointPhase},

@@ -268,8 +268,8 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 	}
 	switch op.Verb.CAVerb() {
 	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
-		// The old-CA usage gate judges by this record's history alone.
-		if next.UsageRecordUID, err = r.usageRecordUID(ctx, c); err != nil {
+		// The old-CA usage gate judges by these records' history alone.
+		if err := r.recordRecordUIDs(ctx, c, next); err != nil {
 			return err
 		}
 	}

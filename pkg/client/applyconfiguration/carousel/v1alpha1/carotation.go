@@ -74,12 +74,25 @@ type CARotationApplyConfiguration struct {
 	CheckedEndpoint *string `json:"checkedEndpoint,omitempty"`
 	// UsageRecordUID is the UID of the Cluster's record of the client
 	// certificates its API server saw in use (the ConfigMap
-	// <cluster>-client-certificate-usage) when the rotation started; empty
-	// when there was none. A record with another UID was started over during
-	// the rotation, without what the old-CA usage gate judges by: the gate
-	// then names the managed cluster itself, and only a forced
+	// <cluster>-client-certificate-usage) when the rotation started, or of
+	// the first one seen during the rotation; empty while there is none. A
+	// record with another UID, or none, was started over during the
+	// rotation, without what the old-CA usage gate judges by: the gate then
+	// names the managed cluster itself, and only a forced
 	// complete-ca-rotation passes.
 	UsageRecordUID *types.UID `json:"usageRecordUID,omitempty"`
+	// KubeconfigRecordUID is, in the same way, the UID of the record of the
+	// kubeconfigs kubectl carousel issued (the ConfigMap
+	// <cluster>-issued-kubeconfigs). Once it is gone or another one, the
+	// old-CA usage gate names the managed cluster, and an abort waits for
+	// the holders of kubeconfigs from the new client CA until forced.
+	KubeconfigRecordUID *types.UID `json:"kubeconfigRecordUID,omitempty"`
+	// KubeletRecordUID is, in the same way, the UID of the record of the
+	// kubelet client certificates Carousel signed (the ConfigMap
+	// <cluster>-kubelet-client-certificates). Once it is gone or another
+	// one, the old-CA usage gate names the managed cluster while some online
+	// Node has no node agent to report its kubelet's certificate.
+	KubeletRecordUID *types.UID `json:"kubeletRecordUID,omitempty"`
 	// OldCAUsage names, while the rotation is Prepared, who still depends
 	// on the old CAs: complete-ca-rotation is refused while it names
 	// anyone, unless forced (complete-ca-rotation=force). Absent in the
@@ -199,6 +212,22 @@ func (b *CARotationApplyConfiguration) WithCheckedEndpoint(value string) *CARota
 // If called multiple times, the UsageRecordUID field is set to the value of the last call.
 func (b *CARotationApplyConfiguration) WithUsageRecordUID(value types.UID) *CARotationApplyConfiguration {
 	b.UsageRecordUID = &value
+	return b
+}
+
+// WithKubeconfigRecordUID sets the KubeconfigRecordUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KubeconfigRecordUID field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithKubeconfigRecordUID(value types.UID) *CARotationApplyConfiguration {
+	b.KubeconfigRecordUID = &value
+	return b
+}
+
+// WithKubeletRecordUID sets the KubeletRecordUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KubeletRecordUID field is set to the value of the last call.
+func (b *CARotationApplyConfiguration) WithKubeletRecordUID(value types.UID) *CARotationApplyConfiguration {
+	b.KubeletRecordUID = &value
 	return b
 }
 
