@@ -138,6 +138,11 @@ func (o Options) Validate() error {
 		case err != nil || u.Scheme != "https" || u.Host == "":
 			errs = append(errs, fmt.Errorf("--audit-webhook-url=%q: an https URL, such as https://carousel-webhook.carousel-system.svc:443%s",
 				o.AuditWebhookURL, strings.TrimSuffix(auditwebhook.PathPrefix, "/")))
+		case !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), strings.TrimSuffix(auditwebhook.PathPrefix, "/")) || u.RawQuery != "" || u.Fragment != "":
+			// A Cluster's API server sends to <url>/<namespace>/<name>, which
+			// the receiver serves under its path prefix only.
+			errs = append(errs, fmt.Errorf("--audit-webhook-url=%q: its path must end in %s, under which the webhook server receives the events, and it has no query",
+				o.AuditWebhookURL, strings.TrimSuffix(auditwebhook.PathPrefix, "/")))
 		case o.AuditWebhookCAFile == "":
 			errs = append(errs, errors.New("--audit-webhook-url needs --audit-webhook-ca-file, the bundle that verifies the webhook server"))
 		case !o.Webhook:

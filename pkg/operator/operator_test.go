@@ -30,6 +30,15 @@ func TestOptionsValidate(t *testing.T) {
 		}, ""},
 		{"an audit webhook over plain HTTP", func(o *Options) { o.AuditWebhookURL, o.AuditWebhookCAFile = "http://carousel/audit", "/ca.crt" },
 			`--audit-webhook-url="http://carousel/audit": an https URL`},
+		{"an audit webhook behind a proxy that strips a prefix", func(o *Options) {
+			o.AuditWebhookURL, o.AuditWebhookCAFile = "https://gateway.example:8443/carousel/audit/", "/ca.crt"
+		}, ""},
+		{"an audit webhook URL without the receiver's path", func(o *Options) { o.AuditWebhookURL, o.AuditWebhookCAFile = "https://carousel:443", "/ca.crt" },
+			`--audit-webhook-url="https://carousel:443": its path must end in /audit`},
+		{"an audit webhook URL with another path", func(o *Options) { o.AuditWebhookURL, o.AuditWebhookCAFile = "https://carousel/auditing", "/ca.crt" },
+			"its path must end in /audit"},
+		{"an audit webhook URL with a query", func(o *Options) { o.AuditWebhookURL, o.AuditWebhookCAFile = "https://carousel/audit?x=1", "/ca.crt" },
+			"its path must end in /audit"},
 		{"an audit webhook without its CA", func(o *Options) { o.AuditWebhookURL = "https://carousel/audit" }, "needs --audit-webhook-ca-file"},
 		{"an audit webhook without the webhook server", func(o *Options) {
 			o.AuditWebhookURL, o.AuditWebhookCAFile, o.Webhook = "https://carousel/audit", "/ca.crt", false

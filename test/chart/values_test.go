@@ -136,6 +136,7 @@ var _ = Describe("The chart's values", func() {
 		Entry("no replica", "replicaCount=0", "replicaCount"),
 		Entry("a name that is no DNS label", "fullnameOverride=1abc", "fullnameOverride"),
 		Entry("an audit webhook URL over plain HTTP", "auditWebhook.url=http://carousel/audit", "/auditWebhook/url"),
+		Entry("an audit webhook URL without the receiver's path", "auditWebhook.url=https://carousel.example.com", "/auditWebhook/url"),
 		Entry("a webhook DNS name that is not one", "webhook.extraDNSNames={carousel.example.com/audit}", "/webhook/extraDNSNames/0"),
 	)
 
