@@ -197,7 +197,7 @@ func Dependents(f Facts) []Dependent {
 		deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "kubeconfigs",
 			Message: "the record of the kubeconfigs kubectl carousel issued does not parse, so Carousel cannot tell which client CA signed them: " +
 				"repair it, or complete with force once every user of kubectl carousel kubeconfig has taken a new one; do not delete it, " +
-				"which would have the gate forget the kubeconfigs it recorded"})
+				"which loses the kubeconfigs it recorded"})
 	}
 	stranded := f.Kubeconfigs.Stranded(f.OldClientIssuer, f.NewClientIssuer, f.Now)
 	listedUsers := map[string]bool{}

@@ -159,7 +159,7 @@ func recordKubeconfig(ctx context.Context, c client.Client, cl *v1alpha1.Cluster
 		}
 		record, err := oldca.ParseKubeconfigs(cm.Data[oldca.KubeconfigsDataKey])
 		if err != nil {
-			return fmt.Errorf("ConfigMap %s: %w (repair it: deleted, the old-CA usage gate would forget the kubeconfigs it recorded)", key, err)
+			return fmt.Errorf("ConfigMap %s: %w (repair it: deleting it loses the kubeconfigs it recorded, which the old-CA usage gate and an abort judge by)", key, err)
 		}
 		record.Add(issued, now)
 		if cm.Data == nil {

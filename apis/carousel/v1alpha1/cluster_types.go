@@ -642,9 +642,9 @@ type CARotation struct {
 	// UsageRecordUID is the UID of the Cluster's record of the client
 	// certificates its API server saw in use (the ConfigMap
 	// <cluster>-client-certificate-usage) when the rotation started, or of
-	// the first one seen during the rotation; empty while there is none. A
-	// record with another UID, or none, was started over during the
-	// rotation, without what the old-CA usage gate judges by: the gate then
+	// the first one seen during the rotation; empty while the rotation has
+	// seen none. A record with another UID, or none, was started over during
+	// the rotation, without what the old-CA usage gate judges by: the gate then
 	// names the managed cluster itself, and only a forced
 	// complete-ca-rotation passes.
 	//
@@ -654,17 +654,18 @@ type CARotation struct {
 	// KubeconfigRecordUID is, in the same way, the UID of the record of the
 	// kubeconfigs kubectl carousel issued (the ConfigMap
 	// <cluster>-issued-kubeconfigs). Once it is gone or another one, the
-	// old-CA usage gate names the managed cluster, and an abort waits for
-	// the holders of kubeconfigs from the new client CA until forced.
+	// old-CA usage gate names the managed cluster, and an abort waits, as
+	// for holders of kubeconfigs from the new client CA, until forced.
 	//
 	// +optional
 	KubeconfigRecordUID types.UID `json:"kubeconfigRecordUID,omitempty"`
 
-	// KubeletRecordUID is, in the same way, the UID of the record of the
-	// kubelet client certificates Carousel signed (the ConfigMap
-	// <cluster>-kubelet-client-certificates). Once it is gone or another
-	// one, the old-CA usage gate names the managed cluster while some online
-	// Node has no node agent to report its kubelet's certificate.
+	// KubeletRecordUID is the UID of the record of the kubelet client
+	// certificates Carousel signed (the ConfigMap
+	// <cluster>-kubelet-client-certificates) when the rotation started, or
+	// of the first one the old-CA usage gate read (in Prepared). Once it is
+	// gone or another one, the gate names the managed cluster while some
+	// online Node has no node agent to report its kubelet's certificate.
 	//
 	// +optional
 	KubeletRecordUID types.UID `json:"kubeletRecordUID,omitempty"`

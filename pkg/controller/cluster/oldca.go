@@ -157,14 +157,9 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	}
 	if oldca.UnreportedNodes(facts.Nodes) || facts.Usage != nil {
 		// Up to 768 KiB, read only when something is judged by it.
-		kubelets, err := r.kubeletCertificates(ctx, c)
-		if err != nil {
+		if facts.KubeletCertificates, facts.KubeletCertificatesUnreadable, facts.KubeletCertificatesLost, err = r.kubeletCertificates(ctx, c); err != nil {
 			return err
 		}
-		facts.KubeletCertificatesLost = trackRecord(c, credentials.KubeletCertificatesConfigMapName(c.Name), kubelets)
-		facts.KubeletCertificates, facts.KubeletCertificatesUnreadable = parseRecord(ctx, kubelets, func(cm *corev1.ConfigMap) (*oldca.KubeletCertificates, error) {
-			return oldca.ReadKubeletCertificates(cm.Data, cm.BinaryData)
-		})
 	}
 	deps := oldca.Dependents(facts)
 	status := usageStatus(deps, facts.Usage != nil)
@@ -232,24 +227,20 @@ func (r *Reconciler) record(ctx context.Context, s *scope, name string) (*corev1
 	switch rot := s.cluster.CARotation(); {
 	case cached != nil:
 		return r.readRecord(ctx, key, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: cached.ResourceVersion}})
-	case rot != nil && *recordUID(rot, s.cluster.Name, name) != "":
+	case rot != nil && *recordUIDs(rot, s.cluster.Name)[name] != "":
 		return r.readRecord(ctx, key)
 	}
 	return nil, nil
 }
 
-// recordUID is the field of rot that keeps the UID of the Cluster's record
-// name, one of those of package oldca (credentials.IsRecord).
-func recordUID(rot *v1alpha1.CARotation, cluster, name string) *types.UID {
-	switch name {
-	case credentials.CertificateUsageConfigMapName(cluster):
-		return &rot.UsageRecordUID
-	case credentials.IssuedKubeconfigsConfigMapName(cluster):
-		return &rot.KubeconfigRecordUID
-	case credentials.KubeletCertificatesConfigMapName(cluster):
-		return &rot.KubeletRecordUID
+// recordUIDs are the fields of rot that keep the UIDs of the Cluster's
+// records of package oldca (credentials.IsRecord), by the record's name.
+func recordUIDs(rot *v1alpha1.CARotation, cluster string) map[string]*types.UID {
+	return map[string]*types.UID{
+		credentials.CertificateUsageConfigMapName(cluster):    &rot.UsageRecordUID,
+		credentials.IssuedKubeconfigsConfigMapName(cluster):   &rot.KubeconfigRecordUID,
+		credentials.KubeletCertificatesConfigMapName(cluster): &rot.KubeletRecordUID,
 	}
-	panic("not a record of the old-CA usage gate: " + name)
 }
 
 // recordRecordUIDs keeps in rot, a rotation starting, the UIDs of the
@@ -257,19 +248,27 @@ func recordUID(rot *v1alpha1.CARotation, cluster, name string) *types.UID {
 // cache, which may not show a record created just before (by the first
 // audit batch, say): the gate would then miss that record's deletion.
 func (r *Reconciler) recordRecordUIDs(ctx context.Context, c *v1alpha1.Cluster, rot *v1alpha1.CARotation) error {
-	for _, name := range []string{credentials.CertificateUsageConfigMapName(c.Name), credentials.IssuedKubeconfigsConfigMapName(c.Name),
-		credentials.KubeletCertificatesConfigMapName(c.Name)} {
-		record, err := r.readMetadata(ctx, configMapKind, client.ObjectKey{Namespace: c.Namespace, Name: name})
-		switch {
-		case apierrors.IsNotFound(err):
-			*recordUID(rot, c.Name, name) = ""
-		case err != nil:
-			return fmt.Errorf("reading the record %s: %w", name, err)
-		default:
-			*recordUID(rot, c.Name, name) = record.UID
+	for name, uid := range recordUIDs(rot, c.Name) {
+		there, err := r.recordUIDThere(ctx, c.Namespace, name)
+		if err != nil {
+			return err
 		}
+		*uid = there
 	}
 	return nil
+}
+
+// recordUIDThere is the UID of the record name as the API server holds it;
+// empty when there is none.
+func (r *Reconciler) recordUIDThere(ctx context.Context, namespace, name string) (types.UID, error) {
+	record, err := r.readMetadata(ctx, configMapKind, client.ObjectKey{Namespace: namespace, Name: name})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("reading the record %s: %w", name, err)
+	}
+	return record.UID, nil
 }
 
 // trackRecord says whether the record name, found as cm (nil when there is
@@ -284,12 +283,12 @@ func trackRecord(c *v1alpha1.Cluster, name string, cm *corev1.ConfigMap) (lost b
 	if rot == nil {
 		return false
 	}
-	switch kept := *recordUID(rot, c.Name, name); {
+	switch kept := *recordUIDs(rot, c.Name)[name]; {
 	case kept != "":
 		return cm == nil || cm.UID != kept
 	case cm != nil && tracksRecords(rot.Phase):
 		rot = rot.DeepCopy()
-		*recordUID(rot, c.Name, name) = cm.UID
+		*recordUIDs(rot, c.Name)[name] = cm.UID
 		setCARotation(c, rot)
 	}
 	return false
@@ -307,20 +306,45 @@ func tracksRecords(phase v1alpha1.CARotationPhase) bool {
 }
 
 // recordsPhase keeps, while the rotation runs, the UID of a record the
-// cache lists first seen (trackRecord); the kubelet certificate record,
-// which the cache does not list, is tracked where the gate reads it.
-func (r *Reconciler) recordsPhase(_ context.Context, s *scope) error {
-	for _, name := range []string{credentials.CertificateUsageConfigMapName(s.cluster.Name), credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name)} {
-		trackRecord(s.cluster, name, s.objs.configMaps[name])
+// cache lists first seen (trackRecord), as the API server holds it: the
+// cache may still show one deleted since. The kubelet certificate record,
+// which the cache does not list, is kept where the gate reads it.
+func (r *Reconciler) recordsPhase(ctx context.Context, s *scope) error {
+	c := s.cluster
+	rot := c.CARotation()
+	if rot == nil || !tracksRecords(rot.Phase) {
+		return nil
+	}
+	for _, name := range []string{credentials.CertificateUsageConfigMapName(c.Name), credentials.IssuedKubeconfigsConfigMapName(c.Name)} {
+		if s.objs.configMaps[name] == nil || *recordUIDs(c.CARotation(), c.Name)[name] != "" {
+			continue
+		}
+		switch uid, err := r.recordUIDThere(ctx, c.Namespace, name); {
+		case err != nil:
+			return err
+		case uid != "":
+			trackRecord(c, name, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}})
+		}
 	}
 	return nil
 }
 
-// kubeletCertificates is the ConfigMap of the Cluster's record of signed
-// kubelet certificates, which the cache does not list (see
-// kubeletcsr.Recorder); nil when there is none.
-func (r *Reconciler) kubeletCertificates(ctx context.Context, c *v1alpha1.Cluster) (*corev1.ConfigMap, error) {
-	return r.readRecord(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)})
+// kubeletCertificates is the Cluster's record of signed kubelet
+// certificates, which the cache does not list (see kubeletcsr.Recorder), read
+// from the API server; nil when there is none. unreadable and lost as
+// issuedKubeconfigs'. The rotation keeps it as the one it judges by when it
+// took none before (trackRecord): one created after the start, and lost
+// before this read, is not noticed.
+func (r *Reconciler) kubeletCertificates(ctx context.Context, c *v1alpha1.Cluster) (record *oldca.KubeletCertificates, unreadable, lost bool, err error) {
+	name := credentials.KubeletCertificatesConfigMapName(c.Name)
+	cm, err := r.readRecord(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name})
+	if err != nil {
+		return nil, false, false, err
+	}
+	record, unreadable = parseRecord(ctx, cm, func(cm *corev1.ConfigMap) (*oldca.KubeletCertificates, error) {
+		return oldca.ReadKubeletCertificates(cm.Data, cm.BinaryData)
+	})
+	return record, unreadable, trackRecord(c, name, cm), nil
 }
 
 // readRecord reads the ConfigMap of a record from the API server; nil when
@@ -375,11 +399,11 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string,
 	}
 	if lost {
 		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
-			" was deleted since the rotation started, and the kubeconfigs from the new client CA it recorded with it: force the abort once every user has taken a new one)"}, nil
+			", the record this rotation judges by, was deleted since, and the kubeconfigs from the new client CA it recorded with it: only a forced abort goes on, once every user has taken a new kubeconfig)"}, nil
 	}
 	if unreadable {
 		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
-			" does not parse: repair it; deleted, the abort would forget the kubeconfigs from the new client CA it recorded)"}, nil
+			" does not parse: repair it, or force the abort once every user has taken a new kubeconfig; do not delete it, which loses the kubeconfigs from the new client CA it recorded)"}, nil
 	}
 	var users []string
 	for _, d := range issued.Stranded(previousIssuer(clientCAs), hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId), r.Clock.Now()) {

@@ -162,6 +162,19 @@ func TestAStartRecordsTheRecordsTheCacheDoesNotShow(t *testing.T) {
 	if got := []types.UID{rot.UsageRecordUID, rot.KubeconfigRecordUID, rot.KubeletRecordUID}; !slices.Equal(got, []types.UID{usage.UID, kubeconfigs.UID, kubelets.UID}) {
 		t.Errorf("the UIDs of the usage, kubeconfig and kubelet records: %q, want %q", got, []types.UID{usage.UID, kubeconfigs.UID, kubelets.UID})
 	}
+
+	// The next rotation judges by the records there when it starts.
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	sc.annotate(v1alpha1.OperationCompleteCARotation + v1alpha1.OperationForceSuffix)
+	sc.statusWritesUntil(v1alpha1.RotationCompleted)
+	if err := sc.api.apiServer.(client.Client).Delete(context.Background(), kubeconfigs); err != nil {
+		t.Fatal(err)
+	}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPreparing)
+	if got := sc.cluster().CARotation().KubeconfigRecordUID; got != "" {
+		t.Errorf("the next rotation started with kubeconfigRecordUID %q, want none: the record was deleted before it started", got)
+	}
 }
 
 func TestTrackRecord(t *testing.T) {
@@ -279,7 +292,7 @@ func TestAKubeconfigRecordLostDuringTheRotationIsNotForgotten(t *testing.T) {
 	c = sc.cluster()
 	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
 	if c.CARotationPhase() != v1alpha1.RotationAborting || cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeconfigHolders) ||
-		!strings.Contains(cond.Message, "was deleted since the rotation started") {
+		!strings.Contains(cond.Message, "the record this rotation judges by, was deleted since") {
 		t.Errorf("the abort is %s: %+v; want it Aborting, waiting for the holders of kubeconfigs the deleted record held", c.CARotationPhase(), cond)
 	}
 }
@@ -287,19 +300,50 @@ func TestAKubeconfigRecordLostDuringTheRotationIsNotForgotten(t *testing.T) {
 // A record the cache lists is kept as the one the rotation judges by in the
 // first pass that sees it, in every phase of the rotation, not only where
 // the gate or an abort reads it: one created and deleted in Preparing is
-// not forgotten.
+// not forgotten. One the cache still shows but the API server deleted is
+// not kept: nothing could ever be that record again.
 func TestRecordsFirstSeenInPreparingAreKept(t *testing.T) {
 	c := newCluster("prod")
 	setCARotation(c, &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing})
-	usage, kubeconfigs := credentials.CertificateUsageConfigMapName(c.Name), credentials.IssuedKubeconfigsConfigMapName(c.Name)
-	s := &scope{cluster: c, objs: &objects{configMaps: map[string]*corev1.ConfigMap{
-		usage:       {ObjectMeta: metav1.ObjectMeta{Name: usage, UID: "usage-uid"}},
-		kubeconfigs: {ObjectMeta: metav1.ObjectMeta{Name: kubeconfigs, UID: "kubeconfigs-uid"}},
-	}}}
-	if err := (&Reconciler{}).recordsPhase(context.Background(), s); err != nil {
+	usage := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CertificateUsageConfigMapName(c.Name), UID: "usage-uid"}}
+	deleted := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(c.Name), UID: "deleted-uid"}}
+	r, _ := reconcilerOn(newFakeAPI(c, usage))
+	s := &scope{cluster: c, objs: &objects{configMaps: map[string]*corev1.ConfigMap{usage.Name: usage, deleted.Name: deleted}}}
+	if err := r.recordsPhase(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	if rot := c.CARotation(); rot.UsageRecordUID != "usage-uid" || rot.KubeconfigRecordUID != "kubeconfigs-uid" {
-		t.Errorf("usageRecordUID %q, kubeconfigRecordUID %q; want the records' UIDs", rot.UsageRecordUID, rot.KubeconfigRecordUID)
+	if rot := c.CARotation(); rot.UsageRecordUID != usage.UID || rot.KubeconfigRecordUID != "" {
+		t.Errorf("usageRecordUID %q, kubeconfigRecordUID %q; want %q and none (the cache shows a record deleted since)",
+			rot.UsageRecordUID, rot.KubeconfigRecordUID, usage.UID)
+	}
+}
+
+// The gate reads the kubelet certificate record from the API server, keeps
+// the first one it sees, and takes another one for lost.
+func TestTheKubeletCertificateRecordIsTracked(t *testing.T) {
+	c := newCluster("prod")
+	setCARotation(c, &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared})
+	record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name), UID: "first"}}
+	api := newFakeAPI(c, record)
+	r, _ := reconcilerOn(api)
+	ctx := context.Background()
+	if _, unreadable, lost, err := r.kubeletCertificates(ctx, c); err != nil || unreadable || lost {
+		t.Fatalf("the first record: unreadable %v, lost %v, %v", unreadable, lost, err)
+	}
+	if got := c.CARotation().KubeletRecordUID; got != record.UID {
+		t.Fatalf("kubeletRecordUID %q, want the first record's %q", got, record.UID)
+	}
+	if err := api.apiServer.(client.Client).Delete(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, lost, err := r.kubeletCertificates(ctx, c); err != nil || !lost {
+		t.Errorf("with the record deleted: lost %v, %v; want it lost", lost, err)
+	}
+	again := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: record.Name, UID: "again"}}
+	if err := api.apiServer.(client.Client).Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, lost, err := r.kubeletCertificates(ctx, c); err != nil || !lost {
+		t.Errorf("with another record: lost %v, %v; want it lost", lost, err)
 	}
 }
