@@ -9,10 +9,12 @@ package clustercache
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
 // The rate limit of each connection unless Cache sets one. A CSR costs two
@@ -143,8 +146,10 @@ func (conn *Connection) Run(start func(context.Context) error) {
 // Connect returns the connection to a Cluster's managed cluster, (re)making
 // it when what it connects with changed: Carousel's client certificate is
 // renewed during a rotation, the cluster CA bundle changes, the endpoint
-// moves (the connection to the old endpoint then ends, whether or not the
-// new one can be made). Everything it reads lives in the Cluster's namespace, which a
+// moves. When the endpoint moved, or the bundle no longer holds a CA the
+// connection trusts (a rotation's completion dropped the old cluster CA), the
+// connection ends whether or not the new one can be made: it would go on
+// taking for the managed cluster whatever the old endpoint or CA vouches for. Everything it reads lives in the Cluster's namespace, which a
 // tenant may write, so the connection is built from data only (see
 // credentials.RESTConfig), never from the operator Secret's kubeconfig.
 func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection, error) {
@@ -179,9 +184,7 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 	if existing != nil && existing.digest == digest {
 		return existing, nil
 	}
-	if existing != nil && existing.Config.Host != cfg.Host {
-		// The managed cluster moved: what answers at the old endpoint is no
-		// longer it, so the old connection ends even if the new one fails.
+	if existing != nil && (existing.Config.Host != cfg.Host || dropsTrust(existing.Config.CAData, cfg.CAData)) {
 		c.disconnectLocked(key)
 	}
 	conn, err := c.start(ctx, key, cfg, digest)
@@ -200,6 +203,23 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 	}
 	log.FromContext(ctx).Info("connected to the managed cluster", "endpoint", cfg.Host)
 	return conn, nil
+}
+
+// dropsTrust says whether the PEM bundle next lacks a certificate of the
+// bundle trusted, or either does not parse.
+func dropsTrust(trusted, next []byte) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	before, err := pki.ParseBundle(trusted)
+	if err != nil {
+		return true
+	}
+	after, err := pki.ParseBundle(next)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(before, func(c *x509.Certificate) bool { return !after.Contains(c) })
 }
 
 // configDigest identifies what a connection was made with.

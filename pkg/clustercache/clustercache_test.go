@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -338,4 +340,78 @@ func managedAPIHandler(discoveries *atomic.Int32) http.Handler {
 			http.NotFound(w, r)
 		}
 	})
+}
+
+// A bundle that no longer holds a CA the connection trusts (a rotation's
+// completion dropped the old cluster CA) ends the connection, whether or not
+// a new one can be made: one that failed to verify against the new bundle
+// would otherwise go on trusting the old CA.
+func TestABundleThatDropsACAEndsTheConnectionWhenTheNewOneFails(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	oldCA, newCA := pki.EncodeCertificates(server.Certificate()), newCA(t, "cluster CA 1")
+	config := func(bundle []byte) *rest.Config {
+		return &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{CAData: bundle}}
+	}
+	clusterKey := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	c := &Cache{Scheme: scheme.New()}
+	defer c.Disconnect(clusterKey)
+	first, err := c.connect(t.Context(), clusterKey, config(oldCA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := append(slices.Clone(oldCA), newCA...)
+	second, err := c.connect(t.Context(), clusterKey, config(both))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Context().Err() == nil || second.Context().Err() != nil {
+		t.Fatal("the connection made with both CAs did not take the place of the one with the old CA")
+	}
+	if _, err := c.connect(t.Context(), clusterKey, config(newCA)); err == nil {
+		t.Fatal("a connect verified the server's certificate against a CA that did not sign it")
+	}
+	if _, ok := c.Client(clusterKey); ok {
+		t.Fatal("the connection that trusts the dropped CA is still handed out")
+	}
+	if second.Context().Err() == nil {
+		t.Fatal("the connection that trusts the dropped CA still runs")
+	}
+}
+
+func TestDropsTrust(t *testing.T) {
+	ca0, ca1 := newCA(t, "0"), newCA(t, "1")
+	for _, tt := range []struct {
+		name          string
+		trusted, next []byte
+		want          bool
+	}{
+		{"the same", ca0, ca0, false},
+		{"a CA added", ca0, append(slices.Clone(ca0), ca1...), false},
+		{"the order changed", append(slices.Clone(ca0), ca1...), append(slices.Clone(ca1), ca0...), false},
+		{"a CA dropped", append(slices.Clone(ca0), ca1...), ca1, true},
+		{"another CA", ca0, ca1, true},
+		{"nothing trusted before (the system roots)", nil, ca0, false},
+		{"nothing trusted next", ca0, nil, true},
+		{"a bundle that does not parse", ca0, []byte("-----BEGIN CERTIFICATE-----\nnot base64\n"), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := dropsTrust(tt.trusted, tt.next); got != tt.want {
+				t.Errorf("dropsTrust = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// newCA is the PEM certificate of a new self-signed CA.
+func newCA(t *testing.T, name string) []byte {
+	t.Helper()
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.CertPEM()
 }
