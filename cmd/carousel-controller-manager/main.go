@@ -77,7 +77,7 @@ func main() {
 	flag.IntVar(&opts.CSRConcurrency, "csr-concurrency", opts.CSRConcurrency, "How many kubelet CSRs are approved and signed at once, across every managed cluster.")
 	flag.Float64Var(&managedQPS, "managed-kube-api-qps", float64(opts.ManagedQPS), "Requests per second each connection to a managed cluster may send its API server (a CSR costs two writes).")
 	flag.IntVar(&opts.ManagedBurst, "managed-kube-api-burst", opts.ManagedBurst, "Burst of requests each connection to a managed cluster may send above --managed-kube-api-qps.")
-	flag.IntVar(&opts.ClusterConcurrency, "cluster-concurrency", opts.ClusterConcurrency, "How many Clusters are reconciled at once (one Cluster is never reconciled twice at once).")
+	flag.IntVar(&opts.ClusterConcurrency, "cluster-concurrency", opts.ClusterConcurrency, "How many Clusters are reconciled at once by the Cluster controller, and by each controller that reaches managed clusters (kubelet bootstrap, APIService bundles); one Cluster is never reconciled twice at once.")
 	flag.Float64Var(&opts.MemoryLimitRatio, "memory-limit-ratio", opts.MemoryLimitRatio,
 		"Share of the container's memory limit (its cgroup's) under which the Go runtime keeps the process, collecting garbage more often as it nears it; 0 sets none. GOMEMLIMIT in the environment takes precedence.")
 	flag.StringVar(&opts.AuditWebhookURL, "audit-webhook-url", "", "Base URL at which managed API servers reach this manager's webhook server to send their audit events (https://<webhook Service>:443/audit): every Cluster then gets a Secret <cluster>-audit-webhook with the kubeconfig for kube-apiserver's --audit-webhook-config-file, which the old-CA usage gate learns from. Empty keeps no such Secrets.")

@@ -7,6 +7,7 @@
 package clustercache
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -45,6 +46,14 @@ const (
 	DefaultBurst = 1000
 )
 
+// DefaultRequestTimeout bounds each request of a connection's direct client
+// unless Cache sets another bound: a managed API server that takes a request
+// and never answers (etcd without quorum, a proxy holding the connection)
+// would otherwise hold the worker that sent it, which controllers share
+// between every managed cluster, for ever. It is kube-apiserver's own
+// default --request-timeout.
+const DefaultRequestTimeout = time.Minute
+
 // ErrNotIssued means the Cluster controller has not issued the trust bundle
 // or Carousel's client certificate yet; their creation brings the caller back.
 var ErrNotIssued = errors.New("the managed cluster's credentials are not issued yet")
@@ -66,6 +75,9 @@ type Cache struct {
 	// DefaultBurst.
 	QPS   float32
 	Burst int
+	// RequestTimeout bounds each request of a connection's Client; zero
+	// means DefaultRequestTimeout. The cache's watches are not bounded.
+	RequestTimeout time.Duration
 
 	mu    sync.Mutex
 	conns map[client.ObjectKey]*Connection
@@ -119,7 +131,8 @@ type Connection struct {
 	// Cluster's cache holds what CacheOptions says, and no more: read
 	// anything else through Client.
 	Cluster cluster.Cluster
-	// Client reads and writes the managed cluster without the cache.
+	// Client reads and writes the managed cluster without the cache, each
+	// request bounded by Cache.RequestTimeout.
 	Client client.Client
 
 	digest string
@@ -257,10 +270,12 @@ func (c *Cache) start(ctx context.Context, key client.ObjectKey, cfg *rest.Confi
 	if err != nil {
 		return nil, err
 	}
-	// The direct client shares the cluster's HTTP client and REST mapper: one
+	// The direct client shares the cluster's transport and REST mapper: one
 	// connection pool per managed cluster, and one discovery of its API
-	// server should a kind outside managedKinds ever need one.
-	direct, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: cl.GetHTTPClient(), Mapper: cl.GetRESTMapper()})
+	// server should a kind outside managedKinds ever need one. Its requests,
+	// unlike the cache's watches, are bounded.
+	bounded := &http.Client{Transport: cl.GetHTTPClient().Transport, Timeout: cmp.Or(c.RequestTimeout, DefaultRequestTimeout)}
+	direct, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: bounded, Mapper: cl.GetRESTMapper()})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package clustercache
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -414,4 +415,42 @@ func newCA(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return ca.CertPEM()
+}
+
+// A managed API server that takes a request and never answers does not hold
+// the caller for ever: the direct client's requests are bounded.
+func TestTheDirectClientGivesUpOnAnAPIServerThatNeverAnswers(t *testing.T) {
+	released := make(chan struct{})
+	answers := managedAPIHandler(new(atomic.Int32))
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/namespaces/kube-system/secrets/s" {
+			select { // as etcd without quorum: the request is taken, and nothing comes back
+			case <-r.Context().Done():
+			case <-released:
+			}
+			return
+		}
+		answers.ServeHTTP(w, r)
+	}))
+	defer server.Close()
+	defer close(released)
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	c := &Cache{Scheme: scheme.New(), RequestTimeout: 100 * time.Millisecond}
+	defer c.Disconnect(key)
+	conn, err := c.connect(t.Context(), key, &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- conn.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "s"}, &corev1.Secret{})
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a request the API server never answered succeeded")
+		}
+	case <-time.After(time.Minute): // far beyond the bound: the request was not bounded at all
+		t.Fatal("a request the API server never answers still waits")
+	}
 }

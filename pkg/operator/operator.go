@@ -68,7 +68,9 @@ type Options struct {
 	ManagedQPS   float32
 	ManagedBurst int
 	// ClusterConcurrency is how many Clusters the Cluster controller
-	// reconciles at once (DefaultClusterConcurrency).
+	// reconciles at once (DefaultClusterConcurrency), and each of the
+	// controllers that reach managed clusters (kubelet bootstrap, APIService
+	// bundles).
 	ClusterConcurrency int
 	// MemoryLimitRatio is the share of the container's memory limit the Go
 	// runtime keeps under (see SetMemoryLimit); 0 sets no limit.
@@ -186,11 +188,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	bootstrapper := &kubeletbootstrap.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk, Connections: connections,
-		Recorder: recorder, CleanupTimeout: opts.ManagedCleanupTimeout}
+		Recorder: recorder, CleanupTimeout: opts.ManagedCleanupTimeout, Concurrency: opts.ClusterConcurrency}
 	if err := bootstrapper.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	apiServices := &apiservicebundle.Reconciler{Client: mgr.GetClient(), Connections: connections, Recorder: recorder, Resync: opts.APIServiceResync}
+	apiServices := &apiservicebundle.Reconciler{Client: mgr.GetClient(), Connections: connections, Recorder: recorder, Resync: opts.APIServiceResync,
+		Concurrency: opts.ClusterConcurrency}
 	if err := apiServices.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -39,6 +39,8 @@ type Reconciler struct {
 	// Resync is how often a managed cluster is looked at again: its
 	// APIServices raise no events here. Zero means DefaultResync.
 	Resync time.Duration
+	// Concurrency is how many Clusters are reconciled at once; zero means one.
+	Concurrency int
 }
 
 // DefaultResync is how often, by default, the APIServices are looked at again.

@@ -45,7 +45,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kubelet-bootstrap").
-		WithOptions(controller.Options{RateLimiter: retryLimiter()}).
+		WithOptions(controller.Options{RateLimiter: retryLimiter(), MaxConcurrentReconciles: r.Concurrency}).
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Secret{}, byClusterLabel).
 		// The records of the old-CA usage gate (of client certificates in

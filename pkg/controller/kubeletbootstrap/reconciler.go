@@ -47,6 +47,10 @@ type Reconciler struct {
 	// CleanupTimeout bounds how long a deleted Cluster waits for its managed
 	// cluster to be cleaned up; zero means DefaultCleanupTimeout.
 	CleanupTimeout time.Duration
+	// Concurrency is how many Clusters are reconciled at once: a managed
+	// API server slow to answer holds one worker, not the others' upkeep.
+	// Zero means one.
+	Concurrency int
 }
 
 // Reconcile brings one managed cluster's bootstrap objects up to date.
