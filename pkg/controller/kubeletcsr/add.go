@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -68,7 +70,7 @@ type connected struct {
 	synced     func() bool     // the connection's CSRs are listed
 }
 
-// notListedRetry is how long a request waits for its connection's CSRs to be
+// notListedRetry is how long a request waits for its connection's cache to be
 // listed, and then how soon it is looked at again: a read from an unlisted
 // cache would hold a worker shared by every managed cluster until it is.
 const notListedRetry = time.Second
@@ -138,13 +140,11 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 	if cs.controller == nil {
 		return errors.New("the kubelet CSR controller is not set up")
 	}
-	// Asking for the informer starts it without waiting for it to sync.
-	informer, err := conn.Cluster.GetCache().GetInformer(context.Background(), &certificatesv1.CertificateSigningRequest{},
-		cache.BlockUntilSynced(false))
+	informer, synced, err := startInformers(conn.Cluster.GetCache())
 	if err != nil {
 		return err
 	}
-	c := &connected{ctx: conn.Context(), synced: informer.HasSynced,
+	c := &connected{ctx: conn.Context(), synced: synced,
 		reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
 			maxDuration: cs.MaxDuration, metrics: cs.Metrics, recorder: cs.Recorder}}
 	cs.mu.Lock()
@@ -164,13 +164,34 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 		// ending the connection has the next Connect make a new one.
 		listing, cancel := context.WithTimeout(ctx, listTimeout)
 		defer cancel()
-		if !toolscache.WaitForCacheSync(listing.Done(), informer.HasSynced) {
-			return fmt.Errorf("the managed cluster's CSRs were not listed within %s", listTimeout)
+		if !toolscache.WaitForCacheSync(listing.Done(), synced) {
+			return fmt.Errorf("the managed cluster's CSRs, Nodes and bootstrap-token Secrets were not listed within %s", listTimeout)
 		}
 		<-ctx.Done()
 		return nil
 	})
 	return nil
+}
+
+// startInformers starts, without waiting for them to be listed, the
+// informers of what the CSR reconciler reads through a connection's cache
+// (CSRs, Nodes, bootstrap-token Secrets), and returns the CSRs' and whether
+// all are listed: a read from an informer not yet listed, or not yet
+// started, would wait for the listing, holding a worker every managed
+// cluster shares.
+func startInformers(informers cache.Informers) (csrs cache.Informer, synced func() bool, err error) {
+	var listed []func() bool
+	for _, obj := range []client.Object{&certificatesv1.CertificateSigningRequest{}, &corev1.Node{}, &corev1.Secret{}} {
+		informer, err := informers.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			return nil, nil, err
+		}
+		if csrs == nil {
+			csrs = informer
+		}
+		listed = append(listed, informer.HasSynced)
+	}
+	return csrs, func() bool { return !slices.ContainsFunc(listed, func(synced func() bool) bool { return !synced() }) }, nil
 }
 
 // watch adds to the controller a watch of the connection's CSRs that ends

@@ -3,9 +3,12 @@ package kubeletcsr
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -70,3 +73,57 @@ func TestControllersRouteARequestToItsConnection(t *testing.T) {
 		t.Fatal("an ended connection is still handled")
 	}
 }
+
+// A request waits for the listing of all that the reconciler reads through
+// the connection's cache, not the CSRs' alone: a read of Nodes or Secrets
+// whose informer is not listed (or not started) would wait for it, holding a
+// worker every managed cluster shares.
+func TestAConnectionIsListedOnceItsCSRsNodesAndSecretsAre(t *testing.T) {
+	informers := &listingInformers{listed: map[string]bool{}}
+	csrs, synced, err := startInformers(informers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := []string{"*v1.CertificateSigningRequest", "*v1.Node", "*v1.Secret"}
+	if !slices.Equal(informers.started, kinds) {
+		t.Fatalf("informers started: %v, want %v", informers.started, kinds)
+	}
+	if csrs.(listingInformer).kind != kinds[0] {
+		t.Errorf("the informer returned is the %s one, want the CSRs'", csrs.(listingInformer).kind)
+	}
+	for _, notYet := range kinds {
+		for _, kind := range kinds {
+			informers.listed[kind] = kind != notYet
+		}
+		if synced() {
+			t.Errorf("listed while the %s informer is not", notYet)
+		}
+	}
+	for _, kind := range kinds {
+		informers.listed[kind] = true
+	}
+	if !synced() {
+		t.Error("not listed once every informer is")
+	}
+}
+
+// listingInformers start informers whose listing the test decides, by kind.
+type listingInformers struct {
+	cache.Informers
+	started []string
+	listed  map[string]bool
+}
+
+func (l *listingInformers) GetInformer(_ context.Context, obj client.Object, _ ...cache.InformerGetOption) (cache.Informer, error) {
+	kind := fmt.Sprintf("%T", obj)
+	l.started = append(l.started, kind)
+	return listingInformer{kind: kind, listed: l.listed}, nil
+}
+
+type listingInformer struct {
+	cache.Informer
+	kind   string
+	listed map[string]bool
+}
+
+func (l listingInformer) HasSynced() bool { return l.listed[l.kind] }
