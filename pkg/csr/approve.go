@@ -239,9 +239,22 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 	if p.FirstSeenAddresses {
 		what = "an address node %q had when Carousel first saw it"
 	}
-	for _, san := range append(append([]string{}, parsed.DNSNames...), ipStrings(parsed.IPAddresses)...) {
+	// A Node's addresses are as its kubelet or cloud provider wrote them:
+	// an IP SAN is one of them when it is the same address, however written
+	// (fd00::1 and fd00:0:0:0:0:0:0:1).
+	isAllowedIP := func(ip net.IP) bool {
+		return slices.ContainsFunc(allowed, func(a string) bool { return ip.Equal(net.ParseIP(a)) })
+	}
+	for _, san := range parsed.DNSNames {
 		if !slices.Contains(allowed, san) {
 			d := deny(ReasonUnexpectedSANs, "%q is not "+what, san, node)
+			d.Pin = record
+			return d
+		}
+	}
+	for _, ip := range parsed.IPAddresses {
+		if !isAllowedIP(ip) {
+			d := deny(ReasonUnexpectedSANs, "%q is not "+what, ip.String(), node)
 			d.Pin = record
 			return d
 		}

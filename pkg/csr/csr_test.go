@@ -163,7 +163,19 @@ func TestDecideServing(t *testing.T) {
 			}
 		})
 	}
-	req := request(t, ec, signer, "system:node:worker-9", nodes, servingUsages, x509.CertificateRequest{
+	// An IPv6 address the Node reports written out in full is the one a CSR
+	// writes short.
+	p := policy
+	p.AutoApproveServing = true
+	p.Node = func(node string) (NodeInfo, bool) {
+		return NodeInfo{UID: "uid-1", Addresses: []string{"fd00:0:0:0:0:0:0:1", "worker-1.example"}}, node == "worker-1"
+	}
+	req := request(t, ec, signer, "system:node:worker-1", nodes, servingUsages, x509.CertificateRequest{Subject: nodeSubject,
+		DNSNames: []string{"worker-1.example"}, IPAddresses: []net.IP{net.ParseIP("fd00::1")}})
+	if got := Decide(req, p); got.Verdict != Approve {
+		t.Errorf("an IPv6 address written another way: %+v, want it approved", got)
+	}
+	req = request(t, ec, signer, "system:node:worker-9", nodes, servingUsages, x509.CertificateRequest{
 		Subject: pkix.Name{CommonName: "system:node:worker-9", Organization: []string{NodesGroup}}, DNSNames: []string{"w9"}})
 	if got := Decide(req, policy); got.Verdict != Ignore || got.Reason != "UnknownNode" {
 		t.Fatalf("unregistered node: %+v", got)
