@@ -50,7 +50,9 @@ func APIServiceLag(services []apiregistrationv1.APIService, bundle []byte) []str
 
 // APIServiceBehind reports whether an APIService's caBundle is not exactly
 // bundle, or whether it skips verifying its server altogether (the
-// aggregator then ignores the caBundle).
+// aggregator then ignores the caBundle). A local APIService (no service),
+// which the API server serves itself and which may not have a caBundle,
+// is never behind.
 func APIServiceBehind(s *apiregistrationv1.APIService, bundle []byte) bool {
-	return !bytes.Equal(s.Spec.CABundle, bundle) || s.Spec.InsecureSkipTLSVerify
+	return s.Spec.Service != nil && (!bytes.Equal(s.Spec.CABundle, bundle) || s.Spec.InsecureSkipTLSVerify)
 }

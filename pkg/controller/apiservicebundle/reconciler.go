@@ -10,6 +10,7 @@ package apiservicebundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
 )
@@ -31,8 +31,10 @@ import (
 // managed cluster.
 type Reconciler struct {
 	Client client.Client // the management cluster
-	// Connections reach the managed clusters.
-	Connections *clustercache.Cache
+	// Connections reach the managed clusters (a *clustercache.Cache).
+	Connections interface {
+		Client(client.ObjectKey) (client.Client, bool)
+	}
 	// Recorder records an event on the Cluster for each caBundle written,
 	// related to the APIService; nil records none.
 	Recorder events.EventRecorder
@@ -86,13 +88,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := managed.List(ctx, &list, evidence.MetricsServerAPIServices); err != nil {
 		return r.retry(ctx, resync, fmt.Errorf("listing the managed cluster's APIServices: %w", err))
 	}
+	// One APIService that cannot be written (a webhook refuses it) holds
+	// up none of the others.
+	var failed []error
 	for i := range list.Items {
 		service := &list.Items[i]
 		if !evidence.APIServiceBehind(service, want) {
 			continue
 		}
 		if err := write(ctx, managed, service, want); err != nil {
-			return r.retry(ctx, resync, err)
+			failed = append(failed, err)
+			continue
 		}
 		if r.Recorder != nil {
 			// The APIService is the related object: without one, the events
@@ -101,6 +107,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.Recorder.Eventf(c, service, corev1.EventTypeNormal, v1alpha1.EventAPIServiceCABundleUpdated, "Update",
 				"APIService %s of the managed cluster now trusts the metrics-server CA bundle", service.Name)
 		}
+	}
+	if len(failed) > 0 {
+		return r.retry(ctx, resync, errors.Join(failed...))
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
 }

@@ -1,19 +1,25 @@
 package apiservicebundle
 
 import (
+	"context"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
@@ -85,3 +91,50 @@ func TestAClusterNotConnectedYetIsLookedAtAgainWithoutConnecting(t *testing.T) {
 		t.Errorf("the managed API server was dialled %d times", n)
 	}
 }
+
+// An APIService whose caBundle cannot be written holds up none of the
+// others, and a local one (served by the API server itself, which refuses
+// it a caBundle) is left alone.
+func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "a"},
+		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://192.0.2.1:6443"}}}
+	bundle := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleMetricsServer)},
+		Data: map[string]string{v1alpha1.DataKeyCABundle: "new bundle"}}
+	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c, bundle).Build()
+	labelled := map[string]string{v1alpha1.LabelCABundle: string(v1alpha1.CARoleMetricsServer)}
+	aggregated := func(name string) *apiregistrationv1.APIService {
+		return &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labelled},
+			Spec: apiregistrationv1.APIServiceSpec{CABundle: []byte("old bundle"), Service: &apiregistrationv1.ServiceReference{Namespace: "kube-system", Name: "metrics-server"}}}
+	}
+	local := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: "v1.apps", Labels: labelled}}
+	var patched []string
+	managed := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(aggregated("v1alpha1.refused.example.com"), aggregated("v1beta1.metrics.k8s.io"), local).
+		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			patched = append(patched, obj.GetName())
+			if obj.GetName() != "v1beta1.metrics.k8s.io" {
+				return apierrors.NewForbidden(apiregistrationv1.Resource("apiservices"), obj.GetName(), errors.New("a webhook refuses it"))
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		}}).Build()
+	r := &Reconciler{Client: management, Connections: connectedTo{managed}, Resync: time.Minute}
+
+	got, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	if err != nil || got.RequeueAfter != 6*time.Second {
+		t.Errorf("Reconcile = %+v, %v; want it to look again after a tenth of the resync (6s)", got, err)
+	}
+	metrics := &apiregistrationv1.APIService{}
+	if err := managed.Get(t.Context(), client.ObjectKey{Name: "v1beta1.metrics.k8s.io"}, metrics); err != nil {
+		t.Fatal(err)
+	}
+	if string(metrics.Spec.CABundle) != "new bundle" {
+		t.Errorf("the APIService listed after the refused one has caBundle %q, want the new bundle", metrics.Spec.CABundle)
+	}
+	if slices.Contains(patched, local.Name) {
+		t.Errorf("the local APIService was patched (%v)", patched)
+	}
+}
+
+// connectedTo is a managed cluster the Cluster is connected to.
+type connectedTo struct{ managed client.Client }
+
+func (c connectedTo) Client(client.ObjectKey) (client.Client, bool) { return c.managed, true }
