@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -295,12 +296,35 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 		return err
 	case sameContent(existing, obj):
 		return nil
+	case otherRole(existing, obj):
+		// A binding's roleRef cannot change: one of this name bound to
+		// another role (an older release's, or a name taken by someone
+		// else) is made again, or every pass would fail here, and with it
+		// the tokens and cluster-info after it.
+		if err := c.Delete(ctx, existing, client.Preconditions{UID: ptr.To(existing.GetUID())}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting %T %s, bound to another role: %w", obj, obj.GetName(), err)
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
+		}
+		return nil
 	}
 	obj.SetResourceVersion(existing.GetResourceVersion())
 	if err := c.Update(ctx, obj); err != nil {
 		return fmt.Errorf("updating %T %s: %w", obj, obj.GetName(), err)
 	}
 	return nil
+}
+
+// otherRole says whether have, a binding, is bound to another role than want.
+func otherRole(have, want client.Object) bool {
+	switch w := want.(type) {
+	case *rbacv1.ClusterRoleBinding:
+		return have.(*rbacv1.ClusterRoleBinding).RoleRef != w.RoleRef
+	case *rbacv1.RoleBinding:
+		return have.(*rbacv1.RoleBinding).RoleRef != w.RoleRef
+	}
+	return false
 }
 
 // sameContent compares what ensure manages of each kind.

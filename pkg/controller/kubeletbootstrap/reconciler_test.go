@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -153,5 +154,45 @@ func TestABootstrapKubeconfigSecretTheCacheCannotSeeIsReported(t *testing.T) {
 				t.Errorf("the Secret holding the name was written over (%v)", err)
 			}
 		})
+	}
+}
+
+// A binding of the name Carousel uses but bound to another role is made
+// again: its roleRef cannot be updated (the API server refuses it, as the
+// interceptor here does), and a pass that failed there would keep nothing
+// after it (tokens, cluster-info) up to date.
+func TestABindingToAnotherRoleIsMadeAgain(t *testing.T) {
+	want := bootstrap.RBAC("prod")
+	var binding *rbacv1.ClusterRoleBinding
+	for _, obj := range want {
+		if b, ok := obj.(*rbacv1.ClusterRoleBinding); ok && binding == nil {
+			binding = b
+		}
+	}
+	if binding == nil {
+		t.Fatal("the bootstrap RBAC has no ClusterRoleBinding")
+	}
+	taken := binding.DeepCopy()
+	taken.RoleRef.Name = "someone-elses-role"
+	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(taken).WithInterceptorFuncs(interceptor.Funcs{
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if b, ok := obj.(*rbacv1.ClusterRoleBinding); ok {
+				there := &rbacv1.ClusterRoleBinding{}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(b), there); err == nil && there.RoleRef != b.RoleRef {
+					return apierrors.NewInvalid(rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding").GroupKind(), b.Name, nil)
+				}
+			}
+			return cl.Update(ctx, obj, opts...)
+		},
+	}).Build()
+	if err := ensure(t.Context(), managed, binding.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	got := &rbacv1.ClusterRoleBinding{}
+	if err := managed.Get(t.Context(), client.ObjectKeyFromObject(binding), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.RoleRef != binding.RoleRef {
+		t.Errorf("roleRef %+v, want %+v", got.RoleRef, binding.RoleRef)
 	}
 }
