@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
 )
 
 // DefaultCleanupTimeout is how long a deleted Cluster waits for its managed
@@ -76,15 +77,15 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 // bootstrap tokens, pinned node addresses, RBAC, cluster-info and the node
 // trust ConfigMap.
 func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
-	conn, err := r.Connections.Connect(ctx, c)
+	remote, err := r.managedClient(ctx, c)
 	if err != nil {
 		return err
 	}
-	if err := conn.Client.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(metav1.NamespaceSystem),
+	if err := remote.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(metav1.NamespaceSystem),
 		client.MatchingLabels{v1alpha1.LabelBootstrapToken: c.Name}); err != nil {
 		return fmt.Errorf("deleting bootstrap tokens: %w", err)
 	}
-	if err := conn.Client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(metav1.NamespaceSystem),
+	if err := remote.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(metav1.NamespaceSystem),
 		client.MatchingLabels{v1alpha1.LabelServingAddresses: c.Name}); err != nil {
 		return fmt.Errorf("deleting pinned node addresses: %w", err)
 	}
@@ -93,9 +94,28 @@ func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstrap.NodeTrustConfigMap}})
 	var errs []error
 	for _, obj := range objs {
-		if err := conn.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+		if err := remote.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// managedClient is the direct client of the deleted Cluster's managed
+// cluster: its connection, made again if what it connects with changed, or
+// the live one when that is gone. A foreground deletion (kubectl delete
+// --cascade=foreground, as Argo CD deletes) has the garbage collector delete
+// the Cluster's Secrets and ConfigMaps before the Cluster, so no connection
+// can be made any more.
+func (r *Reconciler) managedClient(ctx context.Context, c *v1alpha1.Cluster) (client.Client, error) {
+	conn, err := r.Connections.Connect(ctx, c)
+	switch {
+	case err == nil:
+		return conn.Client, nil
+	case errors.Is(err, clustercache.ErrNotIssued):
+		if live, ok := r.Connections.Client(client.ObjectKeyFromObject(c)); ok {
+			return live, nil
+		}
+	}
+	return nil, err
 }

@@ -41,8 +41,8 @@ type Reconciler struct {
 	// nothing: such a pass fails with the create's error alone.
 	APIReader client.Reader
 	Clock     clock.PassiveClock
-	// Connections reach the managed clusters.
-	Connections *clustercache.Cache
+	// Connections reach the managed clusters (a *clustercache.Cache).
+	Connections Connections
 	// Recorder records events on Clusters; nil records none.
 	Recorder events.EventRecorder
 	// CleanupTimeout bounds how long a deleted Cluster waits for its managed
@@ -52,6 +52,14 @@ type Reconciler struct {
 	// API server slow to answer holds one worker, not the others' upkeep.
 	// Zero means one.
 	Concurrency int
+}
+
+// Connections are the connections to managed clusters the Reconciler
+// makes, uses and ends.
+type Connections interface {
+	Connect(context.Context, *v1alpha1.Cluster) (*clustercache.Connection, error)
+	Client(client.ObjectKey) (client.Client, bool)
+	Disconnect(client.ObjectKey)
 }
 
 // Reconcile brings one managed cluster's bootstrap objects up to date.

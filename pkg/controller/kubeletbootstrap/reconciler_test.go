@@ -14,12 +14,14 @@ import (
 	"k8s.io/client-go/tools/events"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
@@ -196,3 +198,50 @@ func TestABindingToAnotherRoleIsMadeAgain(t *testing.T) {
 		t.Errorf("roleRef %+v, want %+v", got.RoleRef, binding.RoleRef)
 	}
 }
+
+// A foreground deletion has the garbage collector delete the Cluster's
+// Secrets and ConfigMaps before the Cluster: no connection can be made any
+// more, and the cleanup goes through the one still live instead of failing
+// until the cleanup timeout.
+func TestADeletedClusterWhoseCredentialsWentFirstIsCleanedUpThroughItsLiveConnection(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}},
+		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://192.0.2.1:6443"}}}
+	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
+	if err := management.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	token := tokenSecret("prod", "abcdef", "")
+	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(token).Build()
+	connections := &liveConnection{managed: managed}
+	r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections}
+
+	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := managed.Get(t.Context(), client.ObjectKeyFromObject(token), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the bootstrap token is still there (%v)", err)
+	}
+	if err := management.Get(t.Context(), client.ObjectKeyFromObject(c), &v1alpha1.Cluster{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Cluster was not released (%v)", err)
+	}
+	if !connections.disconnected {
+		t.Error("the connection was not ended")
+	}
+}
+
+// liveConnection is a managed cluster still connected whose connection can
+// no longer be made: the Cluster's credentials are gone.
+type liveConnection struct {
+	managed      client.Client
+	disconnected bool
+}
+
+func (l *liveConnection) Connect(context.Context, *v1alpha1.Cluster) (*clustercache.Connection, error) {
+	return nil, clustercache.ErrNotIssued
+}
+
+func (l *liveConnection) Client(client.ObjectKey) (client.Client, bool) {
+	return l.managed, !l.disconnected
+}
+
+func (l *liveConnection) Disconnect(client.ObjectKey) { l.disconnected = true }
