@@ -49,10 +49,10 @@ const (
 // DefaultRequestTimeout bounds each request of a connection's direct client
 // unless Cache sets another bound: a managed API server that takes a request
 // and never answers (etcd without quorum, a proxy holding the connection)
-// would otherwise hold the worker that sent it, which controllers share
-// between every managed cluster, for ever. It is kube-apiserver's own
-// default --request-timeout.
-const DefaultRequestTimeout = time.Minute
+// would otherwise hold the worker that sent it for ever. It is a little
+// longer than kube-apiserver's own default --request-timeout (60s), whose
+// answer says more.
+const DefaultRequestTimeout = 70 * time.Second
 
 // ErrNotIssued means the Cluster controller has not issued the trust bundle
 // or Carousel's client certificate yet; their creation brings the caller back.
@@ -354,13 +354,19 @@ func nodeIdentity(obj any) (any, error) {
 
 // Client returns the direct client of a managed cluster Carousel is connected to.
 func (c *Cache) Client(key client.ObjectKey) (client.Client, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	conn, ok := c.conns[key]
+	conn, ok := c.Connection(key)
 	if !ok {
 		return nil, false
 	}
 	return conn.Client, true
+}
+
+// Connection returns the live connection to a Cluster's managed cluster.
+func (c *Cache) Connection(key client.ObjectKey) (*Connection, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	conn, ok := c.conns[key]
+	return conn, ok
 }
 
 // Disconnect ends the connection to a managed cluster, if there is one,

@@ -365,14 +365,6 @@ func hasSANs(r *x509.CertificateRequest) bool {
 	return len(r.DNSNames)+len(r.IPAddresses)+len(r.EmailAddresses)+len(r.URIs) > 0
 }
 
-func ipStrings(ips []net.IP) []string {
-	out := make([]string, 0, len(ips))
-	for _, ip := range ips {
-		out = append(out, ip.String())
-	}
-	return out
-}
-
 func deny(reason, format string, args ...any) Decision {
 	return Decision{Verdict: Deny, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }

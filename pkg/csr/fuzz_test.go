@@ -517,3 +517,12 @@ func FuzzSign(f *testing.F) {
 		}
 	})
 }
+
+// ipStrings are ips as strings.
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out
+}

@@ -93,6 +93,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var failed []error
 	for i := range list.Items {
 		service := &list.Items[i]
+		if service.Spec.Service == nil {
+			log.FromContext(ctx).Info("a labelled APIService is local (no service): the API server serves it and allows it no caBundle; "+
+				"label the APIServices of the aggregated API server instead", "apiService", service.Name)
+		}
 		if !evidence.APIServiceBehind(service, want) {
 			continue
 		}

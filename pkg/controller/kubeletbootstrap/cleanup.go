@@ -103,18 +103,20 @@ func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 
 // managedClient is the direct client of the deleted Cluster's managed
 // cluster: its connection, made again if what it connects with changed, or
-// the live one when that is gone. A foreground deletion (kubectl delete
-// --cascade=foreground, as Argo CD deletes) has the garbage collector delete
-// the Cluster's Secrets and ConfigMaps before the Cluster, so no connection
-// can be made any more.
+// the live one to its endpoint when what it connects with is gone. A
+// foreground deletion (kubectl delete --cascade=foreground, as Argo CD
+// deletes) has the garbage collector delete the Cluster's Secrets and
+// ConfigMaps before the Cluster, so no connection can be made any more.
 func (r *Reconciler) managedClient(ctx context.Context, c *v1alpha1.Cluster) (client.Client, error) {
 	conn, err := r.Connections.Connect(ctx, c)
 	switch {
 	case err == nil:
 		return conn.Client, nil
 	case errors.Is(err, clustercache.ErrNotIssued):
-		if live, ok := r.Connections.Client(client.ObjectKeyFromObject(c)); ok {
-			return live, nil
+		// Not one to another endpoint: a Cluster of the same name made
+		// since for another managed cluster.
+		if live, ok := r.Connections.Connection(client.ObjectKeyFromObject(c)); ok && live.Config.Host == c.Spec.ControlPlane.Endpoint {
+			return live.Client, nil
 		}
 	}
 	return nil, err

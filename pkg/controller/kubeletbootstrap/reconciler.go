@@ -58,7 +58,7 @@ type Reconciler struct {
 // makes, uses and ends.
 type Connections interface {
 	Connect(context.Context, *v1alpha1.Cluster) (*clustercache.Connection, error)
-	Client(client.ObjectKey) (client.Client, bool)
+	Connection(client.ObjectKey) (*clustercache.Connection, bool)
 	Disconnect(client.ObjectKey)
 }
 
@@ -309,6 +309,8 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 		// another role (an older release's, or a name taken by someone
 		// else) is made again, or every pass would fail here, and with it
 		// the tokens and cluster-info after it.
+		log.FromContext(ctx).Info("replacing a binding bound to another role", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName(),
+			"roleRef", fmt.Sprint(roleRef(existing)))
 		if err := c.Delete(ctx, existing, client.Preconditions{UID: ptr.To(existing.GetUID())}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting %T %s, bound to another role: %w", obj, obj.GetName(), err)
 		}
@@ -326,13 +328,20 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 
 // otherRole says whether have, a binding, is bound to another role than want.
 func otherRole(have, want client.Object) bool {
-	switch w := want.(type) {
+	ref, binding := roleRef(have)
+	wanted, _ := roleRef(want)
+	return binding && ref != wanted
+}
+
+// roleRef is the role obj binds, and whether it is a binding.
+func roleRef(obj client.Object) (rbacv1.RoleRef, bool) {
+	switch b := obj.(type) {
 	case *rbacv1.ClusterRoleBinding:
-		return have.(*rbacv1.ClusterRoleBinding).RoleRef != w.RoleRef
+		return b.RoleRef, true
 	case *rbacv1.RoleBinding:
-		return have.(*rbacv1.RoleBinding).RoleRef != w.RoleRef
+		return b.RoleRef, true
 	}
-	return false
+	return rbacv1.RoleRef{}, false
 }
 
 // sameContent compares what ensure manages of each kind.

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -201,38 +202,48 @@ func TestABindingToAnotherRoleIsMadeAgain(t *testing.T) {
 
 // A foreground deletion has the garbage collector delete the Cluster's
 // Secrets and ConfigMaps before the Cluster: no connection can be made any
-// more, and the cleanup goes through the one still live instead of failing
-// until the cleanup timeout.
+// more, and the cleanup goes through the one still live to the Cluster's
+// endpoint instead of failing until the cleanup timeout; never through one
+// to another endpoint (a Cluster of the same name, deleted, made again for
+// another managed cluster).
 func TestADeletedClusterWhoseCredentialsWentFirstIsCleanedUpThroughItsLiveConnection(t *testing.T) {
-	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}},
-		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://192.0.2.1:6443"}}}
-	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
-	if err := management.Delete(t.Context(), c); err != nil {
-		t.Fatal(err)
-	}
-	token := tokenSecret("prod", "abcdef", "")
-	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(token).Build()
-	connections := &liveConnection{managed: managed}
-	r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections}
+	const endpoint = "https://192.0.2.1:6443"
+	for _, tt := range []struct {
+		name      string
+		liveHost  string
+		wantClean bool
+	}{
+		{"a live connection to its endpoint", endpoint, true},
+		{"a live connection to another endpoint", "https://192.0.2.2:6443", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}},
+				Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: endpoint}}}
+			management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
+			if err := management.Delete(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			token := tokenSecret("prod", "abcdef", "")
+			managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(token).Build()
+			connections := &liveConnection{live: &clustercache.Connection{Config: &rest.Config{Host: tt.liveHost}, Client: managed}}
+			r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections}
 
-	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := managed.Get(t.Context(), client.ObjectKeyFromObject(token), &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the bootstrap token is still there (%v)", err)
-	}
-	if err := management.Get(t.Context(), client.ObjectKeyFromObject(c), &v1alpha1.Cluster{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the Cluster was not released (%v)", err)
-	}
-	if !connections.disconnected {
-		t.Error("the connection was not ended")
+			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); err != nil {
+				t.Fatal(err)
+			}
+			tokenGone := apierrors.IsNotFound(managed.Get(t.Context(), client.ObjectKeyFromObject(token), &corev1.Secret{}))
+			released := apierrors.IsNotFound(management.Get(t.Context(), client.ObjectKeyFromObject(c), &v1alpha1.Cluster{}))
+			if tokenGone != tt.wantClean || released != tt.wantClean || connections.disconnected != tt.wantClean {
+				t.Errorf("token deleted %v, Cluster released %v, disconnected %v; want all %v", tokenGone, released, connections.disconnected, tt.wantClean)
+			}
+		})
 	}
 }
 
 // liveConnection is a managed cluster still connected whose connection can
 // no longer be made: the Cluster's credentials are gone.
 type liveConnection struct {
-	managed      client.Client
+	live         *clustercache.Connection
 	disconnected bool
 }
 
@@ -240,8 +251,8 @@ func (l *liveConnection) Connect(context.Context, *v1alpha1.Cluster) (*clusterca
 	return nil, clustercache.ErrNotIssued
 }
 
-func (l *liveConnection) Client(client.ObjectKey) (client.Client, bool) {
-	return l.managed, !l.disconnected
+func (l *liveConnection) Connection(client.ObjectKey) (*clustercache.Connection, bool) {
+	return l.live, !l.disconnected
 }
 
 func (l *liveConnection) Disconnect(client.ObjectKey) { l.disconnected = true }

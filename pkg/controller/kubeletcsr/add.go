@@ -56,6 +56,9 @@ type Controllers struct {
 	// Recorder records the client certificates signed, for the old-CA
 	// usage gate; nil records none.
 	Recorder *Recorder
+	// RequestTimeout bounds the handling of one CSR; zero means
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
 
 	controller controller.TypedController[Request]
 	mu         sync.Mutex
@@ -67,8 +70,16 @@ type Controllers struct {
 type connected struct {
 	reconciler *csrReconciler
 	ctx        context.Context // ends with the connection
-	synced     func() bool     // the connection's CSRs are listed
+	synced     func() bool     // the connection's CSRs and bootstrap-token Secrets are listed
 }
+
+// DefaultRequestTimeout bounds the handling of one CSR: reads from the
+// cache, writes to the managed API server, the record of signed
+// certificates. A managed API server that takes a request and never answers
+// (etcd without quorum) would otherwise hold a worker, which every managed
+// cluster shares, until its connection ends; the request is then retried
+// with backoff.
+const DefaultRequestTimeout = 2 * time.Minute
 
 // notListedRetry is how long a request waits for its connection's cache to be
 // listed, and then how soon it is looked at again: a read from an unlisted
@@ -118,7 +129,7 @@ func (cs *Controllers) Reconcile(ctx context.Context, req Request) (reconcile.Re
 	if c == nil {
 		return reconcile.Result{}, nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(cs.RequestTimeout, DefaultRequestTimeout))
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
 	if !c.synced() {
@@ -145,7 +156,7 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 		return err
 	}
 	c := &connected{ctx: conn.Context(), synced: synced,
-		reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), management: cs.Management, clock: cs.Clock,
+		reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), informers: conn.Cluster.GetCache(), management: cs.Management, clock: cs.Clock,
 			maxDuration: cs.MaxDuration, metrics: cs.Metrics, recorder: cs.Recorder}}
 	cs.mu.Lock()
 	if cs.clusters == nil {
@@ -165,7 +176,7 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 		listing, cancel := context.WithTimeout(ctx, listTimeout)
 		defer cancel()
 		if !toolscache.WaitForCacheSync(listing.Done(), synced) {
-			return fmt.Errorf("the managed cluster's CSRs, Nodes and bootstrap-token Secrets were not listed within %s", listTimeout)
+			return fmt.Errorf("the managed cluster's CSRs and bootstrap-token Secrets were not listed within %s", listTimeout)
 		}
 		<-ctx.Done()
 		return nil
@@ -175,13 +186,14 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 
 // startInformers starts, without waiting for them to be listed, the
 // informers of what the CSR reconciler reads through a connection's cache
-// (CSRs, Nodes, bootstrap-token Secrets), and returns the CSRs' and whether
-// all are listed: a read from an informer not yet listed, or not yet
-// started, would wait for the listing, holding a worker every managed
-// cluster shares.
+// for every request (CSRs, bootstrap-token Secrets), and returns the CSRs'
+// and whether both are listed: a read from an informer not yet listed, or
+// not yet started, would wait for the listing, holding a worker every
+// managed cluster shares. (Nodes, which serving requests alone read, are
+// started by the first: csrReconciler.nodesListed.)
 func startInformers(informers cache.Informers) (csrs cache.Informer, synced func() bool, err error) {
 	var listed []func() bool
-	for _, obj := range []client.Object{&certificatesv1.CertificateSigningRequest{}, &corev1.Node{}, &corev1.Secret{}} {
+	for _, obj := range []client.Object{&certificatesv1.CertificateSigningRequest{}, &corev1.Secret{}} {
 		informer, err := informers.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
 		if err != nil {
 			return nil, nil, err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -18,8 +20,8 @@ import (
 
 // The one controller serves every connection: a request is handled by its
 // own cluster's reconciler, and never holds a worker, which every managed
-// cluster shares, past the end of its connection or while its connection's
-// CSRs are not listed.
+// cluster shares, past the end of its connection, past RequestTimeout, or
+// while its connection's CSRs are not listed.
 func TestControllersRouteARequestToItsConnection(t *testing.T) {
 	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
 	// A cache that cannot answer: a read waits for its context, as a read
@@ -47,19 +49,30 @@ func TestControllersRouteARequestToItsConnection(t *testing.T) {
 	}
 
 	listed = true
-	done := make(chan error, 1)
-	go func() {
-		_, err := cs.Reconcile(context.Background(), req) // the controller's context lives as long as the manager
-		done <- err
-	}()
-	endConnection()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the request ended with %v, want the connection's end", err)
+	// reconcile handles req, the controller's context living as long as
+	// the manager, and returns its error once then is done.
+	reconcile := func(then func()) error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := cs.Reconcile(context.Background(), req)
+			done <- err
+		}()
+		then()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("a request held its worker")
+			return nil
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a request held its worker after its connection ended")
+	}
+	cs.RequestTimeout = 50 * time.Millisecond
+	if err := reconcile(func() {}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request the managed cluster never answers ended with %v, want its timeout", err)
+	}
+	cs.RequestTimeout = time.Hour
+	if err := reconcile(endConnection); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the request ended with %v, want the connection's end", err)
 	}
 
 	newer := &connected{reconciler: reconciler, ctx: context.Background(), synced: func() bool { return true }}
@@ -75,16 +88,16 @@ func TestControllersRouteARequestToItsConnection(t *testing.T) {
 }
 
 // A request waits for the listing of all that the reconciler reads through
-// the connection's cache, not the CSRs' alone: a read of Nodes or Secrets
-// whose informer is not listed (or not started) would wait for it, holding a
-// worker every managed cluster shares.
-func TestAConnectionIsListedOnceItsCSRsNodesAndSecretsAre(t *testing.T) {
+// the connection's cache for every request, not the CSRs' alone: a read of
+// bootstrap-token Secrets whose informer is not listed (or not started)
+// would wait for it, holding a worker every managed cluster shares.
+func TestAConnectionIsListedOnceItsCSRsAndSecretsAre(t *testing.T) {
 	informers := &listingInformers{listed: map[string]bool{}}
 	csrs, synced, err := startInformers(informers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := []string{"*v1.CertificateSigningRequest", "*v1.Node", "*v1.Secret"}
+	kinds := []string{"*v1.CertificateSigningRequest", "*v1.Secret"}
 	if !slices.Equal(informers.started, kinds) {
 		t.Fatalf("informers started: %v, want %v", informers.started, kinds)
 	}
@@ -104,6 +117,23 @@ func TestAConnectionIsListedOnceItsCSRsNodesAndSecretsAre(t *testing.T) {
 	}
 	if !synced() {
 		t.Error("not listed once every informer is")
+	}
+}
+
+// The Nodes, which serving requests alone read, are watched from the first
+// such read, which does not wait for their listing: until they are listed, a
+// Node reads as not there yet (the request stays pending for a moment).
+func TestTheFirstReadOfANodeStartsTheirInformerWithoutWaiting(t *testing.T) {
+	informers := &listingInformers{listed: map[string]bool{}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", UID: "uid-1"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}}}}
+	r := &csrReconciler{remote: fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(node).Build(), informers: informers}
+	if _, ok := r.node(t.Context(), node.Name); ok || !slices.Equal(informers.started, []string{"*v1.Node"}) {
+		t.Fatalf("before the Nodes are listed: found %v, informers started %v; want none found and the Nodes' started", ok, informers.started)
+	}
+	informers.listed["*v1.Node"] = true
+	if got, ok := r.node(t.Context(), node.Name); !ok || !slices.Equal(got.Addresses, []string{"10.0.0.7"}) {
+		t.Errorf("once the Nodes are listed: %+v, %v; want the node's address", got, ok)
 	}
 }
 

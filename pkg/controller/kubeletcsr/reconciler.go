@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -33,9 +34,12 @@ const transientRetry = 5 * time.Second
 // csrReconciler approves, denies, signs and cleans up the kubelet CSRs of one
 // managed cluster.
 type csrReconciler struct {
-	cluster     client.ObjectKey // the Cluster in the management cluster
-	remote      client.Client    // the managed cluster (cached)
-	management  client.Reader    // the management cluster (cached)
+	cluster client.ObjectKey // the Cluster in the management cluster
+	remote  client.Client    // the managed cluster (cached)
+	// informers are remote's: the first read of a Node starts theirs
+	// (nodesListed). Nil starts none.
+	informers   cache.Informers
+	management  client.Reader // the management cluster (cached)
 	clock       clock.PassiveClock
 	maxDuration time.Duration
 	metrics     *Metrics
@@ -189,7 +193,25 @@ func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string)
 	return err == nil
 }
 
+// nodesListed starts, on the first serving request, the informer of the
+// managed cluster's Nodes, which only those read (a cluster whose serving
+// requests are approved by hand, the default, has none watched), and says
+// whether it is listed. Until it is, a Node reads as not there yet, which
+// leaves the request pending for a moment (csr.RetrySoon) rather than
+// holding a worker, which every managed cluster shares, while the Nodes are
+// listed.
+func (r *csrReconciler) nodesListed(ctx context.Context) bool {
+	if r.informers == nil {
+		return true
+	}
+	informer, err := r.informers.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
+	return err == nil && informer.HasSynced()
+}
+
 func (r *csrReconciler) node(ctx context.Context, name string) (csr.NodeInfo, bool) {
+	if !r.nodesListed(ctx) {
+		return csr.NodeInfo{}, false
+	}
 	node := &corev1.Node{}
 	if err := r.remote.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return csr.NodeInfo{}, false
