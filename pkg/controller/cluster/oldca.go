@@ -218,7 +218,7 @@ func (r *Reconciler) issuedKubeconfigs(ctx context.Context, s *scope) (record *o
 // lists, read from the API server: the cache holds a record's metadata only
 // (cacheConfigMap). The read is of a version no older than the cache's,
 // which the API server serves from its watch cache. nil when there is none.
-// A record the rotation judges by (recordUID) is read by name when the cache
+// A record the rotation judges by (recordUIDs) is read by name when the cache
 // does not list it: it may have lost its label, which would hide what it
 // holds from the gate.
 func (r *Reconciler) record(ctx context.Context, s *scope, name string) (*corev1.ConfigMap, error) {

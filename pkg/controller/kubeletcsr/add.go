@@ -10,13 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -70,7 +68,7 @@ type Controllers struct {
 type connected struct {
 	reconciler *csrReconciler
 	ctx        context.Context // ends with the connection
-	synced     func() bool     // the connection's CSRs and bootstrap-token Secrets are listed
+	synced     func() bool     // the connection's CSRs are listed
 }
 
 // DefaultRequestTimeout bounds the handling of one CSR: reads from the
@@ -81,7 +79,7 @@ type connected struct {
 // with backoff.
 const DefaultRequestTimeout = 2 * time.Minute
 
-// notListedRetry is how long a request waits for its connection's cache to be
+// notListedRetry is how long a request waits for its connection's CSRs to be
 // listed, and then how soon it is looked at again: a read from an unlisted
 // cache would hold a worker shared by every managed cluster until it is.
 const notListedRetry = time.Second
@@ -151,11 +149,13 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 	if cs.controller == nil {
 		return errors.New("the kubelet CSR controller is not set up")
 	}
-	informer, synced, err := startInformers(conn.Cluster.GetCache())
+	// Asking for the informer starts it without waiting for it to sync.
+	informer, err := conn.Cluster.GetCache().GetInformer(context.Background(), &certificatesv1.CertificateSigningRequest{},
+		cache.BlockUntilSynced(false))
 	if err != nil {
 		return err
 	}
-	c := &connected{ctx: conn.Context(), synced: synced,
+	c := &connected{ctx: conn.Context(), synced: informer.HasSynced,
 		reconciler: &csrReconciler{cluster: key, remote: conn.Cluster.GetClient(), informers: conn.Cluster.GetCache(), management: cs.Management, clock: cs.Clock,
 			maxDuration: cs.MaxDuration, metrics: cs.Metrics, recorder: cs.Recorder}}
 	cs.mu.Lock()
@@ -175,35 +175,13 @@ func (cs *Controllers) OnConnect(key client.ObjectKey, conn *clustercache.Connec
 		// ending the connection has the next Connect make a new one.
 		listing, cancel := context.WithTimeout(ctx, listTimeout)
 		defer cancel()
-		if !toolscache.WaitForCacheSync(listing.Done(), synced) {
-			return fmt.Errorf("the managed cluster's CSRs and bootstrap-token Secrets were not listed within %s", listTimeout)
+		if !toolscache.WaitForCacheSync(listing.Done(), informer.HasSynced) {
+			return fmt.Errorf("the managed cluster's CSRs were not listed within %s", listTimeout)
 		}
 		<-ctx.Done()
 		return nil
 	})
 	return nil
-}
-
-// startInformers starts, without waiting for them to be listed, the
-// informers of what the CSR reconciler reads through a connection's cache
-// for every request (CSRs, bootstrap-token Secrets), and returns the CSRs'
-// and whether both are listed: a read from an informer not yet listed, or
-// not yet started, would wait for the listing, holding a worker every
-// managed cluster shares. (Nodes, which serving requests alone read, are
-// started by the first: csrReconciler.nodesListed.)
-func startInformers(informers cache.Informers) (csrs cache.Informer, synced func() bool, err error) {
-	var listed []func() bool
-	for _, obj := range []client.Object{&certificatesv1.CertificateSigningRequest{}, &corev1.Secret{}} {
-		informer, err := informers.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
-		if err != nil {
-			return nil, nil, err
-		}
-		if csrs == nil {
-			csrs = informer
-		}
-		listed = append(listed, informer.HasSynced)
-	}
-	return csrs, func() bool { return !slices.ContainsFunc(listed, func(synced func() bool) bool { return !synced() }) }, nil
 }
 
 // watch adds to the controller a watch of the connection's CSRs that ends

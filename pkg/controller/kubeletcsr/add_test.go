@@ -10,11 +10,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -87,53 +89,35 @@ func TestControllersRouteARequestToItsConnection(t *testing.T) {
 	}
 }
 
-// A request waits for the listing of all that the reconciler reads through
-// the connection's cache for every request, not the CSRs' alone: a read of
-// bootstrap-token Secrets whose informer is not listed (or not started)
-// would wait for it, holding a worker every managed cluster shares.
-func TestAConnectionIsListedOnceItsCSRsAndSecretsAre(t *testing.T) {
-	informers := &listingInformers{listed: map[string]bool{}}
-	csrs, synced, err := startInformers(informers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := []string{"*v1.CertificateSigningRequest", "*v1.Secret"}
-	if !slices.Equal(informers.started, kinds) {
-		t.Fatalf("informers started: %v, want %v", informers.started, kinds)
-	}
-	if csrs.(listingInformer).kind != kinds[0] {
-		t.Errorf("the informer returned is the %s one, want the CSRs'", csrs.(listingInformer).kind)
-	}
-	for _, notYet := range kinds {
-		for _, kind := range kinds {
-			informers.listed[kind] = kind != notYet
-		}
-		if synced() {
-			t.Errorf("listed while the %s informer is not", notYet)
-		}
-	}
-	for _, kind := range kinds {
-		informers.listed[kind] = true
-	}
-	if !synced() {
-		t.Error("not listed once every informer is")
-	}
-}
-
-// The Nodes, which serving requests alone read, are watched from the first
-// such read, which does not wait for their listing: until they are listed, a
-// Node reads as not there yet (the request stays pending for a moment).
-func TestTheFirstReadOfANodeStartsTheirInformerWithoutWaiting(t *testing.T) {
+// Nodes and bootstrap-token Secrets, which only some requests read, are
+// watched from the first such read, which does not wait for their listing:
+// until they are listed, a Node or a token reads as not there yet (the
+// request stays pending for a moment), and no worker, which every managed
+// cluster shares, waits for a managed API server to list them.
+func TestTheFirstReadOfANodeOrATokenStartsTheirInformerWithoutWaiting(t *testing.T) {
 	informers := &listingInformers{listed: map[string]bool{}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", UID: "uid-1"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}}}}
-	r := &csrReconciler{remote: fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(node).Build(), informers: informers}
-	if _, ok := r.node(t.Context(), node.Name); ok || !slices.Equal(informers.started, []string{"*v1.Node"}) {
-		t.Fatalf("before the Nodes are listed: found %v, informers started %v; want none found and the Nodes' started", ok, informers.started)
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef",
+		Labels: map[string]string{v1alpha1.LabelBootstrapToken: "prod"}}, Type: bootstrapapi.SecretTypeBootstrapToken,
+		Data: map[string][]byte{bootstrapapi.BootstrapTokenIDKey: []byte("abcdef"), bootstrapapi.BootstrapTokenSecretKey: []byte("0123456789abcdef"),
+			bootstrapapi.BootstrapTokenExpirationKey: []byte(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))}}
+	r := &csrReconciler{remote: fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(node, token).Build(), informers: informers}
+	if _, ok := r.node(t.Context(), node.Name); ok {
+		t.Error("a Node read before the Nodes are listed")
 	}
-	informers.listed["*v1.Node"] = true
+	if r.isCarouselToken(t.Context(), "prod", "abcdef") {
+		t.Error("a token read before the Secrets are listed")
+	}
+	if want := []string{"*v1.Node", "*v1.Secret"}; !slices.Equal(informers.started, want) {
+		t.Fatalf("informers started: %v, want %v", informers.started, want)
+	}
+	informers.listed["*v1.Node"], informers.listed["*v1.Secret"] = true, true
 	if got, ok := r.node(t.Context(), node.Name); !ok || !slices.Equal(got.Addresses, []string{"10.0.0.7"}) {
 		t.Errorf("once the Nodes are listed: %+v, %v; want the node's address", got, ok)
+	}
+	if !r.isCarouselToken(t.Context(), "prod", "abcdef") {
+		t.Error("once the Secrets are listed, the Cluster's token is not one")
 	}
 }
 

@@ -36,8 +36,8 @@ const transientRetry = 5 * time.Second
 type csrReconciler struct {
 	cluster client.ObjectKey // the Cluster in the management cluster
 	remote  client.Client    // the managed cluster (cached)
-	// informers are remote's: the first read of a Node starts theirs
-	// (nodesListed). Nil starts none.
+	// informers are remote's: the first read of a Node or a Secret starts
+	// theirs (listed). Nil starts none.
 	informers   cache.Informers
 	management  client.Reader // the management cluster (cached)
 	clock       clock.PassiveClock
@@ -185,6 +185,9 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 // writes them (one without never expires; the token reconciler deletes it).
 func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string) bool {
 	s := &corev1.Secret{}
+	if !r.listed(ctx, s) {
+		return false
+	}
 	if err := r.remote.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id}, s); err != nil ||
 		s.Labels[v1alpha1.LabelBootstrapToken] != cluster {
 		return false
@@ -193,23 +196,24 @@ func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string)
 	return err == nil
 }
 
-// nodesListed starts, on the first serving request, the informer of the
-// managed cluster's Nodes, which only those read (a cluster whose serving
-// requests are approved by hand, the default, has none watched), and says
-// whether it is listed. Until it is, a Node reads as not there yet, which
-// leaves the request pending for a moment (csr.RetrySoon) rather than
-// holding a worker, which every managed cluster shares, while the Nodes are
-// listed.
-func (r *csrReconciler) nodesListed(ctx context.Context) bool {
+// listed starts, on the first request that reads them, the informer of the
+// kind of obj in the managed cluster (bootstrap-token Secrets, which only
+// requests made with a token read; Nodes, which only serving requests read,
+// none when they are approved by hand, the default), and says whether it is
+// listed. Until it is, the object reads as not there yet, which leaves the
+// request pending for a moment (csr.RetrySoon) rather than holding a worker,
+// which every managed cluster shares, while they are listed; a connection
+// whose cluster has no such requests watches none.
+func (r *csrReconciler) listed(ctx context.Context, obj client.Object) bool {
 	if r.informers == nil {
 		return true
 	}
-	informer, err := r.informers.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
+	informer, err := r.informers.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 	return err == nil && informer.HasSynced()
 }
 
 func (r *csrReconciler) node(ctx context.Context, name string) (csr.NodeInfo, bool) {
-	if !r.nodesListed(ctx) {
+	if !r.listed(ctx, &corev1.Node{}) {
 		return csr.NodeInfo{}, false
 	}
 	node := &corev1.Node{}
