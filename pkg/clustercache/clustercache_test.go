@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -349,7 +350,7 @@ func managedAPIHandler(discoveries *atomic.Int32) http.Handler {
 // would otherwise go on trusting the old CA.
 func TestABundleThatDropsACAEndsTheConnectionWhenTheNewOneFails(t *testing.T) {
 	server := managedAPIServer(t, new(atomic.Int32))
-	oldCA, newCA := pki.EncodeCertificates(server.Certificate()), newCA(t, "cluster CA 1")
+	oldCA, newCA := pki.EncodeCertificates(server.Certificate()), pkitest.NewCA(t, "cluster CA 1").CertPEM()
 	config := func(bundle []byte) *rest.Config {
 		return &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{CAData: bundle}}
 	}
@@ -380,7 +381,7 @@ func TestABundleThatDropsACAEndsTheConnectionWhenTheNewOneFails(t *testing.T) {
 }
 
 func TestDropsTrust(t *testing.T) {
-	ca0, ca1 := newCA(t, "0"), newCA(t, "1")
+	ca0, ca1 := pkitest.NewCA(t, "0").CertPEM(), pkitest.NewCA(t, "1").CertPEM()
 	for _, tt := range []struct {
 		name          string
 		trusted, next []byte
@@ -401,20 +402,6 @@ func TestDropsTrust(t *testing.T) {
 			}
 		})
 	}
-}
-
-// newCA is the PEM certificate of a new self-signed CA.
-func newCA(t *testing.T, name string) []byte {
-	t.Helper()
-	key, err := pki.GenerateKey(pki.ECDSAP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca.CertPEM()
 }
 
 // A managed API server that takes a request and never answers does not hold

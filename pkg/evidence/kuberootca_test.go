@@ -3,29 +3,16 @@ package evidence
 import (
 	"slices"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
 
-func newCA(t *testing.T, name string) *pki.KeyPair {
-	t.Helper()
-	key, err := pki.GenerateKey(pki.ECDSAP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
 func TestKubeRootCALag(t *testing.T) {
-	old, current := newCA(t, "old"), newCA(t, "new")
+	old, current := pkitest.NewCA(t, "old"), pkitest.NewCA(t, "new")
 	both := pki.NewBundle(old.Cert, current.Cert)
 	namespace := func(name string, phase corev1.NamespacePhase) corev1.Namespace {
 		return corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NamespaceStatus{Phase: phase}}

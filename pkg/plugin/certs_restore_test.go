@@ -11,20 +11,8 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
-
-func testCA(t *testing.T, name string) *pki.KeyPair {
-	t.Helper()
-	key, err := pki.GenerateKey(pki.ECDSAP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kp
-}
 
 // uploadedCA is the uploaded CA Secret of a role of Cluster "prod".
 func uploadedCA(t *testing.T, role v1alpha1.CARole, current, previous *pki.KeyPair, rotation string) uploadedSecret {
@@ -66,7 +54,7 @@ func TestCheckUploadedCARefusesACopyOlderThanTheStatus(t *testing.T) {
 	etcd := v1alpha1.CARoleEtcd
 	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	id := started.Format(time.RFC3339)
-	oldCA, newCA := testCA(t, "old"), testCA(t, "new")
+	oldCA, newCA := pkitest.NewCA(t, "old"), pkitest.NewCA(t, "new")
 	for _, tc := range []struct {
 		name     string
 		cluster  *v1alpha1.Cluster
@@ -106,7 +94,7 @@ func TestCheckUploadedCARefusesACopyOlderThanTheStatus(t *testing.T) {
 
 func TestPlanRestoreCreatesOnlyWhatIsMissing(t *testing.T) {
 	cluster, etcd := v1alpha1.CARoleCluster, v1alpha1.CARoleEtcd
-	clusterCA, etcdCA := testCA(t, "cluster"), testCA(t, "etcd")
+	clusterCA, etcdCA := pkitest.NewCA(t, "cluster"), pkitest.NewCA(t, "etcd")
 	cl := clusterRecording(cluster, clusterCA, nil, "", time.Time{})
 	cl.Status.Credentials.CertificateAuthorities = append(cl.Status.Credentials.CertificateAuthorities,
 		v1alpha1.CertificateAuthorityInventory{Role: etcd, Current: info(etcdCA)})
@@ -144,7 +132,7 @@ func TestPlanRestoreCreatesOnlyWhatIsMissing(t *testing.T) {
 	}
 
 	// An existing Secret is kept even when the upload's copy of it is stale.
-	stale := uploadedCA(t, cluster, testCA(t, "stale"), nil, "")
+	stale := uploadedCA(t, cluster, pkitest.NewCA(t, "stale"), nil, "")
 	if steps, err := planRestore(cl, []uploadedSecret{stale}, []v1alpha1.CARole{cluster}, false, existing); err != nil || steps[0].action != keepDiffers {
 		t.Errorf("stale but existing: %+v, %v", steps, err)
 	}
@@ -168,7 +156,7 @@ func TestPlanRestoreCreatesOnlyWhatIsMissing(t *testing.T) {
 
 func TestRestoredSecretIsTheUploadedOne(t *testing.T) {
 	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
-	up := uploadedCA(t, v1alpha1.CARoleEtcd, testCA(t, "etcd"), nil, "2026-03-01T12:00:00Z")
+	up := uploadedCA(t, v1alpha1.CARoleEtcd, pkitest.NewCA(t, "etcd"), nil, "2026-03-01T12:00:00Z")
 	s := restoredSecret(cl, up)
 	if s.Namespace != "team-a" || s.Name != "prod-ca-etcd" || s.Type != corev1.SecretTypeOpaque ||
 		s.Labels[v1alpha1.LabelCA] != "etcd" || s.Annotations[v1alpha1.AnnotationRotation] != "2026-03-01T12:00:00Z" ||

@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -270,11 +271,19 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		}).WithTimeout(window + oldca.Settling + time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 
-	It("does not vouch for the rotation once the usage record it started with is deleted", func(ctx SpecContext) {
-		usageKey := client.ObjectKey{Namespace: key.Namespace, Name: credentials.CertificateUsageConfigMapName(key.Name)}
+	// startedRecord is the Cluster's record name, which the rotation's start
+	// recorded (the UID kept tells).
+	startedRecord := func(ctx context.Context, name string, kept func(*v1alpha1.CARotation) types.UID) *corev1.ConfigMap {
+		GinkgoHelper()
 		started := &corev1.ConfigMap{}
-		Expect(k8s.Get(ctx, usageKey, started)).To(Succeed())
-		Expect(getCluster(ctx, key).CARotation().UsageRecordUID).To(Equal(started.UID), "the start recorded the record it judges by")
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, started)).To(Succeed())
+		Expect(kept(getCluster(ctx, key).CARotation())).To(Equal(started.UID), "the start recorded the record it judges by")
+		return started
+	}
+
+	It("does not vouch for the rotation once the usage record it started with is deleted", func(ctx SpecContext) {
+		started := startedRecord(ctx, credentials.CertificateUsageConfigMapName(key.Name), func(rot *v1alpha1.CARotation) types.UID { return rot.UsageRecordUID })
+		usageKey := client.ObjectKeyFromObject(started)
 
 		By("deleting the record: the robot's requests have the receiver create it again, without the first uses it held")
 		Expect(k8s.Delete(ctx, started)).To(Succeed())
@@ -296,10 +305,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 	})
 
 	It("reads the kubeconfig record it started with when it lost its label, and does not vouch for its kubeconfigs once it is deleted", func(ctx SpecContext) {
-		recordKey := client.ObjectKey{Namespace: key.Namespace, Name: credentials.IssuedKubeconfigsConfigMapName(key.Name)}
-		started := &corev1.ConfigMap{}
-		Expect(k8s.Get(ctx, recordKey, started)).To(Succeed())
-		Expect(getCluster(ctx, key).CARotation().KubeconfigRecordUID).To(Equal(started.UID), "the start recorded the record it judges by")
+		started := startedRecord(ctx, credentials.IssuedKubeconfigsConfigMapName(key.Name), func(rot *v1alpha1.CARotation) types.UID { return rot.KubeconfigRecordUID })
 
 		By("taking the record's label, which hides it from the manager's cache, and recording in it a kubeconfig of carol's from the old client CA")
 		record, err := oldca.ParseKubeconfigs(started.Data[oldca.KubeconfigsDataKey])
