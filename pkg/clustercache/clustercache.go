@@ -162,8 +162,9 @@ func (conn *Connection) Run(start func(context.Context) error) {
 // moves. When the endpoint moved, or the bundle no longer holds a CA the
 // connection trusts (a rotation's completion dropped the old cluster CA), the
 // connection ends whether or not the new one can be made: it would go on
-// taking for the managed cluster whatever the old endpoint or CA vouches for. Everything it reads lives in the Cluster's namespace, which a
-// tenant may write, so the connection is built from data only (see
+// taking for the managed cluster whatever the old endpoint or CA vouches for.
+// Everything it reads lives in the Cluster's namespace, which a tenant may
+// write, so the connection is built from data only (see
 // credentials.RESTConfig), never from the operator Secret's kubeconfig.
 func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection, error) {
 	bundle := &corev1.ConfigMap{}

@@ -309,8 +309,9 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 		// another role (an older release's, or a name taken by someone
 		// else) is made again, or every pass would fail here, and with it
 		// the tokens and cluster-info after it.
+		bound, _ := roleRef(existing)
 		log.FromContext(ctx).Info("replacing a binding bound to another role", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName(),
-			"roleRef", fmt.Sprint(roleRef(existing)))
+			"roleRef", bound.Kind+"/"+bound.Name)
 		if err := c.Delete(ctx, existing, client.Preconditions{UID: ptr.To(existing.GetUID())}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting %T %s, bound to another role: %w", obj, obj.GetName(), err)
 		}
