@@ -21,23 +21,13 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 func TestRestoreOldCA(t *testing.T) {
 	const id, earlier = "2026-11-26T10:00:00Z", "2026-05-01T10:00:00Z"
-	ca := func(name string) *pki.KeyPair {
-		key, err := pki.GenerateKey(pki.ECDSAP256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kp, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kp
-	}
-	oldCA, newCA := ca("old"), ca("new")
+	oldCA, newCA := pkitest.NewCA(t, "old"), pkitest.NewCA(t, "new")
 	for _, tt := range []struct {
 		name        string
 		in          credentials.CAs
