@@ -175,8 +175,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	recorder := mgr.GetEventRecorder("carousel-controller-manager")
 	connections := &clustercache.Cache{Management: mgr.GetClient(), Scheme: mgr.GetScheme(), QPS: opts.ManagedQPS, Burst: opts.ManagedBurst}
+	var csrMetrics *kubeletcsr.Metrics
 	if opts.CSRControllers {
-		csrMetrics := kubeletcsr.NewMetrics(metrics.Registry)
+		csrMetrics = kubeletcsr.NewMetrics(metrics.Registry)
 		csrs := &kubeletcsr.Controllers{Management: mgr.GetClient(), Clock: clk, MaxDuration: opts.CSRMaxDuration, Concurrency: opts.CSRConcurrency,
 			Metrics: csrMetrics, Recorder: kubeletcsr.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), clk, opts.CSRMaxDuration, csrMetrics)}
 		if err := csrs.SetupWithManager(mgr); err != nil {
@@ -216,6 +217,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Metrics:                clustercontroller.NewMetrics(metrics.Registry),
 		ManagedNodes:           clustercontroller.ManagedNodes(connections),
 		OldCAUsageWindow:       opts.OldCAUsageWindow,
+		OnForget:               csrMetrics.Forget,
 	}
 	if opts.AuditWebhookURL != "" {
 		caFile := opts.AuditWebhookCAFile

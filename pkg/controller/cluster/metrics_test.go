@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -135,4 +138,24 @@ func BenchmarkScrapeClusterGauges(b *testing.B) {
 		size = w.Body.Len()
 	}
 	b.ReportMetric(float64(size), "bytes/scrape")
+}
+
+// TestAGoneClusterIsForgottenBesideThisController: the controllers beside
+// this one (the kubelet CSR metrics) hear of a Cluster that is gone, and of
+// no other.
+func TestAGoneClusterIsForgottenBesideThisController(t *testing.T) {
+	sc := newSettledCluster(t)
+	var forgotten []types.NamespacedName
+	sc.r.OnForget = func(key types.NamespacedName) { forgotten = append(forgotten, key) }
+	sc.reconcile()
+	if len(forgotten) != 0 {
+		t.Fatalf("a Cluster that is there was forgotten: %v", forgotten)
+	}
+	if err := sc.api.Delete(context.Background(), sc.cluster()); err != nil {
+		t.Fatal(err)
+	}
+	sc.reconcile()
+	if want := []types.NamespacedName{sc.key}; !slices.Equal(forgotten, want) {
+		t.Errorf("forgotten %v, want %v", forgotten, want)
+	}
 }

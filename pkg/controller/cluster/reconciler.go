@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -74,6 +75,10 @@ type Reconciler struct {
 	// the old-CA usage gate to count it; zero means DefaultOldCAUsageWindow.
 	OldCAUsageWindow time.Duration
 
+	// OnForget, when set, is called with each Cluster Forget drops, so that
+	// the controllers beside this one drop what they hold for it.
+	OnForget func(types.NamespacedName)
+
 	// indexedByCluster says that Client reads from a cache indexed by
 	// clusterIndex (set by SetupWithManager).
 	indexedByCluster bool
@@ -90,6 +95,9 @@ const DefaultMaxManagedPollInterval = 5 * time.Minute
 func (r *Reconciler) Forget(req ctrl.Request) {
 	r.Metrics.forget(req.Namespace, req.Name)
 	r.staleReads.forget(req.NamespacedName)
+	if r.OnForget != nil {
+		r.OnForget(req.NamespacedName)
+	}
 }
 
 // Reconcile brings one Cluster's credentials to the state its phase requires.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -56,6 +57,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			// most the CSR workers (64 by default).
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		})),
+	}
+}
+
+// Forget drops the series of a Cluster that is gone, or no longer this
+// shard's: a fleet whose Clusters come and go would otherwise keep the series
+// of every Cluster it ever had.
+func (m *Metrics) Forget(key types.NamespacedName) {
+	if m == nil {
+		return
+	}
+	cluster := prometheus.Labels{"namespace": key.Namespace, "cluster": key.Name}
+	for _, vec := range []*prometheus.CounterVec{m.decisions, m.signings, m.failures, m.errors} {
+		vec.DeletePartialMatch(cluster)
 	}
 }
 
