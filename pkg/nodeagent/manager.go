@@ -297,6 +297,9 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	if err != nil {
 		return err
 	}
+	if err := m.checkAccepted(ctx, server, ca, certPEM, key); err != nil {
+		return err
+	}
 	now := m.cfg.Clock.Now()
 	kp, err := m.store.Update(certPEM, key, now)
 	if err != nil {
@@ -310,6 +313,34 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	m.mu.Unlock()
 	return nil
 }
+
+// checkAccepted has the API server at server, trusted with ca, review the
+// client with the issued certificate and the pending key, before they
+// replace the current pair: a certificate from a CA that API server does not
+// trust (a signer ahead of the API server, a replica rolled back) would cut
+// the agent off, and in kubelet mode have it take the kubelet's working
+// pair, still on disk, for refused credentials and bootstrap again. Any
+// failure keeps the current pair; the renewal is tried again later, and
+// finds the same CSR, named after the pending key.
+func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM []byte, key crypto.Signer) error {
+	keyPEM, err := pki.EncodePrivateKey(key)
+	if err != nil {
+		return err
+	}
+	cs, err := m.newClient(&rest.Config{Host: server, Timeout: acceptedTimeout,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca, CertData: certPEM, KeyData: keyPEM}})
+	if err != nil {
+		return err
+	}
+	// Forbidden comes after authentication: the API server knows the client.
+	if err := reviewSelf(ctx, cs); err != nil && !apierrors.IsForbidden(err) {
+		return fmt.Errorf("the API server at %s with the new client certificate: %w; keeping the current one", server, err)
+	}
+	return nil
+}
+
+// acceptedTimeout bounds checkAccepted's request.
+const acceptedTimeout = 30 * time.Second
 
 // requestCertificate is RequestCertificate for the pending key of store,
 // with its wait for an answer bounded by wait, on the manager's clock (a CSR

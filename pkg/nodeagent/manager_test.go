@@ -13,7 +13,9 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	certificatesv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	"k8s.io/client-go/rest"
@@ -331,8 +333,10 @@ func TestRunBootstrapsAgainWhenTheServerIsNoLongerTrusted(t *testing.T) {
 	m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig"),
 		BootstrapKubeconfigPath: writeBootstrapKubeconfig(t, dir), Clock: clk})
 	m.newClient = func(cfg *rest.Config) (kubernetes.Interface, error) {
-		if cfg.BearerToken != "" { // the bootstrap kubeconfig's, with the new bundle
-			return signer, nil
+		// The bootstrap kubeconfig's, with the new bundle, and the review
+		// of an issued certificate, with the bundle of the request's client.
+		if cfg.BearerToken != "" || len(cfg.CertData) > 0 {
+			return signer.client(cfg)
 		}
 		return untrustedServer{}, nil
 	}
@@ -378,4 +382,43 @@ type untrustedCSRs struct {
 func (untrustedCSRs) Create(context.Context, *certificatesv1.CertificateSigningRequest, metav1.CreateOptions) (*certificatesv1.CertificateSigningRequest, error) {
 	return nil, &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/apis/certificates.k8s.io/v1/certificatesigningrequests",
 		Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}
+}
+
+// TestCheckAccepted: an issued certificate the API server authenticates is
+// accepted, even where it is not authorized to review itself; one it
+// refuses, or that could not be checked, is not.
+func TestCheckAccepted(t *testing.T) {
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		answer   error
+		accepted bool
+	}{
+		{"reviewed", nil, true},
+		{"forbidden to review itself", apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"}, "", errors.New("RBAC")), true},
+		{"unauthorized", apierrors.NewUnauthorized("Unauthorized"), false},
+		{"the API server away", errors.New("connection refused"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewManager(Config{NodeName: "w1", CertDir: t.TempDir()})
+			var cfg *rest.Config
+			m.newClient = func(c *rest.Config) (kubernetes.Interface, error) {
+				cfg = c
+				if tt.answer == nil {
+					return fakeClient{fakeSigner: newFakeSigner(nil), cfg: c}, nil
+				}
+				return refusingReviews{err: tt.answer}, nil
+			}
+			err := m.checkAccepted(context.Background(), "https://127.0.0.1:6443", testCA.CertPEM(), []byte("issued"), key)
+			if accepted := err == nil; accepted != tt.accepted {
+				t.Errorf("checkAccepted = %v, want accepted %v", err, tt.accepted)
+			}
+			if cfg == nil || string(cfg.CertData) != "issued" || string(cfg.CAData) != string(testCA.CertPEM()) || len(cfg.KeyData) == 0 || cfg.Timeout == 0 {
+				t.Errorf("reviewed with %+v, want the issued certificate, the pending key, the bundle and a timeout", cfg)
+			}
+		})
+	}
 }

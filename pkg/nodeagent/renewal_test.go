@@ -60,6 +60,10 @@ type testNode struct {
 	served     *x509.Certificate
 	// loadsNothing: a restart leaves the kubelet serving what it served.
 	loadsNothing bool
+	// refuseIssued: the API server refuses a client certificate it is asked
+	// to review before the agent stores it (issued from a CA it does not
+	// trust).
+	refuseIssued bool
 	logs         []string
 }
 
@@ -129,9 +133,13 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 		return false, nil, nil
 	})
 
+	tn.cs.PrependReactor("create", "selfsubjectreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, a.(k8stesting.CreateAction).GetObject(), nil
+	})
+
 	m := NewManager(Config{Mode: ModeKubelet, NodeName: "w1", CertDir: certDir, KubeconfigPath: tn.path("kubeconfig"),
 		BootstrapKubeconfigPath: tn.path("bootstrap-kubeconfig"), Clock: tn.clk})
-	m.newClient = func(*rest.Config) (kubernetes.Interface, error) { return tn.cs, nil }
+	m.newClient = tn.client
 	tn.node = &Node{Manager: m, Logf: tn.logf, Kubelet: &Kubelet{
 		Config:  &KubeletConfig{ClientCAFile: tn.path("ca.crt"), HealthzURL: "http://127.0.0.1:10248/healthz"},
 		Restart: tn.restart, Healthy: tn.healthy, Serves: tn.serves,
@@ -143,6 +151,17 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 	// the code under test to wait on the clock count from none.
 	awaitNoWaiters(t, tn.clk)
 	return tn
+}
+
+// client is the Manager's newClient: the fake API server, which refuses a
+// client certificate given as data (one not stored yet) when refuseIssued.
+func (tn *testNode) client(cfg *rest.Config) (kubernetes.Interface, error) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	if tn.refuseIssued && len(cfg.CertData) > 0 {
+		return refusingReviews{Interface: tn.cs}, nil
+	}
+	return tn.cs, nil
 }
 
 // answer approves and signs csr as Carousel does: a serving one with the new
@@ -344,6 +363,69 @@ func (tn *testNode) loggedLine(parts ...string) bool {
 	return false
 }
 
+// TestAClientCertificateTheAPIServerRefusesIsNotInstalled: a signer ahead of
+// the API server the node reaches (or a replica rolled back) issues a
+// client certificate that API server refuses. The kubelet's pair on disk
+// stays the one it works with, nothing is restarted, and the agent does not
+// take that pair for refused credentials; once the API server accepts the
+// certificate, the renewal installs it, from the same CSR.
+func TestAClientCertificateTheAPIServerRefusesIsNotInstalled(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	m := tn.node.Manager
+	current := func() string {
+		target, err := os.Readlink(m.store.CurrentPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return target
+	}
+	before, oldClient := current(), m.Current().Cert
+	tn.mu.Lock()
+	tn.refuseIssued = true
+	tn.mu.Unlock()
+
+	err := tn.node.renew(context.Background(), tn.req)
+	if err == nil || !strings.Contains(err.Error(), "renew the client certificate") || !strings.Contains(err.Error(), "keeping the current one") {
+		t.Fatalf("renewal with a refused certificate = %v, want an error at renew the client certificate", err)
+	}
+	if after := current(); after != before {
+		t.Errorf("the kubelet's pair is now %s, was %s", after, before)
+	}
+	if !m.Current().Cert.Equal(oldClient) {
+		t.Error("the agent uses the refused certificate")
+	}
+	if _, restarts := tn.counts(); restarts != 0 {
+		t.Errorf("%d restarts, want none", restarts)
+	}
+	if rebootstrapped, err := tn.node.rebootstrapIfRefused(context.Background()); rebootstrapped || err != nil {
+		t.Errorf("rebootstrapIfRefused = %v, %v: the kubelet's credentials are not refused", rebootstrapped, err)
+	}
+
+	tn.mu.Lock()
+	tn.refuseIssued = false
+	tn.mu.Unlock()
+	if err := tn.node.renew(context.Background(), tn.req); err != nil {
+		t.Fatal(err)
+	}
+	tn.assertRenewed()
+	if m.Current().Cert.Equal(oldClient) || current() == before {
+		t.Error("the client certificate was not renewed once the API server accepts it")
+	}
+	csrs, err := tn.cs.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := 0
+	for _, csr := range csrs.Items {
+		if csr.Spec.SignerName == certificatesv1.KubeAPIServerClientKubeletSignerName {
+			clients++
+		}
+	}
+	if clients != 1 {
+		t.Errorf("%d client CSRs, want the one the refused certificate was issued for", clients)
+	}
+}
+
 // TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout leaves
 // the CSRs of an in-place renewal pending: each renewal gives up after
 // CertificateWaitTimeout (so that the agent watches its Node again and
@@ -494,7 +576,7 @@ func TestRenewStandIn(t *testing.T) {
 	tn := newTestNode(t, v1alpha1.RotationPreparing)
 	m := NewManager(Config{NodeName: "w1", CertDir: tn.path("pki"), KubeconfigPath: tn.path("kubeconfig"),
 		BootstrapKubeconfigPath: tn.path("bootstrap-kubeconfig"), Clock: tn.clk})
-	m.newClient = func(*rest.Config) (kubernetes.Interface, error) { return tn.cs, nil }
+	m.newClient = tn.client
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

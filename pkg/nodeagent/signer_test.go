@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	certificatesv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -28,6 +30,8 @@ type fakeSigner struct {
 	// answer sets the status of the n-th created CSR (from 0); approve
 	// issues it.
 	answer func(n int, csr *certificatesv1.CertificateSigningRequest)
+	// refuses, when set, says which clients a SelfSubjectReview refuses.
+	refuses func(*rest.Config) bool
 
 	mu      sync.Mutex
 	csrs    map[string]*certificatesv1.CertificateSigningRequest
@@ -38,8 +42,62 @@ func newFakeSigner(answer func(n int, csr *certificatesv1.CertificateSigningRequ
 	return &fakeSigner{answer: answer, csrs: map[string]*certificatesv1.CertificateSigningRequest{}}
 }
 
-// client is a Manager.newClient that always returns the fake.
-func (f *fakeSigner) client(*rest.Config) (kubernetes.Interface, error) { return f, nil }
+// client is a Manager.newClient that always returns the fake, which
+// reviews the client as cfg makes it.
+func (f *fakeSigner) client(cfg *rest.Config) (kubernetes.Interface, error) {
+	return fakeClient{fakeSigner: f, cfg: cfg}, nil
+}
+
+// fakeClient is the fakeSigner as a client made with cfg sees it.
+type fakeClient struct {
+	*fakeSigner
+	cfg *rest.Config
+}
+
+// AuthenticationV1 serves SelfSubjectReviews: they succeed, unless refuses
+// says the API server refuses the client's credentials.
+func (c fakeClient) AuthenticationV1() authenticationv1client.AuthenticationV1Interface {
+	if c.refuses != nil && c.refuses(c.cfg) {
+		return fakeAuthentication{err: apierrors.NewUnauthorized("Unauthorized")}
+	}
+	return fakeAuthentication{}
+}
+
+// refusingReviews is a client whose SelfSubjectReviews fail with err,
+// Unauthorized when nil: the API server refuses its credentials.
+type refusingReviews struct {
+	kubernetes.Interface
+	err error
+}
+
+func (r refusingReviews) AuthenticationV1() authenticationv1client.AuthenticationV1Interface {
+	if r.err == nil {
+		return fakeAuthentication{err: apierrors.NewUnauthorized("Unauthorized")}
+	}
+	return fakeAuthentication{err: r.err}
+}
+
+// fakeAuthentication answers SelfSubjectReviews with err, or the review.
+type fakeAuthentication struct {
+	authenticationv1client.AuthenticationV1Interface
+	err error
+}
+
+func (a fakeAuthentication) SelfSubjectReviews() authenticationv1client.SelfSubjectReviewInterface {
+	return fakeSelfSubjectReviews(a)
+}
+
+type fakeSelfSubjectReviews struct {
+	authenticationv1client.AuthenticationV1Interface
+	err error
+}
+
+func (r fakeSelfSubjectReviews) Create(_ context.Context, review *authenticationv1.SelfSubjectReview, _ metav1.CreateOptions) (*authenticationv1.SelfSubjectReview, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	return review, nil
+}
 
 // Created returns the CSRs created so far.
 func (f *fakeSigner) Created() []*certificatesv1.CertificateSigningRequest {
