@@ -3,6 +3,7 @@ package noderenewal
 import (
 	"crypto"
 	"crypto/x509"
+	"slices"
 	"testing"
 	"time"
 
@@ -153,9 +154,10 @@ func TestAssessAndPending(t *testing.T) {
 
 // FuzzParseRequest: ParseRequest never panics, and what it accepts formats
 // back to exactly the value it parsed (so both ends compare the same string)
-// and names a phase that rolls workers.
+// and names a phase that rolls workers (an abort rolls them back).
 func FuzzParseRequest(f *testing.F) {
-	for _, seed := range []string{"2026-11-23T09:30:00Z/Preparing", "2026-11-23T09:30:00Z/Finalizing", "2026-11-23T09:30:00.5Z/Preparing",
+	for _, seed := range []string{"2026-11-23T09:30:00Z/Preparing", "2026-11-23T09:30:00Z/Finalizing", "2026-11-23T09:30:00Z/Aborting",
+		"2026-11-23T09:30:00.5Z/Preparing",
 		"2026-11-23T10:30:00+01:00/Preparing", "/", "x/Preparing", "2026-11-23T09:30:00Z/Preparing/x"} {
 		f.Add(seed)
 	}
@@ -167,7 +169,7 @@ func FuzzParseRequest(f *testing.F) {
 		if req.String() != value {
 			t.Fatalf("ParseRequest(%q) formats back as %q", value, req.String())
 		}
-		if req.Phase != v1alpha1.RotationPreparing && req.Phase != v1alpha1.RotationFinalizing {
+		if !slices.Contains([]v1alpha1.CARotationPhase{v1alpha1.RotationPreparing, v1alpha1.RotationFinalizing, v1alpha1.RotationAborting}, req.Phase) {
 			t.Fatalf("ParseRequest(%q) accepted phase %q", value, req.Phase)
 		}
 		annotations := map[string]string{v1alpha1.AnnotationRenewCredentials: value}
