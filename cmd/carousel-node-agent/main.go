@@ -72,6 +72,10 @@ func (o *options) validate() error {
 		if net.ParseIP(o.address) == nil {
 			return fmt.Errorf("--node-ip %q is not an IP address", o.address)
 		}
+		if o.heartbeat < time.Second {
+			// Its Lease lasts four beats, in whole seconds.
+			return fmt.Errorf("--heartbeat-interval=%s: at least 1s", o.heartbeat)
+		}
 		return nil
 	}
 	if o.address != "" || o.pool != "" {

@@ -16,7 +16,7 @@ func TestValidate(t *testing.T) {
 	}
 	standIn := func() *options {
 		o := kubelet()
-		o.registerNode, o.address = true, "10.0.0.5"
+		o.registerNode, o.address, o.heartbeat = true, "10.0.0.5", 10*time.Second
 		return o
 	}
 	with := func(o *options, f func(*options)) *options { f(o); return o }
@@ -37,6 +37,8 @@ func TestValidate(t *testing.T) {
 		{"a certificate TTL the API server refuses", with(standIn(), func(o *options) { o.ttl = time.Minute }),
 			"--certificate-ttl=1m0s: 0 (the signer decides) or from 10m0s to 596523h14m7s, what a CSR may ask for"},
 		{"a certificate TTL beyond expirationSeconds", with(kubelet(), func(o *options) { o.ttl = 100 * 365 * 24 * time.Hour }), "--certificate-ttl=876000h0m0s"},
+		{"a heartbeat under a second", with(standIn(), func(o *options) { o.heartbeat = 500 * time.Millisecond }), "--heartbeat-interval=500ms: at least 1s"},
+		{"a heartbeat of a second", with(standIn(), func(o *options) { o.heartbeat = time.Second }), ""},
 		{"no restart command", with(kubelet(), func(o *options) { o.kubeletRestartCommand = nil }), "--kubelet-restart-command is empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
