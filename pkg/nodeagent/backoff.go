@@ -22,6 +22,12 @@ var (
 	// renewalBackoff spaces the attempts at an in-place renewal Carousel
 	// requested, and the attempts to watch the Node for such requests.
 	renewalBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: retryJitter, Cap: time.Minute}
+	// refusedRenewalBackoff spaces the attempts at an in-place renewal
+	// whose CSR was denied or failed: the approver's answer is final for
+	// that request, and the next attempt asks again with a new key, so a
+	// refusal that lasts (a node whose addresses the serving CSR policy
+	// refuses) would otherwise have every node create a CSR a minute.
+	refusedRenewalBackoff = wait.Backoff{Duration: time.Minute, Factor: 2, Jitter: retryJitter, Cap: 15 * time.Minute}
 	// kubeletBackoff spaces the looks for the kubelet's credentials at
 	// start, and for the kubelet's health and serving certificate after the
 	// agent restarted it.

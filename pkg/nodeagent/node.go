@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -151,7 +152,7 @@ var errWatchEnded = fmt.Errorf("the watch ended within %s", shortWatch)
 // bootstrap kubeconfig (rebootstrapIfRefused) before it watches again.
 func (n *Node) WatchRenewals(ctx context.Context) error {
 	name := n.Manager.cfg.NodeName
-	retry, rewatch := newBackoff(renewalBackoff), newBackoff(renewalBackoff)
+	retry, refused, rewatch := newBackoff(renewalBackoff), newBackoff(refusedRenewalBackoff), newBackoff(renewalBackoff)
 	for ctx.Err() == nil {
 		w, err := n.watchNode(ctx)
 		if n.rebootstrapTakesOver(ctx, w, err, rewatch) {
@@ -175,9 +176,14 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			start := n.Manager.cfg.Clock.Now()
 			if err := n.renew(ctx, request); err != nil {
 				n.Manager.cfg.Metrics.renewError()
-				n.retryAfter(ctx, retry.next(), "renewal "+request.String(), err)
+				delay := retry.next()
+				if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
+					delay = refused.next()
+				}
+				n.retryAfter(ctx, delay, "renewal "+request.String(), err)
 			} else {
 				retry.reset()
+				refused.reset()
 				n.logf("renewal %s: done in %s, client certificate valid until %s", request,
 					n.Manager.cfg.Clock.Since(start).Round(time.Millisecond), n.Manager.Current().Cert.NotAfter.Format(time.RFC3339))
 			}

@@ -60,6 +60,8 @@ type testNode struct {
 	served     *x509.Certificate
 	// loadsNothing: a restart leaves the kubelet serving what it served.
 	loadsNothing bool
+	// deny: every CSR is denied as it is created.
+	deny bool
 	// refuseIssued: the API server refuses a client certificate it is asked
 	// to review before the agent stores it (issued from a CA it does not
 	// trust).
@@ -116,6 +118,10 @@ func newTestNode(t *testing.T, phase v1alpha1.CARotationPhase) *testNode {
 		}
 		tn.csrs++
 		csr := a.(k8stesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
+		if tn.deny {
+			refuse(csr, certificatesv1.CertificateDenied)
+			return false, nil, nil
+		}
 		if tn.unanswered > 0 {
 			tn.unanswered--
 			return false, nil, nil
@@ -361,6 +367,30 @@ func (tn *testNode) loggedLine(parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestADeniedRenewalIsAskedForAgainRarely: the approver denies every CSR of
+// a renewal Carousel requested. The agent asks again (with a new key, a new
+// CSR), but at most every 15 minutes, not every minute like a renewal that
+// failed for another reason: over an hour, eight CSRs at most (at 0, 1, 3, 7,
+// 15, 30, 45 and 60 minutes without jitter), where the one-minute cap of the
+// other failures made 33 in a run.
+func TestADeniedRenewalIsAskedForAgainRarely(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	tn.mu.Lock()
+	tn.deny = true
+	tn.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tn.node.WatchRenewals(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range 60 {
+		awaitWaiters(t, tn.clk, 1)
+		tn.clk.Step(time.Minute)
+	}
+	if csrs, _ := tn.counts(); csrs < 2 || csrs > 8 {
+		t.Errorf("%d CSRs in an hour of denials, want from 2 to 8", csrs)
+	}
 }
 
 // TestAClientCertificateTheAPIServerRefusesIsNotInstalled: a signer ahead of
