@@ -2,6 +2,7 @@ package campaign
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -85,7 +86,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// The webhook refuses such a spec, but it may be off or fail open: an
 	// empty selector would select every Cluster of the namespace.
 	if errs := v1alpha1.ValidateRotationCampaign(rc); len(errs) > 0 {
-		return ctrl.Result{}, r.writeInvalid(ctx, rc, errs.ToAggregate().Error(), now)
+		return lookAgainIfStale(r.writeInvalid(ctx, rc, errs.ToAggregate().Error(), now))
 	}
 	step := rc.Spec.StepOrDefault()
 	clusters, err := r.selected(ctx, rc)
@@ -160,7 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.recordWave(rc, step, started)
 	if err := r.writeStatus(ctx, rc, d, now); err != nil {
-		return ctrl.Result{}, err
+		return lookAgainIfStale(err)
 	}
 	r.Metrics.record(rc)
 	return r.next(d, now), nil
@@ -380,13 +381,33 @@ func (r *Reconciler) writeInvalid(ctx context.Context, rc *v1alpha1.RotationCamp
 	return nil
 }
 
+// errStaleCampaign means that the campaign was read before a change: its
+// status is not written from that read.
+var errStaleCampaign = errors.New("the campaign changed since it was read")
+
+// lookAgainIfStale is the result of a pass that ended with err: a second
+// later, to look at the newer campaign, when it was read before a change.
+func lookAgainIfStale(err error) (ctrl.Result, error) {
+	if errors.Is(err, errStaleCampaign) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return ctrl.Result{}, err
+}
+
 // patchStatus writes rc's status when it differs from before's, and says
-// whether it did.
+// whether it did. It writes only onto the campaign that was read
+// (errStaleCampaign otherwise): a pass on a stale read, one that does not
+// show the last pass's write yet, would stamp the time a step was done again,
+// later, and announce it a second time.
 func (r *Reconciler) patchStatus(ctx context.Context, rc, before *v1alpha1.RotationCampaign) (bool, error) {
 	if equality.Semantic.DeepEqual(before.Status, rc.Status) {
 		return false, nil
 	}
-	if err := r.Client.Status().Patch(ctx, rc, client.MergeFrom(before)); err != nil {
+	err := r.Client.Status().Patch(ctx, rc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsConflict(err):
+		return false, errStaleCampaign
+	case err != nil:
 		return false, fmt.Errorf("writing the campaign's status: %w", err)
 	}
 	return true, nil

@@ -223,6 +223,67 @@ func TestAStaleReadDoesNotMoveTheStartTime(t *testing.T) {
 	}
 }
 
+// A pass on a read that does not show the last pass's status yet neither
+// stamps the step's end again, later, nor announces it a second time.
+func TestAStaleReadDoesNotMoveTheTimeAStepWasDone(t *testing.T) {
+	r, recorder := fixture(t, recordingPatches(new([]string)))
+	ctx := context.Background()
+	clk := r.Clock.(*clocktesting.FakeClock)
+	key := types.NamespacedName{Namespace: "fleet", Name: "wave"}
+	reconcileWave(t, r) // stamps the start, starts a
+	clk.Step(time.Minute)
+	for _, name := range []string{"a", "b", "c"} {
+		c := &v1alpha1.Cluster{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: name}, c); err != nil {
+			t.Fatal(err)
+		}
+		delete(c.Annotations, v1alpha1.OperationAnnotation)
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+			Phase: v1alpha1.RotationPrepared, LastInitiationTime: &metav1.Time{Time: clk.Now()}, OldCAUsage: &v1alpha1.OldCAUsage{}}}}
+		if err := r.Client.Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(ctx, key, stale); err != nil {
+		t.Fatal(err)
+	}
+	rc := reconcileWave(t, r)
+	if rc.Status.Phase != v1alpha1.CampaignPrepared || rc.Status.PreparedTime == nil {
+		t.Fatalf("phase %s, prepared at %v; want Prepared, stamped", rc.Status.Phase, rc.Status.PreparedTime)
+	}
+	first := rc.Status.PreparedTime
+
+	clk.Step(time.Hour)
+	stored := r.Client
+	r.Client = interceptor.NewClient(stored.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if rc, ok := obj.(*v1alpha1.RotationCampaign); ok {
+				stale.DeepCopyInto(rc)
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		}})
+	if res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil || res.RequeueAfter != time.Second {
+		t.Errorf("a pass on a stale read: %+v, %v; want it to look again in a second", res, err)
+	}
+	if err := stored.Get(ctx, key, rc); err != nil {
+		t.Fatal(err)
+	}
+	if !rc.Status.PreparedTime.Equal(first) {
+		t.Errorf("prepared at %s, want the first time, %s", rc.Status.PreparedTime, first)
+	}
+	done := 0
+	for len(recorder.Events) > 0 {
+		if strings.Contains(<-recorder.Events, v1alpha1.EventCampaignStepDone) {
+			done++
+		}
+	}
+	if done != 1 {
+		t.Errorf("%d %s events, want one", done, v1alpha1.EventCampaignStepDone)
+	}
+}
+
 // A refusal that uses up the failure budget halts the campaign before the
 // rest of its wave starts.
 func TestARefusalThatUsesUpTheFailureBudgetStartsNoMoreOfTheWave(t *testing.T) {
