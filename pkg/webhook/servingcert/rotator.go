@@ -189,6 +189,23 @@ func (r *Rotator) recover(s *State, vwc *admissionregistrationv1.ValidatingWebho
 		s.Bundle = pki.NewBundle(append(s.Bundle, s.CA.Cert)...)
 		s.InjectedAt = time.Time{}
 	}
+	// A configuration that lost the CA since it was injected (an older
+	// replica's write, a helm upgrade that applies the chart's caBundle)
+	// gets it again now: its propagation counts from then.
+	if s.CA != nil && !trustedByEveryWebhook(vwc, s.CA.Cert) {
+		s.InjectedAt = time.Time{}
+	}
+}
+
+// trustedByEveryWebhook reports whether every webhook of vwc has ca in its
+// caBundle.
+func trustedByEveryWebhook(vwc *admissionregistrationv1.ValidatingWebhookConfiguration, ca *x509.Certificate) bool {
+	for _, w := range vwc.Webhooks {
+		if b, err := pki.ParseBundle(w.ClientConfig.CABundle); err != nil || !b.Contains(ca) {
+			return false
+		}
+	}
+	return true
 }
 
 // apply carries out a decision, generating the keys it needs.

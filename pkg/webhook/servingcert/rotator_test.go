@@ -267,3 +267,46 @@ func TestRotatorReplicasRace(t *testing.T) {
 		t.Fatal("a second new CA was stored")
 	}
 }
+
+// A webhook configuration whose caBundle lost the new CA while it propagates
+// (an older replica's write, a helm upgrade that applies the chart's) gets it
+// back, and the served certificate moves to the new CA only once that
+// write has propagated, not counting from the first injection.
+func TestRotatorWaitsForACABundleWrittenAgain(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	r := newRotator(api, clk)
+	sync(t, r)
+	first := stored(t, api)
+	for steps := 0; ; steps++ {
+		if steps > 1000 {
+			t.Fatal("the CA is not renewed")
+		}
+		wait := sync(t, r)
+		if !stored(t, api).CA.Cert.Equal(first.CA.Cert) {
+			break
+		}
+		clk.Step(wait)
+	}
+	injected := clk.Now() // the new CA's bundle was injected by that sync
+
+	clk.Step(settings.TrustPropagation / 2)
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := api.Get(context.Background(), client.ObjectKey{Name: vwcName}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig.CABundle = first.CA.CertPEM()
+	}
+	if err := api.Update(context.Background(), vwc); err != nil {
+		t.Fatal(err)
+	}
+	for clk.Now().Before(injected.Add(3 * settings.TrustPropagation)) {
+		sync(t, r)
+		api.trusts(t, r, clk.Now().Add(-settings.TrustPropagation))
+		clk.Step(time.Second)
+	}
+	if err := pki.Verify(stored(t, api).Serving.Cert, pki.NewBundle(stored(t, api).CA.Cert), x509.ExtKeyUsageServerAuth, clk.Now()); err != nil {
+		t.Fatalf("the served certificate did not move to the new CA once its bundle propagated: %v", err)
+	}
+}
