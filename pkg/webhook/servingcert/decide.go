@@ -94,7 +94,9 @@ func Decide(now time.Time, s State, cfg Settings) Decision {
 		if s.InjectedAt.IsZero() {
 			trustedAt = now.Add(cfg.TrustPropagation)
 		}
-		d.RecheckAt = earliest(d.RecheckAt, trustedAt)
+		// The certificate served meanwhile may expire first: then it
+		// is replaced at once, as nothing trusted is served any more.
+		d.RecheckAt = earliest(d.RecheckAt, earliest(trustedAt, s.Serving.Cert.NotAfter))
 		return withPruneReason(d)
 	}
 	d.NewServing, d.Reason = true, reason

@@ -52,6 +52,8 @@ func TestDecide(t *testing.T) {
 	justRenewed := State{CA: newer, Bundle: pki.NewBundle(ca.Cert, newer.Cert), Serving: oldServing, InjectedAt: renewedAt}
 	notYetInjected := justRenewed
 	notYetInjected.InjectedAt = time.Time{}
+	expiringWhileItPropagates := justRenewed
+	expiringWhileItPropagates.Serving = newServing(t, ca, renewedAt.Add(30*time.Second-settings.CertValidity), names...)
 
 	tests := []struct {
 		name      string
@@ -83,6 +85,10 @@ func TestDecide(t *testing.T) {
 		{
 			name: "new CA not yet propagated: wait", now: renewedAt.Add(30 * time.Second), state: justRenewed,
 			want: Decision{}, wantCheck: renewedAt.Add(time.Minute),
+		},
+		{
+			name: "new CA not yet propagated, the served certificate expires first: look again then", now: renewedAt.Add(10 * time.Second),
+			state: expiringWhileItPropagates, want: Decision{}, wantCheck: expiringWhileItPropagates.Serving.Cert.NotAfter,
 		},
 		{
 			name: "new CA not in the webhook configuration yet: wait", now: renewedAt.Add(time.Hour), state: notYetInjected,

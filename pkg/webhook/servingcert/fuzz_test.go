@@ -193,16 +193,7 @@ func FuzzDecide(f *testing.F) {
 		// NotAfter has passed is pruned on the next second (earliestExpiry).
 		later := now.Add(time.Duration(float64(again.RecheckAt.Sub(now)) * float64(recheckFraction) / 65536)).Truncate(time.Second)
 		if d := Decide(later, next, cfg); d.Changes() {
-			// Known gap: while a new CA propagates, RecheckAt does not count
-			// the expiry of the certificate served meanwhile, which then stays
-			// served, expired, until the propagation ends or the rotator's
-			// Resync. Remove this exception once Decide bounds that wait by
-			// the served certificate's NotAfter.
-			expiredWhileWaiting := d.NewServing && !d.NewCA && !d.Prune && d.Reason == "serving certificate expired" &&
-				again.RecheckAt.After(next.Serving.Cert.NotAfter)
-			if !expiredWhileWaiting {
-				t.Fatalf("Decide at %s says recheck at %s, but at %s it gives %+v", now, again.RecheckAt, later, d)
-			}
+			t.Fatalf("Decide at %s says recheck at %s, but at %s it gives %+v", now, again.RecheckAt, later, d)
 		}
 	})
 }
