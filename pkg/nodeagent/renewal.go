@@ -152,37 +152,80 @@ const checkServerStep = "check the API server against the cluster bundle"
 // bundle too. Any answer of the API server, a refusal included, proves the
 // handshake; only a failed connection stops the renewal, which is tried
 // again later.
-func (r *renewal) checkServer(ctx context.Context) error {
-	m := r.n.Manager
-	cfg, err := clientcmd.BuildConfigFromFlags("", m.cfg.KubeconfigPath)
+func (r *renewal) checkServer(context.Context) error {
+	host, err := r.probeServer(r.n.Manager.cfg.KubeconfigPath)
 	if err != nil {
-		return err
+		return fmt.Errorf("the API server at %s, with only the published cluster bundle %s trusted: %w; not installing it",
+			host, noderenewal.Digest(r.trust.Cluster), err)
+	}
+	r.logf(checkServerStep, "the API server at %s serves a certificate the bundle verifies", host)
+	return nil
+}
+
+// probeServer makes one request of the API server of the kubeconfig at
+// path, as it is but trusting the published cluster bundle alone, and
+// returns that server's address. Any answer of the API server, a refusal
+// included, proves the handshake.
+func (r *renewal) probeServer(path string) (host string, err error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return "", err
 	}
 	cfg.CAData, cfg.CAFile = r.trust.Cluster, ""
 	if cfg.Timeout == 0 {
 		cfg.Timeout = checkServerTimeout
 	}
-	cs, err := m.newClient(cfg)
+	cs, err := r.n.Manager.newClient(cfg)
 	if err != nil {
-		return err
+		return cfg.Host, err
 	}
-	_, err = cs.Discovery().ServerVersion()
-	if err != nil && !errors.As(err, new(apierrors.APIStatus)) {
-		return fmt.Errorf("the API server at %s, with only the published cluster bundle %s trusted: %w; not installing it",
-			cfg.Host, noderenewal.Digest(r.trust.Cluster), err)
+	if _, err := cs.Discovery().ServerVersion(); err != nil && !errors.As(err, new(apierrors.APIStatus)) {
+		return cfg.Host, err
 	}
-	r.logf(checkServerStep, "the API server at %s serves a certificate the bundle verifies", cfg.Host)
-	return nil
+	return cfg.Host, nil
+}
+
+// bundleVerifiesBootstrapServer says whether the published cluster bundle
+// verifies the API server of the bootstrap kubeconfig at path. checkServer
+// asked the kubeconfig's server; a bootstrap kubeconfig of another address
+// (another load balancer, whose certificate an authority Carousel does not
+// manage may sign) is asked too, and left as it is when the bundle does not
+// verify its server: written, it would close the kubelet's way back in
+// (re-bootstrap). A failure to ask stops the renewal, which is tried again.
+func (r *renewal) bundleVerifiesBootstrapServer(path string) (bool, error) {
+	boot, err := readKubeconfig(path)
+	if err != nil {
+		return false, err
+	}
+	kubeconfig, err := readKubeconfig(r.n.Manager.cfg.KubeconfigPath)
+	if err != nil {
+		return false, err
+	}
+	if boot.Server == kubeconfig.Server {
+		return true, nil
+	}
+	host, err := r.probeServer(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case refusalOf(err) == refusedUntrustedServer:
+		r.logf(installTrustStep, "%s: the cluster bundle does not verify its API server at %s (%v): left as it is", path, host, err)
+		return false, nil
+	}
+	return false, fmt.Errorf("the API server at %s of %s, with only the published cluster bundle %s trusted: %w",
+		host, path, noderenewal.Digest(r.trust.Cluster), err)
 }
 
 // checkServerTimeout bounds checkServer's request.
 const checkServerTimeout = 30 * time.Second
 
+const installTrustStep = "install the trust bundles"
+
 // installTrust writes the cluster bundle into the kubeconfig and the
-// bootstrap kubeconfig, and (in ModeKubelet) the kubelet bundle into the
+// bootstrap kubeconfig (when the bundle verifies its server), and (in ModeKubelet) the kubelet bundle into the
 // kubelet's clientCAFile: each file atomically, and only when it differs.
 func (r *renewal) installTrust(context.Context) error {
-	const step = "install the trust bundles"
+	const step = installTrustStep
 	m := r.n.Manager
 	type target struct {
 		what, path string
@@ -195,7 +238,13 @@ func (r *renewal) installTrust(context.Context) error {
 	}
 	if p := m.cfg.BootstrapKubeconfigPath; p != "" {
 		if _, err := os.Stat(p); err == nil {
-			targets = append(targets, target{"cluster bundle", p, 0o600, kubeconfigCA(r.trust.Cluster), &r.progress.Changes.BootstrapKubeconfigCA})
+			verifies, err := r.bundleVerifiesBootstrapServer(p)
+			if err != nil {
+				return err
+			}
+			if verifies {
+				targets = append(targets, target{"cluster bundle", p, 0o600, kubeconfigCA(r.trust.Cluster), &r.progress.Changes.BootstrapKubeconfigCA})
+			}
 		}
 	}
 	if r.n.Kubelet != nil {

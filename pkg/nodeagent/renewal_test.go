@@ -781,6 +781,71 @@ func TestRenewalInstallsNoClusterBundleThatDoesNotVerifyTheAPIServer(t *testing.
 	tn.assertRenewed()
 }
 
+// TestABootstrapKubeconfigOfAnotherServer: the bootstrap kubeconfig names
+// another address than the kubeconfig (another load balancer). It gets the
+// published cluster bundle only when that bundle verifies its server; one
+// signed by another authority keeps its own bundle (the renewal goes on),
+// and a server that cannot be asked stops the renewal before anything is
+// written.
+func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
+	const otherServer = "https://10.0.0.2:6443"
+	for _, tt := range []struct {
+		name        string
+		answer      error // of the other server to a request of its version
+		written     bool
+		wantErr     string
+		wantLogLine string
+	}{
+		{name: "the bundle verifies it", written: true},
+		{name: "another authority signs its certificate", answer: fmt.Errorf("Get %q: tls: failed to verify certificate: %w", otherServer+"/version", x509.UnknownAuthorityError{}),
+			wantLogLine: "does not verify its API server at " + otherServer},
+		{name: "it cannot be asked", answer: errors.New("connection refused"),
+			wantErr: "install the trust bundles: the API server at " + otherServer},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tn := newTestNode(t, v1alpha1.RotationFinalizing)
+			other := newTestCA(t, "lb-ca", tn.now)
+			writeTestKubeconfig(t, tn.path("bootstrap-kubeconfig"), &clientcmdapi.Cluster{Server: otherServer, CertificateAuthorityData: other.CertPEM()},
+				&clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef"})
+			before, err := os.ReadFile(tn.path("bootstrap-kubeconfig"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			otherAPIServer := fake.NewClientset()
+			otherAPIServer.PrependReactor("get", "version", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return tt.answer != nil, nil, tt.answer
+			})
+			tn.node.Manager.newClient = func(cfg *rest.Config) (kubernetes.Interface, error) {
+				if cfg.Host == otherServer {
+					return otherAPIServer, nil
+				}
+				return tn.client(cfg)
+			}
+
+			err = tn.node.renew(context.Background(), tn.req)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("renew = %v, want %q", err, tt.wantErr)
+			}
+			info, err := readKubeconfig(tn.path("bootstrap-kubeconfig"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if written := string(info.CA) == string(tn.trust.Cluster); written != tt.written {
+				t.Errorf("the published bundle written into the bootstrap kubeconfig: %v, want %v", written, tt.written)
+			}
+			if after, _ := os.ReadFile(tn.path("bootstrap-kubeconfig")); !tt.written && string(after) != string(before) {
+				t.Error("the bootstrap kubeconfig changed")
+			}
+			if kubeconfig, err := readKubeconfig(tn.path("kubeconfig")); err != nil || (string(kubeconfig.CA) == string(tn.trust.Cluster)) != (tt.wantErr == "") {
+				t.Errorf("the kubeconfig holds the published bundle: %v (%v), want %v", string(kubeconfig.CA) == string(tn.trust.Cluster), err, tt.wantErr == "")
+			}
+			if tt.wantLogLine != "" && !slices.ContainsFunc(tn.logs, func(l string) bool { return strings.Contains(l, tt.wantLogLine) }) {
+				t.Errorf("no log line with %q in %q", tt.wantLogLine, tn.logs)
+			}
+		})
+	}
+}
+
 // checkServer against real TLS servers on the loopback: a refusal is an
 // answer, and proves the handshake; a certificate the bundle does not
 // verify is not.
