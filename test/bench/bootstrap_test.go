@@ -62,6 +62,7 @@ func BenchmarkKubeletBootstrap(b *testing.B) {
 	}
 	ctx := context.Background()
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "carousel", "files", "crds")}, ErrorIfCRDPathMissing: true}
+	check(b, framework.DieWithTestProcess(env, assets, b.TempDir()))
 	cfg, err := env.Start()
 	check(b, err)
 	defer func() { _ = env.Stop() }()

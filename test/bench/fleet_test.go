@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +50,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/scheme"
+	"github.com/carousel-dev/carousel/test/framework"
 )
 
 // BenchmarkFleet measures one manager with a fleet: FLEET_CLUSTERS Clusters
@@ -613,6 +615,7 @@ func startManagement(b *testing.B, configure func(*envtest.Environment)) *manage
 	if configure != nil {
 		configure(m.env)
 	}
+	check(b, framework.DieWithTestProcess(m.env, os.Getenv("KUBEBUILDER_ASSETS"), b.TempDir()))
 	// The manager authenticates with a bearer token, as it does in a cluster
 	// (its ServiceAccount's), which costs the API server a lookup (a static
 	// token) or a cache hit (a ServiceAccount token's verdict is kept 10 s).
@@ -714,6 +717,7 @@ func startManager(b *testing.B, path, kubeconfig string, pprof bool, flags ...st
 	p.cmd = exec.Command(path, append(args, strings.Fields(os.Getenv("FLEET_MANAGER_FLAGS"))...)...)
 	p.cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("FLEET_MANAGER_ENV"))...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a killed benchmark leaves no manager behind
 	check(b, p.cmd.Start())
 	p.pid = p.cmd.Process.Pid
 	// Serving metrics, the manager has started its controllers' sources.

@@ -79,6 +79,9 @@ var _ = Describe("The local environment", func() {
 		Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = out.Close() }()
 		child.Stdout, child.Stderr = out, out
+		// Killed with this test process, which may be killed before its
+		// cleanup runs: the child's own processes die with the child.
+		child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		Expect(child.Start()).To(Succeed())
 		exited := make(chan struct{})
 		go func() { _ = child.Wait(); close(exited) }()

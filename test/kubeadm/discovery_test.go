@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/test/framework"
 )
 
 const cluster = "kubeadm-join"
@@ -43,6 +44,9 @@ func TestKubeadmTokenDiscovery(t *testing.T) {
 	env.ControlPlane.GetAPIServer().Configure().
 		Set("anonymous-auth", "true").
 		Set("enable-bootstrap-token-auth", "true")
+	if err := framework.DieWithTestProcess(env, os.Getenv("KUBEBUILDER_ASSETS"), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting the API server (KUBEBUILDER_ASSETS=%q): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
