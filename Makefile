@@ -31,6 +31,9 @@ GO_BUILD ?= go build -trimpath $(BUILD_FLAGS)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 STRIPPED_BUILD_FLAGS = $(subst -ldflags ',-ldflags '-s -w ,$(BUILD_FLAGS))
 GO_TEST ?= go test -trimpath
+# Each Ginkgo suite's -ginkgo.timeout is a few minutes under its go test -timeout: a suite out of time is then
+# interrupted by Ginkgo, which runs its cleanups (processes, network namespaces, temporary directories that hold
+# keys), before go test's own timeout panics and ends the process without them.
 GINKGO_ARGS ?= -ginkgo.no-color
 BENCH_COUNT ?= 6
 BENCH_TIME ?= 1s
@@ -199,11 +202,11 @@ endef
 
 .PHONY: test-integration
 test-integration: envtest ## Ginkgo suites against a real kube-apiserver and etcd.
-	$(GO_TEST) -count=1 -timeout 30m ./test/integration/... $(GINKGO_ARGS)
+	$(GO_TEST) -count=1 -timeout 30m ./test/integration/... -ginkgo.timeout 27m $(GINKGO_ARGS)
 
 .PHONY: test-sharding
 test-sharding: envtest build $(HELM) ## Three manager processes as shards of kubernetes-controller-sharding's sharder, with the chart's RBAC: assignment, a killed shard's Clusters picked up, no Cluster written by two shards.
-	HELM=$(HELM) CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -count=1 -v -timeout 15m ./test/sharding/... $(GINKGO_ARGS)
+	HELM=$(HELM) CAROUSEL_MANAGER=$(BIN)/carousel-controller-manager $(GO_TEST) -count=1 -v -timeout 15m ./test/sharding/... -ginkgo.timeout 12m $(GINKGO_ARGS)
 
 .PHONY: test-kubeadm
 test-kubeadm: envtest ## kubeadm's own token discovery (k8s.io/kubernetes v1.36.3, a module of its own) against the cluster-info Carousel signs.
@@ -211,7 +214,7 @@ test-kubeadm: envtest ## kubeadm's own token discovery (k8s.io/kubernetes v1.36.
 
 .PHONY: test-e2e
 test-e2e: envtest build ## End-to-end suites: the binaries against a managed cluster running on Carousel's certificates.
-	$(GO_TEST) -count=1 -v -timeout 40m ./test/e2e/... $(GINKGO_ARGS)
+	$(GO_TEST) -count=1 -v -timeout 40m ./test/e2e/... -ginkgo.timeout 36m $(GINKGO_ARGS)
 
 .PHONY: bench
 bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt), then 500 kubelet bootstraps: Carousel vs kube-controller-manager, then the fleet and the managed connections.
@@ -246,7 +249,7 @@ bench-audit: envtest build ## A fleet's audit traffic through one manager's rece
 
 .PHONY: chart-test
 chart-test: envtest build $(HELM) ## Helm chart: lint, values schema, install on a real API server and a rotation run as the chart's ServiceAccount.
-	HELM=$(HELM) $(GO_TEST) -count=1 -v -timeout 20m ./test/chart/... $(GINKGO_ARGS)
+	HELM=$(HELM) $(GO_TEST) -count=1 -v -timeout 20m ./test/chart/... -ginkgo.timeout 17m $(GINKGO_ARGS)
 
 # The chart's PrometheusRule, rendered by helm, under `promtool test rules` (test/rules/testdata), and every
 # alert's runbook in docs/runbooks. In `make test` it runs last in the lane beside the end-to-end suite, which ends
