@@ -498,9 +498,7 @@ func (e *Environment) startManagedCluster(ctx context.Context) error {
 	if err := e.Platform.CreateWorkloads(ctx); err != nil {
 		return err
 	}
-	platformCtx, cancel := context.WithCancel(context.Background())
-	e.stopPlatform = cancel
-	go e.Platform.Run(platformCtx, 200*time.Millisecond)
+	e.stopPlatform = e.Platform.Start(200 * time.Millisecond)
 	return await(ctx, "the control plane to roll out", 200*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		if exit := e.Platform.lastExit(); exit != nil {
 			return false, exit

@@ -235,8 +235,25 @@ func (p *Platform) restartCrashed(ctx context.Context, ws []workload) error {
 	return nil
 }
 
-// Run calls Sync every interval until ctx ends; errors are retried.
-func (p *Platform) Run(ctx context.Context, interval time.Duration) {
+// Start runs run in the background until stop, which waits for it to
+// return: a restart it has under way ends before the caller stops the
+// control plane, which would otherwise stop processes the restart then
+// starts again.
+func (p *Platform) Start(interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(ctx, interval)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// run calls Sync every interval until ctx ends; errors are retried.
+func (p *Platform) run(ctx context.Context, interval time.Duration) {
 	for {
 		_, err := p.Sync(ctx)
 		p.setExit(err)

@@ -67,9 +67,9 @@ current-context: default
 			Set("audit-webhook-config-file", kubeconfig).
 			Set("audit-webhook-mode", "blocking-strict").
 			Set("audit-webhook-initial-backoff", "1ms")
+		DeferCleanup(env.Stop) // before the start, which may fail half-way
 		cfg, err := env.Start()
 		Expect(err).NotTo(HaveOccurred(), "the API server could not serve its readiness checks")
-		DeferCleanup(env.Stop)
 		clientset, err := kubernetes.NewForConfig(cfg)
 		Expect(err).NotTo(HaveOccurred())
 

@@ -130,11 +130,9 @@ func runControlPlane(ctx context.Context, c *v1alpha1.Cluster, cp *framework.Man
 	platform := &framework.Platform{Client: k8s, Cluster: c, ControlPlane: cp, Logf: stderrf}
 	Expect(platform.CreateWorkloads(ctx)).To(Succeed())
 	Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
+	DeferCleanup(cp.Stop) // before the start, which may fail half-way
 	Expect(cp.Start(ctx)).To(Succeed())
-	DeferCleanup(cp.Stop)
-	platformCtx, stopPlatform := context.WithCancel(context.Background())
-	DeferCleanup(stopPlatform)
-	go platform.Run(platformCtx, 100*time.Millisecond)
+	DeferCleanup(platform.Start(100 * time.Millisecond))
 	Eventually(platform.Settled).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "Carousel rolls the control plane once it sees it")
 	cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
 	Expect(err).NotTo(HaveOccurred())

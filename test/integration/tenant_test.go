@@ -104,8 +104,8 @@ var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		c = waitForReady(ctx, client.ObjectKeyFromObject(c))
 		Expect(cp.WriteCredentials(ctx, k8s, c)).To(Succeed())
+		DeferCleanup(cp.Stop) // before the start, which may fail half-way
 		Expect(cp.Start(ctx)).To(Succeed())
-		DeferCleanup(cp.Stop)
 		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
 		Expect(err).NotTo(HaveOccurred())
 		admin = kubernetes.NewForConfigOrDie(cfg)

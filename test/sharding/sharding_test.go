@@ -98,9 +98,9 @@ rules:
 	}
 	Expect(framework.DieWithTestProcess(env, assets, workDir)).To(Succeed())
 	env.ControlPlane.GetAPIServer().Configure().Set("audit-policy-file", policy).Set("audit-log-path", auditLog)
+	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) }) // before the start, which may fail half-way
 	cfg, err := env.Start()
 	Expect(err).NotTo(HaveOccurred(), "starting the test control plane; run `make envtest` and set KUBEBUILDER_ASSETS (the Makefile does both)")
-	DeferCleanup(func() { Expect(env.Stop()).To(Succeed()) })
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme.New()})
 	Expect(err).NotTo(HaveOccurred())
 	for _, ns := range []string{namespace, releaseNamespace} {
