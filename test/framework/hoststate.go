@@ -26,10 +26,14 @@ type HostState struct {
 	Links []string
 	// Paths are the kubelet's hard-coded paths that exist.
 	Paths []string
+	// Modules are the kernel's modules (/sys/module): one a test loads (an
+	// interface type of a module the kernel loads on demand) stays loaded.
+	Modules []string
 }
 
 // kubeletHostPaths are paths a kubelet creates when nothing stops it.
-var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/lib/fake-cri", "/var/log/pods", "/var/log/containers", "/run/netns"}
+var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/lib/fake-cri", "/var/log/pods", "/var/log/containers", "/run/netns",
+	"/usr/libexec/kubernetes"}
 
 // ReadHostState reads the host's state.
 func ReadHostState() (HostState, error) {
@@ -64,6 +68,13 @@ func ReadHostState() (HostState, error) {
 	for _, l := range links {
 		s.Links = append(s.Links, l.Name())
 	}
+	modules, err := os.ReadDir("/sys/module")
+	if err != nil {
+		return s, err
+	}
+	for _, m := range modules {
+		s.Modules = append(s.Modules, m.Name())
+	}
 	for _, p := range kubeletHostPaths {
 		if _, err := os.Lstat(p); err == nil {
 			s.Paths = append(s.Paths, p)
@@ -90,6 +101,7 @@ func (s HostState) Diff(before HostState) string {
 		{"network namespace", s.NetworkNamespaces, before.NetworkNamespaces},
 		{"network interface", s.Links, before.Links},
 		{"path", s.Paths, before.Paths},
+		{"kernel module", s.Modules, before.Modules},
 	} {
 		for _, x := range d.now {
 			if !slices.Contains(d.before, x) {

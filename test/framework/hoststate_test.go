@@ -166,3 +166,17 @@ func TestHostStateLeavesOutTheNetworkNamespacesOfOthers(t *testing.T) {
 		t.Errorf("the child's host state lists its sibling's network namespace %s: %v", theirs, listed)
 	}
 }
+
+// TestHostStateDiffNamesWhatChanged: a module loaded and a path the kubelet
+// made are named, as a changed sysctl is.
+func TestHostStateDiffNamesWhatChanged(t *testing.T) {
+	before := HostState{Sysctls: map[string]string{"vm/panic_on_oom": "0"}, Modules: []string{"bridge"}}
+	now := HostState{Sysctls: map[string]string{"vm/panic_on_oom": "1"}, Modules: []string{"bridge", "ifb"}, Paths: []string{"/usr/libexec/kubernetes"}}
+	want := `sysctl vm/panic_on_oom is "1", was "0"; new path /usr/libexec/kubernetes; new kernel module ifb`
+	if got := now.Diff(before); got != want {
+		t.Errorf("Diff = %q, want %q", got, want)
+	}
+	if got := before.Diff(before); got != "" {
+		t.Errorf("Diff of the same state = %q", got)
+	}
+}

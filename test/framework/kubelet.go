@@ -41,11 +41,12 @@ const (
 	NodeLeaseDuration = 8 * time.Second
 )
 
-// The sysctls the kubelet sets at start (vm.overcommit_memory, kernel.panic,
-// kernel.panic_on_oops). On a node each is a regular file of the node's,
+// The sysctls the kubelet sets at start (its setupKernelTunables: the
+// overcommit, panic and kernel keys' limits). On a node each is a regular file of the node's,
 // seeded with the host's value and bind-mounted over /proc/sys, so the
 // kubelet's writes never reach the host.
-var kubeletSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
+var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
 
 // KubeletNode is a node of the managed cluster: a real kubelet on fake-cri
 // (an in-memory CRI runtime), in the test network namespace with an address
@@ -209,6 +210,7 @@ nodeStatusUpdateFrequency: 2s
 nodeStatusReportFrequency: 10s
 nodeLeaseDurationSeconds: %[6]d
 providerID: %[7]q
+volumePluginDir: /var/lib/kubelet/volume-plugins
 `, n.IP, KubeletPort, KubeletHealthzPort, nodeClientCAFile, nodeCRISocket, int(NodeLeaseDuration/time.Second), n.ProviderID)
 }
 
@@ -333,17 +335,30 @@ func (n *KubeletNode) Healthy(ctx context.Context) (bool, error) {
 
 // restartScript restarts the kubelet as `systemctl restart` would: it stops
 // the running kubelet, which the supervisor starts again, and returns once
-// the new one runs.
-func (n *KubeletNode) restartScript() string {
+// the new one runs. It signals the PID only while that process is a kubelet
+// (not one that took a freed PID), and gives up after limit: with the test
+// process killed no supervisor is left to start a kubelet, and a wait without
+// end would keep the node's namespaces alive.
+func (n *KubeletNode) restartScript(limit time.Duration) string {
 	return fmt.Sprintf(`#!/bin/sh
 # Restarts the kubelet of node %[1]s: the framework's supervisor starts it again.
 set -eu
 pid=$(cat %[2]s)
-kill -TERM "$pid"
-while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-while [ "$(cat %[2]s)" = "$pid" ]; do sleep 0.05; done
-`, n.Name, n.PIDFile())
+end=$(( $(date +%%s) + %[3]d ))
+wait_a_moment() {
+	if [ "$(date +%%s)" -ge "$end" ]; then echo "the kubelet did not restart within %[3]ds" >&2; exit 1; fi
+	sleep 0.05
 }
+case "$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null || true)" in
+*/kubelet\ *) kill -TERM "$pid" ;;
+esac
+while kill -0 "$pid" 2>/dev/null; do wait_a_moment; done
+while [ "$(cat %[2]s)" = "$pid" ]; do wait_a_moment; done
+`, n.Name, n.PIDFile(), int(limit/time.Second))
+}
+
+// restartLimit bounds a restart of the kubelet by the node agent.
+const restartLimit = 2 * time.Minute
 
 // StartAgent starts the node agent beside the kubelet, in the node's
 // namespaces, in its kubelet mode: it reads the kubelet's configuration and
@@ -351,7 +366,7 @@ while [ "$(cat %[2]s)" = "$pid" ]; do sleep 0.05; done
 // `systemctl restart kubelet` does on a machine.
 func (n *KubeletNode) StartAgent(carouselBinDir string) (*Agent, error) {
 	restart := filepath.Join(n.Dir, "restart-kubelet")
-	if err := os.WriteFile(restart, []byte(n.restartScript()), 0o700); err != nil { //nolint:gosec // a script, executable
+	if err := os.WriteFile(restart, []byte(n.restartScript(restartLimit)), 0o700); err != nil { //nolint:gosec // a script, executable
 		return nil, err
 	}
 	a := &Agent{Name: n.Name, Dir: n.Dir}
