@@ -32,13 +32,28 @@ var _ = Describe("The chart's values", func() {
 		Entry("with the audit webhook and cert-manager", "auditWebhook.enabled=true", "webhook.certManager.enabled=true"),
 	)
 
+	It("keeps the webhook's certificate in a Secret of its own in each mode, so that a switch of modes is not held by the other's", func() {
+		names := map[string]string{}
+		for _, certManager := range []string{"false", "true"} {
+			out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled="+certManager)
+			Expect(err).NotTo(HaveOccurred(), out)
+			match := regexp.MustCompile(`(?:--webhook-cert-secret=carousel-system/|secretName: )(carousel-webhook-[a-z]+)\n`).FindStringSubmatch(out)
+			Expect(match).NotTo(BeNil(), "certManager.enabled=%s names no certificate Secret", certManager)
+			names[certManager] = match[1]
+		}
+		Expect(names["false"]).NotTo(Equal(names["true"]))
+	})
+
 	It("points the managed API servers' audit webhook at the webhook Service, trusting the webhook's CA", func() {
-		for _, tc := range []struct{ set, key string }{{"webhook.certManager.enabled=false", "ca-bundle.crt"}, {"webhook.certManager.enabled=true", "ca.crt"}} {
+		for _, tc := range []struct{ set, secret, key string }{
+			{"webhook.certManager.enabled=false", "carousel-webhook-cert", "ca-bundle.crt"},
+			{"webhook.certManager.enabled=true", "carousel-webhook-tls", "ca.crt"},
+		} {
 			out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true", "--set", tc.set)
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(And(ContainSubstring("- --audit-webhook-url=https://carousel-webhook.carousel-system.svc:443/audit\n"),
 				ContainSubstring("- --audit-webhook-ca-file=/etc/carousel/audit-webhook/ca.crt\n"),
-				ContainSubstring("secretName: carousel-webhook-cert\n            optional: true\n            items:\n              - key: "+tc.key+"\n")), tc.set)
+				ContainSubstring("secretName: "+tc.secret+"\n            optional: true\n            items:\n              - key: "+tc.key+"\n")), tc.set)
 		}
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true",
 			"--set", "auditWebhook.url=https://carousel.example.com/audit")

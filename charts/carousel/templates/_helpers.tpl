@@ -77,8 +77,14 @@ Names of the webhook's Service, serving-certificate Secret and directory.
 {{- printf "%s-webhook" (include "carousel.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The two modes keep the serving certificate in Secrets of different names: cert-manager keeps its Secret when
+its Certificate is deleted, and a self-issuing manager refuses a Secret it did not create, so one name would
+hold a switch from one mode to the other for ever.
+*/}}
 {{- define "carousel.webhookCertSecretName" -}}
-{{- printf "%s-webhook-cert" (include "carousel.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- $suffix := ternary "webhook-tls" "webhook-cert" (and .Values.webhook.enabled .Values.webhook.certManager.enabled) }}
+{{- printf "%s-%s" (include "carousel.fullname" .) $suffix | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{- define "carousel.webhookCertDir" -}}
