@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -80,6 +81,23 @@ func consumerNames(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) (
 	return out, nil
 }
 
+// defaultManagedRequestTimeout bounds a request to a managed API server
+// when --request-timeout does not: the Cluster's endpoint and bundle are a
+// tenant's to write, and a server that takes the connection and never
+// answers would hold the command for ever.
+const defaultManagedRequestTimeout = 10 * time.Second
+
+// managedRequestTimeout is --request-timeout, or else
+// defaultManagedRequestTimeout.
+func (e *env) managedRequestTimeout() time.Duration {
+	if e.flags != nil {
+		if cfg, err := e.flags.ToRESTConfig(); err == nil && cfg.Timeout > 0 {
+			return cfg.Timeout
+		}
+	}
+	return defaultManagedRequestTimeout
+}
+
 // poolNodes lists the nodes of each pool through the admin credential, or
 // says why it cannot. The admin Secret and the bundle live in a namespace a
 // tenant may write, so the client is built from their data only
@@ -97,6 +115,7 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 		restCfg, cfgErr := credentials.RESTConfig(cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle]),
 			s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey])
 		if cfgErr == nil {
+			restCfg.Timeout = e.managedRequestTimeout()
 			cs, err = kubernetes.NewForConfig(restCfg)
 		} else {
 			err = cfgErr

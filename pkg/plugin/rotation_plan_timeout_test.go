@@ -1,0 +1,76 @@
+package plugin
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
+	"github.com/carousel-dev/carousel/pkg/scheme"
+)
+
+// A managed API server that takes the connection and never answers (its
+// endpoint and bundle are the tenant's to write) holds a plan for
+// --request-timeout, not for ever: the pool's nodes are reported unknown.
+func TestAPlanDoesNotWaitForAManagedAPIServerThatNeverAnswers(t *testing.T) {
+	now := time.Now()
+	ca := pkitest.NewCA(t, "cluster-ca")
+	issue := func(usage x509.ExtKeyUsage, ips ...net.IP) *pki.KeyPair {
+		kp, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "test", IPAddresses: ips, Usages: []x509.ExtKeyUsage{usage}, Validity: time.Hour},
+			pki.ECDSAP256, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp
+	}
+	serving, admin := issue(x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1)), issue(x509.ExtKeyUsageClientAuth)
+	silent := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	silent.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Cert.Raw}, PrivateKey: serving.Key}}}
+	silent.StartTLS()
+	defer silent.Close()
+
+	adminKey, err := admin.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
+		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: silent.URL}, Workers: []v1alpha1.WorkerPool{{Name: "a"}}}}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.CertificateSecretName("prod", credentials.CertAdmin)},
+			Data: map[string][]byte{v1alpha1.DataKeyCertificate: admin.CertPEM(), v1alpha1.DataKeyPrivateKey: adminKey}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.BundleConfigMapName("prod", v1alpha1.CARoleCluster)},
+			Data: map[string]string{v1alpha1.DataKeyCABundle: string(ca.CertPEM())}},
+	).Build()
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.APIServer, flags.Timeout = ptr.To("https://127.0.0.1:1"), ptr.To("1s")
+	e := &env{flags: flags}
+
+	// Far longer than the request timeout: without it, the plan would wait
+	// until this context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	plan := e.poolNodes(ctx, c, cl)["a"]
+	// The request's deadline and its HTTP client's timeout are the same
+	// second: either may end it.
+	if ctx.Err() != nil || !strings.Contains(plan.NodesUnknown, "deadline exceeded") && !strings.Contains(plan.NodesUnknown, "Client.Timeout") {
+		t.Errorf("pool a: nodes unknown %q, the command's context %v; want the request's own deadline, before the command's", plan.NodesUnknown, ctx.Err())
+	}
+	if got := (&env{}).managedRequestTimeout(); got != defaultManagedRequestTimeout {
+		t.Errorf("without --request-timeout: %s, want %s", got, defaultManagedRequestTimeout)
+	}
+}
