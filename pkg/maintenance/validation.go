@@ -24,6 +24,13 @@ func Queueable(value string) (v1alpha1.Operation, error) {
 		return op, fmt.Errorf("only %s wait for the maintenance window: set %s=%s to have it done now",
 			queueableList(), v1alpha1.OperationAnnotation, value)
 	}
+	if op.Force {
+		// It would skip the old-CA usage gate for whatever depends on the
+		// old CAs when the window opens, not what was looked at when it
+		// was asked for.
+		return op, fmt.Errorf("a forced operation does not wait for the maintenance window: it overrides a safety check with what is "+
+			"known when it is asked for; set %s=%s to have it done now", v1alpha1.OperationAnnotation, value)
+	}
 	return op, nil
 }
 

@@ -27,6 +27,8 @@ func TestValidate(t *testing.T) {
 		{name: "a window", c: cluster(window, "")},
 		{name: "a queued start", c: cluster(window, v1alpha1.OperationStartCARotation)},
 		{name: "a queued complete", c: cluster(window, v1alpha1.OperationCompleteCARotation)},
+		{name: "a queued forced complete", c: cluster(window, v1alpha1.OperationCompleteCARotation+v1alpha1.OperationForceSuffix),
+			errs: []string{"a forced operation does not wait for the maintenance window", "set carousel.dev/operation=complete-ca-rotation=force to have it done now"}},
 		{name: "a queued abort", c: cluster(window, v1alpha1.OperationAbortCARotation),
 			errs: []string{"only start-ca-rotation, complete-ca-rotation, rotate-serviceaccount-key-start"}},
 		{name: "a queued start without a window", c: cluster(nil, v1alpha1.OperationStartCARotation),

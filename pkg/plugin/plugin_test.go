@@ -265,6 +265,10 @@ func TestOnlyOperationsThatCanWaitForTheMaintenanceWindowOfferIt(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--in-maintenance-window: only") {
 		t.Errorf("start --without-workers-rollout --in-maintenance-window: err = %v", err)
 	}
+	err = run("rotation", "complete", "prod", "--force", "--in-maintenance-window", "--kubeconfig", filepath.Join(t.TempDir(), "none"))
+	if err == nil || !strings.Contains(err.Error(), "--in-maintenance-window: a forced operation does not wait") {
+		t.Errorf("complete --force --in-maintenance-window: err = %v", err)
+	}
 }
 
 func TestAnOperationMayBeRefusedWhenItIsGoneAndLeftNoTrace(t *testing.T) {
