@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"strings"
@@ -36,8 +37,8 @@ const (
 // the client CA the API server trusts now, with the current trust bundle.
 func (e *env) kubeconfigCommand() *cobra.Command {
 	var (
-		ttl  time.Duration
-		name string
+		ttl        time.Duration
+		name, file string
 	)
 	cmd := &cobra.Command{
 		Use:   "kubeconfig CLUSTER",
@@ -51,15 +52,23 @@ Before printing, the certificate's user, fingerprint, issuing CA and expiry are 
 <CLUSTER>-issued-kubeconfigs. The old-CA usage gate reads it: complete-ca-rotation is refused, and an abort
 waits before deleting the new client CA, while a user holds an unexpired kubeconfig from the client CA that is
 dropped. Running this command again with the same --name (by default <your login name>@<this machine's host
-name>) moves that user to the CA of now.`,
+name>) moves that user to the CA of now.
+
+With --output-file the kubeconfig is written into a new file that only you may read (mode 0600) instead of
+printed; an existing file is refused before anything is issued or recorded.`,
 		Example: `  # Half an hour of admin access to prod's API server, in a file only you may read (it holds the key)
-  (umask 077; kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice > prod.kubeconfig)
+  kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice --output-file prod.kubeconfig
   kubectl --kubeconfig prod.kubeconfig get nodes`,
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl < minKubeconfigTTL || ttl > maxKubeconfigTTL {
 				return fmt.Errorf("--ttl must be between %s and %s", minKubeconfigTTL, maxKubeconfigTTL)
+			}
+			if file != "" {
+				if _, err := os.Lstat(file); !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("--output-file %s: the file exists, or cannot be looked at (%v): the kubeconfig goes into a new file only", file, err)
+				}
 			}
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])
@@ -102,11 +111,19 @@ name>) moves that user to the CA of now.`,
 				NotAfter: kp.Cert.NotAfter.UTC()}, e.clock.Now()); err != nil {
 				return fmt.Errorf("the kubeconfig was not printed: recording it for the old-CA usage gate: %w", err)
 			}
-			_, err = e.streams.Out.Write(kubeconfig)
+			if file == "" {
+				_, err = e.streams.Out.Write(kubeconfig)
+				return err
+			}
+			if err := writeNewFile(file, kubeconfig); err != nil {
+				return fmt.Errorf("--output-file: %w", err)
+			}
+			_, err = fmt.Fprintf(e.streams.Out, "wrote %s (mode 0600), valid until %s\n", file, kp.Cert.NotAfter.UTC().Format(time.RFC3339))
 			return err
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, fmt.Sprintf("Validity of the credential, between %s and %s", minKubeconfigTTL, maxKubeconfigTTL))
+	cmd.Flags().StringVar(&file, "output-file", "", "Write the kubeconfig into this new file (mode 0600) instead of printing it")
 	cmd.Flags().StringVar(&name, "name", defaultKubeconfigName(), "Put into the user name, carousel:admin:<name>, for the audit log and the record of issued kubeconfigs")
 	return cmd
 }

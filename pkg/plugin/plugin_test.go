@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,6 +45,22 @@ func TestACommandWithoutItsClusterSaysHowToCallIt(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "takes the name of one Cluster") || !strings.Contains(err.Error(), " CLUSTER ") {
 			t.Errorf("%v: %v", args, err)
 		}
+	}
+}
+
+// kubeconfig --output-file refuses a file that exists before it issues or
+// records anything (the API server here is none).
+func TestAKubeconfigIsNotWrittenOverAFile(t *testing.T) {
+	existing := filepath.Join(t.TempDir(), "prod.kubeconfig")
+	if err := os.WriteFile(existing, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run("kubeconfig", "prod", "--output-file", existing, "--kubeconfig", filepath.Join(t.TempDir(), "none"))
+	if err == nil || !strings.Contains(err.Error(), "--output-file "+existing+": the file exists") {
+		t.Errorf("err = %v, want the file refused", err)
+	}
+	if data, _ := os.ReadFile(existing); string(data) != "mine" {
+		t.Errorf("the file now holds %q", data)
 	}
 }
 

@@ -369,6 +369,17 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			_, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
 			return err
 		}).Should(Succeed(), "the managed API server accepts it")
+
+		By("writing it into a new file only its owner may read")
+		file := filepath.Join(GinkgoT().TempDir(), "test.kubeconfig")
+		_, err := kubectlCarousel(ctx, "kubeconfig", c.Name, "-n", c.Namespace, "--ttl", "30m", "--name", "test", "--output-file", file)
+		Expect(err).NotTo(HaveOccurred())
+		info, err := os.Stat(file)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+		written, err := clientcmd.BuildConfigFromFlags("", file)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(written.Host).To(Equal(cfg.Host))
 	})
 
 	It("renews every node in place during a rotation, once its pool is released, ending on the new client CA", func(ctx SpecContext) {
