@@ -108,6 +108,21 @@ var _ = Describe("The chart's values", func() {
 		Expect(err).To(MatchError(ContainSubstring("leaseDuration")))
 	})
 
+	It("names its Services apart within 63 characters, and the alerts' job after the metrics Service, or refuses a name too long for that", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "fullnameOverride="+strings.Repeat("a", 55),
+			"--set", "metrics.prometheusRule.enabled=true")
+		Expect(err).NotTo(HaveOccurred(), out)
+		services := regexp.MustCompile(`(?m)^kind: Service\nmetadata:\n  name: (\S+)$`).FindAllStringSubmatch(out, -1)
+		Expect(services).To(HaveLen(2), "the webhook and metrics Services")
+		Expect(services[0][1]).NotTo(Equal(services[1][1]))
+		for _, svc := range services {
+			Expect(len(svc[1])).To(BeNumerically("<=", 63), "Service %s", svc[1])
+		}
+		Expect(out).To(ContainSubstring(`up{job="` + strings.Repeat("a", 55) + `-metrics"}`))
+		_, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "fullnameOverride="+strings.Repeat("a", 56))
+		Expect(err).To(MatchError(ContainSubstring("is 56 characters: the Services add -webhook and -metrics")))
+	})
+
 	It("renders without a cluster, for the Kubernetes version the tests run", func() {
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")
 		Expect(err).NotTo(HaveOccurred())
@@ -143,6 +158,7 @@ var _ = Describe("The chart's values", func() {
 		Entry("a negative replica count", "replicaCount=-1", "replicaCount"),
 		Entry("an unknown pull policy", "image.pullPolicy=Sometimes", "pullPolicy"),
 		Entry("a duration that is not one", "controller.caExpiryWarning=soon", "caExpiryWarning"),
+		Entry("a kubelet certificate validity of 0, which the manager refuses at start", "controller.csrMaxDuration=0s", "csrMaxDuration"),
 		Entry("a rotation interval that is no duration", "controller.caRotationInterval=90d", "caRotationInterval"),
 		Entry("an unknown failure policy", "webhook.failurePolicy=Maybe", "failurePolicy"),
 		Entry("a port out of range", "webhook.port=70000", "port"),

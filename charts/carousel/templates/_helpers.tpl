@@ -87,6 +87,11 @@ hold a switch from one mode to the other for ever.
 {{- printf "%s-%s" (include "carousel.fullname" .) $suffix | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The metrics Service, whose name is also the job of Carousel's series (the ServiceMonitor's). */}}
+{{- define "carousel.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "carousel.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "carousel.webhookCertDir" -}}
 /etc/carousel/webhook-certs
 {{- end }}
@@ -142,6 +147,10 @@ guarantees the format.
 Checks across values that values.schema.json cannot express.
 */}}
 {{- define "carousel.validate" -}}
+{{- $fullname := include "carousel.fullname" . }}
+{{- if gt (len $fullname) 55 }}
+{{- fail (printf "the name %q is %d characters: the Services add -webhook and -metrics to it, and a Service's name has at most 63; choose a shorter release name or fullnameOverride" $fullname (len $fullname)) }}
+{{- end }}
 {{- $svc := include "carousel.webhookServiceName" . }}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $svc) }}
 {{- fail (printf "the webhook Service name %q is not a DNS-1035 label: choose a release name or fullnameOverride that starts with a letter and has only lowercase letters, digits and '-'" $svc) }}
