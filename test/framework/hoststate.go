@@ -1,7 +1,9 @@
 package framework
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +42,9 @@ func ReadHostState() (HostState, error) {
 	s := HostState{Sysctls: map[string]string{}}
 	for _, name := range kubeletSysctls {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // not in this kernel
+		}
 		if err != nil {
 			return s, err
 		}

@@ -223,9 +223,10 @@ func (n *KubeletNode) sandboxScript() string {
 	fmt.Fprintf(&b, "mount --bind %q /var/lib/kubelet\n", n.KubeletDir())
 	fmt.Fprintf(&b, "mount --bind %q /var/log\n", filepath.Join(n.Dir, "log"))
 	for _, s := range kubeletSysctls {
+		// A kernel without the setting (the keys' limits need CONFIG_KEYS)
+		// gives the kubelet nothing to write.
 		file := filepath.Join(n.Dir, "sysctl", strings.ReplaceAll(s, "/", "."))
-		fmt.Fprintf(&b, "cat /proc/sys/%s > %q\n", s, file)
-		fmt.Fprintf(&b, "mount --bind %q /proc/sys/%s\n", file, s)
+		fmt.Fprintf(&b, "if [ -e /proc/sys/%[1]s ]; then cat /proc/sys/%[1]s > %[2]q; mount --bind %[2]q /proc/sys/%[1]s; fi\n", s, file)
 	}
 	fmt.Fprintf(&b, "touch %q\n", filepath.Join(n.Dir, "sandbox-ready"))
 	b.WriteString("exec sleep infinity\n")
