@@ -307,7 +307,10 @@ func (n *KubeletNode) supervise() {
 		<-p.done
 		down := time.Now()
 		n.mu.Lock()
-		if n.stopping {
+		// With the holders of the node's namespaces gone (an interrupt
+		// reaches every process of the test), a kubelet started now would
+		// join whatever process took their PIDs.
+		if n.stopping || n.sandbox.exited() || n.Netns.holder.exited() {
 			n.mu.Unlock()
 			return
 		}
