@@ -11,7 +11,7 @@ import (
 // was for. Kept, such a part would wait until a phase allows it again, and
 // then start or complete the next rotation, which nobody asked for.
 // Dropped reports whether a part went; rest is what is left to queue,
-// empty when nothing is.
+// empty when nothing is, and never forced.
 func Left(op v1alpha1.Operation, value string) (dropped bool, rest string) {
 	queued, err := v1alpha1.ParseOperation(value)
 	if err != nil {
@@ -28,8 +28,12 @@ func Left(op v1alpha1.Operation, value string) (dropped bool, rest string) {
 	switch {
 	case !dropped:
 		return false, value
-	case ca != "": // the part of a rotate-credentials verb op did not do
-		return true, v1alpha1.Operation{Verb: ca, Force: queued.Force}.String()
+	case ca != "":
+		// The part of a rotate-credentials verb op did not do, without a
+		// force: a forced operation is no longer queued (Queueable), and the
+		// webhook would refuse the write that kept one queued before that
+		// rule.
+		return true, string(ca)
 	}
 	return true, string(key)
 }
