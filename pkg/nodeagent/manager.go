@@ -333,8 +333,10 @@ func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM 
 		return err
 	}
 	// Forbidden comes after authentication: the API server knows the client.
+	// The error is not wrapped: a refusal of the new certificate says
+	// nothing of the current one, which refusalOf must not take as refused.
 	if err := reviewSelf(ctx, cs); err != nil && !apierrors.IsForbidden(err) {
-		return fmt.Errorf("the API server at %s with the new client certificate: %w; keeping the current one", server, err)
+		return fmt.Errorf("the API server at %s with the new client certificate: %v; keeping the current one", server, err) //nolint:errorlint // not the current credentials' refusal
 	}
 	return nil
 }

@@ -416,6 +416,9 @@ func TestCheckAccepted(t *testing.T) {
 			if accepted := err == nil; accepted != tt.accepted {
 				t.Errorf("checkAccepted = %v, want accepted %v", err, tt.accepted)
 			}
+			if r := refusalOf(err); r != notRefused {
+				t.Errorf("checkAccepted's error is taken for a refusal of the current credentials: %s", r)
+			}
 			if cfg == nil || string(cfg.CertData) != "issued" || string(cfg.CAData) != string(testCA.CertPEM()) || len(cfg.KeyData) == 0 || cfg.Timeout == 0 {
 				t.Errorf("reviewed with %+v, want the issued certificate, the pending key, the bundle and a timeout", cfg)
 			}

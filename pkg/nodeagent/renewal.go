@@ -189,9 +189,11 @@ func (r *renewal) probeServer(path string) (host string, err error) {
 // verifies the API server of the bootstrap kubeconfig at path. checkServer
 // asked the kubeconfig's server; a bootstrap kubeconfig of another address
 // (another load balancer, whose certificate an authority Carousel does not
-// manage may sign) is asked too, and left as it is when the bundle does not
-// verify its server: written, it would close the kubelet's way back in
-// (re-bootstrap). A failure to ask stops the renewal, which is tried again.
+// manage may sign) is asked too, and left as it is, logged, when the bundle
+// does not verify its server (written, it would close the kubelet's way back
+// in, re-bootstrap) or the server cannot be asked (one used only to
+// provision, or taken down): the renewal, which the kubelet's own
+// kubeconfig needs, goes on.
 func (r *renewal) bundleVerifiesBootstrapServer(path string) (bool, error) {
 	boot, err := readKubeconfig(path)
 	if err != nil {
@@ -205,15 +207,12 @@ func (r *renewal) bundleVerifiesBootstrapServer(path string) (bool, error) {
 		return true, nil
 	}
 	host, err := r.probeServer(path)
-	switch {
-	case err == nil:
-		return true, nil
-	case refusalOf(err) == refusedUntrustedServer:
-		r.logf(installTrustStep, "%s: the cluster bundle does not verify its API server at %s (%v): left as it is", path, host, err)
+	if err != nil {
+		r.logf(installTrustStep, "%s: its API server at %s, with only the published cluster bundle %s trusted: %v: left as it is",
+			path, host, noderenewal.Digest(r.trust.Cluster), err)
 		return false, nil
 	}
-	return false, fmt.Errorf("the API server at %s of %s, with only the published cluster bundle %s trusted: %w",
-		host, path, noderenewal.Digest(r.trust.Cluster), err)
+	return true, nil
 }
 
 // checkServerTimeout bounds checkServer's request.

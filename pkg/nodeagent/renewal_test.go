@@ -784,23 +784,20 @@ func TestRenewalInstallsNoClusterBundleThatDoesNotVerifyTheAPIServer(t *testing.
 // TestABootstrapKubeconfigOfAnotherServer: the bootstrap kubeconfig names
 // another address than the kubeconfig (another load balancer). It gets the
 // published cluster bundle only when that bundle verifies its server; one
-// signed by another authority keeps its own bundle (the renewal goes on),
-// and a server that cannot be asked stops the renewal before anything is
-// written.
+// signed by another authority, or one that cannot be asked, keeps its own
+// bundle, and the renewal goes on.
 func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 	const otherServer = "https://10.0.0.2:6443"
 	for _, tt := range []struct {
 		name        string
 		answer      error // of the other server to a request of its version
 		written     bool
-		wantErr     string
 		wantLogLine string
 	}{
 		{name: "the bundle verifies it", written: true},
 		{name: "another authority signs its certificate", answer: fmt.Errorf("Get %q: tls: failed to verify certificate: %w", otherServer+"/version", x509.UnknownAuthorityError{}),
-			wantLogLine: "does not verify its API server at " + otherServer},
-		{name: "it cannot be asked", answer: errors.New("connection refused"),
-			wantErr: "install the trust bundles: the API server at " + otherServer},
+			wantLogLine: "its API server at " + otherServer},
+		{name: "it cannot be asked", answer: errors.New("connection refused"), wantLogLine: "its API server at " + otherServer},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tn := newTestNode(t, v1alpha1.RotationFinalizing)
@@ -822,9 +819,8 @@ func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 				return tn.client(cfg)
 			}
 
-			err = tn.node.renew(context.Background(), tn.req)
-			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Fatalf("renew = %v, want %q", err, tt.wantErr)
+			if err := tn.node.renew(context.Background(), tn.req); err != nil {
+				t.Fatal(err)
 			}
 			info, err := readKubeconfig(tn.path("bootstrap-kubeconfig"))
 			if err != nil {
@@ -836,8 +832,8 @@ func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 			if after, _ := os.ReadFile(tn.path("bootstrap-kubeconfig")); !tt.written && string(after) != string(before) {
 				t.Error("the bootstrap kubeconfig changed")
 			}
-			if kubeconfig, err := readKubeconfig(tn.path("kubeconfig")); err != nil || (string(kubeconfig.CA) == string(tn.trust.Cluster)) != (tt.wantErr == "") {
-				t.Errorf("the kubeconfig holds the published bundle: %v (%v), want %v", string(kubeconfig.CA) == string(tn.trust.Cluster), err, tt.wantErr == "")
+			if kubeconfig, err := readKubeconfig(tn.path("kubeconfig")); err != nil || string(kubeconfig.CA) != string(tn.trust.Cluster) {
+				t.Errorf("the kubeconfig does not hold the published bundle (%v)", err)
 			}
 			if tt.wantLogLine != "" && !slices.ContainsFunc(tn.logs, func(l string) bool { return strings.Contains(l, tt.wantLogLine) }) {
 				t.Errorf("no log line with %q in %q", tt.wantLogLine, tn.logs)
