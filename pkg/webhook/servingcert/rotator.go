@@ -191,10 +191,18 @@ func (r *Rotator) recover(s *State, vwc *admissionregistrationv1.ValidatingWebho
 	}
 	// A configuration that lost the CA since it was injected (an older
 	// replica's write, a helm upgrade that applies the chart's caBundle)
-	// gets it again now: its propagation counts from then.
-	if s.CA != nil && !trustedByEveryWebhook(vwc, s.CA.Cert) {
+	// gets it again now: while the served certificate is to move to that
+	// CA, its propagation counts from then. (Once it has moved, waiting
+	// helps nothing; and a configuration rewritten without it again and
+	// again would hold every renewal until the certificate expired.)
+	if s.CA != nil && !trustedByEveryWebhook(vwc, s.CA.Cert) && !signedBy(s.Serving, s.CA, now) {
 		s.InjectedAt = time.Time{}
 	}
+}
+
+// signedBy reports whether serving is a certificate ca signs, valid at now.
+func signedBy(serving, ca *pki.KeyPair, now time.Time) bool {
+	return serving != nil && pki.Verify(serving.Cert, pki.NewBundle(ca.Cert), x509.ExtKeyUsageServerAuth, now) == nil
 }
 
 // trustedByEveryWebhook reports whether every webhook of vwc has ca in its

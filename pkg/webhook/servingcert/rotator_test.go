@@ -310,3 +310,31 @@ func TestRotatorWaitsForACABundleWrittenAgain(t *testing.T) {
 		t.Fatalf("the served certificate did not move to the new CA once its bundle propagated: %v", err)
 	}
 }
+
+// A configuration rewritten without the CA again and again (a tool that
+// applies the chart's caBundle) does not hold the renewal of a certificate the
+// current CA already signs: waiting for the CA to propagate helps nothing
+// there.
+func TestRotatorRenewsOnTimeUnderAConfigurationRewrittenWithoutItsBundle(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	r := newRotator(api, clk)
+	sync(t, r)
+	first := stored(t, api).Serving.Cert
+	clk.SetTime(renewalTime(first))
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := api.Get(context.Background(), client.ObjectKey{Name: vwcName}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	other := newCA(t, t0) // the chart's placeholder, say
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig.CABundle = other.CertPEM()
+	}
+	if err := api.Update(context.Background(), vwc); err != nil {
+		t.Fatal(err)
+	}
+	sync(t, r)
+	if stored(t, api).Serving.Cert.Equal(first) {
+		t.Fatal("the serving certificate due for renewal was not renewed")
+	}
+}
