@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -68,6 +69,9 @@ printed; an existing file is refused before anything is issued or recorded.`,
 			if file != "" {
 				if _, err := os.Lstat(file); !errors.Is(err, fs.ErrNotExist) {
 					return fmt.Errorf("--output-file %s: the file exists, or cannot be looked at (%v): the kubeconfig goes into a new file only", file, err)
+				}
+				if info, err := os.Stat(filepath.Dir(file)); err != nil || !info.IsDir() {
+					return fmt.Errorf("--output-file %s: no directory to write it into (%v)", file, err)
 				}
 			}
 			ctx := cmd.Context()

@@ -62,6 +62,10 @@ func TestAKubeconfigIsNotWrittenOverAFile(t *testing.T) {
 	if data, _ := os.ReadFile(existing); string(data) != "mine" {
 		t.Errorf("the file now holds %q", data)
 	}
+	err = run("kubeconfig", "prod", "--output-file", filepath.Join(t.TempDir(), "missing", "prod.kubeconfig"), "--kubeconfig", filepath.Join(t.TempDir(), "none"))
+	if err == nil || !strings.Contains(err.Error(), "no directory to write it into") {
+		t.Errorf("a file in a directory that does not exist: err = %v", err)
+	}
 }
 
 // A subcommand a group does not have fails, naming the one meant; the group

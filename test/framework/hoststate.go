@@ -28,10 +28,16 @@ type HostState struct {
 	Links []string
 	// Paths are the kubelet's hard-coded paths that exist.
 	Paths []string
-	// Modules are the kernel's modules (/sys/module): one a test loads (an
-	// interface type of a module the kernel loads on demand) stays loaded.
+	// Modules are those of watchedModules the kernel has (/sys/module): one
+	// the framework makes the kernel load on demand (a type of interface it
+	// creates) stays loaded. Only those: /sys/module is the whole host's,
+	// where anything else may load a module meanwhile.
 	Modules []string
 }
+
+// watchedModules are the kernel modules of the interfaces the framework
+// creates (Netns).
+var watchedModules = []string{"ifb"}
 
 // kubeletHostPaths are paths a kubelet creates when nothing stops it.
 var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/lib/fake-cri", "/var/log/pods", "/var/log/containers", "/run/netns",
@@ -73,12 +79,10 @@ func ReadHostState() (HostState, error) {
 	for _, l := range links {
 		s.Links = append(s.Links, l.Name())
 	}
-	modules, err := os.ReadDir("/sys/module")
-	if err != nil {
-		return s, err
-	}
-	for _, m := range modules {
-		s.Modules = append(s.Modules, m.Name())
+	for _, m := range watchedModules {
+		if _, err := os.Stat(filepath.Join("/sys/module", m)); err == nil {
+			s.Modules = append(s.Modules, m)
+		}
 	}
 	for _, p := range kubeletHostPaths {
 		if _, err := os.Lstat(p); err == nil {

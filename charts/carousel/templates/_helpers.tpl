@@ -148,8 +148,8 @@ Checks across values that values.schema.json cannot express.
 */}}
 {{- define "carousel.validate" -}}
 {{- $fullname := include "carousel.fullname" . }}
-{{- if gt (len $fullname) 55 }}
-{{- fail (printf "the name %q is %d characters: the Services add -webhook and -metrics to it, and a Service's name has at most 63; choose a shorter release name or fullnameOverride" $fullname (len $fullname)) }}
+{{- if and .Values.webhook.enabled .Values.metrics.enabled (gt (len $fullname) 55) }}
+{{- fail (printf "the name %q is %d characters: the Services add -webhook and -metrics to it, and a Service's name has at most 63, so that both would have the same name; choose a shorter release name or fullnameOverride" $fullname (len $fullname)) }}
 {{- end }}
 {{- $svc := include "carousel.webhookServiceName" . }}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $svc) }}
