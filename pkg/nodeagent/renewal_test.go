@@ -381,8 +381,8 @@ func TestADeniedRenewalIsAskedForAgainRarely(t *testing.T) {
 	tn.deny = true
 	tn.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tn.node.WatchRenewals(ctx) }()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tn.node.WatchRenewals(ctx) }()
 	defer func() { cancel(); <-done }()
 	for range 60 {
 		awaitWaiters(t, tn.clk, 1)

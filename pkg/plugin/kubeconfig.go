@@ -67,11 +67,16 @@ printed; an existing file is refused before anything is issued or recorded.`,
 				return fmt.Errorf("--ttl must be between %s and %s", minKubeconfigTTL, maxKubeconfigTTL)
 			}
 			if file != "" {
-				if _, err := os.Lstat(file); !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("--output-file %s: the file exists, or cannot be looked at (%v): the kubeconfig goes into a new file only", file, err)
+				switch _, err := os.Lstat(file); {
+				case err == nil:
+					return fmt.Errorf("--output-file %s: the file exists: the kubeconfig goes into a new file only", file)
+				case !errors.Is(err, fs.ErrNotExist):
+					return fmt.Errorf("--output-file: %w", err)
 				}
-				if info, err := os.Stat(filepath.Dir(file)); err != nil || !info.IsDir() {
-					return fmt.Errorf("--output-file %s: no directory to write it into (%v)", file, err)
+				if info, err := os.Stat(filepath.Dir(file)); err != nil {
+					return fmt.Errorf("--output-file %s: no directory to write it into: %w", file, err)
+				} else if !info.IsDir() {
+					return fmt.Errorf("--output-file %s: %s is not a directory", file, filepath.Dir(file))
 				}
 			}
 			ctx := cmd.Context()
