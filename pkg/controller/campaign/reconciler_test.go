@@ -202,15 +202,7 @@ func TestAStaleReadDoesNotMoveTheStartTime(t *testing.T) {
 	}
 	first := reconcileWave(t, r).Status.StartTime
 	r.Clock.(*clocktesting.FakeClock).Step(time.Hour)
-	stored := r.Client
-	r.Client = interceptor.NewClient(stored.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if rc, ok := obj.(*v1alpha1.RotationCampaign); ok {
-				stale.DeepCopyInto(rc)
-				return nil
-			}
-			return c.Get(ctx, k, obj, opts...)
-		}})
+	stored := readStale(r, stale)
 	if res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil || res.RequeueAfter != time.Second {
 		t.Errorf("a pass on a stale read: %+v, %v; want it to look again in a second", res, err)
 	}
@@ -255,15 +247,7 @@ func TestAStaleReadDoesNotMoveTheTimeAStepWasDone(t *testing.T) {
 	first := rc.Status.PreparedTime
 
 	clk.Step(time.Hour)
-	stored := r.Client
-	r.Client = interceptor.NewClient(stored.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if rc, ok := obj.(*v1alpha1.RotationCampaign); ok {
-				stale.DeepCopyInto(rc)
-				return nil
-			}
-			return c.Get(ctx, k, obj, opts...)
-		}})
+	stored := readStale(r, stale)
 	if res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil || res.RequeueAfter != time.Second {
 		t.Errorf("a pass on a stale read: %+v, %v; want it to look again in a second", res, err)
 	}
@@ -282,6 +266,21 @@ func TestAStaleReadDoesNotMoveTheTimeAStepWasDone(t *testing.T) {
 	if done != 1 {
 		t.Errorf("%d %s events, want one", done, v1alpha1.EventCampaignStepDone)
 	}
+}
+
+// readStale has r read the campaign as stale from now on, as a cache behind
+// the API server does, and returns the client that reads it as stored.
+func readStale(r *Reconciler, stale *v1alpha1.RotationCampaign) (stored client.Client) {
+	stored = r.Client
+	r.Client = interceptor.NewClient(stored.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if rc, ok := obj.(*v1alpha1.RotationCampaign); ok {
+				stale.DeepCopyInto(rc)
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		}})
+	return stored
 }
 
 // A refusal that uses up the failure budget halts the campaign before the
