@@ -327,7 +327,8 @@ func startKubeControllerManager(b *testing.B, ctx context.Context, k8s client.Cl
 		"--controllers=csrapproving,csrsigning",
 		"--cluster-signing-kubelet-client-cert-file="+filepath.Join(cp.Dir, "kcm-ca.crt"),
 		"--cluster-signing-kubelet-client-key-file="+filepath.Join(cp.Dir, "kcm-ca.key"),
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false")
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
+		"--flex-volume-plugin-dir="+filepath.Join(cp.Dir, "kcm-volume-plugins")) // not the host's /usr/libexec/kubernetes/...
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	check(b, cmd.Start())

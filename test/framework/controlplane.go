@@ -334,7 +334,10 @@ func (m *ManagedControlPlane) StartControllerManager() (err error) {
 	args := []string{"--kubeconfig=" + files.file("kcm.kubeconfig"), "--root-ca-file=" + files.file("kcm-root-ca.crt"),
 		"--service-account-private-key-file=" + files.file("kcm-sa.key"), "--use-service-account-credentials=true",
 		"--controllers=*,-csrsigning,-csrapproving",
-		"--leader-elect=false", "--secure-port=0"}
+		"--leader-elect=false", "--secure-port=0",
+		// Its FlexVolume prober makes this directory: the host's
+		// /usr/libexec/kubernetes/... by default.
+		"--flex-volume-plugin-dir=" + filepath.Join(m.Dir, "kcm-volume-plugins")}
 	if files.err != nil {
 		return files.err
 	}
