@@ -221,8 +221,9 @@ const checkServerTimeout = 30 * time.Second
 const installTrustStep = "install the trust bundles"
 
 // installTrust writes the cluster bundle into the kubeconfig and the
-// bootstrap kubeconfig (when the bundle verifies its server), and (in ModeKubelet) the kubelet bundle into the
-// kubelet's clientCAFile: each file atomically, and only when it differs.
+// bootstrap kubeconfig (when the bundle verifies its server), and (in
+// ModeKubelet) the kubelet bundle into the kubelet's clientCAFile: each file
+// atomically, and only when it differs.
 func (r *renewal) installTrust(context.Context) error {
 	const step = installTrustStep
 	m := r.n.Manager

@@ -39,7 +39,8 @@ type HostState struct {
 // creates (Netns).
 var watchedModules = []string{"ifb"}
 
-// kubeletHostPaths are paths a kubelet creates when nothing stops it.
+// kubeletHostPaths are paths a kubelet creates when nothing stops it (the
+// last, its FlexVolume prober's, kube-controller-manager's too).
 var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/lib/fake-cri", "/var/log/pods", "/var/log/containers", "/run/netns",
 	"/usr/libexec/kubernetes"}
 

@@ -42,9 +42,9 @@ const (
 )
 
 // The sysctls the kubelet sets at start (its setupKernelTunables: the
-// overcommit, panic and kernel keys' limits). On a node each is a regular file of the node's,
-// seeded with the host's value and bind-mounted over /proc/sys, so the
-// kubelet's writes never reach the host.
+// overcommit, panic and kernel keys' limits). On a node each is a regular
+// file of the node's, seeded with the host's value and bind-mounted over
+// /proc/sys, so the kubelet's writes never reach the host.
 var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
 
