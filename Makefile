@@ -30,7 +30,10 @@ GO_BUILD ?= go build -trimpath $(BUILD_FLAGS)
 # the same sources give the same bytes.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 STRIPPED_BUILD_FLAGS = $(subst -ldflags ',-ldflags '-s -w ,$(BUILD_FLAGS))
-GO_TEST ?= go test -trimpath
+# Every go test runs with a /tmp of its own (hack/private-tmp.sh): a tmpfs in a mount namespace of its own,
+# gone with its last process, so that a run killed before its cleanups leaves no etcd data or keys on the host.
+# PRIVATE_TMP=0 keeps the host's /tmp, to look at a failed run's files.
+GO_TEST ?= $(CURDIR)/hack/private-tmp.sh go test -trimpath
 # Each Ginkgo suite's -ginkgo.timeout is a few minutes under its go test -timeout: a suite out of time is then
 # interrupted by Ginkgo, which runs its cleanups (processes, network namespaces, temporary directories that hold
 # keys), before go test's own timeout panics and ends the process without them.

@@ -1,0 +1,97 @@
+package framework
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestPrivateTmpLeavesNothingWhenKilled runs a command through
+// hack/private-tmp.sh, the wrapper of every go test the Makefile runs, that
+// writes a file into /tmp and is then killed with SIGKILL, so that nothing of
+// its own cleans up: with a private /tmp the file was in a tmpfs of the
+// command's own and is not in the /tmp it was started from, nor is any mount
+// left; with PRIVATE_TMP=0 it is, which shows the check sees such a file.
+func TestPrivateTmpLeavesNothingWhenKilled(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and unshare")
+	}
+	script, err := filepath.Abs("../../hack/private-tmp.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		privateTmp string
+		wantFsType string
+		wantLeft   bool
+	}{
+		{name: "private", privateTmp: "1", wantFsType: "tmpfs", wantLeft: false},
+		{name: "turned off", privateTmp: "0", wantLeft: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			left := filepath.Join("/tmp", "carousel-private-tmp-test-"+strconv.Itoa(os.Getpid())+"-"+tc.name[:1])
+			t.Cleanup(func() { _ = os.Remove(left) })
+			mountsBefore, err := os.ReadFile("/proc/self/mountinfo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(script, "/bin/sh", "-c", `touch "$0" && stat -f -c %T /tmp && exec sleep 60`, left)
+			// The test may itself run under the wrapper, which then runs
+			// the command as it is: this one must make its own.
+			cmd.Env = append(withoutEnv(os.Environ(), "CAROUSEL_PRIVATE_TMP", "PRIVATE_TMP"), "PRIVATE_TMP="+tc.privateTmp)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			fsType, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil {
+				t.Fatalf("the command wrote nothing before it slept: %v", err)
+			}
+			if tc.wantFsType != "" && strings.TrimSpace(fsType) != tc.wantFsType {
+				t.Errorf("the command's /tmp is %q, want %q", strings.TrimSpace(fsType), tc.wantFsType)
+			}
+			// The wrapper execs unshare, which execs sh, which execs sleep:
+			// the process started is the one killed.
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+				t.Fatalf("the command ended with %v, want killed", err)
+			}
+			_, err = os.Stat(left)
+			if isLeft := err == nil; isLeft != tc.wantLeft {
+				t.Errorf("%s left in /tmp after the command was killed: %t, want %t (%v)", left, isLeft, tc.wantLeft, err)
+			} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			mountsAfter, err := os.ReadFile("/proc/self/mountinfo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(mountsAfter) != string(mountsBefore) {
+				t.Errorf("the mounts changed:\nbefore:\n%s\nafter:\n%s", mountsBefore, mountsAfter)
+			}
+		})
+	}
+}
+
+// withoutEnv returns env without the variables named.
+func withoutEnv(env []string, names ...string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(names, name)
+	})
+}
