@@ -38,8 +38,9 @@ type Facts struct {
 	// NodesUnreadable: the managed cluster's Nodes could not be read, and
 	// no earlier verdict on them is kept.
 	NodesUnreadable bool
-	// KeptNodes are the Node (and Cluster nodes) dependents of the last
-	// evaluation, which stand when the Nodes could not be read this time.
+	// KeptNodes are the dependents of the last evaluation that the Nodes
+	// decide (Node, Cluster nodes and Cluster kubelet-certificates), which
+	// stand when the Nodes could not be read this time.
 	KeptNodes []Dependent
 	// Certificates are the Cluster's client certificates Carousel keeps in
 	// Secrets.

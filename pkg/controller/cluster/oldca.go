@@ -413,11 +413,14 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string,
 	return users, nil
 }
 
-// keptNodes are the Node and "Cluster nodes" dependents of u.
+// keptNodes are the dependents of u that the managed cluster's Nodes decide:
+// the Nodes, "Cluster nodes", and "Cluster kubelet-certificates" (the
+// kubelet record is read only when Nodes without a node agent are judged by
+// it, so a failed read of the Nodes does not look at it).
 func keptNodes(u *v1alpha1.OldCAUsage) []oldca.Dependent {
 	var kept []oldca.Dependent
 	for _, d := range u.Dependents {
-		if d.Kind == v1alpha1.OldCADependentNode || d.Kind == v1alpha1.OldCADependentCluster && d.Name == "nodes" {
+		if d.Kind == v1alpha1.OldCADependentNode || d.Kind == v1alpha1.OldCADependentCluster && (d.Name == "nodes" || d.Name == "kubelet-certificates") {
 			kept = append(kept, oldca.Dependent{Kind: d.Kind, Name: d.Name, Message: d.Message})
 		}
 	}

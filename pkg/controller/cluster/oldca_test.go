@@ -347,3 +347,24 @@ func TestTheKubeletCertificateRecordIsTracked(t *testing.T) {
 		t.Errorf("with another record: lost %v, %v; want it lost", lost, err)
 	}
 }
+
+// When the managed cluster's Nodes cannot be read, the gate keeps what they
+// decided last: each stranded Node, and the kubelet record that judged the
+// Nodes without a node agent, so that a restart before the managed cluster
+// is connected does not open the gate on them.
+func TestAFailedReadOfTheNodesKeepsTheirVerdict(t *testing.T) {
+	last := &v1alpha1.OldCAUsage{Total: 5, Dependents: []v1alpha1.OldCADependent{
+		{Kind: v1alpha1.OldCADependentCluster, Name: "kubelet-certificates", Message: "the record had no room for some"},
+		{Kind: v1alpha1.OldCADependentNode, Name: "worker-1", Message: "its node agent reports another CA"},
+		{Kind: v1alpha1.OldCADependentSecret, Name: "prod-operator", Message: "not from the new client CA"},
+		{Kind: v1alpha1.OldCADependentUser, Name: "alice", Message: "seen with an old certificate"},
+		{Kind: v1alpha1.OldCADependentCluster, Name: "kubeconfigs", Message: "the record does not parse"},
+	}}
+	var got []string
+	for _, d := range oldca.Dependents(oldca.Facts{KeptNodes: keptNodes(last)}) {
+		got = append(got, string(d.Kind)+"/"+d.Name)
+	}
+	if want := []string{"Cluster/kubelet-certificates", "Node/worker-1"}; !slices.Equal(got, want) {
+		t.Errorf("dependents with the Nodes unread = %v, want %v", got, want)
+	}
+}
