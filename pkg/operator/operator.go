@@ -6,6 +6,7 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -123,7 +124,7 @@ func (o Options) Validate() error {
 	if o.ClusterConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--cluster-concurrency=%d: reconcile at least one Cluster at a time", o.ClusterConcurrency))
 	}
-	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
+	if !(o.MemoryLimitRatio >= 0 && o.MemoryLimitRatio <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("--memory-limit-ratio=%g: a share of the memory limit from 0 (none) to 1", o.MemoryLimitRatio))
 	}
 	if o.CSRConcurrency < 1 {
@@ -132,8 +133,35 @@ func (o Options) Validate() error {
 	if o.CSRMaxDuration <= 0 {
 		errs = append(errs, fmt.Errorf("--csr-max-duration=%s: must be positive", o.CSRMaxDuration))
 	}
-	if o.OldCAUsageWindow <= 0 {
-		errs = append(errs, fmt.Errorf("--old-ca-usage-window=%s: must be positive", o.OldCAUsageWindow))
+	// The consumers of these take a zero for their default, and a negative
+	// value for none at all: no timeout, no requeue, a warning only once the
+	// CA has expired.
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"old-ca-usage-window", o.OldCAUsageWindow},
+		{"ca-expiry-warning", o.CAExpiryWarning},
+		{"managed-poll-interval", o.ManagedPollInterval},
+		{"max-managed-poll-interval", o.MaxManagedPollInterval},
+		{"managed-cleanup-timeout", o.ManagedCleanupTimeout},
+		{"apiservice-resync", o.APIServiceResync},
+		{"evidence-timeout", o.EvidenceTimeout},
+	} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("--%s=%s: must be positive", d.flag, d.value))
+		}
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"ca-rotation-interval", o.Recommendations.RotationInterval},
+		{"ca-rotation-prepared-warning", o.Recommendations.PreparedWarning},
+	} {
+		if d.value < 0 {
+			errs = append(errs, fmt.Errorf("--%s=%s: 0 (off) or positive", d.flag, d.value))
+		}
 	}
 	if o.AuditWebhookURL != "" {
 		switch u, err := url.Parse(o.AuditWebhookURL); {
@@ -156,7 +184,7 @@ func (o Options) Validate() error {
 		// and the sharder would take the shard for dead after every renewal.
 		errs = append(errs, fmt.Errorf("--shard-lease-duration=%s: a whole number of seconds, at least 1s (a Lease holds it in seconds)", d))
 	}
-	if o.ManagedQPS <= 0 || o.ManagedBurst < 1 {
+	if !(o.ManagedQPS > 0) || math.IsInf(float64(o.ManagedQPS), 1) || o.ManagedBurst < 1 { // client-go takes NaN and +Inf for no limit
 		errs = append(errs, fmt.Errorf("--managed-kube-api-qps=%g --managed-kube-api-burst=%d: both must be positive", o.ManagedQPS, o.ManagedBurst))
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,18 @@ func TestOptionsValidate(t *testing.T) {
 		{"a slow managed client", func(o *Options) { o.ManagedQPS, o.ManagedBurst = 5, 10 }, ""},
 		{"a managed client that may send nothing", func(o *Options) { o.ManagedQPS = 0 }, "--managed-kube-api-qps=0 --managed-kube-api-burst=1000: both must be positive"},
 		{"no burst", func(o *Options) { o.ManagedBurst = 0 }, "--managed-kube-api-burst=0"},
+		{"a managed client of NaN requests a second", func(o *Options) { o.ManagedQPS = float32(math.NaN()) }, "--managed-kube-api-qps=NaN"},
+		{"a managed client of infinite requests a second", func(o *Options) { o.ManagedQPS = float32(math.Inf(1)) }, "--managed-kube-api-qps=+Inf"},
+		{"NaN of the memory limit", func(o *Options) { o.MemoryLimitRatio = math.NaN() }, "--memory-limit-ratio=NaN"},
+		{"no timeout of requests to managed API servers", func(o *Options) { o.EvidenceTimeout = -10 * time.Second }, "--evidence-timeout=-10s: must be positive"},
+		{"APIServices never looked at again", func(o *Options) { o.APIServiceResync = -time.Minute }, "--apiservice-resync=-1m0s: must be positive"},
+		{"a deleted Cluster released at once", func(o *Options) { o.ManagedCleanupTimeout = -time.Second }, "--managed-cleanup-timeout=-1s"},
+		{"no warning before a CA expires", func(o *Options) { o.CAExpiryWarning = 0 }, "--ca-expiry-warning=0s"},
+		{"no poll of a managed cluster", func(o *Options) { o.ManagedPollInterval = 0 }, "--managed-poll-interval=0s"},
+		{"no longest poll of a managed cluster", func(o *Options) { o.MaxManagedPollInterval = -time.Second }, "--max-managed-poll-interval=-1s"},
+		{"no rotation recommended", func(o *Options) { o.Recommendations.RotationInterval = 0 }, ""},
+		{"a rotation recommended before it is due", func(o *Options) { o.Recommendations.RotationInterval = -time.Hour }, "--ca-rotation-interval=-1h0m0s: 0 (off) or positive"},
+		{"a Prepared rotation urged at once", func(o *Options) { o.Recommendations.PreparedWarning = -time.Hour }, "--ca-rotation-prepared-warning=-1h0m0s"},
 		{"an audit webhook", func(o *Options) {
 			o.AuditWebhookURL, o.AuditWebhookCAFile = "https://carousel-webhook.carousel-system.svc:443/audit", "/etc/carousel/audit/ca.crt"
 		}, ""},
