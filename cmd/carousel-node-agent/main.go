@@ -65,6 +65,9 @@ func (o *options) validate() error {
 	if err := checkTTL("--certificate-ttl", o.ttl); err != nil {
 		return err
 	}
+	if o.startupTimeout < 0 {
+		return fmt.Errorf("--startup-timeout=%s: must not be negative (0 is its default)", o.startupTimeout)
+	}
 	if o.mode() == nodeagent.ModeStandIn {
 		if o.address == "" {
 			return errors.New("--node-ip is required with --register-node: the stand-in reports it as the Node's InternalIP")
@@ -84,6 +87,11 @@ func (o *options) validate() error {
 	}
 	if len(o.kubeletRestartCommand) == 0 {
 		return errors.New("--kubelet-restart-command is empty")
+	}
+	if o.kubeletRestartTimeout < 0 {
+		// A renewal would wait for the restarted kubelet not at all, and
+		// fail for ever.
+		return fmt.Errorf("--kubelet-restart-timeout=%s: must not be negative (0 is its default)", o.kubeletRestartTimeout)
 	}
 	return nil
 }
@@ -274,6 +282,9 @@ func newRefreshCommand(o *options) *cobra.Command {
 			}
 			if err := checkTTL("--ttl", ttl); err != nil {
 				return err
+			}
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout=%s: must be positive", timeout)
 			}
 			m, err := o.manager(nil)
 			if err != nil {

@@ -40,6 +40,9 @@ func TestValidate(t *testing.T) {
 		{"a heartbeat under a second", with(standIn(), func(o *options) { o.heartbeat = 500 * time.Millisecond }), "--heartbeat-interval=500ms: at least 1s"},
 		{"a heartbeat of a second", with(standIn(), func(o *options) { o.heartbeat = time.Second }), ""},
 		{"no restart command", with(kubelet(), func(o *options) { o.kubeletRestartCommand = nil }), "--kubelet-restart-command is empty"},
+		{"a negative restart timeout", with(kubelet(), func(o *options) { o.kubeletRestartTimeout = -time.Second }), "--kubelet-restart-timeout=-1s: must not be negative"},
+		{"a restart timeout", with(kubelet(), func(o *options) { o.kubeletRestartTimeout = time.Minute }), ""},
+		{"a negative startup timeout", with(standIn(), func(o *options) { o.startupTimeout = -time.Minute }), "--startup-timeout=-1m0s: must not be negative"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.o.validate()
@@ -84,13 +87,23 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-// refresh-certs run checks its --ttl before it reads or requests anything.
-func TestRefreshRunRefusesATTLNoCSRMayAskFor(t *testing.T) {
-	cmd := newRefreshCommand(&options{node: "w1", certDir: t.TempDir()})
-	cmd.SetArgs([]string{"run", "--seed", "abc", "--ttl", "1m"})
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--ttl=1m0s: 0 (the signer decides) or from 10m0s") {
-		t.Errorf("refresh-certs run --ttl 1m = %v", err)
+// refresh-certs run checks its --ttl and --timeout before it reads or
+// requests anything.
+func TestRefreshRunRefusesBadFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ttl", "1m"}, "--ttl=1m0s: 0 (the signer decides) or from 10m0s"},
+		{[]string{"--timeout", "-1s"}, "--timeout=-1s: must be positive"},
+		{[]string{"--timeout", "0s"}, "--timeout=0s: must be positive"},
+	} {
+		cmd := newRefreshCommand(&options{node: "w1", certDir: t.TempDir()})
+		cmd.SetArgs(append([]string{"run", "--seed", "abc"}, tt.args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("refresh-certs run %v = %v, want an error saying %q", tt.args, err, tt.want)
+		}
 	}
 }
