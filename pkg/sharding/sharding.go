@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	shardingv1alpha1 "github.com/timebertt/kubernetes-controller-sharding/pkg/apis/sharding/v1alpha1"
@@ -19,6 +20,7 @@ import (
 	shardlease "github.com/timebertt/kubernetes-controller-sharding/pkg/shard/lease"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -72,6 +74,17 @@ func (s *Shard) ConfigureManager(cfg *rest.Config, mgrOpts *ctrl.Options) error 
 		return fmt.Errorf("the shard Lease of ControllerRing %s: %w", s.ControllerRing, err)
 	}
 	s.Name = lock.Identity()
+	// The name is the Lease's and the shard label's value; the ring's name is
+	// in the label's key. Neither is checked by the lock or the selector, and
+	// a bad one failed later: every create of the Lease refused while the
+	// replica stayed ready, or a cache that never synced.
+	if errs := validation.IsDNS1123Subdomain(s.Name); len(errs) > 0 {
+		return fmt.Errorf("--shard-name=%q: a shard's name names its Lease: %s", s.Name, strings.Join(errs, "; "))
+	}
+	assigned, err := labels.ValidatedSelectorFromSet(labels.Set{shardingv1alpha1.LabelShard(s.ControllerRing): s.Name})
+	if err != nil {
+		return fmt.Errorf("--shard-controller-ring=%q --shard-name=%q: the shard label they make is not valid: %w", s.ControllerRing, s.Name, err)
+	}
 	mgrOpts.LeaderElection = true
 	mgrOpts.LeaderElectionResourceLockInterface = lock
 	mgrOpts.LeaderElectionReleaseOnCancel = true
@@ -80,7 +93,6 @@ func (s *Shard) ConfigureManager(cfg *rest.Config, mgrOpts *ctrl.Options) error 
 	duration := cmp.Or(s.LeaseDuration, DefaultLeaseDuration)
 	renew, retry := duration*2/3, min(2*time.Second, duration/5)
 	mgrOpts.LeaseDuration, mgrOpts.RenewDeadline, mgrOpts.RetryPeriod = &duration, &renew, &retry
-	assigned := labels.SelectorFromSet(labels.Set{shardingv1alpha1.LabelShard(s.ControllerRing): s.Name})
 	if mgrOpts.Cache.ByObject == nil {
 		mgrOpts.Cache.ByObject = map[client.Object]cache.ByObject{}
 	}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,27 @@ func TestConfigureManagerNamesTheShardAfterTheHost(t *testing.T) {
 	}
 	if *opts.LeaseDuration != 30*time.Second {
 		t.Errorf("lease duration %s, want the configured 30s", *opts.LeaseDuration)
+	}
+}
+
+// A name that cannot be a Lease's or a label's, or a ring's name that
+// cannot be in a label's key, is refused before the manager starts: the
+// Lease's creates were refused for ever while the replica stayed ready, or
+// the cache never synced.
+func TestConfigureManagerRefusesNamesTheShardLabelCannotHold(t *testing.T) {
+	for _, tt := range []struct {
+		ring, name, want string
+	}{
+		{"carousel", "Shard_A", `--shard-name="Shard_A": a shard's name names its Lease`},
+		{"carousel", "shard." + strings.Repeat("a", 60), "the shard label they make is not valid"},
+		{"carousel/ring", "shard-a", `--shard-controller-ring="carousel/ring"`},
+		{"carousel", "shard-a", ""},
+	} {
+		s := Shard{ControllerRing: tt.ring, Name: tt.name, LeaseNamespace: "carousel-system"}
+		err := s.ConfigureManager(&rest.Config{Host: "https://127.0.0.1:1"}, &ctrl.Options{})
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("ConfigureManager of ring %q, shard %q = %v, want an error saying %q", tt.ring, tt.name, err, tt.want)
+		}
 	}
 }
 
