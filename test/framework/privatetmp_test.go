@@ -15,7 +15,8 @@ import (
 
 // TestPrivateTmpLeavesNothingWhenKilled runs a command through
 // hack/private-tmp.sh, the wrapper of every go test the Makefile runs, that
-// writes a file into /tmp and is then killed with SIGKILL, so that nothing of
+// reads a file of its working directory under /tmp (a checkout there), writes
+// a file into /tmp and is then killed with SIGKILL, so that nothing of
 // its own cleans up: with a private /tmp the file was in a tmpfs of the
 // command's own and is not in the /tmp it was started from, nor is any mount
 // left; with PRIVATE_TMP=0 it is, which shows the check sees such a file.
@@ -43,7 +44,14 @@ func TestPrivateTmpLeavesNothingWhenKilled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(script, "/bin/sh", "-c", `touch "$0" && stat -f -c %T /tmp && exec sleep 60`, left)
+			// Its working directory is under /tmp, as a checkout there would
+			// be: it stays as it is.
+			checkout := t.TempDir()
+			if err := os.WriteFile(filepath.Join(checkout, "kept"), []byte("the checkout\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(script, "/bin/sh", "-c", `touch "$0" && stat -f -c %T /tmp && cat kept && exec sleep 60`, left)
+			cmd.Dir = checkout
 			// The test may itself run under the wrapper, which then runs
 			// the command as it is: this one must make its own.
 			cmd.Env = append(withoutEnv(os.Environ(), "CAROUSEL_PRIVATE_TMP", "PRIVATE_TMP"), "PRIVATE_TMP="+tc.privateTmp)
@@ -56,9 +64,13 @@ func TestPrivateTmpLeavesNothingWhenKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			fsType, err := bufio.NewReader(out).ReadString('\n')
+			lines := bufio.NewReader(out)
+			fsType, err := lines.ReadString('\n')
 			if err != nil {
 				t.Fatalf("the command wrote nothing before it slept: %v", err)
+			}
+			if kept, err := lines.ReadString('\n'); kept != "the checkout\n" {
+				t.Fatalf("the command read %q from its working directory under /tmp, want %q (%v)", kept, "the checkout\n", err)
 			}
 			if tc.wantFsType != "" && strings.TrimSpace(fsType) != tc.wantFsType {
 				t.Errorf("the command's /tmp is %q, want %q", strings.TrimSpace(fsType), tc.wantFsType)
