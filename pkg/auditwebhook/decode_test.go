@@ -1,0 +1,50 @@
+package auditwebhook
+
+import (
+	"bytes"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestADecodedBatchHoldsLittleMoreThanItsEvents decodes batches of many
+// small events, each with a user.extra the receiver does not read, the
+// most events a body of their size may hold on either path: what the
+// decoded batch holds is its events' fixed part and at most the body's size
+// of their strings. A map held per event's extra took a 3 MiB batch to 44 MiB.
+func TestADecodedBatchHoldsLittleMoreThanItsEvents(t *testing.T) {
+	for _, tt := range []struct {
+		name, event string
+		events      int
+	}{
+		// The list's two commas before its items, one after each event
+		// but the last, and those in an event.
+		{"at once", `{"user":{"extra":{"k":["v"]}}}`, smallBatchCommas - 2},
+		{"one event at a time", `{"user":{"extra":{` + strings.Repeat(`"k":["v"],`, 10) + `"k":["v"]}}}`, maxEventsPerBatch},
+		{"credential IDs", `{"user":{"username":"u","extra":{"authentication.kubernetes.io/credential-id":["X509SHA256=ab"],"k":["v"]}}}`, smallBatchCommas/3 - 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
+				strings.Repeat(tt.event+",", tt.events-1) + tt.event + `]}`)
+			if small := bytes.Count(body, []byte{','}) < smallBatchCommas; small != (tt.name != "one event at a time") {
+				t.Fatalf("the batch is small: %t", small)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			batch, err := decodeBatch(body)
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			if err != nil || len(batch.Items) != tt.events {
+				t.Fatalf("decoded %d events, %v; want %d", len(batch.Items), err, tt.events)
+			}
+			held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			t.Logf("%d events in %d KiB hold %d KiB once decoded", tt.events, len(body)>>10, held>>10)
+			// An event's fixed part is 88 bytes; its slice may be twice as long.
+			if bound := int64(len(body)) + int64(tt.events)*2*88; held > bound {
+				t.Errorf("a batch of %d events in %d KiB holds %d KiB once decoded, want at most %d KiB", tt.events, len(body)>>10, held>>10, bound>>10)
+			}
+			runtime.KeepAlive(batch)
+		})
+	}
+}
