@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -98,10 +99,11 @@ func putBody(b *bytes.Buffer) {
 }
 
 // The batches a replica reads and records at once are bounded: one Cluster's
-// by MaxBatchesInFlightPerCluster, all of them by MaxBatchesInFlight. A
-// holder of one Cluster's token can then take neither the memory (a batch is
-// read whole, up to maxBatchBytes) nor the turns of the rest of the fleet. A
-// batch beyond either bound is answered 429 Too Many Requests with
+// by MaxBatchesInFlightPerCluster, all of them by MaxBatchesInFlight, and the
+// memory they may take (batchesInFlight.reserve) by MaxBytesInFlightPerCluster
+// and MaxBytesInFlight. A holder of one Cluster's token can then take neither
+// the memory nor the turns of the rest of the fleet. A batch beyond a bound
+// is answered 429 Too Many Requests with
 // Retry-After, which kube-apiserver's client honours (up to ten times) before
 // its webhook backend backs off and starts over
 // (--audit-webhook-initial-backoff). Its batch mode sends each batch when it
@@ -111,7 +113,25 @@ func putBody(b *bytes.Buffer) {
 const (
 	MaxBatchesInFlightPerCluster = 4
 	MaxBatchesInFlight           = 32
+	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 65
+	// MiB: maxBatchBytes of a body of unknown length, then as many small
+	// events as it may hold at once), MaxBytesInFlight two of them; a batch of
+	// 400 events at the Metadata level costs about 1.5 MiB.
+	MaxBytesInFlightPerCluster = 72 << 20
+	MaxBytesInFlight           = 2 * MaxBytesInFlightPerCluster
 )
+
+// readCost is what reading a body of at most limit bytes may take: the
+// buffer it is read into grows to at most twice that.
+func readCost(limit int64) int64 { return 2 * limit }
+
+// decodeCost is what decoding body may take besides the body: its strings,
+// at most its size again, and its events, at most one a '{' and, at once,
+// smallBatchCommas, each twice while their slice grows.
+func decodeCost(body []byte) int64 {
+	events := min(bytes.Count(body, []byte{'{'}), smallBatchCommas)
+	return int64(len(body)) + int64(events)*2*int64(unsafe.Sizeof(auditEvent{}))
+}
 
 // defaultBodyTimeout is kube-apiserver's timeout of a request of its audit
 // webhook: a batch it sends arrives within it.
@@ -154,11 +174,14 @@ type Receiver struct {
 	inFlight batchesInFlight
 }
 
-// batchesInFlight counts the batches being read and recorded, by Cluster.
+// batchesInFlight counts the batches being read and recorded, and the bytes
+// they reserved, by Cluster.
 type batchesInFlight struct {
-	mu        sync.Mutex
-	total     int
-	byCluster map[client.ObjectKey]int
+	mu             sync.Mutex
+	total          int
+	byCluster      map[client.ObjectKey]int
+	bytes          int64
+	bytesByCluster map[client.ObjectKey]int64
 }
 
 // admit counts a batch of key's in, unless that would exceed a bound.
@@ -176,13 +199,33 @@ func (b *batchesInFlight) admit(key client.ObjectKey) bool {
 	return true
 }
 
-// done counts an admitted batch of key's out.
-func (b *batchesInFlight) done(key client.ObjectKey) {
+// reserve counts n more bytes of an admitted batch of key's in, unless that
+// would exceed a bound.
+func (b *batchesInFlight) reserve(key client.ObjectKey, n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bytes+n > MaxBytesInFlight || b.bytesByCluster[key]+n > MaxBytesInFlightPerCluster {
+		return false
+	}
+	if b.bytesByCluster == nil {
+		b.bytesByCluster = map[client.ObjectKey]int64{}
+	}
+	b.bytes += n
+	b.bytesByCluster[key] += n
+	return true
+}
+
+// done counts an admitted batch of key's out, with the bytes it reserved.
+func (b *batchesInFlight) done(key client.ObjectKey, reserved int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.total--
 	if b.byCluster[key]--; b.byCluster[key] == 0 {
 		delete(b.byCluster, key)
+	}
+	b.bytes -= reserved
+	if b.bytesByCluster[key] -= reserved; b.bytesByCluster[key] == 0 {
+		delete(b.bytesByCluster, key)
 	}
 }
 
@@ -223,18 +266,37 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	if code, msg := r.authenticate(ctx, key, req.Header.Get("Authorization")); code != http.StatusOK {
 		return code, msg
 	}
+	const tooMuch = "too many batches of this Cluster, or of all Clusters, at once, or too large ones; send it again"
 	if !r.inFlight.admit(key) {
-		return http.StatusTooManyRequests, "too many batches of this Cluster, or of all Clusters, at once; send it again"
+		return http.StatusTooManyRequests, tooMuch
 	}
-	defer r.inFlight.done(key)
+	var reserved int64
+	defer func() { r.inFlight.done(key, reserved) }()
+	reserve := func(n int64) bool {
+		ok := r.inFlight.reserve(key, n)
+		if ok {
+			reserved += n
+		}
+		return ok
+	}
+	limit := int64(maxBatchBytes)
+	if req.ContentLength >= 0 {
+		limit = min(limit, req.ContentLength)
+	}
+	if !reserve(readCost(limit)) {
+		return http.StatusTooManyRequests, tooMuch
+	}
 	// A body sent slowly would keep its place among the batches in flight.
 	// Where the connection cannot take a deadline (a test's recorder) there
 	// is none.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(cmp.Or(r.BodyTimeout, defaultBodyTimeout)))
 	body := bodies.Get().(*bytes.Buffer)
 	defer putBody(body)
-	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, maxBatchBytes)); err != nil {
+	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, limit)); err != nil {
 		return http.StatusBadRequest, "reading the audit events: " + err.Error()
+	}
+	if !reserve(decodeCost(body.Bytes())) {
+		return http.StatusTooManyRequests, tooMuch
 	}
 	batch, err := decodeBatch(body.Bytes())
 	switch {

@@ -246,17 +246,29 @@ func TestTheReceiverRefuses(t *testing.T) {
 // body comes through a pipe, which finish completes.
 type heldBatch struct {
 	body   *io.PipeWriter
+	length int64
 	answer chan *httptest.ResponseRecorder
 }
 
-// holdBatch sends a batch to cluster's path with token, and returns once the
-// receiver reads its body.
+// heldBatchLength is the Content-Length of a held batch, as kube-apiserver
+// sends one.
+const heldBatchLength = 64 << 10
+
+// holdBatch sends a batch of heldBatchLength to cluster's path with token,
+// and returns once the receiver reads its body.
 func (s setup) holdBatch(t *testing.T, cluster, token string) heldBatch {
+	t.Helper()
+	return s.holdBatchOf(t, cluster, token, heldBatchLength)
+}
+
+// holdBatchOf sends a batch whose Content-Length is length (-1: unknown).
+func (s setup) holdBatchOf(t *testing.T, cluster, token string, length int64) heldBatch {
 	t.Helper()
 	r, w := io.Pipe()
 	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/"+cluster, r)
 	req.Header.Set("Authorization", "Bearer "+token)
-	h := heldBatch{body: w, answer: make(chan *httptest.ResponseRecorder, 1)}
+	req.ContentLength = length
+	h := heldBatch{body: w, length: length, answer: make(chan *httptest.ResponseRecorder, 1)}
 	go func() {
 		rec := httptest.NewRecorder()
 		s.receiver.ServeHTTP(rec, req)
@@ -272,8 +284,12 @@ func (s setup) holdBatch(t *testing.T, cluster, token string) heldBatch {
 	return h
 }
 
-// finish sends the batch and returns the receiver's answer.
+// finish sends the batch, padded with spaces to the length it was held with,
+// and returns the receiver's answer.
 func (h heldBatch) finish(batch []byte) *httptest.ResponseRecorder {
+	if pad := h.length - 1 - int64(len(batch)); pad > 0 {
+		batch = append(batch, bytes.Repeat([]byte{' '}, int(pad))...)
+	}
 	_, _ = h.body.Write(batch)
 	_ = h.body.Close()
 	return <-h.answer
@@ -328,6 +344,63 @@ func TestTheReceiverBoundsTheBatchesInFlight(t *testing.T) {
 	}
 	if n := s.receiver.inFlight.count(); n != 0 || len(s.receiver.inFlight.byCluster) != 0 {
 		t.Fatalf("with every batch answered, %d are counted in flight: %v", n, s.receiver.inFlight.byCluster)
+	}
+}
+
+// TestTheReceiverBoundsTheBytesInFlight: the batches in flight reserve what
+// reading and decoding them may take, a body of unknown length the most, and
+// a batch that would take one Cluster's or all Clusters' bounds beyond them
+// is refused, before its body is read or before it is decoded, while the
+// count of batches is below its bounds.
+func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
+	s := newSetup(t)
+	if err := s.client.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.AuditWebhookSecretName("dev"), Labels: map[string]string{v1alpha1.LabelCluster: "dev"}},
+		Data:       map[string][]byte{DataKeyToken: []byte("dev-token")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	good := batch(event("ci", "X509SHA256="+fp("ab"), t0))
+	expect := func(w *httptest.ResponseRecorder, code int, what string) {
+		t.Helper()
+		if w.Code != code {
+			t.Fatalf("%s: answered %d %q, want %d", what, w.Code, w.Body.String(), code)
+		}
+	}
+	refused := func(cluster, token string, length int64) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/audit/team-a/"+cluster, strings.NewReader(""))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.ContentLength = length
+		w := httptest.NewRecorder()
+		s.receiver.ServeHTTP(w, req)
+		return w
+	}
+
+	// Two bodies of unknown length, each up to maxBatchBytes, are as much
+	// of one Cluster's bound as a third leaves no room for.
+	prod := []heldBatch{s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", -1)}
+	expect(refused("prod", "s3cret", -1), http.StatusTooManyRequests, "a third body of unknown length of one Cluster")
+	expect(s.post(good), http.StatusOK, "a small batch of the same Cluster")
+	// Read, a body of many small events leaves no room to decode them.
+	events := bytes.Repeat([]byte(`{},`), smallBatchCommas-10)
+	many := append(append([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[`), events[:len(events)-1]...), `]}`...)
+	expect(s.post(many), http.StatusTooManyRequests, "a batch whose events may take more than is left of the Cluster's bound")
+
+	// All Clusters' bound: two more such bodies of another Cluster fill it.
+	staging := []heldBatch{s.holdBatchOf(t, "staging", "other", -1), s.holdBatchOf(t, "staging", "other", -1)}
+	expect(refused("dev", "dev-token", maxBatchBytes), http.StatusTooManyRequests, "a batch of the largest size of a Cluster with none in flight, while the others hold all Clusters' bound")
+	expect(s.postTo("dev", "dev-token", batch()), http.StatusOK, "a small batch of a Cluster with none in flight")
+
+	for _, h := range prod {
+		expect(h.finish(good), http.StatusOK, "a batch in flight")
+	}
+	for _, h := range staging {
+		expect(h.finish(batch()), http.StatusOK, "a batch in flight")
+	}
+	expect(s.postTo("dev", "dev-token", many), http.StatusOK, "the batch of many events once nothing else is in flight")
+	if b := &s.receiver.inFlight; b.bytes != 0 || len(b.bytesByCluster) != 0 || b.total != 0 {
+		t.Fatalf("with every batch answered, %d bytes and %d batches are counted in flight: %v", b.bytes, b.total, b.bytesByCluster)
 	}
 }
 
