@@ -25,10 +25,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unsafe"
@@ -172,7 +175,32 @@ type Receiver struct {
 	states map[client.ObjectKey]*clusterState
 
 	inFlight batchesInFlight
+
+	// stopped: the replica stops (Start returned), and waits for no minute
+	// to write what a batch defers.
+	stopped atomic.Bool
 }
+
+// Start implements manager.Runnable, on every replica (NeedLeaderElection):
+// once ctx is done, it writes each Cluster's sightings that wait for their
+// minute, and from then on a batch's at once, so that a replica that stops
+// (a rolling update, a drained node) does not lose what it answered 200 for.
+// A crash still loses the sightings of up to a minute.
+func (r *Receiver) Start(ctx context.Context) error {
+	<-ctx.Done()
+	r.stopped.Store(true)
+	r.mu.Lock()
+	keys := slices.Collect(maps.Keys(r.states))
+	r.mu.Unlock()
+	for _, key := range keys {
+		r.flush(key)
+	}
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica
+// receives batches.
+func (r *Receiver) NeedLeaderElection() bool { return false }
 
 // batchesInFlight counts the batches being read and recorded, and the bytes
 // they reserved, by Cluster.
@@ -609,7 +637,10 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 		}
 		st.pending.add(deferred)
 	}
-	if len(st.pending) > 0 && !st.flushScheduled {
+	switch {
+	case len(st.pending) > 0 && r.stopped.Load():
+		r.flushLocked(key, st)
+	case len(st.pending) > 0 && !st.flushScheduled:
 		st.flushScheduled = true
 		r.flushLater(key)
 	}
@@ -625,6 +656,11 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 func (r *Receiver) flush(key client.ObjectKey) {
 	st := r.lock(key)
 	defer r.unlock(key, st)
+	r.flushLocked(key, st)
+}
+
+// flushLocked is flush of key's state st, which the caller holds locked.
+func (r *Receiver) flushLocked(key client.ObjectKey, st *clusterState) {
 	if len(st.pending) == 0 {
 		st.flushScheduled = false
 		return

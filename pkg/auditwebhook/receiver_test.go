@@ -551,6 +551,39 @@ func TestTheReceiverRecordsClientCertificates(t *testing.T) {
 	}
 }
 
+// A replica that stops writes the sightings that wait for their minute, and
+// from then on a batch's at once: kube-apiserver does not send again a batch
+// answered 200.
+func TestTheReceiverWritesWhatWaitsWhenItStops(t *testing.T) {
+	s := newSetup(t)
+	seen := func(after time.Duration) {
+		t.Helper()
+		if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))); w.Code != http.StatusOK {
+			t.Fatalf("answered %d %q", w.Code, w.Body.String())
+		}
+	}
+	seen(0)
+	s.clock.Step(20 * time.Second)
+	seen(20 * time.Second)
+	if n := s.writes.Load(); n != 1 {
+		t.Fatalf("%d writes, want 1: the second sighting waits for its minute", n)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- s.receiver.Start(ctx) }()
+	stop()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n, got := s.writes.Load(), s.usage(t).Credentials[0].LastSeen; n != 2 || !got.Equal(t0.Add(20*time.Second+time.Millisecond)) {
+		t.Fatalf("once stopped: %d writes, lastSeen %v; want 2 and the waiting sighting's, +20s", n, got)
+	}
+	seen(30 * time.Second)
+	if n, got := s.writes.Load(), s.usage(t).Credentials[0].LastSeen; n != 3 || !got.Equal(t0.Add(30*time.Second+time.Millisecond)) {
+		t.Fatalf("a batch after the stop: %d writes, lastSeen %v; want 3 and its sighting's, +30s", n, got)
+	}
+}
+
 // A batch of events that carry their request bodies (a policy at the
 // Request level) has more commas than a small batch may: it is decoded one
 // event at a time, and its client certificates recorded all the same.

@@ -274,7 +274,12 @@ func SetupWebhooks(mgr ctrl.Manager, opts Options, clk clock.PassiveClock) error
 		return err
 	}
 	// The audit events carry the API server's real times, whatever clock the webhooks decide by.
-	mgr.GetWebhookServer().Register(auditwebhook.PathPrefix, &auditwebhook.Receiver{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Client: mgr.GetClient(), Clock: clock.RealClock{}, Requests: auditwebhook.NewRequestsCounter(metrics.Registry)})
+	receiver := &auditwebhook.Receiver{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), Clock: clock.RealClock{}, Requests: auditwebhook.NewRequestsCounter(metrics.Registry)}
+	mgr.GetWebhookServer().Register(auditwebhook.PathPrefix, receiver)
+	// It writes, as the manager stops, the sightings that wait for their minute.
+	if err := mgr.Add(receiver); err != nil {
+		return err
+	}
 	return campaignwebhook.SetupWithManager(mgr)
 }
