@@ -9,11 +9,19 @@ import (
 
 // knownSightings is what a Cluster's usage record held when a replica last
 // read or wrote it: each credential's first and last sighting, by a digest
-// of its user and fingerprint. It is a fifth of the record's size, and lets
-// a batch that would only defer small advances of lastSeen (most batches of
-// a busy cluster) skip reading the record, which the manager's cache does
-// not hold.
-type knownSightings map[credentialID]sighting
+// of its user and fingerprint, and what it says of the credentials it has no
+// room for. It is a fifth of the record's size, and lets a batch that would
+// only defer small advances of lastSeen (most batches of a busy cluster), or
+// show credentials a full record leaves out, skip reading the record, which
+// the manager's cache does not hold.
+type knownSightings struct {
+	byID map[credentialID]sighting
+	// room is how many more bytes the record may take (oldca.Usage.Room).
+	room int
+	// unrecorded is the record's Unrecorded in Unix nanoseconds, if it has one.
+	unrecorded    int64
+	hasUnrecorded bool
+}
 
 // credentialID digests a credential's user and fingerprint.
 type credentialID [16]byte
@@ -27,10 +35,13 @@ func idOf(c oldca.Credential) credentialID {
 }
 
 // knownFrom is what u holds.
-func knownFrom(u *oldca.Usage) knownSightings {
-	known := make(knownSightings, len(u.Credentials))
+func knownFrom(u *oldca.Usage) *knownSightings {
+	known := &knownSightings{byID: make(map[credentialID]sighting, len(u.Credentials)), room: u.Room()}
 	for _, c := range u.Credentials {
-		known[idOf(c)] = sighting{first: c.FirstSeen.UnixNano(), last: c.LastSeen.UnixNano()}
+		known.byID[idOf(c)] = sighting{first: c.FirstSeen.UnixNano(), last: c.LastSeen.UnixNano()}
+	}
+	if u.Unrecorded != nil {
+		known.unrecorded, known.hasUnrecorded = u.Unrecorded.UnixNano(), true
 	}
 	return known
 }
@@ -39,16 +50,25 @@ func knownFrom(u *oldca.Usage) knownSightings {
 // would surely change nothing in a record that holds what k holds, and at
 // most defer advances of lastSeen: every credential of seen is known, not
 // first seen earlier, and seen last less than resolution after its known
-// lastSeen. If so, it returns what Observe would defer: the sightings that
-// move a known last sighting on. A nil k knows nothing.
-func (k knownSightings) deferred(seen []oldca.Credential, resolution time.Duration) (advances []oldca.Credential, ok bool) {
+// lastSeen; or not known, with no room for it in the record, and seen last
+// no later than the record's Unrecorded (a full record in constant use is
+// then read and written once a minute, not for each batch). If so, it
+// returns what Observe would defer: the sightings that move a known last
+// sighting on. A nil k knows nothing.
+func (k *knownSightings) deferred(seen []oldca.Credential, resolution time.Duration) (advances []oldca.Credential, ok bool) {
 	if k == nil {
 		return nil, false
 	}
 	for _, c := range seen {
-		s, known := k[idOf(c)]
+		s, known := k.byID[idOf(c)]
 		first, last := c.FirstSeen.UnixNano(), c.LastSeen.UnixNano()
-		if !known || first < s.first || last-s.last >= resolution.Nanoseconds() {
+		if !known {
+			if oldca.EntryBytes(c) <= k.room || !k.hasUnrecorded || last > k.unrecorded {
+				return nil, false
+			}
+			continue
+		}
+		if first < s.first || last-s.last >= resolution.Nanoseconds() {
 			return nil, false
 		}
 		if last > s.last {
@@ -62,12 +82,12 @@ func (k knownSightings) deferred(seen []oldca.Credential, resolution time.Durati
 // what waits: every credential of p is known, first seen no earlier and last
 // seen no later than k knows, so that oldca.Usage.Observe with no resolution
 // would change nothing. A nil k knows nothing.
-func (k knownSightings) holds(p pendingSightings) bool {
+func (k *knownSightings) holds(p pendingSightings) bool {
 	if k == nil {
 		return false
 	}
 	for id, s := range p {
-		known, ok := k[id]
+		known, ok := k.byID[id]
 		if !ok || s.first < known.first || s.last > known.last {
 			return false
 		}

@@ -1,6 +1,7 @@
 package auditwebhook
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,15 +14,17 @@ import (
 // advance it makes); when it says u holds the batch, Observe with no
 // resolution (a flush's) changes nothing either.
 func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
-	f.Add(false, int64(0), int64(10), int64(0), int64(20))  // an advance of 10 s: deferred
-	f.Add(false, int64(0), int64(10), int64(0), int64(70))  // of a minute: a change
-	f.Add(false, int64(0), int64(10), int64(-1), int64(10)) // first seen earlier: a change
-	f.Add(true, int64(0), int64(10), int64(0), int64(10))   // another client: a change
-	f.Add(false, int64(0), int64(10), int64(5), int64(5))   // nothing new
-	f.Add(false, int64(0), int64(0), int64(0), int64(oldca.Resolution/time.Second)-1)
-	f.Fuzz(func(t *testing.T, otherClient bool, first, last, seenFirst, seenLast int64) {
+	f.Add(false, int64(0), int64(10), int64(0), int64(20), false, int64(0))  // an advance of 10 s: deferred
+	f.Add(false, int64(0), int64(10), int64(0), int64(70), false, int64(0))  // of a minute: a change
+	f.Add(false, int64(0), int64(10), int64(-1), int64(10), false, int64(0)) // first seen earlier: a change
+	f.Add(true, int64(0), int64(10), int64(0), int64(10), false, int64(0))   // another client: a change
+	f.Add(false, int64(0), int64(10), int64(5), int64(5), false, int64(0))   // nothing new
+	f.Add(false, int64(0), int64(0), int64(0), int64(oldca.Resolution/time.Second)-1, false, int64(0))
+	f.Add(true, int64(0), int64(10), int64(0), int64(10), true, int64(20)) // another client, no room, left out until later: nothing
+	f.Add(true, int64(0), int64(10), int64(0), int64(30), true, int64(20)) // left out until earlier: a change
+	f.Fuzz(func(t *testing.T, otherClient bool, first, last, seenFirst, seenLast int64, full bool, unrecorded int64) {
 		const bound = int64(48 * time.Hour / time.Second)
-		for _, v := range []int64{first, last, seenFirst, seenLast} {
+		for _, v := range []int64{first, last, seenFirst, seenLast, unrecorded} {
 			if v < -bound || v > bound {
 				t.Skip()
 			}
@@ -40,7 +43,21 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 		if now.Sub(recorded.LastSeen) >= oldca.Retention {
 			t.Skip()
 		}
-		u := &oldca.Usage{Credentials: []oldca.Credential{recorded}}
+		record := func() *oldca.Usage {
+			u := &oldca.Usage{Credentials: []oldca.Credential{recorded}}
+			if full {
+				// Clients of shorter names than the batch's fill it: no room for it.
+				var fillers []oldca.Credential
+				for i := 0; len(fillers)*oldca.EntryBytes(recorded) < 2*oldca.MaxUsageBytes; i++ {
+					fillers = append(fillers, oldca.Credential{User: fmt.Sprintf("f%04d", i), Fingerprint: fp("ff"), FirstSeen: recorded.FirstSeen, LastSeen: recorded.LastSeen})
+				}
+				u.Observe(fillers, now, 0)
+				until := at(unrecorded)
+				u.Unrecorded = &until
+			}
+			return u
+		}
+		u := record()
 		known := knownFrom(u)
 		var waiting pendingSightings
 		waiting.add([]oldca.Credential{seen})
@@ -53,7 +70,7 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 		if defers && !changed && len(advances) != len(deferred) {
 			t.Errorf("the known sightings defer %+v of %+v, Observe %+v", advances, seen, deferred)
 		}
-		u = &oldca.Usage{Credentials: []oldca.Credential{recorded}}
+		u = record()
 		if changed, _ := u.Observe([]oldca.Credential{seen}, now, 0); holds && changed {
 			t.Errorf("the known sightings hold %+v, which a flush writes into the record of %+v", seen, recorded)
 		}
@@ -61,7 +78,7 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 }
 
 func TestKnownSightingsOfNothing(t *testing.T) {
-	var none knownSightings
+	var none *knownSightings
 	seen := []oldca.Credential{{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0}}
 	var waiting pendingSightings
 	waiting.add(seen)

@@ -557,7 +557,7 @@ type clusterState struct {
 	flushScheduled bool
 	// known is what the record held when it was last read or written
 	// through this state; nil after a failure.
-	known knownSightings
+	known *knownSightings
 }
 
 // lock returns key's state, locked, created when there is none.
@@ -640,7 +640,10 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 	switch {
 	case len(st.pending) > 0 && r.stopped.Load():
 		r.flushLocked(key, st)
-	case len(st.pending) > 0 && !st.flushScheduled:
+	case !st.flushScheduled && (len(st.pending) > 0 || st.known != nil):
+		// The state, with what it now knows of the record, stays until the
+		// flush a minute later: the batches of that minute that would change
+		// nothing (a full record's new clients among them) read nothing.
 		st.flushScheduled = true
 		r.flushLater(key)
 	}

@@ -705,13 +705,13 @@ func TestTheReceiverReadsTheRecordOnlyWhenABatchMayChangeIt(t *testing.T) {
 	for _, after := range []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second} {
 		post(event("ci", "X509SHA256="+fp("cc"), t0.Add(after)))
 	}
-	// The first of them reads: nothing was waiting, and the state went.
-	if n, w := reads.Load(), s.writes.Load(); n != 2 || w != 1 {
-		t.Fatalf("after three batches that only advance lastSeen: %d reads, %d writes, want 2 and 1", n, w)
+	// None of them reads: the state stays a minute after the first batch's write.
+	if n, w := reads.Load(), s.writes.Load(); n != 1 || w != 1 {
+		t.Fatalf("after three batches that only advance lastSeen: %d reads, %d writes, want 1 and 1", n, w)
 	}
 	post(event("ci", "X509SHA256="+fp("cc"), t0.Add(-time.Second))) // first seen earlier: a change
-	if n := reads.Load(); n != 3 {
-		t.Fatalf("%d reads after a batch with an earlier first sighting, want 3", n)
+	if n := reads.Load(); n != 2 {
+		t.Fatalf("%d reads after a batch with an earlier first sighting, want 2", n)
 	}
 	s.clock.Step(oldca.Resolution)
 	gomega.NewWithT(t).Eventually(s.writes.Load).Should(gomega.BeEquivalentTo(3), "the deferred advances written a minute later")
@@ -829,7 +829,8 @@ func TestTheReceiverStartsACorruptRecordOverAsUnrecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.clock.Step(10 * time.Second)
-	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(10*time.Second)))); w.Code != http.StatusOK {
+	// A minute later than the sighting the receiver wrote: it reads the record.
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(oldca.Resolution+10*time.Second)))); w.Code != http.StatusOK {
 		t.Fatalf("answered %d %q", w.Code, w.Body.String())
 	}
 	u := s.usage(t)
@@ -841,12 +842,61 @@ func TestTheReceiverStartsACorruptRecordOverAsUnrecorded(t *testing.T) {
 // TestTheReceiverForgetsIdleClusters: the receiver keeps a Cluster's state
 // only while sightings of it wait to be written, and for a minute after it
 // wrote them, so that a fleet whose Clusters come and go does not grow it.
+// A full record leaves new clients out and says until when; the batches
+// that show only new clients within that time change nothing, and read it no
+// more than the others: once a minute, not for every batch.
+func TestTheReceiverReadsAFullRecordOnceAMinute(t *testing.T) {
+	s := newSetup(t)
+	s.postSighting(t, 0)
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{}
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: credentials.CertificateUsageConfigMapName("prod")}, cm); err != nil {
+		t.Fatal(err)
+	}
+	u := s.usage(t)
+	// Clients of shorter names than the batches' fill it.
+	var fillers []oldca.Credential
+	for i := 0; len(fillers)*oldca.EntryBytes(u.Credentials[0]) < 2*oldca.MaxUsageBytes; i++ {
+		fillers = append(fillers, oldca.Credential{User: fmt.Sprintf("f%04d", i), Fingerprint: fp("ff"), FirstSeen: t0, LastSeen: t0})
+	}
+	u.Observe(fillers, t0, 0)
+	u.Unrecorded = nil
+	cm.Data[oldca.DataKey] = u.String()
+	if err := s.client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	reads, writes := s.countRecordReads(), s.writes.Load()
+	newClient := func(i int, after time.Duration) {
+		t.Helper()
+		if w := s.post(batch(event(fmt.Sprintf("ci-%d", i), "X509SHA256="+fp(fmt.Sprintf("%02x", i)), t0.Add(after)))); w.Code != http.StatusOK {
+			t.Fatalf("answered %d %q", w.Code, w.Body.String())
+		}
+	}
+	newClient(0, 2*time.Minute)
+	if n, w := reads.Load(), s.writes.Load()-writes; n != 1 || w != 1 {
+		t.Fatalf("a new client of a full record: %d reads, %d writes, want 1 and 1 (left out until a minute later)", n, w)
+	}
+	for i := 1; i <= 10; i++ {
+		newClient(i, 2*time.Minute+time.Duration(i)*time.Second)
+	}
+	if n, w := reads.Load(), s.writes.Load()-writes; n != 1 || w != 1 {
+		t.Fatalf("ten more new clients within that minute: %d reads, %d writes, want 1 and 1", n, w)
+	}
+	if got := s.usage(t); got.Unrecorded == nil || !got.Unrecorded.Equal(t0.Add(3*time.Minute+time.Millisecond)) || len(got.Credentials) != len(u.Credentials) {
+		t.Fatalf("the record holds %d credentials, unrecorded %v; want %d and a minute after the first new client", len(got.Credentials), got.Unrecorded, len(u.Credentials))
+	}
+	newClient(11, 4*time.Minute)
+	if n, w := reads.Load(), s.writes.Load()-writes; n != 2 || w != 2 {
+		t.Fatalf("a new client after that: %d reads, %d writes, want 2 and 2", n, w)
+	}
+}
+
 func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 	s := newSetup(t)
 	held := s.clustersHeld
 	sighting := func(after time.Duration) []byte { return batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(after))) }
-	if w := s.post(sighting(0)); w.Code != http.StatusOK || held() != 0 {
-		t.Fatalf("a batch written at once: %d, %d Clusters held, want 200 and none", w.Code, held())
+	if w := s.post(sighting(0)); w.Code != http.StatusOK || held() != 1 {
+		t.Fatalf("a batch written at once: %d, %d Clusters held, want 200 and the one, for the minute after the write", w.Code, held())
 	}
 	if w := s.post(sighting(20 * time.Second)); w.Code != http.StatusOK || held() != 1 {
 		t.Fatalf("a sighting left for later: %d, %d Clusters held, want 200 and the one", w.Code, held())

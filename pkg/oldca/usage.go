@@ -218,6 +218,13 @@ const (
 	maxTimeBytes      = len(`"2006-01-02T15:04:05.999999999-07:00"`)
 )
 
+// Room is how many more bytes the record's JSON may take: Observe leaves
+// out a credential not recorded yet whose EntryBytes are more.
+func (u *Usage) Room() int { return MaxUsageBytes - u.storedBytesBound() }
+
+// EntryBytes is the most bytes c's entry can take in the record's JSON.
+func EntryBytes(c Credential) int { return entryBytesBound(c) }
+
 // storedBytesBound is the most bytes the record's JSON can take, counted
 // instead of encoded (entryBytesBound of each entry): Observe needs it for
 // every batch with a new credential.
