@@ -1,7 +1,7 @@
 package auditwebhook
 
 import (
-	"bytes"
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -11,22 +11,28 @@ import (
 // small events, each with a user.extra the receiver does not read, the
 // most events a body of their size may hold on either path: what the
 // decoded batch holds is its events' fixed part and at most the body's size
-// of their strings. A map held per event's extra took a 3 MiB batch to 44 MiB.
+// of their strings. A map held per event's extra took a 3 MiB batch of
+// 100,000 events to 45 MiB; so many objects are now decoded one at a time,
+// and refused past maxEventsPerBatch.
 func TestADecodedBatchHoldsLittleMoreThanItsEvents(t *testing.T) {
 	for _, tt := range []struct {
 		name, event string
 		events      int
+		small       bool
+		err         error
 	}{
-		// The list's two commas before its items, one after each event
-		// but the last, and those in an event.
-		{"at once", `{"user":{"extra":{"k":["v"]}}}`, smallBatchCommas - 2},
-		{"one event at a time", `{"user":{"extra":{` + strings.Repeat(`"k":["v"],`, 10) + `"k":["v"]}}}`, maxEventsPerBatch},
-		{"credential IDs", `{"user":{"username":"u","extra":{"authentication.kubernetes.io/credential-id":["X509SHA256=ab"],"k":["v"]}}}`, smallBatchCommas/3 - 1},
+		// The list's object and two commas before its items, one comma
+		// after each event but the last, and the braces and commas in an event.
+		{"at once", `{"user":{"extra":{"k":["v"]}}}`, (smallBatchObjects - 2) / 3, true, nil},
+		{"credential IDs at once", `{"user":{"username":"u","extra":{"authentication.kubernetes.io/credential-id":["X509SHA256=ab"],"k":["v"]}}}`,
+			(smallBatchObjects - 2) / 3, true, nil},
+		{"one event at a time", `{"user":{"extra":{` + strings.Repeat(`"k":["v"],`, 10) + `"k":["v"]}}}`, maxEventsPerBatch, false, nil},
+		{"too many objects at once", `{"user":{"extra":{"k":["v"]}}}`, smallBatchCommas - 2, false, errTooManyEvents},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
 				strings.Repeat(tt.event+",", tt.events-1) + tt.event + `]}`)
-			if small := bytes.Count(body, []byte{','}) < smallBatchCommas; small != (tt.name != "one event at a time") {
+			if small := isSmallBatch(body); small != tt.small {
 				t.Fatalf("the batch is small: %t", small)
 			}
 			var before, after runtime.MemStats
@@ -35,6 +41,12 @@ func TestADecodedBatchHoldsLittleMoreThanItsEvents(t *testing.T) {
 			batch, err := decodeBatch(body)
 			runtime.GC()
 			runtime.ReadMemStats(&after)
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("decoding: %v, want %v", err, tt.err)
+				}
+				return
+			}
 			if err != nil || len(batch.Items) != tt.events {
 				t.Fatalf("decoded %d events, %v; want %d", len(batch.Items), err, tt.events)
 			}

@@ -65,20 +65,22 @@ const DataKeyToken = "token"
 // (400 events) is well below it.
 const maxBatchBytes = 16 << 20
 
-// A batch decodes to more than its bytes: each event to an auditEvent of 88
-// bytes and its strings, the shortest event ("{},") to some 30 times its size,
-// so a batch of maxBatchBytes could take some 500 MiB at once. One of fewer
-// than smallBatchCommas commas, which every array element and object member
-// after the first of its array or object follows (a comma in a string only
-// counts one too many), is decoded at once, to at most some 10 MiB besides
-// its strings (twice that while its slice grows): kube-apiserver's default
-// batch, 400 events at the Metadata level, has some 10,000. A larger one,
-// such as a batch whose policy records request bodies, is decoded one event
-// at a time (largeEvents), and refused with 413 past maxEventsPerBatch
-// events. Either way an event keeps of its user.extra only the credential IDs
-// (credentialIDs; TestADecodedBatchHoldsLittleMoreThanItsEvents).
+// A batch decodes to more than its bytes: the shortest event ("{},") to some
+// 30 times its size, so a batch of maxBatchBytes could take some 500 MiB at
+// once. One of fewer than smallBatchCommas commas, which every array element
+// and object member after the first of its array or object follows, and
+// fewer than smallBatchObjects '{', which every object starts with (a comma
+// or brace in a string only counts one too many), is decoded at once, each
+// event's user.extra into a map (the fastest: BenchmarkReceiveBatch), to at
+// most some 10 MiB besides its strings: kube-apiserver's default batch, 400
+// events at the Metadata level, has some 10,000 commas and 3,000 braces. A
+// larger one, such as a batch whose policy records request bodies, is decoded
+// one event at a time, keeping of each user.extra only the credential IDs
+// (largeEvents), and refused with 413 past maxEventsPerBatch events
+// (TestADecodedBatchHoldsLittleMoreThanItsEvents).
 const (
 	smallBatchCommas  = 100_000
+	smallBatchObjects = 20_000
 	maxEventsPerBatch = 10_000
 )
 
@@ -116,10 +118,10 @@ func putBody(b *bytes.Buffer) {
 const (
 	MaxBatchesInFlightPerCluster = 4
 	MaxBatchesInFlight           = 32
-	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 65
+	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 70
 	// MiB: maxBatchBytes of a body of unknown length, then as many small
 	// events as it may hold at once), MaxBytesInFlight two of them; a batch of
-	// 400 events at the Metadata level costs about 1.5 MiB.
+	// 400 events at the Metadata level costs about 4 MiB.
 	MaxBytesInFlightPerCluster = 72 << 20
 	MaxBytesInFlight           = 2 * MaxBytesInFlightPerCluster
 )
@@ -129,11 +131,17 @@ const (
 func readCost(limit int64) int64 { return 2 * limit }
 
 // decodeCost is what decoding body may take besides the body: its strings,
-// at most its size again, and its events, at most one a '{' and, at once,
-// smallBatchCommas, each twice while their slice grows.
+// at most its size again, and its events, at most one a '{': a small batch's
+// fewer than smallBatchObjects, each with its user.extra's map (some 300
+// bytes, and a smallEvent and an auditEvent, 200), a large one's at most
+// maxEventsPerBatch (an auditEvent); each twice while their slice grows.
 func decodeCost(body []byte) int64 {
-	events := min(bytes.Count(body, []byte{'{'}), smallBatchCommas)
-	return int64(len(body)) + int64(events)*2*int64(unsafe.Sizeof(auditEvent{}))
+	const perSmallEvent, perLargeEvent = 512, int64(unsafe.Sizeof(auditEvent{}))
+	events := int64(maxEventsPerBatch) * perLargeEvent
+	if isSmallBatch(body) {
+		events = int64(bytes.Count(body, []byte{'{'})) * perSmallEvent
+	}
+	return int64(len(body)) + 2*events
 }
 
 // defaultBodyTimeout is kube-apiserver's timeout of a request of its audit
@@ -383,14 +391,44 @@ type eventList struct {
 	Items           []auditEvent `json:"items"`
 }
 
-// decodeBatch decodes a batch at once when it is small (smallBatchCommas),
-// else one event at a time.
+// decodeBatch decodes a batch at once when it is small (smallBatchCommas,
+// smallBatchObjects), else one event at a time.
 func decodeBatch(body []byte) (eventList, error) {
-	var batch eventList
-	if bytes.Count(body, []byte{','}) < smallBatchCommas {
-		return batch, json.Unmarshal(body, &batch)
+	if !isSmallBatch(body) {
+		return decodeLargeBatch(body)
 	}
-	return decodeLargeBatch(body)
+	return decodeSmallBatch(body)
+}
+
+func decodeSmallBatch(body []byte) (eventList, error) {
+	var small struct {
+		metav1.TypeMeta `json:",inline"`
+		Items           []smallEvent `json:"items"`
+	}
+	err := json.Unmarshal(body, &small)
+	batch := eventList{TypeMeta: small.TypeMeta, Items: make([]auditEvent, len(small.Items))}
+	for i, e := range small.Items {
+		batch.Items[i] = auditEvent{RequestReceivedTimestamp: e.RequestReceivedTimestamp, StageTimestamp: e.StageTimestamp}
+		batch.Items[i].User.Username, batch.Items[i].User.Extra = e.User.Username, e.User.Extra[user.CredentialIDKey]
+	}
+	return batch, err
+}
+
+// isSmallBatch: body has fewer than smallBatchCommas commas and
+// smallBatchObjects braces.
+func isSmallBatch(body []byte) bool {
+	return bytes.Count(body, []byte{','}) < smallBatchCommas && bytes.Count(body, []byte{'{'}) < smallBatchObjects
+}
+
+// smallEvent is an event of a small batch as it is decoded: its user.extra
+// whole, as auditv1's map.
+type smallEvent struct {
+	User struct {
+		Username string              `json:"username"`
+		Extra    map[string][]string `json:"extra"`
+	} `json:"user"`
+	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
+	StageTimestamp           metav1.MicroTime `json:"stageTimestamp"`
 }
 
 func decodeLargeBatch(body []byte) (eventList, error) {

@@ -383,7 +383,7 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 	expect(refused("prod", "s3cret", -1), http.StatusTooManyRequests, "a third body of unknown length of one Cluster")
 	expect(s.post(good), http.StatusOK, "a small batch of the same Cluster")
 	// Read, a body of many small events leaves no room to decode them.
-	events := bytes.Repeat([]byte(`{},`), smallBatchCommas-10)
+	events := bytes.Repeat([]byte(`{},`), smallBatchObjects-10)
 	many := append(append([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[`), events[:len(events)-1]...), `]}`...)
 	expect(s.post(many), http.StatusTooManyRequests, "a batch whose events may take more than is left of the Cluster's bound")
 
