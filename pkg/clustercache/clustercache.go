@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -71,8 +72,8 @@ type Cache struct {
 	Scheme     *runtime.Scheme
 	OnConnect  []OnConnect
 	// QPS and Burst limit the requests of each connection to its managed
-	// API server (client-go's token bucket); zero means DefaultQPS and
-	// DefaultBurst.
+	// API server (one client-go token bucket for all of them); zero means
+	// DefaultQPS and DefaultBurst.
 	QPS   float32
 	Burst int
 	// RequestTimeout bounds each request of a connection's Client; zero
@@ -255,6 +256,10 @@ func (c *Cache) start(ctx context.Context, key client.ObjectKey, cfg *rest.Confi
 	if cfg.Burst == 0 {
 		cfg.Burst = DefaultBurst
 	}
+	// One bucket for the connection: client-go makes one for each REST client
+	// of a config without a RateLimiter, and controller-runtime makes a REST
+	// client for each kind, its cache's and discovery's.
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err

@@ -144,6 +144,41 @@ func TestConnectionMapsManagedKindsWithoutDiscovery(t *testing.T) {
 	}
 }
 
+// Every request of a connection, whatever its kind, the discovery of a kind
+// outside the table and the reach check among them, takes a token from one
+// bucket of QPS and Burst: client-go made one for each REST client, so that
+// a connection sent as many requests a second as it used kinds.
+func TestAConnectionSendsItsRequestsThroughOneBucket(t *testing.T) {
+	var discoveries, requests atomic.Int32
+	handler := managedAPIHandler(&discoveries)
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(server.Close)
+	const burst = 20
+	c := &Cache{Scheme: scheme.New(), QPS: 0.001, Burst: burst} // no token back within the test
+	conn, err := c.start(t.Context(), client.ObjectKey{Namespace: "fleet", Name: "a"},
+		&rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, "digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.cancel()
+	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.Node{}, &corev1.Pod{}} {
+		_ = conn.Client.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "s"}, obj) // a 404 is a request too
+	}
+	if conn.Config.RateLimiter == nil {
+		t.Fatal("the connection has no rate limiter of its own")
+	}
+	left := 0
+	for conn.Config.RateLimiter.TryAccept() {
+		left++
+	}
+	if sent := int(requests.Load()); sent < 5 || sent+left != burst {
+		t.Fatalf("%d requests sent, %d tokens left of %d: want every request to have taken one of the connection's", sent, left, burst)
+	}
+}
+
 // A connect to a managed API server that does not answer fails, and keeps
 // no connection: its caller retries it with backoff.
 func TestConnectFailsWhenTheAPIServerDoesNotAnswer(t *testing.T) {
