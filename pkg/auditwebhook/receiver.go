@@ -133,7 +133,7 @@ func readCost(limit int64) int64 { return 2 * limit }
 // decodeCost is what decoding body may take besides the body: its strings,
 // at most its size again, and its events, at most one a '{': a small batch's
 // fewer than smallBatchObjects, each with its user.extra's map (some 300
-// bytes, and a smallEvent and an auditEvent, 200), a large one's at most
+// bytes, and a smallEvent and an auditEvent, 160), a large one's at most
 // maxEventsPerBatch (an auditEvent); each twice while their slice grows.
 func decodeCost(body []byte) int64 {
 	const perSmallEvent, perLargeEvent = 512, int64(unsafe.Sizeof(auditEvent{}))
@@ -476,8 +476,7 @@ func (e *largeEvents) UnmarshalJSON(data []byte) error {
 // duplicates kept, as auditv1's map does, and kept from an earlier "extra"
 // of the same user (a key given twice) that had them when a later one has
 // not, as decoding into that map does. The map each event's extra is read
-// into is dropped at once: one held per event took a batch of small events
-// to 15 times its size.
+// into is dropped at once.
 type credentialIDs []string
 
 func (c *credentialIDs) UnmarshalJSON(data []byte) error {
