@@ -214,8 +214,13 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 		return *bad
 	}
 	cn := parsed.Subject.CommonName
-	if req.Spec.Username != cn || !slices.Contains(req.Spec.Groups, NodesGroup) {
+	switch {
+	case req.Spec.Username == cn && slices.Contains(req.Spec.Groups, NodesGroup):
+	case strings.HasPrefix(req.Spec.Username, NodeUserPrefix):
 		return deny(ReasonIdentityMismatch, "only node %q itself may request its serving certificate", cn)
+	default:
+		// An administrator's or a provisioning tool's, to approve by hand.
+		return Decision{Verdict: Ignore, Reason: "OtherRequester", Message: "requested by someone other than the node itself"}
 	}
 	node := strings.TrimPrefix(cn, NodeUserPrefix)
 	info, ok := p.Node(node)

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,12 +153,17 @@ func TestDecideServing(t *testing.T) {
 		{"an IP the node does not have", "system:node:worker-1", nil, []net.IP{net.ParseIP("10.0.0.8")}, true, Deny, ReasonUnexpectedSANs},
 		{"no SANs", "system:node:worker-1", nil, nil, true, Deny, ReasonUnexpectedSANs},
 		{"requested by another node", "system:node:worker-2", []string{"worker-1.example"}, nil, true, Deny, ReasonIdentityMismatch},
+		{"requested by an ordinary user", "alice", []string{"worker-1.example"}, nil, true, Ignore, "OtherRequester"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := policy
 			p.AutoApproveServing = tt.optIn
-			req := request(t, ec, signer, tt.user, nodes, servingUsages, x509.CertificateRequest{Subject: nodeSubject, DNSNames: tt.dns, IPAddresses: tt.ips})
+			groups := nodes
+			if !strings.HasPrefix(tt.user, NodeUserPrefix) {
+				groups = []string{"system:authenticated"}
+			}
+			req := request(t, ec, signer, tt.user, groups, servingUsages, x509.CertificateRequest{Subject: nodeSubject, DNSNames: tt.dns, IPAddresses: tt.ips})
 			if got := Decide(req, p); got.Verdict != tt.want || got.Reason != tt.reason {
 				t.Fatalf("Decide = %+v, want %s/%s", got, tt.want, tt.reason)
 			}
