@@ -326,6 +326,15 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		err := agent.Refresh(ctx, "seed1", time.Hour, 2*time.Second)
 		Expect(err).To(MatchError(ContainSubstring("timed out after 2s waiting for CSR node-csr-refresh-worker-1-seed1 to be approved and signed; " +
 			"approve it with: kubectl certificate approve node-csr-refresh-worker-1-seed1")))
+		// Approval made Auto again: the request left for an administrator is
+		// decided now, not when it is deleted a day later.
+		setApproval(ctx, v1alpha1.ApprovalAuto)
+		Eventually(func(g Gomega) {
+			left, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, "node-csr-refresh-worker-1-seed1", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(left.Status.Certificate).NotTo(BeEmpty())
+		}).WithContext(ctx).Within(30 * time.Second).Should(Succeed())
+		setApproval(ctx, v1alpha1.ApprovalManual)
 
 		_, edKey, err := ed25519.GenerateKey(rand.Reader)
 		Expect(err).NotTo(HaveOccurred())

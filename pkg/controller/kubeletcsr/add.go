@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -23,10 +25,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 )
 
@@ -114,7 +119,47 @@ func (cs *Controllers) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	cs.controller = c
-	return nil
+	// A request left for an administrator is looked at again only when it
+	// changes, or at its deletion a day later: a change of its Cluster's
+	// approval policy queues its managed cluster's pending requests.
+	return c.Watch(source.TypedKind(mgr.GetCache(), &v1alpha1.Cluster{}, handler.TypedFuncs[*v1alpha1.Cluster, Request]{UpdateFunc: cs.approvalChanged}))
+}
+
+// approvalChanged queues the pending requests of a Cluster whose CSR
+// approval policy changed.
+func (cs *Controllers) approvalChanged(ctx context.Context, e event.TypedUpdateEvent[*v1alpha1.Cluster], queue workqueue.TypedRateLimitingInterface[Request]) {
+	if equality.Semantic.DeepEqual(e.ObjectOld.Spec.KubeletBootstrap.CSRApproval, e.ObjectNew.Spec.KubeletBootstrap.CSRApproval) {
+		return
+	}
+	for _, req := range cs.pending(ctx, client.ObjectKeyFromObject(e.ObjectNew)) {
+		queue.Add(req)
+	}
+}
+
+// pending are the kubelet CSRs of key's managed cluster that are neither
+// approved nor denied, as its connection's cache lists them; none while it
+// has not listed them (its listing queues every request).
+func (cs *Controllers) pending(ctx context.Context, key client.ObjectKey) []Request {
+	cs.mu.Lock()
+	c := cs.clusters[key]
+	cs.mu.Unlock()
+	if c == nil || !c.synced() {
+		return nil
+	}
+	list := &certificatesv1.CertificateSigningRequestList{}
+	if err := c.reconciler.remote.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "listing the pending kubelet CSRs of a Cluster whose approval policy changed", "cluster", key)
+		return nil
+	}
+	var reqs []Request
+	for _, obj := range list.Items {
+		if ours(obj.Spec.SignerName) && !slices.ContainsFunc(obj.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
+			return c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied
+		}) {
+			reqs = append(reqs, Request{Cluster: key, Name: obj.Name})
+		}
+	}
+	return reqs
 }
 
 // Reconcile handles one CSR with the reconciler of its managed cluster, for

@@ -8,13 +8,16 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/scheme"
@@ -141,3 +144,58 @@ type listingInformer struct {
 }
 
 func (l listingInformer) HasSynced() bool { return l.listed[l.kind] }
+
+// A change of a Cluster's approval policy queues the requests of its
+// managed cluster that wait for a decision, and no other: one left for an
+// administrator is otherwise looked at again only at its deletion, a day
+// later.
+func TestAChangedApprovalPolicyQueuesThePendingRequests(t *testing.T) {
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	csr := func(name, signer string, decided ...certificatesv1.RequestConditionType) *certificatesv1.CertificateSigningRequest {
+		obj := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: signer}}
+		for _, c := range decided {
+			obj.Status.Conditions = append(obj.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: c, Status: corev1.ConditionTrue})
+		}
+		return obj
+	}
+	remote := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(
+		csr("client-pending", certificatesv1.KubeAPIServerClientKubeletSignerName),
+		csr("serving-pending", certificatesv1.KubeletServingSignerName),
+		csr("approved", certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.CertificateApproved),
+		csr("denied", certificatesv1.KubeletServingSignerName, certificatesv1.CertificateDenied),
+		csr("another-signer", certificatesv1.KubeAPIServerClientSignerName),
+	).Build()
+	cs := &Controllers{clusters: map[client.ObjectKey]*connected{key: {reconciler: &csrReconciler{cluster: key, remote: remote}, synced: func() bool { return true }}}}
+	cluster := func(client, serving v1alpha1.ApprovalMode) *v1alpha1.Cluster {
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		c.Spec.KubeletBootstrap.CSRApproval.Client, c.Spec.KubeletBootstrap.CSRApproval.Serving = client, serving
+		return c
+	}
+	queued := func(old, updated *v1alpha1.Cluster) []string {
+		queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[Request]())
+		defer queue.ShutDown()
+		cs.approvalChanged(t.Context(), event.TypedUpdateEvent[*v1alpha1.Cluster]{ObjectOld: old, ObjectNew: updated}, queue)
+		var names []string
+		for queue.Len() > 0 {
+			req, _ := queue.Get()
+			if req.Cluster != key {
+				t.Errorf("queued %+v, a request of another Cluster", req)
+			}
+			names = append(names, req.Name)
+			queue.Done(req)
+		}
+		slices.Sort(names)
+		return names
+	}
+	if got, want := queued(cluster(v1alpha1.ApprovalManual, v1alpha1.ApprovalManual), cluster(v1alpha1.ApprovalAuto, v1alpha1.ApprovalManual)),
+		[]string{"client-pending", "serving-pending"}; !slices.Equal(got, want) {
+		t.Errorf("client approval made Auto: queued %v, want %v", got, want)
+	}
+	if got := queued(cluster(v1alpha1.ApprovalAuto, v1alpha1.ApprovalManual), cluster(v1alpha1.ApprovalAuto, v1alpha1.ApprovalManual)); len(got) != 0 {
+		t.Errorf("an update that leaves the policy as it was queued %v", got)
+	}
+	cs.clusters[key].synced = func() bool { return false }
+	if got := queued(cluster(v1alpha1.ApprovalAuto, v1alpha1.ApprovalManual), cluster(v1alpha1.ApprovalAuto, v1alpha1.ApprovalAuto)); len(got) != 0 {
+		t.Errorf("a connection whose CSRs are not listed yet queued %v; its listing queues them", got)
+	}
+}
