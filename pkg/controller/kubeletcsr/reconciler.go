@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -143,6 +146,15 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 		return false, fmt.Errorf("reading the addresses pinned for the node of %s: %w", obj.Name, pinErr)
 	}
 	if d.Pin != nil {
+		// A pin is decided once: not on a Node the cache shows behind the
+		// API server (the kubelet asks for its serving certificate as soon as
+		// it reports an address, before the Node's watch may show it).
+		switch latest, err := r.latestNode(ctx, d.Pin.Node); {
+		case err != nil:
+			return false, fmt.Errorf("reading node %s before pinning its addresses: %w", d.Pin.Node, err)
+		case latest.UID != d.Pin.UID || !slices.Equal(latest.Addresses, d.Pin.Addresses):
+			return true, nil // decide again once the cache caught up
+		}
 		// Recorded before the verdict is: an approval never rests on
 		// addresses that another evaluation could pin differently.
 		if err := pins.put(ctx, d.Pin, pinObject); err != nil {
@@ -220,11 +232,31 @@ func (r *csrReconciler) node(ctx context.Context, name string) (csr.NodeInfo, bo
 	if err := r.remote.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return csr.NodeInfo{}, false
 	}
+	return nodeInfo(node), true
+}
+
+// latestNode reads a Node past the connection's cache (which holds typed
+// objects only); a Node that is gone has no UID and no addresses.
+func (r *csrReconciler) latestNode(ctx context.Context, name string) (csr.NodeInfo, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := r.remote.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+		return csr.NodeInfo{}, client.IgnoreNotFound(err)
+	}
+	node := &corev1.Node{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, node); err != nil {
+		return csr.NodeInfo{}, err
+	}
+	return nodeInfo(node), nil
+}
+
+// nodeInfo is what a decision reads of node.
+func nodeInfo(node *corev1.Node) csr.NodeInfo {
 	info := csr.NodeInfo{UID: string(node.UID)}
 	for _, a := range node.Status.Addresses {
 		info.Addresses = append(info.Addresses, a.Address)
 	}
-	return info, true
+	return info
 }
 
 // signingFailedMessage is the message of the Failed condition, written into
