@@ -839,9 +839,6 @@ func TestTheReceiverStartsACorruptRecordOverAsUnrecorded(t *testing.T) {
 	}
 }
 
-// TestTheReceiverForgetsIdleClusters: the receiver keeps a Cluster's state
-// only while sightings of it wait to be written, and for a minute after it
-// wrote them, so that a fleet whose Clusters come and go does not grow it.
 // A full record leaves new clients out and says until when; the batches
 // that show only new clients within that time change nothing, and read it no
 // more than the others: once a minute, not for every batch.
@@ -891,6 +888,10 @@ func TestTheReceiverReadsAFullRecordOnceAMinute(t *testing.T) {
 	}
 }
 
+// TestTheReceiverForgetsIdleClusters: the receiver keeps a Cluster's state
+// only while sightings of it wait to be written, and for a minute after it
+// read or wrote its record, so that a fleet whose Clusters come and go does
+// not grow it.
 func TestTheReceiverForgetsIdleClusters(t *testing.T) {
 	s := newSetup(t)
 	held := s.clustersHeld

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -176,6 +177,37 @@ func TestAConnectionSendsItsRequestsThroughOneBucket(t *testing.T) {
 	}
 	if sent := int(requests.Load()); sent < 5 || sent+left != burst {
 		t.Fatalf("%d requests sent, %d tokens left of %d: want every request to have taken one of the connection's", sent, left, burst)
+	}
+}
+
+// The cluster's client reads unstructured objects from the API server, each
+// time: what the CSR approver reads that way (address pins, a Node's latest
+// addresses) must never be a cache's stale copy.
+func TestTheClusterClientReadsUnstructuredObjectsFromTheAPIServer(t *testing.T) {
+	var discoveries, reads atomic.Int32
+	handler := managedAPIHandler(&discoveries)
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/namespaces/kube-system/secrets/s" {
+			reads.Add(1)
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(server.Close)
+	conn, err := (&Cache{Scheme: scheme.New()}).start(t.Context(), client.ObjectKey{Namespace: "fleet", Name: "a"},
+		&rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, "digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.cancel()
+	for i := range 2 {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := conn.Cluster.GetClient().Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "s"}, u); err != nil {
+			t.Fatal(err)
+		}
+		if got := reads.Load(); got != int32(i+1) {
+			t.Fatalf("%d reads of the API server after %d unstructured reads, want one each", got, i+1)
+		}
 	}
 }
 
