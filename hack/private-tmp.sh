@@ -4,8 +4,9 @@
 # data, keys, kubeconfigs, logs, go test's binaries) goes with the namespace
 # when its last process ends, even when the run is killed and no cleanup runs;
 # the host's /tmp is not written. What the command needs of the host's /tmp,
-# a checkout there (the working directory's) and Go's caches, stays as it is:
-# bound into the new /tmp at the same paths.
+# a checkout there (the working directory's) and Go's toolchain and caches,
+# stays as it is: bound into the new /tmp at the same paths, with what is
+# mounted below them; a TMPDIR or GOTMPDIR set under /tmp is made again, empty.
 #
 # The command runs as it is with PRIVATE_TMP=0 (to keep a failed run's files
 # for a look), inside another private /tmp, and where no mount namespace can
@@ -14,28 +15,45 @@ set -o errexit -o nounset -o pipefail
 
 if [[ ${1:-} == --in-namespace ]]; then
   shift
-  # Each top-level entry of the host's /tmp that holds a path the command
-  # needs is opened before the tmpfs covers it, and bound back through the
-  # open descriptor (mount must not resolve the path again: it would find
-  # the tmpfs).
+  # What the command needs of the host's /tmp: the working directory (a
+  # checkout) and Go's toolchain and caches, by their real paths. Go's caches
+  # are made first when missing, as go would make them.
+  physical=$(pwd -P)
+  needed=("${physical}")
+  read -r -d '' gocache gomodcache gopath goroot < <(go env GOCACHE GOMODCACHE GOPATH GOROOT 2>/dev/null; printf '\0') || true
+  for path in "${gocache:-}" "${gomodcache:-}"; do
+    if [[ ${path} == /tmp/?* ]]; then mkdir -p "${path}"; fi
+  done
+  IFS=: read -r -a gopaths <<<"${gopath:-}"
+  for path in "${gocache:-}" "${gomodcache:-}" "${goroot:-}" "${gopaths[@]}"; do
+    if [[ -e ${path} ]]; then needed+=("$(realpath "${path}")"); fi
+  done
+  # Each top-level entry of the host's /tmp that holds one is opened before
+  # the tmpfs covers it, and bound back, with what is mounted below it,
+  # through the open descriptor (mount must not resolve the path again: it
+  # would find the tmpfs).
   declare -A kept=()
-  for path in "${PWD}" $(go env GOCACHE GOMODCACHE GOPATH 2>/dev/null || true); do
+  for path in "${needed[@]}"; do
     [[ ${path} == /tmp/?* ]] || continue
     entry=${path#/tmp/}
     entry=/tmp/${entry%%/*}
-    if [[ -d ${entry} && -z ${kept[${entry}]:-} ]]; then
+    if [[ -z ${kept[${entry}]:-} ]]; then
       exec {fd}<"${entry}"
       kept[${entry}]=${fd}
     fi
   done
   mount -t tmpfs -o mode=1777 carousel-tmp /tmp
   for entry in "${!kept[@]}"; do
-    mkdir "${entry}"
     fd=${kept[${entry}]}
-    mount --no-canonicalize --bind "/proc/self/fd/${fd}" "${entry}"
+    mkdir "${entry}"
+    mount --no-canonicalize --rbind "/proc/self/fd/${fd}" "${entry}"
     exec {fd}<&-
   done
-  cd "${PWD}"
+  # A temporary directory set under /tmp is made again, empty, in the new one.
+  for dir in "${TMPDIR:-}" "${GOTMPDIR:-}"; do
+    if [[ ${dir} == /tmp/?* ]]; then mkdir -p "${dir}"; fi
+  done
+  cd "${PWD}" 2>/dev/null || cd "${physical}"
   exec "$@"
 fi
 

@@ -107,3 +107,27 @@ func withoutEnv(env []string, names ...string) []string {
 		return slices.Contains(names, name)
 	})
 }
+
+// A TMPDIR set under /tmp (some CI runners set one per job) is made again,
+// empty, in the private /tmp, where go test makes its work directory; the
+// host's stays as it was.
+func TestPrivateTmpMakesTheTemporaryDirectorySetUnderIt(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and unshare")
+	}
+	script, err := filepath.Abs("../../hack/private-tmp.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpdir := filepath.Join("/tmp", "carousel-private-tmp-test-"+strconv.Itoa(os.Getpid())+"-tmpdir")
+	t.Cleanup(func() { _ = os.RemoveAll(tmpdir) })
+	cmd := exec.Command(script, "/bin/sh", "-c", `test -d "$TMPDIR" && touch "$TMPDIR/made" && echo made`)
+	cmd.Env = append(withoutEnv(os.Environ(), "CAROUSEL_PRIVATE_TMP", "PRIVATE_TMP", "TMPDIR"), "TMPDIR="+tmpdir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "made" {
+		t.Fatalf("the command with TMPDIR=%s: %q, %v; want its temporary directory there", tmpdir, out, err)
+	}
+	if _, err := os.Stat(tmpdir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s on the host after the command: %v, want none", tmpdir, err)
+	}
+}
