@@ -1,6 +1,7 @@
 package auditwebhook
 
 import (
+	"bytes"
 	"errors"
 	"runtime"
 	"strings"
@@ -58,5 +59,22 @@ func TestADecodedBatchHoldsLittleMoreThanItsEvents(t *testing.T) {
 			}
 			runtime.KeepAlive(batch)
 		})
+	}
+}
+
+// The costliest batch the receiver reads, a body of unknown length up to
+// maxBatchBytes decoded either way, fits one Cluster's bound alone: no batch
+// is refused for the bounds for ever.
+func TestTheCostliestBatchFitsOneClustersBound(t *testing.T) {
+	large := bytes.Repeat([]byte{','}, maxBatchBytes)           // decoded an event at a time
+	small := bytes.Repeat([]byte{' '}, maxBatchBytes)           // decoded at once
+	copy(small, bytes.Repeat([]byte{'{'}, smallBatchObjects-1)) // with as many objects as it may have
+	for name, body := range map[string][]byte{"large": large, "small": small} {
+		if isSmallBatch(body) != (name == "small") {
+			t.Fatalf("the %s batch is small: %t", name, isSmallBatch(body))
+		}
+		if cost := readCost(maxBatchBytes) + decodeCost(body); cost > MaxBytesInFlightPerCluster {
+			t.Errorf("the costliest %s batch reserves %d MiB, more than one Cluster's bound, %d MiB", name, cost>>20, MaxBytesInFlightPerCluster>>20)
+		}
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,11 +119,11 @@ func putBody(b *bytes.Buffer) {
 const (
 	MaxBatchesInFlightPerCluster = 4
 	MaxBatchesInFlight           = 32
-	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 70
-	// MiB: maxBatchBytes of a body of unknown length, then as many small
-	// events as it may hold at once), MaxBytesInFlight two of them; a batch of
-	// 400 events at the Metadata level costs about 4 MiB.
-	MaxBytesInFlightPerCluster = 72 << 20
+	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 82
+	// MiB: maxBatchBytes of a body of unknown length, decoded an event at a
+	// time, one event as large as the body), MaxBytesInFlight two of them; a
+	// batch of 400 events at the Metadata level costs about 4 MiB.
+	MaxBytesInFlightPerCluster = 96 << 20
 	MaxBytesInFlight           = 2 * MaxBytesInFlightPerCluster
 )
 
@@ -134,14 +135,15 @@ func readCost(limit int64) int64 { return 2 * limit }
 // at most its size again, and its events, at most one a '{': a small batch's
 // fewer than smallBatchObjects, each with its user.extra's map (some 300
 // bytes, and a smallEvent and an auditEvent, 160), a large one's at most
-// maxEventsPerBatch (an auditEvent); each twice while their slice grows.
+// maxEventsPerBatch (an auditEvent); each twice while their slice grows. A
+// large batch's decoder also holds the event it reads, in a buffer up to
+// twice as large.
 func decodeCost(body []byte) int64 {
 	const perSmallEvent, perLargeEvent = 512, int64(unsafe.Sizeof(auditEvent{}))
-	events := int64(maxEventsPerBatch) * perLargeEvent
 	if isSmallBatch(body) {
-		events = int64(bytes.Count(body, []byte{'{'})) * perSmallEvent
+		return int64(len(body)) + 2*int64(bytes.Count(body, []byte{'{'}))*perSmallEvent
 	}
-	return int64(len(body)) + 2*events
+	return 3*int64(len(body)) + 2*maxEventsPerBatch*perLargeEvent
 }
 
 // defaultBodyTimeout is kube-apiserver's timeout of a request of its audit
@@ -200,11 +202,27 @@ func (r *Receiver) Start(ctx context.Context) error {
 	r.mu.Lock()
 	keys := slices.Collect(maps.Keys(r.states))
 	r.mu.Unlock()
+	// Within the manager's grace period (30 s by default), a few at once.
+	flushing, cancel := context.WithTimeout(context.Background(), stopFlushTimeout)
+	defer cancel()
+	var g errgroup.Group
+	g.SetLimit(stopFlushes)
 	for _, key := range keys {
-		r.flush(key)
+		g.Go(func() error {
+			st := r.lock(key)
+			defer r.unlock(key, st)
+			_ = r.flushLocked(flushing, key, st) // logged
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
+
+// What a stopping replica gives the writes of what waits.
+const (
+	stopFlushTimeout = 20 * time.Second
+	stopFlushes      = 8
+)
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica
 // receives batches.
@@ -676,7 +694,9 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 	}
 	switch {
 	case len(st.pending) > 0 && r.stopped.Load():
-		r.flushLocked(key, st)
+		// Answered 500 when the write fails: the API server sends it again,
+		// to a replica that stays.
+		return r.flushLocked(ctx, key, st)
 	case !st.flushScheduled && (len(st.pending) > 0 || st.known != nil):
 		// The state, with what it now knows of the record, stays until the
 		// flush a minute later: the batches of that minute that would change
@@ -694,25 +714,29 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 // record it wrote lets the batches of that minute wait without a read; the
 // flush that finds nothing waiting lets the state go.
 func (r *Receiver) flush(key client.ObjectKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
 	st := r.lock(key)
 	defer r.unlock(key, st)
-	r.flushLocked(key, st)
+	_ = r.flushLocked(ctx, key, st) // logged, and tried again a minute later
 }
 
-// flushLocked is flush of key's state st, which the caller holds locked.
-func (r *Receiver) flushLocked(key client.ObjectKey, st *clusterState) {
+// flushTimeout bounds a scheduled flush.
+const flushTimeout = 30 * time.Second
+
+// flushLocked is flush of key's state st, which the caller holds locked. It
+// returns the error of a write that failed.
+func (r *Receiver) flushLocked(ctx context.Context, key client.ObjectKey, st *clusterState) error {
 	if len(st.pending) == 0 {
 		st.flushScheduled = false
-		return
+		return nil
 	}
 	if st.known.holds(st.pending) {
 		// A batch that changed the record wrote them meanwhile.
 		st.pending = nil
 		r.flushLater(key)
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	write := func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
 		seen, lost := st.pending.in(u)
 		changed, _ := u.Observe(seen, now, 0)
@@ -724,14 +748,15 @@ func (r *Receiver) flushLocked(key client.ObjectKey, st *clusterState) {
 	if _, err := r.mergeRetrying(ctx, key, st, write); err != nil {
 		if apierrors.IsNotFound(r.APIReader.Get(ctx, key, &v1alpha1.Cluster{})) {
 			st.pending, st.flushScheduled = nil, false
-			return
+			return nil
 		}
 		log.FromContext(ctx).Error(err, "writing the client certificates seen in use", "cluster", key)
 		r.flushLater(key)
-		return
+		return err
 	}
 	st.pending = nil
 	r.flushLater(key)
+	return nil
 }
 
 // flushLater flushes key's sightings oldca.Resolution from now, by r.Clock

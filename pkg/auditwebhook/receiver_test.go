@@ -377,18 +377,20 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 		return w
 	}
 
-	// Two bodies of unknown length, each up to maxBatchBytes, are as much
-	// of one Cluster's bound as a third leaves no room for.
-	prod := []heldBatch{s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", -1)}
-	expect(refused("prod", "s3cret", -1), http.StatusTooManyRequests, "a third body of unknown length of one Cluster")
+	// Two bodies of unknown length (twice maxBatchBytes each) and one of 12
+	// MiB (twice that) leave 8 MiB of one Cluster's bound: no room for a
+	// third body of unknown length.
+	prod := []heldBatch{s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", 12<<20)}
+	expect(refused("prod", "s3cret", -1), http.StatusTooManyRequests, "a fourth batch of one Cluster, of unknown length")
 	expect(s.post(good), http.StatusOK, "a small batch of the same Cluster")
 	// Read, a body of many small events leaves no room to decode them.
 	events := bytes.Repeat([]byte(`{},`), smallBatchObjects-10)
 	many := append(append([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[`), events[:len(events)-1]...), `]}`...)
 	expect(s.post(many), http.StatusTooManyRequests, "a batch whose events may take more than is left of the Cluster's bound")
 
-	// All Clusters' bound: two more such bodies of another Cluster fill it.
-	staging := []heldBatch{s.holdBatchOf(t, "staging", "other", -1), s.holdBatchOf(t, "staging", "other", -1)}
+	// All Clusters' bound: three more such bodies of another Cluster leave
+	// 8 MiB of it.
+	staging := []heldBatch{s.holdBatchOf(t, "staging", "other", -1), s.holdBatchOf(t, "staging", "other", -1), s.holdBatchOf(t, "staging", "other", 12<<20)}
 	expect(refused("dev", "dev-token", maxBatchBytes), http.StatusTooManyRequests, "a batch of the largest size of a Cluster with none in flight, while the others hold all Clusters' bound")
 	expect(s.postTo("dev", "dev-token", batch()), http.StatusOK, "a small batch of a Cluster with none in flight")
 
@@ -581,6 +583,15 @@ func TestTheReceiverWritesWhatWaitsWhenItStops(t *testing.T) {
 	seen(30 * time.Second)
 	if n, got := s.writes.Load(), s.usage(t).Credentials[0].LastSeen; n != 3 || !got.Equal(t0.Add(30*time.Second+time.Millisecond)) {
 		t.Fatalf("a batch after the stop: %d writes, lastSeen %v; want 3 and its sighting's, +30s", n, got)
+	}
+	// A write that fails then is answered 500: the API server sends the batch again.
+	s.receiver.Client = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return apierrors.NewServiceUnavailable("etcd is away")
+		},
+	})
+	if w := s.post(batch(event("ci", "X509SHA256="+fp("cc"), t0.Add(40*time.Second)))); w.Code != http.StatusInternalServerError {
+		t.Fatalf("a batch after the stop whose write failed: answered %d %q, want 500", w.Code, w.Body.String())
 	}
 }
 
