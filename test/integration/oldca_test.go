@@ -356,6 +356,9 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		return func(body io.Reader) int {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
 			Expect(err).NotTo(HaveOccurred())
+			if sized, ok := body.(interface{ Size() int64 }); ok {
+				req.ContentLength = sized.Size() // as kube-apiserver's client sends it
+			}
 			req.Header.Set("Authorization", "Bearer "+string(secret.Data[auditwebhook.DataKeyToken]))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := webhook.Do(req)
@@ -386,7 +389,7 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		hold := func() heldBatch {
 			r, w := io.Pipe()
 			h := heldBatch{body: w, answer: make(chan int, 1)}
-			go func() { h.answer <- send(r) }()
+			go func() { h.answer <- send(sizedReader{Reader: r, size: int64(1 + len(emptyBatch))}) }()
 			_, _ = w.Write([]byte(" ")) // fails only when it was answered without being read
 			return h
 		}
@@ -455,3 +458,12 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("Cluster client-certificate-usage"))
 	})
 })
+
+// sizedReader is a body whose length is known before it is all there, as
+// kube-apiserver's webhook client sends a batch (with its Content-Length).
+type sizedReader struct {
+	io.Reader
+	size int64
+}
+
+func (r sizedReader) Size() int64 { return r.size }

@@ -688,10 +688,23 @@ var _ = Describe("Crash safety", func() {
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
 		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
 		expectOneCAEach(ctx, getCluster(ctx, key), prepared)
-
 		for _, role := range v1alpha1.CARoles() {
 			Expect(seen[role]).To(HaveLen(2), "role %s: exactly the old and one new CA ever existed", role)
 		}
+
+		By("a second rotation, aborted once Prepared: the CAs swapped back, the new ones deleted, whichever write the operator dies after")
+		completed := loadCAs(ctx, getCluster(ctx, key))
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
+		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
+		again := loadCAs(ctx, getCluster(ctx, key))
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationAbortCARotation)).To(Succeed())
+		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationAborted })
+		swappedBack := map[v1alpha1.CARole]*credentials.CAs{}
+		for _, role := range v1alpha1.CARoles() {
+			swappedBack[role] = &credentials.CAs{Current: completed[role].Current, Previous: again[role].Current}
+			Expect(seen[role]).To(HaveLen(3), "role %s: the two rotations made one new CA each", role)
+		}
+		expectOneCAEach(ctx, getCluster(ctx, key), swappedBack)
 		Expect(crashes).To(BeNumerically(">", 20), "the operator died after every single write")
 		AddReportEntry("simulated crashes in one rotation", crashes)
 		GinkgoWriter.Printf("crash test: %d crashes\n", crashes)
