@@ -654,13 +654,13 @@ var _ = Describe("Crash safety", func() {
 		}
 		crashes := 0
 		// reconcileWithCrashes drives reconciles, each by a new reconciler
-		// allowed `budget` writes, until the Cluster satisfies done.
-		reconcileWithCrashes := func(budget int64, done func(*v1alpha1.Cluster) bool) {
+		// allowed one write, until the Cluster satisfies done.
+		reconcileWithCrashes := func(done func(*v1alpha1.Cluster) bool) {
 			GinkgoHelper()
 			for i := 0; i < 2000 && !done(getCluster(ctx, key)); i++ {
 				var n atomic.Int64
 				r := &clustercontroller.Reconciler{
-					Client: kit.CountingClient{Client: k8s, Writes: &n, Budget: budget}, Clock: clock.RealClock{},
+					Client: kit.CountingClient{Client: k8s, Writes: &n, Budget: 1}, Clock: clock.RealClock{},
 					Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, ManagedPollInterval: time.Millisecond,
 					WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: workerrollout.ManualRollout{}},
 				}
@@ -677,16 +677,16 @@ var _ = Describe("Crash safety", func() {
 		ready := func(c *v1alpha1.Cluster) bool {
 			return meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ConditionReady) && c.Status.ObservedGeneration == c.Generation
 		}
-		reconcileWithCrashes(1, ready)
+		reconcileWithCrashes(ready)
 		before := loadCAs(ctx, getCluster(ctx, key))
 
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
-		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
+		reconcileWithCrashes(func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
 		expectPrepared(ctx, getCluster(ctx, key), before)
 		prepared := loadCAs(ctx, getCluster(ctx, key))
 
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationCompleteCARotation)).To(Succeed())
-		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
+		reconcileWithCrashes(func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationCompleted })
 		expectOneCAEach(ctx, getCluster(ctx, key), prepared)
 		for _, role := range v1alpha1.CARoles() {
 			Expect(seen[role]).To(HaveLen(2), "role %s: exactly the old and one new CA ever existed", role)
@@ -695,10 +695,10 @@ var _ = Describe("Crash safety", func() {
 		By("a second rotation, aborted once Prepared: the CAs swapped back, the new ones deleted, whichever write the operator dies after")
 		completed := loadCAs(ctx, getCluster(ctx, key))
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationStartCARotation)).To(Succeed())
-		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
+		reconcileWithCrashes(func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationPrepared })
 		again := loadCAs(ctx, getCluster(ctx, key))
 		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationAbortCARotation)).To(Succeed())
-		reconcileWithCrashes(1, func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationAborted })
+		reconcileWithCrashes(func(c *v1alpha1.Cluster) bool { return c.CARotationPhase() == v1alpha1.RotationAborted })
 		swappedBack := map[v1alpha1.CARole]*credentials.CAs{}
 		for _, role := range v1alpha1.CARoles() {
 			swappedBack[role] = &credentials.CAs{Current: completed[role].Current, Previous: again[role].Current}
