@@ -21,13 +21,7 @@ import (
 // command's own and is not in the /tmp it was started from, nor is any mount
 // left; with PRIVATE_TMP=0 it is, which shows the check sees such a file.
 func TestPrivateTmpLeavesNothingWhenKilled(t *testing.T) {
-	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and unshare")
-	}
-	script, err := filepath.Abs("../../hack/private-tmp.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := privateTmpScript(t)
 	for _, tc := range []struct {
 		name       string
 		privateTmp string
@@ -112,13 +106,7 @@ func withoutEnv(env []string, names ...string) []string {
 // empty, in the private /tmp, where go test makes its work directory; the
 // host's stays as it was.
 func TestPrivateTmpMakesTheTemporaryDirectorySetUnderIt(t *testing.T) {
-	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and unshare")
-	}
-	script, err := filepath.Abs("../../hack/private-tmp.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := privateTmpScript(t)
 	tmpdir := filepath.Join("/tmp", "carousel-private-tmp-test-"+strconv.Itoa(os.Getpid())+"-tmpdir")
 	t.Cleanup(func() { _ = os.RemoveAll(tmpdir) })
 	cmd := exec.Command(script, "/bin/sh", "-c", `test -d "$TMPDIR" && touch "$TMPDIR/made" && echo made`)
@@ -130,4 +118,18 @@ func TestPrivateTmpMakesTheTemporaryDirectorySetUnderIt(t *testing.T) {
 	if _, err := os.Stat(tmpdir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%s on the host after the command: %v, want none", tmpdir, err)
 	}
+}
+
+// privateTmpScript is the absolute path of hack/private-tmp.sh; the test is
+// skipped where it cannot make a mount namespace.
+func privateTmpScript(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and unshare")
+	}
+	script, err := filepath.Abs("../../hack/private-tmp.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script
 }
