@@ -46,19 +46,13 @@ type pinStore struct {
 // get reads the pin of a Node, nil when there is none, and the ConfigMap it
 // came from. It reads from the API server, not from a cache: a pin is
 // decided once, so it must not be decided on a stale read, and a cache
-// would watch every ConfigMap of the cluster. (An unstructured read is what
-// the managed cluster's cache-backed client sends to the API server.)
+// would watch every ConfigMap of the cluster.
 func (s pinStore) get(ctx context.Context, node string) (*csr.AddressPin, *corev1.ConfigMap, error) {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	if err := s.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: PinConfigMapName(node)}, u); err != nil {
+	cm := &corev1.ConfigMap{}
+	if err := getPastCache(ctx, s.client, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: PinConfigMapName(node)}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil, nil
 		}
-		return nil, nil, err
-	}
-	cm := &corev1.ConfigMap{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cm); err != nil {
 		return nil, nil, err
 	}
 	pin := &csr.AddressPin{Node: cm.Data[pinKeyNode], UID: cm.Data[pinKeyUID]}
@@ -68,6 +62,23 @@ func (s pinStore) get(ctx context.Context, node string) (*csr.AddressPin, *corev
 		return nil, cm, nil
 	}
 	return pin, cm, nil
+}
+
+// getPastCache reads obj from the API server, not from the cache of c, a
+// managed cluster's client: that cache holds typed objects only, and the
+// client sends an unstructured read to the API server (package clustercache
+// makes it so), which is then converted into obj.
+func getPastCache(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object) error {
+	gvk, err := c.GroupVersionKindFor(obj)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := c.Get(ctx, key, u); err != nil {
+		return err
+	}
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj)
 }
 
 // put records a pin: it creates the ConfigMap, or replaces existing (the pin

@@ -13,8 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -235,17 +233,12 @@ func (r *csrReconciler) node(ctx context.Context, name string) (csr.NodeInfo, bo
 	return nodeInfo(node), true
 }
 
-// latestNode reads a Node past the connection's cache (which holds typed
-// objects only); a Node that is gone has no UID and no addresses.
+// latestNode reads a Node past the connection's cache; a Node that is gone
+// has no UID and no addresses.
 func (r *csrReconciler) latestNode(ctx context.Context, name string) (csr.NodeInfo, error) {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if err := r.remote.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
-		return csr.NodeInfo{}, client.IgnoreNotFound(err)
-	}
 	node := &corev1.Node{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, node); err != nil {
-		return csr.NodeInfo{}, err
+	if err := getPastCache(ctx, r.remote, client.ObjectKey{Name: name}, node); err != nil {
+		return csr.NodeInfo{}, client.IgnoreNotFound(err)
 	}
 	return nodeInfo(node), nil
 }
