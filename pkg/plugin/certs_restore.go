@@ -173,13 +173,32 @@ func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecre
 // new one), so that every token the lost key signed stops being valid. A key
 // Secret carries the rotation's carousel.dev/rotation annotation from the
 // moment the rotation stages its new key on, which the status records as
-// lastInitiationTime. The status records no key ID, so a key replaced with
+// lastInitiationTime. A copy made during the last rotation carries it too,
+// so its stage must be one the rotation's phase may be in
+// (restorableServiceAccountKeyStages): a copy of a Staged Secret restored
+// once the rotation completed would have the retired key sign tokens again.
+// The status records no key ID, so a key replaced with
 // reissue-service-account-key after the upload is not caught here.
 func checkUploadedServiceAccountKey(cl *v1alpha1.Cluster, s uploadedSecret) error {
 	rot := cl.ServiceAccountKeyRotation()
 	id := rotation.LastServiceAccountKeyRotationID(rot)
-	if id == "" || s.Annotations[v1alpha1.AnnotationRotation] == id {
-		return nil // never rotated, or a copy made since the last rotation
+	if id == "" {
+		return nil // never rotated
+	}
+	if s.Annotations[v1alpha1.AnnotationRotation] == id {
+		key, err := credentials.ParseServiceAccountKey(s.Data)
+		if err != nil {
+			return fmt.Errorf("the upload's service-account key: %w", err)
+		}
+		stages := restorableServiceAccountKeyStages(rot)
+		if slices.Contains(stages, key.Stage()) {
+			return nil
+		}
+		return fmt.Errorf("refusing to restore the service-account key: the copy, made in the service-account key rotation started %s, "+
+			"holds the key Secret %s, but in phase %s it can only be %s; restoring it would have the old key sign or verify tokens again. "+
+			"Restore from a newer upload, leave the key out with --role, "+
+			"or accept a new key (reissue-service-account-key), which invalidates every token the lost key signed",
+			id, key.Stage(), rot.Phase, joinStages(stages))
 	}
 	made := "before any"
 	if upload := s.Annotations[v1alpha1.AnnotationRotation]; upload != "" {
@@ -189,6 +208,36 @@ func checkUploadedServiceAccountKey(cl *v1alpha1.Cluster, s uploadedSecret) erro
 		"whose new key may sign tokens already; restoring it would bring back a key the Cluster no longer uses. "+
 		"Restore from a newer upload, leave the key out with --role, or accept a new key (reissue-service-account-key), which invalidates every token the lost key signed",
 		made, id, rot.Phase)
+}
+
+// restorableServiceAccountKeyStages are the stages the key Secret of a
+// service-account key rotation may be restored in, by the rotation's phase:
+// those the Secret passes through in it, from the one the status shows it
+// reached on. In Preparing, once the new key signed everywhere
+// (newKeySigningTime), the workload token refresh is counted from then, so
+// the old key must not sign again; in Prepared and Completed the Secret does
+// not move on its own.
+func restorableServiceAccountKeyStages(rot *v1alpha1.ServiceAccountKeyRotation) []credentials.ServiceAccountKeyStage {
+	switch rot.Phase {
+	case v1alpha1.ServiceAccountKeyPreparing:
+		if rot.NewKeySigningTime == nil {
+			return []credentials.ServiceAccountKeyStage{credentials.ServiceAccountKeyStaged, credentials.ServiceAccountKeySwitched}
+		}
+		return []credentials.ServiceAccountKeyStage{credentials.ServiceAccountKeySwitched}
+	case v1alpha1.ServiceAccountKeyPrepared:
+		return []credentials.ServiceAccountKeyStage{credentials.ServiceAccountKeySwitched}
+	case v1alpha1.ServiceAccountKeyFinalizing:
+		return []credentials.ServiceAccountKeyStage{credentials.ServiceAccountKeySwitched, credentials.ServiceAccountKeySingle}
+	}
+	return []credentials.ServiceAccountKeyStage{credentials.ServiceAccountKeySingle}
+}
+
+func joinStages(stages []credentials.ServiceAccountKeyStage) string {
+	names := make([]string, len(stages))
+	for i, st := range stages {
+		names[i] = string(st)
+	}
+	return strings.Join(names, " or ")
 }
 
 func previousNote(fingerprint string) string {

@@ -186,14 +186,44 @@ func TestPlanRestoreRefusesAServiceAccountKeyOlderThanTheStatus(t *testing.T) {
 			Phase: phase, LastInitiationTime: &metav1.Time{Time: started}}}
 		return cl
 	}
-	upload := func(rotation string) uploadedSecret {
-		s := uploadedSecret{Name: "prod-service-account-key", Type: corev1.SecretTypeOpaque, Labels: credentials.ClusterLabels("prod"),
-			Data: map[string][]byte{credentials.DataKeyServiceAccountKey: []byte("sa")}}
+	newKeySigning := func(cl *v1alpha1.Cluster) *v1alpha1.Cluster {
+		cl.Status.Credentials.Rotation.ServiceAccountKey.NewKeySigningTime = &metav1.Time{Time: started.Add(time.Hour)}
+		return cl
+	}
+	// The key Secret through a rotation: the old key, the new one staged
+	// next to it, the new one signing, the new one alone.
+	old, err := credentials.NewServiceAccountKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged := old.Staged(next)
+	keys := map[credentials.ServiceAccountKeyStage]*credentials.ServiceAccountKey{
+		credentials.ServiceAccountKeyStaged:   staged,
+		credentials.ServiceAccountKeySwitched: staged.Switched(),
+	}
+	keys[credentials.ServiceAccountKeySingle] = keys[credentials.ServiceAccountKeySwitched].PreviousDropped()
+	uploadOf := func(key *credentials.ServiceAccountKey, rotation string) uploadedSecret {
+		data, err := key.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := uploadedSecret{Name: "prod-service-account-key", Type: corev1.SecretTypeOpaque, Labels: credentials.ClusterLabels("prod"), Data: data}
 		if rotation != "" {
 			s.Annotations = map[string]string{v1alpha1.AnnotationRotation: rotation}
 		}
 		return s
 	}
+	upload := func(rotation string) uploadedSecret {
+		if rotation == id {
+			return uploadOf(keys[credentials.ServiceAccountKeySwitched], id)
+		}
+		return uploadOf(old, rotation)
+	}
+	copied := func(stage credentials.ServiceAccountKeyStage) uploadedSecret { return uploadOf(keys[stage], id) }
 	for _, tc := range []struct {
 		name     string
 		cluster  *v1alpha1.Cluster
@@ -201,8 +231,24 @@ func TestPlanRestoreRefusesAServiceAccountKeyOlderThanTheStatus(t *testing.T) {
 		refusing string // empty: restorable
 	}{
 		{"never rotated", clusterRecording(v1alpha1.CARoleCluster, nil, nil, "", started), upload(""), ""},
-		{"copied in the rotation, which is completed", keyRotation(v1alpha1.ServiceAccountKeyCompleted), upload(id), ""},
+		{"copied once the rotation completed", keyRotation(v1alpha1.ServiceAccountKeyCompleted), copied(credentials.ServiceAccountKeySingle), ""},
 		{"copied in the rotation, which is preparing", keyRotation(v1alpha1.ServiceAccountKeyPreparing), upload(id), ""},
+		{"copied Staged, restored while preparing", keyRotation(v1alpha1.ServiceAccountKeyPreparing), copied(credentials.ServiceAccountKeyStaged), ""},
+		{"copied Switched, restored once prepared", keyRotation(v1alpha1.ServiceAccountKeyPrepared), copied(credentials.ServiceAccountKeySwitched), ""},
+		{"copied Switched, restored while finalizing", keyRotation(v1alpha1.ServiceAccountKeyFinalizing), copied(credentials.ServiceAccountKeySwitched), ""},
+		{"copied Single, restored while finalizing", keyRotation(v1alpha1.ServiceAccountKeyFinalizing), copied(credentials.ServiceAccountKeySingle), ""},
+		// A copy made during the rotation carries its annotation whatever
+		// its stage: the old key must not sign or verify again.
+		{"copied Staged, restored once completed", keyRotation(v1alpha1.ServiceAccountKeyCompleted), copied(credentials.ServiceAccountKeyStaged),
+			"holds the key Secret Staged, but in phase Completed it can only be Single"},
+		{"copied Switched, restored once completed", keyRotation(v1alpha1.ServiceAccountKeyCompleted), copied(credentials.ServiceAccountKeySwitched),
+			"holds the key Secret Switched, but in phase Completed it can only be Single"},
+		{"copied Staged, restored once prepared", keyRotation(v1alpha1.ServiceAccountKeyPrepared), copied(credentials.ServiceAccountKeyStaged),
+			"in phase Prepared it can only be Switched"},
+		{"copied Staged, restored once the new key signed everywhere", newKeySigning(keyRotation(v1alpha1.ServiceAccountKeyPreparing)),
+			copied(credentials.ServiceAccountKeyStaged), "in phase Preparing it can only be Switched"},
+		{"copied Staged, restored while finalizing", keyRotation(v1alpha1.ServiceAccountKeyFinalizing), copied(credentials.ServiceAccountKeyStaged),
+			"in phase Finalizing it can only be Switched or Single"},
 		{"copied before any rotation, restored once it completed", keyRotation(v1alpha1.ServiceAccountKeyCompleted), upload(""),
 			"the copy was made before any service-account key rotation the Cluster's status records (started " + id + ", Completed)"},
 		{"copied before the rotation, restored while it prepares", keyRotation(v1alpha1.ServiceAccountKeyPreparing), upload(""), "refusing to restore the service-account key"},
