@@ -81,8 +81,8 @@ func (u *certsUpload) files() (files map[string][]byte, ignored []string) {
 // writeNewFiles writes each file into dir (made with mode 0700 if missing)
 // with mode 0600, and none if one of them exists: download never replaces a
 // file, nor writes through a link (O_EXCL, which also stops it at a file
-// that appears after the check, leaving those written before). It returns
-// the names written, in order.
+// that appears after the check: writeAllOrNone). It returns the names
+// written, in order.
 func writeNewFiles(dir string, files map[string][]byte) ([]string, error) {
 	names := slices.Sorted(maps.Keys(files))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -101,29 +101,58 @@ func writeNewFiles(dir string, files map[string][]byte) ([]string, error) {
 	if len(existing) > 0 {
 		return nil, fmt.Errorf("%s already has %s; download replaces no file: choose a new directory with --dir", dir, strings.Join(existing, ", "))
 	}
-	for _, name := range names {
-		if err := writeNewFile(filepath.Join(dir, name), files[name]); err != nil {
-			return nil, err
-		}
+	if err := writeAllOrNone(dir, names, files); err != nil {
+		return nil, err
 	}
 	return names, nil
 }
 
-// writeNewFile creates path with mode 0600 and data, and removes what it
-// created if the write fails.
+// writeAllOrNone writes each of names into a new file of dir, or none: when
+// one fails (a file of that name appeared, the disk is full), it removes
+// those it wrote before.
+func writeAllOrNone(dir string, names []string, files map[string][]byte) error {
+	for i, name := range names {
+		if err := writeNewFile(filepath.Join(dir, name), files[name]); err != nil {
+			for _, written := range names[:i] {
+				err = errors.Join(err, os.Remove(filepath.Join(dir, written)))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// writeNewFile creates path with mode 0600 and data, on disk (the file and
+// its directory synced) when it returns, and removes what it created if the
+// write fails.
 func writeNewFile(path string, data []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return errors.Join(err, os.Remove(path))
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Close(); err != nil {
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
 		return errors.Join(err, os.Remove(path))
 	}
 	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	return d.Sync()
 }
 
 func (e *env) downloadCommand() *cobra.Command {

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -105,5 +107,12 @@ func TestDownloadReplacesNoFile(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(elsewhere); string(got) != "also mine" {
 		t.Errorf("the link's target = %q", got)
+	}
+	// Nor is a later file's: the files written before it are taken back.
+	if err := writeAllOrNone(dir, []string{"client-ca-tls.key", "sa.key"}, files); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("writing through a later link: err = %v, want it to exist", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "client-ca-tls.key")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("client-ca-tls.key, written before sa.key failed, is left: %v", err)
 	}
 }
