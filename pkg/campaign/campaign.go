@@ -24,9 +24,10 @@ import (
 type Standing struct {
 	Name  string
 	State v1alpha1.CampaignClusterState
-	// Rotating is true while the Cluster's phase for the step is requested
-	// or under way, failed or not, and, at the Complete step, while its
-	// first phase still is: it takes one of maxConcurrent's places.
+	// Rotating is true while the Cluster's phase for the step is requested,
+	// or any phase of its rotation is under way (Preparing, Finalizing,
+	// Aborting: each rolls what the Cluster's certificates reach), failed
+	// or not: it takes one of maxConcurrent's places.
 	Rotating bool
 	// Message says why the Cluster is in its state; empty for Pending and Done.
 	Message string
@@ -60,6 +61,13 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested: "+c.Annotations[v1alpha1.OperationAnnotation]
 		return s
 	}
+	if step == v1alpha1.CampaignComplete && completeStep.IsZero() && requestedCAVerb(c) == v1alpha1.VerbStartCARotation {
+		// A start not taken up yet, the campaign's own perhaps (the Cluster
+		// controller is behind): the Complete step begins once none is
+		// pending, and the rotation is the campaign's to complete.
+		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its start is requested and not taken up yet: it is completed once Prepared"
+		return s
+	}
 	switch {
 	case step == v1alpha1.CampaignComplete && s.Phase.BothCAsTrusted() && !completeStep.IsZero() &&
 		rot.LastInitiationTime != nil && rot.LastInitiationTime.After(completeStep):
@@ -83,13 +91,18 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 	case s.Phase == v1alpha1.RotationFinalizing && step == v1alpha1.CampaignComplete:
 		return rotating(s, c, timeOf(rot.LastCompletionTriggeredTime), deadline, now)
 	case s.Phase == v1alpha1.RotationFinalizing && !ours:
-		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "a rotation started before the campaign is finishing: it is started again once Completed"
+		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "a rotation started before the campaign is finishing: it is started again once Completed"
 		return s
-	case (s.Phase == v1alpha1.RotationFinalizing || s.Phase == v1alpha1.RotationCompleted) && ours:
+	case s.Phase == v1alpha1.RotationFinalizing:
+		// Completed early (by hand, or spec.caRotation.automatic): done
+		// with the Start step, but still rotating.
+		s.State, s.Rotating = v1alpha1.CampaignClusterDone, true
+		return s
+	case s.Phase == v1alpha1.RotationCompleted && ours:
 		s.State = v1alpha1.CampaignClusterDone
 		return s
 	case s.Phase == v1alpha1.RotationAborting:
-		s.State, s.Message = v1alpha1.CampaignClusterWaiting, "its rotation is being aborted"
+		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its rotation is being aborted"
 		return s
 	case s.Phase == v1alpha1.RotationAborted && since(rot.LastAbortTriggeredTime):
 		s.State, s.Message = v1alpha1.CampaignClusterSkipped, "its rotation was aborted ("+v1alpha1.OperationAbortCARotation+") since the campaign started"

@@ -103,16 +103,16 @@ func TestClassify(t *testing.T) {
 			v1alpha1.CampaignClusterFailed, true, "exceeded its progress deadline of 1h0m0s", none},
 		{"start: prepared", v1alpha1.CampaignStart, cluster(v1alpha1.RotationPrepared, during, none), v1alpha1.CampaignClusterDone, false, "", none},
 		{"start: prepared before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationPrepared, before, none), v1alpha1.CampaignClusterDone, false, "", none},
-		{"start: finalizing", v1alpha1.CampaignStart, cluster(v1alpha1.RotationFinalizing, during, during), v1alpha1.CampaignClusterDone, false, "", none},
+		{"start: finalizing", v1alpha1.CampaignStart, cluster(v1alpha1.RotationFinalizing, during, during), v1alpha1.CampaignClusterDone, true, "", none},
 		{"start: finalizing a rotation prepared before the campaign, completed since", v1alpha1.CampaignStart, cluster(v1alpha1.RotationFinalizing, before, during),
-			v1alpha1.CampaignClusterDone, false, "", none},
+			v1alpha1.CampaignClusterDone, true, "", none},
 		{"start: finalizing a rotation from before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationFinalizing, before, before),
-			v1alpha1.CampaignClusterWaiting, false, "started before the campaign is finishing", none},
+			v1alpha1.CampaignClusterWaiting, true, "started before the campaign is finishing", none},
 		{"start: completed since, a rotation prepared before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, before, during),
 			v1alpha1.CampaignClusterDone, false, "", none},
 		{"start: completed during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, during, during), v1alpha1.CampaignClusterDone, false, "", none},
 		{"start: aborting", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborting, during, none, abortedAt(during)),
-			v1alpha1.CampaignClusterWaiting, false, "being aborted", none},
+			v1alpha1.CampaignClusterWaiting, true, "being aborted", none},
 		{"start: aborted during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborted, during, none, abortedAt(during)),
 			v1alpha1.CampaignClusterSkipped, false, "aborted", none},
 		{"start: aborted before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborted, before, none, abortedAt(before)),
@@ -173,6 +173,34 @@ func TestClassify(t *testing.T) {
 				t.Errorf("message %q, want it to contain %q", got.Message, tt.message)
 			}
 		})
+	}
+}
+
+// At the Complete step, before its time is recorded, a start not taken up
+// yet (the campaign's own, perhaps) holds its place and is waited for; once
+// the step's time is recorded, a start requested is someone else's.
+func TestClassifyAStartNotTakenUpAtTheCompleteStep(t *testing.T) {
+	c := cluster(v1alpha1.RotationCompleted, started.Add(-24*time.Hour), started.Add(-24*time.Hour), annotated("start-ca-rotation"))
+	got := Classify(v1alpha1.CampaignComplete, started, time.Time{}, deadline, c, now)
+	if got.State != v1alpha1.CampaignClusterWaiting || !got.Rotating || !strings.Contains(got.Message, "not taken up yet") {
+		t.Errorf("before the Complete step's time: %+v; want it waiting and rotating", got)
+	}
+	got = Classify(v1alpha1.CampaignComplete, started, completeStep, deadline, c, now)
+	if got.State != v1alpha1.CampaignClusterSkipped || got.Rotating {
+		t.Errorf("after the Complete step's time: %+v; want it skipped", got)
+	}
+	// Two Clusters Prepared and two starts not taken up, one place: the
+	// starts hold it, and the step is not done.
+	prepared := cluster(v1alpha1.RotationPrepared, started.Add(time.Minute), time.Time{}, oldCAUsage(0))
+	var ss []Standing
+	for i, c := range []*v1alpha1.Cluster{prepared, prepared.DeepCopy(), c, c.DeepCopy()} {
+		s := Classify(v1alpha1.CampaignComplete, started, time.Time{}, deadline, c, now)
+		s.Name = fmt.Sprintf("c%d", i)
+		ss = append(ss, s)
+	}
+	spec := &v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: ptr.To(intstr.FromInt32(2))}
+	if d := Plan(spec, ss); len(d.Start) != 0 || d.Phase != v1alpha1.CampaignCompleting {
+		t.Errorf("completes %v, phase %s; want none completed while two starts hold both places, Completing", d.Start, d.Phase)
 	}
 }
 

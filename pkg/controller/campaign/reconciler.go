@@ -131,7 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		for _, c := range clusters {
 			standings = append(standings, campaign.Classify(step, rc.Status.StartTime.Time, completeStep, rc.Spec.ProgressDeadlineOrDefault(), c, now))
 		}
-		return r.memory.amend(req.NamespacedName, clusters, standings)
+		return r.memory.amend(req.NamespacedName, step, clusters, standings)
 	}
 	byName := make(map[string]*v1alpha1.Cluster, len(clusters))
 	for _, c := range clusters {
@@ -205,13 +205,15 @@ func (r *Reconciler) recordWave(rc *v1alpha1.RotationCampaign, step v1alpha1.Cam
 
 // amend corrects what the cache shows of campaign's Clusters with what this
 // process did: a Cluster it started that the cache still shows as it was
-// before the start is in progress, not pending; one the cache shows pending
-// in a later version dropped the operation (the Cluster controller refused
-// it after the webhook let it in) and has failed, as one the webhook
-// refused has, until it changes again. A started Cluster is remembered
-// while its annotation is there, and forgotten once the cache shows it
-// taken up; changed refused ones are forgotten.
-func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cluster, standings []campaign.Standing) []campaign.Standing {
+// before the start is in progress, not pending (at the Complete step, a
+// start made at the Start step holds its place as one not taken up yet);
+// one the cache shows pending in a later version dropped the operation (the
+// Cluster controller refused it after the webhook let it in) and has
+// failed, as one the webhook refused has, until it changes again. A started
+// Cluster is remembered while its annotation is there or the cache shows
+// it before the start, and forgotten once the cache shows it taken up;
+// changed refused ones are forgotten.
+func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignStep, clusters []*v1alpha1.Cluster, standings []campaign.Standing) []campaign.Standing {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	started, refused := m.started[campaignKey], m.refused[campaignKey]
@@ -226,6 +228,8 @@ func (m *memory) amend(campaignKey types.NamespacedName, clusters []*v1alpha1.Cl
 			switch {
 			case s.State == v1alpha1.CampaignClusterPending && c.ResourceVersion == startedOn:
 				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested"
+			case c.ResourceVersion == startedOn && req.step == v1alpha1.CampaignStart && step == v1alpha1.CampaignComplete:
+				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its start is requested and not taken up yet: it is completed once Prepared"
 			case s.State == v1alpha1.CampaignClusterPending:
 				delete(started, c.Name)
 				refused = m.refuseLocked(campaignKey, c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")

@@ -85,6 +85,38 @@ func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 	}
 }
 
+// A start made at the Start step that the cache does not show yet, when the
+// step turns to Complete, keeps the Complete step from beginning: a
+// rotation started before it is the campaign's to complete, and one that
+// began after it would be skipped.
+func TestAStartTheCacheDoesNotShowYetHoldsTheCompleteStep(t *testing.T) {
+	var patched []string
+	r, _ := fixture(t, func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
+		patched = append(patched, obj.GetName()) // accepted, but the reads go on showing the Cluster as it was
+		return nil
+	})
+	reconcileWave(t, r)
+	rc := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Spec.Step = v1alpha1.CampaignComplete
+	if err := r.Client.Update(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	reconcileWave(t, r)
+	rc = reconcileWave(t, r)
+	if rc.Status.CompleteStepTime != nil {
+		t.Errorf("completeStepTime %s stored while a's start, not shown by the cache yet, is pending", rc.Status.CompleteStepTime)
+	}
+	if rc.Status.Clusters.Waiting != 1 || rc.Status.Phase == v1alpha1.CampaignCompleted {
+		t.Errorf("counts %+v, phase %s; want a waiting, not Completed", rc.Status.Clusters, rc.Status.Phase)
+	}
+	if len(patched) != 1 {
+		t.Errorf("patched %v, want only a's start", patched)
+	}
+}
+
 // refusingA is a fixture's patch of Clusters that refuses a's, as the Cluster
 // webhook would, and adds the name of every Cluster patched to patched.
 func refusingA(patched *[]string) func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
