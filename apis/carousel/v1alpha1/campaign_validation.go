@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -40,10 +41,16 @@ func ValidateRotationCampaign(c *RotationCampaign) field.ErrorList {
 	return append(allErrs, validateDurationBounds(c.Spec.ProgressDeadline, MinCampaignProgressDeadline, MaxCampaignProgressDeadline, p.Child("progressDeadline"))...)
 }
 
-// ValidateRotationCampaignUpdate checks a changed campaign: its spec, and
-// that its step does not go back from Complete to Start.
+// ValidateRotationCampaignUpdate checks a changed campaign: its spec, when
+// it changed, and that its step does not go back from Complete to Start. A
+// campaign stored with a spec the webhook refuses (while it was off, or
+// failing open) can still be labelled, assigned to a shard and handed over:
+// its controller reports the spec as invalid.
 func ValidateRotationCampaignUpdate(newC, oldC *RotationCampaign) field.ErrorList {
-	allErrs := ValidateRotationCampaign(newC)
+	var allErrs field.ErrorList
+	if !equality.Semantic.DeepEqual(newC.Spec, oldC.Spec) {
+		allErrs = ValidateRotationCampaign(newC)
+	}
 	if oldC.Spec.StepOrDefault() == CampaignComplete && newC.Spec.StepOrDefault() == CampaignStart {
 		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "step"),
 			"the campaign is at the Complete step and does not go back to Start; create a new campaign to start another rotation"))
