@@ -35,6 +35,11 @@ func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Du
 		return err
 	}
 	defer unlock()
+	// In ModeKubelet, the pair must be the kubelet's, for its node name:
+	// a refresh for another would have the kubelet authenticate as it.
+	if err := m.Reload(); err != nil {
+		return err
+	}
 	kp, err := m.store.Current()
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -639,6 +640,14 @@ func TestReloadRefusesOtherCredentials(t *testing.T) {
 	other.cfg.KubeconfigPath = tn.path("kubeconfig")
 	if err := other.Reload(); err == nil || !strings.Contains(err.Error(), `"system:node:w1", not "system:node:w2"`) {
 		t.Errorf("a pair for another node: %v", err)
+	}
+	// refresh-certs run checks the same before it asks for anything: it
+	// would have the kubelet authenticate as another node.
+	cs := fake.NewClientset()
+	other.newClient = func(*rest.Config) (kubernetes.Interface, error) { return cs, nil }
+	other.cfg.Clock = clock.RealClock{} // what it asks for is never answered: a second at most
+	if err := other.Refresh(context.Background(), "s1", time.Hour, time.Second); !errors.Is(err, errNotTheKubeletsCredentials) || len(cs.Actions()) != 0 {
+		t.Errorf("refresh-certs run with a pair for another node: %v, %d requests; want it refused before any", err, len(cs.Actions()))
 	}
 }
 
