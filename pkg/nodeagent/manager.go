@@ -349,11 +349,12 @@ const acceptedTimeout = 30 * time.Second
 // answered as it is created, or found, sets no timer). A denied or failed
 // CSR discards the pending key: the answer is final, and a CSR named after
 // that key would find it again, so the next attempt starts over with
-// another key.
+// another key. The refusal of a CSR of that name for another key (a
+// refresh's seed used before) keeps it: it may have a CSR of its own.
 func (m *Manager) requestCertificate(ctx context.Context, cs kubernetes.Interface, store *Store,
 	csr *certificatesv1.CertificateSigningRequest, key crypto.Signer, wait time.Duration) ([]byte, error) {
 	certPEM, err := m.awaitCertificate(ctx, cs, csr, key, wait)
-	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
+	if (errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed)) && !errors.As(err, new(otherKeysRefusal)) {
 		if derr := store.DiscardPendingKey(); derr != nil {
 			return nil, errors.Join(err, derr)
 		}

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -277,6 +278,18 @@ func TestRefreshAgainAfterADenial(t *testing.T) {
 		if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "new seed") {
 			t.Fatalf("refresh %d = %v, want the denial and a hint to take a new seed", run, err)
 		}
+	}
+	// The denial of the first run's CSR says nothing of the pending key of
+	// the second (a renewal's, whose own CSR may wait for approval): kept.
+	pending, err := os.ReadFile(m.store.pendingKeyPath())
+	if err != nil {
+		t.Fatalf("the pending key of the second run: %v", err)
+	}
+	if err := m.Refresh(context.Background(), "s1", time.Hour, time.Minute); !errors.Is(err, ErrDenied) {
+		t.Fatalf("refresh 3 = %v, want the denial", err)
+	}
+	if again, err := os.ReadFile(m.store.pendingKeyPath()); err != nil || !bytes.Equal(again, pending) {
+		t.Errorf("the pending key after another CSR's denial: %v; want it kept", err)
 	}
 }
 

@@ -147,7 +147,7 @@ func createOrFind(ctx context.Context, cs kubernetes.Interface, csr *certificate
 				// A refused CSR keeps its name, and its key was discarded:
 				// report the refusal rather than the other key.
 				if _, done, refused := outcome(created); done && refused != nil {
-					return nil, refused
+					return nil, otherKeysRefusal{refused}
 				}
 			}
 		}
@@ -157,6 +157,13 @@ func createOrFind(ctx context.Context, cs kubernetes.Interface, csr *certificate
 	}
 	return created, nil
 }
+
+// otherKeysRefusal is the refusal (ErrDenied, ErrFailed) of an existing CSR
+// of the name asked for, made for another key: it answers nothing about
+// ours, which is kept (Manager.requestCertificate).
+type otherKeysRefusal struct{ error }
+
+func (r otherKeysRefusal) Unwrap() error { return r.error }
 
 // sameKey checks that an existing CSR asks for our key.
 func sameKey(csr *certificatesv1.CertificateSigningRequest, key crypto.Signer) error {
