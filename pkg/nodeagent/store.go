@@ -175,6 +175,9 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 	if s.stopAfter == "pair" {
 		return nil, errStopped
 	}
+	if err := s.keepCurrentFile(); err != nil {
+		return nil, err
+	}
 	tmpLink := filepath.Join(s.Dir, "."+filepath.Base(s.CurrentPath())+".tmp")
 	_ = os.Remove(tmpLink)
 	if err := os.Symlink(name, tmpLink); err != nil {
@@ -196,6 +199,32 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 		return nil, err
 	}
 	return kp, nil
+}
+
+// keepCurrentFile gives the current pair, when it is a file of its own
+// rather than the kubelet's link to a stored pair (one a provisioner wrote),
+// a stored pair's name too, from the time it was written, so that the link
+// that replaces it does not lose its key. client-go's store refuses such a
+// file; the agent keeps it.
+func (s *Store) keepCurrentFile() error {
+	info, err := os.Lstat(s.CurrentPath())
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !info.Mode().IsRegular() {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for n := range maxPairsPerSecond {
+		err := os.Link(s.CurrentPath(), filepath.Join(s.Dir, pairName(s.name(), info.ModTime(), n)))
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("keeping the pair in %s, a file, before it is replaced: %w", s.CurrentPath(), err)
+		}
+		return syncDir(s.Dir)
+	}
+	return fmt.Errorf("keeping the pair in %s, a file, before it is replaced: %d pairs of its time exist", s.CurrentPath(), maxPairsPerSecond)
 }
 
 // pairName is the file name of a pair of store stored at now:

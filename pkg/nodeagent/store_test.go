@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/x509"
 	"errors"
@@ -115,6 +116,48 @@ func TestUpdateRefusesACertificateForAnotherKey(t *testing.T) {
 	other, _ := pki.GenerateKey(pki.ECDSAP256)
 	if _, err := s.Update(issue(t, other), key, time.Now()); err == nil {
 		t.Fatal("stored a certificate that is not for the pending key")
+	}
+}
+
+// A current pair that is a file of its own, not a link (a provisioner wrote
+// it), is kept under a stored pair's name when a new pair replaces it.
+func TestUpdateKeepsACurrentPairThatIsAFile(t *testing.T) {
+	dir := t.TempDir()
+	s := &Store{Dir: dir}
+	old, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldKeyPEM, err := pki.EncodePrivateKey(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPair := append(issue(t, old), oldKeyPEM...)
+	if err := os.WriteFile(s.CurrentPath(), oldPair, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := s.PendingKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(issue(t, key), key, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if kp, err := s.Current(); err != nil || !samePublicKey(kp.Key.Public(), key.Public()) {
+		t.Fatalf("current = %v, %v; want the new pair", kp, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept bool
+	for _, e := range entries {
+		if data, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && e.Type().IsRegular() && bytes.Equal(data, oldPair) {
+			kept = true
+		}
+	}
+	if !kept {
+		t.Errorf("the pair that was the current file is gone: %d entries in the store", len(entries))
 	}
 }
 
