@@ -30,9 +30,14 @@ type Plan struct {
 	Renewed int
 	// Renewing counts the nodes asked and not answered yet, Ask included.
 	Renewing int
-	// Offline are the nodes the rollout does not wait for: not renewed, and
-	// not seen for longer than the offline timeout.
+	// Offline are the nodes the rollout does not wait for: not renewed, not
+	// asked, and not seen for longer than the offline timeout.
 	Offline []OfflineNode
+	// Silent are the nodes asked and not seen since for longer than the
+	// offline timeout: the renewal may be what took them down, so each
+	// keeps its slot (and counts in Renewing) until it answers, or its Node
+	// is deleted.
+	Silent []OfflineNode
 	// Total counts the pool's nodes.
 	Total int
 }
@@ -48,35 +53,38 @@ type OfflineNode struct {
 func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 
 // PlanRollout decides which nodes of a pool to ask now. A node that renewed
-// is done. A node that did not, and was last seen more than offlineAfter
-// before newest (the newest heartbeat of any node; see Heartbeats), is
-// offline: it is neither asked nor waited for, and does not take a slot.
-// The others renew at most maxUnavailable at a time (a number, or a
-// percentage of the pool rounded down; at least one): the nodes asked and
-// not answered take slots first, and the free slots go to the nodes to ask,
-// by name. A node that was asked, went offline and came back before it
-// answered takes a slot again, so that for a while more than
-// maxUnavailable nodes may be renewing.
+// is done. The nodes asked and not answered take slots first, even when
+// silent since (Silent): a renewal that took its node down must not free a
+// slot for the next one, as a Deployment's rollout counts a Pod that does
+// not come back as unavailable. A node not asked, and last seen more than
+// offlineAfter before newest (the newest heartbeat of any node; see
+// Heartbeats), is offline: it is neither asked nor waited for, and does not
+// take a slot. The others renew at most maxUnavailable at a time (a number,
+// or a percentage of the pool rounded down; at least one): the free slots
+// go to the nodes to ask, by name.
 func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAfter time.Duration, newest time.Time) Plan {
 	p := Plan{Total: len(nodes)}
 	var toAsk []NodeState
 	for _, n := range nodes {
-		if n.Action == noderenewal.Done {
+		away := newest.Sub(n.LastSeen)
+		switch {
+		case n.Action == noderenewal.Done:
 			p.Renewed++
-			continue
-		}
-		if away := newest.Sub(n.LastSeen); away > offlineAfter {
-			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
-			continue
-		}
-		if n.Action == noderenewal.Wait {
+		case n.Action == noderenewal.Wait:
 			p.Renewing++
-		} else {
+			if away > offlineAfter {
+				p.Silent = append(p.Silent, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
+			}
+		case away > offlineAfter:
+			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
+		default:
 			toAsk = append(toAsk, n)
 		}
 	}
 	slices.SortFunc(toAsk, func(a, b NodeState) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(p.Offline, func(a, b OfflineNode) int { return strings.Compare(a.Name, b.Name) })
+	byName := func(a, b OfflineNode) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(p.Offline, byName)
+	slices.SortFunc(p.Silent, byName)
 	free := max(Slots(maxUnavailable, len(nodes))-p.Renewing, 0)
 	p.Ask = toAsk[:min(free, len(toAsk))]
 	p.Renewing += len(p.Ask)
@@ -106,16 +114,23 @@ func (p Plan) Message(pool string, offlineAfter time.Duration) string {
 			fmt.Fprintf(&b, ", %d offline", len(p.Offline))
 		}
 	}
-	if len(p.Offline) == 0 {
-		return b.String()
+	if len(p.Silent) > 0 {
+		fmt.Fprintf(&b, "; asked and silent since, each keeping its slot until it answers or its Node is deleted: %s", lastSeen(p.Silent))
 	}
-	// Each node's last heartbeat, not how long ago it was: the message goes
-	// into the status, which a pass writes only when it changes.
-	names := make([]string, len(p.Offline))
-	for i, o := range p.Offline {
+	if len(p.Offline) > 0 {
+		fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
+			"if it comes back after the old CAs were dropped", offlineAfter, lastSeen(p.Offline))
+	}
+	return b.String()
+}
+
+// lastSeen names each node with its last heartbeat, not how long ago it
+// was: the message goes into the status, which a pass writes only when it
+// changes.
+func lastSeen(nodes []OfflineNode) string {
+	names := make([]string, len(nodes))
+	for i, o := range nodes {
 		names[i] = fmt.Sprintf("%s (last seen %s)", o.Name, o.LastSeen.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
-		"if it comes back after the old CAs were dropped", offlineAfter, strings.Join(names, ", "))
-	return b.String()
+	return strings.Join(names, ", ")
 }

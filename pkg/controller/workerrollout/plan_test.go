@@ -82,9 +82,15 @@ func TestPlanRollout(t *testing.T) {
 			maxUnavailable: one, wantAsk: []string{"b"}, wantRenewing: 1, wantOffline: []string{"a"},
 		},
 		{
-			name:           "a node asked that went offline frees its slot",
+			// Its renewal may be what took it down: the next one waits.
+			name:           "a node asked that went silent keeps its slot",
 			nodes:          []NodeState{node("a", noderenewal.Wait, time.Hour), node("b", noderenewal.Ask, 0)},
-			maxUnavailable: one, wantAsk: []string{"b"}, wantRenewing: 1, wantOffline: []string{"a"},
+			maxUnavailable: one, wantRenewing: 1,
+		},
+		{
+			name:           "a pool whose every node went silent once asked is not rolled",
+			nodes:          []NodeState{node("a", noderenewal.Wait, time.Hour), node("b", noderenewal.Wait, time.Hour), node("c", noderenewal.Done, 0)},
+			maxUnavailable: all, wantRenewing: 2,
 		},
 		{
 			name:           "not seen for exactly the timeout is still online",
@@ -98,7 +104,7 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			name:           "rolled without the offline nodes",
-			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("z", noderenewal.Wait, 2*time.Hour), node("m", noderenewal.Ask, time.Hour)},
+			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("z", noderenewal.AskAgain, 2*time.Hour), node("m", noderenewal.Ask, time.Hour)},
 			maxUnavailable: one, wantOffline: []string{"m", "z"}, wantDone: true,
 		},
 	} {
@@ -137,8 +143,14 @@ func TestPlanMessage(t *testing.T) {
 				"b (last seen 2026-11-23T10:30:00Z)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
 		},
 		{
+			name:  "waiting for a node asked and silent since",
+			nodes: []NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Wait, 11*time.Minute), node("c", noderenewal.Ask, 0)},
+			want: "pool workers: 1 of 3 nodes renewed their credentials, 1 renewing; asked and silent since, each keeping its slot until it answers " +
+				"or its Node is deleted: b (last seen 2026-11-23T11:49:00Z)",
+		},
+		{
 			name:  "done without offline nodes",
-			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.Wait, 11*time.Minute)},
+			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.AskAgain, 11*time.Minute)},
 			want: "pool workers: rolled without 2 offline node(s) (Lease over 10m0s behind the newest node Lease, not waited for: " +
 				"b (last seen 2026-11-23T11:49:00Z), c (last seen 2026-11-23T11:00:00Z)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
 		},
@@ -197,7 +209,7 @@ func TestHeartbeats(t *testing.T) {
 	// more than offlineAfter behind.
 	var states []NodeState
 	for _, n := range []string{"a", "b", "c", "d"} {
-		states = append(states, NodeState{Name: n, Action: noderenewal.Wait, LastSeen: seen[n]})
+		states = append(states, NodeState{Name: n, Action: noderenewal.Ask, LastSeen: seen[n]})
 	}
 	var offline []string
 	for _, o := range PlanRollout(states, intstr.FromString("100%"), offlineAfter, newest).Offline {
@@ -236,7 +248,7 @@ func FuzzPlanRollout(f *testing.F) {
 		waiting := 0
 		for _, n := range nodes {
 			byName[n.Name] = n
-			if n.Action == noderenewal.Wait && !offline[n.Name] {
+			if n.Action == noderenewal.Wait {
 				waiting++
 			}
 		}
@@ -249,7 +261,7 @@ func FuzzPlanRollout(f *testing.F) {
 			}
 		}
 		for _, o := range p.Offline {
-			if n := byName[o.Name]; n.Action == noderenewal.Done || t0.Sub(n.LastSeen) <= offlineAfter {
+			if n := byName[o.Name]; n.Action == noderenewal.Done || n.Action == noderenewal.Wait || t0.Sub(n.LastSeen) <= offlineAfter {
 				t.Fatalf("%s counted offline: action %v, away %s", o.Name, n.Action, t0.Sub(n.LastSeen))
 			}
 		}
