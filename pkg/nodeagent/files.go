@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // fileEdit is a planned atomic replacement of a file's content.
@@ -16,17 +17,23 @@ type fileEdit struct {
 	path string
 	data []byte
 	perm fs.FileMode
+	// owner is the existing file's owner and group, which the new content
+	// keeps; nil for a new file.
+	owner *fileOwner
 }
+
+type fileOwner struct{ uid, gid int }
 
 // planFile returns the edit that gives the file at path the content
 // edit(current) (current is nil when there is no file), or nil when the file
 // already has that content. A new file gets perm; an existing one keeps its
-// permissions.
+// permissions, owner and group.
 func planFile(path string, perm fs.FileMode, edit func(current []byte) ([]byte, error)) (*fileEdit, error) {
 	if resolved, err := filepath.EvalSymlinks(path); err == nil {
 		path = resolved
 	}
 	current, err := os.ReadFile(path)
+	var owner *fileOwner
 	switch {
 	case err == nil:
 		info, err := os.Stat(path)
@@ -34,6 +41,9 @@ func planFile(path string, perm fs.FileMode, edit func(current []byte) ([]byte, 
 			return nil, err
 		}
 		perm = info.Mode().Perm()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			owner = &fileOwner{uid: int(st.Uid), gid: int(st.Gid)}
+		}
 	case errors.Is(err, fs.ErrNotExist):
 		current = nil
 	default:
@@ -46,7 +56,7 @@ func planFile(path string, perm fs.FileMode, edit func(current []byte) ([]byte, 
 	if current != nil && bytes.Equal(current, data) {
 		return nil, nil
 	}
-	return &fileEdit{path: path, data: data, perm: perm}, nil
+	return &fileEdit{path: path, data: data, perm: perm, owner: owner}, nil
 }
 
 // apply writes the edit atomically: a synced temporary file in the same
@@ -57,6 +67,12 @@ func (e *fileEdit) apply() error {
 		return err
 	}
 	defer func() { _ = os.Remove(tmp) }()
+	// Owner first: a change of owner may clear mode bits.
+	if e.owner != nil {
+		if err := os.Lchown(tmp, e.owner.uid, e.owner.gid); err != nil {
+			return fmt.Errorf("keeping the owner of %s: %w", e.path, err)
+		}
+	}
 	if err := os.Chmod(tmp, e.perm); err != nil {
 		return err
 	}

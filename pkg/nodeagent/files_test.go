@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -143,6 +144,30 @@ func TestPlanFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertFile(t, path, "two", 0o640)
+	})
+	t.Run("an existing file keeps its owner and group", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("giving a file another owner needs root")
+		}
+		const uid, gid = 4321, 8765 // a kubelet file root does not own, as a group reader's
+		if err := os.Chown(path, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		edit, err := planFile(path, 0o600, replaceWith([]byte("owned")))
+		if err != nil || edit == nil {
+			t.Fatalf("planFile = %v, %v", edit, err)
+		}
+		if err := edit.apply(); err != nil {
+			t.Fatal(err)
+		}
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := info.Sys().(*syscall.Stat_t); st.Uid != uid || st.Gid != gid {
+			t.Errorf("owner %d:%d after the edit, want %d:%d", st.Uid, st.Gid, uid, gid)
+		}
+		assertFile(t, path, "owned", 0o640)
 	})
 	t.Run("a symlink is followed and kept", func(t *testing.T) {
 		link := filepath.Join(dir, "link.crt")
