@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
 	"github.com/carousel-dev/carousel/pkg/csr"
@@ -214,7 +215,7 @@ func run(ctx context.Context, o *options) error {
 		logf("kubelet mode: waiting for the kubelet's kubeconfig %s and client certificate in %s", o.kubeconfig, o.certDir)
 	}
 	if err := m.Start(ctx); err != nil {
-		return err
+		return stoppedOr(ctx, err, logf)
 	}
 	if kp := m.Current(); kp != nil {
 		logf("%s mode, client certificate valid until %s", o.mode(), kp.Cert.NotAfter.Format(time.RFC3339))
@@ -227,7 +228,7 @@ func run(ctx context.Context, o *options) error {
 		logf("kubelet clientCAFile %s, healthz %s, restart command %q", kubelet.Config.ClientCAFile, kubelet.Config.HealthzURL, o.kubeletRestartCommand)
 	} else {
 		if err := node.Register(ctx); err != nil {
-			return err
+			return stoppedOr(ctx, err, logf)
 		}
 		go func() {
 			for {
@@ -244,6 +245,17 @@ func run(ctx context.Context, o *options) error {
 	}
 	go func() { _ = node.WatchRenewals(ctx) }()
 	m.Run(ctx)
+	return nil
+}
+
+// stoppedOr is err, the failure of a step of the agent's start, unless the
+// agent was stopped (SIGTERM, SIGINT) during it: a stop is no failure, and
+// the step's error (a wait that ended) does not say why it ended.
+func stoppedOr(ctx context.Context, err error, logf func(string, ...any)) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	logf("stopped while starting")
 	return nil
 }
 
@@ -279,6 +291,10 @@ func newRefreshCommand(o *options) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if seed == "" {
 				return errors.New("--seed is required: take it from 'refresh-certs plan'")
+			}
+			if errs := validation.IsDNS1123Subdomain(nodeagent.RefreshCSRName(o.node, seed)); len(errs) > 0 {
+				return fmt.Errorf("--seed %q: the CSR it names, %s, is no valid name: %s; take one from 'refresh-certs plan'",
+					seed, nodeagent.RefreshCSRName(o.node, seed), strings.Join(errs, "; "))
 			}
 			if err := checkTTL("--ttl", ttl); err != nil {
 				return err

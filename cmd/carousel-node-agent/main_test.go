@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -97,6 +98,7 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--ttl", "1m"}, "--ttl=1m0s: 0 (the signer decides) or from 10m0s"},
 		{[]string{"--timeout", "-1s"}, "--timeout=-1s: must be positive"},
 		{[]string{"--timeout", "0s"}, "--timeout=0s: must be positive"},
+		{[]string{"--seed", "Bad_Seed"}, `--seed "Bad_Seed": the CSR it names, node-csr-refresh-w1-Bad_Seed, is no valid name`},
 	} {
 		cmd := newRefreshCommand(&options{node: "w1", certDir: t.TempDir()})
 		cmd.SetArgs(append([]string{"run", "--seed", "abc"}, tt.args...))
@@ -105,5 +107,18 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("refresh-certs run %v = %v, want an error saying %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// A stop (SIGTERM) while the agent starts is no failure: it exits 0, not
+// with the error of the wait it ended.
+func TestAStopWhileStartingIsNoFailure(t *testing.T) {
+	dir := t.TempDir()
+	o := &options{node: "w1", registerNode: true, address: "10.0.0.5", heartbeat: 10 * time.Second, startupTimeout: time.Minute,
+		certDir: dir, kubeconfig: dir + "/kubeconfig", bootstrapKubeconfig: dir + "/bootstrap-kubeconfig", keyAlgorithm: "ECDSA-P256"}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := run(ctx, o); err != nil {
+		t.Errorf("run, stopped before it obtained a certificate = %v, want nil", err)
 	}
 }
