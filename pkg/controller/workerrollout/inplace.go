@@ -36,7 +36,14 @@ import (
 // newest node Lease, is not waited for (see PlanRollout and Heartbeats).
 type InPlaceRollout struct {
 	Connections *clustercache.Cache // reaches the managed clusters
-	Management  client.Reader       // reads the Cluster's CAs and bundles
+	Management  client.Reader       // reads the Cluster's CAs
+	// Bundles reads the Cluster's bundle ConfigMaps, which the pass of the
+	// Cluster that rolls the pool may have written just before: the API
+	// server (a manager's APIReader), so that a cache behind does not have
+	// nodes asked with the bundles of before while the managed cluster
+	// still shows them too, and asked again, their kubelets restarted
+	// twice. Nil reads them through Management.
+	Bundles client.Reader
 	// Clock bounds the nodes' heartbeats (see Heartbeats); nil is the real
 	// clock.
 	Clock clock.PassiveClock
@@ -215,8 +222,12 @@ func trustPublished(ctx context.Context, remote client.Reader, pool v1alpha1.Wor
 }
 
 func (p *InPlaceRollout) bundle(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole) ([]byte, error) {
+	r := p.Bundles
+	if r == nil {
+		r = p.Management
+	}
 	cm := &corev1.ConfigMap{}
-	if err := p.Management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, role)}, cm); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, role)}, cm); err != nil {
 		return nil, err
 	}
 	return []byte(cm.Data[v1alpha1.DataKeyCABundle]), nil

@@ -64,6 +64,21 @@ func TestTrustReadsBothBundles(t *testing.T) {
 	}
 }
 
+// The bundles are read through Bundles, past a cache that may not show the
+// ones the same pass of the Cluster wrote.
+func TestTrustReadsTheBundlesPastTheCache(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	cache := fake.NewClientBuilder().WithObjects(bundleConfigMap(c, v1alpha1.CARoleCluster, "cluster CA0+CA1"),
+		bundleConfigMap(c, v1alpha1.CARoleKubelet, "kubelet CA0+CA1")).Build()
+	apiServer := fake.NewClientBuilder().WithObjects(bundleConfigMap(c, v1alpha1.CARoleCluster, "cluster CA1"),
+		bundleConfigMap(c, v1alpha1.CARoleKubelet, "kubelet CA1")).Build()
+	p := &InPlaceRollout{Management: cache, Bundles: apiServer}
+	got, err := p.trust(context.Background(), c)
+	if err != nil || string(got.Cluster) != "cluster CA1" || string(got.Kubelet) != "kubelet CA1" {
+		t.Fatalf("trust = {%q, %q}, %v; want the bundles the API server has", got.Cluster, got.Kubelet, err)
+	}
+}
+
 // TestTrustInAbortingIsTheOldCAsAlone: in Aborting, nodes are to trust each
 // role's CA of before the rotation alone, from the CA Secrets, while the
 // published bundles still hold both CAs; whether or not the abort has
