@@ -65,8 +65,7 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 		// A start not taken up yet, the campaign's own perhaps (the Cluster
 		// controller is behind): the Complete step begins once none is
 		// pending, and the rotation is the campaign's to complete.
-		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its start is requested and not taken up yet: it is completed once Prepared"
-		return s
+		return StartNotTakenUp(s)
 	}
 	switch {
 	case step == v1alpha1.CampaignComplete && s.Phase.BothCAsTrusted() && !completeStep.IsZero() &&
@@ -134,6 +133,14 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 	default:
 		s.State = v1alpha1.CampaignClusterPending
 	}
+	return s
+}
+
+// StartNotTakenUp is s at the Complete step for a Cluster whose start,
+// requested before the step began, is not taken up yet: waiting, and
+// holding its place.
+func StartNotTakenUp(s Standing) Standing {
+	s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its start is requested and not taken up yet: it is completed once Prepared"
 	return s
 }
 

@@ -229,7 +229,7 @@ func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignS
 			case s.State == v1alpha1.CampaignClusterPending && c.ResourceVersion == startedOn:
 				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested"
 			case c.ResourceVersion == startedOn && req.step == v1alpha1.CampaignStart && step == v1alpha1.CampaignComplete:
-				s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its start is requested and not taken up yet: it is completed once Prepared"
+				*s = campaign.StartNotTakenUp(*s)
 			case s.State == v1alpha1.CampaignClusterPending:
 				delete(started, c.Name)
 				refused = m.refuseLocked(campaignKey, c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
