@@ -180,9 +180,9 @@ const (
 	// EventServiceAccountKeyReissued (Warning) records a new service-account
 	// key accepted with reissue-service-account-key.
 	EventServiceAccountKeyReissued = "ServiceAccountKeyReissued"
-	// EventManagedCleanupAbandoned (Warning) says that a deleted Cluster was
-	// released before Carousel could remove its objects from the managed
-	// cluster, and what is left there.
+	// EventManagedCleanupAbandoned (Warning) says that a deleted Cluster, or
+	// one whose endpoint was cleared, was released before Carousel could
+	// remove its objects from the managed cluster, and what is left there.
 	EventManagedCleanupAbandoned = "ManagedClusterCleanupAbandoned"
 	// EventWorkerPoolRolledWithoutOfflineNodes (Warning) names the nodes an
 	// InPlace rollout did not wait for because their Lease was older than the

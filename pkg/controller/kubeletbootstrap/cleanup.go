@@ -26,6 +26,11 @@ const DefaultCleanupTimeout = 5 * time.Minute
 // cleanupRetry is how soon a failed cleanup is tried again.
 const cleanupRetry = 5 * time.Second
 
+// errNoEndpoint is why a Cluster without an endpoint, nor a connection still
+// live to the one it had, cannot be cleaned up: nothing reaches its managed
+// cluster.
+var errNoEndpoint = errors.New("no endpoint, and no connection to the one it had")
+
 // ensureFinalizer adds v1alpha1.FinalizerManagedCleanup, once.
 func (r *Reconciler) ensureFinalizer(ctx context.Context, c *v1alpha1.Cluster) error {
 	if controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerManagedCleanup) {
@@ -40,9 +45,12 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, c *v1alpha1.Cluster) e
 }
 
 // finalize removes Carousel's objects from the managed cluster of a deleted
-// Cluster and then releases it. A managed cluster that stays unreachable
-// holds the deletion for CleanupTimeout at most: then the Cluster is released
-// with a Warning event that names what was left behind.
+// Cluster, or of one whose endpoint was cleared, and then releases it (the
+// finalizer). A managed cluster that stays unreachable holds a deletion for
+// CleanupTimeout at most: then the Cluster is released with a Warning event
+// that names what was left behind; at once when there is nothing to reach
+// it by (errNoEndpoint), or its endpoint was cleared (it is not waited for
+// there, nor the connection to the endpoint it had kept).
 func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(c)
 	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerManagedCleanup) {
@@ -50,7 +58,7 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 		return ctrl.Result{}, nil
 	}
 	err := r.cleanup(ctx, c)
-	if err != nil {
+	if err != nil && !errors.Is(err, errNoEndpoint) && !c.DeletionTimestamp.IsZero() {
 		timeout := r.CleanupTimeout
 		if timeout == 0 {
 			timeout = DefaultCleanupTimeout
@@ -59,9 +67,12 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 			log.FromContext(ctx).Info("cleanup of the managed cluster failed; retrying", "error", err.Error())
 			return ctrl.Result{RequeueAfter: min(cleanupRetry, timeout-waited)}, nil
 		}
+		err = fmt.Errorf("after %s: %w", timeout, err)
+	}
+	if err != nil {
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventManagedCleanupAbandoned, "Cleanup",
-			"Released after %s without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s, kube-public/%s, kube-system/%s and the Roles and RoleBindings %s in kube-public and %s in kube-system by hand",
-			timeout, err, v1alpha1.LabelBootstrapToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient,
+			"Released without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s, kube-public/%s, kube-system/%s and the Roles and RoleBindings %s in kube-public and %s in kube-system by hand",
+			err, v1alpha1.LabelBootstrapToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient,
 			bootstrapapi.ConfigMapClusterInfo, bootstrap.NodeTrustConfigMap, bootstrap.ClusterInfoRole, bootstrap.NodeTrustRole)
 	}
 	r.Connections.Disconnect(key)
@@ -107,7 +118,15 @@ func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 // foreground deletion (kubectl delete --cascade=foreground, as Argo CD
 // deletes) has the garbage collector delete the Cluster's Secrets and
 // ConfigMaps before the Cluster, so no connection can be made any more.
+// A Cluster whose endpoint was cleared is reached through the connection
+// still live to the endpoint it had, or not at all (errNoEndpoint).
 func (r *Reconciler) managedClient(ctx context.Context, c *v1alpha1.Cluster) (client.Client, error) {
+	if c.Spec.ControlPlane.Endpoint == "" {
+		if live, ok := r.Connections.Connection(client.ObjectKeyFromObject(c)); ok {
+			return live.Client, nil
+		}
+		return nil, errNoEndpoint
+	}
 	conn, err := r.Connections.Connect(ctx, c)
 	switch {
 	case err == nil:

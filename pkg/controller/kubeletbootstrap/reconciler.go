@@ -72,12 +72,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
-	if !c.DeletionTimestamp.IsZero() {
+	if !c.DeletionTimestamp.IsZero() || c.Spec.ControlPlane.Endpoint == "" {
+		// Deleted, or its endpoint cleared: Carousel no longer manages the
+		// managed cluster's bootstrap.
 		return r.finalize(ctx, c)
-	}
-	if c.Spec.ControlPlane.Endpoint == "" {
-		r.Connections.Disconnect(req.NamespacedName)
-		return ctrl.Result{}, nil
 	}
 	// Before anything can be written there, so that a deleted Cluster cleans up.
 	if err := r.ensureFinalizer(ctx, c); err != nil {

@@ -240,6 +240,56 @@ func TestADeletedClusterWhoseCredentialsWentFirstIsCleanedUpThroughItsLiveConnec
 	}
 }
 
+// A Cluster whose endpoint is cleared is cleaned up through the connection
+// still live to the endpoint it had, and released; a deleted Cluster without
+// an endpoint nor such a connection is released at once, with an event that
+// says what is left, rather than after the cleanup timeout.
+func TestAClusterWithoutAnEndpointIsCleanedUpThroughItsLiveConnection(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		deleted   bool
+		connected bool
+		wantClean bool
+		wantEvent bool
+	}{
+		{"its endpoint cleared, still connected", false, true, true, false},
+		{"deleted with its endpoint cleared, still connected", true, true, true, false},
+		{"deleted with its endpoint cleared, no longer connected", true, false, false, true},
+		{"its endpoint cleared, no longer connected", false, false, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}}}
+			management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
+			if tt.deleted {
+				if err := management.Delete(t.Context(), c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			token := tokenSecret("prod", "abcdef", "")
+			managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(token).Build()
+			connections := &liveConnection{live: &clustercache.Connection{Config: &rest.Config{Host: "https://192.0.2.1:6443"}, Client: managed},
+				disconnected: !tt.connected}
+			recorder := events.NewFakeRecorder(10)
+			r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections, Recorder: recorder}
+
+			result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+			if err != nil || result.RequeueAfter != 0 {
+				t.Fatalf("Reconcile = %+v, %v; want it done at once", result, err)
+			}
+			tokenGone := apierrors.IsNotFound(managed.Get(t.Context(), client.ObjectKeyFromObject(token), &corev1.Secret{}))
+			got := &v1alpha1.Cluster{}
+			err = management.Get(t.Context(), client.ObjectKeyFromObject(c), got)
+			released := apierrors.IsNotFound(err) || err == nil && len(got.Finalizers) == 0
+			if tokenGone != tt.wantClean || !released || !connections.disconnected {
+				t.Errorf("token deleted %v, released %v, disconnected %v; want %v, true, true", tokenGone, released, connections.disconnected, tt.wantClean)
+			}
+			if event := len(recorder.Events) > 0 && strings.Contains(<-recorder.Events, v1alpha1.EventManagedCleanupAbandoned); event != tt.wantEvent {
+				t.Errorf("a %s event: %v, want %v", v1alpha1.EventManagedCleanupAbandoned, event, tt.wantEvent)
+			}
+		})
+	}
+}
+
 // liveConnection is a managed cluster still connected whose connection can
 // no longer be made: the Cluster's credentials are gone.
 type liveConnection struct {
