@@ -33,15 +33,23 @@ var _ = Describe("The chart's values", func() {
 	)
 
 	It("keeps the webhook's certificate in a Secret of its own in each mode, so that a switch of modes is not held by the other's", func() {
-		names := map[string]string{}
-		for _, certManager := range []string{"false", "true"} {
-			out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled="+certManager)
-			Expect(err).NotTo(HaveOccurred(), out)
-			match := regexp.MustCompile(`(?:--webhook-cert-secret=carousel-system/|secretName: )(carousel-webhook-[a-z]+)\n`).FindStringSubmatch(out)
-			Expect(match).NotTo(BeNil(), "certManager.enabled=%s names no certificate Secret", certManager)
-			names[certManager] = match[1]
+		// The longest names the templates take: the Secrets' names are not cut to a Service's 63 characters.
+		for _, name := range [][]string{{"fullnameOverride=carousel"}, {"fullnameOverride=" + strings.Repeat("a", 55)},
+			{"fullnameOverride=" + strings.Repeat("a", 63), "metrics.enabled=false"}} {
+			names := map[string]string{}
+			for _, certManager := range []string{"false", "true"} {
+				args := []string{"template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled=" + certManager}
+				for _, set := range name {
+					args = append(args, "--set", set)
+				}
+				out, err := helm(args...)
+				Expect(err).NotTo(HaveOccurred(), out)
+				match := regexp.MustCompile(`(?:--webhook-cert-secret=carousel-system/|secretName: )([a-z]+-webhook-[a-z]+)\n`).FindStringSubmatch(out)
+				Expect(match).NotTo(BeNil(), "certManager.enabled=%s names no certificate Secret", certManager)
+				names[certManager] = match[1]
+			}
+			Expect(names["false"]).NotTo(Equal(names["true"]), "%v", name)
 		}
-		Expect(names["false"]).NotTo(Equal(names["true"]))
 	})
 
 	It("points the managed API servers' audit webhook at the webhook Service, trusting the webhook's CA", func() {
@@ -56,7 +64,7 @@ var _ = Describe("The chart's values", func() {
 				ContainSubstring("secretName: "+tc.secret+"\n            optional: true\n            items:\n              - key: "+tc.key+"\n")), tc.set)
 		}
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true",
-			"--set", "auditWebhook.url=https://carousel.example.com/audit")
+			"--set", "auditWebhook.url=https://carousel.example.com/audit", "--set", "webhook.extraDNSNames={carousel.example.com}")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("- --audit-webhook-url=https://carousel.example.com/audit\n"))
 		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system")
@@ -91,6 +99,13 @@ var _ = Describe("The chart's values", func() {
 			"--set", "webhook.certManager.enabled=true")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("- carousel-webhook.carousel-system.svc.cluster.local\n    - carousel.example.com\n"))
+	})
+
+	It("has cert-manager renew its own webhook CA with the same key, so that the serving certificate it signed still verifies", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled=true")
+		Expect(err).NotTo(HaveOccurred(), out)
+		ca := regexp.MustCompile(`(?s)kind: Certificate\nmetadata:\n  name: carousel-webhook-ca\n.*?\n---`).FindString(out)
+		Expect(ca).To(And(ContainSubstring("isCA: true"), ContainSubstring("rotationPolicy: Never")))
 	})
 
 	It("runs sharded replicas as shards of its ControllerRing, each named after its Pod, and refuses sharding with leader election", func() {
@@ -169,6 +184,8 @@ var _ = Describe("The chart's values", func() {
 		Entry("a rotation interval that is no duration", "controller.caRotationInterval=90d", "caRotationInterval"),
 		Entry("an unknown failure policy", "webhook.failurePolicy=Maybe", "failurePolicy"),
 		Entry("a port out of range", "webhook.port=70000", "port"),
+		Entry("a port the manager may not bind", "webhook.port=443", "port"),
+		Entry("a metrics port the manager may not bind", "metrics.port=80", "port"),
 		Entry("a misspelt key", "replicasCount=2", "replicasCount"),
 		Entry("a log level that is not one", "controller.logLevel=loud", "logLevel"),
 		Entry("no replica", "replicaCount=0", "replicaCount"),
@@ -192,5 +209,11 @@ var _ = Describe("The chart's values", func() {
 		Entry("a release name the webhook Service cannot carry", "team.carousel", nil, "is not a DNS-1035 label"),
 		Entry("the audit webhook without the webhook server", "carousel", []string{"auditWebhook.enabled=true", "webhook.enabled=false"},
 			"auditWebhook.enabled=true needs webhook.enabled=true"),
+		Entry("an audit webhook URL whose host the webhook's certificate does not name", "carousel",
+			[]string{"auditWebhook.enabled=true", "auditWebhook.url=https://carousel.example.com:8443/audit"},
+			`auditWebhook.url names the host "carousel.example.com", which is not a name of the webhook's serving certificate`),
+		Entry("an audit webhook URL to an IP address", "carousel",
+			[]string{"auditWebhook.enabled=true", "auditWebhook.url=https://192.0.2.10/audit", "webhook.extraDNSNames={carousel.example.com}"},
+			`names the host "192.0.2.10"`),
 	)
 })

@@ -84,7 +84,8 @@ hold a switch from one mode to the other for ever.
 */}}
 {{- define "carousel.webhookCertSecretName" -}}
 {{- $suffix := ternary "webhook-tls" "webhook-cert" (and .Values.webhook.enabled .Values.webhook.certManager.enabled) }}
-{{- printf "%s-%s" (include "carousel.fullname" .) $suffix | trunc 63 | trimSuffix "-" }}
+{{- /* Not cut at 63 characters, as a Service's name: a Secret's may have 253, and cut the two would be one. */}}
+{{- printf "%s-%s" (include "carousel.fullname" .) $suffix }}
 {{- end }}
 
 {{/* The metrics Service, whose name is also the job of Carousel's series (the ServiceMonitor's). */}}
@@ -160,6 +161,13 @@ Checks across values that values.schema.json cannot express.
 {{- end }}
 {{- if and .Values.auditWebhook.enabled (not .Values.webhook.enabled) }}
 {{- fail "auditWebhook.enabled=true needs webhook.enabled=true: the webhook server receives the audit events" }}
+{{- end }}
+{{- if and .Values.auditWebhook.enabled .Values.auditWebhook.url }}
+{{- $host := (urlParse .Values.auditWebhook.url).hostname }}
+{{- $names := include "carousel.webhookDNSNames" . | fromYamlArray }}
+{{- if not (has $host $names) }}
+{{- fail (printf "auditWebhook.url names the host %q, which is not a name of the webhook's serving certificate (%s): the managed API servers would refuse it and send no audit events; add the name to webhook.extraDNSNames (the certificate holds no IP address)" $host (join ", " $names)) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.sharding.enabled .Values.leaderElection.enabled }}
 {{- fail "sharding.enabled=true replaces leader election: each replica holds a shard Lease; set leaderElection.enabled=false" }}
