@@ -101,6 +101,13 @@ var _ = Describe("The chart's values", func() {
 		Expect(out).To(ContainSubstring("- carousel-webhook.carousel-system.svc.cluster.local\n    - carousel.example.com\n"))
 	})
 
+	It("lets the manager delete Secrets (its probe certificates') but no ConfigMap", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("  resources:\n  - configmaps\n  verbs:\n  - create\n  - get\n  - list\n  - patch\n  - update\n  - watch\n"))
+		Expect(out).To(ContainSubstring("  resources:\n  - secrets\n  verbs:\n  - create\n  - delete\n"))
+	})
+
 	It("has cert-manager renew its own webhook CA with the same key, so that the serving certificate it signed still verifies", func() {
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled=true")
 		Expect(err).NotTo(HaveOccurred(), out)

@@ -31,7 +31,10 @@ import (
 // which the OwnerReferencesPermissionEnforcement admission plugin allows
 // only to who may update its finalizers.
 // +kubebuilder:rbac:groups=carousel.dev,resources=clusters/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;update;patch
+// It deletes only the Secrets of its probe certificates; the garbage
+// collector deletes the rest with their Cluster.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=delete
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
