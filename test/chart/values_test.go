@@ -104,8 +104,8 @@ var _ = Describe("The chart's values", func() {
 	It("lets the manager delete Secrets (its probe certificates') but no ConfigMap", func() {
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(ContainSubstring("  resources:\n  - configmaps\n  verbs:\n  - create\n  - get\n  - list\n  - patch\n  - update\n  - watch\n"))
-		Expect(out).To(ContainSubstring("  resources:\n  - secrets\n  verbs:\n  - create\n  - delete\n"))
+		Expect(out).To(ContainSubstring("    resources:\n    - configmaps\n    verbs:\n    - create\n    - get\n    - list\n    - patch\n    - update\n    - watch\n"))
+		Expect(out).To(ContainSubstring("    resources:\n    - secrets\n    verbs:\n    - create\n    - delete\n"))
 	})
 
 	It("has cert-manager renew its own webhook CA with the same key, so that the serving certificate it signed still verifies", func() {
