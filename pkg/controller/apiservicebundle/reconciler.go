@@ -100,11 +100,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !evidence.APIServiceBehind(service, want) {
 			continue
 		}
-		if err := write(ctx, managed, service, want); err != nil {
+		written, err := write(ctx, managed, service, want)
+		if err != nil {
 			failed = append(failed, err)
 			continue
 		}
-		if r.Recorder != nil {
+		if written && r.Recorder != nil {
 			// The APIService is the related object: without one, the events
 			// library would fold this event into the series of an earlier
 			// one about the same version of the Cluster, and its note with it.
@@ -126,13 +127,18 @@ func (r *Reconciler) retry(ctx context.Context, resync time.Duration, err error)
 }
 
 // write sets an APIService's caBundle, on the version listed: a conflict
-// retries the whole pass.
-func write(ctx context.Context, managed client.Client, s *apiregistrationv1.APIService, bundle []byte) error {
+// retries the whole pass. It reports false for one deleted since it was
+// listed.
+func write(ctx context.Context, managed client.Client, s *apiregistrationv1.APIService, bundle []byte) (bool, error) {
 	base := s.DeepCopy()
 	s.Spec.CABundle = bundle
 	s.Spec.InsecureSkipTLSVerify = false
-	if err := managed.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("writing the caBundle of APIService %s: %w", s.Name, err)
+	err := managed.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("writing the caBundle of APIService %s: %w", s.Name, err)
+	}
+	return true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -111,12 +113,19 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 	managed := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(aggregated("v1alpha1.refused.example.com"), aggregated("v1beta1.metrics.k8s.io"), local).
 		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			patched = append(patched, obj.GetName())
-			if obj.GetName() != "v1beta1.metrics.k8s.io" {
-				return apierrors.NewForbidden(apiregistrationv1.Resource("apiservices"), obj.GetName(), errors.New("a webhook refuses it"))
+			switch obj.GetName() {
+			case "v1beta1.metrics.k8s.io":
+				return cl.Patch(ctx, obj, patch, opts...)
+			case "v1.gone.example.com": // deleted since it was listed
+				return apierrors.NewNotFound(apiregistrationv1.Resource("apiservices"), obj.GetName())
 			}
-			return cl.Patch(ctx, obj, patch, opts...)
+			return apierrors.NewForbidden(apiregistrationv1.Resource("apiservices"), obj.GetName(), errors.New("a webhook refuses it"))
 		}}).Build()
-	r := &Reconciler{Client: management, Connections: connectedTo{managed}, Resync: time.Minute}
+	if err := managed.Create(t.Context(), aggregated("v1.gone.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	recorder := events.NewFakeRecorder(10)
+	r := &Reconciler{Client: management, Connections: connectedTo{managed}, Resync: time.Minute, Recorder: recorder}
 
 	got, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 	if err != nil || got.RequeueAfter != 6*time.Second {
@@ -131,6 +140,15 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 	}
 	if slices.Contains(patched, local.Name) {
 		t.Errorf("the local APIService was patched (%v)", patched)
+	}
+	// One event: the deleted APIService was not updated.
+	close(recorder.Events)
+	var updated []string
+	for e := range recorder.Events {
+		updated = append(updated, e)
+	}
+	if len(updated) != 1 || !strings.Contains(updated[0], "APIService v1beta1.metrics.k8s.io of the managed cluster now trusts") {
+		t.Errorf("events %q, want one, of v1beta1.metrics.k8s.io", updated)
 	}
 }
 
