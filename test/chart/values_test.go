@@ -67,6 +67,9 @@ var _ = Describe("The chart's values", func() {
 			"--set", "auditWebhook.url=https://carousel.example.com/audit", "--set", "webhook.extraDNSNames={carousel.example.com}")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("- --audit-webhook-url=https://carousel.example.com/audit\n"))
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true",
+			"--set", "auditWebhook.url=https://Carousel.Example.com/audit", "--set", "webhook.extraDNSNames={carousel.example.com}")
+		Expect(err).NotTo(HaveOccurred(), "a host name is the same in any case: %s", out)
 		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).NotTo(ContainSubstring("audit-webhook"))
@@ -191,8 +194,6 @@ var _ = Describe("The chart's values", func() {
 		Entry("a rotation interval that is no duration", "controller.caRotationInterval=90d", "caRotationInterval"),
 		Entry("an unknown failure policy", "webhook.failurePolicy=Maybe", "failurePolicy"),
 		Entry("a port out of range", "webhook.port=70000", "port"),
-		Entry("a port the manager may not bind", "webhook.port=443", "port"),
-		Entry("a metrics port the manager may not bind", "metrics.port=80", "port"),
 		Entry("a misspelt key", "replicasCount=2", "replicasCount"),
 		Entry("a log level that is not one", "controller.logLevel=loud", "logLevel"),
 		Entry("no replica", "replicaCount=0", "replicaCount"),

@@ -163,7 +163,7 @@ Checks across values that values.schema.json cannot express.
 {{- fail "auditWebhook.enabled=true needs webhook.enabled=true: the webhook server receives the audit events" }}
 {{- end }}
 {{- if and .Values.auditWebhook.enabled .Values.auditWebhook.url }}
-{{- $host := (urlParse .Values.auditWebhook.url).hostname }}
+{{- $host := (urlParse .Values.auditWebhook.url).hostname | lower }}
 {{- $names := include "carousel.webhookDNSNames" . | fromYamlArray }}
 {{- if not (has $host $names) }}
 {{- fail (printf "auditWebhook.url names the host %q, which is not a name of the webhook's serving certificate (%s): the managed API servers would refuse it and send no audit events; add the name to webhook.extraDNSNames (the certificate holds no IP address)" $host (join ", " $names)) }}
