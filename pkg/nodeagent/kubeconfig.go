@@ -53,6 +53,20 @@ func readKubeconfig(path string) (kubeconfigInfo, error) {
 	return info, nil
 }
 
+// kubeconfigServer is the server of the kubeconfig at path (of its current
+// context's cluster), without reading the files it names.
+func kubeconfigServer(path string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return "", err
+	}
+	_, cluster, err := currentCluster(cfg)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return cluster.Server, nil
+}
+
 // currentCluster is the cluster of cfg's current context, or its only
 // cluster when it has no current context.
 func currentCluster(cfg *clientcmdapi.Config) (string, *clientcmdapi.Cluster, error) {

@@ -192,10 +192,12 @@ func (r *renewal) probeServer(path string) (host string, err error) {
 // manage may sign) is asked too, and left as it is, logged, when the bundle
 // does not verify its server (written, it would close the kubelet's way back
 // in, re-bootstrap) or the server cannot be asked (one used only to
-// provision, or taken down) or cannot be read (its bundle file gone): the
-// renewal, which the kubelet's own kubeconfig needs, goes on.
+// provision, or taken down) or does not parse: the renewal, which the
+// kubelet's own kubeconfig needs, goes on. Only its server is read: one
+// whose certificate-authority file is gone is written all the same, which
+// gives it the bundle as data.
 func (r *renewal) bundleVerifiesBootstrapServer(path string) (bool, error) {
-	boot, err := readKubeconfig(path)
+	server, err := kubeconfigServer(path)
 	if err != nil {
 		r.logf(installTrustStep, "%s cannot be read: %v: left as it is", path, err)
 		return false, nil
@@ -204,7 +206,7 @@ func (r *renewal) bundleVerifiesBootstrapServer(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if boot.Server == kubeconfig.Server {
+	if server == kubeconfig.Server {
 		return true, nil
 	}
 	host, err := r.probeServer(path)

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -793,14 +794,17 @@ func TestRenewalInstallsNoClusterBundleThatDoesNotVerifyTheAPIServer(t *testing.
 // TestABootstrapKubeconfigOfAnotherServer: the bootstrap kubeconfig names
 // another address than the kubeconfig (another load balancer). It gets the
 // published cluster bundle only when that bundle verifies its server; one
-// signed by another authority, one that cannot be asked, or one whose trust
-// bundle cannot be read, keeps its own bundle, and the renewal goes on.
+// signed by another authority, one that cannot be asked, or a file that does
+// not parse, keeps its own bundle, and the renewal goes on. One of the
+// kubeconfig's server whose bundle file is gone gets the bundle as data.
 func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 	const otherServer = "https://10.0.0.2:6443"
 	for _, tt := range []struct {
 		name        string
 		answer      error  // of the other server to a request of its version
+		server      string // of the bootstrap kubeconfig; empty: otherServer
 		caFile      string // of the bootstrap kubeconfig instead of its bundle, in the test's directory
+		garbage     bool   // the bootstrap kubeconfig does not parse
 		written     bool
 		wantLogLine string
 	}{
@@ -808,16 +812,20 @@ func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 		{name: "another authority signs its certificate", answer: fmt.Errorf("Get %q: tls: failed to verify certificate: %w", otherServer+"/version", x509.UnknownAuthorityError{}),
 			wantLogLine: "its API server at " + otherServer},
 		{name: "it cannot be asked", answer: errors.New("connection refused"), wantLogLine: "its API server at " + otherServer},
-		{name: "its bundle file is gone", caFile: "provisioning-ca.crt", wantLogLine: "cannot be read"},
+		{name: "the kubeconfig's server, its bundle file gone", server: testServer, caFile: "provisioning-ca.crt", written: true},
+		{name: "it does not parse", garbage: true, wantLogLine: "cannot be read"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tn := newTestNode(t, v1alpha1.RotationFinalizing)
 			other := newTestCA(t, "lb-ca", tn.now)
-			bootCluster := &clientcmdapi.Cluster{Server: otherServer, CertificateAuthorityData: other.CertPEM()}
+			bootCluster := &clientcmdapi.Cluster{Server: cmp.Or(tt.server, otherServer), CertificateAuthorityData: other.CertPEM()}
 			if tt.caFile != "" {
-				bootCluster = &clientcmdapi.Cluster{Server: otherServer, CertificateAuthority: tn.path(tt.caFile)}
+				bootCluster = &clientcmdapi.Cluster{Server: bootCluster.Server, CertificateAuthority: tn.path(tt.caFile)}
 			}
 			writeTestKubeconfig(t, tn.path("bootstrap-kubeconfig"), bootCluster, &clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef"})
+			if tt.garbage {
+				mustWriteFile(t, tn.path("bootstrap-kubeconfig"), "{ not a kubeconfig", 0o600)
+			}
 			before, err := os.ReadFile(tn.path("bootstrap-kubeconfig"))
 			if err != nil {
 				t.Fatal(err)
