@@ -67,9 +67,11 @@ func (e *fileEdit) apply() error {
 		return err
 	}
 	defer func() { _ = os.Remove(tmp) }()
-	// Owner first: a change of owner may clear mode bits.
-	if e.owner != nil {
-		if err := os.Lchown(tmp, e.owner.uid, e.owner.gid); err != nil {
+	// Owner first: a change of owner may clear mode bits. Without CAP_CHOWN
+	// (a unit installed before it granted it) the file is root's, as it was
+	// then, rather than not written.
+	if e.owner != nil && (e.owner.uid != os.Geteuid() || e.owner.gid != os.Getegid()) {
+		if err := os.Lchown(tmp, e.owner.uid, e.owner.gid); err != nil && !errors.Is(err, fs.ErrPermission) {
 			return fmt.Errorf("keeping the owner of %s: %w", e.path, err)
 		}
 	}
