@@ -1,8 +1,10 @@
 package plugin
 
 import (
+	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -11,8 +13,8 @@ import (
 // escapedStreams returns streams whose Out and ErrOut escape the terminal's
 // control characters but tab and newline: ESC and CR as kubectl does for
 // what it describes (printers.WriteEscaped), and the others, which it leaves
-// (backspaces move the cursor back over what a line printed before them), as
-// ^X. What the plugin prints carries text that others
+// (backspaces move the cursor back over what a line printed before them):
+// escapeOtherControls. What the plugin prints carries text that others
 // chose: a condition's message can hold a managed API server's answer, and
 // the managed cluster may be a tenant's, who must not rewrite an admin's
 // screen, hide a line of it, or reach the clipboard through an escape
@@ -27,21 +29,36 @@ func escapedStreams(s genericiooptions.IOStreams) genericiooptions.IOStreams {
 type escaping struct{ w io.Writer }
 
 func (e escaping) Write(p []byte) (int, error) {
-	if err := printers.WriteEscaped(e.w, otherControls.Replace(string(p))); err != nil {
+	if err := printers.WriteEscaped(e.w, escapeOtherControls(string(p))); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// otherControls escapes, in caret notation, the control characters
-// printers.WriteEscaped leaves as they are: all of C0 but tab, newline, ESC
-// and CR, and DEL.
-var otherControls = func() *strings.Replacer {
-	var pairs []string
-	for c := rune(0); c < 0x20; c++ {
-		if !strings.ContainsRune("\t\n\x1b\r", c) {
-			pairs = append(pairs, string(c), "^"+string(c+'@'))
+// escapeOtherControls escapes the control characters printers.WriteEscaped
+// leaves as they are: those of C0 but tab, newline, ESC and CR in caret
+// notation (^H), DEL as ^?, and those of C1 (U+0080 to U+009F, which some
+// terminals act on in UTF-8 too) as \u0080.
+func escapeOtherControls(s string) string {
+	if !strings.ContainsFunc(s, isOtherControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !isOtherControl(r):
+			b.WriteRune(r)
+		case r < 0x20:
+			b.WriteString("^" + string(r+'@'))
+		case r == 0x7f:
+			b.WriteString("^?")
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
 		}
 	}
-	return strings.NewReplacer(append(pairs, "\x7f", "^?")...)
-}()
+	return b.String()
+}
+
+func isOtherControl(r rune) bool {
+	return unicode.IsControl(r) && !strings.ContainsRune("\t\n\x1b\r", r)
+}

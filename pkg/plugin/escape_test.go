@@ -20,7 +20,7 @@ import (
 // write to the clipboard (OSC 52), one that would clear the screen, and
 // backspaces that would move the cursor back over the condition's status.
 func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
-	hostile := "the API server answered: \x1b]52;c;Y3VybCBldmlsfHNo\a\x1b[2J\rall fine\b\b\x7f"
+	hostile := "the API server answered: \x1b]52;c;Y3VybCBldmlsfHNo\a\x1b[2J\rall fine\b\b\x7f\u009b2J"
 	cl := &v1alpha1.Cluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
 		Status: v1alpha1.ClusterStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ConditionControlPlaneReachable,
@@ -37,9 +37,9 @@ func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 	switch got := out.String(); {
 	case !strings.Contains(got, "the API server answered: "):
 		t.Fatalf("the condition is not shown:\n%s", got)
-	case strings.ContainsAny(got, "\x1b\r\a\b\x7f"):
+	case strings.ContainsAny(got, "\x1b\r\a\b\x7f\u009b"):
 		t.Errorf("a control character reaches the terminal: %q", got)
-	case !strings.Contains(got, `^[]52;c;Y3VybCBldmlsfHNo^G^[[2J\rall fine^H^H^?`):
+	case !strings.Contains(got, `^[]52;c;Y3VybCBldmlsfHNo^G^[[2J\rall fine^H^H^?\u009b2J`):
 		t.Errorf("the message is not shown escaped: %q", got)
 	}
 }
