@@ -27,7 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/utils/clock"
 
 	"github.com/carousel-dev/carousel/pkg/csr"
@@ -259,6 +259,17 @@ func stoppedOr(ctx context.Context, err error, logf func(string, ...any)) error 
 	return nil
 }
 
+// checkSeed refuses a seed that makes no name the API server takes for the
+// refresh's CSR (one with a '/' or '%', or none but '.' or '..'), before a
+// pending key is written for it.
+func checkSeed(node, seed string) error {
+	name := nodeagent.RefreshCSRName(node, seed)
+	if errs := path.ValidatePathSegmentName(name, false); len(errs) > 0 {
+		return fmt.Errorf("--seed %q: the CSR it names, %s, cannot be created: %s; take a seed from 'refresh-certs plan'", seed, name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 func newRefreshCommand(o *options) *cobra.Command {
 	var (
 		seed         string
@@ -282,6 +293,9 @@ func newRefreshCommand(o *options) *cobra.Command {
 				}
 				seed = hex.EncodeToString(b)
 			}
+			if err := checkSeed(o.node, seed); err != nil {
+				return err
+			}
 			nodeagent.Plan(cmd.OutOrStdout(), o.node, seed, ttl, timeout)
 			return nil
 		},
@@ -292,9 +306,8 @@ func newRefreshCommand(o *options) *cobra.Command {
 			if seed == "" {
 				return errors.New("--seed is required: take it from 'refresh-certs plan'")
 			}
-			if errs := validation.IsDNS1123Subdomain(nodeagent.RefreshCSRName(o.node, seed)); len(errs) > 0 {
-				return fmt.Errorf("--seed %q: the CSR it names, %s, is no valid name: %s; take one from 'refresh-certs plan'",
-					seed, nodeagent.RefreshCSRName(o.node, seed), strings.Join(errs, "; "))
+			if err := checkSeed(o.node, seed); err != nil {
+				return err
 			}
 			if err := checkTTL("--ttl", ttl); err != nil {
 				return err

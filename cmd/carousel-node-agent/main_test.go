@@ -98,7 +98,7 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--ttl", "1m"}, "--ttl=1m0s: 0 (the signer decides) or from 10m0s"},
 		{[]string{"--timeout", "-1s"}, "--timeout=-1s: must be positive"},
 		{[]string{"--timeout", "0s"}, "--timeout=0s: must be positive"},
-		{[]string{"--seed", "Bad_Seed"}, `--seed "Bad_Seed": the CSR it names, node-csr-refresh-w1-Bad_Seed, is no valid name`},
+		{[]string{"--seed", "a/b"}, `--seed "a/b": the CSR it names, node-csr-refresh-w1-a/b, cannot be created`},
 	} {
 		cmd := newRefreshCommand(&options{node: "w1", certDir: t.TempDir()})
 		cmd.SetArgs(append([]string{"run", "--seed", "abc"}, tt.args...))
@@ -107,6 +107,13 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("refresh-certs run %v = %v, want an error saying %q", tt.args, err, tt.want)
 		}
+	}
+	cmd := newRefreshCommand(&options{node: "w1"})
+	cmd.SetArgs([]string{"plan", "--seed", "a/b"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "cannot be created") {
+		t.Errorf("refresh-certs plan --seed a/b = %v, want the seed refused, as run refuses it", err)
 	}
 }
 
