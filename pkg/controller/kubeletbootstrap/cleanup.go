@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,35 @@ const DefaultCleanupTimeout = 5 * time.Minute
 // cleanupRetry is how soon a failed cleanup is tried again.
 const cleanupRetry = 5 * time.Second
 
+// clearedEndpointAttempts is how many times the cleanup of a Cluster whose
+// endpoint was cleared is tried, cleanupRetry apart, before it is released
+// without it.
+const clearedEndpointAttempts = 12
+
+// failedCleanups counts, by Cluster, the failed cleanups of a cleared
+// endpoint.
+type failedCleanups struct {
+	mu sync.Mutex
+	n  map[client.ObjectKey]int
+}
+
+// add counts one more failure of key's cleanup, and returns how many.
+func (f *failedCleanups) add(key client.ObjectKey) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[client.ObjectKey]int{}
+	}
+	f.n[key]++
+	return f.n[key]
+}
+
+func (f *failedCleanups) forget(key client.ObjectKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.n, key)
+}
+
 // errNoEndpoint is why a Cluster without an endpoint, nor a connection still
 // live to the one it had, cannot be cleaned up: nothing reaches its managed
 // cluster.
@@ -47,10 +77,10 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, c *v1alpha1.Cluster) e
 // finalize removes Carousel's objects from the managed cluster of a deleted
 // Cluster, or of one whose endpoint was cleared, and then releases it (the
 // finalizer). A managed cluster that stays unreachable holds a deletion for
-// CleanupTimeout at most: then the Cluster is released with a Warning event
-// that names what was left behind; at once when there is nothing to reach
-// it by (errNoEndpoint), or its endpoint was cleared (it is not waited for
-// there, nor the connection to the endpoint it had kept).
+// CleanupTimeout at most, a cleared endpoint clearedEndpointAttempts (the
+// connection to the endpoint it had is kept only for them): then the
+// Cluster is released with a Warning event that names what was left behind;
+// at once when there is nothing to reach it by (errNoEndpoint).
 func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(c)
 	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerManagedCleanup) {
@@ -58,7 +88,15 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 		return ctrl.Result{}, nil
 	}
 	err := r.cleanup(ctx, c)
-	if err != nil && !errors.Is(err, errNoEndpoint) && !c.DeletionTimestamp.IsZero() {
+	switch {
+	case err == nil || errors.Is(err, errNoEndpoint):
+	case c.DeletionTimestamp.IsZero():
+		if attempt := r.failedCleanups.add(key); attempt < clearedEndpointAttempts {
+			log.FromContext(ctx).Info("cleanup of the managed cluster, whose endpoint was cleared, failed; retrying", "error", err.Error(), "attempt", attempt)
+			return ctrl.Result{RequeueAfter: cleanupRetry}, nil
+		}
+		err = fmt.Errorf("after %d attempts: %w", clearedEndpointAttempts, err)
+	default:
 		timeout := r.CleanupTimeout
 		if timeout == 0 {
 			timeout = DefaultCleanupTimeout
@@ -69,6 +107,7 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 		}
 		err = fmt.Errorf("after %s: %w", timeout, err)
 	}
+	r.failedCleanups.forget(key)
 	if err != nil {
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventManagedCleanupAbandoned, "Cleanup",
 			"Released without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s, kube-public/%s, kube-system/%s and the Roles and RoleBindings %s in kube-public and %s in kube-system by hand",

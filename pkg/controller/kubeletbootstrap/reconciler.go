@@ -52,6 +52,8 @@ type Reconciler struct {
 	// API server slow to answer holds one worker, not the others' upkeep.
 	// Zero means one.
 	Concurrency int
+
+	failedCleanups failedCleanups
 }
 
 // Connections are the connections to managed clusters the Reconciler

@@ -280,8 +280,8 @@ func TestAClusterWithoutAnEndpointIsCleanedUpThroughItsLiveConnection(t *testing
 			got := &v1alpha1.Cluster{}
 			err = management.Get(t.Context(), client.ObjectKeyFromObject(c), got)
 			released := apierrors.IsNotFound(err) || err == nil && len(got.Finalizers) == 0
-			if tokenGone != tt.wantClean || !released || !connections.disconnected {
-				t.Errorf("token deleted %v, released %v, disconnected %v; want %v, true, true", tokenGone, released, connections.disconnected, tt.wantClean)
+			if tokenGone != tt.wantClean || !released || connections.disconnects == 0 {
+				t.Errorf("token deleted %v, released %v, disconnected %d times; want %v, true, once", tokenGone, released, connections.disconnects, tt.wantClean)
 			}
 			if event := len(recorder.Events) > 0 && strings.Contains(<-recorder.Events, v1alpha1.EventManagedCleanupAbandoned); event != tt.wantEvent {
 				t.Errorf("a %s event: %v, want %v", v1alpha1.EventManagedCleanupAbandoned, event, tt.wantEvent)
@@ -290,11 +290,44 @@ func TestAClusterWithoutAnEndpointIsCleanedUpThroughItsLiveConnection(t *testing
 	}
 }
 
+// The cleanup of a cleared endpoint that fails is tried again a few times,
+// the connection kept for it, before the Cluster is released without it.
+func TestAFailedCleanupOfAClearedEndpointIsTriedAgain(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}}}
+	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
+	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+		DeleteAllOf: func(context.Context, client.WithWatch, client.Object, ...client.DeleteAllOfOption) error {
+			return apierrors.NewServiceUnavailable("the managed API server is restarting")
+		}}).Build()
+	connections := &liveConnection{live: &clustercache.Connection{Config: &rest.Config{Host: "https://192.0.2.1:6443"}, Client: managed}}
+	recorder := events.NewFakeRecorder(10)
+	r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections, Recorder: recorder}
+	key := client.ObjectKeyFromObject(c)
+	for attempt := 1; attempt < clearedEndpointAttempts; attempt++ {
+		result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key})
+		if err != nil || result.RequeueAfter != cleanupRetry || connections.disconnected || len(recorder.Events) > 0 {
+			t.Fatalf("attempt %d: %+v, %v, disconnected %v, %d events; want it tried again in %s, still connected", attempt, result, err,
+				connections.disconnected, len(recorder.Events), cleanupRetry)
+		}
+	}
+	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.Cluster{}
+	if err := management.Get(t.Context(), key, got); err != nil || len(got.Finalizers) != 0 || !connections.disconnected {
+		t.Fatalf("after %d attempts: finalizers %v (%v), disconnected %v; want it released", clearedEndpointAttempts, got.Finalizers, err, connections.disconnected)
+	}
+	if event := <-recorder.Events; !strings.Contains(event, "after 12 attempts") {
+		t.Errorf("event %q, want it to say the cleanup was given up after 12 attempts", event)
+	}
+}
+
 // liveConnection is a managed cluster still connected whose connection can
 // no longer be made: the Cluster's credentials are gone.
 type liveConnection struct {
 	live         *clustercache.Connection
 	disconnected bool
+	disconnects  int
 }
 
 func (l *liveConnection) Connect(context.Context, *v1alpha1.Cluster) (*clustercache.Connection, error) {
@@ -305,4 +338,4 @@ func (l *liveConnection) Connection(client.ObjectKey) (*clustercache.Connection,
 	return l.live, !l.disconnected
 }
 
-func (l *liveConnection) Disconnect(client.ObjectKey) { l.disconnected = true }
+func (l *liveConnection) Disconnect(client.ObjectKey) { l.disconnected, l.disconnects = true, l.disconnects+1 }
