@@ -46,7 +46,9 @@ type WorkerPoolApplyConfiguration struct {
 	// node Lease of the cluster before an InPlace rollout stops waiting for
 	// the node: it counts as offline,
 	// is not asked to renew, and is named in an event when the pool is
-	// rolled without it. Such a node needs a fresh bootstrap kubeconfig if it
+	// rolled without it. A node asked before it went silent is waited for
+	// all the same, holding its slot, until it answers or its Node is
+	// deleted: its renewal may be what took it down. Such a node needs a fresh bootstrap kubeconfig if it
 	// comes back after the old CAs were dropped. Between
 	// MinOfflineNodeTimeout and MaxOfflineNodeTimeout; empty means
 	// DefaultOfflineNodeTimeout. Refused for the other strategies.
