@@ -338,4 +338,6 @@ func (l *liveConnection) Connection(client.ObjectKey) (*clustercache.Connection,
 	return l.live, !l.disconnected
 }
 
-func (l *liveConnection) Disconnect(client.ObjectKey) { l.disconnected, l.disconnects = true, l.disconnects+1 }
+func (l *liveConnection) Disconnect(client.ObjectKey) {
+	l.disconnected, l.disconnects = true, l.disconnects+1
+}
