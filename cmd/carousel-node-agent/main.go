@@ -27,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/utils/clock"
 
 	"github.com/carousel-dev/carousel/pkg/csr"
@@ -260,12 +259,13 @@ func stoppedOr(ctx context.Context, err error, logf func(string, ...any)) error 
 }
 
 // checkSeed refuses a seed that makes no name the API server takes for the
-// refresh's CSR (one with a '/' or '%', or none but '.' or '..'), before a
-// pending key is written for it.
+// refresh's CSR (one with a '/' or '%'; the prefix makes it neither '.' nor
+// '..'), before a pending key is written for it.
 func checkSeed(node, seed string) error {
-	name := nodeagent.RefreshCSRName(node, seed)
-	if errs := path.ValidatePathSegmentName(name, false); len(errs) > 0 {
-		return fmt.Errorf("--seed %q: the CSR it names, %s, cannot be created: %s; take a seed from 'refresh-certs plan'", seed, name, strings.Join(errs, "; "))
+	// The CSR's name is a path segment of its URL: the API server refuses
+	// what could not be one, and checks nothing more of it.
+	if name := nodeagent.RefreshCSRName(node, seed); strings.ContainsAny(name, "/%") {
+		return fmt.Errorf("--seed %q: the CSR it names, %s, cannot be created: a name holds no '/' or '%%'; take a seed from 'refresh-certs plan'", seed, name)
 	}
 	return nil
 }
