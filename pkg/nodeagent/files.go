@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/carousel-dev/carousel/pkg/fsync"
 )
 
 // fileEdit is a planned atomic replacement of a file's content.
@@ -81,7 +83,7 @@ func (e *fileEdit) apply() error {
 	if err := os.Rename(tmp, e.path); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(e.path))
+	return fsync.Dir(filepath.Dir(e.path))
 }
 
 // replaceWith is an edit that replaces the whole content with data.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/carousel-dev/carousel/pkg/fsync"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
@@ -404,7 +405,7 @@ func (rb *rebootstrap) moveCredentialsAside(context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := fsync.Dir(filepath.Dir(path)); err != nil {
 			return err
 		}
 		rb.logf(rebootstrapMoveAside, "moved %s to %s", path, refusedPath(path))

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/carousel-dev/carousel/pkg/fsync"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -145,7 +146,7 @@ func (s *Store) DiscardPendingKey() error {
 	if err := os.Remove(s.pendingKeyPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncDir(s.Dir)
+	return fsync.Dir(s.Dir)
 }
 
 func (s *Store) isCurrentKey(key crypto.Signer) bool {
@@ -189,7 +190,7 @@ func (s *Store) Update(certPEM []byte, key crypto.Signer, now time.Time) (*pki.K
 	if err := os.Rename(tmpLink, s.CurrentPath()); err != nil {
 		return nil, err
 	}
-	if err := syncDir(s.Dir); err != nil {
+	if err := fsync.Dir(s.Dir); err != nil {
 		return nil, err
 	}
 	if s.stopAfter == "swap" {
@@ -222,7 +223,7 @@ func (s *Store) keepCurrentFile() error {
 		if err != nil {
 			return fmt.Errorf("keeping the pair in %s, a file, before it is replaced: %w", s.CurrentPath(), err)
 		}
-		return syncDir(s.Dir)
+		return fsync.Dir(s.Dir)
 	}
 	return fmt.Errorf("keeping the pair in %s, a file, before it is replaced: %d pairs of its time exist", s.CurrentPath(), maxPairsPerSecond)
 }
@@ -257,7 +258,7 @@ func writeNew(dir string, name func(n int) string, data []byte) (string, error) 
 		if err != nil {
 			return "", err
 		}
-		return name(n), syncDir(dir)
+		return name(n), fsync.Dir(dir)
 	}
 	return "", fmt.Errorf("%s: %d files of that name exist", name(0), maxPairsPerSecond)
 }
@@ -272,7 +273,7 @@ func writeAtomic(path string, data []byte) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return fsync.Dir(filepath.Dir(path))
 }
 
 // writeTemp writes data to a new synced file in dir, named prefix and a
@@ -297,13 +298,4 @@ func writeTemp(dir, prefix string, data []byte) (string, error) {
 		return "", err
 	}
 	return f.Name(), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }()
-	return d.Sync()
 }

@@ -14,6 +14,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/fsync"
 )
 
 // The data keys that `certs download` writes into files: a CA Secret's as
@@ -138,21 +139,12 @@ func writeNewFile(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = fsync.Dir(filepath.Dir(path))
 	}
 	if err != nil {
 		return errors.Join(err, os.Remove(path))
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }()
-	return d.Sync()
 }
 
 func (e *env) downloadCommand() *cobra.Command {

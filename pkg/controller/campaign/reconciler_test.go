@@ -71,10 +71,7 @@ func reconcileWave(t *testing.T, r *Reconciler) *v1alpha1.RotationCampaign {
 // make it start a second Cluster past its budget of one.
 func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 	var patched []string
-	r, _ := fixture(t, func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
-		patched = append(patched, obj.GetName()) // accepted, but the reads go on showing the Cluster as it was
-		return nil
-	})
+	r, _ := fixture(t, acceptedUnseen(&patched))
 	reconcileWave(t, r)
 	rc := reconcileWave(t, r)
 	if len(patched) != 1 || patched[0] != "a" {
@@ -91,10 +88,7 @@ func TestAStartTheCacheDoesNotShowYetHoldsItsPlace(t *testing.T) {
 // began after it would be skipped.
 func TestAStartTheCacheDoesNotShowYetHoldsTheCompleteStep(t *testing.T) {
 	var patched []string
-	r, _ := fixture(t, func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
-		patched = append(patched, obj.GetName()) // accepted, but the reads go on showing the Cluster as it was
-		return nil
-	})
+	r, _ := fixture(t, acceptedUnseen(&patched))
 	reconcileWave(t, r)
 	rc := &v1alpha1.RotationCampaign{}
 	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
@@ -114,6 +108,16 @@ func TestAStartTheCacheDoesNotShowYetHoldsTheCompleteStep(t *testing.T) {
 	}
 	if len(patched) != 1 {
 		t.Errorf("patched %v, want only a's start", patched)
+	}
+}
+
+// acceptedUnseen is a fixture's patch of Clusters that the API server
+// accepts but the reads go on showing the Cluster as it was (a cache
+// behind); it adds the name of every Cluster patched to patched.
+func acceptedUnseen(patched *[]string) func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	return func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
+		*patched = append(*patched, obj.GetName())
+		return nil
 	}
 }
 
