@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -70,6 +71,11 @@ func (t *tutorialRun) command(ctx context.Context, name string) *exec.Cmd {
 	t.ran = append(t.ran, name)
 	t.mu.Unlock()
 	cmd := exec.CommandContext(ctx, "bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail", "-c", script)
+	// The step dies with the suite, killed or timed out, its commands with
+	// it: in a process group of its own, which a cancelled ctx kills whole.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Dir = t.dir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.ManagementKubeconfig,
 		"PATH="+env.CarouselBinDir+string(os.PathListSeparator)+env.KubeBinDir+string(os.PathListSeparator)+os.Getenv("PATH"))

@@ -49,6 +49,30 @@ type ClusterAPI struct {
 	webhooks envtest.WebhookInstallOptions
 }
 
+// clusterAPINetwork lets Cluster API's controller manager, which serves its
+// webhooks on every address of its host (it has no flag for one), run in
+// the managed cluster's network namespace, whose addresses are loopback and
+// TEST-NET-1 alone: the management API server, on the host's loopback, is
+// forwarded to the same address inside, and webhookAddress, on the host's
+// loopback, to the webhooks inside.
+func (e *Environment) clusterAPINetwork(webhookAddress string) error {
+	management, err := url.Parse(e.Management.Config.Host)
+	if err != nil {
+		return fmt.Errorf("the management API server's address: %w", err)
+	}
+	inside, err := e.Netns.Listen("tcp", management.Host)
+	if err != nil {
+		return fmt.Errorf("forwarding the management API server into the managed cluster's network namespace: %w", err)
+	}
+	e.Netns.ForwardOut(inside, func() string { return management.Host })
+	outside, err := net.Listen("tcp", webhookAddress)
+	if err != nil {
+		return fmt.Errorf("forwarding Cluster API's webhooks out of the managed cluster's network namespace: %w", err)
+	}
+	e.Netns.Forward(outside, webhookAddress)
+	return nil
+}
+
 // StartClusterAPI installs Cluster API's CRDs (every version served, converted
 // by its webhook) and webhooks into the management cluster, pointed at a
 // loopback port, starts its controller manager there, and the test provider.
@@ -76,15 +100,20 @@ func (e *Environment) StartClusterAPI(ctx context.Context) error {
 		return fmt.Errorf("installing Cluster API's CRDs: %w", err)
 	}
 	address := net.JoinHostPort(webhooks.LocalServingHost, strconv.Itoa(webhooks.LocalServingPort))
-	e.logf("starting Cluster API's controller manager (webhooks on %s)", address)
+	if err := e.clusterAPINetwork(address); err != nil {
+		return err
+	}
+	e.logf("starting Cluster API's controller manager in the managed cluster's network namespace (webhooks on %s)", address)
+	binary, args := e.Netns.Wrap(filepath.Join(e.KubeBinDir, "cluster-api-manager"),
+		"--kubeconfig="+e.ManagementKubeconfig, "--webhook-port="+strconv.Itoa(webhooks.LocalServingPort),
+		"--webhook-cert-dir="+webhooks.LocalServingCertDir, "--health-addr=0", "--diagnostics-address=0", "--leader-elect=false",
+		// Nothing in the managed cluster changes Machines' Nodes but
+		// kubelets: a resync a minute at most, not ten.
+		"--sync-period=1m")
 	e.ClusterAPI.managerSpec = child{
-		name: "cluster-api-manager", binary: filepath.Join(e.KubeBinDir, "cluster-api-manager"),
+		name: "cluster-api-manager", binary: binary,
 		logPath: filepath.Join(e.WorkDir, "cluster-api-manager.log"),
-		args: fixedArgs("--kubeconfig="+e.ManagementKubeconfig, "--webhook-port="+strconv.Itoa(webhooks.LocalServingPort),
-			"--webhook-cert-dir="+webhooks.LocalServingCertDir, "--health-addr=0", "--diagnostics-address=0", "--leader-elect=false",
-			// Nothing in the managed cluster changes Machines' Nodes but
-			// kubelets: a resync a minute at most, not ten.
-			"--sync-period=1m"),
+		args:    fixedArgs(args...),
 		ready: func(ctx context.Context) (bool, error) {
 			conn, err := (&tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}).DialContext(ctx, "tcp", address) //nolint:gosec // only checks that it serves
 			if err != nil {

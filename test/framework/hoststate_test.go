@@ -54,6 +54,7 @@ func TestHostStateSeesTheNetworkNamespacesOfDescendantsAndOrphans(t *testing.T) 
 	// sh runs unshare as its child, which makes the namespace and execs
 	// sleep: a grandchild of the test process.
 	child := exec.Command("sh", "-c", "unshare --net -- sleep 60; true")
+	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // and the namespace with it, if the test is killed
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +140,7 @@ func TestHostStateLeavesOutTheNetworkNamespacesOfOthers(t *testing.T) {
 		t.Skip("needs root and unshare")
 	}
 	sibling := exec.Command("unshare", "--net", "--", "sleep", "60")
+	sibling.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := sibling.Start(); err != nil {
 		t.Fatal(err)
 	}
