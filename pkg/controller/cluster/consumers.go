@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,8 +34,11 @@ func consumersOf(objs *objects) []consumer {
 	for i := range objs.statefulSets {
 		s := &objs.statefulSets[i]
 		replicas := ptr.Deref(s.Spec.Replicas, 1)
+		// With OnDelete, the controller never moves currentRevision on: the
+		// update is done once every Pod, deleted by the user, is of it.
+		onDelete := s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
 		out = append(out, consumer{obj: s, template: &s.Spec.Template, rolledOut: s.Status.ObservedGeneration >= s.Generation &&
-			s.Status.UpdateRevision == s.Status.CurrentRevision && s.Status.UpdatedReplicas == replicas && s.Status.ReadyReplicas == replicas})
+			(s.Status.UpdateRevision == s.Status.CurrentRevision || onDelete) && s.Status.UpdatedReplicas == replicas && s.Status.ReadyReplicas == replicas})
 	}
 	return out
 }

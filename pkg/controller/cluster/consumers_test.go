@@ -50,6 +50,10 @@ func TestRolledOut(t *testing.T) {
 		return appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: gen}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)},
 			Status: appsv1.StatefulSetStatus{ObservedGeneration: observed, UpdatedReplicas: updated, ReadyReplicas: ready, CurrentRevision: current, UpdateRevision: update}}
 	}
+	onDelete := func(s appsv1.StatefulSet) appsv1.StatefulSet {
+		s.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+		return s
+	}
 	tests := []struct {
 		name string
 		objs objects
@@ -62,6 +66,9 @@ func TestRolledOut(t *testing.T) {
 		{"statefulset done", objects{statefulSets: []appsv1.StatefulSet{set(4, 4, 3, 3, 3, "r2", "r2")}}, true},
 		{"statefulset rolling", objects{statefulSets: []appsv1.StatefulSet{set(4, 4, 3, 1, 3, "r1", "r2")}}, false},
 		{"statefulset not ready", objects{statefulSets: []appsv1.StatefulSet{set(4, 4, 3, 3, 2, "r2", "r2")}}, false},
+		// OnDelete leaves currentRevision where it was: every Pod of the update revision is done.
+		{"statefulset OnDelete, every Pod replaced", objects{statefulSets: []appsv1.StatefulSet{onDelete(set(4, 4, 3, 3, 3, "r1", "r2"))}}, true},
+		{"statefulset OnDelete, Pods left to delete", objects{statefulSets: []appsv1.StatefulSet{onDelete(set(4, 4, 3, 1, 3, "r1", "r2"))}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
