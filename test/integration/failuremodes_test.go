@@ -162,6 +162,10 @@ var _ = Describe("Failure modes", func() {
 		Expect(result.RequeueAfter).To(Equal(5*time.Minute), "an API server down for long is polled less often, never forgotten")
 
 		apiServer.down.Store(false)
+		_, err = reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionControlPlaneReachable)).To(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonEndpointReachable)), "the check that failed passed since")
 		reconcileUntilPrepared(ctx, r, key)
 	})
 
@@ -244,6 +248,8 @@ var _ = Describe("Failure modes", func() {
 			certs, err := pki.ParseCertificates(certPEM)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(pki.SignedBy(certs[0], oldClientCA.Cert)).To(BeTrue(), "the probe is from the client CA that was dropped")
+			Expect(certs[0].NotAfter).To(BeTemporally("==", oldClientCA.Cert.NotAfter),
+				"the probe is valid as long as that CA: expired, its refusal would prove nothing")
 		}
 	})
 

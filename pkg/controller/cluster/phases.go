@@ -257,7 +257,8 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 // failed does not fail the pass: the condition says it, and the poll backs
 // off.
 func (s *scope) observe(seen *metav1.Condition, err error) error {
-	if seen != nil {
+	// A check that passed does not hide one that failed in the same pass.
+	if seen != nil && (seen.Status != metav1.ConditionTrue || !s.managedCheckFailed) {
 		s.reachability = seen
 	}
 	if errors.Is(err, errManagedCheckFailed) {

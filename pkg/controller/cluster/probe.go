@@ -29,13 +29,17 @@ func oldClientProbeSecret(c *v1alpha1.Cluster) string {
 }
 
 // ensureOldClientProbe keeps the probe certificate, signed by the old client
-// CA, when there is an endpoint to probe.
+// CA, when there is an endpoint to probe. It is valid as long as that CA:
+// issued once, before the CA's key is dropped, it must not expire while
+// Finalizing rolls the consumers and the worker pools, for an API server
+// refuses an expired certificate whichever CAs it trusts, and its refusal
+// would prove nothing.
 func (r *Reconciler) ensureOldClientProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs) error {
 	old := all[v1alpha1.CARoleClient].Previous
 	if c.Spec.ControlPlane.Endpoint == "" || old == nil {
 		return nil
 	}
-	_, err := r.ensureProbe(ctx, c, objs, old, oldClientProbe)
+	_, err := r.ensureProbe(ctx, c, objs, old, oldClientProbe, old.Cert.NotAfter.Sub(r.Clock.Now()))
 	return err
 }
 
@@ -88,14 +92,14 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 			return true, nil, nil
 		}
 	}
-	probe, err := r.ensureProbe(ctx, c, objs, clientCAs.Current, trustProbeCert)
+	probe, err := r.ensureProbe(ctx, c, objs, clientCAs.Current, trustProbeCert, c.Spec.Certificates.LeafValidityOrDefault())
 	if err != nil {
 		return false, nil, err
 	}
 	if err := r.Evidence.ClientAccepted(ctx, endpoint, trust[v1alpha1.CARoleCluster], probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey]); err != nil {
 		return false, unreachable("the API server does not accept the new client CA yet: ", err), errManagedCheckFailed
 	}
-	return true, nil, nil
+	return true, reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server accepts a client certificate from the new client CA"), nil
 }
 
 // errManagedCheckFailed marks a check of the managed cluster that failed (its
@@ -103,11 +107,13 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 var errManagedCheckFailed = errors.New("a check of the managed cluster failed")
 
 // ensureProbe returns the Secret holding the probe certificate of that name,
-// issuing one only when there is none from ca that is still valid (the Secret
+// issuing one valid for validity (at most as long as ca) only when there is
+// none from ca that is still valid (the Secret
 // lives in the Cluster's namespace: a pair that does not chain to ca, such as
 // one left from an earlier rotation, or whose key does not match, is
 // replaced). Its user, carousel:<name>, has no permissions.
-func (r *Reconciler) ensureProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, ca *pki.KeyPair, probe string) (*corev1.Secret, error) {
+func (r *Reconciler) ensureProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, ca *pki.KeyPair, probe string,
+	validity time.Duration) (*corev1.Secret, error) {
 	name := credentials.CertificateSecretName(c.Name, probe)
 	if s := objs.secrets[name]; s != nil {
 		if kp, err := pki.ParseKeyPair(s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey]); err == nil &&
@@ -117,7 +123,7 @@ func (r *Reconciler) ensureProbe(ctx context.Context, c *v1alpha1.Cluster, objs 
 	}
 	kp, err := ca.IssueKeyPair(pki.LeafTemplate{
 		CommonName: "carousel:" + probe, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		Validity: c.Spec.Certificates.LeafValidityOrDefault(),
+		Validity: validity,
 	}, pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault()), r.Clock.Now())
 	if err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -95,6 +97,7 @@ func (r *Reconciler) reissueTokenSecrets(ctx context.Context, s *scope, key *cre
 	if err != nil {
 		return rotation.EvidencePending, nil, s.observe(unreachable("", err), errManagedCheckFailed)
 	}
+	_ = s.observe(reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server lists its service-account token Secrets"), nil)
 	if len(behind) > 0 {
 		return rotation.EvidencePending, behind, nil
 	}
