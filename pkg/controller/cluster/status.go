@@ -194,13 +194,14 @@ func (r *Reconciler) updateInventory(c *v1alpha1.Cluster, all map[v1alpha1.CARol
 	inventory := make([]v1alpha1.CertificateAuthorityInventory, 0, len(all))
 	var earliest *metav1.Time
 	var earliestRole v1alpha1.CARole
+	var earliestPrevious bool
 	for _, role := range v1alpha1.CARoles() {
 		entry := v1alpha1.CertificateAuthorityInventory{
 			Role: role, Current: credentials.CertificateInfo(all[role].Current), Previous: credentials.CertificateInfo(all[role].Previous),
 		}
 		for _, info := range []*v1alpha1.CertificateInfo{entry.Current, entry.Previous} {
 			if info != nil && (earliest == nil || info.NotAfter.Before(earliest)) {
-				earliest, earliestRole = info.NotAfter.DeepCopy(), role
+				earliest, earliestRole, earliestPrevious = info.NotAfter.DeepCopy(), role, info == entry.Previous
 			}
 		}
 		inventory = append(inventory, entry)
@@ -212,8 +213,16 @@ func (r *Reconciler) updateInventory(c *v1alpha1.Cluster, all map[v1alpha1.CARol
 		Message: fmt.Sprintf("no CA expires within %s", r.CAExpiryWarning)}
 	if earliest != nil && earliest.Sub(r.Clock.Now()) < r.CAExpiryWarning {
 		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonCAExpiring
-		cond.Message = fmt.Sprintf("the %s CA expires at %s: start a CA rotation with %s=%s",
-			earliestRole, earliest.UTC().Format("2006-01-02T15:04:05Z"), v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)
+		what, advice := "the "+string(earliestRole)+" CA", "start a CA rotation with "+v1alpha1.OperationAnnotation+"="+v1alpha1.OperationStartCARotation
+		if phase := c.CARotationPhase(); phase.RotationInProgress() {
+			// The webhook refuses a start now: say what the rotation under
+			// way needs, which drops the previous CA (or keeps it, aborted).
+			if earliestPrevious {
+				what = "the previous " + string(earliestRole) + " CA, which the rotation under way drops,"
+			}
+			advice = rotation.NextStep(phase)
+		}
+		cond.Message = fmt.Sprintf("%s expires at %s: %s", what, earliest.UTC().Format("2006-01-02T15:04:05Z"), advice)
 	}
 	r.setCondition(c, cond)
 }

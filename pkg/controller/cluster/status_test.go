@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
@@ -299,5 +301,39 @@ func TestAManagedPollKeepsAnEarlierTimeToLookAgain(t *testing.T) {
 				t.Errorf("looks again after %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// During a rotation, the CA that expires soon is named with its generation,
+// and the advice is the rotation's next step: the webhook refuses a start.
+func TestCAExpiringSoonAdvisesWhatThePhaseAllows(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ca := func(name string, validity time.Duration) *pki.KeyPair {
+		key, err := pki.GenerateKey(pki.ECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: validity}, key, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp
+	}
+	soon, late := ca("old", 24*time.Hour), ca("new", 365*24*time.Hour)
+	all := map[v1alpha1.CARole]*credentials.CAs{}
+	for _, role := range v1alpha1.CARoles() {
+		all[role] = &credentials.CAs{Current: late, Previous: soon}
+	}
+	r := &Reconciler{Clock: clocktesting.NewFakeClock(now), CAExpiryWarning: 30 * 24 * time.Hour}
+	for phase, want := range map[v1alpha1.CARotationPhase]string{
+		v1alpha1.RotationPrepared:  "the previous cluster CA, which the rotation under way drops, expires at 2026-12-01T12:00:00Z: complete it with carousel.dev/operation=complete-ca-rotation",
+		v1alpha1.RotationCompleted: "the cluster CA expires at 2026-12-01T12:00:00Z: start a CA rotation with carousel.dev/operation=start-ca-rotation",
+	} {
+		c := &v1alpha1.Cluster{}
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{Phase: phase}}}
+		r.updateInventory(c, all)
+		if got := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCAExpiring); got == nil || got.Message != want {
+			t.Errorf("%s: %+v, want the message %q", phase, got, want)
+		}
 	}
 }
