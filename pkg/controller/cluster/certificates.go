@@ -50,6 +50,8 @@ type certificateFacts struct {
 // ensureCertificates issues or re-issues every leaf certificate that is
 // missing, signed by another CA than the phase wants, out of shape, or due
 // for renewal, and keeps its Secret's trust bundle and kubeconfig current.
+// One event names the certificates it issued and stored, a later write's
+// failure notwithstanding: the next pass does not issue them again.
 func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs,
 	trust bundles, trustEstablished bool) (certificateFacts, error) {
 	now := r.Clock.Now()
@@ -57,6 +59,11 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 	alg := pki.KeyAlgorithm(c.Spec.Certificates.KeyAlgorithmOrDefault())
 	facts := certificateFacts{clientsOnNewCA: true, allOnNewCA: true, notAfter: map[string]time.Time{}}
 	var issued []string
+	defer func() {
+		if len(issued) > 0 {
+			r.event(c, corev1.EventTypeNormal, v1alpha1.EventCertificateIssued, "Issued %s", strings.Join(issued, ", "))
+		}
+	}()
 	for _, cert := range credentials.Certificates(c) {
 		cas := all[cert.SignedBy]
 		name := credentials.CertificateSecretName(c.Name, cert.Name)
@@ -69,7 +76,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		if rotation.Issuer(cert.RenewIn, phase, trustEstablished, leaf != nil && pki.SignedBy(leaf, cas.Current.Cert)) == rotation.Previous && cas.Previous != nil {
 			issuer = cas.Previous
 		}
-		data := map[string][]byte{}
+		data, isNew := map[string][]byte{}, false
 		if leaf != nil && pki.SignedBy(leaf, issuer.Cert) && matches(leaf, cert, alg) && now.Before(renewalTime(leaf)) {
 			data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey]
 		} else {
@@ -81,8 +88,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 			if err != nil {
 				return facts, err
 			}
-			leaf, data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = kp.Cert, kp.CertPEM(), keyPEM
-			issued = append(issued, cert.Name)
+			leaf, data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey], isNew = kp.Cert, kp.CertPEM(), keyPEM, true
 		}
 		data[v1alpha1.DataKeyCABundle] = trust[cert.PeerTrust]
 		if cert.Kubeconfig {
@@ -95,6 +101,9 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		}
 		if err := r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.CertificateLabels(c.Name, cert), data: data}); err != nil {
 			return facts, err
+		}
+		if isNew {
+			issued = append(issued, cert.Name)
 		}
 		onNew := pki.SignedBy(leaf, cas.Current.Cert)
 		facts.allOnNewCA = facts.allOnNewCA && onNew
@@ -109,9 +118,6 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 		if at := renewalTime(leaf); facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal) {
 			facts.nextRenewal = at
 		}
-	}
-	if len(issued) > 0 {
-		r.event(c, corev1.EventTypeNormal, v1alpha1.EventCertificateIssued, "Issued %s", strings.Join(issued, ", "))
 	}
 	return facts, nil
 }
