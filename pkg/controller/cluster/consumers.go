@@ -10,6 +10,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,6 +76,9 @@ func (r *Reconciler) rollConsumers(ctx context.Context, objs *objects, consumers
 			v1alpha1.AnnotationTrustChecksum:       trust,
 		}
 		if !hasMeta(c.template.Annotations, want) {
+			if err := r.referencesCurrent(ctx, &c.template.Spec, objs, c.obj.GetNamespace()); err != nil {
+				return false, fmt.Errorf("rolling %s: %w", c.obj.GetName(), err)
+			}
 			base := c.obj.DeepCopyObject().(client.Object)
 			c.template.Annotations = mergeMeta(c.template.Annotations, want)
 			if err := r.Client.Patch(ctx, c.obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -85,6 +90,40 @@ func (r *Reconciler) rollConsumers(ctx context.Context, objs *objects, consumers
 		all = all && c.rolledOut
 	}
 	return all, nil
+}
+
+// referencesCurrent checks, before a consumer is rolled to a new checksum,
+// that the Secrets and ConfigMaps of Carousel's it references are as the API
+// server has them (their resourceVersion, read past the cache): the checksum
+// of one the cache shows from before a write would roll the consumer back
+// to it, and forth again once the cache caught up. errStaleCache otherwise.
+// A consumer is rolled a few times a rotation: these reads are as rare.
+func (r *Reconciler) referencesCurrent(ctx context.Context, spec *corev1.PodSpec, objs *objects, namespace string) error {
+	secrets, configMaps := references(spec)
+	check := func(kind, name, cached string) error {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+		err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m)
+		if apierrors.IsNotFound(err) || err == nil && m.ResourceVersion != cached {
+			return fmt.Errorf("%s %s: %w", kind, name, errStaleCache)
+		}
+		return err
+	}
+	for _, name := range secrets {
+		if s, ok := objs.secrets[name]; ok {
+			if err := check("Secret", name, s.ResourceVersion); err != nil {
+				return err
+			}
+		}
+	}
+	for _, name := range configMaps {
+		if cm, ok := objs.configMaps[name]; ok {
+			if err := check("ConfigMap", name, cm.ResourceVersion); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // credentialsChecksum digests the Carousel-managed Secrets and ConfigMaps a

@@ -7,11 +7,13 @@ import (
 	"maps"
 	"reflect"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -191,5 +193,52 @@ func TestUnchangedClusterReadThroughTheCacheWritesNothing(t *testing.T) {
 		if got := readKubeconfig(); string(got) != string(kubeconfig) {
 			t.Errorf("a kubeconfig changed to %q is %q after a reconcile, want it written back", changed, got)
 		}
+	}
+}
+
+// A consumer is not rolled back to the checksum of a Secret the cache shows
+// from before its last write: the pass that would is retried.
+func TestAConsumerIsNotRolledBackToASecretTheCacheShowsBehind(t *testing.T) {
+	kcm := credentials.CertificateSecretName("prod", credentials.CertKubeControllerManager)
+	consumer := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-kube-controller-manager", Namespace: "fleet", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: kcm}}},
+		}}}},
+	}
+	sc := newSettledCluster(t, consumer)
+	api, ctx := sc.api, context.Background()
+	checksum := func() string {
+		t.Helper()
+		d := &appsv1.Deployment{}
+		if err := api.Get(ctx, client.ObjectKeyFromObject(consumer), d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Spec.Template.Annotations[v1alpha1.AnnotationCredentialsChecksum]
+	}
+	before := &corev1.Secret{}
+	if err := api.Get(ctx, client.ObjectKey{Namespace: "fleet", Name: kcm}, before); err != nil {
+		t.Fatal(err)
+	}
+	// The certificate is issued again (its Secret's pair was broken), and
+	// the consumer rolled to it.
+	broken := before.DeepCopy()
+	broken.Data[v1alpha1.DataKeyCertificate] = []byte("not a certificate")
+	if err := api.Update(ctx, broken); err != nil {
+		t.Fatal(err)
+	}
+	sc.reconcile()
+	rolled := checksum()
+	if rolled == "" {
+		t.Fatal("the consumer has no checksum")
+	}
+	// A cache behind shows the Secret as it was: a valid pair, which the
+	// pass would keep, and whose checksum is not the consumer's any more.
+	api.behind = map[string]*corev1.Secret{kcm: before}
+	if result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key}); err != nil || result.RequeueAfter != time.Second {
+		t.Errorf("the pass on a cache behind ended with %+v, %v; want it retried in a second", result, err)
+	}
+	if got := checksum(); got != rolled {
+		t.Errorf("the consumer was rolled from %s to %s, the checksum of the Secret the cache showed behind", rolled, got)
 	}
 }
