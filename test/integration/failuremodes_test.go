@@ -162,11 +162,31 @@ var _ = Describe("Failure modes", func() {
 		Expect(result.RequeueAfter).To(Equal(5*time.Minute), "an API server down for long is polled less often, never forgotten")
 
 		apiServer.down.Store(false)
-		_, err = reconcileOnce(ctx, r, key)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionControlPlaneReachable)).To(And(
-			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonEndpointReachable)), "the check that failed passed since")
 		reconcileUntilPrepared(ctx, r, key)
+	})
+
+	It("says the API server is reachable again once a check that failed passes, outside a CA rotation", func(ctx SpecContext) {
+		apiServer := &flakyAPIServer{}
+		apiServer.down.Store(true)
+		_, key, r := issued(ctx, "sa-flaky", "https://127.0.0.1:6443", apiServer)
+		Expect(annotate(ctx, getCluster(ctx, key), string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
+		reachable := func() *metav1.Condition {
+			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
+		}
+		for range 10 { // the operation, the new key, its rollouts, the check of the token Secrets
+			_, err := reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+			if c := reachable(); c != nil && c.Status == metav1.ConditionFalse {
+				break
+			}
+		}
+		Expect(reachable()).To(HaveField("Reason", v1alpha1.ReasonEndpointUnreachable), "the check of the token Secrets failed")
+
+		apiServer.down.Store(false)
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(reachable()).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonEndpointReachable)),
+			"nothing else of a service-account key rotation would ever say so")
 	})
 
 	It("generates no key on a pass that changes nothing while the trust probe keeps failing", func(ctx SpecContext) {
