@@ -227,10 +227,6 @@ func TestIssuer(t *testing.T) {
 		{"server stays on the old CA in Preparing", credentials.RenewInFinalizing, v1alpha1.RotationPreparing, true, false, Previous},
 		{"server stays on the old CA in Prepared", credentials.RenewInFinalizing, v1alpha1.RotationPrepared, true, false, Previous},
 		{"client stays on the new CA in Prepared", credentials.RenewInPreparing, v1alpha1.RotationPrepared, true, true, Current},
-		// Its Secret lost while a consumer's replica is down: the trust was observed in Preparing.
-		{"client re-issued in Prepared", credentials.RenewInPreparing, v1alpha1.RotationPrepared, false, false, Current},
-		{"client re-issued with pools held", credentials.RenewInPreparing, v1alpha1.RotationWaitingForWorkersRollout, false, false, Current},
-		{"client waits for trust while preparing without the pools", credentials.RenewInPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, false, false, Previous},
 		{"server moves in Finalizing", credentials.RenewInFinalizing, v1alpha1.RotationFinalizing, false, false, Current},
 	}
 	for _, tt := range tests {

@@ -486,13 +486,10 @@ func backOnOldCAs(f Facts) bool {
 // CA once every consumer trusts both CAs, and stays there; everything else
 // (servers, and the API server's client certificate for kubelets, which nodes
 // trust only after their rollout) stays on the old CA until Finalizing.
-// Past Preparing (WaitingForWorkersRollout, Prepared) every client moved, so
-// the trust was observed: a client re-issued then (its Secret lost) is on
-// the new CA whatever the consumers' rollouts show now (a replica down).
 func Issuer(renewIn credentials.RenewalPhase, phase v1alpha1.CARotationPhase, trustEstablished, signedByCurrent bool) Generation {
 	switch {
 	case phase.BothCAsTrusted():
-		if renewIn == credentials.RenewInPreparing && (trustEstablished || signedByCurrent || !phase.Preparing()) {
+		if renewIn == credentials.RenewInPreparing && (trustEstablished || signedByCurrent) {
 			return Current
 		}
 		return Previous

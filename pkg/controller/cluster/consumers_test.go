@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"context"
+	"crypto/x509"
 	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
 func TestReferences(t *testing.T) {
@@ -90,5 +95,50 @@ func TestTrustEstablished(t *testing.T) {
 	}
 	if trustEstablished([]consumer{rolled, rolling}, "t1") || trustEstablished([]consumer{older}, "t1") {
 		t.Fatal("a consumer still rolling, or on older bundles: trust is not established")
+	}
+}
+
+// Once the clients moved to the new client CA (Carousel's own certificate
+// first), a client re-issued is on the new CA whatever the consumers'
+// rollouts show now: a replica down, or the worker pools rolling in
+// Preparing after rotate-rollout-workers.
+func TestTrustIsSettledOnceTheClientsMoved(t *testing.T) {
+	now := time.Now()
+	ca := func(name string) *pki.KeyPair {
+		key, err := pki.GenerateKey(pki.ECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp
+	}
+	oldCA, newCA := ca("client CA0"), ca("client CA1")
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet"}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+		CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}}}
+	rolling := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationTrustChecksum: "t1"}}}}
+	for _, tt := range []struct {
+		name     string
+		operator *pki.KeyPair
+		want     bool
+	}{
+		{"Carousel's certificate on the old client CA", oldCA, false},
+		{"Carousel's certificate on the new client CA", newCA, true},
+	} {
+		leaf, err := tt.operator.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			Validity: time.Hour}, pki.ECDSAP256, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		operator := &corev1.Secret{Data: map[string][]byte{v1alpha1.DataKeyCertificate: leaf.CertPEM()}}
+		s := &scope{cluster: c, consumers: []consumer{rolling}, trustSum: "t1",
+			cas:  map[v1alpha1.CARole]*credentials.CAs{v1alpha1.CARoleClient: {Current: newCA, Previous: oldCA}},
+			objs: &objects{secrets: map[string]*corev1.Secret{credentials.CertificateSecretName(c.Name, credentials.CertOperator): operator}}}
+		if err := (&Reconciler{}).trustPhase(context.Background(), s); err != nil || s.trusted != tt.want {
+			t.Errorf("%s, a consumer rolling: trusted %v (%v), want %v", tt.name, s.trusted, err, tt.want)
+		}
 	}
 }

@@ -129,8 +129,15 @@ func (r *Reconciler) endpointPhase(_ context.Context, s *scope) error {
 }
 
 // trustPhase decides whether clients may move to the new CAs: every consumer
-// rolled out trusting both, and the API server accepts the new client CA.
+// rolled out trusting both, and the API server accepts the new client CA; or
+// they moved already, which settled it: a client re-issued since (its Secret
+// lost) goes to the new CA whatever the consumers' rollouts show now (a
+// replica down, the pools rolling).
 func (r *Reconciler) trustPhase(ctx context.Context, s *scope) (err error) {
+	if ownClientCertificateMoved(s.cluster, s.objs, s.cas[v1alpha1.CARoleClient]) {
+		s.trusted = true
+		return nil
+	}
 	s.trusted = trustEstablished(s.consumers, s.trustSum)
 	if !s.trusted {
 		return nil

@@ -33,10 +33,11 @@ func oldClientProbeSecret(c *v1alpha1.Cluster) string {
 // issued once, before the CA's key is dropped, it must not expire while
 // Finalizing rolls the consumers and the worker pools, for an API server
 // refuses an expired certificate whichever CAs it trusts, and its refusal
-// would prove nothing.
+// would prove nothing. An old CA expired already signs no probe (nor does
+// any client of it authenticate): the rotation completes without one.
 func (r *Reconciler) ensureOldClientProbe(ctx context.Context, c *v1alpha1.Cluster, objs *objects, all map[v1alpha1.CARole]*credentials.CAs) error {
 	old := all[v1alpha1.CARoleClient].Previous
-	if c.Spec.ControlPlane.Endpoint == "" || old == nil {
+	if c.Spec.ControlPlane.Endpoint == "" || old == nil || !r.Clock.Now().Before(old.Cert.NotAfter) {
 		return nil
 	}
 	_, err := r.ensureProbe(ctx, c, objs, old, oldClientProbe, old.Cert.NotAfter.Sub(r.Clock.Now()))
@@ -86,11 +87,8 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 	case endpoint == "":
 		return true, nil, nil
 	}
-	if s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]; s != nil {
-		// Carousel's own client certificate moved to the new CA: the question is settled.
-		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && clientCAs.Issuer(certs[0]) == clientCAs.Current {
-			return true, nil, nil
-		}
+	if ownClientCertificateMoved(c, objs, clientCAs) {
+		return true, nil, nil
 	}
 	probe, err := r.ensureProbe(ctx, c, objs, clientCAs.Current, trustProbeCert, c.Spec.Certificates.LeafValidityOrDefault())
 	if err != nil {
@@ -100,6 +98,18 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 		return false, unreachable("the API server does not accept the new client CA yet: ", err), errManagedCheckFailed
 	}
 	return true, reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server accepts a client certificate from the new client CA"), nil
+}
+
+// ownClientCertificateMoved reports whether, during a rotation, Carousel's
+// own client certificate is from the new client CA: the clients moved, once
+// the API server accepted that CA.
+func ownClientCertificateMoved(c *v1alpha1.Cluster, objs *objects, clientCAs *credentials.CAs) bool {
+	s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
+	if s == nil || clientCAs.Previous == nil {
+		return false
+	}
+	certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate])
+	return err == nil && clientCAs.Issuer(certs[0]) == clientCAs.Current
 }
 
 // errManagedCheckFailed marks a check of the managed cluster that failed (its
@@ -208,7 +218,7 @@ func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotatio
 		if err == nil && probe == nil {
 			record(rotation.EvidencePassed)
 			return reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable,
-				"the API server serves a certificate from the current cluster CA; the dropped client CA's rejection was not checked: no probe certificate (the endpoint was set after it was dropped)"), nil
+				"the API server serves a certificate from the current cluster CA; the dropped client CA's rejection was not checked: no probe certificate (the endpoint was set after it was dropped, or the CA had expired)"), nil
 		}
 	case rotation.CheckKubeRootCA, rotation.CheckAPIServices:
 		lagging, role := r.Evidence.KubeRootCABehind, v1alpha1.CARoleCluster
