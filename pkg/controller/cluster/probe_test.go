@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,7 +12,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // A check that keeps failing on a connection reset gives the same condition
@@ -62,5 +71,70 @@ func TestAnUnreachableConditionLeavesOutTheCurrentTime(t *testing.T) {
 	}
 	if want := "the certificate served is valid from " + served.Cert.NotBefore.UTC().Format(time.RFC3339) + " until 2026-11-29T13:00:00Z, not now"; !strings.Contains(first, want) {
 		t.Errorf("message %q lacks %q", first, want)
+	}
+}
+
+// The old-client probe is valid as long as the old client CA, and an old CA
+// expired already signs none: the old CAs are dropped all the same, instead
+// of every pass failing on a certificate that cannot be issued.
+func TestTheOldClientProbeLivesAsLongAsTheOldCA(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := pki.NewCA(pki.CATemplate{CommonName: "client CA0", Validity: 30 * 24 * time.Hour}, key, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet"},
+		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://192.0.2.1:6443"}}}
+	all := map[v1alpha1.CARole]*credentials.CAs{v1alpha1.CARoleClient: {Current: old, Previous: old}}
+	for _, tt := range []struct {
+		name string
+		at   time.Time
+		want time.Time // the probe's NotAfter; zero: no probe
+	}{
+		{"the old CA valid", now, old.Cert.NotAfter},
+		{"the old CA expired", old.Cert.NotAfter.Add(time.Minute), time.Time{}},
+	} {
+		api := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+		r := &Reconciler{Client: api, Clock: clocktesting.NewFakeClock(tt.at)}
+		objs := &objects{secrets: map[string]*corev1.Secret{}, configMaps: map[string]*corev1.ConfigMap{}}
+		if err := r.ensureOldClientProbe(context.Background(), c, objs, all); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		probe := objs.secrets[oldClientProbeSecret(c)]
+		var notAfter time.Time
+		if probe != nil {
+			kp, err := pki.ParseKeyPair(probe.Data[v1alpha1.DataKeyCertificate], probe.Data[v1alpha1.DataKeyPrivateKey])
+			if err != nil {
+				t.Fatal(err)
+			}
+			notAfter = kp.Cert.NotAfter
+		}
+		if !notAfter.Equal(tt.want) {
+			t.Errorf("%s: the probe is valid until %s, want %s", tt.name, notAfter, tt.want)
+		}
+	}
+}
+
+// A check that passed does not hide one that failed earlier in the same pass;
+// a pass whose checks all passed says the API server is reachable.
+func TestAPassedCheckDoesNotHideAFailedOne(t *testing.T) {
+	failed := unreachable("the API server does not accept the new client CA yet: ", errors.New("connection refused"))
+	passed := reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server lists its service-account token Secrets")
+	s := &scope{}
+	if err := s.observe(failed, errManagedCheckFailed); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.observe(passed, nil)
+	if s.reachability != failed || !s.managedCheckFailed {
+		t.Errorf("after a failed then a passed check: %+v (failed %v), want the failure", s.reachability, s.managedCheckFailed)
+	}
+	s = &scope{}
+	_ = s.observe(passed, nil)
+	if s.reachability != passed {
+		t.Errorf("after a passed check: %+v, want it", s.reachability)
 	}
 }
