@@ -54,7 +54,9 @@ func TestHostStateSeesTheNetworkNamespacesOfDescendantsAndOrphans(t *testing.T) 
 	// sh runs unshare as its child, which makes the namespace and execs
 	// sleep: a grandchild of the test process.
 	child := exec.Command("sh", "-c", "unshare --net -- sleep 60; true")
-	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // and the namespace with it, if the test is killed
+	// sh dies with the test; the grandchild, orphaned on purpose, holds the
+	// namespace for its 60 s at most.
+	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}

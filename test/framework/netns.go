@@ -81,8 +81,21 @@ func NewNetns(ctx context.Context, logDir string, addresses ...string) (*Netns, 
 			return nil, err
 		}
 	}
+	// The ports of the namespace's outgoing connections are below the host's
+	// (from 32768): a host port that a server is forwarded to inside at the
+	// same number (the management API server, Cluster API's webhooks) is
+	// never one of them. The setting is the namespace's, gone with it.
+	if err := n.inside(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ip_local_port_range", []byte(namespacePorts), 0o644)
+	}); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("setting the test network namespace's local port range: %w", err)
+	}
 	return n, nil
 }
+
+// namespacePorts is the local port range of the test network namespace.
+const namespacePorts = "20000 29999"
 
 // AddAddress gives the namespace's device one more address of TEST-NET-1,
 // for a node that joins later.

@@ -11,7 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,25 +100,23 @@ func (r *Reconciler) rollConsumers(ctx context.Context, objs *objects, consumers
 // A consumer is rolled a few times a rotation: these reads are as rare.
 func (r *Reconciler) referencesCurrent(ctx context.Context, spec *corev1.PodSpec, objs *objects, namespace string) error {
 	secrets, configMaps := references(spec)
-	check := func(kind, name, cached string) error {
-		m := &metav1.PartialObjectMetadata{}
-		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
-		err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m)
+	check := func(kind schema.GroupVersionKind, name, cached string) error {
+		m, err := r.readMetadata(ctx, kind, client.ObjectKey{Namespace: namespace, Name: name})
 		if apierrors.IsNotFound(err) || err == nil && m.ResourceVersion != cached {
-			return fmt.Errorf("%s %s: %w", kind, name, errStaleCache)
+			return fmt.Errorf("%s %s: %w", kind.Kind, name, errStaleCache)
 		}
 		return err
 	}
 	for _, name := range secrets {
 		if s, ok := objs.secrets[name]; ok {
-			if err := check("Secret", name, s.ResourceVersion); err != nil {
+			if err := check(secretKind, name, s.ResourceVersion); err != nil {
 				return err
 			}
 		}
 	}
 	for _, name := range configMaps {
 		if cm, ok := objs.configMaps[name]; ok {
-			if err := check("ConfigMap", name, cm.ResourceVersion); err != nil {
+			if err := check(configMapKind, name, cm.ResourceVersion); err != nil {
 				return err
 			}
 		}

@@ -216,7 +216,8 @@ func (r *Reconciler) updateInventory(c *v1alpha1.Cluster, all map[v1alpha1.CARol
 		what, advice := "the "+string(earliestRole)+" CA", "start a CA rotation with "+v1alpha1.OperationAnnotation+"="+v1alpha1.OperationStartCARotation
 		if phase := c.CARotationPhase(); phase.RotationInProgress() {
 			// The webhook refuses a start now: say what the rotation under
-			// way needs, which drops the previous CA (or keeps it, aborted).
+			// way needs. It drops the previous CA: the old one, or, once an
+			// abort swapped them back, the new one.
 			if earliestPrevious {
 				what = "the previous " + string(earliestRole) + " CA, which the rotation under way drops,"
 			}
