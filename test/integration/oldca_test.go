@@ -66,11 +66,21 @@ var _ = Describe("The old-CA usage gate", Ordered, func() {
 	)
 	const window = 15 * time.Second
 
-	// use makes one request as cfg, which the API server audits.
+	// use makes one request as cfg, which the API server audits. It makes no
+	// assertion: keepUsing runs it in a goroutine of its own, whose context
+	// ends when the client stops, a read in flight with it.
 	use := func(ctx context.Context, cfg *rest.Config) error {
+		bundle := &corev1.ConfigMap{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleCluster)}, bundle); err != nil {
+			return err
+		}
 		cfg = rest.CopyConfig(cfg)
-		cfg.CAData = loadBundle(ctx, c, v1alpha1.CARoleCluster).PEM() // the server certificate moves to the new cluster CA
-		_, err := kubernetes.NewForConfigOrDie(cfg).Discovery().ServerVersion()
+		cfg.CAData = []byte(bundle.Data[v1alpha1.DataKeyCABundle]) // the server certificate moves to the new cluster CA
+		clients, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		_, err = clients.Discovery().ServerVersion()
 		return err
 	}
 	usage := func(ctx context.Context) *v1alpha1.OldCAUsage {
