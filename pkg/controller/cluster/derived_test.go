@@ -133,29 +133,39 @@ func TestCacheSecretKeepsDerivedValuesAsDigests(t *testing.T) {
 	}
 }
 
+// kubeControllerManagerConsumer is a Deployment of Cluster prod's that mounts
+// its kube-controller-manager Secret, whose name it returns too.
+func kubeControllerManagerConsumer() (string, *appsv1.Deployment) {
+	kcm := credentials.CertificateSecretName("prod", credentials.CertKubeControllerManager)
+	return kcm, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-kube-controller-manager", Namespace: "fleet", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: kcm}}},
+		}}}},
+	}
+}
+
+// credentialsChecksumOf is the credentials checksum consumer's template has
+// on api.
+func credentialsChecksumOf(t *testing.T, api client.Reader, consumer *appsv1.Deployment) string {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(consumer), d); err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template.Annotations[v1alpha1.AnnotationCredentialsChecksum]
+}
+
 // TestUnchangedClusterReadThroughTheCacheWritesNothing reconciles a Cluster
 // whose credentials are in place, reading its Secrets as the manager's cache
 // holds them: nothing is written, the consumer keeps its checksum, and a
 // derived value changed behind the operator's back, even to a digest, is
 // written back.
 func TestUnchangedClusterReadThroughTheCacheWritesNothing(t *testing.T) {
-	kcm := credentials.CertificateSecretName("prod", credentials.CertKubeControllerManager)
-	consumer := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "prod-kube-controller-manager", Namespace: "fleet", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
-		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
-			{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: kcm}}},
-		}}}},
-	}
+	kcm, consumer := kubeControllerManagerConsumer()
 	sc := newSettledCluster(t, consumer)
 	api, c, ctx, reconcile := sc.api, sc.cluster(), context.Background(), sc.reconcile
-	checksum := func() string {
-		t.Helper()
-		d := &appsv1.Deployment{}
-		if err := api.Get(ctx, client.ObjectKeyFromObject(consumer), d); err != nil {
-			t.Fatal(err)
-		}
-		return d.Spec.Template.Annotations[v1alpha1.AnnotationCredentialsChecksum]
-	}
+	checksum := func() string { return credentialsChecksumOf(t, api, consumer) }
 	readKubeconfig := func() []byte {
 		t.Helper()
 		s := &corev1.Secret{}
@@ -199,23 +209,10 @@ func TestUnchangedClusterReadThroughTheCacheWritesNothing(t *testing.T) {
 // A consumer is not rolled back to the checksum of a Secret the cache shows
 // from before its last write: the pass that would is retried.
 func TestAConsumerIsNotRolledBackToASecretTheCacheShowsBehind(t *testing.T) {
-	kcm := credentials.CertificateSecretName("prod", credentials.CertKubeControllerManager)
-	consumer := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "prod-kube-controller-manager", Namespace: "fleet", Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
-		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
-			{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: kcm}}},
-		}}}},
-	}
+	kcm, consumer := kubeControllerManagerConsumer()
 	sc := newSettledCluster(t, consumer)
 	api, ctx := sc.api, context.Background()
-	checksum := func() string {
-		t.Helper()
-		d := &appsv1.Deployment{}
-		if err := api.Get(ctx, client.ObjectKeyFromObject(consumer), d); err != nil {
-			t.Fatal(err)
-		}
-		return d.Spec.Template.Annotations[v1alpha1.AnnotationCredentialsChecksum]
-	}
+	checksum := func() string { return credentialsChecksumOf(t, api, consumer) }
 	before := &corev1.Secret{}
 	if err := api.Get(ctx, client.ObjectKey{Namespace: "fleet", Name: kcm}, before); err != nil {
 		t.Fatal(err)
