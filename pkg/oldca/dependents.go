@@ -81,6 +81,14 @@ type Node struct {
 	// kubelet again once the API server refuses the old client certificate,
 	// so it is not counted.
 	Offline bool
+	// Unrolled: no worker rollout moved the node's trust to the new
+	// cluster CA. Its carousel.dev/pool label, Pool, names no worker pool
+	// of the Cluster, and no node agent reports that it installed the
+	// published cluster bundle. Completing the rotation moves the API
+	// server's serving certificate to the new cluster CA, which its kubelet
+	// does not trust.
+	Unrolled bool
+	Pool     string
 }
 
 // Certificate is a client certificate Carousel keeps in a Secret.
@@ -121,8 +129,9 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //   - every Node whose node agent reports a client certificate from another
 //     CA than the new client CA, or, when no node agent reports, whose kubelet
 //     last got an unexpired certificate from the old client CA (its record
-//     KubeletCertificates.Stranded), unless it is offline; and the record
-//     itself when it does not parse or was lost since the start;
+//     KubeletCertificates.Stranded), or that no worker rollout moved
+//     (Unrolled), unless it is offline; and the record itself when it does
+//     not parse or was lost since the start;
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
 //   - every user of kubectl carousel kubeconfig holding an unexpired
@@ -170,6 +179,9 @@ func Dependents(f Facts) []Dependent {
 			why = f.KubeletCertificates.Stranded(n.Name, f.OldClientIssuer, f.Now)
 		case n.ClientIssuer != f.NewClientIssuer:
 			why = fmt.Sprintf("its node agent reports a client certificate from CA %s, not from the new client CA %s", short(n.ClientIssuer), short(f.NewClientIssuer))
+		}
+		if why == "" && n.Unrolled && !n.Offline {
+			why = unrolledNode(n.Pool)
 		}
 		if why != "" {
 			listedNodes[n.Name] = true
@@ -237,6 +249,18 @@ func Dependents(f Facts) []Dependent {
 		return cmp.Or(cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind]), strings.Compare(a.Name, b.Name))
 	})
 	return deps
+}
+
+// unrolledNode says why a Node that no worker rollout moved depends on the
+// old cluster CA, and what to do.
+func unrolledNode(pool string) string {
+	label := "it has no " + v1alpha1.LabelPool + " label"
+	if pool != "" {
+		label = fmt.Sprintf("its %s label, %q, names no worker pool of the Cluster", v1alpha1.LabelPool, pool)
+	}
+	return label + ", so no worker rollout moved its kubelet's trust to the new cluster CA, and no node agent reports the published cluster bundle: " +
+		"completing the rotation would lock the kubelet out of the API server. Remove the Node, or complete with force once its kubelet trusts " +
+		"the new cluster CA; label it with a worker pool before the next rotation"
 }
 
 // UnreportedNodes says whether some online Node has no node agent that

@@ -88,6 +88,14 @@ func TestDependents(t *testing.T) {
 			f.KeptNodes = []Dependent{{Kind: v1alpha1.OldCADependentNode, Name: "w2", Message: "kept"}}
 			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w2", "n0", -10, 70), seen("system:node:w3", "n1", -10, 70)}}
 		}, want: []string{"Node/w2: kept", "User/system:node:w3: before the rotation started"}},
+		{name: "a node no worker rollout moved, on the new client CA or without a node agent, unless it is offline", facts: func(f *Facts) {
+			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA, Unrolled: true, Pool: "typo"}, {Name: "w2", Unrolled: true},
+				{Name: "w3", Unrolled: true, Offline: true}, {Name: "w4", ClientIssuer: newCA}}
+		}, want: []string{"Node/w1: its carousel.dev/pool label, \"typo\", names no worker pool of the Cluster, so no worker rollout moved its kubelet's trust",
+			"Node/w2: it has no carousel.dev/pool label, so no worker rollout"}},
+		{name: "a node no worker rollout moved on the old client CA: the client certificate is named first", facts: func(f *Facts) {
+			f.Nodes = []Node{{Name: "w1", ClientIssuer: oldCA, Unrolled: true}}
+		}, want: []string{"Node/w1: from CA bbbbbbbbbbbbbbbb, not from the new client CA"}},
 		{name: "an offline node is not counted: its node agent bootstraps again when it is back", facts: func(f *Facts) {
 			f.Nodes = []Node{{Name: "w3", ClientIssuer: oldCA, Offline: true}}
 		}},

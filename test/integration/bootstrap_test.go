@@ -435,6 +435,15 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 				HaveField("Message", ContainSubstring("no node agent reports its kubelet's client certificate, and the last one Carousel signed it (X509SHA256="+
 					pki.Fingerprint(bare.Manager.Current().Cert)[:16])))))
 		}).Should(Succeed())
+		By("renewing that node's client certificate, now from the new client CA: the gate still names it, for nothing moved its trust to the new cluster CA")
+		Expect(bare.Manager.Refresh(ctx, "moved", 0, time.Minute)).To(Succeed())
+		Expect(pki.Verify(bare.Manager.Current().Cert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
+		Eventually(func(g Gomega) {
+			u := getCluster(ctx, key).CARotation().OldCAUsage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Dependents).To(ContainElement(And(HaveField("Kind", v1alpha1.OldCADependentNode), HaveField("Name", "bare-1"),
+				HaveField("Message", ContainSubstring(`its carousel.dev/pool label, "unmanaged", names no worker pool of the Cluster`)))))
+		}).Should(Succeed())
 		Expect(admin.CoreV1().Nodes().Delete(ctx, "bare-1", metav1.DeleteOptions{})).To(Succeed())
 
 		By("taking a new admin kubeconfig, from the new client CA: the old-CA usage gate names the one from before until then")

@@ -715,7 +715,9 @@ type OldCADependentKind string
 const (
 	// OldCADependentNode is a Node whose node agent reports a client
 	// certificate that the new client CA did not sign, or, without a node
-	// agent, whose kubelet last got a certificate from the old client CA.
+	// agent, whose kubelet last got a certificate from the old client CA;
+	// or a Node in no worker pool of the Cluster that no node agent reports
+	// trusting the new cluster CA.
 	OldCADependentNode OldCADependentKind = "Node"
 	// OldCADependentSecret is a certificate Secret of the Cluster whose
 	// certificate the new client CA did not sign.

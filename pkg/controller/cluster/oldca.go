@@ -25,6 +25,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/auditwebhook"
 	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
@@ -127,7 +128,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		nodes, leases, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
 		switch {
 		case err == nil:
-			facts.Nodes = nodeFacts(c, nodes, leases, now)
+			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), now)
 		case rot.OldCAUsage != nil:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
@@ -484,19 +485,24 @@ func later(a, b time.Time) time.Time {
 }
 
 // nodeFacts are the Nodes as the gate judges them: the issuer their node
-// agent reports, and whether the worker rollout takes them for offline (see
-// workerrollout.PlanRollout), with their pool's offlineNodeTimeout.
-func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, now time.Time) []oldca.Node {
+// agent reports, whether the worker rollout takes them for offline (see
+// workerrollout.PlanRollout), with their pool's offlineNodeTimeout, and
+// whether no worker rollout moved them: their label names no worker pool,
+// and their node agent, if any, does not report the published cluster
+// bundle, whose digest is clusterBundle.
+func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, now time.Time) []oldca.Node {
 	seen, newest := workerrollout.Heartbeats(nodes, leases, now)
 	out := make([]oldca.Node, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
-		pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool])
+		name := n.Labels[v1alpha1.LabelPool]
+		pool := c.Spec.WorkerPool(name)
+		unrolled := pool == nil && n.Annotations[v1alpha1.AnnotationTrustBundle] != clusterBundle
 		if pool == nil {
 			pool = &v1alpha1.WorkerPool{}
 		}
 		out = append(out, oldca.Node{Name: n.Name, ClientIssuer: n.Annotations[v1alpha1.AnnotationClientCertificateIssuer],
-			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault()})
+			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Unrolled: unrolled, Pool: name})
 	}
 	return out
 }

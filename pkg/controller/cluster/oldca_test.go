@@ -26,7 +26,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
 
-func TestNodeFactsTakeNodesTheRolloutSkippedForOffline(t *testing.T) {
+func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	c := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{
 		{Name: "patient", OfflineNodeTimeout: &metav1.Duration{Duration: time.Hour}},
@@ -36,18 +36,27 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOffline(t *testing.T) {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: pool},
 			Annotations: map[string]string{v1alpha1.AnnotationClientCertificateIssuer: issuer}}}
 	}
+	reporting := func(n corev1.Node, bundle string) corev1.Node {
+		n.Annotations[v1alpha1.AnnotationTrustBundle] = bundle
+		return n
+	}
 	lease := func(name string, ago time.Duration) coordinationv1.Lease {
 		return coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: now.Add(-ago)}}}
 	}
 	away := v1alpha1.DefaultOfflineNodeTimeout + time.Minute
 	got := nodeFacts(c,
 		[]corev1.Node{node("up", "default", "aa"), node("gone", "default", "bb"), node("waited-for", "patient", "bb"), node("no-pool", "", "bb"),
-			node("ahead", "default", "aa")},
+			node("ahead", "default", "aa"), node("typo", "defualt", "aa"), reporting(node("moved", "", "aa"), "published"),
+			reporting(node("moved-before", "", "aa"), "before"), reporting(node("rolled", "default", "aa"), "before")},
 		[]coordinationv1.Lease{lease("up", 0), lease("gone", away), lease("waited-for", away), lease("no-pool", away),
-			lease("ahead", -time.Hour)}, // its node's clock an hour ahead: it puts no other node behind
-		now)
-	want := []oldca.Node{{Name: "up", ClientIssuer: "aa"}, {Name: "gone", ClientIssuer: "bb", Offline: true},
-		{Name: "waited-for", ClientIssuer: "bb"}, {Name: "no-pool", ClientIssuer: "bb", Offline: true}, {Name: "ahead", ClientIssuer: "aa"}}
+			lease("ahead", -time.Hour), // its node's clock an hour ahead: it puts no other node behind
+			lease("typo", 0), lease("moved", 0), lease("moved-before", 0), lease("rolled", 0)},
+		"published", now)
+	want := []oldca.Node{{Name: "up", ClientIssuer: "aa", Pool: "default"}, {Name: "gone", ClientIssuer: "bb", Offline: true, Pool: "default"},
+		{Name: "waited-for", ClientIssuer: "bb", Pool: "patient"}, {Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: true},
+		{Name: "ahead", ClientIssuer: "aa", Pool: "default"}, {Name: "typo", ClientIssuer: "aa", Unrolled: true, Pool: "defualt"},
+		{Name: "moved", ClientIssuer: "aa"}, // its node agent reports the published cluster bundle
+		{Name: "moved-before", ClientIssuer: "aa", Unrolled: true}, {Name: "rolled", ClientIssuer: "aa", Pool: "default"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}
