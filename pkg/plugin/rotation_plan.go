@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -30,7 +31,7 @@ func (e *env) planCommand() *cobra.Command {
 		Long: `Show what each of the two phases of a CA rotation of CLUSTER will do, in order: the CAs it generates, the
 certificates it re-issues in each phase, the workloads labelled with CLUSTER's name that it rolls, and the
 worker pools it rolls with the nodes in each (read from the managed cluster with CLUSTER's admin certificate;
-when that fails the plan says why). Nothing is changed.`,
+when that fails the plan says why), and the nodes in no pool, which no phase rolls. Nothing is changed.`,
 		Example: `  # What will a rotation of prod do?
   kubectl carousel rotation plan prod -n team-a
 
@@ -50,7 +51,9 @@ when that fails the plan says why). Nothing is changed.`,
 		if err != nil {
 			return err
 		}
-		plan := rotationPlan(cl, consumers, e.poolNodes(ctx, c, cl))
+		pools, outside := e.poolNodes(ctx, c, cl)
+		plan := rotationPlan(cl, consumers, pools)
+		plan.NodesOutsidePools = outside
 		if out.printer != nil {
 			return out.printer.PrintObj(plan, e.streams.Out)
 		}
@@ -99,11 +102,11 @@ func (e *env) managedRequestTimeout() time.Duration {
 }
 
 // poolNodes lists the nodes of each pool through the admin credential, or
-// says why it cannot. The admin Secret and the bundle live in a namespace a
+// says why it cannot, and the nodes in no pool. The admin Secret and the bundle live in a namespace a
 // tenant may write, so the client is built from their data only
 // (credentials.RESTConfig): the Secret's kubeconfig, which could name an exec
 // plugin or files on this machine, is never loaded.
-func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) map[string]outputv1alpha1.WorkerPoolPlan {
+func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) (map[string]outputv1alpha1.WorkerPoolPlan, []string) {
 	out := map[string]outputv1alpha1.WorkerPoolPlan{}
 	s, bundle := &corev1.Secret{}, &corev1.ConfigMap{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.CertificateSecretName(cl.Name, credentials.CertAdmin)}, s)
@@ -121,26 +124,34 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 			err = cfgErr
 		}
 	}
+	byPool := map[string][]string{}
+	var outside []string
+	switch {
+	case cs == nil && err == nil:
+		err = errors.New("the Cluster has no endpoint")
+	case cs != nil:
+		var nodes *corev1.NodeList
+		if nodes, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+			break
+		}
+		for _, n := range nodes.Items {
+			pool := n.Labels[v1alpha1.LabelPool]
+			if cl.Spec.WorkerPool(pool) == nil {
+				outside = append(outside, n.Name)
+				continue
+			}
+			byPool[pool] = append(byPool[pool], n.Name)
+		}
+	}
 	for _, pool := range cl.Spec.Workers {
-		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy), MachineDeployment: pool.MachineDeployment}
-		switch {
-		case cs == nil && err != nil:
+		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy), MachineDeployment: pool.MachineDeployment,
+			Nodes: byPool[pool.Name]}
+		if err != nil {
 			plan.NodesUnknown = err.Error()
-		case cs == nil:
-			plan.NodesUnknown = "the Cluster has no endpoint"
-		default:
-			nodes, listErr := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelPool + "=" + pool.Name})
-			if listErr != nil {
-				plan.NodesUnknown = listErr.Error()
-				break
-			}
-			for _, n := range nodes.Items {
-				plan.Nodes = append(plan.Nodes, n.Name)
-			}
 		}
 		out[pool.Name] = plan
 	}
-	return out
+	return out, outside
 }
 
 // rotationPlan is rotation.Plan with the Cluster's lists filled in.
@@ -209,6 +220,10 @@ func writePlan(w io.Writer, plan *outputv1alpha1.RotationPlan) {
 		if phase.Then != "" {
 			fmt.Fprintf(w, "  then: %s\n", phase.Then)
 		}
+	}
+	if len(plan.NodesOutsidePools) > 0 {
+		fmt.Fprintf(w, "\n%d node(s) in no worker pool, which no phase rolls and which hold complete-ca-rotation while online: %s\n"+
+			"  label each %s=<pool> before the rotation starts\n", len(plan.NodesOutsidePools), strings.Join(plan.NodesOutsidePools, ", "), v1alpha1.LabelPool)
 	}
 }
 

@@ -64,7 +64,8 @@ func TestAPlanDoesNotWaitForAManagedAPIServerThatNeverAnswers(t *testing.T) {
 	// until this context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	plan := e.poolNodes(ctx, c, cl)["a"]
+	pools, _ := e.poolNodes(ctx, c, cl)
+	plan := pools["a"]
 	// The request's deadline and its HTTP client's timeout are the same
 	// second: either may end it.
 	if ctx.Err() != nil || !strings.Contains(plan.NodesUnknown, "deadline exceeded") && !strings.Contains(plan.NodesUnknown, "Client.Timeout") {

@@ -355,6 +355,8 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		out, err := kubectlCarousel(ctx, "rotation", "plan", c.Name, "-n", c.Namespace)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("pool-a (InPlace): 1 node(s): " + nodeName))
+		Expect(out).To(ContainSubstring("1 node(s) in no worker pool, which no phase rolls and which hold complete-ca-rotation while online: bare-1"),
+			"its carousel.dev/pool label names a pool the Cluster does not have")
 	})
 
 	// adminKubeconfig is what kubectl carousel kubeconfig --name test

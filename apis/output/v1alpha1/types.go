@@ -17,6 +17,11 @@ type RotationPlan struct {
 	Phase string `json:"phase"`
 	// Phases are the two user-triggered phases, in order.
 	Phases []PhasePlan `json:"phases"`
+	// NodesOutsidePools are the managed cluster's Nodes whose
+	// carousel.dev/pool label is missing or names no pool of the Cluster's
+	// spec.workers: no phase rolls them, and the old-CA usage gate holds
+	// complete-ca-rotation while they are online.
+	NodesOutsidePools []string `json:"nodesOutsidePools,omitempty"`
 }
 
 // PhasePlan is one user-triggered phase of a rotation.

@@ -168,6 +168,11 @@ func (in *RotationPlan) DeepCopyInto(out *RotationPlan) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.NodesOutsidePools != nil {
+		in, out := &in.NodesOutsidePools, &out.NodesOutsidePools
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 
