@@ -124,7 +124,11 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		CollectingUntil: rot.LastInitiationFinishedTime.Add(oldca.Settling),
 	}
 	readsNodes := c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil
-	if readsNodes {
+	if s.endpointRemoved {
+		// The Nodes cannot be read, and not having read them says nothing
+		// about them: a Node named before must not drop off the verdict.
+		facts.NodesUnreadable = true
+	} else if readsNodes {
 		nodes, leases, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
 		switch {
 		case err == nil:
@@ -452,7 +456,10 @@ func (r *Reconciler) setOldCAsUnusedCondition(c *v1alpha1.Cluster) {
 	}
 	cond := metav1.Condition{Type: v1alpha1.ConditionOldCAsUnused, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNoOldCADependents,
 		Message: "nothing Carousel knows of depends on the old CAs any more: completing the rotation locks none of them out"}
-	if !rot.OldCAUsage.AuditEventsReceived {
+	switch {
+	case c.Spec.ControlPlane.Endpoint == "":
+		cond.Message += " (the Cluster has no endpoint: only Carousel's certificates and records were checked)"
+	case !rot.OldCAUsage.AuditEventsReceived:
 		cond.Message += " (no audit events were received from the managed API server: only Nodes and Carousel's certificates were checked)"
 	}
 	if rot.OldCAUsage.Total > 0 {

@@ -377,3 +377,28 @@ func TestAFailedReadOfTheNodesKeepsTheirVerdict(t *testing.T) {
 		t.Errorf("dependents with the Nodes unread = %v, want %v", got, want)
 	}
 }
+
+// A Prepared rotation whose endpoint was removed from the spec cannot read
+// the Nodes: the gate says so, and does not open on the Nodes it cannot see.
+func TestTheOldCAUsageGateHoldsWhileTheRotationsEndpointIsRemoved(t *testing.T) {
+	sc := newSettledCluster(t)
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	c := sc.cluster()
+	if u := c.CARotation().OldCAUsage; u == nil || u.Total != 0 {
+		t.Fatalf("old-CA usage of a Prepared rotation without an endpoint: %+v, want none", u)
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionOldCAsUnused); cond == nil ||
+		!strings.Contains(cond.Message, "(the Cluster has no endpoint: only Carousel's certificates and records were checked)") {
+		t.Errorf("%s without an endpoint: %+v, want it to say what was checked: no Nodes", v1alpha1.ConditionOldCAsUnused, cond)
+	}
+	c.Status.Credentials.Rotation.CertificateAuthorities.CheckedEndpoint = "https://prod.example:6443" // checked, then removed from the spec
+	if err := sc.api.Status().Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	sc.reconcile()
+	u := sc.cluster().CARotation().OldCAUsage
+	if u == nil || u.Total != 1 || u.Dependents[0].Kind != v1alpha1.OldCADependentCluster || u.Dependents[0].Name != "nodes" {
+		t.Fatalf("old-CA usage once the rotation's endpoint was removed: %+v, want the Nodes named unreadable", u)
+	}
+}
