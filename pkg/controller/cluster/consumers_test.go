@@ -116,27 +116,37 @@ func TestTrustIsSettledOnceTheClientsMoved(t *testing.T) {
 		return kp
 	}
 	oldCA, newCA := ca("client CA0"), ca("client CA1")
-	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet"}}
-	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
-		CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing}}}
 	rolling := consumer{template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationTrustChecksum: "t1"}}}}
 	for _, tt := range []struct {
-		name     string
-		operator *pki.KeyPair
-		want     bool
+		name   string
+		phase  v1alpha1.CARotationPhase
+		secret string // the certificate's Secret; none when empty
+		signer *pki.KeyPair
+		want   bool
 	}{
-		{"Carousel's certificate on the old client CA", oldCA, false},
-		{"Carousel's certificate on the new client CA", newCA, true},
+		{"Carousel's certificate on the old client CA", v1alpha1.RotationPreparing, credentials.CertOperator, oldCA, false},
+		{"Carousel's certificate on the new client CA", v1alpha1.RotationPreparing, credentials.CertOperator, newCA, true},
+		{"Carousel's certificate lost, the scheduler's on the new client CA", v1alpha1.RotationPreparing, credentials.CertKubeScheduler, newCA, true},
+		{"Carousel's certificate lost, the scheduler's on the old client CA", v1alpha1.RotationPreparing, credentials.CertKubeScheduler, oldCA, false},
+		{"a server certificate is not a client's", v1alpha1.RotationPreparing, credentials.CertKubeAPIServer, newCA, false},
+		{"Prepared, every client certificate lost", v1alpha1.RotationPrepared, "", nil, true},
+		{"waiting for the held pools, every client certificate lost", v1alpha1.RotationWaitingForWorkersRollout, "", nil, true},
 	} {
-		leaf, err := tt.operator.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			Validity: time.Hour}, pki.ECDSAP256, now)
-		if err != nil {
-			t.Fatal(err)
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet"}}
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+			CertificateAuthorities: &v1alpha1.CARotation{Phase: tt.phase}}}
+		objs := &objects{secrets: map[string]*corev1.Secret{}}
+		if tt.secret != "" {
+			leaf, err := tt.signer.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+				Validity: time.Hour}, pki.ECDSAP256, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs.secrets[credentials.CertificateSecretName(c.Name, tt.secret)] = &corev1.Secret{Data: map[string][]byte{v1alpha1.DataKeyCertificate: leaf.CertPEM()}}
 		}
-		operator := &corev1.Secret{Data: map[string][]byte{v1alpha1.DataKeyCertificate: leaf.CertPEM()}}
 		s := &scope{cluster: c, consumers: []consumer{rolling}, trustSum: "t1",
 			cas:  map[v1alpha1.CARole]*credentials.CAs{v1alpha1.CARoleClient: {Current: newCA, Previous: oldCA}},
-			objs: &objects{secrets: map[string]*corev1.Secret{credentials.CertificateSecretName(c.Name, credentials.CertOperator): operator}}}
+			objs: objs}
 		if err := (&Reconciler{}).trustPhase(context.Background(), s); err != nil || s.trusted != tt.want {
 			t.Errorf("%s, a consumer rolling: trusted %v (%v), want %v", tt.name, s.trusted, err, tt.want)
 		}

@@ -130,11 +130,11 @@ func (r *Reconciler) endpointPhase(_ context.Context, s *scope) error {
 
 // trustPhase decides whether clients may move to the new CAs: every consumer
 // rolled out trusting both, and the API server accepts the new client CA; or
-// they moved already, which settled it: a client re-issued since (its Secret
-// lost) goes to the new CA whatever the consumers' rollouts show now (a
-// replica down, the pools rolling).
+// they moved already (clientsMoved), which settled it: a client re-issued
+// since (its Secret lost) goes to the new CA whatever the consumers'
+// rollouts show now (a replica down, the pools rolling).
 func (r *Reconciler) trustPhase(ctx context.Context, s *scope) (err error) {
-	if ownClientCertificateMoved(s.cluster, s.objs, s.cas[v1alpha1.CARoleClient]) {
+	if clientsMoved(s.cluster, s.objs, s.cas[v1alpha1.CARoleClient]) {
 		s.trusted = true
 		return nil
 	}

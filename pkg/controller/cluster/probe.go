@@ -87,7 +87,7 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 	case endpoint == "":
 		return true, nil, nil
 	}
-	if ownClientCertificateMoved(c, objs, clientCAs) {
+	if clientsMoved(c, objs, clientCAs) {
 		return true, nil, nil
 	}
 	probe, err := r.ensureProbe(ctx, c, objs, clientCAs.Current, trustProbeCert, c.Spec.Certificates.LeafValidityOrDefault())
@@ -100,16 +100,32 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 	return true, reachability(metav1.ConditionTrue, v1alpha1.ReasonEndpointReachable, "the API server accepts a client certificate from the new client CA"), nil
 }
 
-// ownClientCertificateMoved reports whether, during a rotation, Carousel's
-// own client certificate is from the new client CA: the clients moved, once
-// the API server accepted that CA.
-func ownClientCertificateMoved(c *v1alpha1.Cluster, objs *objects, clientCAs *credentials.CAs) bool {
-	s := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]
-	if s == nil || clientCAs.Previous == nil {
+// clientsMoved reports whether, during a rotation, the clients moved to the
+// new client CA already, which settles that everything trusts it: the
+// rotation is Prepared or WaitingForWorkersRollout, which it reaches only
+// once every client moved (rotation.Facts.ClientsOnNewCA), or a client
+// certificate the client CA signs is from the new client CA, which signs
+// none before the API server accepted it. Not the phase alone: after
+// rotate-rollout-workers the rotation is back in Preparing, and any of those
+// Secrets may be lost.
+func clientsMoved(c *v1alpha1.Cluster, objs *objects, clientCAs *credentials.CAs) bool {
+	if clientCAs.Previous == nil {
 		return false
 	}
-	certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate])
-	return err == nil && clientCAs.Issuer(certs[0]) == clientCAs.Current
+	switch c.CARotationPhase() {
+	case v1alpha1.RotationPrepared, v1alpha1.RotationWaitingForWorkersRollout:
+		return true
+	}
+	for _, cert := range credentials.Certificates(c) {
+		s := objs.secrets[credentials.CertificateSecretName(c.Name, cert.Name)]
+		if cert.SignedBy != v1alpha1.CARoleClient || cert.RenewIn != credentials.RenewInPreparing || s == nil {
+			continue
+		}
+		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && clientCAs.Issuer(certs[0]) == clientCAs.Current {
+			return true
+		}
+	}
+	return false
 }
 
 // errManagedCheckFailed marks a check of the managed cluster that failed (its
