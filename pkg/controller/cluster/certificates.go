@@ -77,7 +77,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 			issuer = cas.Previous
 		}
 		data, isNew := map[string][]byte{}, false
-		if leaf != nil && pki.SignedBy(leaf, issuer.Cert) && matches(leaf, cert, alg) && now.Before(renewalTime(leaf)) {
+		if leaf != nil && pki.SignedBy(leaf, issuer.Cert) && matches(leaf, cert, alg) && !renewalDue(leaf, issuer.Cert, now) {
 			data[v1alpha1.DataKeyCertificate], data[v1alpha1.DataKeyPrivateKey] = existing.Data[v1alpha1.DataKeyCertificate], existing.Data[v1alpha1.DataKeyPrivateKey]
 		} else {
 			kp, err := issuer.IssueKeyPair(template(cert, c), alg, now)
@@ -115,7 +115,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, c *v1alpha1.Cluster
 			facts.clients = append(facts.clients, oldca.Certificate{Secret: name, User: leaf.Subject.CommonName,
 				Fingerprint: pki.Fingerprint(leaf), FromNewCA: onNew})
 		}
-		if at := renewalTime(leaf); facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal) {
+		if at, ok := renewalTime(leaf, issuer.Cert); ok && (facts.nextRenewal.IsZero() || at.Before(facts.nextRenewal)) {
 			facts.nextRenewal = at
 		}
 	}
@@ -130,9 +130,21 @@ func template(cert credentials.Certificate, c *v1alpha1.Cluster) pki.LeafTemplat
 	}
 }
 
-// renewalTime is when two thirds of a certificate's lifetime have passed.
-func renewalTime(cert *x509.Certificate) time.Time {
-	return cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) * 2 / 3)
+// renewalTime is when leaf, signed by ca, is due for renewal: once two
+// thirds of its lifetime have passed. ok is false for a leaf that ends with
+// ca, which pki.Issue caps a leaf at: a new one would not outlive it.
+// Re-issued all the same, it would roll its consumers again at two thirds
+// of each shorter lifetime, and from the last minutes of ca on, in every
+// pass (a leaf is backdated, pki.Backdate).
+func renewalTime(leaf, ca *x509.Certificate) (at time.Time, ok bool) {
+	return leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) * 2 / 3), leaf.NotAfter.Before(ca.NotAfter)
+}
+
+// renewalDue reports whether leaf, signed by ca, is due for renewal at now
+// (renewalTime).
+func renewalDue(leaf, ca *x509.Certificate, now time.Time) bool {
+	at, ok := renewalTime(leaf, ca)
+	return ok && !now.Before(at)
 }
 
 // matches reports whether an issued certificate still has the subject, names,

@@ -4,17 +4,22 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -59,5 +64,58 @@ func TestACertificateStoredIsAnnouncedWhenALaterWriteFails(t *testing.T) {
 	if len(stored) != 1 || len(announced) != 1 || !strings.Contains(announced[0], v1alpha1.EventCertificateIssued+" ") ||
 		!strings.HasSuffix(announced[0], "Issued "+stored[0]) {
 		t.Errorf("stored %v, events %q; want one %s event naming the certificate stored", stored, announced, v1alpha1.EventCertificateIssued)
+	}
+}
+
+// A leaf that ends with its CA (pki.Issue caps it there) is not renewed: a
+// new one would not outlive it. Renewed all the same, it rolled its
+// consumers at two thirds of each shorter lifetime, and in the CA's last
+// minutes in every pass, a new key each time.
+func TestALeafThatEndsWithItsCAIsNotRenewed(t *testing.T) {
+	c := newCluster("prod")
+	c.Spec.Certificates.CAValidity = &metav1.Duration{Duration: 24 * time.Hour}
+	c.Spec.Certificates.LeafValidity = &metav1.Duration{Duration: 23 * time.Hour}
+	api := newFakeAPI(c)
+	r, _ := reconcilerOn(api)
+	start := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(start)
+	r.Clock = clk
+	ctx, key := context.Background(), client.ObjectKeyFromObject(c)
+	reconcile := func() {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		reconcile()
+	}
+	clk.SetTime(start.Add(16 * time.Hour)) // past two thirds of 23h: renewed, up to the CA's end
+	reconcile()
+	reconcile()
+	secret := func(name string) *corev1.Secret {
+		t.Helper()
+		s := &corev1.Secret{}
+		if err := api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	cas, err := credentials.DecodeCASecret(secret(credentials.CASecretName(c.Name, v1alpha1.CARoleCluster)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := pki.ParseCertificates(secret(credentials.CertificateSecretName(c.Name, credentials.CertKubeAPIServer)).Data[v1alpha1.DataKeyCertificate])
+	if err != nil || !leaf[0].NotAfter.Equal(cas.Current.Cert.NotAfter) {
+		t.Fatalf("kube-apiserver's certificate renewed at 16h: %v; want it to end with its CA, at %s", err, cas.Current.Cert.NotAfter)
+	}
+	for _, at := range []time.Time{start.Add(22 * time.Hour), start.Add(24*time.Hour - 2*time.Minute)} {
+		clk.SetTime(at)
+		keys, writes := pki.KeysGenerated(), api.writes.Load()
+		reconcile()
+		reconcile()
+		if k, w := pki.KeysGenerated()-keys, api.writes.Load()-writes; k != 0 || w != 0 {
+			t.Errorf("at %s, with every leaf ending with its CA: %d keys generated, %d writes; want none", at.Sub(start), k, w)
+		}
 	}
 }
