@@ -133,12 +133,18 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 // new CA, or drop from the trust bundles the CA the certificates carry. Every
 // Secret Carousel writes holds it: the status is written after the Secret,
 // so a Secret one step ahead keeps it as previous (a new CA generated, an
-// abort's swap) or as current (the old CA dropped). A cache that shows the
-// Secret older than the API server does is behind: errStaleCache.
+// abort's swap) or as current (the old CA dropped). Nor does it, outside a
+// rotation, hold a previous CA besides the recorded one: a copy made during
+// a rotation was put back, and its previous CA, which the rotation retired
+// (perhaps because its key leaked), would be trusted again, or, as the
+// recorded one, have a foreign current CA sign every certificate. A cache
+// that shows the Secret older than the API server does is behind:
+// errStaleCache.
 func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs) error {
 	recorded := recordedCA(c, role)
-	if recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint ||
-		cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint {
+	retired := recorded != nil && cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
+	if recorded == nil || !retired && (pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint ||
+		cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
 		return nil
 	}
 	there, err := r.readMetadata(ctx, secretKind, client.ObjectKeyFromObject(secret))
@@ -147,6 +153,15 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 		return fmt.Errorf("secret %s: %w", secret.Name, errStaleCache)
 	case err != nil:
 		return err
+	}
+	if retired {
+		return blocked(v1alpha1.ReasonCALost,
+			"secret %s holds, besides %s CA %s, a previous CA %s that no rotation keeps: it was put back from a copy made during a rotation. "+
+				"Carousel does not trust again a CA that a rotation retired: delete the keys %s and %s from it if %s is the one the status "+
+				"records (%s), or else restore it from an upload made since (kubectl carousel certs restore)",
+			secret.Name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(pki.Fingerprint(cas.Previous.Cert)),
+			credentials.DataKeyPreviousCertificate, credentials.DataKeyPreviousPrivateKey, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)),
+			pki.ShortFingerprint(recorded.Fingerprint))
 	}
 	next := "delete it, then restore it from an upload made since (kubectl carousel certs restore, which refuses an older one)"
 	if !c.CARotationPhase().RotationInProgress() {

@@ -485,3 +485,78 @@ func TestAReissuedServiceAccountKeyIsMarkedNewerThanTheLastKeyRotation(t *testin
 		}
 	}
 }
+
+// A CA Secret put back, once the rotation completed, from a copy made while
+// it was Prepared is refused: the old CA it holds as previous, which the
+// rotation retired, is not trusted again; nor is a foreign CA taken as
+// current beside the recorded one as previous. A cache that shows the
+// Secret before the old CA was dropped is behind, not the Secret.
+func TestACASecretPutBackFromDuringTheRotationIsRefusedOnceItCompleted(t *testing.T) {
+	foreign, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreignCA, err := pki.NewCA(pki.CATemplate{CommonName: "foreign", Validity: 24 * time.Hour}, foreign, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, putBack := range map[string]func(prepared *credentials.CAs) *credentials.CAs{
+		"the old CA as previous":                         func(prepared *credentials.CAs) *credentials.CAs { return prepared },
+		"a foreign CA as current, the recorded previous": func(prepared *credentials.CAs) *credentials.CAs { return &credentials.CAs{Current: foreignCA, Previous: prepared.Current} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			sc := newSettledCluster(t)
+			key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient)}
+			sc.annotate(v1alpha1.OperationStartCARotation)
+			sc.statusWritesUntil(v1alpha1.RotationPrepared)
+			copied := &corev1.Secret{}
+			if err := sc.api.Get(ctx, key, copied); err != nil {
+				t.Fatal(err)
+			}
+			prepared, err := credentials.DecodeCASecret(copied)
+			if err != nil || prepared.Previous == nil {
+				t.Fatalf("the client CAs of a Prepared rotation: %+v, %v", prepared, err)
+			}
+			sc.annotate(v1alpha1.OperationCompleteCARotation + v1alpha1.OperationForceSuffix)
+			sc.statusWritesUntil(v1alpha1.RotationCompleted)
+
+			sc.api.behind = map[string]*corev1.Secret{key.Name: copied}
+			if result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key}); err != nil || result.RequeueAfter != time.Second {
+				t.Fatalf("the pass on a cache behind ended with %v, %+v; want it retried in a second", err, result)
+			}
+			sc.api.behind = nil
+
+			data, err := credentials.EncodeCASecretData(putBack(prepared))
+			if err != nil {
+				t.Fatal(err)
+			}
+			restored := &corev1.Secret{}
+			if err := sc.api.Get(ctx, key, restored); err != nil {
+				t.Fatal(err)
+			}
+			restored.Data = data
+			if err := sc.api.Update(ctx, restored); err != nil {
+				t.Fatal(err)
+			}
+			keys := pki.KeysGenerated()
+			_, err = sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			if err == nil || !strings.Contains(err.Error(), "that no rotation keeps: it was put back from a copy made during a rotation") {
+				t.Fatalf("the pass ended with %v, want the Secret refused", err)
+			}
+			if n := pki.KeysGenerated() - keys; n != 0 {
+				t.Errorf("the pass generated %d keys, want 0", n)
+			}
+			bundle := &corev1.ConfigMap{}
+			if err := sc.api.Get(ctx, client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.BundleConfigMapName(sc.key.Name, v1alpha1.CARoleClient)}, bundle); err != nil {
+				t.Fatal(err)
+			}
+			if certs, err := pki.ParseCertificates([]byte(bundle.Data[v1alpha1.DataKeyCABundle])); err != nil || len(certs) != 1 || !certs[0].Equal(prepared.Current.Cert) {
+				t.Errorf("the client CA bundle holds %d certificates (%v), want the new client CA alone", len(certs), err)
+			}
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+				t.Errorf("Ready is %+v, want CALost", ready)
+			}
+		})
+	}
+}
