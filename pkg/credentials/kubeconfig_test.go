@@ -20,6 +20,18 @@ func FuzzKubeconfig(f *testing.F) {
 	}
 	f.Add("prod", "https://[::1]:6443", "u", []byte{}, pem, pem)
 	f.Add("prod", "https://api:6443", "u", []byte{0xd7, 0x6d, 0xf8}, pem, pem) // base64 "1234", which YAML quotes
+	// Rendered directly: the seeds above all go through clientcmd.Write.
+	direct := [][3]string{
+		{"prod-eu-1", "https://192.0.2.10:6443", "carousel:admin"},
+		{"c-0001", "https://kube-apiserver.fleet.svc", "system:kube-controller-manager"},
+		{"prod", "https://api.prod.example.com/", "system:node:w-1"},
+	}
+	for _, d := range direct {
+		if !plainScalar(d[0]) || !plainScalar(d[1]) || !plainScalar(d[2]) || !isPEM(pem) {
+			f.Fatalf("the seed %q is not rendered directly", d)
+		}
+		f.Add(d[0], d[1], d[2], pem, pem, pem)
+	}
 	f.Fuzz(func(t *testing.T, clusterName, server, user string, caBundle, certPEM, keyPEM []byte) {
 		got, err := Kubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user)
 		want, wantErr := writeKubeconfig(clusterName, server, caBundle, certPEM, keyPEM, user)
