@@ -70,6 +70,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Connections.Disconnect(req.NamespacedName)
+			r.failedCleanups.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -79,6 +80,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// managed cluster's bootstrap.
 		return r.finalize(ctx, c)
 	}
+	// The cleanups of an endpoint cleared before count from naught when it
+	// is cleared again.
+	r.failedCleanups.forget(client.ObjectKeyFromObject(c))
 	// Before anything can be written there, so that a deleted Cluster cleans up.
 	if err := r.ensureFinalizer(ctx, c); err != nil {
 		return ctrl.Result{}, err

@@ -322,6 +322,48 @@ func TestAFailedCleanupOfAClearedEndpointIsTriedAgain(t *testing.T) {
 	}
 }
 
+// The failed cleanups of an endpoint cleared, then set again, do not count
+// when it is cleared again: its first failure is tried again, not the last
+// of the twelve.
+func TestTheCleanupsOfAnEndpointSetAgainCountFromNaught(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}}}
+	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
+	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+		DeleteAllOf: func(context.Context, client.WithWatch, client.Object, ...client.DeleteAllOfOption) error {
+			return apierrors.NewServiceUnavailable("the managed API server is restarting")
+		}}).Build()
+	connections := &liveConnection{live: &clustercache.Connection{Config: &rest.Config{Host: "https://192.0.2.1:6443"}, Client: managed}}
+	r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections, Recorder: events.NewFakeRecorder(10)}
+	key := client.ObjectKeyFromObject(c)
+	setEndpoint := func(endpoint string) {
+		t.Helper()
+		got := &v1alpha1.Cluster{}
+		if err := management.Get(t.Context(), key, got); err != nil {
+			t.Fatal(err)
+		}
+		got.Spec.ControlPlane.Endpoint = endpoint
+		if err := management.Update(t.Context(), got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range clearedEndpointAttempts - 1 {
+		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setEndpoint("https://192.0.2.1:6443")
+	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	setEndpoint("")
+	result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key})
+	got := &v1alpha1.Cluster{}
+	if getErr := management.Get(t.Context(), key, got); err != nil || getErr != nil || result.RequeueAfter != cleanupRetry || len(got.Finalizers) == 0 {
+		t.Fatalf("the first failed cleanup of the endpoint cleared again: %+v, %v, finalizers %v (%v); want it tried again in %s", result, err,
+			got.Finalizers, getErr, cleanupRetry)
+	}
+}
+
 // liveConnection is a managed cluster still connected whose connection can
 // no longer be made: the Cluster's credentials are gone.
 type liveConnection struct {
