@@ -71,7 +71,7 @@ func main() {
 	flag.DurationVar(&opts.MaxManagedPollInterval, "max-managed-poll-interval", opts.MaxManagedPollInterval, "Longest wait between two looks at a managed cluster whose API server keeps failing (the poll interval backs off up to it).")
 	flag.DurationVar(&opts.ManagedCleanupTimeout, "managed-cleanup-timeout", opts.ManagedCleanupTimeout, "How long a deleted Cluster waits for Carousel to remove its bootstrap tokens, RBAC and cluster-info from the managed cluster before it is released anyway.")
 	flag.DurationVar(&opts.APIServiceResync, "apiservice-resync", opts.APIServiceResync, "How often the APIServices labelled carousel.dev/ca-bundle in each managed cluster are looked at again (a new one gets its caBundle within this time).")
-	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each request to a managed API server.")
+	flag.DurationVar(&opts.EvidenceTimeout, "evidence-timeout", opts.EvidenceTimeout, "Timeout of each check of a managed API server for a rotation's evidence.")
 	flag.BoolVar(&opts.CSRControllers, "csr-controllers", opts.CSRControllers, "Approve and sign kubelet CSRs in the managed clusters; false leaves them to an administrator.")
 	flag.DurationVar(&opts.CSRMaxDuration, "csr-max-duration", opts.CSRMaxDuration, "Longest validity of a kubelet certificate Carousel signs; a CSR's expirationSeconds may ask for less.")
 	flag.IntVar(&opts.CSRConcurrency, "csr-concurrency", opts.CSRConcurrency, "How many kubelet CSRs are approved and signed at once, across every managed cluster.")

@@ -27,6 +27,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
 	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/evidence"
+	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/pkg/sharding"
@@ -151,6 +152,12 @@ func (o Options) Validate() error {
 		if d.value <= 0 {
 			errs = append(errs, fmt.Errorf("--%s=%s: must be positive", d.flag, d.value))
 		}
+	}
+	// The usage record forgets a client oldca.Retention after its last use,
+	// and trails it by up to oldca.Settling: a longer window would count
+	// uses the record no longer holds.
+	if longest := oldca.Retention - oldca.Settling; o.OldCAUsageWindow > longest {
+		errs = append(errs, fmt.Errorf("--old-ca-usage-window=%s: at most %s, as long as the record of client certificates in use keeps a use", o.OldCAUsageWindow, longest))
 	}
 	for _, d := range []struct {
 		flag  string
