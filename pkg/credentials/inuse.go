@@ -16,9 +16,9 @@ import (
 // the CAs and the one of them that signed follow. During a rotation a
 // certificate Carousel issued moves to the new CA only once what checks it
 // trusts that CA, so the issuer of the right certificate is the CA a new
-// credential of the same kind may be signed with now: ClientCAInUse for
-// client certificates, the kubelet CA that signed the API server's kubelet
-// client certificate for kubelet serving certificates. A certificate signed
+// credential of the same kind may be signed with now (ClientCAInUse: client
+// certificates; kubelet serving certificates move to the new kubelet CA
+// with them, kubeletcsr's signingCA). A certificate signed
 // by neither CA (one written by someone else) is an error: nothing is
 // signed on its word.
 func IssuerInUse(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, role v1alpha1.CARole, follow string) (*CAs, *pki.KeyPair, error) {
