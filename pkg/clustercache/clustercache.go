@@ -182,9 +182,17 @@ func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection,
 		}
 		return nil, err
 	}
-	cfg, err := credentials.RESTConfig(cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle]),
-		operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
+	endpoint, caBundle := cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle])
+	cfg, err := credentials.RESTConfig(endpoint, caBundle, operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
 	if err != nil {
+		// No new connection can be configured (an endpoint the webhook
+		// would have refused, a bundle that does not parse): the old one
+		// ends all the same when it no longer goes where, or trusts what,
+		// the Cluster says.
+		key := client.ObjectKeyFromObject(cl)
+		unlock := c.connecting.lock(key)
+		c.disconnectMoved(key, endpoint, caBundle)
+		unlock()
 		return nil, fmt.Errorf("the managed cluster's client configuration: %w", err)
 	}
 	return c.connect(ctx, client.ObjectKeyFromObject(cl), cfg)
@@ -199,9 +207,7 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 	if existing != nil && existing.digest == digest {
 		return existing, nil
 	}
-	if existing != nil && (existing.Config.Host != cfg.Host || dropsTrust(existing.Config.CAData, cfg.CAData)) {
-		c.disconnectLocked(key)
-	}
+	c.disconnectMoved(key, cfg.Host, cfg.CAData)
 	conn, err := c.start(ctx, key, cfg, digest)
 	if err != nil {
 		return nil, err
@@ -218,6 +224,18 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 	}
 	log.FromContext(ctx).Info("connected to the managed cluster", "endpoint", cfg.Host)
 	return conn, nil
+}
+
+// disconnectMoved ends key's connection when it goes to another endpoint
+// than host, or trusts a CA that the bundle caData does not hold (see
+// Connect). The caller holds key's connecting lock.
+func (c *Cache) disconnectMoved(key client.ObjectKey, host string, caData []byte) {
+	c.mu.Lock()
+	existing := c.conns[key]
+	c.mu.Unlock()
+	if existing != nil && (existing.Config.Host != host || dropsTrust(existing.Config.CAData, caData)) {
+		c.disconnectLocked(key)
+	}
 }
 
 // dropsTrust says whether the PEM bundle next lacks a certificate of the

@@ -2,6 +2,7 @@ package clustercache
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -20,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 	"github.com/carousel-dev/carousel/pkg/scheme"
@@ -506,5 +509,59 @@ func TestTheDirectClientGivesUpOnAnAPIServerThatNeverAnswers(t *testing.T) {
 		}
 	case <-time.After(time.Minute): // far beyond the bound: the request was not bounded at all
 		t.Fatal("a request the API server never answers still waits")
+	}
+}
+
+// Connect ends the old connection when the endpoint moved, or the bundle no
+// longer parses, even though no new connection can be configured from them
+// (an endpoint with a path, which the webhook refuses, written while it was
+// off): the old connection would go on being handed out.
+func TestAConnectThatCannotBeConfiguredEndsAConnectionThatMoved(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	ca := pkitest.NewCA(t, "client CA")
+	operator, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:operator", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Validity: time.Hour}, pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	operatorKey, err := operator.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		endpoint string
+		bundle   string
+	}{
+		{"an endpoint with a path", "https://lb.example/k8s/clusters/c-1", string(pki.EncodeCertificates(server.Certificate()))},
+		{"a bundle that does not parse", server.URL, "not PEM"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "a"}}
+			cl.Spec.ControlPlane.Endpoint = server.URL
+			bundle := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.BundleConfigMapName("a", v1alpha1.CARoleCluster)},
+				Data: map[string]string{v1alpha1.DataKeyCABundle: string(pki.EncodeCertificates(server.Certificate()))}}
+			management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(bundle, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.CertificateSecretName("a", credentials.CertOperator)},
+				Data:       map[string][]byte{v1alpha1.DataKeyCertificate: operator.CertPEM(), v1alpha1.DataKeyPrivateKey: operatorKey}}).Build()
+			c := &Cache{Scheme: scheme.New(), Management: management}
+			key := client.ObjectKeyFromObject(cl)
+			defer c.Disconnect(key)
+			first, err := c.Connect(t.Context(), cl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl.Spec.ControlPlane.Endpoint = tt.endpoint
+			bundle.Data[v1alpha1.DataKeyCABundle] = tt.bundle
+			if err := management.Update(t.Context(), bundle); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Connect(t.Context(), cl); err == nil {
+				t.Fatal("a connect that cannot be configured succeeded")
+			}
+			if _, ok := c.Client(key); ok || first.Context().Err() == nil {
+				t.Errorf("the old connection is still handed out (%v) or runs (%v)", ok, first.Context().Err())
+			}
+		})
 	}
 }
