@@ -82,6 +82,9 @@ type Cache struct {
 
 	mu    sync.Mutex
 	conns map[client.ObjectKey]*Connection
+	// stopped: the manager stopped (Start returned); a connect still in
+	// flight then ends its connection rather than keep it.
+	stopped bool
 	// connecting serialises the connects and disconnects of one Cluster, so
 	// that the last connection made is the one kept, and the one its hooks
 	// saw last, and a Disconnect ends a connect in flight too.
@@ -213,6 +216,11 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 		return nil, err
 	}
 	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		conn.cancel()
+		return nil, errStopped
+	}
 	if c.conns == nil {
 		c.conns = map[client.ObjectKey]*Connection{}
 	}
@@ -425,12 +433,16 @@ func (c *Cache) drop(key client.ObjectKey, conn *Connection) {
 	conn.cancel()
 }
 
+// errStopped: the manager stopped while a connection was being made.
+var errStopped = errors.New("the manager is stopping")
+
 // Start implements manager.Runnable: it ends every connection when the
-// manager stops.
+// manager stops, and any a connect in flight makes then.
 func (c *Cache) Start(ctx context.Context) error {
 	<-ctx.Done()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.stopped = true
 	for key, conn := range c.conns {
 		conn.cancel()
 		delete(c.conns, key)

@@ -565,3 +565,37 @@ func TestAConnectThatCannotBeConfiguredEndsAConnectionThatMoved(t *testing.T) {
 		})
 	}
 }
+
+// A connect in flight when the manager stops ends the connection it makes,
+// rather than keep it after Start ended every other one: nothing would
+// stop its watches.
+func TestAConnectInFlightWhenTheManagerStopsKeepsNoConnection(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	entered, release := make(chan *Connection, 1), make(chan struct{})
+	c := &Cache{Scheme: scheme.New(), OnConnect: []OnConnect{func(_ client.ObjectKey, conn *Connection) error {
+		entered <- conn
+		<-release
+		return nil
+	}}}
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	ctx, stop := context.WithCancel(t.Context())
+	started := make(chan error, 1)
+	go func() { started <- c.Start(ctx) }()
+	connected := make(chan error, 1)
+	go func() {
+		_, err := c.connect(t.Context(), key, &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+		connected <- err
+	}()
+	conn := <-entered
+	stop()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-connected; err == nil {
+		t.Error("a connect that ended after the manager stopped succeeded")
+	}
+	if _, ok := c.Connection(key); ok || conn.Context().Err() == nil {
+		t.Errorf("the connection made while the manager stopped is kept (%v) or runs (%v)", ok, conn.Context().Err())
+	}
+}
