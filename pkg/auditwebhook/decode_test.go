@@ -2,8 +2,11 @@ package auditwebhook
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,6 +32,9 @@ func TestADecodedBatchHoldsLittleMoreThanItsEvents(t *testing.T) {
 			(smallBatchObjects - 2) / 3, true, nil},
 		{"one event at a time", `{"user":{"extra":{` + strings.Repeat(`"k":["v"],`, 10) + `"k":["v"]}}}`, maxEventsPerBatch, false, nil},
 		{"too many objects at once", `{"user":{"extra":{"k":["v"]}}}`, smallBatchCommas - 2, false, errTooManyEvents},
+		{"an array of a million credential IDs", `{"user":{"extra":{"authentication.kubernetes.io/credential-id":[` + strings.Repeat(`"",`, 1<<20) + `""]}}}`,
+			1, false, nil},
+		{"a million other extra keys", `{"user":{"extra":{` + strings.Repeat(`"":[],`, 1<<20) + `"":[]}}}`, 1, false, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
@@ -77,4 +83,42 @@ func TestTheCostliestBatchFitsOneClustersBound(t *testing.T) {
 			t.Errorf("the costliest %s batch reserves %d MiB, more than one Cluster's bound, %d MiB", name, cost>>20, MaxBytesInFlightPerCluster>>20)
 		}
 	}
+}
+
+func TestAnEventKeepsItsFirstDistinctClientCertificateIDs(t *testing.T) {
+	id := func(i int) string { return x509CredentialPrefix + fp(fmt.Sprintf("%02x", i)) }
+	var many []string
+	for i := range maxCredentialIDs + 2 {
+		many = append(many, id(i), id(i))
+	}
+	for _, tt := range []struct {
+		name   string
+		values []string
+		want   credentialIDs
+	}{
+		{"none", nil, nil},
+		{"one", []string{id(1)}, credentialIDs{id(1)}},
+		{"a token's and a certificate's", []string{"JTI=1234", id(1)}, credentialIDs{id(1)}},
+		{"not a SHA-256", []string{x509CredentialPrefix + "abcd", x509CredentialPrefix + fp("zz")}, nil},
+		{"duplicates, and more than are kept", many, credentialIDs{id(0), id(1), id(2), id(3), id(4), id(5), id(6), id(7)}},
+	} {
+		got := keptCredentialIDs(tt.values)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: kept %q, want %q", tt.name, got, tt.want)
+		}
+		body := `{"items":[{"user":{"extra":{"authentication.kubernetes.io/credential-id":` + mustJSON(t, tt.values) + `}}}]}`
+		large, err := decodeLargeBatch([]byte(body))
+		if err != nil || len(large.Items) != 1 || !slices.Equal(large.Items[0].User.Extra, tt.want) {
+			t.Errorf("%s, one event at a time: %+v, %v; want %q", tt.name, large.Items, err, tt.want)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -76,8 +76,8 @@ const maxBatchBytes = 16 << 20
 // most some 10 MiB besides its strings: kube-apiserver's default batch, 400
 // events at the Metadata level, has some 10,000 commas and 3,000 braces. A
 // larger one, such as a batch whose policy records request bodies, is decoded
-// one event at a time, keeping of each user.extra only the credential IDs
-// (largeEvents), and refused with 413 past maxEventsPerBatch events
+// one event at a time, keeping of each user.extra only the client-certificate
+// IDs (largeEvents, credentialIDs), and refused with 413 past maxEventsPerBatch events
 // (TestADecodedBatchHoldsLittleMoreThanItsEvents).
 const (
 	smallBatchCommas  = 100_000
@@ -427,7 +427,7 @@ func decodeSmallBatch(body []byte) (eventList, error) {
 	batch := eventList{TypeMeta: small.TypeMeta, Items: make([]auditEvent, len(small.Items))}
 	for i, e := range small.Items {
 		batch.Items[i] = auditEvent{RequestReceivedTimestamp: e.RequestReceivedTimestamp, StageTimestamp: e.StageTimestamp}
-		batch.Items[i].User.Username, batch.Items[i].User.Extra = e.User.Username, e.User.Extra[user.CredentialIDKey]
+		batch.Items[i].User.Username, batch.Items[i].User.Extra = e.User.Username, keptCredentialIDs(e.User.Extra[user.CredentialIDKey])
 	}
 	return batch, err
 }
@@ -489,25 +489,91 @@ func (e *largeEvents) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// credentialIDs is what an event keeps of its user.extra: the values of its
-// credential ID key (user.CredentialIDKey), matched exactly and the last of
-// duplicates kept, as auditv1's map does, and kept from an earlier "extra"
-// of the same user (a key given twice) that had them when a later one has
-// not, as decoding into that map does. The map each event's extra is read
-// into is dropped at once.
+// credentialIDs is what an event of a large batch keeps of its user.extra:
+// the client-certificate IDs (x509CredentialPrefix and a SHA-256 in hex, all
+// credentialsIn reads) among the values of its credential ID key
+// (user.CredentialIDKey), the first maxCredentialIDs distinct ones; the key
+// matched exactly and the last of duplicates kept, as auditv1's map does,
+// and kept from an earlier "extra" of the same user (a key given twice) that
+// had them when a later one has not, as decoding into that map does. It is
+// read a token at a time: kube-apiserver sends one ID, and a sender's array
+// of millions of empty strings would otherwise take 16 bytes a string for
+// every 3 bytes of the batch, past what the batch reserved (decodeCost).
 type credentialIDs []string
 
+// maxCredentialIDs bounds the client-certificate IDs an event keeps.
+const maxCredentialIDs = 8
+
 func (c *credentialIDs) UnmarshalJSON(data []byte) error {
-	var extra map[string][]string
-	if err := json.Unmarshal(data, &extra); err != nil {
+	typ := reflect.TypeFor[map[string][]string]()
+	dec, null, err := openJSON(data, '{', typ)
+	if err != nil || null {
+		*c = nil
 		return err
 	}
-	if extra == nil { // null
-		*c = nil
-	} else if ids, ok := extra[user.CredentialIDKey]; ok {
-		*c = ids
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		ids, err := readCredentialIDs(dec, key == user.CredentialIDKey, typ)
+		if err != nil {
+			return err
+		}
+		if key == user.CredentialIDKey {
+			*c = ids
+		}
 	}
-	return nil
+	_, err = dec.Token() // '}'
+	return err
+}
+
+// readCredentialIDs reads an array of strings, or null, from dec; when keep,
+// it returns the client-certificate IDs among them (see credentialIDs).
+func readCredentialIDs(dec *json.Decoder, keep bool, typ reflect.Type) (credentialIDs, error) {
+	switch tok, err := dec.Token(); {
+	case err != nil:
+		return nil, err
+	case tok == nil:
+		return nil, nil
+	case tok != json.Delim('['):
+		return nil, &json.UnmarshalTypeError{Value: fmt.Sprintf("%v", tok), Type: typ}
+	}
+	var ids credentialIDs
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		id, ok := tok.(string)
+		if !ok && tok != nil {
+			return nil, &json.UnmarshalTypeError{Value: fmt.Sprintf("%v", tok), Type: typ}
+		}
+		if keep {
+			ids.keep(id)
+		}
+	}
+	_, err := dec.Token() // ']'
+	return ids, err
+}
+
+// keptCredentialIDs are the credential IDs an event keeps of values, the
+// values of its credential ID key (see credentialIDs).
+func keptCredentialIDs(values []string) credentialIDs {
+	var ids credentialIDs
+	for _, id := range values {
+		ids.keep(id)
+	}
+	return ids
+}
+
+// keep adds id if it is a client-certificate ID not kept yet, and fewer
+// than maxCredentialIDs are.
+func (c *credentialIDs) keep(id string) {
+	if fingerprint, x509 := strings.CutPrefix(id, x509CredentialPrefix); x509 && isHex(fingerprint) &&
+		len(*c) < maxCredentialIDs && !slices.Contains(*c, id) {
+		*c = append(*c, id)
+	}
 }
 
 // openJSON reads the first token of data, an array or object (open is '['
