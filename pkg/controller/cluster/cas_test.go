@@ -501,8 +501,10 @@ func TestACASecretPutBackFromDuringTheRotationIsRefusedOnceItCompleted(t *testin
 		t.Fatal(err)
 	}
 	for name, putBack := range map[string]func(prepared *credentials.CAs) *credentials.CAs{
-		"the old CA as previous":                         func(prepared *credentials.CAs) *credentials.CAs { return prepared },
-		"a foreign CA as current, the recorded previous": func(prepared *credentials.CAs) *credentials.CAs { return &credentials.CAs{Current: foreignCA, Previous: prepared.Current} },
+		"the old CA as previous": func(prepared *credentials.CAs) *credentials.CAs { return prepared },
+		"a foreign CA as current, the recorded previous": func(prepared *credentials.CAs) *credentials.CAs {
+			return &credentials.CAs{Current: foreignCA, Previous: prepared.Current}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
