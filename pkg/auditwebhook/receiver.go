@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -347,6 +348,12 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	body := bodies.Get().(*bytes.Buffer)
 	defer putBody(body)
 	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, limit)); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) {
+			// Answered, and not sent again; a batch whose sender went away
+			// is sent again.
+			r.leftOut(ctx, key)
+		}
 		return http.StatusBadRequest, "reading the audit events: " + err.Error()
 	}
 	if !reserve(decodeCost(body.Bytes())) {
@@ -355,11 +362,14 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	batch, err := decodeBatch(body.Bytes())
 	switch {
 	case errors.Is(err, errTooManyEvents):
+		r.leftOut(ctx, key)
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case err != nil:
+		r.leftOut(ctx, key)
 		return http.StatusBadRequest, "decoding the audit events: " + err.Error()
 	}
 	if gv := auditv1.SchemeGroupVersion.String(); batch.APIVersion != gv || batch.Kind != "EventList" {
+		r.leftOut(ctx, key)
 		return http.StatusBadRequest, fmt.Sprintf("expected an EventList of %s, got a %s of %s", gv, batch.Kind, batch.APIVersion)
 	}
 	seen := credentialsIn(batch.Items, r.Clock.Now())
@@ -771,6 +781,21 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 		r.flushLater(key)
 	}
 	return nil
+}
+
+// leftOut records that a batch of key's was refused, 400 or 413, which its
+// sender does not send again: the sightings it held, up to now, are left
+// out of the record (oldca.Usage.Unrecorded), so that the gate does not
+// vouch for what it never saw. A failure is logged: the answer stays the
+// refusal.
+func (r *Receiver) leftOut(ctx context.Context, key client.ObjectKey) {
+	st := r.lock(key)
+	defer r.unlock(key, st)
+	if _, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
+		return u.LeaveOut(now, now, 0), nil
+	}); err != nil {
+		log.FromContext(ctx).Error(err, "recording that a refused batch's client certificates are left out")
+	}
 }
 
 // flush writes a Cluster's pending sightings; after a failure it tries again

@@ -204,6 +204,9 @@ func TestTheReceiverRefuses(t *testing.T) {
 		body                      []byte
 		code                      int
 		message                   string
+		// leavesOut: refused for good after it was read, it records that
+		// its sightings are left out (TestABatchRefusedForGoodLeavesItsSightingsOut).
+		leavesOut bool
 	}{
 		{name: "a GET", method: http.MethodGet, path: "/audit/team-a/prod", token: "s3cret", code: http.StatusMethodNotAllowed},
 		{name: "a path without the Cluster", path: "/audit/team-a", token: "s3cret", body: good, code: http.StatusNotFound},
@@ -212,14 +215,14 @@ func TestTheReceiverRefuses(t *testing.T) {
 		{name: "a wrong token", path: "/audit/team-a/prod", token: "guess", body: good, code: http.StatusUnauthorized},
 		{name: "another Cluster's token", path: "/audit/team-a/prod", token: "other", body: good, code: http.StatusUnauthorized},
 		{name: "a Cluster without a Secret", path: "/audit/team-a/ghost", token: "s3cret", body: good, code: http.StatusUnauthorized},
-		{name: "a body that is not JSON", path: "/audit/team-a/prod", token: "s3cret", body: []byte("{"), code: http.StatusBadRequest},
+		{name: "a body that is not JSON", path: "/audit/team-a/prod", token: "s3cret", body: []byte("{"), code: http.StatusBadRequest, leavesOut: true},
 		{name: "a body larger than a batch may be", path: "/audit/team-a/prod", token: "s3cret", body: bytes.Repeat([]byte(" "), maxBatchBytes+1),
-			code: http.StatusBadRequest, message: "request body too large"},
+			code: http.StatusBadRequest, message: "request body too large", leavesOut: true},
 		{name: "a batch of more events than a batch may have", path: "/audit/team-a/prod", token: "s3cret",
 			body: []byte(`{"apiVersion":"audit.k8s.io/v1","kind":"EventList","items":[` + strings.Repeat("{},", max(maxEventsPerBatch, smallBatchCommas)) + `{}]}`),
-			code: http.StatusRequestEntityTooLarge, message: "at most 10000 events"},
+			code: http.StatusRequestEntityTooLarge, message: "at most 10000 events", leavesOut: true},
 		{name: "an object that is not an EventList", path: "/audit/team-a/prod", token: "s3cret", body: []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`),
-			code: http.StatusBadRequest, message: "expected an EventList of audit.k8s.io/v1"},
+			code: http.StatusBadRequest, message: "expected an EventList of audit.k8s.io/v1", leavesOut: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			method := tt.method
@@ -231,14 +234,15 @@ func TestTheReceiverRefuses(t *testing.T) {
 				req.Header.Set("Authorization", "Bearer "+tt.token)
 			}
 			w := httptest.NewRecorder()
+			writes := s.writes.Load()
 			s.receiver.ServeHTTP(w, req)
 			if w.Code != tt.code || !strings.Contains(w.Body.String(), tt.message) {
 				t.Fatalf("answered %d %q, want %d …%s…", w.Code, w.Body.String(), tt.code, tt.message)
 			}
+			if n := s.writes.Load() - writes; n != 0 && !tt.leavesOut {
+				t.Fatalf("a refused request wrote %d objects", n)
+			}
 		})
-	}
-	if s.writes.Load() != 0 {
-		t.Fatalf("a refused request wrote %d objects", s.writes.Load())
 	}
 }
 
@@ -973,5 +977,35 @@ func TestTheReceiverKeepsSightingsOfConcurrentBatches(t *testing.T) {
 			}
 			return behind
 		}).Should(gomega.BeEmpty(), "round %d: sightings left for later and never written", round)
+	}
+}
+
+// A batch refused 400 or 413, which kube-apiserver does not send again,
+// leaves its sightings out of the record: the gate does not vouch for what
+// the receiver never read. A wrong token leaves nothing out.
+func TestABatchRefusedForGoodLeavesItsSightingsOut(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		body []byte
+		code int
+	}{
+		{"larger than a batch may be", bytes.Repeat([]byte{' '}, maxBatchBytes+1), http.StatusBadRequest},
+		{"not JSON", []byte(`{"kind":"EventList","items":[`), http.StatusBadRequest},
+		{"not an EventList", []byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1"}`), http.StatusBadRequest},
+		{"too many events", []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
+			strings.Repeat(`{"user":{}},`, maxEventsPerBatch) + `{"user":{}}]}`), http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSetup(t)
+			if w := s.postTo("prod", "guess", tt.body); w.Code != http.StatusUnauthorized || s.writes.Load() != 0 {
+				t.Fatalf("with a wrong token: answered %d, %d writes; want 401 and none", w.Code, s.writes.Load())
+			}
+			if w := s.post(tt.body); w.Code != tt.code {
+				t.Fatalf("answered %d %q, want %d", w.Code, w.Body.String(), tt.code)
+			}
+			if u := s.usage(t); u.Unrecorded == nil || u.Unrecorded.Before(s.clock.Now()) {
+				t.Errorf("sightings left out until %v, want until the refusal at least, %v", u.Unrecorded, s.clock.Now())
+			}
+		})
 	}
 }

@@ -230,7 +230,7 @@ func Dependents(f Facts) []Dependent {
 		// What it left out may look first seen after the start, or not be there.
 		if left := f.Usage.Unrecorded; left != nil && !left.Before(f.Started.Add(-Retention)) && !f.UsageLost {
 			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentCluster, Name: "client-certificate-usage", Message: fmt.Sprintf(
-				"the record of the client certificates the API server saw in use left some out (it had no room for them, or was started over), "+
+				"the record of the client certificates the API server saw in use left some out (it had no room for them, was started over, or a batch of them was refused), "+
 					"the last by %s, within %.0f hours of the rotation's start or after it, so Carousel cannot tell whether they depend on the "+
 					"old client CA: complete with force once their clients use certificates from the new client CA", formatTime(*left), Retention.Hours())})
 		}

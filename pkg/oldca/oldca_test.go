@@ -147,7 +147,7 @@ func TestDependents(t *testing.T) {
 		{name: "usage record: it left sightings out until the retention before the start", facts: func(f *Facts) {
 			left := at(0).Add(-Retention)
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
-		}, want: []string{"Cluster/client-certificate-usage: left some out (it had no room for them, or was started over), the last by 2026-11-25T11:00:00Z, within 25 hours of the rotation's start"}},
+		}, want: []string{"Cluster/client-certificate-usage: left some out (it had no room for them, was started over, or a batch of them was refused), the last by 2026-11-25T11:00:00Z, within 25 hours of the rotation's start"}},
 		{name: "usage record: it left sightings out after the start", facts: func(f *Facts) {
 			left := at(80)
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:operator", "op1", 10, 90)}, Unrecorded: &left}
