@@ -786,13 +786,15 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 // leftOut records that a batch of key's was refused, 400 or 413, which its
 // sender does not send again: the sightings it held, up to now, are left
 // out of the record (oldca.Usage.Unrecorded), so that the gate does not
-// vouch for what it never saw. A failure is logged: the answer stays the
-// refusal.
+// vouch for what it never saw. The record says so a minute ahead
+// (oldca.Resolution): a sender that keeps sending such batches has it
+// written once a minute, not for each. A failure is logged: the answer
+// stays the refusal.
 func (r *Receiver) leftOut(ctx context.Context, key client.ObjectKey) {
 	st := r.lock(key)
 	defer r.unlock(key, st)
 	if _, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
-		return u.LeaveOut(now, now, 0), nil
+		return u.LeaveOut(now, now, oldca.Resolution), nil
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "recording that a refused batch's client certificates are left out")
 	}

@@ -1006,6 +1006,11 @@ func TestABatchRefusedForGoodLeavesItsSightingsOut(t *testing.T) {
 			if u := s.usage(t); u.Unrecorded == nil || u.Unrecorded.Before(s.clock.Now()) {
 				t.Errorf("sightings left out until %v, want until the refusal at least, %v", u.Unrecorded, s.clock.Now())
 			}
+			writes := s.writes.Load()
+			s.clock.Step(30 * time.Second)
+			if w := s.post(tt.body); w.Code != tt.code || s.writes.Load() != writes {
+				t.Errorf("the same refusal half a minute later: answered %d, %d writes; want %d, none", w.Code, s.writes.Load()-writes, tt.code)
+			}
 		})
 	}
 }
