@@ -106,10 +106,12 @@ func putBody(b *bytes.Buffer) {
 }
 
 // The batches a replica reads and records at once are bounded: one Cluster's
-// by MaxBatchesInFlightPerCluster, all of them by MaxBatchesInFlight, and the
-// memory they may take (batchesInFlight.reserve) by MaxBytesInFlightPerCluster
-// and MaxBytesInFlight. A holder of one Cluster's token can then take neither
-// the memory nor the turns of the rest of the fleet. A batch beyond a bound
+// by MaxBatchesInFlightPerCluster, one namespace's by
+// MaxBatchesInFlightPerNamespace, all of them by MaxBatchesInFlight, and the
+// memory they may take (batchesInFlight.reserve) likewise. A holder of one
+// Cluster's token can then take neither the memory nor the turns of the rest
+// of the fleet, nor can a tenant who creates Clusters (and so tokens) in its
+// namespace take more than half of them. A batch beyond a bound
 // is answered 429 Too Many Requests with
 // Retry-After, which kube-apiserver's client honours (up to ten times) before
 // its webhook backend backs off and starts over
@@ -118,14 +120,16 @@ func putBody(b *bytes.Buffer) {
 // before; the receiver answers in milliseconds, so a Cluster reaches the bound
 // only when the receiver is slow, or a sender floods it.
 const (
-	MaxBatchesInFlightPerCluster = 4
-	MaxBatchesInFlight           = 32
+	MaxBatchesInFlightPerCluster   = 4
+	MaxBatchesInFlightPerNamespace = MaxBatchesInFlight / 2
+	MaxBatchesInFlight             = 32
 	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 82
 	// MiB: maxBatchBytes of a body of unknown length, decoded an event at a
 	// time, one event as large as the body), MaxBytesInFlight two of them; a
 	// batch of 400 events at the Metadata level costs about 4 MiB.
-	MaxBytesInFlightPerCluster = 96 << 20
-	MaxBytesInFlight           = 2 * MaxBytesInFlightPerCluster
+	MaxBytesInFlightPerCluster   = 96 << 20
+	MaxBytesInFlightPerNamespace = MaxBytesInFlight / 2
+	MaxBytesInFlight             = 2 * MaxBytesInFlightPerCluster
 )
 
 // readCost is what reading a body of at most limit bytes may take: the
@@ -230,27 +234,39 @@ const (
 func (r *Receiver) NeedLeaderElection() bool { return false }
 
 // batchesInFlight counts the batches being read and recorded, and the bytes
-// they reserved, by Cluster.
+// they reserved, by Cluster and by namespace.
 type batchesInFlight struct {
-	mu             sync.Mutex
-	total          int
-	byCluster      map[client.ObjectKey]int
-	bytes          int64
-	bytesByCluster map[client.ObjectKey]int64
+	mu               sync.Mutex
+	total            int
+	byCluster        inFlightBy[client.ObjectKey]
+	byNamespace      inFlightBy[string]
+	bytes            int64
+	bytesByCluster   inFlightBy[client.ObjectKey]
+	bytesByNamespace inFlightBy[string]
+}
+
+// inFlightBy counts what is in flight by a key; a key at zero is dropped.
+type inFlightBy[K comparable] map[K]int64
+
+func (m *inFlightBy[K]) add(k K, n int64) {
+	if *m == nil {
+		*m = inFlightBy[K]{}
+	}
+	if (*m)[k] += n; (*m)[k] == 0 {
+		delete(*m, k)
+	}
 }
 
 // admit counts a batch of key's in, unless that would exceed a bound.
 func (b *batchesInFlight) admit(key client.ObjectKey) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.total >= MaxBatchesInFlight || b.byCluster[key] >= MaxBatchesInFlightPerCluster {
+	if b.total >= MaxBatchesInFlight || b.byCluster[key] >= MaxBatchesInFlightPerCluster || b.byNamespace[key.Namespace] >= MaxBatchesInFlightPerNamespace {
 		return false
 	}
-	if b.byCluster == nil {
-		b.byCluster = map[client.ObjectKey]int{}
-	}
 	b.total++
-	b.byCluster[key]++
+	b.byCluster.add(key, 1)
+	b.byNamespace.add(key.Namespace, 1)
 	return true
 }
 
@@ -259,14 +275,13 @@ func (b *batchesInFlight) admit(key client.ObjectKey) bool {
 func (b *batchesInFlight) reserve(key client.ObjectKey, n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.bytes+n > MaxBytesInFlight || b.bytesByCluster[key]+n > MaxBytesInFlightPerCluster {
+	if b.bytes+n > MaxBytesInFlight || b.bytesByCluster[key]+n > MaxBytesInFlightPerCluster ||
+		b.bytesByNamespace[key.Namespace]+n > MaxBytesInFlightPerNamespace {
 		return false
 	}
-	if b.bytesByCluster == nil {
-		b.bytesByCluster = map[client.ObjectKey]int64{}
-	}
 	b.bytes += n
-	b.bytesByCluster[key] += n
+	b.bytesByCluster.add(key, n)
+	b.bytesByNamespace.add(key.Namespace, n)
 	return true
 }
 
@@ -275,13 +290,11 @@ func (b *batchesInFlight) done(key client.ObjectKey, reserved int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.total--
-	if b.byCluster[key]--; b.byCluster[key] == 0 {
-		delete(b.byCluster, key)
-	}
+	b.byCluster.add(key, -1)
+	b.byNamespace.add(key.Namespace, -1)
 	b.bytes -= reserved
-	if b.bytesByCluster[key] -= reserved; b.bytesByCluster[key] == 0 {
-		delete(b.bytesByCluster, key)
-	}
+	b.bytesByCluster.add(key, -reserved)
+	b.bytesByNamespace.add(key.Namespace, -reserved)
 }
 
 // NewRequestsCounter is the receiver's request counter, by HTTP status code.
@@ -321,7 +334,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	if code, msg := r.authenticate(ctx, key, req.Header.Get("Authorization")); code != http.StatusOK {
 		return code, msg
 	}
-	const tooMuch = "too many batches of this Cluster, or of all Clusters, at once, or too large ones; send it again"
+	const tooMuch = "too many batches of this Cluster, of its namespace, or of all Clusters, at once, or too large ones; send it again"
 	if !r.inFlight.admit(key) {
 		return http.StatusTooManyRequests, tooMuch
 	}

@@ -110,13 +110,29 @@ func newSetup(t testing.TB) setup {
 }
 
 // post sends a batch to the prod Cluster's path, with its token.
+// addToken gives a Cluster in namespace an audit-webhook Secret with token.
+func (s setup) addToken(t *testing.T, namespace, cluster, token string) {
+	t.Helper()
+	if err := s.client.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: credentials.AuditWebhookSecretName(cluster), Labels: map[string]string{v1alpha1.LabelCluster: cluster}},
+		Data:       map[string][]byte{DataKeyToken: []byte(token)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (s setup) post(body []byte) *httptest.ResponseRecorder {
 	return s.postTo("prod", "s3cret", body)
 }
 
 // postTo sends a batch to a Cluster's path in team-a, with token.
 func (s setup) postTo(cluster, token string, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/"+cluster, bytes.NewReader(body))
+	return s.postIn("team-a", cluster, token, body)
+}
+
+// postIn is postTo for a Cluster in namespace.
+func (s setup) postIn(namespace, cluster, token string, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/audit/"+namespace+"/"+cluster, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	w := httptest.NewRecorder()
 	s.receiver.ServeHTTP(w, req)
@@ -268,8 +284,14 @@ func (s setup) holdBatch(t *testing.T, cluster, token string) heldBatch {
 // holdBatchOf sends a batch whose Content-Length is length (-1: unknown).
 func (s setup) holdBatchOf(t *testing.T, cluster, token string, length int64) heldBatch {
 	t.Helper()
+	return s.holdBatchIn(t, "team-a", cluster, token, length)
+}
+
+// holdBatchIn is holdBatchOf for a Cluster in namespace.
+func (s setup) holdBatchIn(t *testing.T, namespace, cluster, token string, length int64) heldBatch {
+	t.Helper()
 	r, w := io.Pipe()
-	req := httptest.NewRequest(http.MethodPost, "/audit/team-a/"+cluster, r)
+	req := httptest.NewRequest(http.MethodPost, "/audit/"+namespace+"/"+cluster, r)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.ContentLength = length
 	h := heldBatch{body: w, length: length, answer: make(chan *httptest.ResponseRecorder, 1)}
@@ -328,26 +350,73 @@ func TestTheReceiverBoundsTheBatchesInFlight(t *testing.T) {
 	expectAccepted(s.post(good), "a batch of a Cluster that has one in flight fewer")
 
 	// The bound of all Clusters: as many Clusters as it takes, each with as
-	// many batches in flight as it may have.
+	// many batches in flight as it may have, each in a namespace of its own.
 	held := prod[1:]
 	for i := 0; len(held) < MaxBatchesInFlight; i++ {
-		name, token := fmt.Sprintf("c%d", i), fmt.Sprintf("token-%d", i)
-		if err := s.client.Create(context.Background(), &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.AuditWebhookSecretName(name), Labels: map[string]string{v1alpha1.LabelCluster: name}},
-			Data:       map[string][]byte{DataKeyToken: []byte(token)},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		namespace, name, token := fmt.Sprintf("team-c%d", i), fmt.Sprintf("c%d", i), fmt.Sprintf("token-%d", i)
+		s.addToken(t, namespace, name, token)
 		for j := 0; j < MaxBatchesInFlightPerCluster && len(held) < MaxBatchesInFlight; j++ {
-			held = append(held, s.holdBatch(t, name, token))
+			held = append(held, s.holdBatchIn(t, namespace, name, token, heldBatchLength))
 		}
 	}
 	expectRefused(s.postTo("staging", "other", batch()), "a batch of a Cluster with none in flight, while all Clusters have as many as they may")
 	for _, h := range held {
 		expectAccepted(h.finish(batch()), "a batch in flight")
 	}
-	if n := s.receiver.inFlight.count(); n != 0 || len(s.receiver.inFlight.byCluster) != 0 {
-		t.Fatalf("with every batch answered, %d are counted in flight: %v", n, s.receiver.inFlight.byCluster)
+	if n := s.receiver.inFlight.count(); n != 0 || len(s.receiver.inFlight.byCluster) != 0 || len(s.receiver.inFlight.byNamespace) != 0 {
+		t.Fatalf("with every batch answered, %d are counted in flight: %v, %v", n, s.receiver.inFlight.byCluster, s.receiver.inFlight.byNamespace)
+	}
+}
+
+// The Clusters of one namespace, whose tenant may create Clusters and so
+// tokens, take at most half of the batches and bytes in flight: the other
+// namespaces' batches are still admitted.
+func TestTheReceiverBoundsANamespacesBatchesInFlight(t *testing.T) {
+	s := newSetup(t)
+	good := batch(event("ci", "X509SHA256="+fp("ab"), t0))
+	var held []heldBatch
+	for i := 0; len(held) < MaxBatchesInFlightPerNamespace; i++ {
+		name, token := fmt.Sprintf("b%d", i), fmt.Sprintf("token-%d", i)
+		s.addToken(t, "team-b", name, token)
+		for range MaxBatchesInFlightPerCluster {
+			held = append(held, s.holdBatchIn(t, "team-b", name, token, heldBatchLength))
+		}
+	}
+	s.addToken(t, "team-b", "more", "more-token")
+	if w := s.postIn("team-b", "more", "more-token", good); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a batch of a Cluster with none in flight, in a namespace with as many as it may have: answered %d, want 429", w.Code)
+	}
+	if w := s.post(good); w.Code != http.StatusOK {
+		t.Fatalf("a batch of another namespace's Cluster: answered %d %q, want 200", w.Code, w.Body.String())
+	}
+	for _, h := range held {
+		if w := h.finish(batch()); w.Code != http.StatusOK {
+			t.Fatalf("a batch in flight: answered %d", w.Code)
+		}
+	}
+
+	// Bytes: two bodies of unknown length (32 MiB each) of one of its
+	// Clusters and one of 12 MiB (24) of another leave 8 MiB of the
+	// namespace's 96: no room for a third Cluster's body of unknown length.
+	held = []heldBatch{s.holdBatchIn(t, "team-b", "b0", "token-0", -1), s.holdBatchIn(t, "team-b", "b0", "token-0", -1),
+		s.holdBatchIn(t, "team-b", "b1", "token-1", 12<<20)}
+	req := httptest.NewRequest(http.MethodPost, "/audit/team-b/more", strings.NewReader(""))
+	req.Header.Set("Authorization", "Bearer more-token")
+	req.ContentLength = -1
+	w := httptest.NewRecorder()
+	if s.receiver.ServeHTTP(w, req); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a batch of unknown length of a Cluster with none in flight, in a namespace with 8 MiB left: answered %d, want 429", w.Code)
+	}
+	if w := s.post(good); w.Code != http.StatusOK {
+		t.Fatalf("a batch of another namespace's Cluster, bytes: answered %d %q, want 200", w.Code, w.Body.String())
+	}
+	for _, h := range held {
+		if w := h.finish(batch()); w.Code != http.StatusOK {
+			t.Fatalf("a batch in flight: answered %d", w.Code)
+		}
+	}
+	if b := &s.receiver.inFlight; b.total != 0 || b.bytes != 0 || len(b.byNamespace) != 0 || len(b.bytesByNamespace) != 0 {
+		t.Fatalf("with every batch answered, %d batches and %d bytes are counted in flight: %v, %v", b.total, b.bytes, b.byNamespace, b.bytesByNamespace)
 	}
 }
 
@@ -358,12 +427,10 @@ func TestTheReceiverBoundsTheBatchesInFlight(t *testing.T) {
 // count of batches is below its bounds.
 func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 	s := newSetup(t)
-	if err := s.client.Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.AuditWebhookSecretName("dev"), Labels: map[string]string{v1alpha1.LabelCluster: "dev"}},
-		Data:       map[string][]byte{DataKeyToken: []byte("dev-token")},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// Each in a namespace of its own, so that only the Clusters' and all
+	// Clusters' bounds apply.
+	s.addToken(t, "team-b", "staging", "other")
+	s.addToken(t, "team-c", "dev", "dev-token")
 	good := batch(event("ci", "X509SHA256="+fp("ab"), t0))
 	expect := func(w *httptest.ResponseRecorder, code int, what string) {
 		t.Helper()
@@ -371,9 +438,9 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 			t.Fatalf("%s: answered %d %q, want %d", what, w.Code, w.Body.String(), code)
 		}
 	}
-	refused := func(cluster, token string, length int64) *httptest.ResponseRecorder {
+	refused := func(namespace, cluster, token string, length int64) *httptest.ResponseRecorder {
 		t.Helper()
-		req := httptest.NewRequest(http.MethodPost, "/audit/team-a/"+cluster, strings.NewReader(""))
+		req := httptest.NewRequest(http.MethodPost, "/audit/"+namespace+"/"+cluster, strings.NewReader(""))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.ContentLength = length
 		w := httptest.NewRecorder()
@@ -385,7 +452,7 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 	// MiB (twice that) leave 8 MiB of one Cluster's bound: no room for a
 	// third body of unknown length.
 	prod := []heldBatch{s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", 12<<20)}
-	expect(refused("prod", "s3cret", -1), http.StatusTooManyRequests, "a fourth batch of one Cluster, of unknown length")
+	expect(refused("team-a", "prod", "s3cret", -1), http.StatusTooManyRequests, "a fourth batch of one Cluster, of unknown length")
 	expect(s.post(good), http.StatusOK, "a small batch of the same Cluster")
 	// Read, a body of many small events leaves no room to decode them.
 	events := bytes.Repeat([]byte(`{},`), smallBatchObjects-10)
@@ -394,9 +461,10 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 
 	// All Clusters' bound: three more such bodies of another Cluster leave
 	// 8 MiB of it.
-	staging := []heldBatch{s.holdBatchOf(t, "staging", "other", -1), s.holdBatchOf(t, "staging", "other", -1), s.holdBatchOf(t, "staging", "other", 12<<20)}
-	expect(refused("dev", "dev-token", maxBatchBytes), http.StatusTooManyRequests, "a batch of the largest size of a Cluster with none in flight, while the others hold all Clusters' bound")
-	expect(s.postTo("dev", "dev-token", batch()), http.StatusOK, "a small batch of a Cluster with none in flight")
+	staging := []heldBatch{s.holdBatchIn(t, "team-b", "staging", "other", -1), s.holdBatchIn(t, "team-b", "staging", "other", -1),
+		s.holdBatchIn(t, "team-b", "staging", "other", 12<<20)}
+	expect(refused("team-c", "dev", "dev-token", maxBatchBytes), http.StatusTooManyRequests, "a batch of the largest size of a Cluster with none in flight, while the others hold all Clusters' bound")
+	expect(s.postIn("team-c", "dev", "dev-token", batch()), http.StatusOK, "a small batch of a Cluster with none in flight")
 
 	for _, h := range prod {
 		expect(h.finish(good), http.StatusOK, "a batch in flight")
@@ -404,7 +472,7 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 	for _, h := range staging {
 		expect(h.finish(batch()), http.StatusOK, "a batch in flight")
 	}
-	expect(s.postTo("dev", "dev-token", many), http.StatusOK, "the batch of many events once nothing else is in flight")
+	expect(s.postIn("team-c", "dev", "dev-token", many), http.StatusOK, "the batch of many events once nothing else is in flight")
 	if b := &s.receiver.inFlight; b.bytes != 0 || len(b.bytesByCluster) != 0 || b.total != 0 {
 		t.Fatalf("with every batch answered, %d bytes and %d batches are counted in flight: %v", b.bytes, b.total, b.bytesByCluster)
 	}
