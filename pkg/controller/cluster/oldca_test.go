@@ -46,7 +46,7 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 	away := v1alpha1.DefaultOfflineNodeTimeout + time.Minute
 	got := nodeFacts(c,
 		[]corev1.Node{node("up", "default", "aa"), node("gone", "default", "bb"), node("waited-for", "patient", "bb"), node("no-pool", "", "bb"),
-			node("ahead", "default", "aa"), node("typo", "defualt", "aa"), reporting(node("moved", "", "aa"), "published"),
+			node("ahead", "default", "aa"), node("typo", "dfault", "aa"), reporting(node("moved", "", "aa"), "published"),
 			reporting(node("moved-before", "", "aa"), "before"), reporting(node("rolled", "default", "aa"), "before")},
 		[]coordinationv1.Lease{lease("up", 0), lease("gone", away), lease("waited-for", away), lease("no-pool", away),
 			lease("ahead", -time.Hour), // its node's clock an hour ahead: it puts no other node behind
@@ -54,7 +54,7 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		"published", now)
 	want := []oldca.Node{{Name: "up", ClientIssuer: "aa", Pool: "default"}, {Name: "gone", ClientIssuer: "bb", Offline: true, Pool: "default"},
 		{Name: "waited-for", ClientIssuer: "bb", Pool: "patient"}, {Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: true},
-		{Name: "ahead", ClientIssuer: "aa", Pool: "default"}, {Name: "typo", ClientIssuer: "aa", Unrolled: true, Pool: "defualt"},
+		{Name: "ahead", ClientIssuer: "aa", Pool: "default"}, {Name: "typo", ClientIssuer: "aa", Unrolled: true, Pool: "dfault"},
 		{Name: "moved", ClientIssuer: "aa"}, // its node agent reports the published cluster bundle
 		{Name: "moved-before", ClientIssuer: "aa", Unrolled: true}, {Name: "rolled", ClientIssuer: "aa", Pool: "default"}}
 	if len(got) != len(want) {
