@@ -82,9 +82,10 @@ type Node struct {
 	// so it is not counted.
 	Offline bool
 	// Unrolled: no worker rollout moved the node's trust to the new
-	// cluster CA. Its carousel.dev/pool label, Pool, names no worker pool
-	// of the Cluster, and no node agent reports that it installed the
-	// published cluster bundle. Completing the rotation moves the API
+	// cluster CA. It registered before the rotation started, its
+	// carousel.dev/pool label, Pool, names no worker pool of the Cluster,
+	// and no node agent reports that it installed the published cluster
+	// bundle. Completing the rotation moves the API
 	// server's serving certificate to the new cluster CA, which its kubelet
 	// does not trust.
 	Unrolled bool

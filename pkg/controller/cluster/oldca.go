@@ -132,7 +132,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		nodes, leases, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
 		switch {
 		case err == nil:
-			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), now)
+			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), rot.LastInitiationTime.Time, now)
 		case rot.OldCAUsage != nil:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
@@ -495,16 +495,19 @@ func later(a, b time.Time) time.Time {
 // agent reports, whether the worker rollout takes them for offline (see
 // workerrollout.PlanRollout), with their pool's offlineNodeTimeout, and
 // whether no worker rollout moved them: their label names no worker pool,
-// and their node agent, if any, does not report the published cluster
-// bundle, whose digest is clusterBundle.
-func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, now time.Time) []oldca.Node {
+// their node agent, if any, does not report the published cluster bundle,
+// whose digest is clusterBundle, and they registered before the rotation
+// started. One that registered since bootstrapped with the bundles
+// published then (cluster-info), as a Replace pool's new Machines do,
+// whose Nodes need not carry the label.
+func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, started, now time.Time) []oldca.Node {
 	seen, newest := workerrollout.Heartbeats(nodes, leases, now)
 	out := make([]oldca.Node, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
 		name := n.Labels[v1alpha1.LabelPool]
 		pool := c.Spec.WorkerPool(name)
-		unrolled := pool == nil && n.Annotations[v1alpha1.AnnotationTrustBundle] != clusterBundle
+		unrolled := pool == nil && n.Annotations[v1alpha1.AnnotationTrustBundle] != clusterBundle && n.CreationTimestamp.Time.Before(started)
 		if pool == nil {
 			pool = &v1alpha1.WorkerPool{}
 		}

@@ -32,9 +32,14 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		{Name: "patient", OfflineNodeTimeout: &metav1.Duration{Duration: time.Hour}},
 		{Name: "default"},
 	}}}
+	started := now.Add(-time.Hour)
 	node := func(name, pool, issuer string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: pool},
-			Annotations: map[string]string{v1alpha1.AnnotationClientCertificateIssuer: issuer}}}
+			Annotations: map[string]string{v1alpha1.AnnotationClientCertificateIssuer: issuer}, CreationTimestamp: metav1.NewTime(started.Add(-time.Hour))}}
+	}
+	registered := func(n corev1.Node, at time.Time) corev1.Node {
+		n.CreationTimestamp = metav1.NewTime(at)
+		return n
 	}
 	reporting := func(n corev1.Node, bundle string) corev1.Node {
 		n.Annotations[v1alpha1.AnnotationTrustBundle] = bundle
@@ -47,16 +52,18 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 	got := nodeFacts(c,
 		[]corev1.Node{node("up", "default", "aa"), node("gone", "default", "bb"), node("waited-for", "patient", "bb"), node("no-pool", "", "bb"),
 			node("ahead", "default", "aa"), node("typo", "dfault", "aa"), reporting(node("moved", "", "aa"), "published"),
-			reporting(node("moved-before", "", "aa"), "before"), reporting(node("rolled", "default", "aa"), "before")},
+			reporting(node("moved-before", "", "aa"), "before"), reporting(node("rolled", "default", "aa"), "before"),
+			registered(node("joined", "", "aa"), started.Add(time.Second))},
 		[]coordinationv1.Lease{lease("up", 0), lease("gone", away), lease("waited-for", away), lease("no-pool", away),
 			lease("ahead", -time.Hour), // its node's clock an hour ahead: it puts no other node behind
-			lease("typo", 0), lease("moved", 0), lease("moved-before", 0), lease("rolled", 0)},
-		"published", now)
+			lease("typo", 0), lease("moved", 0), lease("moved-before", 0), lease("rolled", 0), lease("joined", 0)},
+		"published", started, now)
 	want := []oldca.Node{{Name: "up", ClientIssuer: "aa", Pool: "default"}, {Name: "gone", ClientIssuer: "bb", Offline: true, Pool: "default"},
 		{Name: "waited-for", ClientIssuer: "bb", Pool: "patient"}, {Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: true},
 		{Name: "ahead", ClientIssuer: "aa", Pool: "default"}, {Name: "typo", ClientIssuer: "aa", Unrolled: true, Pool: "dfault"},
 		{Name: "moved", ClientIssuer: "aa"}, // its node agent reports the published cluster bundle
-		{Name: "moved-before", ClientIssuer: "aa", Unrolled: true}, {Name: "rolled", ClientIssuer: "aa", Pool: "default"}}
+		{Name: "moved-before", ClientIssuer: "aa", Unrolled: true}, {Name: "rolled", ClientIssuer: "aa", Pool: "default"},
+		{Name: "joined", ClientIssuer: "aa"}} // registered since the rotation started, with the bundles published then
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}
