@@ -81,15 +81,11 @@ type Node struct {
 	// kubelet again once the API server refuses the old client certificate,
 	// so it is not counted.
 	Offline bool
-	// Unrolled: no worker rollout moved the node's trust to the new
-	// cluster CA. It registered before the rotation started, its
-	// carousel.dev/pool label, Pool, names no worker pool of the Cluster,
-	// and no node agent reports that it installed the published cluster
-	// bundle. Completing the rotation moves the API
-	// server's serving certificate to the new cluster CA, which its kubelet
-	// does not trust.
-	Unrolled bool
-	Pool     string
+	// Unrolled, when not empty, says why no worker rollout moved the
+	// node's trust to the new cluster CA (it is in no pool of the Cluster,
+	// say): completing the rotation moves the API server's serving
+	// certificate to the new cluster CA, which its kubelet does not trust.
+	Unrolled string
 }
 
 // Certificate is a client certificate Carousel keeps in a Secret.
@@ -113,6 +109,9 @@ type Dependent struct {
 	// Expires is when a kubeconfig stops being one, or the certificates a
 	// record of kubelet certificates lost expire; zero otherwise.
 	Expires time.Time
+	// ByHand: only a person changes it (a Node no rollout moved), so the
+	// gate need not look again soon.
+	ByHand bool
 }
 
 // kindOrder is the order in which dependents are listed.
@@ -181,12 +180,13 @@ func Dependents(f Facts) []Dependent {
 		case n.ClientIssuer != f.NewClientIssuer:
 			why = fmt.Sprintf("its node agent reports a client certificate from CA %s, not from the new client CA %s", short(n.ClientIssuer), short(f.NewClientIssuer))
 		}
-		if why == "" && n.Unrolled && !n.Offline {
-			why = unrolledNode(n.Pool)
+		byHand := false
+		if why == "" && n.Unrolled != "" && !n.Offline {
+			why, byHand = n.Unrolled+unrolledNode, true
 		}
 		if why != "" {
 			listedNodes[n.Name] = true
-			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentNode, Name: n.Name, Message: why})
+			deps = append(deps, Dependent{Kind: v1alpha1.OldCADependentNode, Name: n.Name, Message: why, ByHand: byHand})
 		}
 	}
 	current := map[string][]string{} // user -> fingerprints of its certificates from the new client CA
@@ -252,17 +252,11 @@ func Dependents(f Facts) []Dependent {
 	return deps
 }
 
-// unrolledNode says why a Node that no worker rollout moved depends on the
-// old cluster CA, and what to do.
-func unrolledNode(pool string) string {
-	label := "it has no " + v1alpha1.LabelPool + " label"
-	if pool != "" {
-		label = fmt.Sprintf("its %s label, %q, names no worker pool of the Cluster", v1alpha1.LabelPool, pool)
-	}
-	return label + ", so no worker rollout moved its kubelet's trust to the new cluster CA, and no node agent reports the published cluster bundle: " +
-		"completing the rotation would lock the kubelet out of the API server. Remove the Node, or complete with force once its kubelet trusts " +
-		"the new cluster CA; label it with a worker pool before the next rotation"
-}
+// unrolledNode follows Node.Unrolled in the message of a Node that no
+// worker rollout moved: what that means, and what to do.
+const unrolledNode = ", so no worker rollout moved its kubelet's trust to the new cluster CA: completing the rotation would lock the kubelet out " +
+	"of the API server. Decommission the node (stop its kubelet, then delete the Node), or complete with force once its kubelet trusts the new " +
+	"cluster CA; give it a worker pool before the next rotation"
 
 // UnreportedNodes says whether some online Node has no node agent that
 // reports its kubelet's client certificate: only those are judged by the

@@ -89,12 +89,13 @@ func TestDependents(t *testing.T) {
 			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w2", "n0", -10, 70), seen("system:node:w3", "n1", -10, 70)}}
 		}, want: []string{"Node/w2: kept", "User/system:node:w3: before the rotation started"}},
 		{name: "a node no worker rollout moved, on the new client CA or without a node agent, unless it is offline", facts: func(f *Facts) {
-			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA, Unrolled: true, Pool: "typo"}, {Name: "w2", Unrolled: true},
-				{Name: "w3", Unrolled: true, Offline: true}, {Name: "w4", ClientIssuer: newCA}}
+			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA, Unrolled: `its carousel.dev/pool label, "typo", names no worker pool of the Cluster`},
+				{Name: "w2", Unrolled: "it has no carousel.dev/pool label"}, {Name: "w3", Unrolled: "it has no carousel.dev/pool label", Offline: true},
+				{Name: "w4", ClientIssuer: newCA}}
 		}, want: []string{"Node/w1: its carousel.dev/pool label, \"typo\", names no worker pool of the Cluster, so no worker rollout moved its kubelet's trust",
 			"Node/w2: it has no carousel.dev/pool label, so no worker rollout"}},
 		{name: "a node no worker rollout moved on the old client CA: the client certificate is named first", facts: func(f *Facts) {
-			f.Nodes = []Node{{Name: "w1", ClientIssuer: oldCA, Unrolled: true}}
+			f.Nodes = []Node{{Name: "w1", ClientIssuer: oldCA, Unrolled: "it has no carousel.dev/pool label"}}
 		}, want: []string{"Node/w1: from CA bbbbbbbbbbbbbbbb, not from the new client CA"}},
 		{name: "an offline node is not counted: its node agent bootstraps again when it is back", facts: func(f *Facts) {
 			f.Nodes = []Node{{Name: "w3", ClientIssuer: oldCA, Offline: true}}
@@ -581,5 +582,18 @@ func TestAClockAheadDropsNoValidKubeconfig(t *testing.T) {
 	k.Add(IssuedCertificate{User: "carousel:admin:carol", Fingerprint: "03", Issuer: "new", IssuedAt: at(48 * 60), NotAfter: at(49 * 60)}, at(48*60))
 	if _, found := k.Find("01"); found {
 		t.Error("a kubeconfig expired a day before the addition is still recorded")
+	}
+}
+
+// A Node named only because no rollout moved it changes only by hand: the
+// gate need not look at the Nodes again soon for it.
+func TestANodeNoRolloutMovedIsNamedForAPerson(t *testing.T) {
+	const newCA, oldCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"
+	deps := Dependents(Facts{NewClientIssuer: newCA, OldClientIssuer: oldCA, Nodes: []Node{
+		{Name: "w1", ClientIssuer: newCA, Unrolled: "it has no carousel.dev/pool label"},
+		{Name: "w2", ClientIssuer: oldCA, Unrolled: "it has no carousel.dev/pool label"},
+	}})
+	if len(deps) != 2 || !deps[0].ByHand || deps[1].ByHand {
+		t.Fatalf("dependents %+v; want w1 for a person, w2 (on the old client CA, which its agent renews) not", deps)
 	}
 }

@@ -716,8 +716,8 @@ const (
 	// OldCADependentNode is a Node whose node agent reports a client
 	// certificate that the new client CA did not sign, or, without a node
 	// agent, whose kubelet last got a certificate from the old client CA;
-	// or a Node in no worker pool of the Cluster that no node agent reports
-	// trusting the new cluster CA.
+	// or a Node that no worker rollout of the rotation moved to the new
+	// cluster CA (in no worker pool of the Cluster, say).
 	OldCADependentNode OldCADependentKind = "Node"
 	// OldCADependentSecret is a certificate Secret of the Cluster whose
 	// certificate the new client CA did not sign.

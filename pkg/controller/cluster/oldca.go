@@ -177,7 +177,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		// Nodes report through annotations, which raise no event here:
 		// look again soon while they hold the gate, else once a minute.
 		next := now.Add(nodeRecheck)
-		if slices.ContainsFunc(deps, func(d oldca.Dependent) bool { return d.Kind == v1alpha1.OldCADependentNode || d.Name == "nodes" }) {
+		if slices.ContainsFunc(deps, func(d oldca.Dependent) bool { return d.Kind == v1alpha1.OldCADependentNode && !d.ByHand || d.Name == "nodes" }) {
 			next = now.Add(r.managedPollDelay(c, facts.NodesUnreadable))
 		}
 		s.wakeAt(next)
@@ -494,27 +494,48 @@ func later(a, b time.Time) time.Time {
 // nodeFacts are the Nodes as the gate judges them: the issuer their node
 // agent reports, whether the worker rollout takes them for offline (see
 // workerrollout.PlanRollout), with their pool's offlineNodeTimeout, and
-// whether no worker rollout moved them: their label names no worker pool,
-// their node agent, if any, does not report the published cluster bundle,
-// whose digest is clusterBundle, and they registered before the rotation
-// started. One that registered since bootstrapped with the bundles
-// published then (cluster-info), as a Replace pool's new Machines do,
-// whose Nodes need not carry the label.
+// whether no worker rollout moved them (unrolled).
 func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, started, now time.Time) []oldca.Node {
 	seen, newest := workerrollout.Heartbeats(nodes, leases, now)
 	out := make([]oldca.Node, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
-		name := n.Labels[v1alpha1.LabelPool]
-		pool := c.Spec.WorkerPool(name)
-		unrolled := pool == nil && n.Annotations[v1alpha1.AnnotationTrustBundle] != clusterBundle && n.CreationTimestamp.Time.Before(started)
+		pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool])
+		unrolled := unrolled(n, pool, clusterBundle, started)
 		if pool == nil {
 			pool = &v1alpha1.WorkerPool{}
 		}
 		out = append(out, oldca.Node{Name: n.Name, ClientIssuer: n.Annotations[v1alpha1.AnnotationClientCertificateIssuer],
-			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Unrolled: unrolled, Pool: name})
+			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Unrolled: unrolled})
 	}
 	return out
+}
+
+// unrolled says why no worker rollout of the rotation that started at
+// started moved n, in pool (nil: its label names none of the Cluster's), to
+// the published cluster bundle, whose digest is clusterBundle; "" when one
+// did, or may have. A Node registered since the start bootstrapped with the
+// bundles published then (cluster-info), as a Replace pool's new Machines
+// do; a node agent that reports the bundle installed it (an InPlace pool's
+// rollout waits for that report); a Manual pool's nodes the user reported
+// rolled. Anything else was rolled by nothing: a Node in no pool, one an
+// InPlace pool's rollout never asked (labelled, or its pool added, since),
+// one a Replace pool's rollout left in place.
+func unrolled(n *corev1.Node, pool *v1alpha1.WorkerPool, clusterBundle string, started time.Time) string {
+	label := n.Labels[v1alpha1.LabelPool]
+	switch {
+	case !n.CreationTimestamp.Time.Before(started) || n.Annotations[v1alpha1.AnnotationTrustBundle] == clusterBundle:
+		return ""
+	case pool == nil && label == "":
+		return "it has no " + v1alpha1.LabelPool + " label"
+	case pool == nil:
+		return fmt.Sprintf("its %s label, %q, names no worker pool of the Cluster", v1alpha1.LabelPool, label)
+	case pool.RolloutStrategy == v1alpha1.RolloutInPlace:
+		return fmt.Sprintf("its node agent reports no in-place renewal onto the published cluster bundle (pool %s)", label)
+	case pool.RolloutStrategy == v1alpha1.RolloutReplace:
+		return fmt.Sprintf("it registered before the rotation started, and Cluster API did not replace it (pool %s)", label)
+	}
+	return ""
 }
 
 // ManagedNodes lists a managed cluster's Nodes and node Leases through its

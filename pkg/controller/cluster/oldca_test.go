@@ -29,41 +29,56 @@ import (
 func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	c := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{
-		{Name: "patient", OfflineNodeTimeout: &metav1.Duration{Duration: time.Hour}},
-		{Name: "default"},
+		{Name: "patient", OfflineNodeTimeout: &metav1.Duration{Duration: time.Hour}, RolloutStrategy: v1alpha1.RolloutInPlace},
+		{Name: "default", RolloutStrategy: v1alpha1.RolloutInPlace},
+		{Name: "machines", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "machines"},
+		{Name: "by-hand", RolloutStrategy: v1alpha1.RolloutManual},
 	}}}
 	started := now.Add(-time.Hour)
 	node := func(name, pool, issuer string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: pool},
-			Annotations: map[string]string{v1alpha1.AnnotationClientCertificateIssuer: issuer}, CreationTimestamp: metav1.NewTime(started.Add(-time.Hour))}}
-	}
-	registered := func(n corev1.Node, at time.Time) corev1.Node {
-		n.CreationTimestamp = metav1.NewTime(at)
-		return n
+			Annotations: map[string]string{v1alpha1.AnnotationClientCertificateIssuer: issuer, v1alpha1.AnnotationTrustBundle: "published"},
+			CreationTimestamp: metav1.NewTime(started.Add(-time.Hour))}}
 	}
 	reporting := func(n corev1.Node, bundle string) corev1.Node {
 		n.Annotations[v1alpha1.AnnotationTrustBundle] = bundle
+		return n
+	}
+	registered := func(n corev1.Node, at time.Time) corev1.Node {
+		n.CreationTimestamp = metav1.NewTime(at)
 		return n
 	}
 	lease := func(name string, ago time.Duration) coordinationv1.Lease {
 		return coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: now.Add(-ago)}}}
 	}
 	away := v1alpha1.DefaultOfflineNodeTimeout + time.Minute
-	got := nodeFacts(c,
-		[]corev1.Node{node("up", "default", "aa"), node("gone", "default", "bb"), node("waited-for", "patient", "bb"), node("no-pool", "", "bb"),
-			node("ahead", "default", "aa"), node("typo", "dfault", "aa"), reporting(node("moved", "", "aa"), "published"),
-			reporting(node("moved-before", "", "aa"), "before"), reporting(node("rolled", "default", "aa"), "before"),
-			registered(node("joined", "", "aa"), started.Add(time.Second))},
-		[]coordinationv1.Lease{lease("up", 0), lease("gone", away), lease("waited-for", away), lease("no-pool", away),
-			lease("ahead", -time.Hour), // its node's clock an hour ahead: it puts no other node behind
-			lease("typo", 0), lease("moved", 0), lease("moved-before", 0), lease("rolled", 0), lease("joined", 0)},
-		"published", started, now)
-	want := []oldca.Node{{Name: "up", ClientIssuer: "aa", Pool: "default"}, {Name: "gone", ClientIssuer: "bb", Offline: true, Pool: "default"},
-		{Name: "waited-for", ClientIssuer: "bb", Pool: "patient"}, {Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: true},
-		{Name: "ahead", ClientIssuer: "aa", Pool: "default"}, {Name: "typo", ClientIssuer: "aa", Unrolled: true, Pool: "dfault"},
-		{Name: "moved", ClientIssuer: "aa"}, // its node agent reports the published cluster bundle
-		{Name: "moved-before", ClientIssuer: "aa", Unrolled: true}, {Name: "rolled", ClientIssuer: "aa", Pool: "default"},
-		{Name: "joined", ClientIssuer: "aa"}} // registered since the rotation started, with the bundles published then
+	nodes := []corev1.Node{node("up", "default", "aa"), node("gone", "default", "bb"), node("waited-for", "patient", "bb"),
+		reporting(node("no-pool", "", "bb"), ""), node("ahead", "default", "aa"), reporting(node("typo", "dfault", "aa"), ""),
+		node("moved", "", "aa"), // its node agent reports the published cluster bundle
+		reporting(node("moved-before", "", "aa"), "before"),
+		reporting(node("never-asked", "default", "aa"), ""), // labelled into a pool that rolled before it
+		reporting(node("left-in-place", "machines", "aa"), ""), reporting(registered(node("replaced", "machines", "aa"), started.Add(time.Minute)), ""),
+		reporting(node("reported", "by-hand", "aa"), ""),
+		reporting(registered(node("joined", "", "aa"), started.Add(time.Second)), "")} // registered since the start, with the bundles published then
+	var leases []coordinationv1.Lease
+	for _, n := range nodes {
+		switch n.Name {
+		case "gone", "waited-for", "no-pool":
+			leases = append(leases, lease(n.Name, away))
+		case "ahead":
+			leases = append(leases, lease(n.Name, -time.Hour)) // its node's clock an hour ahead: it puts no other node behind
+		default:
+			leases = append(leases, lease(n.Name, 0))
+		}
+	}
+	got := nodeFacts(c, nodes, leases, "published", started, now)
+	want := []oldca.Node{{Name: "up", ClientIssuer: "aa"}, {Name: "gone", ClientIssuer: "bb", Offline: true}, {Name: "waited-for", ClientIssuer: "bb"},
+		{Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: "it has no carousel.dev/pool label"}, {Name: "ahead", ClientIssuer: "aa"},
+		{Name: "typo", ClientIssuer: "aa", Unrolled: `its carousel.dev/pool label, "dfault", names no worker pool of the Cluster`},
+		{Name: "moved", ClientIssuer: "aa"}, {Name: "moved-before", ClientIssuer: "aa", Unrolled: "it has no carousel.dev/pool label"},
+		{Name: "never-asked", ClientIssuer: "aa", Unrolled: "its node agent reports no in-place renewal onto the published cluster bundle (pool default)"},
+		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "it registered before the rotation started, and Cluster API did not replace it (pool machines)"},
+		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "joined", ClientIssuer: "aa"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}
