@@ -142,8 +142,8 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 // errStaleCache.
 func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs) error {
 	recorded := recordedCA(c, role)
-	retired := recorded != nil && cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
-	if recorded == nil || !retired && (pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint ||
+	retired := cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
+	if !retired && (recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint ||
 		cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
 		return nil
 	}
@@ -155,13 +155,17 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 		return err
 	}
 	if retired {
+		current := pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert))
+		which := "if " + current + " is the CA to keep"
+		if recorded != nil {
+			which = fmt.Sprintf("if %s is the one the status records (%s)", current, pki.ShortFingerprint(recorded.Fingerprint))
+		}
 		return blocked(v1alpha1.ReasonCALost,
 			"secret %s holds, besides %s CA %s, a previous CA %s that no rotation keeps: it was put back from a copy made during a rotation. "+
-				"Carousel does not trust again a CA that a rotation retired: delete the keys %s and %s from it if %s is the one the status "+
-				"records (%s), or else restore it from an upload made since (kubectl carousel certs restore)",
-			secret.Name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(pki.Fingerprint(cas.Previous.Cert)),
-			credentials.DataKeyPreviousCertificate, credentials.DataKeyPreviousPrivateKey, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)),
-			pki.ShortFingerprint(recorded.Fingerprint))
+				"Carousel does not trust again a CA that a rotation retired (reissue-ca neither): delete the keys %s and %s from it %s, "+
+				"or else restore it from an upload made since (kubectl carousel certs restore)",
+			secret.Name, role, current, pki.ShortFingerprint(pki.Fingerprint(cas.Previous.Cert)),
+			credentials.DataKeyPreviousCertificate, credentials.DataKeyPreviousPrivateKey, which)
 	}
 	next := "delete it, then restore it from an upload made since (kubectl carousel certs restore, which refuses an older one)"
 	if !c.CARotationPhase().RotationInProgress() {

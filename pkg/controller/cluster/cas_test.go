@@ -500,11 +500,18 @@ func TestACASecretPutBackFromDuringTheRotationIsRefusedOnceItCompleted(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, putBack := range map[string]func(prepared *credentials.CAs) *credentials.CAs{
-		"the old CA as previous": func(prepared *credentials.CAs) *credentials.CAs { return prepared },
-		"a foreign CA as current, the recorded previous": func(prepared *credentials.CAs) *credentials.CAs {
+	samePair := func(prepared *credentials.CAs) *credentials.CAs { return prepared }
+	for name, tc := range map[string]struct {
+		putBack func(prepared *credentials.CAs) *credentials.CAs
+		// reissued: the status no longer records the role's CA, as after
+		// reissue-ca.
+		reissued bool
+	}{
+		"the old CA as previous": {putBack: samePair},
+		"a foreign CA as current, the recorded previous": {putBack: func(prepared *credentials.CAs) *credentials.CAs {
 			return &credentials.CAs{Current: foreignCA, Previous: prepared.Current}
-		},
+		}},
+		"the old CA as previous, the CA no longer recorded (reissue-ca)": {putBack: samePair, reissued: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -529,7 +536,14 @@ func TestACASecretPutBackFromDuringTheRotationIsRefusedOnceItCompleted(t *testin
 			}
 			sc.api.behind = nil
 
-			data, err := credentials.EncodeCASecretData(putBack(prepared))
+			if tc.reissued {
+				c := sc.cluster()
+				forgetCAs(c, []v1alpha1.CARole{v1alpha1.CARoleClient})
+				if err := sc.api.Status().Update(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			data, err := credentials.EncodeCASecretData(tc.putBack(prepared))
 			if err != nil {
 				t.Fatal(err)
 			}

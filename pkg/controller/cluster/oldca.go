@@ -177,7 +177,9 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		// Nodes report through annotations, which raise no event here:
 		// look again soon while they hold the gate, else once a minute.
 		next := now.Add(nodeRecheck)
-		if slices.ContainsFunc(deps, func(d oldca.Dependent) bool { return d.Kind == v1alpha1.OldCADependentNode && !d.ByHand || d.Name == "nodes" }) {
+		if slices.ContainsFunc(deps, func(d oldca.Dependent) bool {
+			return d.Kind == v1alpha1.OldCADependentNode && !d.ByHand || d.Name == "nodes"
+		}) {
 			next = now.Add(r.managedPollDelay(c, facts.NodesUnreadable))
 		}
 		s.wakeAt(next)

@@ -37,7 +37,7 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 	started := now.Add(-time.Hour)
 	node := func(name, pool, issuer string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: pool},
-			Annotations: map[string]string{v1alpha1.AnnotationClientCertificateIssuer: issuer, v1alpha1.AnnotationTrustBundle: "published"},
+			Annotations:       map[string]string{v1alpha1.AnnotationClientCertificateIssuer: issuer, v1alpha1.AnnotationTrustBundle: "published"},
 			CreationTimestamp: metav1.NewTime(started.Add(-time.Hour))}}
 	}
 	reporting := func(n corev1.Node, bundle string) corev1.Node {
