@@ -163,10 +163,11 @@ func TestPlanAndExpirationPrintTheirOutputKinds(t *testing.T) {
 		"blue":  {Name: "blue", RolloutStrategy: "Manual", Nodes: []string{"n1", "n2"}},
 		"green": {Name: "green", RolloutStrategy: "Replace", MachineDeployment: "green-md", Nodes: []string{"m1"}},
 	})
-	plan.NodesOutsidePools = []string{"n3", "n4"}
+	plan.NodesOutsidePools, plan.NodesUnknown = []string{"n3", "n4"}, "the Cluster has no endpoint"
 	var human bytes.Buffer
 	writePlan(&human, plan)
 	for _, want := range []string{
+		"\nThe managed cluster's nodes are unknown (the Cluster has no endpoint): those in no worker pool",
 		"\n2 node(s) in no worker pool, which no phase rolls and which hold complete-ca-rotation while online: n3, n4\n" +
 			"  label each carousel.dev/pool=<pool> before the rotation starts\n",
 		"Cluster team-a/prod, now in phase none (never rotated).",

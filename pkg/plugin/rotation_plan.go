@@ -51,9 +51,9 @@ when that fails the plan says why), and the nodes in no pool, which no phase rol
 		if err != nil {
 			return err
 		}
-		pools, outside := e.poolNodes(ctx, c, cl)
+		pools, outside, unknown := e.poolNodes(ctx, c, cl)
 		plan := rotationPlan(cl, consumers, pools)
-		plan.NodesOutsidePools = outside
+		plan.NodesOutsidePools, plan.NodesUnknown = outside, unknown
 		if out.printer != nil {
 			return out.printer.PrintObj(plan, e.streams.Out)
 		}
@@ -101,12 +101,12 @@ func (e *env) managedRequestTimeout() time.Duration {
 	return defaultManagedRequestTimeout
 }
 
-// poolNodes lists the nodes of each pool through the admin credential, or
-// says why it cannot, and the nodes in no pool. The admin Secret and the bundle live in a namespace a
+// poolNodes lists the nodes of each pool through the admin credential, and
+// the nodes in no pool, or says why it cannot (unknown). The admin Secret and the bundle live in a namespace a
 // tenant may write, so the client is built from their data only
 // (credentials.RESTConfig): the Secret's kubeconfig, which could name an exec
 // plugin or files on this machine, is never loaded.
-func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) (map[string]outputv1alpha1.WorkerPoolPlan, []string) {
+func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Cluster) (pools map[string]outputv1alpha1.WorkerPoolPlan, outside []string, unknown string) {
 	out := map[string]outputv1alpha1.WorkerPoolPlan{}
 	s, bundle := &corev1.Secret{}, &corev1.ConfigMap{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.CertificateSecretName(cl.Name, credentials.CertAdmin)}, s)
@@ -125,7 +125,6 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 		}
 	}
 	byPool := map[string][]string{}
-	var outside []string
 	switch {
 	case cs == nil && err == nil:
 		err = errors.New("the Cluster has no endpoint")
@@ -151,7 +150,10 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 		}
 		out[pool.Name] = plan
 	}
-	return out, outside
+	if err != nil {
+		unknown = err.Error()
+	}
+	return out, outside, unknown
 }
 
 // rotationPlan is rotation.Plan with the Cluster's lists filled in.
@@ -220,6 +222,10 @@ func writePlan(w io.Writer, plan *outputv1alpha1.RotationPlan) {
 		if phase.Then != "" {
 			fmt.Fprintf(w, "  then: %s\n", phase.Then)
 		}
+	}
+	if plan.NodesUnknown != "" {
+		fmt.Fprintf(w, "\nThe managed cluster's nodes are unknown (%s): those in no worker pool, which no phase rolls, hold complete-ca-rotation while online\n",
+			plan.NodesUnknown)
 	}
 	if len(plan.NodesOutsidePools) > 0 {
 		fmt.Fprintf(w, "\n%d node(s) in no worker pool, which no phase rolls and which hold complete-ca-rotation while online: %s\n"+

@@ -64,8 +64,11 @@ func TestAPlanDoesNotWaitForAManagedAPIServerThatNeverAnswers(t *testing.T) {
 	// until this context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	pools, _ := e.poolNodes(ctx, c, cl)
+	pools, _, unknown := e.poolNodes(ctx, c, cl)
 	plan := pools["a"]
+	if unknown != plan.NodesUnknown {
+		t.Errorf("the nodes unknown: %q, pool a's %q; want the same reason", unknown, plan.NodesUnknown)
+	}
 	// The request's deadline and its HTTP client's timeout are the same
 	// second: either may end it.
 	if ctx.Err() != nil || !strings.Contains(plan.NodesUnknown, "deadline exceeded") && !strings.Contains(plan.NodesUnknown, "Client.Timeout") {

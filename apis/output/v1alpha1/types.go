@@ -22,6 +22,9 @@ type RotationPlan struct {
 	// spec.workers: no phase rolls them, and the old-CA usage gate holds
 	// complete-ca-rotation while they are online.
 	NodesOutsidePools []string `json:"nodesOutsidePools,omitempty"`
+	// NodesUnknown says why the managed cluster's Nodes could not be read;
+	// empty when they were.
+	NodesUnknown string `json:"nodesUnknown,omitempty"`
 }
 
 // PhasePlan is one user-triggered phase of a rotation.
