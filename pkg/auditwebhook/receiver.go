@@ -111,7 +111,8 @@ func putBody(b *bytes.Buffer) {
 // memory they may take (batchesInFlight.reserve) likewise. A holder of one
 // Cluster's token can then take neither the memory nor the turns of the rest
 // of the fleet, nor can a tenant who creates Clusters (and so tokens) in its
-// namespace take more than half of them. A batch beyond a bound
+// namespace take more than three quarters of them: a fleet in one namespace
+// keeps most of them, the other namespaces the rest. A batch beyond a bound
 // is answered 429 Too Many Requests with
 // Retry-After, which kube-apiserver's client honours (up to ten times) before
 // its webhook backend backs off and starts over
@@ -121,14 +122,14 @@ func putBody(b *bytes.Buffer) {
 // only when the receiver is slow, or a sender floods it.
 const (
 	MaxBatchesInFlightPerCluster   = 4
-	MaxBatchesInFlightPerNamespace = MaxBatchesInFlight / 2
+	MaxBatchesInFlightPerNamespace = MaxBatchesInFlight * 3 / 4
 	MaxBatchesInFlight             = 32
 	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 82
 	// MiB: maxBatchBytes of a body of unknown length, decoded an event at a
 	// time, one event as large as the body), MaxBytesInFlight two of them; a
 	// batch of 400 events at the Metadata level costs about 4 MiB.
 	MaxBytesInFlightPerCluster   = 96 << 20
-	MaxBytesInFlightPerNamespace = MaxBytesInFlight / 2
+	MaxBytesInFlightPerNamespace = MaxBytesInFlight * 3 / 4
 	MaxBytesInFlight             = 2 * MaxBytesInFlightPerCluster
 )
 

@@ -369,8 +369,8 @@ func TestTheReceiverBoundsTheBatchesInFlight(t *testing.T) {
 }
 
 // The Clusters of one namespace, whose tenant may create Clusters and so
-// tokens, take at most half of the batches and bytes in flight: the other
-// namespaces' batches are still admitted.
+// tokens, take at most three quarters of the batches and bytes in flight:
+// the other namespaces' batches are still admitted.
 func TestTheReceiverBoundsANamespacesBatchesInFlight(t *testing.T) {
 	s := newSetup(t)
 	good := batch(event("ci", "X509SHA256="+fp("ab"), t0))
@@ -395,17 +395,17 @@ func TestTheReceiverBoundsANamespacesBatchesInFlight(t *testing.T) {
 		}
 	}
 
-	// Bytes: two bodies of unknown length (32 MiB each) of one of its
-	// Clusters and one of 12 MiB (24) of another leave 8 MiB of the
-	// namespace's 96: no room for a third Cluster's body of unknown length.
+	// Bytes: two bodies of unknown length (32 MiB each) of each of two of
+	// its Clusters leave 16 MiB of the namespace's 144 (and 64 of all
+	// Clusters'): no room for a third Cluster's body of unknown length.
 	held = []heldBatch{s.holdBatchIn(t, "team-b", "b0", "token-0", -1), s.holdBatchIn(t, "team-b", "b0", "token-0", -1),
-		s.holdBatchIn(t, "team-b", "b1", "token-1", 12<<20)}
+		s.holdBatchIn(t, "team-b", "b1", "token-1", -1), s.holdBatchIn(t, "team-b", "b1", "token-1", -1)}
 	req := httptest.NewRequest(http.MethodPost, "/audit/team-b/more", strings.NewReader(""))
 	req.Header.Set("Authorization", "Bearer more-token")
 	req.ContentLength = -1
 	w := httptest.NewRecorder()
 	if s.receiver.ServeHTTP(w, req); w.Code != http.StatusTooManyRequests {
-		t.Fatalf("a batch of unknown length of a Cluster with none in flight, in a namespace with 8 MiB left: answered %d, want 429", w.Code)
+		t.Fatalf("a batch of unknown length of a Cluster with none in flight, in a namespace with 16 MiB left: answered %d, want 429", w.Code)
 	}
 	if w := s.post(good); w.Code != http.StatusOK {
 		t.Fatalf("a batch of another namespace's Cluster, bytes: answered %d %q, want 200", w.Code, w.Body.String())
