@@ -510,6 +510,10 @@ func TestTheReceiverGivesABodyItsTime(t *testing.T) {
 	if n := s.receiver.inFlight.count(); n != 0 {
 		t.Fatalf("%d batches counted in flight once the slow one was answered", n)
 	}
+	if u := s.usage(t); u.Unrecorded == nil || u.Unrecorded.Before(s.clock.Now()) {
+		t.Errorf("sightings left out until %v, want until the timeout at least (%v): the sender does not send a batch answered 400 again",
+			u.Unrecorded, s.clock.Now())
+	}
 }
 
 func TestCredentials(t *testing.T) {
