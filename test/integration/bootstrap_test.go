@@ -446,7 +446,10 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			g.Expect(u.Dependents).To(ContainElement(And(HaveField("Kind", v1alpha1.OldCADependentNode), HaveField("Name", "bare-1"),
 				HaveField("Message", ContainSubstring(`its carousel.dev/pool label, "unmanaged", names no worker pool of the Cluster`)))))
 		}).Should(Succeed())
+		// Decommissioned: the gate, which reads Nodes that only a person
+		// changes once a minute, reads them at once on a reconcile.
 		Expect(admin.CoreV1().Nodes().Delete(ctx, "bare-1", metav1.DeleteOptions{})).To(Succeed())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationReconcile)).To(Succeed())
 
 		By("taking a new admin kubeconfig, from the new client CA: the old-CA usage gate names the one from before until then")
 		Eventually(func(g Gomega) {

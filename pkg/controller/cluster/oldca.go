@@ -46,7 +46,9 @@ type AuditWebhook struct {
 const DefaultOldCAUsageWindow = time.Hour
 
 // nodeRecheck is how often a Prepared Cluster's Nodes are read again while
-// none of them holds the gate.
+// none of them holds the gate, or only Nodes that a person changes (see
+// oldca.Dependent.ByHand): carousel.dev/operation=reconcile reads them at
+// once.
 const nodeRecheck = time.Minute
 
 // auditWebhookUser names the token's user in the audit kubeconfig.
