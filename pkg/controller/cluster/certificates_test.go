@@ -93,14 +93,7 @@ func TestALeafThatEndsWithItsCAIsNotRenewed(t *testing.T) {
 	clk.SetTime(start.Add(16 * time.Hour)) // past two thirds of 23h: renewed, up to the CA's end
 	reconcile()
 	reconcile()
-	secret := func(name string) *corev1.Secret {
-		t.Helper()
-		s := &corev1.Secret{}
-		if err := api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	secret := func(name string) *corev1.Secret { return getSecret(t, api, c.Namespace, name) }
 	cas, err := credentials.DecodeCASecret(secret(credentials.CASecretName(c.Name, v1alpha1.CARoleCluster)))
 	if err != nil {
 		t.Fatal(err)

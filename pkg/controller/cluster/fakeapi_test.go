@@ -259,6 +259,16 @@ func (sc *settledCluster) statusWritesUntil(want v1alpha1.CARotationPhase) (stat
 	return 0
 }
 
+// getSecret reads a Secret through r, or fails the test.
+func getSecret(t *testing.T, r client.Reader, namespace, name string) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := r.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // newCluster is a Cluster without an endpoint, so that no check of a managed
 // cluster is ever due.
 func newCluster(name string) *v1alpha1.Cluster {

@@ -505,12 +505,12 @@ func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1
 	for i := range nodes {
 		n := &nodes[i]
 		pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool])
-		unrolled := unrolled(n, pool, clusterBundle, started)
+		notMoved := unrolled(n, pool, clusterBundle, started)
 		if pool == nil {
 			pool = &v1alpha1.WorkerPool{}
 		}
 		out = append(out, oldca.Node{Name: n.Name, ClientIssuer: n.Annotations[v1alpha1.AnnotationClientCertificateIssuer],
-			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Unrolled: unrolled})
+			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Unrolled: notMoved})
 	}
 	return out
 }

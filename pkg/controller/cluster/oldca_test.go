@@ -128,14 +128,7 @@ func TestOldCAUsageGateReadsTheRecordsPastTheCache(t *testing.T) {
 	clk.Step(oldca.Settling + time.Minute) // past the collecting
 	now := clk.Now()
 
-	secret := func(name string) *corev1.Secret {
-		t.Helper()
-		s := &corev1.Secret{}
-		if err := api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	secret := func(name string) *corev1.Secret { return getSecret(t, api, c.Namespace, name) }
 	block, _ := pem.Decode(secret(credentials.CertificateSecretName(c.Name, credentials.CertOperator)).Data[v1alpha1.DataKeyCertificate])
 	if block == nil {
 		t.Fatal("the operator's certificate is not PEM")

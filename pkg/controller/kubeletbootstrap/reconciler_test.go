@@ -293,16 +293,8 @@ func TestAClusterWithoutAnEndpointIsCleanedUpThroughItsLiveConnection(t *testing
 // The cleanup of a cleared endpoint that fails is tried again a few times,
 // the connection kept for it, before the Cluster is released without it.
 func TestAFailedCleanupOfAClearedEndpointIsTriedAgain(t *testing.T) {
-	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}}}
-	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
-	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
-		DeleteAllOf: func(context.Context, client.WithWatch, client.Object, ...client.DeleteAllOfOption) error {
-			return apierrors.NewServiceUnavailable("the managed API server is restarting")
-		}}).Build()
-	connections := &liveConnection{live: &clustercache.Connection{Config: &rest.Config{Host: "https://192.0.2.1:6443"}, Client: managed}}
-	recorder := events.NewFakeRecorder(10)
-	r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections, Recorder: recorder}
-	key := client.ObjectKeyFromObject(c)
+	management, connections, r, key := clearedEndpointFailingCleanup()
+	recorder := r.Recorder.(*events.FakeRecorder)
 	for attempt := 1; attempt < clearedEndpointAttempts; attempt++ {
 		result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key})
 		if err != nil || result.RequeueAfter != cleanupRetry || connections.disconnected || len(recorder.Events) > 0 {
@@ -326,15 +318,7 @@ func TestAFailedCleanupOfAClearedEndpointIsTriedAgain(t *testing.T) {
 // when it is cleared again: its first failure is tried again, not the last
 // of the twelve.
 func TestTheCleanupsOfAnEndpointSetAgainCountFromNaught(t *testing.T) {
-	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}}}
-	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
-	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
-		DeleteAllOf: func(context.Context, client.WithWatch, client.Object, ...client.DeleteAllOfOption) error {
-			return apierrors.NewServiceUnavailable("the managed API server is restarting")
-		}}).Build()
-	connections := &liveConnection{live: &clustercache.Connection{Config: &rest.Config{Host: "https://192.0.2.1:6443"}, Client: managed}}
-	r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections, Recorder: events.NewFakeRecorder(10)}
-	key := client.ObjectKeyFromObject(c)
+	management, _, r, key := clearedEndpointFailingCleanup()
 	setEndpoint := func(endpoint string) {
 		t.Helper()
 		got := &v1alpha1.Cluster{}
@@ -362,6 +346,21 @@ func TestTheCleanupsOfAnEndpointSetAgainCountFromNaught(t *testing.T) {
 		t.Fatalf("the first failed cleanup of the endpoint cleared again: %+v, %v, finalizers %v (%v); want it tried again in %s", result, err,
 			got.Finalizers, getErr, cleanupRetry)
 	}
+}
+
+// clearedEndpointFailingCleanup is a Cluster whose endpoint was cleared,
+// still connected to its managed cluster, whose cleanup fails, and its
+// Reconciler (with a FakeRecorder).
+func clearedEndpointFailingCleanup() (client.Client, *liveConnection, *Reconciler, client.ObjectKey) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", Finalizers: []string{v1alpha1.FinalizerManagedCleanup}}}
+	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
+	managed := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+		DeleteAllOf: func(context.Context, client.WithWatch, client.Object, ...client.DeleteAllOfOption) error {
+			return apierrors.NewServiceUnavailable("the managed API server is restarting")
+		}}).Build()
+	connections := &liveConnection{live: &clustercache.Connection{Config: &rest.Config{Host: "https://192.0.2.1:6443"}, Client: managed}}
+	r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: connections, Recorder: events.NewFakeRecorder(10)}
+	return management, connections, r, client.ObjectKeyFromObject(c)
 }
 
 // liveConnection is a managed cluster still connected whose connection can
