@@ -716,8 +716,8 @@ const (
 	// OldCADependentNode is a Node whose node agent reports a client
 	// certificate that the new client CA did not sign, or, without a node
 	// agent, whose kubelet last got a certificate from the old client CA;
-	// or a Node that no worker rollout of the rotation moved to the new
-	// cluster CA (in no worker pool of the Cluster, say).
+	// or a Node there before the rotation started, in no worker pool of
+	// the Cluster, that no worker rollout moved to the new cluster CA.
 	OldCADependentNode OldCADependentKind = "Node"
 	// OldCADependentSecret is a certificate Secret of the Cluster whose
 	// certificate the new client CA did not sign.

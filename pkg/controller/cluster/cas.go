@@ -156,7 +156,7 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 	}
 	if retired {
 		current := pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert))
-		which := "if " + current + " is the CA to keep"
+		which := "once nothing uses the previous CA any more (a copy from a rotation that did not complete holds the CA its kubelets may still trust only)"
 		if recorded != nil {
 			which = fmt.Sprintf("if %s is the one the status records (%s)", current, pki.ShortFingerprint(recorded.Fingerprint))
 		}

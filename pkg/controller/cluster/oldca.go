@@ -516,30 +516,24 @@ func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1
 }
 
 // unrolled says why no worker rollout of the rotation that started at
-// started moved n, in pool (nil: its label names none of the Cluster's), to
-// the published cluster bundle, whose digest is clusterBundle; "" when one
-// did, or may have. A Node registered since the start bootstrapped with the
-// bundles published then (cluster-info), as a Replace pool's new Machines
-// do; a node agent that reports the bundle installed it (an InPlace pool's
-// rollout waits for that report); a Manual pool's nodes the user reported
-// rolled. Anything else was rolled by nothing: a Node in no pool, one an
-// InPlace pool's rollout never asked (labelled, or its pool added, since),
-// one a Replace pool's rollout left in place.
+// started moved n to the published cluster bundle, whose digest is
+// clusterBundle, or "" when one did, or may have: n's carousel.dev/pool
+// label names no pool of the Cluster (pool is nil), it registered before the
+// start (one registered since bootstrapped with the bundles published then,
+// cluster-info, as a Replace pool's new Machines do, whose Nodes need not
+// carry the label), and its node agent, if any, does not report the
+// published bundle. A Node in a pool is taken as that pool's rollout left
+// it, the pool's strategy, or the user who reported it with
+// rollout-workers: nothing records which it was.
 func unrolled(n *corev1.Node, pool *v1alpha1.WorkerPool, clusterBundle string, started time.Time) string {
 	label := n.Labels[v1alpha1.LabelPool]
 	switch {
-	case !n.CreationTimestamp.Time.Before(started) || n.Annotations[v1alpha1.AnnotationTrustBundle] == clusterBundle:
+	case pool != nil || !n.CreationTimestamp.Time.Before(started) || n.Annotations[v1alpha1.AnnotationTrustBundle] == clusterBundle:
 		return ""
-	case pool == nil && label == "":
+	case label == "":
 		return "it has no " + v1alpha1.LabelPool + " label"
-	case pool == nil:
-		return fmt.Sprintf("its %s label, %q, names no worker pool of the Cluster", v1alpha1.LabelPool, label)
-	case pool.RolloutStrategy == v1alpha1.RolloutInPlace:
-		return fmt.Sprintf("its node agent reports no in-place renewal onto the published cluster bundle (pool %s)", label)
-	case pool.RolloutStrategy == v1alpha1.RolloutReplace:
-		return fmt.Sprintf("it registered before the rotation started, and Cluster API did not replace it (pool %s)", label)
 	}
-	return ""
+	return fmt.Sprintf("its %s label, %q, names no worker pool of the Cluster", v1alpha1.LabelPool, label)
 }
 
 // ManagedNodes lists a managed cluster's Nodes and node Leases through its

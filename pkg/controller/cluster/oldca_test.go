@@ -76,8 +76,8 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		{Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: "it has no carousel.dev/pool label"}, {Name: "ahead", ClientIssuer: "aa"},
 		{Name: "typo", ClientIssuer: "aa", Unrolled: `its carousel.dev/pool label, "dfault", names no worker pool of the Cluster`},
 		{Name: "moved", ClientIssuer: "aa"}, {Name: "moved-before", ClientIssuer: "aa", Unrolled: "it has no carousel.dev/pool label"},
-		{Name: "never-asked", ClientIssuer: "aa", Unrolled: "its node agent reports no in-place renewal onto the published cluster bundle (pool default)"},
-		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "it registered before the rotation started, and Cluster API did not replace it (pool machines)"},
+		// In a pool: as its rollout, or the user who reported it, left it.
+		{Name: "never-asked", ClientIssuer: "aa"}, {Name: "left-in-place", ClientIssuer: "aa"},
 		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "joined", ClientIssuer: "aa"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
