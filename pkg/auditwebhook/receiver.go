@@ -361,14 +361,19 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(cmp.Or(r.BodyTimeout, defaultBodyTimeout)))
 	body := bodies.Get().(*bytes.Buffer)
 	defer putBody(body)
+	// A batch refused with 400 or 413 is not sent again: its sightings are
+	// left out of the record.
+	refusedForGood := func(code int, msg string) (int, string) {
+		r.leftOut(ctx, key)
+		return code, msg
+	}
 	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, limit)); err != nil {
+		msg := "reading the audit events: " + err.Error()
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) {
-			// Answered, and not sent again; a batch whose sender went away
-			// is sent again.
-			r.leftOut(ctx, key)
+			return refusedForGood(http.StatusBadRequest, msg)
 		}
-		return http.StatusBadRequest, "reading the audit events: " + err.Error()
+		return http.StatusBadRequest, msg // its sender went away: it sends the batch again
 	}
 	if !reserve(decodeCost(body.Bytes())) {
 		return http.StatusTooManyRequests, tooMuch
@@ -376,15 +381,12 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	batch, err := decodeBatch(body.Bytes())
 	switch {
 	case errors.Is(err, errTooManyEvents):
-		r.leftOut(ctx, key)
-		return http.StatusRequestEntityTooLarge, err.Error()
+		return refusedForGood(http.StatusRequestEntityTooLarge, err.Error())
 	case err != nil:
-		r.leftOut(ctx, key)
-		return http.StatusBadRequest, "decoding the audit events: " + err.Error()
+		return refusedForGood(http.StatusBadRequest, "decoding the audit events: "+err.Error())
 	}
 	if gv := auditv1.SchemeGroupVersion.String(); batch.APIVersion != gv || batch.Kind != "EventList" {
-		r.leftOut(ctx, key)
-		return http.StatusBadRequest, fmt.Sprintf("expected an EventList of %s, got a %s of %s", gv, batch.Kind, batch.APIVersion)
+		return refusedForGood(http.StatusBadRequest, fmt.Sprintf("expected an EventList of %s, got a %s of %s", gv, batch.Kind, batch.APIVersion))
 	}
 	seen := credentialsIn(batch.Items, r.Clock.Now())
 	if len(seen) == 0 {

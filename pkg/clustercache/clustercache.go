@@ -185,20 +185,19 @@ func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection,
 		}
 		return nil, err
 	}
-	endpoint, caBundle := cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle])
+	key, endpoint, caBundle := client.ObjectKeyFromObject(cl), cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle])
 	cfg, err := credentials.RESTConfig(endpoint, caBundle, operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
 	if err != nil {
 		// No new connection can be configured (an endpoint the webhook
 		// would have refused, a bundle that does not parse): the old one
 		// ends all the same when it no longer goes where, or trusts what,
 		// the Cluster says.
-		key := client.ObjectKeyFromObject(cl)
 		unlock := c.connecting.lock(key)
 		c.disconnectMoved(key, endpoint, caBundle)
 		unlock()
 		return nil, fmt.Errorf("the managed cluster's client configuration: %w", err)
 	}
-	return c.connect(ctx, client.ObjectKeyFromObject(cl), cfg)
+	return c.connect(ctx, key, cfg)
 }
 
 func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Config) (*Connection, error) {

@@ -70,9 +70,9 @@ func trustProbeSecret(c *v1alpha1.Cluster) string {
 
 // apiServerTrustsNewClientCA is, in Preparing and with an endpoint, the
 // observed half of "every consumer trusts both CAs": the API server accepts
-// a client certificate from the new client CA. Carousel's own client
-// certificate moves only after that, and once it has moved, the question is
-// settled. Elsewhere it is true: the consumers' rollout says it. It returns
+// a client certificate from the new client CA. Once the clients moved, the
+// question is settled, and trustPhase does not ask it (clientsMoved).
+// Elsewhere it is true: the consumers' rollout says it. It returns
 // what it saw of the API server (nil: it did not look) and, for a check that
 // failed, errManagedCheckFailed.
 func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1.Cluster, objs *objects,
@@ -85,9 +85,6 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 	case endpointRemoved:
 		return false, endpointRemovedCondition(c), nil
 	case endpoint == "":
-		return true, nil, nil
-	}
-	if clientsMoved(c, objs, clientCAs) {
 		return true, nil, nil
 	}
 	probe, err := r.ensureProbe(ctx, c, objs, clientCAs.Current, trustProbeCert, c.Spec.Certificates.LeafValidityOrDefault())
@@ -103,11 +100,12 @@ func (r *Reconciler) apiServerTrustsNewClientCA(ctx context.Context, c *v1alpha1
 // clientsMoved reports whether, during a rotation, the clients moved to the
 // new client CA already, which settles that everything trusts it: the
 // rotation is Prepared or WaitingForWorkersRollout, which it reaches only
-// once every client moved (rotation.Facts.ClientsOnNewCA), or a client
-// certificate the client CA signs is from the new client CA, which signs
-// none before the API server accepted it. Not the phase alone: after
-// rotate-rollout-workers the rotation is back in Preparing, and any of those
-// Secrets may be lost.
+// once every client moved (rotation.Facts.ClientsOnNewCA), or Carousel's own
+// client certificate is from the new client CA, which signs none before the
+// API server accepted it, or, that Secret lost, another client certificate
+// the client CA signs is. Not the phase alone: after rotate-rollout-workers
+// the rotation is back in Preparing. One certificate is parsed a pass, as
+// long as Carousel's own is there.
 func clientsMoved(c *v1alpha1.Cluster, objs *objects, clientCAs *credentials.CAs) bool {
 	if clientCAs.Previous == nil {
 		return false
@@ -116,12 +114,16 @@ func clientsMoved(c *v1alpha1.Cluster, objs *objects, clientCAs *credentials.CAs
 	case v1alpha1.RotationPrepared, v1alpha1.RotationWaitingForWorkersRollout:
 		return true
 	}
+	onNewCA := func(s *corev1.Secret) bool {
+		certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate])
+		return err == nil && clientCAs.Issuer(certs[0]) == clientCAs.Current
+	}
+	if own := objs.secrets[credentials.CertificateSecretName(c.Name, credentials.CertOperator)]; own != nil {
+		return onNewCA(own)
+	}
 	for _, cert := range credentials.Certificates(c) {
 		s := objs.secrets[credentials.CertificateSecretName(c.Name, cert.Name)]
-		if cert.SignedBy != v1alpha1.CARoleClient || cert.RenewIn != credentials.RenewInPreparing || s == nil {
-			continue
-		}
-		if certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate]); err == nil && clientCAs.Issuer(certs[0]) == clientCAs.Current {
+		if cert.SignedBy == v1alpha1.CARoleClient && cert.RenewIn == credentials.RenewInPreparing && s != nil && onNewCA(s) {
 			return true
 		}
 	}
