@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -32,6 +33,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -403,6 +405,28 @@ func (on *offNode) assertRebootstrapped(refusedKubeconfig []byte, oldPairs []str
 	if n := counterValue(t, on.metrics.rebootstraps); n != 1 {
 		t.Errorf("%v re-bootstraps counted, want 1", n)
 	}
+	on.assertReportedUnasked(current.Cert)
+}
+
+// assertReportedUnasked checks that the Node reports the credentials and
+// bundles the node now uses (client issuer that of clientCert), and
+// answers no request.
+func (on *offNode) assertReportedUnasked(clientCert *x509.Certificate) {
+	t := on.t
+	t.Helper()
+	node, err := on.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := noderenewal.ReportOf(noderenewal.Request{}, clientCert, on.storedServing(), on.trust).Annotations()
+	for k, v := range want {
+		if node.Annotations[k] != v {
+			t.Errorf("the Node's annotation %s is %q, want %q", k, node.Annotations[k], v)
+		}
+	}
+	if v, ok := node.Annotations[v1alpha1.AnnotationCredentialsRenewed]; ok {
+		t.Errorf("the Node answers request %q, which no one asked for", v)
+	}
 }
 
 // pairs lists the key pairs in the cert dir.
@@ -438,13 +462,22 @@ func TestRebootstrapKubelet(t *testing.T) {
 		servingTrusted bool // the serving certificate is already from the new kubelet CA
 		wantRestarts   int
 		wantCSRs       int
+		pending        bool // a renewal request is pending on the Node
 	}{
-		{"untrusted API server", false, false, 2, 1},
-		{"401", true, false, 2, 1},
-		{"401, serving certificate already trusted", true, true, 1, 0},
+		{"untrusted API server", false, false, 2, 1, false},
+		{"401", true, false, 2, 1, false},
+		{"401, serving certificate already trusted", true, true, 1, 0, false},
+		{"401, a renewal request pending", true, false, 2, 1, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			on := newOffNode(t)
+			request := noderenewal.Request{Initiated: on.now, Phase: v1alpha1.RotationFinalizing}
+			if tt.pending {
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationRenewCredentials, request)
+				if _, err := on.cs.CoreV1().Nodes().Patch(context.Background(), "w1", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tt.trustsServer {
 				info, err := readKubeconfig(on.path("kubeconfig"))
 				if err != nil {
@@ -464,6 +497,15 @@ func TestRebootstrapKubelet(t *testing.T) {
 				t.Fatalf("rebootstrapIfRefused = %v, %v; log: %q", rebootstrapped, err, on.logLines())
 			}
 			on.assertRebootstrapped(refused, pairs)
+			if tt.pending {
+				node, err := on.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, ok := noderenewal.Pending(node.Annotations); !ok || got.String() != request.String() {
+					t.Errorf("the pending request is no longer pending after the re-bootstrap: %+v, %v", got, ok)
+				}
+			}
 			if csrs, restarts := on.counts(); restarts != tt.wantRestarts || csrs != tt.wantCSRs || on.bootstrapCount() != 1 {
 				t.Errorf("%d restarts, %d CSRs, %d bootstraps; want %d, %d (serving) and 1", restarts, csrs, on.bootstrapCount(), tt.wantRestarts, tt.wantCSRs)
 			}

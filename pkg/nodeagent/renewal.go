@@ -72,11 +72,13 @@ func (r *renewal) renewalSteps() []renewalStep {
 // resyncSteps bring a kubelet (ModeKubelet) that has just bootstrapped
 // again in line with the node trust bundles, the way a renewal does, but
 // without renewing the client certificate (the bootstrap just obtained one,
-// from the current client CA) and without reporting on the Node (no request
-// asked for it): install the bundles (the clientCAFile above all, which the
-// bootstrap leaves as it was), renew the serving certificate only when it
-// does not verify against the kubelet bundle, and restart the kubelet when
-// something changed that it does not reload by itself.
+// from the current client CA): install the bundles (the clientCAFile above
+// all, which the bootstrap leaves as it was), renew the serving certificate
+// only when it does not verify against the kubelet bundle, restart the
+// kubelet when something changed that it does not reload by itself, and
+// report on the Node what it now uses, answering no request (none asked for
+// it): what an earlier report said is stale, and the old-CA usage gate
+// takes a Node in no worker pool for moved by what it reports.
 func (r *renewal) resyncSteps() []renewalStep {
 	return []renewalStep{
 		{"read the node trust bundles", r.readTrust},
@@ -85,6 +87,7 @@ func (r *renewal) resyncSteps() []renewalStep {
 		{"renew the kubelet's serving certificate", r.renewUntrustedServing},
 		{"restart the kubelet", r.restartKubelet},
 		{"wait for the kubelet", r.waitForKubelet},
+		{"report on the Node", r.report},
 	}
 }
 
@@ -102,6 +105,9 @@ func (r *renewal) run(ctx context.Context, steps []renewalStep) error {
 func (n *Node) renew(ctx context.Context, req noderenewal.Request) error {
 	r := &renewal{n: n, label: "renewal " + req.String(), record: req.String(), req: req, started: n.Manager.cfg.Clock.Now()}
 	if err := r.run(ctx, r.renewalSteps()); err != nil {
+		return err
+	}
+	if err := clearProgress(r.certDir()); err != nil {
 		return err
 	}
 	n.Manager.cfg.Metrics.renewalDone(n.Manager.cfg.Clock.Since(r.started))
@@ -443,10 +449,11 @@ func (r *renewal) waitForKubelet(ctx context.Context) error {
 	return nil
 }
 
-// report answers the request on the Node with what the node now uses, read
-// back from disk: the client certificate's issuer, the kubeconfig's bundle
-// and (in ModeKubelet) the clientCAFile's. In ModeStandIn, which has no
-// kubelet to serve clients, the kubelet bundle reported is the one read.
+// report answers the request on the Node (a resync answers none) with what
+// the node now uses, read back from disk: the client certificate's issuer,
+// the kubeconfig's bundle and (in ModeKubelet) the clientCAFile's and the
+// serving certificate's issuer. In ModeStandIn, which has no kubelet to
+// serve clients, the kubelet bundle reported is the one read.
 func (r *renewal) report(ctx context.Context) error {
 	const step = "report on the Node"
 	m := r.n.Manager
@@ -492,5 +499,5 @@ func (r *renewal) report(ctx context.Context) error {
 	}
 	r.logf(step, "client certificate issuer %s, serving certificate issuer %s, cluster bundle %s, kubelet bundle %s",
 		report.Issuer, report.ServingIssuer, report.Bundle, report.KubeletBundle)
-	return clearProgress(r.certDir())
+	return nil
 }

@@ -43,6 +43,9 @@ func RequestFor(rot *v1alpha1.CARotation) Request {
 	return r
 }
 
+// IsZero says whether r is no request: that of a report no request asked for.
+func (r Request) IsZero() bool { return r.Initiated.IsZero() && r.Phase == "" }
+
 // String is the request as an annotation value: <initiated, RFC 3339 UTC>/<phase>.
 func (r Request) String() string {
 	return r.Initiated.UTC().Format(time.RFC3339) + "/" + string(r.Phase)
@@ -121,15 +124,22 @@ func Digest(bundle []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Annotations are the Node annotations that carry the report.
+// Annotations are the Node annotations that carry the report. A report
+// with no request (the zero Request: a node brought in line without being
+// asked, as after a re-bootstrap) says what the node uses and answers no
+// request: it leaves the answer annotation out, so that a request pending
+// on the Node stays pending.
 func (r Report) Annotations() map[string]string {
-	return map[string]string{
-		v1alpha1.AnnotationCredentialsRenewed:       r.Request.String(),
+	a := map[string]string{
 		v1alpha1.AnnotationClientCertificateIssuer:  r.Issuer,
 		v1alpha1.AnnotationTrustBundle:              r.Bundle,
 		v1alpha1.AnnotationKubeletTrustBundle:       r.KubeletBundle,
 		v1alpha1.AnnotationServingCertificateIssuer: r.ServingIssuer,
 	}
+	if !r.Request.IsZero() {
+		a[v1alpha1.AnnotationCredentialsRenewed] = r.Request.String()
+	}
+	return a
 }
 
 // Pending returns the request a node has been asked to carry out and has not

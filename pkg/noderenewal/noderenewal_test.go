@@ -3,6 +3,7 @@ package noderenewal
 import (
 	"crypto"
 	"crypto/x509"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -99,6 +100,22 @@ func TestReportMatchesWhatCarouselExpects(t *testing.T) {
 	}
 	if Assess(answered(want), want) != Done {
 		t.Error("Carousel does not take the expected answer as done")
+	}
+
+	// A node brought in line unasked (a re-bootstrap) reports what it uses
+	// and answers no request: one pending stays pending.
+	unasked := ReportOf(Request{}, leaf(ca), leaf(kubeletCA), trust).Annotations()
+	if _, ok := unasked[v1alpha1.AnnotationCredentialsRenewed]; ok || unasked[v1alpha1.AnnotationTrustBundle] != want.Bundle ||
+		unasked[v1alpha1.AnnotationClientCertificateIssuer] != want.Issuer {
+		t.Errorf("a report without a request has the annotations %v", unasked)
+	}
+	asked := map[string]string{v1alpha1.AnnotationRenewCredentials: req.String()}
+	maps.Copy(asked, unasked)
+	if got, ok := Pending(asked); !ok || got != req {
+		t.Errorf("a request is no longer pending once the node reports unasked: Pending = %+v, %v", got, ok)
+	}
+	if a := Assess(asked, want); a != Wait {
+		t.Errorf("Carousel does %s about a node that reported unasked while asked, want Wait", a)
 	}
 }
 

@@ -30,8 +30,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
@@ -586,6 +588,18 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			g.Expect(framework.NodeReady(n)).To(BeTrue(), "node %s is Ready", offNode.Name)
 		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "logs: %s, %s", offNode.KubeletLogPath(), offNode.Dir)
 		expectKubelets(ctx, now[v1alpha1.CARoleClient].Current.Cert, kubeletCA, bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
+		By("reading what its node agent reports on the Node: the new credentials and the published bundles, answering no request")
+		trust, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			n, err := admin.CoreV1().Nodes().Get(ctx, offNode.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationClientCertificateIssuer, hex.EncodeToString(now[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId)))
+			g.Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationServingCertificateIssuer, hex.EncodeToString(kubeletCA.SubjectKeyId)))
+			g.Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationTrustBundle, noderenewal.Digest([]byte(trust.Data[bootstrap.NodeTrustKeyClusterCA]))))
+			g.Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationKubeletTrustBundle, noderenewal.Digest([]byte(trust.Data[bootstrap.NodeTrustKeyKubeletCA]))))
+			g.Expect(n.Annotations).NotTo(HaveKey(v1alpha1.AnnotationCredentialsRenewed))
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), "logs: %s", offNode.Dir)
 		Expect(bootstrapped(ctx, admin, offNode.Name, now[v1alpha1.CARoleClient].Current.Cert)).To(BeTrue(),
 			"kubelet %s bootstrapped again: a bootstrap CSR for it, signed by the new client CA", offNode.Name)
 		kept, err := offNode.ReadFile(framework.KubeletClientCertificate + ".refused")
