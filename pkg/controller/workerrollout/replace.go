@@ -1,6 +1,7 @@
 package workerrollout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,7 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
@@ -116,6 +119,11 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	}
 	recorded, _ := time.Parse(time.RFC3339, md.GetAnnotations()[v1alpha1.AnnotationRolloutAfter]) // zero when unreadable: rolled again
 	after, write := RolloutTime(md.GetAnnotations()[v1alpha1.AnnotationRolledFor], request, recorded, field, p.Clock.Now())
+	if write == WriteRoll {
+		if wait, err := bootstrapTrustPublished(ctx, p.Management, c, pool); err != nil || wait != "" {
+			return false, wait, err
+		}
+	}
 	if write != WriteNothing {
 		if err := p.roll(ctx, md, fieldPath, request, after); apierrors.IsConflict(err) {
 			return false, fmt.Sprintf("pool %s: MachineDeployment %s changed while Carousel rolled it; reading it again", pool.Name, pool.MachineDeployment), nil
@@ -275,4 +283,35 @@ func (p *ReplaceRollout) machineState(ctx context.Context, remote client.Client,
 		}
 	}
 	return s, nil
+}
+
+// bootstrapTrustPublished says what a Replace pool's roll waits for before
+// Cluster API may create Machines, or "" when they may be: the bootstrap
+// kubeconfig they start with (<cluster>-bootstrap-kubeconfig, which the
+// kubelet bootstrap controller writes, apart from this one) trusts exactly
+// the cluster CAs of now. A Machine created before it does bootstraps with
+// the trust of before: in Preparing, the old cluster CA alone, which
+// completing locks its kubelet out of; in Finalizing, the old CA it should
+// no longer trust.
+func bootstrapTrustPublished(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (string, error) {
+	cas, err := credentials.ReadCAs(ctx, r, c, v1alpha1.CARoleCluster)
+	if err != nil {
+		return "", err
+	}
+	name := credentials.BootstrapKubeconfigSecretName(c.Name)
+	waiting := fmt.Sprintf("pool %s: waiting for Carousel to publish the phase's cluster CA bundle in the bootstrap kubeconfig (Secret %s)", pool.Name, name)
+	s := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); apierrors.IsNotFound(err) {
+		return waiting, nil
+	} else if err != nil {
+		return "", fmt.Errorf("reading the bootstrap kubeconfig: %w", err)
+	}
+	ca, err := bootstrap.KubeconfigCA(s.Data[v1alpha1.DataKeyKubeconfig])
+	if err != nil {
+		return waiting + ": " + err.Error(), nil
+	}
+	if !bytes.Equal(ca, cas.Bundle().PEM()) {
+		return waiting, nil
+	}
+	return "", nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -148,5 +152,67 @@ func TestEachMachineDeploymentRolledIsAnEvent(t *testing.T) {
 		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "MachineDeployment "+name+" to") }) {
 			t.Errorf("no event names MachineDeployment %s: %q", name, notes)
 		}
+	}
+}
+
+// TestBootstrapTrustPublished: a Replace pool rolls only once the bootstrap
+// kubeconfig that new Machines start with trusts exactly the cluster CAs of
+// now (written by another controller, it can lag behind a phase).
+func TestBootstrapTrustPublished(t *testing.T) {
+	newCA := func(name string) *pki.KeyPair {
+		key, err := pki.GenerateKey(pki.ECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	ca0, ca1 := newCA("cluster CA0"), newCA("cluster CA1")
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	pool := v1alpha1.WorkerPool{Name: "edge", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "edge"}
+	kubeconfig := func(bundle pki.Bundle) client.Object {
+		data, err := bootstrap.Kubeconfig("https://192.0.2.10:6443", bundle.PEM(), bootstrap.Token{ID: "abcdef", Secret: "0123456789abcdef"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)},
+			Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: data}}
+	}
+	caSecret := func(cas *credentials.CAs) client.Object {
+		data, err := credentials.EncodeCASecretData(cas)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleCluster),
+			Annotations: map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}}, Data: data}
+	}
+	preparing := &credentials.CAs{Current: ca1, Previous: ca0, Rotation: "2026-11-30T09:00:00Z"}
+	finalized := &credentials.CAs{Current: ca1, Rotation: "2026-11-30T09:00:00Z"}
+	for _, tc := range []struct {
+		name    string
+		objects []client.Object
+		rolls   bool
+	}{
+		{"Preparing: the kubeconfig trusts the old CA alone still", []client.Object{caSecret(preparing), kubeconfig(pki.NewBundle(ca0.Cert))}, false},
+		{"Preparing: the kubeconfig trusts both CAs", []client.Object{caSecret(preparing), kubeconfig(pki.NewBundle(ca1.Cert, ca0.Cert))}, true},
+		{"Finalizing: the kubeconfig trusts the old CA still", []client.Object{caSecret(finalized), kubeconfig(pki.NewBundle(ca1.Cert, ca0.Cert))}, false},
+		{"Finalizing: the kubeconfig trusts the new CA alone", []client.Object{caSecret(finalized), kubeconfig(pki.NewBundle(ca1.Cert))}, true},
+		{"no bootstrap kubeconfig yet", []client.Object{caSecret(preparing)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wait, err := bootstrapTrustPublished(context.Background(), fake.NewClientBuilder().WithObjects(tc.objects...).Build(), c, pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rolls := wait == ""; rolls != tc.rolls {
+				t.Errorf("bootstrapTrustPublished = %q; want a roll: %t", wait, tc.rolls)
+			}
+			if wait != "" && !strings.Contains(wait, credentials.BootstrapKubeconfigSecretName(c.Name)) {
+				t.Errorf("the wait %q does not name the Secret", wait)
+			}
+		})
 	}
 }
