@@ -97,7 +97,9 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		byName[n.Name] = n
-		states[i] = NodeState{Name: n.Name, Action: noderenewal.Assess(n.Annotations, want), LastSeen: seen[n.Name]}
+		action := noderenewal.Assess(n.Annotations, want)
+		_, pending := noderenewal.Pending(n.Annotations)
+		states[i] = NodeState{Name: n.Name, Action: action, LastSeen: seen[n.Name], InFlight: action == noderenewal.Ask && pending}
 	}
 	offlineAfter := pool.OfflineNodeTimeoutOrDefault()
 	plan := PlanRollout(states, pool.MaxUnavailableOrDefault(), offlineAfter, newest)

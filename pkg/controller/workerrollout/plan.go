@@ -19,12 +19,17 @@ type NodeState struct {
 	// LastSeen is when the node last showed it is alive: its Lease's
 	// renewTime, or, without a Lease, when the Node was created.
 	LastSeen time.Time
+	// InFlight: the node is to be asked (Action Ask) but was asked for an
+	// earlier request it has not answered (a phase aborted while it
+	// renewed): it may be renewing now.
+	InFlight bool
 }
 
 // Plan is what an InPlace rollout does about a pool now.
 type Plan struct {
-	// Ask are the nodes to ask to renew now, in order of name, with what to
-	// ask (noderenewal.Ask or noderenewal.AskAgain).
+	// Ask are the nodes to ask to renew now, with what to ask
+	// (noderenewal.Ask or noderenewal.AskAgain): those InFlight, then the
+	// others, each in order of name.
 	Ask []NodeState
 	// Renewed counts the nodes that answered with the expected credentials.
 	Renewed int
@@ -56,7 +61,9 @@ func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 // is done. The nodes asked and not answered take slots first, even when
 // silent since (Silent): a renewal that took its node down must not free a
 // slot for the next one, as a Deployment's rollout counts a Pod that does
-// not come back as unavailable. A node not asked, and last seen more than
+// not come back as unavailable. A node asked for an earlier request it has
+// not answered (InFlight) is such a node too, and is asked the current
+// one first, in the slot it holds. A node not asked, and last seen more than
 // offlineAfter before newest (the newest heartbeat of any node; see
 // Heartbeats), is offline: it is neither asked nor waited for, and does not
 // take a slot. The others renew at most maxUnavailable at a time (a number,
@@ -64,16 +71,19 @@ func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 // go to the nodes to ask, by name.
 func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAfter time.Duration, newest time.Time) Plan {
 	p := Plan{Total: len(nodes)}
-	var toAsk []NodeState
+	var inFlight, toAsk []NodeState
 	for _, n := range nodes {
 		away := newest.Sub(n.LastSeen)
 		switch {
 		case n.Action == noderenewal.Done:
 			p.Renewed++
-		case n.Action == noderenewal.Wait:
+		case n.Action == noderenewal.Wait || n.InFlight:
 			p.Renewing++
 			if away > offlineAfter {
 				p.Silent = append(p.Silent, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
+			}
+			if n.Action != noderenewal.Wait {
+				inFlight = append(inFlight, n)
 			}
 		case away > offlineAfter:
 			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
@@ -81,13 +91,16 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 			toAsk = append(toAsk, n)
 		}
 	}
-	slices.SortFunc(toAsk, func(a, b NodeState) int { return strings.Compare(a.Name, b.Name) })
+	stateByName := func(a, b NodeState) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(inFlight, stateByName)
+	slices.SortFunc(toAsk, stateByName)
 	byName := func(a, b OfflineNode) int { return strings.Compare(a.Name, b.Name) }
 	slices.SortFunc(p.Offline, byName)
 	slices.SortFunc(p.Silent, byName)
 	free := max(Slots(maxUnavailable, len(nodes))-p.Renewing, 0)
-	p.Ask = toAsk[:min(free, len(toAsk))]
-	p.Renewing += len(p.Ask)
+	asked := toAsk[:min(free, len(toAsk))]
+	p.Ask = append(inFlight, asked...)
+	p.Renewing += len(asked)
 	return p
 }
 

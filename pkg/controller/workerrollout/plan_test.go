@@ -23,6 +23,14 @@ func node(name string, action noderenewal.Action, away time.Duration) NodeState 
 	return NodeState{Name: name, Action: action, LastSeen: t0.Add(-away)}
 }
 
+// inFlight is a node to ask that was asked for an earlier request (a phase
+// aborted) and has not answered it.
+func inFlight(name string, away time.Duration) NodeState {
+	n := node(name, noderenewal.Ask, away)
+	n.InFlight = true
+	return n
+}
+
 func TestPlanRollout(t *testing.T) {
 	one, all := intstr.FromInt32(1), intstr.FromString("100%")
 	for _, tt := range []struct {
@@ -101,6 +109,27 @@ func TestPlanRollout(t *testing.T) {
 			name:           "a node that renewed is done even when offline now",
 			nodes:          []NodeState{node("a", noderenewal.Done, time.Hour), node("b", noderenewal.Done, 0)},
 			maxUnavailable: one, wantDone: true,
+		},
+		{
+			// An abort while b renewed for Preparing: b holds a slot.
+			name:           "a node renewing for an earlier request keeps its slot and is asked the current one",
+			nodes:          []NodeState{node("a", noderenewal.Ask, 0), inFlight("b", 0), node("c", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"b"}, wantRenewing: 1,
+		},
+		{
+			name:           "nodes renewing for an earlier request beyond the slots are asked, nobody else",
+			nodes:          []NodeState{inFlight("c", 0), inFlight("b", 0), node("a", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"b", "c"}, wantRenewing: 2,
+		},
+		{
+			name:           "a node asked for an earlier request that went silent is not offline: it keeps its slot",
+			nodes:          []NodeState{inFlight("a", time.Hour), node("b", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"a"}, wantRenewing: 1,
+		},
+		{
+			name:           "in-flight nodes first, then the free slots by name",
+			nodes:          []NodeState{node("a", noderenewal.Ask, 0), inFlight("z", 0), node("b", noderenewal.Ask, 0)},
+			maxUnavailable: intstr.FromInt32(2), wantAsk: []string{"z", "a"}, wantRenewing: 2,
 		},
 		{
 			name:           "rolled without the offline nodes",
@@ -221,7 +250,8 @@ func TestHeartbeats(t *testing.T) {
 }
 
 // FuzzPlanRollout checks PlanRollout's invariants on any pool: nodes are
-// asked only when they need asking and are online; never more renew than
+// asked only when they need asking and are online, every node renewing for
+// an earlier request among them; never more renew than
 // the slots allow unless they were already renewing; an offline node is
 // never asked and never waited for; the pool is done exactly when every node
 // renewed or is offline; and a pool that is not done and has a free slot
@@ -237,21 +267,32 @@ func FuzzPlanRollout(f *testing.F) {
 		}
 		var nodes []NodeState
 		for i, b := range spec {
-			away := time.Duration(b>>2) * time.Minute // 0..63 minutes
-			nodes = append(nodes, NodeState{Name: fmt.Sprintf("n%03d", i), Action: noderenewal.Action(b % 4), LastSeen: t0.Add(-away)})
+			away := time.Duration(b>>3) * time.Minute // 0..31 minutes
+			action := noderenewal.Action(b % 4)
+			nodes = append(nodes, NodeState{Name: fmt.Sprintf("n%03d", i), Action: action, LastSeen: t0.Add(-away),
+				InFlight: action == noderenewal.Ask && b&4 != 0})
 		}
 		p := PlanRollout(nodes, mu, offlineAfter, t0)
 		offline, byName := map[string]bool{}, map[string]NodeState{}
 		for _, o := range p.Offline {
 			offline[o.Name] = true
 		}
-		waiting := 0
+		waiting, renewed, inFlight := 0, 0, 0
 		for _, n := range nodes {
 			byName[n.Name] = n
-			if n.Action == noderenewal.Wait {
+			switch {
+			case n.Action == noderenewal.Wait:
 				waiting++
+			case n.Action == noderenewal.Done:
+				renewed++
+			case n.InFlight:
+				inFlight++
 			}
 		}
+		if p.Renewed != renewed {
+			t.Fatalf("renewed %d, but %d nodes answered as expected", p.Renewed, renewed)
+		}
+		fresh, askedInFlight := 0, 0
 		for _, a := range p.Ask {
 			if n := byName[a.Name]; n != a || (a.Action != noderenewal.Ask && a.Action != noderenewal.AskAgain) {
 				t.Fatalf("asked %+v, the node is %+v", a, n)
@@ -259,15 +300,23 @@ func FuzzPlanRollout(f *testing.F) {
 			if offline[a.Name] {
 				t.Fatalf("asked offline node %s", a.Name)
 			}
+			if a.InFlight {
+				askedInFlight++
+			} else {
+				fresh++
+			}
+		}
+		if askedInFlight != inFlight {
+			t.Fatalf("asked %d of the %d nodes renewing for an earlier request", askedInFlight, inFlight)
 		}
 		for _, o := range p.Offline {
-			if n := byName[o.Name]; n.Action == noderenewal.Done || n.Action == noderenewal.Wait || t0.Sub(n.LastSeen) <= offlineAfter {
-				t.Fatalf("%s counted offline: action %v, away %s", o.Name, n.Action, t0.Sub(n.LastSeen))
+			if n := byName[o.Name]; n.Action == noderenewal.Done || n.Action == noderenewal.Wait || n.InFlight || t0.Sub(n.LastSeen) <= offlineAfter {
+				t.Fatalf("%s counted offline: action %v, in flight %t, away %s", o.Name, n.Action, n.InFlight, t0.Sub(n.LastSeen))
 			}
 		}
 		slots := Slots(mu, len(nodes))
-		if len(p.Ask) > 0 && p.Renewing > slots {
-			t.Fatalf("asked %d with %d renewing in %d slots", len(p.Ask), p.Renewing, slots)
+		if fresh > 0 && p.Renewing > slots {
+			t.Fatalf("asked %d more with %d renewing in %d slots", fresh, p.Renewing, slots)
 		}
 		if p.Renewing != waiting+len(p.Ask) {
 			t.Fatalf("renewing %d, want %d waiting + %d asked", p.Renewing, waiting, len(p.Ask))
