@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -91,6 +92,38 @@ var _ = Describe("The chart's values", func() {
 		listed := regexp.MustCompile("(?s)For the default values in namespace\n`carousel-system`:\n\n```\n(.*?)\n```").FindSubmatch(reference)
 		Expect(listed).To(HaveLen(2), "docs/reference/helm-chart.md lists the default arguments")
 		Expect(rendered).To(Equal(strings.Split(string(listed[1]), "\n")))
+	})
+
+	It("runs the helm test Pod where the manager may run: its node selector, tolerations, node affinity, priority and resources", func() {
+		values := filepath.Join(GinkgoT().TempDir(), "values.yaml")
+		Expect(os.WriteFile(values, []byte(`nodeSelector: {role: infra}
+tolerations: [{key: infra, operator: Exists, effect: NoSchedule}]
+priorityClassName: platform
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [a]}]}]
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app.kubernetes.io/component: controller-manager}}}
+`), 0o600)).To(Succeed())
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--values", values)
+		Expect(err).NotTo(HaveOccurred(), out)
+		var pod corev1.Pod
+		for _, doc := range strings.Split(out, "---\n") {
+			if strings.Contains(doc, "\nkind: Pod\n") {
+				Expect(yaml.Unmarshal([]byte(doc), &pod)).To(Succeed())
+			}
+		}
+		Expect(pod.Name).To(Equal("carousel-test-webhook"))
+		Expect(pod.Spec.NodeSelector).To(Equal(map[string]string{"role": "infra"}))
+		Expect(pod.Spec.Tolerations).To(Equal([]corev1.Toleration{{Key: "infra", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}))
+		Expect(pod.Spec.PriorityClassName).To(Equal("platform"))
+		Expect(pod.Spec.Affinity).NotTo(BeNil())
+		Expect(pod.Spec.Affinity.NodeAffinity).NotTo(BeNil())
+		Expect(pod.Spec.Affinity.PodAntiAffinity).To(BeNil(), "the manager Pods' anti-affinity is theirs")
+		Expect(pod.Spec.Containers).To(HaveLen(1))
+		Expect(pod.Spec.Containers[0].Resources.Limits.Memory().String()).To(Equal("512Mi"))
 	})
 
 	It("adds webhook.extraDNSNames to the webhook's serving certificate, self-issued or cert-manager's", func() {
