@@ -256,7 +256,7 @@ func Dependents(f Facts) []Dependent {
 // worker rollout moved: what that means, and what to do.
 const unrolledNode = ", so no worker rollout moved its kubelet's trust to the new cluster CA: completing the rotation would lock the kubelet out " +
 	"of the API server. Decommission the node (stop its kubelet, then delete the Node), or complete with force once its kubelet trusts the new " +
-	"cluster CA; give it a worker pool before the next rotation"
+	"cluster CA; a node in a worker pool by the next rotation's start rolls with it"
 
 // UnreportedNodes says whether some online Node has no node agent that
 // reports its kubelet's client certificate: only those are judged by the

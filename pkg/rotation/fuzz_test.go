@@ -332,15 +332,27 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 		if got := pendingNames(next); !slices.Equal(got, want) {
 			t.Fatalf("rollout-workers %v of pending %v left %v, want %v", op.Pools, was, got, want)
 		}
+		var byHand []string
+		if rot != nil {
+			byHand = slices.Clone(rot.PoolsRolledByHand)
+		}
+		for _, pool := range op.Pools {
+			if !slices.Contains(byHand, pool) {
+				byHand = append(byHand, pool)
+			}
+		}
+		if !slices.Equal(next.PoolsRolledByHand, byHand) {
+			t.Fatalf("rollout-workers %v recorded %v rolled by hand, want %v", op.Pools, next.PoolsRolledByHand, byHand)
+		}
 		rest := next.DeepCopy()
-		rest.PendingWorkersRollouts = nil
+		rest.PendingWorkersRollouts, rest.PoolsRolledByHand = nil, nil
 		restBefore := &v1alpha1.CARotation{} // no status reads as an empty one
 		if rot != nil {
 			restBefore = rot.DeepCopy()
-			restBefore.PendingWorkersRollouts = nil
+			restBefore.PendingWorkersRollouts, restBefore.PoolsRolledByHand = nil, nil
 		}
 		if !equalRotation(rest, restBefore) {
-			t.Fatalf("rollout-workers changed more than the pending pools: %+v, was %+v", next, rot)
+			t.Fatalf("rollout-workers changed more than the pending pools and those rolled by hand: %+v, was %+v", next, rot)
 		}
 	case v1alpha1.VerbReconcile, v1alpha1.VerbReissueCA, v1alpha1.VerbReissueServiceAccountKey:
 		if next != rot {

@@ -167,6 +167,7 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 		next.LastInitiationTime = &now
 		next.LastInitiationFinishedTime = nil
 		next.PendingWorkersRollouts = pendingPools(pools, now, held)
+		next.PoolsRolledByHand = nil
 		next.CheckedEndpoint = "" // recorded by TrackEndpoint for this rotation
 		next.KubeRootCAPublishedTime = nil
 		next.AbortRolledBackTime = nil
@@ -213,7 +214,13 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 				return nil, fmt.Errorf("worker pool %q has no pending rollout", pool)
 			}
 		}
-		return WorkersRolledOut(next, op.Pools), nil
+		next = WorkersRolledOut(next, op.Pools)
+		for _, pool := range op.Pools {
+			if !slices.Contains(next.PoolsRolledByHand, pool) {
+				next.PoolsRolledByHand = append(next.PoolsRolledByHand, pool)
+			}
+		}
+		return next, nil
 	default:
 		// reconcile records nothing; reissue-ca changes the CA inventory,
 		// not the rotation (see the reconciler).

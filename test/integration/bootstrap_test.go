@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -445,6 +446,17 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			g.Expect(u).NotTo(BeNil())
 			g.Expect(u.Dependents).To(ContainElement(And(HaveField("Kind", v1alpha1.OldCADependentNode), HaveField("Name", "bare-1"),
 				HaveField("Message", ContainSubstring(`its carousel.dev/pool label, "unmanaged", names no worker pool of the Cluster`)))))
+		}).Should(Succeed())
+		By("labelling it into pool-a after Carousel rolled that pool: the gate still names it, for the pool's rollout did not move it")
+		labelled := fmt.Sprintf(`{"metadata":{"labels":{%q:"pool-a"}}}`, v1alpha1.LabelPool)
+		_, err = admin.CoreV1().Nodes().Patch(ctx, "bare-1", types.MergePatchType, []byte(labelled), metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(annotate(ctx, getCluster(ctx, key), v1alpha1.OperationReconcile)).To(Succeed())
+		Eventually(func(g Gomega) {
+			u := getCluster(ctx, key).CARotation().OldCAUsage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Dependents).To(ContainElement(And(HaveField("Kind", v1alpha1.OldCADependentNode), HaveField("Name", "bare-1"),
+				HaveField("Message", ContainSubstring("its worker pool pool-a rolled without it")))))
 		}).Should(Succeed())
 		// Decommissioned: the gate, which reads Nodes that only a person
 		// changes once a minute, reads them at once on a reconcile.

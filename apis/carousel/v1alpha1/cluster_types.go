@@ -624,6 +624,17 @@ type CARotation struct {
 	// +listMapKey=name
 	PendingWorkersRollouts []PendingWorkersRollout `json:"pendingWorkersRollouts,omitempty"`
 
+	// PoolsRolledByHand names the worker pools reported rolled with
+	// carousel.dev/operation=rollout-workers=<pool> since the rotation
+	// started. The old-CA usage gate takes the Nodes of these pools as the
+	// user reported them; a Node of another pool that no worker rollout
+	// moved (labelled into the pool since it rolled, or passed over) holds
+	// the gate.
+	//
+	// +optional
+	// +listType=set
+	PoolsRolledByHand []string `json:"poolsRolledByHand,omitempty"`
+
 	// KubeRootCAPublishedTime is when kube-root-ca.crt was first seen
 	// carrying both cluster CAs in every namespace of the managed cluster
 	// during this rotation's Preparing. Prepared waits
@@ -716,8 +727,9 @@ const (
 	// OldCADependentNode is a Node whose node agent reports a client
 	// certificate that the new client CA did not sign, or, without a node
 	// agent, whose kubelet last got a certificate from the old client CA;
-	// or a Node there before the rotation started, in no worker pool of
-	// the Cluster, that no worker rollout moved to the new cluster CA.
+	// or a Node there before the rotation started that no worker rollout
+	// moved to the new cluster CA: in no worker pool of the Cluster, or in
+	// a pool whose rollout Carousel finished without it.
 	OldCADependentNode OldCADependentKind = "Node"
 	// OldCADependentSecret is a certificate Secret of the Cluster whose
 	// certificate the new client CA did not sign.

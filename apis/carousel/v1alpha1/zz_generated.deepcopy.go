@@ -100,6 +100,11 @@ func (in *CARotation) DeepCopyInto(out *CARotation) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.PoolsRolledByHand != nil {
+		in, out := &in.PoolsRolledByHand, &out.PoolsRolledByHand
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.KubeRootCAPublishedTime != nil {
 		in, out := &in.KubeRootCAPublishedTime, &out.KubeRootCAPublishedTime
 		*out = (*in).DeepCopy()

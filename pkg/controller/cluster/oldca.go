@@ -501,11 +501,15 @@ func later(a, b time.Time) time.Time {
 // whether no worker rollout moved them (unrolled).
 func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, started, now time.Time) []oldca.Node {
 	seen, newest := workerrollout.Heartbeats(nodes, leases, now)
+	var byHand []string
+	if rot := c.CARotation(); rot != nil {
+		byHand = rot.PoolsRolledByHand
+	}
 	out := make([]oldca.Node, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
 		pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool])
-		notMoved := unrolled(n, pool, clusterBundle, started)
+		notMoved := unrolled(n, pool, pool != nil && slices.Contains(byHand, pool.Name), clusterBundle, started)
 		if pool == nil {
 			pool = &v1alpha1.WorkerPool{}
 		}
@@ -517,19 +521,24 @@ func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1
 
 // unrolled says why no worker rollout of the rotation that started at
 // started moved n to the published cluster bundle, whose digest is
-// clusterBundle, or "" when one did, or may have: n's carousel.dev/pool
-// label names no pool of the Cluster (pool is nil), it registered before the
-// start (one registered since bootstrapped with the bundles published then,
-// cluster-info, as a Replace pool's new Machines do, whose Nodes need not
-// carry the label), and its node agent, if any, does not report the
-// published bundle. A Node in a pool is taken as that pool's rollout left
-// it, the pool's strategy, or the user who reported it with
-// rollout-workers: nothing records which it was.
-func unrolled(n *corev1.Node, pool *v1alpha1.WorkerPool, clusterBundle string, started time.Time) string {
+// clusterBundle, or "" when one did, or may have. That is a Node registered
+// before the start (one registered since bootstrapped with the bundles
+// published then, cluster-info, as a Replace pool's new Machines do, whose
+// Nodes need not carry the label), whose node agent, if any, does not report
+// the published bundle, and whose carousel.dev/pool label names no pool of
+// the Cluster (pool is nil) or a pool that Carousel's own rollout finished
+// without it: an InPlace rollout asked every node of the pool, a Replace
+// rollout replaced them, and a Manual pool is reported by the user, so a
+// Node there that does not report the bundle was labelled into the pool
+// since, or the pool added since. A pool the user reported rolled with
+// rollout-workers (rolledByHand) is taken as the user reported it.
+func unrolled(n *corev1.Node, pool *v1alpha1.WorkerPool, rolledByHand bool, clusterBundle string, started time.Time) string {
 	label := n.Labels[v1alpha1.LabelPool]
 	switch {
-	case pool != nil || !n.CreationTimestamp.Time.Before(started) || n.Annotations[v1alpha1.AnnotationTrustBundle] == clusterBundle:
+	case rolledByHand || !n.CreationTimestamp.Time.Before(started) || n.Annotations[v1alpha1.AnnotationTrustBundle] == clusterBundle:
 		return ""
+	case pool != nil:
+		return fmt.Sprintf("its worker pool %s rolled without it (it was labelled into the pool, or the pool added, since)", pool.Name)
 	case label == "":
 		return "it has no " + v1alpha1.LabelPool + " label"
 	}

@@ -33,7 +33,11 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		{Name: "default", RolloutStrategy: v1alpha1.RolloutInPlace},
 		{Name: "machines", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "machines"},
 		{Name: "by-hand", RolloutStrategy: v1alpha1.RolloutManual},
+		{Name: "rolled-by-hand", RolloutStrategy: v1alpha1.RolloutInPlace},
+		{Name: "added", RolloutStrategy: v1alpha1.RolloutManual},
 	}}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+		Phase: v1alpha1.RotationPrepared, PoolsRolledByHand: []string{"by-hand", "rolled-by-hand"}}}}
 	started := now.Add(-time.Hour)
 	node := func(name, pool, issuer string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: pool},
@@ -58,7 +62,8 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		reporting(node("moved-before", "", "aa"), "before"),
 		reporting(node("never-asked", "default", "aa"), ""), // labelled into a pool that rolled before it
 		reporting(node("left-in-place", "machines", "aa"), ""), reporting(registered(node("replaced", "machines", "aa"), started.Add(time.Minute)), ""),
-		reporting(node("reported", "by-hand", "aa"), ""),
+		reporting(node("reported", "by-hand", "aa"), ""), reporting(node("reported-in-place", "rolled-by-hand", "aa"), ""),
+		reporting(node("added", "added", "aa"), ""),                                   // its pool added since the start, and not reported by hand
 		reporting(registered(node("joined", "", "aa"), started.Add(time.Second)), "")} // registered since the start, with the bundles published then
 	var leases []coordinationv1.Lease
 	for _, n := range nodes {
@@ -76,9 +81,13 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		{Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: "it has no carousel.dev/pool label"}, {Name: "ahead", ClientIssuer: "aa"},
 		{Name: "typo", ClientIssuer: "aa", Unrolled: `its carousel.dev/pool label, "dfault", names no worker pool of the Cluster`},
 		{Name: "moved", ClientIssuer: "aa"}, {Name: "moved-before", ClientIssuer: "aa", Unrolled: "it has no carousel.dev/pool label"},
-		// In a pool: as its rollout, or the user who reported it, left it.
-		{Name: "never-asked", ClientIssuer: "aa"}, {Name: "left-in-place", ClientIssuer: "aa"},
-		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "joined", ClientIssuer: "aa"}}
+		// In a pool: unrolled when Carousel's rollout finished without it;
+		// as the user reported it when rolled by hand.
+		{Name: "never-asked", ClientIssuer: "aa", Unrolled: "its worker pool default rolled without it (it was labelled into the pool, or the pool added, since)"},
+		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "its worker pool machines rolled without it (it was labelled into the pool, or the pool added, since)"},
+		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "reported-in-place", ClientIssuer: "aa"},
+		{Name: "added", ClientIssuer: "aa", Unrolled: "its worker pool added rolled without it (it was labelled into the pool, or the pool added, since)"},
+		{Name: "joined", ClientIssuer: "aa"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}

@@ -61,6 +61,13 @@ type CARotationApplyConfiguration struct {
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
+	// PoolsRolledByHand names the worker pools reported rolled with
+	// carousel.dev/operation=rollout-workers=<pool> since the rotation
+	// started. The old-CA usage gate takes the Nodes of these pools as the
+	// user reported them; a Node of another pool that no worker rollout
+	// moved (labelled into the pool since it rolled, or passed over) holds
+	// the gate.
+	PoolsRolledByHand []string `json:"poolsRolledByHand,omitempty"`
 	// KubeRootCAPublishedTime is when kube-root-ca.crt was first seen
 	// carrying both cluster CAs in every namespace of the managed cluster
 	// during this rotation's Preparing. Prepared waits
@@ -188,6 +195,16 @@ func (b *CARotationApplyConfiguration) WithPendingWorkersRollouts(values ...*Pen
 			panic("nil value passed to WithPendingWorkersRollouts")
 		}
 		b.PendingWorkersRollouts = append(b.PendingWorkersRollouts, *values[i])
+	}
+	return b
+}
+
+// WithPoolsRolledByHand adds the given value to the PoolsRolledByHand field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the PoolsRolledByHand field.
+func (b *CARotationApplyConfiguration) WithPoolsRolledByHand(values ...string) *CARotationApplyConfiguration {
+	for i := range values {
+		b.PoolsRolledByHand = append(b.PoolsRolledByHand, values[i])
 	}
 	return b
 }
