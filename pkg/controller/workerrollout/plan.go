@@ -99,7 +99,7 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 	slices.SortFunc(p.Silent, byName)
 	free := max(Slots(maxUnavailable, len(nodes))-p.Renewing, 0)
 	asked := toAsk[:min(free, len(toAsk))]
-	p.Ask = append(inFlight, asked...)
+	p.Ask = slices.Concat(inFlight, asked)
 	p.Renewing += len(asked)
 	return p
 }
