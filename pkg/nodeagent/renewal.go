@@ -78,7 +78,7 @@ func (r *renewal) renewalSteps() []renewalStep {
 // kubelet when something changed that it does not reload by itself, and
 // report on the Node what it now uses, answering no request (none asked for
 // it): what an earlier report said is stale, and the old-CA usage gate
-// takes a Node in no worker pool for moved by what it reports.
+// takes a Node for moved by what it reports.
 func (r *renewal) resyncSteps() []renewalStep {
 	return []renewalStep{
 		{"read the node trust bundles", r.readTrust},

@@ -527,18 +527,19 @@ func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1
 // Nodes need not carry the label), whose node agent, if any, does not report
 // the published bundle, and whose carousel.dev/pool label names no pool of
 // the Cluster (pool is nil) or a pool that Carousel's own rollout finished
-// without it: an InPlace rollout asked every node of the pool, a Replace
-// rollout replaced them, and a Manual pool is reported by the user, so a
-// Node there that does not report the bundle was labelled into the pool
-// since, or the pool added since. A pool the user reported rolled with
-// rollout-workers (rolledByHand) is taken as the user reported it.
+// without it: an InPlace rollout asked every online node of the pool, a
+// Replace rollout replaced them, and a Manual pool is reported by the user,
+// so a Node there that does not report the bundle was offline when the pool
+// rolled, or was labelled into the pool, or the pool added, since. A pool
+// the user reported rolled with rollout-workers (rolledByHand) is taken as
+// the user reported it.
 func unrolled(n *corev1.Node, pool *v1alpha1.WorkerPool, rolledByHand bool, clusterBundle string, started time.Time) string {
 	label := n.Labels[v1alpha1.LabelPool]
 	switch {
 	case rolledByHand || !n.CreationTimestamp.Time.Before(started) || n.Annotations[v1alpha1.AnnotationTrustBundle] == clusterBundle:
 		return ""
 	case pool != nil:
-		return fmt.Sprintf("its worker pool %s rolled without it (it was labelled into the pool, or the pool added, since)", pool.Name)
+		return fmt.Sprintf("its worker pool %s rolled without it (it was offline then, or labelled into the pool, or the pool added, since)", pool.Name)
 	case label == "":
 		return "it has no " + v1alpha1.LabelPool + " label"
 	}

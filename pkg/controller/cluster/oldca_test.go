@@ -83,10 +83,10 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		{Name: "moved", ClientIssuer: "aa"}, {Name: "moved-before", ClientIssuer: "aa", Unrolled: "it has no carousel.dev/pool label"},
 		// In a pool: unrolled when Carousel's rollout finished without it;
 		// as the user reported it when rolled by hand.
-		{Name: "never-asked", ClientIssuer: "aa", Unrolled: "its worker pool default rolled without it (it was labelled into the pool, or the pool added, since)"},
-		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "its worker pool machines rolled without it (it was labelled into the pool, or the pool added, since)"},
+		{Name: "never-asked", ClientIssuer: "aa", Unrolled: "its worker pool default rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
+		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "its worker pool machines rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
 		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "reported-in-place", ClientIssuer: "aa"},
-		{Name: "added", ClientIssuer: "aa", Unrolled: "its worker pool added rolled without it (it was labelled into the pool, or the pool added, since)"},
+		{Name: "added", ClientIssuer: "aa", Unrolled: "its worker pool added rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
 		{Name: "joined", ClientIssuer: "aa"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)

@@ -98,8 +98,7 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		n := &nodes.Items[i]
 		byName[n.Name] = n
 		action := noderenewal.Assess(n.Annotations, want)
-		_, pending := noderenewal.Pending(n.Annotations)
-		states[i] = NodeState{Name: n.Name, Action: action, LastSeen: seen[n.Name], InFlight: action == noderenewal.Ask && pending}
+		states[i] = NodeState{Name: n.Name, Action: action, LastSeen: seen[n.Name], InFlight: action == noderenewal.Ask && askedThisRotation(n.Annotations, rot)}
 	}
 	offlineAfter := pool.OfflineNodeTimeoutOrDefault()
 	plan := PlanRollout(states, pool.MaxUnavailableOrDefault(), offlineAfter, newest)
@@ -115,6 +114,16 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		return true, "", nil
 	}
 	return plan.Done(), plan.Message(pool.Name, offlineAfter), nil
+}
+
+// askedThisRotation says whether a node whose annotations these are was
+// asked, in the rotation rot, for a request it has not answered: an earlier
+// phase's (a phase aborted while it renewed), or the abort's first roll's.
+// One asked in an earlier rotation and never heard from since is not: the
+// pool went on without it then, and it does not hold the pool now.
+func askedThisRotation(annotations map[string]string, rot *v1alpha1.CARotation) bool {
+	req, pending := noderenewal.Pending(annotations)
+	return pending && rot.LastInitiationTime != nil && !req.Initiated.Before(rot.LastInitiationTime.Truncate(time.Second))
 }
 
 // nodesMayMove says what a pool's rollout waits for before any node of it

@@ -156,3 +156,37 @@ func TestTrustPublished(t *testing.T) {
 		}
 	}
 }
+
+// TestInFlight: a node asked in this rotation and not answered holds its
+// slot; one asked in an earlier rotation and never heard from does not.
+func TestAskedThisRotation(t *testing.T) {
+	started := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	rot := &v1alpha1.CARotation{Phase: v1alpha1.RotationAborting, LastInitiationTime: &metav1.Time{Time: started},
+		AbortRolledBackTime: &metav1.Time{Time: started.Add(time.Hour)}}
+	asked := func(initiated time.Time, phase v1alpha1.CARotationPhase, answered bool) map[string]string {
+		req := noderenewal.Request{Initiated: initiated, Phase: phase}.String()
+		a := map[string]string{v1alpha1.AnnotationRenewCredentials: req}
+		if answered {
+			a[v1alpha1.AnnotationCredentialsRenewed] = req
+		}
+		return a
+	}
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        bool
+	}{
+		{"asked in Preparing, not answered", asked(started, v1alpha1.RotationPreparing, false), true},
+		{"asked in the abort's first roll, not answered", asked(started, v1alpha1.RotationAborting, false), true},
+		{"asked in Preparing, answered", asked(started, v1alpha1.RotationPreparing, true), false},
+		{"asked in an earlier rotation, never answered", asked(started.Add(-24*time.Hour), v1alpha1.RotationFinalizing, false), false},
+		{"never asked", nil, false},
+	} {
+		if got := askedThisRotation(tc.annotations, rot); got != tc.want {
+			t.Errorf("%s: askedThisRotation = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+	if askedThisRotation(asked(started, v1alpha1.RotationPreparing, false), &v1alpha1.CARotation{}) {
+		t.Error("a rotation without a start time has a node in flight")
+	}
+}

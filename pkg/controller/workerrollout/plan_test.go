@@ -260,6 +260,7 @@ func FuzzPlanRollout(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 0, 1}, int32(1), false)
 	f.Add([]byte{3, 3, 2, 2, 1, 1, 0, 0}, int32(50), true)
 	f.Add([]byte{}, int32(0), true)
+	f.Add([]byte{6, 2, 14, 1, 102}, int32(1), false) // nodes renewing for an earlier request (Ask, bit 4), one silent
 	f.Fuzz(func(t *testing.T, spec []byte, max int32, percent bool) {
 		mu := intstr.FromInt32(max)
 		if percent {
