@@ -21,6 +21,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -159,18 +160,7 @@ func TestEachMachineDeploymentRolledIsAnEvent(t *testing.T) {
 // kubeconfig that new Machines start with trusts exactly the cluster CAs of
 // now (written by another controller, it can lag behind a phase).
 func TestBootstrapTrustPublished(t *testing.T) {
-	newCA := func(name string) *pki.KeyPair {
-		key, err := pki.GenerateKey(pki.ECDSAP256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: time.Hour}, key, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
-	}
-	ca0, ca1 := newCA("cluster CA0"), newCA("cluster CA1")
+	ca0, ca1 := pkitest.NewCA(t, "cluster CA0"), pkitest.NewCA(t, "cluster CA1")
 	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
 	pool := v1alpha1.WorkerPool{Name: "edge", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "edge"}
 	kubeconfig := func(bundle pki.Bundle) client.Object {
