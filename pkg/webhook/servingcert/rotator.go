@@ -169,9 +169,13 @@ func (r *Rotator) readSecret(ctx context.Context) (*corev1.Secret, error) {
 // recover fills in what the Secret lost from what is live, so that losing
 // the Secret never breaks trust: the CAs the webhook configuration trusts stay
 // trusted, and the certificate this replica serves stays served until a new
-// one is trusted.
+// one is trusted. So do the CAs of a configuration someone else wrote (it
+// does not trust the Secret's CA): a switch back from cert-manager that
+// finds the Secret of an earlier self-issued install keeps the cert-manager
+// CA that Pods not yet rolled serve with. The bundle drops a CA only once
+// it expired (Decide), whoever added it.
 func (r *Rotator) recover(s *State, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, now time.Time) {
-	if len(s.Bundle) == 0 {
+	if len(s.Bundle) == 0 || s.CA != nil && !trustedByEveryWebhook(vwc, s.CA.Cert) {
 		for _, w := range vwc.Webhooks {
 			if b, err := pki.ParseBundle(w.ClientConfig.CABundle); err == nil {
 				s.Bundle = pki.NewBundle(append(s.Bundle, b.Unexpired(now)...)...)

@@ -338,3 +338,48 @@ func TestRotatorRenewsOnTimeUnderAConfigurationRewrittenWithoutItsBundle(t *test
 		t.Fatal("the serving certificate due for renewal was not renewed")
 	}
 }
+
+// A switch back to self-issued certificates that finds the Secret of an
+// earlier self-issued install (left behind by helm uninstall) keeps the CAs
+// the webhook configuration trusts: the cert-manager CA that Pods not yet
+// rolled still serve with.
+func TestRotatorKeepsTheCAsAConfigurationWrittenByAnotherTrusts(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	sync(t, newRotator(api, clk))
+	leftBehind := stored(t, api)
+
+	clk.Step(time.Hour)
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certManagerCA, err := pki.NewCA(pki.CATemplate{CommonName: "cert-manager CA", Validity: 90 * 24 * time.Hour}, key, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := api.Get(context.Background(), client.ObjectKey{Name: vwcName}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig.CABundle = certManagerCA.CertPEM()
+	}
+	if err := api.Update(context.Background(), vwc); err != nil {
+		t.Fatal(err)
+	}
+
+	sync(t, newRotator(api, clk)) // the manager Pod of the upgrade back
+	if err := api.Get(context.Background(), client.ObjectKey{Name: vwcName}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range vwc.Webhooks {
+		b, err := pki.ParseBundle(w.ClientConfig.CABundle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !b.Contains(certManagerCA.Cert) || !b.Contains(leftBehind.CA.Cert) {
+			t.Errorf("webhook %s trusts %d CAs, want the cert-manager CA the configuration trusted and the Secret's", w.Name, len(b))
+		}
+	}
+}
