@@ -230,24 +230,6 @@ func NodeTrust(clusterBundle, kubeletBundle []byte) *corev1.ConfigMap {
 	}
 }
 
-// KubeconfigCA is the trust bundle of a kubeconfig written by Kubeconfig:
-// that of its current context's cluster.
-func KubeconfigCA(data []byte) ([]byte, error) {
-	cfg, err := clientcmd.Load(data)
-	if err != nil {
-		return nil, err
-	}
-	ctx, ok := cfg.Contexts[cfg.CurrentContext]
-	if !ok {
-		return nil, fmt.Errorf("the kubeconfig has no current context %q", cfg.CurrentContext)
-	}
-	cluster, ok := cfg.Clusters[ctx.Cluster]
-	if !ok {
-		return nil, fmt.Errorf("the kubeconfig has no cluster %q", ctx.Cluster)
-	}
-	return cluster.CertificateAuthorityData, nil
-}
-
 // Kubeconfig is the bootstrap kubeconfig a node starts with: the API server,
 // the trust bundle, and the token.
 func Kubeconfig(server string, caBundle []byte, t Token) ([]byte, error) {

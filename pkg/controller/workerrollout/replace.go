@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
@@ -306,11 +306,11 @@ func bootstrapTrustPublished(ctx context.Context, r client.Reader, c *v1alpha1.C
 	} else if err != nil {
 		return "", fmt.Errorf("reading the bootstrap kubeconfig: %w", err)
 	}
-	ca, err := bootstrap.KubeconfigCA(s.Data[v1alpha1.DataKeyKubeconfig])
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[v1alpha1.DataKeyKubeconfig])
 	if err != nil {
 		return waiting + ": " + err.Error(), nil
 	}
-	if !bytes.Equal(ca, cas.Bundle().PEM()) {
+	if !bytes.Equal(cfg.CAData, cas.Bundle().PEM()) {
 		return waiting, nil
 	}
 	return "", nil
