@@ -19,7 +19,6 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
-	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
@@ -35,8 +34,8 @@ import (
 // whose Lease is older than the pool's offlineNodeTimeout, next to the
 // newest node Lease, is not waited for (see PlanRollout and Heartbeats).
 type InPlaceRollout struct {
-	Connections *clustercache.Cache // reaches the managed clusters
-	Management  client.Reader       // reads the Cluster's CAs
+	Connections ManagedClients // reaches the managed clusters
+	Management  client.Reader  // reads the Cluster's CAs
 	// Bundles reads the Cluster's bundle ConfigMaps, which the pass of the
 	// Cluster that rolls the pool may have written just before: the API
 	// server (a manager's APIReader), so that a cache behind does not have
@@ -47,6 +46,13 @@ type InPlaceRollout struct {
 	// Clock bounds the nodes' heartbeats (see Heartbeats); nil is the real
 	// clock.
 	Clock clock.PassiveClock
+}
+
+// ManagedClients are the clients of the managed clusters (a
+// *clustercache.Cache): a rollout reads and writes a pool's Nodes through
+// the connection the kubelet bootstrap controller keeps.
+type ManagedClients interface {
+	Client(client.ObjectKey) (client.Client, bool)
 }
 
 // Rollout implements the cluster controller's WorkerRollout.

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
-	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
@@ -68,7 +67,7 @@ var rolloutStrategyField = map[string][]string{
 // The MachineDeployment is read and patched in the Cluster's namespace only:
 // a tenant that may write the Cluster names one of its own.
 type ReplaceRollout struct {
-	Connections *clustercache.Cache // reaches the managed clusters
+	Connections ManagedClients // reaches the managed clusters
 	// Management patches the MachineDeployment and reads the Cluster's CAs;
 	// its RESTMapper says which Cluster API version is served.
 	Management client.Client

@@ -2,24 +2,28 @@ package workerrollout
 
 import (
 	"context"
+	"crypto/x509"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 	"github.com/carousel-dev/carousel/pkg/scheme"
@@ -163,22 +167,8 @@ func TestBootstrapTrustPublished(t *testing.T) {
 	ca0, ca1 := pkitest.NewCA(t, "cluster CA0"), pkitest.NewCA(t, "cluster CA1")
 	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
 	pool := v1alpha1.WorkerPool{Name: "edge", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "edge"}
-	kubeconfig := func(bundle pki.Bundle) client.Object {
-		data, err := bootstrap.Kubeconfig("https://192.0.2.10:6443", bundle.PEM(), bootstrap.Token{ID: "abcdef", Secret: "0123456789abcdef"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)},
-			Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: data}}
-	}
-	caSecret := func(cas *credentials.CAs) client.Object {
-		data, err := credentials.EncodeCASecretData(cas)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleCluster),
-			Annotations: map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}}, Data: data}
-	}
+	kubeconfig := func(bundle pki.Bundle) client.Object { return bootstrapKubeconfigSecret(t, c, bundle) }
+	caSecret := func(cas *credentials.CAs) client.Object { return caSecret(t, c, v1alpha1.CARoleCluster, cas) }
 	preparing := &credentials.CAs{Current: ca1, Previous: ca0, Rotation: "2026-11-30T09:00:00Z"}
 	finalized := &credentials.CAs{Current: ca1, Rotation: "2026-11-30T09:00:00Z"}
 	for _, tc := range []struct {
@@ -204,5 +194,106 @@ func TestBootstrapTrustPublished(t *testing.T) {
 				t.Errorf("the wait %q does not name the Secret", wait)
 			}
 		})
+	}
+}
+
+// bootstrapKubeconfigSecret is c's bootstrap kubeconfig as the kubelet
+// bootstrap controller writes it, trusting bundle.
+func bootstrapKubeconfigSecret(t *testing.T, c *v1alpha1.Cluster, bundle pki.Bundle) *corev1.Secret {
+	t.Helper()
+	data, err := bootstrap.Kubeconfig("https://192.0.2.10:6443", bundle.PEM(), bootstrap.Token{ID: "abcdef", Secret: "0123456789abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)},
+		Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: data}}
+}
+
+// caSecret is the Secret of c's CAs of role.
+func caSecret(t *testing.T, c *v1alpha1.Cluster, role v1alpha1.CARole, cas *credentials.CAs) *corev1.Secret {
+	t.Helper()
+	data, err := credentials.EncodeCASecretData(cas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role),
+		Annotations: map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}}, Data: data}
+}
+
+// managedClients is one managed cluster's client.
+type managedClients map[client.ObjectKey]client.Client
+
+func (m managedClients) Client(key client.ObjectKey) (client.Client, bool) {
+	c, ok := m[key]
+	return c, ok
+}
+
+// TestReplaceRollsOnlyOnceTheBootstrapKubeconfigTrustsThePhasesCAs: in
+// Preparing, with the API server already trusting the new client CA, a
+// Replace pool's MachineDeployment is left alone while the bootstrap
+// kubeconfig trusts the old cluster CA alone, and rolled once it trusts
+// both.
+func TestReplaceRollsOnlyOnceTheBootstrapKubeconfigTrustsThePhasesCAs(t *testing.T) {
+	ctx := context.Background()
+	started := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "edge"}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+		Phase: v1alpha1.RotationPreparing, LastInitiationTime: &metav1.Time{Time: started}}}}
+	pool := v1alpha1.WorkerPool{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "edge-pool-a"}
+
+	clientCA0, clientCA1 := pkitest.NewCA(t, "client CA0"), pkitest.NewCA(t, "client CA1")
+	clusterCA0, clusterCA1 := pkitest.NewCA(t, "cluster CA0"), pkitest.NewCA(t, "cluster CA1")
+	rotation := started.Format(time.RFC3339)
+	operatorCert, err := clientCA1.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel-operator", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Validity: time.Hour}, pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvk := schema.GroupVersionKind{Group: clusterAPIGroup, Version: "v1beta2", Kind: kindMachineDeployment}
+	md := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"replicas": int64(1)}}}
+	md.SetGroupVersionKind(gvk)
+	md.SetNamespace(c.Namespace)
+	md.SetName(pool.MachineDeployment)
+	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{gvk.GroupVersion()})
+	mapper.Add(gvk, meta.RESTScopeNamespace)
+	stale := bootstrapKubeconfigSecret(t, c, pki.NewBundle(clusterCA0.Cert))
+	management := fake.NewClientBuilder().WithRESTMapper(mapper).WithObjects(md, stale,
+		caSecret(t, c, v1alpha1.CARoleClient, &credentials.CAs{Current: clientCA1, Previous: clientCA0, Rotation: rotation}),
+		caSecret(t, c, v1alpha1.CARoleCluster, &credentials.CAs{Current: clusterCA1, Previous: clusterCA0, Rotation: rotation}),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)},
+			Data: map[string][]byte{v1alpha1.DataKeyCertificate: operatorCert.CertPEM()}},
+	).Build()
+	p := &ReplaceRollout{
+		Connections: managedClients{client.ObjectKeyFromObject(c): fake.NewClientBuilder().Build()},
+		Management:  management, Uncached: management, Clock: clocktesting.NewFakePassiveClock(started.Add(time.Minute)),
+		Recorder: events.NewFakeRecorder(10),
+	}
+	rolledFor := func() string {
+		t.Helper()
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(gvk)
+		if err := management.Get(ctx, client.ObjectKeyFromObject(md), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.GetAnnotations()[v1alpha1.AnnotationRolledFor]
+	}
+
+	done, message, err := p.Rollout(ctx, c, pool)
+	if err != nil || done || !strings.Contains(message, credentials.BootstrapKubeconfigSecretName(c.Name)) {
+		t.Fatalf("Rollout with a bootstrap kubeconfig of the old CA alone = %t, %q, %v; want a wait for the kubeconfig", done, message, err)
+	}
+	if a := rolledFor(); a != "" {
+		t.Fatalf("the MachineDeployment was rolled (%s=%q) while new Machines would bootstrap trusting the old cluster CA alone", v1alpha1.AnnotationRolledFor, a)
+	}
+
+	stale.Data = bootstrapKubeconfigSecret(t, c, pki.NewBundle(clusterCA1.Cert, clusterCA0.Cert)).Data
+	if err := management.Update(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if done, message, err := p.Rollout(ctx, c, pool); err != nil || done {
+		t.Fatalf("Rollout with the bootstrap kubeconfig published = %t, %q, %v; want the pool rolling", done, message, err)
+	}
+	if a, want := rolledFor(), noderenewal.RequestFor(c.CARotation()).String(); a != want {
+		t.Fatalf("%s = %q after the bootstrap kubeconfig trusts both cluster CAs; want %q", v1alpha1.AnnotationRolledFor, a, want)
 	}
 }
