@@ -119,7 +119,7 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if plan.Done() && len(plan.Offline) == 0 {
 		return true, "", nil
 	}
-	return plan.Done(), plan.Message(pool.Name, offlineAfter), nil
+	return plan.Done(), plan.Message(pool.Name, offlineAfter, request), nil
 }
 
 // askedThisRotation says whether a node whose annotations these are was

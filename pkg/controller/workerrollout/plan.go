@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
@@ -116,8 +117,9 @@ func Slots(maxUnavailable intstr.IntOrString, total int) int {
 
 // Message says where the pool stands: for the Cluster's CARotation
 // condition while it is not done, and, when it is done but some nodes were
-// offline, for the event that names them.
-func (p Plan) Message(pool string, offlineAfter time.Duration) string {
+// offline, for the event that names them and says how to ask such a node
+// for request, the pool's, by hand.
+func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenewal.Request) string {
 	var b strings.Builder
 	if p.Done() {
 		fmt.Fprintf(&b, "pool %s: rolled without %d offline node(s)", pool, len(p.Offline))
@@ -131,8 +133,12 @@ func (p Plan) Message(pool string, offlineAfter time.Duration) string {
 		fmt.Fprintf(&b, "; asked and silent since, each keeping its slot until it answers or its Node is deleted: %s", lastSeen(p.Silent))
 	}
 	if len(p.Offline) > 0 {
-		fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s); an offline node needs a fresh bootstrap kubeconfig "+
-			"if it comes back after the old CAs were dropped", offlineAfter, lastSeen(p.Offline))
+		fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s)", offlineAfter, lastSeen(p.Offline))
+		if p.Done() {
+			// Nothing asks a node of a rolled pool again.
+			fmt.Fprintf(&b, "; one that comes back is not asked: annotate its Node %s=%s", v1alpha1.AnnotationRenewCredentials, request)
+		}
+		b.WriteString("; an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped")
 	}
 	return b.String()
 }

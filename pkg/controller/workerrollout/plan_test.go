@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
 
@@ -155,6 +156,7 @@ func TestPlanRollout(t *testing.T) {
 }
 
 func TestPlanMessage(t *testing.T) {
+	request := noderenewal.Request{Initiated: time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC), Phase: v1alpha1.RotationPreparing}
 	for _, tt := range []struct {
 		name  string
 		nodes []NodeState
@@ -181,16 +183,17 @@ func TestPlanMessage(t *testing.T) {
 			name:  "done without offline nodes",
 			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.AskAgain, 11*time.Minute)},
 			want: "pool workers: rolled without 2 offline node(s) (Lease over 10m0s behind the newest node Lease, not waited for: " +
-				"b (last seen 2026-11-23T11:49:00Z), c (last seen 2026-11-23T11:00:00Z)); an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
+				"b (last seen 2026-11-23T11:49:00Z), c (last seen 2026-11-23T11:00:00Z)); one that comes back is not asked: " +
+				"annotate its Node carousel.dev/renew-credentials=2026-11-23T09:00:00Z/Preparing; an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := PlanRollout(tt.nodes, intstr.FromInt32(1), offlineAfter, t0).Message("workers", offlineAfter); got != tt.want {
+			if got := PlanRollout(tt.nodes, intstr.FromInt32(1), offlineAfter, t0).Message("workers", offlineAfter, request); got != tt.want {
 				t.Fatalf("Message =\n%s\nwant\n%s", got, tt.want)
 			}
 			// The status is written when the message changes: it must not
 			// change while the other nodes renew their Leases.
-			if later := PlanRollout(tt.nodes, intstr.FromInt32(1), offlineAfter, t0.Add(10*time.Second)).Message("workers", offlineAfter); later != tt.want {
+			if later := PlanRollout(tt.nodes, intstr.FromInt32(1), offlineAfter, t0.Add(10*time.Second)).Message("workers", offlineAfter, request); later != tt.want {
 				t.Errorf("Message 10s of Lease renewals later =\n%s\nwant it unchanged", later)
 			}
 		})
@@ -328,8 +331,8 @@ func FuzzPlanRollout(f *testing.F) {
 		if !p.Done() && p.Renewing == 0 {
 			t.Fatalf("not done and nobody renewing: the rollout would stall (%+v)", p)
 		}
-		if !strings.HasPrefix(p.Message("pool", offlineAfter), "pool pool: ") {
-			t.Fatalf("message %q", p.Message("pool", offlineAfter))
+		if !strings.HasPrefix(p.Message("pool", offlineAfter, noderenewal.Request{}), "pool pool: ") {
+			t.Fatalf("message %q", p.Message("pool", offlineAfter, noderenewal.Request{}))
 		}
 	})
 }
