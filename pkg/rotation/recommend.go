@@ -31,6 +31,25 @@ type Recommendation struct {
 	Message   string
 }
 
+// FollowedBy reports whether an operation annotation of this value acts on
+// the advice: one that starts a CA rotation (alone or with the
+// service-account key) when a rotation is due; one that completes it
+// (forced or not, alone or with the key) or aborts it when its completion is.
+// A value that is no operation follows nothing.
+func (r *Recommendation) FollowedBy(operation string) bool {
+	op, err := v1alpha1.ParseOperation(operation)
+	if err != nil {
+		return false
+	}
+	switch r.Reason {
+	case v1alpha1.ReasonRotationDue:
+		return op.Verb.StartsCARotation()
+	case v1alpha1.ReasonCompletionDue:
+		return op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation || op.Verb == v1alpha1.VerbAbortCARotation
+	}
+	return false
+}
+
 // Recommend returns the recommendation in force at now for a rotation in
 // the state rot of a Cluster created at created, or nil, and when the next
 // recommendation comes into force if nothing else changes (zero when none

@@ -74,6 +74,39 @@ func TestRecommend(t *testing.T) {
 	}
 }
 
+// TestRecommendationFollowedBy: every form of the operation that acts on
+// the advice silences it, and nothing else does.
+func TestRecommendationFollowedBy(t *testing.T) {
+	rotationDue := &Recommendation{Reason: v1alpha1.ReasonRotationDue, Operation: v1alpha1.OperationStartCARotation}
+	completionDue := &Recommendation{Reason: v1alpha1.ReasonCompletionDue, Operation: v1alpha1.OperationCompleteCARotation}
+	for _, tc := range []struct {
+		operation                    string
+		followsRotation, followsComp bool
+	}{
+		{"start-ca-rotation", true, false},
+		{"start-ca-rotation-without-workers-rollout", true, false},
+		{"rotate-credentials-start", true, false},
+		{"complete-ca-rotation", false, true},
+		{"complete-ca-rotation=force", false, true},
+		{"rotate-credentials-complete", false, true},
+		{"rotate-credentials-complete=force", false, true},
+		{"abort-ca-rotation", false, true},
+		{"rotate-serviceaccount-key-start", false, false},
+		{"rotate-serviceaccount-key-complete", false, false},
+		{"reconcile", false, false},
+		{"rollout-workers=pool-a", false, false},
+		{"", false, false},
+		{"start-ca-rotation-please", false, false},
+	} {
+		if got := rotationDue.FollowedBy(tc.operation); got != tc.followsRotation {
+			t.Errorf("a due rotation followed by %q: %t, want %t", tc.operation, got, tc.followsRotation)
+		}
+		if got := completionDue.FollowedBy(tc.operation); got != tc.followsComp {
+			t.Errorf("a due completion followed by %q: %t, want %t", tc.operation, got, tc.followsComp)
+		}
+	}
+}
+
 // FuzzRecommend checks Recommend's invariants over phases, times and
 // policies: a recommendation comes with no next time, a next time lies in
 // the future, and at that time the recommendation is in force and stays so.

@@ -47,8 +47,8 @@ func (Validator) ValidateCreate(_ context.Context, c *v1alpha1.Cluster) (admissi
 }
 
 // ValidateUpdate validates a change to a Cluster and returns the policy's
-// recommendation as a warning, unless the change carries the operation that
-// follows it.
+// recommendation as a warning, unless the Cluster carries an operation that
+// follows it, now or queued for its maintenance window.
 func (v Validator) ValidateUpdate(_ context.Context, oldC, newC *v1alpha1.Cluster) (admission.Warnings, error) {
 	if err := invalid(newC, slices.Concat(v1alpha1.ValidateClusterUpdate(newC, oldC), rotation.ValidateUpdate(newC, oldC), maintenance.ValidateUpdate(newC, oldC))); err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func (v Validator) ValidateUpdate(_ context.Context, oldC, newC *v1alpha1.Cluste
 		clk = clock.RealClock{}
 	}
 	rec, _ := rotation.Recommend(newC.CARotation(), newC.CreationTimestamp.Time, v.Recommendations, clk.Now())
-	if rec == nil || newC.Annotations[v1alpha1.OperationAnnotation] == rec.Operation {
+	if rec == nil || rec.FollowedBy(newC.Annotations[v1alpha1.OperationAnnotation]) || rec.FollowedBy(newC.Annotations[v1alpha1.MaintenanceOperationAnnotation]) {
 		return nil, nil
 	}
 	return admission.Warnings{fmt.Sprintf("cluster %s/%s: %s", newC.Namespace, newC.Name, rec.Message)}, nil
