@@ -24,11 +24,8 @@ type RecommendationPolicy struct {
 // CARotationRecommended condition and the admission webhook's API warning.
 type Recommendation struct {
 	// Reason is ReasonRotationDue or ReasonCompletionDue.
-	Reason string
-	// Operation is the value of the operation annotation that follows the
-	// advice.
-	Operation string
-	Message   string
+	Reason  string
+	Message string
 }
 
 // FollowedBy reports whether an operation annotation of this value acts on
@@ -65,7 +62,7 @@ func Recommend(rot *v1alpha1.CARotation, created time.Time, policy Recommendatio
 			return nil, time.Time{}
 		}
 		due = since.Add(policy.PreparedWarning)
-		rec = &Recommendation{Reason: v1alpha1.ReasonCompletionDue, Operation: v1alpha1.OperationCompleteCARotation,
+		rec = &Recommendation{Reason: v1alpha1.ReasonCompletionDue,
 			Message: fmt.Sprintf("the CA rotation has been Prepared since %s, longer than %s: until it is completed every client and server "+
 				"trusts the old CAs too; complete it with %s=%s", since.UTC().Format(time.RFC3339), policy.PreparedWarning, v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation)}
 	case phase.RotationInProgress():
@@ -80,7 +77,7 @@ func Recommend(rot *v1alpha1.CARotation, created time.Time, policy Recommendatio
 			what = "the last CA rotation completed at %s"
 		}
 		due = since.Add(policy.RotationInterval)
-		rec = &Recommendation{Reason: v1alpha1.ReasonRotationDue, Operation: v1alpha1.OperationStartCARotation,
+		rec = &Recommendation{Reason: v1alpha1.ReasonRotationDue,
 			Message: fmt.Sprintf(what+", longer than %s ago: start a CA rotation with %s=%s", since.UTC().Format(time.RFC3339), policy.RotationInterval,
 				v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)}
 	}
