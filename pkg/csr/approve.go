@@ -271,6 +271,11 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 	return Decision{Verdict: Approve, Reason: ReasonApproved, Message: message, Pin: record}
 }
 
+// notAHostName says whether a DNS SAN is a wildcard or an IP address.
+func notAHostName(name string) bool {
+	return strings.Contains(name, "*") || net.ParseIP(name) != nil
+}
+
 // Validate says why a kubelet CSR must not be signed, whoever approved it:
 // a subject, usage, SAN or key its signer does not issue. The signer checks
 // it again, so that a manual approval cannot turn a kubelet signer into a
@@ -313,6 +318,11 @@ func validate(req *certificatesv1.CertificateSigningRequest) (*x509.CertificateR
 			bad = deny(ReasonUnexpectedSANs, "a kubelet serving certificate has only DNS and IP SANs")
 		case len(parsed.DNSNames) == 0 && len(parsed.IPAddresses) == 0:
 			bad = deny(ReasonUnexpectedSANs, "a kubelet serving certificate needs at least one DNS or IP SAN")
+		case slices.ContainsFunc(parsed.DNSNames, notAHostName):
+			// A kubelet asks for its host names as DNS SANs and its IPs as
+			// IP SANs. A wildcard, even one its Node reports, would serve
+			// as every matching node.
+			bad = deny(ReasonUnexpectedSANs, "the DNS SANs of a kubelet serving certificate are host names: no wildcard, no IP address")
 		default:
 			if msg := checkUsages(req.Spec.Usages, parsed, certificatesv1.UsageServerAuth); msg != "" {
 				bad = deny(ReasonBadUsages, "%s", msg)

@@ -52,7 +52,7 @@ var (
 		IsCarouselToken:   func(id string) bool { return id == "abcdef" },
 		AutoApproveClient: true, AutoApproveServing: true,
 		Node: func(node string) (NodeInfo, bool) {
-			return NodeInfo{UID: "uid-1", Addresses: []string{"10.0.0.7", "worker-1.example"}}, node == "worker-1"
+			return NodeInfo{UID: "uid-1", Addresses: []string{"10.0.0.7", "worker-1.example", "*.nodes.example"}}, node == "worker-1"
 		},
 	}
 )
@@ -152,6 +152,8 @@ func TestDecideServing(t *testing.T) {
 		{"a SAN the node does not have", "system:node:worker-1", []string{"evil.example"}, nil, true, Deny, ReasonUnexpectedSANs},
 		{"an IP the node does not have", "system:node:worker-1", nil, []net.IP{net.ParseIP("10.0.0.8")}, true, Deny, ReasonUnexpectedSANs},
 		{"no SANs", "system:node:worker-1", nil, nil, true, Deny, ReasonUnexpectedSANs},
+		{"a wildcard its Node reports", "system:node:worker-1", []string{"*.nodes.example"}, nil, true, Deny, ReasonUnexpectedSANs},
+		{"an IP address as a DNS SAN", "system:node:worker-1", []string{"10.0.0.7"}, nil, true, Deny, ReasonUnexpectedSANs},
 		{"requested by another node", "system:node:worker-2", []string{"worker-1.example"}, nil, true, Deny, ReasonIdentityMismatch},
 		{"requested by an ordinary user", "alice", []string{"worker-1.example"}, nil, true, Ignore, "OtherRequester"},
 	}

@@ -400,6 +400,7 @@ func FuzzSign(f *testing.F) {
 		{serving(func(in *fuzzRequest) { in.emails = "root@example.com" }), true, -1, year, 10 * year, 60},
 		{serving(func(in *fuzzRequest) { in.uris = "spiffe://cluster/ns/kube-system" }), true, -1, year, 10 * year, 60},
 		{serving(func(in *fuzzRequest) { in.dns, in.ips = "", nil }), true, -1, year, 10 * year, 60},
+		{serving(func(in *fuzzRequest) { in.dns = "*.nodes.example" }), true, -1, year, 10 * year, 60},
 		{serving(func(in *fuzzRequest) { in.ext, in.extValue = 5, extSANMallory }), true, -1, year, 10 * year, 60},
 		{serving(func(in *fuzzRequest) { in.ext, in.extValue, in.extCritical = 1, extCATrue, true }), true, -1, year, 10 * year, 60},
 		{serving(func(in *fuzzRequest) { in.usages = clientUsageList }), true, -1, year, 10 * year, 60},
@@ -496,6 +497,9 @@ func FuzzSign(f *testing.F) {
 			if !slices.Contains(allowedExts, e.Id.String()) {
 				t.Fatalf("extension %s in a kubelet certificate", e.Id)
 			}
+		}
+		if i := slices.IndexFunc(cert.DNSNames, notAHostName); i >= 0 {
+			t.Fatalf("DNS SAN %q, no host name, in a kubelet certificate", cert.DNSNames[i])
 		}
 		if len(cert.EmailAddresses)+len(cert.URIs) > 0 || len(cert.PermittedDNSDomains)+len(cert.ExcludedDNSDomains) > 0 {
 			t.Fatal("e-mail or URI SANs, or name constraints")
