@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -94,8 +95,9 @@ type RotationCampaignSpec struct {
 	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
 
 	// ProgressDeadline is how long a Cluster's phase may take (from its
-	// lastInitiationTime at Start, lastCompletionTriggeredTime at Complete)
-	// before it counts as failed. Between MinCampaignProgressDeadline and
+	// lastInitiationTime in its first phase, lastCompletionTriggeredTime in
+	// Finalizing; at the Complete step too, a Cluster not Prepared yet
+	// counts from lastInitiationTime) before it counts as failed. Between MinCampaignProgressDeadline and
 	// MaxCampaignProgressDeadline; empty means DefaultCampaignProgressDeadline.
 	//
 	// +optional
@@ -211,6 +213,17 @@ type RotationCampaignStatus struct {
 	// +listMapKey=name
 	Blocking []CampaignCluster `json:"blocking,omitempty"`
 
+	// Refused lists the selected Clusters that refused the campaign's
+	// operation (the Cluster webhook refused it, or the Cluster controller
+	// dropped it), each with the resourceVersion it refused in: such a
+	// Cluster counts as failed until it changes. A manager that restarts, or
+	// the shard that takes the campaign over, reads them back.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=uid
+	Refused []CampaignRefusal `json:"refused,omitempty"`
+
 	// Conditions: Progressing.
 	//
 	// +optional
@@ -249,4 +262,14 @@ type CampaignCluster struct {
 	Name    string               `json:"name"`
 	State   CampaignClusterState `json:"state"`
 	Message string               `json:"message,omitempty"`
+}
+
+// CampaignRefusal is a Cluster that refused a campaign's operation.
+type CampaignRefusal struct {
+	Name string    `json:"name"`
+	UID  types.UID `json:"uid"`
+	// ResourceVersion is the Cluster's when it refused.
+	ResourceVersion string `json:"resourceVersion"`
+	// Message says why.
+	Message string `json:"message,omitempty"`
 }

@@ -38,6 +38,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &carouselv1alpha1.CampaignClusterApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CampaignClusterCounts"):
 		return &carouselv1alpha1.CampaignClusterCountsApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CampaignRefusal"):
+		return &carouselv1alpha1.CampaignRefusalApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CARotation"):
 		return &carouselv1alpha1.CARotationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CARotationSettings"):

@@ -1,10 +1,12 @@
 package campaign
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +53,11 @@ type Reconciler struct {
 // annotation its cache does not show yet, so that a stale view never counts
 // them as pending and starts more than the budget; and the Clusters that
 // refused the operation, until they change. A campaign's memory goes with
-// it, and a Cluster's when the campaign no longer selects it.
+// it, and a Cluster's when the campaign no longer selects it. The refusals
+// are also written into the campaign's status.refused, from which a pass
+// takes back those its process does not hold (after a restart, or a shard
+// handover): a Cluster that refused counts as failed until it changes,
+// whichever process looks.
 type memory struct {
 	mu sync.Mutex
 	// started are the Clusters this process started, by campaign: each
@@ -67,7 +73,7 @@ type request struct {
 }
 
 type refusal struct {
-	resourceVersion, message string
+	name, resourceVersion, message string
 }
 
 // Reconcile looks at one campaign and its Clusters.
@@ -131,7 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		for _, c := range clusters {
 			standings = append(standings, campaign.Classify(step, rc.Status.StartTime.Time, completeStep, rc.Spec.ProgressDeadlineOrDefault(), c, now))
 		}
-		return r.memory.amend(req.NamespacedName, step, clusters, standings)
+		return r.memory.amend(req.NamespacedName, step, clusters, standings, rc.Status.Refused)
 	}
 	byName := make(map[string]*v1alpha1.Cluster, len(clusters))
 	for _, c := range clusters {
@@ -160,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	r.recordWave(rc, step, started)
-	if err := r.writeStatus(ctx, rc, d, now); err != nil {
+	if err := r.writeStatus(ctx, rc, d, r.memory.refusals(req.NamespacedName), now); err != nil {
 		return lookAgainIfStale(err)
 	}
 	r.Metrics.record(rc)
@@ -212,10 +218,18 @@ func (r *Reconciler) recordWave(rc *v1alpha1.RotationCampaign, step v1alpha1.Cam
 // failed, as one the webhook refused has, until it changes again. A started
 // Cluster is remembered while its annotation is there or the cache shows
 // it before the start, and forgotten once the cache shows it taken up;
-// changed refused ones are forgotten.
-func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignStep, clusters []*v1alpha1.Cluster, standings []campaign.Standing) []campaign.Standing {
+// changed refused ones are forgotten. recorded are the refusals the
+// campaign's status holds: one this process does not hold is taken back (a
+// refusal of a Cluster that changed since is forgotten again at once).
+func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignStep, clusters []*v1alpha1.Cluster, standings []campaign.Standing,
+	recorded []v1alpha1.CampaignRefusal) []campaign.Standing {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for _, r := range recorded {
+		if _, ok := m.refused[campaignKey][r.UID]; !ok {
+			m.recordRefusalLocked(campaignKey, r.UID, refusal{name: r.Name, resourceVersion: r.ResourceVersion, message: r.Message})
+		}
+	}
 	started, refused := m.started[campaignKey], m.refused[campaignKey]
 	selected, selectedUIDs := sets.New[string](), sets.New[types.UID]()
 	for i, c := range clusters {
@@ -295,14 +309,33 @@ func (m *memory) refuse(campaignKey types.NamespacedName, c *v1alpha1.Cluster, m
 // refuseLocked records that c refused campaignKey's operation, and returns
 // the campaign's refusals.
 func (m *memory) refuseLocked(campaignKey types.NamespacedName, c *v1alpha1.Cluster, message string) map[types.UID]refusal {
+	return m.recordRefusalLocked(campaignKey, c.UID, refusal{name: c.Name, resourceVersion: c.ResourceVersion, message: message})
+}
+
+func (m *memory) recordRefusalLocked(campaignKey types.NamespacedName, uid types.UID, r refusal) map[types.UID]refusal {
 	if m.refused == nil {
 		m.refused = map[types.NamespacedName]map[types.UID]refusal{}
 	}
 	if m.refused[campaignKey] == nil {
 		m.refused[campaignKey] = map[types.UID]refusal{}
 	}
-	m.refused[campaignKey][c.UID] = refusal{resourceVersion: c.ResourceVersion, message: message}
+	m.refused[campaignKey][uid] = r
 	return m.refused[campaignKey]
+}
+
+// refusals are the campaign's refusals for its status, by name; nil when
+// there are none.
+func (m *memory) refusals(campaignKey types.NamespacedName) []v1alpha1.CampaignRefusal {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []v1alpha1.CampaignRefusal
+	for uid, r := range m.refused[campaignKey] {
+		out = append(out, v1alpha1.CampaignRefusal{Name: r.name, UID: uid, ResourceVersion: r.resourceVersion, Message: r.message})
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.CampaignRefusal) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(string(a.UID), string(b.UID)))
+	})
+	return out
 }
 
 func (m *memory) forget(campaignKey types.NamespacedName) {
@@ -417,14 +450,14 @@ func (r *Reconciler) patchStatus(ctx context.Context, rc, before *v1alpha1.Rotat
 	return true, nil
 }
 
-// writeStatus writes d into the campaign's status, and the time a step
-// finished, when they changed; it records an event when the campaign halts
-// or finishes a step.
-func (r *Reconciler) writeStatus(ctx context.Context, rc *v1alpha1.RotationCampaign, d campaign.Decision, now time.Time) error {
+// writeStatus writes d and refused into the campaign's status, and the time
+// a step finished, when they changed; it records an event when the campaign
+// halts or finishes a step.
+func (r *Reconciler) writeStatus(ctx context.Context, rc *v1alpha1.RotationCampaign, d campaign.Decision, refused []v1alpha1.CampaignRefusal, now time.Time) error {
 	before := rc.DeepCopy()
 	st := &rc.Status
 	st.ObservedGeneration = rc.Generation
-	st.Phase, st.Clusters, st.RotationPhases, st.Blocking = d.Phase, d.Counts, d.RotationPhases, d.Blocking
+	st.Phase, st.Clusters, st.RotationPhases, st.Blocking, st.Refused = d.Phase, d.Counts, d.RotationPhases, d.Blocking, refused
 	stamp := metav1.NewTime(now)
 	cond := d.Progressing
 	cond.ObservedGeneration, cond.LastTransitionTime = rc.Generation, stamp

@@ -124,8 +124,15 @@ func acceptedUnseen(patched *[]string) func(ctx context.Context, c client.WithWa
 // refusingA is a fixture's patch of Clusters that refuses a's, as the Cluster
 // webhook would, and adds the name of every Cluster patched to patched.
 func refusingA(patched *[]string) func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	return refusing("a", patched)
+}
+
+// refusing is a fixture's patch of Clusters that refuses name's, as the
+// Cluster webhook would, and adds the name of every Cluster patched to
+// patched.
+func refusing(name string, patched *[]string) func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 	return func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		if obj.GetName() == "a" {
+		if obj.GetName() == name {
 			*patched = append(*patched, obj.GetName())
 			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New("the cluster says no"))
 		}
@@ -338,6 +345,62 @@ func TestARefusalThatUsesUpTheFailureBudgetStartsNoMoreOfTheWave(t *testing.T) {
 	}
 	if rc.Status.Phase != v1alpha1.CampaignHalted {
 		t.Errorf("phase %s, want Halted", rc.Status.Phase)
+	}
+}
+
+// A campaign halted by a refusal stays halted in a manager that starts
+// anew (a restart, or the shard that takes the campaign over), which holds
+// none of the refusals its predecessor saw: it reads them from the status.
+// Before, the refused Cluster counted as pending there, the campaign was no
+// longer halted, and it started a Cluster the halt had held back.
+func TestARefusalOutlivesTheProcessThatSawIt(t *testing.T) {
+	ctx := context.Background()
+	var patched []string
+	r, _ := fixture(t, refusing("c", &patched))
+	rc := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Spec.MaxFailures = ptr.To(intstr.FromInt32(0))
+	if err := r.Client.Update(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	// a and b wait for an operation of their own, so that c is started.
+	setOperation := func(name, operation string) {
+		t.Helper()
+		c := &v1alpha1.Cluster{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: name}, c); err != nil {
+			t.Fatal(err)
+		}
+		if operation == "" {
+			delete(c.Annotations, v1alpha1.OperationAnnotation)
+		} else {
+			c.Annotations = map[string]string{v1alpha1.OperationAnnotation: operation}
+		}
+		if err := r.Client.Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setOperation("a", string(v1alpha1.VerbReconcile))
+	setOperation("b", string(v1alpha1.VerbReconcile))
+	if rc = reconcileWave(t, r); rc.Status.Phase != v1alpha1.CampaignHalted || !slices.Equal(patched, []string{"c"}) {
+		t.Fatalf("phase %s after patching %v, want c refused and the campaign Halted", rc.Status.Phase, patched)
+	}
+	if len(rc.Status.Refused) != 1 || rc.Status.Refused[0].Name != "c" || rc.Status.Refused[0].UID != "uid-c" {
+		t.Fatalf("status.refused %+v, want c's refusal", rc.Status.Refused)
+	}
+	setOperation("a", "")
+	setOperation("b", "")
+
+	restarted := &Reconciler{Client: r.Client, Clock: r.Clock, Recorder: events.NewFakeRecorder(10)}
+	if rc = reconcileWave(t, restarted); rc.Status.Phase != v1alpha1.CampaignHalted || !slices.Equal(patched, []string{"c"}) {
+		t.Fatalf("a restarted manager: phase %s after patching %v, want the campaign Halted and nothing started", rc.Status.Phase, patched)
+	}
+
+	// Once c changes, its refusal is forgotten, in the status too.
+	setOperation("c", string(v1alpha1.VerbReconcile))
+	if rc = reconcileWave(t, restarted); len(rc.Status.Refused) != 0 || rc.Status.Phase == v1alpha1.CampaignHalted {
+		t.Fatalf("after c changed: phase %s, status.refused %+v; want the refusal forgotten and the campaign going on", rc.Status.Phase, rc.Status.Refused)
 	}
 }
 

@@ -48,8 +48,9 @@ type RotationCampaignSpecApplyConfiguration struct {
 	// is raised.
 	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
 	// ProgressDeadline is how long a Cluster's phase may take (from its
-	// lastInitiationTime at Start, lastCompletionTriggeredTime at Complete)
-	// before it counts as failed. Between MinCampaignProgressDeadline and
+	// lastInitiationTime in its first phase, lastCompletionTriggeredTime in
+	// Finalizing; at the Complete step too, a Cluster not Prepared yet
+	// counts from lastInitiationTime) before it counts as failed. Between MinCampaignProgressDeadline and
 	// MaxCampaignProgressDeadline; empty means DefaultCampaignProgressDeadline.
 	ProgressDeadline *metav1.Duration `json:"progressDeadline,omitempty"`
 	// Paused stops the campaign from starting the operation on further

@@ -53,6 +53,12 @@ type RotationCampaignStatusApplyConfiguration struct {
 	// not merely pending: failed ones first, then in progress and waiting,
 	// each with why; at most MaxCampaignBlocking, by name.
 	Blocking []CampaignClusterApplyConfiguration `json:"blocking,omitempty"`
+	// Refused lists the selected Clusters that refused the campaign's
+	// operation (the Cluster webhook refused it, or the Cluster controller
+	// dropped it), each with the resourceVersion it refused in: such a
+	// Cluster counts as failed until it changes. A manager that restarts, or
+	// the shard that takes the campaign over, reads them back.
+	Refused []CampaignRefusalApplyConfiguration `json:"refused,omitempty"`
 	// Conditions: Progressing.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
@@ -141,6 +147,19 @@ func (b *RotationCampaignStatusApplyConfiguration) WithBlocking(values ...*Campa
 			panic("nil value passed to WithBlocking")
 		}
 		b.Blocking = append(b.Blocking, *values[i])
+	}
+	return b
+}
+
+// WithRefused adds the given value to the Refused field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Refused field.
+func (b *RotationCampaignStatusApplyConfiguration) WithRefused(values ...*CampaignRefusalApplyConfiguration) *RotationCampaignStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithRefused")
+		}
+		b.Refused = append(b.Refused, *values[i])
 	}
 	return b
 }
