@@ -153,11 +153,20 @@ func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecre
 	switch {
 	case upCur == invCur && upPrev == invPrev:
 		return nil
-	case upCur == invCur && upPrev == "": // the old CA was dropped after the status was written
+	case upCur == invCur && upPrev == "" && (id == "" || cas.Rotation == id):
+		// The previous CA (the old one in Finalizing, the aborted new one in
+		// Aborting) was dropped after the status was written: the Secret
+		// Carousel wrote then carries the rotation's annotation. A copy from
+		// before the rotation holds the old CA alone too, without it, and
+		// in Aborting would drop the new CA while it is still trusted.
 		return nil
 	case invPrev == "" && upPrev == invCur && id != "" && cas.Rotation == id && cl.CARotationPhase().BothCAsTrusted():
 		// this rotation's new CA, not yet in the status; once the rotation is
 		// aborted, a CA the abort deletes is never brought back
+		return nil
+	case upCur == invPrev && upPrev == invCur && id != "" && cas.Rotation == id && cl.CARotationPhase() == v1alpha1.RotationAborting:
+		// this rotation's CAs from before the abort swapped them, which the
+		// operator swaps again
 		return nil
 	}
 	return fmt.Errorf("refusing to restore the %s CA: the upload holds CA %s%s, but the Cluster's status records CA %s%s. "+

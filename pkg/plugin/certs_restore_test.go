@@ -79,6 +79,12 @@ func TestCheckUploadedCARefusesACopyOlderThanTheStatus(t *testing.T) {
 			upload: uploadedCA(t, etcd, newCA, oldCA, "2025-01-01T00:00:00Z"), refusing: "refusing to restore the etcd CA"},
 		{name: "an aborted rotation's new CA, deleted by the abort", cluster: clusterRecording(etcd, oldCA, nil, v1alpha1.RotationAborting, started),
 			upload: uploadedCA(t, etcd, newCA, oldCA, id), refusing: "would bring back a CA the Cluster no longer uses"},
+		{name: "aborting: a copy from before the rotation", cluster: clusterRecording(etcd, oldCA, newCA, v1alpha1.RotationAborting, started),
+			upload: uploadedCA(t, etcd, oldCA, nil, ""), refusing: "refusing to restore the etcd CA"},
+		{name: "aborting: this rotation's CAs, before the abort swapped them", cluster: clusterRecording(etcd, oldCA, newCA, v1alpha1.RotationAborting, started),
+			upload: uploadedCA(t, etcd, newCA, oldCA, id)},
+		{name: "aborting: the aborted new CA deleted, not yet in the status", cluster: clusterRecording(etcd, oldCA, newCA, v1alpha1.RotationAborting, started),
+			upload: uploadedCA(t, etcd, oldCA, nil, id)},
 		{name: "a CA replaced by reissue-ca", cluster: clusterRecording(etcd, newCA, nil, "", started),
 			upload: uploadedCA(t, etcd, oldCA, nil, ""), refusing: "reissue-ca"},
 	} {

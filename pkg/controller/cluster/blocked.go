@@ -137,7 +137,8 @@ func (r *Reconciler) apiReader() client.Reader {
 
 // inventoryLists reports whether the status records a CA of the role.
 func inventoryLists(c *v1alpha1.Cluster, role v1alpha1.CARole) bool {
-	return recordedCA(c, role) != nil
+	current, _ := recordedCAs(c, role)
+	return current != nil
 }
 
 // forgetCAs drops roles from the status inventory: a reissue-ca operation.

@@ -137,14 +137,21 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 // rotation, hold a previous CA besides the recorded one: a copy made during
 // a rotation was put back, and its previous CA, which the rotation retired
 // (perhaps because its key leaked), would be trusted again, or, as the
-// recorded one, have a foreign current CA sign every certificate. A cache
-// that shows the Secret older than the API server does is behind:
+// recorded one, have a foreign current CA sign every certificate. Nor,
+// during a rotation, does it hold the recorded current CA alone, without the
+// rotation's annotation, while the status records a previous one: a copy
+// from before the rotation was put back in Aborting, where the recorded
+// current CA is the old one again, and the new one it leaves out is still
+// trusted by whatever the rotation moved to it (a Secret Carousel wrote
+// without the previous CA, once it dropped it, carries the annotation). A
+// cache that shows the Secret older than the API server does is behind:
 // errStaleCache.
 func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs) error {
-	recorded := recordedCA(c, role)
+	recorded, recordedPrevious := recordedCAs(c, role)
 	retired := cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
-	if !retired && (recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint ||
-		cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
+	holdsCurrent := recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint
+	fromBefore := holdsCurrent && cas.Previous == nil && recordedPrevious != nil && c.CARotationPhase().RotationInProgress() && cas.Rotation != rotationID(c)
+	if !retired && !fromBefore && (holdsCurrent || cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
 		return nil
 	}
 	there, err := r.readMetadata(ctx, secretKind, client.ObjectKeyFromObject(secret))
@@ -168,6 +175,13 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 			credentials.DataKeyPreviousCertificate, credentials.DataKeyPreviousPrivateKey, which)
 	}
 	next := "delete it, then restore it from an upload made since (kubectl carousel certs restore, which refuses an older one)"
+	if fromBefore {
+		return blocked(v1alpha1.ReasonCALost,
+			"secret %s holds %s CA %s alone, without the annotations of the rotation under way, while the status records %s as the previous "+
+				"CA, which the rotation still trusts: it was put back from a copy made before the rotation, and would drop that CA from the "+
+				"trust bundles. Carousel takes it as it is neither: %s",
+			secret.Name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(recordedPrevious.Fingerprint), next)
+	}
 	if !c.CARotationPhase().RotationInProgress() {
 		next += "; without one, keep the CA it holds in place of the recorded one: " + operationCommand(c, v1alpha1.OperationReissueCAPrefix+string(role))
 	}
@@ -178,18 +192,18 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 		recorded.NotBefore.UTC().Format(time.RFC3339), next)
 }
 
-// recordedCA is the current CA of role in the status inventory; nil when it
-// lists none.
-func recordedCA(c *v1alpha1.Cluster, role v1alpha1.CARole) *v1alpha1.CertificateInfo {
+// recordedCAs are the current and previous CAs of role in the status
+// inventory; nil when it lists none.
+func recordedCAs(c *v1alpha1.Cluster, role v1alpha1.CARole) (current, previous *v1alpha1.CertificateInfo) {
 	if c.Status.Credentials == nil {
-		return nil
+		return nil, nil
 	}
 	for _, inv := range c.Status.Credentials.CertificateAuthorities {
 		if inv.Role == role {
-			return inv.Current
+			return inv.Current, inv.Previous
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // restoreOldCA swaps, in place, the CAs of a role in the aborted rotation

@@ -445,6 +445,70 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 	}
 }
 
+// In Aborting, once the status records the old CA as current again and the
+// aborted new one as previous, a copy from before the rotation (the old CA
+// alone, without the rotation's annotations) is refused: taken as it is, it
+// would drop the new CA from the trust bundles while clients the rotation
+// moved to it still present its certificates. The pass generates no key and
+// leaves the Secret as it was.
+func TestACASecretPutBackFromBeforeTheRotationIsRefusedInAborting(t *testing.T) {
+	ctx := context.Background()
+	sc := newSettledCluster(t)
+	key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient)}
+	before := &corev1.Secret{}
+	if err := sc.api.Get(ctx, key, before); err != nil {
+		t.Fatal(err)
+	}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	sc.annotate(v1alpha1.OperationAbortCARotation)
+	swapped := func() bool {
+		c := sc.cluster()
+		current, previous := recordedCAs(c, v1alpha1.CARoleClient)
+		old, err := credentials.DecodeCASecret(before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CARotationPhase() == v1alpha1.RotationAborting && previous != nil && current.Fingerprint == pki.Fingerprint(old.Current.Cert)
+	}
+	for range 10 {
+		if swapped() {
+			break
+		}
+		sc.reconcile()
+	}
+	if !swapped() {
+		t.Fatalf("the status does not record the client CAs swapped back in Aborting: phase %s", sc.cluster().CARotationPhase())
+	}
+
+	restored := &corev1.Secret{}
+	if err := sc.api.Get(ctx, key, restored); err != nil {
+		t.Fatal(err)
+	}
+	restored.Data, restored.Annotations = before.Data, before.Annotations
+	if err := sc.api.Update(ctx, restored); err != nil {
+		t.Fatal(err)
+	}
+	keys := pki.KeysGenerated()
+	_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+	if err == nil || !strings.Contains(err.Error(), "it was put back from a copy made before the rotation") {
+		t.Fatalf("the pass ended with %v, want the Secret refused", err)
+	}
+	if n := pki.KeysGenerated() - keys; n != 0 {
+		t.Errorf("the pass generated %d keys, want 0", n)
+	}
+	after := &corev1.Secret{}
+	if err := sc.api.Get(ctx, key, after); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+		t.Error("the Secret put back was rewritten")
+	}
+	if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+		t.Errorf("Ready is %+v, want CALost", ready)
+	}
+}
+
 // A key reissued after a service-account key rotation carries that
 // rotation's ID, as a key the rotation staged does, so that kubectl carousel
 // certs restore takes a copy of it (a copy without the ID was made before the
