@@ -247,6 +247,15 @@ func TestFollowLineSaysThePhaseOnce(t *testing.T) {
 	if !rotationReached(cl, both) {
 		t.Error("rotationReached with both Prepared, want true")
 	}
+	// A completion queued for the maintenance window (before the start, say)
+	// keeps only a --wait on a queued operation from ending.
+	cl.Annotations = map[string]string{v1alpha1.MaintenanceOperationAnnotation: string(v1alpha1.VerbRotateCredentialsComplete)}
+	if !rotationReached(cl, both) {
+		t.Error("rotationReached with both Prepared and a completion queued, want true")
+	}
+	if queued := (followTarget{ca: both.ca, serviceAccountKey: both.serviceAccountKey, queued: true}); rotationReached(cl, queued) {
+		t.Error("rotationReached for an operation queued, with one still queued, want false")
+	}
 }
 
 func TestOperationOf(t *testing.T) {

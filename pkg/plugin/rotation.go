@@ -98,6 +98,7 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 	if req != nil {
 		req.record = operationRecord(cl)
 	}
+	target.queued = f.inWindow
 	return e.follow(ctx, cl.Namespace, name, target, f.timeout, req)
 }
 
@@ -228,10 +229,13 @@ func seriesLast(s *corev1.EventSeries) time.Time {
 
 // followTarget is where --wait stops: the CA rotation in one of the phases
 // ca (none: the CA rotation is not followed) and the service-account key
-// rotation in phase serviceAccountKey (empty: not followed).
+// rotation in phase serviceAccountKey (empty: not followed), with no
+// operation requested, nor, when the operation followed was queued for the
+// maintenance window (queued), one queued.
 type followTarget struct {
 	ca                []v1alpha1.CARotationPhase
 	serviceAccountKey v1alpha1.ServiceAccountKeyRotationPhase
+	queued            bool
 }
 
 func (t followTarget) String() string {
@@ -564,12 +568,14 @@ func phaseLine(prefix, phase string, cl *v1alpha1.Cluster, conditionType string)
 }
 
 // rotationReached: each rotation followed is in a target phase and no
-// operation is requested or queued that would move it on.
+// operation is requested that would move it on, nor queued when the one
+// followed was (another operation queued for later, such as a completion
+// queued before a start, does not keep a start from reaching Prepared).
 func rotationReached(cl *v1alpha1.Cluster, target followTarget) bool {
 	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
 	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
 	return (len(target.ca) == 0 || slices.Contains(target.ca, cl.CARotationPhase())) &&
-		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && !queued
+		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && !(target.queued && queued)
 }
 
 // phaseList names phases for a person: "A", "A or B".
