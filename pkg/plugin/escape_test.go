@@ -44,6 +44,30 @@ func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 	}
 }
 
+// The API server's warnings reach stderr, as kubectl prints them.
+func TestAPIWarningsReachStderr(t *testing.T) {
+	cl := &v1alpha1.Cluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	serve := fakeDiscoveryAnd(t, "/apis/carousel.dev/v1alpha1/namespaces/team-a/clusters/prod", cl)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/clusters/prod") {
+			w.Header().Add("Warning", `299 - "cluster team-a/prod: start a CA rotation"`)
+		}
+		serve.ServeHTTP(w, r)
+	}))
+	defer api.Close()
+
+	var out, errOut bytes.Buffer
+	cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut}, clock.RealClock{})
+	cmd.SetArgs([]string{"rotation", "status", "prod", "-n", "team-a", "--server", api.URL})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got := errOut.String(); !strings.Contains(got, "Warning: cluster team-a/prod: start a CA rotation") {
+		t.Errorf("stderr %q, want the API server's warning", got)
+	}
+}
+
 // fakeDiscoveryAnd plays an API server that serves Carousel's API group and
 // obj at path.
 func fakeDiscoveryAnd(t *testing.T, path string, obj any) http.Handler {

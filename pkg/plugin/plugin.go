@@ -137,6 +137,10 @@ func (e *env) config() (*rest.Config, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	// The API server's warnings (the admission webhook's recommendation,
+	// say) go to stderr, as kubectl prints them; controller-runtime's
+	// client would otherwise log them to a logger the plugin does not set.
+	cfg.WarningHandler = rest.NewWarningWriter(e.streams.ErrOut, rest.WarningWriterOptions{Deduplicate: true})
 	ns, _, err := e.flags.ToRawKubeConfigLoader().Namespace()
 	return cfg, ns, err
 }
