@@ -29,8 +29,22 @@ import (
 )
 
 // transientRetry is how soon a request left pending for a reason that may
-// pass is looked at again.
+// pass is looked at again, while it is young.
 const transientRetry = 5 * time.Second
+
+// maxTransientRetry bounds retryAfter.
+const maxTransientRetry = 5 * time.Minute
+
+// retryAfter is how soon a request left pending for a reason that may pass
+// (a token or Node not in the cache yet) is looked at again, at age:
+// transientRetry during a bootstrap, where that is a matter of seconds, then
+// a twentieth of its age, up to maxTransientRetry. What it waits for may
+// never come (a token deleted since the kubelet used it, a Node that never
+// registers), and the request stays pending for a day (csr.PendingLifetime):
+// every 5 s, that was some 17,000 looks.
+func retryAfter(age time.Duration) time.Duration {
+	return min(max(transientRetry, age/20), maxTransientRetry)
+}
 
 // csrReconciler approves, denies, signs and cleans up the kubelet CSRs of one
 // managed cluster.
@@ -112,7 +126,7 @@ func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	case err != nil:
 		return ctrl.Result{}, err
 	case retry:
-		return ctrl.Result{RequeueAfter: transientRetry}, nil
+		return ctrl.Result{RequeueAfter: retryAfter(now.Sub(obj.CreationTimestamp.Time))}, nil
 	}
 	return cleanup, nil
 }

@@ -574,6 +574,47 @@ func TestIgnoredRequestRetry(t *testing.T) {
 	}
 }
 
+// TestRetryAfter: a young request left pending is looked at again every
+// transientRetry, an older one less often, never less than every
+// maxTransientRetry.
+func TestRetryAfter(t *testing.T) {
+	for _, tc := range []struct{ age, want time.Duration }{
+		{0, transientRetry},
+		{time.Minute, transientRetry},
+		{10 * time.Minute, 30 * time.Second},
+		{time.Hour, 3 * time.Minute},
+		{2 * time.Hour, maxTransientRetry},
+		{csrlib.PendingLifetime, maxTransientRetry},
+		{-time.Hour, transientRetry}, // a creation time ahead of the clock
+	} {
+		if got := retryAfter(tc.age); got != tc.want {
+			t.Errorf("retryAfter(%s) = %s, want %s", tc.age, got, tc.want)
+		}
+	}
+}
+
+// A request made with a bootstrap token that is gone since (deleted once it
+// expired, before Carousel looked at the request) stays pending, and a
+// request hours old is looked at again every maxTransientRetry, not every
+// transientRetry for the rest of its day.
+func TestAnOldRequestLeftPendingIsLookedAtLessOften(t *testing.T) {
+	f := newFixture(t)
+	obj := kubeletCSR(t, "c", certificatesv1.KubeAPIServerClientKubeletSignerName, testKey(t), testNow.Add(-10*time.Hour))
+	obj.Spec.Username, obj.Spec.Groups = "system:bootstrap:zzzzzz", []string{"system:bootstrappers", bootstrap.Group("prod")}
+	f.remote = append(f.remote, obj)
+	r, _ := f.build(nil)
+	res, err := reconcileCSR(t, r, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != maxTransientRetry {
+		t.Fatalf("a request 10 hours old is looked at again after %s, want %s", res.RequeueAfter, maxTransientRetry)
+	}
+	if got := getCSR(t, r.remote, "c"); len(got.Status.Conditions) != 0 {
+		t.Fatalf("decided a request it leaves pending: %+v", got.Status.Conditions)
+	}
+}
+
 // TestSigningCAsMoveWithTheControlPlane: during a rotation both kinds of
 // kubelet certificates are signed by the old CAs (client, kubelet) until
 // Carousel's own client certificate moved to the new client CA, which is when
