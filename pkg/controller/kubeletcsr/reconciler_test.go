@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -620,11 +619,32 @@ func TestAnOldRequestLeftPendingIsLookedAtLessOften(t *testing.T) {
 // Carousel's own client certificate moved to the new client CA, which is when
 // the API server rolled out trusting every new CA, and by the new CAs from
 // then on. Serving certificates thus move in Preparing, while the API server
-// still trusts the old kubelet CA too, not in Finalizing, when it stops.
+// still trusts the old kubelet CA too, not in Finalizing, when it stops. An
+// abort, which makes the old CAs current again, moves them back only when
+// Carousel's own client certificate is back on the old client CA; a kubelet
+// CA not rotated yet signs on.
 func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
-	for _, moved := range []bool{false, true} {
+	const (
+		before = iota // the CA of before the rotation
+		after         // the rotation's new CA
+	)
+	for _, tc := range []struct {
+		name string
+		// client and kubelet are the CA Secrets (current, previous), each
+		// CA before or after, or -1 for none; operator is the issuer of
+		// Carousel's own client certificate.
+		client, kubelet     [2]int
+		operator            int
+		wantClient, wantSrv int
+	}{
+		{"Preparing, operator on the old client CA", [2]int{after, before}, [2]int{after, before}, before, before, before},
+		{"Preparing, operator on the new client CA", [2]int{after, before}, [2]int{after, before}, after, after, after},
+		{"Preparing, the kubelet CA not rotated yet", [2]int{after, before}, [2]int{before, -1}, before, before, before},
+		{"Aborting, swapped back, operator still on the new client CA", [2]int{before, after}, [2]int{before, after}, after, after, after},
+		{"Aborting, swapped back, operator back on the old client CA", [2]int{before, after}, [2]int{before, after}, before, before, before},
+	} {
 		for _, signer := range []string{certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName} {
-			t.Run(fmt.Sprintf("%s/operator on the new client CA=%t", signer, moved), func(t *testing.T) {
+			t.Run(tc.name+"/"+signer, func(t *testing.T) {
 				f := newFixture(t)
 				newCA := func(name string) *pki.KeyPair {
 					kp, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: 48 * time.Hour}, testKey(t), testNow.Add(-time.Minute))
@@ -633,10 +653,17 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 					}
 					return kp
 				}
-				newClient, newKubelet := newCA("client-ca-2"), newCA("kubelet-ca-2")
-				rotated := map[string]*credentials.CAs{
-					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient):  {Current: newClient, Previous: f.clientCA},
-					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleKubelet): {Current: newKubelet, Previous: f.kubeletCA},
+				clientCAs := [2]*pki.KeyPair{before: f.clientCA, after: newCA("client-ca-2")}
+				kubeletCAs := [2]*pki.KeyPair{before: f.kubeletCA, after: newCA("kubelet-ca-2")}
+				pick := func(cas [2]*pki.KeyPair, which int) *pki.KeyPair {
+					if which < 0 {
+						return nil
+					}
+					return cas[which]
+				}
+				secrets := map[string]*credentials.CAs{
+					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient):  {Current: pick(clientCAs, tc.client[0]), Previous: pick(clientCAs, tc.client[1])},
+					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleKubelet): {Current: pick(kubeletCAs, tc.kubelet[0]), Previous: pick(kubeletCAs, tc.kubelet[1])},
 				}
 				operator := credentials.CertificateSecretName(f.cluster.Name, credentials.CertOperator)
 				for _, o := range f.management {
@@ -644,16 +671,16 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 					if !ok {
 						continue
 					}
-					if cas, ok := rotated[s.Name]; ok {
+					if cas, ok := secrets[s.Name]; ok {
 						data, err := credentials.EncodeCASecretData(cas)
 						if err != nil {
 							t.Fatal(err)
 						}
 						s.Data = data
 					}
-					if s.Name == operator && moved {
-						leaf, err := newClient.IssueKeyPair(pki.LeafTemplate{CommonName: credentials.CertOperator, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour},
-							pki.ECDSAP256, testNow.Add(-time.Minute))
+					if s.Name == operator {
+						leaf, err := clientCAs[tc.operator].IssueKeyPair(pki.LeafTemplate{CommonName: credentials.CertOperator,
+							Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, pki.ECDSAP256, testNow.Add(-time.Minute))
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -661,10 +688,10 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 					}
 				}
 				var sans []string
-				want := map[bool]*pki.KeyPair{false: f.clientCA, true: newClient}[moved]
+				want := clientCAs[tc.wantClient]
 				if signer == certificatesv1.KubeletServingSignerName {
 					sans = []string{"worker-1"}
-					want = map[bool]*pki.KeyPair{false: f.kubeletCA, true: newKubelet}[moved]
+					want = kubeletCAs[tc.wantSrv]
 				}
 				obj := kubeletCSR(t, "c", signer, testKey(t), testNow.Add(-time.Minute), sans...)
 				obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow)}
