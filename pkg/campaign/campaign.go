@@ -189,6 +189,22 @@ func StartRequested(c *v1alpha1.Cluster) bool {
 	return requestedCAVerb(c) == v1alpha1.VerbStartCARotation
 }
 
+// CompleteStepTime is the time the Complete step begins, stamped at now
+// once none of clusters has a start pending: now, or the latest
+// lastInitiationTime among them when that is later. Every rotation started
+// so far is then one the campaign completes (Classify skips only those
+// started after the Complete step began), although the clock of the process
+// that took a start up, another shard's, may run ahead of this one's.
+func CompleteStepTime(now time.Time, clusters []*v1alpha1.Cluster) time.Time {
+	latest := now
+	for _, c := range clusters {
+		if rot := c.CARotation(); rot != nil && rot.LastInitiationTime != nil && rot.LastInitiationTime.After(latest) {
+			latest = rot.LastInitiationTime.Time
+		}
+	}
+	return latest
+}
+
 // Operation is the operation a campaign at step sets on a Cluster.
 func Operation(step v1alpha1.CampaignStep) v1alpha1.OperationVerb {
 	if step == v1alpha1.CampaignComplete {

@@ -299,3 +299,29 @@ func TestPlanRecheckAtIsTheEarliestDeadline(t *testing.T) {
 }
 
 func n100() *intstr.IntOrString { return ptr.To(intstr.FromString("100%")) }
+
+// TestCompleteStepTime: the Complete step begins at now, or at the latest
+// rotation start of the selected Clusters when a clock ahead of now wrote it.
+func TestCompleteStepTime(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	started := func(at time.Time) *v1alpha1.Cluster {
+		c := &v1alpha1.Cluster{}
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+			Phase: v1alpha1.RotationPrepared, LastInitiationTime: &metav1.Time{Time: at}}}}
+		return c
+	}
+	for _, tc := range []struct {
+		name     string
+		clusters []*v1alpha1.Cluster
+		want     time.Time
+	}{
+		{"no Clusters", nil, now},
+		{"never rotated", []*v1alpha1.Cluster{{}}, now},
+		{"every start before now", []*v1alpha1.Cluster{started(now.Add(-time.Hour)), started(now.Add(-time.Second))}, now},
+		{"a start written by a clock ahead", []*v1alpha1.Cluster{started(now.Add(-time.Hour)), started(now.Add(3 * time.Second)), started(now.Add(time.Second))}, now.Add(3 * time.Second)},
+	} {
+		if got := CompleteStepTime(now, tc.clusters); !got.Equal(tc.want) {
+			t.Errorf("%s: CompleteStepTime = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

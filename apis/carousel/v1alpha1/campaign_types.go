@@ -180,7 +180,9 @@ type RotationCampaignStatus struct {
 	PreparedTime *metav1.Time `json:"preparedTime,omitempty"`
 
 	// CompleteStepTime is when the campaign first saw spec.step Complete
-	// with no selected Cluster's start pending. A rotation started after it
+	// with no selected Cluster's start pending, or the latest
+	// lastInitiationTime of the selected Clusters then, when that is later
+	// (another process's clock may run ahead). A rotation started after it
 	// is not the campaign's to complete.
 	//
 	// +optional

@@ -114,7 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			rc.Status.StartTime = &stamp
 		}
 		if stampComplete {
-			rc.Status.CompleteStepTime = &stamp
+			rc.Status.CompleteStepTime = &metav1.Time{Time: campaign.CompleteStepTime(now, clusters)}
 		}
 		// Only onto what was read: a stale read without a start time must
 		// not move the first one.

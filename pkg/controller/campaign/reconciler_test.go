@@ -485,59 +485,76 @@ func TestAPassChangesNoClusterTheCacheLends(t *testing.T) {
 // The Complete step's time, after which a rotation started is not the
 // campaign's, is stored only once no selected Cluster has a start pending:
 // a start the campaign set at its Start step and the Cluster controller took
-// up only after the step moved on is completed all the same, not skipped.
+// up only after the step moved on is completed all the same, not skipped,
+// also when that controller's clock (another shard's) runs ahead of the
+// campaign's.
 func TestACampaignStartTakenUpAfterTheCompleteStepBeganIsCompleted(t *testing.T) {
-	var patched []string
-	r, _ := fixture(t, recordingPatches(&patched))
-	ctx := context.Background()
-	clk := r.Clock.(*clocktesting.FakeClock)
-	t0 := clk.Now()
-	prepared := func(name string, initiated time.Time) {
-		t.Helper()
-		c := &v1alpha1.Cluster{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: name}, c); err != nil {
-			t.Fatal(err)
-		}
-		delete(c.Annotations, v1alpha1.OperationAnnotation)
-		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
-			Phase: v1alpha1.RotationPrepared, LastInitiationTime: &metav1.Time{Time: initiated}, OldCAUsage: &v1alpha1.OldCAUsage{}}}}
-		if err := r.Client.Update(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	prepared("a", t0.Add(-10*time.Minute))
-	prepared("c", t0.Add(-10*time.Minute))
-	b := &v1alpha1.Cluster{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: "b"}, b); err != nil {
-		t.Fatal(err)
-	}
-	metav1.SetMetaDataAnnotation(&b.ObjectMeta, v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation) // set at the Start step, not taken up yet
-	if err := r.Client.Update(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	rc := &v1alpha1.RotationCampaign{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
-		t.Fatal(err)
-	}
-	rc.Spec.Step, rc.Spec.MaxConcurrent = v1alpha1.CampaignComplete, ptr.To(intstr.FromString("100%"))
-	if err := r.Client.Update(ctx, rc); err != nil {
-		t.Fatal(err)
-	}
-	rc.Status.StartTime = &metav1.Time{Time: t0.Add(-time.Hour)}
-	if err := r.Client.Status().Update(ctx, rc); err != nil {
-		t.Fatal(err)
-	}
+	for _, tc := range []struct {
+		name    string
+		takenUp time.Duration // after the campaign's first pass at the Complete step, by the clock of the process that took it up
+	}{
+		{"by the campaign's clock", 30 * time.Second},
+		{"by a clock 2s ahead of the campaign's", time.Minute + 2*time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var patched []string
+			r, _ := fixture(t, recordingPatches(&patched))
+			ctx := context.Background()
+			clk := r.Clock.(*clocktesting.FakeClock)
+			t0 := clk.Now()
+			prepared := func(name string, initiated time.Time) {
+				t.Helper()
+				c := &v1alpha1.Cluster{}
+				if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: name}, c); err != nil {
+					t.Fatal(err)
+				}
+				delete(c.Annotations, v1alpha1.OperationAnnotation)
+				c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+					Phase: v1alpha1.RotationPrepared, LastInitiationTime: &metav1.Time{Time: initiated}, OldCAUsage: &v1alpha1.OldCAUsage{}}}}
+				if err := r.Client.Update(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			prepared("a", t0.Add(-10*time.Minute))
+			prepared("c", t0.Add(-10*time.Minute))
+			b := &v1alpha1.Cluster{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: "b"}, b); err != nil {
+				t.Fatal(err)
+			}
+			metav1.SetMetaDataAnnotation(&b.ObjectMeta, v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation) // set at the Start step, not taken up yet
+			if err := r.Client.Update(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			rc := &v1alpha1.RotationCampaign{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
+				t.Fatal(err)
+			}
+			rc.Spec.Step, rc.Spec.MaxConcurrent = v1alpha1.CampaignComplete, ptr.To(intstr.FromString("100%"))
+			if err := r.Client.Update(ctx, rc); err != nil {
+				t.Fatal(err)
+			}
+			rc.Status.StartTime = &metav1.Time{Time: t0.Add(-time.Hour)}
+			if err := r.Client.Status().Update(ctx, rc); err != nil {
+				t.Fatal(err)
+			}
 
-	if rc = reconcileWave(t, r); rc.Status.CompleteStepTime != nil {
-		t.Fatalf("completeStepTime %s stored while b's start is pending", rc.Status.CompleteStepTime)
-	}
-	clk.Step(time.Minute)
-	prepared("b", t0.Add(30*time.Second)) // taken up after the Complete step began
-	rc = reconcileWave(t, r)
-	if !slices.Contains(patched, "b") {
-		t.Fatalf("patched %v, want b completed: the campaign started its rotation", patched)
-	}
-	if rc.Status.CompleteStepTime == nil || !rc.Status.CompleteStepTime.Time.Equal(clk.Now().Truncate(time.Second)) {
-		t.Errorf("completeStepTime %v, want the pass that found no start pending (%s)", rc.Status.CompleteStepTime, clk.Now())
+			if rc = reconcileWave(t, r); rc.Status.CompleteStepTime != nil {
+				t.Fatalf("completeStepTime %s stored while b's start is pending", rc.Status.CompleteStepTime)
+			}
+			clk.Step(time.Minute)
+			takenUp := t0.Add(tc.takenUp) // after the Complete step began
+			prepared("b", takenUp)
+			rc = reconcileWave(t, r)
+			if !slices.Contains(patched, "b") {
+				t.Fatalf("patched %v, want b completed: the campaign started its rotation", patched)
+			}
+			want := clk.Now()
+			if takenUp.After(want) {
+				want = takenUp
+			}
+			if rc.Status.CompleteStepTime == nil || !rc.Status.CompleteStepTime.Time.Equal(want.Truncate(time.Second)) {
+				t.Errorf("completeStepTime %v, want the pass that found no start pending, or b's start when later (%s)", rc.Status.CompleteStepTime, want)
+			}
+		})
 	}
 }
