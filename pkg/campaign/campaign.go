@@ -194,7 +194,9 @@ func StartRequested(c *v1alpha1.Cluster) bool {
 // lastInitiationTime among them when that is later. Every rotation started
 // so far is then one the campaign completes (Classify skips only those
 // started after the Complete step began), although the clock of the process
-// that took a start up, another shard's, may run ahead of this one's.
+// that took a start up, another shard's, may run ahead of this one's (by
+// MaxClockLead at most: a time further ahead, hand-written, would have the
+// campaign complete rotations started long after its step began).
 func CompleteStepTime(now time.Time, clusters []*v1alpha1.Cluster) time.Time {
 	latest := now
 	for _, c := range clusters {
@@ -202,7 +204,18 @@ func CompleteStepTime(now time.Time, clusters []*v1alpha1.Cluster) time.Time {
 			latest = rot.LastInitiationTime.Time
 		}
 	}
-	return latest
+	return minTime(latest, now.Add(MaxClockLead))
+}
+
+// MaxClockLead is how far ahead of the campaign's clock CompleteStepTime
+// takes another process's clock to run.
+const MaxClockLead = time.Minute
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Operation is the operation a campaign at step sets on a Cluster.
