@@ -195,7 +195,7 @@ func StartRequested(c *v1alpha1.Cluster) bool {
 // so far is then one the campaign completes (Classify skips only those
 // started after the Complete step began), although the clock of the process
 // that took a start up, another shard's, may run ahead of this one's (by
-// MaxClockLead at most: a time further ahead, hand-written, would have the
+// maxClockLead at most: a time further ahead, hand-written, would have the
 // campaign complete rotations started long after its step began).
 func CompleteStepTime(now time.Time, clusters []*v1alpha1.Cluster) time.Time {
 	latest := now
@@ -204,12 +204,12 @@ func CompleteStepTime(now time.Time, clusters []*v1alpha1.Cluster) time.Time {
 			latest = rot.LastInitiationTime.Time
 		}
 	}
-	return minTime(latest, now.Add(MaxClockLead))
+	return minTime(latest, now.Add(maxClockLead))
 }
 
-// MaxClockLead is how far ahead of the campaign's clock CompleteStepTime
+// maxClockLead is how far ahead of the campaign's clock CompleteStepTime
 // takes another process's clock to run.
-const MaxClockLead = time.Minute
+const maxClockLead = time.Minute
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {

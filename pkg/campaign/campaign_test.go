@@ -319,7 +319,7 @@ func TestCompleteStepTime(t *testing.T) {
 		{"never rotated", []*v1alpha1.Cluster{{}}, now},
 		{"every start before now", []*v1alpha1.Cluster{started(now.Add(-time.Hour)), started(now.Add(-time.Second))}, now},
 		{"a start written by a clock ahead", []*v1alpha1.Cluster{started(now.Add(-time.Hour)), started(now.Add(3 * time.Second)), started(now.Add(time.Second))}, now.Add(3 * time.Second)},
-		{"a start far ahead (hand-written)", []*v1alpha1.Cluster{started(now.Add(24 * time.Hour))}, now.Add(MaxClockLead)},
+		{"a start far ahead (hand-written)", []*v1alpha1.Cluster{started(now.Add(24 * time.Hour))}, now.Add(maxClockLead)},
 	} {
 		if got := CompleteStepTime(now, tc.clusters); !got.Equal(tc.want) {
 			t.Errorf("%s: CompleteStepTime = %s, want %s", tc.name, got, tc.want)
