@@ -25,8 +25,8 @@ func (e *env) checkExpirationCommand() *cobra.Command {
 		Use:   "check-expiration CLUSTER",
 		Short: "Show when each certificate and certificate authority of CLUSTER expires",
 		Long: `Show when each certificate Carousel issues for CLUSTER expires, and each CA: the current one of every role and,
-during a rotation, the previous one. The dates are read from the Secrets in CLUSTER's namespace; a Secret that
-does not exist shows as <missing>.
+during a rotation, the previous one. The dates are read from the Secrets in CLUSTER's namespace labelled for it;
+one that does not exist, or lost its labels, shows as <missing>.
 
 Carousel renews leaf certificates itself; a residual time that keeps shrinking means a renewal fails (see the
 Cluster's conditions with "kubectl carousel rotation status"). A CA only changes through a rotation.`,
