@@ -2,9 +2,12 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -407,5 +410,26 @@ func TestTheDefaultKubeconfigNameIsTheLoginOnItsHost(t *testing.T) {
 		if got := kubeconfigName(tt.login, tt.host); got != tt.want {
 			t.Errorf("kubeconfigName(%q, %q) = %q, want %q", tt.login, tt.host, got, tt.want)
 		}
+	}
+}
+
+// --wait that may not list Clusters says so at once, not at its timeout.
+func TestFollowSaysAtOnceThatItMayNotListClusters(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+			Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden,
+			Message: `clusters.carousel.dev is forbidden: User "alice" cannot list resource "clusters" in API group "carousel.dev" in the namespace "team-a"`})
+	}))
+	defer api.Close()
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.APIServer = &api.URL
+	e := &env{flags: flags, streams: genericiooptions.IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := e.follow(ctx, "team-a", "prod", followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}}, time.Hour, nil)
+	if err == nil || !strings.Contains(err.Error(), "cannot list resource") || ctx.Err() != nil {
+		t.Fatalf("follow = %v (context: %v), want the refused list at once", err, ctx.Err())
 	}
 }

@@ -492,6 +492,14 @@ func (e *env) follow(ctx context.Context, ns, name string, target followTarget, 
 	byName := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 	}
+	// The watch below retries a list that fails (one refused for want of
+	// the right to list Clusters, say) until the timeout, silently: one
+	// first list says at once why --wait cannot follow.
+	first := metav1.ListOptions{Limit: 1}
+	byName(&first)
+	if _, err := clusters.CarouselV1alpha1().Clusters(ns).List(ctx, first); err != nil {
+		return fmt.Errorf("--wait follows the Cluster with a list and a watch of Clusters: %w", err)
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			byName(&o)
