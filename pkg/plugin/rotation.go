@@ -583,7 +583,7 @@ func rotationReached(cl *v1alpha1.Cluster, target followTarget) bool {
 	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
 	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
 	return (len(target.ca) == 0 || slices.Contains(target.ca, cl.CARotationPhase())) &&
-		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && !(target.queued && queued)
+		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && (!target.queued || !queued)
 }
 
 // phaseList names phases for a person: "A", "A or B".
