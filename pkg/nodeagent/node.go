@@ -154,6 +154,9 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 	name := n.Manager.cfg.NodeName
 	retry, refused, rewatch := newBackoff(renewalBackoff), newBackoff(refusedRenewalBackoff), newBackoff(renewalBackoff)
 	for ctx.Err() == nil {
+		// A watch lasts from when it is asked for: the API server may end
+		// it before the call returns.
+		opened := n.Manager.cfg.Clock.Now()
 		w, err := n.watchNode(ctx)
 		if n.rebootstrapTakesOver(ctx, w, err, rewatch) {
 			continue
@@ -162,7 +165,7 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			n.retryAfter(ctx, rewatch.next(), "watching node "+name, err)
 			continue
 		}
-		opened, renewing := n.Manager.cfg.Clock.Now(), false
+		renewing := false
 		for ev := range w.ResultChan() {
 			node, ok := ev.Object.(*corev1.Node)
 			if !ok {
