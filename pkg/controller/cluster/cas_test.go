@@ -415,33 +415,44 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 				t.Errorf("on a cache behind, Ready is %+v, want it as it was", ready)
 			}
 
-			restored := &corev1.Secret{}
-			if err := sc.api.Get(ctx, key, restored); err != nil {
-				t.Fatal(err)
-			}
-			restored.Data, restored.Annotations = before.Data, before.Annotations
-			if err := sc.api.Update(ctx, restored); err != nil {
-				t.Fatal(err)
-			}
-
-			_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
-			if err == nil || !strings.Contains(err.Error(), "it was put back from an older copy") {
-				t.Fatalf("the pass ended with %v, want the Secret refused", err)
-			}
-			if n := pki.KeysGenerated() - keys; n != 0 {
-				t.Errorf("the pass generated %d keys, want 0", n)
-			}
-			after := &corev1.Secret{}
-			if err := sc.api.Get(ctx, key, after); err != nil {
-				t.Fatal(err)
-			}
-			if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
-				t.Error("the Secret put back was rewritten")
-			}
-			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
-				t.Errorf("Ready is %+v, want CALost", ready)
-			}
+			putBackAndExpectRefusal(t, sc, before, keys, "it was put back from an older copy")
 		})
+	}
+}
+
+// putBackAndExpectRefusal puts the CA Secret back as it was in before, and
+// checks that the next pass refuses it with an error saying want, leaves it
+// as put back, marks Ready CALost, and that no key was generated since
+// keys (pki.KeysGenerated).
+func putBackAndExpectRefusal(t *testing.T, sc *settledCluster, before *corev1.Secret, keys uint64, want string) {
+	t.Helper()
+	ctx := context.Background()
+	key := client.ObjectKeyFromObject(before)
+	restored := &corev1.Secret{}
+	if err := sc.api.Get(ctx, key, restored); err != nil {
+		t.Fatal(err)
+	}
+	restored.Data, restored.Annotations = before.Data, before.Annotations
+	if err := sc.api.Update(ctx, restored); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the pass ended with %v, want the Secret refused", err)
+	}
+	if n := pki.KeysGenerated() - keys; n != 0 {
+		t.Errorf("the pass generated %d keys, want 0", n)
+	}
+	after := &corev1.Secret{}
+	if err := sc.api.Get(ctx, key, after); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+		t.Error("the Secret put back was rewritten")
+	}
+	if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+		t.Errorf("Ready is %+v, want CALost", ready)
 	}
 }
 
@@ -481,32 +492,7 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefusedInAborting(t *testing.T) 
 		t.Fatalf("the status does not record the client CAs swapped back in Aborting: phase %s", sc.cluster().CARotationPhase())
 	}
 
-	restored := &corev1.Secret{}
-	if err := sc.api.Get(ctx, key, restored); err != nil {
-		t.Fatal(err)
-	}
-	restored.Data, restored.Annotations = before.Data, before.Annotations
-	if err := sc.api.Update(ctx, restored); err != nil {
-		t.Fatal(err)
-	}
-	keys := pki.KeysGenerated()
-	_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
-	if err == nil || !strings.Contains(err.Error(), "it was put back from a copy made before the rotation") {
-		t.Fatalf("the pass ended with %v, want the Secret refused", err)
-	}
-	if n := pki.KeysGenerated() - keys; n != 0 {
-		t.Errorf("the pass generated %d keys, want 0", n)
-	}
-	after := &corev1.Secret{}
-	if err := sc.api.Get(ctx, key, after); err != nil {
-		t.Fatal(err)
-	}
-	if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
-		t.Error("the Secret put back was rewritten")
-	}
-	if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
-		t.Errorf("Ready is %+v, want CALost", ready)
-	}
+	putBackAndExpectRefusal(t, sc, before, pki.KeysGenerated(), "it was put back from a copy made before the rotation")
 }
 
 // A key reissued after a service-account key rotation carries that
