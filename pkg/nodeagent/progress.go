@@ -38,6 +38,9 @@ type progress struct {
 	// RestartedToBootstrap (re-bootstrap): the kubelet was restarted after
 	// the move, to bootstrap.
 	RestartedToBootstrap bool `json:"restartedToBootstrap,omitempty"`
+	// Bootstrapped (re-bootstrap): the kubelet bootstrapped again, and the
+	// API server took its new credentials.
+	Bootstrapped bool `json:"bootstrapped,omitempty"`
 }
 
 // loadProgress returns the record named request (see progress.Request) in

@@ -124,7 +124,10 @@ func (s rebootstrapStep) needsBootstrapKubeconfig() bool {
 //     restarted since, again (the move did not happen).
 //   - Refused credentials after a move and a restart are ones the kubelet
 //     bootstrapped and the API server refuses too: wait (the wait says so),
-//     rather than restart the kubelet and file a CSR over and over.
+//     rather than restart the kubelet and file a CSR over and over. Once
+//     the API server took them (bootstrapped), a refusal is a new one (the
+//     re-bootstrap's last step failing since, a later rotation completed
+//     without the node): they are moved aside again.
 //   - Credentials the agent did not move aside are the kubelet's business:
 //     nothing, also when there are none (it bootstraps when it starts).
 //   - None (no kubeconfig, or no pair), after a move: restart the kubelet,
@@ -132,9 +135,9 @@ func (s rebootstrapStep) needsBootstrapKubeconfig() bool {
 //   - One that is not refused, after a move: the kubelet has bootstrapped
 //     (or the move never happened and the API server cannot be asked now):
 //     bring it in line, which needs the API server anyway.
-func planRebootstrap(kubeconfig kubeconfigState, movedAside, restarted bool) rebootstrapStep {
+func planRebootstrap(kubeconfig kubeconfigState, movedAside, restarted, bootstrapped bool) rebootstrapStep {
 	switch {
-	case kubeconfig == kubeconfigRefused && movedAside && restarted:
+	case kubeconfig == kubeconfigRefused && movedAside && restarted && !bootstrapped:
 		return rebootstrapAwait
 	case kubeconfig == kubeconfigRefused:
 		return rebootstrapMoveAside
@@ -220,10 +223,13 @@ func (n *Node) rebootstrapIfRefused(ctx context.Context) (bool, error) {
 	}
 	rb := &rebootstrap{n: n, progress: record}
 	state := rb.kubeconfigState(ctx)
-	if !record.CredentialsMovedAside && !n.refusalLasted(state) {
+	// A refusal of credentials the API server took (none moved aside, or
+	// the ones the kubelet bootstrapped with) counts once it has lasted.
+	refusedAfresh := !record.CredentialsMovedAside || record.Bootstrapped && state == kubeconfigRefused
+	if refusedAfresh && !n.refusalLasted(state) {
 		return false, nil
 	}
-	first := planRebootstrap(state, record.CredentialsMovedAside, record.RestartedToBootstrap)
+	first := planRebootstrap(state, record.CredentialsMovedAside, record.RestartedToBootstrap, record.Bootstrapped)
 	if first == rebootstrapNothing {
 		return false, nil
 	}
@@ -458,7 +464,8 @@ func (rb *rebootstrap) awaitBootstrap(ctx context.Context) error {
 	cert := m.Current().Cert
 	rb.logf(rebootstrapAwait, "bootstrapped: client certificate from issuer %s, valid until %s; the kubeconfig trusts cluster bundle %s",
 		hex.EncodeToString(cert.AuthorityKeyId), cert.NotAfter.Format(time.RFC3339), noderenewal.Digest(info.CA))
-	return nil
+	rb.progress.Bootstrapped = true
+	return rb.progress.save(m.cfg.CertDir)
 }
 
 // resync brings the kubelet in line with the node trust bundles, with its

@@ -72,25 +72,28 @@ func TestRefusalOf(t *testing.T) {
 
 func TestPlanRebootstrap(t *testing.T) {
 	for _, tt := range []struct {
-		kubeconfig            kubeconfigState
-		movedAside, restarted bool
-		want                  rebootstrapStep
+		kubeconfig                          kubeconfigState
+		movedAside, restarted, bootstrapped bool
+		want                                rebootstrapStep
 	}{
 		// Nothing was done yet.
-		{kubeconfigNotRefused, false, false, rebootstrapNothing},
-		{kubeconfigRefused, false, false, rebootstrapMoveAside},
-		{kubeconfigAbsent, false, false, rebootstrapNothing}, // not moved by the agent: the kubelet bootstraps when it starts
+		{kubeconfigNotRefused, false, false, false, rebootstrapNothing},
+		{kubeconfigRefused, false, false, false, rebootstrapMoveAside},
+		{kubeconfigAbsent, false, false, false, rebootstrapNothing}, // not moved by the agent: the kubelet bootstraps when it starts
 		// Moved aside (or about to be), not restarted.
-		{kubeconfigNotRefused, true, false, rebootstrapResync}, // the move never happened, or the kubelet bootstrapped anyway
-		{kubeconfigRefused, true, false, rebootstrapMoveAside}, // the move never happened
-		{kubeconfigAbsent, true, false, rebootstrapRestart},
+		{kubeconfigNotRefused, true, false, false, rebootstrapResync}, // the move never happened, or the kubelet bootstrapped anyway
+		{kubeconfigRefused, true, false, false, rebootstrapMoveAside}, // the move never happened
+		{kubeconfigAbsent, true, false, false, rebootstrapRestart},
 		// Moved aside and restarted.
-		{kubeconfigNotRefused, true, true, rebootstrapResync},
-		{kubeconfigRefused, true, true, rebootstrapAwait}, // bootstrapped, and refused too: wait, do not restart in a loop
-		{kubeconfigAbsent, true, true, rebootstrapAwait},
+		{kubeconfigNotRefused, true, true, false, rebootstrapResync},
+		{kubeconfigRefused, true, true, false, rebootstrapAwait}, // bootstrapped, and refused too: wait, do not restart in a loop
+		{kubeconfigAbsent, true, true, false, rebootstrapAwait},
+		// Bootstrapped, the API server took the new credentials.
+		{kubeconfigNotRefused, true, true, true, rebootstrapResync},
+		{kubeconfigRefused, true, true, true, rebootstrapMoveAside}, // refused since: a new re-bootstrap
 	} {
-		if got := planRebootstrap(tt.kubeconfig, tt.movedAside, tt.restarted); got != tt.want {
-			t.Errorf("kubeconfig %s, moved aside %v, restarted %v: %q, want %q", tt.kubeconfig, tt.movedAside, tt.restarted, got, tt.want)
+		if got := planRebootstrap(tt.kubeconfig, tt.movedAside, tt.restarted, tt.bootstrapped); got != tt.want {
+			t.Errorf("kubeconfig %s, moved aside %v, restarted %v, bootstrapped %v: %q, want %q", tt.kubeconfig, tt.movedAside, tt.restarted, tt.bootstrapped, got, tt.want)
 		}
 	}
 }
@@ -815,6 +818,43 @@ func TestRebootstrapResumes(t *testing.T) {
 				t.Errorf("%d restarts, %d CSRs, %d bootstraps; want %d, 1 (serving) and 1", restarts, csrs, on.bootstrapCount(), tt.wantRestarts)
 			}
 		})
+	}
+}
+
+// TestCredentialsBootstrappedAndRefusedSinceAreMovedAsideAgain: a
+// re-bootstrap whose last step keeps failing (its record stays) does not take
+// the refusal of the credentials the kubelet bootstrapped with, once the API
+// server took them, for those of its own bootstrap refused at once: it moves
+// them aside and bootstraps again. Before, it waited for ever ("refused
+// too"), and only deleting the record brought the node back.
+func TestCredentialsBootstrappedAndRefusedSinceAreMovedAsideAgain(t *testing.T) {
+	on := newOffNode(t)
+	errRestart := errors.New("systemctl: exit status 1")
+	on.set(func() { on.restartErrs = []error{nil, errRestart} }) // bootstraps, then the restart for the serving certificate fails
+	if _, err := on.node.rebootstrapIfRefused(context.Background()); err == nil ||
+		!strings.HasPrefix(err.Error(), "bring the kubelet in line with the node trust bundles: restart the kubelet: ") {
+		t.Fatalf("first attempt: %v, want the last step failed", err)
+	}
+	if on.bootstrapCount() != 1 || !rebootstrapUnfinished(on.path("pki")) {
+		t.Fatalf("%d bootstraps, unfinished %t; want one, and the record kept", on.bootstrapCount(), rebootstrapUnfinished(on.path("pki")))
+	}
+	bootstrapped := on.node.Manager.Current().Cert
+	on.set(func() { on.refused = bootstrapped }) // a later rotation completed without the node, say
+
+	if _, err := on.node.rebootstrapIfRefused(context.Background()); err != nil {
+		t.Fatalf("second attempt: %v, want a new re-bootstrap", err)
+	}
+	if on.bootstrapCount() != 2 {
+		t.Errorf("%d bootstraps, want 2", on.bootstrapCount())
+	}
+	if refusedPair, err := parsePair(on.read("pki/kubelet-client-current.pem.refused")); err != nil || !refusedPair.Cert.Equal(bootstrapped) {
+		t.Errorf("kubelet-client-current.pem.refused is not the pair refused since (%v)", err)
+	}
+	if current := on.node.Manager.Current().Cert; current.Equal(bootstrapped) {
+		t.Error("the client certificate is still the one refused")
+	}
+	if rebootstrapUnfinished(on.path("pki")) {
+		t.Error("the re-bootstrap is still on record")
 	}
 }
 
