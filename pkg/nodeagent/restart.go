@@ -2,7 +2,9 @@ package nodeagent
 
 // Changes are what an in-place renewal changed on disk that the kubelet
 // uses. Each is recorded (see progress) before it is made, so that a renewal
-// resumed after a crash still knows the kubelet has not loaded it.
+// resumed after a crash still knows the kubelet has not loaded it; the
+// client pair just after it is stored (a crash in between renews it once
+// more, and that renewal records it).
 type Changes struct {
 	// KubeconfigCA: the cluster bundle in the kubelet's --kubeconfig.
 	KubeconfigCA bool `json:"kubeconfigCA,omitempty"`
