@@ -321,6 +321,35 @@ func WorkersRolledOut(rot *v1alpha1.CARotation, pools []string) *v1alpha1.CARota
 	return next
 }
 
+// PendPoolsAdded returns the rotation status with every pool of pools that
+// pendingWorkersRollouts does not name, nor poolsRolledByHand, added to it
+// (held when the rotation was started without workers rollout); rot itself
+// when there is none, or the rotation is not in phase 1. The cluster
+// controller calls it while clients have not moved to the new client CA:
+// until then no pool has rolled (a strategy waits for the move, a pool
+// reported by hand is recorded), so a pool not named is one added to the
+// spec since the start, whose nodes were given certificates from the old CAs
+// and must roll with the others. It does not modify rot.
+func PendPoolsAdded(rot *v1alpha1.CARotation, pools []v1alpha1.WorkerPool) *v1alpha1.CARotation {
+	if rot == nil || !rot.Phase.Preparing() || rot.LastInitiationTime == nil {
+		return rot
+	}
+	var added []v1alpha1.WorkerPool
+	for _, p := range pools {
+		named := func(pending v1alpha1.PendingWorkersRollout) bool { return pending.Name == p.Name }
+		if !slices.ContainsFunc(rot.PendingWorkersRollouts, named) && !slices.Contains(rot.PoolsRolledByHand, p.Name) {
+			added = append(added, p)
+		}
+	}
+	if len(added) == 0 {
+		return rot
+	}
+	next := rot.DeepCopy()
+	next.PendingWorkersRollouts = append(next.PendingWorkersRollouts,
+		pendingPools(added, *rot.LastInitiationTime, rot.Phase == v1alpha1.RotationPreparingWithoutWorkersRollout)...)
+	return next
+}
+
 // TrackEndpoint records, while a rotation is under way, the endpoint its
 // API-server checks run against, following a changed endpoint. It returns
 // the rotation status to keep (rot itself when nothing changes) and whether

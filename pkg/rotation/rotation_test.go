@@ -760,3 +760,55 @@ func TestPublicationCheckDue(t *testing.T) {
 		})
 	}
 }
+
+// TestPendPoolsAdded: in phase 1, a pool of the spec that the rotation does
+// not know of (added since the start) becomes pending, held when the
+// rotation holds its pools; pools pending or reported rolled by hand stay as
+// they are, and nothing changes outside phase 1.
+func TestPendPoolsAdded(t *testing.T) {
+	started := metav1.NewTime(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	pools := []v1alpha1.WorkerPool{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	pending := func(held bool, names ...string) []v1alpha1.PendingWorkersRollout {
+		var out []v1alpha1.PendingWorkersRollout
+		for _, n := range names {
+			out = append(out, v1alpha1.PendingWorkersRollout{Name: n, LastInitiationTime: &started, Held: held})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		rot  *v1alpha1.CARotation
+		want []v1alpha1.PendingWorkersRollout
+		same bool
+	}{
+		{name: "Preparing: c added", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &started,
+			PendingWorkersRollouts: pending(false, "a"), PoolsRolledByHand: []string{"b"}}, want: pending(false, "a", "c")},
+		{name: "held: c added, held", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparingWithoutWorkersRollout, LastInitiationTime: &started,
+			PendingWorkersRollouts: pending(true, "a", "b")}, want: pending(true, "a", "b", "c")},
+		{name: "nothing added", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &started,
+			PendingWorkersRollouts: pending(false, "a", "b", "c")}, same: true},
+		{name: "Prepared", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &started}, same: true},
+		{name: "Finalizing", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing, LastInitiationTime: &started}, same: true},
+		{name: "no rotation", same: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before *v1alpha1.CARotation
+			if tc.rot != nil {
+				before = tc.rot.DeepCopy()
+			}
+			got := PendPoolsAdded(tc.rot, pools)
+			if tc.same {
+				if got != tc.rot {
+					t.Fatalf("PendPoolsAdded = %+v, want the rotation unchanged", got)
+				}
+				return
+			}
+			if !equality.Semantic.DeepEqual(got.PendingWorkersRollouts, tc.want) {
+				t.Errorf("pending %+v, want %+v", got.PendingWorkersRollouts, tc.want)
+			}
+			if !equality.Semantic.DeepEqual(tc.rot, before) {
+				t.Error("PendPoolsAdded modified its argument")
+			}
+		})
+	}
+}

@@ -617,7 +617,9 @@ type CARotation struct {
 	AbortForcedTime *metav1.Time `json:"abortForcedTime,omitempty"`
 
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
-	// current phase.
+	// current phase. In phase 1 a pool added to spec.workers before clients
+	// moved to the new client CA joins it (held too, without workers
+	// rollout): its nodes were given certificates from the old CAs.
 	//
 	// +optional
 	// +listType=map

@@ -28,7 +28,9 @@ type scope struct {
 	// endpointRemoved: the rotation recorded an endpoint the spec no longer names.
 	endpointRemoved bool
 	// trusted: every consumer, and the API server, trusts both client CAs.
-	trusted      bool
+	trusted bool
+	// clientsMoved: the clients had moved to the new client CA when the pass began.
+	clientsMoved bool
 	certs        certificateFacts
 	rolledOut    bool
 	waitingPools []string
@@ -135,7 +137,7 @@ func (r *Reconciler) endpointPhase(_ context.Context, s *scope) error {
 // rollouts show now (a replica down, the pools rolling).
 func (r *Reconciler) trustPhase(ctx context.Context, s *scope) (err error) {
 	if clientsMoved(s.cluster, s.objs, s.cas[v1alpha1.CARoleClient]) {
-		s.trusted = true
+		s.trusted, s.clientsMoved = true, true
 		return nil
 	}
 	s.trusted = trustEstablished(s.consumers, s.trustSum)
@@ -157,7 +159,16 @@ func (r *Reconciler) consumerPhase(ctx context.Context, s *scope) (err error) {
 	return err
 }
 
+// workerPhase rolls the pending worker pools. Before it, while clients have
+// not moved to the new client CA (the pass's certificates may move them), a
+// pool added to the spec since the rotation started is made pending too:
+// its nodes joined with certificates from the old CAs (rotation.PendPoolsAdded).
 func (r *Reconciler) workerPhase(ctx context.Context, s *scope) (err error) {
+	if rot := s.cluster.CARotation(); !s.clientsMoved {
+		if next := rotation.PendPoolsAdded(rot, s.cluster.Spec.Workers); next != rot {
+			setCARotation(s.cluster, next)
+		}
+	}
 	s.waitingPools, err = r.rollWorkers(ctx, s.cluster)
 	return err
 }

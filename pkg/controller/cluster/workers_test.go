@@ -2,11 +2,15 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -74,6 +78,51 @@ func TestEventNoteFitsAnEvent(t *testing.T) {
 			}
 			if tc.cut && (!strings.HasSuffix(got, "…") || !strings.HasPrefix(tc.note, strings.TrimSuffix(got, "…"))) {
 				t.Errorf("eventNote = %q, want a prefix of the note and an ellipsis", got)
+			}
+		})
+	}
+}
+
+// waitingRollout is a WorkerRollout that rolls no pool yet.
+type waitingRollout struct{}
+
+func (waitingRollout) Rollout(_ context.Context, _ *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
+	return false, "pool " + pool.Name + ": waiting", nil
+}
+
+// TestAPoolAddedBeforeClientsMovedRollsWithTheOthers: a pool added to the
+// spec in phase 1 before clients moved to the new client CA (its nodes
+// joined with certificates from the old CAs) becomes pending, so that it
+// rolls and Prepared waits for it; once clients had moved, a pool added
+// joins with the new CAs' certificates and is not.
+func TestAPoolAddedBeforeClientsMovedRollsWithTheOthers(t *testing.T) {
+	for _, moved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clients moved: %t", moved), func(t *testing.T) {
+			started := metav1.NewTime(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+			c := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{
+				{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace}, {Name: "pool-b", RolloutStrategy: v1alpha1.RolloutInPlace}}}}
+			c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+				Phase: v1alpha1.RotationPreparing, LastInitiationTime: &started,
+				PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "pool-a", LastInitiationTime: &started}}}}}
+			r := &Reconciler{Recorder: events.NewFakeRecorder(10),
+				WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]WorkerRollout{v1alpha1.RolloutInPlace: waitingRollout{}}}
+			s := &scope{cluster: c, clientsMoved: moved}
+			if err := r.workerPhase(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, p := range pendingPools(c) {
+				names = append(names, p.Name)
+			}
+			want := []string{"pool-a", "pool-b"}
+			if moved {
+				want = want[:1]
+			}
+			if !slices.Equal(names, want) {
+				t.Errorf("pending pools %v, want %v", names, want)
+			}
+			if len(s.waitingPools) != len(want) {
+				t.Errorf("waiting for %q, want every pending pool", s.waitingPools)
 			}
 		})
 	}

@@ -59,7 +59,9 @@ type CARotationApplyConfiguration struct {
 	// an abort.
 	AbortForcedTime *v1.Time `json:"abortForcedTime,omitempty"`
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
-	// current phase.
+	// current phase. In phase 1 a pool added to spec.workers before clients
+	// moved to the new client CA joins it (held too, without workers
+	// rollout): its nodes were given certificates from the old CAs.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
 	// PoolsRolledByHand names the worker pools reported rolled with
 	// carousel.dev/operation=rollout-workers=<pool> since the rotation
