@@ -38,15 +38,15 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 	}
 	var waiting, done, unwaited []string
 	for _, p := range pending {
-		if p.Held {
-			continue // until rotate-rollout-workers names it
-		}
 		pool := c.Spec.WorkerPool(p.Name)
 		if pool == nil {
 			// The webhook keeps pending pools in the spec; a pool removed
-			// without it has no nodes left to roll.
+			// without it, held or not, has no nodes left to roll.
 			done = append(done, p.Name)
 			continue
+		}
+		if p.Held {
+			continue // until rotate-rollout-workers names it
 		}
 		strategy := r.WorkerRollouts[pool.RolloutStrategy]
 		if strategy == nil {

@@ -127,3 +127,22 @@ func TestAPoolAddedBeforeClientsMovedRollsWithTheOthers(t *testing.T) {
 		})
 	}
 }
+
+// TestAPendingPoolRemovedFromTheSpecIsDone: a pending pool removed from the
+// spec past the webhook (off, or failing open) has no nodes left to roll,
+// held or not; a held one stayed pending for ever, and both operations that
+// could release it refuse a pool the spec does not name.
+func TestAPendingPoolRemovedFromTheSpecIsDone(t *testing.T) {
+	c := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{{Name: "kept", RolloutStrategy: v1alpha1.RolloutInPlace}}}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+		Phase: v1alpha1.RotationWaitingForWorkersRollout, PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{
+			{Name: "kept", Held: true}, {Name: "removed-held", Held: true}, {Name: "removed"}}}}}
+	r := &Reconciler{Recorder: events.NewFakeRecorder(10),
+		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]WorkerRollout{v1alpha1.RolloutInPlace: waitingRollout{}}}
+	if _, err := r.rollWorkers(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if pending := pendingPools(c); len(pending) != 1 || pending[0].Name != "kept" || !pending[0].Held {
+		t.Errorf("pending %+v, want the held pool of the spec alone", pending)
+	}
+}
