@@ -158,15 +158,39 @@ func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, poo
 		if c.CARotation().AbortRolledBackTime == nil && inUse != clientCAs.Current {
 			return nil, fmt.Sprintf("pool %s: waiting until Carousel's own client certificate is back on the old client CA", pool.Name), nil
 		}
-		if c.CARotation().AbortRolledBackTime != nil && clientCAs.Previous != nil {
-			return nil, fmt.Sprintf("pool %s: waiting until the new CAs are deleted", pool.Name), nil
+		if c.CARotation().AbortRolledBackTime != nil {
+			if kept, err := previousKept(ctx, r, c); err != nil {
+				return nil, "", err
+			} else if kept {
+				return nil, fmt.Sprintf("pool %s: waiting until the new CAs are deleted", pool.Name), nil
+			}
 		}
 	case v1alpha1.RotationFinalizing:
-		if clientCAs.Previous != nil {
+		if kept, err := previousKept(ctx, r, c); err != nil {
+			return nil, "", err
+		} else if kept {
 			return nil, fmt.Sprintf("pool %s: waiting until the old CAs are dropped", pool.Name), nil
 		}
 	}
 	return clientCAs, "", nil
+}
+
+// previousKept says whether any role's CA Secret still holds a previous CA:
+// the old CAs in Finalizing, the aborted new ones in Aborting, which the
+// cluster controller deletes one role after the other (and a crash may stop
+// in between). Nodes asked before every one is gone would install the
+// bundles of before and be asked again, restarting their kubelets twice.
+func previousKept(ctx context.Context, r client.Reader, c *v1alpha1.Cluster) (bool, error) {
+	for _, role := range v1alpha1.CARoles() {
+		cas, err := credentials.ReadCAs(ctx, r, c, role)
+		if err != nil {
+			return false, err
+		}
+		if cas.Previous != nil {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Heartbeats says when each node last showed it is alive: its Lease's

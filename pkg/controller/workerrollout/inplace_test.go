@@ -3,6 +3,8 @@ package workerrollout
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
 
 func bundleConfigMap(c *v1alpha1.Cluster, role v1alpha1.CARole, data string) client.Object {
@@ -188,5 +191,64 @@ func TestAskedThisRotation(t *testing.T) {
 	}
 	if askedThisRotation(asked(started, v1alpha1.RotationPreparing, false), &v1alpha1.CARotation{}) {
 		t.Error("a rotation without a start time has a node in flight")
+	}
+}
+
+// TestNodesMayMoveOnceEveryPreviousCAIsGone: in Finalizing, and in Aborting
+// once rolled back, nodes move only when no role's Secret holds a previous
+// CA any more, not as soon as the client CA's is gone: the cluster
+// controller drops them role after role, the kubelet CA's after the
+// client's, and nodes asked in between would install a kubelet bundle with
+// both CAs and be asked again.
+func TestNodesMayMoveOnceEveryPreviousCAIsGone(t *testing.T) {
+	ctx := context.Background()
+	started := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	rotation := started.Format(time.RFC3339)
+	pool := v1alpha1.WorkerPool{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace}
+	current := map[v1alpha1.CARole]*pki.KeyPair{}
+	previous := map[v1alpha1.CARole]*pki.KeyPair{}
+	for _, role := range v1alpha1.CARoles() {
+		current[role], previous[role] = pkitest.NewCA(t, string(role)+" current"), pkitest.NewCA(t, string(role)+" previous")
+	}
+	operatorCert, err := current[v1alpha1.CARoleClient].IssueKeyPair(pki.LeafTemplate{CommonName: "carousel-operator",
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		phase    v1alpha1.CARotationPhase
+		kept     []v1alpha1.CARole // roles whose Secret still holds a previous CA
+		wantMove bool
+	}{
+		{"Finalizing, every old CA dropped", v1alpha1.RotationFinalizing, nil, true},
+		{"Finalizing, the kubelet CA's not yet", v1alpha1.RotationFinalizing, []v1alpha1.CARole{v1alpha1.CARoleKubelet}, false},
+		{"Finalizing, the client CA's not yet", v1alpha1.RotationFinalizing, []v1alpha1.CARole{v1alpha1.CARoleClient}, false},
+		{"Aborting, rolled back, every new CA deleted", v1alpha1.RotationAborting, nil, true},
+		{"Aborting, rolled back, the cluster CA's not yet", v1alpha1.RotationAborting, []v1alpha1.CARole{v1alpha1.CARoleCluster}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "edge"}}
+			rolledBack := metav1.NewTime(started.Add(time.Hour))
+			c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+				Phase: tc.phase, LastInitiationTime: &metav1.Time{Time: started}, AbortRolledBackTime: &rolledBack}}}
+			objects := []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace,
+				Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)},
+				Data: map[string][]byte{v1alpha1.DataKeyCertificate: operatorCert.CertPEM()}}}
+			for _, role := range v1alpha1.CARoles() {
+				cas := &credentials.CAs{Current: current[role], Rotation: rotation}
+				if slices.Contains(tc.kept, role) {
+					cas.Previous = previous[role]
+				}
+				objects = append(objects, caSecret(t, c, role, cas))
+			}
+			_, wait, err := nodesMayMove(ctx, fake.NewClientBuilder().WithObjects(objects...).Build(), c, pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if moves := wait == ""; moves != tc.wantMove {
+				t.Errorf("nodesMayMove waits for %q; want the nodes to move: %t", wait, tc.wantMove)
+			}
+		})
 	}
 }
