@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -492,12 +493,13 @@ func (e *env) follow(ctx context.Context, ns, name string, target followTarget, 
 	byName := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 	}
-	// The watch below retries a list that fails (one refused for want of
-	// the right to list Clusters, say) until the timeout, silently: one
-	// first list says at once why --wait cannot follow.
+	// The watch below retries a list that fails until the timeout,
+	// silently: one first list says at once when --wait may not follow
+	// (no right to list Clusters). Anything else (an API server away for
+	// a moment) the watch retries.
 	first := metav1.ListOptions{Limit: 1}
 	byName(&first)
-	if _, err := clusters.CarouselV1alpha1().Clusters(ns).List(ctx, first); err != nil {
+	if _, err := clusters.CarouselV1alpha1().Clusters(ns).List(ctx, first); apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
 		return fmt.Errorf("--wait follows the Cluster with a list and a watch of Clusters: %w", err)
 	}
 	lw := &cache.ListWatch{

@@ -181,9 +181,9 @@ type RotationCampaignStatus struct {
 
 	// CompleteStepTime is when the campaign first saw spec.step Complete
 	// with no selected Cluster's start pending, or the latest
-	// lastInitiationTime of the selected Clusters then, when that is later
-	// (another process's clock may run ahead). A rotation started after it
-	// is not the campaign's to complete.
+	// lastInitiationTime of the selected Clusters then, when that is later,
+	// by a minute at most (another process's clock may run ahead). A
+	// rotation started after it is not the campaign's to complete.
 	//
 	// +optional
 	CompleteStepTime *metav1.Time `json:"completeStepTime,omitempty"`
@@ -272,6 +272,6 @@ type CampaignRefusal struct {
 	UID  types.UID `json:"uid"`
 	// ResourceVersion is the Cluster's when it refused.
 	ResourceVersion string `json:"resourceVersion"`
-	// Message says why.
+	// Message says why, cut at 256 bytes.
 	Message string `json:"message,omitempty"`
 }

@@ -25,6 +25,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/campaign"
+	"github.com/carousel-dev/carousel/pkg/clip"
 	"github.com/carousel-dev/carousel/pkg/metapatch"
 )
 
@@ -306,10 +307,15 @@ func (m *memory) refuse(campaignKey types.NamespacedName, c *v1alpha1.Cluster, m
 	m.refuseLocked(campaignKey, c, message)
 }
 
+// maxRefusalMessage bounds the message of a refusal kept in the status,
+// which holds one for every Cluster that refused (an admission webhook's
+// message can be long).
+const maxRefusalMessage = 256
+
 // refuseLocked records that c refused campaignKey's operation, and returns
 // the campaign's refusals.
 func (m *memory) refuseLocked(campaignKey types.NamespacedName, c *v1alpha1.Cluster, message string) map[types.UID]refusal {
-	return m.recordRefusalLocked(campaignKey, c.UID, refusal{name: c.Name, resourceVersion: c.ResourceVersion, message: message})
+	return m.recordRefusalLocked(campaignKey, c.UID, refusal{name: c.Name, resourceVersion: c.ResourceVersion, message: clip.Bytes(message, maxRefusalMessage)})
 }
 
 func (m *memory) recordRefusalLocked(campaignKey types.NamespacedName, uid types.UID, r refusal) map[types.UID]refusal {

@@ -178,6 +178,30 @@ func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {
 	}
 }
 
+// A refusal kept in the status carries the start of its message, cut at
+// maxRefusalMessage bytes: the status keeps one for every Cluster that
+// refused, and an admission webhook's message can be long.
+func TestARefusalKeptInTheStatusIsCut(t *testing.T) {
+	long := strings.Repeat("the old-CA usage gate names Node worker-n; ", 40)
+	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		if obj.GetName() == "a" {
+			return apierrors.NewForbidden(v1alpha1.Resource("clusters"), "a", errors.New(long))
+		}
+		return c.Patch(ctx, obj, p, opts...)
+	})
+	rc := reconcileWave(t, r)
+	if len(rc.Status.Refused) != 1 {
+		t.Fatalf("status.refused %+v, want a's refusal", rc.Status.Refused)
+	}
+	if msg := rc.Status.Refused[0].Message; len(msg) > maxRefusalMessage || !strings.HasSuffix(msg, "…") || !strings.Contains(msg, "the old-CA usage gate names Node worker-n") {
+		t.Errorf("refusal message of %d bytes %q, want the start of the webhook's, cut at %d bytes", len(msg), msg, maxRefusalMessage)
+	}
+	// The pass after records b started; the one after that has nothing new.
+	if settled := reconcileWave(t, r); reconcileWave(t, r).ResourceVersion != settled.ResourceVersion {
+		t.Error("a pass with nothing new wrote the campaign again")
+	}
+}
+
 // The refusal of a Cluster the campaign no longer selects (deleted, or
 // relabelled) is forgotten, and so are a deleted campaign's.
 func TestRefusalsAreForgottenWithTheirClusterOrCampaign(t *testing.T) {

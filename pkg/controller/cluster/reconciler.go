@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"time"
-	"unicode/utf8"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/clip"
 	"github.com/carousel-dev/carousel/pkg/maintenance"
 	"github.com/carousel-dev/carousel/pkg/metapatch"
 	"github.com/carousel-dev/carousel/pkg/rotation"
@@ -441,15 +441,7 @@ const maxEventNote = 1024
 // eventNote is note, cut to maxEventNote bytes at a character boundary and
 // ending in "…" when it was longer.
 func eventNote(note string) string {
-	if len(note) <= maxEventNote {
-		return note
-	}
-	const ellipsis = "…"
-	cut := maxEventNote - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(note[cut]) {
-		cut--
-	}
-	return note[:cut] + ellipsis
+	return clip.Bytes(note, maxEventNote)
 }
 
 func (r *Reconciler) setReadyCondition(c *v1alpha1.Cluster, err error) {

@@ -31,7 +31,7 @@ type CampaignRefusalApplyConfiguration struct {
 	UID  *types.UID `json:"uid,omitempty"`
 	// ResourceVersion is the Cluster's when it refused.
 	ResourceVersion *string `json:"resourceVersion,omitempty"`
-	// Message says why.
+	// Message says why, cut at 256 bytes.
 	Message *string `json:"message,omitempty"`
 }
 

@@ -40,9 +40,9 @@ type RotationCampaignStatusApplyConfiguration struct {
 	PreparedTime *v1.Time `json:"preparedTime,omitempty"`
 	// CompleteStepTime is when the campaign first saw spec.step Complete
 	// with no selected Cluster's start pending, or the latest
-	// lastInitiationTime of the selected Clusters then, when that is later
-	// (another process's clock may run ahead). A rotation started after it
-	// is not the campaign's to complete.
+	// lastInitiationTime of the selected Clusters then, when that is later,
+	// by a minute at most (another process's clock may run ahead). A
+	// rotation started after it is not the campaign's to complete.
 	CompleteStepTime *v1.Time `json:"completeStepTime,omitempty"`
 	// CompletedTime is when every selected Cluster was first seen Completed.
 	CompletedTime *v1.Time `json:"completedTime,omitempty"`
