@@ -380,10 +380,20 @@ func TestReissueServiceAccountKeyAnnouncesOnlyAKeyItWrote(t *testing.T) {
 // A CA Secret put back from a copy made before the rotation's new CA, once
 // the status records that CA, is refused: in Preparing it is not rotated a
 // second time (another new CA would strand what the first one signed), in
-// Prepared its old CA does not replace the new one in the trust bundles.
-// The pass generates no key and leaves the Secret as it was.
+// Prepared its old CA does not replace the new one in the trust bundles. In
+// Aborting, once the status records the old CA as current again and the
+// aborted new one as previous, the copy (the old CA alone, without the
+// rotation's annotations) is refused too: taken as it is, it would drop the
+// new CA from the trust bundles while clients the rotation moved to it still
+// present its certificates. The pass generates no key and leaves the Secret
+// as it was.
 func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
-	for _, phase := range []v1alpha1.CARotationPhase{v1alpha1.RotationPreparing, v1alpha1.RotationPrepared} {
+	refusal := map[v1alpha1.CARotationPhase]string{
+		v1alpha1.RotationPreparing: "it was put back from an older copy",
+		v1alpha1.RotationPrepared:  "it was put back from an older copy",
+		v1alpha1.RotationAborting:  "it was put back from a copy made before the rotation",
+	}
+	for _, phase := range []v1alpha1.CARotationPhase{v1alpha1.RotationPreparing, v1alpha1.RotationPrepared, v1alpha1.RotationAborting} {
 		t.Run(string(phase), func(t *testing.T) {
 			ctx := context.Background()
 			sc := newSettledCluster(t)
@@ -403,6 +413,24 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if phase == v1alpha1.RotationAborting {
+				sc.annotate(v1alpha1.OperationAbortCARotation)
+				old, err := credentials.DecodeCASecret(before)
+				if err != nil {
+					t.Fatal(err)
+				}
+				swapped := func() bool {
+					c := sc.cluster()
+					current, previous := recordedCAs(c, v1alpha1.CARoleClient)
+					return c.CARotationPhase() == phase && previous != nil && current.Fingerprint == pki.Fingerprint(old.Current.Cert)
+				}
+				for i := 0; i < 10 && !swapped(); i++ {
+					sc.reconcile()
+				}
+				if !swapped() {
+					t.Fatalf("the status does not record the client CAs swapped back in Aborting: phase %s", sc.cluster().CARotationPhase())
+				}
+			}
 			keys := pki.KeysGenerated()
 			// A cache that still shows the Secret as it was before the
 			// rotation is behind, not the Secret: the pass is retried.
@@ -415,84 +443,34 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 				t.Errorf("on a cache behind, Ready is %+v, want it as it was", ready)
 			}
 
-			putBackAndExpectRefusal(t, sc, before, keys, "it was put back from an older copy")
+			restored := &corev1.Secret{}
+			if err := sc.api.Get(ctx, key, restored); err != nil {
+				t.Fatal(err)
+			}
+			restored.Data, restored.Annotations = before.Data, before.Annotations
+			if err := sc.api.Update(ctx, restored); err != nil {
+				t.Fatal(err)
+			}
+
+			_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			if err == nil || !strings.Contains(err.Error(), refusal[phase]) {
+				t.Fatalf("the pass ended with %v, want the Secret refused", err)
+			}
+			if n := pki.KeysGenerated() - keys; n != 0 {
+				t.Errorf("the pass generated %d keys, want 0", n)
+			}
+			after := &corev1.Secret{}
+			if err := sc.api.Get(ctx, key, after); err != nil {
+				t.Fatal(err)
+			}
+			if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+				t.Error("the Secret put back was rewritten")
+			}
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+				t.Errorf("Ready is %+v, want CALost", ready)
+			}
 		})
 	}
-}
-
-// putBackAndExpectRefusal puts the CA Secret back as it was in before, and
-// checks that the next pass refuses it with an error saying want, leaves it
-// as put back, marks Ready CALost, and that no key was generated since
-// keys (pki.KeysGenerated).
-func putBackAndExpectRefusal(t *testing.T, sc *settledCluster, before *corev1.Secret, keys uint64, want string) {
-	t.Helper()
-	ctx := context.Background()
-	key := client.ObjectKeyFromObject(before)
-	restored := &corev1.Secret{}
-	if err := sc.api.Get(ctx, key, restored); err != nil {
-		t.Fatal(err)
-	}
-	restored.Data, restored.Annotations = before.Data, before.Annotations
-	if err := sc.api.Update(ctx, restored); err != nil {
-		t.Fatal(err)
-	}
-
-	_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("the pass ended with %v, want the Secret refused", err)
-	}
-	if n := pki.KeysGenerated() - keys; n != 0 {
-		t.Errorf("the pass generated %d keys, want 0", n)
-	}
-	after := &corev1.Secret{}
-	if err := sc.api.Get(ctx, key, after); err != nil {
-		t.Fatal(err)
-	}
-	if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
-		t.Error("the Secret put back was rewritten")
-	}
-	if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
-		t.Errorf("Ready is %+v, want CALost", ready)
-	}
-}
-
-// In Aborting, once the status records the old CA as current again and the
-// aborted new one as previous, a copy from before the rotation (the old CA
-// alone, without the rotation's annotations) is refused: taken as it is, it
-// would drop the new CA from the trust bundles while clients the rotation
-// moved to it still present its certificates. The pass generates no key and
-// leaves the Secret as it was.
-func TestACASecretPutBackFromBeforeTheRotationIsRefusedInAborting(t *testing.T) {
-	ctx := context.Background()
-	sc := newSettledCluster(t)
-	key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient)}
-	before := &corev1.Secret{}
-	if err := sc.api.Get(ctx, key, before); err != nil {
-		t.Fatal(err)
-	}
-	sc.annotate(v1alpha1.OperationStartCARotation)
-	sc.statusWritesUntil(v1alpha1.RotationPrepared)
-	sc.annotate(v1alpha1.OperationAbortCARotation)
-	swapped := func() bool {
-		c := sc.cluster()
-		current, previous := recordedCAs(c, v1alpha1.CARoleClient)
-		old, err := credentials.DecodeCASecret(before)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.CARotationPhase() == v1alpha1.RotationAborting && previous != nil && current.Fingerprint == pki.Fingerprint(old.Current.Cert)
-	}
-	for range 10 {
-		if swapped() {
-			break
-		}
-		sc.reconcile()
-	}
-	if !swapped() {
-		t.Fatalf("the status does not record the client CAs swapped back in Aborting: phase %s", sc.cluster().CARotationPhase())
-	}
-
-	putBackAndExpectRefusal(t, sc, before, pki.KeysGenerated(), "it was put back from a copy made before the rotation")
 }
 
 // A key reissued after a service-account key rotation carries that
