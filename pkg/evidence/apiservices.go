@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -17,10 +19,9 @@ import (
 // role that signs aggregated API servers' serving certificates.
 var MetricsServerAPIServices = client.MatchingLabels{v1alpha1.LabelCABundle: string(v1alpha1.CARoleMetricsServer)}
 
-// APIServicesBehind lists the APIServices MetricsServerAPIServices selects
-// in the managed cluster at endpoint whose caBundle is not want (see
-// APIServiceLag). It reads as the client key pair, verifying the API server
-// with serverTrust.
+// APIServicesBehind lists the APIServices of the managed cluster at endpoint
+// that lag behind want (see APIServiceLag). It reads as the client key pair,
+// verifying the API server with serverTrust.
 func (c Checker) APIServicesBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM, want []byte) ([]string, error) {
 	cfg, err := c.restConfig(endpoint, serverTrust, certPEM, keyPEM)
 	if err != nil {
@@ -30,22 +31,59 @@ func (c Checker) APIServicesBehind(ctx context.Context, endpoint string, serverT
 	if err != nil {
 		return nil, err
 	}
+	// All of them, not only the labelled ones: see APIServiceLag.
 	var list apiregistrationv1.APIServiceList
-	if err := cl.List(ctx, &list, MetricsServerAPIServices); err != nil {
+	if err := cl.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing APIServices: %w", err)
 	}
 	return APIServiceLag(list.Items, want), nil
 }
 
-// APIServiceLag names, in order, the APIServices that are APIServiceBehind bundle.
+// APIServiceLag names, in order, the APIServices that lag behind bundle:
+// those MetricsServerAPIServices selects that are APIServiceBehind it, and,
+// with the suffix NotLabelled, those it does not select that pin a CA of
+// bundle (pinsPartOf). The aggregator verifies the latter's server with a
+// caBundle that trusts the metrics-server CA, so the server's certificate
+// is one Carousel issues and moves with the rotation, but nothing brings the
+// caBundle in step: once the certificate moves to the new CA, the aggregator
+// refuses the server (kubectl top and autoscaling stop). The user labels
+// them, and Carousel writes them as it does the others.
 func APIServiceLag(services []apiregistrationv1.APIService, bundle []byte) []string {
+	var want pki.Bundle
 	var behind []string
 	for i := range services {
-		if APIServiceBehind(&services[i], bundle) {
-			behind = append(behind, services[i].Name)
+		s := &services[i]
+		if s.Labels[v1alpha1.LabelCABundle] == string(v1alpha1.CARoleMetricsServer) {
+			if APIServiceBehind(s, bundle) {
+				behind = append(behind, s.Name)
+			}
+			continue
+		}
+		if want == nil {
+			want, _ = pki.ParseBundle(bundle)
+		}
+		if pinsPartOf(s, bundle, want) {
+			behind = append(behind, s.Name+NotLabelled)
 		}
 	}
 	return behind
+}
+
+// NotLabelled follows, in APIServiceLag, the name of an APIService that
+// lags behind without the label that has Carousel write its caBundle.
+const NotLabelled = " (not labelled " + v1alpha1.LabelCABundle + "=" + string(v1alpha1.CARoleMetricsServer) + ")"
+
+// pinsPartOf reports whether an APIService verifies its server with a
+// caBundle that is not bundle but holds one of its CAs (want, parsed).
+func pinsPartOf(s *apiregistrationv1.APIService, bundle []byte, want pki.Bundle) bool {
+	if s.Spec.Service == nil || s.Spec.InsecureSkipTLSVerify || bytes.Equal(s.Spec.CABundle, bundle) {
+		return false
+	}
+	pinned, err := pki.ParseBundle(s.Spec.CABundle)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(want, pinned.Contains)
 }
 
 // APIServiceBehind reports whether an APIService's caBundle is not exactly

@@ -637,8 +637,8 @@ func TestTrustWaitsNameWhatIsBehind(t *testing.T) {
 	}
 	f := facts
 	f.KubeRootCA, f.APIServices, f.APIServicesBehind = EvidencePassed, EvidencePending, []string{"v1beta1.metrics.k8s.io"}
-	want := "waiting for the caBundle of the APIServices labelled carousel.dev/ca-bundle=metrics-server to carry both metrics-server CAs " +
-		"(Carousel writes it): 1 APIService(s) behind: v1beta1.metrics.k8s.io"
+	want := "waiting for the caBundle of the APIServices that trust the metrics-server CA to carry both metrics-server CAs " +
+		"(Carousel writes those labelled carousel.dev/ca-bundle=metrics-server): 1 APIService(s) behind: v1beta1.metrics.k8s.io"
 	if got := Decide(f).Wait; got == nil || got.Message != want {
 		t.Errorf("wait %+v, want message %q", got, want)
 	}

@@ -286,15 +286,17 @@ func workloadsReloading(f Facts) string {
 }
 
 // apiServicesStep waits until the caBundle of every APIService labelled
-// carousel.dev/ca-bundle=metrics-server carries what: the aggregator
-// verifies the aggregated API server with it, so it must trust the new CA
-// before Finalizing moves the server's certificate, and drop the old one
-// after.
+// carousel.dev/ca-bundle=metrics-server, and of every other one that trusts
+// a metrics-server CA, carries what: the aggregator verifies the aggregated
+// API server with it, so it must trust the new CA before Finalizing moves
+// the server's certificate, and drop the old one after. Carousel writes the
+// labelled ones; the others wait for the user to label them
+// (evidence.APIServiceLag).
 func apiServicesStep(what string) step {
 	return trustStep(v1alpha1.ReasonWaitingForAPIServices, CheckAPIServices,
 		func(f Facts) (Evidence, []string) { return f.APIServices, f.APIServicesBehind },
-		"the caBundle of the APIServices labelled "+v1alpha1.LabelCABundle+"="+string(v1alpha1.CARoleMetricsServer)+" to carry "+what,
-		"(Carousel writes it): %d APIService(s) behind")
+		"the caBundle of the APIServices that trust the metrics-server CA to carry "+what,
+		"(Carousel writes those labelled "+v1alpha1.LabelCABundle+"="+string(v1alpha1.CARoleMetricsServer)+"): %d APIService(s) behind")
 }
 
 // trustStep waits for a check of trust published in the managed cluster:

@@ -109,8 +109,8 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 			g.Expect(related).To(ConsistOf(apiService, otherAPIService))
 		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(time.Second).Should(Succeed(),
 			"the second event is not folded into the first one's series")
-		// The specs freeze apiService alone and expect it alone behind.
-		Expect(managed.Delete(ctx, &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: otherAPIService}})).To(Succeed())
+		By("unlabelling the other APIService: it keeps the metrics-server CA Carousel wrote, which nothing writes any more")
+		Expect(setAPIServiceLabel(ctx, managed, otherAPIService, "")).To(Succeed())
 	})
 
 	// expectWaitingForKubeRootCA waits until the rotation, still in phase,
@@ -187,16 +187,17 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 			g.Expect(got.Status.Conditions).To(ContainElement(And(
 				HaveField("Type", v1alpha1.ConditionCARotation),
 				HaveField("Reason", string(v1alpha1.ReasonWaitingForAPIServices)),
-				HaveField("Message", ContainSubstring("1 APIService(s) behind: "+apiService)),
+				HaveField("Message", ContainSubstring("2 APIService(s) behind: "+apiService+", "+otherAPIService+evidence.NotLabelled)),
 			)))
 		}).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(),
-			"the rotation waits for the APIService the tenant froze, and names it")
+			"the rotation waits for the APIService the tenant froze, and for the one that pins the old metrics-server CA unlabelled, and names them")
 		Consistently(func(ctx context.Context) v1alpha1.CARotationPhase { return getCluster(ctx, key).CARotationPhase() }).
 			WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(time.Second).Should(Equal(v1alpha1.RotationPreparing))
 
 		By("thawing the APIService: Carousel writes both metrics-server CAs and gives pods an hour to reload kube-root-ca.crt")
 		Expect(managed.Delete(ctx, freezeBinding)).To(Succeed())
 		Expect(managed.Delete(ctx, freeze)).To(Succeed())
+		Expect(setAPIServiceLabel(ctx, managed, otherAPIService, string(v1alpha1.CARoleMetricsServer))).To(Succeed())
 		var published time.Time
 		Eventually(func(g Gomega) {
 			got := getCluster(ctx, key)
@@ -224,8 +225,10 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		cas := loadCAs(ctx, c)[v1alpha1.CARoleCluster]
 		expectPublished(ctx, pki.NewBundle(cas.Previous.Cert, cas.Current.Cert))
 		metrics := loadCAs(ctx, c)[v1alpha1.CARoleMetricsServer]
-		Expect(apiServiceBundle(ctx)).To(Equal(kit.Fingerprints(pki.NewBundle(metrics.Previous.Cert, metrics.Current.Cert))),
-			"the aggregator trusts both metrics-server CAs before Finalizing moves the server certificate")
+		for _, name := range []string{apiService, otherAPIService} {
+			Expect(apiServiceBundleOf(ctx, name)).To(Equal(kit.Fingerprints(pki.NewBundle(metrics.Previous.Cert, metrics.Current.Cert))),
+				"the aggregator trusts both metrics-server CAs before Finalizing moves the server certificate")
+		}
 	})
 
 	It("holds Finalizing until kube-root-ca.crt carries only the new cluster CA", func(ctx SpecContext) {
@@ -289,3 +292,19 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 })
+
+// setAPIServiceLabel sets, or with value "" removes, the label
+// carousel.dev/ca-bundle of the managed cluster's APIService name.
+func setAPIServiceLabel(ctx context.Context, managed client.Client, name, value string) error {
+	s := &apiregistrationv1.APIService{}
+	if err := managed.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(s.DeepCopy())
+	if value == "" {
+		delete(s.Labels, v1alpha1.LabelCABundle)
+	} else {
+		metav1.SetMetaDataLabel(&s.ObjectMeta, v1alpha1.LabelCABundle, value)
+	}
+	return managed.Patch(ctx, s, patch)
+}

@@ -196,6 +196,11 @@ const (
 	// bundle into an APIService of the managed cluster labelled
 	// carousel.dev/ca-bundle=metrics-server.
 	EventAPIServiceCABundleUpdated = "APIServiceCABundleUpdated"
+	// EventAPIServiceCABundleNotWritten (Warning): the managed cluster
+	// refused Carousel's write of an APIService's caBundle (an admission
+	// webhook or policy, say); the note gives its answer. A rotation waits
+	// for the APIService meanwhile.
+	EventAPIServiceCABundleNotWritten = "APIServiceCABundleNotWritten"
 	// EventBootstrapKubeconfigNotWritten (Warning) names a Secret that holds
 	// the name of the Cluster's bootstrap kubeconfig without the Cluster's
 	// label, which Carousel therefore cannot see or update.

@@ -103,6 +103,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		written, err := write(ctx, managed, service, want)
 		if err != nil {
 			failed = append(failed, err)
+			if !apierrors.IsConflict(err) && r.Recorder != nil {
+				// Repeated at each retry, the same answer is folded into
+				// one series.
+				r.Recorder.Eventf(c, service, corev1.EventTypeWarning, v1alpha1.EventAPIServiceCABundleNotWritten, "Update",
+					"the managed cluster refused the metrics-server CA bundle for APIService %s, which a CA rotation waits for: %v", service.Name, err)
+			}
 			continue
 		}
 		if written && r.Recorder != nil {

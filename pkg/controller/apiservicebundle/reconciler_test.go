@@ -141,14 +141,19 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 	if slices.Contains(patched, local.Name) {
 		t.Errorf("the local APIService was patched (%v)", patched)
 	}
-	// One event: the deleted APIService was not updated.
+	// An event for the write and one for the refusal: the deleted APIService
+	// was not updated.
 	close(recorder.Events)
-	var updated []string
+	var recorded []string
 	for e := range recorder.Events {
-		updated = append(updated, e)
+		recorded = append(recorded, e)
 	}
-	if len(updated) != 1 || !strings.Contains(updated[0], "APIService v1beta1.metrics.k8s.io of the managed cluster now trusts") {
-		t.Errorf("events %q, want one, of v1beta1.metrics.k8s.io", updated)
+	if len(recorded) != 2 ||
+		!strings.HasPrefix(recorded[0], "Warning "+v1alpha1.EventAPIServiceCABundleNotWritten) ||
+		!strings.Contains(recorded[0], "for APIService v1alpha1.refused.example.com, which a CA rotation waits for") ||
+		!strings.Contains(recorded[0], "a webhook refuses it") ||
+		!strings.Contains(recorded[1], "APIService v1beta1.metrics.k8s.io of the managed cluster now trusts") {
+		t.Errorf("events %q, want a warning that names the refused APIService and the answer, then the write of v1beta1.metrics.k8s.io", recorded)
 	}
 }
 
