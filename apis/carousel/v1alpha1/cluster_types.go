@@ -341,7 +341,8 @@ const (
 // KubeletBootstrapSpec configures kubelet TLS bootstrapping for the cluster.
 type KubeletBootstrapSpec struct {
 	// TokenTTL is the lifetime of the bootstrap tokens Carousel issues, between
-	// MinBootstrapTokenTTL and MaxBootstrapTokenTTL.
+	// MinBootstrapTokenTTL and MaxBootstrapTokenTTL (one outside, written past
+	// the webhook, counts as the nearer bound).
 	//
 	// +optional
 	// +kubebuilder:default="24h"

@@ -159,8 +159,12 @@ func (cs *CertificateSettings) LeafValidityOrDefault() time.Duration {
 }
 
 // TokenTTLOrDefault returns the bootstrap token TTL, or DefaultBootstrapTokenTTL when unset.
+// A TTL outside [MinBootstrapTokenTTL, MaxBootstrapTokenTTL], which only a
+// spec written past the webhook has, counts as the nearer bound: a token that
+// expires at once would be replaced at every pass and never be usable, and
+// one of years would let whoever holds it join nodes for as long.
 func (kb *KubeletBootstrapSpec) TokenTTLOrDefault() time.Duration {
-	return durationOr(kb.TokenTTL, DefaultBootstrapTokenTTL)
+	return min(max(durationOr(kb.TokenTTL, DefaultBootstrapTokenTTL), MinBootstrapTokenTTL), MaxBootstrapTokenTTL)
 }
 
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {

@@ -72,6 +72,53 @@ func TestATokenLabelledForTheClusterThatDoesNotParseIsDeleted(t *testing.T) {
 	}
 }
 
+// A token TTL written past the webhook (none at all, or of years) issues
+// tokens of the nearer bound: not a token that expires at once, replaced at
+// every pass, nor one that joins nodes for years.
+func TestATokenTTLPastTheWebhookIssuesTokensWithinTheBounds(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		ttl  time.Duration
+		want time.Duration
+	}{{0, v1alpha1.MinBootstrapTokenTTL}, {2_000_000 * time.Hour, v1alpha1.MaxBootstrapTokenTTL}} {
+		t.Run(tt.ttl.String(), func(t *testing.T) {
+			c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
+				Spec: v1alpha1.ClusterSpec{KubeletBootstrap: v1alpha1.KubeletBootstrapSpec{TokenTTL: &metav1.Duration{Duration: tt.ttl}}}}
+			// The API server writes stringData into data; the fake does not.
+			remote := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+				Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					if s, ok := obj.(*corev1.Secret); ok {
+						for k, v := range s.StringData {
+							if s.Data == nil {
+								s.Data = map[string][]byte{}
+							}
+							s.Data[k] = []byte(v)
+						}
+						s.StringData = nil
+					}
+					return cl.Create(ctx, obj, opts...)
+				}}).Build()
+			clock := clocktesting.NewFakePassiveClock(now)
+			r := &Reconciler{Clock: clock}
+			first, _, err := r.ensureTokens(context.Background(), c, remote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(first) != 1 || !first[0].Expires.Equal(now.Add(tt.want)) {
+				t.Fatalf("tokens = %+v, want one that expires at %s", first, now.Add(tt.want))
+			}
+			clock.SetTime(now.Add(time.Second))
+			second, _, err := r.ensureTokens(context.Background(), c, remote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(second) != 1 || second[0].ID != first[0].ID {
+				t.Errorf("a second later, tokens = %+v, want the first one kept alone", second)
+			}
+		})
+	}
+}
+
 // A pass is followed by another when the next token is due, at least every
 // minute, and always: one that outlasted the moment the next token was due
 // must not end the requeues, which would stop new tokens.

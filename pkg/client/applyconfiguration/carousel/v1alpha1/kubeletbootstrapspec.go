@@ -28,7 +28,8 @@ import (
 // KubeletBootstrapSpec configures kubelet TLS bootstrapping for the cluster.
 type KubeletBootstrapSpecApplyConfiguration struct {
 	// TokenTTL is the lifetime of the bootstrap tokens Carousel issues, between
-	// MinBootstrapTokenTTL and MaxBootstrapTokenTTL.
+	// MinBootstrapTokenTTL and MaxBootstrapTokenTTL (one outside, written past
+	// the webhook, counts as the nearer bound).
 	TokenTTL *v1.Duration `json:"tokenTTL,omitempty"`
 	// CSRApproval says which kubelet CSRs Carousel approves by itself.
 	CSRApproval *CSRApprovalPolicyApplyConfiguration `json:"csrApproval,omitempty"`
