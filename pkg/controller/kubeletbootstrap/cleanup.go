@@ -110,8 +110,8 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 	r.failedCleanups.forget(key)
 	if err != nil {
 		r.event(c, corev1.EventTypeWarning, v1alpha1.EventManagedCleanupAbandoned, "Cleanup",
-			"Released without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ClusterRoleBindings %s, %s, %s, kube-public/%s, kube-system/%s and the Roles and RoleBindings %s in kube-public and %s in kube-system by hand",
-			err, v1alpha1.LabelBootstrapToken, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient,
+			"Released without cleaning the managed cluster (%v): delete the Secrets labelled %s=%s in kube-system (bootstrap tokens, which also expire by themselves), the ConfigMaps labelled %s=%s in kube-system (the nodes' pinned serving addresses, which also go with their Nodes), the ClusterRoleBindings %s, %s, %s, kube-public/%s, kube-system/%s and the Roles and RoleBindings %s in kube-public and %s in kube-system by hand",
+			err, v1alpha1.LabelBootstrapToken, c.Name, v1alpha1.LabelServingAddresses, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient,
 			bootstrapapi.ConfigMapClusterInfo, bootstrap.NodeTrustConfigMap, bootstrap.ClusterInfoRole, bootstrap.NodeTrustRole)
 	}
 	r.Connections.Disconnect(key)

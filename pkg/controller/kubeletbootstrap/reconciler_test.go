@@ -330,8 +330,19 @@ func TestAClusterWithoutAnEndpointIsCleanedUpThroughItsLiveConnection(t *testing
 			if tokenGone != tt.wantClean || !released || connections.disconnects == 0 {
 				t.Errorf("token deleted %v, released %v, disconnected %d times; want %v, true, once", tokenGone, released, connections.disconnects, tt.wantClean)
 			}
-			if event := len(recorder.Events) > 0 && strings.Contains(<-recorder.Events, v1alpha1.EventManagedCleanupAbandoned); event != tt.wantEvent {
+			var note string
+			if len(recorder.Events) > 0 {
+				note = <-recorder.Events
+			}
+			if event := strings.Contains(note, v1alpha1.EventManagedCleanupAbandoned); event != tt.wantEvent {
 				t.Errorf("a %s event: %v, want %v", v1alpha1.EventManagedCleanupAbandoned, event, tt.wantEvent)
+			}
+			// What cleanup deletes, the event names.
+			for _, left := range []string{v1alpha1.LabelBootstrapToken + "=prod", v1alpha1.LabelServingAddresses + "=prod", bootstrap.BindingNodeBootstrapper,
+				bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient, bootstrap.ClusterInfoRole, bootstrap.NodeTrustRole, bootstrap.NodeTrustConfigMap} {
+				if tt.wantEvent && !strings.Contains(note, left) {
+					t.Errorf("the event %q does not name %s, which is left behind", note, left)
+				}
 			}
 		})
 	}
