@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/carousel-dev/carousel/pkg/clip"
 )
 
 // TokenSecretsBehind moves the kubernetes.io/service-account-token Secrets
@@ -47,19 +50,39 @@ func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID stri
 		if len(token) > 0 && TokenKeyID(token) == keyID {
 			return
 		}
-		behind = append(behind, s.Namespace+"/"+s.Name)
-		if len(token) == 0 {
-			return // the token controller has yet to fill it
+		name := s.Namespace + "/" + s.Name
+		if len(token) > 0 && removeErr == nil {
+			if removeErr = removeToken(ctx, cs, s); refused(removeErr) {
+				// The API server answered: the Secret waits for whoever
+				// refuses it, named with the answer.
+				name += " (update refused: " + clip.Bytes(refusal(removeErr), 200) + ")"
+			}
 		}
-		if removeErr == nil {
-			removeErr = removeToken(ctx, cs, s)
-		}
+		behind = append(behind, name) // an empty token: the token controller has yet to fill it
 	})
+	if refused(removeErr) {
+		removeErr = nil
+	}
 	if err = cmp.Or(err, removeErr); err != nil {
 		return nil, fmt.Errorf("re-issuing service-account token Secrets: %w", err)
 	}
 	slices.Sort(behind)
 	return behind, nil
+}
+
+// refused reports whether the API server answered a write with a refusal
+// of it (an admission webhook or policy, RBAC, an immutable Secret), rather
+// than failed to serve it.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// refusal is the API server's message of a refused write.
+func refusal(err error) string {
+	if status := apierrors.APIStatus(nil); errors.As(err, &status) {
+		return status.Status().Message
+	}
+	return err.Error()
 }
 
 // removeToken removes a Secret's token, unless the Secret changed since it

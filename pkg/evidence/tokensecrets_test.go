@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -32,23 +35,43 @@ func TestTokenKeyID(t *testing.T) {
 // A token the check cannot remove (an admission webhook refuses the update,
 // say) fails the check, which then removes no more: it is not reported as a
 // Secret still behind, for ever, with no word of why.
-func TestATokenThatCannotBeRemovedFailsTheCheck(t *testing.T) {
+func TestATokenThatCannotBeRemovedHoldsTheCheck(t *testing.T) {
 	stale := []byte(base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"ES256","kid":"old"}`)) + ".e30.sig")
 	tokenSecret := func(ns string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "token"}, Type: corev1.SecretTypeServiceAccountToken,
 			Data: map[string][]byte{corev1.ServiceAccountTokenKey: stale}}
 	}
-	cs := fake.NewClientset(tokenSecret("a"), tokenSecret("b"))
-	updates := 0
-	cs.PrependReactor("update", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
-		updates++
-		return true, nil, errors.New("admission webhook refused the update")
-	})
-	behind, err := tokenSecretsBehind(context.Background(), cs, "new")
-	if err == nil || !strings.Contains(err.Error(), "admission webhook refused the update") {
-		t.Fatalf("tokenSecretsBehind = %v, %v; want the refusal", behind, err)
-	}
-	if updates != 1 {
-		t.Errorf("%d updates, want 1: none after the first that failed", updates)
+	secrets := schema.GroupResource{Resource: "secrets"}
+	for _, tt := range []struct {
+		name       string
+		updateErr  error
+		wantErr    string
+		wantBehind []string
+	}{
+		{"the API server fails to serve it: the check fails", apierrors.NewServiceUnavailable("etcd is down"), "etcd is down", nil},
+		{"an admission webhook refuses it: named, and the API server reachable", apierrors.NewForbidden(secrets, "token",
+			errors.New(`admission webhook "deny.example.com" denied the request`)), "",
+			[]string{`a/token (update refused: secrets "token" is forbidden: admission webhook "deny.example.com" denied the request)`, "b/token"}},
+		{"an immutable Secret: named", apierrors.NewInvalid(schema.GroupKind{Kind: "Secret"}, "token", nil), "",
+			[]string{`a/token (update refused: Secret "token" is invalid)`, "b/token"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset(tokenSecret("a"), tokenSecret("b"))
+			updates := 0
+			cs.PrependReactor("update", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+				updates++
+				return true, nil, tt.updateErr
+			})
+			behind, err := tokenSecretsBehind(context.Background(), cs, "new")
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) || tt.wantErr == "" && err != nil {
+				t.Fatalf("tokenSecretsBehind = %v, %v; want the error %q", behind, err, tt.wantErr)
+			}
+			if !slices.Equal(behind, tt.wantBehind) {
+				t.Errorf("behind %q, want %q", behind, tt.wantBehind)
+			}
+			if updates != 1 {
+				t.Errorf("%d updates, want 1: none after the first that failed", updates)
+			}
+		})
 	}
 }
