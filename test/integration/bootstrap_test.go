@@ -19,8 +19,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +32,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/cluster-bootstrap/token/jws"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -501,6 +504,79 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			Clock: clock.RealClock{}, StartupTimeout: time.Minute})
 		Expect(returning.Start(ctx)).To(Succeed())
 		Expect(pki.Verify(returning.Current().Cert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
+	})
+
+	It("issues, signs and hands out bootstrap tokens while the managed cluster refuses one of Carousel's bindings", func(ctx SpecContext) {
+		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin) // trusts the cluster CA of now
+		Expect(err).NotTo(HaveOccurred())
+		admin := kubernetes.NewForConfigOrDie(cfg)
+
+		By("refusing every write of the RoleBinding that lets anyone read cluster-info with an admission policy, then deleting it")
+		refuse := &admissionregistrationv1.ValidatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "refuse-cluster-info-binding"},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					ResourceNames: []string{bootstrap.ClusterInfoRole},
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"v1"}, Resources: []string{"rolebindings"}},
+					},
+				}}},
+				Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "refused by the test"}},
+			},
+		}
+		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: refuse.Name},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: refuse.Name,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+		}
+		policies := admin.AdmissionregistrationV1()
+		_, err = policies.ValidatingAdmissionPolicies().Create(ctx, refuse, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx context.Context) {
+			_ = policies.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+			_ = policies.ValidatingAdmissionPolicies().Delete(ctx, refuse.Name, metav1.DeleteOptions{})
+		})
+		_, err = policies.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		roleBindings := admin.RbacV1().RoleBindings(metav1.NamespacePublic)
+		Eventually(func(ctx context.Context) error {
+			rb, err := roleBindings.Get(ctx, bootstrap.ClusterInfoRole, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			metav1.SetMetaDataLabel(&rb.ObjectMeta, "refused", "probe")
+			_, err = roleBindings.Update(ctx, rb, metav1.UpdateOptions{})
+			return err
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(MatchError(ContainSubstring("refused by the test")))
+		Expect(roleBindings.Delete(ctx, bootstrap.ClusterInfoRole, metav1.DeleteOptions{})).To(Succeed())
+
+		By("deleting the bootstrap tokens: Carousel issues a new one, signs it in cluster-info and hands it out, though the binding is refused")
+		tokens := admin.CoreV1().Secrets(metav1.NamespaceSystem)
+		Expect(tokens.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})).To(Succeed())
+		Eventually(expectPublishedTrust).WithContext(ctx).WithArguments(admin, c).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(),
+			"a new token, signed in cluster-info")
+		Eventually(func(g Gomega) {
+			live, err := tokens.List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelBootstrapToken + "=" + c.Name})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(live.Items).To(HaveLen(1))
+			s := &corev1.Secret{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, s)).To(Succeed())
+			kc, err := clientcmd.Load(s.Data[v1alpha1.DataKeyKubeconfig])
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(kc.AuthInfos).To(HaveEach(HaveField("Token", HavePrefix(string(live.Items[0].Data[bootstrapapi.BootstrapTokenIDKey])+"."))))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), "the bootstrap kubeconfig hands out the new token")
+		_, err = roleBindings.Get(ctx, bootstrap.ClusterInfoRole, metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the binding is still refused: %v", err)
+
+		By("lifting the policy: Carousel writes the binding again")
+		Expect(policies.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})).To(Succeed())
+		Expect(policies.ValidatingAdmissionPolicies().Delete(ctx, refuse.Name, metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func(ctx context.Context) error {
+			_, err := roleBindings.Get(ctx, bootstrap.ClusterInfoRole, metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 })
 

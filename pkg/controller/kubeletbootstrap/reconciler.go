@@ -104,35 +104,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
+	// What the managed cluster refuses (an admission policy against bindings
+	// to system:anonymous, say) holds up only what comes after it and needs
+	// it: the RBAC holds up nothing, the tokens and their signatures in
+	// cluster-info hold up the kubeconfig that hands one out, and so does
+	// the node trust ConfigMap, written before it as ever.
+	var failed []error
 	for _, obj := range bootstrap.RBAC(c.Name) {
 		if err := ensure(ctx, conn.Client, obj); err != nil {
-			return ctrl.Result{}, err
+			failed = append(failed, err)
 		}
 	}
-	tokens, next, err := r.ensureTokens(ctx, c, conn.Client)
-	if err != nil {
-		return ctrl.Result{}, err
+	tokens, next, tokensErr := r.signTokens(ctx, c, conn.Client, bundles.cluster)
+	nodeTrust, trustErr := credentials.NodeTrust(ctx, r.Client, c, noderenewal.Trust{Cluster: bundles.cluster, Kubelet: bundles.kubelet})
+	if trustErr == nil {
+		trustErr = ensure(ctx, conn.Client, bootstrap.NodeTrust(nodeTrust.Cluster, nodeTrust.Kubelet))
 	}
-	// cluster-info carries a signature per live token: written after the
-	// tokens, so that a new token is signed before it is handed out.
-	info, err := bootstrap.ClusterInfo(c.Spec.ControlPlane.Endpoint, bundles.cluster, tokens)
-	if err != nil {
-		return ctrl.Result{}, err
+	failed = append(failed, tokensErr, trustErr)
+	if tokensErr == nil && trustErr == nil {
+		failed = append(failed, r.publishKubeconfig(ctx, c, bundles.cluster, tokens))
 	}
-	if err := ensure(ctx, conn.Client, info); err != nil {
-		return ctrl.Result{}, err
-	}
-	nodeTrust, err := credentials.NodeTrust(ctx, r.Client, c, noderenewal.Trust{Cluster: bundles.cluster, Kubelet: bundles.kubelet})
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := ensure(ctx, conn.Client, bootstrap.NodeTrust(nodeTrust.Cluster, nodeTrust.Kubelet)); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.publishKubeconfig(ctx, c, bundles.cluster, tokens); err != nil {
+	if err := errors.Join(failed...); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: lookAgainIn(next, r.Clock.Now())}, nil
+}
+
+// signTokens issues the bootstrap tokens (ensureTokens) and signs them in
+// cluster-info, before any is handed out. It returns the live tokens and when
+// they need looking at again.
+func (r *Reconciler) signTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client, clusterBundle []byte) ([]bootstrap.Token, time.Time, error) {
+	tokens, next, err := r.ensureTokens(ctx, c, remote)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	info, err := bootstrap.ClusterInfo(c.Spec.ControlPlane.Endpoint, clusterBundle, tokens)
+	if err == nil {
+		err = ensure(ctx, remote, info)
+	}
+	return tokens, next, err
 }
 
 // lookAgainIn is how long until the pass after one that found the next
