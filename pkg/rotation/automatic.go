@@ -50,11 +50,12 @@ func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, c
 	switch phase := phaseOf(rot); {
 	case phase == v1alpha1.RotationPrepared:
 		since, ok := preparedSince(rot)
-		if policy.CompleteAfter == nil || !ok {
+		completeAfter, set := policy.CompleteAfterOrNone()
+		if !set || !ok {
 			return AutomaticStep{}
 		}
-		step := AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: since.Add(policy.CompleteAfter.Duration),
-			Why: fmt.Sprintf("the rotation has been Prepared since %s for spec.caRotation.automatic.completeAfter (%s)", formatTime(since), policy.CompleteAfter.Duration)}
+		step := AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: since.Add(completeAfter),
+			Why: fmt.Sprintf("the rotation has been Prepared since %s for spec.caRotation.automatic.completeAfter (%s)", formatTime(since), completeAfter)}
 		switch {
 		case rot.OldCAUsage == nil:
 			step.Waiting = "the old-CA usage gate was not evaluated yet"
@@ -87,13 +88,13 @@ func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, c
 		consider(due, fmt.Sprintf("the %s CA, valid from %s to %s, has used %d%% of its validity at %s",
 			ca.Role, formatTime(from), formatTime(to), percent, formatTime(due)))
 	}
-	if policy.Interval != nil {
+	if interval, ok := policy.IntervalOrNone(); ok {
 		since, rotated := lastRenewed(rot, created)
 		what := "the Cluster was created at %s and never rotated"
 		if rotated {
 			what = "the last rotation completed at %s"
 		}
-		consider(since.Add(policy.Interval.Duration), fmt.Sprintf(what+"; spec.caRotation.automatic.interval is %s", formatTime(since), policy.Interval.Duration))
+		consider(since.Add(interval), fmt.Sprintf(what+"; spec.caRotation.automatic.interval is %s", formatTime(since), interval))
 	}
 	return step
 }

@@ -115,9 +115,12 @@ func (p *WorkerPool) MaxUnavailableOrDefault() intstr.IntOrString {
 	return DefaultMaxUnavailable
 }
 
-// OfflineNodeTimeoutOrDefault returns the pool's offlineNodeTimeout, or DefaultOfflineNodeTimeout when unset.
+// OfflineNodeTimeoutOrDefault returns the pool's offlineNodeTimeout, or DefaultOfflineNodeTimeout when unset,
+// within [MinOfflineNodeTimeout, MaxOfflineNodeTimeout] (see boundedOr): below the time between two Lease
+// renewals, every node would count as offline, the pool as rolled without any of them, and the old CAs would be
+// dropped under them.
 func (p *WorkerPool) OfflineNodeTimeoutOrDefault() time.Duration {
-	return durationOr(p.OfflineNodeTimeout, DefaultOfflineNodeTimeout)
+	return boundedOr(p.OfflineNodeTimeout, DefaultOfflineNodeTimeout, MinOfflineNodeTimeout, MaxOfflineNodeTimeout)
 }
 
 // ValidityUsedPercentOrDefault returns validityUsedPercent, or
@@ -129,15 +132,17 @@ func (a *AutomaticCARotation) ValidityUsedPercentOrDefault() int32 {
 	return *a.ValidityUsedPercent
 }
 
-// WorkloadTrustReloadOrDefault returns the workloadTrustReload, or DefaultWorkloadTrustReload when unset.
+// WorkloadTrustReloadOrDefault returns the workloadTrustReload, or DefaultWorkloadTrustReload when unset,
+// within [0, MaxWorkloadTrustReload] (see boundedOr).
 func (r *CARotationSettings) WorkloadTrustReloadOrDefault() time.Duration {
-	return durationOr(r.WorkloadTrustReload, DefaultWorkloadTrustReload)
+	return boundedOr(r.WorkloadTrustReload, DefaultWorkloadTrustReload, 0, MaxWorkloadTrustReload)
 }
 
 // WorkloadTokenRefreshOrDefault returns the workloadTokenRefresh, or
 // DefaultWorkloadTokenRefresh when unset.
+// Within [0, MaxWorkloadTokenRefresh] (see boundedOr).
 func (r *ServiceAccountKeyRotationSettings) WorkloadTokenRefreshOrDefault() time.Duration {
-	return durationOr(r.WorkloadTokenRefresh, DefaultWorkloadTokenRefresh)
+	return boundedOr(r.WorkloadTokenRefresh, DefaultWorkloadTokenRefresh, 0, MaxWorkloadTokenRefresh)
 }
 
 // KeyAlgorithmOrDefault returns the key algorithm, or DefaultKeyAlgorithm when unset.
@@ -148,23 +153,44 @@ func (cs *CertificateSettings) KeyAlgorithmOrDefault() KeyAlgorithm {
 	return cs.KeyAlgorithm
 }
 
-// CAValidityOrDefault returns the CA validity, or DefaultCAValidity when unset.
+// CAValidityOrDefault returns the CA validity, or DefaultCAValidity when unset, within [MinCAValidity,
+// MaxCAValidity] (see boundedOr): a CA of minutes would have every certificate of the Cluster expire with it.
 func (cs *CertificateSettings) CAValidityOrDefault() time.Duration {
-	return durationOr(cs.CAValidity, DefaultCAValidity)
+	return boundedOr(cs.CAValidity, DefaultCAValidity, MinCAValidity, MaxCAValidity)
 }
 
-// LeafValidityOrDefault returns the leaf validity, or DefaultLeafValidity when unset.
+// LeafValidityOrDefault returns the leaf validity, or DefaultLeafValidity when unset, within
+// [MinLeafValidity, MaxLeafValidity] (see boundedOr): a leaf of minutes would be due for renewal as soon as
+// issued, and every pass would issue all of them again and roll the control plane.
 func (cs *CertificateSettings) LeafValidityOrDefault() time.Duration {
-	return durationOr(cs.LeafValidity, DefaultLeafValidity)
+	return boundedOr(cs.LeafValidity, DefaultLeafValidity, MinLeafValidity, MaxLeafValidity)
 }
 
-// TokenTTLOrDefault returns the bootstrap token TTL, or DefaultBootstrapTokenTTL when unset.
-// A TTL outside [MinBootstrapTokenTTL, MaxBootstrapTokenTTL], which only a
-// spec written past the webhook has, counts as the nearer bound: a token that
-// expires at once would be replaced at every pass and never be usable, and
-// one of years would let whoever holds it join nodes for as long.
+// TokenTTLOrDefault returns the bootstrap token TTL, or DefaultBootstrapTokenTTL when unset, within
+// [MinBootstrapTokenTTL, MaxBootstrapTokenTTL] (see boundedOr): a token that expires at once would be replaced
+// at every pass and never be usable, and one of years would let whoever holds it join nodes for as long.
 func (kb *KubeletBootstrapSpec) TokenTTLOrDefault() time.Duration {
-	return min(max(durationOr(kb.TokenTTL, DefaultBootstrapTokenTTL), MinBootstrapTokenTTL), MaxBootstrapTokenTTL)
+	return boundedOr(kb.TokenTTL, DefaultBootstrapTokenTTL, MinBootstrapTokenTTL, MaxBootstrapTokenTTL)
+}
+
+// IntervalOrNone returns the automatic rotation's interval, within [MinAutomaticRotationInterval,
+// MaxCAValidity] (see boundedOr), and whether it is set: an interval of nothing would start a rotation as soon as
+// the last one completed.
+func (a *AutomaticCARotation) IntervalOrNone() (time.Duration, bool) {
+	return boundedOr(a.Interval, 0, MinAutomaticRotationInterval, MaxCAValidity), a.Interval != nil
+}
+
+// CompleteAfterOrNone returns the automatic rotation's completeAfter, within [0, MaxAutomaticCompleteAfter]
+// (see boundedOr), and whether it is set.
+func (a *AutomaticCARotation) CompleteAfterOrNone() (time.Duration, bool) {
+	return boundedOr(a.CompleteAfter, 0, 0, MaxAutomaticCompleteAfter), a.CompleteAfter != nil
+}
+
+// boundedOr is d, or def when d is unset, within [lo, hi]. The webhook refuses a duration outside the bounds;
+// one written where it did not see it (webhook.enabled=false, failurePolicy Ignore) counts as the nearer bound,
+// so that no spec makes the controllers loop, drop trust early, or issue credentials for decades.
+func boundedOr(d *metav1.Duration, def, lo, hi time.Duration) time.Duration {
+	return min(max(durationOr(d, def), lo), hi)
 }
 
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
