@@ -475,20 +475,31 @@ func TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout(t *testin
 			tn := newTestNode(t, v1alpha1.RotationPreparing)
 			tn.set(func() { tn.unanswered = 1 })
 			m := tn.node.Manager
-			done := make(chan error, 1)
-			go func() { done <- tc.renew(context.Background(), m) }()
+			// The renewal's end is told by the fake clock's time when it
+			// ended, not by a window of real time.
+			type ended struct {
+				err error
+				at  time.Time
+			}
+			done := make(chan ended, 1)
+			start := tn.clk.Now()
+			go func() {
+				err := tc.renew(context.Background(), m)
+				done <- ended{err, tn.clk.Now()}
+			}()
 			awaitWaiters(t, tn.clk, 1)
 			tn.clk.Step(CertificateWaitTimeout - time.Second)
-			select {
-			case err := <-done:
-				t.Fatalf("the renewal ended before CertificateWaitTimeout: %v", err)
-			case <-time.After(100 * time.Millisecond):
+			if tn.clk.Waiters() == 0 {
+				t.Fatal("a second before CertificateWaitTimeout, nothing waits on the clock: the renewal's wait ended early")
 			}
 			tn.clk.Step(time.Second)
 			select {
-			case err := <-done:
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("renewal = %v, want the wait for the CSR timed out", err)
+			case e := <-done:
+				if !errors.Is(e.err, context.DeadlineExceeded) {
+					t.Fatalf("renewal = %v, want the wait for the CSR timed out", e.err)
+				}
+				if waited := e.at.Sub(start); waited < CertificateWaitTimeout {
+					t.Fatalf("the renewal ended after %s, before CertificateWaitTimeout", waited)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the renewal still waits for its CSR after CertificateWaitTimeout")
