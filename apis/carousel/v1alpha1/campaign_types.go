@@ -82,6 +82,8 @@ type RotationCampaignSpec struct {
 	//
 	// +optional
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:rule="type(self) == string || (self >= -2147483648 && self <= 2147483647)",message="must be a 32-bit integer or a string"
 	MaxConcurrent *intstr.IntOrString `json:"maxConcurrent,omitempty"`
 
 	// MaxFailures is how many selected Clusters may fail before the campaign
@@ -92,6 +94,8 @@ type RotationCampaignSpec struct {
 	//
 	// +optional
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:rule="type(self) == string || (self >= -2147483648 && self <= 2147483647)",message="must be a 32-bit integer or a string"
 	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
 
 	// ProgressDeadline is how long a Cluster's phase may take (from its
@@ -101,6 +105,7 @@ type RotationCampaignSpec struct {
 	// MaxCampaignProgressDeadline; empty means DefaultCampaignProgressDeadline.
 	//
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	ProgressDeadline *metav1.Duration `json:"progressDeadline,omitempty"`
 
 	// Paused stops the campaign from starting the operation on further

@@ -142,6 +142,7 @@ type CARotationSettings struct {
 	//
 	// +optional
 	// +kubebuilder:default="7m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	WorkloadTrustReload *metav1.Duration `json:"workloadTrustReload,omitempty"`
 
 	// Automatic, when set, has Carousel start this Cluster's CA rotations on
@@ -173,6 +174,7 @@ type AutomaticCARotation struct {
 	// least an hour (each rotation rolls every node twice).
 	//
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// CompleteAfter, when set, completes a rotation once it has been Prepared
@@ -181,6 +183,7 @@ type AutomaticCARotation struct {
 	// client that was not moved to the new CAs keeps working.
 	//
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	CompleteAfter *metav1.Duration `json:"completeAfter,omitempty"`
 }
 
@@ -199,6 +202,7 @@ type ServiceAccountKeyRotationSettings struct {
 	//
 	// +optional
 	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	WorkloadTokenRefresh *metav1.Duration `json:"workloadTokenRefresh,omitempty"`
 }
 
@@ -249,6 +253,7 @@ type CertificateSettings struct {
 	//
 	// +optional
 	// +kubebuilder:default="87600h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	CAValidity *metav1.Duration `json:"caValidity,omitempty"`
 
 	// LeafValidity is the lifetime of a leaf certificate, between
@@ -257,6 +262,7 @@ type CertificateSettings struct {
 	//
 	// +optional
 	// +kubebuilder:default="8760h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	LeafValidity *metav1.Duration `json:"leafValidity,omitempty"`
 }
 
@@ -308,6 +314,8 @@ type WorkerPool struct {
 	//
 	// +optional
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:rule="type(self) == string || (self >= -2147483648 && self <= 2147483647)",message="must be a 32-bit integer or a string"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 
 	// OfflineNodeTimeout is how far a node's Lease may fall behind the newest
@@ -322,6 +330,7 @@ type WorkerPool struct {
 	// DefaultOfflineNodeTimeout. Refused for the other strategies.
 	//
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	OfflineNodeTimeout *metav1.Duration `json:"offlineNodeTimeout,omitempty"`
 }
 
@@ -346,6 +355,7 @@ type KubeletBootstrapSpec struct {
 	//
 	// +optional
 	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(self)",message="must be a duration such as 90m or 24h"
 	TokenTTL *metav1.Duration `json:"tokenTTL,omitempty"`
 
 	// CSRApproval says which kubelet CSRs Carousel approves by itself.
