@@ -506,7 +506,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(pki.Verify(returning.Current().Cert, pki.NewBundle(prepared[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed())
 	})
 
-	It("issues, signs and hands out bootstrap tokens while the managed cluster refuses one of Carousel's bindings", func(ctx SpecContext) {
+	It("issues, signs and hands out bootstrap tokens while the managed cluster refuses one of Carousel's bindings, and makes again one bound to another role", func(ctx SpecContext) {
 		cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin) // trusts the cluster CA of now
 		Expect(err).NotTo(HaveOccurred())
 		admin := kubernetes.NewForConfigOrDie(cfg)
@@ -576,6 +576,21 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Eventually(func(ctx context.Context) error {
 			_, err := roleBindings.Get(ctx, bootstrap.ClusterInfoRole, metav1.GetOptions{})
 			return err
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+
+		By("binding one of Carousel's ClusterRoleBindings to another role, whose roleRef the API server will not change: Carousel makes it again")
+		bindings := admin.RbacV1().ClusterRoleBindings()
+		ours, err := bindings.Get(ctx, bootstrap.BindingNodeBootstrapper, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(bindings.Delete(ctx, ours.Name, metav1.DeleteOptions{})).To(Succeed())
+		taken := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ours.Name}, Subjects: ours.Subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"}}
+		_, err = bindings.Create(ctx, taken, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			got, err := bindings.Get(ctx, ours.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.RoleRef).To(Equal(ours.RoleRef))
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 })
