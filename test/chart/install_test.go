@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -222,6 +223,32 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		Expect(env.Client.Get(ctx, client.ObjectKey{Name: release}, vwc)).To(Succeed())
 		Expect(*vwc.Webhooks[0].TimeoutSeconds).To(BeEquivalentTo(5), "the upgrade did not apply")
 		Expect(vwc.Webhooks[0].ClientConfig.CABundle).To(Equal(injected))
+	})
+
+	// After the one above, whose upgrade points the webhook at its Service again, as helm renders it.
+	It("refuses to stop installing CRDs it would delete, and with them every Cluster", func(ctx SpecContext) {
+		kubeconfig := "--kubeconfig=" + env.ManagementKubeconfig
+		crdThere := func(ctx context.Context) error {
+			crd := &metav1.PartialObjectMetadata{}
+			crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+			return env.Client.Get(ctx, client.ObjectKey{Name: "clusters.carousel.dev"}, crd)
+		}
+		out, err := helm("upgrade", release, chartDir, "--namespace", namespace, kubeconfig, "--reuse-values", "--set", "crds.keep=false")
+		Expect(err).NotTo(HaveOccurred(), out)
+
+		By("turning the CRDs off while they lack helm.sh/resource-policy: keep: refused")
+		out, err = helm("upgrade", release, chartDir, "--namespace", namespace, kubeconfig, "--reuse-values", "--set", "crds.enabled=false")
+		Expect(err).To(MatchError(ContainSubstring("upgrade with crds.keep=true first")), out)
+		Expect(crdThere(ctx)).To(Succeed())
+		Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: env.Name}, &v1alpha1.Cluster{})).To(Succeed(), "the Cluster is still there")
+
+		By("with crds.keep=true first: allowed, and helm leaves the CRDs and the Cluster in place")
+		out, err = helm("upgrade", release, chartDir, "--namespace", namespace, kubeconfig, "--reuse-values", "--set", "crds.keep=true")
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = helm("upgrade", release, chartDir, "--namespace", namespace, kubeconfig, "--reuse-values", "--set", "crds.enabled=false")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(crdThere(ctx)).To(Succeed())
+		Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: env.Name}, &v1alpha1.Cluster{})).To(Succeed(), "the Cluster is still there")
 	})
 })
 

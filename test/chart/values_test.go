@@ -1,14 +1,20 @@
 package chart
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
@@ -190,6 +196,49 @@ affinity:
 		for _, kind := range []string{"CustomResourceDefinition", "Deployment", "ValidatingWebhookConfiguration", "PodDisruptionBudget", "ClusterRole", "Role"} {
 			Expect(out).To(ContainSubstring("\nkind: "+kind+"\n"), "no %s", kind)
 		}
+	})
+
+	It("grants the reviews of scrapers' tokens only to HTTPS metrics, which make them", func() {
+		reviews := func(args ...string) []string {
+			GinkgoHelper()
+			out, err := helm(append([]string{"template", "carousel", chartDir, "--namespace", "carousel-system"}, args...)...)
+			Expect(err).NotTo(HaveOccurred())
+			var roles []string
+			decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+			for {
+				var role rbacv1.ClusterRole
+				if err := decoder.Decode(&role); err != nil {
+					Expect(err).To(MatchError(io.EOF))
+					return roles
+				}
+				for _, rule := range role.Rules {
+					if role.Kind == "ClusterRole" && (slices.Contains(rule.Resources, "tokenreviews") || slices.Contains(rule.Resources, "subjectaccessreviews")) {
+						roles = append(roles, role.Name+": "+strings.Join(rule.Resources, ","))
+					}
+				}
+			}
+		}
+		Expect(reviews()).To(ConsistOf("carousel-metrics-auth: tokenreviews", "carousel-metrics-auth: subjectaccessreviews"))
+		Expect(reviews("--set", "metrics.secure=false")).To(BeEmpty())
+		Expect(reviews("--set", "metrics.enabled=false")).To(BeEmpty())
+	})
+
+	It("lets a drain evict replicas that are not ready, and prefers the replicas on different nodes", func() {
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--show-only", "templates/pdb.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		var budget policyv1.PodDisruptionBudget
+		Expect(yaml.Unmarshal([]byte(out), &budget)).To(Succeed())
+		Expect(budget.Spec.UnhealthyPodEvictionPolicy).To(HaveValue(Equal(policyv1.AlwaysAllow)),
+			"replicas crash-looping together would hold a drain for ever")
+
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--show-only", "templates/deployment.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		var deployment appsv1.Deployment
+		Expect(yaml.Unmarshal([]byte(out), &deployment)).To(Succeed())
+		Expect(deployment.Spec.Template.Spec.TopologySpreadConstraints).To(ConsistOf(And(
+			HaveField("TopologyKey", corev1.LabelHostname), HaveField("MaxSkew", BeEquivalentTo(1)),
+			HaveField("WhenUnsatisfiable", corev1.ScheduleAnyway),
+			HaveField("LabelSelector.MatchLabels", Equal(deployment.Spec.Selector.MatchLabels)))))
 	})
 
 	It("has Prometheus keep the Cluster's namespace on Carousel's series, so that the alerts name the Cluster", func() {
