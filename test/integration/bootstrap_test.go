@@ -32,7 +32,6 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/cluster-bootstrap/token/jws"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -512,25 +511,8 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		admin := kubernetes.NewForConfigOrDie(cfg)
 
 		By("refusing every write of the RoleBinding that lets anyone read cluster-info with an admission policy, then deleting it")
-		refuse := &admissionregistrationv1.ValidatingAdmissionPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "refuse-cluster-info-binding"},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					ResourceNames: []string{bootstrap.ClusterInfoRole},
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"v1"}, Resources: []string{"rolebindings"}},
-					},
-				}}},
-				Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "refused by the test"}},
-			},
-		}
-		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: refuse.Name},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: refuse.Name,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-		}
+		refuse, binding := denyingPolicy("refuse-cluster-info-binding", rbacv1.GroupName, "rolebindings", []string{bootstrap.ClusterInfoRole}, "refused by the test",
+			admissionregistrationv1.Create, admissionregistrationv1.Update)
 		policies := admin.AdmissionregistrationV1()
 		_, err = policies.ValidatingAdmissionPolicies().Create(ctx, refuse, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())

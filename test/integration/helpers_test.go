@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -193,4 +194,32 @@ func recordKubeconfig(ctx context.Context, c *v1alpha1.Cluster, user string, iss
 		return controllerutil.SetControllerReference(c, cm, k8s.Scheme())
 	})
 	Expect(err).NotTo(HaveOccurred())
+}
+
+// denyingPolicy is a ValidatingAdmissionPolicy of a managed cluster, and its
+// binding, that refuses, with message, the operations ops on the objects
+// named names of resource in group (version v1): an admission webhook or
+// policy of the tenant's, as Carousel meets them.
+func denyingPolicy(name, group, resource string, names []string, message string, ops ...admissionregistrationv1.OperationType) (
+	*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				ResourceNames: names,
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: ops,
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: []string{resource}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: message}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	return policy, binding
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -145,25 +144,8 @@ var _ = Describe("The trust published in the managed cluster: kube-root-ca.crt a
 	It("holds Preparing until kube-root-ca.crt carries both cluster CAs in every namespace, then until the APIService trusts both metrics-server CAs, "+
 		"then for as long as pods are given to reload kube-root-ca.crt", func(ctx SpecContext) {
 		By("freezing the APIService with an admission policy of the managed cluster, which refuses every update of it")
-		freeze := &admissionregistrationv1.ValidatingAdmissionPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "freeze-" + apiService},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					ResourceNames: []string{apiService},
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{apiregistrationv1.GroupName}, APIVersions: []string{"v1"}, Resources: []string{"apiservices"}},
-					},
-				}}},
-				Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "frozen by the test"}},
-			},
-		}
-		freezeBinding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: freeze.Name},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: freeze.Name,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-		}
+		freeze, freezeBinding := denyingPolicy("freeze-"+apiService, apiregistrationv1.GroupName, "apiservices", []string{apiService}, "frozen by the test",
+			admissionregistrationv1.Update)
 		Expect(managed.Create(ctx, freeze)).To(Succeed())
 		Expect(managed.Create(ctx, freezeBinding)).To(Succeed())
 		Eventually(func(ctx context.Context) error {
