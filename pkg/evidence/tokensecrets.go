@@ -58,7 +58,7 @@ func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID stri
 				name += " (update refused: " + clip.Bytes(refusal(removeErr), 200) + ")"
 			}
 		}
-		behind = append(behind, name) // an empty token: the token controller has yet to fill it
+		behind = append(behind, name) // also one without a token, which the token controller has yet to fill
 	})
 	if refused(removeErr) {
 		removeErr = nil
