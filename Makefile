@@ -220,7 +220,7 @@ test-e2e: envtest build ## End-to-end suites: the binaries against a managed clu
 	$(GO_TEST) -count=1 -v -timeout 40m ./test/e2e/... -ginkgo.timeout 36m $(GINKGO_ARGS)
 
 .PHONY: bench
-bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt), then 500 kubelet bootstraps: Carousel vs kube-controller-manager, then the fleet and the managed connections.
+bench: $(BENCHSTAT) envtest ## Go benchmarks (benchstat summary in bin/bench.txt), then 500 kubelet bootstraps: Carousel vs kube-controller-manager, then the fleet, the managed connections and a fleet's audit traffic.
 	$(GO_TEST) -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) $(UNIT_PKGS) | tee $(BIN)/bench.txt
 	$(BENCHSTAT) $(BIN)/bench.txt
 	$(GO_TEST) -run '^$$' -bench BenchmarkKubeletBootstrap -benchtime 1x -timeout 20m ./test/bench/ | tee $(BIN)/bench-bootstrap.txt

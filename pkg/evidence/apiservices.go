@@ -49,7 +49,7 @@ func (c Checker) APIServicesBehind(ctx context.Context, endpoint string, serverT
 // refuses the server (kubectl top and autoscaling stop). The user labels
 // them, and Carousel writes them as it does the others.
 func APIServiceLag(services []apiregistrationv1.APIService, bundle []byte) []string {
-	var want pki.Bundle
+	want, _ := pki.ParseBundle(bundle)
 	var behind []string
 	for i := range services {
 		s := &services[i]
@@ -59,10 +59,7 @@ func APIServiceLag(services []apiregistrationv1.APIService, bundle []byte) []str
 			}
 			continue
 		}
-		if want == nil {
-			want, _ = pki.ParseBundle(bundle)
-		}
-		if pinsPartOf(s, bundle, want) {
+		if pinsPartOf(s, want) {
 			behind = append(behind, s.Name+NotLabelled)
 		}
 	}
@@ -74,16 +71,14 @@ func APIServiceLag(services []apiregistrationv1.APIService, bundle []byte) []str
 const NotLabelled = " (not labelled " + v1alpha1.LabelCABundle + "=" + string(v1alpha1.CARoleMetricsServer) + ")"
 
 // pinsPartOf reports whether an APIService verifies its server with a
-// caBundle that is not bundle but holds one of its CAs (want, parsed).
-func pinsPartOf(s *apiregistrationv1.APIService, bundle []byte, want pki.Bundle) bool {
-	if s.Spec.Service == nil || s.Spec.InsecureSkipTLSVerify || bytes.Equal(s.Spec.CABundle, bundle) {
+// caBundle that holds one of the CAs of want but not exactly them, in
+// whatever order or PEM layout (sameCertificates).
+func pinsPartOf(s *apiregistrationv1.APIService, want pki.Bundle) bool {
+	if s.Spec.Service == nil || s.Spec.InsecureSkipTLSVerify || sameCertificates(string(s.Spec.CABundle), want) {
 		return false
 	}
 	pinned, err := pki.ParseBundle(s.Spec.CABundle)
-	if err != nil {
-		return false
-	}
-	return slices.ContainsFunc(want, pinned.Contains)
+	return err == nil && slices.ContainsFunc(want, pinned.Contains)
 }
 
 // APIServiceBehind reports whether an APIService's caBundle is not exactly

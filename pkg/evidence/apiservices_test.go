@@ -53,6 +53,7 @@ func TestAPIServiceLag(t *testing.T) {
 		{"not labelled, keeping the old CA in Finalizing", current.CertPEM(),
 			[]apiregistrationv1.APIService{unlabelled("a", both, false)}, []string{"a" + NotLabelled}},
 		{"not labelled, in step", both, []apiregistrationv1.APIService{unlabelled("a", both, false)}, nil},
+		{"not labelled, in step in another order", both, []apiregistrationv1.APIService{unlabelled("a", pki.EncodeCertificates(current.Cert, old.Cert), false)}, nil},
 		{"not labelled, another issuer's CA", both, []apiregistrationv1.APIService{unlabelled("a", foreign.CertPEM(), false)}, nil},
 		{"not labelled, verification skipped", both, []apiregistrationv1.APIService{unlabelled("a", old.CertPEM(), true)}, nil},
 		{"not labelled, no bundle", both, []apiregistrationv1.APIService{unlabelled("a", nil, false)}, nil},

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carousel-dev/carousel/pkg/clip"
+	"github.com/carousel-dev/carousel/pkg/refused"
 )
 
 // TokenSecretsBehind moves the kubernetes.io/service-account-token Secrets
@@ -37,8 +37,9 @@ func (c Checker) TokenSecretsBehind(ctx context.Context, endpoint string, server
 	return tokenSecretsBehind(ctx, cs, keyID)
 }
 
-// tokenSecretsBehind is TokenSecretsBehind on cs. After a token it could
-// not remove, it removes no more, and fails.
+// tokenSecretsBehind is TokenSecretsBehind on cs. A Secret whose update the
+// API server refuses (refused.Is) is named with the answer, and the others
+// go on; after an update it failed to serve, it removes no more, and fails.
 func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID string) ([]string, error) {
 	var behind []string
 	var removeErr error
@@ -52,37 +53,21 @@ func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID stri
 		}
 		name := s.Namespace + "/" + s.Name
 		if len(token) > 0 && removeErr == nil {
-			if removeErr = removeToken(ctx, cs, s); refused(removeErr) {
+			if err := removeToken(ctx, cs, s); refused.Is(err) {
 				// The API server answered: the Secret waits for whoever
 				// refuses it, named with the answer.
-				name += " (update refused: " + clip.Bytes(refusal(removeErr), 200) + ")"
+				name += " (update refused: " + clip.Bytes(refused.Message(err), 200) + ")"
+			} else {
+				removeErr = err
 			}
 		}
 		behind = append(behind, name) // also one without a token, which the token controller has yet to fill
 	})
-	if refused(removeErr) {
-		removeErr = nil
-	}
 	if err = cmp.Or(err, removeErr); err != nil {
 		return nil, fmt.Errorf("re-issuing service-account token Secrets: %w", err)
 	}
 	slices.Sort(behind)
 	return behind, nil
-}
-
-// refused reports whether the API server answered a write with a refusal
-// of it (an admission webhook or policy, RBAC, an immutable Secret), rather
-// than failed to serve it.
-func refused(err error) bool {
-	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
-}
-
-// refusal is the API server's message of a refused write.
-func refusal(err error) string {
-	if status := apierrors.APIStatus(nil); errors.As(err, &status) {
-		return status.Status().Message
-	}
-	return err.Error()
 }
 
 // removeToken removes a Secret's token, unless the Secret changed since it

@@ -32,9 +32,11 @@ func TestTokenKeyID(t *testing.T) {
 	}
 }
 
-// A token the check cannot remove (an admission webhook refuses the update,
-// say) fails the check, which then removes no more: it is not reported as a
-// Secret still behind, for ever, with no word of why.
+// A token the API server fails to remove (an outage) fails the check, which
+// then removes no more. One it refuses to remove (an admission webhook, an
+// immutable Secret) is named with the answer, and the others are removed:
+// neither is reported as a Secret still behind, for ever, with no word of
+// why.
 func TestATokenThatCannotBeRemovedHoldsTheCheck(t *testing.T) {
 	stale := []byte(base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"ES256","kid":"old"}`)) + ".e30.sig")
 	tokenSecret := func(ns string) *corev1.Secret {
@@ -43,17 +45,19 @@ func TestATokenThatCannotBeRemovedHoldsTheCheck(t *testing.T) {
 	}
 	secrets := schema.GroupResource{Resource: "secrets"}
 	for _, tt := range []struct {
-		name       string
-		updateErr  error
-		wantErr    string
-		wantBehind []string
+		name        string
+		updateErr   error
+		wantErr     string
+		wantBehind  []string
+		wantUpdates int
 	}{
-		{"the API server fails to serve it: the check fails", apierrors.NewServiceUnavailable("etcd is down"), "etcd is down", nil},
-		{"an admission webhook refuses it: named, and the API server reachable", apierrors.NewForbidden(secrets, "token",
+		{"the API server fails to serve it: the check fails", apierrors.NewServiceUnavailable("etcd is down"), "etcd is down", nil, 1},
+		{"an admission webhook refuses it: each named, and the API server reachable", apierrors.NewForbidden(secrets, "token",
 			errors.New(`admission webhook "deny.example.com" denied the request`)), "",
-			[]string{`a/token (update refused: secrets "token" is forbidden: admission webhook "deny.example.com" denied the request)`, "b/token"}},
+			[]string{`a/token (update refused: secrets "token" is forbidden: admission webhook "deny.example.com" denied the request)`,
+				`b/token (update refused: secrets "token" is forbidden: admission webhook "deny.example.com" denied the request)`}, 2},
 		{"an immutable Secret: named", apierrors.NewInvalid(schema.GroupKind{Kind: "Secret"}, "token", nil), "",
-			[]string{`a/token (update refused: Secret "token" is invalid)`, "b/token"}},
+			[]string{`a/token (update refused: Secret "token" is invalid)`, `b/token (update refused: Secret "token" is invalid)`}, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cs := fake.NewClientset(tokenSecret("a"), tokenSecret("b"))
@@ -69,8 +73,8 @@ func TestATokenThatCannotBeRemovedHoldsTheCheck(t *testing.T) {
 			if !slices.Equal(behind, tt.wantBehind) {
 				t.Errorf("behind %q, want %q", behind, tt.wantBehind)
 			}
-			if updates != 1 {
-				t.Errorf("%d updates, want 1: none after the first that failed", updates)
+			if updates != tt.wantUpdates {
+				t.Errorf("%d updates, want %d: none after one the API server failed to serve", updates, tt.wantUpdates)
 			}
 		})
 	}

@@ -50,9 +50,10 @@ type Facts struct {
 	KubeRootCA       Evidence
 	KubeRootCABehind []string
 	// APIServices is what the check of the caBundle of the APIServices
-	// labelled carousel.dev/ca-bundle=metrics-server observed: Passed when
-	// each is exactly the metrics-server CA bundle; APIServicesBehind names
-	// those that are not.
+	// labelled carousel.dev/ca-bundle=metrics-server, and of the unlabelled
+	// ones that pin a metrics-server CA, observed: Passed when each is
+	// exactly the metrics-server CA bundle; APIServicesBehind names those
+	// that are not (evidence.APIServiceLag).
 	APIServices       Evidence
 	APIServicesBehind []string
 	// KubeRootCAPublished is when kube-root-ca.crt was first seen carrying

@@ -84,9 +84,11 @@ func (s *RotationCampaignSpec) MaxFailuresOf(selected int) int {
 	return max(0, scaled(*s.MaxFailures, selected, false))
 }
 
-// ProgressDeadlineOrDefault is spec.progressDeadline, or its default.
+// ProgressDeadlineOrDefault is spec.progressDeadline, or its default, within
+// [MinCampaignProgressDeadline, MaxCampaignProgressDeadline] (see boundedOr;
+// the campaign controller also refuses such a spec, InvalidSpec).
 func (s *RotationCampaignSpec) ProgressDeadlineOrDefault() time.Duration {
-	return durationOr(s.ProgressDeadline, DefaultCampaignProgressDeadline)
+	return boundedOr(s.ProgressDeadline, DefaultCampaignProgressDeadline, MinCampaignProgressDeadline, MaxCampaignProgressDeadline)
 }
 
 // scaled is a number, or a percentage of total rounded up or down; a value

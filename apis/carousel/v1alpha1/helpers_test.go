@@ -34,6 +34,9 @@ func TestBoundedDurations(t *testing.T) {
 		{"workloadTokenRefresh", func(d *metav1.Duration) time.Duration {
 			return (&ServiceAccountKeyRotationSettings{WorkloadTokenRefresh: d}).WorkloadTokenRefreshOrDefault()
 		}, DefaultWorkloadTokenRefresh, 0, MaxWorkloadTokenRefresh},
+		{"progressDeadline", func(d *metav1.Duration) time.Duration {
+			return (&RotationCampaignSpec{ProgressDeadline: d}).ProgressDeadlineOrDefault()
+		}, DefaultCampaignProgressDeadline, MinCampaignProgressDeadline, MaxCampaignProgressDeadline},
 		{"automatic.interval", func(d *metav1.Duration) time.Duration {
 			v, set := (&AutomaticCARotation{Interval: d}).IntervalOrNone()
 			if !set {

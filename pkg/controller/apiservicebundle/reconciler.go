@@ -25,6 +25,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
+	"github.com/carousel-dev/carousel/pkg/refused"
 )
 
 // Reconciler keeps the labelled APIServices' caBundle of each reachable
@@ -103,11 +104,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		written, err := write(ctx, managed, service, want)
 		if err != nil {
 			failed = append(failed, err)
-			if !apierrors.IsConflict(err) && r.Recorder != nil {
+			if refused.Is(err) && r.Recorder != nil {
 				// Repeated at each retry, the same answer is folded into
-				// one series.
+				// one series. What the API server failed to serve is only
+				// logged (retry).
 				r.Recorder.Eventf(c, service, corev1.EventTypeWarning, v1alpha1.EventAPIServiceCABundleNotWritten, "Update",
-					"the managed cluster refused the metrics-server CA bundle for APIService %s, which a CA rotation waits for: %v", service.Name, err)
+					"the managed cluster refused the metrics-server CA bundle for APIService %s, which a CA rotation waits for: %s", service.Name, refused.Message(err))
 			}
 			continue
 		}

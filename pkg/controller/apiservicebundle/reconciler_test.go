@@ -118,11 +118,15 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 				return cl.Patch(ctx, obj, patch, opts...)
 			case "v1.gone.example.com": // deleted since it was listed
 				return apierrors.NewNotFound(apiregistrationv1.Resource("apiservices"), obj.GetName())
+			case "v1.down.example.com": // not refused: the API server failed to serve it
+				return apierrors.NewServiceUnavailable("the API server is restarting")
 			}
 			return apierrors.NewForbidden(apiregistrationv1.Resource("apiservices"), obj.GetName(), errors.New("a webhook refuses it"))
 		}}).Build()
-	if err := managed.Create(t.Context(), aggregated("v1.gone.example.com")); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"v1.gone.example.com", "v1.down.example.com"} {
+		if err := managed.Create(t.Context(), aggregated(name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	recorder := events.NewFakeRecorder(10)
 	r := &Reconciler{Client: management, Connections: connectedTo{managed}, Resync: time.Minute, Recorder: recorder}
@@ -142,7 +146,8 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 		t.Errorf("the local APIService was patched (%v)", patched)
 	}
 	// An event for the write and one for the refusal: the deleted APIService
-	// was not updated.
+	// was not updated, and the one the API server failed to serve was not
+	// refused.
 	close(recorder.Events)
 	var recorded []string
 	for e := range recorder.Events {

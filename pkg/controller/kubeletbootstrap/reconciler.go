@@ -30,6 +30,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
+	"github.com/carousel-dev/carousel/pkg/refused"
 )
 
 // Reconciler reconciles the bootstrap objects of Clusters' managed clusters.
@@ -104,27 +105,42 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
-	// What the managed cluster refuses (an admission policy against bindings
-	// to system:anonymous, say) holds up only what comes after it and needs
-	// it: the RBAC holds up nothing, the tokens and their signatures in
-	// cluster-info hold up the kubeconfig that hands one out, and so does
-	// the node trust ConfigMap, written before it as ever.
-	var failed []error
+	// A write the managed cluster refuses (refused.Is: an admission policy
+	// against bindings to system:anonymous, say) holds up only what comes
+	// after it and needs it: a refused binding holds up nothing, the tokens
+	// and their signatures in cluster-info hold up the kubeconfig that hands
+	// one out, and so does the node trust ConfigMap, written before it as
+	// ever. Any other error (the API server slow or down) ends the pass, as
+	// the next request would most likely fail the same way.
+	var refusals []error
+	goOn := func(err error) bool {
+		if err != nil && refused.Is(err) {
+			refusals = append(refusals, err)
+		}
+		return err == nil || refused.Is(err)
+	}
 	for _, obj := range bootstrap.RBAC(c.Name) {
-		if err := ensure(ctx, conn.Client, obj); err != nil {
-			failed = append(failed, err)
+		if err := ensure(ctx, conn.Client, obj); !goOn(err) {
+			return ctrl.Result{}, errors.Join(append(refusals, err)...)
 		}
 	}
 	tokens, next, tokensErr := r.signTokens(ctx, c, conn.Client, bundles.cluster)
+	if !goOn(tokensErr) {
+		return ctrl.Result{}, errors.Join(append(refusals, tokensErr)...)
+	}
 	nodeTrust, trustErr := credentials.NodeTrust(ctx, r.Client, c, noderenewal.Trust{Cluster: bundles.cluster, Kubelet: bundles.kubelet})
 	if trustErr == nil {
 		trustErr = ensure(ctx, conn.Client, bootstrap.NodeTrust(nodeTrust.Cluster, nodeTrust.Kubelet))
 	}
-	failed = append(failed, tokensErr, trustErr)
-	if tokensErr == nil && trustErr == nil {
-		failed = append(failed, r.publishKubeconfig(ctx, c, bundles.cluster, tokens))
+	if !goOn(trustErr) {
+		return ctrl.Result{}, errors.Join(append(refusals, trustErr)...)
 	}
-	if err := errors.Join(failed...); err != nil {
+	if tokensErr == nil && trustErr == nil {
+		if err := r.publishKubeconfig(ctx, c, bundles.cluster, tokens); err != nil {
+			return ctrl.Result{}, errors.Join(append(refusals, err)...)
+		}
+	}
+	if err := errors.Join(refusals...); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: lookAgainIn(next, r.Clock.Now())}, nil
