@@ -154,7 +154,8 @@ func FuzzAutomatic(f *testing.F) {
 				}
 				return
 			}
-			if step.Operation != v1alpha1.OperationCompleteCARotation || !step.Due.Equal(rot.LastInitiationFinishedTime.Add(policy.CompleteAfter.Duration)) {
+			completeAfter, _ := policy.CompleteAfterOrNone()
+			if step.Operation != v1alpha1.OperationCompleteCARotation || !step.Due.Equal(rot.LastInitiationFinishedTime.Add(completeAfter)) {
 				t.Fatalf("Prepared scheduled %+v", step)
 			}
 		case phase.RotationInProgress(), phase == v1alpha1.RotationAborted:
@@ -175,7 +176,8 @@ func FuzzAutomatic(f *testing.F) {
 			if validity > 0 && step.Due.After(from.Add(validity/100*time.Duration(policy.ValidityUsedPercentOrDefault()))) {
 				t.Fatalf("due at %s, after the CA used its share", step.Due)
 			}
-			if policy.Interval != nil && step.Due.After(rot.LastCompletionTime.Add(policy.Interval.Duration)) && phase == v1alpha1.RotationCompleted {
+			// The interval as it takes effect: within its bounds (boundedOr).
+			if interval, set := policy.IntervalOrNone(); set && step.Due.After(rot.LastCompletionTime.Add(interval)) && phase == v1alpha1.RotationCompleted {
 				t.Fatalf("due at %s, after the interval", step.Due)
 			}
 			if step.Why == "" {
