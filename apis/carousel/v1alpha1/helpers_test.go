@@ -38,19 +38,11 @@ func TestBoundedDurations(t *testing.T) {
 			return (&RotationCampaignSpec{ProgressDeadline: d}).ProgressDeadlineOrDefault()
 		}, DefaultCampaignProgressDeadline, MinCampaignProgressDeadline, MaxCampaignProgressDeadline},
 		{"automatic.interval", func(d *metav1.Duration) time.Duration {
-			v, set := (&AutomaticCARotation{Interval: d}).IntervalOrNone()
-			if !set {
-				return -1
-			}
-			return v
-		}, -1, MinAutomaticRotationInterval, MaxCAValidity},
+			return orUnset((&AutomaticCARotation{Interval: d}).IntervalOrNone())
+		}, unset, MinAutomaticRotationInterval, MaxCAValidity},
 		{"automatic.completeAfter", func(d *metav1.Duration) time.Duration {
-			v, set := (&AutomaticCARotation{CompleteAfter: d}).CompleteAfterOrNone()
-			if !set {
-				return -1
-			}
-			return v
-		}, -1, 0, MaxAutomaticCompleteAfter},
+			return orUnset((&AutomaticCARotation{CompleteAfter: d}).CompleteAfterOrNone())
+		}, unset, 0, MaxAutomaticCompleteAfter},
 	}
 	for _, h := range helpers {
 		t.Run(h.name, func(t *testing.T) {
@@ -74,4 +66,15 @@ func TestBoundedDurations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unset stands, in TestBoundedDurations, for a duration a helper reports as
+// not set; orUnset is v, or unset when not set.
+const unset time.Duration = -1
+
+func orUnset(v time.Duration, set bool) time.Duration {
+	if !set {
+		return unset
+	}
+	return v
 }

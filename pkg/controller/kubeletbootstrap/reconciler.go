@@ -113,31 +113,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// ever. Any other error (the API server slow or down) ends the pass, as
 	// the next request would most likely fail the same way.
 	var refusals []error
-	goOn := func(err error) bool {
-		if err != nil && refused.Is(err) {
+	// stop keeps a refusal and goes on; any other error ends the pass, with
+	// the refusals before it.
+	stop := func(err error) error {
+		if err != nil && !refused.Is(err) {
+			return errors.Join(append(refusals, err)...)
+		}
+		if err != nil {
 			refusals = append(refusals, err)
 		}
-		return err == nil || refused.Is(err)
+		return nil
 	}
 	for _, obj := range bootstrap.RBAC(c.Name) {
-		if err := ensure(ctx, conn.Client, obj); !goOn(err) {
-			return ctrl.Result{}, errors.Join(append(refusals, err)...)
+		if err := stop(ensure(ctx, conn.Client, obj)); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	tokens, next, tokensErr := r.signTokens(ctx, c, conn.Client, bundles.cluster)
-	if !goOn(tokensErr) {
-		return ctrl.Result{}, errors.Join(append(refusals, tokensErr)...)
+	if err := stop(tokensErr); err != nil {
+		return ctrl.Result{}, err
 	}
 	nodeTrust, trustErr := credentials.NodeTrust(ctx, r.Client, c, noderenewal.Trust{Cluster: bundles.cluster, Kubelet: bundles.kubelet})
 	if trustErr == nil {
 		trustErr = ensure(ctx, conn.Client, bootstrap.NodeTrust(nodeTrust.Cluster, nodeTrust.Kubelet))
 	}
-	if !goOn(trustErr) {
-		return ctrl.Result{}, errors.Join(append(refusals, trustErr)...)
+	if err := stop(trustErr); err != nil {
+		return ctrl.Result{}, err
 	}
 	if tokensErr == nil && trustErr == nil {
-		if err := r.publishKubeconfig(ctx, c, bundles.cluster, tokens); err != nil {
-			return ctrl.Result{}, errors.Join(append(refusals, err)...)
+		if err := stop(r.publishKubeconfig(ctx, c, bundles.cluster, tokens)); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	if err := errors.Join(refusals...); err != nil {
