@@ -111,6 +111,48 @@ func TestCleanup(t *testing.T) {
 	}
 }
 
+// TestCleanupLeavesARequestApprovedAtTheLastMoment checks that the cleanup
+// deletes only the request it looked at: a pending request past its day,
+// approved between the reconciler's read and its delete, stays (it is
+// issued next, and goes an hour after its approval).
+func TestCleanupLeavesARequestApprovedAtTheLastMoment(t *testing.T) {
+	now := testNow
+	scheme := testScheme(t)
+	pending := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "csr", UID: "uid-1", CreationTimestamp: metav1.NewTime(now.Add(-25 * time.Hour))},
+		Spec:       certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName},
+	}
+	store := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pending).WithStatusSubresource(pending).Build()
+	approvedMeanwhile := false
+	remote := interceptor.NewClient(store, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil || approvedMeanwhile {
+				return err
+			}
+			// Another approver acts once the reconciler has read the request.
+			approved := obj.DeepCopyObject().(*certificatesv1.CertificateSigningRequest)
+			approved.Status.Conditions = append(approved.Status.Conditions, conditionAt(certificatesv1.CertificateApproved, now))
+			approvedMeanwhile = true
+			return c.Status().Update(ctx, approved)
+		},
+	})
+	r := &csrReconciler{cluster: client.ObjectKey{Namespace: "ns", Name: "gone"}, remote: remote,
+		management: fake.NewClientBuilder().WithScheme(scheme).Build(), clock: clocktesting.NewFakeClock(now)}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "csr"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !approvedMeanwhile {
+		t.Fatal("the request was not approved during the reconcile")
+	}
+	got := &certificatesv1.CertificateSigningRequest{}
+	if err := store.Get(context.Background(), client.ObjectKey{Name: "csr"}, got); err != nil {
+		t.Fatalf("the request approved at the last moment is gone: %v", err)
+	}
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != certificatesv1.CertificateApproved {
+		t.Fatalf("conditions %v, want the approval", got.Status.Conditions)
+	}
+}
+
 // fixture is a managed cluster (remote) and a management cluster with a
 // Cluster, its client and kubelet CAs and the leaf certificates that say
 // which CA signs, as the CSR controller finds them.
