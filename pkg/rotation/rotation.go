@@ -357,15 +357,44 @@ func PendPoolsAdded(rot *v1alpha1.CARotation, pools []v1alpha1.WorkerPool) *v1al
 // one: the checks cannot run then, and the rotation must wait for an
 // endpoint instead of going on unchecked.
 func TrackEndpoint(rot *v1alpha1.CARotation, endpoint string) (next *v1alpha1.CARotation, removed bool) {
-	switch {
-	case rot == nil || !rot.Phase.RotationInProgress() || endpoint == rot.CheckedEndpoint:
-		return rot, false
-	case endpoint == "":
-		return rot, true
+	if rot == nil {
+		return nil, false
+	}
+	checked, removed := trackEndpoint(rot.Phase.RotationInProgress(), rot.CheckedEndpoint, endpoint)
+	if checked == rot.CheckedEndpoint {
+		return rot, removed
 	}
 	next = rot.DeepCopy()
-	next.CheckedEndpoint = endpoint
-	return next, false
+	next.CheckedEndpoint = checked
+	return next, removed
+}
+
+// TrackServiceAccountKeyEndpoint is TrackEndpoint for a service-account key
+// rotation, whose check of the token Secrets runs against the endpoint.
+func TrackServiceAccountKeyEndpoint(rot *v1alpha1.ServiceAccountKeyRotation, endpoint string) (next *v1alpha1.ServiceAccountKeyRotation, removed bool) {
+	if rot == nil {
+		return nil, false
+	}
+	checked, removed := trackEndpoint(rot.Phase.RotationInProgress(), rot.CheckedEndpoint, endpoint)
+	if checked == rot.CheckedEndpoint {
+		return rot, removed
+	}
+	next = rot.DeepCopy()
+	next.CheckedEndpoint = checked
+	return next, removed
+}
+
+// trackEndpoint is the rule of both: the endpoint to record, given the one
+// recorded (checked) and the spec's, and whether the spec's was removed
+// after one was recorded.
+func trackEndpoint(inProgress bool, checked, endpoint string) (record string, removed bool) {
+	switch {
+	case !inProgress || endpoint == checked:
+		return checked, false
+	case endpoint == "":
+		return checked, true
+	}
+	return endpoint, false
 }
 
 func pendingPools(pools []v1alpha1.WorkerPool, initiated metav1.Time, held bool) []v1alpha1.PendingWorkersRollout {

@@ -602,6 +602,50 @@ func TestStartForgetsTheLastRotationsEndpoint(t *testing.T) {
 	}
 }
 
+// TestTrackServiceAccountKeyEndpoint checks the endpoint a service-account
+// key rotation records for the check of its token Secrets, which a new
+// rotation forgets.
+func TestTrackServiceAccountKeyEndpoint(t *testing.T) {
+	const a, b = "https://192.0.2.1:6443", "https://192.0.2.2:6443"
+	in := func(phase v1alpha1.ServiceAccountKeyRotationPhase, checked string) *v1alpha1.ServiceAccountKeyRotation {
+		return &v1alpha1.ServiceAccountKeyRotation{Phase: phase, CheckedEndpoint: checked}
+	}
+	tests := []struct {
+		name        string
+		rot         *v1alpha1.ServiceAccountKeyRotation
+		endpoint    string
+		wantChecked string
+		wantRemoved bool
+	}{
+		{"never rotated", nil, a, "", false},
+		{"outside a rotation nothing is recorded", in(v1alpha1.ServiceAccountKeyCompleted, ""), a, "", false},
+		{"recorded when the rotation first sees it", in(v1alpha1.ServiceAccountKeyPreparing, ""), a, a, false},
+		{"a changed endpoint is followed", in(v1alpha1.ServiceAccountKeyPreparing, a), b, b, false},
+		{"removed after it was recorded", in(v1alpha1.ServiceAccountKeyPreparing, a), "", a, true},
+		{"a rotation without an endpoint", in(v1alpha1.ServiceAccountKeyPreparing, ""), "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next, removed := TrackServiceAccountKeyEndpoint(tt.rot, tt.endpoint)
+			checked := ""
+			if next != nil {
+				checked = next.CheckedEndpoint
+			}
+			if checked != tt.wantChecked || removed != tt.wantRemoved {
+				t.Fatalf("TrackServiceAccountKeyEndpoint = %q, removed %v; want %q, removed %v", checked, removed, tt.wantChecked, tt.wantRemoved)
+			}
+			if tt.rot != nil && checked == tt.rot.CheckedEndpoint && next != tt.rot {
+				t.Fatal("TrackServiceAccountKeyEndpoint copied a status it did not change")
+			}
+		})
+	}
+	done := in(v1alpha1.ServiceAccountKeyCompleted, a)
+	next, err := ApplyServiceAccountKeyOperation(done, v1alpha1.VerbRotateServiceAccountKeyStart, t0)
+	if err != nil || next.CheckedEndpoint != "" {
+		t.Fatalf("start = %+v, %v; want no checked endpoint until this rotation records one", next, err)
+	}
+}
+
 func TestCompleteToleratesAStatusWithoutStartTime(t *testing.T) {
 	prepared := &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared} // written by hand
 	next, err := ApplyOperation(prepared, v1alpha1.Operation{Verb: v1alpha1.VerbCompleteCARotation}, pools, t0)

@@ -97,6 +97,7 @@ func ApplyServiceAccountKeyOperation(rot *v1alpha1.ServiceAccountKeyRotation, ve
 		next.LastInitiationTime = &now
 		next.LastInitiationFinishedTime = nil
 		next.NewKeySigningTime = nil // recorded by RecordNewKeySigning for this rotation
+		next.CheckedEndpoint = ""    // recorded by TrackServiceAccountKeyEndpoint for this rotation
 	case v1alpha1.VerbRotateServiceAccountKeyComplete:
 		next.Phase = v1alpha1.ServiceAccountKeyFinalizing
 		next.LastCompletionTriggeredTime = &now

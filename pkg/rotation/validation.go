@@ -74,20 +74,26 @@ func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 // under way: new key or validity settings (the new CAs are already minted),
 // removing a pool whose rollout is still awaited, and removing the endpoint,
 // which would turn off the checks against the API server that Prepared and
-// Completed wait for. A changed endpoint is allowed: the checks run against
-// whatever the spec names.
+// Completed wait for (of a CA rotation, or the check of the token Secrets
+// that a service-account key rotation's Prepared waits for). A changed endpoint is allowed: the checks
+// run against whatever the spec names.
 func validateSpecChange(newC, oldC *v1alpha1.Cluster) field.ErrorList {
-	phase := oldC.CARotationPhase()
-	if !phase.RotationInProgress() {
-		return nil
-	}
 	var allErrs field.ErrorList
 	p := field.NewPath("spec")
+	if keyPhase := oldC.ServiceAccountKeyRotationPhase(); keyPhase == v1alpha1.ServiceAccountKeyPreparing && endpointRemoved(newC, oldC) {
+		allErrs = append(allErrs, field.Forbidden(p.Child("controlPlane", "endpoint"), fmt.Sprintf(
+			"cannot be removed while the service-account key rotation is in phase %s: the rotation checks the token Secrets through the API server at this endpoint; change it to the new address instead, or %s",
+			keyPhase, ServiceAccountKeyNextStep(keyPhase))))
+	}
+	phase := oldC.CARotationPhase()
+	if !phase.RotationInProgress() {
+		return allErrs
+	}
 	if !certificateSettingsEqual(newC.Spec.Certificates, oldC.Spec.Certificates) {
 		allErrs = append(allErrs, field.Forbidden(p.Child("certificates"), fmt.Sprintf(
 			"cannot change while the CA rotation is in phase %s: %s", phase, NextStep(phase))))
 	}
-	if oldC.Spec.ControlPlane.Endpoint != "" && newC.Spec.ControlPlane.Endpoint == "" {
+	if endpointRemoved(newC, oldC) {
 		allErrs = append(allErrs, field.Forbidden(p.Child("controlPlane", "endpoint"), fmt.Sprintf(
 			"cannot be removed while the CA rotation is in phase %s: the rotation checks the API server at this endpoint; change it to the new address instead, or %s", phase, NextStep(phase))))
 	}
@@ -108,6 +114,10 @@ func validateSpecChange(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 		}
 	}
 	return allErrs
+}
+
+func endpointRemoved(newC, oldC *v1alpha1.Cluster) bool {
+	return oldC.Spec.ControlPlane.Endpoint != "" && newC.Spec.ControlPlane.Endpoint == ""
 }
 
 func certificateSettingsEqual(a, b v1alpha1.CertificateSettings) bool {

@@ -58,6 +58,19 @@ func assertValidation(t *testing.T, got, want string) {
 
 // inPhase returns a valid cluster whose CA rotation is in phase, with the
 // given pools pending.
+// keyInPhase is c with a service-account key rotation in phase.
+func keyInPhase(c *v1alpha1.Cluster, phase v1alpha1.ServiceAccountKeyRotationPhase) *v1alpha1.Cluster {
+	c = c.DeepCopy()
+	if c.Status.Credentials == nil {
+		c.Status.Credentials = &v1alpha1.ClusterCredentials{}
+	}
+	if c.Status.Credentials.Rotation == nil {
+		c.Status.Credentials.Rotation = &v1alpha1.CredentialsRotation{}
+	}
+	c.Status.Credentials.Rotation.ServiceAccountKey = &v1alpha1.ServiceAccountKeyRotation{Phase: phase}
+	return c
+}
+
 func inPhase(phase v1alpha1.CARotationPhase, pending ...string) *v1alpha1.Cluster {
 	c := validCluster()
 	if phase == "" && len(pending) == 0 {
@@ -232,6 +245,11 @@ func TestValidateSpecChangeDuringRotation(t *testing.T) {
 		{"endpoint removed during Finalizing", inPhase(v1alpha1.RotationFinalizing), func(s *v1alpha1.ClusterSpec) { s.ControlPlane.Endpoint = "" },
 			"spec.controlPlane.endpoint: Forbidden: cannot be removed while the CA rotation is in phase Finalizing: the rotation checks the API server at this endpoint"},
 		{"endpoint removed when Completed", inPhase(v1alpha1.RotationCompleted), func(s *v1alpha1.ClusterSpec) { s.ControlPlane.Endpoint = "" }, ""},
+		{"endpoint removed while the service-account key rotation prepares", keyInPhase(inPhase(v1alpha1.RotationCompleted), v1alpha1.ServiceAccountKeyPreparing),
+			func(s *v1alpha1.ClusterSpec) { s.ControlPlane.Endpoint = "" },
+			"spec.controlPlane.endpoint: Forbidden: cannot be removed while the service-account key rotation is in phase Preparing: the rotation checks the token Secrets"},
+		{"endpoint removed once the service-account key rotation is Prepared", keyInPhase(inPhase(v1alpha1.RotationCompleted), v1alpha1.ServiceAccountKeyPrepared),
+			func(s *v1alpha1.ClusterSpec) { s.ControlPlane.Endpoint = "" }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

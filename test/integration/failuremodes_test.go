@@ -308,6 +308,51 @@ var _ = Describe("Failure modes", func() {
 		reconcileUntilPrepared(ctx, r, key)
 	})
 
+	It("holds a service-account key rotation whose endpoint was removed past the webhook instead of skipping the check of its token Secrets", func(ctx SpecContext) {
+		apiServer := &flakyAPIServer{}
+		apiServer.down.Store(true) // the check of the token Secrets fails until the endpoint is gone
+		_, key, r := issued(ctx, "sa-unchecked", "https://127.0.0.1:6443", apiServer)
+		Expect(annotate(ctx, getCluster(ctx, key), string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
+		reachable := func() *metav1.Condition {
+			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
+		}
+		for range 10 { // the operation, the new key, its rollouts, the check of the token Secrets
+			_, err := reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+			if c := reachable(); c != nil && c.Status == metav1.ConditionFalse {
+				break
+			}
+		}
+		Expect(reachable()).To(HaveField("Reason", v1alpha1.ReasonEndpointUnreachable), "the check of the token Secrets ran")
+		Expect(getCluster(ctx, key).ServiceAccountKeyRotation().CheckedEndpoint).To(Equal("https://127.0.0.1:6443"))
+
+		c := getCluster(ctx, key)
+		Expect(k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))).To(MatchError(ContainSubstring(
+			"cannot be removed while the service-account key rotation is in phase Preparing")), "the webhook refuses it")
+		bypassWebhook(ctx, ns)
+		Eventually(func() error {
+			c := getCluster(ctx, key)
+			return k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))
+		}).Should(Succeed())
+		apiServer.down.Store(false) // nothing left that could fail the check: only the missing endpoint holds it
+
+		for range 5 {
+			_, err := reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+			clk.Step(time.Hour) // past spec.serviceAccountKeyRotation.workloadTokenRefresh, were the check skipped
+		}
+		c = getCluster(ctx, key)
+		Expect(c.ServiceAccountKeyRotationPhase()).To(Equal(v1alpha1.ServiceAccountKeyPreparing), "Prepared is not reached unchecked")
+		Expect(c.ServiceAccountKeyRotation().NewKeySigningTime).To(BeNil())
+		Expect(reachable()).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonEndpointRemoved),
+			HaveField("Message", ContainSubstring("service-account key rotation")), HaveField("Message", ContainSubstring("it was https://127.0.0.1:6443"))))
+
+		Expect(k8s.Patch(ctx, withEndpoint(c, "https://127.0.0.1:6443"), client.MergeFrom(c))).To(Succeed())
+		_, err := reconcileOnce(ctx, r, key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(getCluster(ctx, key).ServiceAccountKeyRotation().NewKeySigningTime).NotTo(BeNil(), "the check ran and passed")
+	})
+
 	It("stops, without generating keys, when a CA Secret loses its labels", func(ctx SpecContext) {
 		c, key, r := issued(ctx, "unlabelled", "", nil)
 		s := unlabel(ctx, credentials.CASecretName(c.Name, v1alpha1.CARoleKubelet))

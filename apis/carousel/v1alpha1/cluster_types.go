@@ -532,6 +532,15 @@ type ServiceAccountKeyRotation struct {
 	//
 	// +optional
 	NewKeySigningTime *metav1.Time `json:"newKeySigningTime,omitempty"`
+
+	// CheckedEndpoint is the control-plane endpoint the check of the token
+	// Secrets of the rotation under way runs against: spec.controlPlane.endpoint,
+	// recorded while the rotation runs and following a changed endpoint. Once
+	// set, an endpoint removed from the spec holds the rotation instead of
+	// skipping the check. Empty when the rotation runs without an endpoint.
+	//
+	// +optional
+	CheckedEndpoint string `json:"checkedEndpoint,omitempty"`
 }
 
 // CARotationPhase is a phase of a CA rotation.

@@ -25,8 +25,11 @@ type scope struct {
 	trust     bundles
 	consumers []consumer
 	trustSum  string
-	// endpointRemoved: the rotation recorded an endpoint the spec no longer names.
+	// endpointRemoved: the CA rotation recorded an endpoint the spec no longer names.
 	endpointRemoved bool
+	// keyEndpointRemoved: the service-account key rotation recorded an
+	// endpoint the spec no longer names.
+	keyEndpointRemoved bool
 	// trusted: every consumer, and the API server, trusts both client CAs.
 	trusted bool
 	// clientsMoved: the clients had moved to the new client CA when the pass began.
@@ -120,12 +123,19 @@ func (r *Reconciler) bundlePhase(ctx context.Context, s *scope) (err error) {
 	return nil
 }
 
-// endpointPhase records the endpoint a rotation's checks run against.
+// endpointPhase records the endpoint the checks of each rotation under way
+// run against.
 func (r *Reconciler) endpointPhase(_ context.Context, s *scope) error {
+	endpoint := s.cluster.Spec.ControlPlane.Endpoint
 	var rot *v1alpha1.CARotation
-	rot, s.endpointRemoved = rotation.TrackEndpoint(s.cluster.CARotation(), s.cluster.Spec.ControlPlane.Endpoint)
+	rot, s.endpointRemoved = rotation.TrackEndpoint(s.cluster.CARotation(), endpoint)
 	if rot != s.cluster.CARotation() {
 		setCARotation(s.cluster, rot)
+	}
+	var keyRot *v1alpha1.ServiceAccountKeyRotation
+	keyRot, s.keyEndpointRemoved = rotation.TrackServiceAccountKeyEndpoint(s.cluster.ServiceAccountKeyRotation(), endpoint)
+	if keyRot != s.cluster.ServiceAccountKeyRotation() {
+		setServiceAccountKeyRotation(s.cluster, keyRot)
 	}
 	return nil
 }

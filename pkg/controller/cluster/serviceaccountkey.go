@@ -76,12 +76,17 @@ func (r *Reconciler) serviceAccountKeyPhase(ctx context.Context, s *scope) error
 // reissueTokenSecrets has the managed cluster's service-account token Secrets
 // re-issued with the key's signing key (evidence.Checker.TokenSecretsBehind)
 // and reports what it saw: Skipped without an endpoint, Pending while Secrets
-// lag behind or the API server cannot be reached (the ControlPlaneReachable
-// condition says so, and the poll backs off).
+// lag behind, the API server cannot be reached (the ControlPlaneReachable
+// condition says so, and the poll backs off) or the endpoint a rotation
+// recorded was removed.
 func (r *Reconciler) reissueTokenSecrets(ctx context.Context, s *scope, key *credentials.ServiceAccountKey) (rotation.Evidence, []string, error) {
 	c := s.cluster
 	endpoint := c.Spec.ControlPlane.Endpoint
 	switch {
+	case s.keyEndpointRemoved:
+		return rotation.EvidencePending, nil, s.observe(reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointRemoved, fmt.Sprintf(
+			"spec.controlPlane.endpoint was removed during the service-account key rotation (phase %s), so its check of the token Secrets cannot run: the rotation holds until the endpoint is set again (it was %s)",
+			c.ServiceAccountKeyRotationPhase(), c.ServiceAccountKeyRotation().CheckedEndpoint)), nil)
 	case s.endpointRemoved:
 		return rotation.EvidencePending, nil, s.observe(endpointRemovedCondition(c), nil)
 	case endpoint == "" || r.Evidence == nil:

@@ -44,6 +44,12 @@ type ServiceAccountKeyRotationApplyConfiguration struct {
 	// token Secret re-issued, in this rotation's Preparing. Prepared waits
 	// spec.serviceAccountKeyRotation.workloadTokenRefresh from here.
 	NewKeySigningTime *v1.Time `json:"newKeySigningTime,omitempty"`
+	// CheckedEndpoint is the control-plane endpoint the check of the token
+	// Secrets of the rotation under way runs against: spec.controlPlane.endpoint,
+	// recorded while the rotation runs and following a changed endpoint. Once
+	// set, an endpoint removed from the spec holds the rotation instead of
+	// skipping the check. Empty when the rotation runs without an endpoint.
+	CheckedEndpoint *string `json:"checkedEndpoint,omitempty"`
 }
 
 // ServiceAccountKeyRotationApplyConfiguration constructs a declarative configuration of the ServiceAccountKeyRotation type for use with
@@ -97,5 +103,13 @@ func (b *ServiceAccountKeyRotationApplyConfiguration) WithLastCompletionTime(val
 // If called multiple times, the NewKeySigningTime field is set to the value of the last call.
 func (b *ServiceAccountKeyRotationApplyConfiguration) WithNewKeySigningTime(value v1.Time) *ServiceAccountKeyRotationApplyConfiguration {
 	b.NewKeySigningTime = &value
+	return b
+}
+
+// WithCheckedEndpoint sets the CheckedEndpoint field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CheckedEndpoint field is set to the value of the last call.
+func (b *ServiceAccountKeyRotationApplyConfiguration) WithCheckedEndpoint(value string) *ServiceAccountKeyRotationApplyConfiguration {
+	b.CheckedEndpoint = &value
 	return b
 }
