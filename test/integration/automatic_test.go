@@ -115,6 +115,50 @@ var _ = Describe("Automatic CA rotation", func() {
 		driven.pass(ctx)
 		Expect(scheduled()).To(BeNil())
 	})
+
+	It("starts a rotation that is due although a complete is queued for it, and then carries out the queued complete", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		noon := time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour)
+		clk := clocktesting.NewFakeClock(noon)
+		recorder := events.NewFakeRecorder(100)
+		r := &clustercontroller.Reconciler{Client: k8s, Clock: clk, Recorder: recorder, CAExpiryWarning: time.Hour, ManagedPollInterval: 5 * time.Second}
+		c := &v1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "queued-complete"},
+			Spec: v1alpha1.ClusterSpec{
+				KubernetesVersion: "1.36.3",
+				Certificates: v1alpha1.CertificateSettings{CAValidity: &metav1.Duration{Duration: 96 * time.Hour},
+					LeafValidity: &metav1.Duration{Duration: 12 * time.Hour}},
+				Maintenance: &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}},
+				// No completeAfter: the user completes, here through the window.
+				CARotation: v1alpha1.CARotationSettings{Automatic: &v1alpha1.AutomaticCARotation{ValidityUsedPercent: ptr.To[int32](50)}},
+			},
+		}
+		Expect(k8s.Create(ctx, c)).To(Succeed())
+		key := client.ObjectKeyFromObject(c)
+		driven := handDriven{r: r, key: key, step: clk.Step}
+		driven.pass(ctx)
+		driven.pass(ctx)
+		due := halfway(getCluster(ctx, key).Status.Credentials.CertificateAuthorities[0])
+
+		By("the next completion queued ahead, as the docs allow: the start it waits for still runs in the window")
+		queue(ctx, key, v1alpha1.OperationCompleteCARotation)
+		opening := noon.Add(58 * time.Hour)
+		Expect(opening.After(due)).To(BeTrue())
+		clk.SetTime(opening.Add(time.Minute))
+		driven.pass(ctx)
+		got := getCluster(ctx, key)
+		Expect(got.Annotations).To(HaveKeyWithValue(v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation),
+			"a complete that cannot run before the start does not hold the start")
+		Expect(got.Annotations).To(HaveKeyWithValue(v1alpha1.MaintenanceOperationAnnotation, v1alpha1.OperationCompleteCARotation))
+		Eventually(recorder.Events).Should(Receive(HavePrefix("Normal " + v1alpha1.EventAutomaticCARotation + " Maintenance window open: carrying out start-ca-rotation")))
+
+		By("prepared: the queued complete runs in the next window")
+		driven.until(ctx, v1alpha1.RotationPrepared)
+		clk.SetTime(opening.Add(24*time.Hour + time.Minute))
+		driven.until(ctx, v1alpha1.RotationCompleted)
+		Eventually(recorder.Events).Should(Receive(Equal("Normal " + v1alpha1.EventMaintenanceOperationStarted + " Maintenance window open: carrying out complete-ca-rotation")))
+		Expect(getCluster(ctx, key).Annotations).NotTo(HaveKey(v1alpha1.MaintenanceOperationAnnotation))
+	})
 })
 
 // halfway is when a CA has used half of its validity.

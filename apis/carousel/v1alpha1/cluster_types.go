@@ -115,6 +115,7 @@ type MaintenanceSpec struct {
 // MaintenanceTimeWindow is a daily time window that lasts between 30 minutes
 // and 6 hours and may span midnight. Each end is a time of day with its UTC
 // offset, HHMMSS+ZZZZ: for example begin 220000+0100 and end 010000+0100.
+// The offset is fixed: the window does not follow daylight saving time.
 type MaintenanceTimeWindow struct {
 	// Begin is when the window opens.
 	//

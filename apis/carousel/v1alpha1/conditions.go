@@ -70,8 +70,9 @@ const (
 	// ReasonWaitingForMaintenanceWindow (True): the window is closed; the
 	// message says when it opens next.
 	ReasonWaitingForMaintenanceWindow = "WaitingForMaintenanceWindow"
-	// ReasonMaintenanceOperationNotAllowed (True): the window is open but the
-	// rotation's phase does not allow the operation yet.
+	// ReasonMaintenanceOperationNotAllowed (True): the window was open when
+	// Carousel last looked, but the rotation's phase did not allow the
+	// operation yet; it runs in the first window after the phase does.
 	ReasonMaintenanceOperationNotAllowed = "NotAllowedInPhase"
 	// ReasonNoMaintenanceWindow (True): the Cluster has no valid
 	// spec.maintenance.timeWindow.

@@ -325,15 +325,25 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 
 // startOperation carries out, in its maintenance window, an operation queued
 // for it or made due by spec.caRotation.automatic: one write sets it as the
-// operation annotation (and dequeues it), which the next pass handles as if a
-// user had set it; an event with reason and note says why.
+// operation annotation, which the next pass handles as if a user had set it,
+// and takes from the queue what it does (maintenance.Left: all of the queued
+// operation it carries out; of another, such as a complete queued for the
+// rotation an automatic start begins, nothing); an event with reason and
+// note says why.
 func (r *Reconciler) startOperation(ctx context.Context, c *v1alpha1.Cluster, value, reason, note string) error {
 	before := maps.Clone(c.Annotations)
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
 	c.Annotations[v1alpha1.OperationAnnotation] = value
-	delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
+	if queued, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; ok {
+		op, _ := v1alpha1.ParseOperation(value) // maintenance.Decide parsed it (Queueable)
+		if _, rest := maintenance.Left(op, queued); rest != "" {
+			c.Annotations[v1alpha1.MaintenanceOperationAnnotation] = rest
+		} else {
+			delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
+		}
+	}
 	if err := r.Client.Patch(ctx, c, metapatch.AnnotationsFrom(before)); err != nil {
 		return fmt.Errorf("carrying out %s: %w", value, err)
 	}
@@ -363,11 +373,21 @@ func gateClosed(value string, c *v1alpha1.Cluster) error {
 }
 
 // operationPending: a user's operation, now or for the maintenance window,
-// comes before an automatic one.
+// comes before an automatic one. A queued one comes first only when the
+// rotation's phases allow it: one queued for a later phase (a complete
+// queued before the start of the rotation it is for), or one the window
+// never runs, would otherwise hold the automatic step for good, and with it
+// the phase that lets the queued one run.
 func operationPending(c *v1alpha1.Cluster) bool {
-	_, now := c.Annotations[v1alpha1.OperationAnnotation]
-	_, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	return now || queued
+	if _, now := c.Annotations[v1alpha1.OperationAnnotation]; now {
+		return true
+	}
+	value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	if !queued {
+		return false
+	}
+	op, err := maintenance.Queueable(value)
+	return err == nil && rotation.Allowed(op.Verb, rotation.PhasesOf(c)) == nil
 }
 
 func setCARotation(c *v1alpha1.Cluster, rot *v1alpha1.CARotation) {
