@@ -157,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			refused, err := r.start(ctx, rc, byName[name], step)
 			if err != nil {
 				r.recordWave(rc, step, started)
-				return ctrl.Result{}, err
+				return lookAgainIfStale(err)
 			}
 			if refused {
 				refusals = true
@@ -429,9 +429,10 @@ func (r *Reconciler) writeInvalid(ctx context.Context, rc *v1alpha1.RotationCamp
 var errStaleCampaign = errors.New("the campaign changed since it was read")
 
 // lookAgainIfStale is the result of a pass that ended with err: a second
-// later, to look at the newer campaign, when it was read before a change.
+// later, to look at the newer campaign or Cluster, when the one written was
+// read before a change.
 func lookAgainIfStale(err error) (ctrl.Result, error) {
-	if errors.Is(err, errStaleCampaign) {
+	if errors.Is(err, errStaleCampaign) || apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{}, err

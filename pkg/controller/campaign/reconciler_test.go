@@ -148,6 +148,30 @@ func recordingPatches(patched *[]string) func(ctx context.Context, c client.With
 	}
 }
 
+// A Cluster that changed since the pass read it (its patch conflicts) is
+// looked at again in a second, as a stale campaign is, not failed with an
+// error; the next pass starts it.
+func TestAClusterThatChangedSinceItWasReadIsStartedOnTheNextPass(t *testing.T) {
+	var patched []string
+	conflicts := 1
+	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		if conflicts > 0 {
+			conflicts--
+			return apierrors.NewConflict(v1alpha1.Resource("clusters"), obj.GetName(), errors.New("changed since read"))
+		}
+		return recordingPatches(&patched)(ctx, c, obj, p, opts...)
+	})
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "fleet", Name: "wave"}}
+	result, err := r.Reconcile(context.Background(), req)
+	if err != nil || result.RequeueAfter != time.Second {
+		t.Fatalf("result %+v, error %v; want a retry in a second", result, err)
+	}
+	rc := reconcileWave(t, r)
+	if len(patched) != 1 || patched[0] != "a" || rc.Status.Clusters.InProgress != 1 || rc.Status.Clusters.Failed != 0 {
+		t.Fatalf("patched %v, counts %+v; want a started on the next pass, nothing failed", patched, rc.Status.Clusters)
+	}
+}
+
 // A refused Cluster fails, is not asked again while it does not change, and
 // the same pass starts the next one in its place.
 func TestARefusedClusterFailsAndTheNextOneStarts(t *testing.T) {

@@ -1,15 +1,22 @@
 package cluster
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
 // The AutomaticCARotationScheduled condition, and when the Cluster is looked
@@ -82,5 +89,45 @@ func TestSetAutomaticCondition(t *testing.T) {
 				t.Fatalf("looked at again at %s, want %s", next, tc.next)
 			}
 		})
+	}
+}
+
+// A queued operation carried out on a Cluster that changed since it was read
+// (the patch conflicts) is looked at again in a second, as any pass decided
+// on a stale read, rather than failed with an error; the next pass carries
+// it out.
+func TestAQueuedOperationThatConflictsIsRetried(t *testing.T) {
+	opening := time.Date(2026, 1, 3, 22, 1, 0, 0, time.UTC)
+	c := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "queued",
+			Annotations: map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationStartCARotation}},
+		Spec: v1alpha1.ClusterSpec{Maintenance: &v1alpha1.MaintenanceSpec{
+			TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}},
+	}
+	conflicts := 1
+	api := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).WithStatusSubresource(c).Build(), interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if conflicts > 0 {
+				conflicts--
+				return conflict(obj)
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	r := &Reconciler{Client: api, Clock: clocktesting.NewFakeClock(opening), Recorder: events.NewFakeRecorder(10)}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}
+	result, err := r.Reconcile(context.Background(), req)
+	if err != nil || result.RequeueAfter != time.Second {
+		t.Fatalf("result %+v, error %v; want a retry in a second", result, err)
+	}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.Cluster{}
+	if err := api.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[v1alpha1.OperationAnnotation] != v1alpha1.OperationStartCARotation {
+		t.Fatalf("annotations %v, want the queued start carried out", got.Annotations)
 	}
 }

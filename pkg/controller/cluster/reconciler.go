@@ -118,24 +118,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		if _, pending := c.Annotations[v1alpha1.OperationAnnotation]; !pending &&
 			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run && gateClosed(value, c) == nil {
-			return ctrl.Result{}, r.startOperation(ctx, c, value, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out "+value)
+			return r.written(req.NamespacedName, now,
+				r.startOperation(ctx, c, value, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out "+value))
 		}
 	}
 	if step := automaticStep(c); step.DueAt(now) && !operationPending(c) &&
 		maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run {
-		return ctrl.Result{}, r.startOperation(ctx, c, step.Operation, v1alpha1.EventAutomaticCARotation,
-			fmt.Sprintf("Maintenance window open: carrying out %s: %s", step.Operation, step.Why))
+		return r.written(req.NamespacedName, now, r.startOperation(ctx, c, step.Operation, v1alpha1.EventAutomaticCARotation,
+			fmt.Sprintf("Maintenance window open: carrying out %s: %s", step.Operation, step.Why)))
 	}
 	requested, err := v1alpha1.ParseOperation(c.Annotations[v1alpha1.OperationAnnotation])
 	deferredStart := err == nil && requested.Verb.StartsCARotation() && !credentialsIssued(c)
 	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
-		err := r.handleOperation(ctx, c)
-		if apierrors.IsConflict(err) {
-			// Decided on a stale read; the newer Cluster is reconciled again.
-			return r.staleReads.retry(req.NamespacedName, now, err)
-		}
-		r.staleReads.forget(req.NamespacedName)
-		return ctrl.Result{}, err
+		return r.written(req.NamespacedName, now, r.handleOperation(ctx, c))
 	}
 	// A rotation starts from issued credentials: a start on a Cluster that
 	// has none yet waits (annotation kept) until this pass has issued them.
@@ -321,6 +316,18 @@ func (r *Reconciler) applyOperation(ctx context.Context, c *v1alpha1.Cluster, op
 	}
 	r.statusWritten(c, before)
 	return nil
+}
+
+// written ends a pass that wrote the Cluster's operation, with the write's
+// error: a conflict means the pass decided on a stale read, and the newer
+// Cluster is reconciled again in a second (staleReads); anything else ends
+// the run of stale reads.
+func (r *Reconciler) written(key types.NamespacedName, now time.Time, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return r.staleReads.retry(key, now, err)
+	}
+	r.staleReads.forget(key)
+	return ctrl.Result{}, err
 }
 
 // startOperation carries out, in its maintenance window, an operation queued
