@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
 
 func cluster() *v1alpha1.Cluster {
@@ -123,6 +124,18 @@ func TestCASecretRoundTrip(t *testing.T) {
 	delete(data, DataKeyPreviousPrivateKey)
 	if _, err := DecodeCASecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Data: data}); err == nil {
 		t.Fatal("a previous certificate without its key must not decode")
+	}
+
+	// A certificate that may not sign certificates, current or previous.
+	mayNotSign := pkitest.NewCAThatMayNotSign(t, "digital-signature-only")
+	for _, cas := range []*CAs{{Current: mayNotSign}, {Current: newCA(), Previous: mayNotSign}} {
+		data, err := EncodeCASecretData(cas)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeCASecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Data: data}); err == nil || !strings.Contains(err.Error(), "lacks certSign") {
+			t.Errorf("a CA that may not sign certificates decoded (error %v)", err)
+		}
 	}
 }
 

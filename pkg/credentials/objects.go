@@ -171,9 +171,13 @@ func (c *CAs) Issuer(cert *x509.Certificate) *pki.KeyPair {
 	return nil
 }
 
-// DecodeCASecret reads a role's CAs from its Secret.
+// DecodeCASecret reads a role's CAs from its Secret. Each must be able to
+// sign certificates (pki.CheckCA).
 func DecodeCASecret(s *corev1.Secret) (*CAs, error) {
 	current, err := pki.ParseKeyPair(s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey])
+	if err == nil {
+		err = pki.CheckCA(current.Cert)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: current CA: %w", s.Name, err)
 	}
@@ -184,7 +188,10 @@ func DecodeCASecret(s *corev1.Secret) (*CAs, error) {
 	case len(prevCert) == 0 || len(prevKey) == 0:
 		return nil, fmt.Errorf("secret %s: previous CA has only one of %s and %s", s.Name, DataKeyPreviousCertificate, DataKeyPreviousPrivateKey)
 	default:
-		if cas.Previous, err = pki.ParseKeyPair(prevCert, prevKey); err != nil {
+		if cas.Previous, err = pki.ParseKeyPair(prevCert, prevKey); err == nil {
+			err = pki.CheckCA(cas.Previous.Cert)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("secret %s: previous CA: %w", s.Name, err)
 		}
 	}

@@ -151,8 +151,8 @@ type LeafTemplate struct {
 // Issue signs a leaf certificate for pub. Its validity starts at now-Backdate
 // and ends after Validity, but never after the CA's own NotAfter.
 func (kp *KeyPair) Issue(tmpl LeafTemplate, pub crypto.PublicKey, now time.Time) (*x509.Certificate, error) {
-	if !kp.Cert.IsCA {
-		return nil, fmt.Errorf("%q is not a CA", kp.Cert.Subject.CommonName)
+	if err := CheckCA(kp.Cert); err != nil {
+		return nil, err
 	}
 	if tmpl.CommonName == "" {
 		return nil, errors.New("a certificate needs a common name")
@@ -227,6 +227,19 @@ func (kp *KeyPair) IssueKeyPair(tmpl LeafTemplate, alg KeyAlgorithm, now time.Ti
 		signatureVerdicts.add(Digest(cert.Raw, kp.Cert.Raw), true)
 	}
 	return &KeyPair{Cert: cert, Key: key}, nil
+}
+
+// CheckCA says why cert may not sign certificates, or nil when it may: a
+// certificate of another kind stored as a CA would have every leaf it signs
+// refused, by its peers and by SignedBy, and so issued again at every pass.
+func CheckCA(cert *x509.Certificate) error {
+	switch {
+	case !cert.BasicConstraintsValid || !cert.IsCA:
+		return fmt.Errorf("%q is not a CA certificate (basic constraints CA:TRUE)", cert.Subject.CommonName)
+	case cert.KeyUsage != 0 && cert.KeyUsage&x509.KeyUsageCertSign == 0:
+		return fmt.Errorf("%q may not sign certificates: its key usage lacks certSign", cert.Subject.CommonName)
+	}
+	return nil
 }
 
 // mayCertify reports whether CheckSignatureFrom accepts ca as an issuer

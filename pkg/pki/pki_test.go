@@ -519,11 +519,15 @@ func TestIssueKeyPairRemembersItsSignature(t *testing.T) {
 		t.Fatal(err)
 	}
 	issuer := &KeyPair{Cert: parsed, Key: key}
-	leaf, err = issuer.IssueKeyPair(tmpl, ECDSAP256, now)
+	if _, err := issuer.IssueKeyPair(tmpl, ECDSAP256, now); err == nil || !strings.Contains(err.Error(), "lacks certSign") {
+		t.Errorf("a CA whose key usage forbids signing certificates issued a certificate (error %v)", err)
+	}
+	signed, err := createCertificate(&x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "signed-anyway"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}, parsed, key.Public(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if SignedBy(leaf.Cert, issuer.Cert) {
+	if SignedBy(signed, issuer.Cert) {
 		t.Error("SignedBy accepts a certificate issued by a CA whose key usage forbids signing certificates")
 	}
 

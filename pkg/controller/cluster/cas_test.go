@@ -204,6 +204,33 @@ func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
 	}
 }
 
+// A CA Secret a new Cluster adopts whose certificate may not sign
+// certificates (no certSign) is refused, naming why, and no pass generates
+// a key for it: taken, every leaf it signed failed SignedBy at the next
+// pass, which issued them all again, new keys each time, at every pass.
+func TestAnAdoptedCAThatMayNotSignIsRefused(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster("adopted")
+	data, err := credentials.EncodeCASecretData(&credentials.CAs{Current: pkitest.NewCAThatMayNotSign(t, "digital-signature-only")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleClient),
+		Labels: credentials.CALabels(c.Name, v1alpha1.CARoleClient)}, Data: data}
+	api := newFakeAPI(c, adopted)
+	r, _ := reconcilerOn(api)
+	for pass := range 3 {
+		keys := pki.KeysGenerated()
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		if err == nil || !strings.Contains(err.Error(), "lacks certSign") {
+			t.Fatalf("pass %d: %v, want the client CA refused", pass, err)
+		}
+		if n := pki.KeysGenerated() - keys; pass > 0 && n != 0 {
+			t.Errorf("pass %d generated %d keys, want 0", pass, n)
+		}
+	}
+}
+
 // A Secret there and labelled that the cache has not seen yet is found by its
 // create on a new Cluster: the pass is retried, and says nothing of the
 // Cluster's credentials (no Ready condition). The pass after it, once the
