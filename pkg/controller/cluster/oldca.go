@@ -51,6 +51,12 @@ const DefaultOldCAUsageWindow = time.Hour
 // once.
 const nodeRecheck = time.Minute
 
+// keptNodesLimit is how long the gate keeps what a Cluster's Nodes last
+// decided while they cannot be read; from then on it says they cannot be
+// read (oldca.Facts.NodesUnreadable), which holds it: a Node that came back
+// meanwhile on an old-CA certificate is not seen.
+const keptNodesLimit = 5 * nodeRecheck
+
 // auditWebhookUser names the token's user in the audit kubeconfig.
 const auditWebhookUser = "kube-apiserver-audit"
 
@@ -131,15 +137,20 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		// about them: a Node named before must not drop off the verdict.
 		facts.NodesUnreadable = true
 	} else if readsNodes {
-		nodes, leases, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
+		key := client.ObjectKeyFromObject(c)
+		nodes, leases, err := r.ManagedNodes(ctx, key)
+		if err == nil {
+			r.unreadNodes.forget(key)
+		} else {
+			log.FromContext(ctx).V(1).Info("reading the managed cluster's Nodes for the old-CA usage gate", "error", err.Error())
+		}
 		switch {
 		case err == nil:
 			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), rot.LastInitiationTime.Time, now)
-		case rot.OldCAUsage != nil:
+		case rot.OldCAUsage != nil && now.Sub(r.unreadNodes.start(key, now)) < keptNodesLimit:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
 		default:
-			log.FromContext(ctx).V(1).Info("reading the managed cluster's Nodes for the old-CA usage gate", "error", err.Error())
 			facts.NodesUnreadable = true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -399,6 +400,59 @@ func TestAFailedReadOfTheNodesKeepsTheirVerdict(t *testing.T) {
 	}
 	if want := []string{"Cluster/kubelet-certificates", "Node/worker-1"}; !slices.Equal(got, want) {
 		t.Errorf("dependents with the Nodes unread = %v, want %v", got, want)
+	}
+}
+
+// The verdict of Nodes that cannot be read is kept for keptNodesLimit, then
+// the gate says they cannot be read and holds: a Node that came back on an
+// old-CA certificate meanwhile would not be seen. A read that works again
+// starts the count over.
+func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
+	sc := newSettledCluster(t)
+	c := sc.cluster()
+	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
+	if err := sc.api.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	sc.r.Clock = clk
+	var readErr error
+	sc.r.ManagedNodes = func(context.Context, client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
+		return nil, nil, readErr
+	}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	nodesNamed := func() bool {
+		u := sc.cluster().CARotation().OldCAUsage
+		return u != nil && slices.ContainsFunc(u.Dependents, func(d v1alpha1.OldCADependent) bool {
+			return d.Kind == v1alpha1.OldCADependentCluster && d.Name == "nodes"
+		})
+	}
+	if u := sc.cluster().CARotation().OldCAUsage; u == nil || u.Total != 0 {
+		t.Fatalf("old-CA usage with every Node read: %+v, want none", u)
+	}
+
+	readErr = errors.New("connection refused")
+	for _, step := range []time.Duration{0, keptNodesLimit - time.Second} {
+		clk.Step(step)
+		sc.reconcile()
+		if nodesNamed() {
+			t.Fatalf("%s into the failed reads: the Nodes named, want their last verdict kept", step)
+		}
+	}
+	clk.Step(time.Second)
+	sc.reconcile()
+	if !nodesNamed() {
+		t.Fatalf("%s into the failed reads: old-CA usage %+v, want the Nodes named unreadable", keptNodesLimit, sc.cluster().CARotation().OldCAUsage)
+	}
+
+	readErr = nil
+	sc.reconcile()
+	readErr = errors.New("connection refused")
+	clk.Step(keptNodesLimit - time.Second)
+	sc.reconcile()
+	if nodesNamed() {
+		t.Fatal("after a read that worked, the failed reads are counted from the next one")
 	}
 }
 

@@ -85,6 +85,9 @@ type Reconciler struct {
 	// staleReads bounds the one-second retries of passes that read a cache
 	// behind the API server.
 	staleReads staleReads
+	// unreadNodes: since when reading a Cluster's Nodes for the old-CA
+	// usage gate has failed.
+	unreadNodes runs
 }
 
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
@@ -95,6 +98,7 @@ const DefaultMaxManagedPollInterval = 5 * time.Minute
 func (r *Reconciler) Forget(req ctrl.Request) {
 	r.Metrics.forget(req.Namespace, req.Name)
 	r.staleReads.forget(req.NamespacedName)
+	r.unreadNodes.forget(req.NamespacedName)
 	if r.OnForget != nil {
 		r.OnForget(req.NamespacedName)
 	}

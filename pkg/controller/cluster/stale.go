@@ -19,28 +19,45 @@ import (
 // retries.
 const StaleReadLimit = time.Minute
 
-// staleReads remembers, per Cluster, since when its passes have ended on a
-// stale read without a pass between that did not.
-type staleReads struct {
+// runs remembers, per Cluster, since when something has kept happening to
+// it: since the first time it was seen (start) until forget.
+type runs struct {
 	mu    sync.Mutex
 	since map[types.NamespacedName]time.Time
 }
+
+// start returns when the Cluster's run began: now, if it begins now.
+func (r *runs) start(key types.NamespacedName, now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.since[key]
+	if !ok {
+		if r.since == nil {
+			r.since = map[types.NamespacedName]time.Time{}
+		}
+		r.since[key], since = now, now
+	}
+	return since
+}
+
+// forget ends the Cluster's run.
+func (r *runs) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.since, key)
+}
+
+// staleReads remembers, per Cluster, since when its passes have ended on a
+// stale read without a pass between that did not; forget ends the run: a
+// pass got past them, or the Cluster is gone or no longer this shard's.
+type staleReads struct{ runs }
 
 // retry is how a pass that ended on a stale read at now ends: looked at again
 // in a second until the Cluster's passes have done so for StaleReadLimit, and
 // from then on with an error that no longer counts as a stale read, so that
 // the status reports it and the controller backs off.
 func (s *staleReads) retry(key types.NamespacedName, now time.Time, cause error) (ctrl.Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	since, ok := s.since[key]
-	if !ok {
-		if s.since == nil {
-			s.since = map[types.NamespacedName]time.Time{}
-		}
-		s.since[key], since = now, now
-	}
-	if now.Sub(since) < StaleReadLimit {
+	if now.Sub(s.start(key, now)) < StaleReadLimit {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	// The cause's text, not the cause: past the limit the error is the pass's
@@ -48,10 +65,3 @@ func (s *staleReads) retry(key types.NamespacedName, now time.Time, cause error)
 	return ctrl.Result{}, fmt.Errorf("what this manager reads has been behind the API server for over %s: %s", StaleReadLimit, cause.Error())
 }
 
-// forget ends the Cluster's run of stale reads: a pass got past them, or the
-// Cluster is gone or no longer this shard's.
-func (s *staleReads) forget(key types.NamespacedName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.since, key)
-}
