@@ -64,4 +64,3 @@ func (s *staleReads) retry(key types.NamespacedName, now time.Time, cause error)
 	// failure, no longer a stale read.
 	return ctrl.Result{}, fmt.Errorf("what this manager reads has been behind the API server for over %s: %s", StaleReadLimit, cause.Error())
 }
-
