@@ -247,9 +247,7 @@ func CheckCA(cert *x509.Certificate) error {
 // key) whose key usage, if it has one, allows signing certificates, with a
 // public key of a known algorithm.
 func mayCertify(ca *x509.Certificate) bool {
-	return len(ca.Raw) > 0 && ca.PublicKey != nil &&
-		ca.BasicConstraintsValid && ca.IsCA &&
-		(ca.KeyUsage == 0 || ca.KeyUsage&x509.KeyUsageCertSign != 0) &&
+	return len(ca.Raw) > 0 && ca.PublicKey != nil && CheckCA(ca) == nil &&
 		ca.PublicKeyAlgorithm != x509.UnknownPublicKeyAlgorithm
 }
 

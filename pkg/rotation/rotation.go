@@ -370,12 +370,15 @@ func TrackEndpoint(rot *v1alpha1.CARotation, endpoint string) (next *v1alpha1.CA
 }
 
 // TrackServiceAccountKeyEndpoint is TrackEndpoint for a service-account key
-// rotation, whose check of the token Secrets runs against the endpoint.
+// rotation, whose check of the token Secrets runs against the endpoint in
+// Preparing until it passed (NewKeySigningTime): only then is an endpoint
+// removed one that holds it.
 func TrackServiceAccountKeyEndpoint(rot *v1alpha1.ServiceAccountKeyRotation, endpoint string) (next *v1alpha1.ServiceAccountKeyRotation, removed bool) {
 	if rot == nil {
 		return nil, false
 	}
-	checked, removed := trackEndpoint(rot.Phase.RotationInProgress(), rot.CheckedEndpoint, endpoint)
+	checking := rot.Phase == v1alpha1.ServiceAccountKeyPreparing && rot.NewKeySigningTime == nil
+	checked, removed := trackEndpoint(checking, rot.CheckedEndpoint, endpoint)
 	if checked == rot.CheckedEndpoint {
 		return rot, removed
 	}

@@ -610,6 +610,10 @@ func TestTrackServiceAccountKeyEndpoint(t *testing.T) {
 	in := func(phase v1alpha1.ServiceAccountKeyRotationPhase, checked string) *v1alpha1.ServiceAccountKeyRotation {
 		return &v1alpha1.ServiceAccountKeyRotation{Phase: phase, CheckedEndpoint: checked}
 	}
+	passed := func(rot *v1alpha1.ServiceAccountKeyRotation) *v1alpha1.ServiceAccountKeyRotation {
+		rot.NewKeySigningTime = &metav1.Time{Time: t0.Time}
+		return rot
+	}
 	tests := []struct {
 		name        string
 		rot         *v1alpha1.ServiceAccountKeyRotation
@@ -623,6 +627,8 @@ func TestTrackServiceAccountKeyEndpoint(t *testing.T) {
 		{"a changed endpoint is followed", in(v1alpha1.ServiceAccountKeyPreparing, a), b, b, false},
 		{"removed after it was recorded", in(v1alpha1.ServiceAccountKeyPreparing, a), "", a, true},
 		{"a rotation without an endpoint", in(v1alpha1.ServiceAccountKeyPreparing, ""), "", "", false},
+		{"removed once the check passed", passed(in(v1alpha1.ServiceAccountKeyPreparing, a)), "", a, false},
+		{"removed once Prepared", in(v1alpha1.ServiceAccountKeyPrepared, a), "", a, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -75,17 +75,18 @@ func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 // removing a pool whose rollout is still awaited, and removing the endpoint,
 // which would turn off the checks against the API server that Prepared and
 // Completed wait for (of a CA rotation, or the check of the token Secrets
-// that a service-account key rotation's Prepared waits for). A changed endpoint is allowed: the checks
-// run against whatever the spec names.
+// that a service-account key rotation's Prepared waits for). A changed
+// endpoint is allowed: the checks run against whatever the spec names.
 func validateSpecChange(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	var allErrs field.ErrorList
 	p := field.NewPath("spec")
-	if keyPhase := oldC.ServiceAccountKeyRotationPhase(); keyPhase == v1alpha1.ServiceAccountKeyPreparing && endpointRemoved(newC, oldC) {
+	phase := oldC.CARotationPhase()
+	if keyPhase := oldC.ServiceAccountKeyRotationPhase(); keyPhase == v1alpha1.ServiceAccountKeyPreparing && endpointRemoved(newC, oldC) &&
+		!phase.RotationInProgress() { // else refused below, for the CA rotation
 		allErrs = append(allErrs, field.Forbidden(p.Child("controlPlane", "endpoint"), fmt.Sprintf(
 			"cannot be removed while the service-account key rotation is in phase %s: the rotation checks the token Secrets through the API server at this endpoint; change it to the new address instead, or %s",
 			keyPhase, ServiceAccountKeyNextStep(keyPhase))))
 	}
-	phase := oldC.CARotationPhase()
 	if !phase.RotationInProgress() {
 		return allErrs
 	}

@@ -56,8 +56,18 @@ func assertValidation(t *testing.T, got, want string) {
 	}
 }
 
-// inPhase returns a valid cluster whose CA rotation is in phase, with the
-// given pools pending.
+// TestAnEndpointRemovedDuringBothRotationsIsRefusedOnce: one refusal, the
+// CA rotation's, when both rotations would refuse it.
+func TestAnEndpointRemovedDuringBothRotationsIsRefusedOnce(t *testing.T) {
+	old := keyInPhase(inPhase(v1alpha1.RotationPreparing), v1alpha1.ServiceAccountKeyPreparing)
+	newC := old.DeepCopy()
+	newC.Spec.ControlPlane.Endpoint = ""
+	errs := validateSpecChange(newC, old)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "cannot be removed while the CA rotation is in phase Preparing") {
+		t.Fatalf("errors %v, want the CA rotation's refusal alone", errs)
+	}
+}
+
 // keyInPhase is c with a service-account key rotation in phase.
 func keyInPhase(c *v1alpha1.Cluster, phase v1alpha1.ServiceAccountKeyRotationPhase) *v1alpha1.Cluster {
 	c = c.DeepCopy()
@@ -71,6 +81,8 @@ func keyInPhase(c *v1alpha1.Cluster, phase v1alpha1.ServiceAccountKeyRotationPha
 	return c
 }
 
+// inPhase returns a valid cluster whose CA rotation is in phase, with the
+// given pools pending.
 func inPhase(phase v1alpha1.CARotationPhase, pending ...string) *v1alpha1.Cluster {
 	c := validCluster()
 	if phase == "" && len(pending) == 0 {

@@ -536,9 +536,10 @@ type ServiceAccountKeyRotation struct {
 
 	// CheckedEndpoint is the control-plane endpoint the check of the token
 	// Secrets of the rotation under way runs against: spec.controlPlane.endpoint,
-	// recorded while the rotation runs and following a changed endpoint. Once
-	// set, an endpoint removed from the spec holds the rotation instead of
-	// skipping the check. Empty when the rotation runs without an endpoint.
+	// recorded in Preparing until the check passed, following a changed
+	// endpoint. Once set, an endpoint removed from the spec meanwhile holds
+	// the rotation instead of skipping the check. Empty when the rotation
+	// runs without an endpoint.
 	//
 	// +optional
 	CheckedEndpoint string `json:"checkedEndpoint,omitempty"`

@@ -399,7 +399,8 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
 		return false, nil
 	case apierrors.IsConflict(err):
-		return false, fmt.Errorf("cluster %s changed since it was looked at: looking again: %w", c.Name, err)
+		log.FromContext(ctx).V(1).Info("The Cluster changed since it was looked at: looking again in a second", "cluster", c.Name)
+		return false, fmt.Errorf("cluster %s changed since it was looked at: %w", c.Name, err)
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
 		r.memory.refuse(client.ObjectKeyFromObject(rc), c, err.Error())
 		r.Recorder.Eventf(rc, c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Rotate",

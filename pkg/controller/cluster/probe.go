@@ -217,9 +217,9 @@ func (r *Reconciler) gatherEvidence(ctx context.Context, s *scope, check rotatio
 	case s.endpointRemoved:
 		record(rotation.EvidencePending)
 		return endpointRemovedCondition(c), nil
-	case endpoint == "" && s.keyEndpointRemoved:
+	case s.keyEndpointRemoved:
 		record(rotation.EvidenceSkipped) // the CA rotation has no endpoint recorded
-		return nil, nil                  // the service-account key step says why its check holds
+		return keyEndpointRemovedCondition(c), nil
 	case endpoint == "" || r.Evidence == nil:
 		record(rotation.EvidenceSkipped)
 		return reachability(metav1.ConditionFalse, v1alpha1.ReasonNoEndpoint,

@@ -224,34 +224,46 @@ func (r *Reconciler) handleOperation(ctx context.Context, c *v1alpha1.Cluster) e
 	}
 	before := maps.Clone(c.Annotations)
 	delete(c.Annotations, v1alpha1.OperationAnnotation)
-	// What the operation did, or made moot, goes from the one queued for the
-	// maintenance window, which would otherwise start or complete the next
-	// rotation.
-	queued, isQueued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	var dropped bool
-	var rest string
-	if err == nil && isQueued {
-		dropped, rest = maintenance.Left(op, queued)
-	}
-	switch {
-	case dropped && rest != "":
-		c.Annotations[v1alpha1.MaintenanceOperationAnnotation] = rest
-	case dropped:
-		delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
+	var announce func()
+	if err == nil {
+		announce = r.dequeue(c, op, value)
 	}
 	if err := r.Client.Patch(ctx, c, metapatch.AnnotationsFrom(before)); err != nil {
 		return fmt.Errorf("removing the operation annotation: %w", err)
 	}
+	if announce != nil {
+		announce()
+	}
+	return nil
+}
+
+// dequeue takes from the operation queued for the maintenance window, in c's
+// annotations, what op (set as value) did or made moot (maintenance.Left),
+// which would otherwise start or complete the next rotation. It returns what
+// announces it (a MaintenanceOperationDropped event), for the caller to call
+// once its write of the annotations succeeded; nil when nothing went.
+func (r *Reconciler) dequeue(c *v1alpha1.Cluster, op v1alpha1.Operation, value string) (announce func()) {
+	queued, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	if !ok {
+		return nil
+	}
+	dropped, rest := maintenance.Left(op, queued)
 	switch {
-	case dropped && rest != "":
-		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
-			"Replaced %s=%s by %s: %s=%s did, or made moot, the rest of it",
-			v1alpha1.MaintenanceOperationAnnotation, queued, rest, v1alpha1.OperationAnnotation, value)
-	case dropped:
+	case !dropped:
+		return nil
+	case rest != "":
+		c.Annotations[v1alpha1.MaintenanceOperationAnnotation] = rest
+		return func() {
+			r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
+				"Replaced %s=%s by %s: %s=%s did, or made moot, the rest of it",
+				v1alpha1.MaintenanceOperationAnnotation, queued, rest, v1alpha1.OperationAnnotation, value)
+		}
+	}
+	delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
+	return func() {
 		r.event(c, corev1.EventTypeNormal, v1alpha1.EventMaintenanceOperationDropped,
 			"Dropped %s=%s: %s=%s did it, or ended the rotation it was for", v1alpha1.MaintenanceOperationAnnotation, queued, v1alpha1.OperationAnnotation, value)
 	}
-	return nil
 }
 
 // errPanicked is how a pass ended that a panic unwound: the status it writes
@@ -337,28 +349,28 @@ func (r *Reconciler) written(key types.NamespacedName, now time.Time, err error)
 // startOperation carries out, in its maintenance window, an operation queued
 // for it or made due by spec.caRotation.automatic: one write sets it as the
 // operation annotation, which the next pass handles as if a user had set it,
-// and takes from the queue what it does (maintenance.Left: all of the queued
-// operation it carries out; of another, such as a complete queued for the
-// rotation an automatic start begins, nothing); an event with reason and
-// note says why.
+// and dequeues it, or, for an automatic one, what it does of the queued
+// operation (dequeue: a queued start goes, a complete queued for the rotation
+// it begins stays); an event with reason and note says why.
 func (r *Reconciler) startOperation(ctx context.Context, c *v1alpha1.Cluster, value, reason, note string) error {
 	before := maps.Clone(c.Annotations)
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
 	c.Annotations[v1alpha1.OperationAnnotation] = value
-	if queued, ok := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; ok {
-		op, _ := v1alpha1.ParseOperation(value) // maintenance.Decide parsed it (Queueable)
-		if _, rest := maintenance.Left(op, queued); rest != "" {
-			c.Annotations[v1alpha1.MaintenanceOperationAnnotation] = rest
-		} else {
-			delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation)
-		}
+	var announce func()
+	if c.Annotations[v1alpha1.MaintenanceOperationAnnotation] == value {
+		delete(c.Annotations, v1alpha1.MaintenanceOperationAnnotation) // carried out as queued
+	} else if op, err := v1alpha1.ParseOperation(value); err == nil {
+		announce = r.dequeue(c, op, value)
 	}
 	if err := r.Client.Patch(ctx, c, metapatch.AnnotationsFrom(before)); err != nil {
 		return fmt.Errorf("carrying out %s: %w", value, err)
 	}
 	r.event(c, corev1.EventTypeNormal, reason, "%s", note)
+	if announce != nil {
+		announce()
+	}
 	return nil
 }
 

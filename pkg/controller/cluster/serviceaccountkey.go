@@ -73,6 +73,15 @@ func (r *Reconciler) serviceAccountKeyPhase(ctx context.Context, s *scope) error
 	return nil
 }
 
+// keyEndpointRemovedCondition says that the service-account key rotation
+// holds because its endpoint was removed from the spec (past the webhook,
+// which refuses that) before its check of the token Secrets passed.
+func keyEndpointRemovedCondition(c *v1alpha1.Cluster) *metav1.Condition {
+	return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointRemoved, fmt.Sprintf(
+		"spec.controlPlane.endpoint was removed during the service-account key rotation (phase %s), so its check of the token Secrets cannot run: the rotation holds until the endpoint is set again (it was %s)",
+		c.ServiceAccountKeyRotationPhase(), c.ServiceAccountKeyRotation().CheckedEndpoint))
+}
+
 // reissueTokenSecrets has the managed cluster's service-account token Secrets
 // re-issued with the key's signing key (evidence.Checker.TokenSecretsBehind)
 // and reports what it saw: Skipped without an endpoint, Pending while Secrets
@@ -84,9 +93,7 @@ func (r *Reconciler) reissueTokenSecrets(ctx context.Context, s *scope, key *cre
 	endpoint := c.Spec.ControlPlane.Endpoint
 	switch {
 	case s.keyEndpointRemoved:
-		return rotation.EvidencePending, nil, s.observe(reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointRemoved, fmt.Sprintf(
-			"spec.controlPlane.endpoint was removed during the service-account key rotation (phase %s), so its check of the token Secrets cannot run: the rotation holds until the endpoint is set again (it was %s)",
-			c.ServiceAccountKeyRotationPhase(), c.ServiceAccountKeyRotation().CheckedEndpoint)), nil)
+		return rotation.EvidencePending, nil, s.observe(keyEndpointRemovedCondition(c), nil)
 	case s.endpointRemoved:
 		return rotation.EvidencePending, nil, s.observe(endpointRemovedCondition(c), nil)
 	case endpoint == "" || r.Evidence == nil:

@@ -336,7 +336,7 @@ func parseState(secret *corev1.Secret) State {
 	if secret == nil {
 		return s
 	}
-	if kp, err := pki.ParseKeyPair(secret.Data[KeyCACert], secret.Data[KeyCAKey]); err == nil && kp.Cert.IsCA {
+	if kp, err := pki.ParseKeyPair(secret.Data[KeyCACert], secret.Data[KeyCAKey]); err == nil && pki.CheckCA(kp.Cert) == nil {
 		s.CA = kp
 	}
 	if b, err := pki.ParseBundle(secret.Data[KeyBundle]); err == nil {
