@@ -127,7 +127,7 @@ func TestCASecretRoundTrip(t *testing.T) {
 	}
 
 	// A certificate that may not sign certificates, current or previous.
-	mayNotSign := pkitest.NewCAThatMayNotSign(t, "digital-signature-only")
+	mayNotSign := pkitest.NewCAThatMayNotSign(t, "digital-signature-only", now)
 	for _, cas := range []*CAs{{Current: mayNotSign}, {Current: newCA(), Previous: mayNotSign}} {
 		data, err := EncodeCASecretData(cas)
 		if err != nil {

@@ -211,7 +211,7 @@ func TestANewClustersUnlabelledSecretIsFoundByItsCreate(t *testing.T) {
 func TestAnAdoptedCAThatMayNotSignIsRefused(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster("adopted")
-	data, err := credentials.EncodeCASecretData(&credentials.CAs{Current: pkitest.NewCAThatMayNotSign(t, "digital-signature-only")})
+	data, err := credentials.EncodeCASecretData(&credentials.CAs{Current: pkitest.NewCAThatMayNotSign(t, "digital-signature-only", time.Now())})
 	if err != nil {
 		t.Fatal(err)
 	}

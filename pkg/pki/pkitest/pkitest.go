@@ -30,13 +30,12 @@ func NewCA(t testing.TB, name string) *pki.KeyPair {
 // NewCAThatMayNotSign is a self-signed ECDSA P-256 certificate named name,
 // valid for an hour from now, that says it is a CA (CA:TRUE) but whose key
 // usage lacks certSign: what verifies a certificate it signs refuses it.
-func NewCAThatMayNotSign(t testing.TB, name string) *pki.KeyPair {
+func NewCAThatMayNotSign(t testing.TB, name string, now time.Time) *pki.KeyPair {
 	t.Helper()
 	key, err := pki.GenerateKey(pki.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
 		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true}

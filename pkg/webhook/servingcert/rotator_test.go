@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
 
 const vwcName = "carousel"
@@ -194,6 +195,33 @@ func TestRotatorSurvivesALostSecret(t *testing.T) {
 	}
 	if err := pki.Verify(now.Serving.Cert, pki.NewBundle(now.CA.Cert), x509.ExtKeyUsageServerAuth, clk.Now()); err != nil {
 		t.Fatalf("the served certificate did not move to the new CA: %v", err)
+	}
+}
+
+// A stored CA that may not sign certificates (no certSign) is replaced, as
+// a missing one is: kept, every renewal of the serving certificate failed
+// until it expired.
+func TestRotatorReplacesACAThatMayNotSign(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	mayNotSign := pkitest.NewCAThatMayNotSign(t, "no-cert-sign", t0)
+	key, err := pki.EncodePrivateKey(mayNotSign.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secretKey.Namespace, Name: secretKey.Name,
+		Labels: map[string]string{LabelManagedBy: ManagedBy}}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{KeyCACert: mayNotSign.CertPEM(), KeyCAKey: key, KeyBundle: pki.NewBundle(mayNotSign.Cert).PEM()}}
+	api := newAPIServer(t, clk, webhookConfiguration(), secret)
+	r := newRotator(api, clk)
+	for range 3 {
+		clk.Step(sync(t, r))
+	}
+	now := stored(t, api)
+	if now.CA == nil || now.CA.Cert.Equal(mayNotSign.Cert) || now.Serving == nil {
+		t.Fatalf("stored %+v, want a new CA and a serving certificate from it", now)
+	}
+	if err := pki.Verify(now.Serving.Cert, pki.NewBundle(now.CA.Cert), x509.ExtKeyUsageServerAuth, clk.Now()); err != nil {
+		t.Fatalf("the served certificate is not from the new CA: %v", err)
 	}
 }
 
