@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/clip"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/maintenance"
 	"github.com/carousel-dev/carousel/pkg/rotation"
@@ -181,6 +182,9 @@ func (r *Reconciler) setRecommendationCondition(c *v1alpha1.Cluster) time.Time {
 // setCondition stamps a condition with the Cluster's generation and the
 // time, and sets it.
 func (r *Reconciler) setCondition(c *v1alpha1.Cluster, cond metav1.Condition) {
+	// A message past the schema's limit would have the API server refuse
+	// every status write.
+	cond.Message = clip.Bytes(cond.Message, maxConditionMessage)
 	cond.ObservedGeneration, cond.LastTransitionTime = c.Generation, r.now()
 	meta.SetStatusCondition(&c.Status.Conditions, cond)
 }
@@ -242,6 +246,10 @@ func (r *Reconciler) setServiceAccountKeyRotationCondition(c *v1alpha1.Cluster, 
 	}
 	r.setCondition(c, cond)
 }
+
+// maxConditionMessage is the schema's limit on a condition's message
+// (metav1.Condition).
+const maxConditionMessage = 32768
 
 // setRotationCondition says whether a rotation is under way and what it waits for.
 func (r *Reconciler) setRotationCondition(c *v1alpha1.Cluster, phase v1alpha1.CARotationPhase, wait *rotation.Wait, waitingPools []string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -335,5 +336,17 @@ func TestCAExpiringSoonAdvisesWhatThePhaseAllows(t *testing.T) {
 		if got := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCAExpiring); got == nil || got.Message != want {
 			t.Errorf("%s: %+v, want the message %q", phase, got, want)
 		}
+	}
+}
+
+// A condition's message is cut to the schema's limit: past it, the API server
+// refused every write of the status.
+func TestAConditionMessageIsCutToTheSchemasLimit(t *testing.T) {
+	r := &Reconciler{Clock: clocktesting.NewFakeClock(time.Now())}
+	c := &v1alpha1.Cluster{}
+	r.setCondition(c, metav1.Condition{Type: v1alpha1.ConditionCARotation, Status: metav1.ConditionTrue, Reason: "Waiting",
+		Message: strings.Repeat("node (last seen 2026-11-23T10:30:00Z), ", 2000)})
+	if n := len(c.Status.Conditions[0].Message); n > maxConditionMessage || n < maxConditionMessage-4 {
+		t.Fatalf("message of %d bytes, want it cut to %d", n, maxConditionMessage)
 	}
 }

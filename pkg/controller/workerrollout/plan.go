@@ -143,13 +143,21 @@ func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenew
 	return b.String()
 }
 
+// lastSeenShown is how many nodes lastSeen names: the message goes into a
+// condition (at most 32 KiB) and an event (cut at 1 KiB), and a zone outage
+// can take hundreds of a pool's nodes offline.
+const lastSeenShown = 5
+
 // lastSeen names each node with its last heartbeat, not how long ago it
 // was: the message goes into the status, which a pass writes only when it
-// changes.
+// changes. Past lastSeenShown nodes it says how many more there are.
 func lastSeen(nodes []OfflineNode) string {
-	names := make([]string, len(nodes))
-	for i, o := range nodes {
-		names[i] = fmt.Sprintf("%s (last seen %s)", o.Name, o.LastSeen.UTC().Format(time.RFC3339))
+	names := make([]string, 0, min(len(nodes), lastSeenShown+1))
+	for _, o := range nodes[:min(len(nodes), lastSeenShown)] {
+		names = append(names, fmt.Sprintf("%s (last seen %s)", o.Name, o.LastSeen.UTC().Format(time.RFC3339)))
+	}
+	if more := len(nodes) - lastSeenShown; more > 0 {
+		names = append(names, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(names, ", ")
 }

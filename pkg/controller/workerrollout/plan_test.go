@@ -155,6 +155,23 @@ func TestPlanRollout(t *testing.T) {
 	}
 }
 
+// TestPlanMessageOfAPoolWithManyNodesOffline: the message names a few of
+// the offline nodes and says how many more, so that a zone outage does not
+// grow it past the condition's 32 KiB (which had the API server refuse every
+// status write) nor the event's 1 KiB past the advice.
+func TestPlanMessageOfAPoolWithManyNodesOffline(t *testing.T) {
+	request := noderenewal.Request{Initiated: time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC), Phase: v1alpha1.RotationPreparing}
+	nodes := []NodeState{node("online", noderenewal.Done, 0)}
+	for i := range 600 {
+		nodes = append(nodes, node(fmt.Sprintf("ip-10-0-%03d-17.eu-central-1.compute.internal-%d", i%256, i), noderenewal.Ask, time.Hour))
+	}
+	got := PlanRollout(nodes, intstr.FromInt32(1), offlineAfter, t0).Message("workers", offlineAfter, request)
+	advice := "annotate its Node carousel.dev/renew-credentials=2026-11-23T09:00:00Z/Preparing"
+	if len(got) > 1024 || !strings.Contains(got, "and 595 more") || !strings.Contains(got, advice) {
+		t.Fatalf("Message (%d bytes) =\n%s\nwant at most 1 KiB, naming 5 nodes and 595 more, with %q", len(got), got, advice)
+	}
+}
+
 func TestPlanMessage(t *testing.T) {
 	request := noderenewal.Request{Initiated: time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC), Phase: v1alpha1.RotationPreparing}
 	for _, tt := range []struct {
