@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -30,13 +31,16 @@ func pendingPools(c *v1alpha1.Cluster) []v1alpha1.PendingWorkersRollout {
 
 // rollWorkers asks each pending pool's strategy to roll it, held pools left
 // out, and drops the pools that finished from pendingWorkersRollouts. It
-// returns what the pools still pending wait for.
+// returns what the pools still pending wait for, and the errors of the pools
+// that failed, joined: one pool that fails holds up neither the others'
+// rollouts nor their record.
 func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]string, error) {
 	pending := pendingPools(c)
 	if len(pending) == 0 {
 		return nil, nil
 	}
 	var waiting, done, unwaited []string
+	var errs []error
 	for _, p := range pending {
 		pool := c.Spec.WorkerPool(p.Name)
 		if pool == nil {
@@ -55,15 +59,15 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 			continue
 		}
 		ok, msg, err := strategy.Rollout(ctx, c, *pool)
-		if err != nil {
-			return nil, fmt.Errorf("rolling worker pool %s: %w", pool.Name, err)
-		}
-		if ok {
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("rolling worker pool %s: %w", pool.Name, err))
+		case ok:
 			done = append(done, p.Name)
 			if msg != "" {
 				unwaited = append(unwaited, msg)
 			}
-		} else {
+		default:
 			waiting = append(waiting, msg)
 		}
 	}
@@ -75,5 +79,5 @@ func (r *Reconciler) rollWorkers(ctx context.Context, c *v1alpha1.Cluster) ([]st
 	if rot := rotation.WorkersRolledOut(c.CARotation(), done); rot != c.CARotation() {
 		setCARotation(c, rot)
 	}
-	return waiting, nil
+	return waiting, errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,6 +23,36 @@ type rolledWithout map[string]string
 
 func (r rolledWithout) Rollout(_ context.Context, _ *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
 	return true, "pool " + pool.Name + ": rolled without " + r[pool.Name], nil
+}
+
+// failing is a WorkerRollout that fails for the pools it names and finds the
+// others rolled.
+type failing map[string]error
+
+func (f failing) Rollout(_ context.Context, _ *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
+	err := f[pool.Name]
+	return err == nil, "", err
+}
+
+// TestAPoolThatFailsHoldsUpNoOtherPool: the pools after one whose rollout
+// fails are rolled in the same pass, and those done leave
+// pendingWorkersRollouts; the failure is returned.
+func TestAPoolThatFailsHoldsUpNoOtherPool(t *testing.T) {
+	c := &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{Workers: []v1alpha1.WorkerPool{
+		{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace}, {Name: "pool-b", RolloutStrategy: v1alpha1.RolloutInPlace}}}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+		Phase: v1alpha1.RotationPreparing, PendingWorkersRollouts: []v1alpha1.PendingWorkersRollout{{Name: "pool-a"}, {Name: "pool-b"}}}}}
+	refused := errors.New("nodes \"a-1\" is forbidden: a policy refuses annotations")
+	r := &Reconciler{Recorder: events.NewFakeRecorder(10),
+		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]WorkerRollout{v1alpha1.RolloutInPlace: failing{"pool-a": refused}}}
+
+	_, err := r.rollWorkers(context.Background(), c)
+	if !errors.Is(err, refused) || !strings.Contains(err.Error(), "rolling worker pool pool-a") {
+		t.Fatalf("rollWorkers error %v, want pool-a's", err)
+	}
+	if pending := pendingPools(c); len(pending) != 1 || pending[0].Name != "pool-a" {
+		t.Errorf("pools %v still pending, want pool-a alone: pool-b rolled", pending)
+	}
 }
 
 // TestOneEventNamesEveryPoolRolledWithoutOfflineNodes: pools finished in one
