@@ -57,6 +57,7 @@ func addCampaignWaitFlags(cmd *cobra.Command, until v1alpha1.CampaignPhase) *cam
 	w := &campaignWait{}
 	cmd.Flags().BoolVar(&w.wait, "wait", false, fmt.Sprintf("Follow the campaign, printing its progress, until it is %s or halted", until))
 	cmd.Flags().DurationVar(&w.timeout, "timeout", 6*time.Hour, "How long --wait waits")
+	refuseTimeoutsNotPositive(cmd, &w.wait, &w.timeout)
 	return w
 }
 

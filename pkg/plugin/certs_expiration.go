@@ -34,7 +34,7 @@ Cluster's conditions with "kubectl carousel rotation status"). A CA only changes
   kubectl carousel certs check-expiration prod -n team-a
 
   # The CA that expires first, for a script
-  kubectl carousel certs check-expiration prod -n team-a -o json | jq -r '.certificateAuthorities | min_by(.expirationDate) | .role'`,
+  kubectl carousel certs check-expiration prod -n team-a -o json | jq -r '.certificateAuthorities | map(select(.expirationDate)) | min_by(.expirationDate) | .role'`,
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,
 	}

@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
+	"unicode"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -65,6 +66,9 @@ printed; an existing file is refused before anything is issued or recorded.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl < minKubeconfigTTL || ttl > maxKubeconfigTTL {
 				return fmt.Errorf("--ttl must be between %s and %s", minKubeconfigTTL, maxKubeconfigTTL)
+			}
+			if err := checkKubeconfigName(name); err != nil {
+				return err
 			}
 			if file != "" {
 				switch _, err := os.Lstat(file); {
@@ -135,6 +139,26 @@ printed; an existing file is refused before anything is issued or recorded.`,
 	cmd.Flags().StringVar(&file, "output-file", "", "Write the kubeconfig into this new file (mode 0600) instead of printing it")
 	cmd.Flags().StringVar(&name, "name", defaultKubeconfigName(), "Put into the user name, carousel:admin:<name>, for the audit log and the record of issued kubeconfigs")
 	return cmd
+}
+
+// maxCommonName is the longest common name X.509 allows (RFC 5280 ub-common-name).
+const maxCommonName = 64
+
+// checkKubeconfigName refuses a --name that would not tell its user apart in
+// the record of issued kubeconfigs (empty: everyone who passes it shares
+// carousel:admin:), that a terminal or an audit log would show otherwise
+// than written (control or non-printable characters, spaces), or that makes
+// the certificate's common name longer than X.509 allows.
+func checkKubeconfigName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("--name is empty: it tells your kubeconfigs apart from others' in the record of issued kubeconfigs")
+	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
+		return fmt.Errorf("--name %q: only printable characters without spaces (set --name, whose default is <login>@<host>)", name)
+	case len("carousel:admin:"+name) > maxCommonName:
+		return fmt.Errorf("--name %q: at most %d bytes (set --name, whose default is <login>@<host>)", name, maxCommonName-len("carousel:admin:"))
+	}
+	return nil
 }
 
 // defaultKubeconfigName is whoever runs the plugin, where:

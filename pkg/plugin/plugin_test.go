@@ -37,6 +37,46 @@ func run(args ...string) error {
 	return cmd.Execute()
 }
 
+// A --wait with a timeout that is not positive is refused before anything
+// is written (the server, on a closed loopback port, is never reached).
+func TestAWaitWithoutTimeIsRefusedBeforeAnythingIsWritten(t *testing.T) {
+	for _, args := range [][]string{
+		{"rotation", "start", "prod", "--wait", "--timeout", "0"},
+		{"rotation", "complete", "prod", "--wait", "--timeout", "-1m"},
+		{"rotation", "abort", "prod", "--wait", "--timeout", "0s"},
+		{"campaign", "complete", "wave", "--wait", "--timeout", "0"},
+	} {
+		err := run(append(args, "-n", "team-a", "--server", "https://127.0.0.1:1")...)
+		if err == nil || !strings.Contains(err.Error(), "--wait needs a positive timeout") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	if err := run("rotation", "start", "prod", "--timeout", "0", "-n", "team-a", "--server", "https://127.0.0.1:1"); err == nil ||
+		strings.Contains(err.Error(), "positive timeout") {
+		t.Errorf("without --wait, --timeout 0 is refused or the server not asked: %v", err)
+	}
+}
+
+// A --name that would not tell its user apart, or that is not shown as
+// written, or too long for a common name, is refused before anything is
+// read or written.
+func TestAKubeconfigNameIsChecked(t *testing.T) {
+	for name, want := range map[string]string{
+		"":                       "--name is empty",
+		"alice smith":            "only printable characters without spaces",
+		"alice\x1b[2J":          "only printable characters without spaces",
+		strings.Repeat("a", 50): "at most 49 bytes",
+	} {
+		err := run("kubeconfig", "prod", "--name", name, "-n", "team-a", "--server", "https://127.0.0.1:1")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--name %q: %v, want %q", name, err, want)
+		}
+	}
+	if err := checkKubeconfigName(strings.Repeat("a", 49)); err != nil {
+		t.Errorf("a name of 49 bytes: %v", err)
+	}
+}
+
 func TestACommandWithoutItsClusterSaysHowToCallIt(t *testing.T) {
 	for _, args := range [][]string{
 		{"rotation", "status"},
@@ -258,6 +298,37 @@ func TestFollowLineSaysThePhaseOnce(t *testing.T) {
 	}
 	if queued := (followTarget{ca: both.ca, serviceAccountKey: both.serviceAccountKey, queued: true}); rotationReached(cl, queued) {
 		t.Error("rotationReached for an operation queued, with one still queued, want false")
+	}
+}
+
+// TestAbortedMeanwhile: a --wait for a phase the rotation no longer reaches,
+// because someone aborted it, ends (it waited until its timeout); not while
+// the operation followed is still requested or queued (a start on an
+// Aborted rotation, not taken up yet), nor for the abort's own --wait.
+func TestAbortedMeanwhile(t *testing.T) {
+	prepared := followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared}}
+	aborted := followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationAborted}}
+	in := func(phase v1alpha1.CARotationPhase, annotations map[string]string) *v1alpha1.Cluster {
+		return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}, Status: v1alpha1.ClusterStatus{
+			Credentials: &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{Phase: phase}}}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		cl     *v1alpha1.Cluster
+		target followTarget
+		want   bool
+	}{
+		{"preparing", in(v1alpha1.RotationPreparing, nil), prepared, false},
+		{"aborting, for Prepared", in(v1alpha1.RotationAborting, nil), prepared, true},
+		{"aborted, for Prepared", in(v1alpha1.RotationAborted, nil), prepared, true},
+		{"aborted, a start not taken up yet", in(v1alpha1.RotationAborted, map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationStartCARotation}), prepared, false},
+		{"aborted, a start queued", in(v1alpha1.RotationAborted, map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationStartCARotation}), prepared, false},
+		{"aborting, for the abort", in(v1alpha1.RotationAborting, nil), aborted, false},
+		{"aborted, for the service-account key alone", in(v1alpha1.RotationAborted, nil), followTarget{serviceAccountKey: v1alpha1.ServiceAccountKeyPrepared}, false},
+	} {
+		if got := abortedMeanwhile(tc.cl, tc.target); got != tc.want {
+			t.Errorf("%s: abortedMeanwhile = %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }
 

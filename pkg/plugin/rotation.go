@@ -50,7 +50,20 @@ func addOperationFlags(cmd *cobra.Command, until string, queueable bool) *operat
 		cmd.Flags().BoolVar(&f.inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
 	}
 	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
+	refuseTimeoutsNotPositive(cmd, &f.wait, &f.timeout)
 	return f
+}
+
+// refuseTimeoutsNotPositive has cmd refuse, before it writes anything, a
+// --timeout that is not positive with --wait: the operation would be
+// requested, and the wait end at once as failed.
+func refuseTimeoutsNotPositive(cmd *cobra.Command, wait *bool, timeout *time.Duration) {
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if *wait && *timeout <= 0 {
+			return fmt.Errorf("--timeout %s: --wait needs a positive timeout", *timeout)
+		}
+		return nil
+	}
 }
 
 // requestOperation sets the operation annotation of the Cluster name (the
@@ -447,6 +460,7 @@ re-issued Carousel's own certificate from it, early in %[7]s; or for theirs to e
 	f := &operationFlags{}
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(v1alpha1.RotationAborted))
 	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
+	refuseTimeoutsNotPositive(cmd, &f.wait, &f.timeout)
 	force := cmd.Flags().Bool("force", false, "Delete the new CAs without waiting for the users holding kubeconfigs from the new client CA; in phase "+
 		string(v1alpha1.RotationAborting)+", end that wait")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -536,6 +550,9 @@ func (e *env) follow(ctx context.Context, ns, name string, target followTarget, 
 				return false, err
 			}
 		}
+		if abortedMeanwhile(cl, target) {
+			return false, fmt.Errorf("%s/%s: the CA rotation was aborted (phase %s), so it will not be %s", ns, name, cl.CARotationPhase(), target)
+		}
 		return rotationReached(cl, target), nil
 	})
 	if wait.Interrupted(err) && ctx.Err() == nil {
@@ -586,6 +603,17 @@ func rotationReached(cl *v1alpha1.Cluster, target followTarget) bool {
 	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
 	return (len(target.ca) == 0 || slices.Contains(target.ca, cl.CARotationPhase())) &&
 		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && (!target.queued || !queued)
+}
+
+// abortedMeanwhile: the CA rotation followed was aborted (someone else's
+// abort-ca-rotation), so it never reaches a target phase other than the
+// abort's, and nothing requested or queued would start another.
+func abortedMeanwhile(cl *v1alpha1.Cluster, target followTarget) bool {
+	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
+	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	phase := cl.CARotationPhase()
+	return len(target.ca) > 0 && (phase == v1alpha1.RotationAborting || phase == v1alpha1.RotationAborted) &&
+		!slices.Contains(target.ca, v1alpha1.RotationAborted) && !requested && !queued
 }
 
 // phaseList names phases for a person: "A", "A or B".
