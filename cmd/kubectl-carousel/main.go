@@ -3,11 +3,9 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/utils/clock"
 
 	"github.com/carousel-dev/carousel/pkg/plugin"
@@ -16,9 +14,7 @@ import (
 func main() {
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	if err := plugin.NewCommand(streams, clock.RealClock{}).Execute(); err != nil {
-		// Escaped as the command's own output is: an error can quote a
-		// managed API server's answer.
-		_ = printers.WriteEscaped(os.Stderr, fmt.Sprintln("error:", err))
+		plugin.WriteError(os.Stderr, err)
 		os.Exit(1)
 	}
 }

@@ -25,6 +25,13 @@ func escapedStreams(s genericiooptions.IOStreams) genericiooptions.IOStreams {
 	return s
 }
 
+// WriteError writes err to w as kubectl does ("error: ..."), its control
+// characters escaped as the plugin's own output is (escapedStreams): an
+// error can quote a managed API server's answer or an admission webhook's.
+func WriteError(w io.Writer, err error) {
+	_, _ = fmt.Fprintln(escaping{w}, "error:", err)
+}
+
 // escaping writes to w with the terminal's control characters escaped.
 type escaping struct{ w io.Writer }
 

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -41,6 +42,16 @@ func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 		t.Errorf("a control character reaches the terminal: %q", got)
 	case !strings.Contains(got, `^[]52;c;Y3VybCBldmlsfHNo^G^[[2J\rall fine^H^H^?\u009b2J`):
 		t.Errorf("the message is not shown escaped: %q", got)
+	}
+}
+
+// An error is escaped as the output is: it can quote an admission webhook's
+// or a managed API server's answer.
+func TestAnErrorCannotDriveTheTerminal(t *testing.T) {
+	var out bytes.Buffer
+	WriteError(&out, errors.New("denied: \x1b[2J\b\x7f\u009b2J"))
+	if got, want := out.String(), "error: denied: ^[[2J^H^?\\u009b2J\n"; got != want {
+		t.Errorf("WriteError wrote %q, want %q", got, want)
 	}
 }
 
