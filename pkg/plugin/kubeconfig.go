@@ -12,8 +12,8 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
-	"unicode"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"

@@ -62,8 +62,8 @@ func TestAWaitWithoutTimeIsRefusedBeforeAnythingIsWritten(t *testing.T) {
 // read or written.
 func TestAKubeconfigNameIsChecked(t *testing.T) {
 	for name, want := range map[string]string{
-		"":                       "--name is empty",
-		"alice smith":            "only printable characters without spaces",
+		"":                      "--name is empty",
+		"alice smith":           "only printable characters without spaces",
 		"alice\x1b[2J":          "only printable characters without spaces",
 		strings.Repeat("a", 50): "at most 49 bytes",
 	} {
