@@ -46,9 +46,10 @@ type ServiceAccountKeyRotationApplyConfiguration struct {
 	NewKeySigningTime *v1.Time `json:"newKeySigningTime,omitempty"`
 	// CheckedEndpoint is the control-plane endpoint the check of the token
 	// Secrets of the rotation under way runs against: spec.controlPlane.endpoint,
-	// recorded while the rotation runs and following a changed endpoint. Once
-	// set, an endpoint removed from the spec holds the rotation instead of
-	// skipping the check. Empty when the rotation runs without an endpoint.
+	// recorded in Preparing until the check passed, following a changed
+	// endpoint. Once set, an endpoint removed from the spec meanwhile holds
+	// the rotation instead of skipping the check. Empty when the rotation
+	// runs without an endpoint.
 	CheckedEndpoint *string `json:"checkedEndpoint,omitempty"`
 }
 
