@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -31,27 +32,36 @@ var _ = Describe("Automatic CA rotation", func() {
 		Expect(getCluster(ctx, client.ObjectKeyFromObject(c)).Spec.CARotation.Automatic.ValidityUsedPercent).To(HaveValue(BeEquivalentTo(80)), "the schema's default")
 	})
 
-	It("starts when a CA has used its share of validity, completes after the soak, both only inside the window, and schedules the next", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+	// automatic creates, at noon on a fake clock, a Cluster name whose CAs
+	// are valid four days and rotated at half of it, two days after they
+	// were issued, completed completeAfter after Prepared if set, in a window
+	// from 22:00 to 23:00 UTC; it returns the Cluster's key, a driver of its
+	// passes, the clock, noon and the events.
+	automatic := func(ctx context.Context, name string, completeAfter *metav1.Duration) (client.ObjectKey, handDriven, *clocktesting.FakeClock, time.Time, *events.FakeRecorder) {
+		GinkgoHelper()
 		noon := time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour)
 		clk := clocktesting.NewFakeClock(noon)
 		recorder := events.NewFakeRecorder(100)
 		r := &clustercontroller.Reconciler{Client: k8s, Clock: clk, Recorder: recorder, CAExpiryWarning: time.Hour, ManagedPollInterval: 5 * time.Second}
 		c := &v1alpha1.Cluster{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "automatic"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: newNamespace(ctx), Name: name},
 			Spec: v1alpha1.ClusterSpec{
 				KubernetesVersion: "1.36.3",
-				// CAs valid four days, rotated at half of it: two days after they were issued.
 				Certificates: v1alpha1.CertificateSettings{CAValidity: &metav1.Duration{Duration: 96 * time.Hour},
 					LeafValidity: &metav1.Duration{Duration: 12 * time.Hour}},
 				Maintenance: &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}},
 				CARotation: v1alpha1.CARotationSettings{Automatic: &v1alpha1.AutomaticCARotation{ValidityUsedPercent: ptr.To[int32](50),
-					CompleteAfter: &metav1.Duration{Duration: 24 * time.Hour}}},
+					CompleteAfter: completeAfter}},
 			},
 		}
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		key := client.ObjectKeyFromObject(c)
-		driven := handDriven{r: r, key: key, step: clk.Step}
+		return key, handDriven{r: r, key: key, step: clk.Step}, clk, noon, recorder
+	}
+
+	It("starts when a CA has used its share of validity, completes after the soak, both only inside the window, and schedules the next", func(ctx SpecContext) {
+		key, driven, clk, noon, recorder := automatic(ctx, "automatic", &metav1.Duration{Duration: 24 * time.Hour})
+		ns := key.Namespace
 		scheduled := func() *metav1.Condition {
 			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionAutomaticCARotationScheduled)
 		}
@@ -108,7 +118,7 @@ var _ = Describe("Automatic CA rotation", func() {
 		Expect(scheduled().Message).To(ContainSubstring(next.UTC().Format(time.RFC3339)))
 
 		By("turning the policy off removes the condition")
-		c = getCluster(ctx, key)
+		c := getCluster(ctx, key)
 		patch := client.MergeFrom(c.DeepCopy())
 		c.Spec.CARotation.Automatic = nil
 		Expect(k8s.Patch(ctx, c, patch)).To(Succeed())
@@ -117,25 +127,8 @@ var _ = Describe("Automatic CA rotation", func() {
 	})
 
 	It("starts a rotation that is due although a complete is queued for it, and then carries out the queued complete", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
-		noon := time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour)
-		clk := clocktesting.NewFakeClock(noon)
-		recorder := events.NewFakeRecorder(100)
-		r := &clustercontroller.Reconciler{Client: k8s, Clock: clk, Recorder: recorder, CAExpiryWarning: time.Hour, ManagedPollInterval: 5 * time.Second}
-		c := &v1alpha1.Cluster{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "queued-complete"},
-			Spec: v1alpha1.ClusterSpec{
-				KubernetesVersion: "1.36.3",
-				Certificates: v1alpha1.CertificateSettings{CAValidity: &metav1.Duration{Duration: 96 * time.Hour},
-					LeafValidity: &metav1.Duration{Duration: 12 * time.Hour}},
-				Maintenance: &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}},
-				// No completeAfter: the user completes, here through the window.
-				CARotation: v1alpha1.CARotationSettings{Automatic: &v1alpha1.AutomaticCARotation{ValidityUsedPercent: ptr.To[int32](50)}},
-			},
-		}
-		Expect(k8s.Create(ctx, c)).To(Succeed())
-		key := client.ObjectKeyFromObject(c)
-		driven := handDriven{r: r, key: key, step: clk.Step}
+		// No completeAfter: the user completes, here through the window.
+		key, driven, clk, noon, recorder := automatic(ctx, "queued-complete", nil)
 		driven.pass(ctx)
 		driven.pass(ctx)
 		due := halfway(getCluster(ctx, key).Status.Credentials.CertificateAuthorities[0])

@@ -111,6 +111,29 @@ var _ = Describe("Failure modes", func() {
 		Expect(err).NotTo(HaveOccurred())
 		return c, key, r
 	}
+	// keyRotationAtTheTokenCheck creates a Cluster, name, whose managed API
+	// server (apiServer, made down) fails every check, starts a
+	// service-account key rotation and reconciles it until the check of the
+	// token Secrets failed. It returns the Cluster's key, the Reconciler, and
+	// a reader of its ControlPlaneReachable condition.
+	keyRotationAtTheTokenCheck := func(ctx context.Context, name string, apiServer *flakyAPIServer) (client.ObjectKey, *clustercontroller.Reconciler, func() *metav1.Condition) {
+		GinkgoHelper()
+		apiServer.down.Store(true)
+		_, key, r := issued(ctx, name, "https://127.0.0.1:6443", apiServer)
+		Expect(annotate(ctx, getCluster(ctx, key), string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
+		reachable := func() *metav1.Condition {
+			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
+		}
+		for range 10 { // the operation, the new key, its rollouts, the check of the token Secrets
+			_, err := reconcileOnce(ctx, r, key)
+			Expect(err).NotTo(HaveOccurred())
+			if c := reachable(); c != nil && c.Status == metav1.ConditionFalse {
+				break
+			}
+		}
+		Expect(reachable()).To(HaveField("Reason", v1alpha1.ReasonEndpointUnreachable), "the check of the token Secrets failed")
+		return key, r, reachable
+	}
 	// unlabel takes the carousel.dev/cluster label off the Secret name, as
 	// a hand edit does, and returns it as it is then.
 	unlabel := func(ctx context.Context, name string) *corev1.Secret {
@@ -167,20 +190,7 @@ var _ = Describe("Failure modes", func() {
 
 	It("says the API server is reachable again once a check that failed passes, outside a CA rotation", func(ctx SpecContext) {
 		apiServer := &flakyAPIServer{}
-		apiServer.down.Store(true)
-		_, key, r := issued(ctx, "sa-flaky", "https://127.0.0.1:6443", apiServer)
-		Expect(annotate(ctx, getCluster(ctx, key), string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
-		reachable := func() *metav1.Condition {
-			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
-		}
-		for range 10 { // the operation, the new key, its rollouts, the check of the token Secrets
-			_, err := reconcileOnce(ctx, r, key)
-			Expect(err).NotTo(HaveOccurred())
-			if c := reachable(); c != nil && c.Status == metav1.ConditionFalse {
-				break
-			}
-		}
-		Expect(reachable()).To(HaveField("Reason", v1alpha1.ReasonEndpointUnreachable), "the check of the token Secrets failed")
+		key, r, reachable := keyRotationAtTheTokenCheck(ctx, "sa-flaky", apiServer)
 
 		apiServer.down.Store(false)
 		_, err := reconcileOnce(ctx, r, key)
@@ -309,21 +319,8 @@ var _ = Describe("Failure modes", func() {
 	})
 
 	It("holds a service-account key rotation whose endpoint was removed past the webhook instead of skipping the check of its token Secrets", func(ctx SpecContext) {
-		apiServer := &flakyAPIServer{}
-		apiServer.down.Store(true) // the check of the token Secrets fails until the endpoint is gone
-		_, key, r := issued(ctx, "sa-unchecked", "https://127.0.0.1:6443", apiServer)
-		Expect(annotate(ctx, getCluster(ctx, key), string(v1alpha1.VerbRotateServiceAccountKeyStart))).To(Succeed())
-		reachable := func() *metav1.Condition {
-			return meta.FindStatusCondition(getCluster(ctx, key).Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
-		}
-		for range 10 { // the operation, the new key, its rollouts, the check of the token Secrets
-			_, err := reconcileOnce(ctx, r, key)
-			Expect(err).NotTo(HaveOccurred())
-			if c := reachable(); c != nil && c.Status == metav1.ConditionFalse {
-				break
-			}
-		}
-		Expect(reachable()).To(HaveField("Reason", v1alpha1.ReasonEndpointUnreachable), "the check of the token Secrets ran")
+		apiServer := &flakyAPIServer{} // down: the check of the token Secrets fails until the endpoint is gone
+		key, r, reachable := keyRotationAtTheTokenCheck(ctx, "sa-unchecked", apiServer)
 		Expect(getCluster(ctx, key).ServiceAccountKeyRotation().CheckedEndpoint).To(Equal("https://127.0.0.1:6443"))
 
 		c := getCluster(ctx, key)
