@@ -134,6 +134,18 @@ var _ = Describe("Failure modes", func() {
 		Expect(reachable()).To(HaveField("Reason", v1alpha1.ReasonEndpointUnreachable), "the check of the token Secrets failed")
 		return key, r, reachable
 	}
+	// removeEndpointPastTheWebhook clears the Cluster's endpoint: the webhook
+	// refuses it with refusal, then, the webhook bypassed, it is written.
+	removeEndpointPastTheWebhook := func(ctx context.Context, key client.ObjectKey, refusal string) {
+		GinkgoHelper()
+		c := getCluster(ctx, key)
+		Expect(k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))).To(MatchError(ContainSubstring(refusal)), "the webhook refuses it")
+		bypassWebhook(ctx, ns)
+		Eventually(func() error {
+			c := getCluster(ctx, key)
+			return k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))
+		}).Should(Succeed())
+	}
 	// unlabel takes the carousel.dev/cluster label off the Secret name, as
 	// a hand edit does, and returns it as it is then.
 	unlabel := func(ctx context.Context, name string) *corev1.Secret {
@@ -294,21 +306,14 @@ var _ = Describe("Failure modes", func() {
 		}
 		Expect(getCluster(ctx, key).CARotation().CheckedEndpoint).To(Equal("https://127.0.0.1:6443"))
 
-		c := getCluster(ctx, key)
-		Expect(k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))).To(MatchError(ContainSubstring("cannot be removed while the CA rotation is in phase Preparing")),
-			"the webhook refuses it")
-		bypassWebhook(ctx, ns)
-		Eventually(func() error {
-			c := getCluster(ctx, key)
-			return k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))
-		}).Should(Succeed())
+		removeEndpointPastTheWebhook(ctx, key, "cannot be removed while the CA rotation is in phase Preparing")
 		apiServer.down.Store(false) // nothing left that could fail a check: only the missing endpoint holds it
 
 		for range 5 {
 			_, err := reconcileOnce(ctx, r, key)
 			Expect(err).NotTo(HaveOccurred())
 		}
-		c = getCluster(ctx, key)
+		c := getCluster(ctx, key)
 		Expect(c.CARotationPhase()).To(Equal(v1alpha1.RotationPreparing), "no phase is reached unchecked")
 		Expect(meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable)).To(And(
 			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonEndpointRemoved),
@@ -323,14 +328,7 @@ var _ = Describe("Failure modes", func() {
 		key, r, reachable := keyRotationAtTheTokenCheck(ctx, "sa-unchecked", apiServer)
 		Expect(getCluster(ctx, key).ServiceAccountKeyRotation().CheckedEndpoint).To(Equal("https://127.0.0.1:6443"))
 
-		c := getCluster(ctx, key)
-		Expect(k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))).To(MatchError(ContainSubstring(
-			"cannot be removed while the service-account key rotation is in phase Preparing")), "the webhook refuses it")
-		bypassWebhook(ctx, ns)
-		Eventually(func() error {
-			c := getCluster(ctx, key)
-			return k8s.Patch(ctx, withEndpoint(c, ""), client.MergeFrom(c))
-		}).Should(Succeed())
+		removeEndpointPastTheWebhook(ctx, key, "cannot be removed while the service-account key rotation is in phase Preparing")
 		apiServer.down.Store(false) // nothing left that could fail the check: only the missing endpoint holds it
 
 		for range 5 {
@@ -338,7 +336,7 @@ var _ = Describe("Failure modes", func() {
 			Expect(err).NotTo(HaveOccurred())
 			clk.Step(time.Hour) // past spec.serviceAccountKeyRotation.workloadTokenRefresh, were the check skipped
 		}
-		c = getCluster(ctx, key)
+		c := getCluster(ctx, key)
 		Expect(c.ServiceAccountKeyRotationPhase()).To(Equal(v1alpha1.ServiceAccountKeyPreparing), "Prepared is not reached unchecked")
 		Expect(c.ServiceAccountKeyRotation().NewKeySigningTime).To(BeNil())
 		Expect(reachable()).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonEndpointRemoved),

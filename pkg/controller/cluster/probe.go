@@ -196,12 +196,18 @@ func unreachable(prefix string, err error) *metav1.Condition {
 	return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointUnreachable, prefix+message)
 }
 
-// endpointRemovedCondition says that the rotation holds because its endpoint
-// was removed from the spec (past the webhook, which refuses that).
+// endpointRemovedCondition says that the CA rotation holds because its
+// endpoint was removed from the spec (past the webhook, which refuses that).
 func endpointRemovedCondition(c *v1alpha1.Cluster) *metav1.Condition {
+	return heldForTheEndpoint("the CA rotation", string(c.CARotationPhase()), "its API-server checks", c.CARotation().CheckedEndpoint)
+}
+
+// heldForTheEndpoint says that rotation, in phase, holds because the endpoint
+// its checks ran against, was, was removed from the spec.
+func heldForTheEndpoint(rotation, phase, checks, was string) *metav1.Condition {
 	return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointRemoved, fmt.Sprintf(
-		"spec.controlPlane.endpoint was removed during the CA rotation (phase %s), so its API-server checks cannot run: the rotation holds until the endpoint is set again (it was %s)",
-		c.CARotationPhase(), c.CARotation().CheckedEndpoint))
+		"spec.controlPlane.endpoint was removed during %s (phase %s), so %s cannot run: the rotation holds until the endpoint is set again (it was %s)",
+		rotation, phase, checks, was))
 }
 
 // gatherEvidence runs a check of the managed cluster that

@@ -77,9 +77,8 @@ func (r *Reconciler) serviceAccountKeyPhase(ctx context.Context, s *scope) error
 // holds because its endpoint was removed from the spec (past the webhook,
 // which refuses that) before its check of the token Secrets passed.
 func keyEndpointRemovedCondition(c *v1alpha1.Cluster) *metav1.Condition {
-	return reachability(metav1.ConditionFalse, v1alpha1.ReasonEndpointRemoved, fmt.Sprintf(
-		"spec.controlPlane.endpoint was removed during the service-account key rotation (phase %s), so its check of the token Secrets cannot run: the rotation holds until the endpoint is set again (it was %s)",
-		c.ServiceAccountKeyRotationPhase(), c.ServiceAccountKeyRotation().CheckedEndpoint))
+	return heldForTheEndpoint("the service-account key rotation", string(c.ServiceAccountKeyRotationPhase()), "its check of the token Secrets",
+		c.ServiceAccountKeyRotation().CheckedEndpoint)
 }
 
 // reissueTokenSecrets has the managed cluster's service-account token Secrets
