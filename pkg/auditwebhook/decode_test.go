@@ -68,6 +68,29 @@ func TestADecodedBatchHoldsLittleMoreThanItsEvents(t *testing.T) {
 	}
 }
 
+// Decoding a batch allocates no more than it reserves for it (decodeCost),
+// with strings the decoder must unquote into a buffer and then copy.
+func TestDecodingAllocatesNoMoreThanItsCost(t *testing.T) {
+	long := strings.Repeat("a", 4<<20)
+	for name, event := range map[string]string{
+		"a user name with an escape":   `{"user":{"username":"\n` + long + `"}}`,
+		"an extra value with escapes":  `{"user":{"extra":{"k":["` + strings.Repeat(`\u00e9`, 1<<20) + `"]}}}`,
+		"a user name of plain letters": `{"user":{"username":"` + long + `"}}`,
+	} {
+		body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + event + `]}`)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		batch, err := decodeBatch(body)
+		runtime.ReadMemStats(&after)
+		if err != nil || len(batch.Items) != 1 {
+			t.Fatalf("%s: decoded %d events, %v", name, len(batch.Items), err)
+		}
+		if allocated := int64(after.TotalAlloc - before.TotalAlloc); allocated > decodeCost(body) {
+			t.Errorf("%s: decoding %d KiB allocated %d KiB, more than the %d KiB it reserves", name, len(body)>>10, allocated>>10, decodeCost(body)>>10)
+		}
+	}
+}
+
 // The costliest batch the receiver reads, a body of unknown length up to
 // maxBatchBytes decoded either way, fits one Cluster's bound alone: no batch
 // is refused for the bounds for ever.

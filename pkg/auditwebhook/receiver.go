@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -35,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,11 +124,11 @@ const (
 	MaxBatchesInFlightPerCluster   = 4
 	MaxBatchesInFlightPerNamespace = MaxBatchesInFlight * 3 / 4
 	MaxBatchesInFlight             = 32
-	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 82
+	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 98
 	// MiB: maxBatchBytes of a body of unknown length, decoded an event at a
 	// time, one event as large as the body), MaxBytesInFlight two of them; a
 	// batch of 400 events at the Metadata level costs about 4 MiB.
-	MaxBytesInFlightPerCluster   = 96 << 20
+	MaxBytesInFlightPerCluster   = 100 << 20
 	MaxBytesInFlightPerNamespace = MaxBytesInFlight * 3 / 4
 	MaxBytesInFlight             = 2 * MaxBytesInFlightPerCluster
 )
@@ -137,19 +137,23 @@ const (
 // buffer it is read into grows to at most twice that.
 func readCost(limit int64) int64 { return 2 * limit }
 
-// decodeCost is what decoding body may take besides the body: its strings,
-// at most its size again, and its events, at most one a '{': a small batch's
-// fewer than smallBatchObjects, each with its user.extra's map (some 300
-// bytes, and a smallEvent and an auditEvent, 160), a large one's at most
-// maxEventsPerBatch (an auditEvent); each twice while their slice grows. A
-// large batch's decoder also holds the event it reads, in a buffer up to
-// twice as large.
+// decodeCost is what decoding body, valid UTF-8, may take besides the body:
+// its strings, at most twice its size (a string with an escape is unquoted
+// into a buffer of its length, then copied), and its events, at most one a
+// '{': a small batch's fewer than smallBatchObjects, each with its
+// user.extra's map (some 300 bytes, and a smallEvent and an auditEvent, 160),
+// a large one's at most maxEventsPerBatch (an auditEvent); each twice while
+// their slice grows. A large batch's decoder also holds the event it reads,
+// in a buffer up to twice as large. Besides, 64 KiB for the decoder's own
+// (large allocations are rounded up to whole pages). Invalid UTF-8 would
+// cost more: each byte of it becomes a 3-byte U+FFFD; the receiver refuses
+// it.
 func decodeCost(body []byte) int64 {
-	const perSmallEvent, perLargeEvent = 512, int64(unsafe.Sizeof(auditEvent{}))
+	const perSmallEvent, perLargeEvent, decoder = 512, int64(unsafe.Sizeof(auditEvent{})), 64 << 10
 	if isSmallBatch(body) {
-		return int64(len(body)) + 2*int64(bytes.Count(body, []byte{'{'}))*perSmallEvent
+		return 2*int64(len(body)) + 2*int64(bytes.Count(body, []byte{'{'}))*perSmallEvent + decoder
 	}
-	return 3*int64(len(body)) + 2*maxEventsPerBatch*perLargeEvent
+	return 4*int64(len(body)) + 2*maxEventsPerBatch*perLargeEvent + decoder
 }
 
 // defaultBodyTimeout is kube-apiserver's timeout of a request of its audit
@@ -362,18 +366,22 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	body := bodies.Get().(*bytes.Buffer)
 	defer putBody(body)
 	// A batch refused with 400 or 413 is not sent again: its sightings are
-	// left out of the record.
+	// left out of the record. Until that is recorded, the batch is answered
+	// 500, which the sender sends again.
 	refusedForGood := func(code int, msg string) (int, string) {
-		r.leftOut(ctx, key)
+		if err := r.leftOut(ctx, key); err != nil {
+			return http.StatusInternalServerError, "recording that the audit events are left out failed; send them again"
+		}
 		return code, msg
 	}
 	if _, err := body.ReadFrom(http.MaxBytesReader(nil, req.Body, limit)); err != nil {
-		msg := "reading the audit events: " + err.Error()
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) {
-			return refusedForGood(http.StatusBadRequest, msg)
-		}
-		return http.StatusBadRequest, msg // its sender went away: it sends the batch again
+		// Too large, too slow, or its sender went away: kube-apiserver
+		// does not send again a batch whose request it gave up on (after
+		// its own timeout), nor one answered 400.
+		return refusedForGood(http.StatusBadRequest, "reading the audit events: "+err.Error())
+	}
+	if !utf8.Valid(body.Bytes()) { // kube-apiserver sends JSON, which is UTF-8
+		return refusedForGood(http.StatusBadRequest, "the audit events are not valid UTF-8")
 	}
 	if !reserve(decodeCost(body.Bytes())) {
 		return http.StatusTooManyRequests, tooMuch
@@ -392,8 +400,15 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) (int, string)
 	if len(seen) == 0 {
 		return http.StatusOK, ""
 	}
-	if err := r.record(ctx, key, seen); err != nil {
+	// Recorded even when the sender gives up meanwhile (its timeout ends the
+	// request's context): it does not send the batch again then.
+	recordCtx, cancel := beyondTheRequest(ctx)
+	defer cancel()
+	if err := r.record(recordCtx, key, seen); err != nil {
 		log.FromContext(ctx).Error(err, "recording the client certificates of audit events")
+		if ctx.Err() != nil {
+			return refusedForGood(http.StatusInternalServerError, "recording the audit events failed")
+		}
 		return http.StatusInternalServerError, "recording the audit events failed; send them again"
 	}
 	return http.StatusOK, ""
@@ -804,16 +819,21 @@ func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldc
 // out of the record (oldca.Usage.Unrecorded), so that the gate does not
 // vouch for what it never saw. The record says so a minute ahead
 // (oldca.Resolution): a sender that keeps sending such batches has it
-// written once a minute, not for each. A failure is logged: the answer
-// stays the refusal.
-func (r *Receiver) leftOut(ctx context.Context, key client.ObjectKey) {
+// written once a minute, not for each. A failure is logged and returned: the
+// batch is then answered 500, which the sender sends again.
+func (r *Receiver) leftOut(ctx context.Context, key client.ObjectKey) error {
+	// The sender may be gone, and the request's context with it.
+	ctx, cancel := beyondTheRequest(ctx)
+	defer cancel()
 	st := r.lock(key)
 	defer r.unlock(key, st)
-	if _, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
+	_, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
 		return u.LeaveOut(now, now, oldca.Resolution), nil
-	}); err != nil {
+	})
+	if err != nil {
 		log.FromContext(ctx).Error(err, "recording that a refused batch's client certificates are left out")
 	}
+	return err
 }
 
 // flush writes a Cluster's pending sightings; after a failure it tries again
@@ -832,6 +852,13 @@ func (r *Receiver) flush(key client.ObjectKey) {
 
 // flushTimeout bounds a scheduled flush.
 const flushTimeout = 30 * time.Second
+
+// beyondTheRequest is ctx (its values, the logger among them) without the
+// request's end, bounded as a flush is: a write for a batch whose sender
+// gave up is still made.
+func beyondTheRequest(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+}
 
 // flushLocked is flush of key's state st, which the caller holds locked. It
 // returns the error of a write that failed.

@@ -1061,6 +1061,8 @@ func TestABatchRefusedForGoodLeavesItsSightingsOut(t *testing.T) {
 		{"larger than a batch may be", bytes.Repeat([]byte{' '}, maxBatchBytes+1), http.StatusBadRequest},
 		{"not JSON", []byte(`{"kind":"EventList","items":[`), http.StatusBadRequest},
 		{"not an EventList", []byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1"}`), http.StatusBadRequest},
+		{"not UTF-8", []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"user":{"username":"` + strings.Repeat("\xff", 1<<10) + `"}}]}`),
+			http.StatusBadRequest},
 		{"too many events", []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
 			strings.Repeat(`{"user":{}},`, maxEventsPerBatch) + `{"user":{}}]}`), http.StatusRequestEntityTooLarge},
 	} {
@@ -1081,5 +1083,111 @@ func TestABatchRefusedForGoodLeavesItsSightingsOut(t *testing.T) {
 				t.Errorf("the same refusal half a minute later: answered %d, %d writes; want %d, none", w.Code, s.writes.Load()-writes, tt.code)
 			}
 		})
+	}
+}
+
+// unrecordedSince is the usage record's Unrecorded, nil while there is none
+// or no record.
+func (s setup) unrecordedSince() *time.Time {
+	cm := &corev1.ConfigMap{}
+	if err := s.client.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: credentials.CertificateUsageConfigMapName("prod")}, cm); err != nil {
+		return nil
+	}
+	u, err := oldca.Parse(cm.Data[oldca.DataKey])
+	if err != nil {
+		return nil
+	}
+	return u.Unrecorded
+}
+
+// kubeAPIServerPost posts body as kube-apiserver's audit webhook does, until
+// ctx ends (its timeout, here short), and returns once it gave up or was
+// answered; the handler's request context goes to requests.
+func kubeAPIServerPost(ctx context.Context, t *testing.T, handler http.Handler, body io.Reader, requests chan<- context.Context) (*http.Response, error) {
+	t.Helper()
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if requests != nil {
+			requests <- req.Context()
+		}
+		handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(server.Close)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, server.URL+"/audit/team-a/prod", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := server.Client().Do(req)
+	if err == nil {
+		_, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+	}
+	return resp, err
+}
+
+// A sender that gives up on a batch whose body has not all arrived
+// (kube-apiserver's timeout, which it does not retry) leaves its sightings
+// out of the record: the batch is not sent again.
+func TestABatchItsSenderGaveUpOnIsLeftOut(t *testing.T) {
+	s := newSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	body, w := io.Pipe()
+	go func() {
+		_, _ = w.Write([]byte(" ")) // and nothing more, until the sender gives up
+		<-ctx.Done()
+		_ = w.CloseWithError(ctx.Err())
+	}()
+	if _, err := kubeAPIServerPost(ctx, t, s.receiver, body, nil); err == nil {
+		t.Fatal("a body that stops coming was answered before the sender gave up")
+	}
+	gomega.NewWithT(t).Eventually(s.unrecordedSince).ShouldNot(gomega.BeNil(), "the sightings of the batch given up on left out")
+}
+
+// A batch whose recording fails once its sender gave up (the management API
+// server slower than the sender's timeout) is not sent again: its sightings
+// are left out of the record, not lost without a word.
+func TestABatchWhoseRecordingOutlastsItsSenderIsLeftOut(t *testing.T) {
+	s := newSetup(t)
+	requests := make(chan context.Context, 1)
+	var creates atomic.Int32
+	s.receiver.Client = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if creates.Add(1) == 1 {
+				<-(<-requests).Done() // the sender gave up
+				return errors.New("etcdserver: request timed out")
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	body := bytes.NewReader(batch(event("ci", "X509SHA256="+fp("cc"), t0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := kubeAPIServerPost(ctx, t, s.receiver, body, requests); err == nil {
+		t.Fatal("answered before the sender gave up")
+	}
+	gomega.NewWithT(t).Eventually(s.unrecordedSince).ShouldNot(gomega.BeNil(), "the sightings of the batch whose recording failed left out")
+}
+
+// A batch refused for good whose leaving out cannot be recorded is answered
+// 500, which its sender sends again, not 400, after which it never would.
+func TestARefusedBatchIsAnswered500UntilItsLeavingOutIsRecorded(t *testing.T) {
+	s := newSetup(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	s.receiver.Client = interceptor.NewClient(s.client.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if failing.Load() {
+				return errors.New("etcdserver: request timed out")
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	if w := s.post([]byte(`{"kind":"EventList","items":[`)); w.Code != http.StatusInternalServerError {
+		t.Fatalf("answered %d %q while the record cannot be written, want 500", w.Code, w.Body.String())
+	}
+	failing.Store(false)
+	if w := s.post([]byte(`{"kind":"EventList","items":[`)); w.Code != http.StatusBadRequest || s.unrecordedSince() == nil {
+		t.Fatalf("answered %d, unrecorded since %v, once the record can be written; want 400 and the sightings left out", w.Code, s.unrecordedSince())
 	}
 }
