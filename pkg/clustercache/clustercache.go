@@ -171,30 +171,37 @@ func (conn *Connection) Run(start func(context.Context) error) {
 // write, so the connection is built from data only (see
 // credentials.RESTConfig), never from the operator Secret's kubeconfig.
 func (c *Cache) Connect(ctx context.Context, cl *v1alpha1.Cluster) (*Connection, error) {
-	bundle := &corev1.ConfigMap{}
-	if err := c.Management.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.BundleConfigMapName(cl.Name, v1alpha1.CARoleCluster)}, bundle); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, ErrNotIssued
-		}
-		return nil, err
-	}
-	operator := &corev1.Secret{}
-	if err := c.Management.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.CertificateSecretName(cl.Name, credentials.CertOperator)}, operator); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, ErrNotIssued
-		}
-		return nil, err
-	}
-	key, endpoint, caBundle := client.ObjectKeyFromObject(cl), cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle])
-	cfg, err := credentials.RESTConfig(endpoint, caBundle, operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
-	if err != nil {
-		// No new connection can be configured (an endpoint the webhook
-		// would have refused, a bundle that does not parse): the old one
-		// ends all the same when it no longer goes where, or trusts what,
-		// the Cluster says.
+	key, endpoint := client.ObjectKeyFromObject(cl), cl.Spec.ControlPlane.Endpoint
+	// When no new connection can be configured (the bundle or the operator
+	// Secret is missing or lost its label, an endpoint the webhook would
+	// have refused, a bundle that does not parse), the old one ends all the
+	// same when it no longer goes where, or (the bundle read) trusts what,
+	// the Cluster says.
+	endMoved := func(caBundle []byte) {
 		unlock := c.connecting.lock(key)
 		c.disconnectMoved(key, endpoint, caBundle)
 		unlock()
+	}
+	bundle := &corev1.ConfigMap{}
+	if err := c.Management.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.BundleConfigMapName(cl.Name, v1alpha1.CARoleCluster)}, bundle); err != nil {
+		if apierrors.IsNotFound(err) {
+			endMoved(nil)
+			return nil, ErrNotIssued
+		}
+		return nil, err
+	}
+	caBundle := []byte(bundle.Data[v1alpha1.DataKeyCABundle])
+	operator := &corev1.Secret{}
+	if err := c.Management.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: credentials.CertificateSecretName(cl.Name, credentials.CertOperator)}, operator); err != nil {
+		if apierrors.IsNotFound(err) {
+			endMoved(caBundle)
+			return nil, ErrNotIssued
+		}
+		return nil, err
+	}
+	cfg, err := credentials.RESTConfig(endpoint, caBundle, operator.Data[v1alpha1.DataKeyCertificate], operator.Data[v1alpha1.DataKeyPrivateKey])
+	if err != nil {
+		endMoved(caBundle)
 		return nil, fmt.Errorf("the managed cluster's client configuration: %w", err)
 	}
 	return c.connect(ctx, key, cfg)
@@ -235,12 +242,13 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 
 // disconnectMoved ends key's connection when it goes to another endpoint
 // than host, or trusts a CA that the bundle caData does not hold (see
-// Connect). The caller holds key's connecting lock.
+// Connect); a nil caData is a bundle not known, by which nothing ends. The
+// caller holds key's connecting lock.
 func (c *Cache) disconnectMoved(key client.ObjectKey, host string, caData []byte) {
 	c.mu.Lock()
 	existing := c.conns[key]
 	c.mu.Unlock()
-	if existing != nil && (existing.Config.Host != host || dropsTrust(existing.Config.CAData, caData)) {
+	if existing != nil && (existing.Config.Host != host || (caData != nil && dropsTrust(existing.Config.CAData, caData))) {
 		c.disconnectLocked(key)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -512,12 +514,22 @@ func TestTheDirectClientGivesUpOnAnAPIServerThatNeverAnswers(t *testing.T) {
 	}
 }
 
-// Connect ends the old connection when the endpoint moved, or the bundle no
-// longer parses, even though no new connection can be configured from them
-// (an endpoint with a path, which the webhook refuses, written while it was
-// off): the old connection would go on being handed out.
-func TestAConnectThatCannotBeConfiguredEndsAConnectionThatMoved(t *testing.T) {
-	server := managedAPIServer(t, new(atomic.Int32))
+// connected is Cluster fleet/a connected to a managed API server, with the
+// management objects it was connected from.
+type connected struct {
+	cache      *Cache
+	cluster    *v1alpha1.Cluster
+	first      *Connection
+	bundle     *corev1.ConfigMap
+	operator   *corev1.Secret
+	management client.Client
+}
+
+// connectCluster connects Cluster fleet/a to server, with a bundle that
+// holds server's certificate and an operator certificate (of a client CA
+// server does not check); the connection ends with the test.
+func connectCluster(t *testing.T, server *httptest.Server) connected {
+	t.Helper()
 	ca := pkitest.NewCA(t, "client CA")
 	operator, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:operator", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		Validity: time.Hour}, pki.ECDSAP256, time.Now())
@@ -528,6 +540,28 @@ func TestAConnectThatCannotBeConfiguredEndsAConnectionThatMoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "a"}}
+	cl.Spec.ControlPlane.Endpoint = server.URL
+	c := connected{cluster: cl,
+		bundle: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.BundleConfigMapName("a", v1alpha1.CARoleCluster)},
+			Data: map[string]string{v1alpha1.DataKeyCABundle: string(pki.EncodeCertificates(server.Certificate()))}},
+		operator: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.CertificateSecretName("a", credentials.CertOperator)},
+			Data: map[string][]byte{v1alpha1.DataKeyCertificate: operator.CertPEM(), v1alpha1.DataKeyPrivateKey: operatorKey}}}
+	c.management = fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c.bundle, c.operator).Build()
+	c.cache = &Cache{Scheme: scheme.New(), Management: c.management}
+	t.Cleanup(func() { c.cache.Disconnect(client.ObjectKeyFromObject(cl)) })
+	if c.first, err = c.cache.Connect(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Connect ends the old connection when the endpoint moved, or the bundle no
+// longer parses, even though no new connection can be configured from them
+// (an endpoint with a path, which the webhook refuses, written while it was
+// off): the old connection would go on being handed out.
+func TestAConnectThatCannotBeConfiguredEndsAConnectionThatMoved(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
 	for _, tt := range []struct {
 		name     string
 		endpoint string
@@ -537,32 +571,50 @@ func TestAConnectThatCannotBeConfiguredEndsAConnectionThatMoved(t *testing.T) {
 		{"a bundle that does not parse", server.URL, "not PEM"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "a"}}
-			cl.Spec.ControlPlane.Endpoint = server.URL
-			bundle := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.BundleConfigMapName("a", v1alpha1.CARoleCluster)},
-				Data: map[string]string{v1alpha1.DataKeyCABundle: string(pki.EncodeCertificates(server.Certificate()))}}
-			management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(bundle, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.CertificateSecretName("a", credentials.CertOperator)},
-				Data:       map[string][]byte{v1alpha1.DataKeyCertificate: operator.CertPEM(), v1alpha1.DataKeyPrivateKey: operatorKey}}).Build()
-			c := &Cache{Scheme: scheme.New(), Management: management}
-			key := client.ObjectKeyFromObject(cl)
-			defer c.Disconnect(key)
-			first, err := c.Connect(t.Context(), cl)
-			if err != nil {
+			c := connectCluster(t, server)
+			c.cluster.Spec.ControlPlane.Endpoint = tt.endpoint
+			c.bundle.Data[v1alpha1.DataKeyCABundle] = tt.bundle
+			if err := c.management.Update(t.Context(), c.bundle); err != nil {
 				t.Fatal(err)
 			}
-			cl.Spec.ControlPlane.Endpoint = tt.endpoint
-			bundle.Data[v1alpha1.DataKeyCABundle] = tt.bundle
-			if err := management.Update(t.Context(), bundle); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Connect(t.Context(), cl); err == nil {
+			if _, err := c.cache.Connect(t.Context(), c.cluster); err == nil {
 				t.Fatal("a connect that cannot be configured succeeded")
 			}
-			if _, ok := c.Client(key); ok || first.Context().Err() == nil {
-				t.Errorf("the old connection is still handed out (%v) or runs (%v)", ok, first.Context().Err())
+			if _, ok := c.cache.Client(client.ObjectKeyFromObject(c.cluster)); ok || c.first.Context().Err() == nil {
+				t.Errorf("the old connection is still handed out (%v) or runs (%v)", ok, c.first.Context().Err())
 			}
 		})
+	}
+}
+
+// A Cluster whose bundle or operator Secret is gone from the manager's view
+// (deleted, or its label removed) has nothing to connect with: the
+// connection it had ends all the same once its endpoint moves, and stays
+// while it does not (a deleted Cluster's cleanup goes on through it).
+func TestANotIssuedConnectEndsAConnectionThatMoved(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	for _, missing := range []string{"bundle", "operator Secret"} {
+		for _, moved := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s missing, endpoint moved %t", missing, moved), func(t *testing.T) {
+				c := connectCluster(t, server)
+				gone := client.Object(c.bundle)
+				if missing == "operator Secret" {
+					gone = c.operator
+				}
+				if err := c.management.Delete(t.Context(), gone); err != nil {
+					t.Fatal(err)
+				}
+				if moved {
+					c.cluster.Spec.ControlPlane.Endpoint = "https://moved.example:6443"
+				}
+				if _, err := c.cache.Connect(t.Context(), c.cluster); !errors.Is(err, ErrNotIssued) {
+					t.Fatalf("Connect = %v, want ErrNotIssued", err)
+				}
+				if _, ok := c.cache.Client(client.ObjectKeyFromObject(c.cluster)); ok == moved || (c.first.Context().Err() == nil) == moved {
+					t.Errorf("the connection is handed out %t and runs %t, want %t", ok, c.first.Context().Err() == nil, !moved)
+				}
+			})
+		}
 	}
 }
 
