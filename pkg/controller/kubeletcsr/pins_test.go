@@ -118,46 +118,54 @@ func TestServingAddressPolicies(t *testing.T) {
 	}
 }
 
-// TestAPinIsNotDecidedOnACacheBehind: the first serving CSR of a node whose
-// Node the cache shows without an address the API server has (the kubelet
-// asks as soon as it reports it) is decided again once the cache caught up,
-// instead of pinning the addresses it had, for good, and denying it.
-func TestAPinIsNotDecidedOnACacheBehind(t *testing.T) {
-	f := newFixture(t)
-	f.cluster.Spec.KubeletBootstrap.CSRApproval.ServingAddresses = v1alpha1.ServingAddressesFirstSeen
-	obj := kubeletCSR(t, "s", certificatesv1.KubeletServingSignerName, testKey(t), testNow, "10.0.0.7", "203.0.113.9")
-	f.remote = append(f.remote, workerNode("uid-1", "10.0.0.7", "203.0.113.9"), obj)
-	r, _ := f.build(nil)
-	behind := true
-	remote := interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if node, typed := obj.(*corev1.Node); typed && behind { // read through the cache
-				workerNode("uid-1", "10.0.0.7").DeepCopyInto(node)
-				return nil
+// TestADecisionIsNotTakenOnACacheBehind: the first serving CSR of a node
+// whose Node the cache shows without an address the API server has (the
+// kubelet asks as soon as it reports it) is decided again once the cache
+// caught up, and approved: with FirstSeen, instead of pinning the addresses
+// the Node had, for good, and denying it; with NodeStatus, where no pin is
+// written, instead of denying it for good.
+func TestADecisionIsNotTakenOnACacheBehind(t *testing.T) {
+	for _, policy := range []v1alpha1.ServingAddressPolicy{v1alpha1.ServingAddressesFirstSeen, v1alpha1.ServingAddressesNodeStatus} {
+		t.Run(string(policy), func(t *testing.T) {
+			f := newFixture(t)
+			f.cluster.Spec.KubeletBootstrap.CSRApproval.ServingAddresses = policy
+			obj := kubeletCSR(t, "s", certificatesv1.KubeletServingSignerName, testKey(t), testNow, "10.0.0.7", "203.0.113.9")
+			f.remote = append(f.remote, workerNode("uid-1", "10.0.0.7", "203.0.113.9"), obj)
+			r, _ := f.build(nil)
+			behind := true
+			remote := interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if node, typed := obj.(*corev1.Node); typed && behind { // read through the cache
+						workerNode("uid-1", "10.0.0.7").DeepCopyInto(node)
+						return nil
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			r.remote = remote
+			res, err := reconcileCSR(t, r, "s")
+			if err != nil || res.RequeueAfter != transientRetry {
+				t.Fatalf("Reconcile = %+v, %v, want a retry", res, err)
 			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
-	r.remote = remote
-	res, err := reconcileCSR(t, r, "s")
-	if err != nil || res.RequeueAfter != transientRetry {
-		t.Fatalf("Reconcile = %+v, %v, want a retry", res, err)
-	}
-	if got := getCSR(t, remote, "s"); len(got.Status.Conditions) != 0 {
-		t.Fatalf("decided on a Node the cache shows behind: %+v", got.Status.Conditions)
-	}
-	if err := remote.Get(t.Context(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: PinConfigMapName("worker-1")}, &corev1.ConfigMap{}); err == nil {
-		t.Fatal("pinned the addresses of a Node the cache shows behind")
-	}
-	behind = false
-	if _, err := reconcileCSR(t, r, "s"); err != nil {
-		t.Fatal(err)
-	}
-	if _, approved := hasCondition(getCSR(t, remote, "s"), certificatesv1.CertificateApproved); !approved {
-		t.Fatal("not approved once the cache caught up")
-	}
-	if _, pinned := readPin(t, remote); !slices.Equal(pinned, []string{"10.0.0.7", "203.0.113.9"}) {
-		t.Fatalf("pinned %v, want both addresses", pinned)
+			if got := getCSR(t, remote, "s"); len(got.Status.Conditions) != 0 {
+				t.Fatalf("decided on a Node the cache shows behind: %+v", got.Status.Conditions)
+			}
+			if err := remote.Get(t.Context(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: PinConfigMapName("worker-1")}, &corev1.ConfigMap{}); err == nil {
+				t.Fatal("pinned the addresses of a Node the cache shows behind")
+			}
+			behind = false
+			if _, err := reconcileCSR(t, r, "s"); err != nil {
+				t.Fatal(err)
+			}
+			if _, approved := hasCondition(getCSR(t, remote, "s"), certificatesv1.CertificateApproved); !approved {
+				t.Fatal("not approved once the cache caught up")
+			}
+			if policy == v1alpha1.ServingAddressesFirstSeen {
+				if _, pinned := readPin(t, remote); !slices.Equal(pinned, []string{"10.0.0.7", "203.0.113.9"}) {
+					t.Fatalf("pinned %v, want both addresses", pinned)
+				}
+			}
+		})
 	}
 }
 

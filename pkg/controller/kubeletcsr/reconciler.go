@@ -141,12 +141,19 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	pins := pinStore{client: r.remote, cluster: c.Name}
 	var pinErr error
 	var pinObject *corev1.ConfigMap
+	var read *nodeRead // the Node the decision read through the cache
 	d := csr.Decide(obj, csr.Policy{
 		BootstrapGroup:     bootstrap.Group(c.Name),
 		IsCarouselToken:    func(id string) bool { return r.isCarouselToken(ctx, c.Name, id) },
 		AutoApproveClient:  approval.Client != v1alpha1.ApprovalManual,
 		AutoApproveServing: approval.Serving == v1alpha1.ApprovalAuto,
-		Node:               func(node string) (csr.NodeInfo, bool) { return r.node(ctx, node) },
+		Node: func(node string) (csr.NodeInfo, bool) {
+			info, ok := r.node(ctx, node)
+			if ok {
+				read = &nodeRead{name: node, info: info}
+			}
+			return info, ok
+		},
 		FirstSeenAddresses: approval.ServingAddresses == v1alpha1.ServingAddressesFirstSeen,
 		Pinned: func(node string) (*csr.AddressPin, error) {
 			var pin *csr.AddressPin
@@ -161,10 +168,10 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 		// A pin is decided once: not on a Node the cache shows behind the
 		// API server (the kubelet asks for its serving certificate as soon as
 		// it reports an address, before the Node's watch may show it).
-		switch latest, err := r.latestNode(ctx, d.Pin.Node); {
+		switch behind, err := r.cacheBehind(ctx, d.Pin.Node, csr.NodeInfo{UID: d.Pin.UID, Addresses: d.Pin.Addresses}); {
 		case err != nil:
 			return false, fmt.Errorf("reading node %s before pinning its addresses: %w", d.Pin.Node, err)
-		case latest.UID != d.Pin.UID || !slices.Equal(latest.Addresses, d.Pin.Addresses):
+		case behind:
 			return true, nil // decide again once the cache caught up
 		}
 		// Recorded before the verdict is: an approval never rests on
@@ -174,6 +181,18 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 				return true, nil // pinned concurrently: decide again on that pin
 			}
 			return false, fmt.Errorf("pinning the addresses of node %s: %w", d.Pin.Node, err)
+		}
+	}
+	if d.Verdict == csr.Deny && read != nil && d.Pin == nil {
+		// Nor is a denial, which is for good, written on a Node the cache
+		// shows behind (with a pin, checked above): with servingAddresses
+		// NodeStatus, a serving CSR naming an address the node has just
+		// reported would be denied.
+		switch behind, err := r.cacheBehind(ctx, read.name, read.info); {
+		case err != nil:
+			return false, fmt.Errorf("reading node %s before denying %s: %w", read.name, obj.Name, err)
+		case behind:
+			return true, nil
 		}
 	}
 	var condition certificatesv1.RequestConditionType
@@ -255,6 +274,23 @@ func (r *csrReconciler) latestNode(ctx context.Context, name string) (csr.NodeIn
 		return csr.NodeInfo{}, client.IgnoreNotFound(err)
 	}
 	return nodeInfo(node), nil
+}
+
+// nodeRead is a Node a decision read through the connection's cache.
+type nodeRead struct {
+	name string
+	info csr.NodeInfo
+}
+
+// cacheBehind reports whether the API server has node otherwise than a
+// decision read it (cached): another UID (deleted, or registered again) or
+// other addresses.
+func (r *csrReconciler) cacheBehind(ctx context.Context, node string, cached csr.NodeInfo) (bool, error) {
+	latest, err := r.latestNode(ctx, node)
+	if err != nil {
+		return false, err
+	}
+	return latest.UID != cached.UID || !slices.Equal(latest.Addresses, cached.Addresses), nil
 }
 
 // nodeInfo is what a decision reads of node.
