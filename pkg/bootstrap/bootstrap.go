@@ -240,3 +240,26 @@ func Kubeconfig(server string, caBundle []byte, t Token) ([]byte, error) {
 	cfg.CurrentContext = "default"
 	return clientcmd.Write(*cfg)
 }
+
+// CurrentCluster is the name and the cluster of a kubeconfig's current
+// context, or its only cluster when it has no current context: the API
+// server a kubelet started with it would reach, and the CA it would trust.
+func CurrentCluster(cfg *clientcmdapi.Config) (string, *clientcmdapi.Cluster, error) {
+	if cfg.CurrentContext == "" {
+		if len(cfg.Clusters) != 1 {
+			return "", nil, fmt.Errorf("no current-context, and %d clusters to choose from", len(cfg.Clusters))
+		}
+		for name, c := range cfg.Clusters {
+			return name, c, nil
+		}
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if ctx == nil {
+		return "", nil, fmt.Errorf("current-context %q does not exist", cfg.CurrentContext)
+	}
+	c := cfg.Clusters[ctx.Cluster]
+	if c == nil {
+		return "", nil, fmt.Errorf("cluster %q of context %q does not exist", ctx.Cluster, cfg.CurrentContext)
+	}
+	return ctx.Cluster, c, nil
+}

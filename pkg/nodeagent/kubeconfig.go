@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 )
 
 // kubeconfigInfo is what the agent uses of a kubeconfig: the API server, the
@@ -15,6 +16,9 @@ import (
 type kubeconfigInfo struct {
 	Server, ClientCertificate, ClientKey string
 	CA                                   []byte
+	// Insecure: the kubeconfig skips the verification of the server
+	// (insecure-skip-tls-verify).
+	Insecure bool
 }
 
 // readKubeconfig reads the current context of the kubeconfig at path. A
@@ -29,7 +33,7 @@ func readKubeconfig(path string) (kubeconfigInfo, error) {
 	if err != nil {
 		return kubeconfigInfo{}, fmt.Errorf("%s: %w", path, err)
 	}
-	name, cluster, err := currentCluster(cfg)
+	name, cluster, err := bootstrap.CurrentCluster(cfg)
 	if err != nil {
 		return kubeconfigInfo{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -39,7 +43,7 @@ func readKubeconfig(path string) (kubeconfigInfo, error) {
 		}
 		return filepath.Join(filepath.Dir(path), p)
 	}
-	info := kubeconfigInfo{Server: cluster.Server, CA: cluster.CertificateAuthorityData}
+	info := kubeconfigInfo{Server: cluster.Server, CA: cluster.CertificateAuthorityData, Insecure: cluster.InsecureSkipTLSVerify}
 	if len(info.CA) == 0 && cluster.CertificateAuthority != "" {
 		if info.CA, err = os.ReadFile(resolve(cluster.CertificateAuthority)); err != nil {
 			return kubeconfigInfo{}, fmt.Errorf("%s: cluster %s: %w", path, name, err)
@@ -60,40 +64,20 @@ func kubeconfigServer(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	_, cluster, err := currentCluster(cfg)
+	_, cluster, err := bootstrap.CurrentCluster(cfg)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	return cluster.Server, nil
 }
 
-// currentCluster is the cluster of cfg's current context, or its only
-// cluster when it has no current context.
-func currentCluster(cfg *clientcmdapi.Config) (string, *clientcmdapi.Cluster, error) {
-	if cfg.CurrentContext == "" {
-		if len(cfg.Clusters) != 1 {
-			return "", nil, fmt.Errorf("no current-context, and %d clusters to choose from", len(cfg.Clusters))
-		}
-		for name, c := range cfg.Clusters {
-			return name, c, nil
-		}
-	}
-	ctx := cfg.Contexts[cfg.CurrentContext]
-	if ctx == nil {
-		return "", nil, fmt.Errorf("current-context %q does not exist", cfg.CurrentContext)
-	}
-	c := cfg.Clusters[ctx.Cluster]
-	if c == nil {
-		return "", nil, fmt.Errorf("cluster %q of context %q does not exist", ctx.Cluster, cfg.CurrentContext)
-	}
-	return ctx.Cluster, c, nil
-}
-
 // withCertificateAuthority returns the kubeconfig data with ca as the
 // certificate-authority-data of the current context's cluster, and whether
 // that changed anything. A certificate-authority file reference is dropped
-// (clientcmd refuses both). Everything else is kept, though the kubeconfig
-// is written anew (clientcmd's order and formatting, no comments).
+// (clientcmd refuses both), and so is insecure-skip-tls-verify (clientcmd
+// refuses it with a CA; ca verified the server). Everything else is kept,
+// though the kubeconfig is written anew (clientcmd's order and formatting,
+// no comments).
 func withCertificateAuthority(data, ca []byte) ([]byte, bool, error) {
 	if len(ca) == 0 {
 		return nil, false, errors.New("an empty trust bundle")
@@ -102,14 +86,14 @@ func withCertificateAuthority(data, ca []byte) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	_, cluster, err := currentCluster(cfg)
+	_, cluster, err := bootstrap.CurrentCluster(cfg)
 	if err != nil {
 		return nil, false, err
 	}
-	if string(cluster.CertificateAuthorityData) == string(ca) && cluster.CertificateAuthority == "" {
+	if string(cluster.CertificateAuthorityData) == string(ca) && cluster.CertificateAuthority == "" && !cluster.InsecureSkipTLSVerify {
 		return data, false, nil
 	}
-	cluster.CertificateAuthorityData, cluster.CertificateAuthority = ca, ""
+	cluster.CertificateAuthorityData, cluster.CertificateAuthority, cluster.InsecureSkipTLSVerify = ca, "", false
 	out, err := clientcmd.Write(*cfg)
 	if err != nil {
 		return nil, false, err

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
 )
@@ -305,12 +306,29 @@ func bootstrapTrustPublished(ctx context.Context, r client.Reader, c *v1alpha1.C
 	} else if err != nil {
 		return "", fmt.Errorf("reading the bootstrap kubeconfig: %w", err)
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[v1alpha1.DataKeyKubeconfig])
+	ca, err := kubeconfigCAData(s.Data[v1alpha1.DataKeyKubeconfig])
 	if err != nil {
 		return waiting + ": " + err.Error(), nil
 	}
-	if !bytes.Equal(cfg.CAData, cas.Bundle().PEM()) {
+	if !bytes.Equal(ca, cas.Bundle().PEM()) {
 		return waiting, nil
 	}
 	return "", nil
+}
+
+// kubeconfigCAData is the certificate-authority-data of a kubeconfig's
+// current cluster. The kubeconfig is only decoded: a Secret in a tenant's
+// namespace could name files (a certificate-authority, a client key, a
+// token file) that building a client from it would read on the operator's
+// machine.
+func kubeconfigCAData(data []byte) ([]byte, error) {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, err
+	}
+	_, cluster, err := bootstrap.CurrentCluster(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return cluster.CertificateAuthorityData, nil
 }

@@ -3,6 +3,8 @@ package workerrollout
 import (
 	"context"
 	"crypto/x509"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -194,6 +196,39 @@ func TestBootstrapTrustPublished(t *testing.T) {
 				t.Errorf("the wait %q does not name the Secret", wait)
 			}
 		})
+	}
+}
+
+// A bootstrap kubeconfig that names files on the operator's machine (it is
+// in the tenant's namespace) is only decoded: what the pool waits for says
+// nothing of whether the files exist.
+func TestABootstrapKubeconfigThatNamesFilesIsNotRead(t *testing.T) {
+	ca0 := pkitest.NewCA(t, "cluster CA0")
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	pool := v1alpha1.WorkerPool{Name: "edge", RolloutStrategy: v1alpha1.RolloutReplace, MachineDeployment: "edge"}
+	existing := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(existing, ca0.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var waits []string
+	for _, file := range []string{existing, existing + ".missing"} {
+		kubeconfig := bootstrapKubeconfigSecret(t, c, pki.NewBundle(ca0.Cert))
+		kubeconfig.Data[v1alpha1.DataKeyKubeconfig] = []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://192.0.2.1", certificate-authority: "` + file + `"}}]
+users: [{name: u, user: {client-certificate: "` + file + `", client-key: "` + file + `", tokenFile: "` + file + `"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+		r := fake.NewClientBuilder().WithObjects(caSecret(t, c, v1alpha1.CARoleCluster, &credentials.CAs{Current: ca0}), kubeconfig).Build()
+		wait, err := bootstrapTrustPublished(context.Background(), r, c, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, wait)
+	}
+	if waits[0] == "" || waits[0] != waits[1] {
+		t.Errorf("waits %q: want one wait whether the file exists or not", waits)
 	}
 }
 
