@@ -70,36 +70,59 @@ func (s *scope) wakeAt(t time.Time) {
 type phase struct {
 	name string
 	run  func(context.Context, *scope) error
+	// holdsUpNothing: the phases after it do not need what it does, so its
+	// failure does not stop them; the pass fails with it at the end.
+	holdsUpNothing bool
 }
 
 // phases are the steps of a pass, in order.
 func (r *Reconciler) phases() []phase {
 	return []phase{
-		{"load objects", r.loadPhase},
-		{"old-CA records", r.recordsPhase},
-		{"CAs", r.caPhase},
-		{"trust bundles", r.bundlePhase},
-		{"endpoint", r.endpointPhase},
-		{"API-server trust", r.trustPhase},
-		{"certificates", r.certificatePhase},
-		{"audit webhook", r.auditWebhookPhase},
-		{"consumers", r.consumerPhase},
-		{"service-account key", r.serviceAccountKeyPhase},
-		{"worker pools", r.workerPhase},
-		{"evidence", r.evidencePhase},
-		{"decision", r.decisionPhase},
-		{"old-CA usage", r.oldCAUsagePhase},
+		{name: "load objects", run: r.loadPhase},
+		{name: "old-CA records", run: r.recordsPhase},
+		{name: "CAs", run: r.caPhase},
+		{name: "trust bundles", run: r.bundlePhase},
+		{name: "endpoint", run: r.endpointPhase},
+		{name: "API-server trust", run: r.trustPhase},
+		{name: "certificates", run: r.certificatePhase},
+		{name: "audit webhook", run: r.auditWebhookPhase},
+		{name: "consumers", run: r.consumerPhase},
+		{name: "service-account key", run: r.serviceAccountKeyPhase},
+		// A pool that fails to roll leaves itself pending, which the
+		// decision waits for; the evidence (kube-root-ca.crt's publication
+		// time, which runs while the pools roll) and the conditions go on.
+		{name: "worker pools", run: r.workerPhase, holdsUpNothing: true},
+		{name: "evidence", run: r.evidencePhase},
+		{name: "decision", run: r.decisionPhase},
+		{name: "old-CA usage", run: r.oldCAUsagePhase},
 	}
 }
 
-// reconcileCredentials runs the phases in order, stopping at the first error.
+// reconcileCredentials runs the phases in order (runPhases).
 func (r *Reconciler) reconcileCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
-	for _, p := range r.phases() {
-		if err := p.run(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := runPhases(ctx, s, r.phases()); err != nil {
+		return ctrl.Result{}, err
 	}
 	return r.requeue(s), nil
+}
+
+// runPhases runs phases in order, stopping at the first error but that of a
+// phase that holds up nothing, which it returns once the others ran (with
+// the error that stopped them, if one did). A stale read stops the pass
+// wherever it happens: what the pass read is behind the API server.
+func runPhases(ctx context.Context, s *scope, phases []phase) error {
+	var deferred error
+	for _, p := range phases {
+		err := p.run(ctx, s)
+		switch {
+		case err == nil:
+		case p.holdsUpNothing && !staleRead(err):
+			deferred = err
+		default:
+			return errors.Join(deferred, err)
+		}
+	}
+	return deferred
 }
 
 func (r *Reconciler) loadPhase(ctx context.Context, s *scope) (err error) {
@@ -262,10 +285,9 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 		// the single-CA bundles and rolls the consumers again.
 		return r.dropOldCAs(ctx, c, s.objs, s.cas)
 	}
-	if d.Phase != s.facts.Phase {
-		// The event is recorded once the status is persisted.
-		setCARotation(c, rotation.EnterPhase(c.CARotation(), d.Phase, r.now()))
-	}
+	// The probes the next phase has no use for go first: a pass that fails
+	// to delete one records no new phase, whose status (inventory,
+	// conditions) this pass would not write.
 	if d.Phase == v1alpha1.RotationCompleted || d.Phase == v1alpha1.RotationAborted {
 		if err := r.deleteSecret(ctx, s.objs, oldClientProbeSecret(c)); err != nil {
 			return err
@@ -275,6 +297,10 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 		if err := r.deleteSecret(ctx, s.objs, trustProbeSecret(c)); err != nil {
 			return err
 		}
+	}
+	if d.Phase != s.facts.Phase {
+		// The event is recorded once the status is persisted.
+		setCARotation(c, rotation.EnterPhase(c.CARotation(), d.Phase, r.now()))
 	}
 	r.Metrics.observe(c, s.cas, s.certs.notAfter)
 	s.decision = &d

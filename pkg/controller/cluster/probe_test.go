@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,11 +16,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/rotation"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -136,5 +140,77 @@ func TestAPassedCheckDoesNotHideAFailedOne(t *testing.T) {
 	_ = s.observe(passed, nil)
 	if s.reachability != passed {
 		t.Errorf("after a passed check: %+v, want it", s.reachability)
+	}
+}
+
+// A pass that decides the next phase and then fails to delete a probe
+// records no new phase: the status the failed pass writes would say
+// Completed beside the old CAs in the inventory and the conditions of
+// Finalizing.
+func TestAPassThatFailsAfterItsDecisionKeepsThePhase(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "fleet"}}
+	setCARotation(c, &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing})
+	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: oldClientProbeSecret(c)}}
+	refused := errors.New("secrets is forbidden")
+	api := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(probe).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error { return refused },
+	}).Build()
+	r := &Reconciler{Client: api, Clock: clocktesting.NewFakeClock(time.Now())}
+	s := &scope{cluster: c, objs: &objects{secrets: map[string]*corev1.Secret{probe.Name: probe}, configMaps: map[string]*corev1.ConfigMap{}},
+		facts: rotation.Facts{Phase: v1alpha1.RotationFinalizing, AllOnNewCA: true, OldCAsRemoved: true, ConsumersRolledOut: true,
+			Evidence: rotation.EvidencePassed, KubeRootCA: rotation.EvidencePassed, APIServices: rotation.EvidencePassed}}
+	if d := rotation.Decide(s.facts); d.Phase != v1alpha1.RotationCompleted {
+		t.Fatalf("the facts decide %s, want Completed", d.Phase)
+	}
+	if err := r.decisionPhase(context.Background(), s); !errors.Is(err, refused) {
+		t.Fatalf("decisionPhase = %v, want the refused delete", err)
+	}
+	if phase := c.CARotationPhase(); phase != v1alpha1.RotationFinalizing {
+		t.Errorf("the failed pass records phase %s, want Finalizing", phase)
+	}
+}
+
+// A phase that holds up nothing (the worker pools) does not stop the phases
+// after it when it fails (the evidence, the decision): the pass fails with
+// its error once they ran. Any other phase's failure stops the pass.
+func TestAPhaseThatHoldsUpNothingLetsTheOthersRun(t *testing.T) {
+	pools, other := errors.New("pool edge: listing Nodes: timeout"), errors.New("deleting a probe: forbidden")
+	var ran []string
+	step := func(name string, err error) func(context.Context, *scope) error {
+		return func(context.Context, *scope) error { ran = append(ran, name); return err }
+	}
+	err := runPhases(context.Background(), &scope{}, []phase{
+		{name: "worker pools", run: step("worker pools", pools), holdsUpNothing: true},
+		{name: "evidence", run: step("evidence", nil)},
+		{name: "decision", run: step("decision", other)},
+		{name: "old-CA usage", run: step("old-CA usage", nil)},
+	})
+	if !errors.Is(err, other) || !errors.Is(err, pools) || !slices.Equal(ran, []string{"worker pools", "evidence", "decision"}) {
+		t.Errorf("ran %q, err %v; want the three up to the decision, and both errors", ran, err)
+	}
+	ran = nil
+	err = runPhases(context.Background(), &scope{}, []phase{
+		{name: "worker pools", run: step("worker pools", pools), holdsUpNothing: true},
+		{name: "evidence", run: step("evidence", nil)},
+	})
+	if !errors.Is(err, pools) || len(ran) != 2 {
+		t.Errorf("ran %q, err %v; want both, and the pools' error", ran, err)
+	}
+	ran = nil
+	err = runPhases(context.Background(), &scope{}, []phase{
+		{name: "worker pools", run: step("worker pools", errStaleCache), holdsUpNothing: true},
+		{name: "evidence", run: step("evidence", nil)},
+	})
+	if !errors.Is(err, errStaleCache) || len(ran) != 1 {
+		t.Errorf("ran %q, err %v; want a stale read to stop the pass", ran, err)
+	}
+	var workers *phase
+	for _, p := range (&Reconciler{}).phases() {
+		if p.name == "worker pools" {
+			workers = &p
+		}
+	}
+	if workers == nil || !workers.holdsUpNothing {
+		t.Errorf("the worker pools' phase holds up the evidence and the decision: %+v", workers)
 	}
 }
