@@ -3,6 +3,8 @@ package evidence
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"slices"
 
@@ -72,13 +74,34 @@ const NotLabelled = " (not labelled " + v1alpha1.LabelCABundle + "=" + string(v1
 
 // pinsPartOf reports whether an APIService verifies its server with a
 // caBundle that holds one of the CAs of want but not exactly them, in
-// whatever order or PEM layout (sameCertificates).
+// whatever order or PEM layout, as the aggregator reads it (trustedBy).
 func pinsPartOf(s *apiregistrationv1.APIService, want pki.Bundle) bool {
-	if s.Spec.Service == nil || s.Spec.InsecureSkipTLSVerify || sameCertificates(string(s.Spec.CABundle), want) {
+	if s.Spec.Service == nil || s.Spec.InsecureSkipTLSVerify {
 		return false
 	}
-	pinned, err := pki.ParseBundle(s.Spec.CABundle)
-	return err == nil && slices.ContainsFunc(want, pinned.Contains)
+	pinned := trustedBy(s.Spec.CABundle)
+	return !sameBundle(pinned, want) && slices.ContainsFunc(want, pinned.Contains)
+}
+
+// trustedBy is what a verifier trusts of the PEM caBundle: its certificates,
+// as x509.CertPool.AppendCertsFromPEM takes them, skipping any other block
+// and any certificate that does not parse (pki.ParseBundle refuses the
+// whole bundle for one such block, where the aggregator still trusts the
+// rest).
+func trustedBy(caBundle []byte) pki.Bundle {
+	var trusted pki.Bundle
+	for rest := caBundle; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			return trusted
+		}
+		if block.Type != "CERTIFICATE" || len(block.Headers) != 0 {
+			continue
+		}
+		if cert, err := x509.ParseCertificate(block.Bytes); err == nil {
+			trusted = append(trusted, cert)
+		}
+	}
 }
 
 // APIServiceBehind reports whether an APIService's caBundle is not exactly
