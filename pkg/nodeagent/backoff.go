@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"errors"
 	"math"
 	"time"
 
@@ -53,3 +54,14 @@ func (b *backoff) next() time.Duration { return b.current.Step() }
 
 // reset starts over from the policy's first delay, after a success.
 func (b *backoff) reset() { b.current = b.policy }
+
+// afterFailure is how long to wait before an attempt that failed with err is
+// made again: refused's delay when a certificate request was denied or
+// failed (asked again at once, it would be refused again), else retry's.
+// Only the backoff whose delay it returns advances.
+func afterFailure(err error, retry, refused *backoff) time.Duration {
+	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
+		return refused.next()
+	}
+	return retry.next()
+}

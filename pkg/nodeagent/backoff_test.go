@@ -13,7 +13,8 @@ import (
 // to the cap.
 func TestRetriesAreJittered(t *testing.T) {
 	for name, p := range map[string]wait.Backoff{
-		"certificate": certificateBackoff, "register": registerBackoff, "renewal": renewalBackoff, "kubelet": kubeletBackoff,
+		"certificate": certificateBackoff, "register": registerBackoff, "renewal": renewalBackoff, "refused renewal": refusedRenewalBackoff,
+		"kubelet": kubeletBackoff,
 	} {
 		t.Run(name, func(t *testing.T) {
 			a, b := newBackoff(p), newBackoff(p)

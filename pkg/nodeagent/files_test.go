@@ -65,18 +65,27 @@ func TestWithCertificateAuthorityKeepsTheRest(t *testing.T) {
 	}
 }
 
-func TestWithCertificateAuthorityReplacesAFileReference(t *testing.T) {
-	in := strings.Replace(kubeletKubeconfig, "certificate-authority-data: b2xkLWNh", "certificate-authority: /etc/kubernetes/ca.crt", 1)
-	out, changed, err := withCertificateAuthority([]byte(in), []byte("new-ca"))
-	if err != nil || !changed {
-		t.Fatalf("withCertificateAuthority = %v, %v", changed, err)
-	}
-	cfg, err := clientcmd.Load(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := cfg.Clusters["default-cluster"]; c.CertificateAuthority != "" || string(c.CertificateAuthorityData) != "new-ca" {
-		t.Fatalf("cluster = %+v", c)
+// The bundle replaces what clientcmd refuses beside certificate-authority-data:
+// a certificate-authority file reference, and insecure-skip-tls-verify (a
+// kubeconfig that skipped the verification of its server verifies it with
+// the bundle).
+func TestWithCertificateAuthorityReplacesWhatClientcmdRefusesBesideIt(t *testing.T) {
+	for name, replacement := range map[string]string{
+		"a file reference":         "certificate-authority: /etc/kubernetes/ca.crt",
+		"insecure-skip-tls-verify": "insecure-skip-tls-verify: true",
+	} {
+		in := strings.Replace(kubeletKubeconfig, "certificate-authority-data: b2xkLWNh", replacement, 1)
+		out, changed, err := withCertificateAuthority([]byte(in), []byte("new-ca"))
+		if err != nil || !changed {
+			t.Fatalf("%s: withCertificateAuthority = %v, %v", name, changed, err)
+		}
+		cfg, err := clientcmd.Load(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := cfg.Clusters["default-cluster"]; c.CertificateAuthority != "" || c.InsecureSkipTLSVerify || string(c.CertificateAuthorityData) != "new-ca" {
+			t.Fatalf("%s: cluster = %+v", name, c)
+		}
 	}
 }
 

@@ -71,6 +71,12 @@ func (m *Manager) Reload() error {
 	if err != nil {
 		return err
 	}
+	if info.Insecure {
+		// The agent verifies the API server against the cluster bundle: it
+		// would take this server for one that refuses the kubelet.
+		return fmt.Errorf("%w: the kubelet's kubeconfig %s skips the verification of the API server (insecure-skip-tls-verify): "+
+			"give the kubelet a bootstrap kubeconfig with the cluster CA bundle as certificate-authority-data", errNotTheKubeletsCredentials, m.cfg.KubeconfigPath)
+	}
 	if err := m.checkKubeletPair(info); err != nil {
 		return err
 	}

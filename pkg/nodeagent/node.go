@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -153,12 +152,13 @@ var errWatchEnded = fmt.Errorf("the watch ended within %s", shortWatch)
 func (n *Node) WatchRenewals(ctx context.Context) error {
 	name := n.Manager.cfg.NodeName
 	retry, refused, rewatch := newBackoff(renewalBackoff), newBackoff(refusedRenewalBackoff), newBackoff(renewalBackoff)
+	var malformed string // the last request logged as not carried out
 	for ctx.Err() == nil {
 		// A watch lasts from when it is asked for: the API server may end
 		// it before the call returns.
 		opened := n.Manager.cfg.Clock.Now()
 		w, err := n.watchNode(ctx)
-		if n.rebootstrapTakesOver(ctx, w, err, rewatch) {
+		if n.rebootstrapTakesOver(ctx, w, err, rewatch, refused) {
 			continue
 		}
 		if err != nil {
@@ -173,17 +173,14 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			}
 			request, pending := noderenewal.Pending(node.Annotations)
 			if !pending {
+				malformed = n.noteMalformedRequest(node.Annotations, malformed)
 				continue
 			}
 			renewing = true
 			start := n.Manager.cfg.Clock.Now()
 			if err := n.renew(ctx, request); err != nil {
 				n.Manager.cfg.Metrics.renewError()
-				delay := retry.next()
-				if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
-					delay = refused.next()
-				}
-				n.retryAfter(ctx, delay, "renewal "+request.String(), err)
+				n.retryAfter(ctx, afterFailure(err, retry, refused), "renewal "+request.String(), err)
 			} else {
 				retry.reset()
 				refused.reset()
@@ -201,6 +198,23 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 		rewatch.reset()
 	}
 	return ctx.Err()
+}
+
+// noteMalformedRequest logs a renewal request on the Node that does not
+// parse, such as one set by hand with a typo, which is not carried out;
+// logged is the last one it logged, which it does not log again at each
+// event of the Node. It returns the request it logged last.
+func (n *Node) noteMalformedRequest(annotations map[string]string, logged string) string {
+	value, ok := annotations[v1alpha1.AnnotationRenewCredentials]
+	if !ok || value == logged {
+		return logged
+	}
+	if _, err := noderenewal.ParseRequest(value); err != nil {
+		n.logf("%v: not carried out (Carousel writes %s=<RFC 3339 time>/<Preparing|Finalizing|Aborting>, as the worker rollout's event says)",
+			err, v1alpha1.AnnotationRenewCredentials)
+		return value
+	}
+	return logged
 }
 
 // watchNode reads the credentials again (Reload) and watches the Node with

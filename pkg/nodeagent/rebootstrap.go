@@ -175,8 +175,9 @@ type rebootstrap struct {
 // refuses its credentials (rebootstrapIfRefused). It returns whether it
 // re-bootstrapped the kubelet or failed to: then it has stopped w, and the
 // caller watches again. A failed attempt is counted, logged and waited out
-// with retry.
-func (n *Node) rebootstrapTakesOver(ctx context.Context, w watch.Interface, watchErr error, retry *backoff) bool {
+// with retry, or with refused when a request was denied or failed (the last
+// step may ask for a serving certificate), as a renewal's is.
+func (n *Node) rebootstrapTakesOver(ctx context.Context, w watch.Interface, watchErr error, retry, refused *backoff) bool {
 	if watchErr == nil {
 		// The API server took the kubelet's credentials: a refusal seen
 		// before does not count towards RefusalGrace any more.
@@ -194,9 +195,10 @@ func (n *Node) rebootstrapTakesOver(ctx context.Context, w watch.Interface, watc
 	}
 	if err != nil {
 		n.Manager.cfg.Metrics.renewError()
-		n.retryAfter(ctx, retry.next(), rebootstrapLabel, err)
+		n.retryAfter(ctx, afterFailure(err, retry, refused), rebootstrapLabel, err)
 	} else {
 		retry.reset()
+		refused.reset()
 	}
 	return true
 }

@@ -700,16 +700,16 @@ func TestAWatchTheAPIServerTakesStartsTheRefusalCountAgain(t *testing.T) {
 	before := on.read("kubeconfig")
 	retry := newBackoff(renewalBackoff)
 	refused := errors.New("watching the Node: Unauthorized")
-	if on.node.rebootstrapTakesOver(context.Background(), nil, refused, retry) {
+	if on.node.rebootstrapTakesOver(context.Background(), nil, refused, retry, newBackoff(refusedRenewalBackoff)) {
 		t.Fatal("re-bootstrapped on the first refusal")
 	}
 	w := watch.NewFake()
 	defer w.Stop()
-	if on.node.rebootstrapTakesOver(context.Background(), w, nil, retry) {
+	if on.node.rebootstrapTakesOver(context.Background(), w, nil, retry, newBackoff(refusedRenewalBackoff)) {
 		t.Fatal("took over after a watch the API server took")
 	}
 	on.clk.Step(time.Hour)
-	if on.node.rebootstrapTakesOver(context.Background(), nil, refused, retry) {
+	if on.node.rebootstrapTakesOver(context.Background(), nil, refused, retry, newBackoff(refusedRenewalBackoff)) {
 		t.Fatalf("re-bootstrapped on the first refusal after an hour of watches; log: %q", on.logLines())
 	}
 	on.assertUntouched(before)
@@ -925,4 +925,25 @@ func TestRebootstrapWaitsForARenewalOfAnotherProcess(t *testing.T) {
 		t.Fatalf("rebootstrapIfRefused once the other process is done = %v, %v; log: %q", rebootstrapped, err, on.logLines())
 	}
 	on.assertRebootstrapped(refused, pairs)
+}
+
+// TestADeniedServingRequestOfAReBootstrapIsAskedForAgainRarely: the
+// approver denies the new serving certificate a re-bootstrap's last step
+// asks for (it pinned the addresses the node had before it went off). The
+// agent asks again, as a renewal does, at most every 15 minutes: over an
+// hour, eight serving CSRs at most, not one a minute.
+func TestADeniedServingRequestOfAReBootstrapIsAskedForAgainRarely(t *testing.T) {
+	on := newOffNode(t)
+	on.mu.Lock()
+	on.deny = true
+	on.mu.Unlock()
+	stop := on.startWatchRenewals()
+	defer stop()
+	for range 60 {
+		awaitWaiters(t, on.clk, 1)
+		on.clk.Step(time.Minute)
+	}
+	if csrs, _ := on.counts(); csrs < 2 || csrs > 8 {
+		t.Errorf("%d serving CSRs in an hour of denials, want from 2 to 8; log: %q", csrs, on.logLines())
+	}
 }

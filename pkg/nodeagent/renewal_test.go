@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -644,6 +646,13 @@ func TestReloadRefusesOtherCredentials(t *testing.T) {
 	if err := m.Reload(); !errors.Is(err, errNotTheKubeletsCredentials) {
 		t.Errorf("a kubeconfig with another pair: %v", err)
 	}
+	// One that does not verify the API server: the agent, which does, would
+	// take it for a server that refuses the kubelet.
+	writeTestKubeconfig(t, tn.path("kubeconfig"), &clientcmdapi.Cluster{Server: testServer, InsecureSkipTLSVerify: true},
+		&clientcmdapi.AuthInfo{ClientCertificate: m.store.CurrentPath(), ClientKey: m.store.CurrentPath()})
+	if err := m.Reload(); !errors.Is(err, errNotTheKubeletsCredentials) || !strings.Contains(err.Error(), "insecure-skip-tls-verify") {
+		t.Errorf("a kubeconfig that skips the verification of the API server: %v", err)
+	}
 	other := NewManager(Config{Mode: ModeKubelet, NodeName: "w2", CertDir: tn.path("pki"), KubeconfigPath: tn.path("bootstrap-kubeconfig"), Clock: tn.clk})
 	if err := other.Start(context.Background()); !errors.Is(err, errNotTheKubeletsCredentials) {
 		t.Errorf("a kubeconfig with a token starts: %v", err)
@@ -925,5 +934,40 @@ func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 				t.Errorf("checkServer = %v, want %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A renewal request that does not parse (set by hand with a typo) is not
+// carried out, and the agent says so once per value, not at every event of
+// the Node.
+func TestAMalformedRequestIsLoggedOnce(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	w := watch.NewFake()
+	tn.cs.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) { return true, w, nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tn.node.WatchRenewals(ctx) }()
+	defer func() { cancel(); w.Stop(); <-done }()
+
+	typo := strings.Replace(tn.req.String(), "/Preparing", "/Prepared", 1)
+	other := strings.TrimSuffix(tn.req.String(), "Z/Preparing") + "/Preparing"
+	for _, value := range []string{typo, typo, other, other} {
+		w.Modify(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Annotations: map[string]string{v1alpha1.AnnotationRenewCredentials: value}}})
+	}
+	w.Modify(&corev1.ConfigMap{}) // received once the events before it are handled
+
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	var logged []string
+	for _, l := range tn.logs {
+		if strings.Contains(l, "not carried out") {
+			logged = append(logged, l)
+		}
+	}
+	if len(logged) != 2 || !strings.Contains(logged[0], strconv.Quote(typo)) || !strings.Contains(logged[1], strconv.Quote(other)) {
+		t.Errorf("logged %q, want each malformed request once", logged)
+	}
+	if tn.csrs != 0 {
+		t.Errorf("%d CSRs for a request that does not parse", tn.csrs)
 	}
 }
