@@ -116,7 +116,7 @@ func main() {
 	mgrOpts.HealthProbeBindAddress = probeAddr
 	mgrOpts.PprofBindAddress = pprofAddr
 	mgrOpts.LeaderElection = leaderElect
-	mgrOpts.LeaderElectionID = "carousel-controller-manager.carousel.dev"
+	mgrOpts.LeaderElectionID = operator.LeaderElectionID
 	mgrOpts.LeaderElectionNamespace = leaderElectionNamespace
 	webhookOpts := webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCert.CertDir}
 	var rotator *servingcert.Rotator

@@ -106,6 +106,10 @@ const ShardCampaignResync = 10 * time.Second
 // more memory, the API server then being the limit.
 const DefaultClusterConcurrency = 4
 
+// LeaderElectionID names the Lease of the manager's leader election, in
+// --leader-election-namespace; the chart's Role grants that one by name.
+const LeaderElectionID = "carousel-controller-manager.carousel.dev"
+
 // DefaultOptions are the defaults of the binary's flags.
 func DefaultOptions() Options {
 	return Options{
@@ -115,7 +119,7 @@ func DefaultOptions() Options {
 		MaxManagedPollInterval: clustercontroller.DefaultMaxManagedPollInterval, ManagedCleanupTimeout: kubeletbootstrap.DefaultCleanupTimeout,
 		CSRControllers: true, CSRMaxDuration: 365 * 24 * time.Hour, ClusterConcurrency: DefaultClusterConcurrency, MemoryLimitRatio: DefaultMemoryLimitRatio,
 		CSRConcurrency: kubeletcsr.DefaultConcurrency, ManagedQPS: clustercache.DefaultQPS, ManagedBurst: clustercache.DefaultBurst,
-		OldCAUsageWindow: clustercontroller.DefaultOldCAUsageWindow,
+		OldCAUsageWindow: clustercontroller.DefaultOldCAUsageWindow, Shard: sharding.Shard{LeaseDuration: sharding.DefaultLeaseDuration},
 	}
 }
 
@@ -186,7 +190,7 @@ func (o Options) Validate() error {
 			errs = append(errs, errors.New("--audit-webhook-url needs --webhook=true: the webhook server receives the audit events"))
 		}
 	}
-	if d := o.Shard.LeaseDuration; o.Shard.Enabled() && d != 0 && (d < time.Second || d%time.Second != 0) {
+	if d := o.Shard.LeaseDuration; o.Shard.Enabled() && (d < time.Second || d%time.Second != 0) {
 		// A Lease holds its duration in whole seconds: 500ms would be 0,
 		// and the sharder would take the shard for dead after every renewal.
 		errs = append(errs, fmt.Errorf("--shard-lease-duration=%s: a whole number of seconds, at least 1s (a Lease holds it in seconds)", d))

@@ -66,6 +66,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"a shard Lease of 15s", func(o *Options) { o.Shard.ControllerRing, o.Shard.LeaseDuration = "fleet", 15*time.Second }, ""},
 		{"a shard Lease shorter than a second", func(o *Options) { o.Shard.ControllerRing, o.Shard.LeaseDuration = "fleet", 500*time.Millisecond },
 			"--shard-lease-duration=500ms: a whole number of seconds, at least 1s"},
+		{"a shard Lease of no time", func(o *Options) { o.Shard.ControllerRing, o.Shard.LeaseDuration = "fleet", 0 }, "--shard-lease-duration=0s: a whole number of seconds"},
+		{"a shard of the default Lease", func(o *Options) { o.Shard.ControllerRing = "fleet" }, ""},
 		{"a shard Lease of a fraction of seconds", func(o *Options) { o.Shard.ControllerRing, o.Shard.LeaseDuration = "fleet", 1500*time.Millisecond },
 			"--shard-lease-duration=1.5s"},
 		{"every error at once", func(o *Options) { o.ClusterConcurrency, o.CSRConcurrency = 0, 0 }, "--cluster-concurrency=0: reconcile at least one Cluster at a time\n--csr-concurrency=0"},

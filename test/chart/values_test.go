@@ -16,6 +16,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/carousel-dev/carousel/pkg/operator"
 )
 
 var _ = Describe("The chart's values", func() {
@@ -100,9 +102,11 @@ var _ = Describe("The chart's values", func() {
 		Expect(rendered).To(Equal(strings.Split(string(listed[1]), "\n")))
 	})
 
-	It("runs the helm test Pod where the manager may run: its node selector, tolerations, node affinity, priority and resources", func() {
+	It("runs the helm test Pod where the manager may run: its node selector, tolerations, node affinity, priority, resources, labels and annotations", func() {
 		values := filepath.Join(GinkgoT().TempDir(), "values.yaml")
-		Expect(os.WriteFile(values, []byte(`nodeSelector: {role: infra}
+		Expect(os.WriteFile(values, []byte(`podLabels: {team: platform, app.kubernetes.io/component: mine}
+podAnnotations: {sidecar.istio.io/inject: "false", helm.sh/hook: mine}
+nodeSelector: {role: infra}
 tolerations: [{key: infra, operator: Exists, effect: NoSchedule}]
 priorityClassName: platform
 affinity:
@@ -130,6 +134,8 @@ affinity:
 		Expect(pod.Spec.Affinity.PodAntiAffinity).To(BeNil(), "the manager Pods' anti-affinity is theirs")
 		Expect(pod.Spec.Containers).To(HaveLen(1))
 		Expect(pod.Spec.Containers[0].Resources.Limits.Memory().String()).To(Equal("512Mi"))
+		Expect(pod.Labels).To(And(HaveKeyWithValue("team", "platform"), HaveKeyWithValue("app.kubernetes.io/component", "test")), "the chart's labels win")
+		Expect(pod.Annotations).To(And(HaveKeyWithValue("sidecar.istio.io/inject", "false"), HaveKeyWithValue("helm.sh/hook", "test")), "the chart's annotations win")
 	})
 
 	It("adds webhook.extraDNSNames to the webhook's serving certificate, self-issued or cert-manager's", func() {
@@ -221,6 +227,32 @@ affinity:
 		Expect(reviews()).To(ConsistOf("carousel-metrics-auth: tokenreviews", "carousel-metrics-auth: subjectaccessreviews"))
 		Expect(reviews("--set", "metrics.secure=false")).To(BeEmpty())
 		Expect(reviews("--set", "metrics.enabled=false")).To(BeEmpty())
+	})
+
+	It("grants leader election its one Lease, not the other Leases of a shared namespace, and the shards theirs", func() {
+		leaseRules := func(args ...string) []rbacv1.PolicyRule {
+			GinkgoHelper()
+			out, err := helm(append([]string{"template", "carousel", chartDir, "--namespace", "carousel-system"}, args...)...)
+			Expect(err).NotTo(HaveOccurred())
+			decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+			for {
+				var role rbacv1.Role
+				if err := decoder.Decode(&role); err != nil {
+					Expect(err).To(MatchError(io.EOF))
+					return nil
+				}
+				if role.Kind == "Role" && role.Name == "carousel-leader-election" {
+					return slices.DeleteFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return !slices.Contains(r.Resources, "leases") })
+				}
+			}
+		}
+		Expect(leaseRules()).To(ConsistOf(
+			rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update"},
+				ResourceNames: []string{operator.LeaderElectionID}}))
+		Expect(leaseRules("--set", "leaderElection.enabled=false", "--set", "sharding.enabled=true")).To(ConsistOf(
+			rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}))
+		Expect(leaseRules("--set", "leaderElection.enabled=false", "--set", "replicaCount=1")).To(BeEmpty())
 	})
 
 	It("lets a drain evict replicas that are not ready, and prefers the replicas on different nodes", func() {
