@@ -127,11 +127,23 @@ func writeAllOrNone(dir string, names []string, files map[string][]byte) error {
 // its directory synced) when it returns, and removes what it created if the
 // write fails.
 func writeNewFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := createNewFile(path)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	return fillNewFile(f, data)
+}
+
+// createNewFile creates path, which must not exist, with mode 0600.
+func createNewFile(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+}
+
+// fillNewFile writes data into f, a file createNewFile made, and closes it,
+// on disk (the file and its directory synced) when it returns; if that
+// fails, it removes the file.
+func fillNewFile(f *os.File, data []byte) error {
+	_, err := f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -139,10 +151,10 @@ func writeNewFile(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = fsync.Dir(filepath.Dir(path))
+		err = fsync.Dir(filepath.Dir(f.Name()))
 	}
 	if err != nil {
-		return errors.Join(err, os.Remove(path))
+		return errors.Join(err, os.Remove(f.Name()))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -26,7 +27,8 @@ func (e *env) checkExpirationCommand() *cobra.Command {
 		Short: "Show when each certificate and certificate authority of CLUSTER expires",
 		Long: `Show when each certificate Carousel issues for CLUSTER expires, and each CA: the current one of every role and,
 during a rotation, the previous one. The dates are read from the Secrets in CLUSTER's namespace labelled for it;
-one that does not exist, or lost its labels, shows as <missing>.
+one that does not exist, or lost its labels, shows as <missing>, and one whose certificate cannot be read as
+<unreadable>: the command prints every row it can, then fails naming what it could not read.
 
 Carousel renews leaf certificates itself; a residual time that keeps shrinking means a renewal fails (see the
 Cluster's conditions with "kubectl carousel rotation status"). A CA only changes through a rotation.`,
@@ -49,9 +51,14 @@ Cluster's conditions with "kubectl carousel rotation status"). A CA only changes
 			return err
 		}
 		if out.printer != nil {
-			return out.printer.PrintObj(info, e.streams.Out)
+			err = out.printer.PrintObj(info, e.streams.Out)
+		} else {
+			err = writeExpiration(e.streams.Out, info)
 		}
-		return writeExpiration(e.streams.Out, info)
+		if err != nil {
+			return err
+		}
+		return unreadableRows(info)
 	}
 	return cmd
 }
@@ -74,9 +81,10 @@ func expirationInfo(ctx context.Context, c client.Client, cl *v1alpha1.Cluster, 
 		} else {
 			certs, err := pki.ParseCertificates(s.Data[v1alpha1.DataKeyCertificate])
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
+				row.Unreadable = err.Error()
+			} else {
+				row.ExpirationDate, row.ResidualTime = expiry(certs[0])
 			}
-			row.ExpirationDate, row.ResidualTime = expiry(certs[0])
 		}
 		info.Certificates = append(info.Certificates, row)
 	}
@@ -88,7 +96,8 @@ func expirationInfo(ctx context.Context, c client.Client, cl *v1alpha1.Cluster, 
 		}
 		cas, err := credentials.DecodeCASecret(s)
 		if err != nil {
-			return nil, err
+			info.CertificateAuthorities = append(info.CertificateAuthorities, outputv1alpha1.CertificateAuthorityExpiration{Role: string(role), Unreadable: err.Error()})
+			continue
 		}
 		row := outputv1alpha1.CertificateAuthorityExpiration{Role: string(role), Generation: "current"}
 		row.ExpirationDate, row.ResidualTime = expiry(cas.Current.Cert)
@@ -114,8 +123,8 @@ func writeExpiration(w io.Writer, info *outputv1alpha1.CertificateExpirationInfo
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	fmt.Fprintln(tw, "CERTIFICATE\tEXPIRES\tRESIDUAL TIME\tCERTIFICATE AUTHORITY\tSECRET")
 	for _, c := range info.Certificates {
-		if c.Missing {
-			fmt.Fprintf(tw, "%s\t<missing>\t\t%s\t%s\n", c.Name, c.CertificateAuthority, c.Secret)
+		if c.ExpirationDate == nil {
+			fmt.Fprintf(tw, "%s\t%s\t\t%s\t%s\n", c.Name, noDate(c.Missing), c.CertificateAuthority, c.Secret)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, date(c.ExpirationDate), residual(c.ResidualTime), c.CertificateAuthority, c.Secret)
@@ -125,11 +134,37 @@ func writeExpiration(w io.Writer, info *outputv1alpha1.CertificateExpirationInfo
 	tw = tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	fmt.Fprintln(tw, "CERTIFICATE AUTHORITY\tEXPIRES\tRESIDUAL TIME\tGENERATION")
 	for _, ca := range info.CertificateAuthorities {
-		if ca.Missing {
-			fmt.Fprintf(tw, "%s\t<missing>\t\t\n", ca.Role)
+		if ca.ExpirationDate == nil {
+			fmt.Fprintf(tw, "%s\t%s\t\t\n", ca.Role, noDate(ca.Missing))
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ca.Role, date(ca.ExpirationDate), residual(ca.ResidualTime), ca.Generation)
 	}
 	return tw.Flush()
+}
+
+// noDate is what the EXPIRES column shows for a row without a date: its
+// Secret is missing, or what it holds cannot be read.
+func noDate(missing bool) string {
+	if missing {
+		return "<missing>"
+	}
+	return "<unreadable>"
+}
+
+// unreadableRows is the error of check-expiration once it has printed every
+// row it could: which certificates and CAs could not be read, and why.
+func unreadableRows(info *outputv1alpha1.CertificateExpirationInfo) error {
+	var errs []error
+	for _, c := range info.Certificates {
+		if c.Unreadable != "" {
+			errs = append(errs, fmt.Errorf("certificate %s (Secret %s): %s", c.Name, c.Secret, c.Unreadable))
+		}
+	}
+	for _, ca := range info.CertificateAuthorities {
+		if ca.Unreadable != "" {
+			errs = append(errs, fmt.Errorf("%s CA: %s", ca.Role, ca.Unreadable))
+		}
+	}
+	return errors.Join(errs...)
 }

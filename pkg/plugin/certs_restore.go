@@ -109,7 +109,7 @@ func planRestore(cl *v1alpha1.Cluster, uploaded []uploadedSecret, roles []v1alph
 	}
 	if withServiceAccountKey {
 		// An upload made while the Cluster had no service-account key has none.
-		if i := slices.IndexFunc(uploaded, func(s uploadedSecret) bool { return s.Role == "" }); i >= 0 {
+		if i := slices.IndexFunc(uploaded, isServiceAccountKey); i >= 0 {
 			step, create, err := decide(uploaded[i], credentials.ServiceAccountKeySecretName(cl.Name))
 			if err != nil {
 				return nil, err
@@ -358,6 +358,9 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 			if err != nil {
 				return err
 			}
+			if withServiceAccountKey && !slices.ContainsFunc(upload.secrets, isServiceAccountKey) {
+				fmt.Fprintf(e.streams.ErrOut, "warning: upload %s holds no service-account key (the Cluster had none with its label when it was made)\n", id)
+			}
 			restored := 0
 			for _, step := range steps {
 				if step.action == restoreCreate {
@@ -401,6 +404,10 @@ func (e *env) reportStep(ns string, step restoreStep) {
 		fmt.Fprintf(e.streams.Out, "kept secret %s: it was created by someone else while restoring; not changed\n", name)
 	}
 }
+
+// isServiceAccountKey: s is the upload's service-account key Secret (it has
+// no CA role).
+func isServiceAccountKey(s uploadedSecret) bool { return s.Role == "" }
 
 // existingSecrets reads, from the API server and by name, the Secrets an
 // upload would restore; a missing one is absent from the map.

@@ -114,24 +114,29 @@ func decodePayload(plain []byte) (*certsUpload, error) {
 }
 
 // uploadSecrets collects the Cluster's CA Secrets and service-account key
-// Secret, with their names, types, labels and annotations.
-func uploadSecrets(secrets map[string]*corev1.Secret, cl *v1alpha1.Cluster) ([]uploadedSecret, error) {
-	var out []uploadedSecret
+// Secret, with their names, types, labels and annotations. A CA Secret it
+// cannot find fails it; a service-account key Secret it cannot find is left
+// out with a warning (the copy of the CAs is still worth having).
+func uploadSecrets(secrets map[string]*corev1.Secret, cl *v1alpha1.Cluster) (out []uploadedSecret, warning string, err error) {
 	for _, role := range v1alpha1.CARoles() {
 		name := credentials.CASecretName(cl.Name, role)
 		s := secrets[name]
 		if s == nil {
 			// secrets holds those with the Cluster's label: one that lost
 			// it is not lost (the Ready condition says which it is).
-			return nil, fmt.Errorf("the %s CA Secret %s is missing, or lacks the label %s=%s (the Cluster's Ready condition says which, and how to put the label back)",
+			return nil, "", fmt.Errorf("the %s CA Secret %s is missing, or lacks the label %s=%s (the Cluster's Ready condition says which, and how to put the label back)",
 				role, name, v1alpha1.LabelCluster, cl.Name)
 		}
 		out = append(out, asUploaded(s, role))
 	}
-	if sa := secrets[credentials.ServiceAccountKeySecretName(cl.Name)]; sa != nil {
+	name := credentials.ServiceAccountKeySecretName(cl.Name)
+	if sa := secrets[name]; sa != nil {
 		out = append(out, asUploaded(sa, ""))
+	} else {
+		warning = fmt.Sprintf("the service-account key Secret %s is missing, or lacks the label %s=%s: the upload holds no service-account key (the Cluster's Ready condition says which)",
+			name, v1alpha1.LabelCluster, cl.Name)
 	}
-	return out, nil
+	return out, warning, nil
 }
 
 func asUploaded(s *corev1.Secret, role v1alpha1.CARole) uploadedSecret {
@@ -216,9 +221,12 @@ deleted with its bootstrap token when --ttl passes, as kubeadm's "upload-certs" 
 			if err != nil {
 				return err
 			}
-			uploaded, err := uploadSecrets(secrets, cl)
+			uploaded, warning, err := uploadSecrets(secrets, cl)
 			if err != nil {
 				return err
+			}
+			if warning != "" {
+				fmt.Fprintf(e.streams.ErrOut, "warning: %s\n", warning)
 			}
 			key, err := sealing.NewKey()
 			if err != nil {

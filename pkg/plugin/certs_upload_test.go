@@ -166,8 +166,22 @@ func TestUploadNamesACASecretItCannotFind(t *testing.T) {
 			secrets[name] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		}
 	}
-	_, err := uploadSecrets(secrets, cl)
+	_, _, err := uploadSecrets(secrets, cl)
 	if want := "the etcd CA Secret prod-ca-etcd is missing, or lacks the label carousel.dev/cluster=prod"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("uploadSecrets = %v, want %q", err, want)
+	}
+
+	// Without the service-account key Secret, the CAs are uploaded, with a
+	// warning that names it.
+	name := credentials.CASecretName("prod", v1alpha1.CARoleEtcd)
+	secrets[name] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	uploaded, warning, err := uploadSecrets(secrets, cl)
+	if err != nil || len(uploaded) != len(v1alpha1.CARoles()) || !strings.Contains(warning, "the service-account key Secret prod-service-account-key is missing") {
+		t.Errorf("uploadSecrets without the key = %d Secrets, %q, %v; want the CAs and a warning", len(uploaded), warning, err)
+	}
+	key := credentials.ServiceAccountKeySecretName("prod")
+	secrets[key] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key}}
+	if uploaded, warning, err := uploadSecrets(secrets, cl); err != nil || warning != "" || len(uploaded) != len(v1alpha1.CARoles())+1 {
+		t.Errorf("uploadSecrets with the key = %d Secrets, %q, %v; want all, and no warning", len(uploaded), warning, err)
 	}
 }

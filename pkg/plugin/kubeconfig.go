@@ -57,7 +57,8 @@ dropped. Running this command again with the same --name (by default <your login
 name>) moves that user to the CA of now.
 
 With --output-file the kubeconfig is written into a new file that only you may read (mode 0600) instead of
-printed; an existing file is refused before anything is issued or recorded.`,
+printed. The file is created before anything is issued or recorded: an existing file, or one that cannot be
+created, is refused first, and the file is removed if issuing or recording then fails.`,
 		Example: `  # Half an hour of admin access to prod's API server, in a file only you may read (it holds the key)
   kubectl carousel kubeconfig prod -n team-a --ttl 30m --name alice --output-file prod.kubeconfig
   kubectl --kubeconfig prod.kubeconfig get nodes`,
@@ -70,18 +71,21 @@ printed; an existing file is refused before anything is issued or recorded.`,
 			if err := checkKubeconfigName(name); err != nil {
 				return err
 			}
+			var out *os.File
 			if file != "" {
-				switch _, err := os.Lstat(file); {
-				case err == nil:
-					return fmt.Errorf("--output-file %s: the file exists: the kubeconfig goes into a new file only", file)
-				case !errors.Is(err, fs.ErrNotExist):
-					return fmt.Errorf("--output-file: %w", err)
+				f, err := createKubeconfigFile(file)
+				if err != nil {
+					return err
 				}
-				if info, err := os.Stat(filepath.Dir(file)); err != nil {
-					return fmt.Errorf("--output-file %s: no directory to write it into: %w", file, err)
-				} else if !info.IsDir() {
-					return fmt.Errorf("--output-file %s: %s is not a directory", file, filepath.Dir(file))
-				}
+				out = f
+				// Removed if the kubeconfig is not issued and recorded
+				// (out is cleared once the file is being filled).
+				defer func() {
+					if out != nil {
+						_ = out.Close()
+						_ = os.Remove(file)
+					}
+				}()
 			}
 			ctx := cmd.Context()
 			c, cl, err := e.clusterArg(ctx, args[0])
@@ -128,7 +132,9 @@ printed; an existing file is refused before anything is issued or recorded.`,
 				_, err = e.streams.Out.Write(kubeconfig)
 				return err
 			}
-			if err := writeNewFile(file, kubeconfig); err != nil {
+			filled := out
+			out = nil
+			if err := fillNewFile(filled, kubeconfig); err != nil {
 				return fmt.Errorf("--output-file: %w", err)
 			}
 			_, err = fmt.Fprintf(e.streams.Out, "wrote %s (mode 0600), valid until %s\n", file, kp.Cert.NotAfter.UTC().Format(time.RFC3339))
@@ -139,6 +145,27 @@ printed; an existing file is refused before anything is issued or recorded.`,
 	cmd.Flags().StringVar(&file, "output-file", "", "Write the kubeconfig into this new file (mode 0600) instead of printing it")
 	cmd.Flags().StringVar(&name, "name", defaultKubeconfigName(), "Put into the user name, carousel:admin:<name>, for the audit log and the record of issued kubeconfigs")
 	return cmd
+}
+
+// createKubeconfigFile creates file for --output-file, only new and with
+// mode 0600, before the kubeconfig is issued, so that a file that exists or
+// cannot be created is refused before anything is recorded: a kubeconfig
+// recorded but never written would hold the old-CA usage gate up to its
+// --ttl.
+func createKubeconfigFile(file string) (*os.File, error) {
+	f, err := createNewFile(file)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return nil, fmt.Errorf("--output-file %s: the file exists: the kubeconfig goes into a new file only", file)
+	case errors.Is(err, fs.ErrNotExist):
+		if _, serr := os.Stat(filepath.Dir(file)); serr != nil {
+			return nil, fmt.Errorf("--output-file %s: no directory to write it into: %w", file, err)
+		}
+		return nil, fmt.Errorf("--output-file %s: cannot be created: %w", file, err)
+	case err != nil:
+		return nil, fmt.Errorf("--output-file: %w", err)
+	}
+	return f, nil
 }
 
 // maxCommonName is the longest common name X.509 allows (RFC 5280 ub-common-name).

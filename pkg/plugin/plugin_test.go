@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -91,8 +92,9 @@ func TestACommandWithoutItsClusterSaysHowToCallIt(t *testing.T) {
 	}
 }
 
-// kubeconfig --output-file refuses a file that exists before it issues or
-// records anything (the API server here is none).
+// kubeconfig --output-file refuses a file that exists, or that cannot be
+// created, before it issues or records anything (the API server here is
+// none), and removes the file it created when it issues nothing.
 func TestAKubeconfigIsNotWrittenOverAFile(t *testing.T) {
 	existing := filepath.Join(t.TempDir(), "prod.kubeconfig")
 	if err := os.WriteFile(existing, []byte("mine"), 0o600); err != nil {
@@ -108,6 +110,18 @@ func TestAKubeconfigIsNotWrittenOverAFile(t *testing.T) {
 	err = run("kubeconfig", "prod", "--output-file", filepath.Join(t.TempDir(), "missing", "prod.kubeconfig"), "--kubeconfig", filepath.Join(t.TempDir(), "none"))
 	if err == nil || !strings.Contains(err.Error(), "no directory to write it into") {
 		t.Errorf("a file in a directory that does not exist: err = %v", err)
+	}
+	// procfs lets no one create a file, root included.
+	err = run("kubeconfig", "prod", "--output-file", "/proc/self/prod.kubeconfig", "--kubeconfig", filepath.Join(t.TempDir(), "none"))
+	if err == nil || !strings.Contains(err.Error(), "--output-file /proc/self/prod.kubeconfig: cannot be created") {
+		t.Errorf("a file that cannot be created: err = %v, want it refused before the API server is asked", err)
+	}
+	created := filepath.Join(t.TempDir(), "prod.kubeconfig")
+	if err = run("kubeconfig", "prod", "--output-file", created, "--kubeconfig", filepath.Join(t.TempDir(), "none")); err == nil {
+		t.Fatal("a kubeconfig was issued without an API server")
+	}
+	if _, serr := os.Lstat(created); !errors.Is(serr, fs.ErrNotExist) {
+		t.Errorf("after %v, the file is left behind: %v", err, serr)
 	}
 }
 

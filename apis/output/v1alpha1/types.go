@@ -97,6 +97,9 @@ type CertificateExpiration struct {
 	CertificateAuthority string `json:"certificateAuthority"`
 	// Missing is true when the Secret does not exist; the times are then unset.
 	Missing bool `json:"missing,omitempty"`
+	// Unreadable says why the certificate in the Secret cannot be read; the
+	// times are then unset.
+	Unreadable string `json:"unreadable,omitempty"`
 	// ExpirationDate is the certificate's notAfter.
 	ExpirationDate *metav1.Time `json:"expirationDate,omitempty"`
 	// ResidualTime is the time left until ExpirationDate, zero once expired.
@@ -111,6 +114,9 @@ type CertificateAuthorityExpiration struct {
 	Generation string `json:"generation,omitempty"`
 	// Missing is true when the role's CA Secret does not exist; the times are then unset.
 	Missing bool `json:"missing,omitempty"`
+	// Unreadable says why the role's CA Secret cannot be read; the times
+	// and the generation are then unset.
+	Unreadable string `json:"unreadable,omitempty"`
 	// ExpirationDate is the CA certificate's notAfter.
 	ExpirationDate *metav1.Time `json:"expirationDate,omitempty"`
 	// ResidualTime is the time left until ExpirationDate, zero once expired.
