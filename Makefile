@@ -93,7 +93,7 @@ help: ## Show the targets.
 
 .PHONY: run
 run: envtest build ## Start the local environment (management cluster, operator, managed cluster, 3 nodes) until Ctrl-C.
-	go run -trimpath ./hack/local-env --nodes 3
+	$(CURDIR)/hack/private-tmp.sh go run -trimpath ./hack/local-env --nodes 3
 
 ##@ Build
 

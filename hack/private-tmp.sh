@@ -6,7 +6,9 @@
 # the host's /tmp is not written. What the command needs of the host's /tmp,
 # a checkout there (the working directory's) and Go's toolchain and caches,
 # stays as it is: bound into the new /tmp at the same paths, with what is
-# mounted below them; a TMPDIR or GOTMPDIR set under /tmp is made again, empty.
+# mounted below them; a TMPDIR or GOTMPDIR set under /tmp is made again, empty
+# (one set elsewhere becomes /tmp).
+# The caches kubectl, envtest and helm keep under $HOME are moved into it.
 #
 # The command runs as it is with PRIVATE_TMP=0 (to keep a failed run's files
 # for a look), inside another private /tmp, and where no mount namespace can
@@ -49,10 +51,25 @@ if [[ ${1:-} == --in-namespace ]]; then
     mount --no-canonicalize --rbind "/proc/self/fd/${fd}" "${entry}"
     exec {fd}<&-
   done
-  # A temporary directory set under /tmp is made again, empty, in the new one.
-  for dir in "${TMPDIR:-}" "${GOTMPDIR:-}"; do
-    if [[ ${dir} == /tmp/?* ]]; then mkdir -p "${dir}"; fi
+  # A temporary directory set under /tmp is made again, empty, in the new
+  # one; one set elsewhere (on the host's disk, where a killed run would
+  # leave its files) is replaced by /tmp.
+  for var in TMPDIR GOTMPDIR; do
+    dir=${!var:-}
+    if [[ ${dir} == /tmp/?* ]]; then
+      mkdir -p "${dir}"
+    elif [[ -n ${dir} && ${dir} != /tmp ]]; then
+      export "${var}=/tmp"
+    fi
   done
+  # Caches the tools write under $HOME go into the new /tmp too: kubectl's
+  # discovery and HTTP caches (KUBECACHEDIR, else ~/.kube/cache) and the
+  # user cache directory (XDG_CACHE_HOME, else ~/.cache), where envtest
+  # reserves its ports and helm caches. Go's caches stay where go env found
+  # them.
+  if [[ -n ${gocache:-} ]]; then export GOCACHE=${gocache}; fi
+  if [[ -n ${gomodcache:-} ]]; then export GOMODCACHE=${gomodcache}; fi
+  export KUBECACHEDIR=/tmp/kube-cache XDG_CACHE_HOME=/tmp/cache
   cd "${PWD}" 2>/dev/null || cd "${physical}"
   exec "$@"
 fi

@@ -26,7 +26,8 @@ type HostState struct {
 	NetworkNamespaces []string
 	// Links are the network interfaces of the test's namespace.
 	Links []string
-	// Paths are the kubelet's hard-coded paths that exist.
+	// Paths are the kubelet's hard-coded paths that exist, and the caches
+	// the tools the tests run keep under $HOME (homeCachePaths).
 	Paths []string
 	// Modules are those of watchedModules the kernel has (/sys/module): one
 	// the framework makes the kernel load on demand (a type of interface it
@@ -43,6 +44,17 @@ var watchedModules = []string{"ifb"}
 // last, its FlexVolume prober's, kube-controller-manager's too).
 var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/lib/fake-cri", "/var/log/pods", "/var/log/containers", "/run/netns",
 	"/usr/libexec/kubernetes"}
+
+// homeCachePaths are the caches that kubectl and envtest keep under $HOME,
+// outside the private /tmp, unless told otherwise (hack/private-tmp.sh
+// does).
+func homeCachePaths() []string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil
+	}
+	return []string{filepath.Join(home, ".kube", "cache"), filepath.Join(home, ".cache", "kubebuilder-envtest")}
+}
 
 // ReadHostState reads the host's state.
 func ReadHostState() (HostState, error) {
@@ -85,7 +97,7 @@ func ReadHostState() (HostState, error) {
 			s.Modules = append(s.Modules, m)
 		}
 	}
-	for _, p := range kubeletHostPaths {
+	for _, p := range append(slices.Clone(kubeletHostPaths), homeCachePaths()...) {
 		if _, err := os.Lstat(p); err == nil {
 			s.Paths = append(s.Paths, p)
 		}

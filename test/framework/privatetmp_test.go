@@ -133,3 +133,37 @@ func privateTmpScript(t *testing.T) string {
 	}
 	return script
 }
+
+// The caches kubectl and envtest keep under $HOME (its discovery and HTTP
+// caches, its port reservations) go into the private /tmp; Go's build cache
+// stays the host's, where go env found it.
+func TestPrivateTmpKeepsTheToolsCachesOutOfHome(t *testing.T) {
+	script := privateTmpScript(t)
+	gocache, err := exec.Command("go", "env", "GOCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(script, "/bin/sh", "-c", `echo "$KUBECACHEDIR"; echo "$XDG_CACHE_HOME"; go env GOCACHE`)
+	cmd.Env = withoutEnv(os.Environ(), "CAROUSEL_PRIVATE_TMP", "PRIVATE_TMP", "KUBECACHEDIR", "XDG_CACHE_HOME", "GOCACHE")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "/tmp/") || !strings.HasPrefix(lines[1], "/tmp/") || lines[2] != strings.TrimSpace(string(gocache)) {
+		t.Errorf("KUBECACHEDIR, XDG_CACHE_HOME, GOCACHE in the private /tmp: %q; want the first two under /tmp, and GOCACHE %s", lines, strings.TrimSpace(string(gocache)))
+	}
+}
+
+// A TMPDIR set outside /tmp (on the host's disk, where a killed run would
+// leave go test's binaries and envtest's etcd data) becomes the private /tmp.
+func TestPrivateTmpReplacesATemporaryDirectoryOutsideIt(t *testing.T) {
+	script := privateTmpScript(t)
+	cmd := exec.Command(script, "/bin/sh", "-c", `echo "$TMPDIR"`)
+	cmd.Env = append(withoutEnv(os.Environ(), "CAROUSEL_PRIVATE_TMP", "PRIVATE_TMP", "TMPDIR"), "TMPDIR=/var/tmp/carousel-private-tmp-test-"+strconv.Itoa(os.Getpid()))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) != "/tmp" {
+		t.Fatalf("TMPDIR in the private /tmp: %q, %v; want /tmp", out, err)
+	}
+}
