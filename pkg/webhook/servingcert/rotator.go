@@ -122,15 +122,22 @@ func (r *Rotator) Sync(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("reading the webhook configuration: %w", err)
 	}
 	state := parseState(secret)
+	saved := state.Bundle.PEM()
 	r.recover(&state, vwc, now)
 	d := Decide(now, state, r.Settings)
 	if d.Changes() {
 		if state, err = apply(d, state, r.Settings, now); err != nil {
 			return 0, err
 		}
+	}
+	// Saved before the configuration is written: the bundle it then holds
+	// is in the Secret too, whichever of them the next sync reads.
+	if d.Changes() || !bytes.Equal(state.Bundle.PEM(), saved) {
 		if secret, err = r.store(ctx, secret, state); err != nil {
 			return 0, err
 		}
+	}
+	if d.Changes() {
 		log.FromContext(ctx).Info("renewed the webhook certificates", "reason", d.Reason,
 			"ca", pki.Fingerprint(state.CA.Cert), "servingNotAfter", state.Serving.Cert.NotAfter, "trustedCAs", len(state.Bundle))
 	}
@@ -167,19 +174,18 @@ func (r *Rotator) readSecret(ctx context.Context) (*corev1.Secret, error) {
 }
 
 // recover fills in what the Secret lost from what is live, so that losing
-// the Secret never breaks trust: the CAs the webhook configuration trusts stay
-// trusted, and the certificate this replica serves stays served until a new
-// one is trusted. So do the CAs of a configuration someone else wrote (it
-// does not trust the Secret's CA): a switch back from cert-manager that
-// finds the Secret of an earlier self-issued install keeps the cert-manager
-// CA that Pods not yet rolled serve with. The bundle drops a CA only once
-// it expired (Decide), whoever added it.
+// the Secret never breaks trust: every unexpired CA the webhook
+// configuration trusts stays trusted, and the certificate this replica
+// serves stays served until a new one is trusted. That holds for the CAs of
+// a configuration someone else wrote too: a switch back from cert-manager
+// that finds the Secret of an earlier self-issued install keeps the
+// cert-manager CA that Pods not yet rolled serve with, and a Secret restored
+// from an older copy keeps the CA the other replicas serve with. The bundle
+// drops a CA only once it expired (Decide), whoever added it.
 func (r *Rotator) recover(s *State, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, now time.Time) {
-	if len(s.Bundle) == 0 || s.CA != nil && !trustedByEveryWebhook(vwc, s.CA.Cert) {
-		for _, w := range vwc.Webhooks {
-			if b, err := pki.ParseBundle(w.ClientConfig.CABundle); err == nil {
-				s.Bundle = pki.NewBundle(append(s.Bundle, b.Unexpired(now)...)...)
-			}
+	for _, w := range vwc.Webhooks {
+		if b, err := pki.ParseBundle(w.ClientConfig.CABundle); err == nil {
+			s.Bundle = pki.NewBundle(append(s.Bundle, b.Unexpired(now)...)...)
 		}
 	}
 	if s.Serving == nil {

@@ -410,4 +410,64 @@ func TestRotatorKeepsTheCAsAConfigurationWrittenByAnotherTrusts(t *testing.T) {
 			t.Errorf("webhook %s trusts %d CAs, want the cert-manager CA the configuration trusted and the Secret's", w.Name, len(b))
 		}
 	}
+
+	// The next sync, of this replica or of the other one, finds the
+	// configuration trusting the Secret's CA: the cert-manager CA stays.
+	clk.Step(time.Minute)
+	sync(t, newRotator(api, clk))
+	if !stored(t, api).Bundle.Contains(certManagerCA.Cert) {
+		t.Error("the Secret's bundle lacks the cert-manager CA")
+	}
+	if err := api.Get(context.Background(), client.ObjectKey{Name: vwcName}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range vwc.Webhooks {
+		if b, err := pki.ParseBundle(w.ClientConfig.CABundle); err != nil || !b.Contains(certManagerCA.Cert) {
+			t.Errorf("webhook %s dropped the cert-manager CA a minute later (%v)", w.Name, err)
+		}
+	}
+}
+
+func TestRotatorKeepsTheCAsOfAConfigurationWhenTheSecretIsRestoredFromAnOlderCopy(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	sync(t, newRotator(api, clk))
+	secret := &corev1.Secret{}
+	if err := api.Get(context.Background(), secretKey, secret); err != nil {
+		t.Fatal(err)
+	}
+	backup := secret.DeepCopy()
+
+	// The first CA comes due: a second joins, and the served certificate moves to it.
+	clk.SetTime(renewalTime(stored(t, api).CA.Cert))
+	sync(t, newRotator(api, clk))
+	clk.Step(settings.TrustPropagation)
+	sync(t, newRotator(api, clk))
+	second := stored(t, api).CA.Cert
+	if second.Equal(parseState(backup).CA.Cert) {
+		t.Fatal("no second CA")
+	}
+
+	// The older copy is restored: its CA is due, so a third is issued; the
+	// second, which the other replicas serve with, stays trusted.
+	if err := api.Get(context.Background(), secretKey, secret); err != nil {
+		t.Fatal(err)
+	}
+	secret.Data, secret.Annotations = backup.Data, backup.Annotations
+	if err := api.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	sync(t, newRotator(api, clk))
+	if got := stored(t, api); !got.Bundle.Contains(second) || got.CA.Cert.Equal(second) {
+		t.Errorf("the restored Secret trusts %d CAs with a new CA %v, want the second CA still trusted beside a new one", len(got.Bundle), !got.CA.Cert.Equal(second))
+	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := api.Get(context.Background(), client.ObjectKey{Name: vwcName}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range vwc.Webhooks {
+		if b, err := pki.ParseBundle(w.ClientConfig.CABundle); err != nil || !b.Contains(second) {
+			t.Errorf("webhook %s dropped the CA the other replicas serve with (%v)", w.Name, err)
+		}
+	}
 }
