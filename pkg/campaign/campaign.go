@@ -258,7 +258,7 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 	d.Counts.Selected = int32(selected)
 	phases := map[string]int32{}
 	var failed []string
-	occupied := 0
+	occupied, failedRotating := 0, 0
 	for _, s := range standings {
 		switch s.State {
 		case v1alpha1.CampaignClusterPending:
@@ -274,6 +274,9 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 		case v1alpha1.CampaignClusterFailed:
 			d.Counts.Failed++
 			failed = append(failed, s.Name)
+			if s.Rotating {
+				failedRotating++
+			}
 		}
 		if s.Rotating {
 			occupied++
@@ -309,6 +312,13 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignHalted, fmt.Sprintf(
 			"failed Clusters: %d, more than maxFailures allows (%d of %d): %s. No further Cluster is started until they recover or the budget is raised",
 			len(failed), maxFailures, selected, NameList(failed)))
+	case left == d.Counts.Failed && failedRotating == 0:
+		// Nothing left to start or wait for: the failures within the
+		// budget would hold the step open for good, with nothing to say so.
+		d.Phase = running
+		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignFailedClustersLeft, fmt.Sprintf(
+			"%d of %d Clusters done; failed, within maxFailures (%d) and not rotating: %s. The step ends once they recover (Ready again) or leave the selection",
+			d.Counts.Done, selected, maxFailures, NameList(failed)))
 	case spec.Paused:
 		d.Phase = v1alpha1.CampaignPaused
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignPaused,

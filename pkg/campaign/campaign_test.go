@@ -257,6 +257,12 @@ func TestPlan(t *testing.T) {
 		{"complete step in progress", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: pct("100%")}, "PWP", []string{"c00", "c02"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "complete-ca-rotation: 0 of 3"},
 		{"a Cluster still preparing at the Complete step keeps its place", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: n(2)}, "RPP", []string{"c01"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "2 rotating (at most 2 at once), 1 pending, 1 waiting"},
 		{"no Cluster selected is not done", v1alpha1.RotationCampaignSpec{}, "", nil, v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignNoClusterSelected, "picks no Cluster"},
+		{"only failures within the budget left, none rotating, says so", v1alpha1.RotationCampaignSpec{MaxFailures: n(1)}, "DFS", nil, v1alpha1.CampaignStarting,
+			v1alpha1.ReasonCampaignFailedClustersLeft, "1 of 3 Clusters done; failed, within maxFailures (1) and not rotating: c01"},
+		{"a failure within the budget still rotating may yet finish", v1alpha1.RotationCampaignSpec{MaxFailures: n(1)}, "DX", nil, v1alpha1.CampaignStarting,
+			v1alpha1.ReasonCampaignProgressing, "1 failed (at most 1 allowed)"},
+		{"paused, with only failures within the budget left", v1alpha1.RotationCampaignSpec{Paused: true, MaxFailures: n(1)}, "DF", nil, v1alpha1.CampaignStarting,
+			v1alpha1.ReasonCampaignFailedClustersLeft, "c01"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -55,7 +55,7 @@ type campaignWait struct {
 
 func addCampaignWaitFlags(cmd *cobra.Command, until v1alpha1.CampaignPhase) *campaignWait {
 	w := &campaignWait{}
-	cmd.Flags().BoolVar(&w.wait, "wait", false, fmt.Sprintf("Follow the campaign, printing its progress, until it is %s or halted", until))
+	cmd.Flags().BoolVar(&w.wait, "wait", false, fmt.Sprintf("Follow the campaign, printing its progress, until it is %s, halted, or cannot go on by itself", until))
 	cmd.Flags().DurationVar(&w.timeout, "timeout", 6*time.Hour, "How long --wait waits")
 	refuseTimeoutsNotPositive(cmd, &w.wait, &w.timeout)
 	return w
@@ -258,12 +258,16 @@ func writeCampaignStatus(w io.Writer, rc *v1alpha1.RotationCampaign) {
 }
 
 // followCampaign prints the campaign's progress whenever it changes, until
-// it is in phase target, or halted. A read that fails for a while (an API
-// server restarting, a connection reset) is reported and tried again; one
-// that says the campaign is gone, or may not be read, ends the wait.
+// it is in phase target, halted, or cannot go on by itself (no Cluster
+// selected, or only failed ones left). A read that fails for a while (an
+// API server restarting, a connection reset) is reported and tried again;
+// one that says the campaign is gone, or may not be read, ends the wait.
 func (e *env) followCampaign(ctx context.Context, c client.Client, key client.ObjectKey, target v1alpha1.CampaignPhase, timeout time.Duration) error {
-	var last, lastErr string
+	var last, lastErr, reason string
 	var phase v1alpha1.CampaignPhase
+	stuck := func() bool {
+		return reason == v1alpha1.ReasonCampaignNoClusterSelected || reason == v1alpha1.ReasonCampaignFailedClustersLeft
+	}
 	err := wait.PollUntilContextTimeout(ctx, cmp.Or(e.campaignPoll, 2*time.Second), timeout, true, func(ctx context.Context) (bool, error) {
 		rc := &v1alpha1.RotationCampaign{}
 		if err := c.Get(ctx, key, rc); err != nil {
@@ -279,8 +283,10 @@ func (e *env) followCampaign(ctx context.Context, c client.Client, key client.Ob
 		lastErr = ""
 		phase = rc.Status.Phase
 		line := string(phase)
+		reason = ""
 		if cond := meta.FindStatusCondition(rc.Status.Conditions, v1alpha1.ConditionCampaignProgressing); cond != nil && cond.ObservedGeneration == rc.Generation {
 			line += ": " + cond.Message
+			reason = cond.Reason
 		} else {
 			line = "" // not looked at since the last change
 		}
@@ -288,7 +294,7 @@ func (e *env) followCampaign(ctx context.Context, c client.Client, key client.Ob
 			fmt.Fprintln(e.streams.Out, line)
 			last = line
 		}
-		return line != "" && (phase == target || phase == v1alpha1.CampaignHalted), nil
+		return line != "" && (phase == target || phase == v1alpha1.CampaignHalted || stuck()), nil
 	})
 	switch {
 	case wait.Interrupted(err) && ctx.Err() == nil:
@@ -297,6 +303,8 @@ func (e *env) followCampaign(ctx context.Context, c client.Client, key client.Ob
 		return fmt.Errorf("rotationcampaign %s was deleted", key)
 	case err == nil && phase == v1alpha1.CampaignHalted:
 		return fmt.Errorf("rotationcampaign %s halted: kubectl carousel campaign status %s -n %s", key, key.Name, key.Namespace)
+	case err == nil && phase != target && stuck():
+		return fmt.Errorf("rotationcampaign %s cannot go on by itself (%s): kubectl carousel campaign status %s -n %s", key, reason, key.Name, key.Namespace)
 	}
 	return err
 }

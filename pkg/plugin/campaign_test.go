@@ -96,3 +96,22 @@ func TestFollowCampaignReadsAgainAfterAFailedRead(t *testing.T) {
 		t.Errorf("followCampaign of a deleted campaign = %v, want it ended", err)
 	}
 }
+
+// --wait ends, with an error, at a campaign that cannot go on by itself,
+// rather than waiting out its timeout.
+func TestFollowCampaignEndsAtACampaignThatCannotGoOn(t *testing.T) {
+	for _, reason := range []string{v1alpha1.ReasonCampaignFailedClustersLeft, v1alpha1.ReasonCampaignNoClusterSelected} {
+		t.Run(reason, func(t *testing.T) {
+			rc := &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "wave", Generation: 1},
+				Status: v1alpha1.RotationCampaignStatus{Phase: v1alpha1.CampaignStarting, Conditions: []metav1.Condition{{
+					Type: v1alpha1.ConditionCampaignProgressing, Status: metav1.ConditionFalse, Reason: reason, ObservedGeneration: 1}}}}
+			c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(rc).Build()
+			var out, errOut bytes.Buffer
+			e := &env{streams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, campaignPoll: time.Millisecond}
+			err := e.followCampaign(context.Background(), c, client.ObjectKeyFromObject(rc), v1alpha1.CampaignPrepared, 10*time.Second)
+			if err == nil || !strings.Contains(err.Error(), "cannot go on by itself ("+reason+")") {
+				t.Errorf("followCampaign = %v; want it ended, naming %s", err, reason)
+			}
+		})
+	}
+}
