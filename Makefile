@@ -93,7 +93,8 @@ help: ## Show the targets.
 
 .PHONY: run
 run: envtest build ## Start the local environment (management cluster, operator, managed cluster, 3 nodes) until Ctrl-C.
-	$(CURDIR)/hack/private-tmp.sh go run -trimpath ./hack/local-env --nodes 3
+	$(GO_BUILD) -o $(BIN)/carousel-local-env ./hack/local-env
+	$(CURDIR)/hack/private-tmp.sh $(BIN)/carousel-local-env --nodes 3
 
 ##@ Build
 

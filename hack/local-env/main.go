@@ -57,6 +57,10 @@ func run(root, workDir string, nodes int, standIn bool) error {
 		say("stopping every process")
 		env.Stop()
 	}()
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C while it started: what failed is what the signal ended.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("starting the environment (logs in %s): %w", workDir, err)
 	}

@@ -144,6 +144,13 @@ func (e *Environment) logf(format string, args ...any) {
 
 // Start brings the whole environment up. On error, call Stop.
 func Start(ctx context.Context, opts Options) (*Environment, error) {
+	// Absolute: a node's processes run in a mount namespace whose working
+	// directory is /, and are handed paths under it.
+	workDir, err := filepath.Abs(opts.WorkDir)
+	if err != nil {
+		return &Environment{Options: opts}, err
+	}
+	opts.WorkDir = workDir
 	e := &Environment{Options: opts}
 	if err := os.MkdirAll(opts.WorkDir, 0o700); err != nil {
 		return e, err
