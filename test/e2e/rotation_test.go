@@ -285,6 +285,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 				names = append(names, n.Name)
 			}
 		}
+		Expect(names).NotTo(BeEmpty(), "no node to probe")
 		go nodes.run(probeCtx, newFollower(ctx), names)
 	})
 
@@ -820,7 +821,15 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		fmt.Println(summary)
 		AddReportEntry("summary", summary)
 		Expect(otherFailures).To(BeEmpty(), "the failures are in the report entries above")
+		// A probe that made no request has no failure to show either.
+		Expect(probe.requests).To(BeNumerically(">", 0), "the API server probe made no request")
+		Expect(nodes.proxied).To(BeNumerically(">", 0), "no API server -> kubelet call was made")
+		Expect(nodes.heartbeats).To(BeNumerically(">", 0), "no Lease was sampled")
+		if env != nil {
+			Expect(inCluster.requests).To(BeNumerically(">", 0), "the in-cluster workload made no request")
+		}
 		if metricsServerRuns() {
+			Expect(aggregated.requests).To(BeNumerically(">", 0), "the aggregated API probe made no request")
 			Expect(outages.statesSeen()).To(BeNumerically(">", 0), "the watch of the metrics APIService saw nothing: its outages are unknown")
 		}
 	})

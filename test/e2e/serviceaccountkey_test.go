@@ -39,7 +39,7 @@ var _ = Describe("The service-account key rotation on the HA control plane", fun
 		Expect(whoAmI(ctx, tokenClient(ctx, before))).To(Succeed())
 
 		By("minting a token through the load balancer and using it through a new connection, every 100 ms, while the API servers roll twice")
-		probe := &kit.TokenProbe{Interval: 100 * time.Millisecond,
+		probe := &kit.TokenProbe{Interval: 100 * time.Millisecond, Held: []string{before},
 			Mint: func(ctx context.Context) (string, error) {
 				token, _, err := mintToken(ctx)
 				return token, err

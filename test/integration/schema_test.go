@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"strings"
-
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,7 +25,7 @@ var _ = Describe("The CRD schema, for what the typed clients cannot decode", fun
 		if kind == "Cluster" {
 			spec["kubernetesVersion"] = "1.36.3"
 		} else {
-			spec["selector"] = map[string]any{}
+			spec["selector"] = map[string]any{"matchLabels": map[string]any{"fleet": "blue"}}
 		}
 		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 		u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(kind))
@@ -60,7 +58,6 @@ var _ = Describe("The CRD schema, for what the typed clients cannot decode", fun
 		})
 		Expect(k8s.Create(ctx, obj, client.DryRunAll)).To(Succeed())
 		obj = object("RotationCampaign", map[string]any{"progressDeadline": "90m", "maxConcurrent": "10%"})
-		err := k8s.Create(ctx, obj, client.DryRunAll)
-		Expect(err == nil || !strings.Contains(err.Error(), "spec.progressDeadline") && !strings.Contains(err.Error(), "spec.maxConcurrent")).To(BeTrue(), "%v", err)
+		Expect(k8s.Create(ctx, obj, client.DryRunAll)).To(Succeed())
 	})
 })

@@ -139,7 +139,7 @@ var _ = Describe("Service-account signing key rotation on a real API server", Or
 		Expect(evidence.TokenKeyID([]byte(stored))).To(Equal(oldKey))
 
 		By("minting and using tokens all through Preparing, as pods do while the API server rolls twice")
-		probe := &kit.TokenProbe{Interval: 100 * time.Millisecond,
+		probe := &kit.TokenProbe{Interval: 100 * time.Millisecond, Held: []string{before, stored},
 			Mint: func(ctx context.Context) (string, error) {
 				token, _, err := issue(ctx)
 				return token, err

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net"
@@ -58,10 +59,13 @@ var _ = Describe("The webhook's self-issued serving certificate", func() {
 		}
 		sync()
 		first := servedIssuer(rotator)
+		firstServing := servedCert(rotator)
 		// The serving certificate is renewed, by the first CA, just before that CA comes due.
 		clk.SetTime(renewal.Add(-time.Second))
 		sync()
 		Expect(servedIssuer(rotator)).To(Equal(first))
+		Expect(servedCert(rotator).SerialNumber).NotTo(Equal(firstServing.SerialNumber), "the first serving certificate has expired on the fake clock")
+		Expect(servedCert(rotator).NotAfter).To(BeTemporally(">", clk.Now()))
 		Expect(apiServerReaches(ctx, ns)).To(Succeed())
 
 		By("a new CA joins the bundle while the served certificate stays")
@@ -152,9 +156,14 @@ func apiServerReaches(ctx context.Context, namespace string) error {
 
 func servedIssuer(rotator *servingcert.Rotator) string {
 	GinkgoHelper()
+	return string(servedCert(rotator).AuthorityKeyId)
+}
+
+func servedCert(rotator *servingcert.Rotator) *x509.Certificate {
+	GinkgoHelper()
 	c, err := rotator.GetCertificate(nil)
 	Expect(err).NotTo(HaveOccurred())
-	return string(c.Leaf.AuthorityKeyId)
+	return c.Leaf
 }
 
 func injectedCAs(ctx context.Context, name string) pki.Bundle {
