@@ -154,7 +154,15 @@ func (r *Rotator) Sync(ctx context.Context) (time.Duration, error) {
 	if err := r.serve(state.Serving); err != nil {
 		return 0, err
 	}
-	return max(Decide(now, state, r.Settings).RecheckAt.Sub(now), time.Second), nil
+	again := Decide(now, state, r.Settings)
+	if again.Changes() {
+		// What it just issued does not settle it (a CA not valid yet on
+		// this replica's clock, say): an error, so that Start backs off
+		// instead of issuing again every second.
+		return 0, fmt.Errorf("the webhook certificates want renewing again at once (%s; the CA is valid from %s to %s)",
+			again.Reason, state.CA.Cert.NotBefore.UTC().Format(time.RFC3339), state.CA.Cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return max(again.RecheckAt.Sub(now), time.Second), nil
 }
 
 // readSecret returns the Secret, nil when there is none, and refuses one that
