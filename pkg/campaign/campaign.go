@@ -312,17 +312,17 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignHalted, fmt.Sprintf(
 			"failed Clusters: %d, more than maxFailures allows (%d of %d): %s. No further Cluster is started until they recover or the budget is raised",
 			len(failed), maxFailures, selected, NameList(failed)))
+	case spec.Paused:
+		d.Phase = v1alpha1.CampaignPaused
+		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignPaused,
+			fmt.Sprintf("paused: no further Cluster is started; %d rotating, %d pending", occupied, d.Counts.Pending))
 	case left == d.Counts.Failed && failedRotating == 0:
 		// Nothing left to start or wait for: the failures within the
 		// budget would hold the step open for good, with nothing to say so.
 		d.Phase = running
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignFailedClustersLeft, fmt.Sprintf(
-			"%d of %d Clusters done; failed, within maxFailures (%d) and not rotating: %s. The step ends once they recover (Ready again) or leave the selection",
+			"%d of %d Clusters done; failed, within maxFailures (%d) and not rotating: %s. The step ends once they recover (Ready again, or changed since they refused the operation) or leave the selection",
 			d.Counts.Done, selected, maxFailures, NameList(failed)))
-	case spec.Paused:
-		d.Phase = v1alpha1.CampaignPaused
-		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignPaused,
-			fmt.Sprintf("paused: no further Cluster is started; %d rotating, %d pending", occupied, d.Counts.Pending))
 	default:
 		d.Phase = running
 		budget := spec.MaxConcurrentOf(selected)

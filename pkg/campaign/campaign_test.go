@@ -261,8 +261,8 @@ func TestPlan(t *testing.T) {
 			v1alpha1.ReasonCampaignFailedClustersLeft, "1 of 3 Clusters done; failed, within maxFailures (1) and not rotating: c01"},
 		{"a failure within the budget still rotating may yet finish", v1alpha1.RotationCampaignSpec{MaxFailures: n(1)}, "DX", nil, v1alpha1.CampaignStarting,
 			v1alpha1.ReasonCampaignProgressing, "1 failed (at most 1 allowed)"},
-		{"paused, with only failures within the budget left", v1alpha1.RotationCampaignSpec{Paused: true, MaxFailures: n(1)}, "DF", nil, v1alpha1.CampaignStarting,
-			v1alpha1.ReasonCampaignFailedClustersLeft, "c01"},
+		{"paused, with only failures within the budget left", v1alpha1.RotationCampaignSpec{Paused: true, MaxFailures: n(1)}, "DF", nil, v1alpha1.CampaignPaused,
+			v1alpha1.ReasonCampaignPaused, "0 rotating, 0 pending"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -55,7 +55,7 @@ type campaignWait struct {
 
 func addCampaignWaitFlags(cmd *cobra.Command, until v1alpha1.CampaignPhase) *campaignWait {
 	w := &campaignWait{}
-	cmd.Flags().BoolVar(&w.wait, "wait", false, fmt.Sprintf("Follow the campaign, printing its progress, until it is %s, halted, or cannot go on by itself", until))
+	cmd.Flags().BoolVar(&w.wait, "wait", false, fmt.Sprintf("Follow the campaign, printing its progress, until it is %s, halted, or held with nothing to wait for", until))
 	cmd.Flags().DurationVar(&w.timeout, "timeout", 6*time.Hour, "How long --wait waits")
 	refuseTimeoutsNotPositive(cmd, &w.wait, &w.timeout)
 	return w
@@ -258,16 +258,19 @@ func writeCampaignStatus(w io.Writer, rc *v1alpha1.RotationCampaign) {
 }
 
 // followCampaign prints the campaign's progress whenever it changes, until
-// it is in phase target, halted, or cannot go on by itself (no Cluster
-// selected, or only failed ones left). A read that fails for a while (an
+// it is in phase target, halted, or held with nothing to wait for (no
+// Cluster selected, or only failed ones left: each lasts until someone acts,
+// or a failed Cluster recovers). A read that fails for a while (an
 // API server restarting, a connection reset) is reported and tried again;
 // one that says the campaign is gone, or may not be read, ends the wait.
 func (e *env) followCampaign(ctx context.Context, c client.Client, key client.ObjectKey, target v1alpha1.CampaignPhase, timeout time.Duration) error {
 	var last, lastErr, reason string
 	var phase v1alpha1.CampaignPhase
-	stuck := func() bool {
-		return reason == v1alpha1.ReasonCampaignNoClusterSelected || reason == v1alpha1.ReasonCampaignFailedClustersLeft
+	heldBy := map[string]string{
+		v1alpha1.ReasonCampaignNoClusterSelected:  "its selector picks no Cluster",
+		v1alpha1.ReasonCampaignFailedClustersLeft: "only failed Clusters within maxFailures are left",
 	}
+	stuck := func() bool { return heldBy[reason] != "" }
 	err := wait.PollUntilContextTimeout(ctx, cmp.Or(e.campaignPoll, 2*time.Second), timeout, true, func(ctx context.Context) (bool, error) {
 		rc := &v1alpha1.RotationCampaign{}
 		if err := c.Get(ctx, key, rc); err != nil {
@@ -304,7 +307,7 @@ func (e *env) followCampaign(ctx context.Context, c client.Client, key client.Ob
 	case err == nil && phase == v1alpha1.CampaignHalted:
 		return fmt.Errorf("rotationcampaign %s halted: kubectl carousel campaign status %s -n %s", key, key.Name, key.Namespace)
 	case err == nil && phase != target && stuck():
-		return fmt.Errorf("rotationcampaign %s cannot go on by itself (%s): kubectl carousel campaign status %s -n %s", key, reason, key.Name, key.Namespace)
+		return fmt.Errorf("rotationcampaign %s is held (%s: %s): kubectl carousel campaign status %s -n %s", key, reason, heldBy[reason], key.Name, key.Namespace)
 	}
 	return err
 }

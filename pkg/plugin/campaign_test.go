@@ -97,7 +97,7 @@ func TestFollowCampaignReadsAgainAfterAFailedRead(t *testing.T) {
 	}
 }
 
-// --wait ends, with an error, at a campaign that cannot go on by itself,
+// --wait ends, with an error, at a campaign held with nothing to wait for,
 // rather than waiting out its timeout.
 func TestFollowCampaignEndsAtACampaignThatCannotGoOn(t *testing.T) {
 	for _, reason := range []string{v1alpha1.ReasonCampaignFailedClustersLeft, v1alpha1.ReasonCampaignNoClusterSelected} {
@@ -109,7 +109,7 @@ func TestFollowCampaignEndsAtACampaignThatCannotGoOn(t *testing.T) {
 			var out, errOut bytes.Buffer
 			e := &env{streams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, campaignPoll: time.Millisecond}
 			err := e.followCampaign(context.Background(), c, client.ObjectKeyFromObject(rc), v1alpha1.CampaignPrepared, 10*time.Second)
-			if err == nil || !strings.Contains(err.Error(), "cannot go on by itself ("+reason+")") {
+			if err == nil || !strings.Contains(err.Error(), "is held ("+reason+": ") {
 				t.Errorf("followCampaign = %v; want it ended, naming %s", err, reason)
 			}
 		})

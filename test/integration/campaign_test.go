@@ -251,7 +251,7 @@ var _ = Describe("RotationCampaign", func() {
 			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonCampaignFailedClustersLeft),
 			HaveField("Message", ContainSubstring("not rotating: "+broken.Name))), "nothing is left but the failure, and the status says so")
 		out, err = kubectlCarousel(ctx, "campaign", "start", "careful-left", "-n", ns, "-l", "fleet=blue", "--max-failures", "1", "--wait", "--timeout", "1m")
-		Expect(err).To(MatchError(ContainSubstring("rotationcampaign "+ns+"/careful-left cannot go on by itself (FailedClustersLeft)")), out)
+		Expect(err).To(MatchError(ContainSubstring("rotationcampaign "+ns+"/careful-left is held (FailedClustersLeft: only failed Clusters within maxFailures are left)")), out)
 		Expect(k8s.Delete(ctx, &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "careful-left"}})).To(Succeed())
 		Expect(getCluster(ctx, broken).CARotationPhase()).To(BeEmpty(), "a Cluster that is not Ready is never started")
 

@@ -311,9 +311,9 @@ const (
 	// ReasonCampaignStepDone (False): every selected Cluster finished the step.
 	ReasonCampaignStepDone = "StepDone"
 	// ReasonCampaignFailedClustersLeft (False): every selected Cluster is
-	// done but failed ones, within spec.maxFailures and none rotating any
-	// more; the step ends once they recover or leave the selection. The
-	// message names them.
+	// done or skipped but failed ones, within spec.maxFailures and none
+	// rotating any more; the step ends once they recover or leave the
+	// selection. The message names them.
 	ReasonCampaignFailedClustersLeft = "FailedClustersLeft"
 	// ReasonCampaignNoClusterSelected (False): the selector picks no Cluster.
 	ReasonCampaignNoClusterSelected = "NoClusterSelected"

@@ -136,10 +136,10 @@ func (r *Rotator) Sync(ctx context.Context) (time.Duration, error) {
 		if secret, err = r.store(ctx, secret, state); err != nil {
 			return 0, err
 		}
-	}
-	if d.Changes() {
-		log.FromContext(ctx).Info("renewed the webhook certificates", "reason", d.Reason,
-			"ca", pki.Fingerprint(state.CA.Cert), "servingNotAfter", state.Serving.Cert.NotAfter, "trustedCAs", len(state.Bundle))
+		if d.Changes() {
+			log.FromContext(ctx).Info("renewed the webhook certificates", "reason", d.Reason,
+				"ca", pki.Fingerprint(state.CA.Cert), "servingNotAfter", state.Serving.Cert.NotAfter, "trustedCAs", len(state.Bundle))
+		}
 	}
 	if err := r.inject(ctx, vwc, state.Bundle.PEM()); err != nil {
 		return 0, err

@@ -25,6 +25,7 @@ type TokenProbe struct {
 	Interval time.Duration
 
 	used     atomic.Int64
+	heldUsed atomic.Int64
 	mu       sync.Mutex
 	rejected []string
 }
@@ -34,10 +35,10 @@ func (p *TokenProbe) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		token, err := p.Mint(ctx)
 		if err == nil {
-			p.use(ctx, token, "minted")
+			p.use(ctx, token, "minted", &p.used)
 		}
 		for _, token := range p.Held {
-			p.use(ctx, token, "held")
+			p.use(ctx, token, "held", &p.heldUsed)
 		}
 		select {
 		case <-ctx.Done():
@@ -46,19 +47,22 @@ func (p *TokenProbe) Run(ctx context.Context) {
 	}
 }
 
-func (p *TokenProbe) use(ctx context.Context, token, kind string) {
+func (p *TokenProbe) use(ctx context.Context, token, kind string, accepted *atomic.Int64) {
 	switch err := p.Use(ctx, token); {
 	case apierrors.IsUnauthorized(err):
 		p.mu.Lock()
 		p.rejected = append(p.rejected, time.Now().Format("15:04:05.000 ")+kind+" "+evidence.TokenKeyID([]byte(token))+": "+err.Error())
 		p.mu.Unlock()
 	case err == nil:
-		p.used.Add(1)
+		accepted.Add(1)
 	}
 }
 
-// Used is how many uses of a token were accepted.
+// Used is how many tokens were minted and accepted.
 func (p *TokenProbe) Used() int64 { return p.used.Load() }
+
+// HeldUsed is how many uses of the held tokens were accepted.
+func (p *TokenProbe) HeldUsed() int64 { return p.heldUsed.Load() }
 
 // Rejected names the tokens the API server rejected: when, minted or held,
 // and the key ID.
