@@ -344,9 +344,11 @@ func PendPoolsAdded(rot *v1alpha1.CARotation, pools []v1alpha1.WorkerPool) *v1al
 	if len(added) == 0 {
 		return rot
 	}
+	// Held as the others are in a rotation without workers rollout, also
+	// once some were released (the phase is Preparing again then).
+	held := rot.Phase == v1alpha1.RotationPreparingWithoutWorkersRollout || len(HeldPools(rot)) > 0
 	next := rot.DeepCopy()
-	next.PendingWorkersRollouts = append(next.PendingWorkersRollouts,
-		pendingPools(added, *rot.LastInitiationTime, rot.Phase == v1alpha1.RotationPreparingWithoutWorkersRollout)...)
+	next.PendingWorkersRollouts = append(next.PendingWorkersRollouts, pendingPools(added, *rot.LastInitiationTime, held)...)
 	return next
 }
 

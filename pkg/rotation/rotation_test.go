@@ -835,6 +835,8 @@ func TestPendPoolsAdded(t *testing.T) {
 			PendingWorkersRollouts: pending(false, "a"), PoolsRolledByHand: []string{"b"}}, want: pending(false, "a", "c")},
 		{name: "held: c added, held", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparingWithoutWorkersRollout, LastInitiationTime: &started,
 			PendingWorkersRollouts: pending(true, "a", "b")}, want: pending(true, "a", "b", "c")},
+		{name: "a pool released early: c added, held as b is", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &started,
+			PendingWorkersRollouts: append(pending(false, "a"), pending(true, "b")...)}, want: append(pending(false, "a"), pending(true, "b", "c")...)},
 		{name: "nothing added", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPreparing, LastInitiationTime: &started,
 			PendingWorkersRollouts: pending(false, "a", "b", "c")}, same: true},
 		{name: "Prepared", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationTime: &started}, same: true},

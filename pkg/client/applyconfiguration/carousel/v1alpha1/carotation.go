@@ -61,7 +61,8 @@ type CARotationApplyConfiguration struct {
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase. In phase 1 a pool added to spec.workers before clients
 	// moved to the new client CA joins it (held too, without workers
-	// rollout): its nodes were given certificates from the old CAs.
+	// rollout, while any pool is held): its nodes were given certificates
+	// from the old CAs.
 	PendingWorkersRollouts []PendingWorkersRolloutApplyConfiguration `json:"pendingWorkersRollouts,omitempty"`
 	// PoolsRolledByHand names the worker pools reported rolled with
 	// carousel.dev/operation=rollout-workers=<pool> since the rotation
