@@ -9,6 +9,7 @@ package bootstrap
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,11 +71,26 @@ func TokenSecret(cluster string, t Token) *corev1.Secret {
 	}
 }
 
-// ParseTokenSecret reads a bootstrap-token Secret.
-func ParseTokenSecret(s *corev1.Secret) (Token, error) {
+// ParseTokenSecret reads a bootstrap-token Secret of cluster's: one the API
+// server authenticates (named after its token ID, of the bootstrap-token
+// type, usable for authentication), into the Cluster's bootstrap group.
+// The Secret is in the managed cluster, which its tenant writes: one that
+// does not hold all of that must not be handed to new nodes, nor stand for
+// another Secret.
+func ParseTokenSecret(cluster string, s *corev1.Secret) (Token, error) {
 	t := Token{ID: string(s.Data[bootstrapapi.BootstrapTokenIDKey]), Secret: string(s.Data[bootstrapapi.BootstrapTokenSecretKey])}
 	if !bootstraputil.IsValidBootstrapToken(t.String()) {
 		return Token{}, fmt.Errorf("secret %s does not hold a valid bootstrap token", s.Name)
+	}
+	if s.Name != bootstrapapi.BootstrapTokenSecretPrefix+t.ID {
+		return Token{}, fmt.Errorf("secret %s holds token %s: the API server authenticates a token only by the Secret named after it", s.Name, t.ID)
+	}
+	if s.Type != bootstrapapi.SecretTypeBootstrapToken || string(s.Data[bootstrapapi.BootstrapTokenUsageAuthentication]) != "true" {
+		return Token{}, fmt.Errorf("secret %s is not a bootstrap token usable for authentication (type %s, %s=%q)", s.Name, s.Type,
+			bootstrapapi.BootstrapTokenUsageAuthentication, s.Data[bootstrapapi.BootstrapTokenUsageAuthentication])
+	}
+	if !slices.Contains(strings.Split(string(s.Data[bootstrapapi.BootstrapTokenExtraGroupsKey]), ","), Group(cluster)) {
+		return Token{}, fmt.Errorf("secret %s does not put its nodes in group %s", s.Name, Group(cluster))
 	}
 	expires, err := time.Parse(time.RFC3339, string(s.Data[bootstrapapi.BootstrapTokenExpirationKey]))
 	if err != nil {

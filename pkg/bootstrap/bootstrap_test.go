@@ -37,11 +37,11 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 			t.Fatalf("the token lacks %s", usage)
 		}
 	}
-	stored := &corev1.Secret{ObjectMeta: s.ObjectMeta, Data: map[string][]byte{}}
+	stored := &corev1.Secret{ObjectMeta: s.ObjectMeta, Type: s.Type, Data: map[string][]byte{}}
 	for k, v := range s.StringData {
 		stored.Data[k] = []byte(v)
 	}
-	got, err := ParseTokenSecret(stored)
+	got, err := ParseTokenSecret("prod", stored)
 	if err != nil || got != tok {
 		t.Fatalf("ParseTokenSecret = %+v, %v; want %+v", got, err, tok)
 	}

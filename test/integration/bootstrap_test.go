@@ -599,7 +599,7 @@ func expectPublishedTrust(g Gomega, ctx context.Context, admin kubernetes.Interf
 	g.Expect(err).NotTo(HaveOccurred())
 	var tokens []bootstrap.Token
 	for i := range secrets.Items {
-		t, err := bootstrap.ParseTokenSecret(&secrets.Items[i])
+		t, err := bootstrap.ParseTokenSecret(c.Name, &secrets.Items[i])
 		g.Expect(err).NotTo(HaveOccurred())
 		tokens = append(tokens, t)
 	}

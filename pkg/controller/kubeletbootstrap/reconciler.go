@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -221,11 +222,13 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 		return nil, time.Time{}, fmt.Errorf("listing bootstrap tokens: %w", err)
 	}
 	var tokens []bootstrap.Token
+	uids := map[string]types.UID{}
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		t, err := bootstrap.ParseTokenSecret(s)
+		t, err := bootstrap.ParseTokenSecret(c.Name, s)
 		if err == nil {
 			tokens = append(tokens, t)
+			uids[t.ID] = s.UID
 			continue
 		}
 		log.FromContext(ctx).Info("Deleting a Secret labelled as a bootstrap token of the Cluster's that holds no valid one (without a readable expiration it would never expire)", "secret", s.Name, "reason", err.Error())
@@ -239,7 +242,8 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 		if now.Before(t.Expires) {
 			log.FromContext(ctx).Info("Deleting a bootstrap token valid for longer than the Cluster's token TTL", "token", t.ID, "expires", t.Expires, "ttl", ttl)
 		}
-		if err := remote.Delete(ctx, bootstrap.TokenSecret(c.Name, t)); client.IgnoreNotFound(err) != nil {
+		uid := uids[t.ID] // the Secret listed, not one made since under its name
+		if err := remote.Delete(ctx, bootstrap.TokenSecret(c.Name, t), client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return nil, time.Time{}, fmt.Errorf("deleting bootstrap token %s (expired, or valid for longer than the token TTL): %w", t.ID, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -35,7 +36,7 @@ func tokenSecret(cluster, id, expires string) *corev1.Secret {
 			Labels: map[string]string{v1alpha1.LabelBootstrapToken: cluster}},
 		Type: bootstrapapi.SecretTypeBootstrapToken,
 		Data: map[string][]byte{bootstrapapi.BootstrapTokenIDKey: []byte(id), bootstrapapi.BootstrapTokenSecretKey: []byte("0123456789abcdef"),
-			bootstrapapi.BootstrapTokenUsageAuthentication: []byte("true")},
+			bootstrapapi.BootstrapTokenUsageAuthentication: []byte("true"), bootstrapapi.BootstrapTokenExtraGroupsKey: []byte(bootstrap.Group(cluster))},
 	}
 	if expires != "" {
 		s.Data[bootstrapapi.BootstrapTokenExpirationKey] = []byte(expires)
@@ -69,6 +70,69 @@ func TestATokenLabelledForTheClusterThatDoesNotParseIsDeleted(t *testing.T) {
 		if err := remote.Get(context.Background(), client.ObjectKeyFromObject(s), &corev1.Secret{}); err != nil {
 			t.Errorf("%s: %v, want it kept", s.Name, err)
 		}
+	}
+}
+
+// A labelled Secret the API server would not authenticate as the token it
+// holds (named for another, not of the bootstrap-token type, outside the
+// Cluster's group) is deleted, never handed to new nodes; and a token that
+// expired is deleted as the Secret listed, never another under its name.
+func TestATokenSecretTheAPIServerWouldNotAuthenticateIsDeleted(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	fresh := now.Add(c.Spec.KubeletBootstrap.TokenTTLOrDefault()).Format(time.RFC3339)
+	misnamed := tokenSecret("prod", "aaaaaa", now.Add(-time.Minute).Format(time.RFC3339))
+	misnamed.Data[bootstrapapi.BootstrapTokenIDKey] = []byte("bbbbbb")
+	kubeadms := tokenSecret("", "bbbbbb", fresh)
+	kubeadms.Labels = nil
+	opaque := tokenSecret("prod", "cccccc", fresh)
+	opaque.Type = corev1.SecretTypeOpaque
+	otherGroup := tokenSecret("prod", "dddddd", fresh)
+	otherGroup.Data[bootstrapapi.BootstrapTokenExtraGroupsKey] = []byte("system:bootstrappers:kubeadm:default-node-token")
+	remote := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(misnamed, kubeadms, opaque, otherGroup).Build()
+	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
+
+	tokens, _, err := r.ensureTokens(context.Background(), c, remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens) != 1 || tokens[0].ID == "cccccc" || tokens[0].ID == "dddddd" {
+		t.Errorf("tokens = %+v, want one new token alone", tokens)
+	}
+	for _, s := range []*corev1.Secret{misnamed, opaque, otherGroup} {
+		if err := remote.Get(context.Background(), client.ObjectKeyFromObject(s), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: %v, want it deleted", s.Name, err)
+		}
+	}
+	if err := remote.Get(context.Background(), client.ObjectKeyFromObject(kubeadms), &corev1.Secret{}); err != nil {
+		t.Errorf("the unlabelled token %s: %v, want it kept", kubeadms.Name, err)
+	}
+}
+
+func TestAnExpiredTokenIsDeletedAsTheSecretListed(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	expired := tokenSecret("prod", "aaaaaa", now.Add(-time.Minute).Format(time.RFC3339))
+	expired.UID = "listed"
+	var preconditions []*types.UID
+	remote := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(expired).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			do := &client.DeleteOptions{}
+			do.ApplyOptions(opts)
+			if do.Preconditions != nil {
+				preconditions = append(preconditions, do.Preconditions.UID)
+			} else {
+				preconditions = append(preconditions, nil)
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	}).Build()
+	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
+	if _, _, err := r.ensureTokens(context.Background(), c, remote); err != nil {
+		t.Fatal(err)
+	}
+	if len(preconditions) != 1 || preconditions[0] == nil || *preconditions[0] != "listed" {
+		t.Errorf("deletes with UID preconditions %v, want one, of the Secret listed", preconditions)
 	}
 }
 

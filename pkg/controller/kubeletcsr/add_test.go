@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -104,7 +105,8 @@ func TestTheFirstReadOfANodeOrATokenStartsTheirInformerWithoutWaiting(t *testing
 	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef",
 		Labels: map[string]string{v1alpha1.LabelBootstrapToken: "prod"}}, Type: bootstrapapi.SecretTypeBootstrapToken,
 		Data: map[string][]byte{bootstrapapi.BootstrapTokenIDKey: []byte("abcdef"), bootstrapapi.BootstrapTokenSecretKey: []byte("0123456789abcdef"),
-			bootstrapapi.BootstrapTokenExpirationKey: []byte(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))}}
+			bootstrapapi.BootstrapTokenExpirationKey:       []byte(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)),
+			bootstrapapi.BootstrapTokenUsageAuthentication: []byte("true"), bootstrapapi.BootstrapTokenExtraGroupsKey: []byte(bootstrap.Group("prod"))}}
 	r := &csrReconciler{remote: fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(node, token).Build(), informers: informers}
 	if _, ok := r.node(t.Context(), node.Name); ok {
 		t.Error("a Node read before the Nodes are listed")

@@ -235,7 +235,7 @@ func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string)
 		s.Labels[v1alpha1.LabelBootstrapToken] != cluster {
 		return false
 	}
-	_, err := bootstrap.ParseTokenSecret(s)
+	_, err := bootstrap.ParseTokenSecret(cluster, s)
 	return err == nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -755,23 +756,27 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 }
 
 // A token Secret labelled for the cluster but without a readable expiration
-// (which the API server would honour for ever) is not one of Carousel's.
+// (which the API server would honour for ever), or one the API server does
+// not authenticate into the Cluster's group, is not one of Carousel's.
 func TestACarouselTokenIsLabelledAndExpires(t *testing.T) {
 	token := func(cluster, id string, data map[string]string) *corev1.Secret {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id,
-			Labels: map[string]string{v1alpha1.LabelBootstrapToken: cluster}}, Data: map[string][]byte{}}
+			Labels: map[string]string{v1alpha1.LabelBootstrapToken: cluster}}, Type: bootstrapapi.SecretTypeBootstrapToken,
+			Data: map[string][]byte{"token-id": []byte(id), "token-secret": []byte("0123456789abcdef"),
+				"usage-bootstrap-authentication": []byte("true"), "auth-extra-groups": []byte(bootstrap.Group(cluster))}}
 		for k, v := range data {
 			s.Data[k] = []byte(v)
 		}
 		return s
 	}
-	valid := map[string]string{"token-id": "abcdef", "token-secret": "0123456789abcdef", "expiration": testNow.Add(time.Hour).Format(time.RFC3339)}
-	noExpiration := map[string]string{"token-id": "ghijkl", "token-secret": "0123456789abcdef"}
+	valid := map[string]string{"expiration": testNow.Add(time.Hour).Format(time.RFC3339)}
+	opaque := token("prod", "uvwxyz", valid)
+	opaque.Type = corev1.SecretTypeOpaque
 	remote := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(
-		token("prod", "abcdef", valid), token("prod", "ghijkl", noExpiration), token("other", "mnopqr", valid),
+		token("prod", "abcdef", valid), token("prod", "ghijkl", nil), token("other", "mnopqr", valid), opaque,
 	).Build()
 	r := &csrReconciler{remote: remote}
-	for id, want := range map[string]bool{"abcdef": true, "ghijkl": false, "mnopqr": false, "stuvwx": false} {
+	for id, want := range map[string]bool{"abcdef": true, "ghijkl": false, "mnopqr": false, "stuvwx": false, "uvwxyz": false} {
 		if got := r.isCarouselToken(context.Background(), "prod", id); got != want {
 			t.Errorf("isCarouselToken(%s) = %v, want %v", id, got, want)
 		}
