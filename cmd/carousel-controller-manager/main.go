@@ -58,6 +58,7 @@ func main() {
 	flag.StringVar(&webhookCert.CertDir, "webhook-cert-dir", "", "Directory with the webhook's tls.crt and tls.key, kept current by something else (cert-manager); defaults to <tmp>/k8s-webhook-server/serving-certs.")
 	flag.StringVar(&webhookCert.Secret, "webhook-cert-secret", "", "NAMESPACE/NAME of the Secret in which Carousel keeps a CA and serving certificate it issues and renews for its own webhook; excludes --webhook-cert-dir.")
 	flag.StringVar(&webhookCert.Configuration, "webhook-configuration", "", "ValidatingWebhookConfiguration whose webhooks get the self-issued CA bundle (with --webhook-cert-secret).")
+	flag.DurationVar(&webhookCert.TrustPropagation, "webhook-trust-propagation", 0, "How long a renewed self-issued CA is trusted before the served certificate moves to it (with --webhook-cert-secret); 0 means a minute, or 720h with --audit-webhook-url: managed API servers read their audit kubeconfig's CA bundle only when they start, and must roll within it.")
 	flag.Func("webhook-dns-names", "Comma-separated DNS names of the self-issued serving certificate: the webhook Service's names (with --webhook-cert-secret).", func(v string) error {
 		webhookCert.DNSNames = strings.Split(v, ",")
 		return nil
@@ -121,7 +122,7 @@ func main() {
 	webhookOpts := webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCert.CertDir}
 	var rotator *servingcert.Rotator
 	if opts.Webhook && webhookCert.SelfIssued() {
-		rotator = webhookCert.Rotator()
+		rotator = webhookCert.Rotator(opts.AuditWebhookURL != "")
 		webhookOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate }}
 	}
 	mgrOpts.WebhookServer = webhook.NewServer(webhookOpts)

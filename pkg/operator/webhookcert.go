@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -24,7 +25,23 @@ type WebhookCertificate struct {
 	DNSNames []string
 	// CertDir holds tls.crt and tls.key when the certificate is not self-issued.
 	CertDir string
+	// TrustPropagation is how long a renewed CA is trusted before the
+	// served certificate moves to it; 0 means the default (Rotator).
+	TrustPropagation time.Duration
 }
+
+// AuditWebhookTrustPropagation is how long a renewed CA is trusted before
+// the served certificate moves to it when managed API servers send their
+// audit events to the webhook server: each reads the CA bundle of its audit
+// kubeconfig only when it starts, so it must roll with its updated
+// <cluster>-audit-webhook Secret within this time, or its audit events stop
+// (and the old-CA usage gate holds completions) until it does.
+const AuditWebhookTrustPropagation = 30 * 24 * time.Hour
+
+// MaxTrustPropagation bounds --webhook-trust-propagation: the served
+// certificate, renewed when a third of its year is left, must outlast the
+// wait (else it expires during it and moves to the new CA at once).
+const MaxTrustPropagation = 90 * 24 * time.Hour
 
 // SelfIssued reports whether Carousel issues the certificate.
 func (w WebhookCertificate) SelfIssued() bool { return w.Secret != "" }
@@ -35,8 +52,8 @@ func (w WebhookCertificate) Validate(webhook bool) error {
 		return errors.New("--webhook-cert-secret needs --webhook=true")
 	}
 	if !w.SelfIssued() {
-		if w.Configuration != "" || len(w.DNSNames) > 0 {
-			return errors.New("--webhook-configuration and --webhook-dns-names need --webhook-cert-secret")
+		if w.Configuration != "" || len(w.DNSNames) > 0 || w.TrustPropagation != 0 {
+			return errors.New("--webhook-configuration, --webhook-dns-names and --webhook-trust-propagation need --webhook-cert-secret")
 		}
 		return nil
 	}
@@ -52,6 +69,9 @@ func (w WebhookCertificate) Validate(webhook bool) error {
 	}
 	if len(w.DNSNames) == 0 {
 		errs = append(errs, errors.New("--webhook-cert-secret needs --webhook-dns-names"))
+	}
+	if w.TrustPropagation < 0 || w.TrustPropagation > MaxTrustPropagation {
+		errs = append(errs, fmt.Errorf("--webhook-trust-propagation=%s: between 0 (the default) and %s, which the serving certificate outlasts", w.TrustPropagation, MaxTrustPropagation))
 	}
 	for _, n := range w.DNSNames {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
@@ -69,8 +89,19 @@ func (w WebhookCertificate) secretKey() (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
-// Rotator returns the rotator of a self-issued certificate; call Validate first.
-func (w WebhookCertificate) Rotator() *servingcert.Rotator {
+// Rotator returns the rotator of a self-issued certificate; call Validate
+// first. auditWebhook says whether managed API servers send their audit events
+// to the webhook server: then a renewed CA is trusted for
+// AuditWebhookTrustPropagation, unless TrustPropagation says otherwise, rather
+// than the minute the API server takes to see a changed webhook configuration.
+func (w WebhookCertificate) Rotator(auditWebhook bool) *servingcert.Rotator {
 	key, _ := w.secretKey()
-	return &servingcert.Rotator{Secret: key, WebhookConfiguration: w.Configuration, Settings: servingcert.DefaultSettings(w.DNSNames)}
+	settings := servingcert.DefaultSettings(w.DNSNames)
+	switch {
+	case w.TrustPropagation > 0:
+		settings.TrustPropagation = w.TrustPropagation
+	case auditWebhook:
+		settings.TrustPropagation = AuditWebhookTrustPropagation
+	}
+	return &servingcert.Rotator{Secret: key, WebhookConfiguration: w.Configuration, Settings: settings}
 }

@@ -3,6 +3,7 @@ package operator
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWebhookCertificateValidate(t *testing.T) {
@@ -25,6 +26,11 @@ func TestWebhookCertificateValidate(t *testing.T) {
 		{name: "configuration without secret", w: WebhookCertificate{Configuration: "carousel"}, wantErr: "need --webhook-cert-secret"},
 		{name: "self-issued without the webhook", w: self, noHook: true, wantErr: "needs --webhook=true"},
 		{name: "no webhook, no certificate", w: WebhookCertificate{}, noHook: true},
+		{name: "a trust propagation", w: withTrustPropagation(self, 72*time.Hour)},
+		{name: "the longest trust propagation", w: withTrustPropagation(self, MaxTrustPropagation)},
+		{name: "a trust propagation too long", w: withTrustPropagation(self, MaxTrustPropagation+time.Second), wantErr: "--webhook-trust-propagation=2160h0m1s"},
+		{name: "a negative trust propagation", w: withTrustPropagation(self, -time.Minute), wantErr: "--webhook-trust-propagation=-1m0s"},
+		{name: "a trust propagation without secret", w: WebhookCertificate{TrustPropagation: time.Hour}, wantErr: "need --webhook-cert-secret"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,7 +43,38 @@ func TestWebhookCertificateValidate(t *testing.T) {
 			}
 		})
 	}
-	if r := self.Rotator(); r.Secret.Namespace != "carousel-system" || r.Secret.Name != "carousel-webhook-cert" || r.WebhookConfiguration != "carousel" {
+	if r := self.Rotator(false); r.Secret.Namespace != "carousel-system" || r.Secret.Name != "carousel-webhook-cert" || r.WebhookConfiguration != "carousel" {
 		t.Fatalf("rotator %+v", r)
 	}
+}
+
+// TestRotatorTrustsARenewedCALongerForAuditWebhooks: managed API servers read
+// their audit kubeconfig's CA bundle only when they start, so with audit
+// webhooks a renewed CA is trusted for AuditWebhookTrustPropagation before
+// the served certificate moves to it, unless the flag says otherwise.
+func TestRotatorTrustsARenewedCALongerForAuditWebhooks(t *testing.T) {
+	self := WebhookCertificate{Secret: "carousel-system/carousel-webhook-cert", Configuration: "carousel", DNSNames: []string{"carousel-webhook.carousel-system.svc"}}
+	tests := []struct {
+		name         string
+		w            WebhookCertificate
+		auditWebhook bool
+		want         time.Duration
+	}{
+		{name: "default", w: self, want: time.Minute},
+		{name: "audit webhook", w: self, auditWebhook: true, want: AuditWebhookTrustPropagation},
+		{name: "flag", w: withTrustPropagation(self, 5*time.Minute), want: 5 * time.Minute},
+		{name: "flag with audit webhook", w: withTrustPropagation(self, 72*time.Hour), auditWebhook: true, want: 72 * time.Hour},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.w.Rotator(tc.auditWebhook).Settings.TrustPropagation; got != tc.want {
+				t.Fatalf("trust propagation %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func withTrustPropagation(w WebhookCertificate, d time.Duration) WebhookCertificate {
+	w.TrustPropagation = d
+	return w
 }
