@@ -270,7 +270,9 @@ func checkApplied(t *testing.T, rot *v1alpha1.CARotation, op v1alpha1.Operation,
 			}
 		}
 	case v1alpha1.VerbRotateRolloutWorkers:
-		if from != v1alpha1.RotationPreparingWithoutWorkersRollout && from != v1alpha1.RotationWaitingForWorkersRollout || to != v1alpha1.RotationPreparing {
+		holding := from == v1alpha1.RotationPreparingWithoutWorkersRollout || from == v1alpha1.RotationWaitingForWorkersRollout ||
+			from == v1alpha1.RotationPreparing && len(HeldPools(rot)) > 0
+		if !holding || to != v1alpha1.RotationPreparing {
 			t.Fatalf("rotate-rollout-workers moved %q to %q", from, to)
 		}
 		if !slices.Equal(pendingNames(next), pendingNames(rot)) {

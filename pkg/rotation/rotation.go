@@ -68,11 +68,33 @@ func startTime(last *metav1.Time, now metav1.Time) metav1.Time {
 type Phases struct {
 	CA                v1alpha1.CARotationPhase
 	ServiceAccountKey v1alpha1.ServiceAccountKeyRotationPhase
+	// PoolsHeld says that the CA rotation holds worker pools until
+	// rotate-rollout-workers names them: also in Preparing, once some were
+	// released before the others.
+	PoolsHeld bool
 }
 
 // PhasesOf returns the phases of the Cluster's rotations.
 func PhasesOf(c *v1alpha1.Cluster) Phases {
-	return Phases{CA: c.CARotationPhase(), ServiceAccountKey: c.ServiceAccountKeyRotationPhase()}
+	p := caPhases(c.CARotation())
+	p.ServiceAccountKey = c.ServiceAccountKeyRotationPhase()
+	return p
+}
+
+// caPhases returns the phases of a CA rotation status.
+func caPhases(rot *v1alpha1.CARotation) Phases {
+	return Phases{CA: phaseOf(rot), PoolsHeld: len(HeldPools(rot)) > 0}
+}
+
+// holdsPools reports whether rotate-rollout-workers may release pools.
+func (p Phases) holdsPools() bool {
+	switch p.CA {
+	case v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout:
+		return true
+	case v1alpha1.RotationPreparing:
+		return p.PoolsHeld
+	}
+	return false
 }
 
 // Allowed returns nil when an operation with verb may be applied in phases,
@@ -96,23 +118,24 @@ func Allowed(verb v1alpha1.OperationVerb, phases Phases) error {
 	switch caVerb {
 	case v1alpha1.VerbStartCARotation, v1alpha1.VerbStartCARotationWithoutWorkersRollout:
 		if phase.RotationInProgress() {
-			return fmt.Errorf("cannot start a CA rotation: the rotation is in phase %s: %s", phase, NextStep(phase))
+			return fmt.Errorf("cannot start a CA rotation: the rotation is in phase %s: %s", phase, NextStep(phases))
 		}
 	case v1alpha1.VerbCompleteCARotation:
 		if phase != v1alpha1.RotationPrepared {
-			return fmt.Errorf("cannot complete the CA rotation in phase %s, only in phase %s: %s", PhaseName(phase), v1alpha1.RotationPrepared, NextStep(phase))
+			return fmt.Errorf("cannot complete the CA rotation in phase %s, only in phase %s: %s", PhaseName(phase), v1alpha1.RotationPrepared, NextStep(phases))
 		}
 	case v1alpha1.VerbAbortCARotation:
 		if !phase.BothCAsTrusted() {
 			return fmt.Errorf("cannot abort the CA rotation in phase %s: only a rotation that has not been completed, in phases %s, %s, %s or %s, "+
 				"can go back to its old CAs; %s", PhaseName(phase), v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout,
-				v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared, NextStep(phase))
+				v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared, NextStep(phases))
 		}
 	case v1alpha1.VerbRotateRolloutWorkers:
-		if phase != v1alpha1.RotationPreparingWithoutWorkersRollout && phase != v1alpha1.RotationWaitingForWorkersRollout {
+		if !phases.holdsPools() {
 			return fmt.Errorf("cannot roll held worker pools in phase %s: pools are held only by a rotation started with %s=%s, "+
-				"in phases %s and %s; %s", PhaseName(phase), v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotationWithoutWorkersRollout,
-				v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout, NextStep(phase))
+				"in phases %s and %s, and in %s while some are held; %s", PhaseName(phase), v1alpha1.OperationAnnotation,
+				v1alpha1.OperationStartCARotationWithoutWorkersRollout, v1alpha1.RotationPreparingWithoutWorkersRollout,
+				v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPreparing, NextStep(phases))
 		}
 	case v1alpha1.VerbReissueCA:
 		if phase.RotationInProgress() {
@@ -142,14 +165,14 @@ func ApplyOperation(rot *v1alpha1.CARotation, op v1alpha1.Operation, pools []v1a
 	if caVerb == "" && op.Verb.ServiceAccountKeyVerb() != "" {
 		return rot, nil // a service-account key operation only
 	}
-	if forcesAbortUnderWay(op, Phases{CA: phaseOf(rot)}) {
+	if forcesAbortUnderWay(op, caPhases(rot)) {
 		next := rot.DeepCopy()
 		if next.AbortForcedTime == nil {
 			next.AbortForcedTime = &now
 		}
 		return next, nil
 	}
-	if err := Allowed(caVerb, Phases{CA: phaseOf(rot)}); err != nil {
+	if err := Allowed(caVerb, caPhases(rot)); err != nil {
 		return nil, err
 	}
 	next := &v1alpha1.CARotation{}
@@ -431,16 +454,19 @@ func phaseOf(rot *v1alpha1.CARotation) v1alpha1.CARotationPhase {
 	return rot.Phase
 }
 
-// NextStep tells a user what to do in a phase of the CA rotation.
-func NextStep(phase v1alpha1.CARotationPhase) string {
-	switch phase {
+// NextStep tells a user what to do in the phase of the CA rotation.
+func NextStep(phases Phases) string {
+	rollHeld := "roll the held worker pools with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationRotateRolloutWorkersPrefix + "<pool>[,<pool>]"
+	switch phases.CA {
 	case v1alpha1.RotationPreparing:
+		if phases.PoolsHeld {
+			return rollHeld
+		}
 		return "wait until the phase is Prepared"
 	case v1alpha1.RotationPreparingWithoutWorkersRollout:
-		return "wait until the phase is " + string(v1alpha1.RotationWaitingForWorkersRollout) + ", then roll the held worker pools with " +
-			v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationRotateRolloutWorkersPrefix + "<pool>[,<pool>]"
+		return "wait until the phase is " + string(v1alpha1.RotationWaitingForWorkersRollout) + ", then " + rollHeld
 	case v1alpha1.RotationWaitingForWorkersRollout:
-		return "roll the held worker pools with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationRotateRolloutWorkersPrefix + "<pool>[,<pool>]"
+		return rollHeld
 	case v1alpha1.RotationPrepared:
 		return "complete it with " + v1alpha1.OperationAnnotation + "=" + v1alpha1.OperationCompleteCARotation
 	case v1alpha1.RotationFinalizing:

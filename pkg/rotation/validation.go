@@ -92,11 +92,11 @@ func validateSpecChange(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	}
 	if !certificateSettingsEqual(newC.Spec.Certificates, oldC.Spec.Certificates) {
 		allErrs = append(allErrs, field.Forbidden(p.Child("certificates"), fmt.Sprintf(
-			"cannot change while the CA rotation is in phase %s: %s", phase, NextStep(phase))))
+			"cannot change while the CA rotation is in phase %s: %s", phase, NextStep(PhasesOf(oldC)))))
 	}
 	if endpointRemoved(newC, oldC) {
 		allErrs = append(allErrs, field.Forbidden(p.Child("controlPlane", "endpoint"), fmt.Sprintf(
-			"cannot be removed while the CA rotation is in phase %s: the rotation checks the API server at this endpoint; change it to the new address instead, or %s", phase, NextStep(phase))))
+			"cannot be removed while the CA rotation is in phase %s: the rotation checks the API server at this endpoint; change it to the new address instead, or %s", phase, NextStep(PhasesOf(oldC)))))
 	}
 	for _, pool := range oldC.Spec.Workers {
 		changed := newC.Spec.WorkerPool(pool.Name)

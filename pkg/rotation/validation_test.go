@@ -193,8 +193,16 @@ func TestValidateOperation(t *testing.T) {
 		{"roll held pools", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a", "pool-b"), "pool-a", "pool-b"), "rotate-rollout-workers=pool-b,pool-a", ""},
 		{"roll a held pool early", holding(inPhase(v1alpha1.RotationPreparingWithoutWorkersRollout, "pool-a"), "pool-a"), "rotate-rollout-workers=pool-a", ""},
 		{"roll a pool that is not held", holding(inPhase(v1alpha1.RotationPreparing, "pool-a", "pool-b"), "pool-b"), "rotate-rollout-workers=pool-a",
+			`worker pool "pool-a" is not held in phase Preparing: name only pools listed with held: true`},
+		{"roll the pool still held after another was rolled early", holding(inPhase(v1alpha1.RotationPreparing, "pool-a", "pool-b"), "pool-b"),
+			"rotate-rollout-workers=pool-b", ""},
+		{"roll held pools in Preparing when none is held", inPhase(v1alpha1.RotationPreparing, "pool-a"), "rotate-rollout-workers=pool-a",
 			"cannot roll held worker pools in phase Preparing: pools are held only by a rotation started with " +
-				"carousel.dev/operation=start-ca-rotation-without-workers-rollout, in phases PreparingWithoutWorkersRollout and WaitingForWorkersRollout; wait until the phase is Prepared"},
+				"carousel.dev/operation=start-ca-rotation-without-workers-rollout, in phases PreparingWithoutWorkersRollout and WaitingForWorkersRollout, " +
+				"and in Preparing while some are held; wait until the phase is Prepared"},
+		{"complete while a pool is held after another was rolled early", holding(inPhase(v1alpha1.RotationPreparing, "pool-a", "pool-b"), "pool-b"),
+			v1alpha1.OperationCompleteCARotation, "cannot complete the CA rotation in phase Preparing, only in phase Prepared: " +
+				"roll the held worker pools with carousel.dev/operation=rotate-rollout-workers=<pool>[,<pool>]"},
 		{"roll a released pool", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a", "pool-b"), "pool-b"), "rotate-rollout-workers=pool-a",
 			`worker pool "pool-a" is not held in phase WaitingForWorkersRollout: name only pools listed with held: true`},
 		{"roll an unknown pool", holding(inPhase(v1alpha1.RotationWaitingForWorkersRollout, "pool-a"), "pool-a"), "rotate-rollout-workers=pool-z",

@@ -225,7 +225,7 @@ func (r *Reconciler) updateInventory(c *v1alpha1.Cluster, all map[v1alpha1.CARol
 			if earliestPrevious {
 				what = "the previous " + string(earliestRole) + " CA, which the rotation under way drops,"
 			}
-			advice = rotation.NextStep(phase)
+			advice = rotation.NextStep(rotation.PhasesOf(c))
 		}
 		cond.Message = fmt.Sprintf("%s expires at %s: %s", what, earliest.UTC().Format("2006-01-02T15:04:05Z"), advice)
 	}
