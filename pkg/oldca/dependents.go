@@ -77,9 +77,10 @@ type Node struct {
 	Name         string
 	ClientIssuer string
 	// Offline: its Lease is older than its pool's offlineNodeTimeout, and
-	// the worker rollout did not wait for it. Its node agent bootstraps the
-	// kubelet again once the API server refuses the old client certificate,
-	// so it is not counted.
+	// the worker rollout did not wait for it. With a node agent it is not
+	// counted: the agent bootstraps the kubelet again once the API server
+	// refuses the old client certificate. Without one it is judged as an
+	// online Node: nothing on it moves it to the new CAs when it is back.
 	Offline bool
 	// Unrolled, when not empty, says why no worker rollout moved the
 	// node's trust to the new cluster CA (it is in no pool of the Cluster,
@@ -174,15 +175,18 @@ func Dependents(f Facts) []Dependent {
 	for _, n := range f.Nodes {
 		why := ""
 		switch {
-		case n.Offline:
+		case n.recoversByItself():
 		case n.ClientIssuer == "":
 			why = f.KubeletCertificates.Stranded(n.Name, f.OldClientIssuer, f.Now)
 		case n.ClientIssuer != f.NewClientIssuer:
 			why = fmt.Sprintf("its node agent reports a client certificate from CA %s, not from the new client CA %s", short(n.ClientIssuer), short(f.NewClientIssuer))
 		}
 		byHand := false
-		if why == "" && n.Unrolled != "" && !n.Offline {
+		if why == "" && n.Unrolled != "" && !n.recoversByItself() {
 			why, byHand = n.Unrolled+unrolledNode, true
+		}
+		if why != "" && n.Offline {
+			why += offlineNode
 		}
 		if why != "" {
 			listedNodes[n.Name] = true
@@ -258,11 +262,19 @@ const unrolledNode = ", so no worker rollout moved its kubelet's trust to the ne
 	"of the API server. Decommission the node (stop its kubelet, then delete the Node), or complete with force once its kubelet trusts the new " +
 	"cluster CA; a node in a worker pool by the next rotation's start rolls with it"
 
-// UnreportedNodes says whether some online Node has no node agent that
-// reports its kubelet's client certificate: only those are judged by the
-// record of signed kubelet certificates (besides the audit events).
+// offlineNode follows the message of an offline Node without a node agent.
+const offlineNode = "; the node is offline, and nothing on it moves it to the new CAs when it is back: delete the Node if it is gone for good"
+
+// recoversByItself: an offline Node whose node agent reports, which
+// bootstraps the kubelet again once the API server refuses its old
+// credentials.
+func (n Node) recoversByItself() bool { return n.Offline && n.ClientIssuer != "" }
+
+// UnreportedNodes says whether some Node has no node agent that reports its
+// kubelet's client certificate: those are judged by the record of signed
+// kubelet certificates (besides the audit events), offline or not.
 func UnreportedNodes(nodes []Node) bool {
-	return slices.ContainsFunc(nodes, func(n Node) bool { return n.ClientIssuer == "" && !n.Offline })
+	return slices.ContainsFunc(nodes, func(n Node) bool { return n.ClientIssuer == "" })
 }
 
 // users are the users of f.Usage that depend on the old client CA, one

@@ -88,12 +88,13 @@ func TestDependents(t *testing.T) {
 			f.KeptNodes = []Dependent{{Kind: v1alpha1.OldCADependentNode, Name: "w2", Message: "kept"}}
 			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w2", "n0", -10, 70), seen("system:node:w3", "n1", -10, 70)}}
 		}, want: []string{"Node/w2: kept", "User/system:node:w3: before the rotation started"}},
-		{name: "a node no worker rollout moved, on the new client CA or without a node agent, unless it is offline", facts: func(f *Facts) {
+		{name: "a node no worker rollout moved, on the new client CA or without a node agent, unless it is offline with a node agent", facts: func(f *Facts) {
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA, Unrolled: `its carousel.dev/pool label, "typo", names no worker pool of the Cluster`},
 				{Name: "w2", Unrolled: "it has no carousel.dev/pool label"}, {Name: "w3", Unrolled: "it has no carousel.dev/pool label", Offline: true},
-				{Name: "w4", ClientIssuer: newCA}}
+				{Name: "w4", ClientIssuer: newCA}, {Name: "w5", ClientIssuer: newCA, Unrolled: "it has no carousel.dev/pool label", Offline: true}}
 		}, want: []string{"Node/w1: its carousel.dev/pool label, \"typo\", names no worker pool of the Cluster, so no worker rollout moved its kubelet's trust",
-			"Node/w2: it has no carousel.dev/pool label, so no worker rollout"}},
+			"Node/w2: it has no carousel.dev/pool label, so no worker rollout",
+			"Node/w3: it has no carousel.dev/pool label, so no worker rollout moved its kubelet's trust to the new cluster CA: completing the rotation would lock the kubelet out of the API server. Decommission the node (stop its kubelet, then delete the Node), or complete with force once its kubelet trusts the new cluster CA; a node in a worker pool by the next rotation's start rolls with it; the node is offline, and nothing on it moves it to the new CAs when it is back"}},
 		{name: "a node no worker rollout moved on the old client CA: the client certificate is named first", facts: func(f *Facts) {
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: oldCA, Unrolled: "it has no carousel.dev/pool label"}}
 		}, want: []string{"Node/w1: from CA bbbbbbbbbbbbbbbb, not from the new client CA"}},
@@ -215,7 +216,9 @@ func TestDependents(t *testing.T) {
 				{User: "system:node:w5", Fingerprint: "n5", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},   // its agent says otherwise
 				{User: "system:node:gone", Fingerprint: "n6", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}, // no Node
 			}}
-		}, want: []string{"Node/w0: the last one Carousel signed it (X509SHA256=n0, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z"}},
+		}, want: []string{"Node/w0: the last one Carousel signed it (X509SHA256=n0, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z",
+			// Offline, and without a node agent that would bootstrap it again once it is back.
+			"Node/w4: the last one Carousel signed it (X509SHA256=n4, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z; the node is offline"}},
 		{name: "audit: a kubelet still on a certificate the record says the old client CA signed", facts: func(f *Facts) {
 			f.Now = at(70)
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA}}
@@ -228,14 +231,17 @@ func TestDependents(t *testing.T) {
 		{name: "the record of kubelet certificates does not parse, and a node has no node agent", facts: func(f *Facts) {
 			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0"}, {Name: "w1", ClientIssuer: newCA}}, true
 		}, want: []string{"Cluster/kubelet-certificates: does not parse"}},
-		{name: "the record of kubelet certificates does not parse, and every online node has a node agent", facts: func(f *Facts) {
-			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0", Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
+		{name: "the record of kubelet certificates does not parse, and every node has a node agent", facts: func(f *Facts) {
+			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0", ClientIssuer: oldCA, Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
 		}},
+		{name: "the record of kubelet certificates does not parse, and an offline node has no node agent", facts: func(f *Facts) {
+			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0", Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
+		}, want: []string{"Cluster/kubelet-certificates: does not parse"}},
 		{name: "the record of kubelet certificates was lost since the start, and a node has no node agent", facts: func(f *Facts) {
 			f.Nodes, f.KubeletCertificatesLost, f.KubeletCertificatesUnreadable = []Node{{Name: "w0"}}, true, true
 		}, want: []string{"Cluster/kubelet-certificates: that the rotation judges by was deleted since"}},
-		{name: "the record of kubelet certificates was lost since the start, and every online node has a node agent", facts: func(f *Facts) {
-			f.Nodes, f.KubeletCertificatesLost = []Node{{Name: "w0", Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
+		{name: "the record of kubelet certificates was lost since the start, and every node has a node agent", facts: func(f *Facts) {
+			f.Nodes, f.KubeletCertificatesLost = []Node{{Name: "w0", ClientIssuer: oldCA, Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
 		}},
 		{name: "kubeconfigs: the record was lost since the start, and another one holds none from the old client CA", facts: func(f *Facts) {
 			f.KubeconfigsLost, f.KubeconfigsUnreadable = true, true
