@@ -94,6 +94,8 @@ type Manager struct {
 
 	// newClient builds a clientset; tests replace it with a fake.
 	newClient func(*rest.Config) (kubernetes.Interface, error)
+	// requestTimeout bounds each request that is not a watch (requestTimeout).
+	requestTimeout time.Duration
 
 	mu      sync.Mutex
 	current *pki.KeyPair
@@ -125,7 +127,7 @@ func NewManager(cfg Config) *Manager {
 	if cfg.MinRenewalInterval == 0 {
 		cfg.MinRenewalInterval = DefaultMinRenewalInterval
 	}
-	return &Manager{cfg: cfg, store: &Store{Dir: cfg.CertDir}, newClient: newClientset}
+	return &Manager{cfg: cfg, store: &Store{Dir: cfg.CertDir}, newClient: newClientset, requestTimeout: requestTimeout}
 }
 
 func newClientset(cfg *rest.Config) (kubernetes.Interface, error) {
@@ -186,9 +188,24 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // refusal asks the API server who the current credentials are (a
-// SelfSubjectReview) and says whether, and how, it refuses them.
+// SelfSubjectReview) and says whether, and how, it refuses them; no answer
+// within requestTimeout is no refusal.
 func (m *Manager) refusal(ctx context.Context) refusal {
+	ctx, cancel := m.withRequestTimeout(ctx)
+	defer cancel()
 	return refusalOf(reviewSelf(ctx, m.Client()))
+}
+
+// requestTimeout bounds each request of the agent that is not a watch: an
+// API server, or something on the way, that takes a request and never
+// answers must not hold the agent up for good.
+const requestTimeout = 30 * time.Second
+
+// withRequestTimeout is ctx bounded by the manager's requestTimeout, in real
+// time: a network's. The client's own rest.Config.Timeout would end its
+// watches too.
+func (m *Manager) withRequestTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, m.requestTimeout)
 }
 
 // reviewSelf creates a SelfSubjectReview through cs: it succeeds when the
@@ -327,7 +344,7 @@ func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM 
 	if err != nil {
 		return err
 	}
-	cs, err := m.newClient(&rest.Config{Host: server, Timeout: acceptedTimeout,
+	cs, err := m.newClient(&rest.Config{Host: server, Timeout: requestTimeout,
 		TLSClientConfig: rest.TLSClientConfig{CAData: ca, CertData: certPEM, KeyData: keyPEM}})
 	if err != nil {
 		return err
@@ -340,9 +357,6 @@ func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM 
 	}
 	return nil
 }
-
-// acceptedTimeout bounds checkAccepted's request.
-const acceptedTimeout = 30 * time.Second
 
 // requestCertificate is RequestCertificate for the pending key of store,
 // with its wait for an answer bounded by wait, on the manager's clock (a CSR
@@ -365,7 +379,9 @@ func (m *Manager) requestCertificate(ctx context.Context, cs kubernetes.Interfac
 // awaitCertificate creates or finds csr and waits at most wait for its answer.
 func (m *Manager) awaitCertificate(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest,
 	key crypto.Signer, wait time.Duration) ([]byte, error) {
-	created, err := createOrFind(ctx, cs, csr, key)
+	createCtx, cancel := m.withRequestTimeout(ctx)
+	created, err := createOrFind(createCtx, cs, csr, key)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

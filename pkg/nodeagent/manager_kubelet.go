@@ -150,7 +150,9 @@ func (m *Manager) RenewKubeletServing(ctx context.Context) (*pki.KeyPair, error)
 	}
 	defer unlock()
 	cs := m.Client()
-	node, err := cs.CoreV1().Nodes().Get(ctx, m.cfg.NodeName, metav1.GetOptions{})
+	getCtx, cancel := m.withRequestTimeout(ctx)
+	node, err := cs.CoreV1().Nodes().Get(getCtx, m.cfg.NodeName, metav1.GetOptions{})
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("reading node %s for its addresses: %w", m.cfg.NodeName, err)
 	}

@@ -128,7 +128,9 @@ func (r *renewal) readTrust(ctx context.Context) error {
 	if err := m.Reload(); err != nil {
 		return err
 	}
-	cm, err := m.Client().CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+	getCtx, cancel := m.withRequestTimeout(ctx)
+	cm, err := m.Client().CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(getCtx, bootstrap.NodeTrustConfigMap, metav1.GetOptions{})
+	cancel()
 	if err != nil {
 		return fmt.Errorf("reading %s/%s: %w", metav1.NamespaceSystem, bootstrap.NodeTrustConfigMap, err)
 	}
@@ -494,6 +496,8 @@ func (r *renewal) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := m.withRequestTimeout(ctx)
+	defer cancel()
 	if _, err := m.Client().CoreV1().Nodes().Patch(ctx, m.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return err
 	}
