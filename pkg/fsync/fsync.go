@@ -3,7 +3,10 @@
 package fsync
 
 import (
+	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 )
 
@@ -22,4 +25,29 @@ func Dir(dir string) error {
 	}
 	defer func() { _ = d.Close() }()
 	return d.Sync()
+}
+
+// MkdirAll is os.MkdirAll, with each directory it creates on disk: the
+// parent of each is synced (Dir), so that a crash after the caller synced
+// files in dir cannot lose dir itself.
+func MkdirAll(dir string, perm os.FileMode) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := Dir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -86,7 +86,7 @@ func (u *certsUpload) files() (files map[string][]byte, ignored []string) {
 // written, in order.
 func writeNewFiles(dir string, files map[string][]byte) ([]string, error) {
 	names := slices.Sorted(maps.Keys(files))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := fsync.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	var existing []string
