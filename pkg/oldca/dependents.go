@@ -77,11 +77,15 @@ type Node struct {
 	Name         string
 	ClientIssuer string
 	// Offline: its Lease is older than its pool's offlineNodeTimeout, and
-	// the worker rollout did not wait for it. With a node agent it is not
-	// counted: the agent bootstraps the kubelet again once the API server
-	// refuses the old client certificate. Without one it is judged as an
-	// online Node: nothing on it moves it to the new CAs when it is back.
+	// the worker rollout did not wait for it. With a node agent (one that
+	// reports, or in an InPlace pool) it is not counted: the agent
+	// bootstraps the kubelet again once the API server refuses the old
+	// client certificate. Without one it is judged as an online Node:
+	// nothing on it moves it to the new CAs when it is back.
 	Offline bool
+	// InPlace: it is in an InPlace pool of the Cluster, whose nodes run the
+	// node agent, which reports only once it renewed or bootstrapped again.
+	InPlace bool
 	// Unrolled, when not empty, says why no worker rollout moved the
 	// node's trust to the new cluster CA (it is in no pool of the Cluster,
 	// say): completing the rotation moves the API server's serving
@@ -131,8 +135,9 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //     CA than the new client CA, or, when no node agent reports, whose kubelet
 //     last got an unexpired certificate from the old client CA (its record
 //     KubeletCertificates.Stranded), or that no worker rollout moved
-//     (Unrolled), unless it is offline; and the record itself when it does
-//     not parse or was lost since the start;
+//     (Unrolled), unless it is offline with a node agent (one that reports,
+//     or in an InPlace pool); and the record itself when it does not parse
+//     or was lost since the start;
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
 //   - every user of kubectl carousel kubeconfig holding an unexpired
@@ -263,18 +268,18 @@ const unrolledNode = ", so no worker rollout moved its kubelet's trust to the ne
 	"cluster CA; a node in a worker pool by the next rotation's start rolls with it"
 
 // offlineNode follows the message of an offline Node without a node agent.
-const offlineNode = "; the node is offline, and nothing on it moves it to the new CAs when it is back: delete the Node if it is gone for good"
+const offlineNode = "; it is offline, and without a node agent (it reports none, and is in no InPlace pool) nothing moves it to the new CAs when it is back"
 
-// recoversByItself: an offline Node whose node agent reports, which
-// bootstraps the kubelet again once the API server refuses its old
-// credentials.
-func (n Node) recoversByItself() bool { return n.Offline && n.ClientIssuer != "" }
+// recoversByItself: an offline Node with a node agent (one that reports, or
+// in an InPlace pool), which bootstraps the kubelet again once the API
+// server refuses its old credentials.
+func (n Node) recoversByItself() bool { return n.Offline && (n.ClientIssuer != "" || n.InPlace) }
 
-// UnreportedNodes says whether some Node has no node agent that reports its
-// kubelet's client certificate: those are judged by the record of signed
-// kubelet certificates (besides the audit events), offline or not.
+// UnreportedNodes says whether some Node is judged by the record of signed
+// kubelet certificates (besides the audit events): one whose node agent
+// reports nothing and that does not recover by itself.
 func UnreportedNodes(nodes []Node) bool {
-	return slices.ContainsFunc(nodes, func(n Node) bool { return n.ClientIssuer == "" })
+	return slices.ContainsFunc(nodes, func(n Node) bool { return n.ClientIssuer == "" && !n.recoversByItself() })
 }
 
 // users are the users of f.Usage that depend on the old client CA, one

@@ -91,10 +91,11 @@ func TestDependents(t *testing.T) {
 		{name: "a node no worker rollout moved, on the new client CA or without a node agent, unless it is offline with a node agent", facts: func(f *Facts) {
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA, Unrolled: `its carousel.dev/pool label, "typo", names no worker pool of the Cluster`},
 				{Name: "w2", Unrolled: "it has no carousel.dev/pool label"}, {Name: "w3", Unrolled: "it has no carousel.dev/pool label", Offline: true},
-				{Name: "w4", ClientIssuer: newCA}, {Name: "w5", ClientIssuer: newCA, Unrolled: "it has no carousel.dev/pool label", Offline: true}}
+				{Name: "w4", ClientIssuer: newCA}, {Name: "w5", ClientIssuer: newCA, Unrolled: "it has no carousel.dev/pool label", Offline: true},
+				{Name: "w6", InPlace: true, Unrolled: `its carousel.dev/pool label, "a", names a pool that was not rolled`, Offline: true}} // its agent has not reported yet
 		}, want: []string{"Node/w1: its carousel.dev/pool label, \"typo\", names no worker pool of the Cluster, so no worker rollout moved its kubelet's trust",
 			"Node/w2: it has no carousel.dev/pool label, so no worker rollout",
-			"Node/w3: it has no carousel.dev/pool label, so no worker rollout moved its kubelet's trust to the new cluster CA: completing the rotation would lock the kubelet out of the API server. Decommission the node (stop its kubelet, then delete the Node), or complete with force once its kubelet trusts the new cluster CA; a node in a worker pool by the next rotation's start rolls with it; the node is offline, and nothing on it moves it to the new CAs when it is back"}},
+			"Node/w3: it has no carousel.dev/pool label, so no worker rollout moved its kubelet's trust to the new cluster CA: completing the rotation would lock the kubelet out of the API server. Decommission the node (stop its kubelet, then delete the Node), or complete with force once its kubelet trusts the new cluster CA; a node in a worker pool by the next rotation's start rolls with it; it is offline, and without a node agent"}},
 		{name: "a node no worker rollout moved on the old client CA: the client certificate is named first", facts: func(f *Facts) {
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: oldCA, Unrolled: "it has no carousel.dev/pool label"}}
 		}, want: []string{"Node/w1: from CA bbbbbbbbbbbbbbbb, not from the new client CA"}},
@@ -206,7 +207,8 @@ func TestDependents(t *testing.T) {
 		}, want: []string{"Cluster/nodes: ", "Node/w2: ", "Secret/prod-scheduler: ", "Kubeconfig/carousel:admin:alice: ", "User/alice: ", "User/zed: "}},
 		{name: "kubelets without a node agent: judged by the last certificate Carousel signed them", facts: func(f *Facts) {
 			f.Now = at(70)
-			f.Nodes = []Node{{Name: "w0"}, {Name: "w1"}, {Name: "w2"}, {Name: "w3"}, {Name: "w4", Offline: true}, {Name: "w5", ClientIssuer: newCA}}
+			f.Nodes = []Node{{Name: "w0"}, {Name: "w1"}, {Name: "w2"}, {Name: "w3"}, {Name: "w4", Offline: true}, {Name: "w5", ClientIssuer: newCA},
+				{Name: "w6", InPlace: true, Offline: true}} // an InPlace pool's: its agent bootstraps again when it is back
 			f.KubeletCertificates = &KubeletCertificates{Signed: []IssuedCertificate{
 				{User: "system:node:w0", Fingerprint: "n0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
 				{User: "system:node:w1", Fingerprint: "n1", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
@@ -215,10 +217,11 @@ func TestDependents(t *testing.T) {
 				{User: "system:node:w4", Fingerprint: "n4", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
 				{User: "system:node:w5", Fingerprint: "n5", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},   // its agent says otherwise
 				{User: "system:node:gone", Fingerprint: "n6", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}, // no Node
+				{User: "system:node:w6", Fingerprint: "n7", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
 			}}
 		}, want: []string{"Node/w0: the last one Carousel signed it (X509SHA256=n0, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z",
 			// Offline, and without a node agent that would bootstrap it again once it is back.
-			"Node/w4: the last one Carousel signed it (X509SHA256=n4, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z; the node is offline"}},
+			"Node/w4: the last one Carousel signed it (X509SHA256=n4, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z; it is offline, and without a node agent"}},
 		{name: "audit: a kubelet still on a certificate the record says the old client CA signed", facts: func(f *Facts) {
 			f.Now = at(70)
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA}}
@@ -241,7 +244,8 @@ func TestDependents(t *testing.T) {
 			f.Nodes, f.KubeletCertificatesLost, f.KubeletCertificatesUnreadable = []Node{{Name: "w0"}}, true, true
 		}, want: []string{"Cluster/kubelet-certificates: that the rotation judges by was deleted since"}},
 		{name: "the record of kubelet certificates was lost since the start, and every node has a node agent", facts: func(f *Facts) {
-			f.Nodes, f.KubeletCertificatesLost = []Node{{Name: "w0", ClientIssuer: oldCA, Offline: true}, {Name: "w1", ClientIssuer: newCA}}, true
+			f.Nodes, f.KubeletCertificatesLost = []Node{{Name: "w0", ClientIssuer: oldCA, Offline: true}, {Name: "w1", ClientIssuer: newCA},
+				{Name: "w2", InPlace: true, Offline: true}}, true
 		}},
 		{name: "kubeconfigs: the record was lost since the start, and another one holds none from the old client CA", facts: func(f *Facts) {
 			f.KubeconfigsLost, f.KubeconfigsUnreadable = true, true

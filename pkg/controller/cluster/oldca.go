@@ -508,8 +508,9 @@ func later(a, b time.Time) time.Time {
 
 // nodeFacts are the Nodes as the gate judges them: the issuer their node
 // agent reports, whether the worker rollout takes them for offline (see
-// workerrollout.PlanRollout), with their pool's offlineNodeTimeout, and
-// whether no worker rollout moved them (unrolled).
+// workerrollout.PlanRollout), with their pool's offlineNodeTimeout, whether
+// their pool rolls in place, and whether no worker rollout moved them
+// (unrolled).
 func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, started, now time.Time) []oldca.Node {
 	seen, newest := workerrollout.Heartbeats(nodes, leases, now)
 	var byHand []string
@@ -521,11 +522,12 @@ func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1
 		n := &nodes[i]
 		pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool])
 		notMoved := unrolled(n, pool, pool != nil && slices.Contains(byHand, pool.Name), clusterBundle, started)
+		inPlace := pool != nil && pool.RollsInPlace()
 		if pool == nil {
 			pool = &v1alpha1.WorkerPool{}
 		}
 		out = append(out, oldca.Node{Name: n.Name, ClientIssuer: n.Annotations[v1alpha1.AnnotationClientCertificateIssuer],
-			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Unrolled: notMoved})
+			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), InPlace: inPlace, Unrolled: notMoved})
 	}
 	return out
 }

@@ -78,15 +78,17 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		}
 	}
 	got := nodeFacts(c, nodes, leases, "published", started, now)
-	want := []oldca.Node{{Name: "up", ClientIssuer: "aa"}, {Name: "gone", ClientIssuer: "bb", Offline: true}, {Name: "waited-for", ClientIssuer: "bb"},
-		{Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: "it has no carousel.dev/pool label"}, {Name: "ahead", ClientIssuer: "aa"},
+	// The nodes of InPlace pools run the node agent (InPlace).
+	want := []oldca.Node{{Name: "up", ClientIssuer: "aa", InPlace: true}, {Name: "gone", ClientIssuer: "bb", Offline: true, InPlace: true},
+		{Name: "waited-for", ClientIssuer: "bb", InPlace: true},
+		{Name: "no-pool", ClientIssuer: "bb", Offline: true, Unrolled: "it has no carousel.dev/pool label"}, {Name: "ahead", ClientIssuer: "aa", InPlace: true},
 		{Name: "typo", ClientIssuer: "aa", Unrolled: `its carousel.dev/pool label, "dfault", names no worker pool of the Cluster`},
 		{Name: "moved", ClientIssuer: "aa"}, {Name: "moved-before", ClientIssuer: "aa", Unrolled: "it has no carousel.dev/pool label"},
 		// In a pool: unrolled when Carousel's rollout finished without it;
 		// as the user reported it when rolled by hand.
-		{Name: "never-asked", ClientIssuer: "aa", Unrolled: "its worker pool default rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
+		{Name: "never-asked", ClientIssuer: "aa", InPlace: true, Unrolled: "its worker pool default rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
 		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "its worker pool machines rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
-		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "reported-in-place", ClientIssuer: "aa"},
+		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "reported-in-place", ClientIssuer: "aa", InPlace: true},
 		{Name: "added", ClientIssuer: "aa", Unrolled: "its worker pool added rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
 		{Name: "joined", ClientIssuer: "aa"}}
 	if len(got) != len(want) {
