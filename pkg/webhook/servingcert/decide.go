@@ -89,7 +89,10 @@ func Decide(now time.Time, s State, cfg Settings) Decision {
 		d.RecheckAt = earliest(d.RecheckAt, renewalTime(s.Serving.Cert))
 		return withPruneReason(d)
 	}
-	if keepServing && (s.InjectedAt.IsZero() || now.Before(s.InjectedAt.Add(cfg.TrustPropagation))) {
+	// Only a move to another CA waits for it to propagate: a certificate from
+	// the CA the served one chains to (renewed, or with other names) is
+	// trusted wherever the served one is.
+	if keepServing && !signedBy(s.Serving, s.CA, now) && (s.InjectedAt.IsZero() || now.Before(s.InjectedAt.Add(cfg.TrustPropagation))) {
 		trustedAt := s.InjectedAt.Add(cfg.TrustPropagation)
 		if s.InjectedAt.IsZero() {
 			trustedAt = now.Add(cfg.TrustPropagation)
@@ -121,9 +124,11 @@ func servingReason(now time.Time, s State, cfg Settings) string {
 }
 
 // servingStillValid reports whether the served certificate is still valid and
-// trusted, so that replacing it may wait.
+// trusted, so that replacing it may wait. At its NotAfter it is expired, as
+// servingReason says (x509 would still verify it in that second).
 func servingStillValid(now time.Time, s State) bool {
-	return s.Serving != nil && pki.Verify(s.Serving.Cert, s.Bundle, x509.ExtKeyUsageServerAuth, now) == nil
+	return s.Serving != nil && now.Before(s.Serving.Cert.NotAfter) &&
+		pki.Verify(s.Serving.Cert, s.Bundle, x509.ExtKeyUsageServerAuth, now) == nil
 }
 
 func withPruneReason(d Decision) Decision {

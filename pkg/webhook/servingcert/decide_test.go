@@ -73,6 +73,18 @@ func TestDecide(t *testing.T) {
 			want:     Decision{NewServing: true, Reason: "serving certificate names changed"},
 		},
 		{
+			// The certificate stays on the CA it is served from: nothing new
+			// to propagate, however long a new CA would wait.
+			name: "DNS names changed within a long propagation of the CA served from", now: t0.Add(time.Hour), state: current,
+			settings: Settings{DNSNames: []string{"other.svc"}, CAValidity: settings.CAValidity, CertValidity: settings.CertValidity, TrustPropagation: 100 * time.Hour},
+			want:     Decision{NewServing: true, Reason: "serving certificate names changed"},
+		},
+		{
+			name: "serving certificate due within a long propagation of the CA served from", now: servingDue, state: current,
+			settings: Settings{DNSNames: names, CAValidity: settings.CAValidity, CertValidity: settings.CertValidity, TrustPropagation: 100 * time.Hour},
+			want:     Decision{NewServing: true, Reason: "serving certificate due for renewal"},
+		},
+		{
 			name: "CA due: a new CA joins the bundle, the served certificate stays", now: caDue,
 			state: State{CA: ca, Bundle: current.Bundle, Serving: oldServing, InjectedAt: t0},
 			want:  Decision{NewCA: true, Reason: "CA due for renewal"},

@@ -144,8 +144,10 @@ func FuzzDecide(f *testing.F) {
 		}
 
 		d := Decide(now, s, cfg)
-		trusted := s.Serving != nil && pki.Verify(s.Serving.Cert, s.Bundle, x509.ExtKeyUsageServerAuth, now) == nil
-		if d.NewServing && trusted && (d.NewCA || s.InjectedAt.IsZero() || now.Before(s.InjectedAt.Add(cfg.TrustPropagation))) {
+		// Expired at its NotAfter, to the second (x509 still verifies it then).
+		trusted := s.Serving != nil && now.Before(s.Serving.Cert.NotAfter) && pki.Verify(s.Serving.Cert, s.Bundle, x509.ExtKeyUsageServerAuth, now) == nil
+		moves := d.NewCA || !signedBy(s.Serving, s.CA, now) // the new certificate chains to another CA
+		if d.NewServing && trusted && moves && (d.NewCA || s.InjectedAt.IsZero() || now.Before(s.InjectedAt.Add(cfg.TrustPropagation))) {
 			t.Fatalf("%+v replaces a trusted certificate with one from a CA not yet propagated (injected at %s, propagation %s, now %s)",
 				d, s.InjectedAt, cfg.TrustPropagation, now)
 		}
