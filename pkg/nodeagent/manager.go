@@ -94,7 +94,8 @@ type Manager struct {
 
 	// newClient builds a clientset; tests replace it with a fake.
 	newClient func(*rest.Config) (kubernetes.Interface, error)
-	// requestTimeout bounds each request that is not a watch (requestTimeout).
+	// requestTimeout bounds each request that is not a watch
+	// (defaultRequestTimeout, shortened by tests).
 	requestTimeout time.Duration
 
 	mu      sync.Mutex
@@ -127,7 +128,7 @@ func NewManager(cfg Config) *Manager {
 	if cfg.MinRenewalInterval == 0 {
 		cfg.MinRenewalInterval = DefaultMinRenewalInterval
 	}
-	return &Manager{cfg: cfg, store: &Store{Dir: cfg.CertDir}, newClient: newClientset, requestTimeout: requestTimeout}
+	return &Manager{cfg: cfg, store: &Store{Dir: cfg.CertDir}, newClient: newClientset, requestTimeout: defaultRequestTimeout}
 }
 
 func newClientset(cfg *rest.Config) (kubernetes.Interface, error) {
@@ -196,10 +197,10 @@ func (m *Manager) refusal(ctx context.Context) refusal {
 	return refusalOf(reviewSelf(ctx, m.Client()))
 }
 
-// requestTimeout bounds each request of the agent that is not a watch: an
-// API server, or something on the way, that takes a request and never
-// answers must not hold the agent up for good.
-const requestTimeout = 30 * time.Second
+// defaultRequestTimeout bounds each request of the agent that is not a
+// watch: an API server, or something on the way, that takes a request and
+// never answers must not hold the agent up for good.
+const defaultRequestTimeout = 30 * time.Second
 
 // withRequestTimeout is ctx bounded by the manager's requestTimeout, in real
 // time: a network's. The client's own rest.Config.Timeout would end its
@@ -344,7 +345,7 @@ func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM 
 	if err != nil {
 		return err
 	}
-	cs, err := m.newClient(&rest.Config{Host: server, Timeout: requestTimeout,
+	cs, err := m.newClient(&rest.Config{Host: server, Timeout: m.requestTimeout,
 		TLSClientConfig: rest.TLSClientConfig{CAData: ca, CertData: certPEM, KeyData: keyPEM}})
 	if err != nil {
 		return err

@@ -76,6 +76,8 @@ func (n *Node) Register(ctx context.Context) error {
 }
 
 func (n *Node) register(ctx context.Context) error {
+	ctx, cancel := n.Manager.withRequestTimeout(ctx) // its two or three requests
+	defer cancel()
 	nodes := n.Manager.Client().CoreV1().Nodes()
 	name := n.Manager.cfg.NodeName
 	node, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
@@ -100,6 +102,8 @@ func (n *Node) register(ctx context.Context) error {
 // Heartbeat renews the node's Lease in kube-node-lease. It returns the error
 // of a failed renewal; the caller decides whether to count or log it.
 func (n *Node) Heartbeat(ctx context.Context) error {
+	ctx, cancel := n.Manager.withRequestTimeout(ctx) // its two requests
+	defer cancel()
 	leases := n.Manager.Client().CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	name := n.Manager.cfg.NodeName
 	now := metav1.NewMicroTime(n.Manager.cfg.Clock.Now())

@@ -372,7 +372,9 @@ func (m *Manager) checkBootstrapKubeconfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = reviewSelf(ctx, cs)
+	reviewCtx, cancel := m.withRequestTimeout(ctx)
+	err = reviewSelf(reviewCtx, cs)
+	cancel()
 	switch refusalOf(err) {
 	case refusedUnauthorized:
 		return fmt.Errorf("%w: its token is refused (the API server answers 401 Unauthorized)", errBootstrapKubeconfigUnusable)

@@ -496,9 +496,9 @@ func (r *renewal) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := m.withRequestTimeout(ctx)
+	patchCtx, cancel := m.withRequestTimeout(ctx)
 	defer cancel()
-	if _, err := m.Client().CoreV1().Nodes().Patch(ctx, m.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := m.Client().CoreV1().Nodes().Patch(patchCtx, m.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return err
 	}
 	r.logf(step, "client certificate issuer %s, serving certificate issuer %s, cluster bundle %s, kubelet bundle %s",
