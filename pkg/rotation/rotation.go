@@ -14,7 +14,9 @@
 //	Preparing…                every step of preparing is observed         Prepared                        Decide
 //	                          … and pools are held                        WaitingForWorkersRollout        Decide
 //	PreparingWithout…,        rotate-rollout-workers=<pool>,…             Preparing                       Allowed, ApplyOperation: the pools roll
-//	WaitingForWorkersRollout
+//	WaitingForWorkersRollout,
+//	Preparing while pools
+//	are held
 //	WaitingForWorkersRollout  no pool is pending any more                 Prepared                        Decide
 //	Prepared                  complete-ca-rotation                        Finalizing                      Allowed, ApplyOperation
 //	Finalizing                every step of finalizing is observed        Completed                       Decide
