@@ -176,6 +176,10 @@ affinity:
 		_, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "leaderElection.enabled=false",
 			"--set", "sharding.enabled=true", "--set", "sharding.leaseDuration=500ms")
 		Expect(err).To(MatchError(ContainSubstring("leaseDuration")))
+		// Nor is it 0s, which the manager refuses at start.
+		_, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "leaderElection.enabled=false",
+			"--set", "sharding.enabled=true", "--set", "sharding.leaseDuration=0m0s")
+		Expect(err).To(MatchError(ContainSubstring("leaseDuration")))
 	})
 
 	It("names its Services apart within 63 characters, and the alerts' job after the metrics Service, or refuses a name too long for that", func() {
