@@ -87,13 +87,13 @@ func pinsPartOf(s *apiregistrationv1.APIService, want pki.Bundle) bool {
 // as x509.CertPool.AppendCertsFromPEM takes them, skipping any other block
 // and any certificate that does not parse (pki.ParseBundle refuses the
 // whole bundle for one such block, where the aggregator still trusts the
-// rest).
+// rest), each once.
 func trustedBy(caBundle []byte) pki.Bundle {
-	var trusted pki.Bundle
+	var trusted []*x509.Certificate
 	for rest := caBundle; ; {
 		var block *pem.Block
 		if block, rest = pem.Decode(rest); block == nil {
-			return trusted
+			return pki.NewBundle(trusted...)
 		}
 		if block.Type != "CERTIFICATE" || len(block.Headers) != 0 {
 			continue

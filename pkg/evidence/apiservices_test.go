@@ -58,6 +58,8 @@ func TestAPIServiceLag(t *testing.T) {
 		{"not labelled, in step beside a block the aggregator skips", both,
 			[]apiregistrationv1.APIService{unlabelled("a", append(slices.Clone(both), "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n"...), false)}, nil},
 		{"not labelled, in step", both, []apiregistrationv1.APIService{unlabelled("a", both, false)}, nil},
+		{"not labelled, in step with a CA listed twice, which the aggregator trusts once", both,
+			[]apiregistrationv1.APIService{unlabelled("a", pki.EncodeCertificates(old.Cert, current.Cert, current.Cert), false)}, nil},
 		{"not labelled, in step in another order", both, []apiregistrationv1.APIService{unlabelled("a", pki.EncodeCertificates(current.Cert, old.Cert), false)}, nil},
 		{"not labelled, another issuer's CA", both, []apiregistrationv1.APIService{unlabelled("a", foreign.CertPEM(), false)}, nil},
 		{"not labelled, verification skipped", both, []apiregistrationv1.APIService{unlabelled("a", old.CertPEM(), true)}, nil},
