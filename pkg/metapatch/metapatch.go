@@ -1,6 +1,7 @@
-// Package metapatch makes JSON merge patches of an object's annotations that
-// hold only what changed, where controller-runtime's MergeFrom marshals the
-// whole object twice and compares the two documents. A Cluster carries a
+// Package metapatch makes patches of an object's metadata that hold only
+// what changed: JSON merge patches of its annotations, where
+// controller-runtime's MergeFrom marshals the whole object twice and compares
+// the two documents, and the JSON patch that removes one finalizer. A Cluster carries a
 // status of some kilobytes; setting or removing its operation annotation
 // with MergeFrom made 0.6 GB of garbage in a fleet of 1,000 Clusters
 // through two rotations.
@@ -9,6 +10,7 @@ package metapatch
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,4 +51,30 @@ func (p annotations) Data(obj client.Object) ([]byte, error) {
 	return json.Marshal(struct {
 		Metadata metadata `json:"metadata"`
 	}{metadata{ResourceVersion: obj.GetResourceVersion(), Annotations: changed}})
+}
+
+// FinalizerRemoved is the JSON patch that removes finalizer from the object
+// passed to Patch, found by its index there, after testing that it is still
+// at that index: a merge patch would write the whole list as the caller read
+// it, dropping a finalizer another controller added since, and with the
+// optimistic lock it would fail on any change of the object (a status write
+// too). An object without the finalizer is an error.
+func FinalizerRemoved(finalizer string) client.Patch { return finalizerRemoved(finalizer) }
+
+type finalizerRemoved string
+
+func (finalizerRemoved) Type() types.PatchType { return types.JSONPatchType }
+
+func (f finalizerRemoved) Data(obj client.Object) ([]byte, error) {
+	i := slices.Index(obj.GetFinalizers(), string(f))
+	if i < 0 {
+		return nil, fmt.Errorf("removing finalizer %s of %s: it has none", string(f), obj.GetName())
+	}
+	path := fmt.Sprintf("/metadata/finalizers/%d", i)
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value string `json:"value,omitempty"`
+	}
+	return json.Marshal([]op{{Op: "test", Path: path, Value: string(f)}, {Op: "remove", Path: path}})
 }

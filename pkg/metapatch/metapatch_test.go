@@ -3,6 +3,7 @@ package metapatch
 import (
 	"context"
 	"maps"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,5 +66,50 @@ func TestAnnotationsFromPatches(t *testing.T) {
 	stale.Annotations["operation"] = "abort"
 	if err := c.Patch(ctx, stale, AnnotationsFrom(before)); !apierrors.IsConflict(err) {
 		t.Fatalf("a patch of a stale read: %v, want a conflict", err)
+	}
+}
+
+// TestFinalizerRemovedKeepsAFinalizerAddedSince: removing a finalizer from a
+// stale read leaves one another controller added since (a merge patch of the
+// list as read would drop it), and fails, without a write, when the list
+// changed under the index.
+func TestFinalizerRemovedKeepsAFinalizerAddedSince(t *testing.T) {
+	ctx := context.Background()
+	stored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm", Finalizers: []string{"a.example/first", "carousel.dev/ours"}}}
+	c := fake.NewClientBuilder().WithObjects(stored).Build()
+	read := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), read); err != nil {
+		t.Fatal(err)
+	}
+	stale := read.DeepCopy()
+	read.Finalizers = append(read.Finalizers, "b.example/added-since")
+	if err := c.Update(ctx, read); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Patch(ctx, stale, FinalizerRemoved("carousel.dev/ours")); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.example/first", "b.example/added-since"}; !slices.Equal(got.Finalizers, want) {
+		t.Errorf("finalizers %v, want %v", got.Finalizers, want)
+	}
+
+	// The list changed under the index: the test fails, nothing is removed.
+	moved := got.DeepCopy()
+	moved.Finalizers = []string{"carousel.dev/ours"}
+	if err := c.Patch(ctx, moved, FinalizerRemoved("carousel.dev/ours")); err == nil {
+		t.Error("a finalizer removed by an index that now holds another")
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.example/first", "b.example/added-since"}; !slices.Equal(got.Finalizers, want) {
+		t.Errorf("after the failed patch: finalizers %v, want %v", got.Finalizers, want)
+	}
+	if _, err := FinalizerRemoved("carousel.dev/ours").Data(&corev1.ConfigMap{}); err == nil {
+		t.Error("a patch for an object without the finalizer")
 	}
 }

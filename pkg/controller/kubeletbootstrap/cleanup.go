@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
+	"github.com/carousel-dev/carousel/pkg/metapatch"
 )
 
 // DefaultCleanupTimeout is how long a deleted Cluster waits for its managed
@@ -115,9 +116,9 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 			bootstrapapi.ConfigMapClusterInfo, bootstrap.NodeTrustConfigMap, bootstrap.ClusterInfoRole, bootstrap.NodeTrustRole)
 	}
 	r.Connections.Disconnect(key)
-	before := c.DeepCopy()
-	controllerutil.RemoveFinalizer(c, v1alpha1.FinalizerManagedCleanup)
-	if err := r.Client.Patch(ctx, c, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
+	// Only this finalizer goes: a merge patch of the list as cached would drop
+	// one another controller added since.
+	if err := r.Client.Patch(ctx, c, metapatch.FinalizerRemoved(v1alpha1.FinalizerManagedCleanup)); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerManagedCleanup, err)
 	}
 	return ctrl.Result{}, nil
