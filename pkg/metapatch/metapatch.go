@@ -1,10 +1,10 @@
 // Package metapatch makes patches of an object's metadata that hold only
-// what changed: JSON merge patches of its annotations, where
-// controller-runtime's MergeFrom marshals the whole object twice and compares
-// the two documents, and the JSON patch that removes one finalizer. A Cluster carries a
-// status of some kilobytes; setting or removing its operation annotation
-// with MergeFrom made 0.6 GB of garbage in a fleet of 1,000 Clusters
-// through two rotations.
+// what changed: JSON merge patches of its annotations, and the JSON patch that
+// removes one finalizer. controller-runtime's MergeFrom marshals the whole
+// object twice and compares the two documents: a Cluster carries a status of
+// some kilobytes, and setting or removing its operation annotation with
+// MergeFrom made 0.6 GB of garbage in a fleet of 1,000 Clusters through two
+// rotations.
 package metapatch
 
 import (
