@@ -49,7 +49,7 @@ func TestARequestWithoutAnAnswerEndsAfterRequestTimeout(t *testing.T) {
 		}},
 		{"the check of the bootstrap kubeconfig", func(ctx context.Context, m *Manager) error {
 			if err := m.checkBootstrapKubeconfig(ctx); err == nil || errors.Is(err, errBootstrapKubeconfigUnusable) {
-				return fmt.Errorf("checkBootstrapKubeconfig = %v, want an error that says nothing of the kubeconfig", err)
+				return fmt.Errorf("checkBootstrapKubeconfig = %w, want an error that says nothing of the kubeconfig", err)
 			}
 			return nil
 		}},
