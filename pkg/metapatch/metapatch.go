@@ -10,7 +10,6 @@ package metapatch
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,11 +53,12 @@ func (p annotations) Data(obj client.Object) ([]byte, error) {
 }
 
 // FinalizerRemoved is the JSON patch that removes finalizer from the object
-// passed to Patch, found by its index there, after testing that it is still
-// at that index: a merge patch would write the whole list as the caller read
-// it, dropping a finalizer another controller added since, and with the
-// optimistic lock it would fail on any change of the object (a status write
-// too). An object without the finalizer is an error.
+// passed to Patch, every copy of it, found by their indexes there, after
+// testing that each is still at its index (the API server answers 422
+// Invalid when one is not): a merge patch would write the whole list as the
+// caller read it, dropping a finalizer another controller added since, and
+// with the optimistic lock it would fail on any change of the object (a
+// status write too). An object without the finalizer is an error.
 func FinalizerRemoved(finalizer string) client.Patch { return finalizerRemoved(finalizer) }
 
 type finalizerRemoved string
@@ -66,15 +66,21 @@ type finalizerRemoved string
 func (finalizerRemoved) Type() types.PatchType { return types.JSONPatchType }
 
 func (f finalizerRemoved) Data(obj client.Object) ([]byte, error) {
-	i := slices.Index(obj.GetFinalizers(), string(f))
-	if i < 0 {
-		return nil, fmt.Errorf("removing finalizer %s of %s: it has none", string(f), obj.GetName())
-	}
-	path := fmt.Sprintf("/metadata/finalizers/%d", i)
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
 		Value string `json:"value,omitempty"`
 	}
-	return json.Marshal([]op{{Op: "test", Path: path, Value: string(f)}, {Op: "remove", Path: path}})
+	var ops []op
+	finalizers := obj.GetFinalizers()
+	for i := len(finalizers) - 1; i >= 0; i-- { // the last first: a removal moves those after it
+		if finalizers[i] == string(f) {
+			path := fmt.Sprintf("/metadata/finalizers/%d", i)
+			ops = append(ops, op{Op: "test", Path: path, Value: string(f)}, op{Op: "remove", Path: path})
+		}
+	}
+	if len(ops) == 0 {
+		return nil, fmt.Errorf("removing finalizer %s of %s: it has none", string(f), obj.GetName())
+	}
+	return json.Marshal(ops)
 }

@@ -113,3 +113,25 @@ func TestFinalizerRemovedKeepsAFinalizerAddedSince(t *testing.T) {
 		t.Error("a patch for an object without the finalizer")
 	}
 }
+
+// TestFinalizerRemovedRemovesEveryCopy: a finalizer listed twice goes, both
+// copies (controllerutil.RemoveFinalizer removes every one too).
+func TestFinalizerRemovedRemovesEveryCopy(t *testing.T) {
+	ctx := context.Background()
+	stored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm",
+		Finalizers: []string{"carousel.dev/ours", "a.example/other", "carousel.dev/ours"}}}
+	c := fake.NewClientBuilder().WithObjects(stored).Build()
+	read := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), read); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Patch(ctx, read, FinalizerRemoved("carousel.dev/ours")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), read); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.example/other"}; !slices.Equal(read.Finalizers, want) {
+		t.Errorf("finalizers %v, want %v", read.Finalizers, want)
+	}
+}

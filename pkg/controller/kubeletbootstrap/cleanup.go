@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -115,13 +116,30 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 			err, v1alpha1.LabelBootstrapToken, c.Name, v1alpha1.LabelServingAddresses, c.Name, bootstrap.BindingNodeBootstrapper, bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient,
 			bootstrapapi.ConfigMapClusterInfo, bootstrap.NodeTrustConfigMap, bootstrap.ClusterInfoRole, bootstrap.NodeTrustRole)
 	}
-	r.Connections.Disconnect(key)
-	// Only this finalizer goes: a merge patch of the list as cached would drop
-	// one another controller added since.
-	if err := r.Client.Patch(ctx, c, metapatch.FinalizerRemoved(v1alpha1.FinalizerManagedCleanup)); client.IgnoreNotFound(err) != nil {
+	if err := r.removeFinalizer(ctx, c); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerManagedCleanup, err)
 	}
+	r.Connections.Disconnect(key)
 	return ctrl.Result{}, nil
+}
+
+// removeFinalizer removes v1alpha1.FinalizerManagedCleanup, and only it: a
+// merge patch of the list as cached would drop a finalizer another
+// controller added since. When the list changed under the patch's index
+// (another finalizer removed since, 422 Invalid), it reads the Cluster past
+// the cache and patches again.
+func (r *Reconciler) removeFinalizer(ctx context.Context, c *v1alpha1.Cluster) error {
+	err := r.Client.Patch(ctx, c, metapatch.FinalizerRemoved(v1alpha1.FinalizerManagedCleanup))
+	if !apierrors.IsInvalid(err) || r.APIReader == nil {
+		return err
+	}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+		return err
+	}
+	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerManagedCleanup) {
+		return nil
+	}
+	return r.Client.Patch(ctx, c, metapatch.FinalizerRemoved(v1alpha1.FinalizerManagedCleanup))
 }
 
 // cleanup deletes, through the managed cluster's connection, Carousel's
