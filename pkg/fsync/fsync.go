@@ -31,8 +31,9 @@ func Dir(dir string) error {
 // parent of each is synced (Dir), so that a crash after the caller synced
 // files in dir cannot lose dir itself.
 func MkdirAll(dir string, perm os.FileMode) error {
+	dir = filepath.Clean(dir) // what is created is what is synced
 	var created []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(d); err == nil || !errors.Is(err, fs.ErrNotExist) {
 			break
 		}

@@ -53,6 +53,12 @@ func TestARequestWithoutAnAnswerEndsAfterRequestTimeout(t *testing.T) {
 			}
 			return nil
 		}},
+		{"the registration of the Node (stand-in)", func(ctx context.Context, m *Manager) error {
+			if err := (&Node{Manager: m}).register(ctx); err == nil {
+				return errors.New("a registration that was never answered gave no error")
+			}
+			return nil
+		}},
 		{"a heartbeat (stand-in)", func(ctx context.Context, m *Manager) error {
 			if err := (&Node{Manager: m, HeartbeatInterval: time.Second}).Heartbeat(ctx); err == nil {
 				return errors.New("a heartbeat that was never answered gave no error")

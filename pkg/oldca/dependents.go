@@ -268,7 +268,7 @@ const unrolledNode = ", so no worker rollout moved its kubelet's trust to the ne
 	"cluster CA; a node in a worker pool by the next rotation's start rolls with it"
 
 // offlineNode follows the message of an offline Node without a node agent.
-const offlineNode = "; it is offline, and without a node agent (it reports none, and is in no InPlace pool) nothing moves it to the new CAs when it is back"
+const offlineNode = "; it is offline, and without a node agent (it reports none, and is in no InPlace pool) nothing moves it to the new CAs when it is back: delete the Node if it is gone for good"
 
 // recoversByItself: an offline Node with a node agent (one that reports, or
 // in an InPlace pool), which bootstraps the kubelet again once the API
