@@ -459,8 +459,11 @@ var _ = Describe("Credentials and the CA rotation", func() {
 		Expect(annotate(ctx, c, "rotate-rollout-workers=manual")).To(Succeed())
 		c = expectPools(v1alpha1.RotationPreparing, v1alpha1.ReasonWaitingForWorkers, "roll pool manual and report it",
 			pool{"manual", false}, pool{"in-place", true})
+		// In Preparing while in-place is held, rotate-rollout-workers is taken, for held pools only.
 		Expect(annotate(ctx, c, "rotate-rollout-workers=manual")).To(MatchError(ContainSubstring(
-			"cannot roll held worker pools in phase Preparing")))
+			`worker pool "manual" is not held in phase Preparing`)))
+		Expect(annotate(ctx, c, v1alpha1.OperationCompleteCARotation)).To(MatchError(ContainSubstring(
+			"cannot complete the CA rotation in phase Preparing, only in phase Prepared: roll the held worker pools with")))
 		Expect(annotate(ctx, c, "rollout-workers=manual")).To(Succeed())
 		c = expectPools(v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.ReasonWaitingForWorkersRolloutOperation, "1 pool(s) held: in-place",
 			pool{"in-place", true})
