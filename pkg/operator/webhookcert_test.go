@@ -6,8 +6,11 @@ import (
 	"time"
 )
 
+// selfIssued is a valid self-issued certificate's settings.
+var selfIssued = WebhookCertificate{Secret: "carousel-system/carousel-webhook-cert", Configuration: "carousel", DNSNames: []string{"carousel-webhook.carousel-system.svc"}}
+
 func TestWebhookCertificateValidate(t *testing.T) {
-	self := WebhookCertificate{Secret: "carousel-system/carousel-webhook-cert", Configuration: "carousel", DNSNames: []string{"carousel-webhook.carousel-system.svc"}}
+	self := selfIssued
 	tests := []struct {
 		name    string
 		w       WebhookCertificate
@@ -53,7 +56,7 @@ func TestWebhookCertificateValidate(t *testing.T) {
 // webhooks a renewed CA is trusted for AuditWebhookTrustPropagation before
 // the served certificate moves to it, unless the flag says otherwise.
 func TestRotatorTrustsARenewedCALongerForAuditWebhooks(t *testing.T) {
-	self := WebhookCertificate{Secret: "carousel-system/carousel-webhook-cert", Configuration: "carousel", DNSNames: []string{"carousel-webhook.carousel-system.svc"}}
+	self := selfIssued
 	tests := []struct {
 		name         string
 		w            WebhookCertificate
