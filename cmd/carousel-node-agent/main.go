@@ -222,7 +222,7 @@ func run(ctx context.Context, o *options) error {
 		logf("%s mode, resuming an unfinished re-bootstrap of the kubelet", o.mode())
 	}
 	node := &nodeagent.Node{Manager: m, Kubelet: kubelet, Pool: o.pool, Address: o.address, HeartbeatInterval: o.heartbeat,
-		RefusalGrace: nodeagent.DefaultRefusalGrace, Logf: logf}
+		RefusalGrace: nodeagent.DefaultRefusalGrace, Version: version.Get().Version, Logf: logf}
 	if kubelet != nil {
 		logf("kubelet clientCAFile %s, healthz %s, restart command %q", kubelet.Config.ClientCAFile, kubelet.Config.HealthzURL, o.kubeletRestartCommand)
 	} else {

@@ -1,7 +1,9 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
@@ -38,6 +41,9 @@ type Node struct {
 	// before the agent re-bootstraps the kubelet (ModeKubelet; see
 	// rebootstrapIfRefused); 0 acts on the first refusal.
 	RefusalGrace time.Duration
+	// Version is what the agent marks the Node with
+	// (v1alpha1.AnnotationNodeAgent); "unknown" when empty.
+	Version string
 	// Logf, when set, reports renewals and their errors.
 	Logf func(format string, args ...any)
 
@@ -175,6 +181,7 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 			if !ok {
 				continue
 			}
+			n.markAgent(ctx, node.Annotations)
 			request, pending := noderenewal.Pending(node.Annotations)
 			if !pending {
 				malformed = n.noteMalformedRequest(node.Annotations, malformed)
@@ -202,6 +209,29 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 		rewatch.reset()
 	}
 	return ctx.Err()
+}
+
+// markAgent marks the Node as one a node agent runs on
+// (v1alpha1.AnnotationNodeAgent, with its version) unless it is marked so
+// already: the old-CA usage gate then counts on the agent to bring the
+// kubelet back when the node is off through a rotation, before it ever
+// reports a renewal. A failure is logged and tried again at the Node's next
+// event, or the next watch.
+func (n *Node) markAgent(ctx context.Context, annotations map[string]string) {
+	version := cmp.Or(n.Version, "unknown")
+	if annotations[v1alpha1.AnnotationNodeAgent] == version {
+		return
+	}
+	name := n.Manager.cfg.NodeName
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationNodeAgent: version}}})
+	if err == nil {
+		ctx, cancel := n.Manager.withRequestTimeout(ctx)
+		defer cancel()
+		_, err = n.Manager.Client().CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil {
+		n.logf("marking node %s as running the node agent (%s=%s): %v (tried again at its next change)", name, v1alpha1.AnnotationNodeAgent, version, err)
+	}
 }
 
 // noteMalformedRequest logs a renewal request on the Node that does not

@@ -971,3 +971,55 @@ func TestAMalformedRequestIsLoggedOnce(t *testing.T) {
 		t.Errorf("%d CSRs for a request that does not parse", tn.csrs)
 	}
 }
+
+// TestTheAgentMarksItsNode: the agent marks the Node it watches as running
+// a node agent, with its version, when it is not marked so already, and
+// tries again at the Node's next event when the patch fails.
+func TestTheAgentMarksItsNode(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	tn.node.Version = "v1.2.3"
+	tn.failReport = 1
+	w := watch.NewFake()
+	tn.cs.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) { return true, w, nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tn.node.WatchRenewals(ctx) }()
+	defer func() { cancel(); w.Stop(); <-done }()
+
+	marked := func(version string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Annotations: map[string]string{v1alpha1.AnnotationNodeAgent: version}}}
+	}
+	tn.cs.ClearActions()
+	for _, node := range []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "w1"}}, // the patch fails
+		{ObjectMeta: metav1.ObjectMeta{Name: "w1"}}, // tried again
+		marked("v1.2.3"),
+		marked("v1.2.2"), // an agent before this one
+	} {
+		w.Modify(node)
+	}
+	w.Modify(&corev1.ConfigMap{}) // received once the events before it are handled
+
+	var patches []string
+	for _, a := range tn.cs.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "nodes" {
+			patches = append(patches, string(p.GetPatch()))
+		}
+	}
+	want := `{"metadata":{"annotations":{"carousel.dev/node-agent":"v1.2.3"}}}`
+	if !slices.Equal(patches, []string{want, want, want}) {
+		t.Errorf("patches of the Node %q, want %q three times: after a failure, and for another agent's mark", patches, want)
+	}
+	node, err := tn.cs.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Annotations[v1alpha1.AnnotationNodeAgent]; got != "v1.2.3" {
+		t.Errorf("the Node is marked %q, want v1.2.3", got)
+	}
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	if !slices.ContainsFunc(tn.logs, func(l string) bool { return strings.Contains(l, "tried again at its next change") }) {
+		t.Errorf("the failed patch was not logged: %q", tn.logs)
+	}
+}

@@ -78,13 +78,17 @@ type Node struct {
 	ClientIssuer string
 	// Offline: its Lease is older than its pool's offlineNodeTimeout, and
 	// the worker rollout did not wait for it. With a node agent (one that
-	// reports, or in an InPlace pool) it is not counted: the agent
-	// bootstraps the kubelet again once the API server refuses the old
-	// client certificate. Without one it is judged as an online Node:
-	// nothing on it moves it to the new CAs when it is back.
+	// reports, marked the Node, or in an InPlace pool) it is not counted:
+	// the agent bootstraps the kubelet again once the API server refuses
+	// the old client certificate. Without one it is judged as an online
+	// Node: nothing on it moves it to the new CAs when it is back.
 	Offline bool
+	// Agent: a node agent marked the Node as running on it
+	// (v1alpha1.AnnotationNodeAgent), which it does as soon as it watches
+	// the Node, long before it reports a renewal.
+	Agent bool
 	// InPlace: it is in an InPlace pool of the Cluster, whose nodes run the
-	// node agent, which reports only once it renewed or bootstrapped again.
+	// node agent (one from before Agent's mark may not have marked it).
 	InPlace bool
 	// Unrolled, when not empty, says why no worker rollout moved the
 	// node's trust to the new cluster CA (it is in no pool of the Cluster,
@@ -136,7 +140,7 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //     last got an unexpired certificate from the old client CA (its record
 //     KubeletCertificates.Stranded), or that no worker rollout moved
 //     (Unrolled), unless it is offline with a node agent (one that reports,
-//     or in an InPlace pool); and the record itself when it does not parse
+//     marked the Node, or in an InPlace pool); and the record itself when it does not parse
 //     or was lost since the start;
 //   - every certificate Secret whose client certificate the new client CA
 //     did not sign;
@@ -268,12 +272,14 @@ const unrolledNode = ", so no worker rollout moved its kubelet's trust to the ne
 	"cluster CA; a node in a worker pool by the next rotation's start rolls with it"
 
 // offlineNode follows the message of an offline Node without a node agent.
-const offlineNode = "; it is offline, and without a node agent (it reports none, and is in no InPlace pool) nothing moves it to the new CAs when it is back: delete the Node if it is gone for good"
+const offlineNode = "; it is offline, and without a node agent (none marked the Node, and it is in no InPlace pool) nothing moves it to the new CAs when it is back: delete the Node if it is gone for good"
 
-// recoversByItself: an offline Node with a node agent (one that reports, or
-// in an InPlace pool), which bootstraps the kubelet again once the API
-// server refuses its old credentials.
-func (n Node) recoversByItself() bool { return n.Offline && (n.ClientIssuer != "" || n.InPlace) }
+// recoversByItself: an offline Node with a node agent (one that reports,
+// marked the Node, or in an InPlace pool), which bootstraps the kubelet again
+// once the API server refuses its old credentials.
+func (n Node) recoversByItself() bool {
+	return n.Offline && (n.ClientIssuer != "" || n.Agent || n.InPlace)
+}
 
 // UnreportedNodes says whether some Node is judged by the record of signed
 // kubelet certificates (besides the audit events): one whose node agent

@@ -92,7 +92,8 @@ func TestDependents(t *testing.T) {
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA, Unrolled: `its carousel.dev/pool label, "typo", names no worker pool of the Cluster`},
 				{Name: "w2", Unrolled: "it has no carousel.dev/pool label"}, {Name: "w3", Unrolled: "it has no carousel.dev/pool label", Offline: true},
 				{Name: "w4", ClientIssuer: newCA}, {Name: "w5", ClientIssuer: newCA, Unrolled: "it has no carousel.dev/pool label", Offline: true},
-				{Name: "w6", InPlace: true, Unrolled: `its carousel.dev/pool label, "a", names a pool that was not rolled`, Offline: true}} // its agent has not reported yet
+				{Name: "w6", InPlace: true, Unrolled: `its carousel.dev/pool label, "a", names a pool that was not rolled`, Offline: true}, // its agent has not reported yet
+				{Name: "w7", Agent: true, Unrolled: "it has no carousel.dev/pool label", Offline: true}}                                    // its agent marked the Node, and has not reported
 		}, want: []string{"Node/w1: its carousel.dev/pool label, \"typo\", names no worker pool of the Cluster, so no worker rollout moved its kubelet's trust",
 			"Node/w2: it has no carousel.dev/pool label, so no worker rollout",
 			"Node/w3: it has no carousel.dev/pool label, so no worker rollout moved its kubelet's trust to the new cluster CA: completing the rotation would lock the kubelet out of the API server. Decommission the node (stop its kubelet, then delete the Node), or complete with force once its kubelet trusts the new cluster CA; a node in a worker pool by the next rotation's start rolls with it; it is offline, and without a node agent"}},
@@ -208,7 +209,9 @@ func TestDependents(t *testing.T) {
 		{name: "kubelets without a node agent: judged by the last certificate Carousel signed them", facts: func(f *Facts) {
 			f.Now = at(70)
 			f.Nodes = []Node{{Name: "w0"}, {Name: "w1"}, {Name: "w2"}, {Name: "w3"}, {Name: "w4", Offline: true}, {Name: "w5", ClientIssuer: newCA},
-				{Name: "w6", InPlace: true, Offline: true}} // an InPlace pool's: its agent bootstraps again when it is back
+				{Name: "w6", InPlace: true, Offline: true}, // an InPlace pool's: its agent bootstraps again when it is back
+				{Name: "w7", Agent: true, Offline: true},   // a node agent marked it: the same
+				{Name: "w8", Agent: true}}                  // online, its agent has not reported: judged by the record
 			f.KubeletCertificates = &KubeletCertificates{Signed: []IssuedCertificate{
 				{User: "system:node:w0", Fingerprint: "n0", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
 				{User: "system:node:w1", Fingerprint: "n1", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
@@ -218,10 +221,13 @@ func TestDependents(t *testing.T) {
 				{User: "system:node:w5", Fingerprint: "n5", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},   // its agent says otherwise
 				{User: "system:node:gone", Fingerprint: "n6", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)}, // no Node
 				{User: "system:node:w6", Fingerprint: "n7", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
+				{User: "system:node:w7", Fingerprint: "n8", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
+				{User: "system:node:w8", Fingerprint: "n9", Issuer: oldCA, IssuedAt: at(-30), NotAfter: at(600)},
 			}}
 		}, want: []string{"Node/w0: the last one Carousel signed it (X509SHA256=n0, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z",
 			// Offline, and without a node agent that would bootstrap it again once it is back.
-			"Node/w4: the last one Carousel signed it (X509SHA256=n4, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z; it is offline, and without a node agent"}},
+			"Node/w4: the last one Carousel signed it (X509SHA256=n4, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z; it is offline, and without a node agent",
+			"Node/w8: the last one Carousel signed it (X509SHA256=n9, 2026-11-26T11:30:00Z) is from client CA bbbbbbbbbbbbbbbb, valid until 2026-11-26T22:00:00Z"}},
 		{name: "audit: a kubelet still on a certificate the record says the old client CA signed", facts: func(f *Facts) {
 			f.Now = at(70)
 			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA}}
@@ -245,7 +251,7 @@ func TestDependents(t *testing.T) {
 		}, want: []string{"Cluster/kubelet-certificates: that the rotation judges by was deleted since"}},
 		{name: "the record of kubelet certificates was lost since the start, and every node has a node agent", facts: func(f *Facts) {
 			f.Nodes, f.KubeletCertificatesLost = []Node{{Name: "w0", ClientIssuer: oldCA, Offline: true}, {Name: "w1", ClientIssuer: newCA},
-				{Name: "w2", InPlace: true, Offline: true}}, true
+				{Name: "w2", InPlace: true, Offline: true}, {Name: "w3", Agent: true, Offline: true}}, true
 		}},
 		{name: "kubeconfigs: the record was lost since the start, and another one holds none from the old client CA", facts: func(f *Facts) {
 			f.KubeconfigsLost, f.KubeconfigsUnreadable = true, true

@@ -922,7 +922,7 @@ func crashOperator(ctx context.Context) {
 }
 
 // expectNodesReported checks what every node whose machine is on reported
-// on its Node: a client certificate issued by clientCA.
+// on its Node: a client certificate issued by clientCA, and its node agent's mark.
 func expectNodesReported(ctx context.Context, clientCA *x509.Certificate) {
 	GinkgoHelper()
 	nodes, err := clientFor(adminKubeconfig(ctx)).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -934,6 +934,7 @@ func expectNodesReported(ctx context.Context, clientCA *x509.Certificate) {
 		}
 		Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationClientCertificateIssuer, hex.EncodeToString(clientCA.SubjectKeyId)),
 			"node %s reported a client certificate from the current client CA", n.Name)
+		Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationNodeAgent, Not(BeEmpty())), "node %s is marked as running the node agent", n.Name)
 	}
 }
 

@@ -163,7 +163,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(target).To(MatchRegexp(`^kubelet-client-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}\.pem$`))
 
 		By("acting as the node: register, heartbeat")
-		node := &nodeagent.Node{Manager: agent, Pool: "pool-a", Address: "127.0.0.1", HeartbeatInterval: 10 * time.Second, Logf: stderrf}
+		node := &nodeagent.Node{Manager: agent, Pool: "pool-a", Address: "127.0.0.1", HeartbeatInterval: 10 * time.Second, Version: "v0.0.0-integration", Logf: stderrf}
 		Expect(node.Register(ctx)).To(Succeed())
 		Eventually(node.Heartbeat).WithContext(ctx).WithTimeout(2*time.Minute).Should(Succeed(), "the platform may be restarting the API server")
 		registered, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
@@ -411,6 +411,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		n, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRenewCredentials), "a held pool's nodes are not asked to renew")
+		Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationNodeAgent, "v0.0.0-integration"), "its node agent marked it before it renewed")
 		Expect(agent.Current().Cert.Equal(heldCert)).To(BeTrue(), "the node keeps its client certificate")
 		Expect(pki.Verify(heldCert, pki.NewBundle(before[v1alpha1.CARoleClient].Current.Cert), x509.ExtKeyUsageClientAuth, time.Now())).To(Succeed(),
 			"from the old client CA")

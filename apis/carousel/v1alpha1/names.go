@@ -131,6 +131,11 @@ const (
 	// Carousel observes which kubelet CA signed it. A node without a serving
 	// certificate Carousel signs (the agent's stand-in mode) leaves it empty.
 	AnnotationServingCertificateIssuer = "carousel.dev/serving-certificate-issuer"
+	// AnnotationNodeAgent is set by the node agent once it watches the Node,
+	// to its version: a node agent runs there, which brings the kubelet back
+	// by itself when it was off through a rotation (it bootstraps again once
+	// the API server refuses the old credentials), before it ever reports.
+	AnnotationNodeAgent = "carousel.dev/node-agent"
 )
 
 // Keys Carousel writes on the objects it manages besides the Cluster, in the

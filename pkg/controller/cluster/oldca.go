@@ -507,7 +507,7 @@ func later(a, b time.Time) time.Time {
 }
 
 // nodeFacts are the Nodes as the gate judges them: the issuer their node
-// agent reports, whether the worker rollout takes them for offline (see
+// agent reports, whether a node agent marked them, whether the worker rollout takes them for offline (see
 // workerrollout.PlanRollout), with their pool's offlineNodeTimeout, whether
 // their pool rolls in place, and whether no worker rollout moved them
 // (unrolled).
@@ -526,8 +526,9 @@ func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1
 		if pool == nil {
 			pool = &v1alpha1.WorkerPool{}
 		}
+		_, agent := n.Annotations[v1alpha1.AnnotationNodeAgent]
 		out = append(out, oldca.Node{Name: n.Name, ClientIssuer: n.Annotations[v1alpha1.AnnotationClientCertificateIssuer],
-			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), InPlace: inPlace, Unrolled: notMoved})
+			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Agent: agent, InPlace: inPlace, Unrolled: notMoved})
 	}
 	return out
 }

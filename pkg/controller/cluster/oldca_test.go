@@ -49,6 +49,10 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		n.Annotations[v1alpha1.AnnotationTrustBundle] = bundle
 		return n
 	}
+	marked := func(n corev1.Node) corev1.Node {
+		n.Annotations[v1alpha1.AnnotationNodeAgent] = "v1"
+		return n
+	}
 	registered := func(n corev1.Node, at time.Time) corev1.Node {
 		n.CreationTimestamp = metav1.NewTime(at)
 		return n
@@ -65,11 +69,12 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		reporting(node("left-in-place", "machines", "aa"), ""), reporting(registered(node("replaced", "machines", "aa"), started.Add(time.Minute)), ""),
 		reporting(node("reported", "by-hand", "aa"), ""), reporting(node("reported-in-place", "rolled-by-hand", "aa"), ""),
 		reporting(node("added", "added", "aa"), ""),                                   // its pool added since the start, and not reported by hand
-		reporting(registered(node("joined", "", "aa"), started.Add(time.Second)), "")} // registered since the start, with the bundles published then
+		reporting(registered(node("joined", "", "aa"), started.Add(time.Second)), ""), // registered since the start, with the bundles published then
+		marked(reporting(node("marked", "by-hand", ""), ""))}                          // a node agent runs on it, and has not reported
 	var leases []coordinationv1.Lease
 	for _, n := range nodes {
 		switch n.Name {
-		case "gone", "waited-for", "no-pool":
+		case "gone", "waited-for", "no-pool", "marked":
 			leases = append(leases, lease(n.Name, away))
 		case "ahead":
 			leases = append(leases, lease(n.Name, -time.Hour)) // its node's clock an hour ahead: it puts no other node behind
@@ -90,7 +95,7 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "its worker pool machines rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
 		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "reported-in-place", ClientIssuer: "aa", InPlace: true},
 		{Name: "added", ClientIssuer: "aa", Unrolled: "its worker pool added rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
-		{Name: "joined", ClientIssuer: "aa"}}
+		{Name: "joined", ClientIssuer: "aa"}, {Name: "marked", Offline: true, Agent: true}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}
