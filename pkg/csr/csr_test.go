@@ -14,6 +14,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -187,6 +188,35 @@ func TestDecideServing(t *testing.T) {
 		Subject: pkix.Name{CommonName: "system:node:worker-9", Organization: []string{NodesGroup}}, DNSNames: []string{"w9"}})
 	if got := Decide(req, policy); got.Verdict != Ignore || got.Reason != "UnknownNode" {
 		t.Fatalf("unregistered node: %+v", got)
+	}
+}
+
+// TestApproved: a request is approved with the Approved condition and
+// neither Denied nor a Failed that counts (True, or without a status; the
+// API server lets Failed be False or Unknown).
+func TestApproved(t *testing.T) {
+	c := func(typ certificatesv1.RequestConditionType, status corev1.ConditionStatus) certificatesv1.CertificateSigningRequestCondition {
+		return certificatesv1.CertificateSigningRequestCondition{Type: typ, Status: status}
+	}
+	approved := c(certificatesv1.CertificateApproved, corev1.ConditionTrue)
+	for _, tt := range []struct {
+		name       string
+		conditions []certificatesv1.CertificateSigningRequestCondition
+		want       bool
+	}{
+		{"pending", nil, false},
+		{"approved", []certificatesv1.CertificateSigningRequestCondition{approved}, true},
+		{"approved, then denied", []certificatesv1.CertificateSigningRequestCondition{approved, c(certificatesv1.CertificateDenied, corev1.ConditionTrue)}, false},
+		{"approved and failed", []certificatesv1.CertificateSigningRequestCondition{approved, c(certificatesv1.CertificateFailed, corev1.ConditionTrue)}, false},
+		{"approved and failed, without a status", []certificatesv1.CertificateSigningRequestCondition{approved, c(certificatesv1.CertificateFailed, "")}, false},
+		{"approved, Failed False", []certificatesv1.CertificateSigningRequestCondition{approved, c(certificatesv1.CertificateFailed, corev1.ConditionFalse)}, true},
+		{"approved, Failed Unknown", []certificatesv1.CertificateSigningRequestCondition{approved, c(certificatesv1.CertificateFailed, corev1.ConditionUnknown)}, true},
+		{"only Failed False", []certificatesv1.CertificateSigningRequestCondition{c(certificatesv1.CertificateFailed, corev1.ConditionFalse)}, false},
+	} {
+		req := &certificatesv1.CertificateSigningRequest{Status: certificatesv1.CertificateSigningRequestStatus{Conditions: tt.conditions}}
+		if got := Approved(req); got != tt.want {
+			t.Errorf("%s: Approved = %t, want %t", tt.name, got, tt.want)
+		}
 	}
 }
 

@@ -51,10 +51,10 @@ func Next(req *certificatesv1.CertificateSigningRequest, now time.Time) Step {
 	var approvedAt, endedAt time.Time
 	for _, c := range req.Status.Conditions {
 		at := conditionTime(c, created)
-		switch c.Type {
-		case certificatesv1.CertificateApproved:
+		switch {
+		case c.Type == certificatesv1.CertificateApproved:
 			approved, approvedAt = true, later(approvedAt, at)
-		case certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
+		case c.Type == certificatesv1.CertificateDenied, failed(c):
 			ended, endedAt = true, later(endedAt, at)
 		}
 	}

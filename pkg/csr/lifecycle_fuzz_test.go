@@ -11,6 +11,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -23,8 +24,12 @@ var fuzzConditionTypes = []certificatesv1.RequestConditionType{
 	"example.com/Reviewed", "",
 }
 
+// fuzzFailedStatuses are the statuses a Failed condition may have.
+var fuzzFailedStatuses = []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown, ""}
+
 // fuzzConditions decodes conditions from raw, 10 bytes each (at most 6): a
-// type, which of lastUpdateTime and lastTransitionTime are set, and their
+// type, which of lastUpdateTime and lastTransitionTime are set, a Failed
+// condition's status (any the API server takes; the others' is True), and their
 // offsets from created in seconds (two signed 32-bit numbers, taken modulo
 // 2^20: up to about 12 days either way, so that they straddle both
 // lifetimes).
@@ -39,6 +44,9 @@ func fuzzConditions(raw []byte, created time.Time) []certificatesv1.CertificateS
 		}
 		if raw[1]&2 != 0 {
 			c.LastTransitionTime = metav1.NewTime(created.Add(trans))
+		}
+		if c.Type == certificatesv1.CertificateFailed {
+			c.Status = fuzzFailedStatuses[int(raw[1]>>2)%len(fuzzFailedStatuses)]
 		}
 		out = append(out, c)
 		raw = raw[10:]
@@ -133,10 +141,12 @@ func FuzzNext(f *testing.F) {
 		at := func(c certificatesv1.CertificateSigningRequestCondition) time.Time { return conditionTime(c, created) }
 		var approved, ended []time.Time
 		for _, c := range conds {
-			switch c.Type {
-			case certificatesv1.CertificateApproved:
+			// A Failed condition that is False or Unknown says the request did not fail.
+			notFailed := c.Type == certificatesv1.CertificateFailed && (c.Status == corev1.ConditionFalse || c.Status == corev1.ConditionUnknown)
+			switch {
+			case c.Type == certificatesv1.CertificateApproved:
 				approved = append(approved, at(c))
-			case certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
+			case (c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed) && !notFailed:
 				ended = append(ended, at(c))
 			}
 		}

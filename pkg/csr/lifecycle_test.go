@@ -6,6 +6,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -20,6 +21,10 @@ func TestNext(t *testing.T) {
 	ago := func(d time.Duration) time.Time { return now.Add(-d) }
 	cond := func(typ certificatesv1.RequestConditionType, at time.Time) certificatesv1.CertificateSigningRequestCondition {
 		return certificatesv1.CertificateSigningRequestCondition{Type: typ, LastUpdateTime: metav1.NewTime(at), LastTransitionTime: metav1.NewTime(at)}
+	}
+	withStatus := func(c certificatesv1.CertificateSigningRequestCondition, s corev1.ConditionStatus) certificatesv1.CertificateSigningRequestCondition {
+		c.Status = s
+		return c
 	}
 	approved := func(at time.Time) certificatesv1.CertificateSigningRequestCondition {
 		return cond(certificatesv1.CertificateApproved, at)
@@ -75,6 +80,12 @@ func TestNext(t *testing.T) {
 		{"approved 2 hours ago, failed 5 minutes ago: wait from the failure", ago(3 * time.Hour),
 			[]certificatesv1.CertificateSigningRequestCondition{approved(ago(2 * time.Hour)), cond(certificatesv1.CertificateFailed, ago(5*time.Minute))}, nil,
 			Step{ActionWait, now.Add(55 * time.Minute)}},
+		{"approved, with a Failed condition that is False: sign", ago(time.Hour),
+			[]certificatesv1.CertificateSigningRequestCondition{approved(ago(time.Minute)), withStatus(cond(certificatesv1.CertificateFailed, ago(time.Minute)), corev1.ConditionFalse)}, nil,
+			Step{Action: ActionSign}},
+		{"approved, with a Failed condition that is Unknown: sign", ago(time.Hour),
+			[]certificatesv1.CertificateSigningRequestCondition{approved(ago(time.Minute)), withStatus(cond(certificatesv1.CertificateFailed, ago(time.Minute)), corev1.ConditionUnknown)}, nil,
+			Step{Action: ActionSign}},
 		{"failed 2 hours ago: delete", ago(3 * time.Hour),
 			[]certificatesv1.CertificateSigningRequestCondition{approved(ago(2 * time.Hour)), cond(certificatesv1.CertificateFailed, ago(2*time.Hour))}, nil,
 			Step{ActionDelete, now.Add(-time.Hour)}},

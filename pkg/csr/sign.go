@@ -6,6 +6,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
@@ -27,18 +28,27 @@ func (e *RefusedError) Error() string { return e.Reason + ": " + e.Message }
 // MinDuration is the shortest certificate the API server lets a CSR ask for.
 const MinDuration = 10 * time.Minute
 
-// Approved reports whether a CSR has the Approved condition and no Denied or Failed one.
+// Approved reports whether a CSR has the Approved condition and no Denied or
+// Failed one.
 func Approved(req *certificatesv1.CertificateSigningRequest) bool {
 	approved := false
 	for _, c := range req.Status.Conditions {
-		switch c.Type {
-		case certificatesv1.CertificateApproved:
+		switch {
+		case c.Type == certificatesv1.CertificateApproved:
 			approved = true
-		case certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
+		case c.Type == certificatesv1.CertificateDenied, failed(c):
 			return false
 		}
 	}
 	return approved
+}
+
+// failed reports whether c is a Failed condition that counts: one that is
+// True or has no status, as kube-controller-manager's signer takes it. The
+// API server holds Approved and Denied to True, but lets Failed be False or
+// Unknown, which says the request did not fail.
+func failed(c certificatesv1.CertificateSigningRequestCondition) bool {
+	return c.Type == certificatesv1.CertificateFailed && (c.Status == "" || c.Status == corev1.ConditionTrue)
 }
 
 // Duration is the validity a signed certificate gets: the requested
