@@ -57,6 +57,14 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 	}
 	since := func(t *metav1.Time) bool { return t != nil && !t.Time.Before(started) }
 	ours := since(rot.LastInitiationTime) || since(rot.LastCompletionTriggeredTime)
+	if step == v1alpha1.CampaignComplete && !completeStep.IsZero() && rot.LastInitiationTime != nil && rot.LastInitiationTime.After(completeStep) {
+		// In any phase: whoever started it completes it (or aborts it),
+		// without the campaign's deadline, failures or places.
+		s.State, s.Message = v1alpha1.CampaignClusterSkipped, fmt.Sprintf(
+			"its rotation started at %s, after the campaign's Complete step began: the campaign does not complete it",
+			rot.LastInitiationTime.UTC().Format(time.RFC3339))
+		return s
+	}
 	if requestedCAVerb(c) == Operation(step) {
 		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested: "+c.Annotations[v1alpha1.OperationAnnotation]
 		return s
@@ -68,12 +76,6 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 		return StartNotTakenUp(s)
 	}
 	switch {
-	case step == v1alpha1.CampaignComplete && s.Phase.BothCAsTrusted() && !completeStep.IsZero() &&
-		rot.LastInitiationTime != nil && rot.LastInitiationTime.After(completeStep):
-		s.State, s.Message = v1alpha1.CampaignClusterSkipped, fmt.Sprintf(
-			"its rotation started at %s, after the campaign's Complete step began: the campaign does not complete it",
-			rot.LastInitiationTime.UTC().Format(time.RFC3339))
-		return s
 	case s.Phase.BothCAsTrusted() && s.Phase != v1alpha1.RotationPrepared:
 		s = rotating(s, c, timeOf(rot.LastInitiationTime), deadline, now)
 		if step == v1alpha1.CampaignComplete && s.State == v1alpha1.CampaignClusterInProgress {
