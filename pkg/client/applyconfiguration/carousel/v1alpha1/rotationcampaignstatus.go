@@ -58,7 +58,8 @@ type RotationCampaignStatusApplyConfiguration struct {
 	// Refused lists the selected Clusters that refused the campaign's
 	// operation (the Cluster webhook refused it, or the Cluster controller
 	// dropped it), each with the resourceVersion it refused in: such a
-	// Cluster counts as failed until it changes. A manager that restarts, or
+	// Cluster counts as failed, where it would otherwise be started, until
+	// it changes. A manager that restarts, or
 	// the shard that takes the campaign over, reads them back.
 	Refused []CampaignRefusalApplyConfiguration `json:"refused,omitempty"`
 	// Conditions: Progressing.
