@@ -310,8 +310,13 @@ func TestFollowLineSaysThePhaseOnce(t *testing.T) {
 	if !rotationReached(cl, both) {
 		t.Error("rotationReached with both Prepared and a completion queued, want true")
 	}
-	if queued := (followTarget{ca: both.ca, serviceAccountKey: both.serviceAccountKey, queued: true}); rotationReached(cl, queued) {
-		t.Error("rotationReached for an operation queued, with one still queued, want false")
+	if queued := (followTarget{ca: both.ca, serviceAccountKey: both.serviceAccountKey, queued: string(v1alpha1.VerbRotateCredentialsComplete)}); rotationReached(cl, queued) {
+		t.Error("rotationReached for an operation queued, with it still queued, want false")
+	}
+	// A start queued, which the window ran, and a completion queued since
+	// for the next window: the start's --wait ends at Prepared.
+	if queued := (followTarget{ca: both.ca, serviceAccountKey: both.serviceAccountKey, queued: string(v1alpha1.VerbRotateCredentialsStart)}); !rotationReached(cl, queued) {
+		t.Error("rotationReached for a start queued and run, with a completion queued since, want true")
 	}
 }
 
@@ -337,6 +342,7 @@ func TestAbortedMeanwhile(t *testing.T) {
 		{"aborted, for Prepared", in(v1alpha1.RotationAborted, nil), prepared, true},
 		{"aborted, a start not taken up yet", in(v1alpha1.RotationAborted, map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationStartCARotation}), prepared, false},
 		{"aborted, a start queued", in(v1alpha1.RotationAborted, map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationStartCARotation}), prepared, false},
+		{"aborted, a completion queued", in(v1alpha1.RotationAborted, map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationCompleteCARotation}), prepared, true},
 		{"aborting, for the abort", in(v1alpha1.RotationAborting, nil), aborted, false},
 		{"aborted, for the service-account key alone", in(v1alpha1.RotationAborted, nil), followTarget{serviceAccountKey: v1alpha1.ServiceAccountKeyPrepared}, false},
 	} {

@@ -112,7 +112,9 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 	if req != nil {
 		req.record = operationRecord(cl)
 	}
-	target.queued = f.inWindow
+	if f.inWindow {
+		target.queued = operation
+	}
 	return e.follow(ctx, cl.Namespace, name, target, f.timeout, req)
 }
 
@@ -245,11 +247,11 @@ func seriesLast(s *corev1.EventSeries) time.Time {
 // ca (none: the CA rotation is not followed) and the service-account key
 // rotation in phase serviceAccountKey (empty: not followed), with no
 // operation requested, nor, when the operation followed was queued for the
-// maintenance window (queued), one queued.
+// maintenance window (queued: its value), that one still queued.
 type followTarget struct {
 	ca                []v1alpha1.CARotationPhase
 	serviceAccountKey v1alpha1.ServiceAccountKeyRotationPhase
-	queued            bool
+	queued            string
 }
 
 func (t followTarget) String() string {
@@ -595,25 +597,31 @@ func phaseLine(prefix, phase string, cl *v1alpha1.Cluster, conditionType string)
 }
 
 // rotationReached: each rotation followed is in a target phase and no
-// operation is requested that would move it on, nor queued when the one
-// followed was (another operation queued for later, such as a completion
-// queued before a start, does not keep a start from reaching Prepared).
+// operation is requested that would move it on, nor the one followed still
+// queued (another operation queued for later, such as a completion queued
+// before a start or after it ran, does not keep a start from reaching
+// Prepared).
 func rotationReached(cl *v1alpha1.Cluster, target followTarget) bool {
 	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
-	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	stillQueued := target.queued != "" && cl.Annotations[v1alpha1.MaintenanceOperationAnnotation] == target.queued
 	return (len(target.ca) == 0 || slices.Contains(target.ca, cl.CARotationPhase())) &&
-		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && (!target.queued || !queued)
+		(target.serviceAccountKey == "" || cl.ServiceAccountKeyRotationPhase() == target.serviceAccountKey) && !requested && !stillQueued
 }
 
 // abortedMeanwhile: the CA rotation followed was aborted (someone else's
 // abort-ca-rotation), so it never reaches a target phase other than the
-// abort's, and nothing requested or queued would start another.
+// abort's, and nothing requested, nor a start queued, would start another
+// (a completion queued for the window does not).
 func abortedMeanwhile(cl *v1alpha1.Cluster, target followTarget) bool {
 	_, requested := cl.Annotations[v1alpha1.OperationAnnotation]
-	_, queued := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]
+	queuedStart := false
+	if value, ok := cl.Annotations[v1alpha1.MaintenanceOperationAnnotation]; ok {
+		op, err := v1alpha1.ParseOperation(value)
+		queuedStart = err == nil && op.Verb.StartsCARotation()
+	}
 	phase := cl.CARotationPhase()
 	return len(target.ca) > 0 && (phase == v1alpha1.RotationAborting || phase == v1alpha1.RotationAborted) &&
-		!slices.Contains(target.ca, v1alpha1.RotationAborted) && !requested && !queued
+		!slices.Contains(target.ca, v1alpha1.RotationAborted) && !requested && !queuedStart
 }
 
 // phaseList names phases for a person: "A", "A or B".
