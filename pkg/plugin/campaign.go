@@ -259,7 +259,8 @@ func writeCampaignStatus(w io.Writer, rc *v1alpha1.RotationCampaign) {
 
 // followCampaign prints the campaign's progress whenever it changes, until
 // it is in phase target, halted, or held with nothing to wait for (no
-// Cluster selected, or only failed ones left: each lasts until someone acts,
+// Cluster selected, only failed ones left, or a spec the webhook did not
+// refuse but the controller does: each lasts until someone acts,
 // or a failed Cluster recovers). A read that fails for a while (an
 // API server restarting, a connection reset) is reported and tried again;
 // one that says the campaign is gone, or may not be read, ends the wait.
@@ -269,6 +270,7 @@ func (e *env) followCampaign(ctx context.Context, c client.Client, key client.Ob
 	heldBy := map[string]string{
 		v1alpha1.ReasonCampaignNoClusterSelected:  "its selector picks no Cluster",
 		v1alpha1.ReasonCampaignFailedClustersLeft: "only failed Clusters within maxFailures are left",
+		v1alpha1.ReasonCampaignInvalidSpec:        "its spec is refused; it starts nothing until the spec is mended",
 	}
 	stuck := func() bool { return heldBy[reason] != "" }
 	err := wait.PollUntilContextTimeout(ctx, cmp.Or(e.campaignPoll, 2*time.Second), timeout, true, func(ctx context.Context) (bool, error) {

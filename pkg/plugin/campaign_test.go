@@ -100,7 +100,7 @@ func TestFollowCampaignReadsAgainAfterAFailedRead(t *testing.T) {
 // --wait ends, with an error, at a campaign held with nothing to wait for,
 // rather than waiting out its timeout.
 func TestFollowCampaignEndsAtACampaignThatCannotGoOn(t *testing.T) {
-	for _, reason := range []string{v1alpha1.ReasonCampaignFailedClustersLeft, v1alpha1.ReasonCampaignNoClusterSelected} {
+	for _, reason := range []string{v1alpha1.ReasonCampaignFailedClustersLeft, v1alpha1.ReasonCampaignNoClusterSelected, v1alpha1.ReasonCampaignInvalidSpec} {
 		t.Run(reason, func(t *testing.T) {
 			rc := &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "wave", Generation: 1},
 				Status: v1alpha1.RotationCampaignStatus{Phase: v1alpha1.CampaignStarting, Conditions: []metav1.Condition{{
