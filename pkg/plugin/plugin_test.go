@@ -524,3 +524,48 @@ func TestFollowSaysAtOnceThatItMayNotListClusters(t *testing.T) {
 		t.Fatalf("follow = %v (context: %v), want the refused list at once", err, ctx.Err())
 	}
 }
+
+// --wait judges the Cluster as it is since the operation was written: the
+// first list of the watch asks for the most recent copy, not for any the
+// API server's watch cache holds (resourceVersion 0), which may be from
+// before the write and would end a wait for rollout-workers at once.
+func TestFollowJudgesNoCopyFromBeforeTheWrite(t *testing.T) {
+	cluster := func(rv string, annotations map[string]string) v1alpha1.Cluster {
+		return v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod", ResourceVersion: rv, Annotations: annotations},
+			Status: v1alpha1.ClusterStatus{Credentials: &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+				CertificateAuthorities: &v1alpha1.CARotation{Phase: v1alpha1.RotationWaitingForWorkersRollout}}}}}
+	}
+	before := cluster("1", nil)
+	written := cluster("2", map[string]string{v1alpha1.OperationAnnotation: v1alpha1.OperationRotateRolloutWorkersPrefix + "a"})
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case q.Get("watch") == "true" && q.Has("sendInitialEvents"): // no streaming list here: the reflector lists
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+				Reason: metav1.StatusReasonBadRequest, Code: http.StatusBadRequest, Message: "sendInitialEvents is not served"})
+		case q.Get("watch") == "true":
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		default:
+			item := written
+			if q.Get("resourceVersion") == "0" {
+				item = before // the watch cache behind the write
+			}
+			_ = json.NewEncoder(w).Encode(v1alpha1.ClusterList{TypeMeta: metav1.TypeMeta{Kind: "ClusterList", APIVersion: v1alpha1.SchemeGroupVersion.String()},
+				ListMeta: metav1.ListMeta{ResourceVersion: item.ResourceVersion}, Items: []v1alpha1.Cluster{item}})
+		}
+	}))
+	defer api.Close()
+	defer api.CloseClientConnections()
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.APIServer = &api.URL
+	e := &env{flags: flags, streams: genericiooptions.IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}}
+	target := followTarget{ca: []v1alpha1.CARotationPhase{v1alpha1.RotationWaitingForWorkersRollout, v1alpha1.RotationPrepared}}
+	err := e.follow(context.Background(), "team-a", "prod", target, 2*time.Second, nil)
+	if err == nil || !strings.Contains(err.Error(), "after 2s") {
+		t.Fatalf("follow = %v; want it to wait (until its timeout) while the operation written is requested", err)
+	}
+}

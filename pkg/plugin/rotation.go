@@ -521,6 +521,14 @@ func (e *env) follow(ctx context.Context, ns, name string, target followTarget, 
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			byName(&o)
+			if o.ResourceVersion == "0" {
+				// The reflector's first list takes any copy the API server
+				// has (its watch cache), which may be from before the
+				// operation was written: judged, it could end the wait at
+				// once, or take someone else's abort for one since. The
+				// most recent one, then (a list of one Cluster).
+				o.ResourceVersion = ""
+			}
 			return clusters.CarouselV1alpha1().Clusters(ns).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
