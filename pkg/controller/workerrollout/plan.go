@@ -63,8 +63,10 @@ func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 // silent since (Silent): a renewal that took its node down must not free a
 // slot for the next one, as a Deployment's rollout counts a Pod that does
 // not come back as unavailable. A node asked for an earlier request it has
-// not answered (InFlight) is such a node too, and is asked the current
-// one first, in the slot it holds. A node not asked, and last seen more than
+// not answered (InFlight), or that answered this one with other credentials
+// than expected (noderenewal.AskAgain: its renewal ran, and restarted its
+// kubelet), is such a node too, and is asked again first, in the slot it
+// holds. A node not asked, and last seen more than
 // offlineAfter before newest (the newest heartbeat of any node; see
 // Heartbeats), is offline: it is neither asked nor waited for, and does not
 // take a slot. The others renew at most maxUnavailable at a time (a number,
@@ -78,7 +80,7 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 		switch {
 		case n.Action == noderenewal.Done:
 			p.Renewed++
-		case n.Action == noderenewal.Wait || n.InFlight:
+		case n.Action == noderenewal.Wait || n.InFlight || n.Action == noderenewal.AskAgain:
 			p.Renewing++
 			if away > offlineAfter {
 				p.Silent = append(p.Silent, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})

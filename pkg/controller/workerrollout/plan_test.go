@@ -134,8 +134,19 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			name:           "rolled without the offline nodes",
-			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("z", noderenewal.AskAgain, 2*time.Hour), node("m", noderenewal.Ask, time.Hour)},
-			maxUnavailable: one, wantOffline: []string{"m", "z"}, wantDone: true,
+			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("y", noderenewal.Ask, 2*time.Hour), node("m", noderenewal.Ask, time.Hour)},
+			maxUnavailable: one, wantOffline: []string{"m", "y"}, wantDone: true,
+		},
+		{
+			// Its renewal ran (and restarted its kubelet): it was asked.
+			name:           "a node that answered with other credentials and went silent is not offline: it keeps its slot and is asked again",
+			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("z", noderenewal.AskAgain, 2*time.Hour), node("m", noderenewal.Ask, 0)},
+			maxUnavailable: one, wantAsk: []string{"z"}, wantRenewing: 1,
+		},
+		{
+			name:           "a node that answered with other credentials is asked again before the others",
+			nodes:          []NodeState{node("a", noderenewal.Ask, 0), node("z", noderenewal.AskAgain, 0)},
+			maxUnavailable: one, wantAsk: []string{"z"}, wantRenewing: 1,
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -198,7 +209,7 @@ func TestPlanMessage(t *testing.T) {
 		},
 		{
 			name:  "done without offline nodes",
-			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.AskAgain, 11*time.Minute)},
+			nodes: []NodeState{node("a", noderenewal.Done, 0), node("c", noderenewal.Ask, time.Hour), node("b", noderenewal.Ask, 11*time.Minute)},
 			want: "pool workers: rolled without 2 offline node(s) (Lease over 10m0s behind the newest node Lease, not waited for: " +
 				"b (last seen 2026-11-23T11:49:00Z), c (last seen 2026-11-23T11:00:00Z)); one that comes back is not asked: " +
 				"annotate its Node carousel.dev/renew-credentials=2026-11-23T09:00:00Z/Preparing; an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped",
@@ -306,7 +317,7 @@ func FuzzPlanRollout(f *testing.F) {
 				waiting++
 			case n.Action == noderenewal.Done:
 				renewed++
-			case n.InFlight:
+			case n.InFlight || n.Action == noderenewal.AskAgain: // asked before
 				inFlight++
 			}
 		}
@@ -321,17 +332,17 @@ func FuzzPlanRollout(f *testing.F) {
 			if offline[a.Name] {
 				t.Fatalf("asked offline node %s", a.Name)
 			}
-			if a.InFlight {
+			if a.InFlight || a.Action == noderenewal.AskAgain {
 				askedInFlight++
 			} else {
 				fresh++
 			}
 		}
 		if askedInFlight != inFlight {
-			t.Fatalf("asked %d of the %d nodes renewing for an earlier request", askedInFlight, inFlight)
+			t.Fatalf("asked %d of the %d nodes asked before (for an earlier request, or answered with other credentials)", askedInFlight, inFlight)
 		}
 		for _, o := range p.Offline {
-			if n := byName[o.Name]; n.Action == noderenewal.Done || n.Action == noderenewal.Wait || n.InFlight || t0.Sub(n.LastSeen) <= offlineAfter {
+			if n := byName[o.Name]; n.Action != noderenewal.Ask || n.InFlight || t0.Sub(n.LastSeen) <= offlineAfter {
 				t.Fatalf("%s counted offline: action %v, in flight %t, away %s", o.Name, n.Action, n.InFlight, t0.Sub(n.LastSeen))
 			}
 		}
