@@ -140,7 +140,12 @@ func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenew
 			// Nothing asks a node of a rolled pool again.
 			fmt.Fprintf(&b, "; one that comes back is not asked: annotate its Node %s=%s", v1alpha1.AnnotationRenewCredentials, request)
 		}
-		b.WriteString("; an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped")
+		if request.Phase == v1alpha1.RotationAborting {
+			// One that renewed in Preparing holds a certificate from the new client CA.
+			b.WriteString("; an offline node that renewed before the abort needs a fresh bootstrap kubeconfig if it comes back after the new CAs were deleted")
+		} else {
+			b.WriteString("; an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped")
+		}
 	}
 	return b.String()
 }

@@ -226,6 +226,15 @@ func TestPlanMessage(t *testing.T) {
 			}
 		})
 	}
+	// In an abort, what an offline node that renewed for Preparing loses
+	// is its certificate from the new client CA.
+	aborting := request
+	aborting.Phase = v1alpha1.RotationAborting
+	got := PlanRollout([]NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Ask, time.Hour)}, intstr.FromInt32(1), offlineAfter, t0).
+		Message("workers", offlineAfter, aborting)
+	if !strings.HasSuffix(got, "; an offline node that renewed before the abort needs a fresh bootstrap kubeconfig if it comes back after the new CAs were deleted") {
+		t.Errorf("Message in an abort = %s", got)
+	}
 }
 
 // TestHeartbeats: a node was last seen at its Lease's renewTime, or, without
