@@ -237,6 +237,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := apiServices.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	offlineNodes := &workerrollout.OfflineNodes{}
 	r := &clustercontroller.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -245,7 +246,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Evidence:  evidence.Checker{Timeout: opts.EvidenceTimeout},
 		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{
 			v1alpha1.RolloutManual:  workerrollout.ManualRollout{},
-			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient(), Bundles: mgr.GetAPIReader(), Clock: clk},
+			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient(), Bundles: mgr.GetAPIReader(), Clock: clk,
+				Offline: offlineNodes},
 			v1alpha1.RolloutReplace: &workerrollout.ReplaceRollout{Connections: connections, Management: mgr.GetClient(),
 				Uncached: mgr.GetAPIReader(), Clock: clk, Recorder: recorder},
 		},
@@ -256,6 +258,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Metrics:                clustercontroller.NewMetrics(metrics.Registry),
 		ManagedNodes:           clustercontroller.ManagedNodes(connections),
 		OldCAUsageWindow:       opts.OldCAUsageWindow,
+		OfflineNodes:           offlineNodes,
 		OnForget:               csrMetrics.Forget,
 	}
 	if opts.AuditWebhookURL != "" {

@@ -321,7 +321,9 @@ type WorkerPool struct {
 
 	// OfflineNodeTimeout is how far a node's Lease may fall behind the newest
 	// node Lease of the cluster before an InPlace rollout stops waiting for
-	// the node: it counts as offline,
+	// the node: once it stayed that far behind for 40s (a kubelet not
+	// renewed yet since the API server was away catches up within
+	// seconds), it counts as offline,
 	// is not asked to renew, and is named in an event when the pool is
 	// rolled without it. A node asked before it went silent is waited for
 	// all the same, holding its slot, until it answers or its Node is

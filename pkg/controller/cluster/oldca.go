@@ -146,7 +146,8 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		}
 		switch {
 		case err == nil:
-			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), rot.LastInitiationTime.Time, now)
+			offline := func(name string, behind bool) bool { return r.OfflineNodes.Confirmed(key, name, behind, now) }
+			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), offline, rot.LastInitiationTime.Time, now)
 		case rot.OldCAUsage != nil && now.Sub(r.unreadNodes.start(key, now)) < keptNodesLimit:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
@@ -508,10 +509,12 @@ func later(a, b time.Time) time.Time {
 
 // nodeFacts are the Nodes as the gate judges them: the issuer their node
 // agent reports, whether a node agent marked them, whether the worker rollout takes them for offline (see
-// workerrollout.PlanRollout), with their pool's offlineNodeTimeout, whether
+// workerrollout.PlanRollout), with their pool's offlineNodeTimeout, once offline
+// confirms it (workerrollout.OfflineNodes.Confirmed, given whether it is behind), whether
 // their pool rolls in place, and whether no worker rollout moved them
 // (unrolled).
-func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, started, now time.Time) []oldca.Node {
+func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, offline func(name string, behind bool) bool,
+	started, now time.Time) []oldca.Node {
 	seen, newest := workerrollout.Heartbeats(nodes, leases, now)
 	var byHand []string
 	if rot := c.CARotation(); rot != nil {
@@ -528,7 +531,7 @@ func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1
 		}
 		_, agent := n.Annotations[v1alpha1.AnnotationNodeAgent]
 		out = append(out, oldca.Node{Name: n.Name, ClientIssuer: n.Annotations[v1alpha1.AnnotationClientCertificateIssuer],
-			Offline: newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault(), Agent: agent, InPlace: inPlace, Unrolled: notMoved})
+			Offline: offline(n.Name, newest.Sub(seen[n.Name]) > pool.OfflineNodeTimeoutOrDefault()), Agent: agent, InPlace: inPlace, Unrolled: notMoved})
 	}
 	return out
 }

@@ -70,11 +70,12 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		reporting(node("reported", "by-hand", "aa"), ""), reporting(node("reported-in-place", "rolled-by-hand", "aa"), ""),
 		reporting(node("added", "added", "aa"), ""),                                   // its pool added since the start, and not reported by hand
 		reporting(registered(node("joined", "", "aa"), started.Add(time.Second)), ""), // registered since the start, with the bundles published then
-		marked(reporting(node("marked", "by-hand", ""), ""))}                          // a node agent runs on it, and has not reported
+		marked(reporting(node("marked", "by-hand", ""), "")),                          // a node agent runs on it, and has not reported
+		node("catching-up", "default", "bb")}                                          // behind, not for long enough to be offline
 	var leases []coordinationv1.Lease
 	for _, n := range nodes {
 		switch n.Name {
-		case "gone", "waited-for", "no-pool", "marked":
+		case "gone", "waited-for", "no-pool", "marked", "catching-up":
 			leases = append(leases, lease(n.Name, away))
 		case "ahead":
 			leases = append(leases, lease(n.Name, -time.Hour)) // its node's clock an hour ahead: it puts no other node behind
@@ -82,7 +83,8 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 			leases = append(leases, lease(n.Name, 0))
 		}
 	}
-	got := nodeFacts(c, nodes, leases, "published", started, now)
+	offline := func(name string, behind bool) bool { return behind && name != "catching-up" }
+	got := nodeFacts(c, nodes, leases, "published", offline, started, now)
 	// The nodes of InPlace pools run the node agent (InPlace).
 	want := []oldca.Node{{Name: "up", ClientIssuer: "aa", InPlace: true}, {Name: "gone", ClientIssuer: "bb", Offline: true, InPlace: true},
 		{Name: "waited-for", ClientIssuer: "bb", InPlace: true},
@@ -95,7 +97,7 @@ func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *
 		{Name: "left-in-place", ClientIssuer: "aa", Unrolled: "its worker pool machines rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
 		{Name: "replaced", ClientIssuer: "aa"}, {Name: "reported", ClientIssuer: "aa"}, {Name: "reported-in-place", ClientIssuer: "aa", InPlace: true},
 		{Name: "added", ClientIssuer: "aa", Unrolled: "its worker pool added rolled without it (it was offline then, or labelled into the pool, or the pool added, since)"},
-		{Name: "joined", ClientIssuer: "aa"}, {Name: "marked", Offline: true, Agent: true}}
+		{Name: "joined", ClientIssuer: "aa"}, {Name: "marked", Offline: true, Agent: true}, {Name: "catching-up", ClientIssuer: "bb", InPlace: true}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}

@@ -24,6 +24,7 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/clip"
+	"github.com/carousel-dev/carousel/pkg/controller/workerrollout"
 	"github.com/carousel-dev/carousel/pkg/maintenance"
 	"github.com/carousel-dev/carousel/pkg/metapatch"
 	"github.com/carousel-dev/carousel/pkg/rotation"
@@ -74,6 +75,10 @@ type Reconciler struct {
 	// OldCAUsageWindow is how recent a client certificate's use must be for
 	// the old-CA usage gate to count it; zero means DefaultOldCAUsageWindow.
 	OldCAUsageWindow time.Duration
+	// OfflineNodes confirms, for the old-CA usage gate, that a Node is
+	// offline (shared with the InPlace rollout); nil takes one for offline
+	// at the first look.
+	OfflineNodes *workerrollout.OfflineNodes
 
 	// OnForget, when set, is called with each Cluster Forget drops, so that
 	// the controllers beside this one drop what they hold for it.
@@ -99,6 +104,7 @@ func (r *Reconciler) Forget(req ctrl.Request) {
 	r.Metrics.forget(req.Namespace, req.Name)
 	r.staleReads.forget(req.NamespacedName)
 	r.unreadNodes.forget(req.NamespacedName)
+	r.OfflineNodes.Forget(req.NamespacedName)
 	if r.OnForget != nil {
 		r.OnForget(req.NamespacedName)
 	}

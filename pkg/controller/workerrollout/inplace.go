@@ -46,6 +46,9 @@ type InPlaceRollout struct {
 	// Clock bounds the nodes' heartbeats (see Heartbeats); nil is the real
 	// clock.
 	Clock clock.PassiveClock
+	// Offline confirms that a node behind is offline (shared with the
+	// old-CA usage gate); nil takes one for offline at the first look.
+	Offline *OfflineNodes
 }
 
 // ManagedClients are the clients of the managed clusters (a
@@ -97,16 +100,20 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if p.Clock != nil {
 		clk = p.Clock
 	}
-	seen, newest := Heartbeats(nodes.Items, leases.Items, clk.Now())
+	now := clk.Now()
+	seen, newest := Heartbeats(nodes.Items, leases.Items, now)
+	offlineAfter := pool.OfflineNodeTimeoutOrDefault()
 	states := make([]NodeState, len(nodes.Items))
 	byName := make(map[string]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		byName[n.Name] = n
 		action := noderenewal.Assess(n.Annotations, want)
-		states[i] = NodeState{Name: n.Name, Action: action, LastSeen: seen[n.Name], InFlight: action == noderenewal.Ask && askedThisRotation(n.Annotations, rot)}
+		behind := newest.Sub(seen[n.Name]) > offlineAfter
+		offline := p.Offline.Confirmed(client.ObjectKeyFromObject(c), n.Name, behind, now) // a node not behind is forgotten
+		states[i] = NodeState{Name: n.Name, Action: action, LastSeen: seen[n.Name], InFlight: action == noderenewal.Ask && askedThisRotation(n.Annotations, rot),
+			Unconfirmed: behind && !offline}
 	}
-	offlineAfter := pool.OfflineNodeTimeoutOrDefault()
 	plan := PlanRollout(states, pool.MaxUnavailableOrDefault(), offlineAfter, newest)
 	for _, ask := range plan.Ask {
 		n := byName[ask.Name]

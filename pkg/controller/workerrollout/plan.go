@@ -24,6 +24,10 @@ type NodeState struct {
 	// earlier request it has not answered (a phase aborted while it
 	// renewed): it may be renewing now.
 	InFlight bool
+	// Unconfirmed: its Lease is behind, but has not been for
+	// OfflineConfirmation yet (see OfflineNodes): its kubelet may not have
+	// renewed yet since the API server came back.
+	Unconfirmed bool
 }
 
 // Plan is what an InPlace rollout does about a pool now.
@@ -44,6 +48,10 @@ type Plan struct {
 	// keeps its slot (and counts in Renewing) until it answers, or its Node
 	// is deleted.
 	Silent []OfflineNode
+	// Behind are the nodes not asked, not seen for longer than the offline
+	// timeout, but not for OfflineConfirmation past it (Unconfirmed): they
+	// are neither asked nor offline yet, and the pool waits for them.
+	Behind []OfflineNode
 	// Total counts the pool's nodes.
 	Total int
 }
@@ -68,7 +76,8 @@ func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 // kubelet), is such a node too, and is asked again first, in the slot it
 // holds. A node not asked, and last seen more than
 // offlineAfter before newest (the newest heartbeat of any node; see
-// Heartbeats), is offline: it is neither asked nor waited for, and does not
+// Heartbeats), is offline once it is no longer Unconfirmed (Behind until
+// then, and waited for): it is neither asked nor waited for, and does not
 // take a slot. The others renew at most maxUnavailable at a time (a number,
 // or a percentage of the pool rounded down; at least one): the free slots
 // go to the nodes to ask, by name.
@@ -88,6 +97,8 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 			if n.Action != noderenewal.Wait {
 				inFlight = append(inFlight, n)
 			}
+		case away > offlineAfter && n.Unconfirmed:
+			p.Behind = append(p.Behind, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
 		case away > offlineAfter:
 			p.Offline = append(p.Offline, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
 		default:
@@ -100,6 +111,7 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 	byName := func(a, b OfflineNode) int { return strings.Compare(a.Name, b.Name) }
 	slices.SortFunc(p.Offline, byName)
 	slices.SortFunc(p.Silent, byName)
+	slices.SortFunc(p.Behind, byName)
 	free := max(Slots(maxUnavailable, len(nodes))-p.Renewing, 0)
 	asked := toAsk[:min(free, len(toAsk))]
 	p.Ask = slices.Concat(inFlight, asked)
@@ -130,6 +142,10 @@ func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenew
 		if len(p.Offline) > 0 {
 			fmt.Fprintf(&b, ", %d offline", len(p.Offline))
 		}
+	}
+	if len(p.Behind) > 0 {
+		fmt.Fprintf(&b, "; Lease over %s behind the newest node Lease, for less than %s: not asked, and offline if it stays so "+
+			"(it may be one not renewed yet since the API server was away): %s", offlineAfter, OfflineConfirmation, lastSeen(p.Behind))
 	}
 	if len(p.Silent) > 0 {
 		fmt.Fprintf(&b, "; asked and silent since, each keeping its slot until it answers or its Node is deleted: %s", lastSeen(p.Silent))

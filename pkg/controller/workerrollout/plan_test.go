@@ -32,6 +32,12 @@ func inFlight(name string, away time.Duration) NodeState {
 	return n
 }
 
+// unconfirmed is n behind for less than OfflineConfirmation.
+func unconfirmed(n NodeState) NodeState {
+	n.Unconfirmed = true
+	return n
+}
+
 func TestPlanRollout(t *testing.T) {
 	one, all := intstr.FromInt32(1), intstr.FromString("100%")
 	for _, tt := range []struct {
@@ -138,6 +144,19 @@ func TestPlanRollout(t *testing.T) {
 			maxUnavailable: one, wantOffline: []string{"m", "y"}, wantDone: true,
 		},
 		{
+			// The API server was away for two hours, and is back: b and c
+			// have not renewed their Leases yet.
+			name: "nodes behind, not for long enough to be offline, are neither asked nor offline: the pool waits",
+			nodes: []NodeState{node("a", noderenewal.Done, 0), unconfirmed(node("b", noderenewal.Ask, 2*time.Hour)),
+				unconfirmed(node("c", noderenewal.Ask, 2*time.Hour)), unconfirmed(node("d", noderenewal.Ask, 0))},
+			maxUnavailable: one, wantAsk: []string{"d"}, wantRenewing: 1,
+		},
+		{
+			name:           "only nodes behind left: the pool is not rolled",
+			nodes:          []NodeState{node("a", noderenewal.Done, 0), unconfirmed(node("b", noderenewal.Ask, 2*time.Hour))},
+			maxUnavailable: one,
+		},
+		{
 			// Its renewal ran (and restarted its kubelet): it was asked.
 			name:           "a node that answered with other credentials and went silent is not offline: it keeps its slot and is asked again",
 			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("z", noderenewal.AskAgain, 2*time.Hour), node("m", noderenewal.Ask, 0)},
@@ -206,6 +225,12 @@ func TestPlanMessage(t *testing.T) {
 			nodes: []NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Wait, 11*time.Minute), node("c", noderenewal.Ask, 0)},
 			want: "pool workers: 1 of 3 nodes renewed their credentials, 1 renewing; asked and silent since, each keeping its slot until it answers " +
 				"or its Node is deleted: b (last seen 2026-11-23T11:49:00Z)",
+		},
+		{
+			name:  "waiting for a node behind, not for long enough to be offline",
+			nodes: []NodeState{node("a", noderenewal.Done, 0), unconfirmed(node("b", noderenewal.Ask, 90*time.Minute))},
+			want: "pool workers: 1 of 2 nodes renewed their credentials, 0 renewing; Lease over 10m0s behind the newest node Lease, for less than 40s: " +
+				"not asked, and offline if it stays so (it may be one not renewed yet since the API server was away): b (last seen 2026-11-23T10:30:00Z)",
 		},
 		{
 			name:  "done without offline nodes",
@@ -311,7 +336,7 @@ func FuzzPlanRollout(f *testing.F) {
 			away := time.Duration(b>>3) * time.Minute // 0..31 minutes
 			action := noderenewal.Action(b % 4)
 			nodes = append(nodes, NodeState{Name: fmt.Sprintf("n%03d", i), Action: action, LastSeen: t0.Add(-away),
-				InFlight: action == noderenewal.Ask && b&4 != 0})
+				InFlight: action == noderenewal.Ask && b&4 != 0, Unconfirmed: b&8 != 0}) // for the nodes behind: an odd number of minutes
 		}
 		p := PlanRollout(nodes, mu, offlineAfter, t0)
 		offline, byName := map[string]bool{}, map[string]NodeState{}
@@ -351,8 +376,18 @@ func FuzzPlanRollout(f *testing.F) {
 			t.Fatalf("asked %d of the %d nodes asked before (for an earlier request, or answered with other credentials)", askedInFlight, inFlight)
 		}
 		for _, o := range p.Offline {
-			if n := byName[o.Name]; n.Action != noderenewal.Ask || n.InFlight || t0.Sub(n.LastSeen) <= offlineAfter {
-				t.Fatalf("%s counted offline: action %v, in flight %t, away %s", o.Name, n.Action, n.InFlight, t0.Sub(n.LastSeen))
+			if n := byName[o.Name]; n.Action != noderenewal.Ask || n.InFlight || n.Unconfirmed || t0.Sub(n.LastSeen) <= offlineAfter {
+				t.Fatalf("%s counted offline: action %v, in flight %t, unconfirmed %t, away %s", o.Name, n.Action, n.InFlight, n.Unconfirmed, t0.Sub(n.LastSeen))
+			}
+		}
+		behind := map[string]bool{}
+		for _, o := range p.Behind {
+			behind[o.Name] = true
+		}
+		for _, n := range nodes {
+			wantBehind := n.Action == noderenewal.Ask && !n.InFlight && n.Unconfirmed && t0.Sub(n.LastSeen) > offlineAfter
+			if behind[n.Name] != wantBehind || behind[n.Name] && (offline[n.Name] || slices.ContainsFunc(p.Ask, func(a NodeState) bool { return a.Name == n.Name })) {
+				t.Fatalf("%s: behind %t, offline %t, want behind %t and then neither asked nor offline (%+v)", n.Name, behind[n.Name], offline[n.Name], wantBehind, p)
 			}
 		}
 		slots := Slots(mu, len(nodes))
@@ -365,7 +400,7 @@ func FuzzPlanRollout(f *testing.F) {
 		if p.Done() != (p.Renewed+len(p.Offline) == len(nodes)) || (p.Done() && (len(p.Ask) > 0 || p.Renewing > 0)) {
 			t.Fatalf("done %v with renewed %d, offline %d, renewing %d of %d", p.Done(), p.Renewed, len(p.Offline), p.Renewing, len(nodes))
 		}
-		if !p.Done() && p.Renewing == 0 {
+		if !p.Done() && p.Renewing == 0 && len(p.Behind) == 0 {
 			t.Fatalf("not done and nobody renewing: the rollout would stall (%+v)", p)
 		}
 		if !strings.HasPrefix(p.Message("pool", offlineAfter, noderenewal.Request{}), "pool pool: ") {

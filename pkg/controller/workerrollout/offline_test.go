@@ -1,0 +1,49 @@
+package workerrollout
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestOfflineNodes: a node counts offline only once every look for
+// OfflineConfirmation saw it behind; a look that does not forgets it, and a
+// cluster's nodes are its own.
+func TestOfflineNodes(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	prod, dev := types.NamespacedName{Namespace: "team-a", Name: "prod"}, types.NamespacedName{Namespace: "team-a", Name: "dev"}
+	o := &OfflineNodes{}
+	for _, look := range []struct {
+		cluster types.NamespacedName
+		node    string
+		behind  bool
+		at      time.Duration
+		want    bool
+	}{
+		{prod, "w1", true, 0, false}, // the API server may just be back
+		{prod, "w1", true, OfflineConfirmation - time.Second, false},
+		{dev, "w1", true, OfflineConfirmation, false}, // another cluster's w1: from its own first look
+		{prod, "w1", true, OfflineConfirmation, true},
+		{prod, "w1", false, OfflineConfirmation + time.Second, false}, // it renewed
+		{prod, "w1", true, OfflineConfirmation + 2*time.Second, false},
+		{prod, "w1", true, 2*OfflineConfirmation + 2*time.Second, true},
+		{dev, "w1", true, 2 * OfflineConfirmation, true},
+	} {
+		if got := o.Confirmed(look.cluster, look.node, look.behind, t0.Add(look.at)); got != look.want {
+			t.Errorf("%s node %s behind %t at +%s: Confirmed = %t, want %t", look.cluster, look.node, look.behind, look.at, got, look.want)
+		}
+	}
+	o.Forget(prod)
+	if o.Confirmed(prod, "w1", true, t0.Add(time.Hour)) {
+		t.Error("a forgotten cluster's node confirmed at its first look")
+	}
+	if !o.Confirmed(dev, "w1", true, t0.Add(time.Hour)) {
+		t.Error("forgetting prod dropped dev's node")
+	}
+	var none *OfflineNodes
+	if !none.Confirmed(prod, "w1", true, t0) || none.Confirmed(prod, "w1", false, t0) {
+		t.Error("a nil OfflineNodes does not confirm at the first look")
+	}
+	none.Forget(prod)
+}
