@@ -245,7 +245,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Recorder:  recorder,
 		Evidence:  evidence.Checker{Timeout: opts.EvidenceTimeout},
 		WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{
-			v1alpha1.RolloutManual:  workerrollout.ManualRollout{},
+			v1alpha1.RolloutManual: workerrollout.ManualRollout{},
 			v1alpha1.RolloutInPlace: &workerrollout.InPlaceRollout{Connections: connections, Management: mgr.GetClient(), Bundles: mgr.GetAPIReader(), Clock: clk,
 				Offline: offlineNodes},
 			v1alpha1.RolloutReplace: &workerrollout.ReplaceRollout{Connections: connections, Management: mgr.GetClient(),
