@@ -54,7 +54,7 @@ func Next(req *certificatesv1.CertificateSigningRequest, now time.Time) Step {
 		switch {
 		case c.Type == certificatesv1.CertificateApproved:
 			approved, approvedAt = true, later(approvedAt, at)
-		case c.Type == certificatesv1.CertificateDenied, failed(c):
+		case c.Type == certificatesv1.CertificateDenied, Failed(c):
 			ended, endedAt = true, later(endedAt, at)
 		}
 	}

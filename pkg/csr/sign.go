@@ -36,18 +36,18 @@ func Approved(req *certificatesv1.CertificateSigningRequest) bool {
 		switch {
 		case c.Type == certificatesv1.CertificateApproved:
 			approved = true
-		case c.Type == certificatesv1.CertificateDenied, failed(c):
+		case c.Type == certificatesv1.CertificateDenied, Failed(c):
 			return false
 		}
 	}
 	return approved
 }
 
-// failed reports whether c is a Failed condition that counts: one that is
+// Failed reports whether c is a Failed condition that counts: one that is
 // True or has no status, as kube-controller-manager's signer takes it. The
 // API server holds Approved and Denied to True, but lets Failed be False or
 // Unknown, which says the request did not fail.
-func failed(c certificatesv1.CertificateSigningRequestCondition) bool {
+func Failed(c certificatesv1.CertificateSigningRequestCondition) bool {
 	return c.Type == certificatesv1.CertificateFailed && (c.Status == "" || c.Status == corev1.ConditionTrue)
 }
 

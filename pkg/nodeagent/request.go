@@ -27,6 +27,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
+	carouselcsr "github.com/carousel-dev/carousel/pkg/csr"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -247,17 +248,17 @@ func stillThere(ctx context.Context, api certificatesv1client.CertificateSigning
 	}
 }
 
-func outcome(csr *certificatesv1.CertificateSigningRequest) ([]byte, bool, error) {
-	for _, c := range csr.Status.Conditions {
-		switch c.Type {
-		case certificatesv1.CertificateDenied:
-			return nil, true, fmt.Errorf("CSR %s %w: %s: %s", csr.Name, ErrDenied, c.Reason, c.Message)
-		case certificatesv1.CertificateFailed:
-			return nil, true, fmt.Errorf("CSR %s %w: %s: %s", csr.Name, ErrFailed, c.Reason, c.Message)
+func outcome(req *certificatesv1.CertificateSigningRequest) ([]byte, bool, error) {
+	for _, c := range req.Status.Conditions {
+		switch {
+		case c.Type == certificatesv1.CertificateDenied:
+			return nil, true, fmt.Errorf("CSR %s %w: %s: %s", req.Name, ErrDenied, c.Reason, c.Message)
+		case carouselcsr.Failed(c): // one False or Unknown is no failure: the signer signs such a request
+			return nil, true, fmt.Errorf("CSR %s %w: %s: %s", req.Name, ErrFailed, c.Reason, c.Message)
 		}
 	}
-	if len(csr.Status.Certificate) > 0 {
-		return csr.Status.Certificate, true, nil
+	if len(req.Status.Certificate) > 0 {
+		return req.Status.Certificate, true, nil
 	}
 	return nil, false, nil
 }

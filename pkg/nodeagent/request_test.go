@@ -9,6 +9,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -143,5 +144,37 @@ func TestACSRMissingFromTheFirstListIsGoneOnlyIfTheAPIServerSaysSo(t *testing.T)
 	api = fake.NewClientset().CertificatesV1().CertificateSigningRequests()
 	if done, err := stillThere(context.Background(), api, "node-csr-1", gone)(empty); done || !errors.Is(err, gone) {
 		t.Errorf("a CSR the API server has not: %v, %v; want it gone", done, err)
+	}
+}
+
+// TestOutcome: a request denied, or failed, is answered with an error; one
+// with a Failed condition that is False or Unknown has not failed (the
+// signer signs it), and is answered only by its certificate.
+func TestOutcome(t *testing.T) {
+	cond := func(typ certificatesv1.RequestConditionType, status corev1.ConditionStatus) certificatesv1.CertificateSigningRequestCondition {
+		return certificatesv1.CertificateSigningRequestCondition{Type: typ, Status: status}
+	}
+	approved := cond(certificatesv1.CertificateApproved, corev1.ConditionTrue)
+	for _, tc := range []struct {
+		name       string
+		conditions []certificatesv1.CertificateSigningRequestCondition
+		cert       []byte
+		wantDone   bool
+		wantErr    error
+	}{
+		{"pending", nil, nil, false, nil},
+		{"approved, not signed yet", []certificatesv1.CertificateSigningRequestCondition{approved}, nil, false, nil},
+		{"signed", []certificatesv1.CertificateSigningRequestCondition{approved}, []byte("cert"), true, nil},
+		{"denied", []certificatesv1.CertificateSigningRequestCondition{cond(certificatesv1.CertificateDenied, corev1.ConditionTrue)}, nil, true, ErrDenied},
+		{"failed", []certificatesv1.CertificateSigningRequestCondition{approved, cond(certificatesv1.CertificateFailed, corev1.ConditionTrue)}, nil, true, ErrFailed},
+		{"approved, Failed False", []certificatesv1.CertificateSigningRequestCondition{approved, cond(certificatesv1.CertificateFailed, corev1.ConditionFalse)}, nil, false, nil},
+		{"approved, Failed Unknown, then signed", []certificatesv1.CertificateSigningRequestCondition{approved, cond(certificatesv1.CertificateFailed, corev1.ConditionUnknown)},
+			[]byte("cert"), true, nil},
+	} {
+		req := &certificatesv1.CertificateSigningRequest{Status: certificatesv1.CertificateSigningRequestStatus{Conditions: tc.conditions, Certificate: tc.cert}}
+		_, done, err := outcome(req)
+		if done != tc.wantDone || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+			t.Errorf("%s: outcome = done %t, %v; want done %t, %v", tc.name, done, err, tc.wantDone, tc.wantErr)
+		}
 	}
 }

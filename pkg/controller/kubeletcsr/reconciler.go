@@ -302,6 +302,20 @@ func nodeInfo(node *corev1.Node) csr.NodeInfo {
 	return info
 }
 
+// withCondition is conditions with c in place of the one of its type, or
+// added: the API server refuses a second condition of a type (an approved
+// request may carry a Failed condition that is False, which is no failure).
+func withCondition(conditions []certificatesv1.CertificateSigningRequestCondition,
+	c certificatesv1.CertificateSigningRequestCondition) []certificatesv1.CertificateSigningRequestCondition {
+	for i := range conditions {
+		if conditions[i].Type == c.Type {
+			conditions[i] = c
+			return conditions
+		}
+	}
+	return append(conditions, c)
+}
+
 // signingFailedMessage is the message of the Failed condition, written into
 // the managed cluster: it names the request's problem and nothing of the
 // management cluster.
@@ -328,7 +342,7 @@ func (r *csrReconciler) sign(ctx context.Context, c *v1alpha1.Cluster, obj *cert
 		log.FromContext(ctx).Info("marking an approved kubelet CSR Failed: its signer does not issue what it asks for",
 			"csr", obj.Name, "signer", obj.Spec.SignerName, "reason", refused.Reason, "detail", refused.Message)
 		r.metrics.failed(c, obj.Spec.SignerName)
-		obj.Status.Conditions = append(obj.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		obj.Status.Conditions = withCondition(obj.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 			Type: certificatesv1.CertificateFailed, Status: corev1.ConditionTrue, Reason: "CarouselSigningFailed",
 			Message:        signingFailedMessage + refused.Error(),
 			LastUpdateTime: metav1.NewTime(r.clock.Now()), LastTransitionTime: metav1.NewTime(r.clock.Now()),

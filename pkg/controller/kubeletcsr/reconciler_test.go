@@ -377,14 +377,23 @@ func TestRefusedRequestFails(t *testing.T) {
 	}
 	obj := kubeletCSR(t, "ed", certificatesv1.KubeAPIServerClientKubeletSignerName, edKey, testNow.Add(-time.Minute))
 	obj.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{conditionAt(certificatesv1.CertificateApproved, testNow)}
+	// Another writer's Failed condition that is False (no failure): the API
+	// server takes no second Failed condition, so it is replaced.
+	notFailed := conditionAt(certificatesv1.CertificateFailed, testNow)
+	notFailed.Status = corev1.ConditionFalse
+	obj.Status.Conditions = append(obj.Status.Conditions, notFailed)
 	f.remote = append(f.remote, obj)
 	r, remote := f.build(nil)
 	if _, err := reconcileCSR(t, r, "ed"); err != nil {
 		t.Fatal(err)
 	}
-	c, failed := hasCondition(getCSR(t, remote, "ed"), certificatesv1.CertificateFailed)
-	if !failed || c.Reason != "CarouselSigningFailed" || !strings.Contains(c.Message, "CarouselUnsupportedKey") {
+	got := getCSR(t, remote, "ed")
+	c, failed := hasCondition(got, certificatesv1.CertificateFailed)
+	if !failed || c.Status != corev1.ConditionTrue || c.Reason != "CarouselSigningFailed" || !strings.Contains(c.Message, "CarouselUnsupportedKey") {
 		t.Fatalf("Failed condition %+v", c)
+	}
+	if n := len(got.Status.Conditions); n != 2 {
+		t.Fatalf("%d conditions %+v, want Approved and one Failed", n, got.Status.Conditions)
 	}
 	for _, secret := range []string{f.cluster.Namespace, credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient), "secret"} {
 		if strings.Contains(c.Message, secret) {
