@@ -77,7 +77,8 @@ type Node struct {
 	Name         string
 	ClientIssuer string
 	// Offline: its Lease is older than its pool's offlineNodeTimeout, and
-	// the worker rollout did not wait for it. With a node agent (one that
+	// stayed so for workerrollout.OfflineConfirmation, as the worker rollout
+	// judges it. With a node agent (one that
 	// reports, marked the Node, or in an InPlace pool) it is not counted:
 	// the agent bootstraps the kubelet again once the API server refuses
 	// the old client certificate. Without one it is judged as an online

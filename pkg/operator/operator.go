@@ -4,6 +4,7 @@
 package operator
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -237,7 +238,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := apiServices.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	offlineNodes := &workerrollout.OfflineNodes{}
+	// Longer than the time between two looks at a cluster's nodes.
+	offlineNodes := &workerrollout.OfflineNodes{Gap: 2 * max(cmp.Or(opts.MaxManagedPollInterval, clustercontroller.DefaultMaxManagedPollInterval), time.Minute)}
 	r := &clustercontroller.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),

@@ -143,6 +143,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 			r.unreadNodes.forget(key)
 		} else {
 			log.FromContext(ctx).V(1).Info("reading the managed cluster's Nodes for the old-CA usage gate", "error", err.Error())
+			r.OfflineNodes.Forget(key) // its API server may be away: the nodes behind count from anew
 		}
 		switch {
 		case err == nil:

@@ -32,7 +32,8 @@ import (
 //
 // The nodes renew a few at a time (the pool's maxUnavailable), and a node
 // whose Lease is older than the pool's offlineNodeTimeout, next to the
-// newest node Lease, is not waited for (see PlanRollout and Heartbeats).
+// newest node Lease, and stayed so for OfflineConfirmation, is not waited
+// for (see PlanRollout, Heartbeats and OfflineNodes).
 type InPlaceRollout struct {
 	Connections ManagedClients // reaches the managed clusters
 	Management  client.Reader  // reads the Cluster's CAs
@@ -59,8 +60,15 @@ type ManagedClients interface {
 }
 
 // Rollout implements the cluster controller's WorkerRollout.
-func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
+func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (done bool, wait string, err error) {
 	remote, ok := p.Connections.Client(client.ObjectKeyFromObject(c))
+	defer func() {
+		if !ok || err != nil {
+			// The managed API server may be away: whatever was seen of its
+			// nodes behind counts from anew (see OfflineNodes).
+			p.Offline.Forget(client.ObjectKeyFromObject(c))
+		}
+	}()
 	if !ok {
 		return false, fmt.Sprintf("pool %s: waiting to reach the cluster's API server (spec.controlPlane.endpoint)", pool.Name), nil
 	}

@@ -252,3 +252,26 @@ func TestNodesMayMoveOnceEveryPreviousCAIsGone(t *testing.T) {
 		})
 	}
 }
+
+// noConnections reaches no managed cluster.
+type noConnections struct{}
+
+func (noConnections) Client(client.ObjectKey) (client.Client, bool) { return nil, false }
+
+// TestARolloutThatCannotReadTheNodesForgetsThemBehind: a rollout that cannot
+// reach the managed cluster (its API server may be away) drops what it saw
+// of the nodes behind: when the API server is back, they count from anew,
+// not from before the outage.
+func TestARolloutThatCannotReadTheNodesForgetsThemBehind(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	offline := &OfflineNodes{}
+	offline.Confirmed(client.ObjectKeyFromObject(c), "w3", true, t0)
+	p := &InPlaceRollout{Connections: noConnections{}, Offline: offline}
+	if done, wait, err := p.Rollout(context.Background(), c, v1alpha1.WorkerPool{Name: "a"}); done || err != nil || !strings.Contains(wait, "waiting to reach") {
+		t.Fatalf("Rollout = %t, %q, %v; want it waiting to reach the API server", done, wait, err)
+	}
+	if offline.Confirmed(client.ObjectKeyFromObject(c), "w3", true, t0.Add(OfflineConfirmation)) {
+		t.Error("a node seen behind before the API server was out of reach is offline at the first look since")
+	}
+}

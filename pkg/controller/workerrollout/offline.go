@@ -1,6 +1,7 @@
 package workerrollout
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -23,17 +24,35 @@ const OfflineConfirmation = 40 * time.Second
 // gate count a node offline only once it stayed behind for
 // OfflineConfirmation (see Confirmed). It is kept in memory: a manager that
 // restarts counts from its first look, which only holds a rollout longer.
-// The zero value is ready to use, and safe for concurrent use; a nil one
-// counts a node offline at the first look behind (as a unit test may want).
+// What it holds of a cluster is dropped when a read of the cluster's Nodes
+// fails (Forget): the API server may be away, and its return is what the
+// count is about. The zero value is ready to use, and safe for concurrent
+// use; a nil one counts a node offline at the first look behind (as a unit
+// test may want).
 type OfflineNodes struct {
+	// Gap is the longest time between two looks at a node that still
+	// counts as one stretch behind: a look after a longer gap (no rollout
+	// or gate looked in between, a phase or a rotation later) counts from
+	// anew. It must be longer than the time between a cluster's looks
+	// (--max-managed-poll-interval); zero means DefaultOfflineLookGap.
+	Gap time.Duration
+
 	mu     sync.Mutex
-	behind map[types.NamespacedName]map[string]time.Time
+	behind map[types.NamespacedName]map[string]stretch
 }
 
-// Confirmed reports whether node name of cluster, whose Lease
-// is now behind (by more than its pool's offlineNodeTimeout) or not, has
-// been seen behind, at each look, for OfflineConfirmation by now. A node
-// seen not behind is forgotten: it counts from its next look behind.
+// DefaultOfflineLookGap is OfflineNodes.Gap when not set.
+const DefaultOfflineLookGap = 10 * time.Minute
+
+// stretch is a node's time behind: since its first look behind, until
+// its last.
+type stretch struct{ since, last time.Time }
+
+// Confirmed reports whether node name of cluster, whose Lease is now
+// behind (by more than its pool's offlineNodeTimeout) or not, has been seen
+// behind, at each look, for OfflineConfirmation by now, with no gap between
+// two looks longer than Gap. A node seen not behind is forgotten: it counts
+// from its next look behind.
 func (o *OfflineNodes) Confirmed(cluster types.NamespacedName, name string, behind bool, now time.Time) bool {
 	if o == nil {
 		return behind
@@ -45,22 +64,24 @@ func (o *OfflineNodes) Confirmed(cluster types.NamespacedName, name string, behi
 		return false
 	}
 	if o.behind == nil {
-		o.behind = map[types.NamespacedName]map[string]time.Time{}
+		o.behind = map[types.NamespacedName]map[string]stretch{}
 	}
 	nodes := o.behind[cluster]
 	if nodes == nil {
-		nodes = map[string]time.Time{}
+		nodes = map[string]stretch{}
 		o.behind[cluster] = nodes
 	}
-	since, ok := nodes[name]
-	if !ok || since.After(now) {
-		since, nodes[name] = now, now
+	s, ok := nodes[name]
+	if !ok || s.since.After(now) || now.Sub(s.last) > cmp.Or(o.Gap, DefaultOfflineLookGap) {
+		s.since = now
 	}
-	return now.Sub(since) >= OfflineConfirmation
+	s.last = now
+	nodes[name] = s
+	return now.Sub(s.since) >= OfflineConfirmation
 }
 
-// Forget drops what is remembered of cluster (deleted, or no longer this
-// manager's).
+// Forget drops what is remembered of cluster (deleted, no longer this
+// manager's, or its Nodes could not be read).
 func (o *OfflineNodes) Forget(cluster types.NamespacedName) {
 	if o == nil {
 		return

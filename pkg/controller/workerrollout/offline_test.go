@@ -35,11 +35,25 @@ func TestOfflineNodes(t *testing.T) {
 		}
 	}
 	o.Forget(prod)
-	if o.Confirmed(prod, "w1", true, t0.Add(time.Hour)) {
+	if o.Confirmed(prod, "w1", true, t0.Add(3*time.Minute)) {
 		t.Error("a forgotten cluster's node confirmed at its first look")
 	}
-	if !o.Confirmed(dev, "w1", true, t0.Add(time.Hour)) {
+	if !o.Confirmed(dev, "w1", true, t0.Add(3*time.Minute)) {
 		t.Error("forgetting prod dropped dev's node")
+	}
+	// Looks further apart than Gap (none in between: a phase later, or the
+	// reads failed and were not counted) count from anew.
+	gappy := &OfflineNodes{Gap: time.Minute}
+	for _, look := range []struct {
+		at   time.Duration
+		want bool
+	}{{0, false}, {2 * time.Minute, false}, {2*time.Minute + OfflineConfirmation, true}, {20 * time.Minute, false}} {
+		if got := gappy.Confirmed(prod, "w2", true, t0.Add(look.at)); got != look.want {
+			t.Errorf("Gap 1m, w2 behind at +%s: Confirmed = %t, want %t", look.at, got, look.want)
+		}
+	}
+	if o.Confirmed(dev, "w1", true, t0.Add(time.Hour+DefaultOfflineLookGap+time.Second)) {
+		t.Error("a look more than DefaultOfflineLookGap after the last confirmed at once")
 	}
 	var none *OfflineNodes
 	if !none.Confirmed(prod, "w1", true, t0) || none.Confirmed(prod, "w1", false, t0) {

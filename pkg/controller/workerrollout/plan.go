@@ -33,8 +33,8 @@ type NodeState struct {
 // Plan is what an InPlace rollout does about a pool now.
 type Plan struct {
 	// Ask are the nodes to ask to renew now, with what to ask
-	// (noderenewal.Ask or noderenewal.AskAgain): those InFlight, then the
-	// others, each in order of name.
+	// (noderenewal.Ask or noderenewal.AskAgain): those InFlight, then those
+	// to ask again, then the others, each in order of name.
 	Ask []NodeState
 	// Renewed counts the nodes that answered with the expected credentials.
 	Renewed int
@@ -49,8 +49,9 @@ type Plan struct {
 	// is deleted.
 	Silent []OfflineNode
 	// Behind are the nodes not asked, not seen for longer than the offline
-	// timeout, but not for OfflineConfirmation past it (Unconfirmed): they
-	// are neither asked nor offline yet, and the pool waits for them.
+	// timeout, but not seen so by Carousel for OfflineConfirmation yet
+	// (Unconfirmed), however far behind: they are neither asked nor offline
+	// yet, and the pool waits for them.
 	Behind []OfflineNode
 	// Total counts the pool's nodes.
 	Total int
@@ -71,10 +72,12 @@ func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 // silent since (Silent): a renewal that took its node down must not free a
 // slot for the next one, as a Deployment's rollout counts a Pod that does
 // not come back as unavailable. A node asked for an earlier request it has
-// not answered (InFlight), or that answered this one with other credentials
-// than expected (noderenewal.AskAgain: its renewal ran, and restarted its
-// kubelet), is such a node too, and is asked again first, in the slot it
-// holds. A node not asked, and last seen more than
+// not answered (InFlight) is such a node too, and is asked the current one
+// first, in the slot it holds. A node that answered this one with other
+// credentials than expected (noderenewal.AskAgain: its renewal ran, and
+// restarted its kubelet) is asked again before the nodes not asked yet,
+// within the free slots, and is never taken for offline. A node not asked,
+// and last seen more than
 // offlineAfter before newest (the newest heartbeat of any node; see
 // Heartbeats), is offline once it is no longer Unconfirmed (Behind until
 // then, and waited for): it is neither asked nor waited for, and does not
@@ -83,13 +86,13 @@ func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 // go to the nodes to ask, by name.
 func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAfter time.Duration, newest time.Time) Plan {
 	p := Plan{Total: len(nodes)}
-	var inFlight, toAsk []NodeState
+	var inFlight, again, toAsk []NodeState
 	for _, n := range nodes {
 		away := newest.Sub(n.LastSeen)
 		switch {
 		case n.Action == noderenewal.Done:
 			p.Renewed++
-		case n.Action == noderenewal.Wait || n.InFlight || n.Action == noderenewal.AskAgain:
+		case n.Action == noderenewal.Wait || n.InFlight:
 			p.Renewing++
 			if away > offlineAfter {
 				p.Silent = append(p.Silent, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
@@ -97,6 +100,8 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 			if n.Action != noderenewal.Wait {
 				inFlight = append(inFlight, n)
 			}
+		case n.Action == noderenewal.AskAgain:
+			again = append(again, n)
 		case away > offlineAfter && n.Unconfirmed:
 			p.Behind = append(p.Behind, OfflineNode{Name: n.Name, LastSeen: n.LastSeen})
 		case away > offlineAfter:
@@ -107,7 +112,9 @@ func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAf
 	}
 	stateByName := func(a, b NodeState) int { return strings.Compare(a.Name, b.Name) }
 	slices.SortFunc(inFlight, stateByName)
+	slices.SortFunc(again, stateByName)
 	slices.SortFunc(toAsk, stateByName)
+	toAsk = slices.Concat(again, toAsk)
 	byName := func(a, b OfflineNode) int { return strings.Compare(a.Name, b.Name) }
 	slices.SortFunc(p.Offline, byName)
 	slices.SortFunc(p.Silent, byName)

@@ -158,14 +158,14 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			// Its renewal ran (and restarted its kubelet): it was asked.
-			name:           "a node that answered with other credentials and went silent is not offline: it keeps its slot and is asked again",
+			name:           "a node that answered with other credentials and went silent is not offline: it is asked again first",
 			nodes:          []NodeState{node("a", noderenewal.Done, 0), node("z", noderenewal.AskAgain, 2*time.Hour), node("m", noderenewal.Ask, 0)},
 			maxUnavailable: one, wantAsk: []string{"z"}, wantRenewing: 1,
 		},
 		{
-			name:           "a node that answered with other credentials is asked again before the others",
-			nodes:          []NodeState{node("a", noderenewal.Ask, 0), node("z", noderenewal.AskAgain, 0)},
-			maxUnavailable: one, wantAsk: []string{"z"}, wantRenewing: 1,
+			name:           "nodes that answered with other credentials are asked again within the free slots, before the others",
+			nodes:          []NodeState{node("a", noderenewal.Ask, 0), node("z", noderenewal.AskAgain, 0), node("y", noderenewal.AskAgain, 0), node("w", noderenewal.Wait, 0)},
+			maxUnavailable: intstr.FromInt32(2), wantAsk: []string{"y"}, wantRenewing: 2,
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -351,7 +351,7 @@ func FuzzPlanRollout(f *testing.F) {
 				waiting++
 			case n.Action == noderenewal.Done:
 				renewed++
-			case n.InFlight || n.Action == noderenewal.AskAgain: // asked before
+			case n.InFlight:
 				inFlight++
 			}
 		}
@@ -366,14 +366,21 @@ func FuzzPlanRollout(f *testing.F) {
 			if offline[a.Name] {
 				t.Fatalf("asked offline node %s", a.Name)
 			}
-			if a.InFlight || a.Action == noderenewal.AskAgain {
+			if a.InFlight {
 				askedInFlight++
 			} else {
 				fresh++
 			}
 		}
 		if askedInFlight != inFlight {
-			t.Fatalf("asked %d of the %d nodes asked before (for an earlier request, or answered with other credentials)", askedInFlight, inFlight)
+			t.Fatalf("asked %d of the %d nodes renewing for an earlier request", askedInFlight, inFlight)
+		}
+		// The nodes to ask again come before those not asked yet.
+		askedFresh := slices.ContainsFunc(p.Ask, func(a NodeState) bool { return a.Action == noderenewal.Ask && !a.InFlight })
+		for _, n := range nodes {
+			if n.Action == noderenewal.AskAgain && askedFresh && !slices.ContainsFunc(p.Ask, func(a NodeState) bool { return a.Name == n.Name }) {
+				t.Fatalf("asked a node not asked yet before %s, which answered with other credentials (%+v)", n.Name, p)
+			}
 		}
 		for _, o := range p.Offline {
 			if n := byName[o.Name]; n.Action != noderenewal.Ask || n.InFlight || n.Unconfirmed || t0.Sub(n.LastSeen) <= offlineAfter {
