@@ -937,17 +937,24 @@ func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 	}
 }
 
-// A renewal request that does not parse (set by hand with a typo) is not
-// carried out, and the agent says so once per value, not at every event of
-// the Node.
-func TestAMalformedRequestIsLoggedOnce(t *testing.T) {
-	tn := newTestNode(t, v1alpha1.RotationPreparing)
+// watchRenewals runs the node's WatchRenewals, on a watch of the Node that
+// the test feeds, until the test ends.
+func (tn *testNode) watchRenewals() *watch.FakeWatcher {
 	w := watch.NewFake()
 	tn.cs.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) { return true, w, nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = tn.node.WatchRenewals(ctx) }()
-	defer func() { cancel(); w.Stop(); <-done }()
+	tn.t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return w
+}
+
+// A renewal request that does not parse (set by hand with a typo) is not
+// carried out, and the agent says so once per value, not at every event of
+// the Node.
+func TestAMalformedRequestIsLoggedOnce(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	w := tn.watchRenewals()
 
 	typo := strings.Replace(tn.req.String(), "/Preparing", "/Prepared", 1)
 	other := strings.TrimSuffix(tn.req.String(), "Z/Preparing") + "/Preparing"
@@ -979,12 +986,7 @@ func TestTheAgentMarksItsNode(t *testing.T) {
 	tn := newTestNode(t, v1alpha1.RotationPreparing)
 	tn.node.Version = "v1.2.3"
 	tn.failReport = 1
-	w := watch.NewFake()
-	tn.cs.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) { return true, w, nil })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = tn.node.WatchRenewals(ctx) }()
-	defer func() { cancel(); w.Stop(); <-done }()
+	w := tn.watchRenewals()
 
 	marked := func(version string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Annotations: map[string]string{v1alpha1.AnnotationNodeAgent: version}}}
@@ -1010,7 +1012,7 @@ func TestTheAgentMarksItsNode(t *testing.T) {
 	if !slices.Equal(patches, []string{want, want, want}) {
 		t.Errorf("patches of the Node %q, want %q three times: after a failure, and for another agent's mark", patches, want)
 	}
-	node, err := tn.cs.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	node, err := tn.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
