@@ -77,11 +77,10 @@ func (p Plan) Done() bool { return p.Renewed+len(p.Offline) == p.Total }
 // credentials than expected (noderenewal.AskAgain: its renewal ran, and
 // restarted its kubelet) is asked again before the nodes not asked yet,
 // within the free slots, and is never taken for offline. A node not asked,
-// and last seen more than
-// offlineAfter before newest (the newest heartbeat of any node; see
-// Heartbeats), is offline once it is no longer Unconfirmed (Behind until
-// then, and waited for): it is neither asked nor waited for, and does not
-// take a slot. The others renew at most maxUnavailable at a time (a number,
+// and last seen more than offlineAfter before newest (the newest heartbeat
+// of any node; see Heartbeats), is offline once it is no longer Unconfirmed
+// (Behind until then, and waited for): it is neither asked nor waited for,
+// and does not take a slot. The others renew at most maxUnavailable at a time (a number,
 // or a percentage of the pool rounded down; at least one): the free slots
 // go to the nodes to ask, by name.
 func PlanRollout(nodes []NodeState, maxUnavailable intstr.IntOrString, offlineAfter time.Duration, newest time.Time) Plan {
