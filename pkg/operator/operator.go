@@ -238,8 +238,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := apiServices.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	// Longer than the time between two looks at a cluster's nodes.
-	offlineNodes := &workerrollout.OfflineNodes{Gap: 2 * max(cmp.Or(opts.MaxManagedPollInterval, clustercontroller.DefaultMaxManagedPollInterval), time.Minute)}
+	// Longer than the time between two looks at a cluster's nodes: the
+	// poll interval, which backs off up to its maximum (never below the
+	// interval itself), or the gate's minute.
+	offlineNodes := &workerrollout.OfflineNodes{Gap: 2 * max(opts.ManagedPollInterval,
+		cmp.Or(opts.MaxManagedPollInterval, clustercontroller.DefaultMaxManagedPollInterval), time.Minute)}
 	r := &clustercontroller.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),

@@ -60,16 +60,11 @@ type ManagedClients interface {
 }
 
 // Rollout implements the cluster controller's WorkerRollout.
-func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (done bool, wait string, err error) {
-	remote, ok := p.Connections.Client(client.ObjectKeyFromObject(c))
-	defer func() {
-		if !ok || err != nil {
-			// The managed API server may be away: whatever was seen of its
-			// nodes behind counts from anew (see OfflineNodes).
-			p.Offline.Forget(client.ObjectKeyFromObject(c))
-		}
-	}()
+func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
+	key := client.ObjectKeyFromObject(c)
+	remote, ok := p.Connections.Client(key)
 	if !ok {
+		p.Offline.Forget(key) // its API server may be away: see unreachable
 		return false, fmt.Sprintf("pool %s: waiting to reach the cluster's API server (spec.controlPlane.endpoint)", pool.Name), nil
 	}
 	clientCAs, wait, err := nodesMayMove(ctx, p.Management, c, pool)
@@ -85,7 +80,7 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		return false, "", err
 	}
 	if wait, err := trustPublished(ctx, remote, pool, trust); err != nil || wait != "" {
-		return false, wait, err
+		return false, wait, p.unreachable(key, err)
 	}
 	kubeletCAs, err := credentials.ReadCAs(ctx, p.Management, c, v1alpha1.CARoleKubelet)
 	if err != nil {
@@ -98,11 +93,11 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 
 	var nodes corev1.NodeList
 	if err := remote.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
-		return false, "", fmt.Errorf("listing the nodes of pool %s: %w", pool.Name, err)
+		return false, "", p.unreachable(key, fmt.Errorf("listing the nodes of pool %s: %w", pool.Name, err))
 	}
 	var leases coordinationv1.LeaseList
 	if err := remote.List(ctx, &leases, client.InNamespace(corev1.NamespaceNodeLease)); err != nil {
-		return false, "", fmt.Errorf("listing the node Leases: %w", err)
+		return false, "", p.unreachable(key, fmt.Errorf("listing the node Leases: %w", err))
 	}
 	var clk clock.PassiveClock = clock.RealClock{}
 	if p.Clock != nil {
@@ -118,7 +113,7 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		byName[n.Name] = n
 		action := noderenewal.Assess(n.Annotations, want)
 		behind := newest.Sub(seen[n.Name]) > offlineAfter
-		offline := p.Offline.Confirmed(client.ObjectKeyFromObject(c), n.Name, behind, now) // a node not behind is forgotten
+		offline := p.Offline.Confirmed(key, n.Name, behind, now) // a node not behind is forgotten
 		states[i] = NodeState{Name: n.Name, Action: action, LastSeen: seen[n.Name], InFlight: action == noderenewal.Ask && askedThisRotation(n.Annotations, rot),
 			Unconfirmed: behind && !offline}
 	}
@@ -135,6 +130,18 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 		return true, "", nil
 	}
 	return plan.Done(), plan.Message(pool.Name, offlineAfter, request), nil
+}
+
+// unreachable returns err, a failed read of the managed cluster of key, if
+// any, and then drops what was seen of its nodes behind: its API server may
+// be away, and the nodes count from anew once it is back (see
+// OfflineNodes). Other errors (the management cluster's, a Node's patch)
+// leave the counts alone.
+func (p *InPlaceRollout) unreachable(key client.ObjectKey, err error) error {
+	if err != nil {
+		p.Offline.Forget(key)
+	}
+	return err
 }
 
 // askedThisRotation says whether a node whose annotations these are was

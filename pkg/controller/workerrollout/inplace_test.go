@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
@@ -273,5 +275,36 @@ func TestARolloutThatCannotReadTheNodesForgetsThemBehind(t *testing.T) {
 	}
 	if offline.Confirmed(client.ObjectKeyFromObject(c), "w3", true, t0.Add(OfflineConfirmation)) {
 		t.Error("a node seen behind before the API server was out of reach is offline at the first look since")
+	}
+}
+
+// someConnection reaches every managed cluster through one client.
+type someConnection struct{ remote client.Client }
+
+func (s someConnection) Client(client.ObjectKey) (client.Client, bool) { return s.remote, true }
+
+// TestARolloutThatFailsOnTheManagementClusterKeepsTheNodesBehind: a read of
+// the management cluster that fails says nothing of the managed cluster's
+// nodes: what was seen of them behind stands (another pool's failure must
+// not keep a node behind from ever counting offline).
+func TestARolloutThatFailsOnTheManagementClusterKeepsTheNodesBehind(t *testing.T) {
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	offline := &OfflineNodes{}
+	offline.Confirmed(client.ObjectKeyFromObject(c), "w3", true, t0)
+	management := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			return errors.New("the management API server is away")
+		},
+		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+			return errors.New("the management API server is away")
+		},
+	})
+	p := &InPlaceRollout{Connections: someConnection{fake.NewClientBuilder().Build()}, Management: management, Bundles: management, Offline: offline}
+	if _, _, err := p.Rollout(context.Background(), c, v1alpha1.WorkerPool{Name: "a"}); err == nil {
+		t.Fatal("Rollout gave no error with the management cluster away")
+	}
+	if !offline.Confirmed(client.ObjectKeyFromObject(c), "w3", true, t0.Add(OfflineConfirmation)) {
+		t.Error("a failed read of the management cluster dropped what was seen of the managed cluster's nodes")
 	}
 }
