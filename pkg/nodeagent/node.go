@@ -222,16 +222,22 @@ func (n *Node) markAgent(ctx context.Context, annotations map[string]string) {
 	if annotations[v1alpha1.AnnotationNodeAgent] == version {
 		return
 	}
-	name := n.Manager.cfg.NodeName
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationNodeAgent: version}}})
-	if err == nil {
-		ctx, cancel := n.Manager.withRequestTimeout(ctx)
-		defer cancel()
-		_, err = n.Manager.Client().CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err := n.Manager.annotateNode(ctx, map[string]string{v1alpha1.AnnotationNodeAgent: version}); err != nil {
+		n.logf("marking node %s as running the node agent (%s=%s): %v (tried again at its next change)", n.Manager.cfg.NodeName, v1alpha1.AnnotationNodeAgent, version, err)
 	}
+}
+
+// annotateNode sets annotations on the Node (a merge patch, as the node),
+// giving up after the request timeout.
+func (m *Manager) annotateNode(ctx context.Context, annotations map[string]string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
-		n.logf("marking node %s as running the node agent (%s=%s): %v (tried again at its next change)", name, v1alpha1.AnnotationNodeAgent, version, err)
+		return err
 	}
+	ctx, cancel := m.withRequestTimeout(ctx)
+	defer cancel()
+	_, err = m.Client().CoreV1().Nodes().Patch(ctx, m.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // noteMalformedRequest logs a renewal request on the Node that does not

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,7 +14,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
@@ -492,13 +490,7 @@ func (r *renewal) report(ctx context.Context) error {
 		serving = pair.Cert
 	}
 	report := noderenewal.ReportOf(r.req, kp.Cert, serving, uses)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": report.Annotations()}})
-	if err != nil {
-		return err
-	}
-	patchCtx, cancel := m.withRequestTimeout(ctx)
-	defer cancel()
-	if _, err := m.Client().CoreV1().Nodes().Patch(patchCtx, m.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := m.annotateNode(ctx, report.Annotations()); err != nil {
 		return err
 	}
 	r.logf(step, "client certificate issuer %s, serving certificate issuer %s, cluster bundle %s, kubelet bundle %s",

@@ -509,9 +509,10 @@ func later(a, b time.Time) time.Time {
 }
 
 // nodeFacts are the Nodes as the gate judges them: the issuer their node
-// agent reports, whether a node agent marked them, whether the worker rollout takes them for offline (see
-// workerrollout.PlanRollout), with their pool's offlineNodeTimeout, once offline
-// confirms it (workerrollout.OfflineNodes.Confirmed, given whether it is behind), whether
+// agent reports, whether a node agent marked them, whether the worker
+// rollout takes them for offline (see workerrollout.PlanRollout), with
+// their pool's offlineNodeTimeout, once offline confirms it
+// (workerrollout.OfflineNodes.Confirmed, given whether it is behind), whether
 // their pool rolls in place, and whether no worker rollout moved them
 // (unrolled).
 func nodeFacts(c *v1alpha1.Cluster, nodes []corev1.Node, leases []coordinationv1.Lease, clusterBundle string, offline func(name string, behind bool) bool,
