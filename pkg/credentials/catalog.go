@@ -71,8 +71,12 @@ const (
 var (
 	clientUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	serverUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	peerUsage   = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	loopback    = []net.IP{net.IPv4(127, 0, 0, 1).To4(), net.IPv6loopback}
+	// serverClientUsage is for a server that is its own client too: an etcd
+	// member dials its peers, and its JSON gateway dials the member's own
+	// gRPC server, each time presenting the same pair (as kubeadm's etcd
+	// certificates have both usages).
+	serverClientUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	loopback          = []net.IP{net.IPv4(127, 0, 0, 1).To4(), net.IPv6loopback}
 )
 
 // Certificates returns every leaf certificate the cluster needs, in a fixed order.
@@ -101,10 +105,10 @@ func Certificates(c *v1alpha1.Cluster) []Certificate {
 			CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Usages: clientUsage,
 			RenewIn: RenewInFinalizing, Consumer: "kube-apiserver (--kubelet-client-certificate)"},
 		{Name: CertEtcdServer, SignedBy: v1alpha1.CARoleEtcd, PeerTrust: v1alpha1.CARoleEtcd,
-			CommonName: "etcd-server", Usages: serverUsage, DNSNames: etcdDNS, IPAddresses: loopback,
+			CommonName: "etcd-server", Usages: serverClientUsage, DNSNames: etcdDNS, IPAddresses: loopback,
 			RenewIn: RenewInFinalizing, Consumer: "etcd (--cert-file)"},
 		{Name: CertEtcdPeer, SignedBy: v1alpha1.CARoleEtcd, PeerTrust: v1alpha1.CARoleEtcd,
-			CommonName: "etcd-peer", Usages: peerUsage, DNSNames: append(etcdDNS, "*.etcd-peer."+ns+".svc"), IPAddresses: loopback,
+			CommonName: "etcd-peer", Usages: serverClientUsage, DNSNames: append(etcdDNS, "*.etcd-peer."+ns+".svc"), IPAddresses: loopback,
 			RenewIn: RenewInFinalizing, Consumer: "etcd (--peer-cert-file)"},
 		{Name: CertFrontProxyClient, SignedBy: v1alpha1.CARoleFrontProxy, PeerTrust: v1alpha1.CARoleFrontProxy,
 			CommonName: "front-proxy-client", Usages: clientUsage,

@@ -39,6 +39,13 @@ func roleChecks() []roleCheck {
 	if env == nil {
 		return checks
 	}
+	checks[0].what += ", and etcd's JSON gateway (etcd's serving certificate as the client of its own gRPC server)"
+	checks[0].check = func(ctx context.Context, admin kubernetes.Interface) error {
+		if err := writeThrough(ctx, admin); err != nil {
+			return err
+		}
+		return env.ControlPlane.EtcdGatewayServes(ctx)
+	}
 	kubelet := roleCheck{
 		roles: []v1alpha1.CARole{v1alpha1.CARoleKubelet},
 		what:  "API server -> every running kubelet through the node proxy (the API server's kubelet client and the kubelets' serving certificates)",

@@ -2,8 +2,13 @@ package framework
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -115,4 +120,53 @@ func (m *ManagedControlPlane) etcdServers() string {
 		urls = append(urls, "https://"+client)
 	}
 	return strings.Join(urls, ",")
+}
+
+// EtcdGatewayServes asks every etcd member for its status through its JSON
+// gateway (POST /v3/maintenance/status), as a client that verifies the
+// member against the etcd bundle and presents the API server's etcd client
+// certificate, both as the store holds them now. The gateway passes the
+// request on to the member's own gRPC server over TLS, presenting the
+// member's serving certificate as its client certificate (etcd's embed
+// package dials itself so): a serving certificate without the clientAuth
+// usage fails that handshake and the gateway answers an error, while the
+// API server, which speaks gRPC to etcd, notices nothing.
+func (m *ManagedControlPlane) EtcdGatewayServes(ctx context.Context) error {
+	pair, err := tls.LoadX509KeyPair(m.file("apiserver-etcd-client.crt"), m.file("apiserver-etcd-client.key"))
+	if err != nil {
+		return err
+	}
+	bundle, err := os.ReadFile(m.file("etcd-ca.crt"))
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(bundle) {
+		return fmt.Errorf("etcd-ca.crt holds no certificate")
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext:       func(ctx context.Context, _, address string) (net.Conn, error) { return m.dial(ctx, address) },
+		TLSClientConfig:   &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
+		DisableKeepAlives: true,
+	}}
+	for i := range m.etcds {
+		name, address, _, _ := m.etcdMember(i)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+address+"/v3/maintenance/status", strings.NewReader("{}"))
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("etcd member %s: %w", name, err)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_ = resp.Body.Close()
+		switch {
+		case err != nil:
+			return fmt.Errorf("etcd member %s: %w", name, err)
+		case resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"version"`):
+			return fmt.Errorf("etcd member %s's gateway answers %s: %s", name, resp.Status, body)
+		}
+	}
+	return nil
 }

@@ -135,6 +135,8 @@ func runControlPlane(ctx context.Context, c *v1alpha1.Cluster, cp *framework.Man
 	Expect(cp.Start(ctx)).To(Succeed())
 	DeferCleanup(platform.Start(100 * time.Millisecond))
 	Eventually(platform.Settled).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "Carousel rolls the control plane once it sees it")
+	Eventually(cp.EtcdGatewayServes).WithContext(ctx).WithTimeout(30*time.Second).Should(Succeed(),
+		"etcd's gateway reaches etcd's gRPC server with the serving certificate Carousel issued as its client certificate")
 	cfg, err := framework.RESTConfig(ctx, k8s, c, credentials.CertAdmin)
 	Expect(err).NotTo(HaveOccurred())
 	return cfg
