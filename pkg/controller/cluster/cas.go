@@ -92,7 +92,7 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				cas, data, created = &credentials.CAs{Current: kp, Previous: decoded.Current, Rotation: id}, nil, true
 			}
 			if phase == v1alpha1.RotationAborting {
-				if restored, err = restoreOldCA(cas, id); err != nil {
+				if restored, err = restoreOldCA(cas, id, initiatedAt(c)); err != nil {
 					return nil, fmt.Errorf("secret %s: %w", name, err)
 				}
 				if restored {
@@ -215,8 +215,13 @@ func recordedCAs(c *v1alpha1.Cluster, role v1alpha1.CARole) (current, previous *
 // A role the abort came before has no previous CA and keeps its CA as it is.
 // A Secret that does not say, or names another rotation than id (restored
 // from a copy of another rotation), is an error: swapping it might bring
-// back a CA no longer in use and delete the one in use.
-func restoreOldCA(cas *credentials.CAs, id string) (bool, error) {
+// back a CA no longer in use and delete the one in use. One whose current
+// CA was minted before the rotation started, at started, and whose previous
+// one after (swappedAlready) was swapped already, whatever its annotations
+// say: put back by hand without carousel.dev/aborted-rotation, it gets the
+// annotation back and keeps its CAs, for a swap would make the aborted CA
+// current and have the abort delete the old one.
+func restoreOldCA(cas *credentials.CAs, id string, started time.Time) (bool, error) {
 	switch {
 	case cas.Previous == nil || cas.Restored():
 		return false, nil
@@ -226,9 +231,39 @@ func restoreOldCA(cas *credentials.CAs, id string) (bool, error) {
 	case id != "" && cas.Rotation != id:
 		return false, fmt.Errorf("its CAs are from rotation %s, not from the one aborted (%s): refusing to swap them; restore the Secret of this rotation",
 			cas.Rotation, id)
+	case swappedAlready(cas, started):
+		cas.AbortedRotation = cas.Rotation
+		return false, nil
 	}
 	cas.Current, cas.Previous, cas.AbortedRotation = cas.Previous, cas.Current, cas.Rotation
 	return true, nil
+}
+
+// mintSkew is how far behind the clock of the replica that started a
+// rotation the clock of one that minted its new CAs may be.
+const mintSkew = time.Minute
+
+// swappedAlready says whether cas, two CAs of a role in a rotation that
+// started at started (zero when unknown), are the old CA as current and the
+// rotation's new one as previous. A CA the rotation minted is valid from
+// pki.Backdate before it was minted, after the start; the old CA was minted
+// before. An old CA valid from less than pki.Backdate and mintSkew before
+// the start cannot be told apart so: the annotations say.
+func swappedAlready(cas *credentials.CAs, started time.Time) bool {
+	if started.IsZero() {
+		return false
+	}
+	rotationStart := started.Add(-pki.Backdate - mintSkew)
+	return cas.Current.Cert.NotBefore.Before(rotationStart) && !cas.Previous.Cert.NotBefore.Before(rotationStart)
+}
+
+// initiatedAt is when c's rotation started; zero when its status does not
+// say.
+func initiatedAt(c *v1alpha1.Cluster) time.Time {
+	if rot := c.CARotation(); rot != nil && rot.LastInitiationTime != nil {
+		return rot.LastInitiationTime.Time
+	}
+	return time.Time{}
 }
 
 // caAnnotations are the annotations of a role's CA Secret: the rotation

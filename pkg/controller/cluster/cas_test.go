@@ -28,42 +28,71 @@ import (
 func TestRestoreOldCA(t *testing.T) {
 	const id, earlier = "2026-11-26T10:00:00Z", "2026-05-01T10:00:00Z"
 	oldCA, newCA := pkitest.NewCA(t, "old"), pkitest.NewCA(t, "new")
+	started, err := time.Parse(time.RFC3339, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mintedAt := func(name string, at time.Time) *pki.KeyPair {
+		key, err := pki.GenerateKey(pki.ECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca, err := pki.NewCA(pki.CATemplate{CommonName: name, Validity: 24 * time.Hour}, key, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	// Minted long before the start, and by the rotation, its clock behind.
+	mintedBefore, mintedByIt := mintedAt("old", started.Add(-time.Hour)), mintedAt("new", started.Add(-30*time.Second))
+	// Minted just before the start: the times do not tell.
+	mintedJustBefore := mintedAt("old", started.Add(-30*time.Second))
 	for _, tt := range []struct {
 		name        string
 		in          credentials.CAs
 		id          string
+		started     time.Time
 		want        credentials.CAs
 		wantSwapped bool
 		wantErr     string
 	}{
+		{"the rotation's new CA current, times known: swapped",
+			credentials.CAs{Current: mintedByIt, Previous: mintedBefore, Rotation: id}, id, started,
+			credentials.CAs{Current: mintedBefore, Previous: mintedByIt, Rotation: id, AbortedRotation: id}, true, ""},
+		{"swapped, put back by hand without the aborted-rotation annotation: kept, the annotation back",
+			credentials.CAs{Current: mintedBefore, Previous: mintedByIt, Rotation: id}, id, started,
+			credentials.CAs{Current: mintedBefore, Previous: mintedByIt, Rotation: id, AbortedRotation: id}, false, ""},
+		{"an old CA minted just before the start: the annotations say",
+			credentials.CAs{Current: mintedJustBefore, Previous: mintedByIt, Rotation: id}, id, started,
+			credentials.CAs{Current: mintedByIt, Previous: mintedJustBefore, Rotation: id, AbortedRotation: id}, true, ""},
 		{"this rotation's new CA: the old one is current again",
-			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: id}, id,
+			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: id}, id, time.Time{},
 			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: id, AbortedRotation: id}, true, ""},
 		{"swapped before a crash: never swapped back",
-			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: id, AbortedRotation: id}, id,
+			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: id, AbortedRotation: id}, id, time.Time{},
 			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: id, AbortedRotation: id}, false, ""},
 		{"the new CA already deleted",
-			credentials.CAs{Current: oldCA, Rotation: id, AbortedRotation: id}, id,
+			credentials.CAs{Current: oldCA, Rotation: id, AbortedRotation: id}, id, time.Time{},
 			credentials.CAs{Current: oldCA, Rotation: id, AbortedRotation: id}, false, ""},
 		{"aborted before this role got a new CA",
-			credentials.CAs{Current: oldCA, Rotation: earlier}, id,
+			credentials.CAs{Current: oldCA, Rotation: earlier}, id, time.Time{},
 			credentials.CAs{Current: oldCA, Rotation: earlier}, false, ""},
 		{"a status without the rotation's start: the Secret says which CA is new",
-			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: earlier}, "",
+			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: earlier}, "", time.Time{},
 			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: earlier, AbortedRotation: earlier}, true, ""},
 		{"an earlier abort's record does not count for this rotation",
-			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: id, AbortedRotation: earlier}, id,
+			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: id, AbortedRotation: earlier}, id, time.Time{},
 			credentials.CAs{Current: oldCA, Previous: newCA, Rotation: id, AbortedRotation: id}, true, ""},
 		{"two CAs and no rotation annotation: which is new is unknown",
-			credentials.CAs{Current: newCA, Previous: oldCA}, id,
+			credentials.CAs{Current: newCA, Previous: oldCA}, id, time.Time{},
 			credentials.CAs{Current: newCA, Previous: oldCA}, false, "no carousel.dev/rotation annotation"},
 		{"a Secret restored from another rotation's copy is not swapped",
-			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: earlier}, id,
+			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: earlier}, id, time.Time{},
 			credentials.CAs{Current: newCA, Previous: oldCA, Rotation: earlier}, false, "not from the one aborted"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.in
-			swapped, err := restoreOldCA(&got, tt.id)
+			swapped, err := restoreOldCA(&got, tt.id, tt.started)
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("restoreOldCA: err = %v, want %q", err, tt.wantErr)
 			}
