@@ -156,23 +156,12 @@ const (
 )
 
 // RBAC returns the bindings of the TLS-bootstrapping flow: Carousel's
-// bootstrappers may create CSRs and ask for node client certificates, nodes
-// may renew their own and read kube-system/carousel-node-trust, and anyone
-// may read kube-public/cluster-info.
+// bootstrappers may create CSRs, nodes may read
+// kube-system/carousel-node-trust, and anyone may read
+// kube-public/cluster-info.
 func RBAC(cluster string) []client.Object {
-	bootstrappers := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: Group(cluster)}}
-	binding := func(name, role string, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
-		return &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   subjects,
-		}
-	}
 	return []client.Object{
-		binding(BindingNodeBootstrapper, "system:node-bootstrapper", bootstrappers),
-		binding(BindingNodeClient, "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrappers),
-		binding(BindingSelfNodeClient, "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
-			[]rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}}),
+		clusterRoleBinding(BindingNodeBootstrapper, "system:node-bootstrapper", bootstrappers(cluster)),
 		&rbacv1.Role{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: ClusterInfoRole},
 			Rules: []rbacv1.PolicyRule{{
@@ -202,6 +191,34 @@ func RBAC(cluster string) []client.Object {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: NodeTrustRole},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}},
 		},
+	}
+}
+
+// AutoApproveBindings are the bindings kube-controller-manager's
+// csrapproving controller checks before it approves a kubelet's client
+// CSR: Carousel's bootstrappers may ask for node client certificates
+// (nodeclient), nodes may renew their own (selfnodeclient). Carousel's
+// approver needs neither. They are there only while the Cluster approves
+// client CSRs automatically: where that controller runs, they would have it
+// approve what csrApproval.client Manual leaves to an administrator.
+func AutoApproveBindings(cluster string) []client.Object {
+	return []client.Object{
+		clusterRoleBinding(BindingNodeClient, "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrappers(cluster)),
+		clusterRoleBinding(BindingSelfNodeClient, "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+			[]rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}}),
+	}
+}
+
+// bootstrappers is the group of the Cluster's bootstrap tokens.
+func bootstrappers(cluster string) []rbacv1.Subject {
+	return []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: Group(cluster)}}
+}
+
+func clusterRoleBinding(name, role string, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   subjects,
 	}
 }
 

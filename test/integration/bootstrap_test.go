@@ -323,8 +323,23 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		setApproval := func(ctx context.Context, mode v1alpha1.ApprovalMode) {
 			updateClusterSpec(ctx, key, func(spec *v1alpha1.ClusterSpec) { spec.KubeletBootstrap.CSRApproval.Client = mode })
 		}
+		// The bindings kube-controller-manager's csrapproving controller
+		// would approve by are there only while approval is Auto.
+		autoApproveBindings := func(ctx context.Context) []string {
+			var there []string
+			for _, name := range []string{bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient} {
+				_, err := admin.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{})
+				if !apierrors.IsNotFound(err) {
+					Expect(err).NotTo(HaveOccurred())
+					there = append(there, name)
+				}
+			}
+			return there
+		}
 		setApproval(ctx, v1alpha1.ApprovalManual)
 		DeferCleanup(func(ctx SpecContext) { setApproval(ctx, v1alpha1.ApprovalAuto) })
+		Eventually(autoApproveBindings).WithContext(ctx).Within(30*time.Second).Should(BeEmpty(),
+			"manual approval deletes the bindings kube-controller-manager's csrapproving controller approves by")
 
 		err := agent.Refresh(ctx, "seed1", time.Hour, 2*time.Second)
 		Expect(err).To(MatchError(ContainSubstring("timed out after 2s waiting for CSR node-csr-refresh-worker-1-seed1 to be approved and signed; " +
@@ -337,6 +352,8 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(left.Status.Certificate).NotTo(BeEmpty())
 		}).WithContext(ctx).Within(30 * time.Second).Should(Succeed())
+		Eventually(autoApproveBindings).WithContext(ctx).Within(30*time.Second).Should(ConsistOf(bootstrap.BindingNodeClient, bootstrap.BindingSelfNodeClient),
+			"automatic approval makes them again")
 		setApproval(ctx, v1alpha1.ApprovalManual)
 
 		_, edKey, err := ed25519.GenerateKey(rand.Reader)

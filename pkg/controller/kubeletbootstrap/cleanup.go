@@ -158,7 +158,7 @@ func (r *Reconciler) cleanup(ctx context.Context, c *v1alpha1.Cluster) error {
 		client.MatchingLabels{v1alpha1.LabelServingAddresses: c.Name}); err != nil {
 		return fmt.Errorf("deleting pinned node addresses: %w", err)
 	}
-	objs := append(bootstrap.RBAC(c.Name),
+	objs := append(append(bootstrap.RBAC(c.Name), bootstrap.AutoApproveBindings(c.Name)...),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstrap.NodeTrustConfigMap}})
 	var errs []error

@@ -125,9 +125,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return nil
 	}
-	for _, obj := range bootstrap.RBAC(c.Name) {
+	autoApprove := c.Spec.KubeletBootstrap.CSRApproval.Client != v1alpha1.ApprovalManual
+	rbac := bootstrap.RBAC(c.Name)
+	if autoApprove {
+		rbac = append(rbac, bootstrap.AutoApproveBindings(c.Name)...)
+	}
+	for _, obj := range rbac {
 		if err := stop(ensure(ctx, conn.Client, obj)); err != nil {
 			return ctrl.Result{}, err
+		}
+	}
+	if !autoApprove {
+		for _, obj := range bootstrap.AutoApproveBindings(c.Name) {
+			if err := stop(remove(ctx, conn.Client, obj)); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 	}
 	tokens, next, tokensErr := r.signTokens(ctx, c, conn.Client, bundles.cluster)
@@ -362,6 +374,20 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 	obj.SetResourceVersion(existing.GetResourceVersion())
 	if err := c.Update(ctx, obj); err != nil {
 		return fmt.Errorf("updating %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
+
+// remove deletes obj, as it is there (a UID precondition), unless it is not
+// there.
+func remove(ctx context.Context, c client.Client, obj client.Object) error {
+	existing := obj.DeepCopyObject().(client.Object)
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	if err == nil {
+		err = c.Delete(ctx, existing, client.Preconditions{UID: ptr.To(existing.GetUID())})
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
 	}
 	return nil
 }
