@@ -102,7 +102,9 @@ type CARotationApplyConfiguration struct {
 	// <cluster>-kubelet-client-certificates) when the rotation started, or
 	// of the first one the old-CA usage gate read (in Prepared). Once it is
 	// gone or another one, the gate names the managed cluster while some
-	// online Node has no node agent to report its kubelet's certificate.
+	// Node, online or offline, has no node agent report on its kubelet's
+	// certificate (an offline one with a node agent, which bootstraps its
+	// kubelet again once back, aside).
 	KubeletRecordUID *types.UID `json:"kubeletRecordUID,omitempty"`
 	// OldCAUsage names, while the rotation is Prepared, who still depends
 	// on the old CAs: complete-ca-rotation is refused while it names
