@@ -108,10 +108,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// A write the managed cluster refuses (refused.Is: an admission policy
 	// against bindings to system:anonymous, say) holds up only what comes
-	// after it and needs it: a refused binding holds up nothing, the tokens
-	// and their signatures in cluster-info hold up the kubeconfig that hands
-	// one out, and so does the node trust ConfigMap, written before it as
-	// ever. Any other error (the API server slow or down) ends the pass, as
+	// after it and needs it: a refused binding holds up nothing, nor does a
+	// refused deletion of an old token (ensureTokens); the tokens and their
+	// signatures in cluster-info hold up the kubeconfig that hands one out,
+	// and so does the node trust ConfigMap, written before it as ever. Any other error (the API server slow or down) ends the pass, as
 	// the next request would most likely fail the same way.
 	var refusals []error
 	// stop keeps a refusal and goes on; any other error ends the pass, with
@@ -153,7 +153,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := stop(trustErr); err != nil {
 		return ctrl.Result{}, err
 	}
-	if tokensErr == nil && trustErr == nil {
+	if tokens != nil && trustErr == nil {
 		if err := stop(r.publishKubeconfig(ctx, c, bundles.cluster, tokens)); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -165,18 +165,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // signTokens issues the bootstrap tokens (ensureTokens) and signs them in
-// cluster-info, before any is handed out. It returns the live tokens and when
-// they need looking at again.
+// cluster-info, before any is handed out. It returns the live tokens, nil
+// unless they are signed, and when they need looking at again; err may then
+// hold the deletions of tokens the managed cluster refused.
 func (r *Reconciler) signTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client, clusterBundle []byte) ([]bootstrap.Token, time.Time, error) {
-	tokens, next, err := r.ensureTokens(ctx, c, remote)
+	tokens, next, deletesRefused, err := r.ensureTokens(ctx, c, remote)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, errors.Join(deletesRefused, err)
 	}
 	info, err := bootstrap.ClusterInfo(c.Spec.ControlPlane.Endpoint, clusterBundle, tokens)
 	if err == nil {
 		err = ensure(ctx, remote, info)
 	}
-	return tokens, next, err
+	if err != nil {
+		return nil, time.Time{}, errors.Join(deletesRefused, err)
+	}
+	return tokens, next, deletesRefused
 }
 
 // lookAgainIn is how long until the pass after one that found the next
@@ -227,13 +231,23 @@ func (r *Reconciler) bundles(ctx context.Context, c *v1alpha1.Cluster) (trustBun
 // its life left. It returns the live tokens and when they need looking at
 // again. A token Secret without a readable expiration never expires for the
 // API server, and the CSR approver would take it for one of Carousel's: it
-// must not stay.
-func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client) ([]bootstrap.Token, time.Time, error) {
+// must not stay. A deletion the managed cluster refuses (an admission policy
+// on kube-system's Secrets, say) is returned in deletesRefused and holds up
+// nothing: no token it leaves is live, and new nodes still need one.
+func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client) (tokens []bootstrap.Token, next time.Time, deletesRefused, err error) {
+	var refusals []error
+	// deleted keeps a refused deletion; any other error is returned.
+	deleted := func(err error) error {
+		if refused.Is(err) {
+			refusals = append(refusals, err)
+			return nil
+		}
+		return client.IgnoreNotFound(err)
+	}
 	var secrets corev1.SecretList
 	if err := remote.List(ctx, &secrets, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{v1alpha1.LabelBootstrapToken: c.Name}); err != nil {
-		return nil, time.Time{}, fmt.Errorf("listing bootstrap tokens: %w", err)
+		return nil, time.Time{}, nil, fmt.Errorf("listing bootstrap tokens: %w", err)
 	}
-	var tokens []bootstrap.Token
 	uids := map[string]types.UID{}
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
@@ -244,8 +258,8 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 			continue
 		}
 		log.FromContext(ctx).Info("Deleting a Secret labelled as a bootstrap token of the Cluster's that holds no valid one (without a readable expiration it would never expire)", "secret", s.Name, "reason", err.Error())
-		if err := remote.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
-			return nil, time.Time{}, fmt.Errorf("deleting bootstrap token Secret %s, which does not parse: %w", s.Name, err)
+		if err := deleted(remote.Delete(ctx, s, client.Preconditions{UID: &s.UID})); err != nil {
+			return nil, time.Time{}, errors.Join(refusals...), fmt.Errorf("deleting bootstrap token Secret %s, which does not parse: %w", s.Name, err)
 		}
 	}
 	now, ttl := r.Clock.Now(), c.Spec.KubeletBootstrap.TokenTTLOrDefault()
@@ -255,22 +269,22 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 			log.FromContext(ctx).Info("Deleting a bootstrap token valid for longer than the Cluster's token TTL", "token", t.ID, "expires", t.Expires, "ttl", ttl)
 		}
 		uid := uids[t.ID] // the Secret listed, not one made since under its name
-		if err := remote.Delete(ctx, bootstrap.TokenSecret(c.Name, t), client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return nil, time.Time{}, fmt.Errorf("deleting bootstrap token %s (expired, or valid for longer than the token TTL): %w", t.ID, err)
+		if err := deleted(remote.Delete(ctx, bootstrap.TokenSecret(c.Name, t), client.Preconditions{UID: &uid})); err != nil {
+			return nil, time.Time{}, errors.Join(refusals...), fmt.Errorf("deleting bootstrap token %s (expired, or valid for longer than the token TTL): %w", t.ID, err)
 		}
 	}
 	if create {
 		t, err := bootstrap.NewToken(ttl, now)
 		if err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, errors.Join(refusals...), err
 		}
 		if err := remote.Create(ctx, bootstrap.TokenSecret(c.Name, t)); err != nil {
-			return nil, time.Time{}, fmt.Errorf("creating a bootstrap token: %w", err)
+			return nil, time.Time{}, errors.Join(refusals...), fmt.Errorf("creating a bootstrap token: %w", err)
 		}
 		keep = append(keep, t)
 	}
 	newest, _ := bootstrap.Newest(keep, now)
-	return keep, newest.Expires.Add(-ttl / 3), nil
+	return keep, newest.Expires.Add(-ttl / 3), errors.Join(refusals...), nil
 }
 
 // publishKubeconfig writes the bootstrap kubeconfig with the newest token

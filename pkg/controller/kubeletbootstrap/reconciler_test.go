@@ -2,6 +2,7 @@ package kubeletbootstrap
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestATokenLabelledForTheClusterThatDoesNotParseIsDeleted(t *testing.T) {
 	remote := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(live, neverExpires, garbled, others).Build()
 	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
 
-	tokens, _, err := r.ensureTokens(context.Background(), c, remote)
+	tokens, _, _, err := r.ensureTokens(context.Background(), c, remote)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestATokenSecretTheAPIServerWouldNotAuthenticateIsDeleted(t *testing.T) {
 	remote := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(misnamed, kubeadms, opaque, otherGroup).Build()
 	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
 
-	tokens, _, err := r.ensureTokens(context.Background(), c, remote)
+	tokens, _, _, err := r.ensureTokens(context.Background(), c, remote)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,11 +129,40 @@ func TestAnExpiredTokenIsDeletedAsTheSecretListed(t *testing.T) {
 		},
 	}).Build()
 	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
-	if _, _, err := r.ensureTokens(context.Background(), c, remote); err != nil {
+	if _, _, _, err := r.ensureTokens(context.Background(), c, remote); err != nil {
 		t.Fatal(err)
 	}
 	if len(preconditions) != 1 || preconditions[0] == nil || *preconditions[0] != "listed" {
 		t.Errorf("deletes with UID preconditions %v, want one, of the Secret listed", preconditions)
+	}
+}
+
+// A deletion of an old token the managed cluster refuses (an admission
+// policy on kube-system's Secrets) is reported, and a new token is issued all
+// the same: new nodes need one, and the one left is not live.
+func TestARefusedDeletionOfAnOldTokenStillIssuesANewOne(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	expired := tokenSecret("prod", "aaaaaa", now.Add(-time.Minute).Format(time.RFC3339))
+	unreadable := tokenSecret("prod", "bbbbbb", "")
+	remote := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(expired, unreadable).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			return apierrors.NewForbidden(corev1.Resource("secrets"), obj.GetName(), errors.New("deleting Secrets of kube-system is not allowed"))
+		},
+	}).Build()
+	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
+	tokens, _, deletesRefused, err := r.ensureTokens(context.Background(), c, remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deletesRefused == nil || !strings.Contains(deletesRefused.Error(), "bootstrap-token-aaaaaa") || !strings.Contains(deletesRefused.Error(), "bootstrap-token-bbbbbb") {
+		t.Errorf("refused deletions %v, want both Secrets'", deletesRefused)
+	}
+	if len(tokens) != 1 || tokens[0].ID == "aaaaaa" || tokens[0].ID == "bbbbbb" {
+		t.Fatalf("tokens = %+v, want one new token alone", tokens)
+	}
+	if err := remote.Get(context.Background(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + tokens[0].ID}, &corev1.Secret{}); err != nil {
+		t.Errorf("the new token's Secret: %v", err)
 	}
 }
 
@@ -164,7 +194,7 @@ func TestATokenTTLPastTheWebhookIssuesTokensWithinTheBounds(t *testing.T) {
 				}}).Build()
 			clock := clocktesting.NewFakePassiveClock(now)
 			r := &Reconciler{Clock: clock}
-			first, _, err := r.ensureTokens(context.Background(), c, remote)
+			first, _, _, err := r.ensureTokens(context.Background(), c, remote)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +202,7 @@ func TestATokenTTLPastTheWebhookIssuesTokensWithinTheBounds(t *testing.T) {
 				t.Fatalf("tokens = %+v, want one that expires at %s", first, now.Add(tt.want))
 			}
 			clock.SetTime(now.Add(time.Second))
-			second, _, err := r.ensureTokens(context.Background(), c, remote)
+			second, _, _, err := r.ensureTokens(context.Background(), c, remote)
 			if err != nil {
 				t.Fatal(err)
 			}
