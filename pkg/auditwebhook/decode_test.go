@@ -32,9 +32,11 @@ func TestADecodedBatchHoldsLittleMoreThanItsEvents(t *testing.T) {
 			(smallBatchObjects - 2) / 3, true, nil},
 		{"one event at a time", `{"user":{"extra":{` + strings.Repeat(`"k":["v"],`, 10) + `"k":["v"]}}}`, maxEventsPerBatch, false, nil},
 		{"too many objects at once", `{"user":{"extra":{"k":["v"]}}}`, smallBatchCommas - 2, false, errTooManyEvents},
+		{"an array of credential IDs as long as it may be", `{"user":{"extra":{"authentication.kubernetes.io/credential-id":[` +
+			strings.Repeat(`"",`, maxExtraBytes/3-30) + `""]}}}`, 1, true, nil},
+		{"as many other extra keys as may be", `{"user":{"extra":{` + strings.Repeat(`"":[],`, maxExtraBytes/6-10) + `"":[]}}}`, 1, true, nil},
 		{"an array of a million credential IDs", `{"user":{"extra":{"authentication.kubernetes.io/credential-id":[` + strings.Repeat(`"",`, 1<<20) + `""]}}}`,
-			1, false, nil},
-		{"a million other extra keys", `{"user":{"extra":{` + strings.Repeat(`"":[],`, 1<<20) + `"":[]}}}`, 1, false, nil},
+			1, false, errExtraTooLarge},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
@@ -76,19 +78,39 @@ func TestDecodingAllocatesNoMoreThanItsCost(t *testing.T) {
 		"a user name with an escape":   `{"user":{"username":"\n` + long + `"}}`,
 		"an extra value with escapes":  `{"user":{"extra":{"k":["` + strings.Repeat(`\u00e9`, 1<<20) + `"]}}}`,
 		"a user name of plain letters": `{"user":{"username":"` + long + `"}}`,
+		// Decoded at once (fewer than smallBatchCommas commas), into a map
+		// of as many entries.
+		"an extra of many keys": `{"user":{"extra":{` + manyKeys(smallBatchCommas-10) + `}}}`,
+		// Decoded an event at a time (the commas of the user names of the
+		// events before), its extra, as large as it may be, by a decoder of
+		// its own.
+		"an extra as large as may be": strings.Repeat(`{"user":{"username":"`+strings.Repeat(",", 1000)+`"}},`, smallBatchCommas/1000) +
+			`{"user":{"extra":{"k":["` + strings.Repeat("a", maxExtraBytes-20) + `"]}}}`,
 	} {
 		body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + event + `]}`)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		batch, err := decodeBatch(body)
 		runtime.ReadMemStats(&after)
-		if err != nil || len(batch.Items) != 1 {
+		if err != nil || len(batch.Items) != strings.Count(event, `{"user"`) {
 			t.Fatalf("%s: decoded %d events, %v", name, len(batch.Items), err)
 		}
 		if allocated := int64(after.TotalAlloc - before.TotalAlloc); allocated > decodeCost(body) {
 			t.Errorf("%s: decoding %d KiB allocated %d KiB, more than the %d KiB it reserves", name, len(body)>>10, allocated>>10, decodeCost(body)>>10)
 		}
 	}
+}
+
+// manyKeys are n JSON object members "<i>":[], apart.
+func manyKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"%d":[]`, i)
+	}
+	return b.String()
 }
 
 // The costliest batch the receiver reads, a body of unknown length up to

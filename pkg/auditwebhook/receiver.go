@@ -74,11 +74,13 @@ const maxBatchBytes = 16 << 20
 // fewer than smallBatchObjects '{', which every object starts with (a comma
 // or brace in a string only counts one too many), is decoded at once, each
 // event's user.extra into a map (the fastest: BenchmarkReceiveBatch), to at
-// most some 10 MiB besides its strings: kube-apiserver's default batch, 400
-// events at the Metadata level, has some 10,000 commas and 3,000 braces. A
-// larger one, such as a batch whose policy records request bodies, is decoded
-// one event at a time, keeping of each user.extra only the client-certificate
-// IDs (largeEvents, credentialIDs), and refused with 413 past maxEventsPerBatch events
+// most some 10 MiB besides its strings and the members of those maps, some
+// 200 bytes each (decodeCost counts one for each ',' and '{'):
+// kube-apiserver's default batch, 400 events at the Metadata level, has some
+// 10,000 commas and 3,000 braces. A larger one, such as a batch whose policy records request bodies,
+// is decoded one event at a time, keeping of each user.extra, of at most
+// maxExtraBytes, only the client-certificate IDs (largeEvents,
+// credentialIDs), and refused with 413 past maxEventsPerBatch events
 // (TestADecodedBatchHoldsLittleMoreThanItsEvents).
 const (
 	smallBatchCommas  = 100_000
@@ -124,10 +126,10 @@ const (
 	MaxBatchesInFlightPerCluster   = 4
 	MaxBatchesInFlightPerNamespace = MaxBatchesInFlight * 3 / 4
 	MaxBatchesInFlight             = 32
-	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 98
+	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 99
 	// MiB: maxBatchBytes of a body of unknown length, decoded an event at a
 	// time, one event as large as the body), MaxBytesInFlight two of them; a
-	// batch of 400 events at the Metadata level costs about 4 MiB.
+	// batch of 400 events at the Metadata level costs about 6 MiB.
 	MaxBytesInFlightPerCluster   = 100 << 20
 	MaxBytesInFlightPerNamespace = MaxBytesInFlight * 3 / 4
 	MaxBytesInFlight             = 2 * MaxBytesInFlightPerCluster
@@ -142,18 +144,23 @@ func readCost(limit int64) int64 { return 2 * limit }
 // into a buffer of its length, then copied), and its events, at most one a
 // '{': a small batch's fewer than smallBatchObjects, each with its
 // user.extra's map (some 300 bytes, and a smallEvent and an auditEvent, 160),
+// and that map's members, at most one a ',' or '{' (some 200 bytes each,
+// with the tables the map outgrows: a sender may make them all one event's
+// extra),
 // a large one's at most maxEventsPerBatch (an auditEvent); each twice while
 // their slice grows. A large batch's decoder also holds the event it reads,
-// in a buffer up to twice as large. Besides, 64 KiB for the decoder's own
-// (large allocations are rounded up to whole pages). Invalid UTF-8 would
-// cost more: each byte of it becomes a 3-byte U+FFFD; the receiver refuses
-// it.
+// in a buffer up to twice as large, and the decoder of its user.extra
+// (credentialIDs) a buffer of up to twice maxExtraBytes and the string it
+// reads. Besides, 64 KiB for the decoder's own (large allocations are
+// rounded up to whole pages). Invalid UTF-8 would cost more: each byte of it
+// becomes a 3-byte U+FFFD; the receiver refuses it.
 func decodeCost(body []byte) int64 {
-	const perSmallEvent, perLargeEvent, decoder = 512, int64(unsafe.Sizeof(auditEvent{})), 64 << 10
+	const perSmallEvent, perSmallMember, perLargeEvent, decoder = 512, 192, int64(unsafe.Sizeof(auditEvent{})), 64 << 10
 	if isSmallBatch(body) {
-		return 2*int64(len(body)) + 2*int64(bytes.Count(body, []byte{'{'}))*perSmallEvent + decoder
+		objects := int64(bytes.Count(body, []byte{'{'}))
+		return 2*int64(len(body)) + 2*objects*perSmallEvent + (int64(bytes.Count(body, []byte{','}))+objects)*perSmallMember + decoder
 	}
-	return 4*int64(len(body)) + 2*maxEventsPerBatch*perLargeEvent + decoder
+	return 4*int64(len(body)) + 2*maxEventsPerBatch*perLargeEvent + 4*maxExtraBytes + decoder
 }
 
 // defaultBodyTimeout is kube-apiserver's timeout of a request of its audit
@@ -545,7 +552,19 @@ type credentialIDs []string
 // maxCredentialIDs bounds the client-certificate IDs an event keeps.
 const maxCredentialIDs = 8
 
+// maxExtraBytes bounds the user.extra of an event of a large batch, which
+// its decoder reads into a buffer of its own: kube-apiserver's authenticators
+// put a few short values there.
+const maxExtraBytes = 256 << 10
+
+// errExtraTooLarge refuses a large batch with an event whose user.extra
+// takes more than maxExtraBytes.
+var errExtraTooLarge = fmt.Errorf("an event's user.extra may take at most %d bytes in a batch decoded an event at a time", maxExtraBytes)
+
 func (c *credentialIDs) UnmarshalJSON(data []byte) error {
+	if len(data) > maxExtraBytes {
+		return fmt.Errorf("%w (it takes %d)", errExtraTooLarge, len(data))
+	}
 	typ := reflect.TypeFor[map[string][]string]()
 	dec, null, err := openJSON(data, '{', typ)
 	if err != nil || null {
