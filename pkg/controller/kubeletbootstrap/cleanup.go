@@ -29,33 +29,39 @@ const DefaultCleanupTimeout = 5 * time.Minute
 // cleanupRetry is how soon a failed cleanup is tried again.
 const cleanupRetry = 5 * time.Second
 
-// clearedEndpointAttempts is how many times the cleanup of a Cluster whose
-// endpoint was cleared is tried, cleanupRetry apart, before it is released
-// without it.
-const clearedEndpointAttempts = 12
+// clearedEndpointTimeout is how long the cleanup of a Cluster whose
+// endpoint was cleared is tried, cleanupRetry apart, from its first
+// failure, before the Cluster is released without it: by time, for any
+// change of the Cluster's Secrets and ConfigMaps (which clearing the
+// endpoint makes) starts a pass too.
+const clearedEndpointTimeout = 12 * cleanupRetry
 
-// failedCleanups counts, by Cluster, the failed cleanups of a cleared
-// endpoint.
+// failedCleanups keeps, by Cluster, when the cleanup of a cleared endpoint
+// first failed.
 type failedCleanups struct {
-	mu sync.Mutex
-	n  map[client.ObjectKey]int
+	mu    sync.Mutex
+	first map[client.ObjectKey]time.Time
 }
 
-// add counts one more failure of key's cleanup, and returns how many.
-func (f *failedCleanups) add(key client.ObjectKey) int {
+// since records a failure of key's cleanup at now, and returns how long
+// ago the first one was.
+func (f *failedCleanups) since(key client.ObjectKey, now time.Time) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n == nil {
-		f.n = map[client.ObjectKey]int{}
+	if f.first == nil {
+		f.first = map[client.ObjectKey]time.Time{}
 	}
-	f.n[key]++
-	return f.n[key]
+	first, ok := f.first[key]
+	if !ok {
+		first, f.first[key] = now, now
+	}
+	return now.Sub(first)
 }
 
 func (f *failedCleanups) forget(key client.ObjectKey) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.n, key)
+	delete(f.first, key)
 }
 
 // errNoEndpoint is why a Cluster without an endpoint, nor a connection still
@@ -79,8 +85,8 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, c *v1alpha1.Cluster) e
 // finalize removes Carousel's objects from the managed cluster of a deleted
 // Cluster, or of one whose endpoint was cleared, and then releases it (the
 // finalizer). A managed cluster that stays unreachable holds a deletion for
-// CleanupTimeout at most, a cleared endpoint clearedEndpointAttempts (the
-// connection to the endpoint it had is kept only for them): then the
+// CleanupTimeout at most, a cleared endpoint clearedEndpointTimeout (the
+// connection to the endpoint it had is kept only for it): then the
 // Cluster is released with a Warning event that names what was left behind;
 // at once when there is nothing to reach it by (errNoEndpoint).
 func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Result, error) {
@@ -93,11 +99,11 @@ func (r *Reconciler) finalize(ctx context.Context, c *v1alpha1.Cluster) (ctrl.Re
 	switch {
 	case err == nil || errors.Is(err, errNoEndpoint):
 	case c.DeletionTimestamp.IsZero():
-		if attempt := r.failedCleanups.add(key); attempt < clearedEndpointAttempts {
-			log.FromContext(ctx).Info("cleanup of the managed cluster, whose endpoint was cleared, failed; retrying", "error", err.Error(), "attempt", attempt)
-			return ctrl.Result{RequeueAfter: cleanupRetry}, nil
+		if failing := r.failedCleanups.since(key, r.Clock.Now()); failing < clearedEndpointTimeout {
+			log.FromContext(ctx).Info("cleanup of the managed cluster, whose endpoint was cleared, failed; retrying", "error", err.Error(), "failingFor", failing)
+			return ctrl.Result{RequeueAfter: min(cleanupRetry, clearedEndpointTimeout-failing)}, nil
 		}
-		err = fmt.Errorf("after %d attempts: %w", clearedEndpointAttempts, err)
+		err = fmt.Errorf("after trying for %s: %w", clearedEndpointTimeout, err)
 	default:
 		timeout := r.CleanupTimeout
 		if timeout == 0 {

@@ -3,6 +3,7 @@ package kubeletbootstrap
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -442,33 +443,42 @@ func TestAClusterWithoutAnEndpointIsCleanedUpThroughItsLiveConnection(t *testing
 	}
 }
 
-// The cleanup of a cleared endpoint that fails is tried again a few times,
-// the connection kept for it, before the Cluster is released without it.
+// The cleanup of a cleared endpoint that fails is tried again for a minute,
+// the connection kept for it, before the Cluster is released without it:
+// however many passes fail meanwhile (any change of the Cluster's Secrets
+// starts one, and clearing the endpoint makes many).
 func TestAFailedCleanupOfAClearedEndpointIsTriedAgain(t *testing.T) {
 	management, connections, r, key := clearedEndpointFailingCleanup()
 	recorder := r.Recorder.(*events.FakeRecorder)
-	for attempt := 1; attempt < clearedEndpointAttempts; attempt++ {
+	clock := r.Clock.(*clocktesting.FakeClock)
+	type pass struct{ after, wantRetryIn time.Duration }
+	passes := slices.Repeat([]pass{{0, cleanupRetry}}, 15) // more than the minute's worth, at once
+	passes = append(passes, pass{30 * time.Second, cleanupRetry}, pass{25 * time.Second, cleanupRetry}, pass{4 * time.Second, time.Second})
+	for step, p := range passes {
+		clock.Step(p.after)
 		result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key})
-		if err != nil || result.RequeueAfter != cleanupRetry || connections.disconnected || len(recorder.Events) > 0 {
-			t.Fatalf("attempt %d: %+v, %v, disconnected %v, %d events; want it tried again in %s, still connected", attempt, result, err,
-				connections.disconnected, len(recorder.Events), cleanupRetry)
+		want := p.wantRetryIn
+		if err != nil || result.RequeueAfter != want || connections.disconnected || len(recorder.Events) > 0 {
+			t.Fatalf("pass %d: %+v, %v, disconnected %v, %d events; want it tried again in %s, still connected", step, result, err,
+				connections.disconnected, len(recorder.Events), want)
 		}
 	}
+	clock.Step(time.Second)
 	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key}); err != nil {
 		t.Fatal(err)
 	}
 	got := &v1alpha1.Cluster{}
 	if err := management.Get(t.Context(), key, got); err != nil || len(got.Finalizers) != 0 || !connections.disconnected {
-		t.Fatalf("after %d attempts: finalizers %v (%v), disconnected %v; want it released", clearedEndpointAttempts, got.Finalizers, err, connections.disconnected)
+		t.Fatalf("after %s: finalizers %v (%v), disconnected %v; want it released", clearedEndpointTimeout, got.Finalizers, err, connections.disconnected)
 	}
-	if event := <-recorder.Events; !strings.Contains(event, "after 12 attempts") {
-		t.Errorf("event %q, want it to say the cleanup was given up after 12 attempts", event)
+	if event := <-recorder.Events; !strings.Contains(event, "after trying for 1m0s") {
+		t.Errorf("event %q, want it to say the cleanup was given up after a minute", event)
 	}
 }
 
 // The failed cleanups of an endpoint cleared, then set again, do not count
 // when it is cleared again: its first failure is tried again, not the last
-// of the twelve.
+// of the minute.
 func TestTheCleanupsOfAnEndpointSetAgainCountFromNaught(t *testing.T) {
 	management, _, r, key := clearedEndpointFailingCleanup()
 	setEndpoint := func(endpoint string) {
@@ -482,10 +492,12 @@ func TestTheCleanupsOfAnEndpointSetAgainCountFromNaught(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range clearedEndpointAttempts - 1 {
+	clock := r.Clock.(*clocktesting.FakeClock)
+	for range 12 {
 		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key}); err != nil {
 			t.Fatal(err)
 		}
+		clock.Step(cleanupRetry - time.Second)
 	}
 	setEndpoint("https://192.0.2.1:6443")
 	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key}); err != nil {
