@@ -125,11 +125,14 @@ func (c Checker) whoAmI(ctx context.Context, endpoint string, serverTrust, certP
 	case http.StatusUnauthorized:
 		return leaf.Subject.CommonName, "", errUnauthorized
 	case http.StatusForbidden:
-		// Every authenticated user may create a SelfSubjectReview; a refusal
-		// names the user it was refused to.
+		// Every authenticated user may create a SelfSubjectReview, unless
+		// the cluster trimmed system:basic-user; RBAC's refusal names the
+		// user it authenticated (anonymous for a certificate it did not).
 		var status metav1.Status
-		if json.Unmarshal(payload, &status) == nil && strings.Contains(status.Message, `User "`+anonymousUser+`"`) {
-			return leaf.Subject.CommonName, anonymousUser, nil
+		if json.Unmarshal(payload, &status) == nil {
+			if user, ok := refusedUser(status.Message); ok {
+				return leaf.Subject.CommonName, user, nil
+			}
 		}
 		return leaf.Subject.CommonName, "", fmt.Errorf("self-subject review answered %s: %.200s", resp.Status, payload)
 	case http.StatusOK, http.StatusCreated:
@@ -177,4 +180,15 @@ func (c Checker) timeout() time.Duration {
 		return 10 * time.Second
 	}
 	return c.Timeout
+}
+
+// refusedUser is the user an RBAC refusal's message names
+// (`... is forbidden: User "<name>" cannot create resource ...`).
+func refusedUser(message string) (string, bool) {
+	_, rest, ok := strings.Cut(message, `forbidden: User "`)
+	if !ok {
+		return "", false
+	}
+	user, _, ok := strings.Cut(rest, `" cannot `)
+	return user, ok
 }

@@ -2,10 +2,12 @@ package evidence
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/pem"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +48,64 @@ func TestServesChainToTellsAnUnverifiedCertificateFromAnUnreachableServer(t *tes
 	if err := c.ServesChainTo(ctx, closed, served); err == nil || strings.Contains(err.Error(), "does not verify") ||
 		!strings.Contains(err.Error(), "reaching the API server") {
 		t.Errorf("nothing listening: %v, want it reported as unreachable, not as a certificate that does not verify", err)
+	}
+}
+
+// A cluster that trimmed system:basic-user refuses the SelfSubjectReview
+// (403), and RBAC's refusal names the user the API server authenticated:
+// the certificate's, anonymous, or another.
+func TestARefusedSelfSubjectReviewNamesTheUser(t *testing.T) {
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.NewCA(pki.CATemplate{CommonName: "client CA", Validity: time.Hour}, key, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Validity: time.Hour}, pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := probe.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := func(message string) string {
+		return `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":` + strconv.Quote(message) + `}`
+	}
+	rbac := func(user string) string {
+		return refusal(`selfsubjectreviews.authentication.k8s.io is forbidden: User "` + user +
+			`" cannot create resource "selfsubjectreviews" in API group "authentication.k8s.io" at the cluster scope`)
+	}
+	c := Checker{Timeout: 5 * time.Second}
+	for _, tt := range []struct {
+		name, answer           string
+		accepted, rejected     bool
+		acceptedErr, rejectErr string
+	}{
+		{"the certificate's user", rbac("carousel:trust-probe"), true, false, "", "still accepts"},
+		{"anonymous", rbac("system:anonymous"), false, true, `took the client certificate "carousel:trust-probe" for "system:anonymous"`, ""},
+		{"another user", rbac("someone"), false, false, `for "someone"`, "still accepts"},
+		{"an admission webhook's refusal", refusal(`selfsubjectreviews.authentication.k8s.io is forbidden: denied`), false, false, "answered 403", "answered 403"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusForbidden)
+				_, _ = w.Write([]byte(tt.answer))
+			}))
+			defer api.Close()
+			trust := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})
+			err := c.ClientAccepted(context.Background(), api.URL, trust, probe.CertPEM(), keyPEM)
+			if tt.accepted != (err == nil) || !tt.accepted && !strings.Contains(err.Error(), tt.acceptedErr) {
+				t.Errorf("ClientAccepted: %v, want accepted %t (%q)", err, tt.accepted, tt.acceptedErr)
+			}
+			err = c.ClientRejected(context.Background(), api.URL, trust, probe.CertPEM(), keyPEM)
+			if tt.rejected != (err == nil) || !tt.rejected && !strings.Contains(err.Error(), tt.rejectErr) {
+				t.Errorf("ClientRejected: %v, want rejected %t (%q)", err, tt.rejected, tt.rejectErr)
+			}
+		})
 	}
 }
