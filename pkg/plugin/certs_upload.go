@@ -202,8 +202,10 @@ func (e *env) uploadCommand() *cobra.Command {
 random key, in the management cluster's kube-system namespace for --ttl, and print the upload ID and the key
 that opens it. The key is printed once and stored nowhere: keep it where you keep secrets.
 
-"certs download" writes the keys into files, "certs restore" recreates CA Secrets that were lost. The copy is
-deleted with its bootstrap token when --ttl passes, as kubeadm's "upload-certs" does.`,
+"certs download" writes the keys into files, "certs restore" recreates CA Secrets that were lost. Once --ttl
+passes the copy no longer opens, and it is deleted with its bootstrap token by the next "certs upload", "certs
+download" or "certs restore" of any Cluster, or by kube-controller-manager's tokencleaner where it runs (off by
+default outside kubeadm): nothing else deletes it.`,
 		Example: `  # Keep a copy of prod's CA keys for the next two hours (before maintenance, say)
   kubectl carousel certs upload prod -n team-a --ttl 2h`,
 		Args:              oneCluster,
@@ -267,7 +269,8 @@ deleted with its bootstrap token when --ttl passes, as kubeadm's "upload-certs" 
 				return fmt.Errorf("storing the encrypted copy: %w", err)
 			}
 			files, _ := (&certsUpload{secrets: uploaded}).files()
-			fmt.Fprintf(e.streams.Out, "Uploaded %d Secrets (%d files) of %s/%s as upload %s, deleted with its token at %s.\n",
+			fmt.Fprintf(e.streams.Out, "Uploaded %d Secrets (%d files) of %s/%s as upload %s, expiring at %s (deleted with its token by the next "+
+				"certs command after that, or by kube-controller-manager's tokencleaner where it runs).\n",
 				len(uploaded), len(files), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
 			fmt.Fprintf(e.streams.Out, "Certificate key (shown once, stored nowhere):\n%s\n", sealing.EncodeKey(key))
 			fmt.Fprintf(e.streams.Out, "Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n", cl.Name, cl.Namespace, id)
