@@ -398,17 +398,31 @@ func (r *csrReconciler) record(ctx context.Context, c *v1alpha1.Cluster, signer 
 // it, and every other caller of kubelets in the control plane, the kubelet
 // bundle with both kubelet CAs. Kubelets renewed in Preparing therefore
 // serve from the new kubelet CA before Finalizing drops the old one from
-// that bundle, and API server -> kubelet calls never fail on the way.
+// that bundle, and API server -> kubelet calls never fail on the way. An
+// abort signs both from the CAs of before the rotation
+// (credentials.CAs.BeforeRotation), which the API server and every caller
+// of kubelets trust throughout: never from a CA it is about to delete, not
+// even while Carousel's own client certificate is still on the new client
+// CA.
 func (r *csrReconciler) signingCA(ctx context.Context, c *v1alpha1.Cluster, signer string) (*pki.KeyPair, error) {
 	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, r.management, c)
-	if err != nil || signer != certificatesv1.KubeletServingSignerName {
-		return inUse, err
-	}
-	kubeletCAs, err := credentials.ReadCAs(ctx, r.management, c, v1alpha1.CARoleKubelet)
 	if err != nil {
 		return nil, err
 	}
-	if inUse == clientCAs.Current || kubeletCAs.Previous == nil {
+	aborting := c.CARotationPhase() == v1alpha1.RotationAborting
+	if signer != certificatesv1.KubeletServingSignerName {
+		if aborting {
+			return clientCAs.BeforeRotation(), nil
+		}
+		return inUse, nil
+	}
+	kubeletCAs, err := credentials.ReadCAs(ctx, r.management, c, v1alpha1.CARoleKubelet)
+	switch {
+	case err != nil:
+		return nil, err
+	case aborting:
+		return kubeletCAs.BeforeRotation(), nil
+	case inUse == clientCAs.Current || kubeletCAs.Previous == nil:
 		return kubeletCAs.Current, nil
 	}
 	return kubeletCAs.Previous, nil

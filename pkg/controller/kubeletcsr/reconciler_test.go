@@ -671,10 +671,10 @@ func TestAnOldRequestLeftPendingIsLookedAtLessOften(t *testing.T) {
 // Carousel's own client certificate moved to the new client CA, which is when
 // the API server rolled out trusting every new CA, and by the new CAs from
 // then on. Serving certificates thus move in Preparing, while the API server
-// still trusts the old kubelet CA too, not in Finalizing, when it stops. An
-// abort, which makes the old CAs current again, moves them back only when
-// Carousel's own client certificate is back on the old client CA; a kubelet
-// CA not rotated yet signs on.
+// still trusts the old kubelet CA too, not in Finalizing, when it stops; a
+// kubelet CA not rotated yet signs on. An abort signs from the old CAs at
+// once, before or after it swapped them back, wherever Carousel's own client
+// certificate is: never from a CA it deletes.
 func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 	const (
 		before = iota // the CA of before the rotation
@@ -692,8 +692,10 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 		{"Preparing, operator on the old client CA", [2]int{after, before}, [2]int{after, before}, before, before, before},
 		{"Preparing, operator on the new client CA", [2]int{after, before}, [2]int{after, before}, after, after, after},
 		{"Preparing, the kubelet CA not rotated yet", [2]int{after, before}, [2]int{before, -1}, before, before, before},
-		{"Aborting, swapped back, operator still on the new client CA", [2]int{before, after}, [2]int{before, after}, after, after, after},
+		{"Aborting, not swapped back yet, operator on the new client CA", [2]int{after, before}, [2]int{after, before}, after, before, before},
+		{"Aborting, swapped back, operator still on the new client CA", [2]int{before, after}, [2]int{before, after}, after, before, before},
 		{"Aborting, swapped back, operator back on the old client CA", [2]int{before, after}, [2]int{before, after}, before, before, before},
+		{"Aborting, the new CAs deleted", [2]int{before, -1}, [2]int{before, -1}, before, before, before},
 	} {
 		for _, signer := range []string{certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName} {
 			t.Run(tc.name+"/"+signer, func(t *testing.T) {
@@ -713,9 +715,30 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 					}
 					return cas[which]
 				}
-				secrets := map[string]*credentials.CAs{
-					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient):  {Current: pick(clientCAs, tc.client[0]), Previous: pick(clientCAs, tc.client[1])},
-					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleKubelet): {Current: pick(kubeletCAs, tc.kubelet[0]), Previous: pick(kubeletCAs, tc.kubelet[1])},
+				phase := v1alpha1.RotationPreparing
+				if strings.HasPrefix(tc.name, "Aborting") {
+					phase = v1alpha1.RotationAborting
+				}
+				f.cluster.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
+					CertificateAuthorities: &v1alpha1.CARotation{Phase: phase}}}
+				// The Secret as ensureCAs writes it: an abort's swap says so.
+				annotations := func(layout [2]int) (rotation, aborted string) {
+					if layout[0] == before && layout[1] == after {
+						return "r", "r"
+					}
+					return "r", ""
+				}
+				secrets := map[string]*credentials.CAs{}
+				for name, layout := range map[string]struct {
+					cas    [2]*pki.KeyPair
+					layout [2]int
+				}{
+					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient):  {clientCAs, tc.client},
+					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleKubelet): {kubeletCAs, tc.kubelet},
+				} {
+					rotation, aborted := annotations(layout.layout)
+					secrets[name] = &credentials.CAs{Current: pick(layout.cas, layout.layout[0]), Previous: pick(layout.cas, layout.layout[1]),
+						Rotation: rotation, AbortedRotation: aborted}
 				}
 				operator := credentials.CertificateSecretName(f.cluster.Name, credentials.CertOperator)
 				for _, o := range f.management {
@@ -729,6 +752,10 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 							t.Fatal(err)
 						}
 						s.Data = data
+						s.Annotations = map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}
+						if cas.AbortedRotation != "" {
+							s.Annotations[v1alpha1.AnnotationAbortedRotation] = cas.AbortedRotation
+						}
 					}
 					if s.Name == operator {
 						leaf, err := clientCAs[tc.operator].IssueKeyPair(pki.LeafTemplate{CommonName: credentials.CertOperator,
