@@ -176,12 +176,13 @@ func (k *KubeletCertificates) Find(fingerprint string) (IssuedCertificate, bool)
 	return find(k.Signed, fingerprint)
 }
 
-// Stranded says why the kubelet of node loses access when the client CA
-// dropped is deleted, or "" when it does not, or the record cannot tell: the
-// last certificate recorded for it is from dropped and has not expired at now.
-func (k *KubeletCertificates) Stranded(node, dropped string, now time.Time) string {
+// Holding returns the last certificate recorded for the kubelet of node,
+// and whether it is from the client CA issuer (its subject key identifier
+// in hex) and has not expired at now: that kubelet loses access when issuer
+// is deleted, unless it renews first.
+func (k *KubeletCertificates) Holding(node, issuer string, now time.Time) (IssuedCertificate, bool) {
 	if k == nil {
-		return ""
+		return IssuedCertificate{}, false
 	}
 	var last IssuedCertificate
 	for _, i := range k.Signed {
@@ -189,7 +190,15 @@ func (k *KubeletCertificates) Stranded(node, dropped string, now time.Time) stri
 			last = i
 		}
 	}
-	if last.Issuer == "" || last.Issuer != dropped || !now.Before(last.NotAfter) {
+	return last, last.Issuer != "" && last.Issuer == issuer && now.Before(last.NotAfter)
+}
+
+// Stranded says why the kubelet of node loses access when the client CA
+// dropped is deleted, or "" when it does not, or the record cannot tell: the
+// last certificate recorded for it is from dropped and has not expired at now.
+func (k *KubeletCertificates) Stranded(node, dropped string, now time.Time) string {
+	last, holds := k.Holding(node, dropped, now)
+	if !holds {
 		return ""
 	}
 	return fmt.Sprintf("no node agent reports its kubelet's client certificate, and the last one Carousel signed it (X509SHA256=%s, %s) "+

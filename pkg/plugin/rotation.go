@@ -442,17 +442,18 @@ once %[9]s started, the old CAs are on their way out.
 Kubeconfigs issued during the rotation ("kubectl carousel kubeconfig") are signed by the new client CA and stop
 working once it is deleted. Before deleting it the abort waits (reason %[10]s) for each user holding one to take
 a new one with the same --name, which kubectl carousel kubeconfig signs from the old client CA as soon as the abort
-re-issued Carousel's own certificate from it, early in %[7]s; or for theirs to expire. --force
+re-issued Carousel's own certificate from it, early in %[7]s; or for theirs to expire. It waits, too, for the
+kubelets holding client certificates Carousel signed from it (reason %[12]s) to renew them. --force
 (%[1]s=%[2]s%[11]s) does not wait: given while the abort is under way, it ends the wait.
 
 --wait follows the Cluster until it is %[8]s.`, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation,
 			v1alpha1.RotationPreparing, v1alpha1.RotationPreparingWithoutWorkersRollout, v1alpha1.RotationWaitingForWorkersRollout,
 			v1alpha1.RotationPrepared, v1alpha1.RotationAborting, v1alpha1.RotationAborted, v1alpha1.OperationCompleteCARotation,
-			v1alpha1.ReasonWaitingForKubeconfigHolders, v1alpha1.OperationForceSuffix),
+			v1alpha1.ReasonWaitingForKubeconfigHolders, v1alpha1.OperationForceSuffix, v1alpha1.ReasonWaitingForKubeletHolders),
 		Example: `  # Go back to the old CAs of the Cluster prod, and wait until the new ones are deleted
   kubectl carousel rotation abort prod -n team-a --wait --timeout 1h
 
-  # Stop waiting for the users who hold kubeconfigs from the new client CA: they lose access
+  # Stop waiting for the users and kubelets who hold credentials from the new client CA: they lose access
   kubectl carousel rotation abort prod -n team-a --force`,
 		Args:              oneCluster,
 		ValidArgsFunction: e.completeClusters,

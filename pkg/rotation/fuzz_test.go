@@ -404,7 +404,7 @@ var fuzzNow = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 
 // waitsPolled are the reasons of waits on the managed cluster.
 var waitsPolled = []v1alpha1.RotationReason{v1alpha1.ReasonWaitingForClients, v1alpha1.ReasonWaitingForWorkers, v1alpha1.ReasonWaitingForEvidence,
-	v1alpha1.ReasonWaitingForKubeRootCA, v1alpha1.ReasonWaitingForAPIServices}
+	v1alpha1.ReasonWaitingForKubeRootCA, v1alpha1.ReasonWaitingForAPIServices, v1alpha1.ReasonWaitingForKubeletHolders}
 
 // FuzzNext checks the phase decision on any facts: Next is deterministic and
 // never skips a phase (Preparing moves only to Prepared, Finalizing only to
@@ -473,7 +473,9 @@ func FuzzNext(f *testing.F) {
 			RolledBack:         flags&factRolledBack != 0,
 			AbortForced:        flags&factAbortForced != 0,
 			// The high bits of heldCount: users holding kubeconfigs from the new client CA.
-			KubeconfigHolders:   slices.Repeat([]string{"carousel:admin:a"}, int(heldCount>>5)),
+			KubeconfigHolders: slices.Repeat([]string{"carousel:admin:a"}, int(heldCount>>5)),
+			// Bit 4: a Node whose kubelet holds a certificate from it.
+			KubeletHolders:      slices.Repeat([]string{"worker-1"}, int(heldCount>>4)&1),
 			PendingWorkerPools:  pendingPools,
 			HeldWorkerPools:     fuzzPools[:int(heldCount)%(len(fuzzPools)+1)],
 			Evidence:            fuzzEvidence[int(evidence)%len(fuzzEvidence)],
@@ -591,6 +593,14 @@ func FuzzNext(f *testing.F) {
 		if wait != nil && wait.Reason == v1alpha1.ReasonWaitingForKubeconfigHolders &&
 			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || facts.RolledBack || !strings.Contains(wait.Message, "carousel:admin:a")) {
 			t.Fatalf("next(%+v) waits for kubeconfig holders: %+v", facts, wait)
+		}
+		// The same for the kubelets holding certificates from it.
+		if d := Decide(facts); d.RecordRolledBack && len(facts.KubeletHolders) > 0 && !facts.AbortForced {
+			t.Fatalf("Decide(%+v) = %+v records the roll-back while kubelets hold certificates from the new client CA", facts, d)
+		}
+		if wait != nil && wait.Reason == v1alpha1.ReasonWaitingForKubeletHolders &&
+			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || facts.RolledBack || !strings.Contains(wait.Message, "worker-1")) {
+			t.Fatalf("next(%+v) waits for kubelet holders: %+v", facts, wait)
 		}
 		if d := Decide(facts); d.RecordRolledBack && (facts.Phase != v1alpha1.RotationAborting || facts.RolledBack || facts.PendingWorkerPools != 0 ||
 			!facts.OldCAsRestored || !facts.AllOnNewCA || !facts.ConsumersRolledOut || d.DropOldCAs) {

@@ -488,6 +488,19 @@ func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
 	if d := Decide(holders); !d.RecordRolledBack {
 		t.Fatalf("forced: Decide = %+v, want the roll-back recorded", d)
 	}
+	// So are the kubelets holding client certificates from it, polling the
+	// managed cluster, where they renew.
+	kubelets := Facts{Phase: v1alpha1.RotationAborting, OldCAsRestored: true, AllOnNewCA: true, ConsumersRolledOut: true,
+		KubeletHolders: []string{"worker-1"}}
+	d = Decide(kubelets)
+	if d.RecordRolledBack || d.DropOldCAs || d.Wait == nil || d.Wait.Reason != v1alpha1.ReasonWaitingForKubeletHolders || !d.Wait.PollManaged ||
+		!strings.HasPrefix(d.Wait.Message, "1 Node(s) whose kubelet holds a client certificate Carousel signed from the new client CA, which the abort deletes: worker-1;") {
+		t.Fatalf("kubelet certificates from the new client CA held: Decide = %+v, want nothing recorded, waiting for their kubelets", d)
+	}
+	kubelets.AbortForced = true
+	if d := Decide(kubelets); !d.RecordRolledBack {
+		t.Fatalf("forced: Decide = %+v, want the roll-back recorded", d)
+	}
 	holders.AbortForced, holders.RolledBack = false, true
 	if d := Decide(holders); !d.DropOldCAs {
 		t.Fatalf("recorded: Decide = %+v, want the new CAs dropped whatever the record says since", d)

@@ -28,7 +28,12 @@ type Facts struct {
 	// and have taken none from the old one since; AbortForced: the abort
 	// does not wait for them (abort-ca-rotation=force).
 	KubeconfigHolders []string
-	AbortForced       bool
+	// KubeletHolders (Aborting) are the Nodes whose kubelet's last client
+	// certificate Carousel signed is from the new client CA and unexpired,
+	// or why the reconciler cannot tell; the abort waits for them as for
+	// KubeconfigHolders.
+	KubeletHolders []string
+	AbortForced    bool
 	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
 	ClientsOnNewCA bool
 	// AllOnNewCA: every certificate is signed by the current CA (in
@@ -225,10 +230,14 @@ var aborting = []step{
 		waiting: poolsToRoll,
 		plan: []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs; " +
 			"in-place nodes also trust the old CAs alone from then on):", ListWorkerPools}}},
-	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.RolledBack || !holdersWait(f) },
+	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.RolledBack || !waits(f, f.KubeconfigHolders) },
 		waiting: kubeconfigHolders,
 		plan: []PlanLine{{"wait for the users of kubectl carousel kubeconfig who hold one from the new client CA to take a new one " +
 			"(or for theirs to expire; abort-ca-rotation=force does not wait)", ListNone}}},
+	{reason: v1alpha1.ReasonWaitingForKubeletHolders, done: func(f Facts) bool { return f.RolledBack || !waits(f, f.KubeletHolders) }, managed: true,
+		waiting: kubeletHolders,
+		plan: []PlanLine{{"wait for the kubelets whose client certificate Carousel signed from the new client CA to renew (or for their " +
+			"certificates to expire, or their Nodes to be deleted; abort-ca-rotation=force does not wait)", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.RolledBack && f.OldCAsRemoved },
 		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
 		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
@@ -345,8 +354,22 @@ func passedOrSkipped(e Evidence) bool { return e == EvidencePassed || e == Evide
 func say(message string) func(Facts) string { return func(Facts) string { return message } }
 
 // holdersWait: an abort keeps the new client CA for the users holding
-// kubeconfigs from it.
-func holdersWait(f Facts) bool { return len(f.KubeconfigHolders) > 0 && !f.AbortForced }
+// kubeconfigs from it and the kubelets holding certificates from it.
+func holdersWait(f Facts) bool { return waits(f, f.KubeconfigHolders) || waits(f, f.KubeletHolders) }
+
+// waits: an abort that is not forced waits for holders.
+func waits(f Facts, holders []string) bool { return len(holders) > 0 && !f.AbortForced }
+
+func kubeletHolders(f Facts) string {
+	names := strings.Join(f.KubeletHolders[:min(len(f.KubeletHolders), 3)], ", ")
+	if more := len(f.KubeletHolders) - 3; more > 0 {
+		names += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("%d Node(s) whose kubelet holds a client certificate Carousel signed from the new client CA, which the abort deletes: %s; "+
+		"each kubelet renews it (now from the old client CA) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CA now "+
+		"(such a kubelet then needs a fresh bootstrap kubeconfig)",
+		len(f.KubeletHolders), names, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
+}
 
 func kubeconfigHolders(f Facts) string {
 	names := strings.Join(f.KubeconfigHolders[:min(len(f.KubeconfigHolders), 3)], ", ")

@@ -634,8 +634,9 @@ type CARotation struct {
 
 	// AbortForcedTime is when abort-ca-rotation=force told the abort not to
 	// wait for the users of kubectl carousel kubeconfig who hold kubeconfigs
-	// from the new client CA (WaitingForKubeconfigHolders). Absent outside
-	// an abort.
+	// from the new client CA (WaitingForKubeconfigHolders), nor for the
+	// kubelets holding client certificates from it
+	// (WaitingForKubeletHolders). Absent outside an abort.
 	//
 	// +optional
 	AbortForcedTime *metav1.Time `json:"abortForcedTime,omitempty"`

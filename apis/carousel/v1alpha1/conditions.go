@@ -265,6 +265,11 @@ const (
 	// and have taken none from the old one since, until theirs expire or
 	// abort-ca-rotation=force.
 	ReasonWaitingForKubeconfigHolders RotationReason = "WaitingForKubeconfigHolders"
+	// ReasonWaitingForKubeletHolders: Aborting keeps the new client CA while
+	// the kubelets of Nodes of the managed cluster hold client certificates
+	// Carousel signed from it, until they renew, theirs expire, their Nodes
+	// are deleted, or abort-ca-rotation=force.
+	ReasonWaitingForKubeletHolders RotationReason = "WaitingForKubeletHolders"
 
 	// ReasonWaitingForNewServiceAccountKey: service-account key Preparing
 	// generates and stores the new key.

@@ -435,6 +435,61 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string,
 	return users, nil
 }
 
+// kubeletHolders are, in Aborting once the client CAs are swapped back and
+// until the status records everything back on the old CAs, the Nodes of the
+// managed cluster whose kubelet's last client certificate Carousel signed
+// (the kubelet record, oldca.KubeletCertificates.Holding) is from the new
+// client CA and unexpired, for whom the abort keeps that CA: a kubelet
+// outside the worker pools the abort rolls (or one that renewed meanwhile)
+// renews by itself only late in its certificate's life, and deleting the CA
+// would lock it out. What cannot be told (the record lost, unreadable or
+// with certificates it had no room for, the Nodes unreadable) is named in
+// their place, and holds the abort too. s wakes when the first certificate
+// expires.
+func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, error) {
+	c := s.cluster
+	clientCAs := s.cas[v1alpha1.CARoleClient]
+	rot := c.CARotation()
+	if c.CARotationPhase() != v1alpha1.RotationAborting || rot.AbortRolledBackTime != nil || clientCAs == nil || clientCAs.Previous == nil ||
+		!clientCAs.Restored() || c.Spec.ControlPlane.Endpoint == "" || r.ManagedNodes == nil {
+		return nil, nil
+	}
+	name := credentials.KubeletCertificatesConfigMapName(c.Name)
+	record, unreadable, lost, err := r.kubeletCertificates(ctx, c)
+	switch {
+	case err != nil:
+		return nil, err
+	case lost:
+		return []string{"(ConfigMap " + name + ", the record of the kubelet client certificates Carousel signed that this rotation judges by, " +
+			"was deleted since, and what it held with it: only a forced abort goes on, once every kubelet runs on a certificate from the old client CA)"}, nil
+	case unreadable:
+		return []string{"(ConfigMap " + name + " does not parse: repair it, or force the abort once every kubelet runs on a certificate from the old client CA)"}, nil
+	case record == nil:
+		return nil, nil
+	}
+	now := r.Clock.Now()
+	if until := record.UnrecordedUntil; until != nil && now.Before(*until) {
+		s.wakeAt(*until)
+		return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet client certificates, valid until %s: "+
+			"force the abort once every kubelet runs on a certificate from the old client CA)", name, until.UTC().Format(time.RFC3339))}, nil
+	}
+	nodes, _, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
+	if err != nil {
+		log.FromContext(ctx).Info("reading the managed cluster's Nodes for the abort", "error", err.Error())
+		return []string{"(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from the new client CA)"}, nil
+	}
+	newIssuer := hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId)
+	var holders []string
+	for _, n := range nodes {
+		if last, holds := record.Holding(n.Name, newIssuer, now); holds {
+			holders = append(holders, n.Name)
+			s.wakeAt(last.NotAfter)
+		}
+	}
+	slices.Sort(holders) // the status names them: the same order each pass
+	return holders, nil
+}
+
 // keptNodes are the dependents of u that the managed cluster's Nodes decide:
 // the Nodes, "Cluster nodes", and "Cluster kubelet-certificates" (the
 // kubelet record is read only when Nodes without a node agent are judged by

@@ -489,3 +489,72 @@ func TestTheOldCAUsageGateHoldsWhileTheRotationsEndpointIsRemoved(t *testing.T) 
 		t.Fatalf("old-CA usage once the rotation's endpoint was removed: %+v, want the Nodes named unreadable", u)
 	}
 }
+
+// An abort keeps the new client CA while a Node's kubelet holds a client
+// certificate Carousel signed from it (one outside the worker pools the
+// abort rolls): it waits, naming the Node, and goes on once the kubelet
+// renewed from the old client CA. A Node deleted since does not hold it.
+func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
+	sc := newSettledCluster(t)
+	ctx, c := context.Background(), sc.cluster()
+	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
+	if err := sc.api.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string) corev1.Node { return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	sc.r.ManagedNodes = func(context.Context, client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
+		return []corev1.Node{node("worker-2"), node("worker-1")}, nil, nil
+	}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	clientCAs := &corev1.Secret{}
+	if err := sc.api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleClient)}, clientCAs); err != nil {
+		t.Fatal(err)
+	}
+	cas, err := credentials.DecodeCASecret(clientCAs)
+	if err != nil || cas.Previous == nil {
+		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", cas, err)
+	}
+	newCA, oldCA := hex.EncodeToString(cas.Current.Cert.SubjectKeyId), hex.EncodeToString(cas.Previous.Cert.SubjectKeyId)
+	now := time.Now()
+	signed := func(node, issuer, fingerprint string) oldca.IssuedCertificate {
+		return oldca.IssuedCertificate{User: "system:node:" + node, Fingerprint: strings.Repeat(fingerprint, sha256.Size), Issuer: issuer,
+			IssuedAt: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)}
+	}
+	kubelets := &oldca.KubeletCertificates{}
+	kubelets.Add([]oldca.IssuedCertificate{signed("worker-1", newCA, "a1"), signed("worker-2", oldCA, "a2"), signed("gone", newCA, "a3")}, now)
+	record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)},
+		Data: map[string]string{}, BinaryData: map[string][]byte{}}
+	oldca.StoreKubeletCertificates(kubelets.String(), record.Data, record.BinaryData)
+	if err := sc.api.apiServer.(client.Client).Create(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+
+	sc.annotate(v1alpha1.OperationAbortCARotation)
+	for range 5 {
+		sc.reconcile()
+	}
+	c = sc.cluster()
+	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+	if c.CARotationPhase() != v1alpha1.RotationAborting || c.CARotation().AbortRolledBackTime != nil || cond == nil ||
+		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "1 Node(s) whose kubelet holds") ||
+		!strings.Contains(cond.Message, ": worker-1;") {
+		t.Fatalf("the abort is %s: %+v; want it Aborting, waiting for worker-1's kubelet alone", c.CARotationPhase(), cond)
+	}
+
+	if err := sc.api.apiServer.(client.Client).Get(ctx, client.ObjectKeyFromObject(record), record); err != nil {
+		t.Fatal(err)
+	}
+	kubelets.Add([]oldca.IssuedCertificate{signed("worker-1", oldCA, "b1")}, now)
+	oldca.StoreKubeletCertificates(kubelets.String(), record.Data, record.BinaryData)
+	if err := sc.api.apiServer.(client.Client).Update(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		sc.reconcile()
+	}
+	if c = sc.cluster(); c.CARotation().AbortRolledBackTime == nil {
+		t.Errorf("with worker-1 renewed from the old client CA the abort is %s, %+v; want everything recorded back on the old CAs", c.CARotationPhase(),
+			meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation))
+	}
+}

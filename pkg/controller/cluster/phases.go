@@ -239,6 +239,9 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.facts.KubeconfigHolders = holders
+	if s.facts.KubeletHolders, err = r.kubeletHolders(ctx, s); err != nil {
+		return err
+	}
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
 	for check := rotation.EvidenceDue(s.facts); ; {
 		seen, err := r.gatherEvidence(ctx, s, check)

@@ -164,7 +164,7 @@ func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenew
 		}
 		if request.Phase == v1alpha1.RotationAborting {
 			// One that renewed in Preparing holds a certificate from the new client CA.
-			b.WriteString("; an offline node that renewed before the abort needs a fresh bootstrap kubeconfig if it comes back after the new CAs were deleted")
+			b.WriteString("; the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced)")
 		} else {
 			b.WriteString("; an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped")
 		}

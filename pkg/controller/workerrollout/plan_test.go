@@ -257,7 +257,7 @@ func TestPlanMessage(t *testing.T) {
 	aborting.Phase = v1alpha1.RotationAborting
 	got := PlanRollout([]NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Ask, time.Hour)}, intstr.FromInt32(1), offlineAfter, t0).
 		Message("workers", offlineAfter, aborting)
-	if !strings.HasSuffix(got, "; an offline node that renewed before the abort needs a fresh bootstrap kubeconfig if it comes back after the new CAs were deleted") {
+	if !strings.HasSuffix(got, "; the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced)") {
 		t.Errorf("Message in an abort = %s", got)
 	}
 }

@@ -55,8 +55,9 @@ type CARotationApplyConfiguration struct {
 	AbortRolledBackTime *v1.Time `json:"abortRolledBackTime,omitempty"`
 	// AbortForcedTime is when abort-ca-rotation=force told the abort not to
 	// wait for the users of kubectl carousel kubeconfig who hold kubeconfigs
-	// from the new client CA (WaitingForKubeconfigHolders). Absent outside
-	// an abort.
+	// from the new client CA (WaitingForKubeconfigHolders), nor for the
+	// kubelets holding client certificates from it
+	// (WaitingForKubeletHolders). Absent outside an abort.
 	AbortForcedTime *v1.Time `json:"abortForcedTime,omitempty"`
 	// PendingWorkersRollouts lists the worker pools still to be rolled in the
 	// current phase. In phase 1 a pool added to spec.workers before clients
