@@ -360,25 +360,27 @@ func holdersWait(f Facts) bool { return waits(f, f.KubeconfigHolders) || waits(f
 // waits: an abort that is not forced waits for holders.
 func waits(f Facts, holders []string) bool { return len(holders) > 0 && !f.AbortForced }
 
-func kubeletHolders(f Facts) string {
-	names := strings.Join(f.KubeletHolders[:min(len(f.KubeletHolders), 3)], ", ")
-	if more := len(f.KubeletHolders) - 3; more > 0 {
-		names += fmt.Sprintf(" and %d more", more)
+// firstNames names the first three of names, and says how many more there
+// are.
+func firstNames(names []string) string {
+	first := strings.Join(names[:min(len(names), 3)], ", ")
+	if more := len(names) - 3; more > 0 {
+		first += fmt.Sprintf(" and %d more", more)
 	}
+	return first
+}
+
+func kubeletHolders(f Facts) string {
 	return fmt.Sprintf("%d Node(s) whose kubelet holds a client certificate Carousel signed from the new client CA, which the abort deletes: %s; "+
 		"each kubelet renews it (now from the old client CA) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CA now "+
 		"(such a kubelet then needs a fresh bootstrap kubeconfig)",
-		len(f.KubeletHolders), names, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
+		len(f.KubeletHolders), firstNames(f.KubeletHolders), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
 }
 
 func kubeconfigHolders(f Facts) string {
-	names := strings.Join(f.KubeconfigHolders[:min(len(f.KubeconfigHolders), 3)], ", ")
-	if more := len(f.KubeconfigHolders) - 3; more > 0 {
-		names += fmt.Sprintf(" and %d more", more)
-	}
 	return fmt.Sprintf("%d user(s) of kubectl carousel kubeconfig hold a kubeconfig from the new client CA, which the abort deletes: %s; "+
 		"each takes a new one (kubectl carousel kubeconfig --name <name>, now from the old client CA) or waits for it to expire, "+
-		"or %s=%s%s deletes it now", len(f.KubeconfigHolders), names, v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
+		"or %s=%s%s deletes it now", len(f.KubeconfigHolders), firstNames(f.KubeconfigHolders), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
 }
 
 func poolsToRoll(f Facts) string {

@@ -280,14 +280,7 @@ func TestAKubeconfigRecordLostDuringTheRotationIsNotForgotten(t *testing.T) {
 	sc.annotate(v1alpha1.OperationStartCARotation)
 	sc.statusWritesUntil(v1alpha1.RotationPrepared)
 	ctx, c := context.Background(), sc.cluster()
-	clientCAs := &corev1.Secret{}
-	if err := sc.api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleClient)}, clientCAs); err != nil {
-		t.Fatal(err)
-	}
-	cas, err := credentials.DecodeCASecret(clientCAs)
-	if err != nil || cas.Previous == nil {
-		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", cas, err)
-	}
+	cas := preparedClientCAs(t, sc)
 	now := time.Now()
 	kubeconfigs := &oldca.Kubeconfigs{Issued: []oldca.IssuedCertificate{{User: "carousel:admin:alice", Fingerprint: strings.Repeat("ab", sha256.Size),
 		Issuer: hex.EncodeToString(cas.Previous.Cert.SubjectKeyId), IssuedAt: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}}}
@@ -507,14 +500,7 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 	}
 	sc.annotate(v1alpha1.OperationStartCARotation)
 	sc.statusWritesUntil(v1alpha1.RotationPrepared)
-	clientCAs := &corev1.Secret{}
-	if err := sc.api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleClient)}, clientCAs); err != nil {
-		t.Fatal(err)
-	}
-	cas, err := credentials.DecodeCASecret(clientCAs)
-	if err != nil || cas.Previous == nil {
-		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", cas, err)
-	}
+	cas := preparedClientCAs(t, sc)
 	newCA, oldCA := hex.EncodeToString(cas.Current.Cert.SubjectKeyId), hex.EncodeToString(cas.Previous.Cert.SubjectKeyId)
 	now := time.Now()
 	signed := func(node, issuer, fingerprint string) oldca.IssuedCertificate {
@@ -557,4 +543,20 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 		t.Errorf("with worker-1 renewed from the old client CA the abort is %s, %+v; want everything recorded back on the old CAs", c.CARotationPhase(),
 			meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation))
 	}
+}
+
+// preparedClientCAs are the client CAs of sc's Cluster, whose rotation is
+// Prepared: the new one current, the old one previous.
+func preparedClientCAs(t *testing.T, sc *settledCluster) *credentials.CAs {
+	t.Helper()
+	c := sc.cluster()
+	clientCAs := &corev1.Secret{}
+	if err := sc.api.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleClient)}, clientCAs); err != nil {
+		t.Fatal(err)
+	}
+	cas, err := credentials.DecodeCASecret(clientCAs)
+	if err != nil || cas.Previous == nil {
+		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", cas, err)
+	}
+	return cas
 }
