@@ -75,15 +75,16 @@ const maxBatchBytes = 16 << 20
 // or brace in a string only counts one too many), is decoded at once, each
 // event's user.extra into a map (the fastest: BenchmarkReceiveBatch), to at
 // most some 10 MiB besides its strings and the members of those maps, some
-// 200 bytes each (decodeCost counts one for each ',' and '{'):
+// 250 bytes each (decodeCost counts one for each ',' and '{'), so that the
+// costliest fits one Cluster's bound (MaxBytesInFlightPerCluster):
 // kube-apiserver's default batch, 400 events at the Metadata level, has some
-// 10,000 commas and 3,000 braces. A larger one, such as a batch whose policy records request bodies,
-// is decoded one event at a time, keeping of each user.extra, of at most
+// 10,000 commas and 3,000 braces. A larger one, such as a batch whose policy
+// records request bodies, is decoded one event at a time, keeping of each user.extra, of at most
 // maxExtraBytes, only the client-certificate IDs (largeEvents,
 // credentialIDs), and refused with 413 past maxEventsPerBatch events
 // (TestADecodedBatchHoldsLittleMoreThanItsEvents).
 const (
-	smallBatchCommas  = 100_000
+	smallBatchCommas  = 40_000
 	smallBatchObjects = 20_000
 	maxEventsPerBatch = 10_000
 )
@@ -129,7 +130,7 @@ const (
 	// MaxBytesInFlightPerCluster takes the costliest batch alone (some 99
 	// MiB: maxBatchBytes of a body of unknown length, decoded an event at a
 	// time, one event as large as the body), MaxBytesInFlight two of them; a
-	// batch of 400 events at the Metadata level costs about 6 MiB.
+	// batch of 400 events at the Metadata level costs about 7 MiB.
 	MaxBytesInFlightPerCluster   = 100 << 20
 	MaxBytesInFlightPerNamespace = MaxBytesInFlight * 3 / 4
 	MaxBytesInFlight             = 2 * MaxBytesInFlightPerCluster
@@ -144,7 +145,7 @@ func readCost(limit int64) int64 { return 2 * limit }
 // into a buffer of its length, then copied), and its events, at most one a
 // '{': a small batch's fewer than smallBatchObjects, each with its
 // user.extra's map (some 300 bytes, and a smallEvent and an auditEvent, 160),
-// and that map's members, at most one a ',' or '{' (some 200 bytes each,
+// and that map's members, at most one a ',' or '{' (some 250 bytes each,
 // with the tables the map outgrows: a sender may make them all one event's
 // extra),
 // a large one's at most maxEventsPerBatch (an auditEvent); each twice while
@@ -155,7 +156,7 @@ func readCost(limit int64) int64 { return 2 * limit }
 // rounded up to whole pages). Invalid UTF-8 would cost more: each byte of it
 // becomes a 3-byte U+FFFD; the receiver refuses it.
 func decodeCost(body []byte) int64 {
-	const perSmallEvent, perSmallMember, perLargeEvent, decoder = 512, 192, int64(unsafe.Sizeof(auditEvent{})), 64 << 10
+	const perSmallEvent, perSmallMember, perLargeEvent, decoder = 512, 256, int64(unsafe.Sizeof(auditEvent{})), 64 << 10
 	if isSmallBatch(body) {
 		objects := int64(bytes.Count(body, []byte{'{'}))
 		return 2*int64(len(body)) + 2*objects*perSmallEvent + (int64(bytes.Count(body, []byte{','}))+objects)*perSmallMember + decoder
