@@ -142,7 +142,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 	}
-	tokens, next, tokensErr := r.signTokens(ctx, c, conn.Client, bundles.cluster)
+	tokens, next, deletesRefused, tokensErr := r.signTokens(ctx, c, conn.Client, bundles.cluster)
+	if deletesRefused != nil {
+		refusals = append(refusals, deletesRefused)
+	}
 	if err := stop(tokensErr); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -166,21 +169,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // signTokens issues the bootstrap tokens (ensureTokens) and signs them in
 // cluster-info, before any is handed out. It returns the live tokens, nil
-// unless they are signed, and when they need looking at again; err may then
-// hold the deletions of tokens the managed cluster refused.
-func (r *Reconciler) signTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client, clusterBundle []byte) ([]bootstrap.Token, time.Time, error) {
-	tokens, next, deletesRefused, err := r.ensureTokens(ctx, c, remote)
+// unless they are signed, when they need looking at again, and, apart from
+// any other error, the deletions of tokens the managed cluster refused.
+func (r *Reconciler) signTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client, clusterBundle []byte) (
+	tokens []bootstrap.Token, next time.Time, deletesRefused, err error) {
+	tokens, next, deletesRefused, err = r.ensureTokens(ctx, c, remote)
 	if err != nil {
-		return nil, time.Time{}, errors.Join(deletesRefused, err)
+		return nil, time.Time{}, deletesRefused, err
 	}
 	info, err := bootstrap.ClusterInfo(c.Spec.ControlPlane.Endpoint, clusterBundle, tokens)
 	if err == nil {
 		err = ensure(ctx, remote, info)
 	}
 	if err != nil {
-		return nil, time.Time{}, errors.Join(deletesRefused, err)
+		return nil, time.Time{}, deletesRefused, err
 	}
-	return tokens, next, deletesRefused
+	return tokens, next, deletesRefused, nil
 }
 
 // lookAgainIn is how long until the pass after one that found the next
@@ -233,7 +237,8 @@ func (r *Reconciler) bundles(ctx context.Context, c *v1alpha1.Cluster) (trustBun
 // API server, and the CSR approver would take it for one of Carousel's: it
 // must not stay. A deletion the managed cluster refuses (an admission policy
 // on kube-system's Secrets, say) is returned in deletesRefused and holds up
-// nothing: no token it leaves is live, and new nodes still need one.
+// nothing: the token it leaves is not handed out, and new nodes still need
+// one.
 func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remote client.Client) (tokens []bootstrap.Token, next time.Time, deletesRefused, err error) {
 	var refusals []error
 	// deleted keeps a refused deletion; any other error is returned.
