@@ -143,7 +143,7 @@ type Decision struct {
 	DropOldCAs bool
 	// RecordRolledBack: record, with RecordRolledBack, that an abort's
 	// certificates and worker pools are back on the old CAs, and no
-	// kubeconfig holder is waited for.
+	// kubeconfig or kubelet holder is waited for.
 	RecordRolledBack bool
 }
 
@@ -212,9 +212,10 @@ var finalizing = []step{
 
 // aborting goes back to the old CAs. Everything moves to them while both
 // CAs stay trusted, and the users holding kubeconfigs from the new client
-// CA take new ones; only once that is recorded are the new CAs deleted, so
-// a kubelet is back on a client certificate from the old client CA before
-// the API server stops accepting the new one. The pools then roll again, as
+// CA take new ones, and the kubelets holding certificates from it renew;
+// only once that is recorded are the new CAs deleted, so a kubelet is back
+// on a client certificate from the old client CA before the API server
+// stops accepting the new one. The pools then roll again, as
 // in Finalizing, for their nodes to stop trusting the new CAs.
 var aborting = []step{
 	{reason: v1alpha1.ReasonWaitingForOldCAsRestored, done: func(f Facts) bool { return f.OldCAsRestored },
@@ -372,7 +373,8 @@ func firstNames(names []string) string {
 
 func kubeletHolders(f Facts) string {
 	return fmt.Sprintf("%d Node(s) whose kubelet holds a client certificate Carousel signed from the new client CA, which the abort deletes: %s; "+
-		"each kubelet renews it (now from the old client CA) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CA now "+
+		"each kubelet renews it (now from the old client CA; a node of an InPlace pool rolled without it while it was offline renews once its Node "+
+		"is annotated as the WorkerPoolRolledWithoutOfflineNodes event says) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CA now "+
 		"(such a kubelet then needs a fresh bootstrap kubeconfig)",
 		len(f.KubeletHolders), firstNames(f.KubeletHolders), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
 }
@@ -488,8 +490,8 @@ func Decide(f Facts) Decision {
 // and presents it; or whether Aborting may delete the new CAs, which are
 // previous then: the status records that every certificate, consumer and
 // worker pool is back on the old CAs, and that no user held a kubeconfig
-// from the new client CA only or the abort was forced
-// (Decision.RecordRolledBack).
+// from the new client CA only nor a kubelet a certificate from it, or the
+// abort was forced (Decision.RecordRolledBack).
 func CanDropOldCAs(f Facts) bool {
 	switch f.Phase {
 	case v1alpha1.RotationFinalizing:

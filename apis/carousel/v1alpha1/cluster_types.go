@@ -623,7 +623,8 @@ type CARotation struct {
 	// AbortRolledBackTime is when, in Aborting, every certificate and
 	// every worker pool was first seen back on the old CAs, with no user of
 	// kubectl carousel kubeconfig holding a kubeconfig from the new client
-	// CA only (or the abort forced). From then on
+	// CA only, nor a kubelet a client certificate from it (or the abort
+	// forced). From then on
 	// the new CAs are deleted, and the Replace and Manual pools roll once
 	// more so that their nodes stop trusting them (in-place nodes trust the
 	// old CAs alone from their first roll of the abort). Absent outside an

@@ -450,8 +450,16 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 	c := s.cluster
 	clientCAs := s.cas[v1alpha1.CARoleClient]
 	rot := c.CARotation()
-	if c.CARotationPhase() != v1alpha1.RotationAborting || rot.AbortRolledBackTime != nil || clientCAs == nil || clientCAs.Previous == nil ||
-		!clientCAs.Restored() || c.Spec.ControlPlane.Endpoint == "" || r.ManagedNodes == nil {
+	switch {
+	case c.CARotationPhase() != v1alpha1.RotationAborting || rot.AbortRolledBackTime != nil || clientCAs == nil || clientCAs.Previous == nil ||
+		!clientCAs.Restored():
+		return nil, nil
+	case s.endpointRemoved:
+		// The Nodes of the managed cluster the rotation ran on cannot be
+		// read: it holds, as the gate does.
+		return []string{"(the rotation's endpoint was removed from the spec, so Carousel cannot read the managed cluster's Nodes: " +
+			"set it again, or force the abort once every kubelet runs on a certificate from the old client CA)"}, nil
+	case c.Spec.ControlPlane.Endpoint == "" || r.ManagedNodes == nil:
 		return nil, nil
 	}
 	name := credentials.KubeletCertificatesConfigMapName(c.Name)

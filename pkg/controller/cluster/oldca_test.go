@@ -527,6 +527,24 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 		!strings.Contains(cond.Message, ": worker-1;") {
 		t.Fatalf("the abort is %s: %+v; want it Aborting, waiting for worker-1's kubelet alone", c.CARotationPhase(), cond)
 	}
+	setEndpoint := func(endpoint string) {
+		t.Helper()
+		c := sc.cluster()
+		c.Spec.ControlPlane.Endpoint = endpoint
+		if err := sc.api.Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			sc.reconcile()
+		}
+	}
+	setEndpoint("")
+	c = sc.cluster()
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation); c.CARotation().AbortRolledBackTime != nil || cond == nil ||
+		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "endpoint was removed") {
+		t.Fatalf("with the endpoint removed the abort is %s: %+v; want it waiting, as the Nodes cannot be read", c.CARotationPhase(), cond)
+	}
+	setEndpoint("https://192.0.2.10:6443")
 
 	if err := sc.api.apiServer.(client.Client).Get(ctx, client.ObjectKeyFromObject(record), record); err != nil {
 		t.Fatal(err)

@@ -161,8 +161,8 @@ func askedThisRotation(annotations map[string]string, rot *v1alpha1.CARotation) 
 // moved to it; in Finalizing, once the old CAs are dropped from every bundle;
 // in Aborting, once Carousel's own client certificate is back on the old
 // client CA, which is current again (kubelet certificates are signed by the
-// CA that signed it, package kubeletcsr), and, the second time the abort
-// rolls the pool, once the new CAs are deleted.
+// old CAs all through Aborting, package kubeletcsr), and, the second time
+// the abort rolls the pool, once the new CAs are deleted.
 func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (*credentials.CAs, string, error) {
 	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, r, c)
 	if apierrors.IsNotFound(err) {
