@@ -722,11 +722,11 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 				f.cluster.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{
 					CertificateAuthorities: &v1alpha1.CARotation{Phase: phase}}}
 				// The Secret as ensureCAs writes it: an abort's swap says so.
-				annotations := func(layout [2]int) (rotation, aborted string) {
+				aborted := func(layout [2]int) string {
 					if layout[0] == before && layout[1] == after {
-						return "r", "r"
+						return "r"
 					}
-					return "r", ""
+					return ""
 				}
 				secrets := map[string]*credentials.CAs{}
 				for name, layout := range map[string]struct {
@@ -736,9 +736,8 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleClient):  {clientCAs, tc.client},
 					credentials.CASecretName(f.cluster.Name, v1alpha1.CARoleKubelet): {kubeletCAs, tc.kubelet},
 				} {
-					rotation, aborted := annotations(layout.layout)
 					secrets[name] = &credentials.CAs{Current: pick(layout.cas, layout.layout[0]), Previous: pick(layout.cas, layout.layout[1]),
-						Rotation: rotation, AbortedRotation: aborted}
+						Rotation: "r", AbortedRotation: aborted(layout.layout)}
 				}
 				operator := credentials.CertificateSecretName(f.cluster.Name, credentials.CertOperator)
 				for _, o := range f.management {
