@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -539,6 +541,11 @@ func (e *env) follow(ctx context.Context, ns, name string, target followTarget, 
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// Its informer logs nowhere: client-go's reflector logs a watch that
+	// ended with an error, which it retries, and may take for one the stop
+	// that ends a follow in the middle of a read, printing a warning after
+	// the last line.
+	waitCtx = klog.NewContext(waitCtx, logr.Discard())
 	var last string
 	_, err = watchtools.UntilWithSync(waitCtx, lw, &v1alpha1.Cluster{}, func(store cache.Store) (bool, error) {
 		_, exists, err := store.GetByKey(ns + "/" + name)
