@@ -111,8 +111,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// after it and needs it: a refused binding holds up nothing, nor does a
 	// refused deletion of an old token (ensureTokens); the tokens and their
 	// signatures in cluster-info hold up the kubeconfig that hands one out,
-	// and so does the node trust ConfigMap, written before it as ever. Any other error (the API server slow or down) ends the pass, as
-	// the next request would most likely fail the same way.
+	// and so does the node trust ConfigMap, written before it as ever. Any
+	// other error (the API server slow or down) ends the pass, as the next
+	// request would most likely fail the same way.
 	var refusals []error
 	// stop keeps a refusal and goes on; any other error ends the pass, with
 	// the refusals before it.
