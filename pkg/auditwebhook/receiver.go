@@ -157,9 +157,8 @@ func readCost(limit int64) int64 { return 2 * limit }
 // becomes a 3-byte U+FFFD; the receiver refuses it.
 func decodeCost(body []byte) int64 {
 	const perSmallEvent, perSmallMember, perLargeEvent, decoder = 512, 256, int64(unsafe.Sizeof(auditEvent{})), 64 << 10
-	if isSmallBatch(body) {
-		objects := int64(bytes.Count(body, []byte{'{'}))
-		return 2*int64(len(body)) + 2*objects*perSmallEvent + (int64(bytes.Count(body, []byte{','}))+objects)*perSmallMember + decoder
+	if commas, objects := batchShape(body); commas < smallBatchCommas && objects < smallBatchObjects {
+		return 2*int64(len(body)) + 2*objects*perSmallEvent + (commas+objects)*perSmallMember + decoder
 	}
 	return 4*int64(len(body)) + 2*maxEventsPerBatch*perLargeEvent + 4*maxExtraBytes + decoder
 }
@@ -484,7 +483,13 @@ func decodeSmallBatch(body []byte) (eventList, error) {
 // isSmallBatch: body has fewer than smallBatchCommas commas and
 // smallBatchObjects braces.
 func isSmallBatch(body []byte) bool {
-	return bytes.Count(body, []byte{','}) < smallBatchCommas && bytes.Count(body, []byte{'{'}) < smallBatchObjects
+	commas, objects := batchShape(body)
+	return commas < smallBatchCommas && objects < smallBatchObjects
+}
+
+// batchShape counts body's commas and '{'.
+func batchShape(body []byte) (commas, objects int64) {
+	return int64(bytes.Count(body, []byte{','})), int64(bytes.Count(body, []byte{'{'}))
 }
 
 // smallEvent is an event of a small batch as it is decoded: its user.extra

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
 
 // ServesChainTo says that the certificate does not verify only when it does
@@ -55,14 +56,7 @@ func TestServesChainToTellsAnUnverifiedCertificateFromAnUnreachableServer(t *tes
 // (403), and RBAC's refusal names the user the API server authenticated:
 // the certificate's, anonymous, or another.
 func TestARefusedSelfSubjectReviewNamesTheUser(t *testing.T) {
-	key, err := pki.GenerateKey(pki.ECDSAP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.NewCA(pki.CATemplate{CommonName: "client CA", Validity: time.Hour}, key, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := pkitest.NewCA(t, "client CA")
 	probe, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		Validity: time.Hour}, pki.ECDSAP256, time.Now())
 	if err != nil {
