@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -79,6 +80,9 @@ type Cache struct {
 	// RequestTimeout bounds each request of a connection's Client; zero
 	// means DefaultRequestTimeout. The cache's watches are not bounded.
 	RequestTimeout time.Duration
+	// Clock times the probes of a managed API server that stopped
+	// answering; nil means the real clock.
+	Clock clock.PassiveClock
 
 	mu    sync.Mutex
 	conns map[client.ObjectKey]*Connection
@@ -316,8 +320,13 @@ func (c *Cache) start(ctx context.Context, key client.ObjectKey, cfg *rest.Confi
 	// The direct client shares the cluster's transport and REST mapper: one
 	// connection pool per managed cluster, and one discovery of its API
 	// server should a kind outside managedKinds ever need one. Its requests,
-	// unlike the cache's watches, are bounded.
-	bounded := &http.Client{Transport: cl.GetHTTPClient().Transport, Timeout: cmp.Or(c.RequestTimeout, DefaultRequestTimeout)}
+	// unlike the cache's watches, are bounded, and once the API server left
+	// one unanswered they wait for a probe (breaker), which ends well
+	// before the request it holds up so that the request fails with the
+	// probe's error.
+	timeout := cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	bounded := &http.Client{Timeout: timeout,
+		Transport: newBreaker(cl.GetHTTPClient().Transport, cfg.Host, cmp.Or[clock.PassiveClock](c.Clock, clock.RealClock{}), min(timeout/2, reachTimeout))}
 	direct, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: bounded, Mapper: cl.GetRESTMapper()})
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -61,6 +63,20 @@ func (m *ManagedControlPlane) RestartEtcd(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// PauseEtcd stops every etcd member (SIGSTOP): the API server's requests
+// that need storage are taken and never answered, as with etcd without
+// quorum, until resume (SIGCONT), which a spec defers at once.
+func (m *ManagedControlPlane) PauseEtcd() (resume func(), err error) {
+	signal := func(sig syscall.Signal) error {
+		var errs []error
+		for _, p := range m.etcds {
+			errs = append(errs, p.cmd.Process.Signal(sig))
+		}
+		return errors.Join(errs...)
+	}
+	return func() { _ = signal(syscall.SIGCONT) }, signal(syscall.SIGSTOP)
 }
 
 // etcdReady returns the readiness condition of member i.

@@ -36,11 +36,13 @@ import (
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
+	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/oldca"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
@@ -48,6 +50,7 @@ import (
 var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's certificates", Ordered, func() {
 	var (
 		c        *v1alpha1.Cluster
+		cp       *framework.ManagedControlPlane
 		key      client.ObjectKey
 		admin    kubernetes.Interface
 		agentDir string
@@ -67,7 +70,7 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		port, err := framework.FreePort()
 		Expect(err).NotTo(HaveOccurred())
 		// kube-controller-manager publishes kube-root-ca.crt, which the rotation waits for.
-		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port, ControllerManager: true}
+		cp = &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port, ControllerManager: true}
 		c = &v1alpha1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "managed"},
 			Spec: v1alpha1.ClusterSpec{
@@ -592,6 +595,35 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(got.RoleRef).To(Equal(ours.RoleRef))
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
+
+	// Last: its etcd stops answering for a while.
+	It("asks a managed API server whose storage stopped answering a probe before anything else, and goes on once it answers", func(ctx SpecContext) {
+		connections := &clustercache.Cache{Management: k8s, Scheme: scheme.New(), RequestTimeout: 4 * time.Second}
+		DeferCleanup(connections.Disconnect, key)
+		conn, err := connections.Connect(ctx, getCluster(ctx, key))
+		Expect(err).NotTo(HaveOccurred())
+		// A read the API server takes from etcd (a list may come from its watch cache).
+		readBinding := func(ctx context.Context) error {
+			return conn.Client.Get(ctx, client.ObjectKey{Name: bootstrap.BindingNodeBootstrapper}, &rbacv1.ClusterRoleBinding{})
+		}
+		Expect(readBinding(ctx)).To(Succeed())
+
+		By("pausing etcd: the request that finds it gives up after its timeout")
+		resume, err := cp.PauseEtcd()
+		DeferCleanup(resume)
+		Expect(err).NotTo(HaveOccurred())
+		err = readBinding(ctx)
+		Expect(err).To(HaveOccurred())
+		Expect(err).NotTo(MatchError(clustercache.ErrNotAnswering))
+
+		By("the next request waits for a probe, which is not answered either; the ones after it fail without one")
+		Expect(readBinding(ctx)).To(MatchError(clustercache.ErrNotAnswering))
+		Expect(readBinding(ctx)).To(And(MatchError(clustercache.ErrNotAnswering), MatchError(ContainSubstring("was not answered either"))))
+
+		By("resuming etcd: once a probe is answered the requests go through again")
+		resume()
+		Eventually(readBinding).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 })
 
