@@ -171,13 +171,22 @@ func (r *renewal) checkServer(context.Context) error {
 // probeServer makes one request of the API server of the kubeconfig at
 // path, as it is but trusting the published cluster bundle alone, and
 // returns that server's address. Any answer of the API server, a refusal
-// included, proves the handshake.
+// included, proves the handshake. The bundle takes the place of the
+// kubeconfig's own before it is loaded: a certificate-authority file that is
+// gone does not stop the probe.
 func (r *renewal) probeServer(path string) (host string, err error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	raw, err := (&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}).Load()
 	if err != nil {
 		return "", err
 	}
-	cfg.CAData, cfg.CAFile = r.trust.Cluster, ""
+	if _, cluster, err := bootstrap.CurrentCluster(raw); err == nil {
+		host = cluster.Server
+		cluster.CertificateAuthorityData, cluster.CertificateAuthority = r.trust.Cluster, ""
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return host, err
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = checkServerTimeout
 	}
@@ -199,9 +208,9 @@ func (r *renewal) probeServer(path string) (host string, err error) {
 // does not verify its server (written, it would close the kubelet's way back
 // in, re-bootstrap) or the server cannot be asked (one used only to
 // provision, or taken down) or does not parse: the renewal, which the
-// kubelet's own kubeconfig needs, goes on. Only its server is read: one
-// whose certificate-authority file is gone is written all the same, which
-// gives it the bundle as data.
+// kubelet's own kubeconfig needs, goes on. One whose certificate-authority
+// file is gone is asked trusting the bundle all the same, and written when
+// the bundle verifies its server, which gives it the bundle as data.
 func (r *renewal) bundleVerifiesBootstrapServer(path string) (bool, error) {
 	server, err := kubeconfigServer(path)
 	if err != nil {

@@ -815,8 +815,9 @@ func TestRenewalInstallsNoClusterBundleThatDoesNotVerifyTheAPIServer(t *testing.
 // another address than the kubeconfig (another load balancer). It gets the
 // published cluster bundle only when that bundle verifies its server; one
 // signed by another authority, one that cannot be asked, or a file that does
-// not parse, keeps its own bundle, and the renewal goes on. One of the
-// kubeconfig's server whose bundle file is gone gets the bundle as data.
+// not parse, keeps its own bundle, and the renewal goes on. One whose
+// bundle file is gone is asked trusting the bundle all the same, and gets
+// it as data when it verifies its server.
 func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 	const otherServer = "https://10.0.0.2:6443"
 	for _, tt := range []struct {
@@ -833,6 +834,9 @@ func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 			wantLogLine: "its API server at " + otherServer},
 		{name: "it cannot be asked", answer: errors.New("connection refused"), wantLogLine: "its API server at " + otherServer},
 		{name: "the kubeconfig's server, its bundle file gone", server: testServer, caFile: "provisioning-ca.crt", written: true},
+		{name: "another server the bundle verifies, its bundle file gone", caFile: "provisioning-ca.crt", written: true},
+		{name: "another server that cannot be asked, its bundle file gone", caFile: "provisioning-ca.crt", answer: errors.New("connection refused"),
+			wantLogLine: "its API server at " + otherServer},
 		{name: "it does not parse", garbage: true, wantLogLine: "cannot be read"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
