@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -440,7 +441,9 @@ func (rb *rebootstrap) restartKubelet(ctx context.Context) error {
 
 // awaitBootstrap waits, at most the kubelet's restart timeout, until the
 // kubelet has bootstrapped: its new kubeconfig and pair are on disk (Reload)
-// and the API server does not refuse them.
+// and the API server took them (authenticated them, whether or not it
+// allowed the review). An API server that cannot be asked is waited for:
+// credentials recorded as taken and refused later are moved aside again.
 func (rb *rebootstrap) awaitBootstrap(ctx context.Context) error {
 	m, k := rb.n.Manager, rb.n.Kubelet
 	timeout := k.restartTimeout()
@@ -450,8 +453,14 @@ func (rb *rebootstrap) awaitBootstrap(ctx context.Context) error {
 		if err := m.reloadUntilTheKubelets(); err != nil {
 			return err
 		}
-		if r := m.refusal(ctx); r != notRefused {
+		reviewCtx, cancel := m.withRequestTimeout(ctx)
+		defer cancel()
+		err := reviewSelf(reviewCtx, m.Client())
+		if r := refusalOf(err); r != notRefused {
 			return permanentError{fmt.Errorf("the kubelet bootstrapped again, but its new credentials are refused too (%s)", r)}
+		}
+		if err != nil && !apierrors.IsForbidden(err) {
+			return fmt.Errorf("asking the API server whether it takes the kubelet's new credentials: %w", err)
 		}
 		return nil
 	})

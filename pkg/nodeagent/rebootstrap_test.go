@@ -947,3 +947,34 @@ func TestADeniedServingRequestOfAReBootstrapIsAskedForAgainRarely(t *testing.T) 
 		t.Errorf("%d serving CSRs in an hour of denials, want from 2 to 8; log: %q", csrs, on.logLines())
 	}
 }
+
+// TestCredentialsTheAPIServerCouldNotBeAskedAboutAreNotTakenAsAccepted: a
+// kubelet that bootstrapped while the API server could not be asked is not
+// recorded as bootstrapped; when the API server, reachable again, refuses the
+// new credentials too, the agent waits rather than move them aside and have
+// the kubelet bootstrap once more.
+func TestCredentialsTheAPIServerCouldNotBeAskedAboutAreNotTakenAsAccepted(t *testing.T) {
+	on := newOffNode(t)
+	restart := on.node.Kubelet.Restart
+	on.node.Kubelet.Restart = func(ctx context.Context) error {
+		err := restart(ctx)
+		on.set(func() { on.unreachable = errUnreachable }) // away as the kubelet bootstraps
+		return err
+	}
+	attempt := func() error {
+		_, err := on.node.rebootstrapIfRefused(context.Background())
+		return err
+	}
+	if err := on.onFakeTime(attempt); err == nil || !strings.Contains(err.Error(), "the kubelet has not bootstrapped within") {
+		t.Fatalf("first attempt: %v, want no bootstrap seen taken", err)
+	}
+	on.node.Kubelet.Restart = restart
+	bootstrapped := on.node.Manager.Current().Cert
+	on.set(func() { on.unreachable, on.refused = nil, bootstrapped }) // from a signer the API server does not trust yet, say
+	if err := attempt(); err == nil || !strings.Contains(err.Error(), "refused too") {
+		t.Fatalf("second attempt: %v, want the new credentials refused too", err)
+	}
+	if on.bootstrapCount() != 1 {
+		t.Errorf("%d bootstraps, want 1: the credentials the kubelet bootstrapped with were moved aside", on.bootstrapCount())
+	}
+}
