@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -147,6 +148,7 @@ type Connection struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	drop   func()
+	log    logr.Logger // the connect's, with the endpoint
 }
 
 // Context ends when the connection does.
@@ -154,11 +156,12 @@ func (conn *Connection) Context() context.Context { return conn.ctx }
 
 // Run runs start in the background until the connection ends. A start that
 // fails while the connection is live (a cache that never synced: the API
-// server was not up yet) ends the connection, and the next Connect makes a
-// new one.
+// server was not up yet, or too slow to list) ends the connection, logged
+// with its error, and the next Connect makes a new one.
 func (conn *Connection) Run(start func(context.Context) error) {
 	go func() {
 		if err := start(conn.ctx); err != nil && conn.ctx.Err() == nil {
+			conn.log.Error(err, "ending the connection to the managed cluster: what runs with it failed; the next pass connects again")
 			conn.drop()
 		}
 	}()
@@ -331,8 +334,9 @@ func (c *Cache) start(ctx context.Context, key client.ObjectKey, cfg *rest.Confi
 	if err != nil {
 		return nil, err
 	}
+	logger := log.FromContext(ctx).WithValues("endpoint", cfg.Host)
 	ctx, cancel := context.WithCancel(context.Background())
-	conn := &Connection{Config: cfg, Cluster: cl, Client: direct, digest: digest, ctx: ctx, cancel: cancel}
+	conn := &Connection{Config: cfg, Cluster: cl, Client: direct, digest: digest, ctx: ctx, cancel: cancel, log: logger}
 	conn.drop = func() { c.drop(key, conn) }
 	conn.Run(cl.Start)
 	for _, hook := range c.OnConnect {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -649,5 +651,45 @@ func TestAConnectInFlightWhenTheManagerStopsKeepsNoConnection(t *testing.T) {
 	}
 	if _, ok := c.Connection(key); ok || conn.Context().Err() == nil {
 		t.Errorf("the connection made while the manager stopped is kept (%v) or runs (%v)", ok, conn.Context().Err())
+	}
+}
+
+// What runs with a connection and fails ends it, and says why, with the
+// managed API server's address: a managed cluster whose CSRs cannot be
+// listed in time was connected and dropped again without a word.
+func TestAConnectionWhoseRunFailsEndsWithItsErrorLogged(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	errNotListed := errors.New("the managed cluster's CSRs were not listed within 2m0s")
+	c := &Cache{Scheme: scheme.New(), OnConnect: []OnConnect{func(_ client.ObjectKey, conn *Connection) error {
+		conn.Run(func(context.Context) error { return errNotListed })
+		return nil
+	}}}
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	defer c.Disconnect(key)
+	var mu sync.Mutex
+	var logged []string
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, args)
+	}, funcr.Options{})
+	conn, err := c.connect(log.IntoContext(t.Context(), logger), key, &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-conn.Context().Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the connection whose run failed still runs")
+	}
+	if _, ok := c.Connection(key); ok {
+		t.Error("the connection whose run failed is kept")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(logged, func(l string) bool {
+		return strings.Contains(l, errNotListed.Error()) && strings.Contains(l, server.URL)
+	}) {
+		t.Errorf("no log line with the error and the endpoint in %q", logged)
 	}
 }
