@@ -30,15 +30,21 @@ const (
 //     cleared by another writer: the recorded time, written back. Machines
 //     created before it did not bootstrap on the phase's credentials, and
 //     Cluster API would keep them.
-//   - Rolled for request, the field at the recorded time or later (another
-//     writer rolled the MachineDeployment again since): the field, which
-//     Cluster API replaces by; nothing to write.
+//   - Rolled for request, the field later than now (another writer
+//     scheduled a roll to come): the recorded time, nothing to write.
+//     Cluster API replaces nothing until then, and the Machines it made
+//     since the recorded time bootstrapped on the phase's credentials.
+//   - Rolled for request, the field at the recorded time or later, up to
+//     now (another writer rolled the MachineDeployment again since): the
+//     field, which Cluster API replaces by; nothing to write.
 func RolloutTime(rolledFor, request string, recorded, field, now time.Time) (time.Time, RolloutWrite) {
 	switch {
 	case rolledFor != request || recorded.IsZero():
 		return now.Truncate(time.Second), WriteRoll
 	case field.Before(recorded):
 		return recorded, WriteBack
+	case field.After(now):
+		return recorded, WriteNothing
 	default:
 		return field, WriteNothing
 	}

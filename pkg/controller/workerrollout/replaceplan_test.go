@@ -127,6 +127,7 @@ func TestRolloutTime(t *testing.T) {
 		{"rolled for this phase: waits on it, writes nothing", finalizing, rolled, rolled, rolled, WriteNothing},
 		{"rolled again later by someone else: waits on the later time", finalizing, rolled, rolled.Add(time.Minute), rolled.Add(time.Minute), WriteNothing},
 		{"moved earlier by someone else: set back", finalizing, rolled, rolled.Add(-time.Hour), rolled, WriteBack},
+		{"a roll to come scheduled by someone else: waits on the recorded time, writes nothing", finalizing, rolled, now.Add(24 * time.Hour), rolled, WriteNothing},
 		{"cleared by someone else: set back", finalizing, rolled, time.Time{}, rolled, WriteBack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,8 +140,9 @@ func TestRolloutTime(t *testing.T) {
 }
 
 // FuzzRolloutTime: once rolled for the phase, the rollout time waited on is
-// never before the one Carousel recorded; nothing is written only when the
-// field is waited on as it is; a new roll is at the second of now.
+// never before the one Carousel recorded, nor in the future unless that one
+// is; nothing is written only when the field is waited on as it is, or is
+// in the future; a new roll is at the second of now.
 func FuzzRolloutTime(f *testing.F) {
 	f.Add("r/Preparing", "r/Preparing", int64(100), int64(50), int64(200))
 	f.Add("", "r/Finalizing", int64(0), int64(0), int64(200))
@@ -165,8 +167,11 @@ func FuzzRolloutTime(f *testing.F) {
 				t.Fatalf("set back to %v (recorded %v, field %v)", after, recorded, field)
 			}
 		case WriteNothing:
-			if !after.Equal(field) {
-				t.Fatalf("waits on %v without writing it, field %v", after, field)
+			if !after.Equal(field) && !(field.After(now) && after.Equal(recorded)) {
+				t.Fatalf("waits on %v without writing it, field %v, now %v", after, field, now)
+			}
+			if after.After(now) && !recorded.After(now) {
+				t.Fatalf("waits on %v, after now %v", after, now)
 			}
 		}
 		if rolledFor == request && !recorded.IsZero() && after.Before(recorded) {
