@@ -185,20 +185,29 @@ var _ = Describe("The tenant boundary with a managed cluster", Ordered, func() {
 })
 
 var _ = Describe("Deleting a Cluster whose managed cluster cannot be reached", func() {
-	It("is released after the cleanup timeout, with an event that says what was left", func(ctx SpecContext) {
+	It("is released after the cleanup timeout, with an event that says what was left, once the managed cluster was reached", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		var writes atomic.Int64
 		startControllers(ns, &writes)
-		port, err := framework.FreePort() // nothing listens there
+		port, err := framework.FreePort()
 		Expect(err).NotTo(HaveOccurred())
+		cp := &framework.ManagedControlPlane{BinDir: os.Getenv("KUBEBUILDER_ASSETS"), Dir: GinkgoT().TempDir(), APIServerPort: port}
 		c := &v1alpha1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"},
 			Spec: v1alpha1.ClusterSpec{KubernetesVersion: "1.36.3",
-				ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: (&framework.ManagedControlPlane{APIServerPort: port}).Endpoint()}},
+				ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: cp.Endpoint()}},
 		}
 		Expect(k8s.Create(ctx, c)).To(Succeed())
 		key := client.ObjectKeyFromObject(c)
+		Consistently(func() []string { return getCluster(ctx, key).Finalizers }).WithTimeout(3*time.Second).ShouldNot(ContainElement(v1alpha1.FinalizerManagedCleanup),
+			"no finalizer before the managed cluster was reached: nothing can have been written there")
+
+		By("reaching the managed cluster, then losing it")
+		Expect(cp.WriteCredentials(ctx, k8s, waitForReady(ctx, key))).To(Succeed())
+		DeferCleanup(cp.Stop)
+		Expect(cp.Start(ctx)).To(Succeed())
 		Eventually(func() []string { return getCluster(ctx, key).Finalizers }).WithTimeout(time.Minute).Should(ContainElement(v1alpha1.FinalizerManagedCleanup))
+		cp.Stop()
 		Expect(k8s.Delete(ctx, c)).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, key, &v1alpha1.Cluster{})) }).
 			WithTimeout(time.Minute).Should(BeTrue())

@@ -85,16 +85,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// The cleanups of an endpoint cleared before count from naught when it
 	// is cleared again.
 	r.failedCleanups.forget(client.ObjectKeyFromObject(c))
-	// Before anything can be written there, so that a deleted Cluster cleans up.
-	if err := r.ensureFinalizer(ctx, c); err != nil {
-		return ctrl.Result{}, err
-	}
 	conn, err := r.Connections.Connect(ctx, c)
 	if errors.Is(err, clustercache.ErrNotIssued) {
 		// Issued by the Cluster controller; its creation event brings us back.
 		return ctrl.Result{}, nil
 	}
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Before anything is written there, so that a deleted Cluster cleans
+	// up; not before it was reached, when nothing can have been, so that a
+	// Cluster never connected is released at once.
+	if err := r.ensureFinalizer(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}
 	bundles, err := r.bundles(ctx, c)

@@ -546,3 +546,43 @@ func (l *liveConnection) Connection(client.ObjectKey) (*clustercache.Connection,
 func (l *liveConnection) Disconnect(client.ObjectKey) {
 	l.disconnected, l.disconnects = true, l.disconnects+1
 }
+
+// A Cluster whose managed cluster was never reached (its credentials not
+// issued yet, its endpoint mistyped or down) gets no cleanup finalizer:
+// nothing can have been written there, and its deletion would otherwise
+// wait for a cleanup that cannot be made and end with a warning that names
+// objects never written.
+func TestAClusterNeverConnectedGetsNoFinalizer(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		connect error
+	}{
+		{"credentials not issued", clustercache.ErrNotIssued},
+		{"endpoint unreachable", errors.New("reaching the managed API server at https://192.0.2.1:6443: connection refused")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod"}}
+			c.Spec.ControlPlane.Endpoint = "https://192.0.2.1:6443"
+			management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
+			r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: failingConnect{tt.connect}}
+			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); tt.connect != clustercache.ErrNotIssued && err == nil {
+				t.Error("a pass that could not connect succeeded")
+			}
+			got := &v1alpha1.Cluster{}
+			if err := management.Get(t.Context(), client.ObjectKeyFromObject(c), got); err != nil || len(got.Finalizers) != 0 {
+				t.Errorf("finalizers %v (%v), want none", got.Finalizers, err)
+			}
+		})
+	}
+}
+
+// failingConnect connects to nothing.
+type failingConnect struct{ err error }
+
+func (f failingConnect) Connect(context.Context, *v1alpha1.Cluster) (*clustercache.Connection, error) {
+	return nil, f.err
+}
+
+func (failingConnect) Connection(client.ObjectKey) (*clustercache.Connection, bool) { return nil, false }
+
+func (failingConnect) Disconnect(client.ObjectKey) {}
