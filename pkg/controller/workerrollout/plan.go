@@ -162,10 +162,15 @@ func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenew
 			// Nothing asks a node of a rolled pool again.
 			fmt.Fprintf(&b, "; one that comes back is not asked: annotate its Node %s=%s", v1alpha1.AnnotationRenewCredentials, request)
 		}
-		if request.Phase == v1alpha1.RotationAborting {
+		switch request.Phase {
+		case v1alpha1.RotationAborting:
 			// One that renewed in Preparing holds a certificate from the new client CA.
 			b.WriteString("; the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced)")
-		} else {
+		case v1alpha1.RotationFinalizing:
+			// The old CAs are gone already; one that renewed in Preparing
+			// trusts and holds only what stays.
+			b.WriteString("; an offline node that renewed in Preparing still reaches the API server when it comes back, one that did not needs a fresh bootstrap kubeconfig")
+		default:
 			b.WriteString("; an offline node needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped")
 		}
 	}

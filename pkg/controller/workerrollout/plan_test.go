@@ -260,6 +260,16 @@ func TestPlanMessage(t *testing.T) {
 	if !strings.HasSuffix(got, "; the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced)") {
 		t.Errorf("Message in an abort = %s", got)
 	}
+	// In Finalizing the old CAs are gone already: one that renewed for
+	// Preparing comes back to what it trusts and holds.
+	finalizing := request
+	finalizing.Phase = v1alpha1.RotationFinalizing
+	got = PlanRollout([]NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Ask, time.Hour)}, intstr.FromInt32(1), offlineAfter, t0).
+		Message("workers", offlineAfter, finalizing)
+	if !strings.HasSuffix(got, "annotate its Node carousel.dev/renew-credentials=2026-11-23T09:00:00Z/Finalizing; an offline node that renewed in Preparing "+
+		"still reaches the API server when it comes back, one that did not needs a fresh bootstrap kubeconfig") {
+		t.Errorf("Message in Finalizing = %s", got)
+	}
 }
 
 // TestHeartbeats: a node was last seen at its Lease's renewTime, or, without
