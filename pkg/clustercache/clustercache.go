@@ -408,10 +408,14 @@ func nodeIdentity(obj any) (any, error) {
 	return kept, nil
 }
 
-// Client returns the direct client of a managed cluster Carousel is connected to.
-func (c *Cache) Client(key client.ObjectKey) (client.Client, bool) {
-	conn, ok := c.Connection(key)
-	if !ok {
+// Client returns the direct client of a Cluster's managed cluster when
+// Carousel is connected to it at the Cluster's endpoint: a connection to the
+// endpoint it had before is the kubelet bootstrap controller's to end
+// (Connect), and nothing else may take what that address says for the
+// managed cluster meanwhile.
+func (c *Cache) Client(cl *v1alpha1.Cluster) (client.Client, bool) {
+	conn, ok := c.Connection(client.ObjectKeyFromObject(cl))
+	if !ok || conn.Config.Host != cl.Spec.ControlPlane.Endpoint {
 		return nil, false
 	}
 	return conn.Client, true

@@ -232,7 +232,7 @@ func TestConnectFailsWhenTheAPIServerDoesNotAnswer(t *testing.T) {
 	if _, err := c.connect(t.Context(), key, cfg); err == nil || !strings.Contains(err.Error(), "reaching the managed API server") {
 		t.Fatalf("connect = %v, want the API server named unreachable", err)
 	}
-	if _, ok := c.Client(key); ok {
+	if _, ok := c.Connection(key); ok {
 		t.Fatal("a connection was kept")
 	}
 }
@@ -346,7 +346,7 @@ func TestADisconnectEndsAConnectInFlight(t *testing.T) {
 	releaseVersion()
 	conn := <-connected
 	<-disconnected
-	if _, ok := c.Client(key); ok {
+	if _, ok := c.Connection(key); ok {
 		t.Fatal("the connection made while the Cluster was disconnected is kept")
 	}
 	if conn != nil && conn.Context().Err() == nil {
@@ -375,7 +375,7 @@ func TestAConnectToAMovedEndpointEndsTheOldConnectionWhenItFails(t *testing.T) {
 	if _, err := c.connect(t.Context(), key, &rest.Config{Host: moved.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}); err == nil {
 		t.Fatal("a connect to an endpoint that does not answer succeeded")
 	}
-	if _, ok := c.Client(key); ok {
+	if _, ok := c.Connection(key); ok {
 		t.Fatal("the connection to the old endpoint is still handed out")
 	}
 	if first.Context().Err() == nil {
@@ -446,7 +446,7 @@ func TestABundleThatDropsACAEndsTheConnectionWhenTheNewOneFails(t *testing.T) {
 	if _, err := c.connect(t.Context(), clusterKey, config(newCA)); err == nil {
 		t.Fatal("a connect verified the server's certificate against a CA that did not sign it")
 	}
-	if _, ok := c.Client(clusterKey); ok {
+	if _, ok := c.Connection(clusterKey); ok {
 		t.Fatal("the connection that trusts the dropped CA is still handed out")
 	}
 	if second.Context().Err() == nil {
@@ -582,7 +582,7 @@ func TestAConnectThatCannotBeConfiguredEndsAConnectionThatMoved(t *testing.T) {
 			if _, err := c.cache.Connect(t.Context(), c.cluster); err == nil {
 				t.Fatal("a connect that cannot be configured succeeded")
 			}
-			if _, ok := c.cache.Client(client.ObjectKeyFromObject(c.cluster)); ok || c.first.Context().Err() == nil {
+			if _, ok := c.cache.Connection(client.ObjectKeyFromObject(c.cluster)); ok || c.first.Context().Err() == nil {
 				t.Errorf("the old connection is still handed out (%v) or runs (%v)", ok, c.first.Context().Err())
 			}
 		})
@@ -612,7 +612,7 @@ func TestANotIssuedConnectEndsAConnectionThatMoved(t *testing.T) {
 				if _, err := c.cache.Connect(t.Context(), c.cluster); !errors.Is(err, ErrNotIssued) {
 					t.Fatalf("Connect = %v, want ErrNotIssued", err)
 				}
-				if _, ok := c.cache.Client(client.ObjectKeyFromObject(c.cluster)); ok == moved || (c.first.Context().Err() == nil) == moved {
+				if _, ok := c.cache.Connection(client.ObjectKeyFromObject(c.cluster)); ok == moved || (c.first.Context().Err() == nil) == moved {
 					t.Errorf("the connection is handed out %t and runs %t, want %t", ok, c.first.Context().Err() == nil, !moved)
 				}
 			})
@@ -691,5 +691,21 @@ func TestAConnectionWhoseRunFailsEndsWithItsErrorLogged(t *testing.T) {
 		return strings.Contains(l, errNotListed.Error()) && strings.Contains(l, server.URL)
 	}) {
 		t.Errorf("no log line with the error and the endpoint in %q", logged)
+	}
+}
+
+// Client hands out a connection only while it goes to the Cluster's
+// endpoint: one to the endpoint it had before is not the managed cluster's
+// any more, though it lives until the kubelet bootstrap controller connects
+// anew.
+func TestClientHandsOutOnlyAConnectionToTheClustersEndpoint(t *testing.T) {
+	c := connectCluster(t, managedAPIServer(t, new(atomic.Int32)))
+	if _, ok := c.cache.Client(c.cluster); !ok {
+		t.Fatal("no client of the connection to the Cluster's endpoint")
+	}
+	moved := c.cluster.DeepCopy()
+	moved.Spec.ControlPlane.Endpoint = "https://192.0.2.1:6443"
+	if _, ok := c.cache.Client(moved); ok {
+		t.Error("the client of the connection to the endpoint the Cluster had before is handed out")
 	}
 }

@@ -34,7 +34,7 @@ type Reconciler struct {
 	Client client.Client // the management cluster
 	// Connections reach the managed clusters (a *clustercache.Cache).
 	Connections interface {
-		Client(client.ObjectKey) (client.Client, bool)
+		Client(*v1alpha1.Cluster) (client.Client, bool)
 	}
 	// Recorder records an event on the Cluster for each caBundle written,
 	// related to the APIService; nil records none.
@@ -81,7 +81,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// (Carousel's client certificate may not be issued yet, the managed API
 	// server may be down: it restarts in every phase), look again soon
 	// rather than after the growing backoff of a failed reconcile.
-	managed, ok := r.Connections.Client(req.NamespacedName)
+	managed, ok := r.Connections.Client(c)
 	if !ok {
 		return ctrl.Result{RequeueAfter: resync / 10}, nil
 	}

@@ -86,7 +86,7 @@ func TestAClusterNotConnectedYetIsLookedAtAgainWithoutConnecting(t *testing.T) {
 	if got.RequeueAfter != 6*time.Second {
 		t.Errorf("looks again after %s, want a tenth of the resync (6s)", got.RequeueAfter)
 	}
-	if _, ok := connections.Client(key); ok {
+	if _, ok := connections.Connection(key); ok {
 		t.Error("the controller connected to the managed cluster")
 	}
 	if n := dialled.Load(); n != 0 {
@@ -165,4 +165,4 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 // connectedTo is a managed cluster the Cluster is connected to.
 type connectedTo struct{ managed client.Client }
 
-func (c connectedTo) Client(client.ObjectKey) (client.Client, bool) { return c.managed, true }
+func (c connectedTo) Client(*v1alpha1.Cluster) (client.Client, bool) { return c.managed, true }

@@ -138,7 +138,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		facts.NodesUnreadable = true
 	} else if readsNodes {
 		key := client.ObjectKeyFromObject(c)
-		nodes, leases, err := r.ManagedNodes(ctx, key)
+		nodes, leases, err := r.ManagedNodes(ctx, c)
 		if err == nil {
 			r.unreadNodes.forget(key)
 		} else {
@@ -481,7 +481,7 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 		return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet client certificates, valid until %s: "+
 			"force the abort once every kubelet runs on a certificate from the old client CA)", name, until.UTC().Format(time.RFC3339))}, nil
 	}
-	nodes, _, err := r.ManagedNodes(ctx, client.ObjectKeyFromObject(c))
+	nodes, _, err := r.ManagedNodes(ctx, c)
 	if err != nil {
 		log.FromContext(ctx).Info("reading the managed cluster's Nodes for the abort", "error", err.Error())
 		return []string{"(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from the new client CA)"}, nil
@@ -631,12 +631,12 @@ func unrolled(n *corev1.Node, pool *v1alpha1.WorkerPool, rolledByHand bool, clus
 // ManagedNodes lists a managed cluster's Nodes and node Leases through its
 // connection.
 func ManagedNodes(clients interface {
-	Client(client.ObjectKey) (client.Client, bool)
-}) func(context.Context, client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
-	return func(ctx context.Context, key client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
-		remote, ok := clients.Client(key)
+	Client(*v1alpha1.Cluster) (client.Client, bool)
+}) func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
+	return func(ctx context.Context, c *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
+		remote, ok := clients.Client(c)
 		if !ok {
-			return nil, nil, fmt.Errorf("not connected to the managed cluster %s", key)
+			return nil, nil, fmt.Errorf("not connected to the managed cluster of %s at %s", client.ObjectKeyFromObject(c), c.Spec.ControlPlane.Endpoint)
 		}
 		var nodes corev1.NodeList
 		if err := remote.List(ctx, &nodes); err != nil {

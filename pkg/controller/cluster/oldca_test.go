@@ -419,7 +419,7 @@ func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	sc.r.Clock = clk
 	var readErr error
-	sc.r.ManagedNodes = func(context.Context, client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
+	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
 		return nil, nil, readErr
 	}
 	sc.annotate(v1alpha1.OperationStartCARotation)
@@ -495,7 +495,7 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := func(name string) corev1.Node { return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
-	sc.r.ManagedNodes = func(context.Context, client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error) {
+	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
 		return []corev1.Node{node("worker-2"), node("worker-1")}, nil, nil
 	}
 	sc.annotate(v1alpha1.OperationStartCARotation)

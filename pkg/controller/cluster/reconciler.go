@@ -71,7 +71,7 @@ type Reconciler struct {
 	AuditWebhook *AuditWebhook
 	// ManagedNodes lists a managed cluster's Nodes and node Leases for the
 	// old-CA usage gate; nil leaves Nodes out of it.
-	ManagedNodes func(ctx context.Context, key client.ObjectKey) ([]corev1.Node, []coordinationv1.Lease, error)
+	ManagedNodes func(ctx context.Context, c *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error)
 	// OldCAUsageWindow is how recent a client certificate's use must be for
 	// the old-CA usage gate to count it; zero means DefaultOldCAUsageWindow.
 	OldCAUsageWindow time.Duration

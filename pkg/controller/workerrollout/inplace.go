@@ -56,13 +56,13 @@ type InPlaceRollout struct {
 // *clustercache.Cache): a rollout reads and writes a pool's Nodes through
 // the connection the kubelet bootstrap controller keeps.
 type ManagedClients interface {
-	Client(client.ObjectKey) (client.Client, bool)
+	Client(*v1alpha1.Cluster) (client.Client, bool)
 }
 
 // Rollout implements the cluster controller's WorkerRollout.
 func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (bool, string, error) {
 	key := client.ObjectKeyFromObject(c)
-	remote, ok := p.Connections.Client(key)
+	remote, ok := p.Connections.Client(c)
 	if !ok {
 		p.Offline.Forget(key) // its API server may be away: see unreachable
 		return false, fmt.Sprintf("pool %s: waiting to reach the cluster's API server (spec.controlPlane.endpoint)", pool.Name), nil

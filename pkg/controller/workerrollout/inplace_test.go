@@ -258,7 +258,7 @@ func TestNodesMayMoveOnceEveryPreviousCAIsGone(t *testing.T) {
 // noConnections reaches no managed cluster.
 type noConnections struct{}
 
-func (noConnections) Client(client.ObjectKey) (client.Client, bool) { return nil, false }
+func (noConnections) Client(*v1alpha1.Cluster) (client.Client, bool) { return nil, false }
 
 // TestARolloutThatCannotReadTheNodesForgetsThemBehind: a rollout that cannot
 // reach the managed cluster (its API server may be away) drops what it saw
@@ -281,7 +281,7 @@ func TestARolloutThatCannotReadTheNodesForgetsThemBehind(t *testing.T) {
 // someConnection reaches every managed cluster through one client.
 type someConnection struct{ remote client.Client }
 
-func (s someConnection) Client(client.ObjectKey) (client.Client, bool) { return s.remote, true }
+func (s someConnection) Client(*v1alpha1.Cluster) (client.Client, bool) { return s.remote, true }
 
 // TestARolloutThatFailsOnTheManagementClusterKeepsTheNodesBehind: a read of
 // the management cluster that fails says nothing of the managed cluster's

@@ -86,7 +86,7 @@ func (p *ReplaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	if _, wait, err := nodesMayMove(ctx, p.Management, c, pool); err != nil || wait != "" {
 		return false, wait, err
 	}
-	remote, ok := p.Connections.Client(client.ObjectKeyFromObject(c))
+	remote, ok := p.Connections.Client(c)
 	if !ok {
 		return false, fmt.Sprintf("pool %s: waiting to reach the cluster's API server (spec.controlPlane.endpoint)", pool.Name), nil
 	}

@@ -258,9 +258,9 @@ func caSecret(t *testing.T, c *v1alpha1.Cluster, role v1alpha1.CARole, cas *cred
 // managedClients is one managed cluster's client.
 type managedClients map[client.ObjectKey]client.Client
 
-func (m managedClients) Client(key client.ObjectKey) (client.Client, bool) {
-	c, ok := m[key]
-	return c, ok
+func (m managedClients) Client(c *v1alpha1.Cluster) (client.Client, bool) {
+	remote, ok := m[client.ObjectKeyFromObject(c)]
+	return remote, ok
 }
 
 // TestReplaceRollsOnlyOnceTheBootstrapKubeconfigTrustsThePhasesCAs: in
