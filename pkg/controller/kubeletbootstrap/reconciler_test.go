@@ -583,6 +583,8 @@ func (f failingConnect) Connect(context.Context, *v1alpha1.Cluster) (*clustercac
 	return nil, f.err
 }
 
-func (failingConnect) Connection(client.ObjectKey) (*clustercache.Connection, bool) { return nil, false }
+func (failingConnect) Connection(client.ObjectKey) (*clustercache.Connection, bool) {
+	return nil, false
+}
 
 func (failingConnect) Disconnect(client.ObjectKey) {}
