@@ -373,8 +373,8 @@ func firstNames(names []string) string {
 
 func kubeletHolders(f Facts) string {
 	return fmt.Sprintf("%d Node(s) whose kubelet holds a client certificate Carousel signed from the new client CA, which the abort deletes: %s; "+
-		"each kubelet renews it (now from the old client CA; a node of an InPlace pool rolled without it while it was offline renews once its Node "+
-		"is annotated as the WorkerPoolRolledWithoutOfflineNodes event says) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CA now "+
+		"each kubelet renews it (now from the old client CA; a node of an InPlace pool, rolled without it while it was offline, is asked to "+
+		"and does once it is back online) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CA now "+
 		"(such a kubelet then needs a fresh bootstrap kubeconfig)",
 		len(f.KubeletHolders), firstNames(f.KubeletHolders), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -492,10 +493,36 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 		if last, holds := record.Holding(n.Name, newIssuer, now); holds {
 			holders = append(holders, n.Name)
 			s.wakeAt(last.NotAfter)
+			if pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool]); pool != nil {
+				if _, ok := r.WorkerRollouts[pool.RolloutStrategy].(NodeAsker); ok {
+					if s.askableHolders == nil {
+						s.askableHolders = map[v1alpha1.WorkerRolloutStrategy][]corev1.Node{}
+					}
+					s.askableHolders[pool.RolloutStrategy] = append(s.askableHolders[pool.RolloutStrategy], n)
+				}
+			}
 		}
 	}
 	slices.Sort(holders) // the status names them: the same order each pass
 	return holders, nil
+}
+
+// askKubeletHolders has the rollouts that can ask their nodes to renew once
+// more ask the kubelet holders of their pools: a node offline while the abort
+// rolled its pool is not asked when it comes back, and the abort keeps the
+// new CAs until its kubelet renews. Asked, it renews from the old CAs once
+// its node agent is back; one asked already is left alone.
+func (r *Reconciler) askKubeletHolders(ctx context.Context, s *scope) error {
+	for _, strategy := range slices.Sorted(maps.Keys(s.askableHolders)) {
+		asked, err := r.WorkerRollouts[strategy].(NodeAsker).AskNodes(ctx, s.cluster, s.askableHolders[strategy])
+		if len(asked) > 0 {
+			log.FromContext(ctx).Info("asked Nodes whose kubelet holds a client certificate from the new client CA to renew", "nodes", asked)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // keptNodes are the dependents of u that the managed cluster's Nodes decide:

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -489,38 +491,16 @@ func TestTheOldCAUsageGateHoldsWhileTheRotationsEndpointIsRemoved(t *testing.T) 
 // renewed from the old client CA. A Node deleted since does not hold it.
 func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 	sc := newSettledCluster(t)
-	ctx, c := context.Background(), sc.cluster()
-	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
-	if err := sc.api.Update(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	node := func(name string) corev1.Node { return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
-	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
-		return []corev1.Node{node("worker-2"), node("worker-1")}, nil, nil
-	}
-	sc.annotate(v1alpha1.OperationStartCARotation)
-	sc.statusWritesUntil(v1alpha1.RotationPrepared)
-	cas := preparedClientCAs(t, sc)
-	newCA, oldCA := hex.EncodeToString(cas.Current.Cert.SubjectKeyId), hex.EncodeToString(cas.Previous.Cert.SubjectKeyId)
-	now := time.Now()
-	signed := func(node, issuer, fingerprint string) oldca.IssuedCertificate {
-		return oldca.IssuedCertificate{User: "system:node:" + node, Fingerprint: strings.Repeat(fingerprint, sha256.Size), Issuer: issuer,
-			IssuedAt: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)}
-	}
-	kubelets := &oldca.KubeletCertificates{}
-	kubelets.Add([]oldca.IssuedCertificate{signed("worker-1", newCA, "a1"), signed("worker-2", oldCA, "a2"), signed("gone", newCA, "a3")}, now)
-	record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)},
-		Data: map[string]string{}, BinaryData: map[string][]byte{}}
-	oldca.StoreKubeletCertificates(kubelets.String(), record.Data, record.BinaryData)
-	if err := sc.api.apiServer.(client.Client).Create(ctx, record); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	h := prepareKubeletHolders(t, sc, []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "worker-2"}}, {ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}},
+		map[string]bool{"worker-1": true, "worker-2": false, "gone": true})
+	signed, kubelets, record, oldCA, now := h.signed, h.kubelets, h.record, h.oldCA, h.now
 
 	sc.annotate(v1alpha1.OperationAbortCARotation)
 	for range 5 {
 		sc.reconcile()
 	}
-	c = sc.cluster()
+	c := sc.cluster()
 	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
 	if c.CARotationPhase() != v1alpha1.RotationAborting || c.CARotation().AbortRolledBackTime != nil || cond == nil ||
 		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "1 Node(s) whose kubelet holds") ||
@@ -563,6 +543,56 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 	}
 }
 
+// kubeletHolders is a Prepared rotation whose kubelet record says which
+// Nodes' kubelets hold a client certificate from the new client CA.
+type kubeletHolders struct {
+	signed       func(node, issuer, fingerprint string) oldca.IssuedCertificate
+	kubelets     *oldca.KubeletCertificates
+	record       *corev1.ConfigMap
+	newCA, oldCA string
+	now          time.Time
+}
+
+// prepareKubeletHolders gives sc's Cluster an endpoint whose managed cluster
+// has nodes, prepares a rotation, and records a client certificate for each
+// node of onNewCA (true: from the new client CA, false: from the old one).
+func prepareKubeletHolders(t *testing.T, sc *settledCluster, nodes []corev1.Node, onNewCA map[string]bool) kubeletHolders {
+	t.Helper()
+	ctx, c := context.Background(), sc.cluster()
+	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
+	if err := sc.api.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
+		return nodes, nil, nil
+	}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	cas := preparedClientCAs(t, sc)
+	h := kubeletHolders{newCA: hex.EncodeToString(cas.Current.Cert.SubjectKeyId), oldCA: hex.EncodeToString(cas.Previous.Cert.SubjectKeyId),
+		now: time.Now(), kubelets: &oldca.KubeletCertificates{}}
+	h.signed = func(node, issuer, fingerprint string) oldca.IssuedCertificate {
+		return oldca.IssuedCertificate{User: "system:node:" + node, Fingerprint: strings.Repeat(fingerprint, sha256.Size), Issuer: issuer,
+			IssuedAt: h.now.Add(-time.Minute), NotAfter: h.now.Add(time.Hour)}
+	}
+	var certs []oldca.IssuedCertificate
+	for i, node := range slices.Sorted(maps.Keys(onNewCA)) {
+		issuer := h.oldCA
+		if onNewCA[node] {
+			issuer = h.newCA
+		}
+		certs = append(certs, h.signed(node, issuer, fmt.Sprintf("a%d", i)))
+	}
+	h.kubelets.Add(certs, h.now)
+	h.record = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.KubeletCertificatesConfigMapName(c.Name)},
+		Data: map[string]string{}, BinaryData: map[string][]byte{}}
+	oldca.StoreKubeletCertificates(h.kubelets.String(), h.record.Data, h.record.BinaryData)
+	if err := sc.api.apiServer.(client.Client).Create(ctx, h.record); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // preparedClientCAs are the client CAs of sc's Cluster, whose rotation is
 // Prepared: the new one current, the old one previous.
 func preparedClientCAs(t *testing.T, sc *settledCluster) *credentials.CAs {
@@ -577,4 +607,56 @@ func preparedClientCAs(t *testing.T, sc *settledCluster) *credentials.CAs {
 		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", cas, err)
 	}
 	return cas
+}
+
+// An abort waiting for kubelet holders asks those in a pool whose rollout
+// can ask its nodes again (InPlace) to renew, through that rollout, every
+// pass while they hold: a node offline while the abort rolled its pool is
+// not asked when it comes back. A holder outside such a pool is not asked.
+func TestAnAbortAsksTheKubeletHoldersOfInPlacePools(t *testing.T) {
+	sc := newSettledCluster(t)
+	ctx, c := context.Background(), sc.cluster()
+	c.Spec.Workers = []v1alpha1.WorkerPool{{Name: "pool-a", RolloutStrategy: v1alpha1.RolloutInPlace}}
+	if err := sc.api.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	asker := &askingRollout{}
+	sc.r.WorkerRollouts = map[v1alpha1.WorkerRolloutStrategy]WorkerRollout{v1alpha1.RolloutInPlace: asker}
+	inPool := func(name, pool string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: pool}}}
+	}
+	prepareKubeletHolders(t, sc, []corev1.Node{inPool("worker-1", "pool-a"), inPool("worker-2", "pool-a"), inPool("autoscaled-1", "")},
+		map[string]bool{"worker-1": true, "worker-2": false, "autoscaled-1": true})
+	if len(asker.asked) != 0 {
+		t.Fatalf("nodes asked before the abort: %v", asker.asked)
+	}
+
+	sc.annotate(v1alpha1.OperationAbortCARotation)
+	for range 5 {
+		sc.reconcile()
+	}
+	c = sc.cluster()
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation); cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) {
+		t.Fatalf("the abort: %+v, want it waiting for the kubelet holders", cond)
+	}
+	if len(asker.asked) == 0 || slices.ContainsFunc(asker.asked, func(nodes []string) bool { return !slices.Equal(nodes, []string{"worker-1"}) }) {
+		t.Errorf("asked %v, want worker-1 alone, each pass it holds", asker.asked)
+	}
+}
+
+// askingRollout rolls a pool at once and records the nodes it is asked to
+// ask again.
+type askingRollout struct{ asked [][]string }
+
+func (*askingRollout) Rollout(context.Context, *v1alpha1.Cluster, v1alpha1.WorkerPool) (bool, string, error) {
+	return true, "", nil
+}
+
+func (a *askingRollout) AskNodes(_ context.Context, _ *v1alpha1.Cluster, nodes []corev1.Node) ([]string, error) {
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	a.asked = append(a.asked, names)
+	return names, nil
 }

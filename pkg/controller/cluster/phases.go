@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +39,9 @@ type scope struct {
 	rolledOut    bool
 	waitingPools []string
 	facts        rotation.Facts
+	// askableHolders are the Nodes of facts.KubeletHolders in a pool whose
+	// rollout can ask them to renew once more (NodeAsker).
+	askableHolders map[v1alpha1.WorkerRolloutStrategy][]corev1.Node
 
 	// reachability is what this pass saw of the managed API server, for the
 	// ControlPlaneReachable condition; nil when it saw nothing.
@@ -273,6 +277,11 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
 	d := rotation.Decide(s.facts)
+	if d.Wait != nil && d.Wait.Reason == v1alpha1.ReasonWaitingForKubeletHolders {
+		if err := r.askKubeletHolders(ctx, s); err != nil {
+			return err
+		}
+	}
 	if d.RecordRolledBack {
 		// Persisted with the status, before the next pass, a second from
 		// now, deletes the new CAs: the pools' second rollout is never lost

@@ -22,6 +22,14 @@ type WorkerRollout interface {
 	Rollout(ctx context.Context, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (done bool, message string, err error)
 }
 
+// NodeAsker is a WorkerRollout that can ask nodes of a pool it rolled for the
+// current phase already to renew for it once more.
+type NodeAsker interface {
+	// AskNodes asks those of nodes not asked for the phase yet, and returns
+	// their names.
+	AskNodes(ctx context.Context, c *v1alpha1.Cluster, nodes []corev1.Node) (asked []string, err error)
+}
+
 func pendingPools(c *v1alpha1.Cluster) []v1alpha1.PendingWorkersRollout {
 	if rot := c.CARotation(); rot != nil {
 		return rot.PendingWorkersRollouts

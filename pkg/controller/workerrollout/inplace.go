@@ -132,6 +132,38 @@ func (p *InPlaceRollout) Rollout(ctx context.Context, c *v1alpha1.Cluster, pool 
 	return plan.Done(), plan.Message(pool.Name, offlineAfter, request), nil
 }
 
+// AskNodes implements the cluster controller's NodeAsker: it asks nodes of
+// an InPlace pool, rolled for the Cluster's current phase already, to renew
+// for it (as an administrator annotating them would), unless they were
+// asked for it. The node agent of one that is offline answers once it is
+// back. The abort asks those whose kubelet holds a client certificate from
+// the new client CA: offline while their pool rolled, they were not asked.
+func (p *InPlaceRollout) AskNodes(ctx context.Context, c *v1alpha1.Cluster, nodes []corev1.Node) ([]string, error) {
+	remote, ok := p.Connections.Client(c)
+	if !ok {
+		return nil, nil // asked again once connected
+	}
+	request := noderenewal.RequestFor(c.CARotation())
+	var asked []string
+	for i := range nodes {
+		n := nodes[i].DeepCopy()
+		if n.Annotations[v1alpha1.AnnotationRenewCredentials] == request.String() {
+			continue
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Annotations = noderenewal.Annotate(n.Annotations, noderenewal.Ask, request)
+		err := remote.Patch(ctx, n, patch)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // deleted since: it holds nothing any more
+		case err != nil:
+			return asked, fmt.Errorf("asking node %s to renew: %w", n.Name, err)
+		}
+		asked = append(asked, n.Name)
+	}
+	return asked, nil
+}
+
 // unreachable returns err, a failed read of the managed cluster of key, if
 // any, and then drops what was seen of its nodes behind: its API server may
 // be away, and the nodes count from anew once it is back (see

@@ -308,3 +308,42 @@ func TestARolloutThatFailsOnTheManagementClusterKeepsTheNodesBehind(t *testing.T
 		t.Error("a failed read of the management cluster dropped what was seen of the managed cluster's nodes")
 	}
 }
+
+// AskNodes asks the nodes not asked for the phase yet, as an administrator
+// annotating them would, and writes nothing for one asked already or one
+// deleted since it was listed.
+func TestAskNodesAsksOnlyTheNodesNotAskedForThePhase(t *testing.T) {
+	initiated := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+		Phase: v1alpha1.RotationAborting, LastInitiationTime: &metav1.Time{Time: initiated}}}}
+	aborting := noderenewal.Request{Initiated: initiated, Phase: v1alpha1.RotationAborting}.String()
+	preparing := noderenewal.Request{Initiated: initiated, Phase: v1alpha1.RotationPreparing}.String()
+	node := func(name, request string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+			v1alpha1.AnnotationRenewCredentials: request, v1alpha1.AnnotationCredentialsRenewed: preparing}}}
+	}
+	var patches int
+	remote := fake.NewClientBuilder().WithObjects(node("renewed-for-preparing", preparing), node("asked-already", aborting)).
+		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			patches++
+			return c.Patch(ctx, obj, patch, opts...)
+		}}).Build()
+	p := &InPlaceRollout{Connections: someConnection{remote}}
+	listed := []corev1.Node{*node("renewed-for-preparing", preparing), *node("asked-already", aborting), *node("deleted-since", preparing)}
+
+	asked, err := p.AskNodes(context.Background(), c, listed)
+	if err != nil || !slices.Equal(asked, []string{"renewed-for-preparing"}) {
+		t.Fatalf("AskNodes = %v, %v; want renewed-for-preparing asked", asked, err)
+	}
+	got := &corev1.Node{}
+	if err := remote.Get(context.Background(), client.ObjectKey{Name: "renewed-for-preparing"}, got); err != nil ||
+		got.Annotations[v1alpha1.AnnotationRenewCredentials] != aborting {
+		t.Fatalf("renewed-for-preparing asked for %q (%v), want %q", got.Annotations[v1alpha1.AnnotationRenewCredentials], err, aborting)
+	}
+
+	patches = 0
+	if asked, err := p.AskNodes(context.Background(), c, []corev1.Node{*got, *node("asked-already", aborting)}); err != nil || len(asked) != 0 || patches != 0 {
+		t.Errorf("asking again: %v, %v, %d patches; want nothing asked nor written", asked, err, patches)
+	}
+}

@@ -158,14 +158,16 @@ func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenew
 	}
 	if len(p.Offline) > 0 {
 		fmt.Fprintf(&b, " (Lease over %s behind the newest node Lease, not waited for: %s)", offlineAfter, lastSeen(p.Offline))
-		if p.Done() {
+		if p.Done() && request.Phase != v1alpha1.RotationAborting {
 			// Nothing asks a node of a rolled pool again.
 			fmt.Fprintf(&b, "; one that comes back is not asked: annotate its Node %s=%s", v1alpha1.AnnotationRenewCredentials, request)
 		}
 		switch request.Phase {
 		case v1alpha1.RotationAborting:
-			// One that renewed in Preparing holds a certificate from the new client CA.
-			b.WriteString("; the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced)")
+			// One that renewed in Preparing holds a certificate from the new
+			// client CA: the abort asks it (AskNodes).
+			b.WriteString("; the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced), " +
+				"and asks it to renew, which its node agent does once it is back")
 		case v1alpha1.RotationFinalizing:
 			// The old CAs are gone already; one that renewed in Preparing
 			// trusts and holds only what stays.

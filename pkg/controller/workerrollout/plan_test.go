@@ -257,7 +257,8 @@ func TestPlanMessage(t *testing.T) {
 	aborting.Phase = v1alpha1.RotationAborting
 	got := PlanRollout([]NodeState{node("a", noderenewal.Done, 0), node("b", noderenewal.Ask, time.Hour)}, intstr.FromInt32(1), offlineAfter, t0).
 		Message("workers", offlineAfter, aborting)
-	if !strings.HasSuffix(got, "; the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced)") {
+	if !strings.HasSuffix(got, "(last seen 2026-11-23T11:00:00Z)); the abort keeps the new CAs while an offline node that renewed before it holds a certificate from them (unless forced), "+
+		"and asks it to renew, which its node agent does once it is back") {
 		t.Errorf("Message in an abort = %s", got)
 	}
 	// In Finalizing the old CAs are gone already: one that renewed for
