@@ -643,6 +643,10 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		expectKubelets(ctx, second[v1alpha1.CARoleClient].Current.Cert, second[v1alpha1.CARoleKubelet].Current.Cert,
 			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		preparedAdmin := adminKubeconfig(ctx)
+		if offNode != nil {
+			By("powering off a node of the InPlace pool, which renewed from the new client CA in Preparing, before the abort")
+			env.PowerOff(offNode)
+		}
 
 		start = time.Now()
 		Expect(annotate(ctx, v1alpha1.OperationAbortCARotation)).To(Succeed())
@@ -656,11 +660,31 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			return false
 		}).WithTimeout(time.Minute).Should(BeTrue())
 		crashOperator(ctx)
+		if offNode != nil {
+			By("the pool rolled without the node, the abort keeps the new CAs while its kubelet holds a certificate from them, and asks it to renew")
+			admin := clientFor(adminKubeconfig(ctx))
+			Eventually(func(g Gomega) {
+				cond := meta.FindStatusCondition(cluster(ctx).Status.Conditions, v1alpha1.ConditionCARotation)
+				g.Expect(cond).NotTo(BeNil())
+				g.Expect(cond.Reason).To(Equal(string(v1alpha1.ReasonWaitingForKubeletHolders)))
+				g.Expect(cond.Message).To(ContainSubstring(": " + offNode.Name + ";"))
+				n, err := admin.CoreV1().Nodes().Get(ctx, offNode.Name, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationRenewCredentials, noderenewal.RequestFor(cluster(ctx).CARotation()).String()))
+			}).WithTimeout(5*time.Minute).WithPolling(time.Second).Should(Succeed())
+			Expect(cluster(ctx).CARotation().AbortRolledBackTime).To(BeNil())
+			By("powering the node on as it was: its node agent renews it from the old CAs, and the abort goes on")
+			Expect(env.PowerOn(ctx, offNode, nil)).To(Succeed())
+		}
 		waitForPhase(ctx, v1alpha1.RotationAborted)
 		abortedIn, aborting = time.Since(start), [2]time.Time{start, time.Now()}
 		kubeletsAborting = kubeletRestartsText(start, time.Now())
 		for _, n := range kubelets() {
 			_, restarts := within(n.Restarts(), aborting[0], aborting[1])
+			if n == offNode {
+				Expect(restarts).To(BeNumerically("<=", 2), "kubelet %s restarted %d times while Aborting: powered on, then its renewal", n.Name, restarts)
+				continue
+			}
 			Expect(restarts).To(BeNumerically("<=", 1), "kubelet %s restarted %d times while Aborting: the one roll of its in-place pool "+
 				"takes it back to the old CAs' certificates and to trusting them alone", n.Name, restarts)
 		}
