@@ -46,6 +46,7 @@ type breaker struct {
 	mu            sync.Mutex
 	unanswered    bool      // the last request, or probe, was not answered
 	probeFailedAt time.Time // zero unless the last probe was not answered
+	answers       uint64    // round trips answered so far
 }
 
 func newBreaker(next http.RoundTripper, host string, clk clock.PassiveClock, probeTimeout time.Duration) *breaker {
@@ -83,6 +84,7 @@ func (b *breaker) record(resp *http.Response, err error) {
 	b.unanswered = !answer
 	if answer {
 		b.probeFailedAt = time.Time{}
+		b.answers++
 	}
 	b.mu.Unlock()
 }
@@ -116,19 +118,29 @@ func (b *breaker) admit(ctx context.Context) error {
 		return fmt.Errorf("%w at %s: a probe %s ago was not answered either", ErrNotAnswering, b.host,
 			b.clock.Since(failedAt).Round(time.Second))
 	}
-	if err := b.probe(ctx); err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) { // the caller's end, not the API server's
-			return ctx.Err()
-		}
-		b.mu.Lock()
-		b.probeFailedAt = b.clock.Now()
-		b.mu.Unlock()
-		return fmt.Errorf("%w at %s: %w", ErrNotAnswering, b.host, err)
+	b.mu.Lock()
+	answers := b.answers
+	b.mu.Unlock()
+	err := b.probe(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.Canceled): // the caller's end, not the API server's
+		return ctx.Err()
 	}
-	return nil
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.answers != answers {
+		// A request in flight was answered meanwhile: the API server
+		// answers after all.
+		return nil
+	}
+	b.unanswered, b.probeFailedAt = true, b.clock.Now()
+	return fmt.Errorf("%w at %s: %w", ErrNotAnswering, b.host, err)
 }
 
-// probe reads probePath, within probeTimeout, and records what came back.
+// probe reads probePath, within probeTimeout; an answer is recorded, a
+// failure is admit's to record.
 func (b *breaker) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, b.probeTimeout)
 	defer cancel()
@@ -138,7 +150,6 @@ func (b *breaker) probe(ctx context.Context) error {
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := b.next.RoundTrip(req)
-	b.record(resp, err)
 	if err != nil {
 		return err
 	}
@@ -147,5 +158,6 @@ func (b *breaker) probe(ctx context.Context) error {
 	if answer, _ := answered(resp, nil); !answer {
 		return fmt.Errorf("a probe was answered %s", resp.Status)
 	}
+	b.record(resp, nil)
 	return nil
 }

@@ -52,7 +52,9 @@ func newTroubledAPIServer(t *testing.T) *troubledAPIServer {
 			case <-r.Context().Done():
 			case <-s.released:
 			}
-			return
+			// No answer at all: a handler that returns answers 200 (the
+			// stream of a request cancelled late may still carry it).
+			panic(http.ErrAbortHandler)
 		case s.fail.Load():
 			http.Error(w, "etcdserver: request timed out", http.StatusInternalServerError)
 			return
@@ -63,12 +65,13 @@ func newTroubledAPIServer(t *testing.T) *troubledAPIServer {
 	return s
 }
 
-// connectTo connects a Cache on clk, whose requests give up after 100 ms, to
-// server.
+// connectTo connects a Cache on clk, whose requests give up after a second
+// (and probes after half of it: a new TLS connection under the race detector
+// can take a tenth), to server.
 func connectTo(t *testing.T, server *httptest.Server, clk *clocktesting.FakeClock) *Connection {
 	t.Helper()
 	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
-	c := &Cache{Scheme: scheme.New(), RequestTimeout: 100 * time.Millisecond, Clock: clk}
+	c := &Cache{Scheme: scheme.New(), RequestTimeout: time.Second, Clock: clk}
 	t.Cleanup(func() { c.Disconnect(key) })
 	conn, err := c.connect(t.Context(), key, &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
 	if err != nil {
@@ -163,5 +166,35 @@ func TestARequestItsCallerCancelledIsNoSignOfTrouble(t *testing.T) {
 	}
 	if got := server.probes.Load(); got != 0 {
 		t.Fatalf("%d probes after a cancelled request, want none", got)
+	}
+}
+
+// roundTripperFunc is a RoundTripper of a function.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A request in flight that is answered while a probe fails leaves the
+// breaker closed: the API server answered after the probe was sent, and the
+// request that waited for the probe goes to it, as do the next ones (a failed
+// probe recorded over the answer made them fail for probeInterval).
+func TestAnAnswerDuringAFailedProbeLeavesTheBreakerClosed(t *testing.T) {
+	probing, release := make(chan struct{}), make(chan struct{})
+	b := newBreaker(roundTripperFunc(func(*http.Request) (*http.Response, error) {
+		close(probing)
+		<-release
+		return nil, errors.New("connection reset by peer")
+	}), "https://192.0.2.1:6443", clocktesting.NewFakeClock(time.Now()), time.Second)
+	b.record(nil, errors.New("timeout awaiting response headers"))
+	admitted := make(chan error, 1)
+	go func() { admitted <- b.admit(t.Context()) }()
+	<-probing
+	b.record(&http.Response{StatusCode: http.StatusOK}, nil)
+	close(release)
+	if err := <-admitted; err != nil {
+		t.Fatalf("admit = %v, want the request let through: the API server answered during the probe", err)
+	}
+	if unanswered, failedAt := b.state(); unanswered || !failedAt.IsZero() {
+		t.Errorf("unanswered %t, probe failed at %v; want the answer since to stand", unanswered, failedAt)
 	}
 }
