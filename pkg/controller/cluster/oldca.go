@@ -511,18 +511,19 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 // more ask the kubelet holders of their pools: a node offline while the abort
 // rolled its pool is not asked when it comes back, and the abort keeps the
 // new CAs until its kubelet renews. Asked, it renews from the old CAs once
-// its node agent is back; one asked already is left alone.
-func (r *Reconciler) askKubeletHolders(ctx context.Context, s *scope) error {
+// its node agent is back; one asked already is left alone. A node that
+// cannot be asked is logged and asked again next pass: the abort's status
+// still says what it waits for, which the pass would not write if it failed.
+func (r *Reconciler) askKubeletHolders(ctx context.Context, s *scope) {
 	for _, strategy := range slices.Sorted(maps.Keys(s.askableHolders)) {
 		asked, err := r.WorkerRollouts[strategy].(NodeAsker).AskNodes(ctx, s.cluster, s.askableHolders[strategy])
 		if len(asked) > 0 {
 			log.FromContext(ctx).Info("asked Nodes whose kubelet holds a client certificate from the new client CA to renew", "nodes", asked)
 		}
 		if err != nil {
-			return err
+			log.FromContext(ctx).Info("asking Nodes whose kubelet holds a client certificate from the new client CA to renew", "error", err.Error())
 		}
 	}
-	return nil
 }
 
 // keptNodes are the dependents of u that the managed cluster's Nodes decide:

@@ -642,11 +642,18 @@ func TestAnAbortAsksTheKubeletHoldersOfInPlacePools(t *testing.T) {
 	if len(asker.asked) == 0 || slices.ContainsFunc(asker.asked, func(nodes []string) bool { return !slices.Equal(nodes, []string{"worker-1"}) }) {
 		t.Errorf("asked %v, want worker-1 alone, each pass it holds", asker.asked)
 	}
+	// A node that cannot be asked (an admission policy refuses the patch)
+	// fails no pass: the status still says what the abort waits for.
+	asker.err = errors.New(`nodes "worker-1" is forbidden: refused by policy`)
+	sc.reconcile()
 }
 
 // askingRollout rolls a pool at once and records the nodes it is asked to
-// ask again.
-type askingRollout struct{ asked [][]string }
+// ask again, failing with err.
+type askingRollout struct {
+	asked [][]string
+	err   error
+}
 
 func (*askingRollout) Rollout(context.Context, *v1alpha1.Cluster, v1alpha1.WorkerPool) (bool, string, error) {
 	return true, "", nil
@@ -658,5 +665,5 @@ func (a *askingRollout) AskNodes(_ context.Context, _ *v1alpha1.Cluster, nodes [
 		names = append(names, n.Name)
 	}
 	a.asked = append(a.asked, names)
-	return names, nil
+	return names, a.err
 }

@@ -277,10 +277,10 @@ func (r *Reconciler) decisionPhase(ctx context.Context, s *scope) error {
 		s.facts.KubeRootCAPublished = rot.KubeRootCAPublishedTime.Time
 	}
 	d := rotation.Decide(s.facts)
-	if d.Wait != nil && d.Wait.Reason == v1alpha1.ReasonWaitingForKubeletHolders {
-		if err := r.askKubeletHolders(ctx, s); err != nil {
-			return err
-		}
+	// Once the abort rolled every pool back (a pool's own roll asks its
+	// nodes, maxUnavailable at a time), whatever else it waits for first.
+	if !s.facts.AbortForced && len(pendingPools(c)) == 0 {
+		r.askKubeletHolders(ctx, s)
 	}
 	if d.RecordRolledBack {
 		// Persisted with the status, before the next pass, a second from

@@ -7,6 +7,7 @@ package workerrollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -145,6 +146,7 @@ func (p *InPlaceRollout) AskNodes(ctx context.Context, c *v1alpha1.Cluster, node
 	}
 	request := noderenewal.RequestFor(c.CARotation())
 	var asked []string
+	var errs []error // one node that cannot be asked holds up none of the others
 	for i := range nodes {
 		n := nodes[i].DeepCopy()
 		if n.Annotations[v1alpha1.AnnotationRenewCredentials] == request.String() {
@@ -157,11 +159,12 @@ func (p *InPlaceRollout) AskNodes(ctx context.Context, c *v1alpha1.Cluster, node
 		case apierrors.IsNotFound(err):
 			continue // deleted since: it holds nothing any more
 		case err != nil:
-			return asked, fmt.Errorf("asking node %s to renew: %w", n.Name, err)
+			errs = append(errs, fmt.Errorf("asking node %s to renew: %w", n.Name, err))
+			continue
 		}
 		asked = append(asked, n.Name)
 	}
-	return asked, nil
+	return asked, errors.Join(errs...)
 }
 
 // unreachable returns err, a failed read of the managed cluster of key, if

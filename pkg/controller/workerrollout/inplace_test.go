@@ -324,17 +324,20 @@ func TestAskNodesAsksOnlyTheNodesNotAskedForThePhase(t *testing.T) {
 			v1alpha1.AnnotationRenewCredentials: request, v1alpha1.AnnotationCredentialsRenewed: preparing}}}
 	}
 	var patches int
-	remote := fake.NewClientBuilder().WithObjects(node("renewed-for-preparing", preparing), node("asked-already", aborting)).
+	remote := fake.NewClientBuilder().WithObjects(node("renewed-for-preparing", preparing), node("asked-already", aborting), node("refused", preparing)).
 		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			patches++
+			if obj.GetName() == "refused" {
+				return apierrors.NewForbidden(corev1.Resource("nodes"), "refused", errors.New("refused by policy"))
+			}
 			return c.Patch(ctx, obj, patch, opts...)
 		}}).Build()
 	p := &InPlaceRollout{Connections: someConnection{remote}}
-	listed := []corev1.Node{*node("renewed-for-preparing", preparing), *node("asked-already", aborting), *node("deleted-since", preparing)}
+	listed := []corev1.Node{*node("refused", preparing), *node("renewed-for-preparing", preparing), *node("asked-already", aborting), *node("deleted-since", preparing)}
 
 	asked, err := p.AskNodes(context.Background(), c, listed)
-	if err != nil || !slices.Equal(asked, []string{"renewed-for-preparing"}) {
-		t.Fatalf("AskNodes = %v, %v; want renewed-for-preparing asked", asked, err)
+	if !apierrors.IsForbidden(err) || !slices.Equal(asked, []string{"renewed-for-preparing"}) {
+		t.Fatalf("AskNodes = %v, %v; want renewed-for-preparing asked, though the node before it could not be", asked, err)
 	}
 	got := &corev1.Node{}
 	if err := remote.Get(context.Background(), client.ObjectKey{Name: "renewed-for-preparing"}, got); err != nil ||

@@ -138,7 +138,7 @@ func Slots(maxUnavailable intstr.IntOrString, total int) int {
 // Message says where the pool stands: for the Cluster's CARotation
 // condition while it is not done, and, when it is done but some nodes were
 // offline, for the event that names them and says how to ask such a node
-// for request, the pool's, by hand.
+// for request, the pool's, by hand (in an abort, that the abort asks it).
 func (p Plan) Message(pool string, offlineAfter time.Duration, request noderenewal.Request) string {
 	var b strings.Builder
 	if p.Done() {
