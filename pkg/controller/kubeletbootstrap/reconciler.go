@@ -93,9 +93,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Before anything is written there, so that a deleted Cluster cleans
-	// up; not before it was reached, when nothing can have been, so that a
-	// Cluster never connected is released at once.
+	// Before this pass writes anything there, so that a deleted Cluster
+	// cleans up; not before it was reached, when nothing can have been, so
+	// that a Cluster never connected is released at once. (The kubelet CSR
+	// controller, which the connect started, may pin a node's serving
+	// addresses before the finalizer is on: a Cluster deleted in between
+	// leaves those ConfigMaps, which also go with their Nodes.)
 	if err := r.ensureFinalizer(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}

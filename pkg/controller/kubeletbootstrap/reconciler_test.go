@@ -565,7 +565,7 @@ func TestAClusterNeverConnectedGetsNoFinalizer(t *testing.T) {
 			c.Spec.ControlPlane.Endpoint = "https://192.0.2.1:6443"
 			management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c).Build()
 			r := &Reconciler{Client: management, Clock: clocktesting.NewFakeClock(time.Now()), Connections: failingConnect{tt.connect}}
-			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); tt.connect != clustercache.ErrNotIssued && err == nil {
+			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}); !errors.Is(tt.connect, clustercache.ErrNotIssued) && err == nil {
 				t.Error("a pass that could not connect succeeded")
 			}
 			got := &v1alpha1.Cluster{}

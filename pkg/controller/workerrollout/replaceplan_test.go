@@ -167,7 +167,9 @@ func FuzzRolloutTime(f *testing.F) {
 				t.Fatalf("set back to %v (recorded %v, field %v)", after, recorded, field)
 			}
 		case WriteNothing:
-			if !after.Equal(field) && !(field.After(now) && after.Equal(recorded)) {
+			waitsOnTheField := after.Equal(field)
+			waitsOnTheRecordedTime := field.After(now) && after.Equal(recorded)
+			if !waitsOnTheField && !waitsOnTheRecordedTime {
 				t.Fatalf("waits on %v without writing it, field %v, now %v", after, field, now)
 			}
 			if after.After(now) && !recorded.After(now) {
