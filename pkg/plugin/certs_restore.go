@@ -33,12 +33,21 @@ const (
 	keepDiffers
 	// keepRaced: the Secret was created by someone else while restoring.
 	keepRaced
+	// keepMetadataLost: the Secret exists with the uploaded data, but
+	// without some of the uploaded carousel.dev/ labels or annotations,
+	// which Carousel reads (a CA Secret that lost carousel.dev/cluster blocks its
+	// Cluster); it is left alone, and the command says how to put them back.
+	keepMetadataLost
 )
 
 // restoreStep is the decision for one uploaded Secret.
 type restoreStep struct {
 	secret uploadedSecret
 	action restoreAction
+	// lostLabels and lostAnnotations are, for keepMetadataLost, the
+	// uploaded ones the existing Secret lacks (or, labels, holds with other
+	// values).
+	lostLabels, lostAnnotations map[string]string
 }
 
 // parseRoles reads --role: no roles means every CA role and the
@@ -86,7 +95,11 @@ func planRestore(cl *v1alpha1.Cluster, uploaded []uploadedSecret, roles []v1alph
 		case have == nil:
 			return restoreStep{secret: s, action: restoreCreate}, true, nil
 		case maps.EqualFunc(have.Data, s.Data, bytes.Equal):
-			return restoreStep{secret: s, action: keepSame}, false, nil
+			step := restoreStep{secret: s, action: keepSame, lostLabels: lost(s.Labels, have.Labels, true), lostAnnotations: lost(s.Annotations, have.Annotations, false)}
+			if len(step.lostLabels) > 0 || len(step.lostAnnotations) > 0 {
+				step.action = keepMetadataLost
+			}
+			return step, false, nil
 		default:
 			return restoreStep{secret: s, action: keepDiffers}, false, nil
 		}
@@ -123,6 +136,24 @@ func planRestore(cl *v1alpha1.Cluster, uploaded []uploadedSecret, roles []v1alph
 		}
 	}
 	return steps, nil
+}
+
+// lost is what of want's carousel.dev/ keys, which Carousel reads, have
+// lacks or, when changed counts, holds with another value. A CA Secret's
+// labels never change; its annotations do with the same data (an abort
+// puts the old CA back alone, under the aborted rotation's annotations), and
+// the uploaded values would then be stale.
+func lost(want, have map[string]string, changed bool) map[string]string {
+	var out map[string]string
+	for k, v := range want {
+		if got, ok := have[k]; strings.HasPrefix(k, v1alpha1.GroupName+"/") && (!ok || changed && got != v) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // checkUploadedCA refuses an uploaded CA Secret that is not the latest state
@@ -361,7 +392,7 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 			if withServiceAccountKey && !slices.ContainsFunc(upload.secrets, isServiceAccountKey) {
 				fmt.Fprintf(e.streams.ErrOut, "warning: upload %s holds no service-account key (the Cluster had none with its label when it was made)\n", id)
 			}
-			restored := 0
+			restored, metadataLost := 0, 0
 			for _, step := range steps {
 				if step.action == restoreCreate {
 					s := restoredSecret(cl, step.secret)
@@ -376,10 +407,17 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 						restored++
 					}
 				}
+				if step.action == keepMetadataLost {
+					metadataLost++
+				}
 				e.reportStep(cl.Namespace, step)
 			}
 			fmt.Fprintf(e.streams.Out, "Restored %d of %d Secrets of %s/%s from upload %s.\n", restored, len(steps), cl.Namespace, cl.Name, id)
 			e.sweepUploads(ctx, c)
+			if metadataLost > 0 {
+				return fmt.Errorf("%d Secret(s) of %s/%s hold the uploaded data without labels or annotations Carousel reads; "+
+					"restore never writes an existing Secret: put them back with the commands above", metadataLost, cl.Namespace, cl.Name)
+			}
 			return nil
 		},
 	}
@@ -402,7 +440,29 @@ func (e *env) reportStep(ns string, step restoreStep) {
 		fmt.Fprintf(e.streams.Out, "kept secret %s: it exists and its data differs from the upload (%s); not changed\n", name, what)
 	case keepRaced:
 		fmt.Fprintf(e.streams.Out, "kept secret %s: it was created by someone else while restoring; not changed\n", name)
+	case keepMetadataLost:
+		fmt.Fprintf(e.streams.Out, "kept secret %s: it exists, with the uploaded data, but lacks labels or annotations the upload holds; not changed. Put them back:\n", name)
+		for _, put := range []struct {
+			verb  string
+			pairs map[string]string
+		}{{"label", step.lostLabels}, {"annotate", step.lostAnnotations}} {
+			if len(put.pairs) == 0 {
+				continue
+			}
+			args := []string{"kubectl", put.verb, "secret", shellQuote(step.secret.Name), "-n", shellQuote(ns), "--overwrite"}
+			for _, k := range slices.Sorted(maps.Keys(put.pairs)) {
+				args = append(args, shellQuote(k+"="+put.pairs[k]))
+			}
+			fmt.Fprintf(e.streams.Out, "  %s\n", strings.Join(args, " "))
+		}
 	}
+}
+
+// shellQuote quotes s for a POSIX shell: the upload's names and values come
+// from Secrets a tenant may write, and a command printed for pasting must
+// run nothing else.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // isServiceAccountKey: s is the upload's service-account key Secret (it has

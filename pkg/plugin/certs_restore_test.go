@@ -1,12 +1,15 @@
 package plugin
 
 import (
+	"bytes"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -119,7 +122,7 @@ func TestPlanRestoreCreatesOnlyWhatIsMissing(t *testing.T) {
 	// The cluster CA is there as uploaded, the etcd CA is lost, the
 	// service-account key was replaced.
 	existing := map[string]*corev1.Secret{
-		"prod-ca-cluster":          {Data: uploaded[0].Data},
+		"prod-ca-cluster":          {ObjectMeta: metav1.ObjectMeta{Labels: uploaded[0].Labels}, Data: uploaded[0].Data},
 		"prod-service-account-key": {Data: map[string][]byte{credentials.DataKeyServiceAccountKey: []byte("another")}},
 	}
 	steps, err := planRestore(cl, uploaded, roles, true, existing)
@@ -272,6 +275,41 @@ func TestPlanRestoreRefusesAServiceAccountKeyOlderThanTheStatus(t *testing.T) {
 		existing := map[string]*corev1.Secret{"prod-service-account-key": {Data: map[string][]byte{credentials.DataKeyServiceAccountKey: []byte("live")}}}
 		if steps, err := planRestore(tc.cluster, []uploadedSecret{tc.upload}, nil, true, existing); err != nil || len(steps) != 1 || steps[0].action != keepDiffers {
 			t.Errorf("%s, the key Secret there: %+v, %v; want it kept", tc.name, steps, err)
+		}
+	}
+}
+
+// A Secret there with the uploaded data that lost labels or annotations the
+// upload holds (the how-to sends users to certs restore for a CA Secret
+// that lost its labels) is kept, never written, and the command prints how
+// to put back exactly those, quoted for the shell, and fails.
+func TestRestoreSaysHowToPutBackLostLabelsAndAnnotations(t *testing.T) {
+	cluster := v1alpha1.CARoleCluster
+	clusterCA := pkitest.NewCA(t, "cluster")
+	cl := clusterRecording(cluster, clusterCA, nil, "", time.Time{})
+	up := uploadedCA(t, cluster, clusterCA, nil, "")
+	up.Annotations = map[string]string{v1alpha1.AnnotationRotation: "it's"}
+	labels := maps.Clone(up.Labels)
+	delete(labels, v1alpha1.LabelCluster)
+	existing := map[string]*corev1.Secret{up.Name: {ObjectMeta: metav1.ObjectMeta{Labels: labels}, Data: up.Data}}
+	steps, err := planRestore(cl, []uploadedSecret{up}, []v1alpha1.CARole{cluster}, false, existing)
+	if err != nil || len(steps) != 1 || steps[0].action != keepMetadataLost {
+		t.Fatalf("planRestore = %+v, %v; want the Secret kept, its metadata lost", steps, err)
+	}
+	// An annotation there with another value (an abort since put the old CA
+	// back under its own rotation's) is not lost.
+	existing[up.Name].Labels, existing[up.Name].Annotations = up.Labels, map[string]string{v1alpha1.AnnotationRotation: "later"}
+	if steps, err := planRestore(cl, []uploadedSecret{up}, []v1alpha1.CARole{cluster}, false, existing); err != nil || steps[0].action != keepSame {
+		t.Errorf("an annotation changed since the upload: %+v, %v; want the Secret kept as it is", steps, err)
+	}
+	var out bytes.Buffer
+	(&env{streams: genericiooptions.IOStreams{Out: &out}}).reportStep("team-a", steps[0])
+	for _, want := range []string{
+		"kubectl label secret 'prod-ca-cluster' -n 'team-a' --overwrite '" + v1alpha1.LabelCluster + "=prod'\n",
+		"kubectl annotate secret 'prod-ca-cluster' -n 'team-a' --overwrite '" + v1alpha1.AnnotationRotation + "=it'\\''s'\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report:\n%s\nwant a line %q", out.String(), want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -269,17 +270,31 @@ default outside kubeadm): nothing else deletes it.`,
 				return fmt.Errorf("storing the encrypted copy: %w", err)
 			}
 			files, _ := (&certsUpload{secrets: uploaded}).files()
-			fmt.Fprintf(e.streams.Out, "Uploaded %d Secrets (%d files) of %s/%s as upload %s, expiring at %s (deleted with its token by the next "+
-				"certs command after that, or by kube-controller-manager's tokencleaner where it runs).\n",
-				len(uploaded), len(files), cl.Namespace, cl.Name, id, expires.Format(time.RFC3339))
-			fmt.Fprintf(e.streams.Out, "Certificate key (shown once, stored nowhere):\n%s\n", sealing.EncodeKey(key))
-			fmt.Fprintf(e.streams.Out, "Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n", cl.Name, cl.Namespace, id)
-			fmt.Fprintf(e.streams.Out, "Recreate a lost CA Secret with:\n  kubectl carousel certs restore %s -n %s --upload-id %s --certificate-key <key>\n", cl.Name, cl.Namespace, id)
+			if err := printUpload(e.streams.Out, cl, id, key, len(uploaded), len(files), expires); err != nil {
+				// The key is nowhere: nobody can open the copy, which goes now.
+				if deleteErr := errors.Join(client.IgnoreNotFound(c.Delete(ctx, copySecret)), client.IgnoreNotFound(c.Delete(ctx, token))); deleteErr != nil {
+					return fmt.Errorf("printing the certificate key: %w; deleting the upload, which nobody can open: %w", err, deleteErr)
+				}
+				return fmt.Errorf("printing the certificate key: %w; upload %s, which nobody can open, is deleted", err, id)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 2*time.Hour, fmt.Sprintf("How long the encrypted copy is kept, between %s and %s", minUploadTTL, maxUploadTTL))
 	return cmd
+}
+
+// printUpload tells what was uploaded, the certificate key (shown once,
+// stored nowhere) and how to use it; a write that fails is returned.
+func printUpload(w io.Writer, cl *v1alpha1.Cluster, id string, key []byte, secrets, files int, expires time.Time) error {
+	_, err := fmt.Fprintf(w, "Uploaded %d Secrets (%d files) of %s/%s as upload %s, expiring at %s (deleted with its token by the next "+
+		"certs command after that, or by kube-controller-manager's tokencleaner where it runs).\n"+
+		"Certificate key (shown once, stored nowhere):\n%s\n"+
+		"Download with:\n  kubectl carousel certs download %s -n %s --upload-id %s --certificate-key <key> --dir <dir>\n"+
+		"Recreate a lost CA Secret with:\n  kubectl carousel certs restore %s -n %s --upload-id %s --certificate-key <key>\n",
+		secrets, files, cl.Namespace, cl.Name, id, expires.Format(time.RFC3339), sealing.EncodeKey(key),
+		cl.Name, cl.Namespace, id, cl.Name, cl.Namespace, id)
+	return err
 }
 
 // deleteExpiredUploads deletes every upload whose bootstrap token has

@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -183,5 +184,26 @@ func TestUploadNamesACASecretItCannotFind(t *testing.T) {
 	secrets[key] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key}}
 	if uploaded, warning, err := uploadSecrets(secrets, cl); err != nil || warning != "" || len(uploaded) != len(v1alpha1.CARoles())+1 {
 		t.Errorf("uploadSecrets with the key = %d Secrets, %q, %v; want all, and no warning", len(uploaded), warning, err)
+	}
+}
+
+// failingWriter fails every write, as stdout on a full disk does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) {
+	return 0, errors.New("write /dev/stdout: no space left on device")
+}
+
+// The certificate key is shown once and stored nowhere: a write of it that
+// fails is an error (certs upload then deletes the copy nobody can open).
+func TestPrintUploadReportsAFailedWriteOfTheKey(t *testing.T) {
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	key := bytes.Repeat([]byte{7}, 32)
+	if err := printUpload(failingWriter{}, cl, "abcdef", key, 8, 16, time.Now()); err == nil {
+		t.Fatal("a key that could not be written was reported shown")
+	}
+	var out bytes.Buffer
+	if err := printUpload(&out, cl, "abcdef", key, 8, 16, time.Now()); err != nil || !strings.Contains(out.String(), "\n"+sealing.EncodeKey(key)+"\n") {
+		t.Errorf("printUpload = %v, printed %q; want the key on a line of its own", err, out.String())
 	}
 }

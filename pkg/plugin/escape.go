@@ -18,8 +18,9 @@ import (
 // chose: a condition's message can hold a managed API server's answer, and
 // the managed cluster may be a tenant's, who must not rewrite an admin's
 // screen, hide a line of it, or reach the clipboard through an escape
-// sequence. JSON and YAML output never hold these characters raw, so
-// escaping changes none of it.
+// sequence. JSON and YAML output never hold these characters raw, but DEL
+// in JSON, which is escaped as JSON would (\u007f): escaping changes none
+// of what they say.
 func escapedStreams(s genericiooptions.IOStreams) genericiooptions.IOStreams {
 	s.Out, s.ErrOut = escaping{s.Out}, escaping{s.ErrOut}
 	return s
@@ -44,8 +45,9 @@ func (e escaping) Write(p []byte) (int, error) {
 
 // escapeOtherControls escapes the control characters printers.WriteEscaped
 // leaves as they are: those of C0 but tab, newline, ESC and CR in caret
-// notation (^H), DEL as ^?, and those of C1 (U+0080 to U+009F, which some
-// terminals act on in UTF-8 too) as \u0080.
+// notation (^H), and DEL and those of C1 (U+0080 to U+009F, which some
+// terminals act on in UTF-8 too) as \u007f and \u0080: JSON escapes of the
+// same characters, for encoding/json writes DEL raw.
 func escapeOtherControls(s string) string {
 	if !strings.ContainsFunc(s, isOtherControl) {
 		return s
@@ -57,8 +59,6 @@ func escapeOtherControls(s string) string {
 			b.WriteRune(r)
 		case r < 0x20:
 			b.WriteString("^" + string(r+'@'))
-		case r == 0x7f:
-			b.WriteString("^?")
 		default:
 			fmt.Fprintf(&b, "\\u%04x", r)
 		}

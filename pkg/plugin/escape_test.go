@@ -40,7 +40,7 @@ func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 		t.Fatalf("the condition is not shown:\n%s", got)
 	case strings.ContainsAny(got, "\x1b\r\a\b\x7f\u009b"):
 		t.Errorf("a control character reaches the terminal: %q", got)
-	case !strings.Contains(got, `^[]52;c;Y3VybCBldmlsfHNo^G^[[2J\rall fine^H^H^?\u009b2J`):
+	case !strings.Contains(got, `^[]52;c;Y3VybCBldmlsfHNo^G^[[2J\rall fine^H^H\u007f\u009b2J`):
 		t.Errorf("the message is not shown escaped: %q", got)
 	}
 }
@@ -50,7 +50,7 @@ func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 func TestAnErrorCannotDriveTheTerminal(t *testing.T) {
 	var out bytes.Buffer
 	WriteError(&out, errors.New("denied: \x1b[2J\b\x7f\u009b2J"))
-	if got, want := out.String(), "error: denied: ^[[2J^H^?\\u009b2J\n"; got != want {
+	if got, want := out.String(), "error: denied: ^[[2J^H\\u007f\\u009b2J\n"; got != want {
 		t.Errorf("WriteError wrote %q, want %q", got, want)
 	}
 }
@@ -104,4 +104,26 @@ func fakeDiscoveryAnd(t *testing.T, path string, obj any) http.Handler {
 			t.Error(err)
 		}
 	})
+}
+
+// JSON output says what it said once escaped: encoding/json writes DEL and
+// the C1 controls raw or as \u escapes, and the escaping writes them as
+// JSON escapes of the same characters.
+func TestEscapingKeepsWhatJSONSays(t *testing.T) {
+	message := "fine\x7f\u009b2J"
+	encoded, err := json.Marshal(map[string]string{"message": message})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := (escaping{&out}).Write(encoded); err != nil {
+		t.Fatal(err)
+	}
+	var decoded map[string]string
+	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil || decoded["message"] != message {
+		t.Errorf("escaped JSON %s decodes to %q (%v), want %q", out.Bytes(), decoded["message"], err, message)
+	}
+	if bytes.ContainsAny(out.Bytes(), "\x7f\u009b") {
+		t.Errorf("a control character reaches the terminal: %q", out.Bytes())
+	}
 }

@@ -376,6 +376,33 @@ func TestOperationOf(t *testing.T) {
 	}
 }
 
+// --wait follows a start, by default, an hour past the waits the Cluster's
+// spec puts into it (a service-account key rotation is never Prepared
+// within an hour of its start by default); a --timeout given is taken as it is.
+func TestFollowTimeout(t *testing.T) {
+	cl := &v1alpha1.Cluster{}
+	cl.Spec.CARotation.WorkloadTrustReload = &metav1.Duration{Duration: 20 * time.Minute}
+	for _, tc := range []struct {
+		operation  string
+		timeoutSet bool
+		want       time.Duration
+	}{
+		{"start-ca-rotation", false, time.Hour + 20*time.Minute},
+		{"start-ca-rotation-without-workers-rollout", false, time.Hour + 20*time.Minute},
+		{"rotate-serviceaccount-key-start", false, 2 * time.Hour},
+		{"rotate-credentials-start", false, 2 * time.Hour},
+		{"complete-ca-rotation", false, time.Hour},
+		{"rotate-serviceaccount-key-complete", false, time.Hour},
+		{"rotate-rollout-workers=pool-a", false, time.Hour},
+		{"rotate-serviceaccount-key-start", true, time.Hour},
+	} {
+		f := &operationFlags{timeout: time.Hour, timeoutSet: tc.timeoutSet}
+		if got := followTimeout(f, tc.operation, cl); got != tc.want {
+			t.Errorf("followTimeout(%s, --timeout given %t) = %s, want %s", tc.operation, tc.timeoutSet, got, tc.want)
+		}
+	}
+}
+
 // Only the operations maintenance.Queueable lets wait for the window offer
 // --in-maintenance-window.
 func TestOnlyOperationsThatCanWaitForTheMaintenanceWindowOfferIt(t *testing.T) {

@@ -43,6 +43,8 @@ import (
 type operationFlags struct {
 	wait, inWindow bool
 	timeout        time.Duration
+	// timeoutSet: --timeout was given, and is taken as it is.
+	timeoutSet bool
 }
 
 func addOperationFlags(cmd *cobra.Command, until string, queueable bool) *operationFlags {
@@ -51,9 +53,36 @@ func addOperationFlags(cmd *cobra.Command, until string, queueable bool) *operat
 	if queueable {
 		cmd.Flags().BoolVar(&f.inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
 	}
-	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits; by default an hour more than the rotation's own waits "+
+		"(spec.caRotation.workloadTrustReload, spec.serviceAccountKeyRotation.workloadTokenRefresh) when it starts one")
 	refuseTimeoutsNotPositive(cmd, &f.wait, &f.timeout)
+	prerun := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		f.timeoutSet = cmd.Flags().Changed("timeout")
+		return prerun(cmd, args)
+	}
 	return f
+}
+
+// followTimeout is how long --wait follows operation on cl: --timeout when
+// given; otherwise the default, past the waits cl's spec puts into what the
+// operation starts: pods are given workloadTrustReload to reload
+// kube-root-ca.crt before a CA rotation is Prepared, and
+// workloadTokenRefresh (an hour by default) to refresh their tokens before
+// a service-account key rotation is. Started together, they wait at once.
+func followTimeout(f *operationFlags, operation string, cl *v1alpha1.Cluster) time.Duration {
+	op, err := v1alpha1.ParseOperation(operation)
+	if f.timeoutSet || err != nil {
+		return f.timeout
+	}
+	var own time.Duration
+	if op.Verb.StartsCARotation() {
+		own = cl.Spec.CARotation.WorkloadTrustReloadOrDefault()
+	}
+	if op.Verb.ServiceAccountKeyVerb() == v1alpha1.VerbRotateServiceAccountKeyStart {
+		own = max(own, cl.Spec.ServiceAccountKeyRotation.WorkloadTokenRefreshOrDefault())
+	}
+	return f.timeout + own
 }
 
 // refuseTimeoutsNotPositive has cmd refuse, before it writes anything, a
@@ -117,7 +146,7 @@ func (e *env) requestOperation(ctx context.Context, name, operation string, targ
 	if f.inWindow {
 		target.queued = operation
 	}
-	return e.follow(ctx, cl.Namespace, name, target, f.timeout, req)
+	return e.follow(ctx, cl.Namespace, name, target, followTimeout(f, operation, cl), req)
 }
 
 // request is an operation requested of a Cluster, for --wait to tell when
@@ -466,7 +495,8 @@ kubelets holding client certificates Carousel signed from it (reason %[12]s) to 
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "Follow the rotation, printing each phase change, until it is "+string(v1alpha1.RotationAborted))
 	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits")
 	refuseTimeoutsNotPositive(cmd, &f.wait, &f.timeout)
-	force := cmd.Flags().Bool("force", false, "Delete the new CAs without waiting for the users holding kubeconfigs from the new client CA; in phase "+
+	force := cmd.Flags().Bool("force", false, "Delete the new CAs without waiting for the users holding kubeconfigs, nor the kubelets holding client certificates, "+
+		"from the new client CA (they lose access: a kubelet then needs a fresh bootstrap kubeconfig); in phase "+
 		string(v1alpha1.RotationAborting)+", end that wait")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		op := v1alpha1.Operation{Verb: v1alpha1.VerbAbortCARotation, Force: *force}
@@ -720,7 +750,7 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 		fmt.Fprintf(tw, "Last abort triggered:\t%s\n", when(rot.LastAbortTriggeredTime))
 		fmt.Fprintf(tw, "Last abort:\t%s\n", when(rot.LastAbortTime))
 		if rot.AbortForcedTime != nil {
-			fmt.Fprintf(tw, "Abort forced:\t%s (not waiting for the holders of kubeconfigs from the new client CA)\n", when(rot.AbortForcedTime))
+			fmt.Fprintf(tw, "Abort forced:\t%s (not waiting for the holders of kubeconfigs or kubelet client certificates from the new client CA)\n", when(rot.AbortForcedTime))
 		}
 	}
 	var pending []string
