@@ -277,6 +277,25 @@ affinity:
 			HaveField("LabelSelector.MatchLabels", Equal(deployment.Spec.Selector.MatchLabels)))))
 	})
 
+	It("keeps a replica told to stop serving the webhook while its Service lets it go, where the sleep action exists", func() {
+		deployment := func(args ...string) appsv1.Deployment {
+			GinkgoHelper()
+			out, err := helm(append([]string{"template", "carousel", chartDir, "--namespace", "carousel-system", "--show-only", "templates/deployment.yaml"}, args...)...)
+			Expect(err).NotTo(HaveOccurred())
+			var d appsv1.Deployment
+			Expect(yaml.Unmarshal([]byte(out), &d)).To(Succeed())
+			return d
+		}
+		pod := deployment().Spec.Template.Spec
+		Expect(pod.Containers[0].Lifecycle).NotTo(BeNil())
+		Expect(pod.Containers[0].Lifecycle.PreStop.Sleep).To(HaveValue(HaveField("Seconds", BeEquivalentTo(5))))
+		Expect(pod.TerminationGracePeriodSeconds).To(HaveValue(BeEquivalentTo(35)), "the manager keeps its 30 s after the signal")
+		Expect(deployment("--kube-version", "1.29.0").Spec.Template.Spec.Containers[0].Lifecycle).To(BeNil(), "Kubernetes 1.29 has no sleep action by default")
+		Expect(deployment("--set", "shutdownDelaySeconds=0").Spec.Template.Spec.Containers[0].Lifecycle).To(BeNil())
+		_, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "shutdownDelaySeconds=-1")
+		Expect(err).To(MatchError(ContainSubstring("shutdownDelaySeconds")))
+	})
+
 	It("has Prometheus keep the Cluster's namespace on Carousel's series, so that the alerts name the Cluster", func() {
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "metrics.serviceMonitor.enabled=true",
 			"--show-only", "templates/servicemonitor.yaml")
