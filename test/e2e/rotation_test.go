@@ -644,8 +644,17 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 			bundle(ctx, v1alpha1.CARoleCluster), bundle(ctx, v1alpha1.CARoleKubelet))
 		preparedAdmin := adminKubeconfig(ctx)
 		if offNode != nil {
-			By("powering off a node of the InPlace pool, which renewed from the new client CA in Preparing, before the abort")
+			By("powering off a node of the InPlace pool, which renewed from the new client CA in Preparing, until its Lease is behind by the pool's offlineNodeTimeout")
 			env.PowerOff(offNode)
+			// A node asked before it went silent holds its slot, and the
+			// pool, until it answers: this one is offline before the abort.
+			admin := clientFor(adminKubeconfig(ctx))
+			Eventually(func(g Gomega) {
+				lease, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, offNode.Name, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(lease.Spec.RenewTime).NotTo(BeNil())
+				g.Expect(time.Since(lease.Spec.RenewTime.Time)).To(BeNumerically(">", offlineNodeTimeout+10*time.Second))
+			}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		}
 
 		start = time.Now()
@@ -671,7 +680,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 				n, err := admin.CoreV1().Nodes().Get(ctx, offNode.Name, metav1.GetOptions{})
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(n.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationRenewCredentials, noderenewal.RequestFor(cluster(ctx).CARotation()).String()))
-			}).WithTimeout(5*time.Minute).WithPolling(time.Second).Should(Succeed())
+			}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
 			Expect(cluster(ctx).CARotation().AbortRolledBackTime).To(BeNil())
 			By("powering the node on as it was: its node agent renews it from the old CAs, and the abort goes on")
 			Expect(env.PowerOn(ctx, offNode, nil)).To(Succeed())
