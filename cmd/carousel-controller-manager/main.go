@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -123,9 +122,10 @@ func main() {
 	var rotator *servingcert.Rotator
 	if opts.Webhook && webhookCert.SelfIssued() {
 		rotator = webhookCert.Rotator(opts.AuditWebhookURL != "")
-		webhookOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate }}
+		mgrOpts.WebhookServer = rotator.NewServer(webhookOpts)
+	} else {
+		mgrOpts.WebhookServer = webhook.NewServer(webhookOpts)
 	}
-	mgrOpts.WebhookServer = webhook.NewServer(webhookOpts)
 	cfg := ctrl.GetConfigOrDie()
 	if err := opts.Shard.ConfigureManager(cfg, &mgrOpts); err != nil {
 		log.Error(err, "setting up the shard")
@@ -144,10 +144,7 @@ func main() {
 		os.Exit(1)
 	}
 	if rotator != nil {
-		if err := rotator.SetupWithManager(mgr); err != nil {
-			log.Error(err, "setting up the webhook certificate rotator")
-			os.Exit(1)
-		}
+		rotator.UseManager(mgr)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "adding the health check")

@@ -22,10 +22,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
+	"github.com/carousel-dev/carousel/test/framework"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
@@ -89,6 +95,61 @@ var _ = Describe("The webhook's self-issued serving certificate", func() {
 		Expect(writes.Load()).To(BeZero())
 	})
 })
+
+var _ = Describe("A replica's webhook server with a self-issued certificate", func() {
+	It("serves before the manager's caches have synced", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		port, err := framework.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+		rotator := &servingcert.Rotator{
+			Secret: types.NamespacedName{Namespace: ns, Name: "webhook-cert"}, WebhookConfiguration: "carousel-servingcert-early-" + ns,
+			Settings: servingcert.DefaultSettings([]string{"localhost"}),
+		}
+		createTestWebhookConfiguration(ctx, rotator.WebhookConfiguration, "https://localhost:"+strconv.Itoa(port))
+		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+			Scheme:                 scheme.New(),
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			WebhookServer:          rotator.NewServer(webhook.Options{Host: "127.0.0.1", Port: port}),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		rotator.UseManager(mgr)
+		// A fleet's caches that take their time: this one syncs only once the spec is over (the manager
+		// cannot be stopped while it waits for its caches).
+		slow := slowCache{synced: make(chan struct{})}
+		Expect(mgr.Add(slow)).To(Succeed())
+		mgrCtx, stop := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		DeferCleanup(func() { close(slow.synced); stop(); <-stopped })
+		go func() {
+			defer GinkgoRecover()
+			defer close(stopped)
+			Expect(mgr.Start(mgrCtx)).To(Succeed())
+		}()
+
+		// What the replica's readiness probe asks: a TLS handshake with the served certificate.
+		Eventually(mgr.GetWebhookServer().StartedChecker()).WithArguments((*http.Request)(nil)).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(injectedCAs(ctx, rotator.WebhookConfiguration)).To(HaveLen(1), "the rotator injected its CA too")
+	})
+})
+
+// slowCache is a manager runnable with a cache that syncs once synced is
+// closed: the manager starts what waits for caches only then.
+type slowCache struct {
+	cache.Cache
+	synced chan struct{}
+}
+
+func (slowCache) Start(ctx context.Context) error { <-ctx.Done(); return nil }
+func (c slowCache) GetCache() cache.Cache         { return c }
+func (c slowCache) WaitForCacheSync(ctx context.Context) bool {
+	select {
+	case <-c.synced:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // serveDenyingWebhook serves, with the rotator's certificate, a webhook that
 // denies every request with servingCertTestDenial, and returns its URL.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/pki"
@@ -59,15 +61,41 @@ const (
 	ManagedBy      = "carousel-controller-manager"
 )
 
-// SetupWithManager gives the rotator the manager's clients and runs it in
-// every replica.
-func (r *Rotator) SetupWithManager(mgr ctrl.Manager) error {
-	r.Client, r.Reader = mgr.GetClient(), mgr.GetAPIReader()
-	return mgr.Add(r)
+// NewServer is a webhook server that serves the rotator's certificate and runs
+// the rotator, in every replica, for as long as it serves. The manager starts
+// webhook servers before it waits for its caches to sync, and the rotator
+// needs no cache, so a replica serves its webhook while a large fleet's caches
+// load; as a runnable of its own (controller-runtime's "others") the rotator
+// would start only once every cache had synced.
+func (r *Rotator) NewServer(opts webhook.Options) webhook.Server {
+	opts.TLSOpts = append(slices.Clip(opts.TLSOpts), func(c *tls.Config) { c.GetCertificate = r.GetCertificate })
+	return &rotatingServer{Server: webhook.NewServer(opts), rotator: r}
 }
 
-// NeedLeaderElection is false: every replica serves the webhook.
-func (*Rotator) NeedLeaderElection() bool { return false }
+// UseManager gives the rotator the manager's clients. The server from
+// NewServer must be the manager's webhook server.
+func (r *Rotator) UseManager(mgr ctrl.Manager) {
+	r.Client, r.Reader = mgr.GetClient(), mgr.GetAPIReader()
+}
+
+type rotatingServer struct {
+	webhook.Server
+	rotator *Rotator
+}
+
+// Start runs the rotator alongside the server and stops it with the server.
+func (s *rotatingServer) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	rotated := make(chan struct{})
+	go func() {
+		defer close(rotated)
+		_ = s.rotator.Start(ctx) // it retries every failure until ctx ends
+	}()
+	err := s.Server.Start(ctx)
+	cancel()
+	<-rotated
+	return err
+}
 
 // GetCertificate is the webhook server's tls.Config.GetCertificate. Until the
 // first sync it fails the handshake, which keeps the replica unready.
