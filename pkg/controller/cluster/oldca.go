@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -189,6 +190,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		rot.OldCAUsage = status
 		setCARotation(c, rot)
 	}
+	r.verdicts.record(client.ObjectKeyFromObject(c), rot)
 	if readsNodes {
 		// Nodes report through annotations, which raise no event here:
 		// look again soon while they hold the gate, else once a minute.
@@ -576,6 +578,56 @@ func (r *Reconciler) setOldCAsUnusedCondition(c *v1alpha1.Cluster) {
 			rotation.DescribeOldCAUsage(rot.OldCAUsage), v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation, v1alpha1.OperationForceSuffix)
 	}
 	r.setCondition(c, cond)
+}
+
+// verdicts remembers, per Cluster, the old-CA usage gate's last verdict this
+// process reached, for the rotation it judged.
+type verdicts struct {
+	mu sync.Mutex
+	of map[types.NamespacedName]verdict
+}
+
+type verdict struct {
+	rotationStarted time.Time
+	usage           *v1alpha1.OldCAUsage
+}
+
+func (v *verdicts) record(key types.NamespacedName, rot *v1alpha1.CARotation) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.of == nil {
+		v.of = map[types.NamespacedName]verdict{}
+	}
+	v.of[key] = verdict{rotationStarted: rot.LastInitiationTime.Time, usage: rot.OldCAUsage.DeepCopy()}
+}
+
+func (v *verdicts) forget(key types.NamespacedName) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.of, key)
+}
+
+// reachedHere says whether the verdict in rot is one this process reached
+// for that rotation.
+func (v *verdicts) reachedHere(key types.NamespacedName, rot *v1alpha1.CARotation) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	got, ok := v.of[key]
+	return ok && rot.LastInitiationTime != nil && got.rotationStarted.Equal(rot.LastInitiationTime.Time) &&
+		equality.Semantic.DeepEqual(got.usage, rot.OldCAUsage)
+}
+
+// completionWaitsForGate says whether op, on c, is a completion the old-CA
+// usage gate must judge first in this process: a verdict in the status that
+// names no one, reached by another replica or by this one before a restart,
+// may be out of date (audit events the manager did not receive while it was
+// down, a Node back on an old-CA certificate meanwhile), and completing on it
+// could lock out a client the gate would name. Such a completion waits for a
+// pass to judge; a forced one does not, and one the verdict holds is refused.
+func (r *Reconciler) completionWaitsForGate(op v1alpha1.Operation, c *v1alpha1.Cluster) bool {
+	rot := c.CARotation()
+	return op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation && !op.Force && rot != nil && rot.Phase == v1alpha1.RotationPrepared &&
+		rot.OldCAUsage != nil && rot.OldCAUsage.Total == 0 && !r.verdicts.reachedHere(client.ObjectKeyFromObject(c), rot)
 }
 
 // forgetOldCAUsage drops the old-CA usage gate's verdict from the status

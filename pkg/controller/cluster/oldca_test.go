@@ -187,6 +187,82 @@ func TestOldCAUsageGateReadsTheRecordsPastTheCache(t *testing.T) {
 	}
 }
 
+// A completion on a verdict of the old-CA usage gate that this process did not
+// reach (another replica's, or its own before a restart) waits for a pass of
+// its own to judge: a user who took a kubeconfig from the old client CA while
+// the manager was down holds it, asked for now or queued for the maintenance
+// window.
+func TestACompletionAfterARestartWaitsForTheGateToJudgeAgain(t *testing.T) {
+	for _, annotation := range []string{v1alpha1.OperationAnnotation, v1alpha1.MaintenanceOperationAnnotation} {
+		t.Run(annotation, func(t *testing.T) {
+			sc := newSettledCluster(t)
+			sc.annotate(v1alpha1.OperationStartCARotation)
+			sc.statusWritesUntil(v1alpha1.RotationPrepared)
+			sc.reconcile()
+			c := sc.cluster()
+			if u := c.CARotation().OldCAUsage; u == nil || u.Total != 0 {
+				t.Fatalf("old-CA usage %+v in Prepared, want a verdict that names no one", u)
+			}
+
+			restarted, _ := reconcilerOn(sc.api)
+			restarted.Recommendations = sc.r.Recommendations
+			clientCAs, err := credentials.DecodeCASecret(getSecret(t, sc.api, c.Namespace, credentials.CASecretName(c.Name, v1alpha1.CARoleClient)))
+			if err != nil || clientCAs.Previous == nil {
+				t.Fatalf("the client CAs of a Prepared rotation: %v, %v", clientCAs, err)
+			}
+			now := time.Now()
+			kubeconfigs := &oldca.Kubeconfigs{Issued: []oldca.IssuedCertificate{{User: "carousel:admin:alice", Fingerprint: strings.Repeat("ab", sha256.Size),
+				Issuer: hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId), IssuedAt: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)}}}
+			if err := sc.api.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace,
+				Name: credentials.IssuedKubeconfigsConfigMapName(c.Name), Labels: map[string]string{v1alpha1.LabelCluster: c.Name}},
+				Data: map[string]string{oldca.KubeconfigsDataKey: kubeconfigs.String()}}); err != nil {
+				t.Fatal(err)
+			}
+			metav1.SetMetaDataAnnotation(&c.ObjectMeta, annotation, v1alpha1.OperationCompleteCARotation)
+			// A window open from an hour ago to an hour from now (the reconcilers run on the real clock).
+			c.Spec.Maintenance = &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{
+				Begin: now.UTC().Add(-time.Hour).Format("150405-0700"), End: now.UTC().Add(time.Hour).Format("150405-0700")}}
+			if err := sc.api.Update(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+
+			result, err := restarted.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = sc.cluster()
+			if c.Annotations[annotation] != v1alpha1.OperationCompleteCARotation || c.CARotationPhase() != v1alpha1.RotationPrepared {
+				t.Fatalf("annotations %v, phase %q after the restarted manager's first pass; want the completion waiting, in Prepared", c.Annotations, c.CARotationPhase())
+			}
+			if annotation == v1alpha1.OperationAnnotation && (result.RequeueAfter <= 0 || result.RequeueAfter > time.Second) {
+				t.Errorf("the first pass asks to look again in %v, want a second at most", result.RequeueAfter)
+			}
+			if u := c.CARotation().OldCAUsage; u == nil || u.Total != 1 {
+				t.Fatalf("old-CA usage %+v after the first pass, want alice named", u)
+			}
+			if _, err := restarted.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err != nil {
+				t.Fatal(err)
+			}
+			c = sc.cluster()
+			if _, asked := c.Annotations[v1alpha1.OperationAnnotation]; asked || c.CARotationPhase() != v1alpha1.RotationPrepared {
+				t.Errorf("annotations %v, phase %q; want no completion under way, in Prepared", c.Annotations, c.CARotationPhase())
+			}
+			refused := eventReasons(restarted.Recorder.(*events.FakeRecorder))[v1alpha1.EventOperationRefused]
+			if annotation == v1alpha1.OperationAnnotation && refused != 1 {
+				t.Errorf("%d OperationRefused events, want one for the completion asked for now", refused)
+			}
+			if annotation == v1alpha1.MaintenanceOperationAnnotation {
+				if refused != 0 || c.Annotations[annotation] != v1alpha1.OperationCompleteCARotation {
+					t.Errorf("%d OperationRefused events, annotations %v; want the completion still queued", refused, c.Annotations)
+				}
+				if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond == nil || cond.Reason != v1alpha1.ReasonOldCADependents {
+					t.Errorf("MaintenanceOperationQueued %+v, want it waiting for the old-CA usage gate", cond)
+				}
+			}
+		})
+	}
+}
+
 // A start records the records the API server holds, also one the cache
 // does not show yet (the first audit batch created it just before) or does
 // not list (it lost its label): the gate would otherwise miss that record's

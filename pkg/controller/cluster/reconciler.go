@@ -93,6 +93,8 @@ type Reconciler struct {
 	// unreadNodes: since when reading a Cluster's Nodes for the old-CA
 	// usage gate has failed.
 	unreadNodes runs
+	// verdicts: the old-CA usage gate's verdicts this process reached.
+	verdicts verdicts
 }
 
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
@@ -104,6 +106,7 @@ func (r *Reconciler) Forget(req ctrl.Request) {
 	r.Metrics.forget(req.Namespace, req.Name)
 	r.staleReads.forget(req.NamespacedName)
 	r.unreadNodes.forget(req.NamespacedName)
+	r.verdicts.forget(req.NamespacedName)
 	r.OfflineNodes.Forget(req.NamespacedName)
 	if r.OnForget != nil {
 		r.OnForget(req.NamespacedName)
@@ -127,23 +130,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	now := r.Clock.Now()
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		if _, pending := c.Annotations[v1alpha1.OperationAnnotation]; !pending &&
-			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run && gateClosed(value, c) == nil {
+			maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run && r.gateOpen(value, c) {
 			return r.written(req.NamespacedName, now,
 				r.startOperation(ctx, c, value, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out "+value))
 		}
 	}
-	if step := automaticStep(c); step.DueAt(now) && !operationPending(c) &&
+	if step := automaticStep(c); step.DueAt(now) && !operationPending(c) && r.gateOpen(step.Operation, c) &&
 		maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run {
 		return r.written(req.NamespacedName, now, r.startOperation(ctx, c, step.Operation, v1alpha1.EventAutomaticCARotation,
 			fmt.Sprintf("Maintenance window open: carrying out %s: %s", step.Operation, step.Why)))
 	}
-	requested, err := v1alpha1.ParseOperation(c.Annotations[v1alpha1.OperationAnnotation])
-	deferredStart := err == nil && requested.Verb.StartsCARotation() && !credentialsIssued(c)
-	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferredStart {
-		return r.written(req.NamespacedName, now, r.handleOperation(ctx, c))
-	}
 	// A rotation starts from issued credentials: a start on a Cluster that
 	// has none yet waits (annotation kept) until this pass has issued them.
+	// A completion waits likewise for this pass to judge the old-CA usage gate.
+	requested, err := v1alpha1.ParseOperation(c.Annotations[v1alpha1.OperationAnnotation])
+	deferred := err == nil && (requested.Verb.StartsCARotation() && !credentialsIssued(c) || r.completionWaitsForGate(requested, c))
+	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferred {
+		return r.written(req.NamespacedName, now, r.handleOperation(ctx, c))
+	}
 
 	before := c.DeepCopy()
 	s := &scope{cluster: c}
@@ -153,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	// Whether the pass ended on a stale read, within StaleReadLimit or past it.
 	stale := false
 	defer func() {
-		if deferredStart && retErr == nil && result.RequeueAfter > time.Second {
+		if deferred && retErr == nil && result.RequeueAfter > time.Second {
 			result.RequeueAfter = time.Second
 		}
 		r.updateStatus(s, passErr)
@@ -399,6 +403,14 @@ func gateClosed(value string, c *v1alpha1.Cluster) error {
 		return nil
 	}
 	return rotation.OldCAsUnused(op, c)
+}
+
+// gateOpen says whether the old-CA usage gate lets through an operation
+// Carousel would set for the Cluster (queued for the maintenance window, or
+// automatic): a completion only on a verdict this process reached.
+func (r *Reconciler) gateOpen(value string, c *v1alpha1.Cluster) bool {
+	op, err := v1alpha1.ParseOperation(value)
+	return gateClosed(value, c) == nil && (err != nil || !r.completionWaitsForGate(op, c))
 }
 
 // operationPending: a user's operation, now or for the maintenance window,
