@@ -105,6 +105,9 @@ const (
 	ReasonNoEndpoint          = "NoEndpoint"
 	ReasonEndpointReachable   = "EndpointReachable"
 	ReasonEndpointUnreachable = "EndpointUnreachable"
+	// ReasonNoCheckDue (ControlPlaneReachable, Unknown) means the spec names
+	// an endpoint and no step has checked it yet.
+	ReasonNoCheckDue = "NoCheckDue"
 	// ReasonEndpointRemoved (ControlPlaneReachable) means the endpoint was
 	// removed from the spec during a CA rotation that had recorded one; the
 	// rotation holds until an endpoint is set again.

@@ -374,11 +374,13 @@ func lookAgainBy(result ctrl.Result, at, now time.Time) ctrl.Result {
 
 // managedPollDelay is when a phase waiting on the managed cluster looks
 // again: ManagedPollInterval, backing off while a check of the managed
-// cluster keeps failing, counted from when ControlPlaneReachable turned False.
+// cluster keeps failing, counted from when ControlPlaneReachable turned
+// EndpointUnreachable (False for an endpoint empty or removed before is no
+// failure to back off from).
 func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster, checkFailed bool) time.Duration {
 	var failingSince time.Time
 	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable); checkFailed && cond != nil &&
-		cond.Status == metav1.ConditionFalse {
+		cond.Status == metav1.ConditionFalse && cond.Reason == v1alpha1.ReasonEndpointUnreachable {
 		failingSince = cond.LastTransitionTime.Time
 	}
 	maximum := r.MaxManagedPollInterval

@@ -31,8 +31,8 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	switch {
 	case s.reachability != nil:
 		r.setCondition(c, *s.reachability)
-	case s.facts.Evidence != "" && meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable) == nil:
-		r.setCondition(c, *reachability(metav1.ConditionUnknown, v1alpha1.ReasonEndpointReachable, "no check due in this step"))
+	case noCheckDue(c, s.facts.Evidence != ""):
+		r.setCondition(c, *reachability(metav1.ConditionUnknown, v1alpha1.ReasonNoCheckDue, "no check of the endpoint due yet"))
 	}
 	// A pass that ends on a conflict, or a cache behind, is looked at again
 	// at once; one that fails otherwise leaves no verdict of the old-CA
@@ -82,6 +82,18 @@ func newConditionWarnings(before, now []metav1.Condition) []conditionWarning {
 		}
 	}
 	return out
+}
+
+// noCheckDue says whether ControlPlaneReachable is to say that no check is
+// due, in a pass that checked nothing: there is none yet in a step with
+// checks, or it still speaks of an endpoint that was empty or removed from
+// the spec, which names one now.
+func noCheckDue(c *v1alpha1.Cluster, checkingStep bool) bool {
+	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
+	if cond == nil {
+		return checkingStep
+	}
+	return c.Spec.ControlPlane.Endpoint != "" && (cond.Reason == v1alpha1.ReasonNoEndpoint || cond.Reason == v1alpha1.ReasonEndpointRemoved)
 }
 
 // setMaintenanceCondition says whether an operation queued for the

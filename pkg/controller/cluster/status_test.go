@@ -285,7 +285,7 @@ func TestAManagedPollKeepsAnEarlierTimeToLookAgain(t *testing.T) {
 	r := &Reconciler{Clock: clocktesting.NewFakeClock(now)}
 	c := newCluster("prod")
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: metav1.ConditionFalse,
-		Reason: "Unreachable", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))})
+		Reason: v1alpha1.ReasonEndpointUnreachable, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))})
 	for _, tt := range []struct {
 		name string
 		key  *rotation.ServiceAccountKeyDecision
@@ -300,6 +300,58 @@ func TestAManagedPollKeepsAnEarlierTimeToLookAgain(t *testing.T) {
 			s.certs.nextRenewal = now.Add(24 * time.Hour)
 			if got := r.requeue(s).RequeueAfter; got != tt.want {
 				t.Errorf("looks again after %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// A check that fails after ControlPlaneReachable said False for another
+// reason than a failed check (no endpoint, or one removed) for an hour
+// looks again at the poll interval, not backed off as if it had failed for
+// that hour; a check failing for an hour backs off to the maximum.
+func TestAManagedPollBacksOffOnlyFromAFailedCheck(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	r := &Reconciler{Clock: clocktesting.NewFakeClock(now), ManagedPollInterval: 5 * time.Second}
+	for reason, want := range map[string]time.Duration{
+		v1alpha1.ReasonNoEndpoint:          5 * time.Second,
+		v1alpha1.ReasonEndpointRemoved:     5 * time.Second,
+		v1alpha1.ReasonEndpointUnreachable: DefaultMaxManagedPollInterval,
+	} {
+		c := newCluster("prod")
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: metav1.ConditionFalse,
+			Reason: reason, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))})
+		if got := r.managedPollDelay(c, true); got != want {
+			t.Errorf("False %s for an hour, then a failed check: looks again after %s, want %s", reason, got, want)
+		}
+	}
+}
+
+// ControlPlaneReachable does not go on speaking of an endpoint that was empty
+// or removed once the spec names one, in a pass that checks nothing.
+func TestNoCheckDue(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		endpoint     string
+		reason       string // "" for no condition
+		checkingStep bool
+		want         bool
+	}{
+		{name: "no condition, no step with checks"},
+		{name: "no condition, a step with checks", checkingStep: true, want: true},
+		{name: "no endpoint, still none", reason: v1alpha1.ReasonNoEndpoint},
+		{name: "no endpoint before, one now", endpoint: "https://api.prod.example", reason: v1alpha1.ReasonNoEndpoint, want: true},
+		{name: "removed before, set again", endpoint: "https://api.prod.example", reason: v1alpha1.ReasonEndpointRemoved, want: true},
+		{name: "a check's verdict stays", endpoint: "https://api.prod.example", reason: v1alpha1.ReasonEndpointUnreachable, checkingStep: true},
+		{name: "a passed check stays", endpoint: "https://api.prod.example", reason: v1alpha1.ReasonEndpointReachable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster("prod")
+			c.Spec.ControlPlane.Endpoint = tt.endpoint
+			if tt.reason != "" {
+				meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: metav1.ConditionFalse, Reason: tt.reason})
+			}
+			if got := noCheckDue(c, tt.checkingStep); got != tt.want {
+				t.Errorf("noCheckDue = %t, want %t", got, tt.want)
 			}
 		})
 	}
