@@ -36,7 +36,27 @@ type Standing struct {
 	// FailsAt is when a rotating Cluster fails its progress deadline; zero
 	// when it is not rotating or has already failed.
 	FailsAt time.Time
+	// Skip is why the Cluster is Skipped, when it is: a done step's
+	// message says so.
+	Skip Skip
 }
+
+// Skip is why a Cluster is Skipped at the Complete step: a done step's
+// message says how many are skipped for each reason, rather than that
+// none was rotated when some were aborted or are someone else's.
+type Skip int
+
+// The reasons a Cluster is Skipped.
+const (
+	// SkipNotRotated: not rotated since the campaign started, nothing to
+	// complete.
+	SkipNotRotated Skip = iota
+	// SkipAborted: its rotation was aborted since the campaign started.
+	SkipAborted
+	// SkipStartedAfter: its rotation started after the Complete step
+	// began; whoever started it completes it.
+	SkipStartedAfter
+)
 
 // Classify says where c stands in a campaign at step, at now. The campaign
 // began at started (status.startTime), its Complete step at completeStep
@@ -48,7 +68,9 @@ type Standing struct {
 // spec.caRotation.automatic, while the campaign completes others or after
 // it is done) is not: the campaign leaves its completion to whoever
 // started it. A Prepared Cluster whose old-CA usage gate would refuse the
-// completion waits for it, rather than being refused.
+// completion waits for it, rather than being refused. A rotation aborted
+// since the campaign started is not started again: at the Start step the
+// Cluster fails (it is not Prepared), at the Complete step it is skipped.
 func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadline time.Duration, c *v1alpha1.Cluster, now time.Time) Standing {
 	s := Standing{Name: c.Name, Phase: c.CARotationPhase()}
 	rot := c.CARotation()
@@ -60,7 +82,7 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 	if step == v1alpha1.CampaignComplete && !completeStep.IsZero() && rot.LastInitiationTime != nil && rot.LastInitiationTime.After(completeStep) {
 		// In any phase: whoever started it completes it (or aborts it),
 		// without the campaign's deadline, failures or places.
-		s.State, s.Message = v1alpha1.CampaignClusterSkipped, fmt.Sprintf(
+		s.State, s.Skip, s.Message = v1alpha1.CampaignClusterSkipped, SkipStartedAfter, fmt.Sprintf(
 			"its rotation started at %s, after the campaign's Complete step began: the campaign does not complete it",
 			rot.LastInitiationTime.UTC().Format(time.RFC3339))
 		return s
@@ -105,11 +127,22 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 	case s.Phase == v1alpha1.RotationAborting:
 		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its rotation is being aborted"
 		return s
+	case s.Phase == v1alpha1.RotationAborted && since(rot.LastAbortTriggeredTime) && step == v1alpha1.CampaignStart:
+		// The campaign does not undo an abort, nor is a Cluster whose
+		// rotation was aborted Prepared: it fails, so that the step is not
+		// done without it, and a wave whose rotations are being aborted
+		// halts (maxFailures 0) rather than start more. Started again, it
+		// counts anew; taken out of the campaign, it no longer counts.
+		s.State, s.Message = v1alpha1.CampaignClusterFailed, "its rotation was aborted ("+v1alpha1.OperationAbortCARotation+
+			") since the campaign started: the campaign does not start it again; start it again by hand, or take it out of the campaign"
+		return s
 	case s.Phase == v1alpha1.RotationAborted && since(rot.LastAbortTriggeredTime):
-		s.State, s.Message = v1alpha1.CampaignClusterSkipped, "its rotation was aborted ("+v1alpha1.OperationAbortCARotation+") since the campaign started"
+		// At the Complete step there is nothing to complete: an abort at
+		// the Start step failed it there already.
+		s.State, s.Skip, s.Message = v1alpha1.CampaignClusterSkipped, SkipAborted, "its rotation was aborted ("+v1alpha1.OperationAbortCARotation+") since the campaign started: nothing to complete"
 		return s
 	case step == v1alpha1.CampaignComplete && s.Phase != v1alpha1.RotationPrepared:
-		s.State, s.Message = v1alpha1.CampaignClusterSkipped, "not rotated since the campaign started: nothing to complete"
+		s.State, s.Skip, s.Message = v1alpha1.CampaignClusterSkipped, SkipNotRotated, "not rotated since the campaign started: nothing to complete"
 		return s
 	}
 	// Not rotating, and the step's operation is next.
@@ -259,6 +292,7 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 	selected := len(standings)
 	d.Counts.Selected = int32(selected)
 	phases := map[string]int32{}
+	skips := map[Skip]int32{}
 	var failed []string
 	occupied, failedRotating := 0, 0
 	for _, s := range standings {
@@ -273,6 +307,7 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 			d.Counts.Done++
 		case v1alpha1.CampaignClusterSkipped:
 			d.Counts.Skipped++
+			skips[s.Skip]++
 		case v1alpha1.CampaignClusterFailed:
 			d.Counts.Failed++
 			failed = append(failed, s.Name)
@@ -308,7 +343,7 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 			"the selector picks no Cluster of the namespace that is not being deleted")
 	case left == 0:
 		d.Phase = done
-		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignStepDone, stepDoneMessage(step, d.Counts))
+		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignStepDone, stepDoneMessage(step, d.Counts, skips))
 	case halted:
 		d.Phase = v1alpha1.CampaignHalted
 		d.Progressing = condition(metav1.ConditionFalse, v1alpha1.ReasonCampaignHalted, fmt.Sprintf(
@@ -346,18 +381,44 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 	return d
 }
 
-func stepDoneMessage(step v1alpha1.CampaignStep, n v1alpha1.CampaignClusterCounts) string {
-	if n.Done == 0 {
-		return fmt.Sprintf("nothing to do: none of the %d selected Clusters was rotated since the campaign started, so all are skipped", n.Selected)
-	}
-	msg := fmt.Sprintf("every selected Cluster (%d) is Prepared: set spec.step to Complete to complete their rotations", n.Selected)
+// stepDoneMessage says that a step is done: how many of the selected
+// Clusters reached its phase, and how many were skipped, and why (skips
+// counts them by reason), so that it never says a Cluster was not rotated
+// when its rotation was aborted or is someone else's.
+func stepDoneMessage(step v1alpha1.CampaignStep, n v1alpha1.CampaignClusterCounts, skips map[Skip]int32) string {
+	phase, next := v1alpha1.RotationPrepared, "set spec.step to Complete to complete their rotations"
 	if step == v1alpha1.CampaignComplete {
-		msg = fmt.Sprintf("every selected Cluster (%d) is Completed", n.Selected)
+		phase, next = v1alpha1.RotationCompleted, ""
 	}
-	if n.Skipped > 0 {
-		msg += fmt.Sprintf("; %d were not rotated since the campaign started and are skipped", n.Skipped)
+	switch {
+	case n.Skipped == 0 && next != "":
+		return fmt.Sprintf("every selected Cluster (%d) is %s: %s", n.Selected, phase, next)
+	case n.Skipped == 0:
+		return fmt.Sprintf("every selected Cluster (%d) is %s", n.Selected, phase)
+	case n.Done == 0:
+		return fmt.Sprintf("nothing to do: every selected Cluster (%d) is skipped: %s", n.Selected, skipped(skips))
+	case next != "":
+		return fmt.Sprintf("%s: %d of the %d selected Clusters; the others are skipped: %s; %s", phase, n.Done, n.Selected, skipped(skips), next)
 	}
-	return msg
+	return fmt.Sprintf("%s: %d of the %d selected Clusters; the others are skipped: %s", phase, n.Done, n.Selected, skipped(skips))
+}
+
+// skipped says how many Clusters are skipped for each reason.
+func skipped(skips map[Skip]int32) string {
+	var why []string
+	for _, skip := range []struct {
+		reason Skip
+		says   string
+	}{
+		{SkipAborted, "aborted since the campaign started"},
+		{SkipStartedAfter, "started after the Complete step began (left to whoever started them)"},
+		{SkipNotRotated, "not rotated since the campaign started"},
+	} {
+		if skips[skip.reason] > 0 {
+			why = append(why, fmt.Sprintf("%d %s", skips[skip.reason], skip.says))
+		}
+	}
+	return strings.Join(why, ", ")
 }
 
 // blocking lists the Clusters that hold the step up: failed first, then in

@@ -113,8 +113,9 @@ func TestClassify(t *testing.T) {
 		{"start: completed during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, during, during), v1alpha1.CampaignClusterDone, false, "", none},
 		{"start: aborting", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborting, during, none, abortedAt(during)),
 			v1alpha1.CampaignClusterWaiting, true, "being aborted", none},
+		// Not Prepared: it fails, and the campaign does not start it again.
 		{"start: aborted during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborted, during, none, abortedAt(during)),
-			v1alpha1.CampaignClusterSkipped, false, "aborted", none},
+			v1alpha1.CampaignClusterFailed, false, "aborted (abort-ca-rotation) since the campaign started: the campaign does not start it again", none},
 		{"start: aborted before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborted, before, none, abortedAt(before)),
 			v1alpha1.CampaignClusterPending, false, "", none},
 		{"complete: aborted during the campaign", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationAborted, during, none, abortedAt(during)),
@@ -261,8 +262,8 @@ func TestPlan(t *testing.T) {
 		{"halted before paused", v1alpha1.RotationCampaignSpec{Paused: true}, "FP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "c00"},
 		{"paused starts none", v1alpha1.RotationCampaignSpec{Paused: true, MaxConcurrent: n(5)}, "IPP", nil, v1alpha1.CampaignPaused, v1alpha1.ReasonCampaignPaused, "1 rotating, 2 pending"},
 		{"start done", v1alpha1.RotationCampaignSpec{}, "DD", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, "every selected Cluster (2) is Prepared: set spec.step to Complete"},
-		{"complete done, skipped named", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "DSD", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "(3) is Completed; 1 were not rotated"},
-		{"complete done with every Cluster skipped", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "SS", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "nothing to do: none of the 2 selected Clusters was rotated"},
+		{"complete done, skipped named", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "DSD", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "Completed: 2 of the 3 selected Clusters; the others are skipped: 1 not rotated since the campaign started"},
+		{"complete done with every Cluster skipped", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "SS", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "nothing to do: every selected Cluster (2) is skipped: 2 not rotated since the campaign started"},
 		{"done even when paused", v1alpha1.RotationCampaignSpec{Paused: true}, "D", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, ""},
 		{"complete step in progress", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: pct("100%")}, "PWP", []string{"c00", "c02"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "complete-ca-rotation: 0 of 3"},
 		{"a Cluster still preparing at the Complete step keeps its place", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete, MaxConcurrent: n(2)}, "RPP", []string{"c01"}, v1alpha1.CampaignCompleting, v1alpha1.ReasonCampaignProgressing, "2 rotating (at most 2 at once), 1 pending, 1 waiting"},
@@ -286,6 +287,56 @@ func TestPlan(t *testing.T) {
 			c := d.Counts
 			if sum := c.Pending + c.Waiting + c.InProgress + c.Done + c.Skipped + c.Failed; sum != c.Selected || int(c.Selected) != len(tt.clusters) {
 				t.Errorf("counts %+v do not add up to %d", c, len(tt.clusters))
+			}
+		})
+	}
+}
+
+// A step whose Clusters were aborted is not done as if they had reached
+// its phase: at the Start step an aborted Cluster is not Prepared, and
+// fails; at the Complete step, skipped, the message says why each is, not
+// that none was rotated. Before, a Start step whose Clusters were all
+// aborted was Prepared, "none of them rotated since the campaign started".
+func TestAStepDoneSaysWhyClustersAreSkipped(t *testing.T) {
+	during, afterCompleteStep, none := started.Add(10*time.Minute), completeStep.Add(time.Minute), time.Time{}
+	aborted := func() *v1alpha1.Cluster {
+		return cluster(v1alpha1.RotationAborted, during, none, abortedAt(during.Add(time.Minute)))
+	}
+	prepared := func() *v1alpha1.Cluster { return cluster(v1alpha1.RotationPrepared, during, none) }
+	completed := func() *v1alpha1.Cluster { return cluster(v1alpha1.RotationCompleted, during, during) }
+	someoneElses := func() *v1alpha1.Cluster { return cluster(v1alpha1.RotationPrepared, afterCompleteStep, none) }
+	neverRotated := func() *v1alpha1.Cluster { return cluster("", none, none) }
+	tests := []struct {
+		name      string
+		step      v1alpha1.CampaignStep
+		failures  *intstr.IntOrString
+		clusters  []*v1alpha1.Cluster
+		phase     v1alpha1.CampaignPhase
+		reason    string
+		inMessage string
+	}{
+		{"start: every Cluster aborted halts", v1alpha1.CampaignStart, nil, []*v1alpha1.Cluster{aborted(), aborted()},
+			v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "failed Clusters: 2"},
+		{"start: every Cluster aborted, within the budget, is held", v1alpha1.CampaignStart, n100(), []*v1alpha1.Cluster{aborted(), aborted()},
+			v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignFailedClustersLeft, "0 of 2 Clusters done"},
+		{"start: one Prepared, one aborted within the budget, is held", v1alpha1.CampaignStart, n100(), []*v1alpha1.Cluster{prepared(), aborted()},
+			v1alpha1.CampaignStarting, v1alpha1.ReasonCampaignFailedClustersLeft, "1 of 2 Clusters done"},
+		{"complete: skipped, each for its reason", v1alpha1.CampaignComplete, nil, []*v1alpha1.Cluster{completed(), aborted(), someoneElses(), neverRotated()},
+			v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone,
+			"Completed: 1 of the 4 selected Clusters; the others are skipped: 1 aborted since the campaign started, 1 started after the Complete step began (left to whoever started them), 1 not rotated since the campaign started"},
+		{"complete: every Cluster aborted", v1alpha1.CampaignComplete, nil, []*v1alpha1.Cluster{aborted(), aborted()},
+			v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "nothing to do: every selected Cluster (2) is skipped: 2 aborted since the campaign started"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ss []Standing
+			for i, c := range tt.clusters {
+				c.Name = fmt.Sprintf("c%d", i)
+				ss = append(ss, Classify(tt.step, started, completeStep, deadline, c, now))
+			}
+			d := Plan(&v1alpha1.RotationCampaignSpec{Step: tt.step, MaxFailures: tt.failures}, ss)
+			if d.Phase != tt.phase || d.Progressing.Reason != tt.reason || !strings.Contains(d.Progressing.Message, tt.inMessage) {
+				t.Errorf("phase %s, condition %s %q; want %s, %s containing %q", d.Phase, d.Progressing.Reason, d.Progressing.Message, tt.phase, tt.reason, tt.inMessage)
 			}
 		})
 	}

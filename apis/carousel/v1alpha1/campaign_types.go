@@ -152,11 +152,13 @@ const (
 	CampaignClusterInProgress CampaignClusterState = "InProgress"
 	// CampaignClusterDone: it reached the step's phase.
 	CampaignClusterDone CampaignClusterState = "Done"
-	// CampaignClusterSkipped: at the Complete step, a Cluster that was not
-	// rotated since the campaign started, so there is nothing to complete.
+	// CampaignClusterSkipped: at the Complete step, a Cluster with nothing
+	// for the campaign to complete: not rotated since the campaign started,
+	// its rotation aborted, or started after the Complete step began.
 	CampaignClusterSkipped CampaignClusterState = "Skipped"
 	// CampaignClusterFailed: its Ready condition is False, the operation is
-	// refused, or its phase took longer than spec.progressDeadline; it
+	// refused, its phase took longer than spec.progressDeadline, or (at the
+	// Start step) its rotation was aborted since the campaign started; it
 	// counts against maxFailures.
 	CampaignClusterFailed CampaignClusterState = "Failed"
 )

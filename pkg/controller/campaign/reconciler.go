@@ -54,7 +54,8 @@ type Reconciler struct {
 // annotation its cache does not show yet, so that a stale view never counts
 // them as pending and starts more than the budget; and the Clusters that
 // refused the operation, until they change. A campaign's memory goes with
-// it, and a Cluster's when the campaign no longer selects it. The refusals
+// it, and a Cluster's when the campaign no longer selects it; so does a
+// campaign's that was deleted and created again under its name. The refusals
 // are also written into the campaign's status.refused, from which a pass
 // takes back those its process does not hold (after a restart, or a shard
 // handover): a Cluster that refused counts as failed until it changes,
@@ -66,6 +67,8 @@ type memory struct {
 	started map[types.NamespacedName]map[string]request
 	// refused are the Clusters that refused, by campaign, then UID.
 	refused map[types.NamespacedName]map[types.UID]refusal
+	// uids are the UIDs of the campaigns started and refused are for.
+	uids map[types.NamespacedName]types.UID
 }
 
 type request struct {
@@ -86,6 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	r.memory.own(req.NamespacedName, rc.UID)
 	if !rc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
@@ -347,8 +351,36 @@ func (m *memory) refusals(campaignKey types.NamespacedName) []v1alpha1.CampaignR
 func (m *memory) forget(campaignKey types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.forgetLocked(campaignKey)
+}
+
+func (m *memory) forgetLocked(campaignKey types.NamespacedName) {
 	delete(m.started, campaignKey)
 	delete(m.refused, campaignKey)
+	delete(m.uids, campaignKey)
+}
+
+// own makes what is held under campaignKey the campaign uid's, forgetting
+// what another campaign of that name left. A campaign deleted and created
+// again under its name (kubectl replace --force, a GitOps Replace) may reach
+// the controller as one pass on the new campaign, the workqueue having
+// merged the two events, so the pass that finds it gone and forgets it
+// never comes: the new one would count the old one's refused Clusters as
+// failed (halted at once with maxFailures 0) and its starts as its own.
+func (m *memory) own(campaignKey types.NamespacedName, uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	recorded, ok := m.uids[campaignKey]
+	switch {
+	case ok && recorded == uid:
+		return
+	case ok:
+		m.forgetLocked(campaignKey)
+	}
+	if m.uids == nil {
+		m.uids = map[types.NamespacedName]types.UID{}
+	}
+	m.uids[campaignKey] = uid
 }
 
 // selected lists the campaign's Clusters that are not being deleted.

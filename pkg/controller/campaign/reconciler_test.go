@@ -250,6 +250,55 @@ func TestRefusalsAreForgottenWithTheirClusterOrCampaign(t *testing.T) {
 	}
 }
 
+// A campaign deleted and created again under its name (kubectl replace
+// --force) that the controller sees only as the new one, the workqueue
+// having merged the two events, starts afresh: before, it took over the old
+// one's refusals, counted a as failed and, with maxFailures 0, was halted
+// at once.
+func TestACampaignCreatedAgainUnderItsNameDoesNotInheritTheOldOnesRefusals(t *testing.T) {
+	ctx := context.Background()
+	var patched []string
+	refuse := refusingA(&patched)
+	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		return refuse(ctx, c, obj, p, opts...)
+	})
+	key := types.NamespacedName{Namespace: "fleet", Name: "wave"}
+	old := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(ctx, key, old); err != nil {
+		t.Fatal(err)
+	}
+	old.UID, old.Spec.MaxFailures = "uid-old", ptr.To(intstr.FromInt32(0))
+	if err := r.Client.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	old.ResourceVersion = ""
+	if err := r.Client.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if rc := reconcileWave(t, r); rc.Status.Phase != v1alpha1.CampaignHalted || len(rc.Status.Refused) != 1 {
+		t.Fatalf("phase %s, status.refused %+v; want a refused and the campaign Halted", rc.Status.Phase, rc.Status.Refused)
+	}
+
+	if err := r.Client.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	recreated := &v1alpha1.RotationCampaign{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "wave", UID: "uid-new", Generation: 1},
+		Spec: *old.Spec.DeepCopy()}
+	if err := r.Client.Create(ctx, recreated); err != nil {
+		t.Fatal(err)
+	}
+	patched, refuse = nil, recordingPatches(&patched) // a takes the new campaign's start
+	rc := reconcileWave(t, r)
+	if rc.UID != "uid-new" {
+		t.Fatalf("read the campaign %s, want the new one", rc.UID)
+	}
+	if rc.Status.Clusters.Failed != 0 || len(rc.Status.Refused) != 0 || rc.Status.Phase != v1alpha1.CampaignStarting ||
+		!slices.Equal(patched, []string{"a"}) {
+		t.Errorf("the new campaign: phase %s, counts %+v, status.refused %+v, patched %v; want nothing failed or refused, a started",
+			rc.Status.Phase, rc.Status.Clusters, rc.Status.Refused, patched)
+	}
+}
+
 // A Cluster whose controller drops the operation the webhook let in (the
 // old-CA usage gate found a dependent since) fails, and the next Cluster
 // takes its place; before, it held its place as "requested" for ever.
