@@ -58,7 +58,7 @@ func main() {
 	flag.StringVar(&webhookCert.Secret, "webhook-cert-secret", "", "NAMESPACE/NAME of the Secret in which Carousel keeps a CA and serving certificate it issues and renews for its own webhook; excludes --webhook-cert-dir.")
 	flag.StringVar(&webhookCert.Configuration, "webhook-configuration", "", "ValidatingWebhookConfiguration whose webhooks get the self-issued CA bundle (with --webhook-cert-secret).")
 	flag.DurationVar(&webhookCert.TrustPropagation, "webhook-trust-propagation", 0, "How long a renewed self-issued CA is trusted before the served certificate moves to it (with --webhook-cert-secret); 0 means a minute, or 720h with --audit-webhook-url: managed API servers read their audit kubeconfig's CA bundle only when they start, and must roll within it.")
-	flag.Func("webhook-dns-names", "Comma-separated DNS names of the self-issued serving certificate: the webhook Service's names (with --webhook-cert-secret).", func(v string) error {
+	flag.Func("webhook-dns-names", "Comma-separated names of the self-issued serving certificate (with --webhook-cert-secret): the webhook Service's DNS names, and the host of --audit-webhook-url, a DNS name or an IP address.", func(v string) error {
 		webhookCert.DNSNames = strings.Split(v, ",")
 		return nil
 	})
@@ -97,7 +97,7 @@ func main() {
 	if leaderElect && opts.Shard.Enabled() {
 		shardFlags = errors.New("--leader-elect with --shard-controller-ring: a shard holds its shard Lease instead of electing a leader; drop --leader-elect")
 	}
-	if err := errors.Join(webhookCert.Validate(opts.Webhook), opts.Validate(), shardFlags); err != nil {
+	if err := errors.Join(webhookCert.Validate(opts.Webhook), webhookCert.ValidateAuditWebhookURL(opts.AuditWebhookURL), opts.Validate(), shardFlags); err != nil {
 		fmt.Fprintf(os.Stderr, "carousel-controller-manager: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
@@ -166,13 +166,19 @@ func main() {
 }
 
 // checkWebhook is `carousel-controller-manager check-webhook`, what the Helm chart's test Pod runs: it proves
-// that the Cluster admission webhook answers (clusterwebhook.Check) and exits 0, or says why not and exits 1.
+// that the Cluster admission webhook answers (clusterwebhook.Check) and exits 0, or says why not and exits 1;
+// it exits 2 on a bad flag.
 func checkWebhook(args []string) int {
 	flags := flag.NewFlagSet("check-webhook", flag.ContinueOnError)
 	namespace := flags.String("namespace", "default", "Namespace of the dry-run Cluster.")
 	kubeconfig := flags.String("kubeconfig", "", "Kubeconfig of the cluster; empty means the Pod's ServiceAccount.")
 	timeout := flags.Duration("timeout", time.Minute, "How long to wait for the answer.")
 	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	if *timeout <= 0 {
+		// context.WithTimeout would give up before the first request.
+		fmt.Fprintf(os.Stderr, "check-webhook: --timeout=%s: must be positive\n", *timeout)
 		return 2
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)

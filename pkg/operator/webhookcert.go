@@ -3,6 +3,8 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -21,7 +23,8 @@ type WebhookCertificate struct {
 	Secret string
 	// Configuration is the ValidatingWebhookConfiguration that gets the CA bundle.
 	Configuration string
-	// DNSNames are the serving certificate's names.
+	// DNSNames are the serving certificate's names: DNS names, and IP
+	// addresses, which go into its IP addresses.
 	DNSNames []string
 	// CertDir holds tls.crt and tls.key when the certificate is not self-issued.
 	CertDir string
@@ -74,11 +77,53 @@ func (w WebhookCertificate) Validate(webhook bool) error {
 		errs = append(errs, fmt.Errorf("--webhook-trust-propagation=%s: between 0 (the default) and %s, which the serving certificate outlasts", w.TrustPropagation, MaxTrustPropagation))
 	}
 	for _, n := range w.DNSNames {
+		if net.ParseIP(n) != nil {
+			continue // an IP address, which the certificate holds as one
+		}
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--webhook-dns-names: %q: %s", n, strings.Join(msgs, "; ")))
+			errs = append(errs, fmt.Errorf("--webhook-dns-names: %q is neither an IP address nor a DNS name: %s", n, strings.Join(msgs, "; ")))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateAuditWebhookURL refuses an --audit-webhook-url whose host the
+// self-issued serving certificate does not name: the managed API servers
+// would refuse the certificate and send no audit events. A URL that is not
+// https or has no host is Options.Validate's to refuse; a certificate from
+// --webhook-cert-dir has names this cannot know.
+func (w WebhookCertificate) ValidateAuditWebhookURL(auditWebhookURL string) error {
+	if !w.SelfIssued() || auditWebhookURL == "" {
+		return nil
+	}
+	u, err := url.Parse(auditWebhookURL)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+		return nil
+	}
+	if !w.names(u.Hostname()) {
+		return fmt.Errorf("--audit-webhook-url=%q: its host %q is not among --webhook-dns-names (%s), the names of the webhook's serving certificate: managed API servers would refuse the certificate and send no audit events; add the host, a DNS name or an IP address, to --webhook-dns-names",
+			auditWebhookURL, u.Hostname(), strings.Join(w.DNSNames, ","))
+	}
+	return nil
+}
+
+// names reports whether the serving certificate is valid for host, as a TLS
+// client checks it: an IP address against its IP addresses, a DNS name
+// against its DNS names, whatever their case or a trailing dot.
+func (w WebhookCertificate) names(host string) bool {
+	ip := net.ParseIP(host)
+	for _, n := range w.DNSNames {
+		if nip := net.ParseIP(n); ip != nil || nip != nil {
+			if ip != nil && nip != nil && ip.Equal(nip) {
+				return true
+			}
+			continue
+		}
+		if strings.EqualFold(strings.TrimSuffix(host, "."), n) {
+			return true
+		}
+	}
+	return false
 }
 
 func (w WebhookCertificate) secretKey() (types.NamespacedName, error) {

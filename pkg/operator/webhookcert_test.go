@@ -25,7 +25,9 @@ func TestWebhookCertificateValidate(t *testing.T) {
 		{name: "secret with two slashes", w: WebhookCertificate{Secret: "a/b/c", Configuration: "carousel", DNSNames: self.DNSNames}, wantErr: "NAMESPACE/NAME"},
 		{name: "no configuration", w: WebhookCertificate{Secret: self.Secret, DNSNames: self.DNSNames}, wantErr: "needs --webhook-configuration"},
 		{name: "no DNS names", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel"}, wantErr: "needs --webhook-dns-names"},
-		{name: "bad DNS name", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel", DNSNames: []string{"Not_A_Name"}}, wantErr: `"Not_A_Name"`},
+		{name: "bad DNS name", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel", DNSNames: []string{"Not_A_Name"}}, wantErr: `"Not_A_Name" is neither an IP address nor a DNS name`},
+		{name: "IP addresses", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel", DNSNames: []string{"carousel-webhook.carousel-system.svc", "10.0.0.5", "fd00::5"}}},
+		{name: "an IPv6 address with a zone", w: WebhookCertificate{Secret: self.Secret, Configuration: "carousel", DNSNames: []string{"fe80::1%eth0"}}, wantErr: `"fe80::1%eth0" is neither`},
 		{name: "configuration without secret", w: WebhookCertificate{Configuration: "carousel"}, wantErr: "need --webhook-cert-secret"},
 		{name: "self-issued without the webhook", w: self, noHook: true, wantErr: "needs --webhook=true"},
 		{name: "no webhook, no certificate", w: WebhookCertificate{}, noHook: true},
@@ -48,6 +50,43 @@ func TestWebhookCertificateValidate(t *testing.T) {
 	}
 	if r := self.Rotator(false); r.Secret.Namespace != "carousel-system" || r.Secret.Name != "carousel-webhook-cert" || r.WebhookConfiguration != "carousel" {
 		t.Fatalf("rotator %+v", r)
+	}
+}
+
+// TestValidateAuditWebhookURL: managed API servers refuse a serving
+// certificate that does not name the host of --audit-webhook-url, and accept
+// an IP address only among its IP addresses.
+func TestValidateAuditWebhookURL(t *testing.T) {
+	withIPs := selfIssued
+	withIPs.DNSNames = []string{"carousel-webhook.carousel-system.svc", "10.0.0.5", "fd00::5"}
+	tests := []struct {
+		name    string
+		w       WebhookCertificate
+		url     string
+		wantErr string
+	}{
+		{name: "no audit webhook", w: selfIssued},
+		{name: "a name of the certificate", w: selfIssued, url: "https://carousel-webhook.carousel-system.svc:443/audit"},
+		{name: "in another case, with a trailing dot", w: selfIssued, url: "https://Carousel-Webhook.carousel-system.svc.:443/audit"},
+		{name: "an IPv4 address of the certificate", w: withIPs, url: "https://10.0.0.5/audit"},
+		{name: "an IPv6 address of the certificate, written otherwise", w: withIPs, url: "https://[fd00:0::5]:443/audit"},
+		{name: "another name", w: selfIssued, url: "https://carousel-webhook.example.com/audit",
+			wantErr: `--audit-webhook-url="https://carousel-webhook.example.com/audit": its host "carousel-webhook.example.com" is not among --webhook-dns-names (carousel-webhook.carousel-system.svc)`},
+		{name: "an IP address not among the names", w: selfIssued, url: "https://10.0.0.5/audit", wantErr: `its host "10.0.0.5" is not among --webhook-dns-names`},
+		{name: "another IP address", w: withIPs, url: "https://10.0.0.6/audit", wantErr: `its host "10.0.0.6"`},
+		{name: "a certificate from files, whose names are unknown", w: WebhookCertificate{}, url: "https://10.0.0.5/audit"},
+		{name: "not a URL: Options.Validate says so", w: selfIssued, url: "http://carousel-webhook.example.com/audit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.w.ValidateAuditWebhookURL(tc.url)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }
 

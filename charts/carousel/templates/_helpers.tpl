@@ -163,10 +163,19 @@ Checks across values that values.schema.json cannot express.
 {{- fail "auditWebhook.enabled=true needs webhook.enabled=true: the webhook server receives the audit events" }}
 {{- end }}
 {{- if and .Values.auditWebhook.enabled .Values.auditWebhook.url }}
+{{- /* hostname drops an IPv6 address's brackets; IPv6 hex digits may be in either case. */}}
 {{- $host := (urlParse .Values.auditWebhook.url).hostname | lower }}
 {{- $names := include "carousel.webhookDNSNames" . | fromYamlArray }}
-{{- if not (has $host $names) }}
-{{- fail (printf "auditWebhook.url names the host %q, which is not a name of the webhook's serving certificate (%s): the managed API servers would refuse it and send no audit events; add the name to webhook.extraDNSNames (the certificate holds no IP address)" $host (join ", " $names)) }}
+{{- if not (has $host ($names | join "," | lower | splitList ",")) }}
+{{- fail (printf "auditWebhook.url names the host %q, which is not a name of the webhook's serving certificate (%s): the managed API servers would refuse it and send no audit events; add it to webhook.extraDNSNames, as written in the URL (an IP address goes into the certificate's IP addresses)" $host (join ", " $names)) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.webhook.enabled .Values.webhook.certManager.enabled }}
+{{- range .Values.webhook.extraDNSNames }}
+{{- /* An IP address as Go's net.ParseIP reads one; values.schema.json lets a name with ':' be only an IPv6 address. */}}
+{{- if or (contains ":" .) (regexMatch `^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$` .) }}
+{{- fail (printf "webhook.extraDNSNames has the IP address %q, which the cert-manager Certificate would list among its dnsNames, where TLS clients such as the managed API servers do not accept an IP address; with webhook.certManager.enabled=true, reach the webhook by a DNS name, or let Carousel issue its certificate (webhook.certManager.enabled=false), which holds IP addresses as such" .) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if and .Values.sharding.enabled .Values.leaderElection.enabled }}

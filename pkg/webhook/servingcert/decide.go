@@ -8,6 +8,7 @@ package servingcert
 
 import (
 	"crypto/x509"
+	"net"
 	"slices"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 
 // Settings are the lifetimes and names of the webhook's certificates.
 type Settings struct {
-	// DNSNames of the serving certificate: the webhook Service's names.
+	// DNSNames are the serving certificate's names: the webhook Service's
+	// DNS names, and any IP address at which it is reached (--audit-webhook-url
+	// may name one), which goes into the certificate's IP addresses.
 	DNSNames []string
 	// CAValidity and CertValidity are the lifetimes of a new CA and of a new
 	// serving certificate. Each is renewed when a third of its lifetime is left.
@@ -115,7 +118,7 @@ func servingReason(now time.Time, s State, cfg Settings) string {
 		return "serving certificate expired"
 	case pki.Verify(s.Serving.Cert, pki.NewBundle(s.CA.Cert), x509.ExtKeyUsageServerAuth, now) != nil:
 		return "serving certificate not signed by the current CA"
-	case !sameNames(s.Serving.Cert.DNSNames, cfg.DNSNames):
+	case !sameNames(s.Serving.Cert, cfg.DNSNames):
 		return "serving certificate names changed"
 	case !now.Before(renewalTime(s.Serving.Cert)):
 		return "serving certificate due for renewal"
@@ -164,7 +167,38 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-func sameNames(a, b []string) bool {
+// splitNames sorts the serving certificate's names: an IP address goes into its
+// IP addresses, as a TLS client checks a host that is one only against those
+// (a Go client, kube-apiserver's, refuses an IP among the DNS names), and any
+// other name into its DNS names.
+func splitNames(names []string) (dnsNames []string, ips []net.IP) {
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dnsNames = append(dnsNames, n)
+		}
+	}
+	return dnsNames, ips
+}
+
+// sameNames reports whether cert holds exactly names, each where
+// splitNames puts it: a certificate with an IP address among its DNS names
+// (as issued before IP addresses were told apart) is issued again.
+func sameNames(cert *x509.Certificate, names []string) bool {
+	dnsNames, ips := splitNames(names)
+	return sameStrings(cert.DNSNames, dnsNames) && sameStrings(ipStrings(cert.IPAddresses), ipStrings(ips))
+}
+
+func ipStrings(ips []net.IP) []string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return s
+}
+
+func sameStrings(a, b []string) bool {
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.Sort(a)
 	slices.Sort(b)

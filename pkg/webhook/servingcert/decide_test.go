@@ -55,6 +55,17 @@ func TestDecide(t *testing.T) {
 	expiringWhileItPropagates := justRenewed
 	expiringWhileItPropagates.Serving = newServing(t, ca, renewedAt.Add(30*time.Second-settings.CertValidity), names...)
 
+	// An audit webhook URL may reach the webhook Service at an IP address.
+	withIP := Settings{DNSNames: append([]string{"10.0.0.5"}, names...), CAValidity: settings.CAValidity, CertValidity: settings.CertValidity, TrustPropagation: time.Minute}
+	tmpl, err := servingTemplate(withIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipServing, err := ca.IssueKeyPair(tmpl, pki.ECDSAP256, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	tests := []struct {
 		name      string
 		now       time.Time
@@ -78,6 +89,23 @@ func TestDecide(t *testing.T) {
 			name: "DNS names changed within a long propagation of the CA served from", now: t0.Add(time.Hour), state: current,
 			settings: Settings{DNSNames: []string{"other.svc"}, CAValidity: settings.CAValidity, CertValidity: settings.CertValidity, TrustPropagation: 100 * time.Hour},
 			want:     Decision{NewServing: true, Reason: "serving certificate names changed"},
+		},
+		{
+			// As issued before IP addresses were told apart: a TLS client
+			// refuses it for https://10.0.0.5.
+			name: "an IP address among the certificate's DNS names", now: t0.Add(time.Hour),
+			state:    State{CA: ca, Bundle: current.Bundle, Serving: newServing(t, ca, t0, withIP.DNSNames...), InjectedAt: t0},
+			settings: withIP, want: Decision{NewServing: true, Reason: "serving certificate names changed"},
+		},
+		{
+			name: "an IP address among the certificate's IP addresses: nothing to do", now: t0.Add(time.Hour),
+			state:    State{CA: ca, Bundle: current.Bundle, Serving: ipServing, InjectedAt: t0},
+			settings: withIP, want: Decision{},
+		},
+		{
+			name: "an IP address dropped from the names", now: t0.Add(time.Hour),
+			state: State{CA: ca, Bundle: current.Bundle, Serving: ipServing, InjectedAt: t0},
+			want:  Decision{NewServing: true, Reason: "serving certificate names changed"},
 		},
 		{
 			name: "serving certificate due within a long propagation of the CA served from", now: servingDue, state: current,

@@ -280,15 +280,11 @@ func apply(d Decision, s State, cfg Settings, now time.Time) (State, error) {
 		next.InjectedAt = time.Time{}
 	}
 	if d.NewServing {
-		if len(cfg.DNSNames) == 0 {
-			return State{}, errors.New("the webhook serving certificate needs at least one DNS name")
-		}
-		var err error
-		next.Serving, err = next.CA.IssueKeyPair(pki.LeafTemplate{
-			CommonName: cfg.DNSNames[0], DNSNames: cfg.DNSNames,
-			Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: cfg.CertValidity,
-		}, pki.ECDSAP256, now)
+		tmpl, err := servingTemplate(cfg)
 		if err != nil {
+			return State{}, err
+		}
+		if next.Serving, err = next.CA.IssueKeyPair(tmpl, pki.ECDSAP256, now); err != nil {
 			return State{}, err
 		}
 	}
@@ -405,5 +401,18 @@ func encodeState(s State) (map[string][]byte, error) {
 	return map[string][]byte{
 		KeyCACert: s.CA.CertPEM(), KeyCAKey: caKey, KeyBundle: s.Bundle.PEM(),
 		corev1.TLSCertKey: s.Serving.CertPEM(), corev1.TLSPrivateKeyKey: servingKey,
+	}, nil
+}
+
+// servingTemplate is the serving certificate's template: its names are
+// cfg.DNSNames, the IP addresses among them as IP addresses (splitNames).
+func servingTemplate(cfg Settings) (pki.LeafTemplate, error) {
+	if len(cfg.DNSNames) == 0 {
+		return pki.LeafTemplate{}, errors.New("the webhook serving certificate needs at least one DNS name")
+	}
+	dnsNames, ips := splitNames(cfg.DNSNames)
+	return pki.LeafTemplate{
+		CommonName: cfg.DNSNames[0], DNSNames: dnsNames, IPAddresses: ips,
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: cfg.CertValidity,
 	}, nil
 }

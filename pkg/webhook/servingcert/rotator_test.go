@@ -143,6 +143,31 @@ func TestRotatorIssuesOnceThenWritesNothing(t *testing.T) {
 	}
 }
 
+// A name that is an IP address, the host of an audit webhook URL such as
+// https://10.0.0.5/audit, is one of the served certificate's IP addresses: a Go
+// TLS client, kube-apiserver's, accepts an IP host only through those.
+func TestRotatorServesIPAddressesAsIPAddresses(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	api := newAPIServer(t, clk, webhookConfiguration())
+	r := newRotator(api, clk)
+	r.Settings.DNSNames = []string{names[0], "10.0.0.5", "fd00::5"}
+	sync(t, r)
+	served, err := r.GetCertificate(&tls.ClientHelloInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range r.Settings.DNSNames {
+		if _, err := served.Leaf.Verify(x509.VerifyOptions{
+			DNSName: host, Roots: api.bundles[len(api.bundles)-1].bundle.CertPool(), CurrentTime: clk.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}); err != nil {
+			t.Errorf("a client of %s refuses the served certificate: %v", host, err)
+		}
+	}
+	if got := served.Leaf.DNSNames; len(got) != 1 || got[0] != names[0] {
+		t.Errorf("DNS names %q, want only %q", got, names[0])
+	}
+}
+
 // Following the rotator's own schedule for almost two CA lifetimes (a CA is
 // renewed every two thirds of one, and the old one expires meanwhile), an API
 // server that lags by the propagation delay trusts the served certificate at
