@@ -66,7 +66,7 @@ func (o *options) validate() error {
 		return err
 	}
 	if o.startupTimeout < 0 {
-		return fmt.Errorf("--startup-timeout=%s: must not be negative (0 is its default)", o.startupTimeout)
+		return fmt.Errorf("--startup-timeout=%s: must not be negative (0 means 5m, the default)", o.startupTimeout)
 	}
 	if o.mode() == nodeagent.ModeStandIn {
 		if o.address == "" {
@@ -91,7 +91,7 @@ func (o *options) validate() error {
 	if o.kubeletRestartTimeout < 0 {
 		// A renewal would wait for the restarted kubelet not at all, and
 		// fail for ever.
-		return fmt.Errorf("--kubelet-restart-timeout=%s: must not be negative (0 is its default)", o.kubeletRestartTimeout)
+		return fmt.Errorf("--kubelet-restart-timeout=%s: must not be negative (0 means 5m, the default)", o.kubeletRestartTimeout)
 	}
 	return nil
 }
