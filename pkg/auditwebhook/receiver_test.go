@@ -140,10 +140,17 @@ func (s setup) postIn(namespace, cluster, token string, body []byte) *httptest.R
 }
 
 // postUntilAdmitted posts a batch again while it is refused for the batches in
-// flight, as the API server does, for at most ten seconds.
+// flight, as the API server does, for at most ten seconds, and fails the test
+// unless it is then taken (200).
 func (s setup) postUntilAdmitted(t *testing.T, body []byte) {
-	for deadline := time.Now().Add(10 * time.Second); s.post(body).Code == http.StatusTooManyRequests; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		switch w := s.post(body); {
+		case w.Code == http.StatusOK:
+			return
+		case w.Code != http.StatusTooManyRequests:
+			t.Errorf("a batch answered %d: %s", w.Code, w.Body)
+			return
+		case time.Now().After(deadline):
 			t.Error("a batch was refused for the batches in flight for ten seconds")
 			return
 		}
@@ -1046,6 +1053,15 @@ func TestTheReceiverKeepsSightingsOfConcurrentBatches(t *testing.T) {
 			}
 			return behind
 		}).Should(gomega.BeEmpty(), "round %d: sightings left for later and never written", round)
+		users := map[string]bool{}
+		for _, c := range s.usage(t).Credentials {
+			users[c.User] = true
+		}
+		for i := range n {
+			if !users[user(100*round+i)] {
+				t.Errorf("round %d: the first sighting of %s, posted with the others, is not in the record", round, user(100*round+i))
+			}
+		}
 	}
 }
 
