@@ -294,13 +294,12 @@ func UnreportedNodes(nodes []Node) bool {
 func users(f Facts, current map[string][]string, secretOf map[string]string, listedNodes, listedUsers map[string]bool) []Dependent {
 	byUser := map[string]*Dependent{}
 	var order []string
-	offLast := kubeletsOffTheirLast(f.KubeletCertificates, f.Usage.Credentials)
 	for _, c := range f.Usage.Credentials {
 		if c.LastSeen.Before(f.Since) || listedUsers[c.User] ||
 			listedNodes[strings.TrimPrefix(c.User, nodeUserPrefix)] && strings.HasPrefix(c.User, nodeUserPrefix) {
 			continue
 		}
-		why := reason(f, c, current, secretOf, offLast)
+		why := reason(f, c, current, secretOf)
 		if why == "" {
 			continue
 		}
@@ -322,10 +321,8 @@ func users(f Facts, current map[string][]string, secretOf map[string]string, lis
 
 // reason says why a credential seen in use depends on the old client CA,
 // or "" when it does not, or Carousel cannot tell.
-func reason(f Facts, c Credential, current map[string][]string, secretOf map[string]string,
-	offLast func(Credential) (IssuedCertificate, bool)) string {
+func reason(f Facts, c Credential, current map[string][]string, secretOf map[string]string) string {
 	id := "X509SHA256=" + short(c.Fingerprint)
-	last, offItsLast := offLast(c)
 	// The records, of which whoever may issue kubeconfigs writes one, only
 	// ever add a reason: they never clear what the audit events show.
 	issued, recorded := f.Kubeconfigs.Find(c.Fingerprint)
@@ -349,43 +346,12 @@ func reason(f Facts, c Credential, current map[string][]string, secretOf map[str
 	case recorded && issued.User == c.User && issued.Issuer != f.NewClientIssuer && f.Now.Before(issued.NotAfter):
 		return fmt.Sprintf("authenticates with "+what+" %s from client CA %s, not the new client CA",
 			id, formatTime(issued.IssuedAt), short(issued.Issuer))
-	// A kubelet on a certificate the record no longer holds (it kept only
-	// each kubelet's last one when it ran out of room), well after Carousel
-	// signed it that last one: which CA signed the one it uses is not known.
-	case !recorded && offItsLast:
-		return fmt.Sprintf("authenticates with a kubelet client certificate (%s) that is not the last one Carousel signed it (X509SHA256=%s, %s) "+
-			"and that the record no longer holds, so it may be from the old client CA: the kubelet has not loaded its last certificate",
-			id, short(last.Fingerprint), formatTime(last.IssuedAt))
 	case ours && !slices.Contains(current[c.User], c.Fingerprint):
 		return fmt.Sprintf("authenticates with a client certificate (%s) that is not the one from the new client CA in Secret %s: the client has not loaded its renewed credentials", id, secret)
 	case ours, strings.HasPrefix(c.User, nodeUserPrefix), strings.HasPrefix(c.User, adminUserPrefix):
 		return ""
 	}
 	return fmt.Sprintf("authenticates with a client certificate (%s), and Carousel issues this user none from the new client CA: only the old client CA can have signed it", id)
-}
-
-// kubeletsOffTheirLast returns what says whether the audit events show a
-// kubelet on a certificate other than the last one the record holds for it
-// (which it returns) Settling after Carousel signed that one, and not on that
-// one since: a kubelet loads a certificate within seconds of getting it, and
-// the clocks of the record and of the audit events may disagree by that.
-func kubeletsOffTheirLast(k *KubeletCertificates, usage []Credential) func(Credential) (IssuedCertificate, bool) {
-	last := map[string]IssuedCertificate{}
-	if k != nil {
-		for _, s := range k.Signed {
-			last[s.User] = s
-		}
-	}
-	onLastUntil := map[string]time.Time{}
-	for _, c := range usage {
-		if l, ok := last[c.User]; ok && l.Fingerprint == c.Fingerprint {
-			onLastUntil[c.User] = c.LastSeen
-		}
-	}
-	return func(c Credential) (IssuedCertificate, bool) {
-		l, ok := last[c.User]
-		return l, ok && l.Fingerprint != c.Fingerprint && c.LastSeen.After(l.IssuedAt.Add(Settling)) && onLastUntil[c.User].Before(c.LastSeen)
-	}
 }
 
 func formatTime(t time.Time) string {

@@ -23,11 +23,9 @@ import (
 //
 // The record never grows past MaxKubeletCertificatesBytes: a full record
 // could not be written, and the CSRs could not be signed. Past it, it keeps
-// only the last entry of each user (a kubelet the audit events show still on
-// an earlier certificate is then named as not on its last one, whichever CA
-// signed it: kubeletsOffTheirLast), and past that it forgets the oldest entries, and until the
-// last of them expires (UnrecordedUntil) it does not vouch for the kubelets
-// without a node agent.
+// only the last entry of each user, and past that it forgets the oldest
+// entries, and until the last of them expires (UnrecordedUntil) it does not
+// vouch for the kubelets without a node agent.
 type KubeletCertificates struct {
 	Signed []IssuedCertificate `json:"signed"`
 	// UnrecordedUntil is when the last certificate the record had no room

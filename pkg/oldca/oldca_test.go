@@ -237,21 +237,6 @@ func TestDependents(t *testing.T) {
 			}}
 			f.Usage = &Usage{Credentials: []Credential{seen("system:node:w1", "n1", 20, 65), seen("system:node:w1", "n2", 30, 69)}}
 		}, want: []string{"User/system:node:w1: a kubelet client certificate (X509SHA256=n1) that Carousel signed 2026-11-26T12:20:00Z from client CA bbbbbbbbbbbbbbbb"}},
-		{name: "audit: a kubelet on a certificate the full record dropped, well after its last one was signed", facts: func(f *Facts) {
-			f.Now = at(70)
-			f.Nodes = []Node{{Name: "w1", ClientIssuer: newCA}, {Name: "w2", ClientIssuer: newCA}, {Name: "w3", ClientIssuer: newCA}}
-			f.KubeletCertificates = &KubeletCertificates{Signed: []IssuedCertificate{ // each kubelet's last only: n1, n3 and n5 were dropped
-				{User: "system:node:w1", Fingerprint: "n2", Issuer: newCA, IssuedAt: at(30), NotAfter: at(600)},
-				{User: "system:node:w2", Fingerprint: "n4", Issuer: newCA, IssuedAt: at(61), NotAfter: at(600)},
-				{User: "system:node:w3", Fingerprint: "n6", Issuer: newCA, IssuedAt: at(30), NotAfter: at(600)},
-			}}
-			f.Usage = &Usage{Credentials: []Credential{
-				seen("system:node:w1", "n1", 20, 65), // w1 still on n1 35 minutes after it got n2
-				seen("system:node:w2", "n3", 20, 62), // w2 on n3 until a minute after it got n4: loading it
-				seen("system:node:w2", "n4", 62, 69),
-				seen("system:node:w3", "n5", 20, 64), // w3 on n5 long after it got n6, but on n6 since
-				seen("system:node:w3", "n6", 40, 66)}}
-		}, want: []string{"User/system:node:w1: a kubelet client certificate (X509SHA256=n1) that is not the last one Carousel signed it (X509SHA256=n2, 2026-11-26T12:30:00Z)"}},
 		{name: "the record of kubelet certificates does not parse, and a node has no node agent", facts: func(f *Facts) {
 			f.Nodes, f.KubeletCertificatesUnreadable = []Node{{Name: "w0"}, {Name: "w1", ClientIssuer: newCA}}, true
 		}, want: []string{"Cluster/kubelet-certificates: does not parse"}},
