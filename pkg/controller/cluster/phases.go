@@ -6,9 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
@@ -374,14 +374,13 @@ func lookAgainBy(result ctrl.Result, at, now time.Time) ctrl.Result {
 
 // managedPollDelay is when a phase waiting on the managed cluster looks
 // again: ManagedPollInterval, backing off while a check of the managed
-// cluster keeps failing, counted from when ControlPlaneReachable turned
-// EndpointUnreachable (False for an endpoint empty or removed before is no
-// failure to back off from).
+// cluster keeps failing, counted from when this process first found it
+// failing (failingChecks; not the condition's lastTransitionTime, which
+// False for an endpoint empty or removed before leaves long ago).
 func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster, checkFailed bool) time.Duration {
 	var failingSince time.Time
-	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable); checkFailed && cond != nil &&
-		cond.Status == metav1.ConditionFalse && cond.Reason == v1alpha1.ReasonEndpointUnreachable {
-		failingSince = cond.LastTransitionTime.Time
+	if checkFailed {
+		failingSince, _ = r.failingChecks.began(client.ObjectKeyFromObject(c))
 	}
 	maximum := r.MaxManagedPollInterval
 	if maximum == 0 {

@@ -95,6 +95,9 @@ type Reconciler struct {
 	unreadNodes runs
 	// verdicts: the old-CA usage gate's verdicts this process reached.
 	verdicts verdicts
+	// failingChecks: since when the checks of a Cluster's managed API
+	// server have failed (ControlPlaneReachable EndpointUnreachable).
+	failingChecks runs
 }
 
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
@@ -107,6 +110,7 @@ func (r *Reconciler) Forget(req ctrl.Request) {
 	r.staleReads.forget(req.NamespacedName)
 	r.unreadNodes.forget(req.NamespacedName)
 	r.verdicts.forget(req.NamespacedName)
+	r.failingChecks.forget(req.NamespacedName)
 	r.OfflineNodes.Forget(req.NamespacedName)
 	if r.OnForget != nil {
 		r.OnForget(req.NamespacedName)

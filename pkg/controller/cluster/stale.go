@@ -40,6 +40,14 @@ func (r *runs) start(key types.NamespacedName, now time.Time) time.Time {
 	return since
 }
 
+// began returns when the Cluster's run began, if it is in one.
+func (r *runs) began(key types.NamespacedName) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.since[key]
+	return since, ok
+}
+
 // forget ends the Cluster's run.
 func (r *runs) forget(key types.NamespacedName) {
 	r.mu.Lock()

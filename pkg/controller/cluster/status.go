@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/clip"
@@ -31,6 +32,11 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	switch {
 	case s.reachability != nil:
 		r.setCondition(c, *s.reachability)
+		if key := client.ObjectKeyFromObject(c); s.reachability.Reason == v1alpha1.ReasonEndpointUnreachable {
+			r.failingChecks.start(key, r.Clock.Now())
+		} else {
+			r.failingChecks.forget(key)
+		}
 	case noCheckDue(c, s.facts.Evidence != ""):
 		r.setCondition(c, *reachability(metav1.ConditionUnknown, v1alpha1.ReasonNoCheckDue, "no check of the endpoint due yet"))
 	}
@@ -85,15 +91,18 @@ func newConditionWarnings(before, now []metav1.Condition) []conditionWarning {
 }
 
 // noCheckDue says whether ControlPlaneReachable is to say that no check is
-// due, in a pass that checked nothing: there is none yet in a step with
-// checks, or it still speaks of an endpoint that was empty or removed from
-// the spec, which names one now.
-func noCheckDue(c *v1alpha1.Cluster, checkingStep bool) bool {
+// due, in a pass that checked nothing of the endpoint the spec names: there
+// is no condition yet and the pass got to the evidence phase, or it still
+// speaks of an endpoint that was empty or removed from the spec.
+func noCheckDue(c *v1alpha1.Cluster, evidenceGathered bool) bool {
+	if c.Spec.ControlPlane.Endpoint == "" {
+		return false
+	}
 	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionControlPlaneReachable)
 	if cond == nil {
-		return checkingStep
+		return evidenceGathered
 	}
-	return c.Spec.ControlPlane.Endpoint != "" && (cond.Reason == v1alpha1.ReasonNoEndpoint || cond.Reason == v1alpha1.ReasonEndpointRemoved)
+	return cond.Reason == v1alpha1.ReasonNoEndpoint || cond.Reason == v1alpha1.ReasonEndpointRemoved
 }
 
 // setMaintenanceCondition says whether an operation queued for the

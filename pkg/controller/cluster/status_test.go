@@ -284,8 +284,7 @@ func TestAManagedPollKeepsAnEarlierTimeToLookAgain(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	r := &Reconciler{Clock: clocktesting.NewFakeClock(now)}
 	c := newCluster("prod")
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: metav1.ConditionFalse,
-		Reason: v1alpha1.ReasonEndpointUnreachable, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))})
+	r.failingChecks.start(client.ObjectKeyFromObject(c), now.Add(-time.Hour))
 	for _, tt := range []struct {
 		name string
 		key  *rotation.ServiceAccountKeyDecision
@@ -305,23 +304,36 @@ func TestAManagedPollKeepsAnEarlierTimeToLookAgain(t *testing.T) {
 	}
 }
 
-// A check that fails after ControlPlaneReachable said False for another
-// reason than a failed check (no endpoint, or one removed) for an hour
-// looks again at the poll interval, not backed off as if it had failed for
-// that hour; a check failing for an hour backs off to the maximum.
-func TestAManagedPollBacksOffOnlyFromAFailedCheck(t *testing.T) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	r := &Reconciler{Clock: clocktesting.NewFakeClock(now), ManagedPollInterval: 5 * time.Second}
-	for reason, want := range map[string]time.Duration{
-		v1alpha1.ReasonNoEndpoint:          5 * time.Second,
-		v1alpha1.ReasonEndpointRemoved:     5 * time.Second,
-		v1alpha1.ReasonEndpointUnreachable: DefaultMaxManagedPollInterval,
+// The managed polls back off from when the checks began to fail, as the
+// ControlPlaneReachable conditions written say: not from when the condition
+// turned False for an endpoint removed (or empty) an hour before, which a
+// failed check keeps as its lastTransitionTime; and from anew after a check
+// passes.
+func TestAManagedPollBacksOffFromWhenTheChecksBeganToFail(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	r := &Reconciler{Clock: clk, ManagedPollInterval: 5 * time.Second, Recorder: events.NewFakeRecorder(100)}
+	c := newCluster("prod")
+	c.Spec.ControlPlane.Endpoint = "https://api.prod.example"
+	pass := func(reason string, status metav1.ConditionStatus) {
+		t.Helper()
+		r.updateStatus(&scope{cluster: c, reachability: reachability(status, reason, reason)}, nil)
+	}
+	for _, step := range []struct {
+		after  time.Duration
+		reason string
+		status metav1.ConditionStatus
+		want   time.Duration
+	}{
+		{0, v1alpha1.ReasonEndpointRemoved, metav1.ConditionFalse, 5 * time.Second},
+		{time.Hour, v1alpha1.ReasonEndpointUnreachable, metav1.ConditionFalse, 5 * time.Second}, // failing since now
+		{time.Hour, v1alpha1.ReasonEndpointUnreachable, metav1.ConditionFalse, DefaultMaxManagedPollInterval},
+		{time.Minute, v1alpha1.ReasonEndpointReachable, metav1.ConditionTrue, 5 * time.Second},
+		{time.Hour, v1alpha1.ReasonEndpointUnreachable, metav1.ConditionFalse, 5 * time.Second},
 	} {
-		c := newCluster("prod")
-		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable, Status: metav1.ConditionFalse,
-			Reason: reason, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))})
-		if got := r.managedPollDelay(c, true); got != want {
-			t.Errorf("False %s for an hour, then a failed check: looks again after %s, want %s", reason, got, want)
+		clk.Step(step.after)
+		pass(step.reason, step.status)
+		if got := r.managedPollDelay(c, true); got != step.want {
+			t.Errorf("%s %s at %s: a failed check looks again after %s, want %s", step.status, step.reason, clk.Now().Format(time.TimeOnly), got, step.want)
 		}
 	}
 }
@@ -337,7 +349,8 @@ func TestNoCheckDue(t *testing.T) {
 		want         bool
 	}{
 		{name: "no condition, no step with checks"},
-		{name: "no condition, a step with checks", checkingStep: true, want: true},
+		{name: "no condition, a step with checks", endpoint: "https://api.prod.example", checkingStep: true, want: true},
+		{name: "no condition, no endpoint", checkingStep: true},
 		{name: "no endpoint, still none", reason: v1alpha1.ReasonNoEndpoint},
 		{name: "no endpoint before, one now", endpoint: "https://api.prod.example", reason: v1alpha1.ReasonNoEndpoint, want: true},
 		{name: "removed before, set again", endpoint: "https://api.prod.example", reason: v1alpha1.ReasonEndpointRemoved, want: true},
