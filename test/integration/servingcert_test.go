@@ -106,11 +106,12 @@ var _ = Describe("A replica's webhook server with a self-issued certificate", fu
 			Settings: servingcert.DefaultSettings([]string{"localhost"}),
 		}
 		createTestWebhookConfiguration(ctx, rotator.WebhookConfiguration, "https://localhost:"+strconv.Itoa(port))
+		server := rotator.NewServer(webhook.Options{Host: "127.0.0.1", Port: port})
 		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 			Scheme:                 scheme.New(),
 			Metrics:                metricsserver.Options{BindAddress: "0"},
 			HealthProbeBindAddress: "0",
-			WebhookServer:          rotator.NewServer(webhook.Options{Host: "127.0.0.1", Port: port}),
+			WebhookServer:          server,
 		})
 		Expect(err).NotTo(HaveOccurred())
 		rotator.UseManager(mgr)
@@ -118,6 +119,9 @@ var _ = Describe("A replica's webhook server with a self-issued certificate", fu
 		// cannot be stopped while it waits for its caches).
 		slow := slowCache{synced: make(chan struct{})}
 		Expect(mgr.Add(slow)).To(Succeed())
+		// The manager adds its webhook server to what it starts when first asked for it, under the lock its
+		// Start holds until the caches sync: ask before it starts, as the manager's main does.
+		Expect(mgr.GetWebhookServer()).To(BeIdenticalTo(server))
 		mgrCtx, stop := context.WithCancel(ctx)
 		stopped := make(chan struct{})
 		DeferCleanup(func() { close(slow.synced); stop(); <-stopped })
@@ -128,7 +132,7 @@ var _ = Describe("A replica's webhook server with a self-issued certificate", fu
 		}()
 
 		// What the replica's readiness probe asks: a TLS handshake with the served certificate.
-		Eventually(mgr.GetWebhookServer().StartedChecker()).WithArguments((*http.Request)(nil)).WithTimeout(30 * time.Second).Should(Succeed())
+		Eventually(server.StartedChecker()).WithArguments((*http.Request)(nil)).WithTimeout(30 * time.Second).Should(Succeed())
 		Expect(injectedCAs(ctx, rotator.WebhookConfiguration)).To(HaveLen(1), "the rotator injected its CA too")
 	})
 })

@@ -85,6 +85,9 @@ type rotatingServer struct {
 
 // Start runs the rotator alongside the server and stops it with the server.
 func (s *rotatingServer) Start(ctx context.Context) error {
+	if s.rotator.Client == nil || s.rotator.Reader == nil {
+		return errors.New("the webhook serving-certificate rotator has no clients: call its UseManager")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	rotated := make(chan struct{})
 	go func() {

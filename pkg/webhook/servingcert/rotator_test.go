@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
@@ -508,5 +509,14 @@ func TestRotatorThatCannotSettleFails(t *testing.T) {
 	behind := clocktesting.NewFakeClock(t0)
 	if _, err := newRotator(api, behind).Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "want renewing again at once") {
 		t.Errorf("Sync on a clock behind the CA = %v, want an error that makes it back off", err)
+	}
+}
+
+// A server whose rotator was given no clients refuses to start, rather than
+// its rotator failing on a nil client.
+func TestAServerWithoutTheManagersClientsRefusesToStart(t *testing.T) {
+	server := (&Rotator{}).NewServer(webhook.Options{Host: "127.0.0.1", Port: 1})
+	if err := server.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "UseManager") {
+		t.Errorf("Start = %v, want an error naming UseManager", err)
 	}
 }
