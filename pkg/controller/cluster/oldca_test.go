@@ -263,6 +263,26 @@ func TestACompletionAfterARestartWaitsForTheGateToJudgeAgain(t *testing.T) {
 	}
 }
 
+// After a restart, a completion on a gate that still names no one goes ahead
+// once the restarted manager has judged: it waits one pass, not more.
+func TestACompletionAfterARestartGoesAheadOnceTheGateJudged(t *testing.T) {
+	sc := newSettledCluster(t)
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	sc.reconcile()
+	restarted, _ := reconcilerOn(sc.api)
+	restarted.Recommendations = sc.r.Recommendations
+	sc.annotate(v1alpha1.OperationCompleteCARotation)
+	for pass, want := range []v1alpha1.CARotationPhase{v1alpha1.RotationPrepared, v1alpha1.RotationFinalizing} {
+		if _, err := restarted.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err != nil {
+			t.Fatal(err)
+		}
+		if got := sc.cluster().CARotationPhase(); got != want {
+			t.Fatalf("phase %s after the restarted manager's pass %d, want %s", got, pass+1, want)
+		}
+	}
+}
+
 // A start records the records the API server holds, also one the cache
 // does not show yet (the first audit batch created it just before) or does
 // not list (it lost its label): the gate would otherwise miss that record's
