@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -108,22 +109,10 @@ func (w WebhookCertificate) ValidateAuditWebhookURL(auditWebhookURL string) erro
 }
 
 // names reports whether the serving certificate is valid for host, as a TLS
-// client checks it: an IP address against its IP addresses, a DNS name
-// against its DNS names, whatever their case or a trailing dot.
+// client checks it.
 func (w WebhookCertificate) names(host string) bool {
-	ip := net.ParseIP(host)
-	for _, n := range w.DNSNames {
-		if nip := net.ParseIP(n); ip != nil || nip != nil {
-			if ip != nil && nip != nil && ip.Equal(nip) {
-				return true
-			}
-			continue
-		}
-		if strings.EqualFold(strings.TrimSuffix(host, "."), n) {
-			return true
-		}
-	}
-	return false
+	dnsNames, ips := servingcert.SplitNames(w.DNSNames)
+	return (&x509.Certificate{DNSNames: dnsNames, IPAddresses: ips}).VerifyHostname(host) == nil
 }
 
 func (w WebhookCertificate) secretKey() (types.NamespacedName, error) {

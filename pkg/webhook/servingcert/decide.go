@@ -167,11 +167,11 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// splitNames sorts the serving certificate's names: an IP address goes into its
+// SplitNames sorts the serving certificate's names: an IP address goes into its
 // IP addresses, as a TLS client checks a host that is one only against those
 // (a Go client, kube-apiserver's, refuses an IP among the DNS names), and any
 // other name into its DNS names.
-func splitNames(names []string) (dnsNames []string, ips []net.IP) {
+func SplitNames(names []string) (dnsNames []string, ips []net.IP) {
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {
 			ips = append(ips, ip)
@@ -183,10 +183,10 @@ func splitNames(names []string) (dnsNames []string, ips []net.IP) {
 }
 
 // sameNames reports whether cert holds exactly names, each where
-// splitNames puts it: a certificate with an IP address among its DNS names
+// SplitNames puts it: a certificate with an IP address among its DNS names
 // (as issued before IP addresses were told apart) is issued again.
 func sameNames(cert *x509.Certificate, names []string) bool {
-	dnsNames, ips := splitNames(names)
+	dnsNames, ips := SplitNames(names)
 	return sameStrings(cert.DNSNames, dnsNames) && sameStrings(ipStrings(cert.IPAddresses), ipStrings(ips))
 }
 

@@ -408,12 +408,12 @@ func encodeState(s State) (map[string][]byte, error) {
 }
 
 // servingTemplate is the serving certificate's template: its names are
-// cfg.DNSNames, the IP addresses among them as IP addresses (splitNames).
+// cfg.DNSNames, the IP addresses among them as IP addresses (SplitNames).
 func servingTemplate(cfg Settings) (pki.LeafTemplate, error) {
 	if len(cfg.DNSNames) == 0 {
 		return pki.LeafTemplate{}, errors.New("the webhook serving certificate needs at least one DNS name")
 	}
-	dnsNames, ips := splitNames(cfg.DNSNames)
+	dnsNames, ips := SplitNames(cfg.DNSNames)
 	return pki.LeafTemplate{
 		CommonName: cfg.DNSNames[0], DNSNames: dnsNames, IPAddresses: ips,
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: cfg.CertValidity,
