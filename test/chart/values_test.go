@@ -82,6 +82,21 @@ var _ = Describe("The chart's values", func() {
 		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).NotTo(ContainSubstring("audit-webhook"))
+
+		By("an IP address as the host: among the certificate's IP addresses, self-issued or cert-manager's")
+		ip := []string{"--set", "auditWebhook.enabled=true", "--set", "auditWebhook.url=https://10.0.0.5/audit", "--set", "webhook.extraDNSNames={10.0.0.5}"}
+		out, err = helm(append([]string{"template", "carousel", chartDir, "--namespace", "carousel-system"}, ip...)...)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("- --webhook-dns-names=carousel-webhook,carousel-webhook.carousel-system,carousel-webhook.carousel-system.svc," +
+			"carousel-webhook.carousel-system.svc.cluster.local,10.0.0.5\n"))
+		out, err = helm(append([]string{"template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled=true"}, ip...)...)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("    - carousel-webhook.carousel-system.svc.cluster.local\n  ipAddresses:\n    - 10.0.0.5\n  usages:\n"))
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true",
+			"--set", "auditWebhook.url=https://10.0.0.6/audit", "--set", "webhook.extraDNSNames={10.0.0.5}")
+		Expect(err).To(MatchError(ContainSubstring(`auditWebhook.url names the host "10.0.0.6"`)), "a host the certificate does not name: %s", out)
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.extraDNSNames={fd00::5::1}")
+		Expect(err).To(HaveOccurred(), "neither a DNS name nor an IP address: %s", out)
 	})
 
 	It("renders, for the default values, the manager's arguments the chart reference lists", func() {

@@ -109,8 +109,16 @@ Whether Carousel issues its own webhook certificate (webhook on, cert-manager of
 {{- end }}
 
 {{/*
-DNS names of the webhook's serving certificate, as a list in YAML: the webhook Service's, then
-webhook.extraDNSNames.
+"true" when the name is an IP address (values.schema.json lets a name with ':' be only an IPv6 address), as Go's
+net.ParseIP reads one; empty otherwise.
+*/}}
+{{- define "carousel.isIPAddress" -}}
+{{- if or (contains ":" .) (regexMatch `^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$` .) }}true{{ end }}
+{{- end }}
+
+{{/*
+Names of the webhook's serving certificate, as a list in YAML: the webhook Service's DNS names, then
+webhook.extraDNSNames (DNS names or IP addresses).
 */}}
 {{- define "carousel.webhookDNSNames" -}}
 {{- $svc := include "carousel.webhookServiceName" . }}
@@ -168,14 +176,6 @@ Checks across values that values.schema.json cannot express.
 {{- $names := include "carousel.webhookDNSNames" . | fromYamlArray }}
 {{- if not (has $host ($names | join "," | lower | splitList ",")) }}
 {{- fail (printf "auditWebhook.url names the host %q, which is not a name of the webhook's serving certificate (%s): the managed API servers would refuse it and send no audit events; add it to webhook.extraDNSNames, as written in the URL (an IP address goes into the certificate's IP addresses)" $host (join ", " $names)) }}
-{{- end }}
-{{- end }}
-{{- if and .Values.webhook.enabled .Values.webhook.certManager.enabled }}
-{{- range .Values.webhook.extraDNSNames }}
-{{- /* An IP address as Go's net.ParseIP reads one; values.schema.json lets a name with ':' be only an IPv6 address. */}}
-{{- if or (contains ":" .) (regexMatch `^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$` .) }}
-{{- fail (printf "webhook.extraDNSNames has the IP address %q, which the cert-manager Certificate would list among its dnsNames, where TLS clients such as the managed API servers do not accept an IP address; with webhook.certManager.enabled=true, reach the webhook by a DNS name, or let Carousel issue its certificate (webhook.certManager.enabled=false), which holds IP addresses as such" .) }}
-{{- end }}
 {{- end }}
 {{- end }}
 {{- if and .Values.sharding.enabled .Values.leaderElection.enabled }}
