@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -32,14 +33,10 @@ func (r *Reconciler) updateStatus(s *scope, err error) {
 	switch {
 	case s.reachability != nil:
 		r.setCondition(c, *s.reachability)
-		if key := client.ObjectKeyFromObject(c); s.reachability.Reason == v1alpha1.ReasonEndpointUnreachable {
-			r.failingChecks.start(key, r.Clock.Now())
-		} else {
-			r.failingChecks.forget(key)
-		}
 	case noCheckDue(c, s.facts.Evidence != ""):
 		r.setCondition(c, *reachability(metav1.ConditionUnknown, v1alpha1.ReasonNoCheckDue, "no check of the endpoint due yet"))
 	}
+	r.trackFailingChecks(client.ObjectKeyFromObject(c), s.managedCheckFailed, s.decision != nil)
 	// A pass that ends on a conflict, or a cache behind, is looked at again
 	// at once; one that fails otherwise leaves no verdict of the old-CA
 	// usage gate to complete on.
@@ -88,6 +85,19 @@ func newConditionWarnings(before, now []metav1.Condition) []conditionWarning {
 		}
 	}
 	return out
+}
+
+// trackFailingChecks keeps since when the checks of a Cluster's managed API
+// server have failed, which the managed polls back off from: from a pass in
+// which one failed on, until a pass that decided its step saw none fail (a
+// check passed, or none was due: the rotation moved on).
+func (r *Reconciler) trackFailingChecks(key types.NamespacedName, checkFailed, decided bool) {
+	switch {
+	case checkFailed:
+		r.failingChecks.start(key, r.Clock.Now())
+	case decided:
+		r.failingChecks.forget(key)
+	}
 }
 
 // noCheckDue says whether ControlPlaneReachable is to say that no check is

@@ -304,11 +304,10 @@ func TestAManagedPollKeepsAnEarlierTimeToLookAgain(t *testing.T) {
 	}
 }
 
-// The managed polls back off from when the checks began to fail, as the
-// ControlPlaneReachable conditions written say: not from when the condition
-// turned False for an endpoint removed (or empty) an hour before, which a
-// failed check keeps as its lastTransitionTime; and from anew after a check
-// passes.
+// The managed polls back off from when the checks began to fail: not from
+// when ControlPlaneReachable turned False for an endpoint removed (or empty)
+// an hour before, which a failed check keeps as its lastTransitionTime; and
+// from anew after a pass in which none failed, a check passing or none due.
 func TestAManagedPollBacksOffFromWhenTheChecksBeganToFail(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	r := &Reconciler{Clock: clk, ManagedPollInterval: 5 * time.Second, Recorder: events.NewFakeRecorder(100)}
@@ -316,11 +315,14 @@ func TestAManagedPollBacksOffFromWhenTheChecksBeganToFail(t *testing.T) {
 	c.Spec.ControlPlane.Endpoint = "https://api.prod.example"
 	pass := func(reason string, status metav1.ConditionStatus) {
 		t.Helper()
-		r.updateStatus(&scope{cluster: c, reachability: reachability(status, reason, reason)}, nil)
+		if reason != "" {
+			r.setCondition(c, *reachability(status, reason, reason))
+		}
+		r.trackFailingChecks(client.ObjectKeyFromObject(c), reason == v1alpha1.ReasonEndpointUnreachable, true)
 	}
 	for _, step := range []struct {
 		after  time.Duration
-		reason string
+		reason string // "" for a pass that checks nothing
 		status metav1.ConditionStatus
 		want   time.Duration
 	}{
@@ -329,6 +331,9 @@ func TestAManagedPollBacksOffFromWhenTheChecksBeganToFail(t *testing.T) {
 		{time.Hour, v1alpha1.ReasonEndpointUnreachable, metav1.ConditionFalse, DefaultMaxManagedPollInterval},
 		{time.Minute, v1alpha1.ReasonEndpointReachable, metav1.ConditionTrue, 5 * time.Second},
 		{time.Hour, v1alpha1.ReasonEndpointUnreachable, metav1.ConditionFalse, 5 * time.Second},
+		{time.Hour, v1alpha1.ReasonEndpointUnreachable, metav1.ConditionFalse, DefaultMaxManagedPollInterval},
+		{time.Minute, "", "", 5 * time.Second}, // the rotation moved on (aborted, say): no check failed
+		{30 * 24 * time.Hour, v1alpha1.ReasonEndpointUnreachable, metav1.ConditionFalse, 5 * time.Second},
 	} {
 		clk.Step(step.after)
 		pass(step.reason, step.status)
