@@ -97,6 +97,9 @@ var _ = Describe("The chart's values", func() {
 		Expect(err).To(MatchError(ContainSubstring(`auditWebhook.url names the host "10.0.0.6"`)), "a host the certificate does not name: %s", out)
 		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.extraDNSNames={fd00::5::1}")
 		Expect(err).To(HaveOccurred(), "neither a DNS name nor an IP address: %s", out)
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.extraDNSNames={1e3}")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring(".svc.cluster.local,1e3\n"), "a name that reads as a number in YAML stays as written")
 	})
 
 	It("renders, for the default values, the manager's arguments the chart reference lists", func() {

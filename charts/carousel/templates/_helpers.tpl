@@ -128,7 +128,7 @@ webhook.extraDNSNames (DNS names or IP addresses).
 - {{ $svc }}.{{ $ns }}.svc
 - {{ $svc }}.{{ $ns }}.svc.cluster.local
 {{- range .Values.webhook.extraDNSNames }}
-- {{ . }}
+- {{ . | quote }}
 {{- end }}
 {{- end }}
 
