@@ -657,20 +657,26 @@ var _ = Describe("Crash safety", func() {
 			}
 		}
 		crashes := 0
-		// reconcileWithCrashes drives reconciles, each by a new reconciler
-		// allowed one write, until the Cluster satisfies done.
+		// reconcileWithCrashes drives reconciles, each allowed one write, until
+		// the Cluster satisfies done: a pass that tries a second one dies with
+		// its operator, and a new operator, with nothing in memory, takes over.
 		reconcileWithCrashes := func(done func(*v1alpha1.Cluster) bool) {
 			GinkgoHelper()
+			var r *clustercontroller.Reconciler
+			var n atomic.Int64
 			for i := 0; i < 2000 && !done(getCluster(ctx, key)); i++ {
-				var n atomic.Int64
-				r := &clustercontroller.Reconciler{
-					Client: kit.CountingClient{Client: k8s, Writes: &n, Budget: 1}, Clock: clock.RealClock{},
-					Recorder: events.NewFakeRecorder(100), CAExpiryWarning: time.Hour, ManagedPollInterval: time.Millisecond,
-					WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: workerrollout.ManualRollout{}},
+				if r == nil {
+					r = &clustercontroller.Reconciler{
+						Client: kit.CountingClient{Client: k8s, Writes: &n, Budget: 1}, Clock: clock.RealClock{},
+						Recorder: &events.FakeRecorder{}, CAExpiryWarning: time.Hour, ManagedPollInterval: time.Millisecond, // its events go nowhere
+						WorkerRollouts: map[v1alpha1.WorkerRolloutStrategy]clustercontroller.WorkerRollout{v1alpha1.RolloutManual: workerrollout.ManualRollout{}},
+					}
 				}
+				n.Store(0)
 				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 				if errors.Is(err, kit.ErrCrash) {
 					crashes++
+					r = nil
 				} else {
 					Expect(err).NotTo(HaveOccurred())
 				}
