@@ -62,13 +62,18 @@ type Reconciler struct {
 // whichever process looks.
 type memory struct {
 	mu sync.Mutex
-	// started are the Clusters this process started, by campaign: each
-	// with the resourceVersion the start was patched onto, and the step.
-	started map[types.NamespacedName]map[string]request
-	// refused are the Clusters that refused, by campaign, then UID.
-	refused map[types.NamespacedName]map[types.UID]refusal
-	// uids are the UIDs of the campaigns started and refused are for.
-	uids map[types.NamespacedName]types.UID
+	// campaigns is what is held for each campaign, by its key.
+	campaigns map[types.NamespacedName]*held
+}
+
+// held is what the process holds for one campaign: the one with uid.
+type held struct {
+	uid types.UID
+	// started are the Clusters this process started, by name: each with
+	// the resourceVersion the start was patched onto, and the step.
+	started map[string]request
+	// refused are the Clusters that refused, by UID.
+	refused map[types.UID]refusal
 }
 
 type request struct {
@@ -230,12 +235,13 @@ func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignS
 	recorded []v1alpha1.CampaignRefusal) []campaign.Standing {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	h := m.heldLocked(campaignKey)
+	started, refused := h.started, h.refused
 	for _, r := range recorded {
-		if _, ok := m.refused[campaignKey][r.UID]; !ok {
-			m.recordRefusalLocked(campaignKey, r.UID, refusal{name: r.Name, resourceVersion: r.ResourceVersion, message: r.Message})
+		if _, ok := refused[r.UID]; !ok {
+			refused[r.UID] = refusal{name: r.Name, resourceVersion: r.ResourceVersion, message: r.Message}
 		}
 	}
-	started, refused := m.started[campaignKey], m.refused[campaignKey]
 	selected, selectedUIDs := sets.New[string](), sets.New[types.UID]()
 	for i, c := range clusters {
 		s := &standings[i]
@@ -251,7 +257,7 @@ func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignS
 				*s = campaign.StartNotTakenUp(*s)
 			case s.State == v1alpha1.CampaignClusterPending:
 				delete(started, c.Name)
-				refused = m.refuseLocked(campaignKey, c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
+				h.refuse(c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
 			case !requested:
 				// Taken up: the rotation shows it from now on.
 				delete(started, c.Name)
@@ -283,7 +289,7 @@ func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignS
 func (m *memory) starting(campaignKey types.NamespacedName) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, req := range m.started[campaignKey] {
+	for _, req := range m.heldLocked(campaignKey).started {
 		if req.step == v1alpha1.CampaignStart {
 			return true
 		}
@@ -296,19 +302,13 @@ func (m *memory) starting(campaignKey types.NamespacedName) bool {
 func (m *memory) remember(campaignKey types.NamespacedName, cluster, startedOn string, step v1alpha1.CampaignStep) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started == nil {
-		m.started = map[types.NamespacedName]map[string]request{}
-	}
-	if m.started[campaignKey] == nil {
-		m.started[campaignKey] = map[string]request{}
-	}
-	m.started[campaignKey][cluster] = request{startedOn: startedOn, step: step}
+	m.heldLocked(campaignKey).started[cluster] = request{startedOn: startedOn, step: step}
 }
 
 func (m *memory) refuse(campaignKey types.NamespacedName, c *v1alpha1.Cluster, message string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.refuseLocked(campaignKey, c, message)
+	m.heldLocked(campaignKey).refuse(c, message)
 }
 
 // maxRefusalMessage bounds the message of a refusal kept in the status,
@@ -316,21 +316,9 @@ func (m *memory) refuse(campaignKey types.NamespacedName, c *v1alpha1.Cluster, m
 // message can be long).
 const maxRefusalMessage = 256
 
-// refuseLocked records that c refused campaignKey's operation, and returns
-// the campaign's refusals.
-func (m *memory) refuseLocked(campaignKey types.NamespacedName, c *v1alpha1.Cluster, message string) map[types.UID]refusal {
-	return m.recordRefusalLocked(campaignKey, c.UID, refusal{name: c.Name, resourceVersion: c.ResourceVersion, message: clip.Bytes(message, maxRefusalMessage)})
-}
-
-func (m *memory) recordRefusalLocked(campaignKey types.NamespacedName, uid types.UID, r refusal) map[types.UID]refusal {
-	if m.refused == nil {
-		m.refused = map[types.NamespacedName]map[types.UID]refusal{}
-	}
-	if m.refused[campaignKey] == nil {
-		m.refused[campaignKey] = map[types.UID]refusal{}
-	}
-	m.refused[campaignKey][uid] = r
-	return m.refused[campaignKey]
+// refuse records that c refused the campaign's operation.
+func (h *held) refuse(c *v1alpha1.Cluster, message string) {
+	h.refused[c.UID] = refusal{name: c.Name, resourceVersion: c.ResourceVersion, message: clip.Bytes(message, maxRefusalMessage)}
 }
 
 // refusals are the campaign's refusals for its status, by name; nil when
@@ -339,7 +327,7 @@ func (m *memory) refusals(campaignKey types.NamespacedName) []v1alpha1.CampaignR
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []v1alpha1.CampaignRefusal
-	for uid, r := range m.refused[campaignKey] {
+	for uid, r := range m.heldLocked(campaignKey).refused {
 		out = append(out, v1alpha1.CampaignRefusal{Name: r.name, UID: uid, ResourceVersion: r.resourceVersion, Message: r.message})
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.CampaignRefusal) int {
@@ -351,13 +339,20 @@ func (m *memory) refusals(campaignKey types.NamespacedName) []v1alpha1.CampaignR
 func (m *memory) forget(campaignKey types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.forgetLocked(campaignKey)
+	delete(m.campaigns, campaignKey)
 }
 
-func (m *memory) forgetLocked(campaignKey types.NamespacedName) {
-	delete(m.started, campaignKey)
-	delete(m.refused, campaignKey)
-	delete(m.uids, campaignKey)
+// heldLocked is what is held for campaignKey, empty at first.
+func (m *memory) heldLocked(campaignKey types.NamespacedName) *held {
+	h := m.campaigns[campaignKey]
+	if h == nil {
+		if m.campaigns == nil {
+			m.campaigns = map[types.NamespacedName]*held{}
+		}
+		h = &held{started: map[string]request{}, refused: map[types.UID]refusal{}}
+		m.campaigns[campaignKey] = h
+	}
+	return h
 }
 
 // own makes what is held under campaignKey the campaign uid's, forgetting
@@ -370,17 +365,11 @@ func (m *memory) forgetLocked(campaignKey types.NamespacedName) {
 func (m *memory) own(campaignKey types.NamespacedName, uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	recorded, ok := m.uids[campaignKey]
-	switch {
-	case ok && recorded == uid:
+	if h := m.campaigns[campaignKey]; h != nil && h.uid == uid {
 		return
-	case ok:
-		m.forgetLocked(campaignKey)
 	}
-	if m.uids == nil {
-		m.uids = map[types.NamespacedName]types.UID{}
-	}
-	m.uids[campaignKey] = uid
+	delete(m.campaigns, campaignKey)
+	m.heldLocked(campaignKey).uid = uid
 }
 
 // selected lists the campaign's Clusters that are not being deleted.

@@ -233,20 +233,20 @@ func TestRefusalsAreForgottenWithTheirClusterOrCampaign(t *testing.T) {
 	r, _ := fixture(t, refusingA(&patched))
 	reconcileWave(t, r)
 	key := types.NamespacedName{Namespace: "fleet", Name: "wave"}
-	if len(r.memory.refused[key]) != 1 {
-		t.Fatalf("refusals %v, want a's", r.memory.refused)
+	if len(r.memory.campaigns[key].refused) != 1 {
+		t.Fatalf("refusals %v, want a's", r.memory.campaigns[key].refused)
 	}
 	if err := r.Client.Delete(context.Background(), readyCluster("a")); err != nil {
 		t.Fatal(err)
 	}
 	reconcileWave(t, r)
-	if len(r.memory.refused[key]) != 0 {
-		t.Errorf("refusals %v after a was deleted, want none", r.memory.refused)
+	if len(r.memory.campaigns[key].refused) != 0 {
+		t.Errorf("refusals %v after a was deleted, want none", r.memory.campaigns[key].refused)
 	}
 	r.memory.refuse(key, readyCluster("b"), "no")
 	r.Forget(ctrl.Request{NamespacedName: key})
-	if len(r.memory.refused) != 0 {
-		t.Errorf("refusals %v after the campaign was forgotten, want none", r.memory.refused)
+	if len(r.memory.campaigns) != 0 {
+		t.Errorf("%d campaigns held after the campaign was forgotten, want none", len(r.memory.campaigns))
 	}
 }
 
