@@ -380,7 +380,7 @@ func lookAgainBy(result ctrl.Result, at, now time.Time) ctrl.Result {
 func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster, checkFailed bool) time.Duration {
 	var failingSince time.Time
 	if checkFailed {
-		failingSince, _ = r.failingChecks.began(client.ObjectKeyFromObject(c))
+		failingSince = r.failingChecks.began(client.ObjectKeyFromObject(c))
 	}
 	maximum := r.MaxManagedPollInterval
 	if maximum == 0 {

@@ -40,12 +40,12 @@ func (r *runs) start(key types.NamespacedName, now time.Time) time.Time {
 	return since
 }
 
-// began returns when the Cluster's run began, if it is in one.
-func (r *runs) began(key types.NamespacedName) (time.Time, bool) {
+// began returns when the Cluster's run began; the zero time if it is in
+// none.
+func (r *runs) began(key types.NamespacedName) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	since, ok := r.since[key]
-	return since, ok
+	return r.since[key]
 }
 
 // forget ends the Cluster's run.
