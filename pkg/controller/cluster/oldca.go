@@ -134,6 +134,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		CollectingUntil: rot.LastInitiationFinishedTime.Add(oldca.Settling),
 	}
 	readsNodes := c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil
+	var unreadSince time.Time // since when the Nodes' reads have failed; zero while they work
 	if s.endpointRemoved {
 		// The Nodes cannot be read, and not having read them says nothing
 		// about them: a Node named before must not drop off the verdict.
@@ -146,12 +147,13 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		} else {
 			log.FromContext(ctx).V(1).Info("reading the managed cluster's Nodes for the old-CA usage gate", "error", err.Error())
 			r.OfflineNodes.Forget(key) // its API server may be away: the nodes behind count from anew
+			unreadSince = r.unreadNodes.start(key, now)
 		}
 		switch {
 		case err == nil:
 			offline := func(name string, behind bool) bool { return r.OfflineNodes.Confirmed(key, name, behind, now) }
 			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), offline, rot.LastInitiationTime.Time, now)
-		case rot.OldCAUsage != nil && now.Sub(r.unreadNodes.start(key, now)) < keptNodesLimit:
+		case rot.OldCAUsage != nil && now.Sub(unreadSince) < keptNodesLimit:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
 		default:
@@ -193,12 +195,13 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	r.verdicts.record(client.ObjectKeyFromObject(c), rot)
 	if readsNodes {
 		// Nodes report through annotations, which raise no event here:
-		// look again soon while they hold the gate, else once a minute.
+		// look again soon while they hold the gate, else once a minute;
+		// backing off while their reads keep failing.
 		next := now.Add(nodeRecheck)
 		if slices.ContainsFunc(deps, func(d oldca.Dependent) bool {
 			return d.Kind == v1alpha1.OldCADependentNode && !d.ByHand || d.Name == "nodes"
 		}) {
-			next = now.Add(r.managedPollDelay(c, facts.NodesUnreadable))
+			next = now.Add(r.pollDelay(unreadSince))
 		}
 		s.wakeAt(next)
 	}

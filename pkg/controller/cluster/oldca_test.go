@@ -556,6 +556,62 @@ func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 	}
 }
 
+// While the Nodes cannot be read, the gate's reads of them back off as the
+// managed checks do, counted from the first failed read, and look again at
+// the poll interval once a read works: no check of the Prepared phase starts
+// the managed checks' failing run.
+func TestTheGatesNodeReadsBackOffWhileTheyFail(t *testing.T) {
+	sc := newSettledCluster(t)
+	c := sc.cluster()
+	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
+	if err := sc.api.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	sc.r.Clock = clk
+	sc.r.ManagedPollInterval = 5 * time.Second
+	worker := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Annotations: map[string]string{ // its agent reports another CA
+		v1alpha1.AnnotationNodeAgent: "", v1alpha1.AnnotationClientCertificateIssuer: "0a0b0c",
+	}}}
+	var readErr error
+	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
+		if readErr != nil {
+			return nil, nil, readErr
+		}
+		return []corev1.Node{worker}, nil, nil
+	}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	lookAgainAfter := func() time.Duration {
+		t.Helper()
+		res, err := sc.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.RequeueAfter
+	}
+	if got := lookAgainAfter(); got != 5*time.Second {
+		t.Fatalf("with a Node holding the gate, looked again after %s, want the poll interval", got)
+	}
+	readErr = errors.New("connection refused")
+	for _, step := range []struct {
+		after, want time.Duration
+	}{
+		{0, 5 * time.Second},
+		{time.Minute, 15 * time.Second},
+		{time.Hour, DefaultMaxManagedPollInterval},
+	} {
+		clk.Step(step.after)
+		if got := lookAgainAfter(); got != step.want {
+			t.Errorf("%s into the failed reads: looked again after %s, want %s", step.after, got, step.want)
+		}
+	}
+	readErr = nil
+	if got := lookAgainAfter(); got != 5*time.Second {
+		t.Errorf("once the Nodes were read again: looked again after %s, want the poll interval", got)
+	}
+}
+
 // A Prepared rotation whose endpoint was removed from the spec cannot read
 // the Nodes: the gate says so, and does not open on the Nodes it cannot see.
 func TestTheOldCAUsageGateHoldsWhileTheRotationsEndpointIsRemoved(t *testing.T) {

@@ -382,6 +382,12 @@ func (r *Reconciler) managedPollDelay(c *v1alpha1.Cluster, checkFailed bool) tim
 	if checkFailed {
 		failingSince = r.failingChecks.began(client.ObjectKeyFromObject(c))
 	}
+	return r.pollDelay(failingSince)
+}
+
+// pollDelay is ManagedPollInterval, backing off from failingSince (zero when
+// nothing failed) to MaxManagedPollInterval.
+func (r *Reconciler) pollDelay(failingSince time.Time) time.Duration {
 	maximum := r.MaxManagedPollInterval
 	if maximum == 0 {
 		maximum = DefaultMaxManagedPollInterval
