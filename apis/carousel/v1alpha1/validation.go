@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,16 +91,31 @@ func ValidateCluster(c *Cluster) field.ErrorList {
 	return append(allErrs, ValidateClusterSpec(&c.Spec, field.NewPath("spec"))...)
 }
 
-// ValidateClusterUpdate validates a changed spec. An update that leaves the
-// spec alone (Carousel removing the annotation, a label change) is not
-// refused for a spec that has become invalid since. What a rotation under
-// way forbids, and the operation annotation, are the rotation's to validate
-// (rotation.ValidateUpdate).
+// ValidateClusterUpdate validates a changed spec, refusing only what the
+// update makes invalid: a spec that has become invalid since it was stored (a
+// kubernetesVersion this Carousel no longer supports) does not block an
+// update that leaves the spec alone (Carousel removing the annotation, a label
+// change) or changes another field of it, as the API server ratchets a CRD's
+// schema validation. What a rotation under way forbids, and the operation
+// annotation, are the rotation's to validate (rotation.ValidateUpdate).
 func ValidateClusterUpdate(newC, oldC *Cluster) field.ErrorList {
 	if equality.Semantic.DeepEqual(newC.Spec, oldC.Spec) {
 		return nil
 	}
-	return ValidateClusterSpec(&newC.Spec, field.NewPath("spec"))
+	p := field.NewPath("spec")
+	return ratchet(ValidateClusterSpec(&newC.Spec, p), ValidateClusterSpec(&oldC.Spec, p))
+}
+
+// ratchet drops from errs each error that old, the errors of the object
+// before the update, has too: same field, type, value and detail.
+func ratchet(errs, old field.ErrorList) field.ErrorList {
+	var out field.ErrorList
+	for _, e := range errs {
+		if !slices.ContainsFunc(old, func(o *field.Error) bool { return o.Error() == e.Error() }) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // ValidateClusterSpec validates a spec on its own.

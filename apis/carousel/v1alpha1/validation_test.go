@@ -170,6 +170,25 @@ func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
 	assertValidation(t, errorsText(updated, old), "unsupported Kubernetes version")
 }
 
+// An update is refused only for what it makes invalid: an error the stored
+// spec has too does not block a change elsewhere in it.
+func TestUpdateIsRefusedOnlyForWhatItMakesInvalid(t *testing.T) {
+	old := validCluster()
+	old.Spec.KubernetesVersion = "1.20.0" // valid once, outside the supported range now
+	updated := old.DeepCopy()
+	updated.Spec.ControlPlane.Endpoint = "https://10.0.0.2:6443"
+	assertValidation(t, errorsText(updated, old), "")
+	updated.Spec.ControlPlane.Endpoint = "http://10.0.0.2:6443"
+	got := errorsText(updated, old)
+	assertValidation(t, got, "spec.controlPlane.endpoint")
+	if strings.Contains(got, "kubernetesVersion") {
+		t.Errorf("an update of the endpoint refused for the stored kubernetesVersion too: %s", got)
+	}
+	updated = old.DeepCopy()
+	updated.Spec.KubernetesVersion = "latest"
+	assertValidation(t, errorsText(updated, old), "not a semantic version")
+}
+
 func TestParseOperationRoundTrip(t *testing.T) {
 	for _, v := range []string{OperationStartCARotation, OperationCompleteCARotation, OperationAbortCARotation, OperationReconcile, "rollout-workers=a", "rollout-workers=a,b", "reissue-ca=etcd", "reissue-ca=client,vpn",
 		OperationStartCARotationWithoutWorkersRollout, "rotate-rollout-workers=a", "rotate-rollout-workers=b,a",
