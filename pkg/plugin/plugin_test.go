@@ -393,7 +393,7 @@ func TestFollowTimeout(t *testing.T) {
 		{"rotate-credentials-start", false, 2 * time.Hour},
 		{"complete-ca-rotation", false, time.Hour},
 		{"rotate-serviceaccount-key-complete", false, time.Hour},
-		{"rotate-rollout-workers=pool-a", false, time.Hour},
+		{"rotate-rollout-workers=pool-a", false, time.Hour + 20*time.Minute}, // the last held pool's ends after workloadTrustReload
 		{"rotate-serviceaccount-key-start", true, time.Hour},
 	} {
 		f := &operationFlags{timeout: time.Hour, timeoutSet: tc.timeoutSet}

@@ -54,7 +54,7 @@ func addOperationFlags(cmd *cobra.Command, until string, queueable bool) *operat
 		cmd.Flags().BoolVar(&f.inWindow, "in-maintenance-window", false, "Queue the operation for the Cluster's maintenance time window (spec.maintenance.timeWindow) instead of requesting it now")
 	}
 	cmd.Flags().DurationVar(&f.timeout, "timeout", time.Hour, "How long --wait waits; by default an hour more than the rotation's own waits "+
-		"(spec.caRotation.workloadTrustReload, spec.serviceAccountKeyRotation.workloadTokenRefresh) when it starts one")
+		"(spec.caRotation.workloadTrustReload, spec.serviceAccountKeyRotation.workloadTokenRefresh) when it starts one or rolls held pools")
 	refuseTimeoutsNotPositive(cmd, &f.wait, &f.timeout)
 	prerun := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
@@ -67,7 +67,8 @@ func addOperationFlags(cmd *cobra.Command, until string, queueable bool) *operat
 // followTimeout is how long --wait follows operation on cl: --timeout when
 // given; otherwise the default, past the waits cl's spec puts into what the
 // operation starts: pods are given workloadTrustReload to reload
-// kube-root-ca.crt before a CA rotation is Prepared, and
+// kube-root-ca.crt before a CA rotation is Prepared (after the last held
+// pool rolled, for a rotation started without rolling them), and
 // workloadTokenRefresh (an hour by default) to refresh their tokens before
 // a service-account key rotation is. Started together, they wait at once.
 func followTimeout(f *operationFlags, operation string, cl *v1alpha1.Cluster) time.Duration {
@@ -76,7 +77,7 @@ func followTimeout(f *operationFlags, operation string, cl *v1alpha1.Cluster) ti
 		return f.timeout
 	}
 	var own time.Duration
-	if op.Verb.StartsCARotation() {
+	if op.Verb.StartsCARotation() || op.Verb == v1alpha1.VerbRotateRolloutWorkers {
 		own = cl.Spec.CARotation.WorkloadTrustReloadOrDefault()
 	}
 	if op.Verb.ServiceAccountKeyVerb() == v1alpha1.VerbRotateServiceAccountKeyStart {
