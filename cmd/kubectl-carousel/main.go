@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/clock"
@@ -12,8 +15,16 @@ import (
 )
 
 func main() {
+	// An interrupt cancels what the command is doing, which then undoes
+	// what it left half done (a file created, not filled) and exits; a
+	// second one ends it at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-	if err := plugin.NewCommand(streams, clock.RealClock{}).Execute(); err != nil {
+	if err := plugin.NewCommand(streams, clock.RealClock{}).ExecuteContext(ctx); err != nil {
 		plugin.WriteError(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -35,6 +35,9 @@ type env struct {
 	// campaignPoll is how often --wait reads a campaign; zero means every
 	// 2 s.
 	campaignPoll time.Duration
+	// ctx is the context of the command that runs, which ends every request
+	// to the management cluster when it does; nil for none (a completion).
+	ctx context.Context
 }
 
 // NewCommand returns the plugin's root command.
@@ -64,6 +67,9 @@ Clusters' namespace.`,
 		// A plugin's shell completion goes through kubectl and the kubectl_complete-carousel shim, not a script of
 		// its own (docs/reference/kubectl-carousel.md).
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			e.ctx = cmd.Context()
+		},
 	}
 	root.SetVersionTemplate("kubectl-carousel {{.Version}}\n")
 	// Without the -v cobra would add: kubectl's -v is the log level.
@@ -141,6 +147,9 @@ func (e *env) config() (*rest.Config, string, error) {
 	// say) go to stderr, as kubectl prints them; controller-runtime's
 	// client would otherwise log them to a logger the plugin does not set.
 	cfg.WarningHandler = rest.NewWarningWriter(e.streams.ErrOut, rest.WarningWriterOptions{Deduplicate: true})
+	if e.ctx != nil {
+		cancelledWith(e.ctx, cfg)
+	}
 	ns, _, err := e.flags.ToRawKubeConfigLoader().Namespace()
 	return cfg, ns, err
 }
