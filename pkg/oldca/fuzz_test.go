@@ -145,10 +145,10 @@ func FuzzKubeletCertificates(f *testing.F) {
 		var added []IssuedCertificate
 		now := t0
 		for len(data) >= 4 {
-			node, issuer, batch, ttl := data[0]%3, data[1]%3, data[2]%4, data[3]
+			node, issuer, batch, serving, ttl := data[0]%3, data[1]%3, data[2]%4, data[2]&4 != 0, data[3]
 			data = data[4:]
 			c := IssuedCertificate{User: nodeUserPrefix + string('a'+rune(node)), Issuer: string('x' + rune(issuer)),
-				Fingerprint: fmt.Sprint(len(added)), IssuedAt: now}
+				Fingerprint: fmt.Sprint(len(added)), IssuedAt: now, Serving: serving}
 			c.NotAfter = now.Add(time.Duration(ttl) * time.Minute)
 			added = append(added, c)
 			k.Add([]IssuedCertificate{c}, now)
@@ -156,7 +156,9 @@ func FuzzKubeletCertificates(f *testing.F) {
 		}
 		var want []IssuedCertificate
 		for i, c := range added {
-			later := slices.ContainsFunc(added[i+1:], func(l IssuedCertificate) bool { return l.User == c.User && l.Issuer == c.Issuer })
+			later := slices.ContainsFunc(added[i+1:], func(l IssuedCertificate) bool {
+				return l.User == c.User && l.Serving == c.Serving && l.Issuer == c.Issuer
+			})
 			if !later && c.NotAfter.After(lastAddition(added)) {
 				want = append(want, c)
 			}

@@ -20,10 +20,14 @@ type IssuedCertificate struct {
 	User string `json:"user"`
 	// Fingerprint is the hex SHA-256 of the certificate's DER, as in Credential.
 	Fingerprint string `json:"sha256"`
-	// Issuer is the hex subject key identifier of the client CA that signed it.
+	// Issuer is the hex subject key identifier of the client CA that signed
+	// it; of the kubelet CA for a serving certificate.
 	Issuer   string    `json:"issuer"`
 	IssuedAt time.Time `json:"issuedAt"`
 	NotAfter time.Time `json:"notAfter"`
+	// Serving marks a kubelet's serving certificate, in the kubelet record:
+	// it authenticates nobody, and the API server verifies the kubelet with it.
+	Serving bool `json:"serving,omitempty"`
 }
 
 // Kubeconfigs is the record of the kubeconfigs issued, in the order they were

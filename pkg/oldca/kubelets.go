@@ -9,23 +9,25 @@ import (
 	"time"
 )
 
-// KubeletCertificates is the record of the kubelet client certificates
-// Carousel signed on CSRs: for each user (system:node:<name>) and client CA,
-// the last one, in the order they were recorded. The CSR signer keeps it in a
-// ConfigMap per Cluster (credentials.KubeletCertificatesConfigMapName), key
+// KubeletCertificates is the record of the kubelet certificates Carousel
+// signed on CSRs: for each user (system:node:<name>) and CA, the last client
+// certificate, and the last serving one, in the order they were recorded.
+// The CSR signer keeps it in a ConfigMap per Cluster
+// (credentials.KubeletCertificatesConfigMapName), key
 // KubeletCertificatesDataKey, and records each certificate before it posts
 // it, so that a kubelet that has no node agent to report its certificate
 // is judged by what it was given.
 //
-// A kubelet uses the last certificate it got, so the last entry of a user is
-// the one it holds; the last one of each other CA stays for the audit
-// events, which may show the kubelet still on it. An entry goes once expired.
+// A kubelet uses the last certificate of each kind it got, so the last entry
+// of a user of that kind is the one it holds; the last one of each other CA
+// stays for the audit events, which may show the kubelet still on it. An
+// entry goes once expired.
 //
 // The record never grows past MaxKubeletCertificatesBytes: a full record
 // could not be written, and the CSRs could not be signed. Past it, it keeps
-// only the last entry of each user, and past that it forgets the oldest
-// entries, and until the last of them expires (UnrecordedUntil) it does not
-// vouch for the kubelets without a node agent.
+// only the last entry of each user and kind, and past that it forgets the
+// oldest entries, and until the last of them expires (UnrecordedUntil) it
+// does not vouch for the kubelets without a node agent.
 type KubeletCertificates struct {
 	Signed []IssuedCertificate `json:"signed"`
 	// UnrecordedUntil is when the last certificate the record had no room
@@ -67,7 +69,7 @@ func StoreKubeletCertificates(record string, data map[string]string, binaryData 
 }
 
 // kubeletCertificatesWhat names the record in errors.
-const kubeletCertificatesWhat = "the record of signed kubelet client certificates"
+const kubeletCertificatesWhat = "the record of signed kubelet certificates"
 
 // ParseKubeletCertificates reads a record's JSON (String); empty data is an
 // empty record.
@@ -120,13 +122,15 @@ func compressKubeletCertificates(record string) []byte {
 // String is the record's JSON.
 func (k *KubeletCertificates) String() string { return storedRecord(k) }
 
-// Add records signed, in order, each replacing the entry of its user and
-// CA, forgets every certificate expired at now, and keeps the record within
-// MaxKubeletCertificatesBytes. It returns the record's JSON (String), which
-// it had to encode to measure it.
+// Add records signed, in order, each replacing the entry of its user, kind
+// and CA, forgets every certificate expired at now, and keeps the record
+// within MaxKubeletCertificatesBytes. It returns the record's JSON (String),
+// which it had to encode to measure it.
 func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) string {
 	for _, s := range signed {
-		k.Signed = append(slices.DeleteFunc(k.Signed, func(i IssuedCertificate) bool { return i.User == s.User && i.Issuer == s.Issuer }), s)
+		k.Signed = append(slices.DeleteFunc(k.Signed, func(i IssuedCertificate) bool {
+			return i.User == s.User && i.Serving == s.Serving && i.Issuer == s.Issuer
+		}), s)
 	}
 	k.Signed = slices.DeleteFunc(k.Signed, func(i IssuedCertificate) bool { return !now.Before(i.NotAfter) })
 	if k.UnrecordedUntil != nil && !now.Before(*k.UnrecordedUntil) {
@@ -135,13 +139,17 @@ func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) str
 	if stored := k.String(); len(stored) <= MaxKubeletCertificatesBytes {
 		return stored
 	}
-	last := map[string]int{}
+	type holder struct {
+		user    string
+		serving bool
+	}
+	last := map[holder]int{}
 	for i, c := range k.Signed {
-		last[c.User] = i
+		last[holder{c.User, c.Serving}] = i
 	}
 	var kept []IssuedCertificate
 	for i, c := range k.Signed {
-		if last[c.User] == i {
+		if last[holder{c.User, c.Serving}] == i {
 			kept = append(kept, c)
 		}
 	}
@@ -168,7 +176,9 @@ func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) str
 	}
 }
 
-// Find returns the recorded certificate that has fingerprint.
+// Find returns the recorded certificate that has fingerprint (a client
+// certificate, when a client authenticated with it: a serving one has no
+// client usage).
 func (k *KubeletCertificates) Find(fingerprint string) (IssuedCertificate, bool) {
 	if k == nil {
 		return IssuedCertificate{}, false
@@ -176,17 +186,30 @@ func (k *KubeletCertificates) Find(fingerprint string) (IssuedCertificate, bool)
 	return find(k.Signed, fingerprint)
 }
 
-// Holding returns the last certificate recorded for the kubelet of node,
-// and whether it is from the client CA issuer (its subject key identifier
-// in hex) and has not expired at now: that kubelet loses access when issuer
-// is deleted, unless it renews first.
+// Holding returns the last client certificate recorded for the kubelet of
+// node, and whether it is from the client CA issuer (its subject key
+// identifier in hex) and has not expired at now: that kubelet loses access
+// when issuer is deleted, unless it renews first.
 func (k *KubeletCertificates) Holding(node, issuer string, now time.Time) (IssuedCertificate, bool) {
+	return k.holding(node, false, issuer, now)
+}
+
+// HoldingServing returns the last serving certificate recorded for the
+// kubelet of node, and whether it is from the kubelet CA issuer and has not
+// expired at now: the API server no longer verifies that kubelet (logs,
+// exec, port-forward) once issuer leaves its kubelet bundle, until the
+// kubelet renews it.
+func (k *KubeletCertificates) HoldingServing(node, issuer string, now time.Time) (IssuedCertificate, bool) {
+	return k.holding(node, true, issuer, now)
+}
+
+func (k *KubeletCertificates) holding(node string, serving bool, issuer string, now time.Time) (IssuedCertificate, bool) {
 	if k == nil {
 		return IssuedCertificate{}, false
 	}
 	var last IssuedCertificate
 	for _, i := range k.Signed {
-		if i.User == nodeUserPrefix+node {
+		if i.User == nodeUserPrefix+node && i.Serving == serving {
 			last = i
 		}
 	}

@@ -444,6 +444,58 @@ func TestKubeletCertificatesAdd(t *testing.T) {
 	}
 }
 
+// A kubelet's serving certificates are recorded beside its client ones and
+// judged apart: the last serving certificate does not stand for the client
+// certificate it holds, nor the other way round, and a full record keeps the
+// last of each kind.
+func TestKubeletServingCertificatesAreRecordedApart(t *testing.T) {
+	cert := func(node, fp, issuer string, serving bool) IssuedCertificate {
+		return IssuedCertificate{User: "system:node:" + node, Fingerprint: fp, Issuer: issuer, IssuedAt: at(0), NotAfter: at(600), Serving: serving}
+	}
+	k := &KubeletCertificates{}
+	k.Add([]IssuedCertificate{cert("a", "01", "client-old", false), cert("a", "02", "kubelet-new", true), cert("a", "03", "kubelet-old", true)}, at(0))
+	if _, holds := k.Holding("a", "client-old", at(1)); !holds {
+		t.Error("a's client certificate from the old client CA not held: a serving certificate recorded after it stood for it")
+	}
+	if _, holds := k.HoldingServing("a", "kubelet-old", at(1)); !holds {
+		t.Error("a's last serving certificate, from the old kubelet CA, not held")
+	}
+	if _, holds := k.HoldingServing("a", "kubelet-new", at(1)); holds {
+		t.Error("a serving certificate a replaced is held")
+	}
+	if _, holds := k.HoldingServing("a", "client-old", at(1)); holds {
+		t.Error("a client certificate taken for a serving one")
+	}
+	k.Add([]IssuedCertificate{cert("a", "04", "kubelet-new", true)}, at(2))
+	if last, holds := k.HoldingServing("a", "kubelet-new", at(3)); !holds || last.Fingerprint != "04" {
+		t.Errorf("after a renewal from the new kubelet CA: %+v, %t; want 04 held", last, holds)
+	}
+	back, err := ParseKubeletCertificates(k.String())
+	if err != nil || back.String() != k.String() || !back.Signed[len(back.Signed)-1].Serving {
+		t.Fatalf("the record does not survive storage: %v, %s", err, back)
+	}
+
+	pad := strings.Repeat("x", 3100) // a few hundred entries fill the record
+	full := &KubeletCertificates{}
+	var batch []IssuedCertificate
+	for i := range 100 {
+		node := fmt.Sprintf("%s-%03d", pad, i)
+		batch = append(batch, cert(node, fmt.Sprint("c", i), "client-old", false), cert(node, fmt.Sprint("s", i), "kubelet-new", true),
+			cert(node, fmt.Sprint("t", i), "kubelet-old", true))
+	}
+	full.Add(batch, at(0))
+	if len(full.Signed) != 200 || full.UnrecordedUntil != nil {
+		t.Fatalf("a full record: %d entries, unrecorded until %v; want each node's last of each kind, and nothing forgotten", len(full.Signed), full.UnrecordedUntil)
+	}
+	node := pad + "-000"
+	if _, holds := full.Holding(node, "client-old", at(1)); !holds {
+		t.Error("a full record kept a node's last serving certificate, not its client one")
+	}
+	if last, holds := full.HoldingServing(node, "kubelet-old", at(1)); !holds || last.Fingerprint != "t0" {
+		t.Errorf("a full record: the node's serving certificate %+v, %t; want its last, t0", last, holds)
+	}
+}
+
 // TestDecodeKubeletCertificates: no data is an empty record; what is not
 // gzip, or decompresses past the bound (the ConfigMap is writable by anyone
 // who edits the namespace's ConfigMaps), is an error, not memory spent; the

@@ -494,7 +494,8 @@ func TestAbortRecordsTheRollBackBeforeDroppingTheNewCAs(t *testing.T) {
 		KubeletHolders: []string{"worker-1"}}
 	d = Decide(kubelets)
 	if d.RecordRolledBack || d.DropOldCAs || d.Wait == nil || d.Wait.Reason != v1alpha1.ReasonWaitingForKubeletHolders || !d.Wait.PollManaged ||
-		!strings.HasPrefix(d.Wait.Message, "1 Node(s) whose kubelet holds a client certificate Carousel signed from the new client CA, which the abort deletes: worker-1;") {
+		!strings.Contains(d.Wait.Message, "1 Node(s) whose kubelet holds a certificate Carousel signed from a new CA the abort deletes") ||
+		!strings.Contains(d.Wait.Message, "would no longer verify): worker-1;") {
 		t.Fatalf("kubelet certificates from the new client CA held: Decide = %+v, want nothing recorded, waiting for their kubelets", d)
 	}
 	kubelets.AbortForced = true

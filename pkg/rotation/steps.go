@@ -237,8 +237,9 @@ var aborting = []step{
 			"(or for theirs to expire; abort-ca-rotation=force does not wait)", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForKubeletHolders, done: func(f Facts) bool { return f.RolledBack || !waits(f, f.KubeletHolders) }, managed: true,
 		waiting: kubeletHolders,
-		plan: []PlanLine{{"wait for the kubelets whose client certificate Carousel signed from the new client CA to renew (or for their " +
-			"certificates to expire, or their Nodes to be deleted; abort-ca-rotation=force does not wait)", ListNone}}},
+		plan: []PlanLine{{"wait for the kubelets whose client certificate Carousel signed from the new client CA, or serving certificate " +
+			"from the new kubelet CA, to renew (or for their certificates to expire, or their Nodes to be deleted; " +
+			"abort-ca-rotation=force does not wait)", ListNone}}},
 	{reason: v1alpha1.ReasonWaitingForNewCADrop, done: func(f Facts) bool { return f.RolledBack && f.OldCAsRemoved },
 		waiting: say("deleting the new CAs once every certificate and node is back on the old ones"),
 		plan:    []PlanLine{{"delete the new CAs (keys included); every trust bundle: old CA only", ListNone}}},
@@ -372,10 +373,11 @@ func firstNames(names []string) string {
 }
 
 func kubeletHolders(f Facts) string {
-	return fmt.Sprintf("%d Node(s) whose kubelet holds a client certificate Carousel signed from the new client CA, which the abort deletes: %s; "+
-		"each kubelet renews it (now from the old client CA; a node of an InPlace pool, rolled without it while it was offline, is asked to "+
-		"and does once it is back online) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CA now "+
-		"(such a kubelet then needs a fresh bootstrap kubeconfig)",
+	return fmt.Sprintf("%d Node(s) whose kubelet holds a certificate Carousel signed from a new CA the abort deletes (a client certificate "+
+		"from the new client CA, or a serving one from the new kubelet CA, which the API server would no longer verify): %s; "+
+		"each kubelet renews it (now from the old CAs; a node of an InPlace pool, rolled without it while it was offline, is asked to "+
+		"and does once it is back online) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CAs now "+
+		"(such a kubelet then needs a fresh bootstrap kubeconfig, or a new serving certificate)",
 		len(f.KubeletHolders), firstNames(f.KubeletHolders), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
 }
 

@@ -445,10 +445,12 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string,
 // until the status records everything back on the old CAs, the Nodes of the
 // managed cluster whose kubelet's last client certificate Carousel signed
 // (the kubelet record, oldca.KubeletCertificates.Holding) is from the new
-// client CA and unexpired, for whom the abort keeps that CA: a kubelet
-// outside the worker pools the abort rolls (or one that renewed meanwhile)
-// renews by itself only late in its certificate's life, and deleting the CA
-// would lock it out. What cannot be told (the record lost, unreadable or
+// client CA and unexpired, or whose last serving certificate is from the new
+// kubelet CA, for whom the abort keeps those CAs: a kubelet outside the
+// worker pools the abort rolls (or one that renewed meanwhile) renews by
+// itself only late in its certificate's life, and deleting the client CA
+// would lock it out, the kubelet CA leave the API server unable to verify it
+// (logs, exec, port-forward). What cannot be told (the record lost, unreadable or
 // with certificates it had no room for, the Nodes unreadable) is named in
 // their place, and holds the abort too. s wakes when the first certificate
 // expires.
@@ -464,7 +466,7 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 		// The Nodes of the managed cluster the rotation ran on cannot be
 		// read: it holds, as the gate does.
 		return []string{"(the rotation's endpoint was removed from the spec, so Carousel cannot read the managed cluster's Nodes: " +
-			"set it again, or force the abort once every kubelet runs on a certificate from the old client CA)"}, nil
+			"set it again, or force the abort once every kubelet runs on certificates from the old CAs)"}, nil
 	case c.Spec.ControlPlane.Endpoint == "" || r.ManagedNodes == nil:
 		return nil, nil
 	}
@@ -474,18 +476,18 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 	case err != nil:
 		return nil, err
 	case lost:
-		return []string{"(ConfigMap " + name + ", the record of the kubelet client certificates Carousel signed that this rotation judges by, " +
-			"was deleted since, and what it held with it: only a forced abort goes on, once every kubelet runs on a certificate from the old client CA)"}, nil
+		return []string{"(ConfigMap " + name + ", the record of the kubelet certificates Carousel signed that this rotation judges by, " +
+			"was deleted since, and what it held with it: only a forced abort goes on, once every kubelet runs on certificates from the old CAs)"}, nil
 	case unreadable:
-		return []string{"(ConfigMap " + name + " does not parse: repair it, or force the abort once every kubelet runs on a certificate from the old client CA)"}, nil
+		return []string{"(ConfigMap " + name + " does not parse: repair it, or force the abort once every kubelet runs on certificates from the old CAs)"}, nil
 	case record == nil:
 		return nil, nil
 	}
 	now := r.Clock.Now()
 	if until := record.UnrecordedUntil; until != nil && now.Before(*until) {
 		s.wakeAt(*until)
-		return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet client certificates, valid until %s: "+
-			"force the abort once every kubelet runs on a certificate from the old client CA)", name, until.UTC().Format(time.RFC3339))}, nil
+		return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet certificates, valid until %s: "+
+			"force the abort once every kubelet runs on certificates from the old CAs)", name, until.UTC().Format(time.RFC3339))}, nil
 	}
 	nodes, _, err := r.ManagedNodes(ctx, c)
 	if err != nil {
@@ -493,11 +495,22 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 		return []string{"(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from the new client CA)"}, nil
 	}
 	newIssuer := hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId)
+	newKubeletIssuer := ""
+	if kubeletCAs := s.cas[v1alpha1.CARoleKubelet]; kubeletCAs != nil && kubeletCAs.Previous != nil && kubeletCAs.Restored() {
+		newKubeletIssuer = hex.EncodeToString(kubeletCAs.Previous.Cert.SubjectKeyId)
+	}
 	var holders []string
 	for _, n := range nodes {
-		if last, holds := record.Holding(n.Name, newIssuer, now); holds {
+		client, holdsClient := record.Holding(n.Name, newIssuer, now)
+		serving, holdsServing := record.HoldingServing(n.Name, newKubeletIssuer, now)
+		if holdsClient || holdsServing {
 			holders = append(holders, n.Name)
-			s.wakeAt(last.NotAfter)
+			if holdsClient {
+				s.wakeAt(client.NotAfter)
+			}
+			if holdsServing {
+				s.wakeAt(serving.NotAfter)
+			}
 			if pool := c.Spec.WorkerPool(n.Labels[v1alpha1.LabelPool]); pool != nil {
 				if _, ok := r.WorkerRollouts[pool.RolloutStrategy].(NodeAsker); ok {
 					if s.askableHolders == nil {

@@ -695,6 +695,57 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 	}
 }
 
+// An abort keeps the new kubelet CA while a Node's kubelet serves a
+// certificate Carousel signed from it (renewed by the kubelet itself in
+// Preparing, outside the pools the abort rolls): the API server, trusting
+// the old kubelet CA alone once it is deleted, would no longer verify that
+// kubelet (logs, exec). It waits, naming the Node, and goes on once the
+// kubelet serves a certificate from the old kubelet CA.
+func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
+	sc := newSettledCluster(t)
+	ctx := context.Background()
+	h := prepareKubeletHolders(t, sc, []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "worker-2"}}},
+		map[string]bool{"worker-1": false, "worker-2": false})
+	kubeletCAs := preparedCAs(t, sc, v1alpha1.CARoleKubelet)
+	newKubeletCA, oldKubeletCA := hex.EncodeToString(kubeletCAs.Current.Cert.SubjectKeyId), hex.EncodeToString(kubeletCAs.Previous.Cert.SubjectKeyId)
+	serving := func(node, issuer, fingerprint string) oldca.IssuedCertificate {
+		cert := h.signed(node, issuer, fingerprint)
+		cert.Serving = true
+		return cert
+	}
+	store := func(certs ...oldca.IssuedCertificate) {
+		t.Helper()
+		if err := sc.api.apiServer.(client.Client).Get(ctx, client.ObjectKeyFromObject(h.record), h.record); err != nil {
+			t.Fatal(err)
+		}
+		h.kubelets.Add(certs, h.now)
+		oldca.StoreKubeletCertificates(h.kubelets.String(), h.record.Data, h.record.BinaryData)
+		if err := sc.api.apiServer.(client.Client).Update(ctx, h.record); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store(serving("worker-1", newKubeletCA, "c1"), serving("worker-2", newKubeletCA, "c2"), serving("worker-2", oldKubeletCA, "c3"))
+
+	sc.annotate(v1alpha1.OperationAbortCARotation)
+	for range 5 {
+		sc.reconcile()
+	}
+	c := sc.cluster()
+	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+	if c.CARotationPhase() != v1alpha1.RotationAborting || c.CARotation().AbortRolledBackTime != nil || cond == nil ||
+		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "would no longer verify): worker-1;") {
+		t.Fatalf("the abort is %s: %+v; want it Aborting, waiting for worker-1's kubelet alone", c.CARotationPhase(), cond)
+	}
+	store(serving("worker-1", oldKubeletCA, "c4"))
+	for range 5 {
+		sc.reconcile()
+	}
+	if c = sc.cluster(); c.CARotation().AbortRolledBackTime == nil {
+		t.Errorf("with worker-1 serving from the old kubelet CA the abort is %s, %+v; want everything recorded back on the old CAs", c.CARotationPhase(),
+			meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation))
+	}
+}
+
 // kubeletHolders is a Prepared rotation whose kubelet record says which
 // Nodes' kubelets hold a client certificate from the new client CA.
 type kubeletHolders struct {
@@ -749,14 +800,21 @@ func prepareKubeletHolders(t *testing.T, sc *settledCluster, nodes []corev1.Node
 // Prepared: the new one current, the old one previous.
 func preparedClientCAs(t *testing.T, sc *settledCluster) *credentials.CAs {
 	t.Helper()
+	return preparedCAs(t, sc, v1alpha1.CARoleClient)
+}
+
+// preparedCAs are the CAs of role of sc's Cluster, whose rotation is
+// Prepared: the new one current, the old one previous.
+func preparedCAs(t *testing.T, sc *settledCluster, role v1alpha1.CARole) *credentials.CAs {
+	t.Helper()
 	c := sc.cluster()
-	clientCAs := &corev1.Secret{}
-	if err := sc.api.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, v1alpha1.CARoleClient)}, clientCAs); err != nil {
+	secret := &corev1.Secret{}
+	if err := sc.api.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role)}, secret); err != nil {
 		t.Fatal(err)
 	}
-	cas, err := credentials.DecodeCASecret(clientCAs)
+	cas, err := credentials.DecodeCASecret(secret)
 	if err != nil || cas.Previous == nil {
-		t.Fatalf("the client CAs of a Prepared rotation: %v, %v", cas, err)
+		t.Fatalf("the %s CAs of a Prepared rotation: %v, %v", role, cas, err)
 	}
 	return cas
 }

@@ -370,10 +370,13 @@ func (r *csrReconciler) sign(ctx context.Context, c *v1alpha1.Cluster, obj *cert
 	return nil
 }
 
-// record has the recorder record a client certificate (a serving one
-// authenticates nobody) before it is posted, with the CA that signed it.
+// record has the recorder record a certificate before it is posted, with
+// the CA that signed it: a client certificate for the old-CA usage gate and
+// an abort, which keeps the new client CA while a kubelet holds one from it;
+// a serving certificate for an abort, which keeps the new kubelet CA while a
+// kubelet serves one from it (the API server would not verify that kubelet).
 func (r *csrReconciler) record(ctx context.Context, c *v1alpha1.Cluster, signer string, certPEM []byte, ca *pki.KeyPair) error {
-	if r.recorder == nil || signer != certificatesv1.KubeAPIServerClientKubeletSignerName {
+	if r.recorder == nil {
 		return nil
 	}
 	certs, err := pki.ParseCertificates(certPEM)
@@ -382,7 +385,8 @@ func (r *csrReconciler) record(ctx context.Context, c *v1alpha1.Cluster, signer 
 	}
 	cert := certs[0]
 	err = r.recorder.Record(ctx, c, oldca.IssuedCertificate{User: cert.Subject.CommonName, Fingerprint: pki.Fingerprint(cert),
-		Issuer: hex.EncodeToString(ca.Cert.SubjectKeyId), IssuedAt: r.clock.Now().UTC(), NotAfter: cert.NotAfter.UTC()})
+		Issuer: hex.EncodeToString(ca.Cert.SubjectKeyId), IssuedAt: r.clock.Now().UTC(), NotAfter: cert.NotAfter.UTC(),
+		Serving: signer == certificatesv1.KubeletServingSignerName})
 	if err != nil {
 		return fmt.Errorf("recording the certificate for the old-CA usage gate: %w", err)
 	}

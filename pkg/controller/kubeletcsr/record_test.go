@@ -44,12 +44,13 @@ func nodeCert(i int) oldca.IssuedCertificate {
 		IssuedAt: testNow, NotAfter: testNow.Add(time.Hour)}
 }
 
-// TestClientCertificateIsRecordedBeforeItIsPosted: a kubelet never holds a
-// client certificate the record lacks. While the record cannot be written,
-// the CSR stays unsigned (and is retried); once it can, the certificate
-// posted is the one recorded, with the CA that signed it. Serving
-// certificates, which authenticate nobody, are not recorded.
-func TestClientCertificateIsRecordedBeforeItIsPosted(t *testing.T) {
+// TestACertificateIsRecordedBeforeItIsPosted: a kubelet never holds a
+// certificate the record lacks. While the record cannot be written, the CSR
+// stays unsigned (and is retried); once it can, the certificate posted is
+// the one recorded, with the CA that signed it. Serving certificates are
+// recorded as such, for an abort to tell which kubelets serve from the new
+// kubelet CA.
+func TestACertificateIsRecordedBeforeItIsPosted(t *testing.T) {
 	f := newFixture(t)
 	client1 := kubeletCSR(t, "client-1", certificatesv1.KubeAPIServerClientKubeletSignerName, testKey(t), testNow.Add(-time.Minute))
 	serving := kubeletCSR(t, "serving-1", certificatesv1.KubeletServingSignerName, testKey(t), testNow.Add(-time.Minute), "worker-1")
@@ -99,11 +100,14 @@ func TestClientCertificateIsRecordedBeforeItIsPosted(t *testing.T) {
 	if _, err := reconcileCSR(t, r, "serving-1"); err != nil {
 		t.Fatal(err)
 	}
-	if len(getCSR(t, remote, "serving-1").Status.Certificate) == 0 {
-		t.Fatal("the serving certificate was not signed")
+	servingCert, err := pki.ParseCertificates(getCSR(t, remote, "serving-1").Status.Certificate)
+	if err != nil {
+		t.Fatalf("the serving certificate was not signed: %v", err)
 	}
-	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != 1 {
-		t.Fatalf("a serving certificate was recorded: %+v", record.Signed)
+	wantServing := oldca.IssuedCertificate{User: "system:node:worker-1", Fingerprint: pki.Fingerprint(servingCert[0]),
+		Issuer: hex.EncodeToString(f.kubeletCA.Cert.SubjectKeyId), IssuedAt: testNow, NotAfter: servingCert[0].NotAfter.UTC(), Serving: true}
+	if _, record := kubeletRecord(t, management, f.cluster); len(record.Signed) != 2 || record.Signed[0] != want || record.Signed[1] != wantServing {
+		t.Fatalf("record %+v, want the client certificate and then the serving one, from the kubelet CA: %+v", record.Signed, wantServing)
 	}
 }
 
