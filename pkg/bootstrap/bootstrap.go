@@ -9,7 +9,6 @@ package bootstrap
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/cluster-bootstrap/token/jws"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+	bootstrapsecretutil "k8s.io/cluster-bootstrap/util/secrets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -89,7 +89,16 @@ func ParseTokenSecret(cluster string, s *corev1.Secret) (Token, error) {
 		return Token{}, fmt.Errorf("secret %s is not a bootstrap token usable for authentication (type %s, %s=%q)", s.Name, s.Type,
 			bootstrapapi.BootstrapTokenUsageAuthentication, s.Data[bootstrapapi.BootstrapTokenUsageAuthentication])
 	}
-	if !slices.Contains(strings.Split(string(s.Data[bootstrapapi.BootstrapTokenExtraGroupsKey]), ","), Group(cluster)) {
+	if s.DeletionTimestamp != nil {
+		return Token{}, fmt.Errorf("secret %s is being deleted: the API server no longer authenticates its token", s.Name)
+	}
+	// The groups as the API server's bootstrap authenticator reads them: it
+	// refuses the token if any of them is not a valid bootstrap group name.
+	groups, err := bootstrapsecretutil.GetGroups(s)
+	if err != nil {
+		return Token{}, fmt.Errorf("secret %s: the API server does not authenticate its token: %w", s.Name, err)
+	}
+	if !slices.Contains(groups, Group(cluster)) {
 		return Token{}, fmt.Errorf("secret %s does not put its nodes in group %s", s.Name, Group(cluster))
 	}
 	expires, err := time.Parse(time.RFC3339, string(s.Data[bootstrapapi.BootstrapTokenExpirationKey]))
@@ -100,16 +109,22 @@ func ParseTokenSecret(cluster string, s *corev1.Secret) (Token, error) {
 	return t, nil
 }
 
-// TokenPlan sorts tokens into those to keep and those to delete: the
-// expired ones, and the ones valid for longer than ttl (and a minute for a
-// clock that went back) from now, whose expiration was written for a longer
-// TTL than the Cluster now has, or not by Carousel (it is in the managed
-// cluster, which its tenant writes). It says whether to create a new token:
-// when no kept one has more than a third of ttl left.
+// Kept says whether Carousel keeps t at now, for a Cluster whose tokens
+// live ttl: unexpired, and valid for no longer than ttl (and a minute for a
+// clock that went back) from now. One valid for longer had its expiration
+// written for a longer TTL than the Cluster now has, or not by Carousel (it
+// is in the managed cluster, which its tenant writes).
+func (t Token) Kept(ttl time.Duration, now time.Time) bool {
+	return now.Before(t.Expires) && !t.Expires.After(now.Add(ttl+time.Minute))
+}
+
+// TokenPlan sorts tokens into those to keep (Kept) and those to delete. It
+// says whether to create a new token: when no kept one has more than a third
+// of ttl left.
 func TokenPlan(tokens []Token, ttl time.Duration, now time.Time) (keep, drop []Token, create bool) {
 	create = true
 	for _, t := range tokens {
-		if !now.Before(t.Expires) || t.Expires.After(now.Add(ttl+time.Minute)) {
+		if !t.Kept(ttl, now) {
 			drop = append(drop, t)
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/cluster-bootstrap/token/jws"
@@ -44,6 +45,31 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 	got, err := ParseTokenSecret("prod", stored)
 	if err != nil || got != tok {
 		t.Fatalf("ParseTokenSecret = %+v, %v; want %+v", got, err, tok)
+	}
+
+	// What the API server's bootstrap authenticator does not authenticate is
+	// no token of Carousel's: a group among the extra ones that is not a
+	// valid bootstrap group name (a policy engine added it, say), or a
+	// Secret being deleted.
+	for name, change := range map[string]func(*corev1.Secret){
+		"another group, not a bootstrap one": func(s *corev1.Secret) {
+			s.Data[bootstrapapi.BootstrapTokenExtraGroupsKey] = []byte(Group("prod") + ",admins")
+		},
+		"a bootstrap group with a space": func(s *corev1.Secret) {
+			s.Data[bootstrapapi.BootstrapTokenExtraGroupsKey] = []byte(Group("prod") + ", system:bootstrappers:x")
+		},
+		"being deleted": func(s *corev1.Secret) { s.DeletionTimestamp = &metav1.Time{Time: now} },
+	} {
+		changed := stored.DeepCopy()
+		change(changed)
+		if got, err := ParseTokenSecret("prod", changed); err == nil {
+			t.Errorf("%s: ParseTokenSecret = %+v, want an error", name, got)
+		}
+	}
+	other := stored.DeepCopy()
+	other.Data[bootstrapapi.BootstrapTokenExtraGroupsKey] = []byte("system:bootstrappers:other," + Group("prod"))
+	if _, err := ParseTokenSecret("prod", other); err != nil {
+		t.Errorf("with another valid bootstrap group too: %v", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -107,11 +108,13 @@ func TestTheFirstReadOfANodeOrATokenStartsTheirInformerWithoutWaiting(t *testing
 		Data: map[string][]byte{bootstrapapi.BootstrapTokenIDKey: []byte("abcdef"), bootstrapapi.BootstrapTokenSecretKey: []byte("0123456789abcdef"),
 			bootstrapapi.BootstrapTokenExpirationKey:       []byte(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)),
 			bootstrapapi.BootstrapTokenUsageAuthentication: []byte("true"), bootstrapapi.BootstrapTokenExtraGroupsKey: []byte(bootstrap.Group("prod"))}}
-	r := &csrReconciler{remote: fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(node, token).Build(), informers: informers}
+	r := &csrReconciler{remote: fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(node, token).Build(), informers: informers,
+		clock: clocktesting.NewFakeClock(time.Now())}
+	prod := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}
 	if _, ok := r.node(t.Context(), node.Name); ok {
 		t.Error("a Node read before the Nodes are listed")
 	}
-	if r.isCarouselToken(t.Context(), "prod", "abcdef") {
+	if r.isCarouselToken(t.Context(), prod, "abcdef") {
 		t.Error("a token read before the Secrets are listed")
 	}
 	if want := []string{"*v1.Node", "*v1.Secret"}; !slices.Equal(informers.started, want) {
@@ -121,7 +124,7 @@ func TestTheFirstReadOfANodeOrATokenStartsTheirInformerWithoutWaiting(t *testing
 	if got, ok := r.node(t.Context(), node.Name); !ok || !slices.Equal(got.Addresses, []string{"10.0.0.7"}) {
 		t.Errorf("once the Nodes are listed: %+v, %v; want the node's address", got, ok)
 	}
-	if !r.isCarouselToken(t.Context(), "prod", "abcdef") {
+	if !r.isCarouselToken(t.Context(), prod, "abcdef") {
 		t.Error("once the Secrets are listed, the Cluster's token is not one")
 	}
 }

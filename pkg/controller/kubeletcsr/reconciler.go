@@ -144,7 +144,7 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	var read *nodeRead // the Node the decision read through the cache
 	d := csr.Decide(obj, csr.Policy{
 		BootstrapGroup:     bootstrap.Group(c.Name),
-		IsCarouselToken:    func(id string) bool { return r.isCarouselToken(ctx, c.Name, id) },
+		IsCarouselToken:    func(id string) bool { return r.isCarouselToken(ctx, c, id) },
 		AutoApproveClient:  approval.Client != v1alpha1.ApprovalManual,
 		AutoApproveServing: approval.Serving == v1alpha1.ApprovalAuto,
 		Node: func(node string) (csr.NodeInfo, bool) {
@@ -224,19 +224,22 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 }
 
 // isCarouselToken reports whether token id is one Carousel issued for the
-// cluster: labelled for it, and a token with an expiration, as Carousel
-// writes them (one without never expires; the token reconciler deletes it).
-func (r *csrReconciler) isCarouselToken(ctx context.Context, cluster, id string) bool {
+// cluster c and keeps: labelled for it, a token with an expiration, as
+// Carousel writes them (one without never expires), and one the token
+// reconciler keeps (bootstrap.Token.Kept): one it drops, valid for longer
+// than the Cluster's tokenTTL, vouches for no kubelet even while its deletion
+// fails (an admission policy refusing it, say).
+func (r *csrReconciler) isCarouselToken(ctx context.Context, c *v1alpha1.Cluster, id string) bool {
 	s := &corev1.Secret{}
 	if !r.listed(ctx, s) {
 		return false
 	}
 	if err := r.remote.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id}, s); err != nil ||
-		s.Labels[v1alpha1.LabelBootstrapToken] != cluster {
+		s.Labels[v1alpha1.LabelBootstrapToken] != c.Name {
 		return false
 	}
-	_, err := bootstrap.ParseTokenSecret(cluster, s)
-	return err == nil
+	t, err := bootstrap.ParseTokenSecret(c.Name, s)
+	return err == nil && t.Kept(c.Spec.KubeletBootstrap.TokenTTLOrDefault(), r.clock.Now())
 }
 
 // listed starts, on the first request that reads them, the informer of the

@@ -593,7 +593,7 @@ func TestIgnoredRequestRetry(t *testing.T) {
 			pins := pinStore{client: r.remote, cluster: f.cluster.Name}
 			d := csrlib.Decide(got, csrlib.Policy{
 				BootstrapGroup:     bootstrap.Group(f.cluster.Name),
-				IsCarouselToken:    func(id string) bool { return r.isCarouselToken(context.Background(), f.cluster.Name, id) },
+				IsCarouselToken:    func(id string) bool { return r.isCarouselToken(context.Background(), f.cluster, id) },
 				AutoApproveClient:  tt.approval.Client != v1alpha1.ApprovalManual,
 				AutoApproveServing: tt.approval.Serving == v1alpha1.ApprovalAuto,
 				Node:               func(node string) (csrlib.NodeInfo, bool) { return r.node(context.Background(), node) },
@@ -792,7 +792,10 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 
 // A token Secret labelled for the cluster but without a readable expiration
 // (which the API server would honour for ever), or one the API server does
-// not authenticate into the Cluster's group, is not one of Carousel's.
+// not authenticate into the Cluster's group, is not one of Carousel's; nor is
+// one valid for longer than the Cluster's tokenTTL (lowered since, after a
+// leak, say), which the token reconciler drops: while its deletion fails (an
+// admission policy refusing it), it vouches for no kubelet.
 func TestACarouselTokenIsLabelledAndExpires(t *testing.T) {
 	token := func(cluster, id string, data map[string]string) *corev1.Secret {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id,
@@ -809,10 +812,13 @@ func TestACarouselTokenIsLabelledAndExpires(t *testing.T) {
 	opaque.Type = corev1.SecretTypeOpaque
 	remote := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(
 		token("prod", "abcdef", valid), token("prod", "ghijkl", nil), token("other", "mnopqr", valid), opaque,
+		token("prod", "longer", map[string]string{"expiration": testNow.Add(2 * time.Hour).Format(time.RFC3339)}),
 	).Build()
-	r := &csrReconciler{remote: remote}
-	for id, want := range map[string]bool{"abcdef": true, "ghijkl": false, "mnopqr": false, "stuvwx": false, "uvwxyz": false} {
-		if got := r.isCarouselToken(context.Background(), "prod", id); got != want {
+	r := &csrReconciler{remote: remote, clock: clocktesting.NewFakeClock(testNow)}
+	prod := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}
+	prod.Spec.KubeletBootstrap.TokenTTL = &metav1.Duration{Duration: time.Hour}
+	for id, want := range map[string]bool{"abcdef": true, "ghijkl": false, "mnopqr": false, "stuvwx": false, "uvwxyz": false, "longer": false} {
+		if got := r.isCarouselToken(context.Background(), prod, id); got != want {
 			t.Errorf("isCarouselToken(%s) = %v, want %v", id, got, want)
 		}
 	}
