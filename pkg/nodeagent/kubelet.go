@@ -44,13 +44,36 @@ func (k *Kubelet) restartTimeout() time.Duration {
 	return k.RestartTimeout
 }
 
+// restart restarts the kubelet, giving the command at most RestartTimeout:
+// one that never returns (a service manager stuck) would hold every renewal
+// of the node behind it.
+func (k *Kubelet) restart(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, k.restartTimeout())
+	defer cancel()
+	return k.Restart(ctx)
+}
+
+// restartOutputWait is how long a restart command's output is waited for
+// once the command has exited, or been killed: a process it started in the
+// background (the kubelet, by an init script) may hold its output open.
+const restartOutputWait = 10 * time.Second
+
 // RestartCommand runs argv (no shell) to restart the kubelet.
 func RestartCommand(argv []string) func(context.Context) error {
+	return restartCommand(argv, restartOutputWait)
+}
+
+func restartCommand(argv []string, outputWait time.Duration) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if len(argv) == 0 {
 			return errors.New("no kubelet restart command")
 		}
-		out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.WaitDelay = outputWait
+		out, err := cmd.CombinedOutput()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			err = nil // it exited 0: what it left running holds its output
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
 		}

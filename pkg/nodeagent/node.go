@@ -178,8 +178,8 @@ func (n *Node) WatchRenewals(ctx context.Context) error {
 		renewing := false
 		for ev := range w.ResultChan() {
 			node, ok := ev.Object.(*corev1.Node)
-			if !ok {
-				continue
+			if !ok || ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue // a deleted Node's last state may carry a request: it is gone
 			}
 			n.markAgent(ctx, node.Annotations)
 			request, pending := noderenewal.Pending(node.Annotations)

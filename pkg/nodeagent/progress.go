@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/carousel-dev/carousel/pkg/fsync"
 )
 
 // progressFile, in the cert dir, records how far the in-place renewal of a
@@ -70,10 +72,15 @@ func (p *progress) save(dir string) error {
 	return writeAtomic(filepath.Join(dir, progressFile), data)
 }
 
-// clearProgress removes the record once the request is reported.
+// clearProgress removes the record once the request is reported, on disk:
+// a record back after a crash would skip the renewals it says were done if
+// the same request were asked again.
 func clearProgress(dir string) error {
-	if err := os.Remove(filepath.Join(dir, progressFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	switch err := os.Remove(filepath.Join(dir, progressFile)); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
 		return err
 	}
-	return nil
+	return fsync.Dir(dir)
 }

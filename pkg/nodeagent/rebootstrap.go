@@ -431,7 +431,7 @@ func (rb *rebootstrap) moveCredentialsAside(context.Context) error {
 func (rb *rebootstrap) restartKubelet(ctx context.Context) error {
 	m := rb.n.Manager
 	rb.logf(rebootstrapRestart, "restarting: the kubelet has no client certificate and kubeconfig, so it bootstraps with %s when it starts", m.cfg.BootstrapKubeconfigPath)
-	if err := rb.n.Kubelet.Restart(ctx); err != nil {
+	if err := rb.n.Kubelet.restart(ctx); err != nil {
 		return err
 	}
 	m.cfg.Metrics.kubeletRestarted()

@@ -403,7 +403,7 @@ func (r *renewal) restartKubelet(ctx context.Context) error {
 		return nil
 	}
 	r.logf(step, "restarting: %s", strings.Join(reasons, "; "))
-	if err := r.n.Kubelet.Restart(ctx); err != nil {
+	if err := r.n.Kubelet.restart(ctx); err != nil {
 		return err
 	}
 	r.n.Manager.cfg.Metrics.kubeletRestarted()

@@ -1029,3 +1029,17 @@ func TestTheAgentMarksItsNode(t *testing.T) {
 		t.Errorf("the failed patch was not logged: %q", tn.logs)
 	}
 }
+
+// The deletion of the Node, seen with a renewal request still on it, renews
+// nothing: its last state carries the request, and a renewal would make a
+// CSR for a node that is gone and leave its progress record behind.
+func TestADeletedNodeIsNotRenewed(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	w := tn.watchRenewals()
+	w.Delete(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Annotations: map[string]string{
+		v1alpha1.AnnotationRenewCredentials: tn.req.String(), v1alpha1.AnnotationNodeAgent: "v0.0.0"}}})
+	w.Modify(&corev1.ConfigMap{}) // received once the events before it are handled
+	if csrs, _ := tn.counts(); csrs != 0 {
+		t.Errorf("%d CSRs for a Node deleted", csrs)
+	}
+}

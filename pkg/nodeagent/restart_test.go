@@ -1,8 +1,14 @@
 package nodeagent
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestRestartReasons is the restart decision: the kubelet is restarted when
@@ -36,5 +42,46 @@ func TestRestartReasons(t *testing.T) {
 				t.Errorf("RestartReasons(%+v) = %q, want %q", tt.changes, got, tt.want)
 			}
 		})
+	}
+}
+
+// A restart command that leaves a process behind holding its output (an init
+// script starting the kubelet in the background) returns once it exits, not
+// when that process does, which may be never: every renewal of the node
+// would wait behind it.
+func TestARestartCommandReturnsThoughWhatItStartedHoldsItsOutput(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "hold")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// cat, in the background, holds the output until the fifo gets a writer.
+	restart := restartCommand([]string{"sh", "-c", `cat "$0" & exit 0`, fifo}, 100*time.Millisecond)
+	returned := make(chan error, 1)
+	go func() { returned <- restart(t.Context()) }()
+	var err error
+	select {
+	case err = <-returned:
+	case <-time.After(time.Minute):
+		t.Error("the restart command did not return while what it started ran")
+	}
+	release, openErr := os.OpenFile(fifo, os.O_WRONLY, 0) // cat reads EOF and exits
+	if openErr != nil {
+		t.Fatal(openErr)
+	}
+	_ = release.Close()
+	if err != nil {
+		t.Errorf("a restart command that exited 0: %v", err)
+	}
+}
+
+// A restart command that does not end is ended at the kubelet's
+// RestartTimeout, with an error.
+func TestARestartCommandThatDoesNotEndIsBounded(t *testing.T) {
+	k := &Kubelet{RestartTimeout: 100 * time.Millisecond, Restart: func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	if err := k.restart(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("restart = %v, want it ended at the restart timeout", err)
 	}
 }

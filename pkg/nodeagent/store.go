@@ -277,9 +277,11 @@ func writeAtomic(path string, data []byte) error {
 }
 
 // writeTemp writes data to a new synced file in dir, named prefix and a
-// random suffix, creating dir when needed, and returns its path.
+// random suffix, creating dir when needed (on disk: a first bootstrap's pki
+// directory must not vanish in a power cut that the kubeconfig pointing into
+// it survives), and returns its path.
 func writeTemp(dir, prefix string, data []byte) (string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := fsync.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	f, err := os.CreateTemp(dir, prefix+".*")
