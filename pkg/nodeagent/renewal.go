@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
@@ -168,27 +171,30 @@ func (r *renewal) checkServer(context.Context) error {
 	return nil
 }
 
-// probeServer makes one request of the API server of the kubeconfig at
-// path, as it is but trusting the published cluster bundle alone, and
+// probeServer makes one anonymous request of the API server of the
+// kubeconfig at path, trusting the published cluster bundle alone, and
 // returns that server's address. Any answer of the API server, a refusal
-// included, proves the handshake. The bundle takes the place of the
-// kubeconfig's own before it is loaded: a certificate-authority file that is
-// gone does not stop the probe.
+// included, proves the handshake, which is all it asks: it sends none of the
+// kubeconfig's credentials and runs none of its plugins (a bootstrap
+// kubeconfig is copied from a Secret its tenant writes), and a
+// certificate-authority file that is gone does not stop it.
 func (r *renewal) probeServer(path string) (host string, err error) {
 	raw, err := (&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}).Load()
 	if err != nil {
 		return "", err
 	}
-	if _, cluster, err := bootstrap.CurrentCluster(raw); err == nil {
-		host = cluster.Server
-		cluster.CertificateAuthorityData, cluster.CertificateAuthority = r.trust.Cluster, ""
-	}
-	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	_, cluster, err := bootstrap.CurrentCluster(raw)
 	if err != nil {
-		return host, err
+		return "", err
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = checkServerTimeout
+	cfg := &rest.Config{Host: cluster.Server, Timeout: checkServerTimeout,
+		TLSClientConfig: rest.TLSClientConfig{CAData: r.trust.Cluster, ServerName: cluster.TLSServerName}}
+	if cluster.ProxyURL != "" {
+		proxy, err := url.Parse(cluster.ProxyURL)
+		if err != nil {
+			return cluster.Server, fmt.Errorf("proxy-url: %w", err)
+		}
+		cfg.Proxy = http.ProxyURL(proxy)
 	}
 	cs, err := r.n.Manager.newClient(cfg)
 	if err != nil {

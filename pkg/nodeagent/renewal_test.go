@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -887,9 +888,12 @@ func TestABootstrapKubeconfigOfAnotherServer(t *testing.T) {
 
 // checkServer against real TLS servers on the loopback: a refusal is an
 // answer, and proves the handshake; a certificate the bundle does not
-// verify is not.
+// verify is not. The probe is anonymous: it runs nothing the kubeconfig's
+// user names (an exec plugin, in a bootstrap kubeconfig copied from a Secret
+// its tenant writes) and sends no credential.
 func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 	now := time.Now()
+	var authorized atomic.Bool
 	cluster0, cluster1 := newTestCA(t, "cluster-ca-0", now), newTestCA(t, "cluster-ca-1", now)
 	apiServer := func(ca *pki.KeyPair, status int) string {
 		key, err := pki.GenerateKey(pki.ECDSAP256)
@@ -901,7 +905,10 @@ func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "" || r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+				authorized.Store(true)
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
 			if status == http.StatusOK {
@@ -910,7 +917,7 @@ func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 			}
 			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":%d}`, status)
 		}))
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}}
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}, ClientAuth: tls.RequestClientCert}
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
 		return srv.URL
@@ -929,13 +936,23 @@ func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
+			ran := filepath.Join(dir, "ran")
+			user := &clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef", Exec: &clientcmdapi.ExecConfig{
+				APIVersion: "client.authentication.k8s.io/v1", Command: "sh", Args: []string{"-c", "touch " + ran}, InteractiveMode: clientcmdapi.NeverExecInteractiveMode}}
 			writeTestKubeconfig(t, filepath.Join(dir, "kubeconfig"),
-				&clientcmdapi.Cluster{Server: apiServer(tt.serving, tt.status), CertificateAuthorityData: cluster0.CertPEM()}, &clientcmdapi.AuthInfo{})
+				&clientcmdapi.Cluster{Server: apiServer(tt.serving, tt.status), CertificateAuthorityData: cluster0.CertPEM()}, user)
 			r := &renewal{n: &Node{Manager: NewManager(Config{KubeconfigPath: filepath.Join(dir, "kubeconfig")}), Logf: t.Logf},
 				trust: noderenewal.Trust{Cluster: tt.bundle}}
+			authorized.Store(false)
 			err := r.checkServer(context.Background())
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Errorf("checkServer = %v, want %q", err, tt.wantErr)
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Error("the probe ran the kubeconfig's exec plugin")
+			}
+			if authorized.Load() {
+				t.Error("the probe sent the kubeconfig's credentials")
 			}
 		})
 	}
