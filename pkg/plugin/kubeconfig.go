@@ -119,7 +119,7 @@ created, is refused first, and the file is removed if issuing or recording then 
 			if err != nil {
 				return err
 			}
-			kubeconfig, err := credentials.Kubeconfig(cl.Name, cl.Spec.ControlPlane.Endpoint, []byte(bundle.Data[v1alpha1.DataKeyCABundle]), kp.CertPEM(), keyPEM, user)
+			kubeconfig, err := adminKubeconfig(cl, []byte(bundle.Data[v1alpha1.DataKeyCABundle]), kp.CertPEM(), keyPEM, user)
 			if err != nil {
 				return err
 			}
@@ -145,6 +145,18 @@ created, is refused first, and the file is removed if issuing or recording then 
 	cmd.Flags().StringVar(&file, "output-file", "", "Write the kubeconfig into this new file (mode 0600) instead of printing it")
 	cmd.Flags().StringVar(&name, "name", defaultKubeconfigName(), "Put into the user name, carousel:admin:<name>, for the audit log and the record of issued kubeconfigs")
 	return cmd
+}
+
+// adminKubeconfig is the kubeconfig of user for cl's API server, checked as
+// the operator checks the connections it makes itself
+// (credentials.RESTConfig): an endpoint it would refuse, or a cluster bundle
+// that does not parse (edited by hand, say), hands out nothing, where a
+// kubeconfig without a bundle would trust the workstation's roots.
+func adminKubeconfig(cl *v1alpha1.Cluster, caBundle, certPEM, keyPEM []byte, user string) ([]byte, error) {
+	if _, err := credentials.RESTConfig(cl.Spec.ControlPlane.Endpoint, caBundle, certPEM, keyPEM); err != nil {
+		return nil, fmt.Errorf("no kubeconfig for cluster %s/%s: %w", cl.Namespace, cl.Name, err)
+	}
+	return credentials.Kubeconfig(cl.Name, cl.Spec.ControlPlane.Endpoint, caBundle, certPEM, keyPEM, user)
 }
 
 // createKubeconfigFile creates file for --output-file, only new and with

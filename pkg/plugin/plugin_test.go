@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	outputv1alpha1 "github.com/carousel-dev/carousel/apis/output/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
 // run runs kubectl carousel with args and returns its error.
@@ -594,5 +596,47 @@ func TestFollowJudgesNoCopyFromBeforeTheWrite(t *testing.T) {
 	err := e.follow(context.Background(), "team-a", "prod", target, 2*time.Second, nil)
 	if err == nil || !strings.Contains(err.Error(), "after 2s") {
 		t.Fatalf("follow = %v; want it to wait (until its timeout) while the operation written is requested", err)
+	}
+}
+
+// An admin kubeconfig is handed out only for an endpoint the operator would
+// connect to and a cluster bundle that parses: without one, a kubeconfig
+// would trust the workstation's roots.
+func TestAnAdminKubeconfigNeedsATrustBundleAndAnEndpoint(t *testing.T) {
+	key, err := pki.GenerateKey(pki.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.NewCA(pki.CATemplate{CommonName: "cluster-ca", Validity: time.Hour}, key, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:admin:test", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: time.Hour}, pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := leaf.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	for _, tt := range []struct {
+		name, endpoint string
+		bundle         []byte
+		want           string // "" for a kubeconfig
+	}{
+		{"a bundle and an endpoint", "https://api.prod.example:6443", ca.CertPEM(), ""},
+		{"no bundle", "https://api.prod.example:6443", nil, "no CA bundle"},
+		{"a bundle that does not parse", "https://api.prod.example:6443", []byte("-----BEGIN CERTIFICATE-----\nAAA\n"), "CA bundle"},
+		{"an endpoint the operator refuses", "http://api.prod.example:6443", ca.CertPEM(), "must be an https URL"},
+	} {
+		cl.Spec.ControlPlane.Endpoint = tt.endpoint
+		kubeconfig, err := adminKubeconfig(cl, tt.bundle, leaf.CertPEM(), keyPEM, "carousel:admin:test")
+		switch {
+		case tt.want == "" && (err != nil || !bytes.Contains(kubeconfig, []byte("certificate-authority-data"))):
+			t.Errorf("%s: %v, %s", tt.name, err, kubeconfig)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v, want an error saying %q", tt.name, err, tt.want)
+		}
 	}
 }
