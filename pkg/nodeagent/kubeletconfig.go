@@ -24,12 +24,27 @@ const (
 )
 
 // servingAddress is where the kubelet serves HTTPS: address (every address
-// when empty or unspecified, then reached on loopback) and port.
+// when empty or unspecified, then reached on the loopback of its family) and
+// port.
 func servingAddress(address string, port int32) string {
-	if ip := net.ParseIP(address); address == "" || (ip != nil && ip.IsUnspecified()) {
-		address = "127.0.0.1"
+	if address == "" {
+		address = "0.0.0.0"
 	}
-	return net.JoinHostPort(address, strconv.Itoa(int(port)))
+	return net.JoinHostPort(reachable(address), strconv.Itoa(int(port)))
+}
+
+// reachable is how the agent reaches a kubelet that binds address: an
+// unspecified address (0.0.0.0, ::) on the loopback of its family (a kubelet
+// on :: alone, with net.ipv6.bindv6only set, is not on 127.0.0.1).
+func reachable(address string) string {
+	ip := net.ParseIP(address)
+	switch {
+	case ip == nil || !ip.IsUnspecified():
+		return address
+	case ip.To4() == nil:
+		return "::1"
+	}
+	return "127.0.0.1"
 }
 
 // KubeletConfig is what the agent learns from the kubelet's configuration
@@ -123,11 +138,5 @@ func healthzURL(address string, port int32) string {
 	if address == "" {
 		address = defaultHealthzBindAddress
 	}
-	if ip := net.ParseIP(address); ip != nil && ip.IsUnspecified() {
-		address = "127.0.0.1"
-		if ip.To4() == nil {
-			address = "::1"
-		}
-	}
-	return "http://" + net.JoinHostPort(address, strconv.Itoa(int(port))) + "/healthz"
+	return "http://" + net.JoinHostPort(reachable(address), strconv.Itoa(int(port))) + "/healthz"
 }

@@ -33,6 +33,8 @@ authentication:
 			want: KubeletConfig{ClientCAFile: "/var/lib/kubelet/ca.crt", HealthzURL: "http://127.0.0.1:10248/healthz", ServingAddress: "10.0.0.5:10350"}},
 		{name: "HTTPS on every address, reached on loopback", config: rotatable + "address: 0.0.0.0\n",
 			want: KubeletConfig{ClientCAFile: "/var/lib/kubelet/ca.crt", HealthzURL: "http://127.0.0.1:10248/healthz", ServingAddress: "127.0.0.1:10250"}},
+		{name: "HTTPS on every IPv6 address, reached on the IPv6 loopback", config: rotatable + "address: \"::\"\n",
+			want: KubeletConfig{ClientCAFile: "/var/lib/kubelet/ca.crt", HealthzURL: "http://127.0.0.1:10248/healthz", ServingAddress: "[::1]:10250"}},
 		{name: "fields the agent does not read are accepted", config: rotatable + "cgroupDriver: systemd\nsomeFutureField: 1\n",
 			want: KubeletConfig{ClientCAFile: "/var/lib/kubelet/ca.crt", HealthzURL: "http://127.0.0.1:10248/healthz", ServingAddress: "127.0.0.1:10250"}},
 		{name: "no clientCAFile", config: strings.Replace(rotatable, "    clientCAFile: /var/lib/kubelet/ca.crt\n", "", 1),
