@@ -3,7 +3,6 @@ package plugin
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -84,10 +83,6 @@ namespace that --selector picks, at most --max-concurrent at a time, until every
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if selector == "" {
 			return fmt.Errorf("--selector is required: name the Clusters to rotate by label, e.g. -l env=prod")
-		}
-		if paused && w.wait {
-			return errors.New("--paused with --wait: a paused campaign starts no Cluster until it is resumed, so the wait could only end at --timeout; " +
-				"drop one, and follow it with campaign status once resumed")
 		}
 		sel, err := metav1.ParseToLabelSelector(selector)
 		if err != nil {
