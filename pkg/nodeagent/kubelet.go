@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -54,9 +56,13 @@ func (k *Kubelet) restart(ctx context.Context) error {
 }
 
 // restartOutputWait is how long a restart command's output is waited for
-// once the command has exited, or been killed: a process it started in the
-// background (the kubelet, by an init script) may hold its output open.
+// once the command has exited: a process it started in the background (the
+// kubelet, by an init script) may hold its output open for as long as it
+// runs.
 const restartOutputWait = 10 * time.Second
+
+// restartOutputMax bounds the output kept for an error message.
+const restartOutputMax = 4 << 10
 
 // RestartCommand runs argv (no shell) to restart the kubelet.
 func RestartCommand(argv []string) func(context.Context) error {
@@ -68,17 +74,57 @@ func restartCommand(argv []string, outputWait time.Duration) func(context.Contex
 		if len(argv) == 0 {
 			return errors.New("no kubelet restart command")
 		}
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.WaitDelay = outputWait
-		out, err := cmd.CombinedOutput()
-		if errors.Is(err, exec.ErrWaitDelay) {
-			err = nil // it exited 0: what it left running holds its output
-		}
+		out, err := runDraining(exec.CommandContext(ctx, argv[0], argv[1:]...), outputWait)
 		if err != nil {
-			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(out))
 		}
 		return nil
 	}
+}
+
+// runDraining runs cmd with its output into a pipe, and returns once it
+// exited and its output ended, or outputWait after it exited: the first
+// restartOutputMax bytes of the output, and how it exited. The pipe is read
+// until every process holding it closes it, however long after the return:
+// closed, it would kill a process started in the background with SIGPIPE at
+// its next log line, the kubelet among them.
+func runDraining(cmd *exec.Cmd, outputWait time.Duration) (string, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	_ = w.Close() // the command's copy stays open in it, and in what it starts
+	if err != nil {
+		_ = r.Close()
+		return "", err
+	}
+	var mu sync.Mutex
+	var out []byte
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		defer func() { _ = r.Close() }()
+		buf := make([]byte, 4<<10)
+		for {
+			n, err := r.Read(buf)
+			mu.Lock()
+			out = append(out, buf[:min(n, restartOutputMax-len(out))]...)
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	select {
+	case <-ended:
+	case <-time.After(outputWait):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return string(out), err
 }
 
 // HealthzProbe asks url (the kubelet's /healthz) and wants 200.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -48,14 +49,19 @@ func TestRestartReasons(t *testing.T) {
 // A restart command that leaves a process behind holding its output (an init
 // script starting the kubelet in the background) returns once it exits, not
 // when that process does, which may be never: every renewal of the node
-// would wait behind it.
+// would wait behind it. That process goes on writing its output after the
+// return, and is not killed by a pipe closed under it (SIGPIPE).
 func TestARestartCommandReturnsThoughWhatItStartedHoldsItsOutput(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "hold")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	fifo, wrote := filepath.Join(dir, "hold"), filepath.Join(dir, "wrote")
+	for _, f := range []string{fifo, wrote} {
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// cat, in the background, holds the output until the fifo gets a writer.
-	restart := restartCommand([]string{"sh", "-c", `cat "$0" & exit 0`, fifo}, 100*time.Millisecond)
+	// In the background: wait for the fifo to get a writer, then log a line
+	// and say so.
+	restart := restartCommand([]string{"sh", "-c", `(cat "$0"; echo a log line; echo wrote > "$1") & echo restarted; exit 0`, fifo, wrote}, 100*time.Millisecond)
 	returned := make(chan error, 1)
 	go func() { returned <- restart(t.Context()) }()
 	var err error
@@ -71,6 +77,30 @@ func TestARestartCommandReturnsThoughWhatItStartedHoldsItsOutput(t *testing.T) {
 	_ = release.Close()
 	if err != nil {
 		t.Errorf("a restart command that exited 0: %v", err)
+	}
+	said := make(chan []byte, 1)
+	go func() {
+		data, _ := os.ReadFile(wrote) // once it wrote, or the test gave up
+		said <- data
+	}()
+	select {
+	case data := <-said:
+		if string(data) != "wrote\n" {
+			t.Errorf("what the restart command started said %q after its log line", data)
+		}
+	case <-time.After(time.Minute):
+		t.Error("what the restart command started died writing its output after the return")
+		if f, err := os.OpenFile(wrote, os.O_WRONLY, 0); err == nil { // ends the read
+			_ = f.Close()
+		}
+	}
+}
+
+// A restart command that fails says why, with its output.
+func TestARestartCommandThatFailsSaysWhy(t *testing.T) {
+	err := restartCommand([]string{"sh", "-c", "echo unit kubelet.service not found >&2; exit 5"}, time.Minute)(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "exit status 5: unit kubelet.service not found") {
+		t.Errorf("restart = %v, want the exit status and the output", err)
 	}
 }
 
