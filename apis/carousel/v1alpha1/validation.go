@@ -91,31 +91,25 @@ func ValidateCluster(c *Cluster) field.ErrorList {
 	return append(allErrs, ValidateClusterSpec(&c.Spec, field.NewPath("spec"))...)
 }
 
-// ValidateClusterUpdate validates a changed spec, refusing only what the
-// update makes invalid: a spec that has become invalid since it was stored (a
-// kubernetesVersion this Carousel no longer supports) does not block an
-// update that leaves the spec alone (Carousel removing the annotation, a label
-// change) or changes another field of it, as the API server ratchets a CRD's
-// schema validation. What a rotation under way forbids, and the operation
-// annotation, are the rotation's to validate (rotation.ValidateUpdate).
+// ValidateClusterUpdate validates a changed spec. An update that leaves the
+// spec alone (Carousel removing the annotation, a label change) is not
+// refused for a spec that has become invalid since; nor is one that keeps a
+// kubernetesVersion this Carousel no longer supports (an upgrade narrowed the
+// range) and changes another field, as the API server ratchets a CRD's
+// schema validation of a value left unchanged. What a rotation under way
+// forbids, and the operation annotation, are the rotation's to validate
+// (rotation.ValidateUpdate).
 func ValidateClusterUpdate(newC, oldC *Cluster) field.ErrorList {
 	if equality.Semantic.DeepEqual(newC.Spec, oldC.Spec) {
 		return nil
 	}
 	p := field.NewPath("spec")
-	return ratchet(ValidateClusterSpec(&newC.Spec, p), ValidateClusterSpec(&oldC.Spec, p))
-}
-
-// ratchet drops from errs each error that old, the errors of the object
-// before the update, has too: same field, type, value and detail.
-func ratchet(errs, old field.ErrorList) field.ErrorList {
-	var out field.ErrorList
-	for _, e := range errs {
-		if !slices.ContainsFunc(old, func(o *field.Error) bool { return o.Error() == e.Error() }) {
-			out = append(out, e)
-		}
+	errs := ValidateClusterSpec(&newC.Spec, p)
+	if newC.Spec.KubernetesVersion == oldC.Spec.KubernetesVersion {
+		version := p.Child("kubernetesVersion").String()
+		errs = slices.DeleteFunc(errs, func(e *field.Error) bool { return e.Field == version })
 	}
-	return out
+	return errs
 }
 
 // ValidateClusterSpec validates a spec on its own.

@@ -170,9 +170,9 @@ func TestUpdateWithoutSpecChangeIsNotRefusedForTheSpec(t *testing.T) {
 	assertValidation(t, errorsText(updated, old), "unsupported Kubernetes version")
 }
 
-// An update is refused only for what it makes invalid: an error the stored
-// spec has too does not block a change elsewhere in it.
-func TestUpdateIsRefusedOnlyForWhatItMakesInvalid(t *testing.T) {
+// An update that keeps a kubernetesVersion no longer supported is not refused
+// for it: it does not block a change elsewhere in the spec.
+func TestAnUnchangedUnsupportedVersionDoesNotBlockAnUpdate(t *testing.T) {
 	old := validCluster()
 	old.Spec.KubernetesVersion = "1.20.0" // valid once, outside the supported range now
 	updated := old.DeepCopy()
@@ -187,6 +187,16 @@ func TestUpdateIsRefusedOnlyForWhatItMakesInvalid(t *testing.T) {
 	updated = old.DeepCopy()
 	updated.Spec.KubernetesVersion = "latest"
 	assertValidation(t, errorsText(updated, old), "not a semantic version")
+
+	// Only the kubernetesVersion left as it was: another field invalid in the
+	// stored spec (written while the webhook failed open) is refused, and so
+	// is a change that the check of that field covered (a leaf validity past
+	// a CA validity too short).
+	old = validCluster()
+	old.Spec.Certificates.CAValidity = dur(time.Hour)
+	updated = old.DeepCopy()
+	updated.Spec.Certificates.LeafValidity = dur(48 * time.Hour)
+	assertValidation(t, errorsText(updated, old), "spec.certificates.caValidity")
 }
 
 func TestParseOperationRoundTrip(t *testing.T) {
