@@ -26,13 +26,17 @@ import (
 // The record never grows past MaxKubeletCertificatesBytes: a full record
 // could not be written, and the CSRs could not be signed. Past it, it keeps
 // only the last entry of each user and kind, and past that it forgets the
-// oldest entries, and until the last of them expires (UnrecordedUntil) it
-// does not vouch for the kubelets without a node agent.
+// oldest serving entries, which only an abort reads, and then the oldest
+// client ones; until the last of those expires (UnrecordedUntil) it does not
+// vouch for the kubelets without a node agent, nor for the kubelets' serving
+// certificates until the last serving one does (UnrecordedServingUntil).
 type KubeletCertificates struct {
 	Signed []IssuedCertificate `json:"signed"`
-	// UnrecordedUntil is when the last certificate the record had no room
-	// for expires; nil when it forgot none that is still valid.
+	// UnrecordedUntil is when the last client certificate the record had no
+	// room for expires; nil when it forgot none that is still valid.
 	UnrecordedUntil *time.Time `json:"unrecordedUntil,omitempty"`
+	// UnrecordedServingUntil is UnrecordedUntil of serving certificates.
+	UnrecordedServingUntil *time.Time `json:"unrecordedServingUntil,omitempty"`
 }
 
 // MaxKubeletCertificatesBytes bounds the record's JSON, so that even
@@ -133,8 +137,10 @@ func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) str
 		}), s)
 	}
 	k.Signed = slices.DeleteFunc(k.Signed, func(i IssuedCertificate) bool { return !now.Before(i.NotAfter) })
-	if k.UnrecordedUntil != nil && !now.Before(*k.UnrecordedUntil) {
-		k.UnrecordedUntil = nil
+	for _, until := range []**time.Time{&k.UnrecordedUntil, &k.UnrecordedServingUntil} {
+		if *until != nil && !now.Before(**until) {
+			*until = nil
+		}
 	}
 	if stored := k.String(); len(stored) <= MaxKubeletCertificatesBytes {
 		return stored
@@ -154,25 +160,45 @@ func (k *KubeletCertificates) Add(signed []IssuedCertificate, now time.Time) str
 		}
 	}
 	k.Signed = kept
-	forgetOldest := func() {
-		oldest := k.Signed[0]
-		k.Signed = k.Signed[1:]
-		if k.UnrecordedUntil == nil || oldest.NotAfter.After(*k.UnrecordedUntil) {
-			k.UnrecordedUntil = &oldest.NotAfter
+	// Counted entry by entry (each with its comma), then checked whole:
+	// the unrecorded times may have come in.
+	over := len(k.String()) - MaxKubeletCertificatesBytes
+	forgotten := make([]bool, len(k.Signed))
+	for _, serving := range []bool{true, false} {
+		for i, c := range k.Signed {
+			if over > 0 && c.Serving == serving {
+				forgotten[i] = true
+				over -= len(storedRecord(c)) + 1
+				k.unrecorded(c)
+			}
 		}
 	}
-	// Counted entry by entry (each with its comma), then checked whole:
-	// unrecordedUntil may have come in.
-	for over := len(k.String()) - MaxKubeletCertificatesBytes; over > 0 && len(k.Signed) > 0; {
-		over -= len(storedRecord(k.Signed[0])) + 1
-		forgetOldest()
+	kept = k.Signed[:0]
+	for i, c := range k.Signed {
+		if !forgotten[i] {
+			kept = append(kept, c)
+		}
 	}
+	k.Signed = kept
 	for {
 		stored := k.String()
 		if len(k.Signed) == 0 || len(stored) <= MaxKubeletCertificatesBytes {
 			return stored
 		}
-		forgetOldest()
+		i := max(slices.IndexFunc(k.Signed, func(c IssuedCertificate) bool { return c.Serving }), 0)
+		k.unrecorded(k.Signed[i])
+		k.Signed = slices.Delete(k.Signed, i, i+1)
+	}
+}
+
+// unrecorded notes that the record forgot c, valid until its NotAfter.
+func (k *KubeletCertificates) unrecorded(c IssuedCertificate) {
+	until := &k.UnrecordedUntil
+	if c.Serving {
+		until = &k.UnrecordedServingUntil
+	}
+	if *until == nil || c.NotAfter.After(**until) {
+		*until = &c.NotAfter
 	}
 }
 

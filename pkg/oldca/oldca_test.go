@@ -494,6 +494,35 @@ func TestKubeletServingCertificatesAreRecordedApart(t *testing.T) {
 	if last, holds := full.HoldingServing(node, "kubelet-old", at(1)); !holds || last.Fingerprint != "t0" {
 		t.Errorf("a full record: the node's serving certificate %+v, %t; want its last, t0", last, holds)
 	}
+
+	// Past the bound even so, the serving certificates go first: only an
+	// abort reads them, and the gate goes on vouching for the client ones.
+	var more []IssuedCertificate
+	for i := 100; i < 130; i++ {
+		node := fmt.Sprintf("%s-%03d", pad, i)
+		more = append(more, cert(node, fmt.Sprint("c", i), "client-old", false), cert(node, fmt.Sprint("t", i), "kubelet-old", true))
+	}
+	full.Add(more, at(1))
+	clients := 0
+	for _, c := range full.Signed {
+		if !c.Serving {
+			clients++
+		}
+	}
+	if clients != 130 || full.UnrecordedUntil != nil || full.UnrecordedServingUntil == nil || !full.UnrecordedServingUntil.Equal(at(600)) {
+		t.Fatalf("past the bound: %d client entries, unrecorded until %v, serving until %v; want every client one kept, serving ones forgotten",
+			clients, full.UnrecordedUntil, full.UnrecordedServingUntil)
+	}
+	if _, holds := full.HoldingServing(node, "kubelet-old", at(1)); holds {
+		t.Error("the oldest serving certificate is still held past the bound")
+	}
+	if size := len(full.String()); size > MaxKubeletCertificatesBytes {
+		t.Errorf("the record holds %d bytes, more than %d", size, MaxKubeletCertificatesBytes)
+	}
+	full.Add(nil, at(600))
+	if full.UnrecordedServingUntil != nil {
+		t.Errorf("serving unrecorded until %v after the forgotten certificates expired", full.UnrecordedServingUntil)
+	}
 }
 
 // TestDecodeKubeletCertificates: no data is an empty record; what is not

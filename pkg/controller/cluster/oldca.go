@@ -489,16 +489,21 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 		return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet certificates, valid until %s: "+
 			"force the abort once every kubelet runs on certificates from the old CAs)", name, until.UTC().Format(time.RFC3339))}, nil
 	}
+	newKubeletIssuer := ""
+	if kubeletCAs := s.cas[v1alpha1.CARoleKubelet]; kubeletCAs != nil && kubeletCAs.Previous != nil && kubeletCAs.Restored() {
+		newKubeletIssuer = hex.EncodeToString(kubeletCAs.Previous.Cert.SubjectKeyId)
+		if until := record.UnrecordedServingUntil; until != nil && now.Before(*until) {
+			s.wakeAt(*until)
+			return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet serving certificates, valid until %s: "+
+				"force the abort once every kubelet serves a certificate from the old kubelet CA)", name, until.UTC().Format(time.RFC3339))}, nil
+		}
+	}
 	nodes, _, err := r.ManagedNodes(ctx, c)
 	if err != nil {
 		log.FromContext(ctx).Info("reading the managed cluster's Nodes for the abort", "error", err.Error())
 		return []string{"(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from the new client CA)"}, nil
 	}
 	newIssuer := hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId)
-	newKubeletIssuer := ""
-	if kubeletCAs := s.cas[v1alpha1.CARoleKubelet]; kubeletCAs != nil && kubeletCAs.Previous != nil && kubeletCAs.Restored() {
-		newKubeletIssuer = hex.EncodeToString(kubeletCAs.Previous.Cert.SubjectKeyId)
-	}
 	var holders []string
 	for _, n := range nodes {
 		client, holdsClient := record.Holding(n.Name, newIssuer, now)

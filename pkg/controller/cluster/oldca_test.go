@@ -736,7 +736,19 @@ func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
 		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "would no longer verify): worker-1;") {
 		t.Fatalf("the abort is %s: %+v; want it Aborting, waiting for worker-1's kubelet alone", c.CARotationPhase(), cond)
 	}
+	// A record that had no room for some serving certificates cannot tell.
+	until := h.now.Add(time.Hour)
+	h.kubelets.UnrecordedServingUntil = &until
 	store(serving("worker-1", oldKubeletCA, "c4"))
+	for range 5 {
+		sc.reconcile()
+	}
+	if cond := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionCARotation); cond == nil ||
+		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "had no room for some kubelet serving certificates") {
+		t.Fatalf("with serving certificates the record forgot: %+v; want the abort waiting, naming the record", cond)
+	}
+	h.kubelets.UnrecordedServingUntil = nil
+	store()
 	for range 5 {
 		sc.reconcile()
 	}
