@@ -262,6 +262,9 @@ func (r *Reconciler) ensureTokens(ctx context.Context, c *v1alpha1.Cluster, remo
 	uids := map[string]types.UID{}
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
+		if s.DeletionTimestamp != nil {
+			continue // going (a finalizer holds it): no token, and deleted already
+		}
 		t, err := bootstrap.ParseTokenSecret(c.Name, s)
 		if err == nil {
 			tokens = append(tokens, t)

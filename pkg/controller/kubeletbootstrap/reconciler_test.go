@@ -111,6 +111,31 @@ func TestATokenSecretTheAPIServerWouldNotAuthenticateIsDeleted(t *testing.T) {
 	}
 }
 
+// A token Secret being deleted (a finalizer holds it) is no token, and is
+// not deleted again on every pass: a new token is issued.
+func TestATokenSecretBeingDeletedIsLeftToGo(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	going := tokenSecret("prod", "aaaaaa", now.Add(time.Hour).Format(time.RFC3339))
+	going.Finalizers = []string{"example.com/hold"}
+	going.DeletionTimestamp = &metav1.Time{Time: now}
+	deletes := 0
+	remote := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(going).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			deletes++
+			return c.Delete(ctx, obj, opts...)
+		},
+	}).Build()
+	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
+	tokens, _, _, err := r.ensureTokens(context.Background(), c, remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deletes != 0 || len(tokens) != 1 || tokens[0].ID == "aaaaaa" {
+		t.Errorf("%d deletes, tokens %+v; want none deleted, and one new token", deletes, tokens)
+	}
+}
+
 func TestAnExpiredTokenIsDeletedAsTheSecretListed(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
