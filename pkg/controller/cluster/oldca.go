@@ -111,6 +111,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		return nil
 	}
 	if rot.Phase != v1alpha1.RotationPrepared || rot.LastInitiationTime == nil || rot.LastInitiationFinishedTime == nil {
+		r.unreadNodes.forget(client.ObjectKeyFromObject(c)) // the next Prepared counts its failed reads anew
 		if rot.OldCAUsage != nil {
 			rot = rot.DeepCopy()
 			rot.OldCAUsage = nil

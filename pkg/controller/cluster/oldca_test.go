@@ -610,6 +610,19 @@ func TestTheGatesNodeReadsBackOffWhileTheyFail(t *testing.T) {
 	if got := lookAgainAfter(); got != 5*time.Second {
 		t.Errorf("once the Nodes were read again: looked again after %s, want the poll interval", got)
 	}
+
+	// Reads failing when the rotation left Prepared do not back off the
+	// next rotation's first failed read.
+	readErr = errors.New("connection refused")
+	lookAgainAfter()
+	clk.Step(time.Hour)
+	sc.annotate(v1alpha1.OperationCompleteCARotation + v1alpha1.OperationForceSuffix)
+	sc.statusWritesUntil(v1alpha1.RotationCompleted)
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	if got := lookAgainAfter(); got != 5*time.Second {
+		t.Errorf("the next rotation's first failed read: looked again after %s, want the poll interval", got)
+	}
 }
 
 // A Prepared rotation whose endpoint was removed from the spec cannot read
