@@ -542,10 +542,10 @@ func (r *Reconciler) askKubeletHolders(ctx context.Context, s *scope) {
 	for _, strategy := range slices.Sorted(maps.Keys(s.askableHolders)) {
 		asked, err := r.WorkerRollouts[strategy].(NodeAsker).AskNodes(ctx, s.cluster, s.askableHolders[strategy])
 		if len(asked) > 0 {
-			log.FromContext(ctx).Info("asked Nodes whose kubelet holds a client certificate from the new client CA to renew", "nodes", asked)
+			log.FromContext(ctx).Info("asked Nodes whose kubelet holds a certificate from a new CA the abort deletes to renew", "nodes", asked)
 		}
 		if err != nil {
-			log.FromContext(ctx).Info("asking Nodes whose kubelet holds a client certificate from the new client CA to renew", "error", err.Error())
+			log.FromContext(ctx).Info("asking Nodes whose kubelet holds a certificate from a new CA the abort deletes to renew", "error", err.Error())
 		}
 	}
 }

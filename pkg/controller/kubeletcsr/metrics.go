@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		backlog: promutil.Register(reg, newBacklog()),
 		batches: promutil.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "carousel_kubelet_certificate_record_batch_size",
-			Help: "Kubelet client certificates per write of a Cluster's record of signed certificates: _count is the writes, _sum the certificates.",
+			Help: "Kubelet certificates per write of a Cluster's record of signed certificates: _count is the writes, _sum the certificates.",
 			// The writes of one Cluster are one at a time, so a batch is at
 			// most the CSR workers (64 by default).
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},

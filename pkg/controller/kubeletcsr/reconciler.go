@@ -391,7 +391,7 @@ func (r *csrReconciler) record(ctx context.Context, c *v1alpha1.Cluster, signer 
 		Issuer: hex.EncodeToString(ca.Cert.SubjectKeyId), IssuedAt: r.clock.Now().UTC(), NotAfter: cert.NotAfter.UTC(),
 		Serving: signer == certificatesv1.KubeletServingSignerName})
 	if err != nil {
-		return fmt.Errorf("recording the certificate for the old-CA usage gate: %w", err)
+		return fmt.Errorf("recording the certificate in the kubelet record: %w", err)
 	}
 	return nil
 }

@@ -20,11 +20,12 @@ import (
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
 
-// Recorder keeps each Cluster's record of the kubelet client certificates
-// Carousel signs (oldca.KubeletCertificates), which the old-CA usage gate
-// reads to judge kubelets that no node agent reports for. The signer records
-// a certificate before it posts it, so that no kubelet holds one the record
-// lacks.
+// Recorder keeps each Cluster's record of the kubelet certificates Carousel
+// signs (oldca.KubeletCertificates): the old-CA usage gate reads its client
+// certificates to judge kubelets that no node agent reports for, and an
+// abort reads both kinds for the kubelets still on the new CAs. The signer
+// records a certificate before it posts it, so that no kubelet holds one the
+// record lacks.
 //
 // The record's ConfigMap is controlled by its Cluster, for the garbage
 // collector, and has no carousel.dev/cluster label: the manager neither
