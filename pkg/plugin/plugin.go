@@ -67,6 +67,8 @@ Clusters' namespace.`,
 		// A plugin's shell completion goes through kubectl and the kubectl_complete-carousel shim, not a script of
 		// its own (docs/reference/kubectl-carousel.md).
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		// Run for every subcommand: cobra runs only the nearest one, so a
+		// subcommand must not define its own.
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			e.ctx = cmd.Context()
 		},
