@@ -309,6 +309,9 @@ func newRefreshCommand(o *options) *cobra.Command {
 			if err := checkSeed(o.node, seed); err != nil {
 				return err
 			}
+			if f := cmd.Flags().Lookup("certificate-ttl"); f != nil && f.Changed {
+				return errors.New("--certificate-ttl is the agent's own renewals': refresh-certs requests --ttl (default 8760h)")
+			}
 			if err := checkTTL("--ttl", ttl); err != nil {
 				return err
 			}

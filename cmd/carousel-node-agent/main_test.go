@@ -108,6 +108,13 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 			t.Errorf("refresh-certs run %v = %v, want an error saying %q", tt.args, err, tt.want)
 		}
 	}
+	root := newRootCommand()
+	root.SetArgs([]string{"refresh-certs", "run", "--node-name", "w1", "--seed", "abc", "--certificate-ttl", "24h"})
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "refresh-certs requests --ttl") {
+		t.Errorf("refresh-certs run --certificate-ttl 24h = %v, want it refused: the agent's flag, which run ignored", err)
+	}
 	cmd := newRefreshCommand(&options{node: "w1"})
 	cmd.SetArgs([]string{"plan", "--seed", "a/b"})
 	cmd.SetOut(io.Discard)
