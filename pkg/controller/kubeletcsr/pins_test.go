@@ -169,6 +169,43 @@ func TestADecisionIsNotTakenOnACacheBehind(t *testing.T) {
 	}
 }
 
+// With servingAddresses NodeStatus, a serving CSR naming an address the
+// cache still shows on its Node, which the API server shows it no longer
+// has (moved to another node), is not approved on the cache: it is decided
+// again once the cache caught up, and denied.
+func TestAnApprovalIsNotTakenOnACacheBehind(t *testing.T) {
+	f := newFixture(t)
+	f.cluster.Spec.KubeletBootstrap.CSRApproval.ServingAddresses = v1alpha1.ServingAddressesNodeStatus
+	obj := kubeletCSR(t, "s", certificatesv1.KubeletServingSignerName, testKey(t), testNow, "10.0.0.7", "10.0.0.9")
+	f.remote = append(f.remote, workerNode("uid-1", "10.0.0.7"), obj)
+	r, _ := f.build(nil)
+	behind := true
+	remote := interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if node, typed := obj.(*corev1.Node); typed && behind { // read through the cache
+				workerNode("uid-1", "10.0.0.7", "10.0.0.9").DeepCopyInto(node)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r.remote = remote
+	res, err := reconcileCSR(t, r, "s")
+	if err != nil || res.RequeueAfter != transientRetry {
+		t.Fatalf("Reconcile = %+v, %v, want a retry", res, err)
+	}
+	if got := getCSR(t, remote, "s"); len(got.Status.Conditions) != 0 {
+		t.Fatalf("decided on a Node the cache shows behind: %+v", got.Status.Conditions)
+	}
+	behind = false
+	if _, err := reconcileCSR(t, r, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, denied := hasCondition(getCSR(t, remote, "s"), certificatesv1.CertificateDenied); !denied {
+		t.Fatal("not denied once the cache caught up")
+	}
+}
+
 // TestUnreadablePinLeavesPending: when the pin cannot be read, the request
 // is neither approved nor denied, and the error is returned for a retry.
 func TestUnreadablePinLeavesPending(t *testing.T) {

@@ -183,14 +183,15 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 			return false, fmt.Errorf("pinning the addresses of node %s: %w", d.Pin.Node, err)
 		}
 	}
-	if d.Verdict == csr.Deny && read != nil && d.Pin == nil {
-		// Nor is a denial, which is for good, written on a Node the cache
-		// shows behind (with a pin, checked above): with servingAddresses
-		// NodeStatus, a serving CSR naming an address the node has just
-		// reported would be denied.
+	if (d.Verdict == csr.Deny || d.Verdict == csr.Approve) && read != nil && d.Pin == nil {
+		// Nor is a verdict written on a Node the cache shows behind (with a
+		// pin, checked above): with servingAddresses NodeStatus, a serving
+		// CSR naming an address the node has just reported would be denied,
+		// for good, and one naming an address the node no longer has (moved
+		// to another node) approved.
 		switch behind, err := r.cacheBehind(ctx, read.name, read.info); {
 		case err != nil:
-			return false, fmt.Errorf("reading node %s before denying %s: %w", read.name, obj.Name, err)
+			return false, fmt.Errorf("reading node %s before deciding %s: %w", read.name, obj.Name, err)
 		case behind:
 			return true, nil
 		}
