@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -315,6 +316,9 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 	if err != nil {
 		return err
 	}
+	if err := m.checkIssued(certPEM); err != nil {
+		return err
+	}
 	if err := m.checkAccepted(ctx, server, ca, certPEM, key); err != nil {
 		return err
 	}
@@ -355,6 +359,27 @@ func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM 
 	// nothing of the current one, which refusalOf must not take as refused.
 	if err := reviewSelf(ctx, cs); err != nil && !apierrors.IsForbidden(err) {
 		return fmt.Errorf("the API server at %s with the new client certificate: %v; keeping the current one", server, err) //nolint:errorlint // not the current credentials' refusal
+	}
+	return nil
+}
+
+// checkIssued checks that certPEM, issued on the node's CSR, is a client
+// certificate of the node's identity, as the CSR asked: the API server would
+// take one for another identity (a signer's bug, a status.certificate written
+// by hand) as that identity, and the kubelet, restarted on it, would act as
+// someone else, and the agent's next Reload refuse it for good.
+func (m *Manager) checkIssued(certPEM []byte) error {
+	certs, err := pki.ParseCertificates(certPEM)
+	if err != nil {
+		return fmt.Errorf("the issued certificate: %w; keeping the current one", err)
+	}
+	cert, want := certs[0], "system:node:"+m.cfg.NodeName
+	switch {
+	case cert.Subject.CommonName != want || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}):
+		return fmt.Errorf("the issued certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
+			cert.Subject.CommonName, cert.Subject.Organization, want)
+	case !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth):
+		return errors.New("the issued certificate is not for client authentication: keeping the current one")
 	}
 	return nil
 }

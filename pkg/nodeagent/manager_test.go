@@ -438,3 +438,35 @@ func TestCheckAccepted(t *testing.T) {
 		})
 	}
 }
+
+// A certificate issued on the node's CSR is installed only for the node's
+// identity, and for client authentication, as the CSR asked: one for another
+// identity would have the kubelet act as someone else.
+func TestAnIssuedCertificateOfAnotherIdentityIsNotInstalled(t *testing.T) {
+	m := NewManager(Config{NodeName: "w1"})
+	issue := func(cn string, orgs []string, usage x509.ExtKeyUsage) []byte {
+		t.Helper()
+		kp, err := testCA.IssueKeyPair(pki.LeafTemplate{CommonName: cn, Organization: orgs, Usages: []x509.ExtKeyUsage{usage}, Validity: time.Hour},
+			pki.ECDSAP256, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp.CertPEM()
+	}
+	for _, tt := range []struct {
+		name string
+		cert []byte
+		want string // "" for none
+	}{
+		{"the node's", issue("system:node:w1", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth), ""},
+		{"another node's", issue("system:node:w2", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth), `is for "system:node:w2"`},
+		{"an admin's", issue("system:node:w1", []string{"system:masters"}, x509.ExtKeyUsageClientAuth), `organizations ["system:masters"]`},
+		{"a serving one", issue("system:node:w1", []string{"system:nodes"}, x509.ExtKeyUsageServerAuth), "not for client authentication"},
+		{"not a certificate", []byte("issued"), "the issued certificate"},
+	} {
+		err := m.checkIssued(tt.cert)
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
