@@ -40,12 +40,7 @@ restart it by hand. Each Cluster's own webhook still judges every operation the 
 }
 
 // oneCampaign accepts exactly one argument, the campaign's name.
-func oneCampaign(cmd *cobra.Command, args []string) error {
-	if len(args) == 1 {
-		return nil
-	}
-	return fmt.Errorf("%s takes the name of one RotationCampaign, got %d argument(s): %s", cmd.CommandPath(), len(args), cmd.UseLine())
-}
+var oneCampaign = oneNamed("RotationCampaign")
 
 // campaignWait is --wait and --timeout of start and complete.
 type campaignWait struct {

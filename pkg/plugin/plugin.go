@@ -191,11 +191,17 @@ func (e *env) completeClusters(cmd *cobra.Command, args []string, toComplete str
 
 // oneCluster accepts exactly one argument, the Cluster's name, and otherwise
 // says how to call the command.
-func oneCluster(cmd *cobra.Command, args []string) error {
-	if len(args) == 1 {
-		return nil
+var oneCluster = oneNamed("Cluster")
+
+// oneNamed accepts exactly one argument, the name of an object of kind, and
+// otherwise says how to call the command.
+func oneNamed(kind string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == 1 {
+			return nil
+		}
+		return fmt.Errorf("%s takes the name of one %s, got %d argument(s): %s", cmd.CommandPath(), kind, len(args), cmd.UseLine())
 	}
-	return fmt.Errorf("%s takes the name of one Cluster, got %d argument(s): %s", cmd.CommandPath(), len(args), cmd.UseLine())
 }
 
 // clusterArg connects to the management cluster and reads the Cluster the
