@@ -55,10 +55,10 @@ func (k *Kubelet) restart(ctx context.Context) error {
 	return k.Restart(ctx)
 }
 
-// restartOutputWait is how long a restart command's output is waited for
-// once the command has exited: a process it started in the background (the
-// kubelet, by an init script) may hold its output open for as long as it
-// runs.
+// restartOutputWait is how long the output of a restart command that failed
+// is waited for once it exited, for the error: a process it started in the
+// background (the kubelet, by an init script) may hold its output open for
+// as long as it runs.
 const restartOutputWait = 10 * time.Second
 
 // restartOutputMax bounds the output kept for an error message.
@@ -74,7 +74,7 @@ func restartCommand(argv []string, outputWait time.Duration) func(context.Contex
 		if len(argv) == 0 {
 			return errors.New("no kubelet restart command")
 		}
-		out, err := runDraining(exec.CommandContext(ctx, argv[0], argv[1:]...), outputWait)
+		out, err := runDraining(ctx, exec.CommandContext(ctx, argv[0], argv[1:]...), outputWait)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(out))
 		}
@@ -82,13 +82,15 @@ func restartCommand(argv []string, outputWait time.Duration) func(context.Contex
 	}
 }
 
-// runDraining runs cmd with its output into a pipe, and returns once it
-// exited and its output ended, or outputWait after it exited: the first
-// restartOutputMax bytes of the output, and how it exited. The pipe is read
-// until every process holding it closes it, however long after the return:
-// closed, it would kill a process started in the background with SIGPIPE at
-// its next log line, the kubelet among them.
-func runDraining(cmd *exec.Cmd, outputWait time.Duration) (string, error) {
+// runDraining runs cmd with its output into a pipe and returns once it
+// exited: how it exited and, when it failed, the first restartOutputMax
+// bytes of its output, waited for at most outputWait (or until ctx ends).
+// The pipe is read for as long as a process holds it open, after the return
+// too: closed, it would kill a process the command started in the background
+// with SIGPIPE at its next log line, the kubelet among them. (That process
+// dies so when the agent exits: a restart command must not leave the
+// kubelet writing to its output; systemctl does not.)
+func runDraining(ctx context.Context, cmd *exec.Cmd, outputWait time.Duration) (string, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return "", err
@@ -117,9 +119,12 @@ func runDraining(cmd *exec.Cmd, outputWait time.Duration) (string, error) {
 			}
 		}
 	}()
-	err = cmd.Wait()
+	if err = cmd.Wait(); err == nil {
+		return "", nil
+	}
 	select {
 	case <-ended:
+	case <-ctx.Done():
 	case <-time.After(outputWait):
 	}
 	mu.Lock()
