@@ -485,27 +485,29 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 		return nil, nil
 	}
 	now := r.Clock.Now()
-	if until := record.UnrecordedUntil; until != nil && now.Before(*until) {
-		s.wakeAt(*until)
-		return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet certificates, valid until %s: "+
-			"force the abort once every kubelet runs on certificates from the old CAs)", name, until.UTC().Format(time.RFC3339))}, nil
+	// What the record forgot holds the abort, named first; the holders it
+	// names are named, and asked, all the same.
+	var holders []string
+	unrecorded := func(until *time.Time, what string) {
+		if until != nil && now.Before(*until) {
+			s.wakeAt(*until)
+			holders = append(holders, fmt.Sprintf("(ConfigMap %s had no room for some kubelet %s certificates, valid until %s: "+
+				"force the abort once every kubelet runs on certificates from the old CAs)", name, what, until.UTC().Format(time.RFC3339)))
+		}
 	}
+	unrecorded(record.UnrecordedUntil, "client")
 	newKubeletIssuer := ""
 	if kubeletCAs := s.cas[v1alpha1.CARoleKubelet]; kubeletCAs != nil && kubeletCAs.Previous != nil && kubeletCAs.Restored() {
 		newKubeletIssuer = hex.EncodeToString(kubeletCAs.Previous.Cert.SubjectKeyId)
-		if until := record.UnrecordedServingUntil; until != nil && now.Before(*until) {
-			s.wakeAt(*until)
-			return []string{fmt.Sprintf("(ConfigMap %s had no room for some kubelet serving certificates, valid until %s: "+
-				"force the abort once every kubelet serves a certificate from the old kubelet CA)", name, until.UTC().Format(time.RFC3339))}, nil
-		}
+		unrecorded(record.UnrecordedServingUntil, "serving")
 	}
 	nodes, _, err := r.ManagedNodes(ctx, c)
 	if err != nil {
 		log.FromContext(ctx).Info("reading the managed cluster's Nodes for the abort", "error", err.Error())
-		return []string{"(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from the new client CA)"}, nil
+		return append(holders, "(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from a new CA)"), nil
 	}
 	newIssuer := hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId)
-	var holders []string
+	notes := len(holders)
 	for _, n := range nodes {
 		client, holdsClient := record.Holding(n.Name, newIssuer, now)
 		serving, holdsServing := record.HoldingServing(n.Name, newKubeletIssuer, now)
@@ -527,7 +529,7 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 			}
 		}
 	}
-	slices.Sort(holders) // the status names them: the same order each pass
+	slices.Sort(holders[notes:]) // the status names them: the same order each pass
 	return holders, nil
 }
 

@@ -749,17 +749,29 @@ func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
 		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "would no longer verify): worker-1;") {
 		t.Fatalf("the abort is %s: %+v; want it Aborting, waiting for worker-1's kubelet alone", c.CARotationPhase(), cond)
 	}
-	// A record that had no room for some serving certificates cannot tell.
+	// A record that had no room for some serving certificates cannot tell:
+	// it is named, and so are the holders it tells of.
 	until := h.now.Add(time.Hour)
 	h.kubelets.UnrecordedServingUntil = &until
+	waitsFor := func(want ...string) {
+		t.Helper()
+		for range 5 {
+			sc.reconcile()
+		}
+		cond := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionCARotation)
+		if cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) {
+			t.Fatalf("with serving certificates the record forgot: %+v; want the abort waiting", cond)
+		}
+		for _, w := range want {
+			if !strings.Contains(cond.Message, w) {
+				t.Errorf("the abort waits: %q; want it to name %q", cond.Message, w)
+			}
+		}
+	}
+	store()
+	waitsFor("had no room for some kubelet serving certificates", "worker-1")
 	store(serving("worker-1", oldKubeletCA, "c4"))
-	for range 5 {
-		sc.reconcile()
-	}
-	if cond := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionCARotation); cond == nil ||
-		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "had no room for some kubelet serving certificates") {
-		t.Fatalf("with serving certificates the record forgot: %+v; want the abort waiting, naming the record", cond)
-	}
+	waitsFor("had no room for some kubelet serving certificates")
 	h.kubelets.UnrecordedServingUntil = nil
 	store()
 	for range 5 {
