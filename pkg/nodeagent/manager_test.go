@@ -441,32 +441,54 @@ func TestCheckAccepted(t *testing.T) {
 
 // A certificate issued on the node's CSR is installed only for the node's
 // identity, and for client authentication, as the CSR asked: one for another
-// identity would have the kubelet act as someone else.
+// identity (a signer's bug, a status.certificate written by hand) would have
+// the kubelet act as someone else.
 func TestAnIssuedCertificateOfAnotherIdentityIsNotInstalled(t *testing.T) {
-	m := NewManager(Config{NodeName: "w1"})
-	issue := func(cn string, orgs []string, usage x509.ExtKeyUsage) []byte {
-		t.Helper()
-		kp, err := testCA.IssueKeyPair(pki.LeafTemplate{CommonName: cn, Organization: orgs, Usages: []x509.ExtKeyUsage{usage}, Validity: time.Hour},
-			pki.ECDSAP256, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kp.CertPEM()
-	}
 	for _, tt := range []struct {
-		name string
-		cert []byte
-		want string // "" for none
+		name  string
+		cn    string
+		orgs  []string
+		usage x509.ExtKeyUsage
+		want  string // "" for installed
 	}{
-		{"the node's", issue("system:node:w1", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth), ""},
-		{"another node's", issue("system:node:w2", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth), `is for "system:node:w2"`},
-		{"an admin's", issue("system:node:w1", []string{"system:masters"}, x509.ExtKeyUsageClientAuth), `organizations ["system:masters"]`},
-		{"a serving one", issue("system:node:w1", []string{"system:nodes"}, x509.ExtKeyUsageServerAuth), "not for client authentication"},
-		{"not a certificate", []byte("issued"), "the issued certificate"},
+		{"the node's", "system:node:w1", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth, ""},
+		{"another node's", "system:node:w2", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth, `is for "system:node:w2"`},
+		{"an admin's", "system:node:w1", []string{"system:masters"}, x509.ExtKeyUsageClientAuth, `organizations ["system:masters"]`},
+		{"a serving one", "system:node:w1", []string{"system:nodes"}, x509.ExtKeyUsageServerAuth, "not for client authentication"},
 	} {
-		err := m.checkIssued(tt.cert)
-		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			signer := newFakeSigner(func(_ int, csr *certificatesv1.CertificateSigningRequest) {
+				req, err := parseCSR(csr)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				cert, err := testCA.Issue(pki.LeafTemplate{CommonName: tt.cn, Organization: tt.orgs, Usages: []x509.ExtKeyUsage{tt.usage},
+					Validity: time.Hour}, req.PublicKey, time.Now())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+					Type: certificatesv1.CertificateApproved, Status: "True", Reason: "Test"})
+				csr.Status.Certificate = pki.EncodeCertificates(cert)
+			})
+			dir := t.TempDir()
+			m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig")})
+			m.newClient = signer.client
+			err := m.renewWith(context.Background(), signer, "https://127.0.0.1:6443", nil, "", 0, CertificateWaitTimeout)
+			current, _ := m.store.Current()
+			switch {
+			case tt.want == "" && (err != nil || current == nil):
+				t.Errorf("renewWith = %v, current %v; want the node's certificate installed", err, current)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("renewWith = %v, want %q", err, tt.want)
+			case tt.want != "" && current != nil:
+				t.Errorf("installed %s", current.Cert.Subject)
+			}
+		})
+	}
+	if err := NewManager(Config{NodeName: "w1"}).checkIssued([]byte("issued")); err == nil {
+		t.Error("what does not parse is taken for a certificate")
 	}
 }
