@@ -188,7 +188,7 @@ func (r *Recorder) merge(ctx context.Context, key client.ObjectKey, rec *record,
 			// certificates it lost until the last of them can have expired.
 			log.FromContext(ctx).Info("the record of signed kubelet certificates does not parse; starting it over", "configMap", name, "error", err.Error())
 			lost := r.clock.Now().Add(r.maxValidity).UTC()
-			record = &oldca.KubeletCertificates{UnrecordedUntil: &lost}
+			record = &oldca.KubeletCertificates{UnrecordedUntil: &lost, UnrecordedServingUntil: &lost}
 		}
 	}
 	cm := rec.written.DeepCopy()

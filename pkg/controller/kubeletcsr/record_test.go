@@ -228,8 +228,10 @@ func TestRecorderStartsABrokenRecordOver(t *testing.T) {
 	if len(record.Signed) != 1 || record.Signed[0] != cert {
 		t.Fatalf("record %+v, want only the new certificate", record.Signed)
 	}
-	if record.UnrecordedUntil == nil || !record.UnrecordedUntil.Equal(testNow.Add(24*time.Hour)) {
-		t.Fatalf("unrecorded until %v, want %v: a certificate signed just before the record broke may be valid until then", record.UnrecordedUntil, testNow.Add(24*time.Hour))
+	if lost := testNow.Add(24 * time.Hour); record.UnrecordedUntil == nil || !record.UnrecordedUntil.Equal(lost) ||
+		record.UnrecordedServingUntil == nil || !record.UnrecordedServingUntil.Equal(lost) {
+		t.Fatalf("unrecorded until %v, serving until %v, want %v: a certificate of either kind signed just before the record broke may be valid until then",
+			record.UnrecordedUntil, record.UnrecordedServingUntil, lost)
 	}
 }
 
