@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +110,9 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 		}
 	}
 	root := newRootCommand()
-	root.SetArgs([]string{"refresh-certs", "run", "--node-name", "w1", "--seed", "abc", "--certificate-ttl", "24h"})
+	dir := t.TempDir() // should the refusal go, nothing of the host's is touched
+	root.SetArgs([]string{"refresh-certs", "run", "--node-name", "w1", "--seed", "abc", "--certificate-ttl", "24h",
+		"--cert-dir", filepath.Join(dir, "pki"), "--kubeconfig", filepath.Join(dir, "kubeconfig"), "--bootstrap-kubeconfig", filepath.Join(dir, "bootstrap-kubeconfig")})
 	root.SetOut(io.Discard)
 	root.SetErr(io.Discard)
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "refresh-certs requests --ttl") {
