@@ -458,20 +458,8 @@ func TestAnIssuedCertificateOfAnotherIdentityIsNotInstalled(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			signer := newFakeSigner(func(_ int, csr *certificatesv1.CertificateSigningRequest) {
-				req, err := parseCSR(csr)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				cert, err := testCA.Issue(pki.LeafTemplate{CommonName: tt.cn, Organization: tt.orgs, Usages: []x509.ExtKeyUsage{tt.usage},
-					Validity: time.Hour}, req.PublicKey, time.Now())
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-					Type: certificatesv1.CertificateApproved, Status: "True", Reason: "Test"})
-				csr.Status.Certificate = pki.EncodeCertificates(cert)
+				signAs(t, csr, testCA, pki.LeafTemplate{CommonName: tt.cn, Organization: tt.orgs, Usages: []x509.ExtKeyUsage{tt.usage},
+					Validity: time.Hour}, time.Now())
 			})
 			dir := t.TempDir()
 			m := NewManager(Config{NodeName: "w1", CertDir: filepath.Join(dir, "pki"), KubeconfigPath: filepath.Join(dir, "kubeconfig")})

@@ -166,8 +166,20 @@ func sign(t *testing.T, csr *certificatesv1.CertificateSigningRequest, ca *pki.K
 		t.Error(err)
 		return
 	}
-	cert, err := ca.Issue(pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
-		DNSNames: req.DNSNames, IPAddresses: req.IPAddresses, Usages: []x509.ExtKeyUsage{usage}, Validity: validity}, req.PublicKey, now)
+	signAs(t, csr, ca, pki.LeafTemplate{CommonName: req.Subject.CommonName, Organization: req.Subject.Organization,
+		DNSNames: req.DNSNames, IPAddresses: req.IPAddresses, Usages: []x509.ExtKeyUsage{usage}, Validity: validity}, now)
+}
+
+// signAs approves csr and signs its key with ca for template, whatever the
+// CSR asks.
+func signAs(t *testing.T, csr *certificatesv1.CertificateSigningRequest, ca *pki.KeyPair, template pki.LeafTemplate, now time.Time) {
+	t.Helper()
+	req, err := parseCSR(csr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	cert, err := ca.Issue(template, req.PublicKey, now)
 	if err != nil {
 		t.Error(err)
 		return

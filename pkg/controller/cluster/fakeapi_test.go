@@ -234,6 +234,16 @@ func (sc *settledCluster) cluster() *v1alpha1.Cluster {
 	return c
 }
 
+// setEndpoint sets the Cluster's spec.controlPlane.endpoint, as a user does.
+func (sc *settledCluster) setEndpoint(endpoint string) {
+	sc.t.Helper()
+	c := sc.cluster()
+	c.Spec.ControlPlane.Endpoint = endpoint
+	if err := sc.api.Update(context.Background(), c); err != nil {
+		sc.t.Fatal(err)
+	}
+}
+
 // annotate sets the operation annotation, as a user does.
 func (sc *settledCluster) annotate(operation string) {
 	sc.t.Helper()

@@ -509,11 +509,7 @@ func TestAFailedReadOfTheNodesKeepsTheirVerdict(t *testing.T) {
 // starts the count over.
 func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 	sc := newSettledCluster(t)
-	c := sc.cluster()
-	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
-	if err := sc.api.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	sc.setEndpoint("https://192.0.2.10:6443")
 	clk := clocktesting.NewFakeClock(time.Now())
 	sc.r.Clock = clk
 	var readErr error
@@ -562,11 +558,7 @@ func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 // the managed checks' failing run.
 func TestTheGatesNodeReadsBackOffWhileTheyFail(t *testing.T) {
 	sc := newSettledCluster(t)
-	c := sc.cluster()
-	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
-	if err := sc.api.Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
+	sc.setEndpoint("https://192.0.2.10:6443")
 	clk := clocktesting.NewFakeClock(time.Now())
 	sc.r.Clock = clk
 	sc.r.ManagedPollInterval = 5 * time.Second
@@ -674,11 +666,7 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 	}
 	setEndpoint := func(endpoint string) {
 		t.Helper()
-		c := sc.cluster()
-		c.Spec.ControlPlane.Endpoint = endpoint
-		if err := sc.api.Update(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+		sc.setEndpoint(endpoint)
 		for range 3 {
 			sc.reconcile()
 		}
@@ -799,10 +787,7 @@ type kubeletHolders struct {
 func prepareKubeletHolders(t *testing.T, sc *settledCluster, nodes []corev1.Node, onNewCA map[string]bool) kubeletHolders {
 	t.Helper()
 	ctx, c := context.Background(), sc.cluster()
-	c.Spec.ControlPlane.Endpoint = "https://192.0.2.10:6443"
-	if err := sc.api.Update(ctx, c); err != nil {
-		t.Fatal(err)
-	}
+	sc.setEndpoint("https://192.0.2.10:6443")
 	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
 		return nodes, nil, nil
 	}

@@ -133,16 +133,7 @@ func TestADecisionIsNotTakenOnACacheBehind(t *testing.T) {
 			f.remote = append(f.remote, workerNode("uid-1", "10.0.0.7", "203.0.113.9"), obj)
 			r, _ := f.build(nil)
 			behind := true
-			remote := interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
-				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-					if node, typed := obj.(*corev1.Node); typed && behind { // read through the cache
-						workerNode("uid-1", "10.0.0.7").DeepCopyInto(node)
-						return nil
-					}
-					return c.Get(ctx, key, obj, opts...)
-				},
-			})
-			r.remote = remote
+			remote := cacheShows(r, workerNode("uid-1", "10.0.0.7"), &behind)
 			res, err := reconcileCSR(t, r, "s")
 			if err != nil || res.RequeueAfter != transientRetry {
 				t.Fatalf("Reconcile = %+v, %v, want a retry", res, err)
@@ -180,16 +171,7 @@ func TestAnApprovalIsNotTakenOnACacheBehind(t *testing.T) {
 	f.remote = append(f.remote, workerNode("uid-1", "10.0.0.7"), obj)
 	r, _ := f.build(nil)
 	behind := true
-	remote := interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if node, typed := obj.(*corev1.Node); typed && behind { // read through the cache
-				workerNode("uid-1", "10.0.0.7", "10.0.0.9").DeepCopyInto(node)
-				return nil
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
-	r.remote = remote
+	remote := cacheShows(r, workerNode("uid-1", "10.0.0.7", "10.0.0.9"), &behind)
 	res, err := reconcileCSR(t, r, "s")
 	if err != nil || res.RequeueAfter != transientRetry {
 		t.Fatalf("Reconcile = %+v, %v, want a retry", res, err)
@@ -204,6 +186,22 @@ func TestAnApprovalIsNotTakenOnACacheBehind(t *testing.T) {
 	if _, denied := hasCondition(getCSR(t, remote, "s"), certificatesv1.CertificateDenied); !denied {
 		t.Fatal("not denied once the cache caught up")
 	}
+}
+
+// cacheShows has r read cached, in place of the Node, while *behind: a
+// cache behind the API server, which the uncached reads (latestNode) are not.
+func cacheShows(r *csrReconciler, cached *corev1.Node, behind *bool) client.Client {
+	remote := interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if node, typed := obj.(*corev1.Node); typed && *behind { // read through the cache
+				cached.DeepCopyInto(node)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r.remote = remote
+	return remote
 }
 
 // TestUnreadablePinLeavesPending: when the pin cannot be read, the request
