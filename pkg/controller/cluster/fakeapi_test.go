@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -232,6 +233,17 @@ func (sc *settledCluster) cluster() *v1alpha1.Cluster {
 		sc.t.Fatal(err)
 	}
 	return c
+}
+
+// rotationAfter reconciles passes times and returns the Cluster and its
+// CARotationInProgress condition.
+func (sc *settledCluster) rotationAfter(passes int) (*v1alpha1.Cluster, *metav1.Condition) {
+	sc.t.Helper()
+	for range passes {
+		sc.reconcile()
+	}
+	c := sc.cluster()
+	return c, meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
 }
 
 // setEndpoint sets the Cluster's spec.controlPlane.endpoint, as a user does.

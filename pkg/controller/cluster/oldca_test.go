@@ -420,11 +420,7 @@ func TestAKubeconfigRecordLostDuringTheRotationIsNotForgotten(t *testing.T) {
 	}
 
 	sc.annotate(v1alpha1.OperationAbortCARotation)
-	for range 5 {
-		sc.reconcile()
-	}
-	c = sc.cluster()
-	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+	c, cond := sc.rotationAfter(5)
 	if c.CARotationPhase() != v1alpha1.RotationAborting || cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeconfigHolders) ||
 		!strings.Contains(cond.Message, "the record this rotation judges by, was deleted since") {
 		t.Errorf("the abort is %s: %+v; want it Aborting, waiting for the holders of kubeconfigs the deleted record held", c.CARotationPhase(), cond)
@@ -648,51 +644,27 @@ func TestTheOldCAUsageGateHoldsWhileTheRotationsEndpointIsRemoved(t *testing.T) 
 // renewed from the old client CA. A Node deleted since does not hold it.
 func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 	sc := newSettledCluster(t)
-	ctx := context.Background()
 	h := prepareKubeletHolders(t, sc, []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "worker-2"}}, {ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}},
 		map[string]bool{"worker-1": true, "worker-2": false, "gone": true})
-	signed, kubelets, record, oldCA, now := h.signed, h.kubelets, h.record, h.oldCA, h.now
 
 	sc.annotate(v1alpha1.OperationAbortCARotation)
-	for range 5 {
-		sc.reconcile()
-	}
-	c := sc.cluster()
-	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+	c, cond := sc.rotationAfter(5)
 	if c.CARotationPhase() != v1alpha1.RotationAborting || c.CARotation().AbortRolledBackTime != nil || cond == nil ||
 		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "1 Node(s) whose kubelet holds") ||
 		!strings.Contains(cond.Message, ": worker-1;") {
 		t.Fatalf("the abort is %s: %+v; want it Aborting, waiting for worker-1's kubelet alone", c.CARotationPhase(), cond)
 	}
-	setEndpoint := func(endpoint string) {
-		t.Helper()
-		sc.setEndpoint(endpoint)
-		for range 3 {
-			sc.reconcile()
-		}
-	}
-	setEndpoint("")
-	c = sc.cluster()
-	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation); c.CARotation().AbortRolledBackTime != nil || cond == nil ||
+	sc.setEndpoint("")
+	if c, cond = sc.rotationAfter(3); c.CARotation().AbortRolledBackTime != nil || cond == nil ||
 		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "endpoint was removed") {
 		t.Fatalf("with the endpoint removed the abort is %s: %+v; want it waiting, as the Nodes cannot be read", c.CARotationPhase(), cond)
 	}
-	setEndpoint("https://192.0.2.10:6443")
+	sc.setEndpoint("https://192.0.2.10:6443")
+	sc.rotationAfter(3)
 
-	if err := sc.api.apiServer.(client.Client).Get(ctx, client.ObjectKeyFromObject(record), record); err != nil {
-		t.Fatal(err)
-	}
-	kubelets.Add([]oldca.IssuedCertificate{signed("worker-1", oldCA, "b1")}, now)
-	oldca.StoreKubeletCertificates(kubelets.String(), record.Data, record.BinaryData)
-	if err := sc.api.apiServer.(client.Client).Update(ctx, record); err != nil {
-		t.Fatal(err)
-	}
-	for range 5 {
-		sc.reconcile()
-	}
-	if c = sc.cluster(); c.CARotation().AbortRolledBackTime == nil {
-		t.Errorf("with worker-1 renewed from the old client CA the abort is %s, %+v; want everything recorded back on the old CAs", c.CARotationPhase(),
-			meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation))
+	h.store(t, sc, h.signed("worker-1", h.oldCA, "b1"))
+	if c, cond := sc.rotationAfter(5); c.CARotation().AbortRolledBackTime == nil {
+		t.Errorf("with worker-1 renewed from the old client CA the abort is %s, %+v; want everything recorded back on the old CAs", c.CARotationPhase(), cond)
 	}
 }
 
@@ -704,7 +676,6 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 // kubelet serves a certificate from the old kubelet CA.
 func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
 	sc := newSettledCluster(t)
-	ctx := context.Background()
 	h := prepareKubeletHolders(t, sc, []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "worker-2"}}},
 		map[string]bool{"worker-1": false, "worker-2": false})
 	kubeletCAs := preparedCAs(t, sc, v1alpha1.CARoleKubelet)
@@ -714,25 +685,10 @@ func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
 		cert.Serving = true
 		return cert
 	}
-	store := func(certs ...oldca.IssuedCertificate) {
-		t.Helper()
-		if err := sc.api.apiServer.(client.Client).Get(ctx, client.ObjectKeyFromObject(h.record), h.record); err != nil {
-			t.Fatal(err)
-		}
-		h.kubelets.Add(certs, h.now)
-		oldca.StoreKubeletCertificates(h.kubelets.String(), h.record.Data, h.record.BinaryData)
-		if err := sc.api.apiServer.(client.Client).Update(ctx, h.record); err != nil {
-			t.Fatal(err)
-		}
-	}
-	store(serving("worker-1", newKubeletCA, "c1"), serving("worker-2", newKubeletCA, "c2"), serving("worker-2", oldKubeletCA, "c3"))
+	h.store(t, sc, serving("worker-1", newKubeletCA, "c1"), serving("worker-2", newKubeletCA, "c2"), serving("worker-2", oldKubeletCA, "c3"))
 
 	sc.annotate(v1alpha1.OperationAbortCARotation)
-	for range 5 {
-		sc.reconcile()
-	}
-	c := sc.cluster()
-	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation)
+	c, cond := sc.rotationAfter(5)
 	if c.CARotationPhase() != v1alpha1.RotationAborting || c.CARotation().AbortRolledBackTime != nil || cond == nil ||
 		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "would no longer verify): worker-1;") {
 		t.Fatalf("the abort is %s: %+v; want it Aborting, waiting for worker-1's kubelet alone", c.CARotationPhase(), cond)
@@ -743,10 +699,7 @@ func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
 	h.kubelets.UnrecordedServingUntil = &until
 	waitsFor := func(want ...string) {
 		t.Helper()
-		for range 5 {
-			sc.reconcile()
-		}
-		cond := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionCARotation)
+		_, cond := sc.rotationAfter(5)
 		if cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) {
 			t.Fatalf("with serving certificates the record forgot: %+v; want the abort waiting", cond)
 		}
@@ -756,18 +709,14 @@ func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
 			}
 		}
 	}
-	store()
+	h.store(t, sc)
 	waitsFor("had no room for some kubelet serving certificates", "worker-1")
-	store(serving("worker-1", oldKubeletCA, "c4"))
+	h.store(t, sc, serving("worker-1", oldKubeletCA, "c4"))
 	waitsFor("had no room for some kubelet serving certificates")
 	h.kubelets.UnrecordedServingUntil = nil
-	store()
-	for range 5 {
-		sc.reconcile()
-	}
-	if c = sc.cluster(); c.CARotation().AbortRolledBackTime == nil {
-		t.Errorf("with worker-1 serving from the old kubelet CA the abort is %s, %+v; want everything recorded back on the old CAs", c.CARotationPhase(),
-			meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation))
+	h.store(t, sc)
+	if c, cond := sc.rotationAfter(5); c.CARotation().AbortRolledBackTime == nil {
+		t.Errorf("with worker-1 serving from the old kubelet CA the abort is %s, %+v; want everything recorded back on the old CAs", c.CARotationPhase(), cond)
 	}
 }
 
@@ -818,6 +767,20 @@ func prepareKubeletHolders(t *testing.T, sc *settledCluster, nodes []corev1.Node
 	return h
 }
 
+// store adds certs to the kubelet record, as the kubelet CSR signer does.
+func (h kubeletHolders) store(t *testing.T, sc *settledCluster, certs ...oldca.IssuedCertificate) {
+	t.Helper()
+	ctx := context.Background()
+	if err := sc.api.apiServer.(client.Client).Get(ctx, client.ObjectKeyFromObject(h.record), h.record); err != nil {
+		t.Fatal(err)
+	}
+	h.kubelets.Add(certs, h.now)
+	oldca.StoreKubeletCertificates(h.kubelets.String(), h.record.Data, h.record.BinaryData)
+	if err := sc.api.apiServer.(client.Client).Update(ctx, h.record); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // preparedClientCAs are the client CAs of sc's Cluster, whose rotation is
 // Prepared: the new one current, the old one previous.
 func preparedClientCAs(t *testing.T, sc *settledCluster) *credentials.CAs {
@@ -864,11 +827,7 @@ func TestAnAbortAsksTheKubeletHoldersOfInPlacePools(t *testing.T) {
 	}
 
 	sc.annotate(v1alpha1.OperationAbortCARotation)
-	for range 5 {
-		sc.reconcile()
-	}
-	c = sc.cluster()
-	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCARotation); cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) {
+	if _, cond := sc.rotationAfter(5); cond == nil || cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) {
 		t.Fatalf("the abort: %+v, want it waiting for the kubelet holders", cond)
 	}
 	if len(asker.asked) == 0 || slices.ContainsFunc(asker.asked, func(nodes []string) bool { return !slices.Equal(nodes, []string{"worker-1"}) }) {
