@@ -487,11 +487,11 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 	now := r.Clock.Now()
 	// What the record forgot holds the abort, named first; the holders it
 	// names are named, and asked, all the same.
-	var holders []string
+	var notes, holders []string
 	unrecorded := func(until *time.Time, what string) {
 		if until != nil && now.Before(*until) {
 			s.wakeAt(*until)
-			holders = append(holders, fmt.Sprintf("(ConfigMap %s had no room for some kubelet %s certificates, valid until %s: "+
+			notes = append(notes, fmt.Sprintf("(ConfigMap %s had no room for some kubelet %s certificates, valid until %s: "+
 				"force the abort once every kubelet runs on certificates from the old CAs)", name, what, until.UTC().Format(time.RFC3339)))
 		}
 	}
@@ -504,10 +504,9 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 	nodes, _, err := r.ManagedNodes(ctx, c)
 	if err != nil {
 		log.FromContext(ctx).Info("reading the managed cluster's Nodes for the abort", "error", err.Error())
-		return append(holders, "(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from a new CA)"), nil
+		return append(notes, "(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from a new CA)"), nil
 	}
 	newIssuer := hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId)
-	notes := len(holders)
 	for _, n := range nodes {
 		client, holdsClient := record.Holding(n.Name, newIssuer, now)
 		serving, holdsServing := record.HoldingServing(n.Name, newKubeletIssuer, now)
@@ -529,8 +528,8 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 			}
 		}
 	}
-	slices.Sort(holders[notes:]) // the status names them: the same order each pass
-	return holders, nil
+	slices.Sort(holders) // the status names them: the same order each pass
+	return append(notes, holders...), nil
 }
 
 // askKubeletHolders has the rollouts that can ask their nodes to renew once
