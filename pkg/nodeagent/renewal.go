@@ -163,6 +163,9 @@ const checkServerStep = "check the API server against the cluster bundle"
 // again later.
 func (r *renewal) checkServer(context.Context) error {
 	host, err := r.probeServer(r.n.Manager.cfg.KubeconfigPath)
+	if err != nil && host == "" {
+		return fmt.Errorf("%s: %w; not installing the published cluster bundle %s", r.n.Manager.cfg.KubeconfigPath, err, noderenewal.Digest(r.trust.Cluster))
+	}
 	if err != nil {
 		return fmt.Errorf("the API server at %s, with only the published cluster bundle %s trusted: %w; not installing it",
 			host, noderenewal.Digest(r.trust.Cluster), err)
@@ -183,9 +186,12 @@ func (r *renewal) probeServer(path string) (host string, err error) {
 	if err != nil {
 		return "", err
 	}
-	_, cluster, err := bootstrap.CurrentCluster(raw)
+	name, cluster, err := bootstrap.CurrentCluster(raw)
 	if err != nil {
 		return "", err
+	}
+	if cluster.Server == "" {
+		return "", fmt.Errorf("cluster %q names no server", name)
 	}
 	cfg := &rest.Config{Host: cluster.Server, Timeout: checkServerTimeout,
 		TLSClientConfig: rest.TLSClientConfig{CAData: r.trust.Cluster, ServerName: cluster.TLSServerName}}

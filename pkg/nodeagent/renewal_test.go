@@ -928,19 +928,26 @@ func TestCheckServerNeedsTheBundleToVerifyTheAPIServer(t *testing.T) {
 		status  int
 		bundle  []byte
 		wantErr string
+		// noServer: the kubeconfig names no server (client-go would take
+		// localhost).
+		noServer bool
 	}{
-		{"Preparing: both CAs, the old one serving", cluster0, http.StatusOK, append(cluster0.CertPEM(), cluster1.CertPEM()...), ""},
-		{"Finalizing: the new CA alone, serving", cluster1, http.StatusOK, cluster1.CertPEM(), ""},
-		{"a refusal is an answer", cluster1, http.StatusUnauthorized, cluster1.CertPEM(), ""},
-		{"the new CA alone, the old one still serving", cluster0, http.StatusOK, cluster1.CertPEM(), "certificate signed by unknown authority"},
+		{"Preparing: both CAs, the old one serving", cluster0, http.StatusOK, append(cluster0.CertPEM(), cluster1.CertPEM()...), "", false},
+		{"Finalizing: the new CA alone, serving", cluster1, http.StatusOK, cluster1.CertPEM(), "", false},
+		{"a refusal is an answer", cluster1, http.StatusUnauthorized, cluster1.CertPEM(), "", false},
+		{"the new CA alone, the old one still serving", cluster0, http.StatusOK, cluster1.CertPEM(), "certificate signed by unknown authority", false},
+		{"no server", cluster1, http.StatusOK, cluster1.CertPEM(), "names no server", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			ran := filepath.Join(dir, "ran")
 			user := &clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef", Exec: &clientcmdapi.ExecConfig{
 				APIVersion: "client.authentication.k8s.io/v1", Command: "sh", Args: []string{"-c", "touch " + ran}, InteractiveMode: clientcmdapi.NeverExecInteractiveMode}}
-			writeTestKubeconfig(t, filepath.Join(dir, "kubeconfig"),
-				&clientcmdapi.Cluster{Server: apiServer(tt.serving, tt.status), CertificateAuthorityData: cluster0.CertPEM()}, user)
+			server := apiServer(tt.serving, tt.status)
+			if tt.noServer {
+				server = ""
+			}
+			writeTestKubeconfig(t, filepath.Join(dir, "kubeconfig"), &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cluster0.CertPEM()}, user)
 			r := &renewal{n: &Node{Manager: NewManager(Config{KubeconfigPath: filepath.Join(dir, "kubeconfig")}), Logf: t.Logf},
 				trust: noderenewal.Trust{Cluster: tt.bundle}}
 			authorized.Store(false)
