@@ -267,7 +267,12 @@ default outside kubeadm): nothing else deletes it.`,
 				Data: map[string][]byte{certsDataKey: sealed},
 			}
 			if err := c.Create(ctx, copySecret); err != nil {
-				return fmt.Errorf("storing the encrypted copy: %w", err)
+				// The key is never shown: the token goes now, and with it a
+				// copy stored all the same (a write that timed out).
+				if deleteErr := client.IgnoreNotFound(c.Delete(ctx, token)); deleteErr != nil {
+					return fmt.Errorf("storing the encrypted copy: %w; deleting its bootstrap token %s: %w", err, token.Name, deleteErr)
+				}
+				return fmt.Errorf("storing the encrypted copy: %w; its bootstrap token %s is deleted", err, token.Name)
 			}
 			files, _ := (&certsUpload{secrets: uploaded}).files()
 			if err := printUpload(e.streams.Out, cl, id, key, len(uploaded), len(files), expires); err != nil {

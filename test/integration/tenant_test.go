@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -299,5 +300,33 @@ var _ = Describe("kubectl carousel certs upload", func() {
 		var uploads corev1.SecretList
 		Expect(k8s.List(ctx, &uploads, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{v1alpha1.LabelCertsUpload: string(c.UID)})).To(Succeed())
 		Expect(uploads.Items).To(HaveLen(2), "the new upload's token and copy, labelled with the Cluster's UID")
+	})
+
+	It("deletes the bootstrap token it created when the encrypted copy cannot be stored", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		c := createCluster(ctx, ns, "refused-copy")
+		issueCredentialsOnce(ctx, c)
+
+		By("refusing the creation of this Cluster's encrypted copies with an admission policy")
+		policy, binding := denyingPolicy("refuse-certs-copy", corev1.GroupName, "secrets", nil, "refused by the test", admissionregistrationv1.Create)
+		upload := map[string]string{v1alpha1.LabelCertsUpload: string(c.UID)}
+		policy.Spec.MatchConstraints.ObjectSelector = &metav1.LabelSelector{MatchLabels: upload}
+		policy.Spec.Validations[0].Expression = "!object.metadata.name.startsWith('carousel-certs-')"
+		for _, o := range []client.Object{policy, binding} {
+			Expect(k8s.Create(ctx, o)).To(Succeed())
+			DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, o))).To(Succeed()) })
+		}
+		Eventually(func(ctx context.Context) error {
+			probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "carousel-certs-probe", Labels: upload}}
+			return k8s.Create(ctx, probe, client.DryRunAll)
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(MatchError(ContainSubstring("refused by the test")),
+			"the policy in force")
+
+		_, err := kubectlCarousel(ctx, "certs", "upload", c.Name, "-n", ns, "--ttl", "1h")
+		Expect(err).To(MatchError(And(ContainSubstring("storing the encrypted copy"), ContainSubstring("refused by the test"),
+			MatchRegexp(`its bootstrap token bootstrap-token-[a-z0-9]{6} is deleted`))))
+		var uploads corev1.SecretList
+		Expect(k8s.List(ctx, &uploads, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels(upload))).To(Succeed())
+		Expect(uploads.Items).To(BeEmpty(), "no token is left owning a copy that was never stored")
 	})
 })
