@@ -220,7 +220,7 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 	c.mu.Lock()
 	existing := c.conns[key]
 	c.mu.Unlock()
-	if existing != nil && existing.digest == digest {
+	if existing != nil && existing.digest == digest && existing.ctx.Err() == nil {
 		return existing, nil
 	}
 	c.disconnectMoved(key, cfg.Host, cfg.CAData)
@@ -233,6 +233,10 @@ func (c *Cache) connect(ctx context.Context, key client.ObjectKey, cfg *rest.Con
 		c.mu.Unlock()
 		conn.cancel()
 		return nil, errStopped
+	}
+	if conn.ctx.Err() != nil { // dropped before it was kept (see drop)
+		c.mu.Unlock()
+		return nil, errEndedAtStart
 	}
 	if c.conns == nil {
 		c.conns = map[client.ObjectKey]*Connection{}
@@ -447,18 +451,25 @@ func (c *Cache) disconnectLocked(key client.ObjectKey) {
 	}
 }
 
-// drop ends conn and forgets it, unless it was replaced already.
+// drop ends conn and forgets it, unless it was replaced already. It ends it
+// first: a connect that has not kept conn yet sees it ended and keeps it not
+// (errEndedAtStart); one that kept it has, when drop looks.
 func (c *Cache) drop(key client.ObjectKey, conn *Connection) {
+	conn.cancel()
 	c.mu.Lock()
 	if c.conns[key] == conn {
 		delete(c.conns, key)
 	}
 	c.mu.Unlock()
-	conn.cancel()
 }
 
-// errStopped: the manager stopped while a connection was being made.
-var errStopped = errors.New("the manager is stopping")
+var (
+	// errStopped: the manager stopped while a connection was being made.
+	errStopped = errors.New("the manager is stopping")
+	// errEndedAtStart: what runs with a connection failed (logged) before
+	// the connect kept it.
+	errEndedAtStart = errors.New("the connection ended as it was made: what runs with it failed (logged); the next pass connects again")
+)
 
 // Start implements manager.Runnable: it ends every connection when the
 // manager stops, and any a connect in flight makes then.

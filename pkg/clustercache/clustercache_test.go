@@ -660,8 +660,12 @@ func TestAConnectInFlightWhenTheManagerStopsKeepsNoConnection(t *testing.T) {
 func TestAConnectionWhoseRunFailsEndsWithItsErrorLogged(t *testing.T) {
 	server := managedAPIServer(t, new(atomic.Int32))
 	errNotListed := errors.New("the managed cluster's CSRs were not listed within 2m0s")
+	connected := make(chan struct{})
 	c := &Cache{Scheme: scheme.New(), OnConnect: []OnConnect{func(_ client.ObjectKey, conn *Connection) error {
-		conn.Run(func(context.Context) error { return errNotListed })
+		conn.Run(func(context.Context) error {
+			<-connected // fails once kept (see TestAConnectionEndedBeforeItIsKeptIsNotKept)
+			return errNotListed
+		})
 		return nil
 	}}}
 	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
@@ -677,6 +681,7 @@ func TestAConnectionWhoseRunFailsEndsWithItsErrorLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	close(connected)
 	select {
 	case <-conn.Context().Done():
 	case <-time.After(time.Minute):
@@ -691,6 +696,46 @@ func TestAConnectionWhoseRunFailsEndsWithItsErrorLogged(t *testing.T) {
 		return strings.Contains(l, errNotListed.Error()) && strings.Contains(l, server.URL)
 	}) {
 		t.Errorf("no log line with the error and the endpoint in %q", logged)
+	}
+}
+
+// A connection whose run fails before the connect keeps it is not kept: it
+// was kept, ended, and handed out by every connect after it, which found it
+// made with the same configuration (a managed cluster whose CSRs nobody
+// watched any more, until Carousel's client certificate changed again). The
+// connection it was to replace goes on.
+func TestAConnectionEndedBeforeItIsKeptIsNotKept(t *testing.T) {
+	server := managedAPIServer(t, new(atomic.Int32))
+	oldCA, newCA := pki.EncodeCertificates(server.Certificate()), pkitest.NewCA(t, "cluster CA 1").CertPEM()
+	config := func(bundle []byte) *rest.Config {
+		return &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{CAData: bundle}}
+	}
+	var fail atomic.Bool
+	c := &Cache{Scheme: scheme.New(), OnConnect: []OnConnect{func(_ client.ObjectKey, conn *Connection) error {
+		if fail.Load() {
+			conn.Run(func(context.Context) error { return errors.New("the managed cluster's CSRs were not listed") })
+			<-conn.Context().Done() // dropped before the connect keeps it
+		}
+		return nil
+	}}}
+	key := client.ObjectKey{Namespace: "fleet", Name: "a"}
+	defer c.Disconnect(key)
+	first, err := c.connect(t.Context(), key, config(oldCA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	both := append(slices.Clone(oldCA), newCA...)
+	if _, err := c.connect(t.Context(), key, config(both)); !errors.Is(err, errEndedAtStart) {
+		t.Fatalf("connect = %v; want %v", err, errEndedAtStart)
+	}
+	if kept, ok := c.Connection(key); !ok || kept != first || first.Context().Err() != nil {
+		t.Errorf("the connection kept is %p (%v), want the first one %p, running (%v)", kept, ok, first, first.Context().Err())
+	}
+	fail.Store(false)
+	second, err := c.connect(t.Context(), key, config(both))
+	if err != nil || second == first || second.Context().Err() != nil {
+		t.Errorf("the next connect = %p, %v; want a new, running connection", second, err)
 	}
 }
 
