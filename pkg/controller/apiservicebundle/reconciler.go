@@ -25,6 +25,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/evidence"
+	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/refused"
 )
 
@@ -68,8 +69,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	want := []byte(bundle.Data[v1alpha1.DataKeyCABundle])
-	if len(want) == 0 {
-		return ctrl.Result{}, fmt.Errorf("ConfigMap %s has no %s", bundle.Name, v1alpha1.DataKeyCABundle)
+	if err := checkBundle(want); err != nil {
+		// A namespace writer may have changed it: the Cluster controller
+		// writes it back, which brings the Cluster here again.
+		return ctrl.Result{}, fmt.Errorf("ConfigMap %s: %s: %w; no APIService is given it", bundle.Name, v1alpha1.DataKeyCABundle, err)
 	}
 	resync := r.Resync
 	if resync == 0 {
@@ -125,6 +128,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.retry(ctx, resync, errors.Join(failed...))
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// checkBundle says whether bundle holds CA certificates and nothing else, as
+// the Cluster controller writes it.
+func checkBundle(bundle []byte) error {
+	certs, err := pki.ParseCertificates(bundle)
+	if err != nil {
+		return err
+	}
+	for _, cert := range certs {
+		if !cert.IsCA {
+			return fmt.Errorf("%q is not a CA certificate", cert.Subject.CommonName)
+		}
+	}
+	return nil
 }
 
 // retry logs what failed in the managed cluster and looks again after a

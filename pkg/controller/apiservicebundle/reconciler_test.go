@@ -27,6 +27,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/clustercache"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 	"github.com/carousel-dev/carousel/pkg/scheme"
 )
 
@@ -100,8 +101,9 @@ func TestAClusterNotConnectedYetIsLookedAtAgainWithoutConnecting(t *testing.T) {
 func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "a"},
 		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://192.0.2.1:6443"}}}
+	newBundle := pkitest.NewCA(t, "metrics-server-ca-1").CertPEM()
 	bundle := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleMetricsServer)},
-		Data: map[string]string{v1alpha1.DataKeyCABundle: "new bundle"}}
+		Data: map[string]string{v1alpha1.DataKeyCABundle: string(newBundle)}}
 	management := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c, bundle).Build()
 	labelled := map[string]string{v1alpha1.LabelCABundle: string(v1alpha1.CARoleMetricsServer)}
 	aggregated := func(name string) *apiregistrationv1.APIService {
@@ -139,7 +141,7 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 	if err := managed.Get(t.Context(), client.ObjectKey{Name: "v1beta1.metrics.k8s.io"}, metrics); err != nil {
 		t.Fatal(err)
 	}
-	if string(metrics.Spec.CABundle) != "new bundle" {
+	if string(metrics.Spec.CABundle) != string(newBundle) {
 		t.Errorf("the APIService listed after the refused one has caBundle %q, want the new bundle", metrics.Spec.CABundle)
 	}
 	if slices.Contains(patched, local.Name) {
@@ -159,6 +161,49 @@ func TestAnAPIServiceThatCannotBeWrittenHoldsUpNoOther(t *testing.T) {
 		!strings.Contains(recorded[0], "a webhook refuses it") ||
 		!strings.Contains(recorded[1], "APIService v1beta1.metrics.k8s.io of the managed cluster now trusts") {
 		t.Errorf("events %q, want a warning that names the refused APIService and the answer, then the write of v1beta1.metrics.k8s.io", recorded)
+	}
+}
+
+// A bundle ConfigMap that does not hold CA certificates alone (a namespace
+// writer changed it, before the Cluster controller writes it back) is given
+// to no APIService: the aggregator could no longer verify metrics-server.
+func TestABundleOfAnythingButCACertificatesIsGivenToNoAPIService(t *testing.T) {
+	now := time.Now()
+	ca := pkitest.NewCA(t, "metrics-server-ca-1")
+	leaf, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "metrics-server", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		Validity: time.Hour}, pki.ECDSAP256, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := leaf.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, bundle, wantErr string }{
+		{"none", "", "no certificate"},
+		{"not PEM", "not PEM", "no certificate"},
+		{"a private key", string(ca.CertPEM()) + string(key), "unexpected PEM block"},
+		{"a leaf certificate", string(ca.CertPEM()) + string(leaf.CertPEM()), `"metrics-server" is not a CA certificate`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "a"},
+				Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://192.0.2.1:6443"}}}
+			bundle := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.BundleConfigMapName(c.Name, v1alpha1.CARoleMetricsServer)},
+				Data: map[string]string{v1alpha1.DataKeyCABundle: tt.bundle}}
+			var patched int
+			managed := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(&apiregistrationv1.APIService{
+				ObjectMeta: metav1.ObjectMeta{Name: "v1beta1.metrics.k8s.io", Labels: map[string]string{v1alpha1.LabelCABundle: string(v1alpha1.CARoleMetricsServer)}},
+				Spec:       apiregistrationv1.APIServiceSpec{Service: &apiregistrationv1.ServiceReference{Namespace: "kube-system", Name: "metrics-server"}}}).
+				WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					patched++
+					return cl.Patch(ctx, obj, patch, opts...)
+				}}).Build()
+			r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(c, bundle).Build(), Connections: connectedTo{managed}, Resync: time.Minute}
+			_, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || patched != 0 {
+				t.Errorf("Reconcile = %v after %d patches; want an error saying %q and none", err, patched, tt.wantErr)
+			}
+		})
 	}
 }
 
