@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -75,8 +76,12 @@ func TestConfigureManagerNamesTheShardAfterTheHost(t *testing.T) {
 	if err := s.ConfigureManager(&rest.Config{Host: "https://127.0.0.1:1"}, &opts); err != nil {
 		t.Fatal(err)
 	}
-	if s.Name == "" || s.Name != opts.LeaderElectionResourceLockInterface.Identity() {
-		t.Errorf("shard name %q, Lease holder %q: want the host name for both", s.Name, opts.LeaderElectionResourceLockInterface.Identity())
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != host || opts.LeaderElectionResourceLockInterface.Identity() != host {
+		t.Errorf("shard name %q, Lease holder %q: want the host name %q for both", s.Name, opts.LeaderElectionResourceLockInterface.Identity(), host)
 	}
 	if *opts.LeaseDuration != 30*time.Second {
 		t.Errorf("lease duration %s, want the configured 30s", *opts.LeaseDuration)
