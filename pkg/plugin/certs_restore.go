@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -180,7 +179,7 @@ func checkUploadedCA(cl *v1alpha1.Cluster, role v1alpha1.CARole, s uploadedSecre
 	if inv.Previous != nil {
 		invPrev = inv.Previous.Fingerprint
 	}
-	id := rotationID(cl)
+	id := cl.CARotationID()
 	switch {
 	case upCur == invCur && upPrev == invPrev:
 		return nil
@@ -298,16 +297,6 @@ func inventoryOf(cl *v1alpha1.Cluster, role v1alpha1.CARole) *v1alpha1.Certifica
 		}
 	}
 	return nil
-}
-
-// rotationID is the rotation annotation value that the operator writes on
-// the CA Secrets it generates in the rotation under way (empty when none is).
-func rotationID(cl *v1alpha1.Cluster) string {
-	rot := cl.CARotation()
-	if rot == nil || !rot.Phase.RotationInProgress() || rot.LastInitiationTime == nil {
-		return ""
-	}
-	return rot.LastInitiationTime.UTC().Format(time.RFC3339)
 }
 
 // restoredSecret is the Secret to create for an uploaded one: as uploaded,

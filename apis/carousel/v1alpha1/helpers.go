@@ -15,6 +15,17 @@ func (c *Cluster) CARotation() *CARotation {
 	return c.Status.Credentials.Rotation.CertificateAuthorities
 }
 
+// CARotationID identifies the CA rotation under way by its
+// lastInitiationTime, the AnnotationRotation value of the CA Secrets it
+// generates; it is empty when no rotation is under way.
+func (c *Cluster) CARotationID() string {
+	rot := c.CARotation()
+	if rot == nil || !rot.Phase.RotationInProgress() || rot.LastInitiationTime == nil {
+		return ""
+	}
+	return rot.LastInitiationTime.UTC().Format(time.RFC3339)
+}
+
 // CARotationPhase returns the phase of the CA rotation; empty when the
 // Cluster was never rotated.
 func (c *Cluster) CARotationPhase() CARotationPhase {

@@ -19,16 +19,6 @@ import (
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
-// rotationID identifies the rotation under way by its lastInitiationTime; it
-// is empty when no rotation is under way.
-func rotationID(c *v1alpha1.Cluster) string {
-	rot := c.CARotation()
-	if rot == nil || !rot.Phase.RotationInProgress() || rot.LastInitiationTime == nil {
-		return ""
-	}
-	return rot.LastInitiationTime.UTC().Format(time.RFC3339)
-}
-
 // ensureCAs gives every role a CA Secret and, in Preparing, a new CA that
 // belongs to this rotation, keeping the old one as previous; in Aborting it
 // swaps them back (restoreOldCA). A CA is written
@@ -38,7 +28,7 @@ func rotationID(c *v1alpha1.Cluster) string {
 // never a reason to replace a CA, and a CA the status lists is never
 // generated again unless a reissue-ca operation allowed it (confirmCAMissing).
 func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *objects) (map[v1alpha1.CARole]*credentials.CAs, error) {
-	phase, id := c.CARotationPhase(), rotationID(c)
+	phase, id := c.CARotationPhase(), c.CARotationID()
 	all := make(map[v1alpha1.CARole]*credentials.CAs, len(v1alpha1.CARoles()))
 	var generated, restoredOld caList
 	defer func() {
@@ -150,7 +140,7 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 	recorded, recordedPrevious := recordedCAs(c, role)
 	retired := cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
 	holdsCurrent := recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint
-	fromBefore := holdsCurrent && cas.Previous == nil && recordedPrevious != nil && c.CARotationPhase().RotationInProgress() && cas.Rotation != rotationID(c)
+	fromBefore := holdsCurrent && cas.Previous == nil && recordedPrevious != nil && c.CARotationPhase().RotationInProgress() && cas.Rotation != c.CARotationID()
 	if !retired && !fromBefore && (holdsCurrent || cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
 		return nil
 	}

@@ -197,7 +197,11 @@ func askedThisRotation(annotations map[string]string, rot *v1alpha1.CARotation) 
 // in Aborting, once Carousel's own client certificate is back on the old
 // client CA, which is current again (kubelet certificates are signed by the
 // old CAs all through Aborting, package kubeletcsr), and, the second time
-// the abort rolls the pool, once the new CAs are deleted.
+// the abort rolls the pool, once the new CAs are deleted. r may be a cache
+// behind the pass that wrote the CAs: what it shows must be the phase's,
+// not the state of before that agrees with itself (the CA Secrets of before
+// the rotation, with Carousel's certificate on their CA; those of before
+// the abort swapped them back).
 func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, pool v1alpha1.WorkerPool) (*credentials.CAs, string, error) {
 	clientCAs, inUse, err := credentials.ClientCAInUse(ctx, r, c)
 	if apierrors.IsNotFound(err) {
@@ -208,11 +212,12 @@ func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, poo
 	}
 	switch c.CARotation().Phase {
 	case v1alpha1.RotationPreparing:
-		if inUse != clientCAs.Current {
+		if clientCAs.Rotation != c.CARotationID() || inUse != clientCAs.Current {
 			return nil, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), nil
 		}
 	case v1alpha1.RotationAborting:
-		if c.CARotation().AbortRolledBackTime == nil && inUse != clientCAs.Current {
+		swappedBack := clientCAs.Previous == nil || clientCAs.Restored()
+		if c.CARotation().AbortRolledBackTime == nil && (!swappedBack || inUse != clientCAs.Current) {
 			return nil, fmt.Sprintf("pool %s: waiting until Carousel's own client certificate is back on the old client CA", pool.Name), nil
 		}
 		if c.CARotation().AbortRolledBackTime != nil {

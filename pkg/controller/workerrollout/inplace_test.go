@@ -196,13 +196,16 @@ func TestAskedThisRotation(t *testing.T) {
 	}
 }
 
-// TestNodesMayMoveOnceEveryPreviousCAIsGone: in Finalizing, and in Aborting
-// once rolled back, nodes move only when no role's Secret holds a previous
-// CA any more, not as soon as the client CA's is gone: the cluster
-// controller drops them role after role, the kubelet CA's after the
-// client's, and nodes asked in between would install a kubelet bundle with
-// both CAs and be asked again.
-func TestNodesMayMoveOnceEveryPreviousCAIsGone(t *testing.T) {
+// TestNodesMayMoveOnlyOnThePhasesCAs: in Finalizing, and in Aborting once
+// rolled back, nodes move only when no role's Secret holds a previous CA any
+// more, not as soon as the client CA's is gone: the cluster controller drops
+// them role after role, the kubelet CA's after the client's, and nodes asked
+// in between would install a kubelet bundle with both CAs and be asked
+// again. In Preparing, and in Aborting before it rolled back, a cache behind
+// the pass that wrote the CAs shows the Secrets of before, which agree with
+// Carousel's certificate of before: nodes moved on them (a Replace pool
+// replaced, kubelets signed from the old client CA) for nothing.
+func TestNodesMayMoveOnlyOnThePhasesCAs(t *testing.T) {
 	ctx := context.Background()
 	started := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	rotation := started.Format(time.RFC3339)
@@ -217,30 +220,46 @@ func TestNodesMayMoveOnceEveryPreviousCAIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	all := v1alpha1.CARoles()
+	// The operator's certificate is from each case's current client CA;
+	// in a cache behind the pass that wrote the CAs, the Secrets of before
+	// agree with it too.
 	for _, tc := range []struct {
-		name     string
-		phase    v1alpha1.CARotationPhase
-		kept     []v1alpha1.CARole // roles whose Secret still holds a previous CA
-		wantMove bool
+		name       string
+		phase      v1alpha1.CARotationPhase
+		kept       []v1alpha1.CARole // roles whose Secret still holds a previous CA
+		rotation   string            // the CA Secrets' rotation annotation
+		swapped    bool              // the abort swapped the CAs back
+		rolledBack bool
+		wantMove   bool
 	}{
-		{"Finalizing, every old CA dropped", v1alpha1.RotationFinalizing, nil, true},
-		{"Finalizing, the kubelet CA's not yet", v1alpha1.RotationFinalizing, []v1alpha1.CARole{v1alpha1.CARoleKubelet}, false},
-		{"Finalizing, the client CA's not yet", v1alpha1.RotationFinalizing, []v1alpha1.CARole{v1alpha1.CARoleClient}, false},
-		{"Aborting, rolled back, every new CA deleted", v1alpha1.RotationAborting, nil, true},
-		{"Aborting, rolled back, the cluster CA's not yet", v1alpha1.RotationAborting, []v1alpha1.CARole{v1alpha1.CARoleCluster}, false},
+		{"Preparing, the new CAs written, Carousel's certificate on the new client CA", v1alpha1.RotationPreparing, all, rotation, false, false, true},
+		{"Preparing, a cache that shows the CAs of before the rotation", v1alpha1.RotationPreparing, nil, "2026-05-01T09:00:00Z", false, false, false},
+		{"Finalizing, every old CA dropped", v1alpha1.RotationFinalizing, nil, rotation, false, false, true},
+		{"Finalizing, the kubelet CA's not yet", v1alpha1.RotationFinalizing, []v1alpha1.CARole{v1alpha1.CARoleKubelet}, rotation, false, false, false},
+		{"Finalizing, the client CA's not yet", v1alpha1.RotationFinalizing, []v1alpha1.CARole{v1alpha1.CARoleClient}, rotation, false, false, false},
+		{"Aborting, swapped back, Carousel's certificate on the old client CA", v1alpha1.RotationAborting, all, rotation, true, false, true},
+		{"Aborting, a cache that shows the CAs of before the swap", v1alpha1.RotationAborting, all, rotation, false, false, false},
+		{"Aborting, rolled back, every new CA deleted", v1alpha1.RotationAborting, nil, rotation, true, true, true},
+		{"Aborting, rolled back, the cluster CA's not yet", v1alpha1.RotationAborting, []v1alpha1.CARole{v1alpha1.CARoleCluster}, rotation, true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "edge"}}
-			rolledBack := metav1.NewTime(started.Add(time.Hour))
-			c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
-				Phase: tc.phase, LastInitiationTime: &metav1.Time{Time: started}, AbortRolledBackTime: &rolledBack}}}
+			rot := &v1alpha1.CARotation{Phase: tc.phase, LastInitiationTime: &metav1.Time{Time: started}}
+			if tc.rolledBack {
+				rot.AbortRolledBackTime = &metav1.Time{Time: started.Add(time.Hour)}
+			}
+			c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: rot}}
 			objects := []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace,
 				Name: credentials.CertificateSecretName(c.Name, credentials.CertOperator)},
 				Data: map[string][]byte{v1alpha1.DataKeyCertificate: operatorCert.CertPEM()}}}
-			for _, role := range v1alpha1.CARoles() {
-				cas := &credentials.CAs{Current: current[role], Rotation: rotation}
+			for _, role := range all {
+				cas := &credentials.CAs{Current: current[role], Rotation: tc.rotation}
 				if slices.Contains(tc.kept, role) {
 					cas.Previous = previous[role]
+				}
+				if tc.swapped {
+					cas.AbortedRotation = tc.rotation
 				}
 				objects = append(objects, caSecret(t, c, role, cas))
 			}

@@ -251,8 +251,12 @@ func caSecret(t *testing.T, c *v1alpha1.Cluster, role v1alpha1.CARole, cas *cred
 	if err != nil {
 		t.Fatal(err)
 	}
+	annotations := map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}
+	if cas.AbortedRotation != "" {
+		annotations[v1alpha1.AnnotationAbortedRotation] = cas.AbortedRotation
+	}
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: credentials.CASecretName(c.Name, role),
-		Annotations: map[string]string{v1alpha1.AnnotationRotation: cas.Rotation}}, Data: data}
+		Annotations: annotations}, Data: data}
 }
 
 // managedClients is one managed cluster's client.
