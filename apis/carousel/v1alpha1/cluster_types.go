@@ -327,8 +327,9 @@ type WorkerPool struct {
 	// is not asked to renew, and is named in an event when the pool is
 	// rolled without it. A node asked before it went silent is waited for
 	// all the same, holding its slot, until it answers or its Node is
-	// deleted: its renewal may be what took it down. Such a node needs a fresh bootstrap kubeconfig if it
-	// comes back after the old CAs were dropped; an abort asks an offline node that holds a client
+	// deleted: its renewal may be what took it down. An offline node that did not renew in Preparing
+	// needs a fresh bootstrap kubeconfig if it comes back after the old CAs were dropped (one that did
+	// still reaches the API server); an abort asks an offline node that holds a client
 	// certificate from the new client CA once the pool is rolled, and waits for it. Between
 	// MinOfflineNodeTimeout and MaxOfflineNodeTimeout; empty means
 	// DefaultOfflineNodeTimeout. Refused for the other strategies.
