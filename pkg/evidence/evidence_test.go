@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
@@ -99,6 +103,75 @@ func TestARefusedSelfSubjectReviewNamesTheUser(t *testing.T) {
 			err = c.ClientRejected(context.Background(), api.URL, trust, probe.CertPEM(), keyPEM)
 			if tt.rejected != (err == nil) || !tt.rejected && !strings.Contains(err.Error(), tt.rejectErr) {
 				t.Errorf("ClientRejected: %v, want rejected %t (%q)", err, tt.rejected, tt.rejectErr)
+			}
+		})
+	}
+}
+
+// A managed API server may be a tenant's (the endpoint is theirs to write,
+// and so are the CA keys that would verify it): what a check reads from it
+// is bounded, whatever it answers, and the check fails saying why.
+func TestAListIsBoundedWhateverTheServerAnswers(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		page    func(opts metav1.ListOptions) *corev1.NamespaceList
+		wantErr string
+	}{
+		{"pages of nothing that never end", func(metav1.ListOptions) *corev1.NamespaceList {
+			return &corev1.NamespaceList{ListMeta: metav1.ListMeta{Continue: "more"}}
+		}, "past 800 pages"},
+		{"more objects than a cluster holds", func(opts metav1.ListOptions) *corev1.NamespaceList {
+			return &corev1.NamespaceList{ListMeta: metav1.ListMeta{Continue: "more"}, Items: make([]corev1.Namespace, opts.Limit)}
+		}, "more than 100000 objects"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pages, items := 0, 0
+			err := eachItem(context.Background(), func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				pages++
+				return tt.page(opts), nil
+			}, func(*corev1.Namespace) { items++ })
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || pages > maxListPages || items > maxListItems {
+				t.Errorf("eachItem = %v after %d pages, %d objects; want an error saying %q", err, pages, items, tt.wantErr)
+			}
+		})
+	}
+}
+
+// An answer past maxResponseBytes fails the check that read it.
+func TestAnAnswerPastTheBoundFailsTheCheck(t *testing.T) {
+	ca := pkitest.NewCA(t, "client CA")
+	operator, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:operator", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Validity: time.Hour}, pki.ECDSAP256, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := operator.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		answer  func(w http.ResponseWriter)
+		wantErr string
+	}{
+		{"an answer larger than the bound", func(w http.ResponseWriter) {
+			_, _ = w.Write([]byte(`{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]`))
+			_, _ = w.Write([]byte(strings.Repeat(" ", maxResponseBytes)))
+			_, _ = w.Write([]byte(`}`))
+		}, "larger than 16 MiB"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var requests int
+			api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				requests++
+				w.Header().Set("Content-Type", "application/json")
+				tt.answer(w)
+			}))
+			defer api.Close()
+			trust := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})
+			behind, err := Checker{Timeout: 10 * time.Second}.KubeRootCABehind(context.Background(), api.URL, trust, operator.CertPEM(), keyPEM, ca.CertPEM())
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("KubeRootCABehind = %v, %v after %d requests; want an error saying %q", behind, err, requests, tt.wantErr)
 			}
 		})
 	}

@@ -27,8 +27,8 @@ import (
 // writes a new token signed with the key it signs with. It returns, sorted
 // as namespace/name, the Secrets whose token keyID has not signed yet
 // (those it emptied among them). It reads and writes as the client key pair,
-// verifying the API server with serverTrust; a Secret changed meanwhile is
-// left for the next call.
+// verifying the API server with serverTrust; a Secret changed meanwhile, or
+// past the first maxTokenRemovals it empties, is left for the next call.
 func (c Checker) TokenSecretsBehind(ctx context.Context, endpoint string, serverTrust, certPEM, keyPEM []byte, keyID string) ([]string, error) {
 	cs, err := c.clientset(endpoint, serverTrust, certPEM, keyPEM)
 	if err != nil {
@@ -43,6 +43,7 @@ func (c Checker) TokenSecretsBehind(ctx context.Context, endpoint string, server
 func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID string) ([]string, error) {
 	var behind []string
 	var removeErr error
+	removals := 0
 	err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		opts.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeServiceAccountToken)).String()
 		return cs.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts)
@@ -52,7 +53,8 @@ func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID stri
 			return
 		}
 		name := s.Namespace + "/" + s.Name
-		if len(token) > 0 && removeErr == nil {
+		if len(token) > 0 && removeErr == nil && removals < maxTokenRemovals {
+			removals++
 			if err := removeToken(ctx, cs, s); refused.Is(err) {
 				// The API server answered: the Secret waits for whoever
 				// refuses it, named with the answer.
@@ -69,6 +71,11 @@ func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID stri
 	slices.Sort(behind)
 	return behind, nil
 }
+
+// maxTokenRemovals bounds the updates of one call, which a client of the
+// default rate (5 a second) makes in 20 s: a cluster with more Secrets to
+// re-issue has them removed over several calls.
+const maxTokenRemovals = 100
 
 // removeToken removes a Secret's token, unless the Secret changed since it
 // was read (the token controller may have re-issued it): the update carries

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -77,5 +78,26 @@ func TestATokenThatCannotBeRemovedHoldsTheCheck(t *testing.T) {
 				t.Errorf("%d updates, want %d: none after one the API server failed to serve", updates, tt.wantUpdates)
 			}
 		})
+	}
+}
+
+// One call empties at most maxTokenRemovals Secrets (a client of the default
+// rate makes them in 20 s); the others are named behind, for the next call.
+func TestACallEmptiesABoundedNumberOfTokenSecrets(t *testing.T) {
+	stale := []byte(base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"ES256","kid":"old"}`)) + ".e30.sig")
+	var objects []runtime.Object
+	for i := range maxTokenRemovals + 5 {
+		objects = append(objects, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns-%03d", i), Name: "token"},
+			Type: corev1.SecretTypeServiceAccountToken, Data: map[string][]byte{corev1.ServiceAccountTokenKey: stale}})
+	}
+	cs := fake.NewClientset(objects...)
+	updates := 0
+	cs.PrependReactor("update", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		updates++
+		return false, nil, nil
+	})
+	behind, err := tokenSecretsBehind(context.Background(), cs, "new")
+	if err != nil || len(behind) != maxTokenRemovals+5 || updates != maxTokenRemovals {
+		t.Errorf("tokenSecretsBehind = %d behind, %v after %d updates; want all %d behind after %d", len(behind), err, updates, maxTokenRemovals+5, maxTokenRemovals)
 	}
 }
