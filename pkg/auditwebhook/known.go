@@ -2,7 +2,6 @@ package auditwebhook
 
 import (
 	"crypto/sha256"
-	"time"
 
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
@@ -46,16 +45,16 @@ func knownFrom(u *oldca.Usage) *knownSightings {
 	return known
 }
 
-// deferred reports whether oldca.Usage.Observe, given seen and resolution,
-// would surely change nothing in a record that holds what k holds, and at
-// most defer advances of lastSeen: every credential of seen is known, not
-// first seen earlier, and seen last less than resolution after its known
-// lastSeen; or not known, with no room for it in the record, and seen last
-// no later than the record's Unrecorded (a full record in constant use is
-// then read and written once a minute, not for each batch). If so, it
-// returns what Observe would defer: the sightings that move a known last
-// sighting on. A nil k knows nothing.
-func (k *knownSightings) deferred(seen []oldca.Credential, resolution time.Duration) (advances []oldca.Credential, ok bool) {
+// deferred reports whether oldca.Usage.Observe, given seen and a resolution
+// above zero, would surely change nothing in a record that holds what k
+// holds, and at most defer sightings of credentials it holds: every
+// credential of seen is known; or not known, with no room for it in the
+// record, and seen last no later than the record's Unrecorded (a full record
+// in constant use is then read and written once a minute, not for each
+// batch). If so, it returns what Observe would defer: the sightings that
+// move a known first sighting back or last sighting on. A nil k knows
+// nothing.
+func (k *knownSightings) deferred(seen []oldca.Credential) (moves []oldca.Credential, ok bool) {
 	if k == nil {
 		return nil, false
 	}
@@ -68,14 +67,11 @@ func (k *knownSightings) deferred(seen []oldca.Credential, resolution time.Durat
 			}
 			continue
 		}
-		if first < s.first || last-s.last >= resolution.Nanoseconds() {
-			return nil, false
-		}
-		if last > s.last {
-			advances = append(advances, c)
+		if first < s.first || last > s.last {
+			moves = append(moves, c)
 		}
 	}
-	return advances, true
+	return moves, true
 }
 
 // holds reports whether a record that holds what k holds already holds

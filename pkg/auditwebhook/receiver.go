@@ -812,9 +812,9 @@ func isHex(s string) bool {
 func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldca.Credential) error {
 	st := r.lock(key)
 	defer r.unlock(key, st)
-	if advances, ok := st.known.deferred(seen, oldca.Resolution); ok {
+	if moves, ok := st.known.deferred(seen); ok {
 		// What Observe would defer, without reading the record.
-		st.pending.add(advances)
+		st.pending.add(moves)
 	} else {
 		deferred, err := r.mergeRetrying(ctx, key, st, func(u *oldca.Usage, now time.Time) (bool, []oldca.Credential) {
 			return u.Observe(seen, now, oldca.Resolution)

@@ -117,13 +117,14 @@ func storedRecord(record any) string {
 
 // Observe drops what was last seen before now-Retention and merges seen
 // (each with the first and last time of a batch) into the record. It says
-// whether the record changed: a credential not recorded yet, one seen
-// earlier than recorded, one seen resolution or more after its recorded
-// lastSeen, one that aged out, or one left out later than Unrecorded.
-// A lastSeen that advances by less than resolution is applied
-// only when the record changes anyway; otherwise it is returned as
-// deferred, for a later Observe with no resolution to write, so that the
-// record is at most resolution behind.
+// whether the record changed: a credential not recorded yet, one that aged
+// out, or one left out later than Unrecorded. A sighting of a credential
+// recorded already (seen later, or earlier, than recorded) is applied only
+// when the record changes anyway, or when resolution is zero; otherwise it
+// is returned as deferred, for the caller to write with no resolution within
+// resolution, so that the record is at most resolution behind and a
+// credential costs no write of its own however its sender times the
+// sightings of it (the times are the sender's).
 //
 // A credential not recorded yet is left out when its entry could take the
 // record past MaxUsageBytes; when its lastSeen (now at the latest: it was
@@ -173,17 +174,19 @@ func (u *Usage) observe(seen []Credential, now time.Time, resolution time.Durati
 			continue
 		}
 		c := &u.Credentials[i]
-		advanced := s.LastSeen.After(c.LastSeen)
+		earlier, later := s.FirstSeen.Before(c.FirstSeen), s.LastSeen.After(c.LastSeen)
 		switch {
-		case s.FirstSeen.Before(c.FirstSeen):
-			c.FirstSeen, changed = s.FirstSeen, true
-			if advanced {
+		case !earlier && !later:
+		case resolution > 0:
+			deferred = append(deferred, s)
+		default:
+			if earlier {
+				c.FirstSeen = s.FirstSeen
+			}
+			if later {
 				c.LastSeen = s.LastSeen
 			}
-		case advanced && s.LastSeen.Sub(c.LastSeen) >= resolution:
-			c.LastSeen, changed = s.LastSeen, true
-		case advanced:
-			deferred = append(deferred, s)
+			changed = true
 		}
 	}
 	if changed && len(deferred) > 0 {
