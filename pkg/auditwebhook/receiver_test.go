@@ -407,7 +407,7 @@ func TestTheReceiverBoundsANamespacesBatchesInFlight(t *testing.T) {
 	othersAdmittedWhileTeamBHolds("")
 
 	// Bytes: two bodies of unknown length (32 MiB each) of each of two of
-	// its Clusters leave 16 MiB of the namespace's 144 (and 64 of all
+	// its Clusters leave 22 MiB of the namespace's 150 (and 72 of all
 	// Clusters'): no room for a third Cluster's body of unknown length.
 	held = []heldBatch{s.holdBatchIn(t, "team-b", "b0", "token-0", -1), s.holdBatchIn(t, "team-b", "b0", "token-0", -1),
 		s.holdBatchIn(t, "team-b", "b1", "token-1", -1), s.holdBatchIn(t, "team-b", "b1", "token-1", -1)}
@@ -416,7 +416,7 @@ func TestTheReceiverBoundsANamespacesBatchesInFlight(t *testing.T) {
 	req.ContentLength = -1
 	w := httptest.NewRecorder()
 	if s.receiver.ServeHTTP(w, req); w.Code != http.StatusTooManyRequests {
-		t.Fatalf("a batch of unknown length of a Cluster with none in flight, in a namespace with 16 MiB left: answered %d, want 429", w.Code)
+		t.Fatalf("a batch of unknown length of a Cluster with none in flight, in a namespace with 22 MiB left: answered %d, want 429", w.Code)
 	}
 	othersAdmittedWhileTeamBHolds(", bytes")
 	if b := &s.receiver.inFlight; b.total != 0 || b.bytes != 0 || len(b.byNamespace) != 0 || len(b.bytesByNamespace) != 0 {
@@ -453,7 +453,7 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 	}
 
 	// Two bodies of unknown length (twice maxBatchBytes each) and one of 12
-	// MiB (twice that) leave 8 MiB of one Cluster's bound: no room for a
+	// MiB (twice that) leave 12 MiB of one Cluster's bound: no room for a
 	// third body of unknown length.
 	prod := []heldBatch{s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", -1), s.holdBatchOf(t, "prod", "s3cret", 12<<20)}
 	expect(refused("team-a", "prod", "s3cret", -1), http.StatusTooManyRequests, "a fourth batch of one Cluster, of unknown length")
@@ -464,7 +464,7 @@ func TestTheReceiverBoundsTheBytesInFlight(t *testing.T) {
 	expect(s.post(many), http.StatusTooManyRequests, "a batch whose events may take more than is left of the Cluster's bound")
 
 	// All Clusters' bound: three more such bodies of another Cluster leave
-	// 8 MiB of it.
+	// 24 MiB of it.
 	staging := []heldBatch{s.holdBatchIn(t, "team-b", "staging", "other", -1), s.holdBatchIn(t, "team-b", "staging", "other", -1),
 		s.holdBatchIn(t, "team-b", "staging", "other", 12<<20)}
 	expect(refused("team-c", "dev", "dev-token", maxBatchBytes), http.StatusTooManyRequests, "a batch of the largest size of a Cluster with none in flight, while the others hold all Clusters' bound")
