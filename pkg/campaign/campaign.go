@@ -124,6 +124,13 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 	case s.Phase == v1alpha1.RotationCompleted && ours:
 		s.State = v1alpha1.CampaignClusterDone
 		return s
+	case s.Phase == v1alpha1.RotationAborting && since(rot.LastAbortTriggeredTime) && step == v1alpha1.CampaignStart:
+		// It fails as it will once Aborted (below), from the abort on: an
+		// abort of the Cluster that halted the campaign must not lift the
+		// halt, nor start more Clusters while it runs. It holds its place.
+		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterFailed, true, "its rotation is being aborted ("+v1alpha1.OperationAbortCARotation+
+			") since the campaign started: the campaign does not start it again; start it again by hand once Aborted, or take it out of the campaign"
+		return s
 	case s.Phase == v1alpha1.RotationAborting:
 		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterWaiting, true, "its rotation is being aborted"
 		return s

@@ -111,7 +111,13 @@ func TestClassify(t *testing.T) {
 		{"start: completed since, a rotation prepared before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, before, during),
 			v1alpha1.CampaignClusterDone, false, "", none},
 		{"start: completed during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationCompleted, during, during), v1alpha1.CampaignClusterDone, false, "", none},
-		{"start: aborting", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborting, during, none, abortedAt(during)),
+		// Failed from the abort on: an abort of the Cluster that halted the
+		// campaign does not lift the halt while it runs.
+		{"start: aborting since the campaign started", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborting, during, none, abortedAt(during)),
+			v1alpha1.CampaignClusterFailed, true, "being aborted (abort-ca-rotation) since the campaign started", none},
+		{"start: aborting since before the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborting, before, none, abortedAt(before)),
+			v1alpha1.CampaignClusterWaiting, true, "being aborted", none},
+		{"complete: aborting", v1alpha1.CampaignComplete, cluster(v1alpha1.RotationAborting, during, none, abortedAt(during)),
 			v1alpha1.CampaignClusterWaiting, true, "being aborted", none},
 		// Not Prepared: it fails, and the campaign does not start it again.
 		{"start: aborted during the campaign", v1alpha1.CampaignStart, cluster(v1alpha1.RotationAborted, during, none, abortedAt(during)),
