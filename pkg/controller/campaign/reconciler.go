@@ -69,9 +69,10 @@ type memory struct {
 // held is what the process holds for one campaign: the one with uid.
 type held struct {
 	uid types.UID
-	// started are the Clusters this process started, by name: each with
-	// the resourceVersion the start was patched onto, and the step.
-	started map[string]request
+	// started are the Clusters this process started, by UID (one deleted
+	// and created again under its name is another): each with the
+	// resourceVersion the start was patched onto, and the step.
+	started map[types.UID]request
 	// refused are the Clusters that refused, by UID.
 	refused map[types.UID]refusal
 }
@@ -242,12 +243,11 @@ func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignS
 			refused[r.UID] = refusal{name: r.Name, resourceVersion: r.ResourceVersion, message: r.Message}
 		}
 	}
-	selected, selectedUIDs := sets.New[string](), sets.New[types.UID]()
+	selected := sets.New[types.UID]()
 	for i, c := range clusters {
 		s := &standings[i]
-		selected.Insert(c.Name)
-		selectedUIDs.Insert(c.UID)
-		if req, ok := started[c.Name]; ok {
+		selected.Insert(c.UID)
+		if req, ok := started[c.UID]; ok {
 			startedOn := req.startedOn
 			_, requested := c.Annotations[v1alpha1.OperationAnnotation]
 			switch {
@@ -256,11 +256,11 @@ func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignS
 			case c.ResourceVersion == startedOn && req.step == v1alpha1.CampaignStart && step == v1alpha1.CampaignComplete:
 				*s = campaign.StartNotTakenUp(*s)
 			case s.State == v1alpha1.CampaignClusterPending:
-				delete(started, c.Name)
+				delete(started, c.UID)
 				h.refuse(c, "the Cluster dropped the operation the campaign set (its OperationRefused event says why)")
 			case !requested:
 				// Taken up: the rotation shows it from now on.
-				delete(started, c.Name)
+				delete(started, c.UID)
 			}
 		}
 		if r, ok := refused[c.UID]; ok {
@@ -271,13 +271,13 @@ func (m *memory) amend(campaignKey types.NamespacedName, step v1alpha1.CampaignS
 			}
 		}
 	}
-	for name := range started {
-		if !selected.Has(name) {
-			delete(started, name)
+	for uid := range started {
+		if !selected.Has(uid) {
+			delete(started, uid)
 		}
 	}
 	for uid := range refused {
-		if !selectedUIDs.Has(uid) {
+		if !selected.Has(uid) {
 			delete(refused, uid)
 		}
 	}
@@ -299,7 +299,7 @@ func (m *memory) starting(campaignKey types.NamespacedName) bool {
 
 // remember records that this process started cluster at step, patching the
 // operation onto its resourceVersion startedOn.
-func (m *memory) remember(campaignKey types.NamespacedName, cluster, startedOn string, step v1alpha1.CampaignStep) {
+func (m *memory) remember(campaignKey types.NamespacedName, cluster types.UID, startedOn string, step v1alpha1.CampaignStep) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.heldLocked(campaignKey).started[cluster] = request{startedOn: startedOn, step: step}
@@ -349,7 +349,7 @@ func (m *memory) heldLocked(campaignKey types.NamespacedName) *held {
 		if m.campaigns == nil {
 			m.campaigns = map[types.NamespacedName]*held{}
 		}
-		h = &held{started: map[string]request{}, refused: map[types.UID]refusal{}}
+		h = &held{started: map[types.UID]request{}, refused: map[types.UID]refusal{}}
 		m.campaigns[campaignKey] = h
 	}
 	return h
@@ -416,7 +416,7 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 	switch {
 	case err == nil:
 		*c = *patched
-		r.memory.remember(client.ObjectKeyFromObject(rc), c.Name, startedOn, step)
+		r.memory.remember(client.ObjectKeyFromObject(rc), c.UID, startedOn, step)
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
 		return false, nil
 	case apierrors.IsConflict(err):

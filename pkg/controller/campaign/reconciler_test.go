@@ -329,6 +329,28 @@ func TestAClusterThatDropsTheOperationFailsAndTheNextOneStarts(t *testing.T) {
 	}
 }
 
+// A Cluster deleted and created again under its name, before a pass saw the
+// start take, is another Cluster: it did not drop the operation, and it is
+// started (the campaign remembered its starts by name, and failed it).
+func TestAClusterCreatedAgainUnderItsNameDidNotDropTheStart(t *testing.T) {
+	var patched []string
+	r, _ := fixture(t, recordingPatches(&patched))
+	reconcileWave(t, r)
+	ctx := context.Background()
+	if err := r.Client.Delete(ctx, readyCluster("a")); err != nil {
+		t.Fatal(err)
+	}
+	again := readyCluster("a")
+	again.UID = "uid-a-again"
+	if err := r.Client.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	rc := reconcileWave(t, r)
+	if rc.Status.Clusters.Failed != 0 || !slices.Equal(patched, []string{"a", "a"}) {
+		t.Errorf("counts %+v, blocking %+v, patched %v; want a started again, none failed", rc.Status.Clusters, rc.Status.Blocking, patched)
+	}
+}
+
 // A pass on a stale read of the campaign, from before its start time was
 // recorded, does not move that time: the decisions count from it.
 func TestAStaleReadDoesNotMoveTheStartTime(t *testing.T) {
