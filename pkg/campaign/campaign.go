@@ -393,9 +393,11 @@ func Plan(spec *v1alpha1.RotationCampaignSpec, standings []Standing) Decision {
 // counts them by reason), so that it never says a Cluster was not rotated
 // when its rotation was aborted or is someone else's.
 func stepDoneMessage(step v1alpha1.CampaignStep, n v1alpha1.CampaignClusterCounts, skips map[Skip]int32) string {
-	phase, next := v1alpha1.RotationPrepared, "set spec.step to Complete to complete their rotations"
+	// A Cluster completed early (by hand, or spec.caRotation.automatic) is
+	// done with the Start step too.
+	phase, next := string(v1alpha1.RotationPrepared)+" (or completed since)", "set spec.step to Complete to complete their rotations"
 	if step == v1alpha1.CampaignComplete {
-		phase, next = v1alpha1.RotationCompleted, ""
+		phase, next = string(v1alpha1.RotationCompleted), ""
 	}
 	switch {
 	case n.Skipped == 0 && next != "":

@@ -267,7 +267,7 @@ func TestPlan(t *testing.T) {
 		{"a percentage of failures rounds down", v1alpha1.RotationCampaignSpec{MaxFailures: pct("30%")}, "FFPPP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "(1 of 5)"},
 		{"halted before paused", v1alpha1.RotationCampaignSpec{Paused: true}, "FP", nil, v1alpha1.CampaignHalted, v1alpha1.ReasonCampaignHalted, "c00"},
 		{"paused starts none", v1alpha1.RotationCampaignSpec{Paused: true, MaxConcurrent: n(5)}, "IPP", nil, v1alpha1.CampaignPaused, v1alpha1.ReasonCampaignPaused, "1 rotating, 2 pending"},
-		{"start done", v1alpha1.RotationCampaignSpec{}, "DD", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, "every selected Cluster (2) is Prepared: set spec.step to Complete"},
+		{"start done", v1alpha1.RotationCampaignSpec{}, "DD", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, "every selected Cluster (2) is Prepared (or completed since): set spec.step to Complete"},
 		{"complete done, skipped named", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "DSD", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "Completed: 2 of the 3 selected Clusters; the others are skipped: 1 not rotated since the campaign started"},
 		{"complete done with every Cluster skipped", v1alpha1.RotationCampaignSpec{Step: v1alpha1.CampaignComplete}, "SS", nil, v1alpha1.CampaignCompleted, v1alpha1.ReasonCampaignStepDone, "nothing to do: every selected Cluster (2) is skipped: 2 not rotated since the campaign started"},
 		{"done even when paused", v1alpha1.RotationCampaignSpec{Paused: true}, "D", nil, v1alpha1.CampaignPrepared, v1alpha1.ReasonCampaignStepDone, ""},

@@ -144,8 +144,10 @@ type CampaignClusterState string
 const (
 	// CampaignClusterPending: the operation has yet to be started on it.
 	CampaignClusterPending CampaignClusterState = "Pending"
-	// CampaignClusterWaiting: it cannot be started yet: it is not Ready, or,
-	// at the Complete step, it is still preparing.
+	// CampaignClusterWaiting: it cannot be started yet: its Ready condition
+	// is missing or not of its current generation, another operation is
+	// pending, or, at the Complete step, it is still preparing or the
+	// old-CA usage gate holds its completion.
 	CampaignClusterWaiting CampaignClusterState = "Waiting"
 	// CampaignClusterInProgress: the operation was requested or its phase
 	// is under way; it counts against maxConcurrent.
@@ -156,7 +158,7 @@ const (
 	// for the campaign to complete: not rotated since the campaign started,
 	// its rotation aborted, or started after the Complete step began.
 	CampaignClusterSkipped CampaignClusterState = "Skipped"
-	// CampaignClusterFailed: its Ready condition is False, the operation is
+	// CampaignClusterFailed: its Ready condition is False or Unknown, the operation is
 	// refused, its phase took longer than spec.progressDeadline, or (at the
 	// Start step) its rotation was aborted since the campaign started; it
 	// counts against maxFailures.
