@@ -99,4 +99,14 @@ func Automatic(policy *v1alpha1.AutomaticCARotation, rot *v1alpha1.CARotation, c
 	return step
 }
 
+// AutomaticOf is what c's spec.caRotation.automatic schedules, from the CAs
+// its status lists.
+func AutomaticOf(c *v1alpha1.Cluster) AutomaticStep {
+	var cas []v1alpha1.CertificateAuthorityInventory
+	if c.Status.Credentials != nil {
+		cas = c.Status.Credentials.CertificateAuthorities
+	}
+	return Automatic(c.Spec.CARotation.Automatic, c.CARotation(), cas, c.CreationTimestamp.Time)
+}
+
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -47,21 +47,29 @@ func (r *Recommendation) FollowedBy(operation string) bool {
 	return false
 }
 
+// AutomaticGrace is how long past its due time a step of
+// spec.caRotation.automatic may wait for the maintenance window: the next
+// one opens within a day, and lasts at most maintenance.MaxWindow.
+const AutomaticGrace = 24*time.Hour + 6*time.Hour
+
 // Recommend returns the recommendation in force at now for a rotation in
 // the state rot of a Cluster created at created, or nil, and when the next
 // recommendation comes into force if nothing else changes (zero when none
 // will). A rotation under way (Preparing, Finalizing) is recommended nothing:
-// the rotation condition says what it waits for.
-func Recommend(rot *v1alpha1.CARotation, created time.Time, policy RecommendationPolicy, now time.Time) (*Recommendation, time.Time) {
+// the rotation condition says what it waits for. The step the Cluster's
+// spec.caRotation.automatic schedules (scheduled, AutomaticOf) is Carousel's
+// to take: it is recommended only once it is AutomaticGrace overdue.
+func Recommend(rot *v1alpha1.CARotation, created time.Time, scheduled AutomaticStep, policy RecommendationPolicy, now time.Time) (*Recommendation, time.Time) {
 	var due time.Time
 	var rec *Recommendation
+	operation := v1alpha1.OperationStartCARotation
 	switch phase := phaseOf(rot); {
 	case phase == v1alpha1.RotationPrepared:
 		since, ok := preparedSince(rot)
 		if policy.PreparedWarning <= 0 || !ok {
 			return nil, time.Time{}
 		}
-		due = since.Add(policy.PreparedWarning)
+		due, operation = since.Add(policy.PreparedWarning), v1alpha1.OperationCompleteCARotation
 		rec = &Recommendation{Reason: v1alpha1.ReasonCompletionDue,
 			Message: fmt.Sprintf("the CA rotation has been Prepared since %s, longer than %s: until it is completed every client and server "+
 				"trusts the old CAs too; complete it with %s=%s", since.UTC().Format(time.RFC3339), policy.PreparedWarning, v1alpha1.OperationAnnotation, v1alpha1.OperationCompleteCARotation)}
@@ -80,6 +88,11 @@ func Recommend(rot *v1alpha1.CARotation, created time.Time, policy Recommendatio
 		rec = &Recommendation{Reason: v1alpha1.ReasonRotationDue,
 			Message: fmt.Sprintf(what+", longer than %s ago: start a CA rotation with %s=%s", since.UTC().Format(time.RFC3339), policy.RotationInterval,
 				v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)}
+	}
+	if scheduled.Operation == operation {
+		if overdue := scheduled.Due.Add(AutomaticGrace); overdue.After(due) {
+			due = overdue
+		}
 	}
 	if now.Before(due) {
 		return nil, due

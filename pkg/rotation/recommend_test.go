@@ -16,13 +16,14 @@ func TestRecommend(t *testing.T) {
 	day := 24 * time.Hour
 	policy := RecommendationPolicy{RotationInterval: 90 * day, PreparedWarning: 7 * day}
 	for _, tc := range []struct {
-		name    string
-		rot     *v1alpha1.CARotation
-		policy  RecommendationPolicy
-		now     time.Time
-		reason  string // "" for no recommendation
-		message []string
-		next    time.Time
+		name      string
+		rot       *v1alpha1.CARotation
+		scheduled AutomaticStep // what spec.caRotation.automatic schedules
+		policy    RecommendationPolicy
+		now       time.Time
+		reason    string // "" for no recommendation
+		message   []string
+		next      time.Time
 	}{
 		{name: "never rotated, young", now: created.AddDate(0, 0, 89), policy: policy, next: created.AddDate(0, 0, 90)},
 		{name: "never rotated, old", now: created.AddDate(0, 0, 90), policy: policy, reason: v1alpha1.ReasonRotationDue,
@@ -42,13 +43,26 @@ func TestRecommend(t *testing.T) {
 		{name: "prepared for too long", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: at(200)},
 			now: created.AddDate(0, 0, 207), policy: policy, reason: v1alpha1.ReasonCompletionDue,
 			message: []string{"Prepared since 2026-07-20T00:00:00Z, longer than 168h0m0s", "carousel.dev/operation=complete-ca-rotation"}},
+		// Carousel's own to take: recommended only once overdue by
+		// AutomaticGrace (the maintenance window may be a day away).
+		{name: "prepared for too long, its completion scheduled later", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: at(200)},
+			scheduled: AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: at(230).Time},
+			now:       created.AddDate(0, 0, 207), policy: policy, next: at(230).Add(AutomaticGrace)},
+		{name: "prepared, its scheduled completion overdue", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: at(200)},
+			scheduled: AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: at(207).Time},
+			now:       at(207).Add(AutomaticGrace), policy: policy, reason: v1alpha1.ReasonCompletionDue},
+		{name: "prepared for too long, its completion scheduled earlier", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: at(200)},
+			scheduled: AutomaticStep{Operation: v1alpha1.OperationCompleteCARotation, Due: at(201).Time},
+			now:       created.AddDate(0, 0, 206), policy: policy, next: created.AddDate(0, 0, 207)},
+		{name: "never rotated, old, its start scheduled at 80% of a long validity", now: created.AddDate(0, 0, 90), policy: policy,
+			scheduled: AutomaticStep{Operation: v1alpha1.OperationStartCARotation, Due: created.AddDate(8, 0, 0)}, next: created.AddDate(8, 0, 0).Add(AutomaticGrace)},
 		{name: "prepared warning off", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared, LastInitiationFinishedTime: at(200)},
 			now: created.AddDate(5, 0, 0), policy: RecommendationPolicy{RotationInterval: day}},
 		{name: "prepared without its time (hand-written status)", rot: &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared},
 			now: created.AddDate(5, 0, 0), policy: policy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec, next := Recommend(tc.rot, created, tc.policy, tc.now)
+			rec, next := Recommend(tc.rot, created, tc.scheduled, tc.policy, tc.now)
 			if !next.Equal(tc.next) {
 				t.Errorf("next = %v, want %v", next, tc.next)
 			}
@@ -121,7 +135,7 @@ func FuzzRecommend(f *testing.F) {
 		policy := RecommendationPolicy{RotationInterval: time.Duration(intervalHours%100_000) * time.Hour,
 			PreparedWarning: time.Duration(preparedHours%100_000) * time.Hour}
 		rot := &v1alpha1.CARotation{Phase: fuzzPhase(phase), LastInitiationFinishedTime: &event, LastCompletionTime: &event}
-		rec, next := Recommend(rot, created, policy, now)
+		rec, next := Recommend(rot, created, AutomaticStep{}, policy, now)
 		if rec != nil {
 			if !next.IsZero() {
 				t.Fatalf("recommended %q and a next time %v", rec.Reason, next)
@@ -140,7 +154,7 @@ func FuzzRecommend(f *testing.F) {
 			t.Fatalf("next %v is not after now %v", next, now)
 		}
 		for _, later := range []time.Time{next, next.Add(time.Hour), next.AddDate(1, 0, 0)} {
-			if again, _ := Recommend(rot, created, policy, later); again == nil {
+			if again, _ := Recommend(rot, created, AutomaticStep{}, policy, later); again == nil {
 				t.Fatalf("nothing recommended at %v, after next %v", later, next)
 			}
 		}

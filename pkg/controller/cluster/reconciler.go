@@ -139,7 +139,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 				r.startOperation(ctx, c, value, v1alpha1.EventMaintenanceOperationStarted, "Maintenance window open: carrying out "+value))
 		}
 	}
-	if step := automaticStep(c); step.DueAt(now) && !operationPending(c) && r.gateOpen(step.Operation, c) &&
+	if step := rotation.AutomaticOf(c); step.DueAt(now) && !operationPending(c) && r.gateOpen(step.Operation, c) &&
 		maintenance.Decide(step.Operation, c.Spec.Maintenance, rotation.PhasesOf(c), now).Run {
 		return r.written(req.NamespacedName, now, r.startOperation(ctx, c, step.Operation, v1alpha1.EventAutomaticCARotation,
 			fmt.Sprintf("Maintenance window open: carrying out %s: %s", step.Operation, step.Why)))
@@ -386,16 +386,6 @@ func (r *Reconciler) startOperation(ctx context.Context, c *v1alpha1.Cluster, va
 		announce()
 	}
 	return nil
-}
-
-// automaticStep is what spec.caRotation.automatic schedules for c, from the
-// CAs its status lists.
-func automaticStep(c *v1alpha1.Cluster) rotation.AutomaticStep {
-	var cas []v1alpha1.CertificateAuthorityInventory
-	if c.Status.Credentials != nil {
-		cas = c.Status.Credentials.CertificateAuthorities
-	}
-	return rotation.Automatic(c.Spec.CARotation.Automatic, c.CARotation(), cas, c.CreationTimestamp.Time)
 }
 
 // gateClosed is why the old-CA usage gate holds an operation Carousel would

@@ -149,7 +149,7 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 		return time.Time{}
 	}
 	now := r.Clock.Now()
-	step := automaticStep(c)
+	step := rotation.AutomaticOf(c)
 	cond := metav1.Condition{Type: v1alpha1.ConditionAutomaticCARotationScheduled, Status: metav1.ConditionTrue}
 	var next time.Time
 	switch {
@@ -196,7 +196,7 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 // written: statusWritten), and returns when it will if nothing else changes
 // (zero: never).
 func (r *Reconciler) setRecommendationCondition(c *v1alpha1.Cluster) time.Time {
-	rec, next := rotation.Recommend(c.CARotation(), c.CreationTimestamp.Time, r.Recommendations, r.Clock.Now())
+	rec, next := rotation.Recommend(c.CARotation(), c.CreationTimestamp.Time, rotation.AutomaticOf(c), r.Recommendations, r.Clock.Now())
 	cond := metav1.Condition{Type: v1alpha1.ConditionCARotationRecommended, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNothingDue,
 		Message: "nothing is due"}
 	switch {

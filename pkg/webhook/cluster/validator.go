@@ -57,7 +57,7 @@ func (v Validator) ValidateUpdate(_ context.Context, oldC, newC *v1alpha1.Cluste
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	rec, _ := rotation.Recommend(newC.CARotation(), newC.CreationTimestamp.Time, v.Recommendations, clk.Now())
+	rec, _ := rotation.Recommend(newC.CARotation(), newC.CreationTimestamp.Time, rotation.AutomaticOf(newC), v.Recommendations, clk.Now())
 	if rec == nil || rec.FollowedBy(newC.Annotations[v1alpha1.OperationAnnotation]) || rec.FollowedBy(newC.Annotations[v1alpha1.MaintenanceOperationAnnotation]) {
 		return nil, nil
 	}
