@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/carousel-dev/carousel/pkg/rotation"
 )
 
 func TestParseWindow(t *testing.T) {
@@ -119,4 +121,13 @@ func layout(hhmmss uint32, offsetMinutes int16) string {
 		sign, m = '-', -m
 	}
 	return fmt.Sprintf("%06d%c%02d%02d", hhmmss%1_000_000, sign, m/60%100, m%60)
+}
+
+// rotation.AutomaticGrace, how long an automatic step may wait for its
+// window before the manager recommends taking it by hand, covers a day until
+// the next window opens and the longest window.
+func TestAutomaticGraceCoversTheWaitForTheLongestWindow(t *testing.T) {
+	if wait := 24*time.Hour + MaxWindow; rotation.AutomaticGrace < wait {
+		t.Errorf("rotation.AutomaticGrace is %s, shorter than a day and the longest window, %s", rotation.AutomaticGrace, wait)
+	}
 }
