@@ -96,7 +96,7 @@ func (r *Reconciler) confirmServiceAccountKeyMissing(ctx context.Context, c *v1a
 	if err := r.confirmAbsent(ctx, c, name, credentials.ClusterLabels(c.Name), "the service-account key", v1alpha1.ReasonServiceAccountKeyUnlabelled); err != nil {
 		return err
 	}
-	if !credentialsIssued(c) {
+	if !credentialsRecorded(c) {
 		return nil
 	}
 	return blocked(v1alpha1.ReasonServiceAccountKeyLost,
@@ -153,6 +153,14 @@ func forgetCAs(c *v1alpha1.Cluster, roles []v1alpha1.CARole) {
 		}
 	}
 	c.Status.Credentials.CertificateAuthorities = kept
+}
+
+// credentialsRecorded reports whether a pass ever recorded the Cluster's
+// credentials (updateInventory, which only a pass that issued them all,
+// the service-account key with them, reaches): reissue-ca drops roles from
+// the inventory, not the earliest expiry recorded with them.
+func credentialsRecorded(c *v1alpha1.Cluster) bool {
+	return c.Status.Credentials != nil && (len(c.Status.Credentials.CertificateAuthorities) > 0 || c.Status.Credentials.EarliestCAExpiry != nil)
 }
 
 // credentialsIssued reports whether every role's CA was issued and recorded.

@@ -345,7 +345,7 @@ func (r *Reconciler) ensureServiceAccountKey(ctx context.Context, c *v1alpha1.Cl
 	if existing != nil {
 		return r.writeSecret(ctx, c, objs, desiredSecret{name: name, labels: credentials.ClusterLabels(c.Name), data: existing.Data})
 	}
-	if readFirst(c, credentialsIssued(c)) {
+	if readFirst(c, credentialsRecorded(c)) {
 		if err := r.confirmServiceAccountKeyMissing(ctx, c); err != nil {
 			return err
 		}

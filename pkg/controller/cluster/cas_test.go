@@ -349,6 +349,51 @@ func TestAnIssuedSecretIsReadBeforeAnyKeyWithoutAReadyCondition(t *testing.T) {
 	}
 }
 
+// reissue-ca accepts new CAs for the roles it names, and nothing else: a
+// service-account key lost with them still holds the Cluster, whatever roles
+// (all of them too) are reissued. The key was written anew, without a word,
+// every ServiceAccount token invalid, while the inventory lacked a role.
+func TestReissueCALeavesALostServiceAccountKeyLost(t *testing.T) {
+	for name, roles := range map[string][]v1alpha1.CARole{
+		"one role":  {v1alpha1.CARoleEtcd},
+		"every one": v1alpha1.CARoles(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			sc := newSettledCluster(t)
+			c := sc.cluster()
+			lost := []string{credentials.ServiceAccountKeySecretName(c.Name)}
+			var names []string
+			for _, role := range roles {
+				lost = append(lost, credentials.CASecretName(c.Name, role))
+				names = append(names, string(role))
+			}
+			for _, name := range lost {
+				if err := sc.api.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key}); err == nil {
+				t.Fatal("a pass with the CA Secrets lost succeeded")
+			}
+			sc.annotate(v1alpha1.OperationReissueCAPrefix + strings.Join(names, ","))
+			keys := pki.KeysGenerated()
+			for range 3 {
+				_, _ = sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			}
+			if err := sc.api.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: lost[0]}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the service-account key Secret: %v, want it still missing", err)
+			}
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonServiceAccountKeyLost {
+				t.Errorf("Ready is %+v, want ServiceAccountKeyLost", ready)
+			}
+			if n := pki.KeysGenerated() - keys; n != uint64(len(roles)) {
+				t.Errorf("%d keys generated, want one for each reissued CA, %d", n, len(roles))
+			}
+		})
+	}
+}
+
 // reissue-service-account-key announces a new key (a Warning event, as every
 // token signed by the lost one stops being valid) only when it wrote one: a
 // create that failed, or that found a Secret put back since the operation
