@@ -625,12 +625,12 @@ type CARotation struct {
 	// AbortRolledBackTime is when, in Aborting, every certificate and
 	// every worker pool was first seen back on the old CAs, with no user of
 	// kubectl carousel kubeconfig holding a kubeconfig from the new client
-	// CA only, nor a kubelet a client certificate from it (or the abort
-	// forced). From then on
+	// CA only, nor a kubelet a client certificate from it or a serving
+	// certificate from the new kubelet CA (or the abort forced). From then on
 	// the new CAs are deleted, and the Replace and Manual pools roll once
 	// more so that their nodes stop trusting them (in-place nodes trust the
-	// old CAs alone from their first roll of the abort). Absent outside an
-	// abort.
+	// old CAs alone from their first roll of the abort). Set from then until
+	// the next rotation starts.
 	//
 	// +optional
 	AbortRolledBackTime *metav1.Time `json:"abortRolledBackTime,omitempty"`
@@ -638,8 +638,9 @@ type CARotation struct {
 	// AbortForcedTime is when abort-ca-rotation=force told the abort not to
 	// wait for the users of kubectl carousel kubeconfig who hold kubeconfigs
 	// from the new client CA (WaitingForKubeconfigHolders), nor for the
-	// kubelets holding client certificates from it
-	// (WaitingForKubeletHolders). Absent outside an abort.
+	// kubelets holding client certificates from it, or serving certificates
+	// from the new kubelet CA (WaitingForKubeletHolders). Set from then until
+	// the next rotation starts.
 	//
 	// +optional
 	AbortForcedTime *metav1.Time `json:"abortForcedTime,omitempty"`
