@@ -1,6 +1,7 @@
 package kubeadm_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -47,11 +49,12 @@ func TestKubeadmTokenDiscovery(t *testing.T) {
 	if err := framework.DieWithTestProcess(env, os.Getenv("KUBEBUILDER_ASSETS"), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
+	// Stopped also after a start that failed half-way: what it started ends.
+	t.Cleanup(func() { _ = env.Stop() })
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting the API server (KUBEBUILDER_ASSETS=%q): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
 	admin, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -71,17 +74,13 @@ func TestKubeadmTokenDiscovery(t *testing.T) {
 	}
 	create := func(obj client.Object) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			// kube-public appears a moment after the API server starts.
-			err := admin.Create(ctx, obj)
-			if err == nil || time.Now().After(deadline) || !apierrors.IsNotFound(err) {
-				if err != nil {
-					t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-				}
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
+		// kube-public appears a moment after the API server starts.
+		var err error
+		if wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err = admin.Create(ctx, obj)
+			return !apierrors.IsNotFound(err), nil
+		}) != nil || err != nil {
+			t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 		}
 	}
 	for _, obj := range bootstrap.RBAC(cluster) {
