@@ -59,6 +59,10 @@ const nodeRecheck = time.Minute
 // meanwhile on an old-CA certificate is not seen.
 const keptNodesLimit = 5 * nodeRecheck
 
+// auditWebhookBundleRetry is how soon a pass that could not read the audit
+// webhook's CA bundle looks again.
+const auditWebhookBundleRetry = time.Minute
+
 // auditWebhookUser names the token's user in the audit kubeconfig.
 const auditWebhookUser = "kube-apiserver-audit"
 
@@ -88,8 +92,11 @@ func (r *Reconciler) auditWebhookPhase(ctx context.Context, s *scope) error {
 	}
 	if err != nil {
 		// Not this Cluster's fault, nor a reason to hold its credentials:
-		// the mounted bundle may not be there yet.
-		log.FromContext(ctx).Info("not writing the audit-webhook Secret: the webhook's CA bundle cannot be read", "error", err.Error())
+		// the mounted bundle may not be there yet (the kubelet fills a
+		// volume of a Secret created since within a minute or so), and
+		// nothing else brings the Cluster back when it is.
+		log.FromContext(ctx).Info("not writing the audit-webhook Secret: the webhook's CA bundle cannot be read; looking again in a minute", "error", err.Error())
+		s.wakeAt(r.Clock.Now().Add(auditWebhookBundleRetry))
 		return nil
 	}
 	server := strings.TrimSuffix(r.AuditWebhook.URL, "/") + "/" + c.Namespace + "/" + c.Name

@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +28,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/oldca"
+	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
 
 func TestNodeFactsTakeNodesTheRolloutSkippedForOfflineAndNodesNoRolloutMoved(t *testing.T) {
@@ -635,6 +637,37 @@ func TestTheOldCAUsageGateHoldsWhileTheRotationsEndpointIsRemoved(t *testing.T) 
 	u := sc.cluster().CARotation().OldCAUsage
 	if u == nil || u.Total != 1 || u.Dependents[0].Kind != v1alpha1.OldCADependentCluster || u.Dependents[0].Name != "nodes" {
 		t.Fatalf("old-CA usage once the rotation's endpoint was removed: %+v, want the Nodes named unreadable", u)
+	}
+}
+
+// A pass that cannot read the audit webhook's CA bundle (the chart mounts it
+// from a Secret the manager creates once it runs, which the kubelet fills a
+// minute or so later) looks again a minute later, and writes the Cluster's
+// audit-webhook Secret once it can: nothing else brought an idle Cluster
+// back before its next renewal, months on.
+func TestAnUnreadableAuditWebhookBundleIsReadAgainInAMinute(t *testing.T) {
+	sc := newSettledCluster(t)
+	ctx := context.Background()
+	bundle := pkitest.NewCA(t, "audit webhook CA").CertPEM()
+	var mounted bool
+	sc.r.AuditWebhook = &AuditWebhook{URL: "https://carousel-webhook.carousel-system.svc:443/audit", CABundle: func() ([]byte, error) {
+		if !mounted {
+			return nil, errors.New("open /var/run/carousel/audit-webhook/ca.crt: no such file or directory")
+		}
+		return bundle, nil
+	}}
+	secret := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.AuditWebhookSecretName(sc.key.Name)}
+	result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+	if err != nil || result.RequeueAfter <= 0 || result.RequeueAfter > auditWebhookBundleRetry {
+		t.Fatalf("a pass without the bundle: %+v, %v; want it looked at again within %s", result, err, auditWebhookBundleRetry)
+	}
+	if err := sc.api.Get(ctx, secret, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the audit-webhook Secret without a bundle: %v, want none", err)
+	}
+	mounted = true
+	sc.reconcile()
+	if err := sc.api.Get(ctx, secret, &corev1.Secret{}); err != nil {
+		t.Errorf("the audit-webhook Secret once the bundle is there: %v", err)
 	}
 }
 
