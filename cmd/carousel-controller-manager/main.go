@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -173,7 +174,9 @@ func checkWebhook(args []string) int {
 	namespace := flags.String("namespace", "default", "Namespace of the dry-run Cluster.")
 	kubeconfig := flags.String("kubeconfig", "", "Kubeconfig of the cluster; empty means the Pod's ServiceAccount.")
 	timeout := flags.Duration("timeout", time.Minute, "How long to wait for the answer.")
-	if err := flags.Parse(args); err != nil {
+	if err := flags.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
 		return 2
 	}
 	if *timeout <= 0 {
@@ -181,7 +184,7 @@ func checkWebhook(args []string) int {
 		fmt.Fprintf(os.Stderr, "check-webhook: --timeout=%s: must be positive\n", *timeout)
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	cfg, err := checkWebhookConfig(*kubeconfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "check-webhook:", err)
 		return 1
@@ -199,4 +202,13 @@ func checkWebhook(args []string) int {
 	}
 	fmt.Println("check-webhook: the Cluster admission webhook answers: it refused a Cluster with an unsupported Kubernetes version")
 	return 0
+}
+
+// checkWebhookConfig is the client configuration of check-webhook: the
+// kubeconfig at path, or else the one KUBECONFIG (or ~/.kube/config) names,
+// or else the Pod's ServiceAccount, as client-go's loading rules go.
+func checkWebhookConfig(path string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 }
