@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/utils/clock"
 
 	"github.com/carousel-dev/carousel/pkg/csr"
@@ -270,6 +271,24 @@ func checkSeed(node, seed string) error {
 	return nil
 }
 
+// checkRefreshFlags refuses what refresh-certs run would refuse, for plan
+// too: it prints the run command.
+func checkRefreshFlags(cmd *cobra.Command, node, seed string, ttl, timeout time.Duration) error {
+	if err := checkSeed(node, seed); err != nil {
+		return err
+	}
+	if f := cmd.Flags().Lookup("certificate-ttl"); f != nil && f.Changed {
+		return errors.New("--certificate-ttl is the agent's own renewals': refresh-certs requests --ttl (default 8760h)")
+	}
+	if err := checkTTL("--ttl", ttl); err != nil {
+		return err
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("--timeout=%s: must be positive", timeout)
+	}
+	return nil
+}
+
 func newRefreshCommand(o *options) *cobra.Command {
 	var (
 		seed         string
@@ -293,10 +312,18 @@ func newRefreshCommand(o *options) *cobra.Command {
 				}
 				seed = hex.EncodeToString(b)
 			}
-			if err := checkSeed(o.node, seed); err != nil {
+			if err := checkRefreshFlags(cmd, o.node, seed, ttl, timeout); err != nil {
 				return err
 			}
-			nodeagent.Plan(cmd.OutOrStdout(), o.node, seed, ttl, timeout)
+			// The run line it prints carries the flags given here, so that
+			// it runs for the same node and files.
+			var given []string
+			cmd.Flags().Visit(func(f *pflag.Flag) {
+				if f.Name != "seed" && f.Name != "ttl" && f.Name != "timeout" {
+					given = append(given, "--"+f.Name+"="+f.Value.String())
+				}
+			})
+			nodeagent.Plan(cmd.OutOrStdout(), o.node, seed, ttl, timeout, given...)
 			return nil
 		},
 	}, &cobra.Command{
@@ -306,17 +333,8 @@ func newRefreshCommand(o *options) *cobra.Command {
 			if seed == "" {
 				return errors.New("--seed is required: take it from 'refresh-certs plan'")
 			}
-			if err := checkSeed(o.node, seed); err != nil {
+			if err := checkRefreshFlags(cmd, o.node, seed, ttl, timeout); err != nil {
 				return err
-			}
-			if f := cmd.Flags().Lookup("certificate-ttl"); f != nil && f.Changed {
-				return errors.New("--certificate-ttl is the agent's own renewals': refresh-certs requests --ttl (default 8760h)")
-			}
-			if err := checkTTL("--ttl", ttl); err != nil {
-				return err
-			}
-			if timeout <= 0 {
-				return fmt.Errorf("--timeout=%s: must be positive", timeout)
 			}
 			m, err := o.manager(nil)
 			if err != nil {

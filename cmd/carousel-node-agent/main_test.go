@@ -118,12 +118,39 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "refresh-certs requests --ttl") {
 		t.Errorf("refresh-certs run --certificate-ttl 24h = %v, want it refused: the agent's flag, which run ignored", err)
 	}
-	cmd := newRefreshCommand(&options{node: "w1"})
-	cmd.SetArgs([]string{"plan", "--seed", "a/b"})
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "cannot be created") {
-		t.Errorf("refresh-certs plan --seed a/b = %v, want the seed refused, as run refuses it", err)
+	// plan refuses what run would: it prints the run command.
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--seed", "a/b"}, "cannot be created"},
+		{[]string{"--ttl", "5m"}, "--ttl=5m0s: 0 (the signer decides) or from 10m0s"},
+		{[]string{"--timeout", "-1m"}, "--timeout=-1m0s: must be positive"},
+	} {
+		cmd := newRefreshCommand(&options{node: "w1"})
+		cmd.SetArgs(append([]string{"plan"}, tt.args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("refresh-certs plan %v = %v, want an error saying %q, as run refuses it", tt.args, err, tt.want)
+		}
+	}
+}
+
+// The run command refresh-certs plan prints carries the flags it was given:
+// for a kubelet with --hostname-override, the node name; run without it took
+// the host name, and refused.
+func TestRefreshPlanPrintsTheRunCommandForTheSameNode(t *testing.T) {
+	root := newRootCommand()
+	var out strings.Builder
+	root.SetArgs([]string{"refresh-certs", "plan", "--node-name", "worker-1", "--cert-dir", "/var/lib/kubelet/pki", "--seed", "abc", "--ttl", "24h"})
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "carousel-node-agent refresh-certs run --cert-dir=/var/lib/kubelet/pki --node-name=worker-1 --seed abc --ttl 24h0m0s --timeout 5m0s"; !strings.Contains(out.String(), want) {
+		t.Errorf("plan printed:\n%s\nwant the run command %q", out.String(), want)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -15,13 +16,21 @@ import (
 func RefreshCSRName(node, seed string) string { return "node-csr-refresh-" + node + "-" + seed }
 
 // Plan prints, without side effects, the CSRs a refresh with this seed will
-// create and how to approve them.
-func Plan(w io.Writer, node, seed string, ttl, timeout time.Duration) {
+// create and how to approve them, and the run command, with the flags given
+// (the node name, the files).
+func Plan(w io.Writer, node, seed string, ttl, timeout time.Duration, given ...string) {
 	name := RefreshCSRName(node, seed)
 	_, _ = fmt.Fprintf(w, "refresh-certs run --seed %s will create, for node %s:\n", seed, node)
 	_, _ = fmt.Fprintf(w, "  CSR %s  signer %s  client certificate valid %s\n", name, certificatesv1.KubeAPIServerClientKubeletSignerName, ttl)
 	_, _ = fmt.Fprintf(w, "If the cluster does not approve it automatically, approve it with:\n  kubectl certificate approve %s\n", name)
-	_, _ = fmt.Fprintf(w, "Run:\n  carousel-node-agent refresh-certs run --seed %s --ttl %s --timeout %s\n", seed, ttl, timeout)
+	_, _ = fmt.Fprintf(w, "Run:\n  carousel-node-agent refresh-certs run %s--seed %s --ttl %s --timeout %s\n", flagsOf(given), seed, ttl, timeout)
+}
+
+func flagsOf(given []string) string {
+	if len(given) == 0 {
+		return ""
+	}
+	return strings.Join(given, " ") + " "
 }
 
 // Refresh requests a new client certificate now, with the current
