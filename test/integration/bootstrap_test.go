@@ -37,6 +37,7 @@ import (
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
 	"github.com/carousel-dev/carousel/pkg/clustercache"
+	"github.com/carousel-dev/carousel/pkg/controller/kubeletbootstrap"
 	"github.com/carousel-dev/carousel/pkg/controller/kubeletcsr"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
@@ -144,7 +145,12 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		before := publishedVersions(ctx, admin)
 		published := &corev1.Secret{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: credentials.BootstrapKubeconfigSecretName(c.Name)}, published)).To(Succeed())
+		reconciled := reconciles(kubeletbootstrap.ControllerName, "success", "requeue", "requeue_after")
 		Expect(k8s.Update(ctx, withLabel(published, "poke", "1"))).To(Succeed(), "a change of a labelled object makes the controller reconcile")
+		Eventually(func() float64 {
+			return reconciles(kubeletbootstrap.ControllerName, "success", "requeue", "requeue_after")
+		}).
+			Should(BeNumerically(">", reconciled), "the controller reconciled after the change")
 		Consistently(publishedVersions).WithContext(ctx).WithArguments(admin).WithTimeout(3 * time.Second).Should(Equal(before))
 	})
 

@@ -48,11 +48,18 @@ var _ = Describe("A manager restarted over settled Clusters", func() {
 // controllers of this process have finished.
 func clusterReconciles(results ...string) float64 {
 	GinkgoHelper()
+	return reconciles(clustercontroller.ControllerName, results...)
+}
+
+// reconciles is how many reconciles with one of results the controllers
+// named controller of this process have finished.
+func reconciles(controller string, results ...string) float64 {
+	GinkgoHelper()
 	families, err := metrics.Registry.Gather()
 	Expect(err).NotTo(HaveOccurred())
 	var total float64
 	for _, result := range results {
-		labels := map[string]string{"controller": clustercontroller.ControllerName, "result": result}
+		labels := map[string]string{"controller": controller, "result": result}
 		total += max(0, metricValue(families, "controller_runtime_reconcile_total", labels)) // -1: no such series yet
 	}
 	return total

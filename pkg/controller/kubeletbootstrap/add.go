@@ -36,6 +36,9 @@ func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 }
 
 // SetupWithManager registers the controller.
+// ControllerName names the controller in logs, metrics and events.
+const ControllerName = "kubelet-bootstrap"
+
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		if name := obj.GetLabels()[v1alpha1.LabelCluster]; name != "" {
@@ -44,7 +47,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return nil
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("kubelet-bootstrap").
+		Named(ControllerName).
 		WithOptions(controller.Options{RateLimiter: retryLimiter(), MaxConcurrentReconciles: r.Concurrency}).
 		For(&v1alpha1.Cluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Secret{}, byClusterLabel).
