@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -104,7 +103,7 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		}
 		tested := make(chan result, 1)
 		go func() {
-			out, err := helm("test", release, "--namespace", namespace, "--kubeconfig="+env.ManagementKubeconfig, "--timeout", "2m")
+			out, err := helmContext(ctx, "test", release, "--namespace", namespace, "--kubeconfig="+env.ManagementKubeconfig, "--timeout", "2m")
 			tested <- result{out, err}
 		}()
 		// No kubelet runs the management cluster's Pods here. The test is its kubelet: it runs the Pod's container,
@@ -119,8 +118,7 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 		as, err := impersonate(env.ManagementKubeconfig, filepath.Join(GinkgoT().TempDir(), "test.kubeconfig"),
 			"system:serviceaccount:"+namespace+":"+pod.Spec.ServiceAccountName)
 		Expect(err).NotTo(HaveOccurred())
-		out, err := exec.CommandContext(ctx, filepath.Join(carouselBin, "carousel-controller-manager"), //nolint:gosec // our own binary
-			append(container.Args, "--kubeconfig="+as)...).CombinedOutput()
+		out, err := command(ctx, filepath.Join(carouselBin, "carousel-controller-manager"), append(container.Args, "--kubeconfig="+as)...).CombinedOutput()
 		GinkgoWriter.Printf("%s", out)
 		Expect(err).NotTo(HaveOccurred(), "the test Pod's container failed:\n%s", out)
 		Expect(string(out)).To(ContainSubstring("the Cluster admission webhook answers"))
@@ -273,7 +271,7 @@ func phase(ctx context.Context, e *framework.Environment) v1alpha1.CARotationPha
 // cluster and returns its output.
 func kubectl(ctx context.Context, e *framework.Environment, args ...string) string {
 	GinkgoHelper()
-	out, err := exec.CommandContext(ctx, filepath.Join(kubeAssets, "kubectl"), append(args, "--kubeconfig="+e.ManagementKubeconfig)...).CombinedOutput()
+	out, err := command(ctx, filepath.Join(kubeAssets, "kubectl"), append(args, "--kubeconfig="+e.ManagementKubeconfig)...).CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(out))
 	return string(out)
 }
@@ -409,7 +407,7 @@ func impersonate(adminKubeconfig, path, user string) (string, error) {
 // plugin runs kubectl-carousel against the management cluster.
 func plugin(ctx context.Context, e *framework.Environment, args ...string) (string, error) {
 	args = append(args, "--kubeconfig="+e.ManagementKubeconfig, "--namespace="+e.Namespace)
-	out, err := exec.CommandContext(ctx, filepath.Join(carouselBin, "kubectl-carousel"), args...).CombinedOutput()
+	out, err := command(ctx, filepath.Join(carouselBin, "kubectl-carousel"), args...).CombinedOutput()
 	GinkgoWriter.Print(string(out))
 	return string(out), err
 }

@@ -6,9 +6,11 @@ package chart
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,11 +43,23 @@ var _ = BeforeSuite(func() {
 	Expect(filepath.Join(carouselBin, "carousel-controller-manager")).To(BeARegularFile(), "run `make build` first")
 })
 
+// command is exec.CommandContext for a command that also dies with the test
+// process: a suite killed midway leaves no helm, kubectl or plugin polling a
+// control plane that is gone.
+func command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...) //nolint:gosec // the suite's own binaries
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
 // helm runs the helm binary and returns its standard output, or an error
 // carrying its standard error.
-func helm(args ...string) (string, error) {
+func helm(args ...string) (string, error) { return helmContext(context.Background(), args...) }
+
+// helmContext is helm, ended when ctx is.
+func helmContext(ctx context.Context, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helmBin, args...)
+	cmd := command(ctx, helmBin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), &helmError{args: args, err: err, stderr: stderr.String()}

@@ -62,12 +62,22 @@ func TestTheRestartScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.supervisor {
+				// Ended before the cleanup that kills first (cleanups run
+				// last in, first out), so that it starts nothing, and
+				// reports nothing, once the test is over.
+				stop, supervised := make(chan struct{}), make(chan struct{})
 				go func() {
-					<-first
+					defer close(supervised)
+					select {
+					case <-first:
+					case <-stop:
+						return
+					}
 					if _, err := start(); err != nil {
 						t.Error(err)
 					}
 				}()
+				t.Cleanup(func() { close(stop); <-supervised })
 			}
 			script := filepath.Join(dir, "restart-kubelet")
 			if err := os.WriteFile(script, []byte(n.restartScript(tt.limit)), 0o700); err != nil { //nolint:gosec // a script, executable
