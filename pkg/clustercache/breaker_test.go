@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -169,18 +170,13 @@ func TestARequestItsCallerCancelledIsNoSignOfTrouble(t *testing.T) {
 	}
 }
 
-// roundTripperFunc is a RoundTripper of a function.
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // A request in flight that is answered while a probe fails leaves the
 // breaker closed: the API server answered after the probe was sent, and the
 // request that waited for the probe goes to it, as do the next ones (a failed
 // probe recorded over the answer made them fail for probeInterval).
 func TestAnAnswerDuringAFailedProbeLeavesTheBreakerClosed(t *testing.T) {
 	probing, release := make(chan struct{}), make(chan struct{})
-	b := newBreaker(roundTripperFunc(func(*http.Request) (*http.Response, error) {
+	b := newBreaker(promhttp.RoundTripperFunc(func(*http.Request) (*http.Response, error) {
 		close(probing)
 		<-release
 		return nil, errors.New("connection reset by peer")

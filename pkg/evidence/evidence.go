@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -174,7 +175,7 @@ const maxResponseBytes = 16 << 20
 
 // boundResponses fails the read of a response body past maxResponseBytes.
 func boundResponses(next http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return promhttp.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := next.RoundTrip(req)
 		if err == nil {
 			resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxResponseBytes}
@@ -182,10 +183,6 @@ func boundResponses(next http.RoundTripper) http.RoundTripper {
 		return resp, err
 	})
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // boundedBody is a response body that fails a read past left bytes, with an
 // error that says so (io.LimitReader would end it quietly, as if complete;

@@ -61,15 +61,7 @@ func TestServesChainToTellsAnUnverifiedCertificateFromAnUnreachableServer(t *tes
 // the certificate's, anonymous, or another.
 func TestARefusedSelfSubjectReviewNamesTheUser(t *testing.T) {
 	ca := pkitest.NewCA(t, "client CA")
-	probe, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:trust-probe", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		Validity: time.Hour}, pki.ECDSAP256, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := probe.KeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
+	certPEM, keyPEM := clientPair(t, ca, "carousel:trust-probe")
 	refusal := func(message string) string {
 		return `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":` + strconv.Quote(message) + `}`
 	}
@@ -96,11 +88,11 @@ func TestARefusedSelfSubjectReviewNamesTheUser(t *testing.T) {
 			}))
 			defer api.Close()
 			trust := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})
-			err := c.ClientAccepted(context.Background(), api.URL, trust, probe.CertPEM(), keyPEM)
+			err := c.ClientAccepted(context.Background(), api.URL, trust, certPEM, keyPEM)
 			if tt.accepted != (err == nil) || !tt.accepted && !strings.Contains(err.Error(), tt.acceptedErr) {
 				t.Errorf("ClientAccepted: %v, want accepted %t (%q)", err, tt.accepted, tt.acceptedErr)
 			}
-			err = c.ClientRejected(context.Background(), api.URL, trust, probe.CertPEM(), keyPEM)
+			err = c.ClientRejected(context.Background(), api.URL, trust, certPEM, keyPEM)
 			if tt.rejected != (err == nil) || !tt.rejected && !strings.Contains(err.Error(), tt.rejectErr) {
 				t.Errorf("ClientRejected: %v, want rejected %t (%q)", err, tt.rejected, tt.rejectErr)
 			}
@@ -140,39 +132,32 @@ func TestAListIsBoundedWhateverTheServerAnswers(t *testing.T) {
 // An answer past maxResponseBytes fails the check that read it.
 func TestAnAnswerPastTheBoundFailsTheCheck(t *testing.T) {
 	ca := pkitest.NewCA(t, "client CA")
-	operator, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "carousel:operator", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	certPEM, keyPEM := clientPair(t, ca, "carousel:operator")
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]`))
+		_, _ = w.Write([]byte(strings.Repeat(" ", maxResponseBytes)))
+		_, _ = w.Write([]byte(`}`))
+	}))
+	defer api.Close()
+	trust := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})
+	behind, err := Checker{Timeout: 10 * time.Second}.KubeRootCABehind(context.Background(), api.URL, trust, certPEM, keyPEM, ca.CertPEM())
+	if want := "larger than 16 MiB"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("KubeRootCABehind = %v, %v; want an error saying %q", behind, err, want)
+	}
+}
+
+// clientPair is a client certificate of ca for cn, and its key, in PEM.
+func clientPair(t *testing.T, ca *pki.KeyPair, cn string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	pair, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: cn, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		Validity: time.Hour}, pki.ECDSAP256, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyPEM, err := operator.KeyPEM()
+	keyPEM, err = pair.KeyPEM()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct {
-		name    string
-		answer  func(w http.ResponseWriter)
-		wantErr string
-	}{
-		{"an answer larger than the bound", func(w http.ResponseWriter) {
-			_, _ = w.Write([]byte(`{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]`))
-			_, _ = w.Write([]byte(strings.Repeat(" ", maxResponseBytes)))
-			_, _ = w.Write([]byte(`}`))
-		}, "larger than 16 MiB"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			var requests int
-			api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				requests++
-				w.Header().Set("Content-Type", "application/json")
-				tt.answer(w)
-			}))
-			defer api.Close()
-			trust := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})
-			behind, err := Checker{Timeout: 10 * time.Second}.KubeRootCABehind(context.Background(), api.URL, trust, operator.CertPEM(), keyPEM, ca.CertPEM())
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("KubeRootCABehind = %v, %v after %d requests; want an error saying %q", behind, err, requests, tt.wantErr)
-			}
-		})
-	}
+	return pair.CertPEM(), keyPEM
 }

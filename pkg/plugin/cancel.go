@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 )
 
@@ -15,7 +16,7 @@ import (
 // nor undo what it began (a file created, not filled).
 func cancelledWith(ctx context.Context, cfg *rest.Config) {
 	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		return promhttp.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			reqCtx, cancel := context.WithCancel(req.Context())
 			stop := context.AfterFunc(ctx, cancel)
 			done := func() {
@@ -32,10 +33,6 @@ func cancelledWith(ctx context.Context, cfg *rest.Config) {
 		})
 	})
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // closeThen is a response body that calls then once closed.
 type closeThen struct {
