@@ -2,6 +2,7 @@ package auditwebhook
 
 import (
 	"crypto/sha256"
+	"time"
 
 	"github.com/carousel-dev/carousel/pkg/oldca"
 )
@@ -10,7 +11,8 @@ import (
 // read or wrote it: each credential's first and last sighting, by a digest
 // of its user and fingerprint, and what it says of the credentials it has no
 // room for. It is a fifth of the record's size, and lets a batch that would
-// only defer small advances of lastSeen (most batches of a busy cluster), or
+// only defer small advances of lastSeen or earlier firstSeens (most batches
+// of a busy cluster), or
 // show credentials a full record leaves out, skip reading the record, which
 // the manager's cache does not hold.
 type knownSightings struct {
@@ -45,16 +47,16 @@ func knownFrom(u *oldca.Usage) *knownSightings {
 	return known
 }
 
-// deferred reports whether oldca.Usage.Observe, given seen and a resolution
-// above zero, would surely change nothing in a record that holds what k
-// holds, and at most defer sightings of credentials it holds: every
-// credential of seen is known; or not known, with no room for it in the
-// record, and seen last no later than the record's Unrecorded (a full record
-// in constant use is then read and written once a minute, not for each
-// batch). If so, it returns what Observe would defer: the sightings that
-// move a known first sighting back or last sighting on. A nil k knows
-// nothing.
-func (k *knownSightings) deferred(seen []oldca.Credential) (moves []oldca.Credential, ok bool) {
+// deferred reports whether oldca.Usage.Observe, given seen and resolution,
+// would surely change nothing in a record that holds what k holds, and at
+// most defer sightings: every credential of seen is known, and seen last
+// less than resolution after its known lastSeen (seen first earlier or not);
+// or not known, with no room for it in the record, and seen last no later
+// than the record's Unrecorded (a full record in constant use is then read
+// and written once a minute, not for each batch). If so, it returns what
+// Observe would defer: the sightings that move a known first sighting back
+// or last sighting on. A nil k knows nothing.
+func (k *knownSightings) deferred(seen []oldca.Credential, resolution time.Duration) (moves []oldca.Credential, ok bool) {
 	if k == nil {
 		return nil, false
 	}
@@ -66,6 +68,9 @@ func (k *knownSightings) deferred(seen []oldca.Credential) (moves []oldca.Creden
 				return nil, false
 			}
 			continue
+		}
+		if last-s.last >= resolution.Nanoseconds() {
+			return nil, false
 		}
 		if first < s.first || last > s.last {
 			moves = append(moves, c)

@@ -13,11 +13,12 @@ import (
 // batch only defers, Observe on u changes nothing (and so defers every
 // sighting it moves); when it says u holds the batch, Observe with no
 // resolution (a flush's) changes nothing either. A sighting of a credential
-// u holds is deferred however far it moves it: its sender, who chooses the
+// u holds that moves its last sighting on by less than the resolution is
+// deferred however far back it moves its first: its sender, who chooses the
 // times, cannot have the record written for each batch.
 func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 	f.Add(false, int64(0), int64(10), int64(0), int64(20), false, int64(0))  // an advance of 10 s: deferred
-	f.Add(false, int64(0), int64(10), int64(0), int64(70), false, int64(0))  // of a minute: deferred too
+	f.Add(false, int64(0), int64(10), int64(0), int64(70), false, int64(0))  // of a minute: a change
 	f.Add(false, int64(0), int64(10), int64(-1), int64(10), false, int64(0)) // first seen earlier: deferred
 	f.Add(true, int64(0), int64(10), int64(0), int64(10), false, int64(0))   // another client: a change
 	f.Add(false, int64(0), int64(10), int64(5), int64(5), false, int64(0))   // nothing new
@@ -63,7 +64,7 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 		known := knownFrom(u)
 		var waiting pendingSightings
 		waiting.add([]oldca.Credential{seen})
-		moves, defers := known.deferred([]oldca.Credential{seen})
+		moves, defers := known.deferred([]oldca.Credential{seen}, oldca.Resolution)
 		holds := known.holds(waiting)
 		changed, deferred := u.Observe([]oldca.Credential{seen}, now, oldca.Resolution)
 		if defers && changed {
@@ -72,7 +73,7 @@ func FuzzKnownSightingsDeferOnlyWhatObserveDefers(f *testing.F) {
 		if defers && !changed && len(moves) != len(deferred) {
 			t.Errorf("the known sightings defer %+v of %+v, Observe %+v", moves, seen, deferred)
 		}
-		if !otherClient && (!defers || changed) {
+		if !otherClient && seen.LastSeen.Sub(recorded.LastSeen) < oldca.Resolution && (!defers || changed) {
 			t.Errorf("a sighting %+v of the recorded %+v is not deferred (known: %t, Observe: changed %t)", seen, recorded, defers, changed)
 		}
 		u = record()
@@ -87,7 +88,7 @@ func TestKnownSightingsOfNothing(t *testing.T) {
 	seen := []oldca.Credential{{User: "ci", Fingerprint: fp("cc"), FirstSeen: t0, LastSeen: t0}}
 	var waiting pendingSightings
 	waiting.add(seen)
-	if _, defers := none.deferred(seen); defers || none.holds(waiting) {
+	if _, defers := none.deferred(seen, oldca.Resolution); defers || none.holds(waiting) {
 		t.Error("sightings never read defer or hold a batch")
 	}
 }

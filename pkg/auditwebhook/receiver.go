@@ -738,7 +738,8 @@ type clusterState struct {
 
 	mu sync.Mutex
 	// pending are the sightings whose lastSeen advanced by less than
-	// oldca.Resolution; they are written when the scheduled flush comes,
+	// oldca.Resolution, or whose firstSeen moved back; they are written when
+	// the scheduled flush comes,
 	// which after a write schedules the next one a minute later.
 	pending        pendingSightings
 	flushScheduled bool
@@ -805,14 +806,14 @@ func isHex(s string) bool {
 }
 
 // record merges seen into the Cluster's usage ConfigMap, writing it only
-// when the record changed; small advances of lastSeen are written
-// oldca.Resolution later, in one write. A batch of nothing but such advances
+// when the record changed; small advances of lastSeen, and earlier
+// firstSeens, are written oldca.Resolution later, in one write. A batch of nothing but such advances
 // of sightings the state knows waits for that write without reading the
 // record.
 func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldca.Credential) error {
 	st := r.lock(key)
 	defer r.unlock(key, st)
-	if moves, ok := st.known.deferred(seen); ok {
+	if moves, ok := st.known.deferred(seen, oldca.Resolution); ok {
 		// What Observe would defer, without reading the record.
 		st.pending.add(moves)
 	} else {

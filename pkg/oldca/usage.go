@@ -53,8 +53,9 @@ const MaxUsageBytes = 768 << 10
 const DataKey = "usage.json"
 
 // Resolution is how far a credential's lastSeen must advance for the record
-// to be written at once; a smaller advance is written Resolution later (see
-// Observe), so that a client in constant use costs a write a minute.
+// to be written at once; a smaller advance, and an earlier firstSeen, are
+// written Resolution later (see Observe), so that a client in constant use
+// costs a write a minute.
 const Resolution = time.Minute
 
 // Settling is how long after a rotation became Prepared the gate waits for
@@ -117,14 +118,16 @@ func storedRecord(record any) string {
 
 // Observe drops what was last seen before now-Retention and merges seen
 // (each with the first and last time of a batch) into the record. It says
-// whether the record changed: a credential not recorded yet, one that aged
-// out, or one left out later than Unrecorded. A sighting of a credential
-// recorded already (seen later, or earlier, than recorded) is applied only
-// when the record changes anyway, or when resolution is zero; otherwise it
-// is returned as deferred, for the caller to write with no resolution within
-// resolution, so that the record is at most resolution behind and a
-// credential costs no write of its own however its sender times the
-// sightings of it (the times are the sender's).
+// whether the record changed: a credential not recorded yet, one seen
+// resolution or more after its recorded lastSeen, one that aged out, or one
+// left out later than Unrecorded. A lastSeen that advances by less than
+// resolution, and a firstSeen earlier than recorded (a late batch), are
+// applied only when the record changes anyway; otherwise they are returned
+// as deferred, for a later Observe with no resolution to write, so that the
+// record is at most resolution behind. (A firstSeen written at once let a
+// sender, who chooses the times, have the record written for every batch,
+// each a nanosecond earlier; a lastSeen cannot pass the batch's arrival, so
+// each credential costs at most a write a resolution.)
 //
 // A credential not recorded yet is left out when its entry could take the
 // record past MaxUsageBytes; when its lastSeen (now at the latest: it was
@@ -177,7 +180,7 @@ func (u *Usage) observe(seen []Credential, now time.Time, resolution time.Durati
 		earlier, later := s.FirstSeen.Before(c.FirstSeen), s.LastSeen.After(c.LastSeen)
 		switch {
 		case !earlier && !later:
-		case resolution > 0:
+		case resolution > 0 && (!later || s.LastSeen.Sub(c.LastSeen) < resolution):
 			deferred = append(deferred, s)
 		default:
 			if earlier {
