@@ -60,8 +60,13 @@ const nodeRecheck = time.Minute
 const keptNodesLimit = 5 * nodeRecheck
 
 // auditWebhookBundleRetry is how soon a pass that could not read the audit
-// webhook's CA bundle looks again.
+// webhook's CA bundle looks again, while it has been unreadable for less
+// than four times that; longer, a quarter of that time (rotation.PollDelay).
 const auditWebhookBundleRetry = time.Minute
+
+// auditBundleRun keys, in Reconciler.auditBundleUnreadable, since when the
+// audit webhook's CA bundle, which every Cluster shares, has been unreadable.
+var auditBundleRun = types.NamespacedName{Name: "audit-webhook-ca-bundle"}
 
 // auditWebhookUser names the token's user in the audit kubeconfig.
 const auditWebhookUser = "kube-apiserver-audit"
@@ -95,10 +100,15 @@ func (r *Reconciler) auditWebhookPhase(ctx context.Context, s *scope) error {
 		// the mounted bundle may not be there yet (the kubelet fills a
 		// volume of a Secret created since within a minute or so), and
 		// nothing else brings the Cluster back when it is.
-		log.FromContext(ctx).Info("not writing the audit-webhook Secret: the webhook's CA bundle cannot be read; looking again in a minute", "error", err.Error())
-		s.wakeAt(r.Clock.Now().Add(auditWebhookBundleRetry))
+		// A bundle that stays away (a mount misconfigured) has every
+		// Cluster looked at again later and later, up to an hour apart.
+		now := r.Clock.Now()
+		retry := rotation.PollDelay(r.auditBundleUnreadable.start(auditBundleRun, now), now, auditWebhookBundleRetry, time.Hour)
+		log.FromContext(ctx).Info("not writing the audit-webhook Secret: the webhook's CA bundle cannot be read; looking again later", "error", err.Error(), "after", retry)
+		s.wakeAt(now.Add(retry))
 		return nil
 	}
+	r.auditBundleUnreadable.forget(auditBundleRun)
 	server := strings.TrimSuffix(r.AuditWebhook.URL, "/") + "/" + c.Namespace + "/" + c.Name
 	kubeconfig, err := credentials.TokenKubeconfig("carousel", server, caBundle, string(token), auditWebhookUser)
 	if err != nil {

@@ -644,10 +644,14 @@ func TestTheOldCAUsageGateHoldsWhileTheRotationsEndpointIsRemoved(t *testing.T) 
 // from a Secret the manager creates once it runs, which the kubelet fills a
 // minute or so later) looks again a minute later, and writes the Cluster's
 // audit-webhook Secret once it can: nothing else brought an idle Cluster
-// back before its next renewal, months on.
+// back before its next renewal, months on. One unreadable for long is looked
+// at later and later (every Cluster of a fleet each minute, for good, with a
+// mount misconfigured).
 func TestAnUnreadableAuditWebhookBundleIsReadAgainInAMinute(t *testing.T) {
 	sc := newSettledCluster(t)
 	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	sc.r.Clock = clk
 	bundle := pkitest.NewCA(t, "audit webhook CA").CertPEM()
 	var mounted bool
 	sc.r.AuditWebhook = &AuditWebhook{URL: "https://carousel-webhook.carousel-system.svc:443/audit", CABundle: func() ([]byte, error) {
@@ -663,6 +667,10 @@ func TestAnUnreadableAuditWebhookBundleIsReadAgainInAMinute(t *testing.T) {
 	}
 	if err := sc.api.Get(ctx, secret, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the audit-webhook Secret without a bundle: %v, want none", err)
+	}
+	clk.Step(5 * time.Hour)
+	if result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key}); err != nil || result.RequeueAfter != time.Hour {
+		t.Fatalf("a pass without the bundle for five hours: %+v, %v; want it looked at again an hour later, at most", result, err)
 	}
 	mounted = true
 	sc.reconcile()

@@ -98,6 +98,9 @@ type Reconciler struct {
 	// failingChecks: since when the checks of a Cluster's managed API
 	// server have failed (ControlPlaneReachable EndpointUnreachable).
 	failingChecks runs
+	// auditBundleUnreadable is since when the audit webhook's CA bundle has
+	// been unreadable (auditBundleRun).
+	auditBundleUnreadable runs
 }
 
 // DefaultMaxManagedPollInterval caps the backoff of the managed-cluster polls.
