@@ -58,7 +58,8 @@ const AutomaticGrace = 24*time.Hour + 6*time.Hour
 // will). A rotation under way (Preparing, Finalizing) is recommended nothing:
 // the rotation condition says what it waits for. The step the Cluster's
 // spec.caRotation.automatic schedules (scheduled, AutomaticOf) is Carousel's
-// to take: it is recommended only once it is AutomaticGrace overdue.
+// to take: it is recommended only once it is AutomaticGrace overdue, or
+// when something holds it (a completion the old-CA usage gate holds).
 func Recommend(rot *v1alpha1.CARotation, created time.Time, scheduled AutomaticStep, policy RecommendationPolicy, now time.Time) (*Recommendation, time.Time) {
 	var due time.Time
 	var rec *Recommendation
@@ -89,7 +90,7 @@ func Recommend(rot *v1alpha1.CARotation, created time.Time, scheduled AutomaticS
 			Message: fmt.Sprintf(what+", longer than %s ago: start a CA rotation with %s=%s", since.UTC().Format(time.RFC3339), policy.RotationInterval,
 				v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)}
 	}
-	if scheduled.Operation == operation {
+	if scheduled.Operation == operation && scheduled.Waiting == "" {
 		if overdue := scheduled.Due.Add(AutomaticGrace); overdue.After(due) {
 			due = overdue
 		}

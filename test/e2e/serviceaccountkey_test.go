@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -140,7 +141,7 @@ func oneShotClient(ctx context.Context, token *string) (kubernetes.Interface, er
 	}
 	cfg.Timeout = 5 * time.Second
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		return promhttp.RoundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			r = r.Clone(r.Context())
 			r.Close = true
 			return rt.RoundTrip(r)
@@ -148,10 +149,6 @@ func oneShotClient(ctx context.Context, token *string) (kubernetes.Interface, er
 	}
 	return kubernetes.NewForConfig(cfg)
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // restartWorkload restarts one of the platform's workloads in the management
 // cluster, as `kubectl rollout restart` does, and waits until it rolled out.

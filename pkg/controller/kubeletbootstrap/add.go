@@ -35,10 +35,10 @@ func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 	)
 }
 
-// SetupWithManager registers the controller.
 // ControllerName names the controller in logs, metrics and events.
 const ControllerName = "kubelet-bootstrap"
 
+// SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byClusterLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		if name := obj.GetLabels()[v1alpha1.LabelCluster]; name != "" {
