@@ -33,6 +33,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/csr"
 	"github.com/carousel-dev/carousel/pkg/nodeagent"
 	"github.com/carousel-dev/carousel/pkg/pki"
+	"github.com/carousel-dev/carousel/pkg/shellquote"
 	"github.com/carousel-dev/carousel/pkg/version"
 )
 
@@ -320,7 +321,7 @@ func newRefreshCommand(o *options) *cobra.Command {
 			var given []string
 			cmd.Flags().Visit(func(f *pflag.Flag) {
 				if f.Name != "seed" && f.Name != "ttl" && f.Name != "timeout" {
-					given = append(given, "--"+f.Name+"="+f.Value.String())
+					given = append(given, shellquote.Quote("--"+f.Name+"="+f.Value.String()))
 				}
 			})
 			nodeagent.Plan(cmd.OutOrStdout(), o.node, seed, ttl, timeout, given...)

@@ -137,19 +137,19 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 	}
 }
 
-// The run command refresh-certs plan prints carries the flags it was given:
-// for a kubelet with --hostname-override, the node name; run without it took
-// the host name, and refused.
+// The run command refresh-certs plan prints carries the flags it was given,
+// quoted for the shell: for a kubelet with --hostname-override, the node
+// name; run without it took the host name, and refused.
 func TestRefreshPlanPrintsTheRunCommandForTheSameNode(t *testing.T) {
 	root := newRootCommand()
 	var out strings.Builder
-	root.SetArgs([]string{"refresh-certs", "plan", "--node-name", "worker-1", "--cert-dir", "/var/lib/kubelet/pki", "--seed", "abc", "--ttl", "24h"})
+	root.SetArgs([]string{"refresh-certs", "plan", "--node-name", "worker-1", "--cert-dir", "/srv/kubelet pki", "--seed", "abc", "--ttl", "24h"})
 	root.SetOut(&out)
 	root.SetErr(io.Discard)
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if want := "carousel-node-agent refresh-certs run --cert-dir=/var/lib/kubelet/pki --node-name=worker-1 --seed abc --ttl 24h0m0s --timeout 5m0s"; !strings.Contains(out.String(), want) {
+	if want := "carousel-node-agent refresh-certs run '--cert-dir=/srv/kubelet pki' --node-name=worker-1 --seed abc --ttl 24h0m0s --timeout 5m0s"; !strings.Contains(out.String(), want) {
 		t.Errorf("plan printed:\n%s\nwant the run command %q", out.String(), want)
 	}
 }

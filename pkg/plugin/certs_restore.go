@@ -18,6 +18,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/rotation"
+	"github.com/carousel-dev/carousel/pkg/shellquote"
 )
 
 // restoreAction is what `certs restore` does with one uploaded Secret.
@@ -438,20 +439,13 @@ func (e *env) reportStep(ns string, step restoreStep) {
 			if len(put.pairs) == 0 {
 				continue
 			}
-			args := []string{"kubectl", put.verb, "secret", shellQuote(step.secret.Name), "-n", shellQuote(ns), "--overwrite"}
+			args := []string{"kubectl", put.verb, "secret", shellquote.Quote(step.secret.Name), "-n", shellquote.Quote(ns), "--overwrite"}
 			for _, k := range slices.Sorted(maps.Keys(put.pairs)) {
-				args = append(args, shellQuote(k+"="+put.pairs[k]))
+				args = append(args, shellquote.Quote(k+"="+put.pairs[k]))
 			}
 			fmt.Fprintf(e.streams.Out, "  %s\n", strings.Join(args, " "))
 		}
 	}
-}
-
-// shellQuote quotes s for a POSIX shell: the upload's names and values come
-// from Secrets a tenant may write, and a command printed for pasting must
-// run nothing else.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // isServiceAccountKey: s is the upload's service-account key Secret (it has

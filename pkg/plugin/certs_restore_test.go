@@ -305,8 +305,8 @@ func TestRestoreSaysHowToPutBackLostLabelsAndAnnotations(t *testing.T) {
 	var out bytes.Buffer
 	(&env{streams: genericiooptions.IOStreams{Out: &out}}).reportStep("team-a", steps[0])
 	for _, want := range []string{
-		"kubectl label secret 'prod-ca-cluster' -n 'team-a' --overwrite '" + v1alpha1.LabelCluster + "=prod'\n",
-		"kubectl annotate secret 'prod-ca-cluster' -n 'team-a' --overwrite '" + v1alpha1.AnnotationRotation + "=it'\\''s'\n",
+		"kubectl label secret prod-ca-cluster -n team-a --overwrite " + v1alpha1.LabelCluster + "=prod\n",
+		"kubectl annotate secret prod-ca-cluster -n team-a --overwrite '" + v1alpha1.AnnotationRotation + "=it'\\''s'\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report:\n%s\nwant a line %q", out.String(), want)
