@@ -14,28 +14,20 @@ import (
 // of a CA rotation (Allowed), and the pools a rollout-workers (pending) or
 // rotate-rollout-workers (held) operation names. An annotation that did not change is not validated again, so that
 // Carousel's own writes, and edits while an accepted operation waits to be
-// picked up, are never refused. One that replaces a pending operation of
-// another verb is refused: the pending one would be lost without a word
-// (kubectl annotate --overwrite), and whoever set it (a campaign) told it was
-// dropped; the same verb may change (forced, other pools).
+// picked up, are never refused.
 func ValidateOperation(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	value, ok := newC.Annotations[v1alpha1.OperationAnnotation]
 	if !ok {
 		return nil
 	}
-	p := field.NewPath("metadata", "annotations").Key(v1alpha1.OperationAnnotation)
 	current := newC
 	if oldC != nil {
-		oldValue, had := oldC.Annotations[v1alpha1.OperationAnnotation]
-		if had && oldValue == value {
+		if oldValue, had := oldC.Annotations[v1alpha1.OperationAnnotation]; had && oldValue == value {
 			return nil
-		}
-		if had && verbOf(oldValue) != verbOf(value) {
-			return field.ErrorList{field.Forbidden(p, fmt.Sprintf("another operation is pending (%s=%s): it would be lost; "+
-				"remove it first (kubectl annotate ... %s-), or wait until Carousel has taken it up", v1alpha1.OperationAnnotation, oldValue, v1alpha1.OperationAnnotation))}
 		}
 		current = oldC
 	}
+	p := field.NewPath("metadata", "annotations").Key(v1alpha1.OperationAnnotation)
 	if current.DeletionTimestamp != nil {
 		return field.ErrorList{field.Forbidden(p, "the cluster is being deleted: no operation is accepted")}
 	}
@@ -66,15 +58,6 @@ func ValidateOperation(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 		}
 	}
 	return allErrs
-}
-
-// verbOf is the verb of an operation annotation's value, the value itself
-// when it does not parse.
-func verbOf(value string) string {
-	if op, err := v1alpha1.ParseOperation(value); err == nil {
-		return string(op.Verb)
-	}
-	return value
 }
 
 // ValidateUpdate validates what a rotation requires of an update: the spec

@@ -221,10 +221,7 @@ func TestValidateOperation(t *testing.T) {
 		{"reissue a role twice", inPhase(""), "reissue-ca=vpn,vpn", `names CA role "vpn" twice`},
 		{"any operation while deleting", deleting, v1alpha1.OperationCompleteCARotation, "the cluster is being deleted"},
 		{"unchanged annotation is not checked again", withOperation(inPhase(v1alpha1.RotationPreparing), v1alpha1.OperationStartCARotation), v1alpha1.OperationStartCARotation, ""},
-		{"changed annotation is checked", withOperation(inPhase(""), "rollout-workers=pool-a"), "rollout-workers=pool-b", "in phase none"},
-		{"a pending operation replaced by another", withOperation(inPhase(v1alpha1.RotationPrepared), v1alpha1.OperationCompleteCARotation), v1alpha1.OperationReconcile,
-			"another operation is pending (carousel.dev/operation=complete-ca-rotation): it would be lost; remove it first"},
-		{"a pending completion forced", withOperation(usedBy(inPhase(v1alpha1.RotationPrepared), 5), v1alpha1.OperationCompleteCARotation), "complete-ca-rotation=force", ""},
+		{"changed annotation is checked", withOperation(inPhase(""), v1alpha1.OperationStartCARotation), v1alpha1.OperationCompleteCARotation, "in phase none"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -352,8 +352,7 @@ var _ = Describe("The CA rotation journey", Ordered, func() {
 		} else {
 			Expect(annotate(ctx, v1alpha1.OperationStartCARotationWithoutWorkersRollout)).To(Succeed())
 		}
-		// Until the controller takes the start up (it records the phase, then removes the annotation), the webhook
-		// refuses replacing it; then it refuses a second start.
+		// Until the controller takes the start up, the webhook lets another operation replace it.
 		Eventually(func() v1alpha1.CARotationPhase { return cluster(ctx).CARotationPhase() }).Should(Equal(v1alpha1.RotationPreparingWithoutWorkersRollout))
 		Eventually(func() error { return annotate(ctx, v1alpha1.OperationStartCARotation) }).Should(
 			MatchError(ContainSubstring("cannot start a CA rotation: the rotation is in phase PreparingWithoutWorkersRollout")), "start twice")
