@@ -90,23 +90,26 @@ func TestDefaults(t *testing.T) {
 }
 
 // refresh-certs run checks its --ttl and --timeout before it reads or
-// requests anything.
+// requests anything; plan refuses what run would: it prints the run command.
 func TestRefreshRunRefusesBadFlags(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--ttl", "1m"}, "--ttl=1m0s: 0 (the signer decides) or from 10m0s"},
-		{[]string{"--timeout", "-1s"}, "--timeout=-1s: must be positive"},
-		{[]string{"--timeout", "0s"}, "--timeout=0s: must be positive"},
-		{[]string{"--seed", "a/b"}, `--seed "a/b": the CSR it names, node-csr-refresh-w1-a/b, cannot be created`},
+		{[]string{"run", "--seed", "abc", "--ttl", "1m"}, "--ttl=1m0s: 0 (the signer decides) or from 10m0s"},
+		{[]string{"run", "--seed", "abc", "--timeout", "-1s"}, "--timeout=-1s: must be positive"},
+		{[]string{"run", "--seed", "abc", "--timeout", "0s"}, "--timeout=0s: must be positive"},
+		{[]string{"run", "--seed", "abc", "--seed", "a/b"}, `--seed "a/b": the CSR it names, node-csr-refresh-w1-a/b, cannot be created`},
+		{[]string{"plan", "--seed", "a/b"}, "cannot be created"},
+		{[]string{"plan", "--ttl", "5m"}, "--ttl=5m0s: 0 (the signer decides) or from 10m0s"},
+		{[]string{"plan", "--timeout", "-1m"}, "--timeout=-1m0s: must be positive"},
 	} {
 		cmd := newRefreshCommand(&options{node: "w1", certDir: t.TempDir()})
-		cmd.SetArgs(append([]string{"run", "--seed", "abc"}, tt.args...))
+		cmd.SetArgs(tt.args)
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(io.Discard)
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("refresh-certs run %v = %v, want an error saying %q", tt.args, err, tt.want)
+			t.Errorf("refresh-certs %v = %v, want an error saying %q", tt.args, err, tt.want)
 		}
 	}
 	root := newRootCommand()
@@ -117,23 +120,6 @@ func TestRefreshRunRefusesBadFlags(t *testing.T) {
 	root.SetErr(io.Discard)
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "refresh-certs requests --ttl") {
 		t.Errorf("refresh-certs run --certificate-ttl 24h = %v, want it refused: the agent's flag, which run ignored", err)
-	}
-	// plan refuses what run would: it prints the run command.
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--seed", "a/b"}, "cannot be created"},
-		{[]string{"--ttl", "5m"}, "--ttl=5m0s: 0 (the signer decides) or from 10m0s"},
-		{[]string{"--timeout", "-1m"}, "--timeout=-1m0s: must be positive"},
-	} {
-		cmd := newRefreshCommand(&options{node: "w1"})
-		cmd.SetArgs(append([]string{"plan"}, tt.args...))
-		cmd.SetOut(io.Discard)
-		cmd.SetErr(io.Discard)
-		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("refresh-certs plan %v = %v, want an error saying %q, as run refuses it", tt.args, err, tt.want)
-		}
 	}
 }
 

@@ -12,9 +12,8 @@ import (
 // of its user and fingerprint, and what it says of the credentials it has no
 // room for. It is a fifth of the record's size, and lets a batch that would
 // only defer small advances of lastSeen or earlier firstSeens (most batches
-// of a busy cluster), or
-// show credentials a full record leaves out, skip reading the record, which
-// the manager's cache does not hold.
+// of a busy cluster), or show credentials a full record leaves out, skip
+// reading the record, which the manager's cache does not hold.
 type knownSightings struct {
 	byID map[credentialID]sighting
 	// room is how many more bytes the record may take (oldca.Usage.Room).

@@ -739,8 +739,8 @@ type clusterState struct {
 	mu sync.Mutex
 	// pending are the sightings whose lastSeen advanced by less than
 	// oldca.Resolution, or whose firstSeen moved back; they are written when
-	// the scheduled flush comes,
-	// which after a write schedules the next one a minute later.
+	// the scheduled flush comes, which after a write schedules the next one a
+	// minute later.
 	pending        pendingSightings
 	flushScheduled bool
 	// known is what the record held when it was last read or written
@@ -807,9 +807,9 @@ func isHex(s string) bool {
 
 // record merges seen into the Cluster's usage ConfigMap, writing it only
 // when the record changed; small advances of lastSeen, and earlier
-// firstSeens, are written oldca.Resolution later, in one write. A batch of nothing but such advances
-// of sightings the state knows waits for that write without reading the
-// record.
+// firstSeens, are written oldca.Resolution later, in one write. A batch of
+// nothing but such moves of sightings the state knows waits for that write
+// without reading the record.
 func (r *Receiver) record(ctx context.Context, key client.ObjectKey, seen []oldca.Credential) error {
 	st := r.lock(key)
 	defer r.unlock(key, st)
