@@ -258,26 +258,19 @@ default outside kubeadm): nothing else deletes it.`,
 					bootstrapapi.BootstrapTokenDescriptionKey: fmt.Sprintf("owns Carousel's encrypted certificate copy of %s/%s; authenticates nobody", cl.Namespace, cl.Name),
 				},
 			}
-			if err := c.Create(ctx, token); err != nil {
-				return fmt.Errorf("creating the owning bootstrap token: %w", err)
-			}
 			copySecret := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: certsSecretPrefix + id, Labels: label,
-					OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: token.Name, UID: token.UID}}},
-				Data: map[string][]byte{certsDataKey: sealed},
+				ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: certsSecretPrefix + id, Labels: label},
+				Data:       map[string][]byte{certsDataKey: sealed},
 			}
-			if err := c.Create(ctx, copySecret); err != nil {
-				// The key is never shown: the token goes now, and with it a
-				// copy stored all the same (a write that timed out).
-				if deleteErr := client.IgnoreNotFound(c.Delete(ctx, token)); deleteErr != nil {
-					return fmt.Errorf("storing the encrypted copy: %w; deleting its bootstrap token %s: %w", err, token.Name, deleteErr)
-				}
-				return fmt.Errorf("storing the encrypted copy: %w; its bootstrap token %s is deleted", err, token.Name)
+			if err := storeUpload(ctx, c, token, copySecret); err != nil {
+				return err
 			}
 			files, _ := (&certsUpload{secrets: uploaded}).files()
 			if err := printUpload(e.streams.Out, cl, id, key, len(uploaded), len(files), expires); err != nil {
 				// The key is nowhere: nobody can open the copy, which goes now.
-				if deleteErr := errors.Join(client.IgnoreNotFound(c.Delete(ctx, copySecret)), client.IgnoreNotFound(c.Delete(ctx, token))); deleteErr != nil {
+				cleanup, cancel := cleanupContext(ctx)
+				defer cancel()
+				if deleteErr := errors.Join(client.IgnoreNotFound(c.Delete(cleanup, copySecret)), client.IgnoreNotFound(c.Delete(cleanup, token))); deleteErr != nil {
 					return fmt.Errorf("printing the certificate key: %w; deleting the upload, which nobody can open: %w", err, deleteErr)
 				}
 				return fmt.Errorf("printing the certificate key: %w; upload %s, which nobody can open, is deleted", err, id)
@@ -288,6 +281,35 @@ default outside kubeadm): nothing else deletes it.`,
 	cmd.Flags().DurationVar(&ttl, "ttl", 2*time.Hour, fmt.Sprintf("How long the encrypted copy is kept, between %s and %s", minUploadTTL, maxUploadTTL))
 	return cmd
 }
+
+// storeUpload creates an upload's bootstrap token, then the encrypted copy,
+// owned by the token (the garbage collector deletes it with it). When the copy cannot be stored the token is deleted, on a context
+// of its own: a copy stored all the same (a write that timed out, or one the
+// user's Ctrl-C cut short) goes with it, since its key is never shown.
+func storeUpload(ctx context.Context, c client.Client, token, copySecret *corev1.Secret) error {
+	if err := c.Create(ctx, token); err != nil {
+		return fmt.Errorf("creating the owning bootstrap token: %w", err)
+	}
+	copySecret.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: token.Name, UID: token.UID}}
+	if err := c.Create(ctx, copySecret); err != nil {
+		cleanup, cancel := cleanupContext(ctx)
+		defer cancel()
+		if deleteErr := client.IgnoreNotFound(c.Delete(cleanup, token)); deleteErr != nil {
+			return fmt.Errorf("storing the encrypted copy: %w; deleting its bootstrap token %s: %w", err, token.Name, deleteErr)
+		}
+		return fmt.Errorf("storing the encrypted copy: %w; its bootstrap token %s is deleted", err, token.Name)
+	}
+	return nil
+}
+
+// cleanupContext is the context of the deletions that undo a command's
+// half-done writes: they run after the command's own context ended too (a
+// Ctrl-C), for at most cleanupTimeout.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+const cleanupTimeout = 30 * time.Second
 
 // printUpload tells what was uploaded, the certificate key (shown once,
 // stored nowhere) and how to use it; a write that fails is returned.

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -10,12 +11,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/pkg/sealing"
 )
 
@@ -205,5 +211,42 @@ func TestPrintUploadReportsAFailedWriteOfTheKey(t *testing.T) {
 	var out bytes.Buffer
 	if err := printUpload(&out, cl, "abcdef", key, 8, 16, time.Now()); err != nil || !strings.Contains(out.String(), "\n"+sealing.EncodeKey(key)+"\n") {
 		t.Errorf("printUpload = %v, printed %q; want the key on a line of its own", err, out.String())
+	}
+}
+
+// A Ctrl-C while the encrypted copy is being stored (the write may have
+// reached the API server) still deletes the bootstrap token, and with it the
+// copy nobody has the key of: the deletion does not run on the command's
+// context, which ended.
+func TestStoreUploadDeletesTheTokenAfterACtrlC(t *testing.T) {
+	ctx, ctrlC := context.WithCancel(context.Background())
+	defer ctrlC()
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := c.Create(ctx, obj, opts...); err != nil || obj.GetName() != certsSecretPrefix+"abc123" {
+				return err
+			}
+			ctrlC() // stored, but the answer is lost to the Ctrl-C
+			return ctx.Err()
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if err := ctx.Err(); err != nil {
+				return err // as a real client does on an ended context
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	}).Build()
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abc123"}}
+	copySecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: certsSecretPrefix + "abc123"}}
+
+	err := storeUpload(ctx, c, token, copySecret)
+	if err == nil || !strings.Contains(err.Error(), "its bootstrap token bootstrap-token-abc123 is deleted") {
+		t.Fatalf("err = %v, want the copy's failure and the token deleted", err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(token), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the token is left (get: %v): it owns a copy whose key was never shown", err)
+	}
+	if got := copySecret.OwnerReferences; len(got) != 1 || got[0].Name != token.Name || got[0].Kind != "Secret" {
+		t.Errorf("the copy's owners = %+v, want the token", got)
 	}
 }
