@@ -244,3 +244,31 @@ func TestBeforeRotation(t *testing.T) {
 		}
 	}
 }
+
+// TestWrittenInRotation: a role's Secret counts as written by the rotation
+// under way only when its annotation names that rotation, and never when no
+// rotation is under way (a Secret without the annotation included).
+func TestWrittenInRotation(t *testing.T) {
+	const rotation, earlier = "2026-11-27T09:00:00Z", "2026-11-20T09:00:00Z"
+	started, _ := time.Parse(time.RFC3339, rotation)
+	rotating := func(phase v1alpha1.CARotationPhase, initiated *metav1.Time) *v1alpha1.Cluster {
+		return &v1alpha1.Cluster{Status: v1alpha1.ClusterStatus{Credentials: &v1alpha1.ClusterCredentials{
+			Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{Phase: phase, LastInitiationTime: initiated}}}}}
+	}
+	for name, tc := range map[string]struct {
+		cluster  *v1alpha1.Cluster
+		rotation string
+		want     bool
+	}{
+		"preparing, written by it":                  {rotating(v1alpha1.RotationPreparing, &metav1.Time{Time: started}), rotation, true},
+		"preparing, written by an earlier rotation": {rotating(v1alpha1.RotationPreparing, &metav1.Time{Time: started}), earlier, false},
+		"aborting, written by it":                   {rotating(v1alpha1.RotationAborting, &metav1.Time{Time: started}), rotation, true},
+		"completed: no rotation under way":          {rotating(v1alpha1.RotationCompleted, &metav1.Time{Time: started}), rotation, false},
+		"never rotated, no annotation":              {&v1alpha1.Cluster{}, "", false},
+		"a status without lastInitiationTime":       {rotating(v1alpha1.RotationPreparing, nil), "", false},
+	} {
+		if got := (&CAs{Rotation: tc.rotation}).WrittenInRotation(tc.cluster); got != tc.want {
+			t.Errorf("%s: WrittenInRotation = %t, want %t", name, got, tc.want)
+		}
+	}
+}

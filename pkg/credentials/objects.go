@@ -150,6 +150,14 @@ func (c *CAs) Restored() bool {
 	return c.AbortedRotation != "" && c.AbortedRotation == c.Rotation
 }
 
+// WrittenInRotation reports whether the role's Secret was written by the CA
+// rotation under way on cl: its rotation annotation is cl.CARotationID().
+// With none under way, or one without a lastInitiationTime, it is false.
+func (c *CAs) WrittenInRotation(cl *v1alpha1.Cluster) bool {
+	id := cl.CARotationID()
+	return id != "" && c.Rotation == id
+}
+
 // BeforeRotation is, during a rotation that is not finalizing, the CA the
 // role had before it: the previous one, unless an abort made it current
 // again (Restored) or the role never got a new one (no previous CA).

@@ -140,7 +140,7 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 	recorded, recordedPrevious := recordedCAs(c, role)
 	retired := cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
 	holdsCurrent := recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint
-	fromBefore := holdsCurrent && cas.Previous == nil && recordedPrevious != nil && c.CARotationPhase().RotationInProgress() && cas.Rotation != c.CARotationID()
+	fromBefore := holdsCurrent && cas.Previous == nil && recordedPrevious != nil && c.CARotationPhase().RotationInProgress() && !cas.WrittenInRotation(c)
 	if !retired && !fromBefore && (holdsCurrent || cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
 		return nil
 	}

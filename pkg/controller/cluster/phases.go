@@ -218,7 +218,7 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	held := rotation.HeldPools(c.CARotation())
 	s.facts = rotation.Facts{
 		Phase:               c.CARotationPhase(),
-		NewCAsPersisted:     allCAs(s.cas, func(x *credentials.CAs) bool { return x.Rotation == c.CARotationID() }),
+		NewCAsPersisted:     allCAs(s.cas, func(x *credentials.CAs) bool { return x.WrittenInRotation(c) }),
 		OldCAsRemoved:       allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil }),
 		OldCAsRestored:      allCAs(s.cas, func(x *credentials.CAs) bool { return x.Previous == nil || x.Restored() }),
 		ClientsOnNewCA:      s.certs.clientsOnNewCA,

@@ -212,7 +212,7 @@ func nodesMayMove(ctx context.Context, r client.Reader, c *v1alpha1.Cluster, poo
 	}
 	switch c.CARotation().Phase {
 	case v1alpha1.RotationPreparing:
-		if clientCAs.Rotation != c.CARotationID() || inUse != clientCAs.Current {
+		if !clientCAs.WrittenInRotation(c) || inUse != clientCAs.Current {
 			return nil, fmt.Sprintf("pool %s: waiting until the API server trusts the new client CA", pool.Name), nil
 		}
 	case v1alpha1.RotationAborting:
