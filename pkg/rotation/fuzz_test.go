@@ -461,6 +461,11 @@ func FuzzNext(f *testing.F) {
 	f.Add(uint8(8), aborted, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0))
 	f.Add(uint8(7), aborted&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x20))
 	f.Add(uint8(7), aborted&^factOldCAsRemoved|factAbortForced, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x40))
+	// Holders named and holders the reconciler cannot tell, of kubeconfigs
+	// (0x24) and kubelet certificates (0x18), and the latter alone (0x0c).
+	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x24))
+	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x18))
+	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x0c))
 	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8, reloadSec uint16, publishedAgoSec int32, heldCount uint8) {
 		facts := Facts{
 			Phase:              fuzzPhase(phase),
@@ -475,7 +480,10 @@ func FuzzNext(f *testing.F) {
 			// The high bits of heldCount: users holding kubeconfigs from the new client CA.
 			KubeconfigHolders: slices.Repeat([]string{"carousel:admin:a"}, int(heldCount>>5)),
 			// Bit 4: a Node whose kubelet holds a certificate from it.
-			KubeletHolders:      slices.Repeat([]string{"worker-1"}, int(heldCount>>4)&1),
+			KubeletHolders: slices.Repeat([]string{"worker-1"}, int(heldCount>>4)&1),
+			// Bits 2 and 3: the reconciler cannot tell every holder.
+			KubeconfigHoldersUnknown: slices.Repeat([]string{"(the kubeconfig record is lost)"}, int(heldCount>>2)&1),
+			KubeletHoldersUnknown:    slices.Repeat([]string{"(the kubelet record is lost)"}, int(heldCount>>3)&1),
 			PendingWorkerPools:  pendingPools,
 			HeldWorkerPools:     fuzzPools[:int(heldCount)%(len(fuzzPools)+1)],
 			Evidence:            fuzzEvidence[int(evidence)%len(fuzzEvidence)],
@@ -587,19 +595,21 @@ func FuzzNext(f *testing.F) {
 		// It records that only once no user holds a kubeconfig from the new
 		// client CA only, or the abort is forced; and the wait for them, which
 		// comes before, names them.
-		if d := Decide(facts); d.RecordRolledBack && len(facts.KubeconfigHolders) > 0 && !facts.AbortForced {
+		// (or the reconciler cannot tell who holds one), names them, counts
+		// only the names, and says why it cannot tell.
+		if d := Decide(facts); d.RecordRolledBack && len(facts.KubeconfigHolders)+len(facts.KubeconfigHoldersUnknown) > 0 && !facts.AbortForced {
 			t.Fatalf("Decide(%+v) = %+v records the roll-back while kubeconfigs from the new client CA are held", facts, d)
 		}
 		if wait != nil && wait.Reason == v1alpha1.ReasonWaitingForKubeconfigHolders &&
-			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || facts.RolledBack || !strings.Contains(wait.Message, "carousel:admin:a")) {
+			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || facts.RolledBack || !namesHolders(wait.Message, "user(s)", facts.KubeconfigHolders, facts.KubeconfigHoldersUnknown)) {
 			t.Fatalf("next(%+v) waits for kubeconfig holders: %+v", facts, wait)
 		}
 		// The same for the kubelets holding certificates from it.
-		if d := Decide(facts); d.RecordRolledBack && len(facts.KubeletHolders) > 0 && !facts.AbortForced {
+		if d := Decide(facts); d.RecordRolledBack && len(facts.KubeletHolders)+len(facts.KubeletHoldersUnknown) > 0 && !facts.AbortForced {
 			t.Fatalf("Decide(%+v) = %+v records the roll-back while kubelets hold certificates from the new client CA", facts, d)
 		}
 		if wait != nil && wait.Reason == v1alpha1.ReasonWaitingForKubeletHolders &&
-			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || facts.RolledBack || !strings.Contains(wait.Message, "worker-1")) {
+			(facts.Phase != v1alpha1.RotationAborting || facts.AbortForced || facts.RolledBack || !namesHolders(wait.Message, "Node(s)", facts.KubeletHolders, facts.KubeletHoldersUnknown)) {
 			t.Fatalf("next(%+v) waits for kubelet holders: %+v", facts, wait)
 		}
 		if d := Decide(facts); d.RecordRolledBack && (facts.Phase != v1alpha1.RotationAborting || facts.RolledBack || facts.PendingWorkerPools != 0 ||
@@ -759,4 +769,19 @@ func FuzzLifecycle(f *testing.F) {
 			}
 		}
 	})
+}
+
+// namesHolders reports whether a wait's message names the holders, counts
+// them as "<n> <noun>" when there are any, and says every reason the
+// reconciler cannot tell others.
+func namesHolders(message, noun string, names, unknown []string) bool {
+	if len(names) > 0 && (!strings.HasPrefix(message, fmt.Sprintf("%d %s", len(names), noun)) || !strings.Contains(message, names[0])) {
+		return false
+	}
+	for _, why := range unknown {
+		if !strings.Contains(message, why) {
+			return false
+		}
+	}
+	return len(names)+len(unknown) > 0
 }

@@ -2,6 +2,7 @@ package rotation
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,12 +28,14 @@ type Facts struct {
 	// kubeconfig who hold an unexpired kubeconfig from the new client CA
 	// and have taken none from the old one since; AbortForced: the abort
 	// does not wait for them (abort-ca-rotation=force).
-	KubeconfigHolders []string
+	// KubeconfigHoldersUnknown says why the reconciler cannot tell them all
+	// (the record lost or unreadable), and holds the abort as they do.
+	KubeconfigHolders, KubeconfigHoldersUnknown []string
 	// KubeletHolders (Aborting) are the Nodes whose kubelet's last client
-	// certificate Carousel signed is from the new client CA and unexpired,
-	// or why the reconciler cannot tell; the abort waits for them as for
-	// KubeconfigHolders.
-	KubeletHolders []string
+	// certificate Carousel signed is from the new client CA and unexpired;
+	// KubeletHoldersUnknown says why the reconciler cannot tell them all.
+	// The abort waits for them as for KubeconfigHolders.
+	KubeletHolders, KubeletHoldersUnknown []string
 	AbortForced    bool
 	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
 	ClientsOnNewCA bool
@@ -231,11 +234,11 @@ var aborting = []step{
 		waiting: poolsToRoll,
 		plan: []PlanLine{{"roll back every worker pool, held ones too (client and serving certificates from the old CAs; " +
 			"in-place nodes also trust the old CAs alone from then on):", ListWorkerPools}}},
-	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.RolledBack || !waits(f, f.KubeconfigHolders) },
+	{reason: v1alpha1.ReasonWaitingForKubeconfigHolders, done: func(f Facts) bool { return f.RolledBack || !waits(f, f.KubeconfigHolders, f.KubeconfigHoldersUnknown) },
 		waiting: kubeconfigHolders,
 		plan: []PlanLine{{"wait for the users of kubectl carousel kubeconfig who hold one from the new client CA to take a new one " +
 			"(or for theirs to expire; abort-ca-rotation=force does not wait)", ListNone}}},
-	{reason: v1alpha1.ReasonWaitingForKubeletHolders, done: func(f Facts) bool { return f.RolledBack || !waits(f, f.KubeletHolders) }, managed: true,
+	{reason: v1alpha1.ReasonWaitingForKubeletHolders, done: func(f Facts) bool { return f.RolledBack || !waits(f, f.KubeletHolders, f.KubeletHoldersUnknown) }, managed: true,
 		waiting: kubeletHolders,
 		plan: []PlanLine{{"wait for the kubelets whose client certificate Carousel signed from the new client CA, or serving certificate " +
 			"from the new kubelet CA, to renew (or for their certificates to expire, or their Nodes to be deleted; " +
@@ -357,10 +360,15 @@ func say(message string) func(Facts) string { return func(Facts) string { return
 
 // holdersWait: an abort keeps the new client CA for the users holding
 // kubeconfigs from it and the kubelets holding certificates from it.
-func holdersWait(f Facts) bool { return waits(f, f.KubeconfigHolders) || waits(f, f.KubeletHolders) }
+func holdersWait(f Facts) bool {
+	return waits(f, f.KubeconfigHolders, f.KubeconfigHoldersUnknown) || waits(f, f.KubeletHolders, f.KubeletHoldersUnknown)
+}
 
-// waits: an abort that is not forced waits for holders.
-func waits(f Facts, holders []string) bool { return len(holders) > 0 && !f.AbortForced }
+// waits: an abort that is not forced waits for holders, and for those the
+// reconciler cannot tell.
+func waits(f Facts, holders, unknown []string) bool {
+	return (len(holders) > 0 || len(unknown) > 0) && !f.AbortForced
+}
 
 // firstNames names the first three of names, and says how many more there
 // are.
@@ -372,19 +380,42 @@ func firstNames(names []string) string {
 	return first
 }
 
+// holdersCounted counts the holders named, and says that there may be others
+// the reconciler cannot name.
+func holdersCounted(noun string, names, unknown []string) string {
+	switch {
+	case len(unknown) == 0:
+		return fmt.Sprintf("%d %s", len(names), noun)
+	case len(names) == 0:
+		return noun + " Carousel cannot name"
+	}
+	return fmt.Sprintf("%d %s, and others Carousel cannot name,", len(names), noun)
+}
+
+// holdersNamed says why the reconciler cannot name every holder, then
+// names the first ones.
+func holdersNamed(names, unknown []string) string {
+	said := slices.Clip(unknown)
+	if len(names) > 0 {
+		said = append(said, firstNames(names))
+	}
+	return strings.Join(said, "; ")
+}
+
 func kubeletHolders(f Facts) string {
-	return fmt.Sprintf("%d Node(s) whose kubelet holds a certificate Carousel signed from a new CA the abort deletes (a client certificate "+
+	return fmt.Sprintf("%s whose kubelet holds a certificate Carousel signed from a new CA the abort deletes (a client certificate "+
 		"from the new client CA, or a serving one from the new kubelet CA, which the API server would no longer verify): %s; "+
 		"each kubelet renews it (now from the old CAs; a node of an InPlace pool, rolled without it while it was offline, is asked to "+
 		"and does once it is back online) or it expires, or the Node is deleted if it is gone, or %s=%s%s deletes the CAs now "+
 		"(such a kubelet then needs a fresh bootstrap kubeconfig, or a new serving certificate)",
-		len(f.KubeletHolders), firstNames(f.KubeletHolders), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
+		holdersCounted("Node(s)", f.KubeletHolders, f.KubeletHoldersUnknown), holdersNamed(f.KubeletHolders, f.KubeletHoldersUnknown), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
 }
 
 func kubeconfigHolders(f Facts) string {
-	return fmt.Sprintf("%d user(s) of kubectl carousel kubeconfig hold a kubeconfig from the new client CA, which the abort deletes: %s; "+
+	return fmt.Sprintf("%s hold a kubeconfig from the new client CA, which the abort deletes: %s; "+
 		"each takes a new one (kubectl carousel kubeconfig --name <name>, now from the old client CA) or waits for it to expire, "+
-		"or %s=%s%s deletes it now", len(f.KubeconfigHolders), firstNames(f.KubeconfigHolders), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
+		"or %s=%s%s deletes it now", holdersCounted("user(s) of kubectl carousel kubeconfig", f.KubeconfigHolders, f.KubeconfigHoldersUnknown),
+		holdersNamed(f.KubeconfigHolders, f.KubeconfigHoldersUnknown), v1alpha1.OperationAnnotation, v1alpha1.OperationAbortCARotation, v1alpha1.OperationForceSuffix)
 }
 
 func poolsToRoll(f Facts) string {

@@ -433,30 +433,30 @@ func previousIssuer(cas *credentials.CAs) string {
 // kubeconfigHolders are, in Aborting once the client CAs are swapped back
 // and until the new one is deleted, the users holding kubeconfigs from the
 // new client CA only (oldca.Kubeconfigs.Stranded), for whom the abort
-// keeps it; s wakes when the first of them expires.
-func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string, error) {
+// keeps it, and why they cannot be told (the record lost or unreadable),
+// which holds it too; s wakes when the first of them expires.
+func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) (users, unknown []string, err error) {
 	clientCAs := s.cas[v1alpha1.CARoleClient]
 	if s.cluster.CARotationPhase() != v1alpha1.RotationAborting || clientCAs == nil || clientCAs.Previous == nil || !clientCAs.Restored() {
-		return nil, nil
+		return nil, nil, nil
 	}
 	issued, unreadable, lost, err := r.issuedKubeconfigs(ctx, s)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if lost {
-		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
+		return nil, []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
 			", the record this rotation judges by, was deleted since, and the kubeconfigs from the new client CA it recorded with it: only a forced abort goes on, once every user has taken a new kubeconfig)"}, nil
 	}
 	if unreadable {
-		return []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
+		return nil, []string{"(ConfigMap " + credentials.IssuedKubeconfigsConfigMapName(s.cluster.Name) +
 			" does not parse: repair it, or force the abort once every user has taken a new kubeconfig; do not delete it, which loses the kubeconfigs from the new client CA it recorded)"}, nil
 	}
-	var users []string
 	for _, d := range issued.Stranded(previousIssuer(clientCAs), hex.EncodeToString(clientCAs.Current.Cert.SubjectKeyId), r.Clock.Now()) {
 		users = append(users, d.Name)
 		s.wakeAt(d.Expires)
 	}
-	return users, nil
+	return users, nil, nil
 }
 
 // kubeletHolders are, in Aborting once the client CAs are swapped back and
@@ -469,46 +469,45 @@ func (r *Reconciler) kubeconfigHolders(ctx context.Context, s *scope) ([]string,
 // itself only late in its certificate's life, and deleting the client CA
 // would lock it out, the kubelet CA leave the API server unable to verify it
 // (logs, exec, port-forward). What cannot be told (the record lost, unreadable or
-// with certificates it had no room for, the Nodes unreadable) is named in
-// their place, and holds the abort too. s wakes when the first certificate
+// with certificates it had no room for, the Nodes unreadable) is returned
+// as unknown, and holds the abort too. s wakes when the first certificate
 // expires.
-func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, error) {
+func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) (holders, unknown []string, err error) {
 	c := s.cluster
 	clientCAs := s.cas[v1alpha1.CARoleClient]
 	rot := c.CARotation()
 	switch {
 	case c.CARotationPhase() != v1alpha1.RotationAborting || rot.AbortRolledBackTime != nil || clientCAs == nil || clientCAs.Previous == nil ||
 		!clientCAs.Restored():
-		return nil, nil
+		return nil, nil, nil
 	case s.endpointRemoved:
 		// The Nodes of the managed cluster the rotation ran on cannot be
 		// read: it holds, as the gate does.
-		return []string{"(the rotation's endpoint was removed from the spec, so Carousel cannot read the managed cluster's Nodes: " +
+		return nil, []string{"(the rotation's endpoint was removed from the spec, so Carousel cannot read the managed cluster's Nodes: " +
 			"set it again, or force the abort once every kubelet runs on certificates from the old CAs)"}, nil
 	case c.Spec.ControlPlane.Endpoint == "" || r.ManagedNodes == nil:
-		return nil, nil
+		return nil, nil, nil
 	}
 	name := credentials.KubeletCertificatesConfigMapName(c.Name)
 	record, unreadable, lost, err := r.kubeletCertificates(ctx, c)
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	case lost:
-		return []string{"(ConfigMap " + name + ", the record of the kubelet certificates Carousel signed that this rotation judges by, " +
+		return nil, []string{"(ConfigMap " + name + ", the record of the kubelet certificates Carousel signed that this rotation judges by, " +
 			"was deleted since, and what it held with it: only a forced abort goes on, once every kubelet runs on certificates from the old CAs)"}, nil
 	case unreadable:
-		return []string{"(ConfigMap " + name + " does not parse: repair it, or force the abort once every kubelet runs on certificates from the old CAs)"}, nil
+		return nil, []string{"(ConfigMap " + name + " does not parse: repair it, or force the abort once every kubelet runs on certificates from the old CAs)"}, nil
 	case record == nil:
-		return nil, nil
+		return nil, nil, nil
 	}
 	now := r.Clock.Now()
-	// What the record forgot holds the abort, named first; the holders it
-	// names are named, and asked, all the same.
-	var notes, holders []string
+	// What the record forgot holds the abort; the holders it names are
+	// named, and asked, all the same.
 	unrecorded := func(until *time.Time, what string) {
 		if until != nil && now.Before(*until) {
 			s.wakeAt(*until)
-			notes = append(notes, fmt.Sprintf("(ConfigMap %s had no room for some kubelet %s certificates, valid until %s: "+
+			unknown = append(unknown, fmt.Sprintf("(ConfigMap %s had no room for some kubelet %s certificates, valid until %s: "+
 				"force the abort once every kubelet runs on certificates from the old CAs)", name, what, until.UTC().Format(time.RFC3339)))
 		}
 	}
@@ -521,7 +520,7 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 	nodes, _, err := r.ManagedNodes(ctx, c)
 	if err != nil {
 		log.FromContext(ctx).Info("reading the managed cluster's Nodes for the abort", "error", err.Error())
-		return append(notes, "(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from a new CA)"), nil
+		return nil, append(unknown, "(the managed cluster's Nodes could not be read, so Carousel cannot tell whose kubelet holds a certificate from a new CA)"), nil
 	}
 	newIssuer := hex.EncodeToString(clientCAs.Previous.Cert.SubjectKeyId)
 	for _, n := range nodes {
@@ -546,7 +545,7 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, s *scope) ([]string, er
 		}
 	}
 	slices.Sort(holders) // the status names them: the same order each pass
-	return append(notes, holders...), nil
+	return holders, unknown, nil
 }
 
 // askKubeletHolders has the rollouts that can ask their nodes to renew once

@@ -697,7 +697,8 @@ func TestAnAbortWaitsForTheKubeletsOnTheNewClientCA(t *testing.T) {
 	}
 	sc.setEndpoint("")
 	if c, cond = sc.rotationAfter(3); c.CARotation().AbortRolledBackTime != nil || cond == nil ||
-		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "endpoint was removed") {
+		cond.Reason != string(v1alpha1.ReasonWaitingForKubeletHolders) || !strings.Contains(cond.Message, "endpoint was removed") ||
+		!strings.Contains(cond.Message, ": Node(s) Carousel cannot name whose kubelet") {
 		t.Fatalf("with the endpoint removed the abort is %s: %+v; want it waiting, as the Nodes cannot be read", c.CARotationPhase(), cond)
 	}
 	sc.setEndpoint("https://192.0.2.10:6443")
@@ -751,9 +752,9 @@ func TestAnAbortWaitsForTheKubeletsServingFromTheNewKubeletCA(t *testing.T) {
 		}
 	}
 	h.store(t, sc)
-	waitsFor("had no room for some kubelet serving certificates", "worker-1")
+	waitsFor("1 Node(s), and others Carousel cannot name, whose kubelet", "had no room for some kubelet serving certificates", "worker-1")
 	h.store(t, sc, serving("worker-1", oldKubeletCA, "c4"))
-	waitsFor("had no room for some kubelet serving certificates")
+	waitsFor("Node(s) Carousel cannot name whose kubelet", "had no room for some kubelet serving certificates")
 	h.kubelets.UnrecordedServingUntil = nil
 	h.store(t, sc)
 	if c, cond := sc.rotationAfter(5); c.CARotation().AbortRolledBackTime == nil {

@@ -238,12 +238,11 @@ func (r *Reconciler) evidencePhase(ctx context.Context, s *scope) error {
 	if rot := c.CARotation(); rot != nil {
 		s.facts.RolledBack, s.facts.AbortForced = rot.AbortRolledBackTime != nil, rot.AbortForcedTime != nil
 	}
-	holders, err := r.kubeconfigHolders(ctx, s)
-	if err != nil {
+	var err error
+	if s.facts.KubeconfigHolders, s.facts.KubeconfigHoldersUnknown, err = r.kubeconfigHolders(ctx, s); err != nil {
 		return err
 	}
-	s.facts.KubeconfigHolders = holders
-	if s.facts.KubeletHolders, err = r.kubeletHolders(ctx, s); err != nil {
+	if s.facts.KubeletHolders, s.facts.KubeletHoldersUnknown, err = r.kubeletHolders(ctx, s); err != nil {
 		return err
 	}
 	// With no check due, gatherEvidence still reports a missing or removed endpoint.
