@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -342,7 +343,8 @@ func (e *env) restoreCommand() *cobra.Command {
 		Short: "Recreate CLUSTER's missing CA Secrets (and service-account key) from an upload, exactly as uploaded; existing Secrets are kept",
 		Long: `Recreate the CA Secrets of CLUSTER that no longer exist from a copy "certs upload" stored, byte for byte, with
 their names, labels and annotations, so that Carousel finds the CAs it had instead of generating new ones. A
-Secret that exists is never overwritten: the command says which it kept. --role limits it to some CA roles.
+Secret that exists is never overwritten: the command says which it kept. --role limits it to some CA roles, and
+the command fails when one of them was kept because its Secret holds other data.
 
 docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 		Example: `  # The client CA Secret of prod was deleted: recreate it from the upload made before
@@ -351,6 +353,11 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 		ValidArgsFunction: e.completeClusters,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			rolesNamed := cmd.Flags().Changed("role")
+			if rolesNamed && len(roleNames) == 0 {
+				// --role "$ROLES" with ROLES unset would restore every role.
+				return errors.New("--role names no role: name the CA roles to restore, or leave --role out to restore every CA role and the service-account key")
+			}
 			roles, withServiceAccountKey, err := parseRoles(roleNames)
 			if err != nil {
 				return err
@@ -382,8 +389,9 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 			if withServiceAccountKey && !slices.ContainsFunc(upload.secrets, isServiceAccountKey) {
 				fmt.Fprintf(e.streams.ErrOut, "warning: upload %s holds no service-account key (the Cluster had none with its label when it was made)\n", id)
 			}
-			restored, metadataLost := 0, 0
-			for _, step := range steps {
+			restored := 0
+			for i := range steps {
+				step := &steps[i]
 				if step.action == restoreCreate {
 					s := restoredSecret(cl, step.secret)
 					err := c.Create(ctx, s)
@@ -397,18 +405,11 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 						restored++
 					}
 				}
-				if step.action == keepMetadataLost {
-					metadataLost++
-				}
-				e.reportStep(cl.Namespace, step)
+				e.reportStep(cl.Namespace, *step)
 			}
 			fmt.Fprintf(e.streams.Out, "Restored %d of %d Secrets of %s/%s from upload %s.\n", restored, len(steps), cl.Namespace, cl.Name, id)
 			e.sweepUploads(ctx, c)
-			if metadataLost > 0 {
-				return fmt.Errorf("%d Secret(s) of %s/%s hold the uploaded data without labels or annotations Carousel reads; "+
-					"restore never writes an existing Secret: put them back with the commands above", metadataLost, cl.Namespace, cl.Name)
-			}
-			return nil
+			return restoreOutcome(cl, steps, rolesNamed)
 		},
 	}
 	cmd.Flags().StringVar(&id, "upload-id", "", "The upload ID that \"certs upload\" printed")
@@ -417,6 +418,36 @@ docs/how-to/recover-a-stuck-rotation.md says when to use it.`,
 	_ = cmd.MarkFlagRequired("upload-id")
 	_ = cmd.MarkFlagRequired("certificate-key")
 	return cmd
+}
+
+// restoreOutcome is the command's error after the steps ran: Secrets that
+// hold the uploaded data but lack what Carousel reads, and, when --role
+// named the roles, a role left as it was because its Secret holds other data
+// (or was created meanwhile): the user asked for that CA, and a script
+// going on after the command would go on without it.
+func restoreOutcome(cl *v1alpha1.Cluster, steps []restoreStep, rolesNamed bool) error {
+	var metadataLost int
+	var kept []string
+	for _, step := range steps {
+		switch step.action {
+		case keepMetadataLost:
+			metadataLost++
+		case keepDiffers, keepRaced:
+			if rolesNamed {
+				kept = append(kept, step.secret.Name)
+			}
+		}
+	}
+	var errs []error
+	if len(kept) > 0 {
+		errs = append(errs, fmt.Errorf("Secret(s) of the roles asked for with --role were not restored: %s of %s/%s exist already, with other data or created "+
+			"meanwhile, and restore never overwrites a Secret (delete one first to restore it)", strings.Join(kept, ", "), cl.Namespace, cl.Name))
+	}
+	if metadataLost > 0 {
+		errs = append(errs, fmt.Errorf("%d Secret(s) of %s/%s hold the uploaded data without labels or annotations Carousel reads; "+
+			"restore never writes an existing Secret: put them back with the commands above", metadataLost, cl.Namespace, cl.Name))
+	}
+	return errors.Join(errs...)
 }
 
 func (e *env) reportStep(ns string, step restoreStep) {

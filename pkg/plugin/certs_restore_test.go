@@ -313,3 +313,49 @@ func TestRestoreSaysHowToPutBackLostLabelsAndAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// A run with --role fails when a role asked for was left as it was (its
+// Secret holds other data, or was created meanwhile): a script going on
+// after it would go on without that CA. Without --role, keeping newer
+// Secrets is what a restore of everything does, and it succeeds.
+func TestRestoreFailsWhenARoleAskedForIsNotRestored(t *testing.T) {
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"}}
+	step := func(name string, action restoreAction) restoreStep {
+		return restoreStep{secret: uploadedSecret{Name: name}, action: action}
+	}
+	for name, tc := range map[string]struct {
+		steps      []restoreStep
+		rolesNamed bool
+		want       []string
+	}{
+		"restored":                         {[]restoreStep{step("prod-ca-client", restoreCreate)}, true, nil},
+		"there already, the uploaded data": {[]restoreStep{step("prod-ca-client", keepSame)}, true, nil},
+		"other data, asked for":            {[]restoreStep{step("prod-ca-client", keepDiffers), step("prod-ca-etcd", restoreCreate)}, true, []string{"not restored: prod-ca-client of team-a/prod"}},
+		"created meanwhile, asked for":     {[]restoreStep{step("prod-ca-client", keepRaced)}, true, []string{"not restored: prod-ca-client of team-a/prod"}},
+		"other data, everything restored":  {[]restoreStep{step("prod-ca-client", keepDiffers), step("prod-ca-etcd", keepRaced)}, false, nil},
+		"metadata lost":                    {[]restoreStep{step("prod-ca-client", keepMetadataLost)}, false, []string{"1 Secret(s) of team-a/prod hold the uploaded data without labels"}},
+		"both": {[]restoreStep{step("prod-ca-client", keepMetadataLost), step("prod-ca-etcd", keepDiffers)}, true,
+			[]string{"not restored: prod-ca-etcd of", "1 Secret(s) of team-a/prod hold"}},
+	} {
+		err := restoreOutcome(cl, tc.steps, tc.rolesNamed)
+		if (err != nil) != (len(tc.want) > 0) {
+			t.Errorf("%s: restoreOutcome = %v, want an error: %t", name, err, len(tc.want) > 0)
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: restoreOutcome = %v, want it to say %q", name, err, want)
+			}
+		}
+	}
+}
+
+// --role "$ROLES" with ROLES unset names no role: it is refused, not read
+// as "every role and the service-account key", before anything is read.
+func TestAnEmptyRoleListIsRefused(t *testing.T) {
+	err := run("certs", "restore", "prod", "-n", "team-a", "--upload-id", "abc123", "--certificate-key", strings.Repeat("0", 64),
+		"--role", "", "--server", "https://127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "--role names no role") {
+		t.Errorf("--role \"\": %v, want it refused", err)
+	}
+}
