@@ -203,6 +203,9 @@ var _ = Describe("kubectl carousel certs restore", func() {
 		Expect(out).To(ContainSubstring("kept secret " + ns + "/kept-ca-client: it exists and its data differs from the upload"))
 		Expect(out).To(ContainSubstring("Restored 1 of 8 Secrets"))
 		expectRestored(ctx, caSecretKey(c, v1alpha1.CARoleKubelet), lost[v1alpha1.CARoleKubelet])
+		out, err = restore("--upload-id", id, "--certificate-key", certKey, "--role", "client")
+		Expect(err).To(MatchError(ContainSubstring("not restored: kept-ca-client of "+ns+"/kept exist already")), "the role asked for was not restored")
+		Expect(out).To(ContainSubstring("Restored 0 of 1 Secrets"))
 		untouched := &corev1.Secret{}
 		Expect(k8s.Get(ctx, caSecretKey(c, v1alpha1.CARoleClient), untouched)).To(Succeed())
 		Expect(untouched.ResourceVersion).To(Equal(changed.ResourceVersion), "the changed Secret was not written")
