@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/carousel-dev/carousel/pkg/bootstrap"
@@ -55,6 +56,24 @@ func readKubeconfig(path string) (kubeconfigInfo, error) {
 		}
 	}
 	return info, nil
+}
+
+// bootstrapConfig loads the bootstrap kubeconfig at path, as clientcmd
+// does. It is copied from a Secret the Cluster's tenant writes, and the
+// agent runs as root: a user that names a credential plugin (exec or
+// auth-provider) is refused, before anything runs it. A Carousel bootstrap
+// kubeconfig holds a token.
+func bootstrapConfig(path string) (*rest.Config, error) {
+	raw, err := (&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}).Load()
+	if err != nil {
+		return nil, err
+	}
+	if ctx := raw.Contexts[raw.CurrentContext]; ctx != nil {
+		if user := raw.AuthInfos[ctx.AuthInfo]; user != nil && (user.Exec != nil || user.AuthProvider != nil) {
+			return nil, fmt.Errorf("%s: user %q runs a credential plugin, which the node agent does not run for a bootstrap kubeconfig (it holds a bootstrap token)", path, ctx.AuthInfo)
+		}
+	}
+	return clientcmd.NewNonInteractiveClientConfig(*raw, raw.CurrentContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 }
 
 // kubeconfigServer is the server of the kubeconfig at path (of its current

@@ -258,7 +258,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	cfg, err := clientcmd.BuildConfigFromFlags("", m.cfg.BootstrapKubeconfigPath)
+	cfg, err := bootstrapConfig(m.cfg.BootstrapKubeconfigPath)
 	if err != nil {
 		return fmt.Errorf("bootstrap kubeconfig: %w", err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/carousel-dev/carousel/pkg/fsync"
 	"github.com/carousel-dev/carousel/pkg/noderenewal"
@@ -355,7 +354,8 @@ func (rb *rebootstrap) checkBootstrapKubeconfig(ctx context.Context, state kubec
 // kubeconfig's CA bundle and token, who that token is (a SelfSubjectReview).
 // The error wraps errBootstrapKubeconfigUnusable when the bootstrap
 // kubeconfig cannot replace the kubelet's credentials: there is none, it
-// does not load, its token is refused, or it does not trust the API server.
+// does not load or names a credential plugin (bootstrapConfig), its token is
+// refused, or it does not trust the API server.
 // Other errors (the API server could not be asked) say nothing about it.
 func (m *Manager) checkBootstrapKubeconfig(ctx context.Context) error {
 	path := m.cfg.BootstrapKubeconfigPath
@@ -365,7 +365,7 @@ func (m *Manager) checkBootstrapKubeconfig(ctx context.Context) error {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("%w: %w", errBootstrapKubeconfigUnusable, err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	cfg, err := bootstrapConfig(path)
 	if err != nil {
 		return fmt.Errorf("%w: it does not load: %w", errBootstrapKubeconfigUnusable, err)
 	}

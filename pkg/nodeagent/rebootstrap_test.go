@@ -611,6 +611,13 @@ func TestRebootstrapNeedsAUsableBootstrapKubeconfig(t *testing.T) {
 			}
 			on.writeKubeconfig("bootstrap-kubeconfig", info.CA, &clientcmdapi.AuthInfo{Token: freshToken})
 		}, "it does not trust the API server"},
+		// Copied from a Secret the tenant writes: the agent, root on the
+		// node, runs no plugin it names.
+		{"a credential plugin", func(on *offNode) {
+			on.writeKubeconfig("bootstrap-kubeconfig", on.trust.Cluster, &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+				Command: "/bin/sh", Args: []string{"-c", "echo a token"}, APIVersion: "client.authentication.k8s.io/v1",
+				InteractiveMode: clientcmdapi.NeverExecInteractiveMode}})
+		}, `user "default-auth" runs a credential plugin, which the node agent does not run`},
 		{"none", func(on *offNode) {
 			if err := os.Remove(on.path("bootstrap-kubeconfig")); err != nil {
 				on.t.Fatal(err)
