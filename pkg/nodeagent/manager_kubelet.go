@@ -2,13 +2,16 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/carousel-dev/carousel/pkg/noderenewal"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -139,8 +142,12 @@ func (m *Manager) RenewKubelet(ctx context.Context) error {
 // kubelet asks for one, and stores it as the kubelet's current serving pair
 // (kubelet-server-current.pem). The kubelet loads it when it restarts, so it
 // serves again at once instead of waiting for a CSR of its own to be
-// approved; until then it keeps serving the one it has.
-func (m *Manager) RenewKubeletServing(ctx context.Context) (*pki.KeyPair, error) {
+// approved; until then it keeps serving the one it has. The certificate is
+// stored only when it is the node's, for server authentication, and
+// verifies against kubeletBundle, the kubelet trust bundle the API server
+// is given (checkIssuedServing); otherwise the pending key is discarded, and
+// the next attempt asks again with another.
+func (m *Manager) RenewKubeletServing(ctx context.Context, kubeletBundle []byte) (*pki.KeyPair, error) {
 	if m.cfg.Mode != ModeKubelet {
 		return nil, errors.New("RenewKubeletServing is for ModeKubelet")
 	}
@@ -173,5 +180,38 @@ func (m *Manager) RenewKubeletServing(ctx context.Context) (*pki.KeyPair, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkIssuedServing(certPEM, kubeletBundle); err != nil {
+		if derr := store.DiscardPendingKey(); derr != nil {
+			return nil, errors.Join(err, derr)
+		}
+		return nil, err
+	}
 	return store.Update(certPEM, key, m.cfg.Clock.Now())
+}
+
+// checkIssuedServing refuses a serving certificate the kubelet must not be
+// restarted on, as checkIssued does a client one: one for another identity
+// than the node's, one not for server authentication, or one that does not
+// verify against the kubelet bundle (a signer's bug, a status.certificate
+// written by hand), with which the API server would refuse the kubelet's
+// logs, exec and metrics until Carousel asked again.
+func (m *Manager) checkIssuedServing(certPEM, kubeletBundle []byte) error {
+	certs, err := pki.ParseCertificates(certPEM)
+	if err != nil {
+		return fmt.Errorf("the issued serving certificate: %w; keeping the current one", err)
+	}
+	cert, want := certs[0], "system:node:"+m.cfg.NodeName
+	if cert.Subject.CommonName != want || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
+		return fmt.Errorf("the issued serving certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
+			cert.Subject.CommonName, cert.Subject.Organization, want)
+	}
+	roots, err := pki.ParseCertificates(kubeletBundle)
+	if err != nil {
+		return fmt.Errorf("the kubelet bundle: %w", err)
+	}
+	if err := verifyServing(cert, certPEM, roots, m.cfg.Clock.Now()); err != nil {
+		return fmt.Errorf("the issued serving certificate (issuer %s) does not verify against the kubelet bundle %s for server authentication: %w; keeping the current one",
+			hex.EncodeToString(cert.AuthorityKeyId), noderenewal.Digest(kubeletBundle), err)
+	}
+	return nil
 }

@@ -355,7 +355,7 @@ func (r *renewal) renewServing(ctx context.Context) error {
 	if err := r.progress.save(r.certDir()); err != nil {
 		return err
 	}
-	kp, err := r.n.Manager.RenewKubeletServing(ctx)
+	kp, err := r.n.Manager.RenewKubeletServing(ctx, r.trust.Kubelet)
 	if err != nil {
 		return err
 	}

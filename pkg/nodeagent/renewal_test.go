@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -71,7 +72,9 @@ type testNode struct {
 	// to review before the agent stores it (issued from a CA it does not
 	// trust).
 	refuseIssued bool
-	logs         []string
+	// signServing, when set, answers serving CSRs instead of answer.
+	signServing func(*certificatesv1.CertificateSigningRequest)
+	logs        []string
 }
 
 const testServer = "https://10.0.0.1:6443"
@@ -178,7 +181,9 @@ func (tn *testNode) client(cfg *rest.Config) (kubernetes.Interface, error) {
 // answer approves and signs csr as Carousel does: a serving one with the new
 // kubelet CA, a client one with testCA.
 func (tn *testNode) answer(csr *certificatesv1.CertificateSigningRequest) {
-	if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
+	if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && tn.signServing != nil {
+		tn.signServing(csr)
+	} else if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
 		sign(tn.t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
 	} else {
 		approve(tn.t, csr, time.Hour, tn.clk.Now())
@@ -469,15 +474,17 @@ func TestAClientCertificateTheAPIServerRefusesIsNotInstalled(t *testing.T) {
 func TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		renew func(context.Context, *Manager) error
+		renew func(context.Context, *testNode) error
 	}{
-		{"client", func(ctx context.Context, m *Manager) error { return m.RenewKubelet(ctx) }},
-		{"serving", func(ctx context.Context, m *Manager) error { _, err := m.RenewKubeletServing(ctx); return err }},
+		{"client", func(ctx context.Context, tn *testNode) error { return tn.node.Manager.RenewKubelet(ctx) }},
+		{"serving", func(ctx context.Context, tn *testNode) error {
+			_, err := tn.node.Manager.RenewKubeletServing(ctx, tn.trust.Kubelet)
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := newTestNode(t, v1alpha1.RotationPreparing)
 			tn.set(func() { tn.unanswered = 1 })
-			m := tn.node.Manager
 			// The renewal's end is told by the fake clock's time when it
 			// ended, not by a window of real time.
 			type ended struct {
@@ -487,7 +494,7 @@ func TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout(t *testin
 			done := make(chan ended, 1)
 			start := tn.clk.Now()
 			go func() {
-				err := tc.renew(context.Background(), m)
+				err := tc.renew(context.Background(), tn)
 				done <- ended{err, tn.clk.Now()}
 			}()
 			awaitWaiters(t, tn.clk, 1)
@@ -517,7 +524,7 @@ func TestAnUnansweredCSRHoldsARenewalUpForAtMostCertificateWaitTimeout(t *testin
 			if _, err := tn.cs.CertificatesV1().CertificateSigningRequests().UpdateStatus(context.Background(), pending, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := tc.renew(context.Background(), m); err != nil {
+			if err := tc.renew(context.Background(), tn); err != nil {
 				t.Fatalf("the next renewal = %v, want the certificate of the CSR approved since", err)
 			}
 			if csrs, err := tn.cs.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{}); err != nil || len(csrs.Items) != 1 {
@@ -1065,5 +1072,57 @@ func TestADeletedNodeIsNotRenewed(t *testing.T) {
 	w.Modify(&corev1.ConfigMap{}) // received once the events before it are handled
 	if csrs, _ := tn.counts(); csrs != 0 {
 		t.Errorf("%d CSRs for a Node deleted", csrs)
+	}
+}
+
+// A serving certificate the kubelet must not be restarted on (from a CA the
+// kubelet bundle does not hold, for another node, or not for server
+// authentication) is not stored, and the pending key goes with it: the next
+// attempt asks again with another key, and stores what a right signer sends.
+func TestAServingCertificateTheKubeletBundleDoesNotVerifyIsNotStored(t *testing.T) {
+	now := time.Now()
+	stranger := newTestCA(t, "kubelet-ca-stranger", now)
+	for name, tc := range map[string]struct {
+		sign func(tn *testNode, csr *certificatesv1.CertificateSigningRequest)
+		why  string
+	}{
+		"another CA": {func(tn *testNode, csr *certificatesv1.CertificateSigningRequest) {
+			sign(tn.t, csr, stranger, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
+		}, "does not verify against the kubelet bundle"},
+		"another node": {func(tn *testNode, csr *certificatesv1.CertificateSigningRequest) {
+			signAs(tn.t, csr, tn.kubelet1, pki.LeafTemplate{CommonName: "system:node:w2", Organization: []string{"system:nodes"},
+				DNSNames: []string{"w2"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: time.Hour}, tn.clk.Now())
+		}, `is for "system:node:w2"`},
+		"client authentication": {func(tn *testNode, csr *certificatesv1.CertificateSigningRequest) {
+			sign(tn.t, csr, tn.kubelet1, x509.ExtKeyUsageClientAuth, time.Hour, tn.clk.Now())
+		}, "does not verify against the kubelet bundle"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tn := newTestNode(t, v1alpha1.RotationPreparing)
+			m := tn.node.Manager
+			before := tn.storedServing()
+			tn.set(func() { tn.signServing = func(csr *certificatesv1.CertificateSigningRequest) { tc.sign(tn, csr) } })
+			if _, err := m.RenewKubeletServing(context.Background(), tn.trust.Kubelet); err == nil || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("RenewKubeletServing = %v, want it refused: %s", err, tc.why)
+			}
+			if got := tn.storedServing(); !got.Equal(before) {
+				t.Fatalf("the refused serving certificate (issuer %x) was stored", got.AuthorityKeyId)
+			}
+
+			tn.set(func() { tn.signServing = nil })
+			kp, err := m.RenewKubeletServing(context.Background(), tn.trust.Kubelet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(kp.Cert.AuthorityKeyId, tn.kubelet1.Cert.SubjectKeyId) || !tn.storedServing().Equal(kp.Cert) {
+				t.Errorf("stored %x, want a certificate from the new kubelet CA", kp.Cert.AuthorityKeyId)
+			}
+			tn.mu.Lock()
+			csrs := tn.csrs
+			tn.mu.Unlock()
+			if csrs != 2 {
+				t.Errorf("%d CSRs, want 2: the second attempt asks again with another key", csrs)
+			}
+		})
 	}
 }

@@ -53,7 +53,16 @@ func checkServing(path string, bundle []byte, now time.Time) (state servingState
 	if err != nil {
 		return servingUntrusted, fmt.Errorf("%s: %w", path, err), nil
 	}
-	// Certificates after the first are intermediates, as the signer sent them.
+	if err := verifyServing(kp.Cert, data, roots, now); err != nil {
+		return servingUntrusted, err, nil
+	}
+	return servingTrusted, nil, nil
+}
+
+// verifyServing verifies the serving certificate leaf, first in the PEM
+// data as the signer sent it (the certificates after it are
+// intermediates), against roots at now, for server authentication.
+func verifyServing(leaf *x509.Certificate, data []byte, roots []*x509.Certificate, now time.Time) error {
 	intermediates := x509.NewCertPool()
 	for i, rest := 0, data; ; {
 		var block *pem.Block
@@ -70,9 +79,7 @@ func checkServing(path string, bundle []byte, now time.Time) (state servingState
 			intermediates.AddCert(c)
 		}
 	}
-	if _, err := kp.Cert.Verify(x509.VerifyOptions{Roots: pki.NewBundle(roots...).CertPool(), Intermediates: intermediates,
-		CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		return servingUntrusted, err, nil
-	}
-	return servingTrusted, nil, nil
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: pki.NewBundle(roots...).CertPool(), Intermediates: intermediates,
+		CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	return err
 }
