@@ -484,13 +484,13 @@ func FuzzNext(f *testing.F) {
 			// Bits 2 and 3: the reconciler cannot tell every holder.
 			KubeconfigHoldersUnknown: slices.Repeat([]string{"(the kubeconfig record is lost)"}, int(heldCount>>2)&1),
 			KubeletHoldersUnknown:    slices.Repeat([]string{"(the kubelet record is lost)"}, int(heldCount>>3)&1),
-			PendingWorkerPools:  pendingPools,
-			HeldWorkerPools:     fuzzPools[:int(heldCount)%(len(fuzzPools)+1)],
-			Evidence:            fuzzEvidence[int(evidence)%len(fuzzEvidence)],
-			KubeRootCA:          fuzzEvidence[int(kubeRootCA)%len(fuzzEvidence)],
-			APIServices:         fuzzEvidence[int(apiServices)%len(fuzzEvidence)],
-			WorkloadTrustReload: time.Duration(reloadSec) * time.Second,
-			Now:                 fuzzNow,
+			PendingWorkerPools:       pendingPools,
+			HeldWorkerPools:          fuzzPools[:int(heldCount)%(len(fuzzPools)+1)],
+			Evidence:                 fuzzEvidence[int(evidence)%len(fuzzEvidence)],
+			KubeRootCA:               fuzzEvidence[int(kubeRootCA)%len(fuzzEvidence)],
+			APIServices:              fuzzEvidence[int(apiServices)%len(fuzzEvidence)],
+			WorkloadTrustReload:      time.Duration(reloadSec) * time.Second,
+			Now:                      fuzzNow,
 		}
 		if publishedAgoSec >= 0 {
 			facts.KubeRootCAPublished = fuzzNow.Add(-time.Duration(publishedAgoSec) * time.Second)

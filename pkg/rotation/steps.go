@@ -36,7 +36,7 @@ type Facts struct {
 	// KubeletHoldersUnknown says why the reconciler cannot tell them all.
 	// The abort waits for them as for KubeconfigHolders.
 	KubeletHolders, KubeletHoldersUnknown []string
-	AbortForced    bool
+	AbortForced                           bool
 	// ClientsOnNewCA: every certificate renewed in Preparing is signed by the current CA.
 	ClientsOnNewCA bool
 	// AllOnNewCA: every certificate is signed by the current CA (in
