@@ -181,12 +181,13 @@ func (tn *testNode) client(cfg *rest.Config) (kubernetes.Interface, error) {
 // answer approves and signs csr as Carousel does: a serving one with the new
 // kubelet CA, a client one with testCA.
 func (tn *testNode) answer(csr *certificatesv1.CertificateSigningRequest) {
-	if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && tn.signServing != nil {
-		tn.signServing(csr)
-	} else if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName {
-		sign(tn.t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
-	} else {
+	switch {
+	case csr.Spec.SignerName != certificatesv1.KubeletServingSignerName:
 		approve(tn.t, csr, time.Hour, tn.clk.Now())
+	case tn.signServing != nil:
+		tn.signServing(csr)
+	default:
+		sign(tn.t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
 	}
 }
 
