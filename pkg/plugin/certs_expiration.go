@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -28,7 +29,8 @@ func (e *env) checkExpirationCommand() *cobra.Command {
 		Long: `Show when each certificate Carousel issues for CLUSTER expires, and each CA: the current one of every role and,
 during a rotation, the previous one. The dates are read from the Secrets in CLUSTER's namespace labelled for it;
 one that does not exist, or lost its labels, shows as <missing>, and one whose certificate cannot be read as
-<unreadable>: the command prints every row it can, then fails naming what it could not read.
+<unreadable>: the command prints every row it can, then fails naming what it could not read, and each CA the
+Cluster's status records whose Secret is missing (a lost CA; a Cluster not issued yet only shows <missing>).
 
 Carousel renews leaf certificates itself; a residual time that keeps shrinking means a renewal fails (see the
 Cluster's conditions with "kubectl carousel rotation status"). A CA only changes through a rotation.`,
@@ -58,7 +60,7 @@ Cluster's conditions with "kubectl carousel rotation status"). A CA only changes
 		if err != nil {
 			return err
 		}
-		return unreadableRows(info)
+		return unreadableRows(info, cl)
 	}
 	return cmd
 }
@@ -153,8 +155,11 @@ func noDate(missing bool) string {
 }
 
 // unreadableRows is the error of check-expiration once it has printed every
-// row it could: which certificates and CAs could not be read, and why.
-func unreadableRows(info *outputv1alpha1.CertificateExpirationInfo) error {
+// row it could: which certificates and CAs could not be read, and why, and
+// which CAs the Cluster's status records are missing (lost, as its Ready
+// condition says: a script checking expiry must not pass over them). A CA
+// not recorded yet (a Cluster not issued yet) is only shown as missing.
+func unreadableRows(info *outputv1alpha1.CertificateExpirationInfo, cl *v1alpha1.Cluster) error {
 	var errs []error
 	for _, c := range info.Certificates {
 		if c.Unreadable != "" {
@@ -162,9 +167,20 @@ func unreadableRows(info *outputv1alpha1.CertificateExpirationInfo) error {
 		}
 	}
 	for _, ca := range info.CertificateAuthorities {
-		if ca.Unreadable != "" {
+		switch {
+		case ca.Unreadable != "":
 			errs = append(errs, fmt.Errorf("%s CA: %s", ca.Role, ca.Unreadable))
+		case ca.Missing && caRecorded(cl, v1alpha1.CARole(ca.Role)):
+			errs = append(errs, fmt.Errorf("%s CA: Secret %s is missing, though the Cluster's status records the CA (lost; see its Ready condition)",
+				ca.Role, credentials.CASecretName(cl.Name, v1alpha1.CARole(ca.Role))))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// caRecorded reports whether the Cluster's status records a current CA of
+// role.
+func caRecorded(cl *v1alpha1.Cluster, role v1alpha1.CARole) bool {
+	return cl.Status.Credentials != nil && slices.ContainsFunc(cl.Status.Credentials.CertificateAuthorities,
+		func(inv v1alpha1.CertificateAuthorityInventory) bool { return inv.Role == role && inv.Current != nil })
 }

@@ -51,11 +51,19 @@ func TestCheckExpirationPrintsEveryRowItCanRead(t *testing.T) {
 			t.Errorf("no row %q in\n%s", row, out.String())
 		}
 	}
-	err = unreadableRows(info)
+	err = unreadableRows(info, cl)
 	if err == nil || !strings.Contains(err.Error(), "certificate admin (Secret "+admin+"): ") || !strings.Contains(err.Error(), "cluster CA: secret prod-ca-cluster") {
 		t.Errorf("err = %v, want the two unreadable rows named", err)
 	}
 	if strings.Count(err.Error(), "\n") != 1 {
-		t.Errorf("err = %q, want two lines", err)
+		t.Errorf("err = %q, want two lines (a CA the status does not record yet is only shown missing)", err)
+	}
+	// A CA the status records whose Secret is missing was lost: named too.
+	cl.Status.Credentials = &v1alpha1.ClusterCredentials{CertificateAuthorities: []v1alpha1.CertificateAuthorityInventory{
+		{Role: v1alpha1.CARoleEtcd, Current: &v1alpha1.CertificateInfo{Fingerprint: "ab"}}}}
+	err = unreadableRows(info, cl)
+	if err == nil || !strings.Contains(err.Error(), "etcd CA: Secret prod-ca-etcd is missing, though the Cluster's status records the CA") ||
+		strings.Contains(err.Error(), "kubelet CA") || strings.Count(err.Error(), "\n") != 2 {
+		t.Errorf("err = %v, want the lost etcd CA named with the two unreadable rows, and no other CA", err)
 	}
 }
