@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -369,7 +371,8 @@ func (r *Reconciler) event(c *v1alpha1.Cluster, eventType, reason, action, forma
 	}
 }
 
-// ensure creates obj, or updates the existing object when its content differs.
+// ensure creates obj, or lays it over the existing object (merged) and
+// updates that when anything changed.
 func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 	existing := obj.DeepCopyObject().(client.Object)
 	err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing)
@@ -381,8 +384,6 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 		return nil
 	case err != nil:
 		return err
-	case sameContent(existing, obj):
-		return nil
 	case otherRole(existing, obj):
 		// A binding's roleRef cannot change: one of this name bound to
 		// another role (an older release's, or a name taken by someone
@@ -399,8 +400,11 @@ func ensure(ctx context.Context, c client.Client, obj client.Object) error {
 		}
 		return nil
 	}
-	obj.SetResourceVersion(existing.GetResourceVersion())
-	if err := c.Update(ctx, obj); err != nil {
+	updated := merged(existing, obj)
+	if equality.Semantic.DeepEqual(updated, existing) {
+		return nil
+	}
+	if err := c.Update(ctx, updated); err != nil {
 		return fmt.Errorf("updating %T %s: %w", obj, obj.GetName(), err)
 	}
 	return nil
@@ -438,22 +442,71 @@ func roleRef(obj client.Object) (rbacv1.RoleRef, bool) {
 	return rbacv1.RoleRef{}, false
 }
 
-// sameContent compares what ensure manages of each kind.
-func sameContent(have, want client.Object) bool {
+// merged is have with what ensure manages of want laid over it: want's
+// content of each kind, its labels and annotations, and its owner references
+// (its controller reference in place of another). What others put on the
+// object stays: their labels, annotations, finalizers and owner references,
+// which replacing the object whole dropped.
+func merged(have, want client.Object) client.Object {
+	out := have.DeepCopyObject().(client.Object)
 	switch w := want.(type) {
 	case *rbacv1.ClusterRoleBinding:
-		h := have.(*rbacv1.ClusterRoleBinding)
-		return equality.Semantic.DeepEqual(h.RoleRef, w.RoleRef) && equality.Semantic.DeepEqual(h.Subjects, w.Subjects)
+		o := out.(*rbacv1.ClusterRoleBinding)
+		o.RoleRef, o.Subjects = w.RoleRef, w.Subjects
 	case *rbacv1.RoleBinding:
-		h := have.(*rbacv1.RoleBinding)
-		return equality.Semantic.DeepEqual(h.RoleRef, w.RoleRef) && equality.Semantic.DeepEqual(h.Subjects, w.Subjects)
+		o := out.(*rbacv1.RoleBinding)
+		o.RoleRef, o.Subjects = w.RoleRef, w.Subjects
 	case *rbacv1.Role:
-		return equality.Semantic.DeepEqual(have.(*rbacv1.Role).Rules, w.Rules)
+		out.(*rbacv1.Role).Rules = w.Rules
 	case *corev1.ConfigMap:
-		return equality.Semantic.DeepEqual(have.(*corev1.ConfigMap).Data, w.Data)
+		out.(*corev1.ConfigMap).Data = w.Data
 	case *corev1.Secret:
-		h := have.(*corev1.Secret)
-		return equality.Semantic.DeepEqual(h.Data, w.Data) && h.Labels[v1alpha1.LabelCluster] == w.Labels[v1alpha1.LabelCluster]
+		out.(*corev1.Secret).Data = w.Data
+	default:
+		panic(fmt.Sprintf("ensure does not manage a %T", want))
 	}
-	return false
+	out.SetLabels(overlay(out.GetLabels(), want.GetLabels()))
+	out.SetAnnotations(overlay(out.GetAnnotations(), want.GetAnnotations()))
+	out.SetOwnerReferences(withOwners(out.GetOwnerReferences(), want.GetOwnerReferences()))
+	return out
+}
+
+// overlay is have with want's keys set to want's values.
+func overlay(have, want map[string]string) map[string]string {
+	if len(want) == 0 {
+		return have
+	}
+	out := maps.Clone(have)
+	if out == nil {
+		out = make(map[string]string, len(want))
+	}
+	maps.Copy(out, want)
+	return out
+}
+
+// withOwners is have with each of want's owner references in place of the
+// one with its UID, or of another controller reference when it is one (an
+// object has at most one), or added; in have's order, so that an object
+// already as wanted is unchanged.
+func withOwners(have, want []metav1.OwnerReference) []metav1.OwnerReference {
+	if len(want) == 0 {
+		return have
+	}
+	out := slices.Clone(have)
+	for _, w := range want {
+		isController := func(ref metav1.OwnerReference) bool { return ptr.Deref(ref.Controller, false) && ref.UID != w.UID }
+		i := slices.IndexFunc(out, func(ref metav1.OwnerReference) bool { return ref.UID == w.UID })
+		if i < 0 && ptr.Deref(w.Controller, false) {
+			i = slices.IndexFunc(out, isController)
+		}
+		if i < 0 {
+			out = append(out, w)
+			continue
+		}
+		out[i] = w
+		if ptr.Deref(w.Controller, false) {
+			out = slices.DeleteFunc(out, isController)
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -613,3 +615,97 @@ func (failingConnect) Connection(client.ObjectKey) (*clustercache.Connection, bo
 }
 
 func (failingConnect) Disconnect(client.ObjectKey) {}
+
+// What others put on an object ensure manages (a label, an annotation, a
+// finalizer, an owner reference) stays when ensure updates its content, and
+// an object whose content is already what ensure wants is not written,
+// whatever else it carries; a missing controller reference is put back, and
+// one to another owner replaced.
+func TestEnsureKeepsWhatOthersPutOnTheObject(t *testing.T) {
+	sch := scheme.New()
+	cluster := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "prod", UID: "cluster-uid"}}
+	kubeconfig := func(data string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: credentials.BootstrapKubeconfigSecretName("prod"),
+			Labels: map[string]string{v1alpha1.LabelCluster: "prod"}}, Data: map[string][]byte{v1alpha1.DataKeyKubeconfig: []byte(data)}}
+		if err := ctrl.SetControllerReference(cluster, s, sch); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	trust := func(data string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstrap.NodeTrustConfigMap},
+			Data: map[string]string{"ca.crt": data}}
+	}
+	others := func(obj client.Object) client.Object {
+		obj.SetLabels(overlay(obj.GetLabels(), map[string]string{"team": "platform"}))
+		obj.SetAnnotations(map[string]string{"argocd.argoproj.io/tracking-id": "platform"})
+		obj.SetFinalizers([]string{"platform.example/audit"})
+		obj.SetOwnerReferences(append(obj.GetOwnerReferences(), metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "other-uid"}))
+		return obj
+	}
+	withoutController := func(s *corev1.Secret) *corev1.Secret { s.OwnerReferences = nil; return s }
+	ownedByAnother := func(s *corev1.Secret) *corev1.Secret { s.OwnerReferences[0].UID = "stale-uid"; return s }
+	for _, tc := range []struct {
+		name        string
+		have, want  client.Object
+		wantUpdated bool
+	}{
+		{name: "a ConfigMap whose data changed", have: others(trust("old")), want: trust("new"), wantUpdated: true},
+		{name: "a ConfigMap as wanted", have: others(trust("same")), want: trust("same")},
+		{name: "a Secret whose data changed", have: others(kubeconfig("old")), want: kubeconfig("new"), wantUpdated: true},
+		{name: "a Secret as wanted", have: others(kubeconfig("same")), want: kubeconfig("same")},
+		{name: "a Secret without the controller reference", have: others(withoutController(kubeconfig("same"))), want: kubeconfig("same"), wantUpdated: true},
+		{name: "a Secret controlled by another owner", have: others(ownedByAnother(kubeconfig("same"))), want: kubeconfig("same"), wantUpdated: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			updates := 0
+			c := fake.NewClientBuilder().WithScheme(sch).WithObjects(tc.have).WithInterceptorFuncs(interceptor.Funcs{
+				Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+					updates++
+					return cl.Update(ctx, obj, opts...)
+				},
+			}).Build()
+			if err := ensure(t.Context(), c, tc.want.DeepCopyObject().(client.Object)); err != nil {
+				t.Fatal(err)
+			}
+			if got := updates > 0; got != tc.wantUpdated {
+				t.Fatalf("updated %v, want %v", got, tc.wantUpdated)
+			}
+			got := tc.want.DeepCopyObject().(client.Object)
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(tc.want), got); err != nil {
+				t.Fatal(err)
+			}
+			switch w := tc.want.(type) {
+			case *corev1.ConfigMap:
+				if d := got.(*corev1.ConfigMap).Data; !equality.Semantic.DeepEqual(d, w.Data) {
+					t.Errorf("data %v, want %v", d, w.Data)
+				}
+			case *corev1.Secret:
+				if d := got.(*corev1.Secret).Data; !equality.Semantic.DeepEqual(d, w.Data) {
+					t.Errorf("data %q, want %q", d, w.Data)
+				}
+			}
+			if got.GetLabels()["team"] != "platform" || got.GetAnnotations()["argocd.argoproj.io/tracking-id"] != "platform" ||
+				!slices.Equal(got.GetFinalizers(), []string{"platform.example/audit"}) {
+				t.Errorf("labels %v, annotations %v, finalizers %v: others' are gone", got.GetLabels(), got.GetAnnotations(), got.GetFinalizers())
+			}
+			for k, v := range tc.want.GetLabels() {
+				if got.GetLabels()[k] != v {
+					t.Errorf("label %s=%q, want %q", k, got.GetLabels()[k], v)
+				}
+			}
+			refs := got.GetOwnerReferences()
+			if !slices.ContainsFunc(refs, func(ref metav1.OwnerReference) bool { return ref.UID == "other-uid" }) {
+				t.Errorf("owner references %v: the other owner's is gone", refs)
+			}
+			for _, want := range tc.want.GetOwnerReferences() {
+				if !slices.ContainsFunc(refs, func(ref metav1.OwnerReference) bool { return equality.Semantic.DeepEqual(ref, want) }) {
+					t.Errorf("owner references %v lack %v", refs, want)
+				}
+			}
+			if n := len(slices.DeleteFunc(slices.Clone(refs), func(ref metav1.OwnerReference) bool { return !ptr.Deref(ref.Controller, false) })); n > 1 {
+				t.Errorf("owner references %v name %d controllers", refs, n)
+			}
+		})
+	}
+}
