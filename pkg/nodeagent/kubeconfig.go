@@ -20,6 +20,9 @@ type kubeconfigInfo struct {
 	// Insecure: the kubeconfig skips the verification of the server
 	// (insecure-skip-tls-verify).
 	Insecure bool
+	// TLSServerName and ProxyURL, which the agent's requests do not apply
+	// (the kubelet writes neither into the kubeconfig it bootstraps).
+	TLSServerName, ProxyURL string
 }
 
 // readKubeconfig reads the current context of the kubeconfig at path. A
@@ -44,7 +47,8 @@ func readKubeconfig(path string) (kubeconfigInfo, error) {
 		}
 		return filepath.Join(filepath.Dir(path), p)
 	}
-	info := kubeconfigInfo{Server: cluster.Server, CA: cluster.CertificateAuthorityData, Insecure: cluster.InsecureSkipTLSVerify}
+	info := kubeconfigInfo{Server: cluster.Server, CA: cluster.CertificateAuthorityData, Insecure: cluster.InsecureSkipTLSVerify,
+		TLSServerName: cluster.TLSServerName, ProxyURL: cluster.ProxyURL}
 	if len(info.CA) == 0 && cluster.CertificateAuthority != "" {
 		if info.CA, err = os.ReadFile(resolve(cluster.CertificateAuthority)); err != nil {
 			return kubeconfigInfo{}, fmt.Errorf("%s: cluster %s: %w", path, name, err)

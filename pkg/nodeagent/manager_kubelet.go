@@ -80,6 +80,12 @@ func (m *Manager) Reload() error {
 		return fmt.Errorf("%w: the kubelet's kubeconfig %s skips the verification of the API server (insecure-skip-tls-verify): "+
 			"give the kubelet a bootstrap kubeconfig with the cluster CA bundle as certificate-authority-data", errNotTheKubeletsCredentials, m.cfg.KubeconfigPath)
 	}
+	if info.TLSServerName != "" || info.ProxyURL != "" {
+		// The probe of the API server would pass where every request of
+		// the agent's fails.
+		return fmt.Errorf("%w: the kubeconfig %s sets tls-server-name or proxy-url, which the agent's requests do not apply (the kubelet writes neither when it bootstraps): "+
+			"give the kubelet a server address its API server's certificate names, reached without a proxy", errNotTheKubeletsCredentials, m.cfg.KubeconfigPath)
+	}
 	if err := m.checkKubeletPair(info); err != nil {
 		return err
 	}

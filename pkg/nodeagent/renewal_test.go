@@ -662,6 +662,17 @@ func TestReloadRefusesOtherCredentials(t *testing.T) {
 	if err := m.Reload(); !errors.Is(err, errNotTheKubeletsCredentials) || !strings.Contains(err.Error(), "insecure-skip-tls-verify") {
 		t.Errorf("a kubeconfig that skips the verification of the API server: %v", err)
 	}
+	// One whose server needs a name or a proxy the agent's requests would
+	// not apply.
+	for _, cluster := range []*clientcmdapi.Cluster{
+		{Server: testServer, CertificateAuthorityData: []byte("ca"), TLSServerName: "kubernetes.default"},
+		{Server: testServer, CertificateAuthorityData: []byte("ca"), ProxyURL: "http://127.0.0.1:3128"},
+	} {
+		writeTestKubeconfig(t, tn.path("kubeconfig"), cluster, &clientcmdapi.AuthInfo{ClientCertificate: m.store.CurrentPath(), ClientKey: m.store.CurrentPath()})
+		if err := m.Reload(); !errors.Is(err, errNotTheKubeletsCredentials) || !strings.Contains(err.Error(), "tls-server-name or proxy-url") {
+			t.Errorf("a kubeconfig with tls-server-name %q, proxy-url %q: %v", cluster.TLSServerName, cluster.ProxyURL, err)
+		}
+	}
 	other := NewManager(Config{Mode: ModeKubelet, NodeName: "w2", CertDir: tn.path("pki"), KubeconfigPath: tn.path("bootstrap-kubeconfig"), Clock: tn.clk})
 	if err := other.Start(context.Background()); !errors.Is(err, errNotTheKubeletsCredentials) {
 		t.Errorf("a kubeconfig with a token starts: %v", err)
