@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -64,20 +66,33 @@ func readKubeconfig(path string) (kubeconfigInfo, error) {
 
 // bootstrapConfig loads the bootstrap kubeconfig at path, as clientcmd
 // does. It is copied from a Secret the Cluster's tenant writes, and the
-// agent runs as root: a user that names a credential plugin (exec or
-// auth-provider) is refused, before anything runs it. A Carousel bootstrap
-// kubeconfig holds a token.
+// agent runs as root: what clientcmd makes of it (whatever user it picks, one
+// named "" without a context included) may hold a token, certificate data
+// and a CA, but no credential plugin (exec, auth-provider), which would run a
+// command as root, and no file of credentials (tokenFile, client-certificate,
+// client-key), which would have root read a file the tenant names and send
+// it to a server the tenant names. A Carousel bootstrap kubeconfig holds a
+// token. Nothing runs before a request, so refusing here runs nothing.
 func bootstrapConfig(path string) (*rest.Config, error) {
-	raw, err := (&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}).Load()
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		return nil, err
 	}
-	if ctx := raw.Contexts[raw.CurrentContext]; ctx != nil {
-		if user := raw.AuthInfos[ctx.AuthInfo]; user != nil && (user.Exec != nil || user.AuthProvider != nil) {
-			return nil, fmt.Errorf("%s: user %q runs a credential plugin, which the node agent does not run for a bootstrap kubeconfig (it holds a bootstrap token)", path, ctx.AuthInfo)
+	var refused []string
+	for what, set := range map[string]bool{
+		"a credential plugin (exec)": cfg.ExecProvider != nil, "a credential plugin (auth-provider)": cfg.AuthProvider != nil,
+		"a token file": cfg.BearerTokenFile != "", "a client certificate file": cfg.CertFile != "", "a client key file": cfg.KeyFile != "",
+	} {
+		if set {
+			refused = append(refused, what)
 		}
 	}
-	return clientcmd.NewNonInteractiveClientConfig(*raw, raw.CurrentContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	if len(refused) > 0 {
+		slices.Sort(refused)
+		return nil, fmt.Errorf("%s: its user names %s, which the node agent does not use from a bootstrap kubeconfig (it holds a bootstrap token)",
+			path, strings.Join(refused, ", "))
+	}
+	return cfg, nil
 }
 
 // kubeconfigServer is the server of the kubeconfig at path (of its current
