@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"errors"
 	"math"
 	"time"
 
@@ -57,10 +56,11 @@ func (b *backoff) reset() { b.current = b.policy }
 
 // afterFailure is how long to wait before an attempt that failed with err is
 // made again: refused's delay when a certificate request was denied or
-// failed (asked again at once, it would be refused again), else retry's.
+// failed, or its certificate refused (refusedRequest: asked again at once, it
+// would be refused again), else retry's.
 // Only the backoff whose delay it returns advances.
 func afterFailure(err error, retry, refused *backoff) time.Duration {
-	if errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) {
+	if refusedRequest(err) {
 		return refused.next()
 	}
 	return retry.next()

@@ -1,6 +1,8 @@
 package nodeagent
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,4 +45,36 @@ func TestRetriesAreJittered(t *testing.T) {
 // its Duration stretched by all of its Jitter. Tests step fake clocks by it.
 func longestFirstDelay(p wait.Backoff) time.Duration {
 	return p.Duration + time.Duration(float64(p.Duration)*p.Jitter)
+}
+
+// A request refused for good (its CSR denied or failed, or the certificate
+// it brought refused by the agent) waits the refused delay, a minute at
+// first; any other failure the retry delay, a second at first. Only the
+// backoff whose delay is returned advances.
+func TestAfterFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		refused bool
+	}{
+		{"denied", fmt.Errorf("CSR c %w: Policy: no", ErrDenied), true},
+		{"failed", fmt.Errorf("CSR c %w: SignerError: no", ErrFailed), true},
+		{"the issued certificate refused", fmt.Errorf("renewing: %w", issuedRefusal{errors.New("the issued certificate is for someone else")}), true},
+		{"the API server down", errors.New("connection refused"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			retry, refused := newBackoff(renewalBackoff), newBackoff(refusedRenewalBackoff)
+			got := afterFailure(tc.err, retry, refused)
+			first, untouched := renewalBackoff, refused
+			if tc.refused {
+				first, untouched = refusedRenewalBackoff, retry
+			}
+			if got < first.Duration || got > time.Duration(float64(first.Duration)*(1+first.Jitter)) {
+				t.Errorf("afterFailure = %s, want the first delay of %s", got, first.Duration)
+			}
+			if untouched.current != untouched.policy {
+				t.Error("the other backoff advanced")
+			}
+		})
+	}
 }

@@ -317,7 +317,7 @@ func (m *Manager) renewWith(ctx context.Context, cs kubernetes.Interface, server
 		return err
 	}
 	if err := m.checkIssued(certPEM); err != nil {
-		return err
+		return discardRefused(m.store, err)
 	}
 	if err := m.checkAccepted(ctx, server, ca, certPEM, key); err != nil {
 		return err
@@ -371,15 +371,15 @@ func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM 
 func (m *Manager) checkIssued(certPEM []byte) error {
 	certs, err := pki.ParseCertificates(certPEM)
 	if err != nil {
-		return fmt.Errorf("the issued certificate: %w; keeping the current one", err)
+		return issuedRefusal{fmt.Errorf("the issued certificate: %w; keeping the current one", err)}
 	}
 	cert, want := certs[0], "system:node:"+m.cfg.NodeName
 	switch {
 	case cert.Subject.CommonName != want || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}):
-		return fmt.Errorf("the issued certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
-			cert.Subject.CommonName, cert.Subject.Organization, want)
+		return issuedRefusal{fmt.Errorf("the issued certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
+			cert.Subject.CommonName, cert.Subject.Organization, want)}
 	case !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth):
-		return errors.New("the issued certificate is not for client authentication: keeping the current one")
+		return issuedRefusal{errors.New("the issued certificate is not for client authentication: keeping the current one")}
 	}
 	return nil
 }

@@ -150,9 +150,9 @@ func (m *Manager) RenewKubelet(ctx context.Context) error {
 // serves again at once instead of waiting for a CSR of its own to be
 // approved; until then it keeps serving the one it has. The certificate is
 // stored only when it is the node's, for server authentication, and
-// verifies against kubeletBundle, the kubelet trust bundle the API server
-// is given (checkIssuedServing); otherwise the pending key is discarded, and
-// the next attempt asks again with another.
+// verifies against kubeletBundle, the node trust bundle's kubelet bundle
+// (checkIssuedServing); otherwise the pending key is discarded, and the next
+// attempt asks again with another, after the delay that follows a denial.
 func (m *Manager) RenewKubeletServing(ctx context.Context, kubeletBundle []byte) (*pki.KeyPair, error) {
 	if m.cfg.Mode != ModeKubelet {
 		return nil, errors.New("RenewKubeletServing is for ModeKubelet")
@@ -187,10 +187,7 @@ func (m *Manager) RenewKubeletServing(ctx context.Context, kubeletBundle []byte)
 		return nil, err
 	}
 	if err := m.checkIssuedServing(certPEM, kubeletBundle); err != nil {
-		if derr := store.DiscardPendingKey(); derr != nil {
-			return nil, errors.Join(err, derr)
-		}
-		return nil, err
+		return nil, discardRefused(store, err)
 	}
 	return store.Update(certPEM, key, m.cfg.Clock.Now())
 }
@@ -204,20 +201,27 @@ func (m *Manager) RenewKubeletServing(ctx context.Context, kubeletBundle []byte)
 func (m *Manager) checkIssuedServing(certPEM, kubeletBundle []byte) error {
 	certs, err := pki.ParseCertificates(certPEM)
 	if err != nil {
-		return fmt.Errorf("the issued serving certificate: %w; keeping the current one", err)
+		return issuedRefusal{fmt.Errorf("the issued serving certificate: %w; keeping the current one", err)}
 	}
 	cert, want := certs[0], "system:node:"+m.cfg.NodeName
 	if cert.Subject.CommonName != want || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
-		return fmt.Errorf("the issued serving certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
-			cert.Subject.CommonName, cert.Subject.Organization, want)
+		return issuedRefusal{fmt.Errorf("the issued serving certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
+			cert.Subject.CommonName, cert.Subject.Organization, want)}
 	}
 	roots, err := pki.ParseCertificates(kubeletBundle)
 	if err != nil {
 		return fmt.Errorf("the kubelet bundle: %w", err)
 	}
-	if err := verifyServing(cert, certPEM, roots, m.cfg.Clock.Now()); err != nil {
-		return fmt.Errorf("the issued serving certificate (issuer %s) does not verify against the kubelet bundle %s for server authentication: %w; keeping the current one",
-			hex.EncodeToString(cert.AuthorityKeyId), noderenewal.Digest(kubeletBundle), err)
+	// Judged no earlier than it is valid from: a node whose clock is behind
+	// the signer's would refuse every certificate, each backdated by only
+	// five minutes; the API server judges it by its own clock.
+	at := m.cfg.Clock.Now()
+	if at.Before(cert.NotBefore) {
+		at = cert.NotBefore
+	}
+	if err := verifyServing(cert, certPEM, roots, at); err != nil {
+		return issuedRefusal{fmt.Errorf("the issued serving certificate (issuer %s) does not verify against the kubelet bundle %s for server authentication: %w; keeping the current one",
+			hex.EncodeToString(cert.AuthorityKeyId), noderenewal.Digest(kubeletBundle), err)}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net/url"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -473,6 +474,14 @@ func TestAnIssuedCertificateOfAnotherIdentityIsNotInstalled(t *testing.T) {
 				t.Errorf("renewWith = %v, want %q", err, tt.want)
 			case tt.want != "" && current != nil:
 				t.Errorf("installed %s", current.Cert.Subject)
+			case tt.want != "" && !refusedRequest(err):
+				t.Errorf("renewWith = %v: not a refusal, retried as soon as a failure", err)
+			case tt.want != "":
+				// The next attempt asks with another key: the CSR named
+				// after this one would bring the same certificate.
+				if _, statErr := os.Stat(m.store.pendingKeyPath()); !errors.Is(statErr, fs.ErrNotExist) {
+					t.Errorf("the pending key of the refused certificate is kept: %v", statErr)
+				}
 			}
 		})
 	}

@@ -70,7 +70,7 @@ func (m *Manager) Refresh(ctx context.Context, seed string, ttl, timeout time.Du
 	switch {
 	case err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded):
 		return fmt.Errorf("timed out after %s waiting for CSR %s to be approved and signed; approve it with: kubectl certificate approve %s", timeout, name, name)
-	case errors.Is(err, ErrDenied), errors.Is(err, ErrFailed):
+	case refusedRequest(err):
 		return fmt.Errorf("refresh failed: %w; a refused CSR is final: take a new seed from 'refresh-certs plan'", err)
 	}
 	return err

@@ -1100,7 +1100,7 @@ func TestAServingCertificateTheKubeletBundleDoesNotVerifyIsNotStored(t *testing.
 	}{
 		"another CA": {func(tn *testNode, csr *certificatesv1.CertificateSigningRequest) {
 			sign(tn.t, csr, stranger, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now())
-		}, "does not verify against the kubelet bundle"},
+		}, "certificate signed by unknown authority"},
 		"another node": {func(tn *testNode, csr *certificatesv1.CertificateSigningRequest) {
 			signAs(tn.t, csr, tn.kubelet1, pki.LeafTemplate{CommonName: "system:node:w2", Organization: []string{"system:nodes"},
 				DNSNames: []string{"w2"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: time.Hour}, tn.clk.Now())
@@ -1114,7 +1114,7 @@ func TestAServingCertificateTheKubeletBundleDoesNotVerifyIsNotStored(t *testing.
 			m := tn.node.Manager
 			before := tn.storedServing()
 			tn.set(func() { tn.signServing = func(csr *certificatesv1.CertificateSigningRequest) { tc.sign(tn, csr) } })
-			if _, err := m.RenewKubeletServing(context.Background(), tn.trust.Kubelet); err == nil || !strings.Contains(err.Error(), tc.why) {
+			if _, err := m.RenewKubeletServing(context.Background(), tn.trust.Kubelet); err == nil || !strings.Contains(err.Error(), tc.why) || !refusedRequest(err) {
 				t.Fatalf("RenewKubeletServing = %v, want it refused: %s", err, tc.why)
 			}
 			if got := tn.storedServing(); !got.Equal(before) {
@@ -1136,5 +1136,29 @@ func TestAServingCertificateTheKubeletBundleDoesNotVerifyIsNotStored(t *testing.
 				t.Errorf("%d CSRs, want 2: the second attempt asks again with another key", csrs)
 			}
 		})
+	}
+}
+
+// A node whose clock is behind the signer's by more than the five minutes a
+// certificate is backdated stores the serving certificate it was issued: it
+// is judged no earlier than it is valid from (the API server, which verifies
+// it, judges it by its own clock). Judged at the node's now, every attempt
+// would be refused, each with a certificate valid from later still.
+func TestAServingCertificateFromASignerAheadOfTheNodeIsStored(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	tn.set(func() {
+		tn.signServing = func(csr *certificatesv1.CertificateSigningRequest) {
+			sign(tn.t, csr, tn.kubelet1, x509.ExtKeyUsageServerAuth, time.Hour, tn.clk.Now().Add(10*time.Minute))
+		}
+	})
+	kp, err := tn.node.Manager.RenewKubeletServing(context.Background(), tn.trust.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !kp.Cert.NotBefore.After(tn.clk.Now()) {
+		t.Fatalf("the certificate is valid from %s, not after the node's now %s: the test proves nothing", kp.Cert.NotBefore, tn.clk.Now())
+	}
+	if !tn.storedServing().Equal(kp.Cert) {
+		t.Error("the serving certificate was not stored")
 	}
 }

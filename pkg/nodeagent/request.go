@@ -37,6 +37,30 @@ var (
 	ErrFailed = errors.New("failed")
 )
 
+// issuedRefusal is the agent's refusal of the certificate a CSR was answered
+// with (checkIssued, checkIssuedServing): as final as a denial, since the
+// signer would answer the same CSR the same way.
+type issuedRefusal struct{ error }
+
+func (r issuedRefusal) Unwrap() error { return r.error }
+
+// refusedRequest reports whether err ended a request for good: its CSR was denied
+// or failed, or the certificate it was answered with refused. The next
+// attempt asks again with another key.
+func refusedRequest(err error) bool {
+	return errors.Is(err, ErrDenied) || errors.Is(err, ErrFailed) || errors.As(err, new(issuedRefusal))
+}
+
+// discardRefused discards store's pending key after err, the refusal of the
+// certificate issued for it: a CSR named after that key would find the same
+// certificate again, so the next attempt asks with another key.
+func discardRefused(store *Store, err error) error {
+	if derr := store.DiscardPendingKey(); derr != nil {
+		return errors.Join(err, derr)
+	}
+	return err
+}
+
 // CSRName names the CSR of a node's key: a digest of the public key and the
 // node name, so a restarted agent finds and waits on the CSR it created.
 func CSRName(node string, pub crypto.PublicKey) (string, error) {
