@@ -30,7 +30,7 @@ func (e *env) checkExpirationCommand() *cobra.Command {
 during a rotation, the previous one. The dates are read from the Secrets in CLUSTER's namespace labelled for it;
 one that does not exist, or lost its labels, shows as <missing>, and one whose certificate cannot be read as
 <unreadable>: the command prints every row it can, then fails naming what it could not read, and each CA the
-Cluster's status records whose Secret is missing (a lost CA; a Cluster not issued yet only shows <missing>).
+Cluster's status records whose Secret is missing or lacks its label (a lost CA; a Cluster not issued yet only shows <missing>).
 
 Carousel renews leaf certificates itself; a residual time that keeps shrinking means a renewal fails (see the
 Cluster's conditions with "kubectl carousel rotation status"). A CA only changes through a rotation.`,
@@ -171,7 +171,7 @@ func unreadableRows(info *outputv1alpha1.CertificateExpirationInfo, cl *v1alpha1
 		case ca.Unreadable != "":
 			errs = append(errs, fmt.Errorf("%s CA: %s", ca.Role, ca.Unreadable))
 		case ca.Missing && caRecorded(cl, v1alpha1.CARole(ca.Role)):
-			errs = append(errs, fmt.Errorf("%s CA: Secret %s is missing, though the Cluster's status records the CA (lost; see its Ready condition)",
+			errs = append(errs, fmt.Errorf("%s CA: Secret %s is missing (or lost its carousel.dev/cluster label), though the Cluster's status records the CA (see its Ready condition)",
 				ca.Role, credentials.CASecretName(cl.Name, v1alpha1.CARole(ca.Role))))
 		}
 	}

@@ -62,7 +62,7 @@ func TestCheckExpirationPrintsEveryRowItCanRead(t *testing.T) {
 	cl.Status.Credentials = &v1alpha1.ClusterCredentials{CertificateAuthorities: []v1alpha1.CertificateAuthorityInventory{
 		{Role: v1alpha1.CARoleEtcd, Current: &v1alpha1.CertificateInfo{Fingerprint: "ab"}}}}
 	err = unreadableRows(info, cl)
-	if err == nil || !strings.Contains(err.Error(), "etcd CA: Secret prod-ca-etcd is missing, though the Cluster's status records the CA") ||
+	if err == nil || !strings.Contains(err.Error(), "etcd CA: Secret prod-ca-etcd is missing (or lost its carousel.dev/cluster label), though the Cluster's status records the CA") ||
 		strings.Contains(err.Error(), "kubelet CA") || strings.Count(err.Error(), "\n") != 2 {
 		t.Errorf("err = %v, want the lost etcd CA named with the two unreadable rows, and no other CA", err)
 	}

@@ -462,10 +462,11 @@ func FuzzNext(f *testing.F) {
 	f.Add(uint8(7), aborted&^factOldCAsRemoved, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x20))
 	f.Add(uint8(7), aborted&^factOldCAsRemoved|factAbortForced, 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x40))
 	// Holders named and holders the reconciler cannot tell, of kubeconfigs
-	// (0x24) and kubelet certificates (0x18), and the latter alone (0x0c).
+	// (0x24) and kubelet certificates (0x18), and those the reconciler cannot
+	// tell of kubelet certificates alone (0x08).
 	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x24))
 	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x18))
-	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x0c))
+	f.Add(uint8(7), aborted&^(factRolledBack|factOldCAsRemoved), 0, uint8(0), uint8(0), uint8(0), uint16(0), int32(-1), uint8(0x08))
 	f.Fuzz(func(t *testing.T, phase, flags uint8, pendingPools int, evidence, kubeRootCA, apiServices uint8, reloadSec uint16, publishedAgoSec int32, heldCount uint8) {
 		facts := Facts{
 			Phase:              fuzzPhase(phase),
