@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,7 +44,7 @@ func main() {
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve the metrics over HTTPS, only to a bearer token the API server authenticates and authorizes to get /metrics; false serves plain HTTP to anyone.")
-	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's tls.crt and tls.key (with --metrics-secure); empty means a self-signed certificate.")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's tls.crt and tls.key (with --metrics-secure); empty means the self-issued webhook certificate (with --webhook-cert-secret), else a self-signed one.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's /debug/pprof profiles are served on, plain HTTP without authentication: bind it to loopback; \"0\" disables it.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
@@ -113,7 +114,6 @@ func main() {
 	}
 
 	mgrOpts := operator.ManagerOptions()
-	mgrOpts.Metrics = operator.MetricsServerOptions(metricsAddr, metricsSecure, metricsCertDir)
 	mgrOpts.HealthProbeBindAddress = probeAddr
 	mgrOpts.PprofBindAddress = pprofAddr
 	mgrOpts.LeaderElection = leaderElect
@@ -121,12 +121,15 @@ func main() {
 	mgrOpts.LeaderElectionNamespace = leaderElectionNamespace
 	webhookOpts := webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCert.CertDir}
 	var rotator *servingcert.Rotator
+	var selfIssued func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	if opts.Webhook && webhookCert.SelfIssued() {
 		rotator = webhookCert.Rotator(opts.AuditWebhookURL != "")
 		mgrOpts.WebhookServer = rotator.NewServer(webhookOpts)
+		selfIssued = rotator.GetCertificate
 	} else {
 		mgrOpts.WebhookServer = webhook.NewServer(webhookOpts)
 	}
+	mgrOpts.Metrics = operator.MetricsServerOptions(metricsAddr, metricsSecure, metricsCertDir, selfIssued)
 	cfg := ctrl.GetConfigOrDie()
 	if err := opts.Shard.ConfigureManager(cfg, &mgrOpts); err != nil {
 		log.Error(err, "setting up the shard")

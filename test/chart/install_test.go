@@ -170,9 +170,15 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
-			// The manager's serving certificate is self-signed, as the ServiceMonitor expects.
-			insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
-			resp, err := insecure.Do(req)
+			// As the ServiceMonitor verifies it: the webhook's certificate, for the metrics Service's name, against
+			// the webhook's CA bundle.
+			secret := &corev1.Secret{}
+			Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: webhookSecret}, secret)).To(Succeed())
+			bundle, err := pki.ParseBundle(secret.Data[servingcert.KeyBundle])
+			Expect(err).NotTo(HaveOccurred())
+			verified := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+				RootCAs: bundle.CertPool(), ServerName: release + "-metrics." + namespace + ".svc", MinVersion: tls.VersionTLS12}}}
+			resp, err := verified.Do(req)
 			Expect(err).NotTo(HaveOccurred())
 			defer resp.Body.Close()
 			body, err := io.ReadAll(resp.Body)

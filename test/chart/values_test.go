@@ -333,6 +333,57 @@ affinity:
 			HaveField("Scheme", "https"), HaveField("BearerTokenFile", "/var/run/secrets/kubernetes.io/serviceaccount/token"))))
 	})
 
+	It("has Prometheus verify the metrics endpoint's certificate, the webhook's, whenever there is a webhook", func() {
+		type tlsConfig struct {
+			ServerName         string `json:"serverName"`
+			InsecureSkipVerify bool   `json:"insecureSkipVerify"`
+			CA                 struct {
+				Secret struct{ Name, Key string } `json:"secret"`
+			} `json:"ca"`
+		}
+		monitor := func(set ...string) tlsConfig {
+			GinkgoHelper()
+			args := []string{"template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "metrics.serviceMonitor.enabled=true",
+				"--show-only", "templates/servicemonitor.yaml"}
+			for _, s := range set {
+				args = append(args, "--set", s)
+			}
+			out, err := helm(args...)
+			Expect(err).NotTo(HaveOccurred(), out)
+			var m struct {
+				Spec struct {
+					Endpoints []struct {
+						TLSConfig tlsConfig `json:"tlsConfig"`
+					} `json:"endpoints"`
+				} `json:"spec"`
+			}
+			Expect(yaml.Unmarshal([]byte(out), &m)).To(Succeed())
+			Expect(m.Spec.Endpoints).To(HaveLen(1))
+			return m.Spec.Endpoints[0].TLSConfig
+		}
+		selfIssued := monitor()
+		Expect(selfIssued.InsecureSkipVerify).To(BeFalse())
+		Expect(selfIssued.ServerName).To(Equal("carousel-metrics.carousel-system.svc"))
+		Expect(selfIssued.CA.Secret).To(Equal(struct{ Name, Key string }{"carousel-webhook-cert", "ca-bundle.crt"}))
+		certManager := monitor("webhook.certManager.enabled=true")
+		Expect(certManager.InsecureSkipVerify).To(BeFalse())
+		Expect(certManager.ServerName).To(Equal("carousel-metrics.carousel-system.svc"))
+		Expect(certManager.CA.Secret).To(Equal(struct{ Name, Key string }{"carousel-webhook-tls", "ca.crt"}))
+		Expect(monitor("webhook.enabled=false").InsecureSkipVerify).To(BeTrue(), "without the webhook the certificate is self-signed")
+
+		// The certificate names the metrics Service, and cert-manager's is mounted for the metrics endpoint too.
+		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`--webhook-dns-names=[^\n]*,carousel-metrics\.carousel-system\.svc,`))
+		Expect(out).NotTo(ContainSubstring("--metrics-cert-dir"), "a self-issuing manager serves its own")
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled=true")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(And(ContainSubstring("- --metrics-cert-dir=/etc/carousel/webhook-certs\n"), ContainSubstring("    - carousel-metrics.carousel-system.svc\n")))
+		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "metrics.secure=false")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).NotTo(ContainSubstring("carousel-metrics.carousel-system.svc"), "plain HTTP needs no name in the certificate")
+	})
+
 	DescribeTable("refused by the schema", func(set, field string) {
 		_, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", set)
 		Expect(err).To(HaveOccurred(), "helm accepted --set %s", set)

@@ -104,6 +104,28 @@ hold a switch from one mode to the other for ever.
 {{/*
 Whether Carousel issues its own webhook certificate (webhook on, cert-manager off): "true" or "".
 */}}
+{{/*
+Whether the manager serves its metrics with the webhook's serving certificate, which then also names the
+metrics Service (carousel.servingDNSNames): secure metrics and a webhook. A scraper can then verify it against the
+webhook's CA, and Prometheus' token goes only to the manager.
+*/}}
+{{- define "carousel.metricsVerifiable" -}}
+{{- if and .Values.metrics.enabled .Values.metrics.secure .Values.webhook.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The names of the webhook's serving certificate: the webhook's, and the metrics Service's when it serves them. */}}
+{{- define "carousel.servingDNSNames" -}}
+{{ include "carousel.webhookDNSNames" . }}
+{{- if include "carousel.metricsVerifiable" . }}
+{{- $svc := include "carousel.metricsServiceName" . }}
+{{- $ns := .Release.Namespace }}
+- {{ $svc }}
+- {{ $svc }}.{{ $ns }}
+- {{ $svc }}.{{ $ns }}.svc
+- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{- end }}
+{{- end }}
+
 {{- define "carousel.webhookSelfIssued" -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{ end }}
 {{- end }}
