@@ -36,6 +36,7 @@ import (
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/webhook/servingcert"
 	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/hostcheck"
 	"github.com/carousel-dev/carousel/test/framework/kit"
 )
 
@@ -52,6 +53,8 @@ var _ = Describe("The chart installed with helm on a real API server", Ordered, 
 
 	BeforeAll(func(ctx SpecContext) {
 		work := GinkgoT().TempDir()
+		// Registered before env.Stop, so it runs after it: the node is a real kubelet.
+		hostcheck.ExpectUntouched()
 		var err error
 		env, err = framework.Start(ctx, framework.Options{
 			RepoRoot: root, KubeBinDir: kubeAssets, CarouselBinDir: carouselBin, WorkDir: work,

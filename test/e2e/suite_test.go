@@ -23,6 +23,7 @@ import (
 
 	"github.com/carousel-dev/carousel/pkg/scheme"
 	"github.com/carousel-dev/carousel/test/framework"
+	"github.com/carousel-dev/carousel/test/framework/hostcheck"
 )
 
 // kubeletCertificateValidity caps the kubelet certificates Carousel signs in
@@ -76,7 +77,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		Expect(left).To(BeEmpty(), "CAROUSEL_E2E_WORKDIR %s holds an earlier run's files: empty it, or name another directory", work)
 	}
 	// Registered before env.Stop, so it runs after it.
-	expectHostUntouched()
+	hostcheck.ExpectUntouched()
 	env, err = framework.Start(ctx, framework.Options{
 		RepoRoot: root, KubeBinDir: assets, CarouselBinDir: bin, WorkDir: work,
 		// Four nodes: the journey powers one off for the whole rotation.
@@ -109,19 +110,4 @@ func useExistingCluster(kubeconfig, cluster string) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	Expect(err).NotTo(HaveOccurred())
 	tgt = &target{Client: c, Namespace: ns, Name: name}
-}
-
-// expectHostUntouched takes the host's state now and registers a cleanup
-// that fails the suite unless the host returns to it: no sysctl the kubelets
-// set, no mount, network namespace, interface or kubelet path left behind.
-func expectHostUntouched() {
-	GinkgoHelper()
-	before, err := framework.ReadHostState()
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() {
-		Eventually(func() (string, error) {
-			now, err := framework.ReadHostState()
-			return now.Diff(before), err
-		}).WithTimeout(30*time.Second).Should(BeEmpty(), "the host is as the suite found it")
-	})
 }
