@@ -494,10 +494,10 @@ func withOwners(have, want []metav1.OwnerReference) []metav1.OwnerReference {
 	}
 	out := slices.Clone(have)
 	for _, w := range want {
-		isController := func(ref metav1.OwnerReference) bool { return ptr.Deref(ref.Controller, false) && ref.UID != w.UID }
+		otherController := func(ref metav1.OwnerReference) bool { return ptr.Deref(ref.Controller, false) && ref.UID != w.UID }
 		i := slices.IndexFunc(out, func(ref metav1.OwnerReference) bool { return ref.UID == w.UID })
 		if i < 0 && ptr.Deref(w.Controller, false) {
-			i = slices.IndexFunc(out, isController)
+			i = slices.IndexFunc(out, otherController)
 		}
 		if i < 0 {
 			out = append(out, w)
@@ -505,7 +505,7 @@ func withOwners(have, want []metav1.OwnerReference) []metav1.OwnerReference {
 		}
 		out[i] = w
 		if ptr.Deref(w.Controller, false) {
-			out = slices.DeleteFunc(out, isController)
+			out = slices.DeleteFunc(out, otherController)
 		}
 	}
 	return out
