@@ -88,10 +88,10 @@ var _ = Describe("The chart's values", func() {
 		out, err = helm(append([]string{"template", "carousel", chartDir, "--namespace", "carousel-system"}, ip...)...)
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("- --webhook-dns-names=carousel-webhook,carousel-webhook.carousel-system,carousel-webhook.carousel-system.svc," +
-			"carousel-webhook.carousel-system.svc.cluster.local,10.0.0.5\n"))
+			"carousel-webhook.carousel-system.svc.cluster.local,carousel-metrics,carousel-metrics.carousel-system,carousel-metrics.carousel-system.svc,carousel-metrics.carousel-system.svc.cluster.local,10.0.0.5\n"))
 		out, err = helm(append([]string{"template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.certManager.enabled=true"}, ip...)...)
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(ContainSubstring("    - carousel-webhook.carousel-system.svc.cluster.local\n  ipAddresses:\n    - 10.0.0.5\n  usages:\n"))
+		Expect(out).To(ContainSubstring("    - carousel-metrics.carousel-system.svc.cluster.local\n  ipAddresses:\n    - 10.0.0.5\n  usages:\n"))
 		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "auditWebhook.enabled=true",
 			"--set", "auditWebhook.url=https://10.0.0.6/audit", "--set", "webhook.extraDNSNames={10.0.0.5}")
 		Expect(err).To(MatchError(ContainSubstring(`auditWebhook.url names the host "10.0.0.6"`)), "a host the certificate does not name: %s", out)
@@ -160,11 +160,11 @@ affinity:
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.extraDNSNames={carousel.example.com}")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("- --webhook-dns-names=carousel-webhook,carousel-webhook.carousel-system,carousel-webhook.carousel-system.svc," +
-			"carousel-webhook.carousel-system.svc.cluster.local,carousel.example.com\n"))
+			"carousel-webhook.carousel-system.svc.cluster.local,carousel-metrics,carousel-metrics.carousel-system,carousel-metrics.carousel-system.svc,carousel-metrics.carousel-system.svc.cluster.local,carousel.example.com\n"))
 		out, err = helm("template", "carousel", chartDir, "--namespace", "carousel-system", "--set", "webhook.extraDNSNames={carousel.example.com}",
 			"--set", "webhook.certManager.enabled=true")
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(ContainSubstring("- carousel-webhook.carousel-system.svc.cluster.local\n    - carousel.example.com\n"))
+		Expect(out).To(ContainSubstring("- carousel-metrics.carousel-system.svc.cluster.local\n    - carousel.example.com\n"))
 	})
 
 	It("lets the manager delete Secrets (its probe certificates') but no ConfigMap", func() {

@@ -113,16 +113,17 @@ webhook's CA, and Prometheus' token goes only to the manager.
 {{- if and .Values.metrics.enabled .Values.metrics.secure .Values.webhook.enabled }}true{{ end }}
 {{- end }}
 
-{{/* The names of the webhook's serving certificate: the webhook's, and the metrics Service's when it serves them. */}}
+{{/*
+The names of the webhook's serving certificate: the webhook Service's, the metrics Service's when the manager
+serves its metrics with it, and webhook.extraDNSNames.
+*/}}
 {{- define "carousel.servingDNSNames" -}}
-{{ include "carousel.webhookDNSNames" . }}
+{{ include "carousel.serviceDNSNames" (dict "ctx" . "svc" (include "carousel.webhookServiceName" .)) }}
 {{- if include "carousel.metricsVerifiable" . }}
-{{- $svc := include "carousel.metricsServiceName" . }}
-{{- $ns := .Release.Namespace }}
-- {{ $svc }}
-- {{ $svc }}.{{ $ns }}
-- {{ $svc }}.{{ $ns }}.svc
-- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{ include "carousel.serviceDNSNames" (dict "ctx" . "svc" (include "carousel.metricsServiceName" .)) }}
+{{- end }}
+{{- range .Values.webhook.extraDNSNames }}
+- {{ . | quote }}
 {{- end }}
 {{- end }}
 
@@ -143,15 +144,19 @@ Names of the webhook's serving certificate, as a list in YAML: the webhook Servi
 webhook.extraDNSNames (DNS names or IP addresses).
 */}}
 {{- define "carousel.webhookDNSNames" -}}
-{{- $svc := include "carousel.webhookServiceName" . }}
-{{- $ns := .Release.Namespace -}}
-- {{ $svc }}
-- {{ $svc }}.{{ $ns }}
-- {{ $svc }}.{{ $ns }}.svc
-- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{ include "carousel.serviceDNSNames" (dict "ctx" . "svc" (include "carousel.webhookServiceName" .)) }}
 {{- range .Values.webhook.extraDNSNames }}
 - {{ . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* A Service's four names in the release's namespace, for (dict "ctx" $ "svc" NAME). */}}
+{{- define "carousel.serviceDNSNames" -}}
+{{- $ns := .ctx.Release.Namespace -}}
+- {{ .svc }}
+- {{ .svc }}.{{ $ns }}
+- {{ .svc }}.{{ $ns }}.svc
+- {{ .svc }}.{{ $ns }}.svc.cluster.local
 {{- end }}
 
 {{/*
