@@ -50,6 +50,7 @@ FUZZ_TARGETS := \
 	pkg/auditwebhook:FuzzPendingSightingsWriteWhatEachBatchWould \
 	pkg/campaign:FuzzPlan \
 	pkg/controller/cluster:FuzzNameHolder \
+	pkg/controller/kubeletbootstrap:FuzzWithOwners \
 	pkg/controller/workerrollout:FuzzPlanReplace \
 	pkg/controller/workerrollout:FuzzRolloutTime \
 	pkg/controller/workerrollout:FuzzPlanRollout \
