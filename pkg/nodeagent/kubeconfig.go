@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,33 +67,39 @@ func readKubeconfig(path string) (kubeconfigInfo, error) {
 
 // bootstrapConfig loads the bootstrap kubeconfig at path, as clientcmd
 // does. It is copied from a Secret the Cluster's tenant writes, and the
-// agent runs as root: what clientcmd makes of it (whatever user it picks, one
-// named "" without a context included) may hold a token, certificate data
-// and a CA, but no credential plugin (exec, auth-provider), which would run a
-// command as root, and no file of credentials (tokenFile, client-certificate,
-// client-key), which would have root read a file the tenant names and send
-// it to a server the tenant names. A Carousel bootstrap kubeconfig holds a
-// token. Nothing runs before a request, so refusing here runs nothing.
+// agent runs as root: a user in it may hold a token, certificate data and a
+// CA, but no credential plugin (exec, auth-provider), which would run a
+// command as root, and no file of credentials (tokenFile,
+// client-certificate, client-key), which root would open where the tenant
+// says and send on to a server the tenant names. Every user is judged, not
+// only the current context's (clientcmd picks one named "" when there is no
+// context), and before clientcmd opens any file the kubeconfig names. A
+// Carousel bootstrap kubeconfig holds a token.
 func bootstrapConfig(path string) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	raw, err := (&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}).Load()
 	if err != nil {
 		return nil, err
 	}
-	var refused []string
-	for what, set := range map[string]bool{
-		"a credential plugin (exec)": cfg.ExecProvider != nil, "a credential plugin (auth-provider)": cfg.AuthProvider != nil,
-		"a token file": cfg.BearerTokenFile != "", "a client certificate file": cfg.CertFile != "", "a client key file": cfg.KeyFile != "",
-	} {
-		if set {
-			refused = append(refused, what)
+	for _, name := range slices.Sorted(maps.Keys(raw.AuthInfos)) {
+		user := raw.AuthInfos[name]
+		var refused []string
+		for _, field := range []struct {
+			what string
+			set  bool
+		}{
+			{"a credential plugin (exec)", user.Exec != nil}, {"a credential plugin (auth-provider)", user.AuthProvider != nil},
+			{"a token file", user.TokenFile != ""}, {"a client certificate file", user.ClientCertificate != ""}, {"a client key file", user.ClientKey != ""},
+		} {
+			if field.set {
+				refused = append(refused, field.what)
+			}
+		}
+		if len(refused) > 0 {
+			return nil, fmt.Errorf("%s: user %q names %s, which the node agent does not use from a bootstrap kubeconfig (it holds a bootstrap token)",
+				path, name, strings.Join(refused, ", "))
 		}
 	}
-	if len(refused) > 0 {
-		slices.Sort(refused)
-		return nil, fmt.Errorf("%s: its user names %s, which the node agent does not use from a bootstrap kubeconfig (it holds a bootstrap token)",
-			path, strings.Join(refused, ", "))
-	}
-	return cfg, nil
+	return clientcmd.NewNonInteractiveClientConfig(*raw, raw.CurrentContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 }
 
 // kubeconfigServer is the server of the kubeconfig at path (of its current

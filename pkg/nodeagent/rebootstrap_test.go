@@ -617,7 +617,7 @@ func TestRebootstrapNeedsAUsableBootstrapKubeconfig(t *testing.T) {
 			on.writeKubeconfig("bootstrap-kubeconfig", on.trust.Cluster, &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
 				Command: "/bin/sh", Args: []string{"-c", "echo a token"}, APIVersion: "client.authentication.k8s.io/v1",
 				InteractiveMode: clientcmdapi.NeverExecInteractiveMode}})
-		}, "its user names a credential plugin (exec), which the node agent does not use from a bootstrap kubeconfig"},
+		}, `user "default-auth" names a credential plugin (exec), which the node agent does not use from a bootstrap kubeconfig`},
 		// clientcmd picks the user named "" when there is no context:
 		// refused as well.
 		{"a credential plugin without a context", func(on *offNode) {
@@ -629,11 +629,15 @@ func TestRebootstrapNeedsAUsableBootstrapKubeconfig(t *testing.T) {
 			if err := clientcmd.WriteToFile(*cfg, on.path("bootstrap-kubeconfig")); err != nil {
 				on.t.Fatal(err)
 			}
-		}, "its user names a credential plugin (exec), which the node agent does not use from a bootstrap kubeconfig"},
-		// Nor does it read, as root, a file of credentials the tenant names.
+		}, `user "" names a credential plugin (exec), which the node agent does not use from a bootstrap kubeconfig`},
+		// Nor does it open, as root, a file of credentials the tenant names
+		// (a FIFO here: opening it would block the agent).
 		{"a token file", func(on *offNode) {
-			on.writeKubeconfig("bootstrap-kubeconfig", on.trust.Cluster, &clientcmdapi.AuthInfo{TokenFile: "/etc/machine-id"})
-		}, "its user names a token file, which the node agent does not use"},
+			if err := syscall.Mkfifo(on.path("token"), 0o600); err != nil {
+				on.t.Fatal(err)
+			}
+			on.writeKubeconfig("bootstrap-kubeconfig", on.trust.Cluster, &clientcmdapi.AuthInfo{TokenFile: on.path("token")})
+		}, `user "default-auth" names a token file, which the node agent does not use`},
 		{"none", func(on *offNode) {
 			if err := os.Remove(on.path("bootstrap-kubeconfig")); err != nil {
 				on.t.Fatal(err)
