@@ -187,7 +187,10 @@ func (m *Manager) RenewKubeletServing(ctx context.Context, kubeletBundle []byte)
 		return nil, err
 	}
 	if err := m.checkIssuedServing(certPEM, kubeletBundle); err != nil {
-		return nil, discardRefused(store, err)
+		if refusedRequest(err) {
+			return nil, discardRefused(store, err)
+		}
+		return nil, err // the bundle, not the certificate: the next attempt takes it as it is
 	}
 	return store.Update(certPEM, key, m.cfg.Clock.Now())
 }

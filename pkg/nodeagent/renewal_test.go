@@ -1162,3 +1162,25 @@ func TestAServingCertificateFromASignerAheadOfTheNodeIsStored(t *testing.T) {
 		t.Error("the serving certificate was not stored")
 	}
 }
+
+// A kubelet bundle that does not parse refuses nothing the signer issued:
+// the pending key is kept, and the next attempt finds the same CSR and
+// stores its certificate, without asking again.
+func TestAnUnreadableKubeletBundleKeepsThePendingServingKey(t *testing.T) {
+	tn := newTestNode(t, v1alpha1.RotationPreparing)
+	m := tn.node.Manager
+	if _, err := m.RenewKubeletServing(context.Background(), []byte("not a bundle")); err == nil || refusedRequest(err) {
+		t.Fatalf("RenewKubeletServing with an unreadable bundle = %v, want a failure that is no refusal", err)
+	}
+	kp, err := m.RenewKubeletServing(context.Background(), tn.trust.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrs, err := tn.cs.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(csrs.Items) != 1 || !tn.storedServing().Equal(kp.Cert) {
+		t.Errorf("%d CSRs, want 1: the second attempt finds the first's", len(csrs.Items))
+	}
+}
