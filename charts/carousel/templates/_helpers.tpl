@@ -102,9 +102,6 @@ hold a switch from one mode to the other for ever.
 {{- end }}
 
 {{/*
-Whether Carousel issues its own webhook certificate (webhook on, cert-manager off): "true" or "".
-*/}}
-{{/*
 Whether the manager serves its metrics with the webhook's serving certificate, which then also names the
 metrics Service (carousel.servingDNSNames): secure metrics and a webhook. A scraper can then verify it against the
 webhook's CA, and Prometheus' token goes only to the manager.
@@ -127,6 +124,9 @@ serves its metrics with it, and webhook.extraDNSNames.
 {{- end }}
 {{- end }}
 
+{{/*
+Whether Carousel issues its own webhook certificate (webhook on, cert-manager off): "true" or "".
+*/}}
 {{- define "carousel.webhookSelfIssued" -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{ end }}
 {{- end }}
