@@ -118,17 +118,26 @@ func (s HostState) Diff(before HostState) string {
 	for _, d := range []struct {
 		what        string
 		now, before []string
+		// newOnly: one gone is none of the suite's doing. A network
+		// namespace is seen through a process, the suite's own or an
+		// orphan; one of another suite's orphans (a parent killed on
+		// purpose, its children an instant from their own end) may be
+		// in the state before and gone after.
+		newOnly bool
 	}{
-		{"mount", s.Mounts, before.Mounts},
-		{"network namespace", s.NetworkNamespaces, before.NetworkNamespaces},
-		{"network interface", s.Links, before.Links},
-		{"path", s.Paths, before.Paths},
-		{"kernel module", s.Modules, before.Modules},
+		{"mount", s.Mounts, before.Mounts, false},
+		{"network namespace", s.NetworkNamespaces, before.NetworkNamespaces, true},
+		{"network interface", s.Links, before.Links, false},
+		{"path", s.Paths, before.Paths, false},
+		{"kernel module", s.Modules, before.Modules, false},
 	} {
 		for _, x := range d.now {
 			if !slices.Contains(d.before, x) {
 				out = append(out, fmt.Sprintf("new %s %s", d.what, x))
 			}
+		}
+		if d.newOnly {
+			continue
 		}
 		for _, x := range d.before {
 			if !slices.Contains(d.now, x) {

@@ -185,4 +185,14 @@ func TestHostStateDiffNamesWhatChanged(t *testing.T) {
 	if got := before.Diff(before); got != "" {
 		t.Errorf("Diff of the same state = %q", got)
 	}
+	// A network namespace gone since is none of the suite's doing (another
+	// suite's orphan that ended); a new one is.
+	withOrphan := HostState{NetworkNamespaces: []string{"net:[4026532001]", "net:[4026532999]"}}
+	own := HostState{NetworkNamespaces: []string{"net:[4026532001]"}}
+	if got := own.Diff(withOrphan); got != "" {
+		t.Errorf("Diff after another's orphan ended = %q, want none", got)
+	}
+	if got, want := withOrphan.Diff(own), "new network namespace net:[4026532999]"; got != want {
+		t.Errorf("Diff = %q, want %q", got, want)
+	}
 }
