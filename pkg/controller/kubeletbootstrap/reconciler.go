@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -465,22 +465,9 @@ func merged(have, want client.Object) client.Object {
 	default:
 		panic(fmt.Sprintf("ensure does not manage a %T", want))
 	}
-	out.SetLabels(overlay(out.GetLabels(), want.GetLabels()))
-	out.SetAnnotations(overlay(out.GetAnnotations(), want.GetAnnotations()))
+	out.SetLabels(labels.Merge(out.GetLabels(), want.GetLabels()))
+	out.SetAnnotations(labels.Merge(out.GetAnnotations(), want.GetAnnotations()))
 	out.SetOwnerReferences(withOwners(out.GetOwnerReferences(), want.GetOwnerReferences()))
-	return out
-}
-
-// overlay is have with want's keys set to want's values.
-func overlay(have, want map[string]string) map[string]string {
-	if len(want) == 0 {
-		return have
-	}
-	out := maps.Clone(have)
-	if out == nil {
-		out = make(map[string]string, len(want))
-	}
-	maps.Copy(out, want)
 	return out
 }
 

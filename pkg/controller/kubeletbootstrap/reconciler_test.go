@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -637,7 +638,7 @@ func TestEnsureKeepsWhatOthersPutOnTheObject(t *testing.T) {
 			Data: map[string]string{"ca.crt": data}}
 	}
 	others := func(obj client.Object) client.Object {
-		obj.SetLabels(overlay(obj.GetLabels(), map[string]string{"team": "platform"}))
+		obj.SetLabels(labels.Merge(obj.GetLabels(), map[string]string{"team": "platform"}))
 		obj.SetAnnotations(map[string]string{"argocd.argoproj.io/tracking-id": "platform"})
 		obj.SetFinalizers([]string{"platform.example/audit"})
 		obj.SetOwnerReferences(append(obj.GetOwnerReferences(), metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "other-uid"}))
