@@ -54,7 +54,9 @@ func FuzzWithOwners(f *testing.F) {
 		wantsController := slices.ContainsFunc(want, isController)
 		var kept []metav1.OwnerReference
 		for _, h := range have {
-			if !slices.ContainsFunc(want, func(w metav1.OwnerReference) bool { return w.UID == h.UID }) && !(wantsController && isController(h)) {
+			wanted := slices.ContainsFunc(want, func(w metav1.OwnerReference) bool { return w.UID == h.UID })
+			replaced := wantsController && isController(h)
+			if !wanted && !replaced {
 				kept = append(kept, h)
 			}
 		}
