@@ -369,19 +369,30 @@ func (m *Manager) checkAccepted(ctx context.Context, server string, ca, certPEM 
 // by hand) as that identity, and the kubelet, restarted on it, would act as
 // someone else, and the agent's next Reload refuse it for good.
 func (m *Manager) checkIssued(certPEM []byte) error {
-	certs, err := pki.ParseCertificates(certPEM)
+	cert, err := m.issuedToNode(certPEM, "certificate")
 	if err != nil {
-		return issuedRefusal{fmt.Errorf("the issued certificate: %w; keeping the current one", err)}
+		return err
 	}
-	cert, want := certs[0], "system:node:"+m.cfg.NodeName
-	switch {
-	case cert.Subject.CommonName != want || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}):
-		return issuedRefusal{fmt.Errorf("the issued certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
-			cert.Subject.CommonName, cert.Subject.Organization, want)}
-	case !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth):
+	if !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
 		return issuedRefusal{errors.New("the issued certificate is not for client authentication: keeping the current one")}
 	}
 	return nil
+}
+
+// issuedToNode is the leaf of certPEM, issued on the node's CSR for a
+// certificate of kind, when it is the node's identity, system:node:<name> in
+// system:nodes; otherwise an issuedRefusal.
+func (m *Manager) issuedToNode(certPEM []byte, kind string) (*x509.Certificate, error) {
+	certs, err := pki.ParseCertificates(certPEM)
+	if err != nil {
+		return nil, issuedRefusal{fmt.Errorf("the issued %s: %w; keeping the current one", kind, err)}
+	}
+	cert, want := certs[0], "system:node:"+m.cfg.NodeName
+	if cert.Subject.CommonName != want || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
+		return nil, issuedRefusal{fmt.Errorf("the issued %s is for %q (organizations %q), not %q in system:nodes: keeping the current one",
+			kind, cert.Subject.CommonName, cert.Subject.Organization, want)}
+	}
+	return cert, nil
 }
 
 // requestCertificate is RequestCertificate for the pending key of store,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -202,14 +201,9 @@ func (m *Manager) RenewKubeletServing(ctx context.Context, kubeletBundle []byte)
 // written by hand), with which the API server would refuse the kubelet's
 // logs, exec and metrics until Carousel asked again.
 func (m *Manager) checkIssuedServing(certPEM, kubeletBundle []byte) error {
-	certs, err := pki.ParseCertificates(certPEM)
+	cert, err := m.issuedToNode(certPEM, "serving certificate")
 	if err != nil {
-		return issuedRefusal{fmt.Errorf("the issued serving certificate: %w; keeping the current one", err)}
-	}
-	cert, want := certs[0], "system:node:"+m.cfg.NodeName
-	if cert.Subject.CommonName != want || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
-		return issuedRefusal{fmt.Errorf("the issued serving certificate is for %q (organizations %q), not %q in system:nodes: keeping the current one",
-			cert.Subject.CommonName, cert.Subject.Organization, want)}
+		return err
 	}
 	roots, err := pki.ParseCertificates(kubeletBundle)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -167,20 +166,13 @@ func unreadableRows(info *outputv1alpha1.CertificateExpirationInfo, cl *v1alpha1
 		}
 	}
 	for _, ca := range info.CertificateAuthorities {
-		switch {
+		switch recorded := inventoryOf(cl, v1alpha1.CARole(ca.Role)); {
 		case ca.Unreadable != "":
 			errs = append(errs, fmt.Errorf("%s CA: %s", ca.Role, ca.Unreadable))
-		case ca.Missing && caRecorded(cl, v1alpha1.CARole(ca.Role)):
+		case ca.Missing && recorded != nil && recorded.Current != nil:
 			errs = append(errs, fmt.Errorf("%s CA: Secret %s is missing (or lost its carousel.dev/cluster label), though the Cluster's status records the CA (see its Ready condition)",
 				ca.Role, credentials.CASecretName(cl.Name, v1alpha1.CARole(ca.Role))))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// caRecorded reports whether the Cluster's status records a current CA of
-// role.
-func caRecorded(cl *v1alpha1.Cluster, role v1alpha1.CARole) bool {
-	return cl.Status.Credentials != nil && slices.ContainsFunc(cl.Status.Credentials.CertificateAuthorities,
-		func(inv v1alpha1.CertificateAuthorityInventory) bool { return inv.Role == role && inv.Current != nil })
 }

@@ -283,9 +283,10 @@ default outside kubeadm): nothing else deletes it.`,
 }
 
 // storeUpload creates an upload's bootstrap token, then the encrypted copy,
-// owned by the token (the garbage collector deletes it with it). When the copy cannot be stored the token is deleted, on a context
-// of its own: a copy stored all the same (a write that timed out, or one the
-// user's Ctrl-C cut short) goes with it, since its key is never shown.
+// owned by the token (the garbage collector deletes it with it). When the
+// copy cannot be stored the token is deleted, on a context of its own: a
+// copy stored all the same (a write that timed out, or one the user's Ctrl-C
+// cut short) goes with it, since its key is never shown.
 func storeUpload(ctx context.Context, c client.Client, token, copySecret *corev1.Secret) error {
 	if err := c.Create(ctx, token); err != nil {
 		return fmt.Errorf("creating the owning bootstrap token: %w", err)
