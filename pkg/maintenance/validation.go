@@ -60,7 +60,9 @@ func Validate(c *v1alpha1.Cluster) field.ErrorList {
 // looser rules, must not block the writes that leave it alone, the Cluster
 // controller's own among them (removing carousel.dev/operation, and cutting
 // a queued rotate-credentials-start to what is left of it). A queued
-// operation needs a window when it is added, or the window is removed.
+// operation needs a window when it is added or replaced by another than
+// such a remainder, or the window is removed. No operation is queued on a
+// Cluster being deleted, as none is accepted on it (rotation.ValidateOperation).
 func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	var errs field.ErrorList
 	windowChanged := !equality.Semantic.DeepEqual(newC.Spec.Maintenance, oldC.Spec.Maintenance)
@@ -69,14 +71,32 @@ func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	}
 	newQueued, newOK := newC.Annotations[v1alpha1.MaintenanceOperationAnnotation]
 	oldQueued, oldOK := oldC.Annotations[v1alpha1.MaintenanceOperationAnnotation]
-	if newOK != oldOK || newQueued != oldQueued {
+	queuedChanged := newOK && (!oldOK || newQueued != oldQueued)
+	if queuedChanged && oldC.DeletionTimestamp != nil {
+		return append(errs, field.Forbidden(queuedPath, "the cluster is being deleted: no operation is accepted"))
+	}
+	if queuedChanged {
 		errs = append(errs, validateQueueable(newC)...)
 	}
-	if windowChanged || !oldOK {
+	if windowChanged || queuedChanged && !(oldOK && partOf(newQueued, oldQueued)) {
 		errs = append(errs, requireWindow(newC)...)
 	}
 	return errs
 }
+
+// partOf reports whether value is one of the two parts of queued, a
+// rotate-credentials verb: what the Cluster controller cuts it to once the
+// other part was done by hand (Left).
+func partOf(value, queued string) bool {
+	op, err := v1alpha1.ParseOperation(queued)
+	if err != nil || value == queued {
+		return false
+	}
+	verb := v1alpha1.OperationVerb(value)
+	return verb != "" && (verb == op.Verb.CAVerb() || verb == op.Verb.ServiceAccountKeyVerb())
+}
+
+var queuedPath = field.NewPath("metadata", "annotations").Key(v1alpha1.MaintenanceOperationAnnotation)
 
 var windowPath = field.NewPath("spec", "maintenance", "timeWindow")
 
@@ -97,7 +117,7 @@ func validateQueueable(c *v1alpha1.Cluster) field.ErrorList {
 		return nil
 	}
 	if _, err := Queueable(value); err != nil {
-		return field.ErrorList{field.Invalid(field.NewPath("metadata", "annotations").Key(v1alpha1.MaintenanceOperationAnnotation), value, err.Error())}
+		return field.ErrorList{field.Invalid(queuedPath, value, err.Error())}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package maintenance
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -69,6 +70,10 @@ func TestValidateUpdateChecksWhatChanges(t *testing.T) {
 	cluster := func(spec *v1alpha1.MaintenanceSpec, annotations map[string]string) *v1alpha1.Cluster {
 		return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: annotations}, Spec: v1alpha1.ClusterSpec{Maintenance: spec}}
 	}
+	deleting := func(c *v1alpha1.Cluster) *v1alpha1.Cluster {
+		c.DeletionTimestamp = &metav1.Time{Time: time.Date(2026, 12, 2, 11, 0, 0, 0, time.UTC)}
+		return c
+	}
 	queued := func(value string) map[string]string {
 		return map[string]string{v1alpha1.MaintenanceOperationAnnotation: value, v1alpha1.OperationAnnotation: v1alpha1.OperationReconcile}
 	}
@@ -89,6 +94,18 @@ func TestValidateUpdateChecksWhatChanges(t *testing.T) {
 		{"a queued operation cut to its remainder without a window", cluster(nil, queued(string(v1alpha1.VerbRotateCredentialsStart))),
 			cluster(nil, map[string]string{v1alpha1.MaintenanceOperationAnnotation: string(v1alpha1.VerbRotateServiceAccountKeyStart)}), ""},
 		{"a queued operation added without a window", cluster(nil, nil), cluster(nil, queued(v1alpha1.OperationStartCARotation)), "waits for the maintenance window"},
+		{"a queued operation replaced without a window", cluster(nil, queued(v1alpha1.OperationStartCARotation)),
+			cluster(nil, queued(v1alpha1.OperationCompleteCARotation)), "waits for the maintenance window"},
+		{"a queued operation replaced by a part it does not have without a window", cluster(nil, queued(string(v1alpha1.VerbRotateCredentialsStart))),
+			cluster(nil, queued(string(v1alpha1.VerbRotateServiceAccountKeyComplete))), "waits for the maintenance window"},
+		{"a queued operation replaced with a window", cluster(window, queued(v1alpha1.OperationStartCARotation)),
+			cluster(window, queued(v1alpha1.OperationCompleteCARotation)), ""},
+		{"a queued operation added to a Cluster being deleted", deleting(cluster(window, nil)),
+			deleting(cluster(window, queued(v1alpha1.OperationStartCARotation))), "being deleted"},
+		{"a queued operation removed from a Cluster being deleted", deleting(cluster(window, queued(v1alpha1.OperationStartCARotation))),
+			deleting(cluster(window, nil)), ""},
+		{"a queued operation left alone on a Cluster being deleted", deleting(cluster(window, queued(v1alpha1.OperationStartCARotation))),
+			deleting(cluster(window, map[string]string{v1alpha1.MaintenanceOperationAnnotation: v1alpha1.OperationStartCARotation})), ""},
 		{"the window removed under a queued operation", cluster(window, queued(v1alpha1.OperationStartCARotation)),
 			cluster(nil, queued(v1alpha1.OperationStartCARotation)), "waits for the maintenance window"},
 	} {
