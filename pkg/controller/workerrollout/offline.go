@@ -2,6 +2,7 @@ package workerrollout
 
 import (
 	"cmp"
+	"maps"
 	"sync"
 	"time"
 
@@ -71,8 +72,16 @@ func (o *OfflineNodes) Confirmed(cluster types.NamespacedName, name string, behi
 		nodes = map[string]stretch{}
 		o.behind[cluster] = nodes
 	}
+	gap := cmp.Or(o.Gap, DefaultOfflineLookGap)
 	s, ok := nodes[name]
-	if !ok || s.since.After(now) || now.Sub(s.last) > cmp.Or(o.Gap, DefaultOfflineLookGap) {
+	if !ok {
+		// A node last looked at longer ago than gap counts from anew, as if
+		// it were not remembered: forget such nodes, so that what a cluster
+		// holds stays bounded by the nodes seen behind lately (a node
+		// deleted while behind is never seen not behind).
+		maps.DeleteFunc(nodes, func(_ string, s stretch) bool { return now.Sub(s.last) > gap })
+	}
+	if !ok || s.since.After(now) || now.Sub(s.last) > gap {
 		s.since = now
 	}
 	s.last = now

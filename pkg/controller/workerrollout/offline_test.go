@@ -61,3 +61,28 @@ func TestOfflineNodes(t *testing.T) {
 	}
 	none.Forget(prod)
 }
+
+// TestOfflineNodesForgetsNodesNotLookedAtForAGap: a node deleted while
+// behind is never seen not behind again; what a cluster holds must not grow
+// with every such node (spot nodes come and go), and forgetting it changes
+// nothing a look decides, as a look after a longer gap counts from anew.
+func TestOfflineNodesForgetsNodesNotLookedAtForAGap(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	prod := types.NamespacedName{Namespace: "fleet", Name: "prod"}
+	o := &OfflineNodes{Gap: time.Minute}
+	o.Confirmed(prod, "gone", true, t0)
+	o.Confirmed(prod, "kept", true, t0.Add(30*time.Second))
+	if !o.Confirmed(prod, "kept", true, t0.Add(30*time.Second+OfflineConfirmation)) {
+		t.Fatal("a node behind for OfflineConfirmation is not confirmed")
+	}
+	o.Confirmed(prod, "new", true, t0.Add(time.Minute+time.Second))
+	if _, ok := o.behind[prod]["gone"]; ok {
+		t.Error("a node last looked at more than Gap ago is still remembered")
+	}
+	if _, ok := o.behind[prod]["kept"]; !ok {
+		t.Error("a node looked at within Gap was forgotten")
+	}
+	if !o.Confirmed(prod, "kept", true, t0.Add(time.Minute+30*time.Second)) {
+		t.Error("forgetting another node restarted the count of one looked at within Gap")
+	}
+}
