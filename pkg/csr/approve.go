@@ -90,19 +90,32 @@ type AddressPin struct {
 // may carry, and the pin to record before acting on them (nil when nothing
 // is to be recorded). With firstSeen false they are the Node's current
 // addresses, as upstream approvers have it. With firstSeen they are the
-// pinned ones, so that a kubelet that adds an address to its own Node later
-// cannot get a certificate for it; a Node without a pin, or whose pin belongs
-// to an earlier Node of the same name, is pinned now with its current
-// addresses.
+// pinned ones that the Node still has, so that a kubelet that adds an
+// address to its own Node later cannot get a certificate for it, nor one
+// for an address it no longer has (which may be another node's now); a Node
+// without a pin, or whose pin belongs to an earlier Node of the same name,
+// is pinned now with its current addresses.
 func ServingAddresses(name string, node NodeInfo, firstSeen bool, pinned *AddressPin) (allowed []string, record *AddressPin) {
 	if !firstSeen {
 		return node.Addresses, nil
 	}
 	if pinned != nil && pinned.Node == name && pinned.UID == node.UID {
-		return pinned.Addresses, nil
+		return slices.DeleteFunc(slices.Clone(pinned.Addresses), func(a string) bool {
+			return !slices.ContainsFunc(node.Addresses, func(b string) bool { return sameAddress(a, b) })
+		}), nil
 	}
 	pin := &AddressPin{Node: name, UID: node.UID, Addresses: slices.Clone(node.Addresses)}
 	return pin.Addresses, pin
+}
+
+// sameAddress reports whether a and b, two Node addresses, are one: the same
+// string, or the same IP however written (fd00::1 and fd00:0:0:0:0:0:0:1).
+func sameAddress(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ip := net.ParseIP(a)
+	return ip != nil && ip.Equal(net.ParseIP(b))
 }
 
 // Reasons of denials and of the approval condition.

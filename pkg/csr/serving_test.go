@@ -33,7 +33,9 @@ func TestServingAddresses(t *testing.T) {
 		{"NodeStatus ignores a pin", node("u1", later), false, pin("worker-1", "u1", first), later, nil},
 		{"FirstSeen, first evaluation: pin the current addresses", node("u1", first), true, nil, first, pin("worker-1", "u1", first)},
 		{"FirstSeen, pinned: the pinned addresses, not the ones added since", node("u1", later), true, pin("worker-1", "u1", first), first, nil},
-		{"FirstSeen, pinned, an address dropped since: still only the pinned ones", node("u1", []string{"worker-1"}), true, pin("worker-1", "u1", first), first, nil},
+		// The address dropped may be another node's now: NodeStatus does
+		// not approve it either.
+		{"FirstSeen, pinned, an address dropped since: only the pinned ones it still has", node("u1", []string{"worker-1"}), true, pin("worker-1", "u1", first), []string{"worker-1"}, nil},
 		{"FirstSeen, the Node was re-created (new UID): a fresh pin", node("u2", later), true, pin("worker-1", "u1", first), later, pin("worker-1", "u2", later)},
 		{"FirstSeen, a pin recorded for another name: a fresh pin", node("u1", later), true, pin("worker-2", "u1", first), later, pin("worker-1", "u1", later)},
 	}
@@ -75,6 +77,12 @@ func TestDecideServingAddressPolicies(t *testing.T) {
 		{"NodeStatus, an address added since", false, first, nil, current, []string{"203.0.113.9"}, Approve, ReasonApproved, false},
 		{"FirstSeen, an address added since", true, first, nil, current, []string{"203.0.113.9"}, Deny, ReasonUnexpectedSANs, false},
 		{"FirstSeen, a pinned address", true, first, nil, current, []string{"10.0.0.7"}, Approve, ReasonApproved, false},
+		{"FirstSeen, a pinned address however written", true, &AddressPin{Node: "worker-1", UID: "uid-1", Addresses: []string{"fd00::7"}},
+			nil, NodeInfo{UID: "uid-1", Addresses: []string{"fd00:0:0:0:0:0:0:7"}}, []string{"fd00::7"}, Approve, ReasonApproved, false},
+		{"FirstSeen, a pinned address the Node no longer has", true, first, nil, NodeInfo{UID: "uid-1", Addresses: []string{"10.0.0.9", "worker-1.example"}},
+			[]string{"10.0.0.7"}, Deny, ReasonUnexpectedSANs, false},
+		{"NodeStatus, an address the Node no longer has", false, first, nil, NodeInfo{UID: "uid-1", Addresses: []string{"10.0.0.9", "worker-1.example"}},
+			[]string{"10.0.0.7"}, Deny, ReasonUnexpectedSANs, false},
 		{"FirstSeen, not pinned yet: approve and pin", true, nil, nil, current, []string{"203.0.113.9"}, Approve, ReasonApproved, true},
 		{"FirstSeen, not pinned yet, a SAN the Node does not have: deny and pin", true, nil, nil, current, []string{"198.51.100.1"}, Deny, ReasonUnexpectedSANs, true},
 		{"FirstSeen, re-created Node: approve and pin again", true, first, nil, NodeInfo{UID: "uid-2", Addresses: current.Addresses}, []string{"203.0.113.9"}, Approve, ReasonApproved, true},

@@ -394,10 +394,10 @@ type CSRApprovalPolicy struct {
 	// ServingAddresses says which addresses of a Node its automatically
 	// approved serving certificates may carry. NodeStatus, the default, takes
 	// the Node's status.addresses as they are now, as upstream approvers do;
-	// the node writes them itself. FirstSeen takes the addresses the Node had
-	// when Carousel first evaluated one of its serving CSRs, recorded in the
-	// managed cluster's kube-system namespace where nodes cannot write, so a
-	// compromised kubelet cannot add an address later. Neither stops a
+	// the node writes them itself. FirstSeen takes those of them the Node
+	// already had when Carousel first evaluated one of its serving CSRs,
+	// recorded in the managed cluster's kube-system namespace where nodes
+	// cannot write, so a compromised kubelet cannot add an address later. Neither stops a
 	// bootstrap token from registering a Node under any name it likes. Only
 	// used with Serving set to Auto.
 	//
@@ -416,8 +416,8 @@ type ServingAddressPolicy string
 const (
 	// ServingAddressesNodeStatus approves the addresses the Node reports now.
 	ServingAddressesNodeStatus ServingAddressPolicy = "NodeStatus"
-	// ServingAddressesFirstSeen approves only the addresses the Node had when
-	// Carousel first saw it.
+	// ServingAddressesFirstSeen approves only the addresses the Node has now
+	// and had when Carousel first saw it.
 	ServingAddressesFirstSeen ServingAddressPolicy = "FirstSeen"
 )
 

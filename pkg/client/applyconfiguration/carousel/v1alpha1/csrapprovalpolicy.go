@@ -41,10 +41,10 @@ type CSRApprovalPolicyApplyConfiguration struct {
 	// ServingAddresses says which addresses of a Node its automatically
 	// approved serving certificates may carry. NodeStatus, the default, takes
 	// the Node's status.addresses as they are now, as upstream approvers do;
-	// the node writes them itself. FirstSeen takes the addresses the Node had
-	// when Carousel first evaluated one of its serving CSRs, recorded in the
-	// managed cluster's kube-system namespace where nodes cannot write, so a
-	// compromised kubelet cannot add an address later. Neither stops a
+	// the node writes them itself. FirstSeen takes those of them the Node
+	// already had when Carousel first evaluated one of its serving CSRs,
+	// recorded in the managed cluster's kube-system namespace where nodes
+	// cannot write, so a compromised kubelet cannot add an address later. Neither stops a
 	// bootstrap token from registering a Node under any name it likes. Only
 	// used with Serving set to Auto.
 	ServingAddresses *carouselv1alpha1.ServingAddressPolicy `json:"servingAddresses,omitempty"`
