@@ -48,6 +48,11 @@ type Decision struct {
 	// (Policy.FirstSeenAddresses): it must be stored before the verdict is
 	// carried out, and the verdict dropped when it cannot be.
 	Pin *AddressPin
+	// UnknownToken, when set, is the ID of the bootstrap token of the
+	// Cluster's group that the request was made with and that Policy did not
+	// take for Carousel's (ReasonForeignToken): not in the cache yet, or gone
+	// since, which the controller tells apart.
+	UnknownToken string
 }
 
 // Policy is what the approver knows about the cluster.
@@ -207,7 +212,8 @@ func decideClient(req *certificatesv1.CertificateSigningRequest, p Policy) Decis
 			return Decision{Verdict: Ignore, Reason: ReasonOtherBootstrapToken, Message: "requested with a bootstrap token outside " + p.BootstrapGroup + ", not one of Carousel's"}
 		}
 		if p.IsCarouselToken == nil || !p.IsCarouselToken(tokenID) {
-			return Decision{Verdict: Ignore, Reason: ReasonForeignToken, Message: "not requested with one of Carousel's bootstrap tokens", Retry: RetrySoon}
+			return Decision{Verdict: Ignore, Reason: ReasonForeignToken, Message: "not requested with one of Carousel's bootstrap tokens", Retry: RetrySoon,
+				UnknownToken: tokenID}
 		}
 		return Decision{Verdict: Approve, Reason: ReasonApproved, Message: "first bootstrap with a Carousel bootstrap token"}
 	case req.Spec.Username == cn && slices.Contains(req.Spec.Groups, NodesGroup):

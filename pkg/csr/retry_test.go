@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -137,6 +138,12 @@ func TestDecisionRetry(t *testing.T) {
 			}
 			if got.Verdict != Ignore && got.Retry != RetryOnUpdate {
 				t.Fatalf("a %s with Retry %s", got.Verdict, got.Retry)
+			}
+			// The token a request waits for is named, for the controller to
+			// tell one not in the cache yet from one gone since.
+			if wantToken := strings.TrimPrefix(tt.user, BootstrapUserPrefix); (got.Reason == ReasonForeignToken) != (got.UnknownToken != "") ||
+				got.UnknownToken != "" && got.UnknownToken != wantToken {
+				t.Fatalf("UnknownToken %q with reason %s, requested by %s", got.UnknownToken, got.Reason, tt.user)
 			}
 			covered[got.Reason] = true
 		})

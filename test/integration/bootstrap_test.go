@@ -380,6 +380,64 @@ var _ = Describe("Kubelet bootstrap in a managed cluster running on Carousel's c
 		Expect(err).To(MatchError(ContainSubstring("CarouselSigningFailed")))
 	})
 
+	It("deletes a request made with a bootstrap token deleted before it was decided, so that the kubelet asks again with a live one", func(ctx SpecContext) {
+		setApproval := func(ctx context.Context, mode v1alpha1.ApprovalMode) {
+			updateClusterSpec(ctx, key, func(spec *v1alpha1.ClusterSpec) { spec.KubeletBootstrap.CSRApproval.Client = mode })
+		}
+		By("making a request with a token of the Cluster's while approval is manual")
+		setApproval(ctx, v1alpha1.ApprovalManual)
+		DeferCleanup(func(ctx SpecContext) { setApproval(ctx, v1alpha1.ApprovalAuto) })
+		Eventually(func(g Gomega) {
+			_, err := admin.RbacV1().ClusterRoleBindings().Get(ctx, bootstrap.BindingNodeClient, metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "kube-controller-manager's csrapproving controller approves by this binding")
+		}).WithContext(ctx).Within(30 * time.Second).Should(Succeed())
+		const id = "gone01"
+		token := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstrapapi.BootstrapTokenSecretPrefix + id,
+				Labels: map[string]string{v1alpha1.LabelBootstrapToken: c.Name}},
+			Type: bootstrapapi.SecretTypeBootstrapToken,
+			StringData: map[string]string{bootstrapapi.BootstrapTokenIDKey: id, bootstrapapi.BootstrapTokenSecretKey: "0123456789abcdef",
+				bootstrapapi.BootstrapTokenUsageAuthentication: "true", bootstrapapi.BootstrapTokenExtraGroupsKey: bootstrap.Group(c.Name),
+				bootstrapapi.BootstrapTokenExpirationKey: time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)},
+		}
+		_, err := admin.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, token, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			err := admin.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, token.Name, metav1.DeleteOptions{})
+			Expect(client.IgnoreNotFound(err)).To(Succeed())
+		})
+		cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(agentDir, "bootstrap-kubeconfig"))
+		Expect(err).NotTo(HaveOccurred())
+		cfg.BearerToken, cfg.BearerTokenFile = id+".0123456789abcdef", ""
+		k, err := pki.GenerateKey(pki.ECDSAP256)
+		Expect(err).NotTo(HaveOccurred())
+		request, err := nodeagent.ClientCSR("token-gone", "worker-9", k, 0)
+		Expect(err).NotTo(HaveOccurred())
+		var made *certificatesv1.CertificateSigningRequest
+		Eventually(func() (err error) { // until the API server's token cache shows the new token
+			made, err = kubernetes.NewForConfigOrDie(cfg).CertificatesV1().CertificateSigningRequests().Create(ctx, request, metav1.CreateOptions{})
+			return err
+		}).WithContext(ctx).Within(30 * time.Second).Should(Succeed())
+		Expect(made.Spec.Username).To(Equal(bootstrapapi.BootstrapUserPrefix + id))
+
+		By("deleting the token, then making approval automatic again: Carousel looks at the pending request at once")
+		Expect(admin.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, token.Name, metav1.DeleteOptions{})).To(Succeed())
+		setApproval(ctx, v1alpha1.ApprovalAuto)
+		Eventually(func() error {
+			_, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, made.Name, metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).Within(30*time.Second).Should(Satisfy(apierrors.IsNotFound), "the request is deleted, not left pending for a day")
+
+		By("asking again under the same name, as a kubelet does with its key, with the token of its bootstrap kubeconfig")
+		live, err := clientcmd.BuildConfigFromFlags("", filepath.Join(agentDir, "bootstrap-kubeconfig"))
+		Expect(err).NotTo(HaveOccurred())
+		signed, err := nodeagent.RequestCertificate(ctx, kubernetes.NewForConfigOrDie(live), request, k)
+		Expect(err).NotTo(HaveOccurred())
+		certs, err := pki.ParseCertificates(signed)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(certs[0].Subject.CommonName).To(Equal("system:node:worker-9"))
+	})
+
 	It("lists the nodes each pool will roll in kubectl carousel rotation plan", func(ctx SpecContext) {
 		out, err := kubectlCarousel(ctx, "rotation", "plan", c.Name, "-n", c.Namespace)
 		Expect(err).NotTo(HaveOccurred())

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -39,9 +40,10 @@ const maxTransientRetry = 5 * time.Minute
 // (a token or Node not in the cache yet) is looked at again, at age:
 // transientRetry during a bootstrap, where that is a matter of seconds, then
 // a twentieth of its age, up to maxTransientRetry. What it waits for may
-// never come (a token deleted since the kubelet used it, a Node that never
-// registers), and the request stays pending for a day (csr.PendingLifetime):
-// every 5 s, that was some 17,000 looks.
+// never come (a Node that never registers; a token gone since the kubelet
+// used it deletes the request, deleteAbandoned), and the request stays
+// pending for a day (csr.PendingLifetime): every 5 s, that was some 17,000
+// looks.
 func retryAfter(age time.Duration) time.Duration {
 	return min(max(transientRetry, age/20), maxTransientRetry)
 }
@@ -164,6 +166,14 @@ func (r *csrReconciler) decide(ctx context.Context, c *v1alpha1.Cluster, obj *ce
 	if d.Retry == csr.RetryWithBackoff {
 		return false, fmt.Errorf("reading the addresses pinned for the node of %s: %w", obj.Name, pinErr)
 	}
+	if d.UnknownToken != "" {
+		switch gone, err := r.tokenGone(ctx, c, d.UnknownToken); {
+		case err != nil:
+			return false, fmt.Errorf("reading bootstrap token %s, which %s was made with: %w", d.UnknownToken, obj.Name, err)
+		case gone:
+			return false, r.deleteAbandoned(ctx, obj, d.UnknownToken)
+		}
+	}
 	if d.Pin != nil {
 		// A pin is decided once: not on a Node the cache shows behind the
 		// API server (the kubelet asks for its serving certificate as soon as
@@ -235,12 +245,54 @@ func (r *csrReconciler) isCarouselToken(ctx context.Context, c *v1alpha1.Cluster
 	if !r.listed(ctx, s) {
 		return false
 	}
-	if err := r.remote.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id}, s); err != nil ||
-		s.Labels[v1alpha1.LabelBootstrapToken] != c.Name {
-		return false
-	}
+	return r.remote.Get(ctx, tokenKey(id), s) == nil && s.Labels[v1alpha1.LabelBootstrapToken] == c.Name && r.kept(c, s)
+}
+
+func tokenKey(id string) client.ObjectKey {
+	return client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstrapapi.BootstrapTokenSecretPrefix + id}
+}
+
+// kept reports whether s, a bootstrap-token Secret labelled for c, holds a
+// token Carousel keeps (isCarouselToken).
+func (r *csrReconciler) kept(c *v1alpha1.Cluster, s *corev1.Secret) bool {
 	t, err := bootstrap.ParseTokenSecret(c.Name, s)
 	return err == nil && t.Kept(c.Spec.KubeletBootstrap.TokenTTLOrDefault(), r.clock.Now())
+}
+
+// tokenGone reports whether the API server, read past the cache, no longer
+// holds token id of the Cluster's token group as one Carousel keeps: deleted
+// (as Carousel deletes a token once it expired), or labelled for c and not
+// kept. A request made with such a token is never approved, and it cannot
+// be made again with a live one: the kubelet names its CSR after its key, its
+// subject and its usages (k8s.io/kubernetes pkg/kubelet/certificate/bootstrap),
+// and one that finds its name taken waits on the request there, however its
+// bootstrap kubeconfig changed meanwhile. A token of the group that is not
+// labelled for c (another tool's) is not gone: its requests are left to an
+// administrator, as before it was.
+func (r *csrReconciler) tokenGone(ctx context.Context, c *v1alpha1.Cluster, id string) (bool, error) {
+	s := &corev1.Secret{}
+	if err := getPastCache(ctx, r.remote, tokenKey(id), s); err != nil {
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}
+	return s.Labels[v1alpha1.LabelBootstrapToken] == c.Name && !r.kept(c, s), nil
+}
+
+// deleteAbandoned deletes obj, a pending request made with a bootstrap token
+// that is gone (tokenGone), as Carousel last read it: the kubelet that made it
+// fails its wait, and when it starts again it makes the request anew with the
+// token its bootstrap kubeconfig holds then. Left pending, the request would
+// hold the node for the day it is kept (csr.PendingLifetime).
+func (r *csrReconciler) deleteAbandoned(ctx context.Context, obj *certificatesv1.CertificateSigningRequest, tokenID string) error {
+	err := r.remote.Delete(ctx, obj, client.Preconditions{UID: &obj.UID, ResourceVersion: &obj.ResourceVersion})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // changed or gone since: its event brings it back, if need be
+	}
+	if err != nil {
+		return fmt.Errorf("deleting %s, made with bootstrap token %s, which is gone: %w", obj.Name, tokenID, err)
+	}
+	log.FromContext(ctx).Info("deleted a kubelet CSR made with a bootstrap token that is gone: the kubelet asks again with the token of its bootstrap kubeconfig",
+		"csr", obj.Name, "token", tokenID)
+	return nil
 }
 
 // listed starts, on the first request that reads them, the informer of the

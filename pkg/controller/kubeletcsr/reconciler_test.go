@@ -550,8 +550,11 @@ func TestIgnoredRequestRetry(t *testing.T) {
 		wantRequeue time.Duration
 		wantErr     error
 	}{
+		// (The cache does not show the token yet: one that is gone deletes
+		// the request, TestARequestMadeWithATokenGoneSinceIsDeleted.)
 		{"a bootstrap token that is not Carousel's (yet)", csrlib.ReasonForeignToken, clientSigner, "system:bootstrap:zzzzzz", []string{"system:bootstrappers", bootstrap.Group("prod")},
-			nil, v1alpha1.CSRApprovalPolicy{Client: v1alpha1.ApprovalAuto}, nil, transientRetry, nil},
+			[]client.Object{token("prod", "zzzzzz", map[string]string{"expiration": testNow.Add(time.Hour).Format(time.RFC3339)})},
+			v1alpha1.CSRApprovalPolicy{Client: v1alpha1.ApprovalAuto}, nil, transientRetry, nil},
 		{"a Node not registered (yet)", csrlib.ReasonUnknownNode, servingSigner, "system:node:worker-1", []string{"system:nodes"},
 			nil, v1alpha1.CSRApprovalPolicy{Serving: v1alpha1.ApprovalAuto}, nil, transientRetry, nil},
 		{"a Node without addresses (yet)", csrlib.ReasonNodeWithoutAddresses, servingSigner, "system:node:worker-1", []string{"system:nodes"},
@@ -578,11 +581,16 @@ func TestIgnoredRequestRetry(t *testing.T) {
 			obj.Spec.Username, obj.Spec.Groups = tt.user, tt.groups
 			f.remote = append(append(f.remote, tt.nodes...), obj)
 			r, _ := f.build(nil)
-			if tt.pinErr != nil {
+			if tt.pinErr != nil || tt.reason == csrlib.ReasonForeignToken {
 				r.remote = interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
 					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-						if _, pin := obj.(*unstructured.Unstructured); pin {
-							return tt.pinErr
+						switch obj.(type) {
+						case *unstructured.Unstructured: // read past the cache: a pin
+							if tt.pinErr != nil {
+								return tt.pinErr
+							}
+						case *corev1.Secret: // the cache does not show the token yet
+							return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
 						}
 						return c.Get(ctx, key, obj, opts...)
 					},
@@ -644,14 +652,14 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
-// A request made with a bootstrap token that is gone since (deleted once it
-// expired, before Carousel looked at the request) stays pending, and a
-// request hours old is looked at again every maxTransientRetry, not every
-// transientRetry for the rest of its day.
+// A request left pending for what may never come (a serving CSR of a Node
+// that never registers) stays pending, and a request hours old is looked at
+// again every maxTransientRetry, not every transientRetry for the rest of
+// its day.
 func TestAnOldRequestLeftPendingIsLookedAtLessOften(t *testing.T) {
 	f := newFixture(t)
-	obj := kubeletCSR(t, "c", certificatesv1.KubeAPIServerClientKubeletSignerName, testKey(t), testNow.Add(-10*time.Hour))
-	obj.Spec.Username, obj.Spec.Groups = "system:bootstrap:zzzzzz", []string{"system:bootstrappers", bootstrap.Group("prod")}
+	obj := kubeletCSR(t, "c", certificatesv1.KubeletServingSignerName, testKey(t), testNow.Add(-10*time.Hour), "worker-1")
+	obj.Spec.Username, obj.Spec.Groups = "system:node:worker-1", []string{"system:nodes"}
 	f.remote = append(f.remote, obj)
 	r, _ := f.build(nil)
 	res, err := reconcileCSR(t, r, "c")
@@ -797,16 +805,6 @@ func TestSigningCAsMoveWithTheControlPlane(t *testing.T) {
 // leak, say), which the token reconciler drops: while its deletion fails (an
 // admission policy refusing it), it vouches for no kubelet.
 func TestACarouselTokenIsLabelledAndExpires(t *testing.T) {
-	token := func(cluster, id string, data map[string]string) *corev1.Secret {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id,
-			Labels: map[string]string{v1alpha1.LabelBootstrapToken: cluster}}, Type: bootstrapapi.SecretTypeBootstrapToken,
-			Data: map[string][]byte{"token-id": []byte(id), "token-secret": []byte("0123456789abcdef"),
-				"usage-bootstrap-authentication": []byte("true"), "auth-extra-groups": []byte(bootstrap.Group(cluster))}}
-		for k, v := range data {
-			s.Data[k] = []byte(v)
-		}
-		return s
-	}
 	valid := map[string]string{"expiration": testNow.Add(time.Hour).Format(time.RFC3339)}
 	opaque := token("prod", "uvwxyz", valid)
 	opaque.Type = corev1.SecretTypeOpaque
@@ -821,6 +819,75 @@ func TestACarouselTokenIsLabelledAndExpires(t *testing.T) {
 		if got := r.isCarouselToken(context.Background(), prod, id); got != want {
 			t.Errorf("isCarouselToken(%s) = %v, want %v", id, got, want)
 		}
+	}
+}
+
+// token is a bootstrap-token Secret of id labelled for cluster, in its
+// token group, with data added.
+func token(cluster, id string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id,
+		Labels: map[string]string{v1alpha1.LabelBootstrapToken: cluster}}, Type: bootstrapapi.SecretTypeBootstrapToken,
+		Data: map[string][]byte{"token-id": []byte(id), "token-secret": []byte("0123456789abcdef"),
+			"usage-bootstrap-authentication": []byte("true"), "auth-extra-groups": []byte(bootstrap.Group(cluster))}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+// TestARequestMadeWithATokenGoneSinceIsDeleted: a kubelet whose bootstrap
+// token is deleted (or expired) before Carousel decided its request waits on
+// that request by name however its bootstrap kubeconfig changes; the request
+// is deleted, so that it makes it again with a live token. A token the
+// cache does not show yet, or another tool's in the Cluster's token group,
+// leaves it pending as before.
+func TestARequestMadeWithATokenGoneSinceIsDeleted(t *testing.T) {
+	live := map[string]string{"expiration": testNow.Add(time.Hour).Format(time.RFC3339)}
+	expired := map[string]string{"expiration": testNow.Add(-time.Second).Format(time.RFC3339)}
+	unlabelled := token("prod", "zzzzzz", expired)
+	unlabelled.Labels = nil
+	for _, tc := range []struct {
+		name        string
+		token       *corev1.Secret // in the managed cluster; nil: none
+		cacheBehind bool           // the cache does not show the token
+		wantDeleted bool
+	}{
+		{"the token was deleted", nil, false, true},
+		{"the token expired", token("prod", "zzzzzz", expired), false, true},
+		{"the token is valid for longer than the Cluster keeps one", token("prod", "zzzzzz", map[string]string{"expiration": testNow.Add(48 * time.Hour).Format(time.RFC3339)}), false, true},
+		{"the cache does not show the token yet", token("prod", "zzzzzz", live), true, false},
+		{"another tool's token in the token group, expired", unlabelled, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.cluster.Spec.KubeletBootstrap.TokenTTL = &metav1.Duration{Duration: 24 * time.Hour}
+			obj := kubeletCSR(t, "c", certificatesv1.KubeAPIServerClientKubeletSignerName, testKey(t), testNow.Add(-time.Minute))
+			obj.Spec.Username, obj.Spec.Groups = "system:bootstrap:zzzzzz", []string{"system:bootstrappers", bootstrap.Group("prod")}
+			f.remote = append(f.remote, obj)
+			if tc.token != nil {
+				f.remote = append(f.remote, tc.token)
+			}
+			if tc.cacheBehind {
+				f.remoteFuncs = &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, cached := obj.(*corev1.Secret); cached {
+						return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+					}
+					return c.Get(ctx, key, obj, opts...)
+				}}
+			}
+			r, remote := f.build(nil)
+			res, err := reconcileCSR(t, r, "c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = remote.Get(context.Background(), client.ObjectKey{Name: "c"}, &certificatesv1.CertificateSigningRequest{})
+			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {
+				t.Fatalf("deleted: %v (%v), want %v", deleted, err, tc.wantDeleted)
+			}
+			if !tc.wantDeleted && res.RequeueAfter != transientRetry {
+				t.Fatalf("a request left pending is looked at again after %s, want %s", res.RequeueAfter, transientRetry)
+			}
+		})
 	}
 }
 
