@@ -277,7 +277,10 @@ const offlineNode = "; it is offline, and without a node agent (none marked the 
 
 // recoversByItself: an offline Node with a node agent (one that reports,
 // marked the Node, or in an InPlace pool), which bootstraps the kubelet again
-// once the API server refuses its old credentials.
+// once the API server refuses its old credentials, given a bootstrap
+// kubeconfig that trusts the new cluster CA: the gate takes for granted that
+// whoever provisions the machine delivers it (docs/reference/node-agent.md),
+// rather than hold the rotation for a node that may never come back.
 func (n Node) recoversByItself() bool {
 	return n.Offline && (n.ClientIssuer != "" || n.Agent || n.InPlace)
 }
