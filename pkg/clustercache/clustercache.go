@@ -316,8 +316,9 @@ func (c *Cache) start(ctx context.Context, key client.ObjectKey, cfg *rest.Confi
 		o.HTTPClient = httpClient
 		o.Cache = CacheOptions()
 		// Unstructured reads of the cluster's client go to the API server:
-		// the CSR approver reads the address pins and a Node's latest
-		// addresses that way (a pin is decided once, never on a stale read).
+		// the CSR approver reads the address pins, a Node's latest addresses
+		// and whether a bootstrap token is gone that way (a pin is decided
+		// once, a request deleted once, never on a stale read).
 		o.Client.Cache = &client.CacheOptions{Unstructured: false}
 		o.MapperProvider = restMapper
 	})

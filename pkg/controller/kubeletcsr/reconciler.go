@@ -133,7 +133,8 @@ func (r *csrReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return cleanup, nil
 }
 
-// decide approves or denies a pending CSR. It returns true when the request
+// decide approves or denies a pending CSR, or deletes one made with a
+// bootstrap token that is gone (deleteAbandoned). It returns true when the request
 // was left pending for a reason that may pass (the decision's Retry is
 // csr.RetrySoon: a token or Node not yet in the cache; or a pin written
 // concurrently), so that it is looked at again soon, and an error when the
@@ -245,36 +246,39 @@ func (r *csrReconciler) isCarouselToken(ctx context.Context, c *v1alpha1.Cluster
 	if !r.listed(ctx, s) {
 		return false
 	}
-	return r.remote.Get(ctx, tokenKey(id), s) == nil && s.Labels[v1alpha1.LabelBootstrapToken] == c.Name && r.kept(c, s)
+	if err := r.remote.Get(ctx, tokenKey(id), s); err != nil || s.Labels[v1alpha1.LabelBootstrapToken] != c.Name {
+		return false
+	}
+	t, err := bootstrap.ParseTokenSecret(c.Name, s)
+	return err == nil && t.Kept(c.Spec.KubeletBootstrap.TokenTTLOrDefault(), r.clock.Now())
 }
 
 func tokenKey(id string) client.ObjectKey {
 	return client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstrapapi.BootstrapTokenSecretPrefix + id}
 }
 
-// kept reports whether s, a bootstrap-token Secret labelled for c, holds a
-// token Carousel keeps (isCarouselToken).
-func (r *csrReconciler) kept(c *v1alpha1.Cluster, s *corev1.Secret) bool {
-	t, err := bootstrap.ParseTokenSecret(c.Name, s)
-	return err == nil && t.Kept(c.Spec.KubeletBootstrap.TokenTTLOrDefault(), r.clock.Now())
-}
-
 // tokenGone reports whether the API server, read past the cache, no longer
-// holds token id of the Cluster's token group as one Carousel keeps: deleted
-// (as Carousel deletes a token once it expired), or labelled for c and not
-// kept. A request made with such a token is never approved, and it cannot
-// be made again with a live one: the kubelet names its CSR after its key, its
-// subject and its usages (k8s.io/kubernetes pkg/kubelet/certificate/bootstrap),
-// and one that finds its name taken waits on the request there, however its
-// bootstrap kubeconfig changed meanwhile. A token of the group that is not
-// labelled for c (another tool's) is not gone: its requests are left to an
-// administrator, as before it was.
+// authenticates token id of the Cluster's token group: deleted (as Carousel
+// deletes a token once it expired), or labelled for c and expired. A request
+// made with such a token is never approved, and it cannot be made again with
+// a live one: the kubelet names its CSR after its key, its subject and its
+// usages (k8s.io/kubernetes pkg/kubelet/certificate/bootstrap), and one that
+// finds its name taken waits on the request there, however its bootstrap
+// kubeconfig changed meanwhile. A token that is there and not expired is not
+// gone, even one Carousel does not keep (valid for longer than the Cluster's
+// tokenTTL: Carousel deletes it, and then it is gone; or not labelled for c,
+// another tool's, whose requests are left to an administrator): the kubelet
+// would make the same request again with it.
 func (r *csrReconciler) tokenGone(ctx context.Context, c *v1alpha1.Cluster, id string) (bool, error) {
 	s := &corev1.Secret{}
 	if err := getPastCache(ctx, r.remote, tokenKey(id), s); err != nil {
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	}
-	return s.Labels[v1alpha1.LabelBootstrapToken] == c.Name && !r.kept(c, s), nil
+	if s.Labels[v1alpha1.LabelBootstrapToken] != c.Name {
+		return false, nil
+	}
+	t, err := bootstrap.ParseTokenSecret(c.Name, s)
+	return err == nil && !r.clock.Now().Before(t.Expires), nil
 }
 
 // deleteAbandoned deletes obj, a pending request made with a bootstrap token

@@ -585,7 +585,7 @@ func TestIgnoredRequestRetry(t *testing.T) {
 				r.remote = interceptor.NewClient(r.remote.(client.WithWatch), interceptor.Funcs{
 					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 						switch obj.(type) {
-						case *unstructured.Unstructured: // read past the cache: a pin
+						case *unstructured.Unstructured: // read past the cache: a pin, the token
 							if tt.pinErr != nil {
 								return tt.pinErr
 							}
@@ -850,13 +850,19 @@ func TestARequestMadeWithATokenGoneSinceIsDeleted(t *testing.T) {
 		name        string
 		token       *corev1.Secret // in the managed cluster; nil: none
 		cacheBehind bool           // the cache does not show the token
+		readErr     error          // of the read past the cache
+		changed     bool           // the request changed since it was read (approved): the delete conflicts
 		wantDeleted bool
 	}{
-		{"the token was deleted", nil, false, true},
-		{"the token expired", token("prod", "zzzzzz", expired), false, true},
-		{"the token is valid for longer than the Cluster keeps one", token("prod", "zzzzzz", map[string]string{"expiration": testNow.Add(48 * time.Hour).Format(time.RFC3339)}), false, true},
-		{"the cache does not show the token yet", token("prod", "zzzzzz", live), true, false},
-		{"another tool's token in the token group, expired", unlabelled, false, false},
+		{"the token was deleted", nil, false, nil, false, true},
+		{"the token cannot be read", nil, false, apierrors.NewForbidden(corev1.Resource("secrets"), "bootstrap-token-zzzzzz", errors.New("denied")), false, false},
+		{"the request changed since it was read", nil, false, nil, true, false},
+		{"the token expired", token("prod", "zzzzzz", expired), false, nil, false, true},
+		// Still authenticated: the kubelet would ask again with it. Carousel
+		// deletes such a token, and then the request.
+		{"the token is valid for longer than the Cluster keeps one", token("prod", "zzzzzz", map[string]string{"expiration": testNow.Add(48 * time.Hour).Format(time.RFC3339)}), false, nil, false, false},
+		{"the cache does not show the token yet", token("prod", "zzzzzz", live), true, nil, false, false},
+		{"another tool's token in the token group, expired", unlabelled, false, nil, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -867,24 +873,41 @@ func TestARequestMadeWithATokenGoneSinceIsDeleted(t *testing.T) {
 			if tc.token != nil {
 				f.remote = append(f.remote, tc.token)
 			}
-			if tc.cacheBehind {
-				f.remoteFuncs = &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-					if _, cached := obj.(*corev1.Secret); cached {
-						return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+			f.remoteFuncs = &interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					switch obj.(type) {
+					case *corev1.Secret:
+						if tc.cacheBehind {
+							return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+						}
+					case *unstructured.Unstructured: // read past the cache
+						if tc.readErr != nil {
+							return tc.readErr
+						}
 					}
 					return c.Get(ctx, key, obj, opts...)
-				}}
+				},
+				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+					if tc.changed {
+						return apierrors.NewConflict(certificatesv1.Resource("certificatesigningrequests"), obj.GetName(), errors.New("the object has been modified"))
+					}
+					return c.Delete(ctx, obj, opts...)
+				},
 			}
 			r, remote := f.build(nil)
 			res, err := reconcileCSR(t, r, "c")
-			if err != nil {
+			if tc.readErr != nil {
+				if !errors.Is(err, tc.readErr) {
+					t.Fatalf("Reconcile = %v, want the read's error, for a retry with backoff", err)
+				}
+			} else if err != nil {
 				t.Fatal(err)
 			}
 			err = remote.Get(context.Background(), client.ObjectKey{Name: "c"}, &certificatesv1.CertificateSigningRequest{})
 			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {
 				t.Fatalf("deleted: %v (%v), want %v", deleted, err, tc.wantDeleted)
 			}
-			if !tc.wantDeleted && res.RequeueAfter != transientRetry {
+			if !tc.wantDeleted && tc.readErr == nil && !tc.changed && res.RequeueAfter != transientRetry {
 				t.Fatalf("a request left pending is looked at again after %s, want %s", res.RequeueAfter, transientRetry)
 			}
 		})
