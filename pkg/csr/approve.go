@@ -67,8 +67,9 @@ type Policy struct {
 	// not exist.
 	Node func(name string) (NodeInfo, bool)
 	// FirstSeenAddresses approves only serving SANs among the addresses a
-	// Node had when Carousel first evaluated one of its serving CSRs (see
-	// ServingAddresses); false approves the addresses the Node reports now.
+	// Node had when Carousel first evaluated one of its serving CSRs and
+	// still has (see ServingAddresses); false approves the addresses the
+	// Node reports now.
 	FirstSeenAddresses bool
 	// Pinned returns the addresses recorded for a Node, nil when none are;
 	// it is only asked with FirstSeenAddresses.
@@ -261,13 +262,13 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 	allowed, record := ServingAddresses(node, info, p.FirstSeenAddresses, pinned)
 	what := "an address of node %q"
 	if p.FirstSeenAddresses {
-		what = "an address node %q had when Carousel first saw it"
+		what = "an address node %q had when Carousel first saw it and still has"
 	}
 	// A Node's addresses are as its kubelet or cloud provider wrote them:
 	// an IP SAN is one of them when it is the same address, however written
 	// (fd00::1 and fd00:0:0:0:0:0:0:1).
 	isAllowedIP := func(ip net.IP) bool {
-		return slices.ContainsFunc(allowed, func(a string) bool { return ip.Equal(net.ParseIP(a)) })
+		return slices.ContainsFunc(allowed, func(a string) bool { return sameAddress(a, ip.String()) })
 	}
 	for _, san := range parsed.DNSNames {
 		if !slices.Contains(allowed, san) {
@@ -285,7 +286,7 @@ func decideServing(req *certificatesv1.CertificateSigningRequest, p Policy) Deci
 	}
 	message := "every SAN is an address of the node"
 	if p.FirstSeenAddresses {
-		message = "every SAN is an address the node had when Carousel first saw it"
+		message = "every SAN is an address the node had when Carousel first saw it and still has"
 	}
 	return Decision{Verdict: Approve, Reason: ReasonApproved, Message: message, Pin: record}
 }
