@@ -71,18 +71,19 @@ func TestOfflineNodesForgetsNodesNotLookedAtForAGap(t *testing.T) {
 	prod := types.NamespacedName{Namespace: "fleet", Name: "prod"}
 	o := &OfflineNodes{Gap: time.Minute}
 	o.Confirmed(prod, "gone", true, t0)
-	o.Confirmed(prod, "kept", true, t0.Add(30*time.Second))
-	if !o.Confirmed(prod, "kept", true, t0.Add(30*time.Second+OfflineConfirmation)) {
-		t.Fatal("a node behind for OfflineConfirmation is not confirmed")
+	// kept is behind since t0+10s, longer than Gap by the time new comes,
+	// and was last looked at within Gap of it.
+	for _, at := range []time.Duration{10 * time.Second, 50 * time.Second, 100 * time.Second} {
+		o.Confirmed(prod, "kept", true, t0.Add(at))
 	}
-	o.Confirmed(prod, "new", true, t0.Add(time.Minute+time.Second))
+	o.Confirmed(prod, "new", true, t0.Add(105*time.Second))
 	if _, ok := o.behind[prod]["gone"]; ok {
 		t.Error("a node last looked at more than Gap ago is still remembered")
 	}
 	if _, ok := o.behind[prod]["kept"]; !ok {
-		t.Error("a node looked at within Gap was forgotten")
+		t.Error("a node looked at within Gap, behind for longer, was forgotten")
 	}
-	if !o.Confirmed(prod, "kept", true, t0.Add(time.Minute+30*time.Second)) {
+	if !o.Confirmed(prod, "kept", true, t0.Add(110*time.Second)) {
 		t.Error("forgetting another node restarted the count of one looked at within Gap")
 	}
 }
