@@ -78,7 +78,8 @@ func ValidateUpdate(newC, oldC *v1alpha1.Cluster) field.ErrorList {
 	if queuedChanged {
 		errs = append(errs, validateQueueable(newC)...)
 	}
-	if windowChanged || queuedChanged && !(oldOK && partOf(newQueued, oldQueued)) {
+	cut := oldOK && partOf(newQueued, oldQueued) // what the Cluster controller writes: no window needed
+	if windowChanged || queuedChanged && !cut {
 		errs = append(errs, requireWindow(newC)...)
 	}
 	return errs
