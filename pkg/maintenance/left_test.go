@@ -3,6 +3,8 @@ package maintenance
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
 
@@ -125,6 +127,14 @@ func FuzzLeft(f *testing.F) {
 		}
 		if again, _ := Left(op, rest); again {
 			t.Fatalf("Left(%s, %s) left %q, from which it takes more", applied, queued, rest)
+		}
+		// The Cluster controller writes what is left, window or not: the
+		// webhook must admit it.
+		noWindow := func(value string) *v1alpha1.Cluster {
+			return &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: map[string]string{v1alpha1.MaintenanceOperationAnnotation: value}}}
+		}
+		if errs := ValidateUpdate(noWindow(rest), noWindow(queued)); len(errs) > 0 {
+			t.Fatalf("Left(%s, %s) left %q, which the webhook refuses without a window: %v", applied, queued, rest, errs.ToAggregate())
 		}
 	})
 }
