@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
 
 	"k8s.io/client-go/rest"
 
@@ -24,7 +25,13 @@ func RESTConfig(endpoint string, caBundle, certPEM, keyPEM []byte) (*rest.Config
 		return nil, errors.New("no endpoint")
 	}
 	if problem := v1alpha1.EndpointProblem(endpoint); problem != "" {
-		return nil, fmt.Errorf("endpoint %q: %s", endpoint, problem)
+		// The error reaches logs and conditions: an endpoint stored past the
+		// webhook, which refuses user information, may carry a password.
+		u, err := url.Parse(endpoint)
+		if err != nil {
+			return nil, errors.New("the endpoint is not a URL")
+		}
+		return nil, fmt.Errorf("endpoint %q: %s", u.Redacted(), problem)
 	}
 	if len(caBundle) == 0 {
 		return nil, errors.New("no CA bundle to trust the API server with")

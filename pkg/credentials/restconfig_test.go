@@ -63,6 +63,7 @@ func TestRESTConfigRefusesBadInput(t *testing.T) {
 		{"http endpoint", "http://192.0.2.1:6443", caPEM, certPEM, keyPEM, "must be an https URL"},
 		{"no host", "https://", caPEM, certPEM, keyPEM, "must name a host"},
 		{"user information", "https://me:secret@192.0.2.1", caPEM, certPEM, keyPEM, "must not carry user information"},
+		{"not a URL", "https://me:secret@[192.0.2.1", caPEM, certPEM, keyPEM, "not a URL"},
 		{"no CA bundle", "https://192.0.2.1", nil, certPEM, keyPEM, "no CA bundle"},
 		{"CA bundle of a key", "https://192.0.2.1", keyPEM, certPEM, keyPEM, "CA bundle"},
 		{"key of another certificate", "https://192.0.2.1", caPEM, otherCert, keyPEM, "client certificate"},
@@ -73,6 +74,9 @@ func TestRESTConfigRefusesBadInput(t *testing.T) {
 			_, err := RESTConfig(tt.endpoint, tt.ca, tt.cert, tt.key)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("RESTConfig error = %v, want one containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Fatalf("RESTConfig error %q repeats the endpoint's password", err)
 			}
 		})
 	}
