@@ -137,6 +137,9 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 // cache that shows the Secret older than the API server does is behind:
 // errStaleCache.
 func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs) error {
+	if err := r.swappedBeforeAbort(ctx, c, secret, cas); err != nil {
+		return err
+	}
 	recorded, recordedPrevious := recordedCAs(c, role)
 	retired := cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
 	holdsCurrent := recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint
@@ -180,6 +183,34 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 			"Carousel neither generates another CA nor goes back to an older one: %s",
 		secret.Name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(recorded.Fingerprint),
 		recorded.NotBefore.UTC().Format(time.RFC3339), next)
+}
+
+// swappedBeforeAbort refuses a CA Secret that an abort of the rotation under
+// way swapped back (Restored, with its rotation's annotation) while the
+// Cluster is in another phase of that rotation than Aborting. The abort is
+// recorded in the status before any Secret is swapped, so the Cluster as
+// read is older than the Secret: a cache whose Clusters are behind its
+// Secrets (a manager that took over from the one that aborted), and the pass
+// is retried (errStaleCache). Taken as it is, the swapped Secret's previous
+// CA, the aborted new one, would sign what the phase signs with the old CA
+// (Prepared: every server certificate). A Cluster the API server has as read
+// means the Secret was edited by hand.
+func (r *Reconciler) swappedBeforeAbort(ctx context.Context, c *v1alpha1.Cluster, secret *corev1.Secret, cas *credentials.CAs) error {
+	phase := c.CARotationPhase()
+	if !cas.Restored() || !cas.WrittenInRotation(c) || !phase.RotationInProgress() || phase == v1alpha1.RotationAborting {
+		return nil
+	}
+	there, err := r.readMetadata(ctx, v1alpha1.SchemeGroupVersion.WithKind("Cluster"), client.ObjectKeyFromObject(c))
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && there.ResourceVersion != c.ResourceVersion:
+		return fmt.Errorf("secret %s, swapped back by an abort the Cluster does not show yet: %w", secret.Name, errStaleCache)
+	case err != nil:
+		return err
+	}
+	return blocked(v1alpha1.ReasonCALost,
+		"secret %s is marked as swapped back by an abort of rotation %s (annotation %s), but the Cluster is in phase %s of that rotation: "+
+			"it was edited by hand. Carousel takes it as it is neither: put it back as it was (kubectl carousel certs restore), or abort the rotation",
+		secret.Name, cas.Rotation, v1alpha1.AnnotationAbortedRotation, phase)
 }
 
 // recordedCAs are the current and previous CAs of role in the status

@@ -574,6 +574,72 @@ func TestACASecretPutBackFromBeforeTheRotationIsRefused(t *testing.T) {
 	}
 }
 
+// A manager whose cache shows the Cluster from before an abort was recorded
+// (Prepared), beside CA Secrets the abort already swapped back (the old CA
+// current again, the aborted new one previous), does not take them for
+// Prepared's: that would sign every server certificate with the aborted CA.
+// The pass is retried, and writes nothing. The same Secret beside a Cluster
+// the API server has as read was edited by hand, and is refused.
+func TestASecretSwappedByAnAbortIsNotTakenForAnotherPhase(t *testing.T) {
+	ctx := context.Background()
+	// prepared is a Cluster in Prepared, as the API server has it then.
+	prepared := func(t *testing.T) (*settledCluster, *v1alpha1.Cluster) {
+		sc := newSettledCluster(t)
+		sc.annotate(v1alpha1.OperationStartCARotation)
+		sc.statusWritesUntil(v1alpha1.RotationPrepared)
+		return sc, sc.cluster()
+	}
+	swappedBack := func(sc *settledCluster) bool {
+		s := getSecret(sc.t, sc.api, sc.key.Namespace, credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient))
+		cas, err := credentials.DecodeCASecret(s)
+		return err == nil && cas.Restored()
+	}
+
+	t.Run("a cache whose Cluster is behind", func(t *testing.T) {
+		sc, before := prepared(t)
+		sc.annotate(v1alpha1.OperationAbortCARotation)
+		for i := 0; i < 10 && !swappedBack(sc); i++ {
+			sc.reconcile()
+		}
+		if !swappedBack(sc) {
+			t.Fatal("the abort did not swap the client CAs back")
+		}
+		writes, keys := sc.api.writes.Load(), pki.KeysGenerated()
+		sc.api.mu.Lock()
+		sc.api.staleCluster = before
+		sc.api.mu.Unlock()
+		result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		if err != nil || result.RequeueAfter != time.Second {
+			t.Fatalf("the pass on a Cluster behind ended with %v, %+v; want it retried in a second", err, result)
+		}
+		if n := sc.api.writes.Load() - writes; n != 0 {
+			t.Errorf("the pass on a Cluster behind made %d writes, want 0", n)
+		}
+		if n := pki.KeysGenerated() - keys; n != 0 {
+			t.Errorf("the pass on a Cluster behind generated %d keys, want 0", n)
+		}
+	})
+
+	t.Run("edited by hand", func(t *testing.T) {
+		sc, c := prepared(t)
+		s := getSecret(t, sc.api, sc.key.Namespace, credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient))
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, v1alpha1.AnnotationAbortedRotation, c.CARotationID())
+		if err := sc.api.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if !swappedBack(sc) {
+			t.Fatal("the Secret edited does not read as swapped back")
+		}
+		_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		if err == nil || !strings.Contains(err.Error(), "it was edited by hand") {
+			t.Fatalf("the pass ended with %v, want the Secret refused", err)
+		}
+		if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+			t.Errorf("Ready is %+v, want CALost", ready)
+		}
+	})
+}
+
 // A key reissued after a service-account key rotation carries that
 // rotation's ID, as a key the rotation staged does, so that kubectl carousel
 // certs restore takes a copy of it (a copy without the ID was made before the

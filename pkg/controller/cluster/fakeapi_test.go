@@ -51,6 +51,10 @@ type fakeAPI struct {
 	// behind are Secrets as a cache behind the API server shows them: lists
 	// give them instead of the API server's, by name.
 	behind map[string]*corev1.Secret
+	// staleCluster, when set, is what a Get of the Cluster reads (a cache
+	// whose Clusters are behind its Secrets); the API server (apiServer)
+	// has the Cluster as it is.
+	staleCluster *v1alpha1.Cluster
 	// listPanics has every list panic, as a bug in a pass would.
 	listPanics bool
 	// beforeCreate, if set, runs before each create, on the API server's
@@ -110,6 +114,13 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 			api.mu.Unlock()
 			if _, ok := obj.(*corev1.ConfigMap); ok && uncached {
 				return apierrors.NewNotFound(corev1.Resource("configmaps"), key.Name)
+			}
+			api.mu.Lock()
+			stale := api.staleCluster
+			api.mu.Unlock()
+			if c, ok := obj.(*v1alpha1.Cluster); ok && stale != nil {
+				stale.DeepCopyInto(c)
+				return nil
 			}
 			if err := cl.Get(ctx, key, obj, opts...); err != nil {
 				return err
