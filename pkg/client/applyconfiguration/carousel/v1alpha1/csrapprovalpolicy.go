@@ -44,9 +44,9 @@ type CSRApprovalPolicyApplyConfiguration struct {
 	// the node writes them itself. FirstSeen takes those of them the Node
 	// already had when Carousel first evaluated one of its serving CSRs,
 	// recorded in the managed cluster's kube-system namespace where nodes
-	// cannot write, so a compromised kubelet cannot add an address later. Neither stops a
-	// bootstrap token from registering a Node under any name it likes. Only
-	// used with Serving set to Auto.
+	// cannot write, so a compromised kubelet cannot add an address later.
+	// Neither stops a bootstrap token from registering a Node under any name
+	// it likes. Only used with Serving set to Auto.
 	ServingAddresses *carouselv1alpha1.ServingAddressPolicy `json:"servingAddresses,omitempty"`
 }
 
