@@ -147,11 +147,10 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 	if !retired && !fromBefore && (holdsCurrent || cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
 		return nil
 	}
-	there, err := r.readMetadata(ctx, secretKind, client.ObjectKeyFromObject(secret))
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && there.ResourceVersion != secret.ResourceVersion:
-		return fmt.Errorf("secret %s: %w", secret.Name, errStaleCache)
-	case err != nil:
+	if behind, err := r.readBehind(ctx, secretKind, secret); err != nil || behind {
+		if behind {
+			err = fmt.Errorf("secret %s: %w", secret.Name, errStaleCache)
+		}
 		return err
 	}
 	if retired {
@@ -200,11 +199,10 @@ func (r *Reconciler) swappedBeforeAbort(ctx context.Context, c *v1alpha1.Cluster
 	if !cas.Restored() || !cas.WrittenInRotation(c) || !phase.RotationInProgress() || phase == v1alpha1.RotationAborting {
 		return nil
 	}
-	there, err := r.readMetadata(ctx, v1alpha1.SchemeGroupVersion.WithKind("Cluster"), client.ObjectKeyFromObject(c))
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && there.ResourceVersion != c.ResourceVersion:
-		return fmt.Errorf("secret %s, swapped back by an abort the Cluster does not show yet: %w", secret.Name, errStaleCache)
-	case err != nil:
+	if behind, err := r.readBehind(ctx, v1alpha1.SchemeGroupVersion.WithKind("Cluster"), c); err != nil || behind {
+		if behind {
+			err = fmt.Errorf("secret %s, swapped back by an abort the Cluster does not show yet: %w", secret.Name, errStaleCache)
+		}
 		return err
 	}
 	return blocked(v1alpha1.ReasonCALost,

@@ -127,6 +127,16 @@ func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, 
 	return nameHolder(strings.ToLower(gvk.Kind), found, c)
 }
 
+// readBehind reports whether obj, of kind gvk, as read (through the cache) is
+// behind the API server: gone there, or of another resourceVersion.
+func (r *Reconciler) readBehind(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) (bool, error) {
+	there, err := r.readMetadata(ctx, gvk, client.ObjectKeyFromObject(obj))
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return err == nil && there.ResourceVersion != obj.GetResourceVersion(), err
+}
+
 // readMetadata reads the metadata of the object of kind gvk at key from the
 // API server, past the cache (which shows only the Clusters' labelled
 // objects), without its data: no key leaves the API server for it.

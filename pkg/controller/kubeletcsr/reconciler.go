@@ -246,11 +246,22 @@ func (r *csrReconciler) isCarouselToken(ctx context.Context, c *v1alpha1.Cluster
 	if !r.listed(ctx, s) {
 		return false
 	}
-	if err := r.remote.Get(ctx, tokenKey(id), s); err != nil || s.Labels[v1alpha1.LabelBootstrapToken] != c.Name {
+	if err := r.remote.Get(ctx, tokenKey(id), s); err != nil {
 		return false
 	}
+	t, ok := clustersToken(c, s)
+	return ok && t.Kept(c.Spec.KubeletBootstrap.TokenTTLOrDefault(), r.clock.Now())
+}
+
+// clustersToken is the token s holds when it is a bootstrap-token Secret
+// labelled for c that the API server authenticates into c's token group
+// (bootstrap.ParseTokenSecret).
+func clustersToken(c *v1alpha1.Cluster, s *corev1.Secret) (bootstrap.Token, bool) {
+	if s.Labels[v1alpha1.LabelBootstrapToken] != c.Name {
+		return bootstrap.Token{}, false
+	}
 	t, err := bootstrap.ParseTokenSecret(c.Name, s)
-	return err == nil && t.Kept(c.Spec.KubeletBootstrap.TokenTTLOrDefault(), r.clock.Now())
+	return t, err == nil
 }
 
 func tokenKey(id string) client.ObjectKey {
@@ -274,11 +285,8 @@ func (r *csrReconciler) tokenGone(ctx context.Context, c *v1alpha1.Cluster, id s
 	if err := getPastCache(ctx, r.remote, tokenKey(id), s); err != nil {
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	}
-	if s.Labels[v1alpha1.LabelBootstrapToken] != c.Name {
-		return false, nil
-	}
-	t, err := bootstrap.ParseTokenSecret(c.Name, s)
-	return err == nil && !r.clock.Now().Before(t.Expires), nil
+	t, ok := clustersToken(c, s)
+	return ok && !r.clock.Now().Before(t.Expires), nil
 }
 
 // deleteAbandoned deletes obj, a pending request made with a bootstrap token
