@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,6 +75,9 @@ func (r *Reconciler) ensureCAs(ctx context.Context, c *v1alpha1.Cluster, objs *o
 				}
 				if cas.Previous != nil {
 					return nil, fmt.Errorf("secret %s still holds the previous CA of an earlier rotation; refusing to replace it", name)
+				}
+				if err := r.lostNewCA(ctx, c, role, existing, cas, objs); err != nil {
+					return nil, err
 				}
 				kp, err := r.newCA(c, role)
 				if err != nil {
@@ -184,6 +188,48 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 		recorded.NotBefore.UTC().Format(time.RFC3339), next)
 }
 
+// lostNewCA refuses to generate a role's new CA in Preparing while the
+// role's trust bundle lists a CA minted since the rotation started that the
+// Secret does not hold. A pass writes the bundles after the CAs and before
+// it signs anything, so that is the new CA a pass of this rotation wrote,
+// and may have signed certificates with, before the Secret was put back
+// from a copy made before the rotation. holdsRecordedCA cannot tell while
+// the status does not record that CA yet (the passes since kept failing
+// after they signed). A second new CA would drop the first from the trust
+// bundles, leaving what it signed untrusted, and its key lost. A cache that
+// shows the Secret older than the API server does is behind (errStaleCache).
+func (r *Reconciler) lostNewCA(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs, objs *objects) error {
+	name := credentials.BundleConfigMapName(c.Name, role)
+	bundle := objs.configMaps[name]
+	if bundle == nil {
+		return nil
+	}
+	// One that does not parse is rewritten by this pass, and never led
+	// anything to trust a CA.
+	trusted, err := pki.ParseBundle([]byte(bundle.Data[v1alpha1.DataKeyCABundle]))
+	if err != nil {
+		return nil
+	}
+	i := slices.IndexFunc(trusted, func(ca *x509.Certificate) bool {
+		return !ca.Equal(cas.Current.Cert) && mintedSince(ca, initiatedAt(c))
+	})
+	if i < 0 {
+		return nil
+	}
+	if behind, err := r.readBehind(ctx, secretKind, secret); err != nil || behind {
+		if behind {
+			err = fmt.Errorf("secret %s: %w", secret.Name, errStaleCache)
+		}
+		return err
+	}
+	return blocked(v1alpha1.ReasonCALost,
+		"secret %s holds %s CA %s alone, without the annotations of the rotation under way, while the trust bundle %s lists CA %s, "+
+			"which this rotation generated and may have signed certificates with: the Secret was put back from a copy made before the rotation. "+
+			"Carousel does not generate another new CA, which would leave what that one signed untrusted: "+
+			"delete the Secret, then restore it from an upload made since (kubectl carousel certs restore, which refuses an older one)",
+		secret.Name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), name, pki.ShortFingerprint(pki.Fingerprint(trusted[i])))
+}
+
 // swappedBeforeAbort refuses a CA Secret that an abort of the rotation under
 // way swapped back (Restored, with its rotation's annotation) while the
 // Cluster is in another phase of that rotation than Aborting. The abort is
@@ -272,8 +318,14 @@ func swappedAlready(cas *credentials.CAs, started time.Time) bool {
 	if started.IsZero() {
 		return false
 	}
-	rotationStart := started.Add(-pki.Backdate - mintSkew)
-	return cas.Current.Cert.NotBefore.Before(rotationStart) && !cas.Previous.Cert.NotBefore.Before(rotationStart)
+	return !mintedSince(cas.Current.Cert, started) && mintedSince(cas.Previous.Cert, started)
+}
+
+// mintedSince reports whether ca was minted since a rotation that started at
+// started (by the clock of the replica that recorded it): a new CA of that
+// rotation.
+func mintedSince(ca *x509.Certificate, started time.Time) bool {
+	return !ca.NotBefore.Before(started.Add(-pki.Backdate - mintSkew))
 }
 
 // initiatedAt is when c's rotation started; zero when its status does not

@@ -771,3 +771,120 @@ func TestACASecretPutBackFromDuringTheRotationIsRefusedOnceItCompleted(t *testin
 		})
 	}
 }
+
+// A CA Secret put back, in Preparing, from a copy made before the rotation,
+// while the status does not yet record the rotation's new CA (the passes
+// since it was written kept failing after they signed with it), is refused:
+// the role's trust bundle still lists that CA, and a second new CA would
+// leave what the first signed untrusted. A CA the bundle lists that was
+// minted before the rotation started (an aborted one whose keys were deleted
+// by hand before a pass rewrote the bundle) is no such CA.
+func TestANewCAPutBackBeforeTheStatusRecordedItIsRefused(t *testing.T) {
+	ctx := context.Background()
+	clientCA := func(sc *settledCluster) client.ObjectKey {
+		return client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient)}
+	}
+	// signedWithTheNewCA is a Cluster whose rotation signed with its new
+	// CAs, as the API server has it then, with the status put back as it was
+	// before the rotation wrote them (Preparing, its inventory the old CAs),
+	// and the client CA Secret as it was before the rotation.
+	signedWithTheNewCA := func(t *testing.T) (sc *settledCluster, before, during *corev1.Secret) {
+		sc = newSettledCluster(t)
+		inventory := sc.cluster().Status.Credentials.CertificateAuthorities
+		before = getSecret(t, sc.api, sc.key.Namespace, clientCA(sc).Name)
+		sc.annotate(v1alpha1.OperationStartCARotation)
+		sc.statusWritesUntil(v1alpha1.RotationPrepared)
+		during = getSecret(t, sc.api, sc.key.Namespace, clientCA(sc).Name)
+		c := sc.cluster()
+		rot := c.CARotation().DeepCopy()
+		rot.Phase, rot.LastInitiationFinishedTime = v1alpha1.RotationPreparing, nil
+		setCARotation(c, rot)
+		c.Status.Credentials.CertificateAuthorities = inventory
+		if err := sc.api.Status().Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return sc, before, during
+	}
+	putBack := func(t *testing.T, sc *settledCluster, copy *corev1.Secret) {
+		s := getSecret(t, sc.api, sc.key.Namespace, clientCA(sc).Name)
+		s.Data, s.Annotations = copy.Data, copy.Annotations
+		if err := sc.api.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("put back", func(t *testing.T) {
+		sc, before, _ := signedWithTheNewCA(t)
+		putBack(t, sc, before)
+		keys := pki.KeysGenerated()
+		_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		if err == nil || !strings.Contains(err.Error(), "which this rotation generated") {
+			t.Fatalf("the pass ended with %v, want the Secret refused", err)
+		}
+		if n := pki.KeysGenerated() - keys; n != 0 {
+			t.Errorf("the pass generated %d keys, want 0", n)
+		}
+		after := getSecret(t, sc.api, sc.key.Namespace, clientCA(sc).Name)
+		if !maps.EqualFunc(after.Data, before.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+			t.Error("the Secret put back was rewritten")
+		}
+		if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+			t.Errorf("Ready is %+v, want CALost", ready)
+		}
+	})
+
+	t.Run("a cache behind", func(t *testing.T) {
+		sc, before, during := signedWithTheNewCA(t)
+		sc.api.behind = map[string]*corev1.Secret{clientCA(sc).Name: before}
+		versions := func() map[string]string {
+			secrets := &corev1.SecretList{}
+			if err := sc.api.apiServer.List(ctx, secrets); err != nil {
+				t.Fatal(err)
+			}
+			v := map[string]string{}
+			for _, s := range secrets.Items {
+				v[s.Name] = s.ResourceVersion
+			}
+			return v
+		}
+		written, keys := versions(), pki.KeysGenerated()
+		result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		if err != nil || result.RequeueAfter != time.Second {
+			t.Fatalf("the pass on a cache behind ended with %v, %+v; want it retried in a second", err, result)
+		}
+		if !maps.Equal(versions(), written) {
+			t.Error("the pass on a cache behind wrote Secrets")
+		}
+		if n := pki.KeysGenerated() - keys; n != 0 {
+			t.Errorf("the pass on a cache behind generated %d keys, want 0", n)
+		}
+		sc.api.behind = nil
+		sc.reconcile()
+		after := getSecret(t, sc.api, sc.key.Namespace, clientCA(sc).Name)
+		if !maps.EqualFunc(after.Data, during.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+			t.Error("the new CAs changed once the cache caught up")
+		}
+	})
+
+	t.Run("a CA minted before the rotation", func(t *testing.T) {
+		sc := newSettledCluster(t)
+		key, err := pki.GenerateKey(pki.ECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aborted, err := pki.NewCA(pki.CATemplate{CommonName: "aborted", Validity: 24 * time.Hour}, key, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle := &corev1.ConfigMap{}
+		if err := sc.api.Get(ctx, client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.BundleConfigMapName(sc.key.Name, v1alpha1.CARoleClient)}, bundle); err != nil {
+			t.Fatal(err)
+		}
+		bundle.Data[v1alpha1.DataKeyCABundle] += string(pki.EncodeCertificates(aborted.Cert))
+		if err := sc.api.Update(ctx, bundle); err != nil {
+			t.Fatal(err)
+		}
+		sc.annotate(v1alpha1.OperationStartCARotation)
+		sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	})
+}
