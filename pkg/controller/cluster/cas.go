@@ -144,6 +144,9 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 	if err := r.swappedBeforeAbort(ctx, c, secret, cas); err != nil {
 		return err
 	}
+	if err := r.previousChangedByHand(ctx, c, role, secret, cas); err != nil {
+		return err
+	}
 	recorded, recordedPrevious := recordedCAs(c, role)
 	retired := cas.Previous != nil && !c.CARotationPhase().RotationInProgress()
 	holdsCurrent := recorded == nil || pki.Fingerprint(cas.Current.Cert) == recorded.Fingerprint
@@ -186,6 +189,46 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 			"Carousel neither generates another CA nor goes back to an older one: %s",
 		secret.Name, role, pki.ShortFingerprint(pki.Fingerprint(cas.Current.Cert)), pki.ShortFingerprint(recorded.Fingerprint),
 		recorded.NotBefore.UTC().Format(time.RFC3339), next)
+}
+
+// previousChangedByHand refuses, while both CAs are trusted (Preparing to
+// Prepared), a CA Secret of the rotation under way that holds the CA the
+// status records as current, but not, as previous, the one it records as
+// previous. Carousel drops a previous CA only in Finalizing and Aborting, so
+// it was removed or replaced by hand. Taken as it is, the trust bundles would
+// drop the old CA that the servers' certificates still chain to (removed),
+// or trust a CA no rotation made, which would sign those certificates
+// (replaced). One removed beside a Cluster the API server has otherwise is a
+// cache whose Clusters are behind its Secrets (the manager that completed
+// the rotation dropped it), and the pass is retried (errStaleCache).
+func (r *Reconciler) previousChangedByHand(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs) error {
+	recorded, recordedPrevious := recordedCAs(c, role)
+	if !c.CARotationPhase().BothCAsTrusted() || !cas.WrittenInRotation(c) || recorded == nil || recordedPrevious == nil ||
+		pki.Fingerprint(cas.Current.Cert) != recorded.Fingerprint {
+		return nil
+	}
+	if cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recordedPrevious.Fingerprint {
+		return nil
+	}
+	if cas.Previous == nil {
+		if behind, err := r.readBehind(ctx, v1alpha1.SchemeGroupVersion.WithKind("Cluster"), c); err != nil || behind {
+			if behind {
+				err = fmt.Errorf("secret %s, without the previous CA the Cluster as read records: %w", secret.Name, errStaleCache)
+			}
+			return err
+		}
+		return blocked(v1alpha1.ReasonCALost,
+			"secret %s holds %s CA %s of the rotation under way without the previous CA %s, which the status records and the rotation still trusts: "+
+				"it was removed by hand, and the trust bundles would drop the CA the servers' certificates chain to. "+
+				"Carousel takes it as it is neither: put it back as it was (kubectl carousel certs restore, from an upload made during the rotation)",
+			secret.Name, role, pki.ShortFingerprint(recorded.Fingerprint), pki.ShortFingerprint(recordedPrevious.Fingerprint))
+	}
+	return blocked(v1alpha1.ReasonCALost,
+		"secret %s holds, besides %s CA %s of the rotation under way, a previous CA %s, but the status records %s as the previous CA: "+
+			"it was replaced by hand. Carousel neither trusts nor signs with a CA that no rotation made: "+
+			"put it back as it was (kubectl carousel certs restore, from an upload made during the rotation)",
+		secret.Name, role, pki.ShortFingerprint(recorded.Fingerprint), pki.ShortFingerprint(pki.Fingerprint(cas.Previous.Cert)),
+		pki.ShortFingerprint(recordedPrevious.Fingerprint))
 }
 
 // lostNewCA refuses to generate a role's new CA in Preparing while the

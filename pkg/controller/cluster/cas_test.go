@@ -888,3 +888,93 @@ func TestANewCAPutBackBeforeTheStatusRecordedItIsRefused(t *testing.T) {
 		sc.statusWritesUntil(v1alpha1.RotationPrepared)
 	})
 }
+
+// While both CAs are trusted, a CA Secret of the rotation whose previous CA
+// was removed or replaced by hand is refused: the trust bundles would drop
+// the CA the servers' certificates chain to, or trust a CA no rotation made,
+// which would sign them. A Secret whose previous CA the completion dropped,
+// beside a Cluster read from before the completion (a cache whose Clusters
+// are behind its Secrets), is retried, and the pass writes nothing.
+func TestAPreviousCAChangedByHandDuringTheRotationIsRefused(t *testing.T) {
+	ctx := context.Background()
+	prepared := func(t *testing.T) *settledCluster {
+		sc := newSettledCluster(t)
+		sc.annotate(v1alpha1.OperationStartCARotation)
+		sc.statusWritesUntil(v1alpha1.RotationPrepared)
+		return sc
+	}
+	clientCA := func(sc *settledCluster) *corev1.Secret {
+		return getSecret(sc.t, sc.api, sc.key.Namespace, credentials.CASecretName(sc.key.Name, v1alpha1.CARoleClient))
+	}
+	foreign := pkitest.NewCA(t, "foreign")
+	foreignKey, err := foreign.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, refusal string
+		edit          func(data map[string][]byte)
+	}{
+		{"removed", "it was removed by hand", func(data map[string][]byte) {
+			delete(data, credentials.DataKeyPreviousCertificate)
+			delete(data, credentials.DataKeyPreviousPrivateKey)
+		}},
+		{"replaced", "it was replaced by hand", func(data map[string][]byte) {
+			data[credentials.DataKeyPreviousCertificate] = pki.EncodeCertificates(foreign.Cert)
+			data[credentials.DataKeyPreviousPrivateKey] = foreignKey
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := prepared(t)
+			s := clientCA(sc)
+			tc.edit(s.Data)
+			if err := sc.api.Update(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			keys := pki.KeysGenerated()
+			_, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+			if err == nil || !strings.Contains(err.Error(), tc.refusal) {
+				t.Fatalf("the pass ended with %v, want the Secret refused", err)
+			}
+			if n := pki.KeysGenerated() - keys; n != 0 {
+				t.Errorf("the pass generated %d keys, want 0", n)
+			}
+			if after := clientCA(sc); !maps.EqualFunc(after.Data, s.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+				t.Error("the Secret edited was rewritten")
+			}
+			if ready := meta.FindStatusCondition(sc.cluster().Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != v1alpha1.ReasonCALost {
+				t.Errorf("Ready is %+v, want CALost", ready)
+			}
+		})
+	}
+
+	t.Run("dropped by the completion, the Cluster read before it", func(t *testing.T) {
+		sc := prepared(t)
+		before := sc.cluster()
+		sc.annotate(v1alpha1.OperationCompleteCARotation)
+		dropped := func() bool {
+			cas, err := credentials.DecodeCASecret(clientCA(sc))
+			return err == nil && cas.Previous == nil
+		}
+		for i := 0; i < 10 && !dropped(); i++ {
+			sc.reconcile()
+		}
+		if !dropped() {
+			t.Fatal("the completion did not drop the previous client CA")
+		}
+		writes, keys := sc.api.writes.Load(), pki.KeysGenerated()
+		sc.api.mu.Lock()
+		sc.api.staleCluster = before
+		sc.api.mu.Unlock()
+		result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		if err != nil || result.RequeueAfter != time.Second {
+			t.Fatalf("the pass on a Cluster behind ended with %v, %+v; want it retried in a second", err, result)
+		}
+		if n := sc.api.writes.Load() - writes; n != 0 {
+			t.Errorf("the pass on a Cluster behind made %d writes, want 0", n)
+		}
+		if n := pki.KeysGenerated() - keys; n != 0 {
+			t.Errorf("the pass on a Cluster behind generated %d keys, want 0", n)
+		}
+	})
+}
