@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"net"
 	"net/url"
+	"strings"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 )
@@ -150,7 +151,9 @@ func addExternalSANs(c *v1alpha1.Cluster, dns []string, ips []net.IP) ([]string,
 	return dns, ips
 }
 
-// endpointHost returns the host of an endpoint URL, or "".
+// endpointHost returns the host of an endpoint URL, or "", in lower case:
+// a DNS name's case means nothing, and the extra SANs, which may name the
+// same host, are lower case (validated as DNS-1123 subdomains).
 func endpointHost(endpoint string) string {
 	if endpoint == "" {
 		return ""
@@ -159,7 +162,7 @@ func endpointHost(endpoint string) string {
 	if err != nil {
 		return ""
 	}
-	return u.Hostname()
+	return strings.ToLower(u.Hostname())
 }
 
 // addSAN adds a name to the DNS or IP list, unless it is there already.

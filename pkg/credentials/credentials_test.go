@@ -81,6 +81,26 @@ func TestAPIServerSANs(t *testing.T) {
 	}
 }
 
+// The endpoint's host is listed once, in lower case, when an extra SAN (a
+// DNS-1123 subdomain, lower case) names it too in another case.
+func TestAnEndpointHostInUpperCaseIsListedOnce(t *testing.T) {
+	c := cluster()
+	c.Spec.ControlPlane.Endpoint = "https://API.Prod.Example:6443"
+	for _, name := range []string{CertKubeAPIServer, CertVPNServer} {
+		certs := Certificates(c)
+		cert := certs[slices.IndexFunc(certs, func(c Certificate) bool { return c.Name == name })]
+		var host []string
+		for _, dns := range cert.DNSNames {
+			if strings.EqualFold(dns, "api.prod.example") {
+				host = append(host, dns)
+			}
+		}
+		if !slices.Equal(host, []string{"api.prod.example"}) {
+			t.Errorf("%s: DNS SANs %v list the endpoint's host as %q, want it once in lower case", name, cert.DNSNames, host)
+		}
+	}
+}
+
 func TestVPNServerSANs(t *testing.T) {
 	certs := Certificates(cluster())
 	vpn := certs[slices.IndexFunc(certs, func(c Certificate) bool { return c.Name == CertVPNServer })]
