@@ -303,15 +303,6 @@ func storeUpload(ctx context.Context, c client.Client, token, copySecret *corev1
 	return nil
 }
 
-// cleanupContext is the context of the deletions that undo a command's
-// half-done writes: they run after the command's own context ended too (a
-// Ctrl-C), for at most cleanupTimeout.
-func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-}
-
-const cleanupTimeout = 30 * time.Second
-
 // printUpload tells what was uploaded, the certificate key (shown once,
 // stored nowhere) and how to use it; a write that fails is returned.
 func printUpload(w io.Writer, cl *v1alpha1.Cluster, id string, key []byte, secrets, files int, expires time.Time) error {
