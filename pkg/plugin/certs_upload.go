@@ -165,7 +165,7 @@ func (e *env) openUpload(ctx context.Context, c client.Client, ns, cluster, id s
 	if err != nil {
 		return nil, err
 	}
-	if !uploadLive(token, e.clock.Now()) {
+	if !uploadLive(token, e.serverNow()) {
 		return nil, fmt.Errorf("upload %s expired at %s (%s)", id, token.Data[bootstrapapi.BootstrapTokenExpirationKey], uploadAgain(cluster))
 	}
 	copySecret := &corev1.Secret{}
@@ -244,7 +244,7 @@ default outside kubeadm): nothing else deletes it.`,
 				return err
 			}
 			id := raw[:bootstrapapi.BootstrapTokenIDBytes]
-			expires := e.clock.Now().Add(ttl).UTC().Truncate(time.Second)
+			expires := e.serverNow().Add(ttl).UTC().Truncate(time.Second)
 			if err := e.deleteExpiredUploads(ctx, c); err != nil {
 				return err
 			}
@@ -327,7 +327,7 @@ func (e *env) deleteExpiredUploads(ctx context.Context, c client.Client) error {
 	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceSystem), client.HasLabels{v1alpha1.LabelCertsUpload}); err != nil {
 		return fmt.Errorf("listing uploads: %w", err)
 	}
-	for _, name := range expiredUploads(list.Items, e.clock.Now()) {
+	for _, name := range expiredUploads(list.Items, e.serverNow()) {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: name}}
 		if err := c.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting expired upload Secret %s: %w", name, err)

@@ -111,7 +111,7 @@ created, is refused first, and the file is removed if issuing or recording then 
 			kp, err := clientCA.IssueKeyPair(pki.LeafTemplate{
 				CommonName: user, Organization: []string{"system:masters"},
 				Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: ttl,
-			}, pki.KeyAlgorithm(cl.Spec.Certificates.KeyAlgorithmOrDefault()), e.clock.Now())
+			}, pki.KeyAlgorithm(cl.Spec.Certificates.KeyAlgorithmOrDefault()), e.serverNow())
 			if err != nil {
 				return err
 			}
@@ -124,8 +124,8 @@ created, is refused first, and the file is removed if issuing or recording then 
 				return err
 			}
 			if err := recordKubeconfig(ctx, c, cl, oldca.IssuedCertificate{User: user, Fingerprint: pki.Fingerprint(kp.Cert),
-				Issuer: hex.EncodeToString(clientCA.Cert.SubjectKeyId), IssuedAt: e.clock.Now().UTC().Truncate(time.Second),
-				NotAfter: kp.Cert.NotAfter.UTC()}, e.clock.Now()); err != nil {
+				Issuer: hex.EncodeToString(clientCA.Cert.SubjectKeyId), IssuedAt: e.serverNow().UTC().Truncate(time.Second),
+				NotAfter: kp.Cert.NotAfter.UTC()}, e.serverNow()); err != nil {
 				return fmt.Errorf("the kubeconfig was not printed: recording it for the old-CA usage gate: %w", err)
 			}
 			if file == "" {

@@ -32,6 +32,8 @@ type env struct {
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
 	clock   clock.Clock
+	// server is the management API server's clock, which its answers set.
+	server *serverClock
 	// campaignPoll is how often --wait reads a campaign; zero means every
 	// 2 s.
 	campaignPoll time.Duration
@@ -43,7 +45,7 @@ type env struct {
 // NewCommand returns the plugin's root command.
 func NewCommand(streams genericiooptions.IOStreams, clk clock.Clock) *cobra.Command {
 	streams = escapedStreams(streams)
-	e := &env{flags: genericclioptions.NewConfigFlags(true), streams: streams, clock: clk}
+	e := &env{flags: genericclioptions.NewConfigFlags(true), streams: streams, clock: clk, server: &serverClock{local: clk}}
 	root := &cobra.Command{
 		Use:   "carousel",
 		Short: "Rotate and inspect the certificate authorities of Carousel Clusters",
@@ -151,6 +153,9 @@ func (e *env) config() (*rest.Config, string, error) {
 	cfg.WarningHandler = rest.NewWarningWriter(e.streams.ErrOut, rest.WarningWriterOptions{Deduplicate: true})
 	if e.ctx != nil {
 		cancelledWith(e.ctx, cfg)
+	}
+	if e.server != nil {
+		e.server.watch(cfg)
 	}
 	ns, _, err := e.flags.ToRawKubeConfigLoader().Namespace()
 	return cfg, ns, err
