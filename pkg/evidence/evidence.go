@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -163,41 +162,8 @@ func (c Checker) restConfig(endpoint string, serverTrust, certPEM, keyPEM []byte
 		return nil, err
 	}
 	cfg.Timeout = c.timeout()
-	cfg.Wrap(boundResponses)
+	cfg.Wrap(credentials.BoundResponses)
 	return cfg, nil
-}
-
-// maxResponseBytes bounds each answer of a managed API server, whose
-// address a tenant writes (spec.controlPlane.endpoint) and may point at a
-// server of its own: a page of 500 objects, or every APIService of a
-// cluster, takes a few MiB.
-const maxResponseBytes = 16 << 20
-
-// boundResponses fails the read of a response body past maxResponseBytes.
-func boundResponses(next http.RoundTripper) http.RoundTripper {
-	return promhttp.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := next.RoundTrip(req)
-		if err == nil {
-			resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxResponseBytes}
-		}
-		return resp, err
-	})
-}
-
-// boundedBody is a response body that fails a read past left bytes, with an
-// error that says so (io.LimitReader would end it quietly, as if complete;
-// http.MaxBytesReader's error speaks of a request body).
-type boundedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if b.left -= int64(n); b.left < 0 {
-		return 0, fmt.Errorf("the API server's answer is larger than %d MiB", maxResponseBytes>>20)
-	}
-	return n, err
 }
 
 // clientset is a clientset for the API server at endpoint, as the client key

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
@@ -129,14 +130,14 @@ func TestAListIsBoundedWhateverTheServerAnswers(t *testing.T) {
 	}
 }
 
-// An answer past maxResponseBytes fails the check that read it.
+// An answer past credentials.MaxResponseBytes fails the check that read it.
 func TestAnAnswerPastTheBoundFailsTheCheck(t *testing.T) {
 	ca := pkitest.NewCA(t, "client CA")
 	certPEM, keyPEM := clientPair(t, ca, "carousel:operator")
 	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]`))
-		_, _ = w.Write([]byte(strings.Repeat(" ", maxResponseBytes)))
+		_, _ = w.Write([]byte(strings.Repeat(" ", credentials.MaxResponseBytes)))
 		_, _ = w.Write([]byte(`}`))
 	}))
 	defer api.Close()

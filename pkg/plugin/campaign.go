@@ -222,7 +222,7 @@ func writeCampaignStatus(w io.Writer, rc *v1alpha1.RotationCampaign) {
 	fmt.Fprintf(tw, "Step:\t%s\n", rc.Spec.StepOrDefault())
 	fmt.Fprintf(tw, "Phase:\t%s\n", orDash(string(st.Phase)))
 	if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionCampaignProgressing); cond != nil {
-		fmt.Fprintf(tw, "Progress:\t%s\n", cond.Message)
+		fmt.Fprintf(tw, "Progress:\t%s\n", oneLine(cond.Message))
 	}
 	n := st.Clusters
 	fmt.Fprintf(tw, "Clusters:\t%d selected: %d pending, %d waiting, %d in progress, %d done, %d skipped, %d failed\n",
@@ -244,7 +244,7 @@ func writeCampaignStatus(w io.Writer, rc *v1alpha1.RotationCampaign) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLUSTER\tSTATE\tWHY")
 	for _, b := range st.Blocking {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", b.Name, b.State, b.Message)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", b.Name, b.State, oneLine(b.Message))
 	}
 	_ = tw.Flush()
 	if more := n.Failed + n.InProgress + n.Waiting - int32(len(st.Blocking)); more > 0 {

@@ -69,3 +69,12 @@ func escapeOtherControls(s string) string {
 func isOtherControl(r rune) bool {
 	return unicode.IsControl(r) && !strings.ContainsRune("\t\n\x1b\r", r)
 }
+
+// oneLine is s, text that others chose (a condition's message that quotes a
+// managed API server, a name a managed cluster returned), with its newlines
+// and tabs escaped as \n and \t: printed in a line or a table cell, it
+// could otherwise start a line of its own that looks like the plugin's
+// ("Phase: Completed"), or shift the table's columns.
+func oneLine(s string) string { return lineBreaks.Replace(s) }
+
+var lineBreaks = strings.NewReplacer("\n", `\n`, "\t", `\t`)

@@ -45,6 +45,37 @@ func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 	}
 }
 
+// A condition message cannot forge a line of rotation status, nor shift the
+// columns of its tables: its newlines and tabs are shown escaped.
+func TestTextFromAManagedClusterCannotForgeALine(t *testing.T) {
+	forged := "the API server answered: x\nPhase:\tCompleted"
+	cl := &v1alpha1.Cluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
+		Status: v1alpha1.ClusterStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ConditionCARotation,
+			Status: metav1.ConditionTrue, Reason: "WaitingForTrust", Message: forged}}}}
+	api := httptest.NewServer(fakeDiscoveryAnd(t, "/apis/carousel.dev/v1alpha1/namespaces/team-a/clusters/prod", cl))
+	defer api.Close()
+
+	var out bytes.Buffer
+	cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out}, clock.RealClock{})
+	cmd.SetArgs([]string{"rotation", "status", "prod", "-n", "team-a", "--server", api.URL})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if strings.Contains(got, "Completed") && !strings.Contains(got, `x\nPhase:\tCompleted`) {
+		t.Errorf("the message is not shown escaped:\n%s", got)
+	}
+	for line := range strings.Lines(got) {
+		if strings.HasPrefix(line, "Phase:") && strings.Contains(line, "Completed") {
+			t.Errorf("the message forged a line: %q in\n%s", line, got)
+		}
+	}
+	if n := strings.Count(got, `x\nPhase:\tCompleted`); n != 2 {
+		t.Errorf("the message is shown escaped %d times, want 2 (waiting for, conditions):\n%s", n, got)
+	}
+}
+
 // An error is escaped as the output is: it can quote an admission webhook's
 // or a managed API server's answer.
 func TestAnErrorCannotDriveTheTerminal(t *testing.T) {

@@ -623,7 +623,7 @@ func followLine(cl *v1alpha1.Cluster, target followTarget) string {
 	}
 	line := strings.Join(parts, "; ")
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
-		line += ": " + cond.Message
+		line += ": " + oneLine(cond.Message)
 	}
 	return line
 }
@@ -637,7 +637,7 @@ func phaseLine(prefix, phase string, cl *v1alpha1.Cluster, conditionType string)
 		// said; one that begins with another phase was written before an
 		// operation moved the phase, and is left out until Carousel updates it.
 		if waiting, ok := strings.CutPrefix(cond.Message, phase+": "); ok {
-			line += ": " + waiting
+			line += ": " + oneLine(waiting)
 		}
 	}
 	return line
@@ -732,16 +732,16 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	fmt.Fprintf(tw, "Cluster:\t%s/%s\n", cl.Namespace, cl.Name)
 	fmt.Fprintf(tw, "Phase:\t%s\n", rotation.PhaseName(rot.Phase))
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotation); cond != nil && cond.Status == "True" {
-		fmt.Fprintf(tw, "Waiting for:\t%s\n", cond.Message)
+		fmt.Fprintf(tw, "Waiting for:\t%s\n", oneLine(cond.Message))
 	}
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond != nil && cond.Status == metav1.ConditionTrue {
-		fmt.Fprintf(tw, "Queued:\t%s\n", cond.Message)
+		fmt.Fprintf(tw, "Queued:\t%s\n", oneLine(cond.Message))
 	}
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionCARotationRecommended); cond != nil && cond.Status == metav1.ConditionTrue {
-		fmt.Fprintf(tw, "Recommended:\t%s\n", cond.Message)
+		fmt.Fprintf(tw, "Recommended:\t%s\n", oneLine(cond.Message))
 	}
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionAutomaticCARotationScheduled); cond != nil {
-		fmt.Fprintf(tw, "Automatic:\t%s\n", cond.Message)
+		fmt.Fprintf(tw, "Automatic:\t%s\n", oneLine(cond.Message))
 	}
 	fmt.Fprintf(tw, "Last initiation:\t%s\n", when(rot.LastInitiationTime))
 	fmt.Fprintf(tw, "Last initiation finished:\t%s\n", when(rot.LastInitiationFinishedTime))
@@ -779,7 +779,7 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	if key := cl.ServiceAccountKeyRotation(); key != nil {
 		fmt.Fprintf(tw, "Service-account key phase:\t%s\n", rotation.ServiceAccountKeyPhaseName(key.Phase))
 		if cond := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionServiceAccountKeyRotation); cond != nil && cond.Status == metav1.ConditionTrue {
-			fmt.Fprintf(tw, "Service-account key waiting for:\t%s\n", cond.Message)
+			fmt.Fprintf(tw, "Service-account key waiting for:\t%s\n", oneLine(cond.Message))
 		}
 		fmt.Fprintf(tw, "Service-account key last initiation:\t%s\n", when(key.LastInitiationTime))
 		fmt.Fprintf(tw, "Service-account key last completion:\t%s\n", when(key.LastCompletionTime))
@@ -808,7 +808,7 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ON THE OLD CAS\tLAST SEEN\tWHY")
 		for _, d := range u.Dependents {
-			fmt.Fprintf(tw, "%s %s\t%s\t%s\n", d.Kind, d.Name, when(d.LastSeen), d.Message)
+			fmt.Fprintf(tw, "%s %s\t%s\t%s\n", d.Kind, oneLine(d.Name), when(d.LastSeen), oneLine(d.Message))
 		}
 		if more := int(u.Total) - len(u.Dependents); more > 0 {
 			fmt.Fprintf(tw, "… and %d more\t\t\n", more)
@@ -821,7 +821,7 @@ func writeStatus(w io.Writer, cl *v1alpha1.Cluster) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
 	for _, cond := range cl.Status.Conditions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cond.Type, cond.Status, cond.Reason, cond.LastTransitionTime.UTC().Format(time.RFC3339), cond.Message)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", oneLine(cond.Type), cond.Status, oneLine(cond.Reason), cond.LastTransitionTime.UTC().Format(time.RFC3339), oneLine(cond.Message))
 	}
 	_ = tw.Flush()
 }

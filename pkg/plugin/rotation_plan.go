@@ -119,6 +119,7 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 			s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey])
 		if cfgErr == nil {
 			restCfg.Timeout = e.managedRequestTimeout()
+			restCfg.Wrap(credentials.BoundResponses) // the endpoint is the tenant's to write
 			cs, err = kubernetes.NewForConfig(restCfg)
 		} else {
 			err = cfgErr
@@ -136,22 +137,22 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 		for _, n := range nodes.Items {
 			pool := n.Labels[v1alpha1.LabelPool]
 			if cl.Spec.WorkerPool(pool) == nil {
-				outside = append(outside, n.Name)
+				outside = append(outside, oneLine(n.Name))
 				continue
 			}
-			byPool[pool] = append(byPool[pool], n.Name)
+			byPool[pool] = append(byPool[pool], oneLine(n.Name))
 		}
 	}
 	for _, pool := range cl.Spec.Workers {
 		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy), MachineDeployment: pool.MachineDeployment,
 			Nodes: byPool[pool.Name]}
 		if err != nil {
-			plan.NodesUnknown = err.Error()
+			plan.NodesUnknown = oneLine(err.Error())
 		}
 		out[pool.Name] = plan
 	}
 	if err != nil {
-		unknown = err.Error()
+		unknown = oneLine(err.Error())
 	}
 	return out, outside, unknown
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
+	outputv1alpha1 "github.com/carousel-dev/carousel/apis/output/v1alpha1"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
@@ -28,44 +29,11 @@ import (
 // endpoint and bundle are the tenant's to write) holds a plan for
 // --request-timeout, not for ever: the pool's nodes are reported unknown.
 func TestAPlanDoesNotWaitForAManagedAPIServerThatNeverAnswers(t *testing.T) {
-	now := time.Now()
-	ca := pkitest.NewCA(t, "cluster-ca")
-	issue := func(usage x509.ExtKeyUsage, ips ...net.IP) *pki.KeyPair {
-		kp, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "test", IPAddresses: ips, Usages: []x509.ExtKeyUsage{usage}, Validity: time.Hour},
-			pki.ECDSAP256, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kp
-	}
-	serving, admin := issue(x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1)), issue(x509.ExtKeyUsageClientAuth)
-	silent := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
-	silent.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Cert.Raw}, PrivateKey: serving.Key}}}
-	silent.StartTLS()
-	defer silent.Close()
-
-	adminKey, err := admin.KeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
-		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: silent.URL}, Workers: []v1alpha1.WorkerPool{{Name: "a"}}}}
-	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.CertificateSecretName("prod", credentials.CertAdmin)},
-			Data: map[string][]byte{v1alpha1.DataKeyCertificate: admin.CertPEM(), v1alpha1.DataKeyPrivateKey: adminKey}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.BundleConfigMapName("prod", v1alpha1.CARoleCluster)},
-			Data: map[string]string{v1alpha1.DataKeyCABundle: string(ca.CertPEM())}},
-	).Build()
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.APIServer, flags.Timeout = ptr.To("https://127.0.0.1:1"), ptr.To("1s")
-	e := &env{flags: flags}
-
 	// Far longer than the request timeout: without it, the plan would wait
 	// until this context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	pools, _, unknown := e.poolNodes(ctx, c, cl)
-	plan := pools["a"]
+	plan, unknown := planOfPoolA(t, ctx, func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	if unknown != plan.NodesUnknown {
 		t.Errorf("the nodes unknown: %q, pool a's %q; want the same reason", unknown, plan.NodesUnknown)
 	}
@@ -77,4 +45,62 @@ func TestAPlanDoesNotWaitForAManagedAPIServerThatNeverAnswers(t *testing.T) {
 	if got := (&env{}).managedRequestTimeout(); got != defaultManagedRequestTimeout {
 		t.Errorf("without --request-timeout: %s, want %s", got, defaultManagedRequestTimeout)
 	}
+}
+
+// A managed API server that answers the list of nodes without end, within
+// the request timeout, has the plan read no more than
+// credentials.MaxResponseBytes of it: the pool's nodes are reported unknown.
+func TestAPlanReadsABoundedAnswerOfAManagedAPIServer(t *testing.T) {
+	plan, _ := planOfPoolA(t, context.Background(), func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[`))
+		padding := []byte(strings.Repeat(" ", 1<<20))
+		for r.Context().Err() == nil {
+			if _, err := w.Write(padding); err != nil {
+				return
+			}
+		}
+	})
+	if !strings.Contains(plan.NodesUnknown, "larger than 16 MiB") {
+		t.Errorf("pool a: nodes unknown %q, want the answer refused as too large", plan.NodesUnknown)
+	}
+}
+
+// planOfPoolA plans, for a Cluster whose endpoint is a TLS server that
+// answers with handler, the nodes of its worker pool a, with a request
+// timeout of a second.
+func planOfPoolA(t *testing.T, ctx context.Context, handler http.HandlerFunc) (outputv1alpha1.WorkerPoolPlan, string) {
+	t.Helper()
+	now := time.Now()
+	ca := pkitest.NewCA(t, "cluster-ca")
+	issue := func(usage x509.ExtKeyUsage, ips ...net.IP) *pki.KeyPair {
+		kp, err := ca.IssueKeyPair(pki.LeafTemplate{CommonName: "test", IPAddresses: ips, Usages: []x509.ExtKeyUsage{usage}, Validity: time.Hour},
+			pki.ECDSAP256, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp
+	}
+	serving, admin := issue(x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1)), issue(x509.ExtKeyUsageClientAuth)
+	api := httptest.NewUnstartedServer(handler)
+	api.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Cert.Raw}, PrivateKey: serving.Key}}}
+	api.StartTLS()
+	t.Cleanup(api.Close)
+
+	adminKey, err := admin.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
+		Spec: v1alpha1.ClusterSpec{ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: api.URL}, Workers: []v1alpha1.WorkerPool{{Name: "a"}}}}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.CertificateSecretName("prod", credentials.CertAdmin)},
+			Data: map[string][]byte{v1alpha1.DataKeyCertificate: admin.CertPEM(), v1alpha1.DataKeyPrivateKey: adminKey}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: credentials.BundleConfigMapName("prod", v1alpha1.CARoleCluster)},
+			Data: map[string]string{v1alpha1.DataKeyCABundle: string(ca.CertPEM())}},
+	).Build()
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.APIServer, flags.Timeout = ptr.To("https://127.0.0.1:1"), ptr.To("1s")
+	pools, _, unknown := (&env{flags: flags}).poolNodes(ctx, c, cl)
+	return pools["a"], unknown
 }
