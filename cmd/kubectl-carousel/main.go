@@ -19,6 +19,7 @@ func main() {
 	// what it left half done (a file created, not filled) and exits; a
 	// second one ends it at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	writeErrorsOnClosedPipes()
 	go func() {
 		<-ctx.Done()
 		stop()
@@ -29,3 +30,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// writeErrorsOnClosedPipes has a write to a stdout or stderr whose reader is
+// gone (| head) fail with EPIPE, as any other write error, instead of the
+// SIGPIPE that the Go runtime otherwise lets kill the process: a command
+// then undoes what it began, as certs upload deletes the copy whose key it
+// could not print.
+func writeErrorsOnClosedPipes() { signal.Ignore(syscall.SIGPIPE) }
