@@ -91,7 +91,7 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested: "+c.Annotations[v1alpha1.OperationAnnotation]
 		return s
 	}
-	if step == v1alpha1.CampaignComplete && completeStep.IsZero() && requestedCAVerb(c) == v1alpha1.VerbStartCARotation {
+	if step == v1alpha1.CampaignComplete && completeStep.IsZero() && StartRequested(c) {
 		// A start not taken up yet, the campaign's own perhaps (the Cluster
 		// controller is behind): the Complete step begins once none is
 		// pending, and the rotation is the campaign's to complete.
@@ -226,9 +226,13 @@ func requestedCAVerb(c *v1alpha1.Cluster) v1alpha1.OperationVerb {
 }
 
 // StartRequested reports whether c's operation annotation starts a CA
-// rotation (OperationVerb.StartsCARotation) that is not taken up yet.
+// rotation (OperationVerb.StartsCARotation) that is not taken up yet, and
+// will be: the Cluster controller defers a start until the Cluster's
+// credentials are issued, and the campaign starts only Clusters that are
+// Ready, so a start on one whose credentials are not issued is someone
+// else's, which nothing bounds.
 func StartRequested(c *v1alpha1.Cluster) bool {
-	return requestedCAVerb(c) == v1alpha1.VerbStartCARotation
+	return requestedCAVerb(c) == v1alpha1.VerbStartCARotation && c.CredentialsIssued()
 }
 
 // CompleteStepTime is the time the Complete step begins, stamped at now

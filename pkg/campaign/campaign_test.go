@@ -27,6 +27,11 @@ func cluster(phase v1alpha1.CARotationPhase, initiated, triggered time.Time, mut
 	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Generation: 1}}
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonCredentialsIssued, ObservedGeneration: 1})
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{}
+	for _, role := range v1alpha1.CARoles() {
+		c.Status.Credentials.CertificateAuthorities = append(c.Status.Credentials.CertificateAuthorities,
+			v1alpha1.CertificateAuthorityInventory{Role: role, Current: &v1alpha1.CertificateInfo{Fingerprint: string(role)}})
+	}
 	if phase != "" || !initiated.IsZero() {
 		rot := &v1alpha1.CARotation{Phase: phase}
 		if !initiated.IsZero() {
@@ -35,7 +40,7 @@ func cluster(phase v1alpha1.CARotationPhase, initiated, triggered time.Time, mut
 		if !triggered.IsZero() {
 			rot.LastCompletionTriggeredTime = &metav1.Time{Time: triggered}
 		}
-		c.Status.Credentials = &v1alpha1.ClusterCredentials{Rotation: &v1alpha1.CredentialsRotation{CertificateAuthorities: rot}}
+		c.Status.Credentials.Rotation = &v1alpha1.CredentialsRotation{CertificateAuthorities: rot}
 	}
 	for _, m := range mutate {
 		m(c)

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,21 @@ func (c *Cluster) CARotationID() string {
 		return ""
 	}
 	return rot.LastInitiationTime.UTC().Format(time.RFC3339)
+}
+
+// CredentialsIssued reports whether the status inventory lists a CA of
+// every role: the Cluster's credentials were issued once. Until then the
+// Cluster controller defers an operation that starts a CA rotation.
+func (c *Cluster) CredentialsIssued() bool {
+	if c.Status.Credentials == nil {
+		return false
+	}
+	for _, role := range CARoles() {
+		if !slices.ContainsFunc(c.Status.Credentials.CertificateAuthorities, func(inv CertificateAuthorityInventory) bool { return inv.Role == role && inv.Current != nil }) {
+			return false
+		}
+	}
+	return true
 }
 
 // CARotationPhase returns the phase of the CA rotation; empty when the

@@ -419,9 +419,11 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 		r.memory.remember(client.ObjectKeyFromObject(rc), c.UID, startedOn, step)
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
 		return false, nil
-	case apierrors.IsConflict(err):
-		log.FromContext(ctx).V(1).Info("The Cluster changed since it was looked at: looking again in a second", "cluster", c.Name)
-		return false, fmt.Errorf("cluster %s changed since it was looked at: %w", c.Name, err)
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// Clusters have no finalizer: one deleted since the cache showed it
+		// is gone from the next pass's selection.
+		log.FromContext(ctx).V(1).Info("The Cluster changed, or was deleted, since it was looked at: looking again in a second", "cluster", c.Name)
+		return false, fmt.Errorf("cluster %s changed, or was deleted, since it was looked at: %w", c.Name, errors.Join(errStaleCluster, err))
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
 		r.memory.refuse(client.ObjectKeyFromObject(rc), c, err.Error())
 		r.Recorder.Eventf(rc, c, corev1.EventTypeWarning, v1alpha1.EventOperationRefused, "Rotate",
@@ -450,11 +452,15 @@ func (r *Reconciler) writeInvalid(ctx context.Context, rc *v1alpha1.RotationCamp
 // status is not written from that read.
 var errStaleCampaign = errors.New("the campaign changed since it was read")
 
+// errStaleCluster means that a Cluster was read before a change or its
+// deletion: it is looked at again.
+var errStaleCluster = errors.New("the Cluster changed since it was read")
+
 // lookAgainIfStale is the result of a pass that ended with err: a second
 // later, to look at the newer campaign or Cluster, when the one written was
 // read before a change.
 func lookAgainIfStale(err error) (ctrl.Result, error) {
-	if errors.Is(err, errStaleCampaign) || apierrors.IsConflict(err) {
+	if errors.Is(err, errStaleCampaign) || errors.Is(err, errStaleCluster) || apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{}, err

@@ -32,6 +32,11 @@ func readyCluster(name string) *v1alpha1.Cluster {
 		Labels: map[string]string{"fleet": "blue"}}}
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonCredentialsIssued, ObservedGeneration: 1})
+	c.Status.Credentials = &v1alpha1.ClusterCredentials{}
+	for _, role := range v1alpha1.CARoles() {
+		c.Status.Credentials.CertificateAuthorities = append(c.Status.Credentials.CertificateAuthorities,
+			v1alpha1.CertificateAuthorityInventory{Role: role, Current: &v1alpha1.CertificateInfo{Fingerprint: string(role)}})
+	}
 	return c
 }
 
@@ -148,27 +153,36 @@ func recordingPatches(patched *[]string) func(ctx context.Context, c client.With
 	}
 }
 
-// A Cluster that changed since the pass read it (its patch conflicts) is
-// looked at again in a second, as a stale campaign is, not failed with an
-// error; the next pass starts it.
+// A Cluster that changed since the pass read it (its patch conflicts), or
+// that the API server no longer has (deleted meanwhile: Clusters have no
+// finalizer), is looked at again in a second, as a stale campaign is, not
+// failed with an error; the next pass starts it, here where the cache
+// still shows it.
 func TestAClusterThatChangedSinceItWasReadIsStartedOnTheNextPass(t *testing.T) {
-	var patched []string
-	conflicts := 1
-	r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		if conflicts > 0 {
-			conflicts--
-			return apierrors.NewConflict(v1alpha1.Resource("clusters"), obj.GetName(), errors.New("changed since read"))
-		}
-		return recordingPatches(&patched)(ctx, c, obj, p, opts...)
-	})
-	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "fleet", Name: "wave"}}
-	result, err := r.Reconcile(context.Background(), req)
-	if err != nil || result.RequeueAfter != time.Second {
-		t.Fatalf("result %+v, error %v; want a retry in a second", result, err)
-	}
-	rc := reconcileWave(t, r)
-	if len(patched) != 1 || patched[0] != "a" || rc.Status.Clusters.InProgress != 1 || rc.Status.Clusters.Failed != 0 {
-		t.Fatalf("patched %v, counts %+v; want a started on the next pass, nothing failed", patched, rc.Status.Clusters)
+	for name, stale := range map[string]error{
+		"changed": apierrors.NewConflict(v1alpha1.Resource("clusters"), "a", errors.New("changed since read")),
+		"deleted": apierrors.NewNotFound(v1alpha1.Resource("clusters"), "a"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var patched []string
+			staleOnce := 1
+			r, _ := fixture(t, func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+				if staleOnce > 0 {
+					staleOnce--
+					return stale
+				}
+				return recordingPatches(&patched)(ctx, c, obj, p, opts...)
+			})
+			req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "fleet", Name: "wave"}}
+			result, err := r.Reconcile(context.Background(), req)
+			if err != nil || result.RequeueAfter != time.Second {
+				t.Fatalf("result %+v, error %v; want a retry in a second", result, err)
+			}
+			rc := reconcileWave(t, r)
+			if len(patched) != 1 || patched[0] != "a" || rc.Status.Clusters.InProgress != 1 || rc.Status.Clusters.Failed != 0 {
+				t.Fatalf("patched %v, counts %+v; want a started on the next pass, nothing failed", patched, rc.Status.Clusters)
+			}
+		})
 	}
 }
 
@@ -675,5 +689,52 @@ func TestACampaignStartTakenUpAfterTheCompleteStepBeganIsCompleted(t *testing.T)
 				t.Errorf("completeStepTime %v, want the pass that found no start pending, or b's start when later (%s)", rc.Status.CompleteStepTime, want)
 			}
 		})
+	}
+}
+
+// At the Complete step, a start requested on a Cluster whose credentials
+// were never issued, which the Cluster controller defers until they are and
+// which the campaign never made (it starts only Ready Clusters), neither
+// holds up the Complete step's time nor a place: the Prepared Clusters are
+// completed in the first pass.
+func TestAStartThatCannotBeTakenUpDoesNotHoldUpTheCompleteStep(t *testing.T) {
+	var patched []string
+	r, _ := fixture(t, recordingPatches(&patched))
+	ctx := context.Background()
+	t0 := r.Clock.Now()
+	for _, name := range []string{"a", "b", "c"} {
+		c := &v1alpha1.Cluster{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: name}, c); err != nil {
+			t.Fatal(err)
+		}
+		if name == "b" {
+			c.Status.Credentials = nil // never issued
+			metav1.SetMetaDataAnnotation(&c.ObjectMeta, v1alpha1.OperationAnnotation, v1alpha1.OperationStartCARotation)
+		} else {
+			c.Status.Credentials.Rotation = &v1alpha1.CredentialsRotation{CertificateAuthorities: &v1alpha1.CARotation{
+				Phase: v1alpha1.RotationPrepared, LastInitiationTime: &metav1.Time{Time: t0.Add(-10 * time.Minute)}, OldCAUsage: &v1alpha1.OldCAUsage{}}}
+		}
+		if err := r.Client.Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Spec.Step = v1alpha1.CampaignComplete
+	if err := r.Client.Update(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Status.StartTime = &metav1.Time{Time: t0.Add(-time.Hour)}
+	if err := r.Client.Status().Update(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+
+	if rc = reconcileWave(t, r); rc.Status.CompleteStepTime == nil {
+		t.Error("no completeStepTime stored: b's start, which cannot be taken up, holds up the Complete step")
+	}
+	if !slices.Contains(patched, "a") {
+		t.Errorf("patched %v, want a completed in the first pass (one place, b's start must not hold it)", patched)
 	}
 }

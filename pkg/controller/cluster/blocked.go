@@ -163,16 +163,6 @@ func credentialsRecorded(c *v1alpha1.Cluster) bool {
 	return c.Status.Credentials != nil && (len(c.Status.Credentials.CertificateAuthorities) > 0 || c.Status.Credentials.EarliestCAExpiry != nil)
 }
 
-// credentialsIssued reports whether every role's CA was issued and recorded.
-func credentialsIssued(c *v1alpha1.Cluster) bool {
-	for _, role := range v1alpha1.CARoles() {
-		if !inventoryLists(c, role) {
-			return false
-		}
-	}
-	return true
-}
-
 // labelArgs renders labels as kubectl label arguments, in a stable order.
 func labelArgs(labels map[string]string) string {
 	out := make([]string, 0, len(labels))

@@ -151,7 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	// has none yet waits (annotation kept) until this pass has issued them.
 	// A completion waits likewise for this pass to judge the old-CA usage gate.
 	requested, err := v1alpha1.ParseOperation(c.Annotations[v1alpha1.OperationAnnotation])
-	deferred := err == nil && (requested.Verb.StartsCARotation() && !credentialsIssued(c) || r.completionWaitsForGate(requested, c))
+	deferred := err == nil && (requested.Verb.StartsCARotation() && !c.CredentialsIssued() || r.completionWaitsForGate(requested, c))
 	if _, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok && !deferred {
 		return r.written(req.NamespacedName, now, r.handleOperation(ctx, c))
 	}
