@@ -70,6 +70,9 @@ const (
 	// ReasonWaitingForMaintenanceWindow (True): the window is closed; the
 	// message says when it opens next.
 	ReasonWaitingForMaintenanceWindow = "WaitingForMaintenanceWindow"
+	// ReasonMaintenanceWindowOpen (True): the window is open, the phase
+	// allows the operation and nothing holds it: a pass carries it out next.
+	ReasonMaintenanceWindowOpen = "WindowOpen"
 	// ReasonMaintenanceOperationNotAllowed (True): the window was open when
 	// Carousel last looked, but the rotation's phase did not allow the
 	// operation yet; it runs in the first window after the phase does.

@@ -132,7 +132,11 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonOldCADependents
 			cond.Message = fmt.Sprintf("%s waits for the old-CA usage gate: %v", value, held)
 		default:
-			// The gate opened in this pass: the next one carries it out.
+			// The window opened, or the gate, in this pass: the next one
+			// carries it out, unless it fails before (the managed cluster
+			// unreachable); the operation is queued until then.
+			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonMaintenanceWindowOpen
+			cond.Message = value + " is carried out at the next pass: the maintenance window is open"
 			next = r.Clock.Now()
 		}
 	}

@@ -420,3 +420,21 @@ func TestAConditionMessageIsCutToTheSchemasLimit(t *testing.T) {
 		t.Fatalf("message of %d bytes, want it cut to %d", n, maxConditionMessage)
 	}
 }
+
+// An operation queued for the maintenance window that nothing holds any
+// more (the window open, the phase allowing it) is still queued until a
+// pass carries it out: the condition says so, not that nothing is queued.
+func TestAQueuedOperationDueAtTheNextPassIsStillSaidToBeQueued(t *testing.T) {
+	at := time.Date(2026, 3, 1, 22, 30, 0, 0, time.UTC)
+	r := &Reconciler{Clock: clocktesting.NewFakeClock(at)}
+	c := newCluster("prod")
+	c.Spec.Maintenance = &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{Begin: "220000+0000", End: "230000+0000"}}
+	metav1.SetMetaDataAnnotation(&c.ObjectMeta, v1alpha1.MaintenanceOperationAnnotation, v1alpha1.OperationStartCARotation)
+	if next := r.setMaintenanceCondition(c); !next.Equal(at) {
+		t.Errorf("look again at %s, want now (%s)", next, at)
+	}
+	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued)
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != v1alpha1.ReasonMaintenanceWindowOpen || !strings.Contains(cond.Message, v1alpha1.OperationStartCARotation) {
+		t.Errorf("MaintenanceOperationQueued is %+v, want True %s naming the operation", cond, v1alpha1.ReasonMaintenanceWindowOpen)
+	}
+}
