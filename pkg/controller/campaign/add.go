@@ -21,7 +21,7 @@ import (
 
 // A shard patches a campaign's labels to hand it over to the sharder.
 // +kubebuilder:rbac:groups=carousel.dev,resources=rotationcampaigns,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=carousel.dev,resources=rotationcampaigns/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=carousel.dev,resources=rotationcampaigns/status,verbs=get;patch
 
 // ControllerName names the controller in logs, metrics and events.
 const ControllerName = "rotationcampaign"

@@ -25,13 +25,13 @@ import (
 // Leader election (leases in its own namespace) and the webhook configuration
 // it injects its CA into are granted by the chart, narrowed to one namespace
 // and one object.
-// +kubebuilder:rbac:groups=carousel.dev,resources=clusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=carousel.dev,resources=clusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=carousel.dev,resources=clusters,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=carousel.dev,resources=clusters/status,verbs=get;patch
 // The objects a Cluster controls block its deletion (blockOwnerDeletion),
 // which the OwnerReferencesPermissionEnforcement admission plugin allows
 // only to who may update its finalizers.
 // +kubebuilder:rbac:groups=carousel.dev,resources=clusters/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;update
 // It deletes only the Secrets of its probe certificates; the garbage
 // collector deletes the rest with their Cluster.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=delete
