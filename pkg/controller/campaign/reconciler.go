@@ -106,6 +106,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return lookAgainIfStale(r.writeInvalid(ctx, rc, errs.ToAggregate().Error(), now))
 	}
 	step := rc.Spec.StepOrDefault()
+	if step == v1alpha1.CampaignStart && rc.Status.CompleteStepTime != nil {
+		// The webhook refuses the step going back too: the Clusters skipped
+		// at the Complete step would be started again.
+		return lookAgainIfStale(r.writeInvalid(ctx, rc, fmt.Sprintf("spec.step: the campaign's Complete step began at %s, and it does not go back to Start; "+
+			"set it to Complete again, or create a new campaign to start another rotation", rc.Status.CompleteStepTime.UTC().Format(time.RFC3339)), now))
+	}
 	clusters, err := r.selected(ctx, rc)
 	if err != nil {
 		return ctrl.Result{}, err

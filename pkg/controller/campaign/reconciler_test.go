@@ -566,6 +566,30 @@ func TestACampaignWithAnInvalidSpecStartsNothing(t *testing.T) {
 	}
 }
 
+// A campaign whose step went back from Complete to Start (stored past the
+// webhook) starts nothing, and says why: the Clusters skipped at the
+// Complete step would be started again.
+func TestACampaignBackAtTheStartStepStartsNothing(t *testing.T) {
+	var patched []string
+	r, _ := fixture(t, recordingPatches(&patched))
+	rc := &v1alpha1.RotationCampaign{}
+	if err := r.Client.Get(context.Background(), types.NamespacedName{Namespace: "fleet", Name: "wave"}, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Status.StartTime = &metav1.Time{Time: r.Clock.Now().Add(-time.Hour)}
+	rc.Status.CompleteStepTime = &metav1.Time{Time: r.Clock.Now().Add(-time.Minute)}
+	if err := r.Client.Status().Update(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	if rc = reconcileWave(t, r); len(patched) != 0 {
+		t.Fatalf("patched %v, want none", patched)
+	}
+	cond := meta.FindStatusCondition(rc.Status.Conditions, v1alpha1.ConditionCampaignProgressing)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != v1alpha1.ReasonCampaignInvalidSpec || !strings.Contains(cond.Message, "does not go back to Start") {
+		t.Errorf("Progressing = %+v, want False InvalidSpec saying the step does not go back", cond)
+	}
+}
+
 // lendingReader lists Clusters the way the cache does when asked not to copy
 // them: each item shares its maps, slices and pointers with the object the
 // cache keeps.
