@@ -35,5 +35,6 @@ func main() {
 // gone (| head) fail with EPIPE, as any other write error, instead of the
 // SIGPIPE that the Go runtime otherwise lets kill the process: a command
 // then undoes what it began, as certs upload deletes the copy whose key it
-// could not print.
-func writeErrorsOnClosedPipes() { signal.Ignore(syscall.SIGPIPE) }
+// could not print. Notified, not ignored: an ignored signal stays ignored in
+// the credential plugins a kubeconfig has it run, a handler does not.
+func writeErrorsOnClosedPipes() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }
