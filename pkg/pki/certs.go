@@ -179,10 +179,6 @@ func (kp *KeyPair) Issue(tmpl LeafTemplate, pub crypto.PublicKey, now time.Time)
 	if !notAfter.After(now) {
 		return nil, fmt.Errorf("CA %q expired at %s", kp.Cert.Subject.CommonName, kp.Cert.NotAfter.Format(time.RFC3339))
 	}
-	if now.Before(kp.Cert.NotBefore) {
-		// Every peer would refuse the chain until then, at its own clock.
-		return nil, fmt.Errorf("CA %q is not valid before %s", kp.Cert.Subject.CommonName, kp.Cert.NotBefore.UTC().Format(time.RFC3339))
-	}
 	keyUsage := x509.KeyUsageDigitalSignature
 	if _, isRSA := pub.(*rsa.PublicKey); isRSA && hasUsage(tmpl.Usages, x509.ExtKeyUsageServerAuth) {
 		// TLS 1.2 RSA key exchange encrypts the premaster secret to the server's key.

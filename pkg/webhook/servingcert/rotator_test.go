@@ -498,17 +498,16 @@ func TestRotatorKeepsTheCAsOfAConfigurationWhenTheSecretIsRestoredFromAnOlderCop
 	}
 }
 
-// A replica whose clock is behind the CA's notBefore cannot settle: a
-// certificate it issued would fail to verify at once, so the CA refuses to
-// issue one. It says so, and Start backs off, rather than issue a key and
-// write the Secret every second.
+// A replica whose clock is behind the CA's notBefore cannot settle: each
+// certificate it issues fails to verify at once. It says so, and Start backs
+// off, rather than issue a key and write the Secret every second.
 func TestRotatorThatCannotSettleFails(t *testing.T) {
 	ahead := clocktesting.NewFakeClock(t0.Add(time.Hour))
 	api := newAPIServer(t, ahead, webhookConfiguration())
 	sync(t, newRotator(api, ahead))
 
 	behind := clocktesting.NewFakeClock(t0)
-	if _, err := newRotator(api, behind).Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "is not valid before") {
+	if _, err := newRotator(api, behind).Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "want renewing again at once") {
 		t.Errorf("Sync on a clock behind the CA = %v, want an error that makes it back off", err)
 	}
 }
