@@ -151,9 +151,7 @@ func addExternalSANs(c *v1alpha1.Cluster, dns []string, ips []net.IP) ([]string,
 	return dns, ips
 }
 
-// endpointHost returns the host of an endpoint URL, or "", in lower case:
-// a DNS name's case means nothing, and the extra SANs, which may name the
-// same host, are lower case (validated as DNS-1123 subdomains).
+// endpointHost returns the host of an endpoint URL, or "".
 func endpointHost(endpoint string) string {
 	if endpoint == "" {
 		return ""
@@ -162,7 +160,7 @@ func endpointHost(endpoint string) string {
 	if err != nil {
 		return ""
 	}
-	return strings.ToLower(u.Hostname())
+	return u.Hostname()
 }
 
 // addSAN adds a name to the DNS or IP list, unless it is there already.
@@ -178,8 +176,12 @@ func addSAN(dns []string, ips []net.IP, san string) ([]string, []net.IP) {
 		}
 		return dns, append(ips, ip)
 	}
+	// A DNS name's case means nothing: the endpoint's host, as written in
+	// its URL, and an extra SAN (a DNS-1123 subdomain, lower case) may be
+	// the same name. The first stays as written, so that a certificate
+	// issued before is not issued again.
 	for _, have := range dns {
-		if have == san {
+		if strings.EqualFold(have, san) {
 			return dns, ips
 		}
 	}
