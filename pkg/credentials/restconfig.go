@@ -4,11 +4,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -53,38 +50,4 @@ func RESTConfig(endpoint string, caBundle, certPEM, keyPEM []byte) (*rest.Config
 			KeyData:  keyPEM,
 		},
 	}, nil
-}
-
-// MaxResponseBytes bounds each answer of a managed API server, whose
-// address a tenant writes (spec.controlPlane.endpoint) and may point at a
-// server of its own: a page of 500 objects, or every APIService of a
-// cluster, takes a few MiB.
-const MaxResponseBytes = 16 << 20
-
-// BoundResponses fails the read of a response body past MaxResponseBytes:
-// for one-shot reads of a managed API server (a watch's body is longer).
-func BoundResponses(next http.RoundTripper) http.RoundTripper {
-	return promhttp.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := next.RoundTrip(req)
-		if err == nil {
-			resp.Body = &boundedBody{ReadCloser: resp.Body, left: MaxResponseBytes}
-		}
-		return resp, err
-	})
-}
-
-// boundedBody is a response body that fails a read past left bytes, with an
-// error that says so (io.LimitReader would end it quietly, as if complete;
-// http.MaxBytesReader's error speaks of a request body).
-type boundedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if b.left -= int64(n); b.left < 0 {
-		return 0, fmt.Errorf("the API server's answer is larger than %d MiB", MaxResponseBytes>>20)
-	}
-	return n, err
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/carousel-dev/carousel/pkg/bounded"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
@@ -162,7 +163,7 @@ func (c Checker) restConfig(endpoint string, serverTrust, certPEM, keyPEM []byte
 		return nil, err
 	}
 	cfg.Timeout = c.timeout()
-	cfg.Wrap(credentials.BoundResponses)
+	cfg.Wrap(bounded.Responses)
 	return cfg, nil
 }
 

@@ -12,11 +12,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/carousel-dev/carousel/pkg/credentials"
+	"github.com/carousel-dev/carousel/pkg/bounded"
 	"github.com/carousel-dev/carousel/pkg/pki"
 	"github.com/carousel-dev/carousel/pkg/pki/pkitest"
 )
@@ -101,43 +97,14 @@ func TestARefusedSelfSubjectReviewNamesTheUser(t *testing.T) {
 	}
 }
 
-// A managed API server may be a tenant's (the endpoint is theirs to write,
-// and so are the CA keys that would verify it): what a check reads from it
-// is bounded, whatever it answers, and the check fails saying why.
-func TestAListIsBoundedWhateverTheServerAnswers(t *testing.T) {
-	for _, tt := range []struct {
-		name    string
-		page    func(opts metav1.ListOptions) *corev1.NamespaceList
-		wantErr string
-	}{
-		{"pages of nothing that never end", func(metav1.ListOptions) *corev1.NamespaceList {
-			return &corev1.NamespaceList{ListMeta: metav1.ListMeta{Continue: "more"}}
-		}, "past 800 pages"},
-		{"more objects than a cluster holds", func(opts metav1.ListOptions) *corev1.NamespaceList {
-			return &corev1.NamespaceList{ListMeta: metav1.ListMeta{Continue: "more"}, Items: make([]corev1.Namespace, opts.Limit)}
-		}, "more than 100000 objects"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			pages, items := 0, 0
-			err := eachItem(context.Background(), func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				pages++
-				return tt.page(opts), nil
-			}, func(*corev1.Namespace) { items++ })
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || pages > maxListPages || items > maxListItems {
-				t.Errorf("eachItem = %v after %d pages, %d objects; want an error saying %q", err, pages, items, tt.wantErr)
-			}
-		})
-	}
-}
-
-// An answer past credentials.MaxResponseBytes fails the check that read it.
+// An answer past bounded.MaxResponseBytes fails the check that read it.
 func TestAnAnswerPastTheBoundFailsTheCheck(t *testing.T) {
 	ca := pkitest.NewCA(t, "client CA")
 	certPEM, keyPEM := clientPair(t, ca, "carousel:operator")
 	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]`))
-		_, _ = w.Write([]byte(strings.Repeat(" ", credentials.MaxResponseBytes)))
+		_, _ = w.Write([]byte(strings.Repeat(" ", bounded.MaxResponseBytes)))
 		_, _ = w.Write([]byte(`}`))
 	}))
 	defer api.Close()

@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/pager"
 
+	"github.com/carousel-dev/carousel/pkg/bounded"
 	"github.com/carousel-dev/carousel/pkg/pki"
 )
 
@@ -36,7 +36,7 @@ func (c Checker) KubeRootCABehind(ctx context.Context, endpoint string, serverTr
 	}
 	// Only what KubeRootCALag reads is kept: the server may be a tenant's.
 	var namespaces []corev1.Namespace
-	if err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if err := bounded.EachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return cs.CoreV1().Namespaces().List(ctx, opts)
 	}, func(ns *corev1.Namespace) {
 		namespaces = append(namespaces, corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, DeletionTimestamp: ns.DeletionTimestamp},
@@ -45,7 +45,7 @@ func (c Checker) KubeRootCABehind(ctx context.Context, endpoint string, serverTr
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 	var published []corev1.ConfigMap
-	if err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if err := bounded.EachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		opts.FieldSelector = "metadata.name=" + KubeRootCAConfigMap
 		return cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, opts)
 	}, func(cm *corev1.ConfigMap) {
@@ -64,39 +64,6 @@ func (c Checker) KubeRootCABehind(ctx context.Context, endpoint string, serverTr
 // maxKeptBundleBytes is the most of a kube-root-ca.crt that the check keeps
 // per namespace: a few CA certificates take a few KiB.
 const maxKeptBundleBytes = 64 << 10
-
-// Bounds of one list: Kubernetes is tested with 10,000 namespaces, and a
-// managed API server may be a tenant's, answering with pages of nothing
-// that never end.
-const (
-	listPageSize = 500
-	maxListItems = 100_000
-	maxListPages = 4 * maxListItems / listPageSize
-)
-
-// eachItem pages through a list, listPageSize objects at a time, one page
-// ahead, and fails past maxListItems objects or maxListPages pages.
-func eachItem[T any](ctx context.Context, list pager.ListPageFunc, each func(*T)) error {
-	pages, items := 0, 0
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		if pages++; pages > maxListPages {
-			return nil, fmt.Errorf("the list goes on past %d pages", maxListPages)
-		}
-		return list(ctx, opts)
-	})
-	p.PageSize, p.PageBufferSize = listPageSize, 1
-	return p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
-		if items++; items > maxListItems {
-			return fmt.Errorf("the list holds more than %d objects", maxListItems)
-		}
-		item, ok := any(obj).(*T)
-		if !ok {
-			return fmt.Errorf("unexpected %T in a list", obj)
-		}
-		each(item)
-		return nil
-	})
-}
 
 // KubeRootCALag lists, sorted, the namespaces not being deleted whose
 // kube-root-ca.crt (among published) is missing, unparsable, or not the

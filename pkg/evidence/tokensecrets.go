@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/carousel-dev/carousel/pkg/bounded"
 	"github.com/carousel-dev/carousel/pkg/clip"
 	"github.com/carousel-dev/carousel/pkg/refused"
 )
@@ -44,7 +45,7 @@ func tokenSecretsBehind(ctx context.Context, cs kubernetes.Interface, keyID stri
 	var behind []string
 	var removeErr error
 	removals := 0
-	err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	err := bounded.EachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		opts.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeServiceAccountToken)).String()
 		return cs.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, opts)
 	}, func(s *corev1.Secret) {

@@ -13,11 +13,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
 	outputv1alpha1 "github.com/carousel-dev/carousel/apis/output/v1alpha1"
+	"github.com/carousel-dev/carousel/pkg/bounded"
 	"github.com/carousel-dev/carousel/pkg/credentials"
 	"github.com/carousel-dev/carousel/pkg/rotation"
 )
@@ -119,7 +121,7 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 			s.Data[v1alpha1.DataKeyCertificate], s.Data[v1alpha1.DataKeyPrivateKey])
 		if cfgErr == nil {
 			restCfg.Timeout = e.managedRequestTimeout()
-			restCfg.Wrap(credentials.BoundResponses) // the endpoint is the tenant's to write
+			restCfg.Wrap(bounded.Responses) // the endpoint is the tenant's to write
 			cs, err = kubernetes.NewForConfig(restCfg)
 		} else {
 			err = cfgErr
@@ -130,18 +132,18 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 	case cs == nil && err == nil:
 		err = errors.New("the Cluster has no endpoint")
 	case cs != nil:
-		var nodes *corev1.NodeList
-		if nodes, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
-			break
-		}
-		for _, n := range nodes.Items {
+		// In pages, as kubectl lists: a page of 500 Nodes stays well within
+		// an answer's bound where all of a large cluster's would not.
+		err = bounded.EachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return cs.CoreV1().Nodes().List(ctx, opts)
+		}, func(n *corev1.Node) {
 			pool := n.Labels[v1alpha1.LabelPool]
 			if cl.Spec.WorkerPool(pool) == nil {
 				outside = append(outside, oneLine(n.Name))
-				continue
+				return
 			}
 			byPool[pool] = append(byPool[pool], oneLine(n.Name))
-		}
+		})
 	}
 	for _, pool := range cl.Spec.Workers {
 		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy), MachineDeployment: pool.MachineDeployment,

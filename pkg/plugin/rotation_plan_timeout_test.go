@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +51,7 @@ func TestAPlanDoesNotWaitForAManagedAPIServerThatNeverAnswers(t *testing.T) {
 
 // A managed API server that answers the list of nodes without end, within
 // the request timeout, has the plan read no more than
-// credentials.MaxResponseBytes of it: the pool's nodes are reported unknown.
+// bounded.MaxResponseBytes of it: the pool's nodes are reported unknown.
 func TestAPlanReadsABoundedAnswerOfAManagedAPIServer(t *testing.T) {
 	plan, _ := planOfPoolA(t, context.Background(), func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -103,4 +105,26 @@ func planOfPoolA(t *testing.T, ctx context.Context, handler http.HandlerFunc) (o
 	flags.APIServer, flags.Timeout = ptr.To("https://127.0.0.1:1"), ptr.To("1s")
 	pools, _, unknown := (&env{flags: flags}).poolNodes(ctx, c, cl)
 	return pools["a"], unknown
+}
+
+// A plan lists the managed cluster's nodes in pages, as kubectl does: a
+// large cluster's list, taken whole, would pass the bound on an answer.
+func TestAPlanListsTheNodesInPages(t *testing.T) {
+	plan, unknown := planOfPoolA(t, context.Background(), func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		node, next := "n1", "page-2"
+		if q.Get("continue") == "page-2" {
+			node, next = "n2", ""
+		}
+		if q.Get("limit") == "" {
+			http.Error(w, "a list without a limit", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"kind":"NodeList","apiVersion":"v1","metadata":{"continue":%q},"items":[{"metadata":{"name":%q,"labels":{%q:"a"}}}]}`,
+			next, node, v1alpha1.LabelPool)
+	})
+	if unknown != "" || !slices.Equal(plan.Nodes, []string{"n1", "n2"}) {
+		t.Errorf("pool a: nodes %v (unknown: %q), want both pages' n1 and n2", plan.Nodes, unknown)
+	}
 }
