@@ -3,6 +3,10 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,16 +39,40 @@ import (
 // a cluster admin, and returns its standard output.
 func kubectlCarousel(ctx context.Context, args ...string) (string, error) {
 	GinkgoHelper()
-	return kubectlCarouselAt(ctx, clock.RealClock{}, args...)
-}
-
-// kubectlCarouselAt is kubectlCarousel with the plugin's clock, which decides
-// when an upload expires.
-func kubectlCarouselAt(ctx context.Context, clk clock.Clock, args ...string) (string, error) {
-	GinkgoHelper()
 	admin, err := testEnv.AddUser(envtest.User{Name: "plugin-admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err := admin.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+	return kit.KubectlCarousel(ctx, path, clock.RealClock{}, args...)
+}
+
+// kubectlCarouselAt is kubectlCarousel with clk as the time of the plugin
+// and of the management cluster: the plugin reaches the test API server
+// through a proxy that authenticates as a cluster admin and dates each
+// answer by clk (its Date header, by which the plugin judges when an upload
+// expires, as it does by a real API server's).
+func kubectlCarouselAt(ctx context.Context, clk clock.Clock, args ...string) (string, error) {
+	GinkgoHelper()
+	upstream, err := url.Parse(cfg.Host)
+	Expect(err).NotTo(HaveOccurred())
+	transport, err := rest.TransportFor(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	proxy := httputil.NewSingleHostReverseProxy(upstream)
+	proxy.Transport, proxy.FlushInterval = transport, -1
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		resp.Header.Set("Date", clk.Now().UTC().Format(http.TimeFormat))
+		return nil
+	}
+	server := httptest.NewServer(proxy)
+	defer server.Close()
+	kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"management": {Server: server.URL}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"admin": {}},
+		Contexts:       map[string]*clientcmdapi.Context{"management": {Cluster: "management", AuthInfo: "admin"}},
+		CurrentContext: "management",
+	})
 	Expect(err).NotTo(HaveOccurred())
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
