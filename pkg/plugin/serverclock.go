@@ -14,9 +14,10 @@ import (
 // (their Date header), advanced by the local clock since the latest one. An
 // upload's bootstrap token expires by the cluster's clock (the sweep of
 // every user's commands deletes it then, and kube-controller-manager's
-// tokencleaner where it runs), and the API server judges a certificate's
-// validity by it: a workstation whose clock is hours off must neither delete
-// another user's live upload nor write one that expired already.
+// tokencleaner where it runs): a workstation whose clock is hours off must
+// neither delete another user's live upload nor write one that expired
+// already. An admin kubeconfig is dated by it too, the closest guess the
+// plugin has of the managed API server's clock, which judges it.
 type serverClock struct {
 	local clock.PassiveClock
 	mu    sync.Mutex

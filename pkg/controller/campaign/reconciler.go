@@ -426,8 +426,8 @@ func (r *Reconciler) start(ctx context.Context, rc *v1alpha1.RotationCampaign, c
 		log.FromContext(ctx).Info("Started the step's operation on a Cluster", "cluster", c.Name, "operation", campaign.Operation(step))
 		return false, nil
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		// Clusters have no finalizer: one deleted since the cache showed it
-		// is gone from the next pass's selection.
+		// Deleted since the cache showed it, or being deleted: the next
+		// pass's selection leaves it out.
 		log.FromContext(ctx).V(1).Info("The Cluster changed, or was deleted, since it was looked at: looking again in a second", "cluster", c.Name)
 		return false, fmt.Errorf("cluster %s changed, or was deleted, since it was looked at: %w", c.Name, errors.Join(errStaleCluster, err))
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):

@@ -154,8 +154,8 @@ func recordingPatches(patched *[]string) func(ctx context.Context, c client.With
 }
 
 // A Cluster that changed since the pass read it (its patch conflicts), or
-// that the API server no longer has (deleted meanwhile: Clusters have no
-// finalizer), is looked at again in a second, as a stale campaign is, not
+// that the API server no longer has (deleted meanwhile), is looked at again
+// in a second, as a stale campaign is, not
 // failed with an error; the next pass starts it, here where the cache
 // still shows it.
 func TestAClusterThatChangedSinceItWasReadIsStartedOnTheNextPass(t *testing.T) {

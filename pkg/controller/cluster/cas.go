@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -240,7 +241,9 @@ func (r *Reconciler) previousChangedByHand(ctx context.Context, c *v1alpha1.Clus
 // the status does not record that CA yet (the passes since kept failing
 // after they signed). A second new CA would drop the first from the trust
 // bundles, leaving what it signed untrusted, and its key lost. A cache that
-// shows the Secret older than the API server does is behind (errStaleCache).
+// shows the Secret or the bundle older than the API server does is behind
+// (errStaleCache). A restore of the whole namespace, the bundle with the
+// Secret, goes unseen.
 func (r *Reconciler) lostNewCA(ctx context.Context, c *v1alpha1.Cluster, role v1alpha1.CARole, secret *corev1.Secret, cas *credentials.CAs, objs *objects) error {
 	name := credentials.BundleConfigMapName(c.Name, role)
 	bundle := objs.configMaps[name]
@@ -259,11 +262,16 @@ func (r *Reconciler) lostNewCA(ctx context.Context, c *v1alpha1.Cluster, role v1
 	if i < 0 {
 		return nil
 	}
-	if behind, err := r.readBehind(ctx, secretKind, secret); err != nil || behind {
-		if behind {
-			err = fmt.Errorf("secret %s: %w", secret.Name, errStaleCache)
+	for _, read := range []struct {
+		kind schema.GroupVersionKind
+		obj  client.Object
+	}{{secretKind, secret}, {configMapKind, bundle}} {
+		if behind, err := r.readBehind(ctx, read.kind, read.obj); err != nil || behind {
+			if behind {
+				err = fmt.Errorf("%s %s: %w", strings.ToLower(read.kind.Kind), read.obj.GetName(), errStaleCache)
+			}
+			return err
 		}
-		return err
 	}
 	return blocked(v1alpha1.ReasonCALost,
 		"secret %s holds %s CA %s alone, without the annotations of the rotation under way, while the trust bundle %s lists CA %s, "+

@@ -866,6 +866,36 @@ func TestANewCAPutBackBeforeTheStatusRecordedItIsRefused(t *testing.T) {
 		}
 	})
 
+	t.Run("a cache whose bundle is behind", func(t *testing.T) {
+		// The API server's bundle lists the Secret's CA alone (put back
+		// with it, say); the cache still shows it with the new one.
+		sc, before, _ := signedWithTheNewCA(t)
+		putBack(t, sc, before)
+		key := client.ObjectKey{Namespace: sc.key.Namespace, Name: credentials.BundleConfigMapName(sc.key.Name, v1alpha1.CARoleClient)}
+		bundle := &corev1.ConfigMap{}
+		if err := sc.api.Get(ctx, key, bundle); err != nil {
+			t.Fatal(err)
+		}
+		stale := bundle.DeepCopy()
+		old, err := credentials.DecodeCASecret(before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle.Data[v1alpha1.DataKeyCABundle] = string(pki.EncodeCertificates(old.Current.Cert))
+		if err := sc.api.Update(ctx, bundle); err != nil {
+			t.Fatal(err)
+		}
+		sc.api.behindConfigMaps = map[string]*corev1.ConfigMap{key.Name: stale}
+		keys := pki.KeysGenerated()
+		result, err := sc.r.Reconcile(ctx, ctrl.Request{NamespacedName: sc.key})
+		if err != nil || result.RequeueAfter != time.Second {
+			t.Fatalf("the pass on a bundle behind ended with %v, %+v; want it retried in a second", err, result)
+		}
+		if n := pki.KeysGenerated() - keys; n != 0 {
+			t.Errorf("the pass on a bundle behind generated %d keys, want 0", n)
+		}
+	})
+
 	t.Run("a CA minted before the rotation", func(t *testing.T) {
 		sc := newSettledCluster(t)
 		key, err := pki.GenerateKey(pki.ECDSAP256)

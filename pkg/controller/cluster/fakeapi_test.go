@@ -51,6 +51,8 @@ type fakeAPI struct {
 	// behind are Secrets as a cache behind the API server shows them: lists
 	// give them instead of the API server's, by name.
 	behind map[string]*corev1.Secret
+	// behindConfigMaps are the same for ConfigMaps.
+	behindConfigMaps map[string]*corev1.ConfigMap
 	// staleCluster, when set, is what a Get of the Cluster reads (a cache
 	// whose Clusters are behind its Secrets); the API server (apiServer)
 	// has the Cluster as it is.
@@ -156,6 +158,13 @@ func newFakeAPI(c *v1alpha1.Cluster, objs ...client.Object) *fakeAPI {
 					}
 				}
 			case *corev1.ConfigMapList:
+				api.mu.Lock()
+				for i := range l.Items {
+					if old := api.behindConfigMaps[l.Items[i].Name]; old != nil {
+						l.Items[i] = *old.DeepCopy()
+					}
+				}
+				api.mu.Unlock()
 				for i := range l.Items {
 					if err := cached(cacheConfigMap, &l.Items[i]); err != nil {
 						return err
