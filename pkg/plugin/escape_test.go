@@ -22,20 +22,9 @@ import (
 // backspaces that would move the cursor back over the condition's status.
 func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 	hostile := "the API server answered: \x1b]52;c;Y3VybCBldmlsfHNo\a\x1b[2J\rall fine\b\b\x7f\u009b2J"
-	cl := &v1alpha1.Cluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
-		Status: v1alpha1.ClusterStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ConditionControlPlaneReachable,
-			Status: metav1.ConditionFalse, Reason: "Unreachable", Message: hostile}}}}
-	api := httptest.NewServer(fakeDiscoveryAnd(t, "/apis/carousel.dev/v1alpha1/namespaces/team-a/clusters/prod", cl))
-	defer api.Close()
-
-	var out bytes.Buffer
-	cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out}, clock.RealClock{})
-	cmd.SetArgs([]string{"rotation", "status", "prod", "-n", "team-a", "--server", api.URL})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	switch got := out.String(); {
+	got := rotationStatusWith(t, metav1.Condition{Type: v1alpha1.ConditionControlPlaneReachable,
+		Status: metav1.ConditionFalse, Reason: "Unreachable", Message: hostile})
+	switch {
 	case !strings.Contains(got, "the API server answered: "):
 		t.Fatalf("the condition is not shown:\n%s", got)
 	case strings.ContainsAny(got, "\x1b\r\a\b\x7f\u009b"):
@@ -49,20 +38,7 @@ func TestTextFromAManagedClusterCannotDriveTheTerminal(t *testing.T) {
 // columns of its tables: its newlines and tabs are shown escaped.
 func TestTextFromAManagedClusterCannotForgeALine(t *testing.T) {
 	forged := "the API server answered: x\nPhase:\tCompleted"
-	cl := &v1alpha1.Cluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
-		Status: v1alpha1.ClusterStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ConditionCARotation,
-			Status: metav1.ConditionTrue, Reason: "WaitingForTrust", Message: forged}}}}
-	api := httptest.NewServer(fakeDiscoveryAnd(t, "/apis/carousel.dev/v1alpha1/namespaces/team-a/clusters/prod", cl))
-	defer api.Close()
-
-	var out bytes.Buffer
-	cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out}, clock.RealClock{})
-	cmd.SetArgs([]string{"rotation", "status", "prod", "-n", "team-a", "--server", api.URL})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
+	got := rotationStatusWith(t, metav1.Condition{Type: v1alpha1.ConditionCARotation, Status: metav1.ConditionTrue, Reason: "WaitingForTrust", Message: forged})
 	if strings.Contains(got, "Completed") && !strings.Contains(got, `x\nPhase:\tCompleted`) {
 		t.Errorf("the message is not shown escaped:\n%s", got)
 	}
@@ -74,6 +50,24 @@ func TestTextFromAManagedClusterCannotForgeALine(t *testing.T) {
 	if n := strings.Count(got, `x\nPhase:\tCompleted`); n != 2 {
 		t.Errorf("the message is shown escaped %d times, want 2 (waiting for, conditions):\n%s", n, got)
 	}
+}
+
+// rotationStatusWith is what kubectl carousel rotation status prints, on
+// stdout and stderr, of a Cluster with the condition cond.
+func rotationStatusWith(t *testing.T, cond metav1.Condition) string {
+	t.Helper()
+	cl := &v1alpha1.Cluster{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Cluster"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prod"},
+		Status:     v1alpha1.ClusterStatus{Conditions: []metav1.Condition{cond}}}
+	api := httptest.NewServer(fakeDiscoveryAnd(t, "/apis/carousel.dev/v1alpha1/namespaces/team-a/clusters/prod", cl))
+	defer api.Close()
+	var out bytes.Buffer
+	cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out}, clock.RealClock{})
+	cmd.SetArgs([]string{"rotation", "status", "prod", "-n", "team-a", "--server", api.URL})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
 }
 
 // An error is escaped as the output is: it can quote an admission webhook's

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/carousel-dev/carousel/apis/carousel/v1alpha1"
@@ -155,10 +154,7 @@ func (r *Reconciler) holdsRecordedCA(ctx context.Context, c *v1alpha1.Cluster, r
 	if !retired && !fromBefore && (holdsCurrent || cas.Previous != nil && pki.Fingerprint(cas.Previous.Cert) == recorded.Fingerprint) {
 		return nil
 	}
-	if behind, err := r.readBehind(ctx, secretKind, secret); err != nil || behind {
-		if behind {
-			err = fmt.Errorf("secret %s: %w", secret.Name, errStaleCache)
-		}
+	if err := r.errIfBehind(ctx, secretKind, secret, "secret "+secret.Name); err != nil {
 		return err
 	}
 	if retired {
@@ -212,10 +208,7 @@ func (r *Reconciler) previousChangedByHand(ctx context.Context, c *v1alpha1.Clus
 		return nil
 	}
 	if cas.Previous == nil {
-		if behind, err := r.readBehind(ctx, v1alpha1.SchemeGroupVersion.WithKind("Cluster"), c); err != nil || behind {
-			if behind {
-				err = fmt.Errorf("secret %s, without the previous CA the Cluster as read records: %w", secret.Name, errStaleCache)
-			}
+		if err := r.errIfBehind(ctx, clusterKind, c, "secret "+secret.Name+", without the previous CA the Cluster as read records"); err != nil {
 			return err
 		}
 		return blocked(v1alpha1.ReasonCALost,
@@ -262,16 +255,11 @@ func (r *Reconciler) lostNewCA(ctx context.Context, c *v1alpha1.Cluster, role v1
 	if i < 0 {
 		return nil
 	}
-	for _, read := range []struct {
-		kind schema.GroupVersionKind
-		obj  client.Object
-	}{{secretKind, secret}, {configMapKind, bundle}} {
-		if behind, err := r.readBehind(ctx, read.kind, read.obj); err != nil || behind {
-			if behind {
-				err = fmt.Errorf("%s %s: %w", strings.ToLower(read.kind.Kind), read.obj.GetName(), errStaleCache)
-			}
-			return err
-		}
+	if err := r.errIfBehind(ctx, secretKind, secret, "secret "+secret.Name); err != nil {
+		return err
+	}
+	if err := r.errIfBehind(ctx, configMapKind, bundle, "configmap "+name); err != nil {
+		return err
 	}
 	return blocked(v1alpha1.ReasonCALost,
 		"secret %s holds %s CA %s alone, without the annotations of the rotation under way, while the trust bundle %s lists CA %s, "+
@@ -296,10 +284,7 @@ func (r *Reconciler) swappedBeforeAbort(ctx context.Context, c *v1alpha1.Cluster
 	if !cas.Restored() || !cas.WrittenInRotation(c) || !phase.RotationInProgress() || phase == v1alpha1.RotationAborting {
 		return nil
 	}
-	if behind, err := r.readBehind(ctx, v1alpha1.SchemeGroupVersion.WithKind("Cluster"), c); err != nil || behind {
-		if behind {
-			err = fmt.Errorf("secret %s, swapped back by an abort the Cluster does not show yet: %w", secret.Name, errStaleCache)
-		}
+	if err := r.errIfBehind(ctx, clusterKind, c, "secret "+secret.Name+", swapped back by an abort the Cluster does not show yet"); err != nil {
 		return err
 	}
 	return blocked(v1alpha1.ReasonCALost,

@@ -127,14 +127,16 @@ func (r *Reconciler) whatHoldsTheName(ctx context.Context, c *v1alpha1.Cluster, 
 	return nameHolder(strings.ToLower(gvk.Kind), found, c)
 }
 
-// readBehind reports whether obj, of kind gvk, as read (through the cache) is
-// behind the API server: gone there, or of another resourceVersion.
-func (r *Reconciler) readBehind(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) (bool, error) {
+// errIfBehind is errStaleCache, naming what (the object as the error speaks
+// of it), when obj as read (through the cache) is behind the API server:
+// gone there, or of another resourceVersion; the error of the read when it
+// fails; nil otherwise.
+func (r *Reconciler) errIfBehind(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object, what string) error {
 	there, err := r.readMetadata(ctx, gvk, client.ObjectKeyFromObject(obj))
-	if apierrors.IsNotFound(err) {
-		return true, nil
+	if apierrors.IsNotFound(err) || err == nil && there.ResourceVersion != obj.GetResourceVersion() {
+		return fmt.Errorf("%s: %w", what, errStaleCache)
 	}
-	return err == nil && there.ResourceVersion != obj.GetResourceVersion(), err
+	return err
 }
 
 // readMetadata reads the metadata of the object of kind gvk at key from the
@@ -146,11 +148,12 @@ func (r *Reconciler) readMetadata(ctx context.Context, gvk schema.GroupVersionKi
 	return found, r.apiReader().Get(ctx, key, found)
 }
 
-// secretKind and configMapKind are the GroupVersionKinds of Secrets and
-// ConfigMaps, for readMetadata.
+// secretKind, configMapKind and clusterKind are the GroupVersionKinds of
+// Secrets, ConfigMaps and Clusters, for readMetadata.
 var (
 	secretKind    = corev1.SchemeGroupVersion.WithKind("Secret")
 	configMapKind = corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	clusterKind   = v1alpha1.SchemeGroupVersion.WithKind("Cluster")
 )
 
 // nameHolder is whatHoldsTheName's verdict on found, the object of that kind
