@@ -103,6 +103,11 @@ func (e *env) managedRequestTimeout() time.Duration {
 	return defaultManagedRequestTimeout
 }
 
+// planListPages is how many request timeouts a plan's list of the managed
+// cluster's nodes may take in all: ten pages of 500 Nodes, a cluster of
+// 5,000, as fast as their answers take one each.
+const planListPages = 10
+
 // poolNodes lists the nodes of each pool through the admin credential, and
 // the nodes in no pool, or says why it cannot (unknown). The admin Secret and the bundle live in a namespace a
 // tenant may write, so the client is built from their data only
@@ -133,8 +138,13 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 		err = errors.New("the Cluster has no endpoint")
 	case cs != nil:
 		// In pages, as kubectl lists: a page of 500 Nodes stays well within
-		// an answer's bound where all of a large cluster's would not.
-		err = bounded.EachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		// an answer's bound where all of a large cluster's would not. The
+		// list as a whole has a deadline too: a server that answers each
+		// page just within the request timeout would hold the plan for
+		// every page bounded.EachItem allows.
+		listCtx, cancel := context.WithTimeout(ctx, planListPages*e.managedRequestTimeout())
+		defer cancel()
+		err = bounded.EachItem(listCtx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return cs.CoreV1().Nodes().List(ctx, opts)
 		}, func(n *corev1.Node) {
 			pool := n.Labels[v1alpha1.LabelPool]
@@ -144,6 +154,10 @@ func (e *env) poolNodes(ctx context.Context, c client.Client, cl *v1alpha1.Clust
 			}
 			byPool[pool] = append(byPool[pool], oneLine(n.Name))
 		})
+		if err != nil {
+			// A list cut short is not a list of the nodes.
+			byPool, outside = map[string][]string{}, nil
+		}
 	}
 	for _, pool := range cl.Spec.Workers {
 		plan := outputv1alpha1.WorkerPoolPlan{Name: pool.Name, RolloutStrategy: string(pool.RolloutStrategy), MachineDeployment: pool.MachineDeployment,

@@ -73,6 +73,14 @@ func TestAPlanReadsABoundedAnswerOfAManagedAPIServer(t *testing.T) {
 // timeout of a second.
 func planOfPoolA(t *testing.T, ctx context.Context, handler http.HandlerFunc) (outputv1alpha1.WorkerPoolPlan, string) {
 	t.Helper()
+	plan, _, unknown := planWithin(t, ctx, "1s", handler)
+	return plan, unknown
+}
+
+// planWithin is planOfPoolA with a request timeout of requestTimeout, and
+// the nodes in no pool too.
+func planWithin(t *testing.T, ctx context.Context, requestTimeout string, handler http.HandlerFunc) (outputv1alpha1.WorkerPoolPlan, []string, string) {
+	t.Helper()
 	now := time.Now()
 	ca := pkitest.NewCA(t, "cluster-ca")
 	issue := func(usage x509.ExtKeyUsage, ips ...net.IP) *pki.KeyPair {
@@ -102,9 +110,9 @@ func planOfPoolA(t *testing.T, ctx context.Context, handler http.HandlerFunc) (o
 			Data: map[string]string{v1alpha1.DataKeyCABundle: string(ca.CertPEM())}},
 	).Build()
 	flags := genericclioptions.NewConfigFlags(false)
-	flags.APIServer, flags.Timeout = ptr.To("https://127.0.0.1:1"), ptr.To("1s")
-	pools, _, unknown := (&env{flags: flags}).poolNodes(ctx, c, cl)
-	return pools["a"], unknown
+	flags.APIServer, flags.Timeout = ptr.To("https://127.0.0.1:1"), ptr.To(requestTimeout)
+	pools, outside, unknown := (&env{flags: flags}).poolNodes(ctx, c, cl)
+	return pools["a"], outside, unknown
 }
 
 // A plan lists the managed cluster's nodes in pages, as kubectl does: a
@@ -126,5 +134,38 @@ func TestAPlanListsTheNodesInPages(t *testing.T) {
 	})
 	if unknown != "" || !slices.Equal(plan.Nodes, []string{"n1", "n2"}) {
 		t.Errorf("pool a: nodes %v (unknown: %q), want both pages' n1 and n2", plan.Nodes, unknown)
+	}
+}
+
+// A managed API server that answers each page of Nodes within the request
+// timeout, but with no end to them, holds a plan for planListPages request
+// timeouts, not for every page bounded.EachItem allows.
+func TestAPlanDoesNotWaitForPagesWithoutEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	plan, _, _ := planWithin(t, ctx, "100ms", func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(50 * time.Millisecond) // within the request timeout
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{"continue":"more"},"items":[]}`))
+	})
+	if ctx.Err() != nil || !strings.Contains(plan.NodesUnknown, "deadline") {
+		t.Errorf("pool a: nodes unknown %q, the test's context %v; want the list's own deadline, well before the test's", plan.NodesUnknown, ctx.Err())
+	}
+}
+
+// A list of Nodes cut short (a later page failing) lists no node: neither
+// the pools' nor those in no pool are what the first pages held.
+func TestAPlanCutShortListsNoNode(t *testing.T) {
+	plan, outside, unknown := planWithin(t, context.Background(), "1s", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("continue") != "" {
+			http.Error(w, "gone", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"kind":"NodeList","apiVersion":"v1","metadata":{"continue":"page-2"},"items":[{"metadata":{"name":"n1","labels":{%q:"a"}}},{"metadata":{"name":"lost"}}]}`,
+			v1alpha1.LabelPool)
+	})
+	if unknown == "" || plan.NodesUnknown == "" || len(plan.Nodes) != 0 || len(outside) != 0 {
+		t.Errorf("pool a: nodes %v (unknown %q), in no pool %v (unknown %q); want none listed, and why", plan.Nodes, plan.NodesUnknown, outside, unknown)
 	}
 }
