@@ -154,7 +154,7 @@ func matches(got *x509.Certificate, want credentials.Certificate, alg pki.KeyAlg
 	if err != nil || gotAlg != alg || got.Subject.CommonName != want.CommonName {
 		return false
 	}
-	if !slices.Equal(got.Subject.Organization, want.Organization) || !slices.Equal(got.ExtKeyUsage, want.Usages) || !slices.Equal(got.DNSNames, want.DNSNames) || len(got.IPAddresses) != len(want.IPAddresses) {
+	if !slices.Equal(got.Subject.Organization, want.Organization) || !slices.Equal(got.ExtKeyUsage, want.Usages) || !sameDNSNames(got.DNSNames, want.DNSNames) || len(got.IPAddresses) != len(want.IPAddresses) {
 		return false
 	}
 	for i := range got.IPAddresses {
@@ -163,4 +163,24 @@ func matches(got *x509.Certificate, want credentials.Certificate, alg pki.KeyAlg
 		}
 	}
 	return true
+}
+
+// sameDNSNames reports whether two lists of DNS names name the same hosts in
+// the same order, a name's case meaning nothing (as a TLS client matches
+// them) and a name listed again in another case counting once: a
+// certificate issued before the catalogue left out such a repeat (the
+// endpoint's host as an extra SAN too) is not issued again for it.
+func sameDNSNames(got, want []string) bool {
+	return slices.Equal(foldedOnce(got), foldedOnce(want))
+}
+
+// foldedOnce is names in lower case, each once, in the order first listed.
+func foldedOnce(names []string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if n = strings.ToLower(n); !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

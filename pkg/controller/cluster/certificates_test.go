@@ -112,3 +112,26 @@ func TestALeafThatEndsWithItsCAIsNotRenewed(t *testing.T) {
 		}
 	}
 }
+
+func TestSameDNSNames(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		got, want []string
+		same      bool
+	}{
+		{"the same", []string{"a", "b"}, []string{"a", "b"}, true},
+		{"another case", []string{"API.Example", "b"}, []string{"api.example", "b"}, true},
+		{"a repeat in another case, issued before the catalogue left it out", []string{"a", "API.Example", "api.example"}, []string{"a", "API.Example"}, true},
+		{"a name missing", []string{"a"}, []string{"a", "b"}, false},
+		{"a name more", []string{"a", "b", "c"}, []string{"a", "b"}, false},
+		{"another name", []string{"a", "c"}, []string{"a", "b"}, false},
+		{"another order", []string{"b", "a"}, []string{"a", "b"}, false},
+		{"none", nil, []string{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sameDNSNames(tc.got, tc.want); got != tc.same {
+				t.Errorf("sameDNSNames(%q, %q) = %t, want %t", tc.got, tc.want, got, tc.same)
+			}
+		})
+	}
+}
