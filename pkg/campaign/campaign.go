@@ -88,6 +88,14 @@ func Classify(step v1alpha1.CampaignStep, started, completeStep time.Time, deadl
 		return s
 	}
 	if requestedCAVerb(c) == Operation(step) {
+		if step == v1alpha1.CampaignStart && !c.CredentialsIssued() {
+			// Someone else's (the campaign starts only Ready Clusters),
+			// deferred by the Cluster controller until the credentials
+			// are issued: it holds no place, having no deadline.
+			s.State, s.Message = v1alpha1.CampaignClusterWaiting, "its credentials are not issued yet: the start requested ("+
+				c.Annotations[v1alpha1.OperationAnnotation]+") waits for them"
+			return s
+		}
 		s.State, s.Rotating, s.Message = v1alpha1.CampaignClusterInProgress, true, "requested: "+c.Annotations[v1alpha1.OperationAnnotation]
 		return s
 	}
