@@ -137,6 +137,9 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 			// unreachable); the operation is queued until then.
 			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonMaintenanceWindowOpen
 			cond.Message = value + " is carried out at the next pass: the maintenance window is open"
+			if pending, ok := c.Annotations[v1alpha1.OperationAnnotation]; ok {
+				cond.Message = fmt.Sprintf("%s is carried out once %s=%s is: the maintenance window is open", value, v1alpha1.OperationAnnotation, pending)
+			}
 			next = r.Clock.Now()
 		}
 	}

@@ -434,7 +434,14 @@ func TestAQueuedOperationDueAtTheNextPassIsStillSaidToBeQueued(t *testing.T) {
 		t.Errorf("look again at %s, want now (%s)", next, at)
 	}
 	cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued)
-	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != v1alpha1.ReasonMaintenanceWindowOpen || !strings.Contains(cond.Message, v1alpha1.OperationStartCARotation) {
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != v1alpha1.ReasonMaintenanceWindowOpen || !strings.Contains(cond.Message, "start-ca-rotation is carried out at the next pass") {
 		t.Errorf("MaintenanceOperationQueued is %+v, want True %s naming the operation", cond, v1alpha1.ReasonMaintenanceWindowOpen)
+	}
+	// Behind an operation requested (deferred, say), it waits for that one.
+	metav1.SetMetaDataAnnotation(&c.ObjectMeta, v1alpha1.OperationAnnotation, "reconcile")
+	r.setMaintenanceCondition(c)
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); cond == nil ||
+		!strings.Contains(cond.Message, "start-ca-rotation is carried out once carousel.dev/operation=reconcile is") {
+		t.Errorf("MaintenanceOperationQueued is %+v, want it waiting for the operation requested", cond)
 	}
 }
