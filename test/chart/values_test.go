@@ -170,7 +170,7 @@ affinity:
 	It("lets the manager delete Secrets (its probe certificates') but no ConfigMap", func() {
 		out, err := helm("template", "carousel", chartDir, "--namespace", "carousel-system")
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(ContainSubstring("    resources:\n    - configmaps\n    verbs:\n    - create\n    - get\n    - list\n    - patch\n    - update\n    - watch\n"))
+		Expect(out).To(ContainSubstring("    resources:\n    - configmaps\n    verbs:\n    - create\n    - get\n    - list\n    - update\n    - watch\n"))
 		Expect(out).To(ContainSubstring("    resources:\n    - secrets\n    verbs:\n    - create\n    - delete\n"))
 	})
 
