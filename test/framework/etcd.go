@@ -67,7 +67,10 @@ func (m *ManagedControlPlane) RestartEtcd(ctx context.Context) error {
 
 // PauseEtcd stops every etcd member (SIGSTOP): the API server's requests
 // that need storage are taken and never answered, as with etcd without
-// quorum, until resume (SIGCONT), which a spec defers at once.
+// quorum, until resume (SIGCONT), which a spec defers at once. It returns
+// once every thread of every member is stopped: a signal is delivered
+// asynchronously, and a thread still running on another CPU could answer a
+// request sent meanwhile.
 func (m *ManagedControlPlane) PauseEtcd() (resume func(), err error) {
 	signal := func(sig syscall.Signal) error {
 		var errs []error
@@ -76,7 +79,45 @@ func (m *ManagedControlPlane) PauseEtcd() (resume func(), err error) {
 		}
 		return errors.Join(errs...)
 	}
-	return func() { _ = signal(syscall.SIGCONT) }, signal(syscall.SIGSTOP)
+	resume = func() { _ = signal(syscall.SIGCONT) }
+	if err := signal(syscall.SIGSTOP); err != nil {
+		return resume, err
+	}
+	for _, p := range m.etcds {
+		pid := p.cmd.Process.Pid
+		if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+			func(context.Context) (bool, error) { return allThreadsStopped(pid) }); err != nil {
+			return resume, fmt.Errorf("etcd (PID %d) did not stop: %w", pid, err)
+		}
+	}
+	return resume, nil
+}
+
+// allThreadsStopped reports whether every thread of process pid is stopped
+// (state T in /proc/<pid>/task/<tid>/stat).
+func allThreadsStopped(pid int) (bool, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread ended
+		}
+		if err != nil {
+			return false, err
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 || i+2 >= len(stat) {
+			return false, fmt.Errorf("/proc/%d/task/%s/stat: %q", pid, task.Name(), stat)
+		}
+		if state := stat[i+2]; state != 'T' && state != 't' {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // etcdReady returns the readiness condition of member i.
