@@ -153,6 +153,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	}
 	readsNodes := c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil
 	var unreadSince time.Time // since when the Nodes' reads have failed; zero while they work
+	nodesKept := false        // the verdict keeps what the Nodes said in the last one
 	if s.endpointRemoved {
 		// The Nodes cannot be read, and not having read them says nothing
 		// about them: a Node named before must not drop off the verdict.
@@ -174,6 +175,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		case rot.OldCAUsage != nil && now.Sub(unreadSince) < keptNodesLimit:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
+			nodesKept = true
 		default:
 			facts.NodesUnreadable = true
 		}
@@ -210,7 +212,15 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		rot.OldCAUsage = status
 		setCARotation(c, rot)
 	}
-	r.verdicts.record(client.ObjectKeyFromObject(c), rot)
+	if key := client.ObjectKeyFromObject(c); nodesKept && !r.verdicts.judged(key, rot) {
+		// What the Nodes said is from a verdict of another process, or of
+		// this one before a restart, maybe hours old: a completion waits for
+		// a pass that reads them (or for keptNodesLimit, when the gate says
+		// they cannot be read).
+		r.verdicts.forget(key)
+	} else {
+		r.verdicts.record(key, rot)
+	}
 	if readsNodes {
 		// Nodes report through annotations, which raise no event here:
 		// look again soon while they hold the gate, else once a minute;
@@ -646,14 +656,27 @@ func (v *verdicts) forget(key types.NamespacedName) {
 	delete(v.of, key)
 }
 
-// reachedHere says whether the verdict in rot is one this process reached
-// for that rotation.
-func (v *verdicts) reachedHere(key types.NamespacedName, rot *v1alpha1.CARotation) bool {
+// forRotation is the verdict this process last reached for the rotation in
+// rot, if any.
+func (v *verdicts) forRotation(key types.NamespacedName, rot *v1alpha1.CARotation) (verdict, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	got, ok := v.of[key]
-	return ok && rot.LastInitiationTime != nil && got.rotationStarted.Equal(rot.LastInitiationTime.Time) &&
-		equality.Semantic.DeepEqual(got.usage, rot.OldCAUsage)
+	return got, ok && rot.LastInitiationTime != nil && got.rotationStarted.Equal(rot.LastInitiationTime.Time)
+}
+
+// judged says whether this process reached a verdict for the rotation in
+// rot, whatever it was.
+func (v *verdicts) judged(key types.NamespacedName, rot *v1alpha1.CARotation) bool {
+	_, ok := v.forRotation(key, rot)
+	return ok
+}
+
+// reachedHere says whether the verdict in rot is one this process reached
+// for that rotation.
+func (v *verdicts) reachedHere(key types.NamespacedName, rot *v1alpha1.CARotation) bool {
+	got, ok := v.forRotation(key, rot)
+	return ok && equality.Semantic.DeepEqual(got.usage, rot.OldCAUsage)
 }
 
 // completionWaitsForGate says whether op, on c, is a completion the old-CA
@@ -662,7 +685,9 @@ func (v *verdicts) reachedHere(key types.NamespacedName, rot *v1alpha1.CARotatio
 // may be out of date (audit events the manager did not receive while it was
 // down, a Node back on an old-CA certificate meanwhile), and completing on it
 // could lock out a client the gate would name. Such a completion waits for a
-// pass to judge; a forced one does not, and one the verdict holds is refused.
+// pass to judge, one that read the Nodes or kept what this process's last
+// verdict said of them; a forced one does not wait, and one the verdict holds
+// is refused.
 func (r *Reconciler) completionWaitsForGate(op v1alpha1.Operation, c *v1alpha1.Cluster) bool {
 	rot := c.CARotation()
 	return op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation && !op.Force && rot != nil && rot.Phase == v1alpha1.RotationPrepared &&

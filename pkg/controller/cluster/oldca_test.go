@@ -550,6 +550,53 @@ func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 	}
 }
 
+// After a restart, what the Nodes said in the last verdict is another
+// process's, maybe hours old (a Node back on an old-CA certificate meanwhile
+// would not be in it): a completion waits while the restarted process cannot
+// read the Nodes (its connection to the managed cluster not up yet), and goes
+// ahead once a pass has read them.
+func TestACompletionAfterARestartWaitsForTheNodesToBeRead(t *testing.T) {
+	sc := newSettledCluster(t)
+	sc.setEndpoint("https://192.0.2.10:6443")
+	clk := clocktesting.NewFakeClock(time.Now())
+	sc.r.Clock = clk
+	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) { return nil, nil, nil }
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	if u := sc.cluster().CARotation().OldCAUsage; u == nil || u.Total != 0 {
+		t.Fatalf("old-CA usage with every Node read: %+v, want none", u)
+	}
+
+	restarted, _ := reconcilerOn(sc.api)
+	restarted.Recommendations, restarted.Clock = sc.r.Recommendations, clk
+	readErr := errors.New("not connected")
+	restarted.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
+		return nil, nil, readErr
+	}
+	sc.annotate(v1alpha1.OperationCompleteCARotation)
+	pass := func() {
+		t.Helper()
+		if _, err := restarted.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(time.Second)
+	}
+	for i := range 5 {
+		pass()
+		if c := sc.cluster(); c.CARotationPhase() != v1alpha1.RotationPrepared || c.Annotations[v1alpha1.OperationAnnotation] != v1alpha1.OperationCompleteCARotation {
+			t.Fatalf("pass %d of the restarted manager, the Nodes unread: phase %s, operation %q; want the completion waiting in Prepared",
+				i+1, c.CARotationPhase(), c.Annotations[v1alpha1.OperationAnnotation])
+		}
+	}
+	readErr = nil
+	for range 2 {
+		pass()
+	}
+	if got := sc.cluster().CARotationPhase(); got != v1alpha1.RotationFinalizing {
+		t.Fatalf("phase %s once the restarted manager read the Nodes, want %s", got, v1alpha1.RotationFinalizing)
+	}
+}
+
 // While the Nodes cannot be read, the gate's reads of them back off as the
 // managed checks do, counted from the first failed read, and look again at
 // the poll interval once a read works: no check of the Prepared phase starts
