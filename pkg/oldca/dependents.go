@@ -26,9 +26,13 @@ type Facts struct {
 	// Started is when the rotation started (lastInitiationTime, in whole
 	// seconds): no certificate from the new client CA existed before.
 	Started time.Time
-	// Since is from when the use of a credential counts: the later of when
-	// the rotation became Prepared and the start of the usage window.
-	Since time.Time
+	// Since is from when the use of a credential counts, for a user
+	// Carousel moves to the new client CA while the rotation prepares
+	// (movedInPreparing): the later of when the rotation became Prepared
+	// and WindowStart. Any other user's counts from WindowStart, the start of
+	// the usage window: nothing moves such a user, so a use before Prepared
+	// says as much as one after.
+	Since, WindowStart time.Time
 	// NewClientIssuer is the hex subject key identifier of the new client CA,
 	// as node agents report the issuer of their client certificate, and
 	// OldClientIssuer that of the old one.
@@ -148,7 +152,8 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //   - every user of kubectl carousel kubeconfig holding an unexpired
 //     kubeconfig from the old client CA (Stranded), and the record of them
 //     itself when it does not parse or was lost since the start;
-//   - every user seen since f.Since with a certificate that was in use
+//   - every user seen since f.Since (f.WindowStart for one Carousel does not
+//     move, movedInPreparing) with a certificate that was in use
 //     before the rotation started; with a kubeconfig or kubelet certificate
 //     a record says another client CA than the new one signed; whose name is one of Carousel's
 //     certificate Secrets' but whose certificate is not one of theirs from
@@ -298,7 +303,11 @@ func users(f Facts, current map[string][]string, secretOf map[string]string, lis
 	byUser := map[string]*Dependent{}
 	var order []string
 	for _, c := range f.Usage.Credentials {
-		if c.LastSeen.Before(f.Since) || listedUsers[c.User] ||
+		since := f.WindowStart
+		if movedInPreparing(c.User, secretOf) {
+			since = f.Since
+		}
+		if c.LastSeen.Before(since) || listedUsers[c.User] ||
 			listedNodes[strings.TrimPrefix(c.User, nodeUserPrefix)] && strings.HasPrefix(c.User, nodeUserPrefix) {
 			continue
 		}
@@ -320,6 +329,17 @@ func users(f Facts, current map[string][]string, secretOf map[string]string, lis
 		deps = append(deps, *byUser[u])
 	}
 	return deps
+}
+
+// movedInPreparing says whether user moves to the new client CA while the
+// rotation prepares, so that a use before Prepared says nothing of later
+// ones: a user of one of Carousel's certificate Secrets (the consumer
+// loads the renewed one), a node (the worker rollout or its node agent
+// renews its kubelet's certificate) or a user of kubectl carousel kubeconfig
+// (who takes a new one).
+func movedInPreparing(user string, secretOf map[string]string) bool {
+	_, ours := secretOf[user]
+	return ours || strings.HasPrefix(user, nodeUserPrefix) || strings.HasPrefix(user, adminUserPrefix)
 }
 
 // reason says why a credential seen in use depends on the old client CA,

@@ -71,7 +71,7 @@ func TestObserve(t *testing.T) {
 func TestDependents(t *testing.T) {
 	const newCA, oldCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"
 	base := Facts{
-		Started: at(0), Since: at(60), NewClientIssuer: newCA, OldClientIssuer: oldCA,
+		Started: at(0), Since: at(60), WindowStart: at(-60), NewClientIssuer: newCA, OldClientIssuer: oldCA,
 		Certificates: []Certificate{
 			{Secret: "prod-kcm", User: "system:kube-controller-manager", Fingerprint: "kcm1", FromNewCA: true},
 			{Secret: "prod-operator", User: "carousel:operator", Fingerprint: "op1", FromNewCA: true},
@@ -120,8 +120,12 @@ func TestDependents(t *testing.T) {
 			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm0", 5, 61), seen("system:kube-controller-manager", "kcm1", 10, 90)}}
 		}, want: []string{"User/system:kube-controller-manager: not the one from the new client CA in Secret prod-kcm"}},
 		{name: "audit: stale uses before Since do not count", facts: func(f *Facts) {
-			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm0", -100, 59), seen("alice", "x", -100, 59)}}
+			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm0", -100, 59), seen("alice", "x", -100, -61),
+				seen("system:node:w5", "n0", -100, 59), seen("carousel:admin:bob", "k0", -100, 59)}}
 		}},
+		{name: "audit: a user nothing moves, seen before Prepared within the window", facts: func(f *Facts) {
+			f.Usage = &Usage{Credentials: []Credential{seen("alice", "x", -100, 59), seen("ci-robot", "r1", 10, 30)}}
+		}, want: []string{"User/alice: before the rotation started", "User/ci-robot: Carousel issues this user none"}},
 		{name: "audit: a certificate in use before the rotation started", facts: func(f *Facts) {
 			f.Usage = &Usage{Credentials: []Credential{seen("carousel:admin:bob", "k0", -30, 70), seen("system:node:w5", "n0", -1, 65)}}
 		}, want: []string{"User/carousel:admin:bob: in use before the rotation started", "User/system:node:w5: in use before the rotation started"}},

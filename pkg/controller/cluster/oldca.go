@@ -141,10 +141,12 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	if window == 0 {
 		window = DefaultOldCAUsageWindow
 	}
-	// Since reaches back by the oldca.Settling the record may trail a client in use.
+	// The window reaches back by the oldca.Settling the record may trail a client in use.
+	windowStart := now.Add(-window - oldca.Settling)
 	facts := oldca.Facts{
 		Started:         rot.LastInitiationTime.Time,
-		Since:           later(rot.LastInitiationFinishedTime.Time, now.Add(-window-oldca.Settling)),
+		Since:           later(rot.LastInitiationFinishedTime.Time, windowStart),
+		WindowStart:     windowStart,
 		NewClientIssuer: hex.EncodeToString(s.cas[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId),
 		OldClientIssuer: previousIssuer(s.cas[v1alpha1.CARoleClient]),
 		Certificates:    s.certs.clients,

@@ -189,6 +189,44 @@ func TestOldCAUsageGateReadsTheRecordsPastTheCache(t *testing.T) {
 	}
 }
 
+// A client Carousel does not move to the new client CA (one signed from the
+// client CA by hand) counts while its last use is within the window, before
+// Prepared too: nothing moved it since. One of Carousel's own certificate
+// users, which the rotation renewed in Preparing, counts from Prepared only.
+func TestTheGateCountsUsesBeforePreparedOfClientsCarouselDoesNotMove(t *testing.T) {
+	sc := newSettledCluster(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	sc.r.Clock = clk
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	prepared := sc.cluster().CARotation().LastInitiationFinishedTime.Time
+	clk.Step(oldca.Settling + time.Minute) // past the collecting
+	now := clk.Now()
+	seen := func(user string, fingerprint byte, first, last time.Time) oldca.Credential {
+		return oldca.Credential{User: user, Fingerprint: strings.Repeat(fmt.Sprintf("%02x", fingerprint), sha256.Size), FirstSeen: first, LastSeen: last}
+	}
+	usage := &oldca.Usage{Credentials: []oldca.Credential{
+		seen("ci-robot", 1, prepared.Add(-2*time.Hour), prepared.Add(-time.Minute)),
+		seen("ci-retired", 2, prepared.Add(-3*time.Hour), now.Add(-DefaultOldCAUsageWindow-oldca.Settling-time.Second)),
+		seen("carousel:operator", 3, prepared.Add(-2*time.Hour), prepared.Add(-time.Second)), // its certificate before the renewal
+		seen("system:node:worker-1", 4, now, now), // first seen after the start: the audit events are heard
+	}}
+	if err := sc.api.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet",
+		Name: credentials.CertificateUsageConfigMapName("prod"), Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
+		Data: map[string]string{oldca.DataKey: usage.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	sc.reconcile()
+	got := sc.cluster().CARotation().OldCAUsage
+	var names []string
+	for _, d := range got.Dependents {
+		names = append(names, string(d.Kind)+"/"+d.Name)
+	}
+	if want := []string{"User/ci-robot"}; !slices.Equal(names, want) {
+		t.Errorf("dependents of the old CAs = %v (%+v), want %v", names, got.Dependents, want)
+	}
+}
+
 // A completion on a verdict of the old-CA usage gate that this process did not
 // reach (another replica's, or its own before a restart) waits for a pass of
 // its own to judge: a user who took a kubeconfig from the old client CA while
