@@ -26,13 +26,13 @@ type Facts struct {
 	// Started is when the rotation started (lastInitiationTime, in whole
 	// seconds): no certificate from the new client CA existed before.
 	Started time.Time
-	// Since is from when the use of a credential counts, for a user
-	// Carousel moves to the new client CA while the rotation prepares
-	// (movedInPreparing): the later of when the rotation became Prepared
-	// and WindowStart. Any other user's counts from WindowStart, the start of
-	// the usage window: nothing moves such a user, so a use before Prepared
-	// says as much as one after.
-	Since, WindowStart time.Time
+	// WindowStart is from when a use of a credential counts (the start of
+	// the usage window), and Prepared when the rotation became Prepared: a
+	// use of a user Carousel moves to the new client CA while the rotation
+	// prepares (movedInPreparing) counts from the later of the two. Nothing
+	// moves any other user, so a use of theirs before Prepared says as much
+	// as one after.
+	WindowStart, Prepared time.Time
 	// NewClientIssuer is the hex subject key identifier of the new client CA,
 	// as node agents report the issuer of their client certificate, and
 	// OldClientIssuer that of the old one.
@@ -152,8 +152,8 @@ var kindOrder = map[v1alpha1.OldCADependentKind]int{
 //   - every user of kubectl carousel kubeconfig holding an unexpired
 //     kubeconfig from the old client CA (Stranded), and the record of them
 //     itself when it does not parse or was lost since the start;
-//   - every user seen since f.Since (f.WindowStart for one Carousel does not
-//     move, movedInPreparing) with a certificate that was in use
+//   - every user seen since f.WindowStart (and since f.Prepared, for one
+//     Carousel moves, movedInPreparing) with a certificate that was in use
 //     before the rotation started; with a kubeconfig or kubelet certificate
 //     a record says another client CA than the new one signed; whose name is one of Carousel's
 //     certificate Secrets' but whose certificate is not one of theirs from
@@ -303,11 +303,7 @@ func users(f Facts, current map[string][]string, secretOf map[string]string, lis
 	byUser := map[string]*Dependent{}
 	var order []string
 	for _, c := range f.Usage.Credentials {
-		since := f.WindowStart
-		if movedInPreparing(c.User, secretOf) {
-			since = f.Since
-		}
-		if c.LastSeen.Before(since) || listedUsers[c.User] ||
+		if c.LastSeen.Before(f.WindowStart) || movedInPreparing(c.User, secretOf) && c.LastSeen.Before(f.Prepared) || listedUsers[c.User] ||
 			listedNodes[strings.TrimPrefix(c.User, nodeUserPrefix)] && strings.HasPrefix(c.User, nodeUserPrefix) {
 			continue
 		}
@@ -371,7 +367,7 @@ func reason(f Facts, c Credential, current map[string][]string, secretOf map[str
 			id, formatTime(issued.IssuedAt), short(issued.Issuer))
 	case ours && !slices.Contains(current[c.User], c.Fingerprint):
 		return fmt.Sprintf("authenticates with a client certificate (%s) that is not the one from the new client CA in Secret %s: the client has not loaded its renewed credentials", id, secret)
-	case ours, strings.HasPrefix(c.User, nodeUserPrefix), strings.HasPrefix(c.User, adminUserPrefix):
+	case movedInPreparing(c.User, secretOf):
 		return ""
 	}
 	return fmt.Sprintf("authenticates with a client certificate (%s), and Carousel issues this user none from the new client CA: only the old client CA can have signed it", id)

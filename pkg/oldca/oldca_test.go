@@ -71,7 +71,7 @@ func TestObserve(t *testing.T) {
 func TestDependents(t *testing.T) {
 	const newCA, oldCA = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"
 	base := Facts{
-		Started: at(0), Since: at(60), WindowStart: at(-60), NewClientIssuer: newCA, OldClientIssuer: oldCA,
+		Started: at(0), Prepared: at(60), WindowStart: at(-60), NewClientIssuer: newCA, OldClientIssuer: oldCA,
 		Certificates: []Certificate{
 			{Secret: "prod-kcm", User: "system:kube-controller-manager", Fingerprint: "kcm1", FromNewCA: true},
 			{Secret: "prod-operator", User: "carousel:operator", Fingerprint: "op1", FromNewCA: true},
@@ -119,7 +119,7 @@ func TestDependents(t *testing.T) {
 		{name: "audit: a certificate Secret's user with a stale certificate", facts: func(f *Facts) {
 			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm0", 5, 61), seen("system:kube-controller-manager", "kcm1", 10, 90)}}
 		}, want: []string{"User/system:kube-controller-manager: not the one from the new client CA in Secret prod-kcm"}},
-		{name: "audit: stale uses before Since do not count", facts: func(f *Facts) {
+		{name: "audit: uses before Prepared of users the rotation moves, and any before the window, do not count", facts: func(f *Facts) {
 			f.Usage = &Usage{Credentials: []Credential{seen("system:kube-controller-manager", "kcm0", -100, 59), seen("alice", "x", -100, -61),
 				seen("system:node:w5", "n0", -100, 59), seen("carousel:admin:bob", "k0", -100, 59)}}
 		}},
@@ -373,7 +373,7 @@ func TestUsageCountsTheBytesOfAnyName(t *testing.T) {
 }
 
 func TestAUserIsListedOnceWithItsLatestUse(t *testing.T) {
-	f := Facts{Started: at(0), Since: at(60), Usage: &Usage{Credentials: []Credential{
+	f := Facts{Started: at(0), Prepared: at(60), Usage: &Usage{Credentials: []Credential{
 		{User: "ci-robot", Fingerprint: "c1", FirstSeen: at(-10), LastSeen: at(95)},
 		{User: "ci-robot", Fingerprint: "c2", FirstSeen: at(30), LastSeen: at(61)},
 	}}}

@@ -44,6 +44,9 @@ func TestSetAutomaticCondition(t *testing.T) {
 		reason  string
 		message string
 		next    time.Time
+		// awaitsNodes: the old-CA usage gate's verdict, in this process,
+		// waits for the managed cluster's Nodes to be read.
+		awaitsNodes bool
 	}{
 		{name: "no policy", c: cluster(nil, nil, nil), now: due},
 		{name: "not due yet", c: cluster(every, nil, nil), now: due.Add(-time.Hour), status: metav1.ConditionTrue,
@@ -71,9 +74,17 @@ func TestSetAutomaticCondition(t *testing.T) {
 			now: opening, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNothingScheduled, message: "nothing is scheduled while the rotation is in phase Prepared"},
 		{name: "finalizing", c: cluster(every, &v1alpha1.CARotation{Phase: v1alpha1.RotationFinalizing}, nil), now: opening,
 			status: metav1.ConditionFalse, reason: v1alpha1.ReasonNothingScheduled, message: "in phase Finalizing"},
+		{name: "prepared, the completion due in the open window, the gate's verdict waiting for the Nodes to be read: not at once",
+			c: cluster(&v1alpha1.AutomaticCARotation{CompleteAfter: &metav1.Duration{Duration: time.Hour}}, &v1alpha1.CARotation{Phase: v1alpha1.RotationPrepared,
+				LastInitiationTime: &metav1.Time{Time: due.Add(-time.Hour)}, LastInitiationFinishedTime: &metav1.Time{Time: due}, OldCAUsage: &v1alpha1.OldCAUsage{}}, nil),
+			awaitsNodes: true, now: opening.Add(time.Minute), status: metav1.ConditionTrue, reason: v1alpha1.ReasonOldCADependents,
+			message: "and waits for the old-CA usage gate: it has not read the managed cluster's Nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Reconciler{Clock: clocktesting.NewFakeClock(tc.now)}
+			if tc.awaitsNodes {
+				r.verdicts.record(tc.c, nodesUnknown)
+			}
 			next := r.setAutomaticCondition(tc.c)
 			cond := meta.FindStatusCondition(tc.c.Status.Conditions, v1alpha1.ConditionAutomaticCARotationScheduled)
 			if tc.status == "" {

@@ -141,12 +141,11 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	if window == 0 {
 		window = DefaultOldCAUsageWindow
 	}
-	// The window reaches back by the oldca.Settling the record may trail a client in use.
-	windowStart := now.Add(-window - oldca.Settling)
 	facts := oldca.Facts{
-		Started:         rot.LastInitiationTime.Time,
-		Since:           later(rot.LastInitiationFinishedTime.Time, windowStart),
-		WindowStart:     windowStart,
+		Started: rot.LastInitiationTime.Time,
+		// The window reaches back by the oldca.Settling the record may trail a client in use.
+		WindowStart:     now.Add(-window - oldca.Settling),
+		Prepared:        rot.LastInitiationFinishedTime.Time,
 		NewClientIssuer: hex.EncodeToString(s.cas[v1alpha1.CARoleClient].Current.Cert.SubjectKeyId),
 		OldClientIssuer: previousIssuer(s.cas[v1alpha1.CARoleClient]),
 		Certificates:    s.certs.clients,
@@ -155,7 +154,7 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 	}
 	readsNodes := c.Spec.ControlPlane.Endpoint != "" && r.ManagedNodes != nil
 	var unreadSince time.Time // since when the Nodes' reads have failed; zero while they work
-	nodesKept := false        // the verdict keeps what the Nodes said in the last one
+	basis := nodesNotRead     // what the verdict's Node part rests on
 	if s.endpointRemoved {
 		// The Nodes cannot be read, and not having read them says nothing
 		// about them: a Node named before must not drop off the verdict.
@@ -172,12 +171,13 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		}
 		switch {
 		case err == nil:
+			basis = nodesRead
 			offline := func(name string, behind bool) bool { return r.OfflineNodes.Confirmed(key, name, behind, now) }
 			facts.Nodes = nodeFacts(c, nodes, leases, noderenewal.Digest(s.trust[v1alpha1.CARoleCluster]), offline, rot.LastInitiationTime.Time, now)
 		case rot.OldCAUsage != nil && now.Sub(unreadSince) < keptNodesLimit:
 			// A passing failure does not change what the Nodes last said.
 			facts.KeptNodes = keptNodes(rot.OldCAUsage)
-			nodesKept = true
+			basis = r.verdicts.keptNodes(c)
 		default:
 			facts.NodesUnreadable = true
 		}
@@ -214,21 +214,14 @@ func (r *Reconciler) oldCAUsagePhase(ctx context.Context, s *scope) error {
 		rot.OldCAUsage = status
 		setCARotation(c, rot)
 	}
-	if key := client.ObjectKeyFromObject(c); nodesKept && !r.verdicts.judged(key, rot) {
-		// What the Nodes said is from a verdict of another process, or of
-		// this one before a restart, maybe hours old: a completion waits for
-		// a pass that reads them (or for keptNodesLimit, when the gate says
-		// they cannot be read).
-		r.verdicts.forget(key)
-	} else {
-		r.verdicts.record(key, rot)
-	}
+	r.verdicts.record(c, basis)
 	if readsNodes {
 		// Nodes report through annotations, which raise no event here:
-		// look again soon while they hold the gate, else once a minute;
-		// backing off while their reads keep failing.
+		// look again soon while they hold the gate, or the verdict waits for
+		// them to be read, else once a minute; backing off while their reads
+		// keep failing.
 		next := now.Add(nodeRecheck)
-		if slices.ContainsFunc(deps, func(d oldca.Dependent) bool {
+		if basis == nodesUnknown || slices.ContainsFunc(deps, func(d oldca.Dependent) bool {
 			return d.Kind == v1alpha1.OldCADependentNode && !d.ByHand || d.Name == "nodes"
 		}) {
 			next = now.Add(r.pollDelay(unreadSince))
@@ -640,16 +633,38 @@ type verdicts struct {
 
 type verdict struct {
 	rotationStarted time.Time
-	usage           *v1alpha1.OldCAUsage
+	// endpoint is the managed cluster's the verdict judged the Nodes of.
+	endpoint string
+	usage    *v1alpha1.OldCAUsage
+	nodes    nodesPart
 }
 
-func (v *verdicts) record(key types.NamespacedName, rot *v1alpha1.CARotation) {
+// nodesPart is what a verdict's Node part rests on, for its endpoint.
+type nodesPart int
+
+const (
+	// nodesNotRead: the gate reads no Nodes (no endpoint), or says they
+	// cannot be read.
+	nodesNotRead nodesPart = iota
+	// nodesRead: this process read them, in the pass or in the one whose
+	// Node part a pass that failed to read them kept.
+	nodesRead
+	// nodesUnknown: kept from a verdict no read of this process backs, one
+	// of another process (before a restart, another replica) or of another
+	// endpoint (none, before one was set): a completion waits for the Nodes
+	// to be read, until the gate says they cannot be (keptNodesLimit).
+	nodesUnknown
+)
+
+func (v *verdicts) record(c *v1alpha1.Cluster, nodes nodesPart) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.of == nil {
 		v.of = map[types.NamespacedName]verdict{}
 	}
-	v.of[key] = verdict{rotationStarted: rot.LastInitiationTime.Time, usage: rot.OldCAUsage.DeepCopy()}
+	rot := c.CARotation()
+	v.of[client.ObjectKeyFromObject(c)] = verdict{rotationStarted: rot.LastInitiationTime.Time, endpoint: c.Spec.ControlPlane.Endpoint,
+		usage: rot.OldCAUsage.DeepCopy(), nodes: nodes}
 }
 
 func (v *verdicts) forget(key types.NamespacedName) {
@@ -658,27 +673,45 @@ func (v *verdicts) forget(key types.NamespacedName) {
 	delete(v.of, key)
 }
 
-// forRotation is the verdict this process last reached for the rotation in
-// rot, if any.
-func (v *verdicts) forRotation(key types.NamespacedName, rot *v1alpha1.CARotation) (verdict, bool) {
+// ofCluster is the verdict in c's status when this process reached it, for c's
+// rotation and endpoint.
+func (v *verdicts) ofCluster(c *v1alpha1.Cluster) (verdict, bool) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	got, ok := v.of[key]
-	return got, ok && rot.LastInitiationTime != nil && got.rotationStarted.Equal(rot.LastInitiationTime.Time)
+	got, ok := v.of[client.ObjectKeyFromObject(c)]
+	v.mu.Unlock()
+	rot := c.CARotation()
+	return got, ok && rot != nil && rot.LastInitiationTime != nil && got.rotationStarted.Equal(rot.LastInitiationTime.Time) &&
+		got.endpoint == c.Spec.ControlPlane.Endpoint && equality.Semantic.DeepEqual(got.usage, rot.OldCAUsage)
 }
 
-// judged says whether this process reached a verdict for the rotation in
-// rot, whatever it was.
-func (v *verdicts) judged(key types.NamespacedName, rot *v1alpha1.CARotation) bool {
-	_, ok := v.forRotation(key, rot)
-	return ok
+// keptNodes is what a verdict that keeps the Node part of the one in c's
+// status rests on: a read of this process, when that verdict is its own
+// and read them, or nothing it knows of.
+func (v *verdicts) keptNodes(c *v1alpha1.Cluster) nodesPart {
+	if got, ok := v.ofCluster(c); ok && got.nodes == nodesRead {
+		return nodesRead
+	}
+	return nodesUnknown
 }
 
-// reachedHere says whether the verdict in rot is one this process reached
-// for that rotation.
-func (v *verdicts) reachedHere(key types.NamespacedName, rot *v1alpha1.CARotation) bool {
-	got, ok := v.forRotation(key, rot)
-	return ok && equality.Semantic.DeepEqual(got.usage, rot.OldCAUsage)
+// reachedHere says whether the verdict in c's status is one this process
+// reached, on Nodes it read if it judged any.
+func (v *verdicts) reachedHere(c *v1alpha1.Cluster) bool {
+	got, ok := v.ofCluster(c)
+	return ok && got.nodes != nodesUnknown
+}
+
+// awaitingNodes says why a completion waits while completionAwaitsNodes.
+const awaitingNodes = "it has not read the managed cluster's Nodes since the manager started (or the endpoint was set), " +
+	"and the last verdict on them, which names no one, may be out of date; it reads them again until they can be read, " +
+	"or, after 5 minutes, names them unreadable"
+
+// completionAwaitsNodes says whether op, on c, is a completion that waits
+// for the old-CA usage gate to read the Nodes (nodesUnknown): its passes
+// look again as the gate's reads of them do, not at once.
+func (r *Reconciler) completionAwaitsNodes(op v1alpha1.Operation, c *v1alpha1.Cluster) bool {
+	got, ok := r.verdicts.ofCluster(c)
+	return ok && got.nodes == nodesUnknown && r.completionWaitsForGate(op, c)
 }
 
 // completionWaitsForGate says whether op, on c, is a completion the old-CA
@@ -693,7 +726,7 @@ func (v *verdicts) reachedHere(key types.NamespacedName, rot *v1alpha1.CARotatio
 func (r *Reconciler) completionWaitsForGate(op v1alpha1.Operation, c *v1alpha1.Cluster) bool {
 	rot := c.CARotation()
 	return op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation && !op.Force && rot != nil && rot.Phase == v1alpha1.RotationPrepared &&
-		rot.OldCAUsage != nil && rot.OldCAUsage.Total == 0 && !r.verdicts.reachedHere(client.ObjectKeyFromObject(c), rot)
+		rot.OldCAUsage != nil && rot.OldCAUsage.Total == 0 && !r.verdicts.reachedHere(c)
 }
 
 // forgetOldCAUsage drops the old-CA usage gate's verdict from the status
@@ -708,13 +741,6 @@ func forgetOldCAUsage(c *v1alpha1.Cluster) {
 		rot.OldCAUsage = nil
 		setCARotation(c, rot)
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // nodeFacts are the Nodes as the gate judges them: the issuer their node

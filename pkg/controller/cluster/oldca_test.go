@@ -209,7 +209,7 @@ func TestTheGateCountsUsesBeforePreparedOfClientsCarouselDoesNotMove(t *testing.
 		seen("ci-robot", 1, prepared.Add(-2*time.Hour), prepared.Add(-time.Minute)),
 		seen("ci-retired", 2, prepared.Add(-3*time.Hour), now.Add(-DefaultOldCAUsageWindow-oldca.Settling-time.Second)),
 		seen("carousel:operator", 3, prepared.Add(-2*time.Hour), prepared.Add(-time.Second)), // its certificate before the renewal
-		seen("system:node:worker-1", 4, now, now), // first seen after the start: the audit events are heard
+		seen("system:node:worker-1", 4, now, now),                                            // first seen after the start: the audit events are heard
 	}}
 	if err := sc.api.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet",
 		Name: credentials.CertificateUsageConfigMapName("prod"), Labels: map[string]string{v1alpha1.LabelCluster: "prod"}},
@@ -588,50 +588,103 @@ func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 	}
 }
 
-// After a restart, what the Nodes said in the last verdict is another
-// process's, maybe hours old (a Node back on an old-CA certificate meanwhile
-// would not be in it): a completion waits while the restarted process cannot
-// read the Nodes (its connection to the managed cluster not up yet), and goes
-// ahead once a pass has read them.
-func TestACompletionAfterARestartWaitsForTheNodesToBeRead(t *testing.T) {
-	sc := newSettledCluster(t)
-	sc.setEndpoint("https://192.0.2.10:6443")
-	clk := clocktesting.NewFakeClock(time.Now())
-	sc.r.Clock = clk
-	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) { return nil, nil, nil }
-	sc.annotate(v1alpha1.OperationStartCARotation)
-	sc.statusWritesUntil(v1alpha1.RotationPrepared)
-	if u := sc.cluster().CARotation().OldCAUsage; u == nil || u.Total != 0 {
-		t.Fatalf("old-CA usage with every Node read: %+v, want none", u)
-	}
+// A completion waits for the old-CA usage gate to read the Nodes when what
+// the last verdict said of them, which names no one, is no read of this
+// process: after a restart (the connection to the managed cluster not up
+// yet; a Node back on an old-CA certificate meanwhile would not be in it),
+// or when the endpoint was set in Prepared. Its passes look again as the
+// gate's reads of the Nodes do, not every second, and the maintenance window
+// says what it waits for. It goes ahead once a pass has read them, and is
+// refused once the gate names them unreadable (keptNodesLimit).
+func TestACompletionWaitsForTheNodesToBeRead(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		restart, endpointLate bool
+		annotation            string
+		readAgain             bool
+	}{
+		{name: "after a restart", restart: true, annotation: v1alpha1.OperationAnnotation, readAgain: true},
+		{name: "queued for the window, after a restart", restart: true, annotation: v1alpha1.MaintenanceOperationAnnotation, readAgain: true},
+		{name: "the endpoint set in Prepared", endpointLate: true, annotation: v1alpha1.OperationAnnotation, readAgain: true},
+		{name: "the Nodes never read after a restart", restart: true, annotation: v1alpha1.OperationAnnotation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const endpoint = "https://192.0.2.10:6443"
+			sc := newSettledCluster(t)
+			if !tc.endpointLate {
+				sc.setEndpoint(endpoint)
+			}
+			clk := clocktesting.NewFakeClock(time.Now())
+			sc.r.Clock = clk
+			var readErr error
+			sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
+				return nil, nil, readErr
+			}
+			sc.annotate(v1alpha1.OperationStartCARotation)
+			sc.statusWritesUntil(v1alpha1.RotationPrepared)
+			sc.reconcile()
+			if u := sc.cluster().CARotation().OldCAUsage; u == nil || u.Total != 0 {
+				t.Fatalf("old-CA usage in Prepared: %+v, want none", u)
+			}
 
-	restarted, _ := reconcilerOn(sc.api)
-	restarted.Recommendations, restarted.Clock = sc.r.Recommendations, clk
-	readErr := errors.New("not connected")
-	restarted.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
-		return nil, nil, readErr
-	}
-	sc.annotate(v1alpha1.OperationCompleteCARotation)
-	pass := func() {
-		t.Helper()
-		if _, err := restarted.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key}); err != nil {
-			t.Fatal(err)
-		}
-		clk.Step(time.Second)
-	}
-	for i := range 5 {
-		pass()
-		if c := sc.cluster(); c.CARotationPhase() != v1alpha1.RotationPrepared || c.Annotations[v1alpha1.OperationAnnotation] != v1alpha1.OperationCompleteCARotation {
-			t.Fatalf("pass %d of the restarted manager, the Nodes unread: phase %s, operation %q; want the completion waiting in Prepared",
-				i+1, c.CARotationPhase(), c.Annotations[v1alpha1.OperationAnnotation])
-		}
-	}
-	readErr = nil
-	for range 2 {
-		pass()
-	}
-	if got := sc.cluster().CARotationPhase(); got != v1alpha1.RotationFinalizing {
-		t.Fatalf("phase %s once the restarted manager read the Nodes, want %s", got, v1alpha1.RotationFinalizing)
+			r := sc.r
+			if tc.restart {
+				r, _ = reconcilerOn(sc.api)
+				r.Recommendations, r.Clock, r.ManagedNodes = sc.r.Recommendations, clk, sc.r.ManagedNodes
+			}
+			r.ManagedPollInterval = 5 * time.Second
+			readErr = errors.New("not connected")
+			c := sc.cluster()
+			if tc.endpointLate {
+				c.Spec.ControlPlane.Endpoint = endpoint
+			}
+			metav1.SetMetaDataAnnotation(&c.ObjectMeta, tc.annotation, v1alpha1.OperationCompleteCARotation)
+			now := clk.Now().UTC()
+			c.Spec.Maintenance = &v1alpha1.MaintenanceSpec{TimeWindow: v1alpha1.MaintenanceTimeWindow{
+				Begin: now.Add(-time.Hour).Format("150405-0700"), End: now.Add(time.Hour).Format("150405-0700")}}
+			if err := sc.api.Update(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			pass := func() ctrl.Result {
+				t.Helper()
+				result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: sc.key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return result
+			}
+			for i := range 5 {
+				result := pass()
+				c := sc.cluster()
+				if c.CARotationPhase() != v1alpha1.RotationPrepared || c.Annotations[tc.annotation] != v1alpha1.OperationCompleteCARotation {
+					t.Fatalf("pass %d, the Nodes unread: phase %s, annotations %v; want the completion waiting in Prepared", i+1, c.CARotationPhase(), c.Annotations)
+				}
+				if i > 0 && result.RequeueAfter <= time.Second {
+					t.Fatalf("pass %d, the Nodes unread: looks again after %s, want as the gate's reads of them do", i+1, result.RequeueAfter)
+				}
+				if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionMaintenanceOperationQueued); i > 0 &&
+					tc.annotation == v1alpha1.MaintenanceOperationAnnotation && (cond == nil || !strings.Contains(cond.Message, "has not read the managed cluster's Nodes")) {
+					t.Fatalf("pass %d: MaintenanceOperationQueued %+v, want it waiting for the Nodes", i+1, cond)
+				}
+				clk.Step(result.RequeueAfter)
+			}
+			if !tc.readAgain {
+				clk.Step(keptNodesLimit)
+				pass()
+				pass()
+				if c := sc.cluster(); c.CARotationPhase() != v1alpha1.RotationPrepared || c.Annotations[tc.annotation] != "" {
+					t.Fatalf("past keptNodesLimit, the Nodes unread: phase %s, annotations %v; want the completion refused in Prepared", c.CARotationPhase(), c.Annotations)
+				}
+				return
+			}
+			readErr = nil
+			for range 3 {
+				pass()
+			}
+			if got := sc.cluster().CARotationPhase(); got != v1alpha1.RotationFinalizing && got != v1alpha1.RotationCompleted {
+				t.Fatalf("phase %s once the Nodes were read, want the completion under way", got)
+			}
+		})
 	}
 }
 

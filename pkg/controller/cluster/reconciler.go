@@ -164,7 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	// Whether the pass ended on a stale read, within StaleReadLimit or past it.
 	stale := false
 	defer func() {
-		if deferred && retErr == nil && result.RequeueAfter > time.Second {
+		if deferred && retErr == nil && result.RequeueAfter > time.Second && !r.completionAwaitsNodes(requested, c) {
 			result.RequeueAfter = time.Second
 		}
 		r.updateStatus(s, passErr)

@@ -125,12 +125,16 @@ func (r *Reconciler) setMaintenanceCondition(c *v1alpha1.Cluster) time.Time {
 	if value, queued := c.Annotations[v1alpha1.MaintenanceOperationAnnotation]; queued {
 		d := maintenance.Decide(value, c.Spec.Maintenance, rotation.PhasesOf(c), r.Clock.Now())
 		next = d.Next
+		op, _ := v1alpha1.ParseOperation(value)
 		switch held := gateClosed(value, c); {
 		case !d.Run:
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.Reason, d.Message
 		case held != nil:
 			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonOldCADependents
 			cond.Message = fmt.Sprintf("%s waits for the old-CA usage gate: %v", value, held)
+		case r.completionAwaitsNodes(op, c):
+			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonOldCADependents
+			cond.Message = value + " waits for the old-CA usage gate: " + awaitingNodes
 		default:
 			// The window opened, or the gate, in this pass: the next one
 			// carries it out, unless it fails before (the managed cluster
@@ -188,7 +192,12 @@ func (r *Reconciler) setAutomaticCondition(c *v1alpha1.Cluster) time.Time {
 		if d.Run {
 			cond.Reason = v1alpha1.ReasonAutomaticOperationScheduled
 			cond.Message = fmt.Sprintf("%s is due (%s) and runs once the operation pending on the Cluster is handled", step.Operation, step.Why)
-			if !operationPending(c) {
+			switch op, _ := v1alpha1.ParseOperation(step.Operation); {
+			case operationPending(c):
+			case r.completionAwaitsNodes(op, c):
+				cond.Reason = v1alpha1.ReasonOldCADependents
+				cond.Message = fmt.Sprintf("%s is due (%s), and waits for the old-CA usage gate: %s", step.Operation, step.Why, awaitingNodes)
+			default:
 				// It became due during this pass: the next one carries it out.
 				cond.Message, next = fmt.Sprintf("%s is due (%s) and runs now", step.Operation, step.Why), now
 			}
