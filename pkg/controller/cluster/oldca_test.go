@@ -544,16 +544,7 @@ func TestAFailedReadOfTheNodesKeepsTheirVerdict(t *testing.T) {
 // old-CA certificate meanwhile would not be seen. A read that works again
 // starts the count over.
 func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
-	sc := newSettledCluster(t)
-	sc.setEndpoint("https://192.0.2.10:6443")
-	clk := clocktesting.NewFakeClock(time.Now())
-	sc.r.Clock = clk
-	var readErr error
-	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
-		return nil, nil, readErr
-	}
-	sc.annotate(v1alpha1.OperationStartCARotation)
-	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	sc, clk, readErr := preparedReadingNodes(t, "https://192.0.2.10:6443")
 	nodesNamed := func() bool {
 		u := sc.cluster().CARotation().OldCAUsage
 		return u != nil && slices.ContainsFunc(u.Dependents, func(d v1alpha1.OldCADependent) bool {
@@ -564,7 +555,7 @@ func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 		t.Fatalf("old-CA usage with every Node read: %+v, want none", u)
 	}
 
-	readErr = errors.New("connection refused")
+	*readErr = errors.New("connection refused")
 	for _, step := range []time.Duration{0, keptNodesLimit - time.Second} {
 		clk.Step(step)
 		sc.reconcile()
@@ -578,9 +569,9 @@ func TestNodesUnreadForLongHoldTheGate(t *testing.T) {
 		t.Fatalf("%s into the failed reads: old-CA usage %+v, want the Nodes named unreadable", keptNodesLimit, sc.cluster().CARotation().OldCAUsage)
 	}
 
-	readErr = nil
+	*readErr = nil
 	sc.reconcile()
-	readErr = errors.New("connection refused")
+	*readErr = errors.New("connection refused")
 	clk.Step(keptNodesLimit - time.Second)
 	sc.reconcile()
 	if nodesNamed() {
@@ -610,18 +601,11 @@ func TestACompletionWaitsForTheNodesToBeRead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const endpoint = "https://192.0.2.10:6443"
-			sc := newSettledCluster(t)
-			if !tc.endpointLate {
-				sc.setEndpoint(endpoint)
+			endpointAtStart := endpoint
+			if tc.endpointLate {
+				endpointAtStart = ""
 			}
-			clk := clocktesting.NewFakeClock(time.Now())
-			sc.r.Clock = clk
-			var readErr error
-			sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
-				return nil, nil, readErr
-			}
-			sc.annotate(v1alpha1.OperationStartCARotation)
-			sc.statusWritesUntil(v1alpha1.RotationPrepared)
+			sc, clk, readErr := preparedReadingNodes(t, endpointAtStart)
 			sc.reconcile()
 			if u := sc.cluster().CARotation().OldCAUsage; u == nil || u.Total != 0 {
 				t.Fatalf("old-CA usage in Prepared: %+v, want none", u)
@@ -633,7 +617,7 @@ func TestACompletionWaitsForTheNodesToBeRead(t *testing.T) {
 				r.Recommendations, r.Clock, r.ManagedNodes = sc.r.Recommendations, clk, sc.r.ManagedNodes
 			}
 			r.ManagedPollInterval = 5 * time.Second
-			readErr = errors.New("not connected")
+			*readErr = errors.New("not connected")
 			c := sc.cluster()
 			if tc.endpointLate {
 				c.Spec.ControlPlane.Endpoint = endpoint
@@ -677,7 +661,7 @@ func TestACompletionWaitsForTheNodesToBeRead(t *testing.T) {
 				}
 				return
 			}
-			readErr = nil
+			*readErr = nil
 			for range 3 {
 				pass()
 			}
@@ -686,6 +670,26 @@ func TestACompletionWaitsForTheNodesToBeRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// preparedReadingNodes is a settled Cluster with endpoint (none when empty)
+// taken to Prepared on a fake clock, whose reconciler reads no Nodes, or
+// fails with *readErr when it is set.
+func preparedReadingNodes(t *testing.T, endpoint string) (sc *settledCluster, clk *clocktesting.FakeClock, readErr *error) {
+	t.Helper()
+	sc = newSettledCluster(t)
+	if endpoint != "" {
+		sc.setEndpoint(endpoint)
+	}
+	clk = clocktesting.NewFakeClock(time.Now())
+	sc.r.Clock = clk
+	readErr = new(error)
+	sc.r.ManagedNodes = func(context.Context, *v1alpha1.Cluster) ([]corev1.Node, []coordinationv1.Lease, error) {
+		return nil, nil, *readErr
+	}
+	sc.annotate(v1alpha1.OperationStartCARotation)
+	sc.statusWritesUntil(v1alpha1.RotationPrepared)
+	return sc, clk, readErr
 }
 
 // While the Nodes cannot be read, the gate's reads of them back off as the
