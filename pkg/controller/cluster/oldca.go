@@ -711,7 +711,7 @@ const awaitingNodes = "it has not read the managed cluster's Nodes since the man
 // look again as the gate's reads of them do, not at once.
 func (r *Reconciler) completionAwaitsNodes(op v1alpha1.Operation, c *v1alpha1.Cluster) bool {
 	got, ok := r.verdicts.ofCluster(c)
-	return ok && got.nodes == nodesUnknown && r.completionWaitsForGate(op, c)
+	return ok && got.nodes == nodesUnknown && gatedCompletion(op, c)
 }
 
 // completionWaitsForGate says whether op, on c, is a completion the old-CA
@@ -724,9 +724,16 @@ func (r *Reconciler) completionAwaitsNodes(op v1alpha1.Operation, c *v1alpha1.Cl
 // verdict said of them; a forced one does not wait, and one the verdict holds
 // is refused.
 func (r *Reconciler) completionWaitsForGate(op v1alpha1.Operation, c *v1alpha1.Cluster) bool {
+	return gatedCompletion(op, c) && !r.verdicts.reachedHere(c)
+}
+
+// gatedCompletion says whether op, on c, is a completion that goes ahead
+// only on a verdict of this process: one not forced, of a Prepared rotation
+// whose verdict in the status names no one.
+func gatedCompletion(op v1alpha1.Operation, c *v1alpha1.Cluster) bool {
 	rot := c.CARotation()
 	return op.Verb.CAVerb() == v1alpha1.VerbCompleteCARotation && !op.Force && rot != nil && rot.Phase == v1alpha1.RotationPrepared &&
-		rot.OldCAUsage != nil && rot.OldCAUsage.Total == 0 && !r.verdicts.reachedHere(c)
+		rot.OldCAUsage != nil && rot.OldCAUsage.Total == 0
 }
 
 // forgetOldCAUsage drops the old-CA usage gate's verdict from the status
